@@ -1,0 +1,139 @@
+"""``analyze()``: load, walk once, and hold the op table with its summary and groupings."""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+from .loader import LoadError, Loaded, load
+from .visitors.base import METRICS, AnalysisError, Row
+from .visitors.cost import CostVisitor
+
+#: Columns of the op table, in order.
+COLUMNS = (
+    "index", "op", "kind", "scope", "location", "shape", "dtype",
+    "gemm_flops", "conv_flops", "vector_flops", "transcendentals", "bytes_read", "bytes_written",
+    "multiplicity", "comm_kind", "group_size", "num_groups", "comm_bytes", "comm_steps",
+    "target", "note", "operand_shapes", "weight_operands", "func",
+)
+#: Integer columns summed when rows are grouped.
+SUM_COLUMNS = (
+    "gemm_flops", "conv_flops", "vector_flops", "transcendentals", "bytes_read", "bytes_written", "comm_bytes",
+)
+SUMMARY_KEYS = SUM_COLUMNS + ("ops", "unknown_ops", "comm_ops")
+
+_INT64_MAX = 2**63 - 1
+
+
+def int_series(values: list[int], index=None) -> pd.Series:
+    """An exact integer column: int64 while it fits, Python ints (object) beyond."""
+    if values and (max(values) > _INT64_MAX or min(values) < -_INT64_MAX):
+        return pd.Series(values, dtype=object, index=index)
+    return pd.Series(values, dtype="int64", index=index)
+
+
+@dataclass
+class Analysis:
+    rows: list[Row]
+    source: str
+    entry: str
+    warnings: list[str] = field(default_factory=list)
+    _ops: pd.DataFrame | None = None
+
+    # -- the op table -----------------------------------------------------------------------------------
+    @property
+    def ops(self) -> pd.DataFrame:
+        """One row per op occurrence; metric columns are totals over the op's multiplicity."""
+        if self._ops is None:
+            data = {}
+            for c in COLUMNS:
+                vals = [getattr(r, c) for r in self.rows]
+                data[c] = int_series(vals) if c in SUM_COLUMNS or c in (
+                    "index", "multiplicity", "group_size", "num_groups", "comm_steps") else vals
+            self._ops = pd.DataFrame(data, columns=list(COLUMNS))
+        return self._ops
+
+    @property
+    def summary(self) -> dict[str, int]:
+        """Whole-program totals as exact Python integers."""
+        s = {k: 0 for k in SUMMARY_KEYS}
+        for r in self.rows:
+            for k in SUM_COLUMNS:
+                s[k] += getattr(r, k)
+            s["ops"] += r.multiplicity
+            if r.kind == "unknown":
+                s["unknown_ops"] += r.multiplicity
+            elif r.kind == "collective":
+                s["comm_ops"] += r.multiplicity
+        return s
+
+    @property
+    def unknown(self) -> list[str]:
+        """Names (targets) of the ops no rule knows, each once, in program order."""
+        seen: dict[str, None] = {}
+        for r in self.rows:
+            if r.kind == "unknown":
+                seen.setdefault(r.target or r.op, None)
+        return list(seen)
+
+    # -- groupings ----------------------------------------------------------------------------------------
+    def group(self, by: str = "kind", depth: int | None = None) -> pd.DataFrame:
+        """Sum the metric columns by ``op``, ``kind`` or ``scope`` (cut to ``depth`` segments).
+
+        Rows come in order of first appearance in the program for ``scope``, by FLOPs (largest first)
+        otherwise. Every grouping's columns add up to :attr:`summary`.
+        """
+        keys = self._keys(by, depth)
+        return group_rows(self.rows, keys, order="program" if by == "scope" else "flops", label=by)
+
+    def _keys(self, by: str, depth: int | None) -> list[str]:
+        if by == "op":
+            return [r.op for r in self.rows]
+        if by == "kind":
+            return [r.kind for r in self.rows]
+        if by == "scope":
+            if depth is None:
+                return [r.scope or "(top)" for r in self.rows]
+            return ["/".join(r.scope.split("/")[:depth]) or "(top)" for r in self.rows]
+        raise ValueError(f"cannot group by {by!r}: choose op, kind or scope")
+
+
+def group_rows(rows: list[Row], keys: list[str], order: str = "program", label: str = "group") -> pd.DataFrame:
+    sums: dict[str, list[int]] = {}
+    counts: dict[str, int] = {}
+    for r, k in zip(rows, keys):
+        acc = sums.get(k)
+        if acc is None:
+            acc = sums[k] = [0] * len(SUM_COLUMNS)
+            counts[k] = 0
+        for i, c in enumerate(SUM_COLUMNS):
+            acc[i] += getattr(r, c)
+        counts[k] += r.multiplicity
+    names = list(sums)
+    if order == "flops":
+        names.sort(key=lambda k: (-(sums[k][0] + sums[k][1] + sums[k][2]), -sums[k][5] - sums[k][4], k))
+    data = {label: names}
+    for i, c in enumerate(SUM_COLUMNS):
+        data[c] = int_series([sums[k][i] for k in names])
+    data["ops"] = int_series([counts[k] for k in names])
+    return pd.DataFrame(data)
+
+
+def analyze(source: str | bytes | os.PathLike | Loaded, entry: str | None = None) -> Analysis:
+    """Analyse MLIR given as a path, text, bytes, or an already :func:`~mhlo_cost.loader.load`-ed module.
+
+    Raises :class:`~mhlo_cost.loader.LoadError` for input that is not MLIR and
+    :class:`~mhlo_cost.visitors.base.AnalysisError` for IR that cannot be counted.
+    """
+    loaded = source if isinstance(source, Loaded) else load(source)
+    with loaded.context:
+        visitor = CostVisitor(loaded.module, entry)
+        try:
+            rows = visitor.run()
+        except AnalysisError as e:
+            raise AnalysisError(f"{loaded.name}: {e}") from None
+    return Analysis(rows, loaded.name, visitor.entry, visitor.warnings)
+
+
+__all__ = ["Analysis", "AnalysisError", "LoadError", "analyze", "METRICS"]

@@ -1,0 +1,88 @@
+"""Tensor types of the IR as Python facts: shape, element type, element count and exact byte size."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import reduce
+from operator import mul
+
+from jaxlib.mlir import ir
+
+
+@dataclass(frozen=True, slots=True)
+class TensorInfo:
+    shape: tuple[int, ...]
+    dtype: str  # MLIR's element type spelling: bf16, f32, i1, f8E4M3FN, complex<f32>, token
+    nelems: int
+    nbytes: int
+
+    @property
+    def shape_str(self) -> str:
+        return "x".join(str(d) for d in self.shape)
+
+    @property
+    def pretty(self) -> str:
+        return f"{self.dtype}[{','.join(str(d) for d in self.shape)}]"
+
+
+_CACHE: dict = {}
+
+
+def isa(obj, cls) -> bool:
+    """Whether an MLIR type or attribute is of the binding class ``cls``."""
+    return isinstance(obj.maybe_downcast(), cls)
+
+
+def element_bits(et: ir.Type) -> int:
+    """Bits of storage of one element (i1 takes a byte, as XLA stores PRED)."""
+    if isa(et, ir.ComplexType):
+        return 2 * element_bits(ir.ComplexType(et).element_type)
+    if isa(et, ir.IntegerType):
+        w = ir.IntegerType(et).width
+        return 8 if w == 1 else w
+    if isa(et, ir.IndexType):
+        return 64
+    try:
+        return ir.FloatType(et).width
+    except (ValueError, TypeError):
+        pass
+    s = str(et)
+    if "quant.uniform" in s:  # !quant.uniform<i8:f32, ...>: stored as its storage type
+        storage = s.split("<", 1)[1].split(":", 1)[0]
+        if storage.lstrip("iu").isdigit():
+            return int(storage.lstrip("iu"))
+    raise ValueError(f"element type {s} has no known size")
+
+
+def _nbytes(nelems: int, bits: int) -> int:
+    return (nelems * bits + 7) // 8  # sub-byte types (i4, f4E2M1FN) are packed
+
+
+def tensor_info(t: ir.Type) -> TensorInfo:
+    """Facts about a ranked, static tensor type (or a token). ValueError, one line, for anything else."""
+    hit = _CACHE.get(t)
+    if hit is not None:
+        return hit
+    info = _tensor_info(t)
+    _CACHE[t] = info
+    return info
+
+
+def _tensor_info(t: ir.Type) -> TensorInfo:
+    s = str(t)
+    if isa(t, ir.RankedTensorType):
+        rt = ir.RankedTensorType(t)
+        if not rt.has_static_shape:
+            raise ValueError(f"dynamic dimensions in {s} are not supported: lower with static shapes")
+        shape = tuple(rt.shape)
+        n = reduce(mul, shape, 1)
+        et = rt.element_type
+        return TensorInfo(shape, str(et), n, _nbytes(n, element_bits(et)))
+    if isa(t, ir.UnrankedTensorType):
+        raise ValueError(f"unranked tensor {s} is not supported: lower with static shapes")
+    if isa(t, ir.TupleType):
+        raise ValueError(f"tuple type {s} is not supported: flatten tuples before analysis")
+    if "token" in s:
+        return TensorInfo((), "token", 0, 0)
+    if isa(t, ir.IntegerType) or isa(t, ir.IndexType) or isa(t, ir.FloatType):
+        return TensorInfo((), s, 1, _nbytes(1, element_bits(t)))
+    raise ValueError(f"type {s} is not a static tensor")

@@ -1,0 +1,428 @@
+"""The one walk over a module: ``IRVisitor``.
+
+Like :class:`ast.NodeVisitor`, each op goes to ``visit_<name>`` where ``<name>`` is the op name without
+its dialect (``stablehlo.dot_general`` and ``mhlo.dot_general`` both reach ``visit_dot_general``),
+and to :meth:`IRVisitor.generic_visit` where no such method exists.
+
+Control flow is the base class's business, so that every metric sees it the same way:
+
+* the walk starts at the entry function (``main``, the only public function, or ``entry=``);
+* ``func.call`` walks its callee; a callee's rows are built once and replayed at every call site, with
+  the call site's scope in front of the callee's own, so a function called 28 times costs 28 times;
+* ``while`` multiplies its body by the trip count proven from the loop condition (``trip_count``), or
+  counts one iteration and marks its rows ``trip_count_unknown``;
+* ``case`` / ``if`` count their most expensive branch and mark the rows with ``branch i/N``.
+
+Subclasses emit :class:`Row` objects with :meth:`IRVisitor.emit`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from jaxlib.mlir import ir
+
+from ..types import TensorInfo, tensor_info
+from .locations import LocationInfo, location_info
+
+# Rows hold exact Python integers. These are the metric columns a call or a loop multiplies.
+METRICS = (
+    "gemm_flops",
+    "conv_flops",
+    "vector_flops",
+    "transcendentals",
+    "bytes_read",
+    "bytes_written",
+    "comm_bytes",
+)
+
+
+class AnalysisError(Exception):
+    """The IR is valid MLIR but cannot be analysed (dynamic shapes, a missing callee, ...). One line."""
+
+
+@dataclass(slots=True)
+class Row:
+    op: str  # full op name, e.g. "stablehlo.dot_general"
+    kind: str  # dot, conv, elementwise, reduce, data, collective, unknown, ...
+    location: str  # "file:line" where the IR has one
+    scope: str  # scope path, e.g. "spatial_blocks.3/attn"
+    shape: str  # result shape, "2x3x5"
+    dtype: str  # result element type, "bf16"
+    gemm_flops: int = 0
+    conv_flops: int = 0
+    vector_flops: int = 0
+    transcendentals: int = 0
+    bytes_read: int = 0
+    bytes_written: int = 0
+    multiplicity: int = 1
+    note: str = ""
+    target: str = ""  # custom_call target, unknown op's name
+    comm_kind: str = ""
+    group_size: int = 0
+    num_groups: int = 0
+    comm_bytes: int = 0
+    comm_steps: int = 0  # ring steps per execution (latency term of the alpha-beta model)
+    operand_shapes: str = ""  # "bf16[2,3,4] bf16[4,5]"
+    weight_operands: str = ""  # operand indices that are function arguments, "1"
+    func: str = ""  # the function the op is written in
+    index: int = 0  # program order
+
+    def scaled(self, k: int, scope_prefix: str, note: str) -> "Row":
+        r = Row(
+            self.op, self.kind, self.location, _join_scope(scope_prefix, self.scope), self.shape, self.dtype,
+            self.gemm_flops * k, self.conv_flops * k, self.vector_flops * k, self.transcendentals * k,
+            self.bytes_read * k, self.bytes_written * k, self.multiplicity * k,
+            _join_note(note, self.note), self.target, self.comm_kind, self.group_size, self.num_groups,
+            self.comm_bytes * k, self.comm_steps, self.operand_shapes, self.weight_operands, self.func, 0,
+        )
+        return r
+
+    @property
+    def compute(self) -> int:
+        return self.gemm_flops + self.conv_flops + self.vector_flops
+
+
+def _join_scope(prefix: str, scope: str) -> str:
+    if not prefix:
+        return scope
+    if not scope:
+        return prefix
+    if scope == prefix or scope.startswith(prefix + "/"):
+        return scope  # the callee's names already carry the caller's path
+    return f"{prefix}/{scope}"
+
+
+def _join_note(a: str, b: str) -> str:
+    if not a:
+        return b
+    if not b:
+        return a
+    return f"{a}; {b}"
+
+
+def short_name(op_name: str) -> str:
+    """``stablehlo.dot_general`` -> ``dot_general``; ``func.call`` -> ``call``."""
+    return op_name.split(".", 1)[1] if "." in op_name else op_name
+
+
+@dataclass
+class _Frame:
+    rows: list = field(default_factory=list)
+
+
+class IRVisitor:
+    """Walks a module from its entry function, dispatching ops to ``visit_<name>``.
+
+    ``self.rows`` is the list of :class:`Row` in program order, each carrying its multiplicity.
+    """
+
+    #: Ops that only structure the program: no row of their own.
+    STRUCTURAL = frozenset({"return", "yield", "func", "module"})
+
+    def __init__(self, module: ir.Module, entry: str | None = None):
+        self.module = module
+        self.functions: dict[str, ir.Operation] = {}
+        for op in module.body.operations:
+            op = op.operation
+            if op.name == "func.func":
+                self.functions[ir.StringAttr(op.attributes["sym_name"]).value] = op
+        self.entry = self._choose_entry(entry)
+        self._dispatch: dict[str, object] = {}
+        self._short: dict[str, str] = {}
+        self._func_rows: dict[str, list[Row]] = {}
+        self._active: list[str] = []  # call stack of function names, for recursion checks
+        self._out: list[Row] = []
+        self._func_name = ""
+        self.rows: list[Row] = []
+        self.warnings: list[str] = []
+
+    # -- entry and driving ---------------------------------------------------------------------------------
+    def _choose_entry(self, entry: str | None) -> str:
+        if not self.functions:
+            raise AnalysisError("the module has no func.func to analyse")
+        if entry is not None:
+            if entry not in self.functions:
+                raise AnalysisError(f"no function named {entry!r}; functions: {', '.join(sorted(self.functions))}")
+            return entry
+        if "main" in self.functions:
+            return "main"
+        public = [n for n, f in self.functions.items() if not _is_private(f)]
+        if len(public) == 1:
+            return public[0]
+        if len(self.functions) == 1:
+            return next(iter(self.functions))
+        raise AnalysisError(
+            "no function named 'main' and several public functions "
+            f"({', '.join(sorted(public))}); choose one with --entry NAME"
+        )
+
+    def run(self) -> list[Row]:
+        self.rows = list(self._function_rows(self.entry))
+        for i, r in enumerate(self.rows):
+            r.index = i
+        return self.rows
+
+    def _function_rows(self, name: str) -> list[Row]:
+        cached = self._func_rows.get(name)
+        if cached is not None:
+            return cached
+        if name in self._active:
+            raise AnalysisError(f"recursive call to @{name} cannot be counted")
+        fn = self.functions.get(name)
+        if fn is None:
+            raise AnalysisError(f"call to @{name}, which the module does not define")
+        self._active.append(name)
+        saved_out, saved_func = self._out, self._func_name
+        self._out, self._func_name = [], name
+        try:
+            self.visit_region(fn.regions[0])
+            rows = self._out
+        finally:
+            self._out, self._func_name = saved_out, saved_func
+            self._active.pop()
+        self._func_rows[name] = rows
+        return rows
+
+    # -- dispatch -------------------------------------------------------------------------------------------
+    def visit_region(self, region: ir.Region) -> None:
+        for block in region.blocks:
+            for op in block.operations:
+                self.visit(op.operation)
+
+    def visit(self, op: ir.Operation) -> None:
+        name = op.name
+        method = self._dispatch.get(name)
+        if method is None:
+            short = short_name(name)
+            self._short[name] = short
+            method = getattr(self, "visit_" + short, None) or self.generic_visit
+            self._dispatch[name] = method
+        method(op)
+
+    def generic_visit(self, op: ir.Operation) -> None:
+        """Ops without a visit method: recurse into their regions (subclasses count leaf ops)."""
+        for region in op.regions:
+            self.visit_region(region)
+
+    def visit_return(self, op: ir.Operation) -> None:
+        pass
+
+    # -- control flow -----------------------------------------------------------------------------------------
+    def collect(self, fn, *args) -> list[Row]:
+        """Run ``fn(*args)`` with a fresh output list and return the rows it emitted."""
+        saved = self._out
+        self._out = []
+        try:
+            fn(*args)
+            return self._out
+        finally:
+            self._out = saved
+
+    def replay(self, rows: list[Row], k: int, scope: str = "", note: str = "") -> None:
+        if k == 0:
+            return
+        out = self._out
+        for r in rows:
+            out.append(r.scaled(k, scope, note))
+
+    def visit_call(self, op: ir.Operation) -> None:
+        callee = ir.FlatSymbolRefAttr(op.attributes["callee"]).value
+        rows = self._function_rows(callee)
+        self.replay(rows, 1, self.loc(op).scope_with_op)
+
+    def visit_while(self, op: ir.Operation) -> None:
+        cond, body = op.regions[0], op.regions[1]
+        trips = trip_count(op)
+        scope = self.loc(op).scope_with_op
+        if trips is None:
+            note = "trip_count_unknown"
+            self.warnings.append(f"while loop at {self.loc(op).describe()}: trip count not provable, counted once")
+            self.replay(self.collect(self.visit_region, cond), 1, scope, note)
+            self.replay(self.collect(self.visit_region, body), 1, scope, note)
+            return
+        self.replay(self.collect(self.visit_region, cond), trips + 1, scope, f"while x{trips}")
+        self.replay(self.collect(self.visit_region, body), trips, scope, f"while x{trips}")
+
+    def _visit_branches(self, op: ir.Operation, regions) -> None:
+        branches = [self.collect(self.visit_region, r) for r in regions]
+        if not branches:
+            return
+        n = len(branches)
+
+        def cost(rows):
+            return (sum(r.compute for r in rows), sum(r.bytes_read + r.bytes_written for r in rows))
+
+        best = max(range(n), key=lambda i: cost(branches[i]))
+        self.replay(branches[best], 1, self.loc(op).scope_with_op, f"branch {best}/{n} (max)")
+
+    def visit_case(self, op: ir.Operation) -> None:
+        self._visit_branches(op, list(op.regions))
+
+    def visit_if(self, op: ir.Operation) -> None:
+        self._visit_branches(op, list(op.regions))
+
+    # -- helpers for rules ----------------------------------------------------------------------------------------
+    def loc(self, op: ir.Operation) -> LocationInfo:
+        return location_info(op.location)
+
+    def tinfo(self, t: ir.Type, op: ir.Operation | None = None) -> TensorInfo:
+        try:
+            return tensor_info(t)
+        except ValueError as e:
+            where = f" at {self.loc(op).describe()}" if op is not None else ""
+            opname = f"{op.name}{where}: " if op is not None else ""
+            raise AnalysisError(f"{opname}{e}") from None
+
+    def emit(self, op: ir.Operation, kind: str, **metrics) -> Row:
+        """Append a row for ``op`` (bytes read/written from its operand and result types unless given)."""
+        loc = self.loc(op)
+        results = op.results
+        if len(results) == 1:
+            ti = self.tinfo(results[0].type, op)
+            shape, dtype, written = ti.shape_str, ti.dtype, ti.nbytes
+        else:
+            infos = [self.tinfo(r.type, op) for r in results]
+            shape = ",".join(i.shape_str for i in infos)
+            dtype = ",".join(sorted({i.dtype for i in infos}))
+            written = sum(i.nbytes for i in infos)
+        read = 0
+        shapes = []
+        weights = []
+        for i, v in enumerate(op.operands):
+            ti = self.tinfo(v.type, op)
+            read += ti.nbytes
+            shapes.append(ti.pretty)
+            if isinstance(v.owner, ir.Block) and _is_function_argument(v):
+                weights.append(str(i))
+        metrics.setdefault("bytes_read", read)
+        metrics.setdefault("bytes_written", written)
+        row = Row(op.name, kind, loc.file_line, loc.scope, shape, dtype, operand_shapes=" ".join(shapes),
+                  weight_operands=",".join(weights), func=self._func_name, **metrics)
+        self._out.append(row)
+        return row
+
+
+def _is_private(fn: ir.Operation) -> bool:
+    vis = fn.attributes["sym_visibility"] if "sym_visibility" in fn.attributes else None
+    return vis is not None and ir.StringAttr(vis).value == "private"
+
+
+def _is_function_argument(v: ir.Value) -> bool:
+    parent = v.owner.owner
+    return parent is not None and parent.name == "func.func"
+
+
+# -- trip counts ------------------------------------------------------------------------------------------------
+def _int_constant(v: ir.Value) -> int | None:
+    """The integer of a scalar (or splat) constant, looking through converts; None where not constant."""
+    owner = v.owner
+    if not isinstance(owner, (ir.Operation, ir.OpView)):
+        return None
+    op = owner.operation
+    name = short_name(op.name)
+    if name == "convert" or name == "reshape" or name == "broadcast_in_dim":
+        return _int_constant(op.operands[0])
+    if name != "constant" or "value" not in op.attributes:
+        return None
+    attr = op.attributes["value"]
+    try:
+        dense = ir.DenseIntElementsAttr(attr)
+    except (ValueError, TypeError):
+        return None
+    if dense.is_splat:
+        return int(dense.get_splat_value().value)
+    vals = list(dense)
+    if len(vals) == 1:
+        return int(vals[0])
+    return None
+
+
+def _comparison(op: ir.Operation) -> str | None:
+    if "comparison_direction" not in op.attributes:
+        return None
+    attr = op.attributes["comparison_direction"]
+    from jaxlib.mlir.dialects import mhlo, stablehlo
+
+    for cls in (stablehlo.ComparisonDirectionAttr, mhlo.ComparisonDirectionAttr):
+        try:
+            return cls(attr).value
+        except (ValueError, TypeError):
+            continue
+    return None
+
+
+_FLIP = {"LT": "GT", "LE": "GE", "GT": "LT", "GE": "LE", "EQ": "EQ", "NE": "NE"}
+
+
+def trip_count(while_op: ir.Operation) -> int | None:
+    """Iterations of ``while`` when its condition compares an induction variable with a constant.
+
+    The induction variable is a loop-carried value with a constant initial value that the body changes
+    by a constant step (``add``/``subtract``). Returns None where that cannot be proven.
+    """
+    cond_block = while_op.regions[0].blocks[0]
+    body_block = while_op.regions[1].blocks[0]
+    cond_ops = [o.operation for o in cond_block.operations]
+    if not cond_ops:
+        return None
+    ret = cond_ops[-1]
+    if len(ret.operands) != 1:
+        return None
+    cmp_val = ret.operands[0]
+    if not isinstance(cmp_val.owner, (ir.Operation, ir.OpView)):
+        return None
+    cmp = cmp_val.owner.operation
+    if short_name(cmp.name) != "compare":
+        return None
+    direction = _comparison(cmp)
+    if direction is None:
+        return None
+    lhs, rhs = cmp.operands[0], cmp.operands[1]
+    arg_index, bound = None, None
+    for a, b, d in ((lhs, rhs, direction), (rhs, lhs, _FLIP[direction])):
+        if isinstance(a.owner, ir.Block) and a.owner == cond_block:
+            c = _int_constant(b)
+            if c is not None:
+                arg_index, bound, direction = ir.BlockArgument(a).arg_number, c, d
+                break
+    if arg_index is None:
+        return None
+    init = _int_constant(while_op.operands[arg_index])
+    if init is None:
+        return None
+    body_ops = [o.operation for o in body_block.operations]
+    body_ret = body_ops[-1]
+    nxt = body_ret.operands[arg_index]
+    if not isinstance(nxt.owner, (ir.Operation, ir.OpView)):
+        return None
+    upd = nxt.owner.operation
+    kind = short_name(upd.name)
+    if kind not in ("add", "subtract"):
+        return None
+    step = None
+    a, b = upd.operands[0], upd.operands[1]
+    is_iv = lambda v: isinstance(v.owner, ir.Block) and v.owner == body_block \
+        and ir.BlockArgument(v).arg_number == arg_index  # noqa: E731
+    if is_iv(a):
+        step = _int_constant(b)
+    elif is_iv(b) and kind == "add":
+        step = _int_constant(a)
+    if step is None or step == 0:
+        return None
+    if kind == "subtract":
+        step = -step
+    return _iterations(init, bound, step, direction)
+
+
+def _iterations(init: int, bound: int, step: int, direction: str) -> int | None:
+    if direction == "LT" and step > 0:
+        return max(0, -((init - bound) // step))
+    if direction == "LE" and step > 0:
+        return max(0, (bound - init) // step + 1)
+    if direction == "GT" and step < 0:
+        return max(0, -((bound - init) // -step))
+    if direction == "GE" and step < 0:
+        return max(0, (init - bound) // -step + 1)
+    if direction == "NE" and (bound - init) % step == 0 and (bound - init) // step >= 0:
+        return (bound - init) // step
+    return None

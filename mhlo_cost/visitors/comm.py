@@ -1,0 +1,140 @@
+"""Collectives: ``CommIRVisitor``.
+
+Volume per device follows the ring algorithm and nccl-tests' bus-bandwidth convention, with S the size
+in bytes of the full (unsharded) buffer in its own element type and n the group size:
+
+==================== ================= =============== ============================================
+op                   S is              volume          ring steps (latency term)
+==================== ================= =============== ============================================
+all_reduce           operand           2(n-1)/n * S    2(n-1)
+all_gather           result            (n-1)/n * S     n-1
+reduce_scatter       operand           (n-1)/n * S     n-1
+all_to_all           operand           (n-1)/n * S     n-1
+collective_permute   operand           S               1
+collective_broadcast operand           S               n-1
+==================== ================= =============== ============================================
+
+Volumes are whole bytes: where S is not a multiple of n the quotient is rounded up.
+
+The group size comes from ``replica_groups`` (a dense ``groups x size`` array), or, where the groups are
+empty (one group of every participant), from the module's ``mhlo.num_partitions`` when the op has a
+channel handle or global device ids and from ``mhlo.num_replicas`` otherwise.
+"""
+from __future__ import annotations
+
+from jaxlib.mlir import ir
+
+from ..types import isa
+from .base import IRVisitor
+from .vector import body_flops
+
+
+def ring_volume(kind: str, full_bytes: int, n: int) -> tuple[int, int]:
+    """(bytes per device, ring steps) of one collective over a group of n devices."""
+    if n <= 1:
+        return 0, 0
+    if kind == "all_reduce":
+        return -(-2 * (n - 1) * full_bytes // n), 2 * (n - 1)
+    if kind in ("all_gather", "reduce_scatter", "all_to_all"):
+        return -(-(n - 1) * full_bytes // n), n - 1
+    if kind == "collective_permute":
+        return full_bytes, 1
+    if kind == "collective_broadcast":
+        return full_bytes, n - 1
+    raise ValueError(f"no ring volume rule for {kind}")
+
+
+def _module_int(module: ir.Module, name: str, default: int = 1) -> int:
+    attrs = module.operation.attributes
+    if name in attrs:
+        try:
+            return ir.IntegerAttr(attrs[name]).value
+        except (ValueError, TypeError):
+            return default
+    return default
+
+
+class CommIRVisitor(IRVisitor):
+    """Counts every collective's per-device volume; one row each, kind ``collective``."""
+
+    def _groups(self, op: ir.Operation, attr_name: str = "replica_groups") -> tuple[int, int]:
+        """(group size, number of groups)."""
+        if attr_name in op.attributes:
+            attr = op.attributes[attr_name]
+            if isa(attr, ir.DenseIntElementsAttr):
+                shape = ir.ShapedType(ir.DenseElementsAttr(attr).type).shape
+                if len(shape) == 2 and shape[0] > 0 and shape[1] > 0:
+                    return shape[1], shape[0]
+        has_channel = "channel_handle" in op.attributes or "channel_id" in op.attributes
+        global_ids = "use_global_device_ids" in op.attributes
+        partitions = _module_int(self.module, "mhlo.num_partitions")
+        replicas = _module_int(self.module, "mhlo.num_replicas")
+        if global_ids:
+            return partitions * replicas, 1
+        if has_channel and partitions > 1:
+            return partitions, replicas
+        return replicas, partitions
+
+    def _collective(self, op: ir.Operation, kind: str, full_bytes: int, n: int, groups: int,
+                    vector_flops: int = 0) -> None:
+        volume, steps = ring_volume(kind, full_bytes, n)
+        self.emit(op, "collective", comm_kind=kind, group_size=n, num_groups=groups, comm_bytes=volume,
+                  comm_steps=steps, vector_flops=vector_flops)
+
+    def _operand_bytes(self, op: ir.Operation) -> int:
+        return sum(self.tinfo(v.type, op).nbytes for v in op.operands)
+
+    def _result_bytes(self, op: ir.Operation) -> int:
+        return sum(self.tinfo(r.type, op).nbytes for r in op.results)
+
+    def visit_all_reduce(self, op: ir.Operation) -> None:
+        n, groups = self._groups(op)
+        f, _ = body_flops(op.regions[0]) if len(op.regions) else (1, 0)
+        elems = sum(self.tinfo(v.type, op).nelems for v in op.operands)
+        # Each device combines (n-1)/n of the buffer in a ring reduce-scatter phase.
+        flops = -(-(n - 1) * elems // n) * f if n > 1 else 0
+        self._collective(op, "all_reduce", self._operand_bytes(op), n, groups, flops)
+
+    visit_cross_replica_sum = visit_all_reduce
+
+    def visit_all_gather(self, op: ir.Operation) -> None:
+        n, groups = self._groups(op)
+        self._collective(op, "all_gather", self._result_bytes(op), n, groups)
+
+    def visit_reduce_scatter(self, op: ir.Operation) -> None:
+        n, groups = self._groups(op)
+        f, _ = body_flops(op.regions[0]) if len(op.regions) else (1, 0)
+        elems = sum(self.tinfo(v.type, op).nelems for v in op.operands)
+        flops = -(-(n - 1) * elems // n) * f if n > 1 else 0
+        self._collective(op, "reduce_scatter", self._operand_bytes(op), n, groups, flops)
+
+    def visit_all_to_all(self, op: ir.Operation) -> None:
+        n, groups = self._groups(op)
+        self._collective(op, "all_to_all", self._operand_bytes(op), n, groups)
+
+    def visit_collective_permute(self, op: ir.Operation) -> None:
+        devices = set()
+        if "source_target_pairs" in op.attributes:
+            attr = op.attributes["source_target_pairs"]
+            if isa(attr, ir.DenseIntElementsAttr):
+                devices = {int(x) for x in ir.DenseIntElementsAttr(attr)}
+        n = max(len(devices), 2)
+        self._collective(op, "collective_permute", self._operand_bytes(op), n, 1)
+
+    def visit_collective_broadcast(self, op: ir.Operation) -> None:
+        n, groups = self._groups(op)
+        self._collective(op, "collective_broadcast", self._operand_bytes(op), n, groups)
+
+    # Async pairs: the start op names the computation (a function) that holds the collective.
+    def visit_async_start(self, op: ir.Operation) -> None:
+        if "called_computation" in op.attributes:
+            callee = ir.FlatSymbolRefAttr(op.attributes["called_computation"]).value
+            self.replay(self._function_rows(callee), 1, self.loc(op).scope_with_op)
+        else:
+            self.generic_visit(op)
+
+    def visit_async_update(self, op: ir.Operation) -> None:
+        pass
+
+    def visit_async_done(self, op: ir.Operation) -> None:
+        pass

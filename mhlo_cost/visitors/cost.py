@@ -1,0 +1,32 @@
+"""``CostVisitor``: every metric in one walk (matrix, vector, memory, collectives, unknown ops)."""
+from __future__ import annotations
+
+from jaxlib.mlir import ir
+
+from .comm import CommIRVisitor
+from .tflops import TFlopsVisitor
+from .vector import KNOWN_CUSTOM_CALLS, VectorVisitor
+
+
+class CostVisitor(CommIRVisitor, TFlopsVisitor, VectorVisitor):
+    """One row per op occurrence. An op that no rule knows is a row of kind ``unknown``, never a zero."""
+
+    def generic_visit(self, op: ir.Operation) -> None:
+        if len(op.regions):
+            # fusion, sdy.manual_computation, ...: containers whose body runs once.
+            for region in op.regions:
+                self.visit_region(region)
+            return
+        self.emit(op, "unknown", target=op.name)
+
+    def visit_custom_call(self, op: ir.Operation) -> None:
+        target = ir.StringAttr(op.attributes["call_target_name"]).value if "call_target_name" in op.attributes else ""
+        if target in KNOWN_CUSTOM_CALLS:
+            self.emit(op, "data", target=target)
+        else:
+            self.emit(op, "unknown", target=target or op.name)
+
+    def visit_composite(self, op: ir.Operation) -> None:
+        # stablehlo.composite carries its meaning in a decomposition function: count that.
+        callee = ir.FlatSymbolRefAttr(op.attributes["decomposition"]).value
+        self.replay(self._function_rows(callee), 1, self.loc(op).scope_with_op)

@@ -1,0 +1,147 @@
+"""Matrix-unit FLOPs: ``dot``, ``dot_general`` (column ``gemm_flops``) and ``convolution`` (``conv_flops``).
+
+A contraction costs 2 x (elements of the result) x (product of the contracting dimensions): one multiply
+and one add per term. Batch dimensions are part of the result, so they are counted once through it.
+
+A convolution is counted as XLA's HloCostAnalysis counts it: for every spatial dimension, the number of
+(output position, kernel position) pairs that land on a real input element (not padding, not a hole
+made by lhs dilation); times input features per group, output features and batch per batch group; x2.
+"""
+from __future__ import annotations
+
+from jaxlib.mlir import ir
+from jaxlib.mlir.dialects import mhlo, stablehlo
+
+from ..types import isa
+from .base import IRVisitor
+
+
+# -- pure rules -------------------------------------------------------------------------------------------------
+def contraction_flops(lhs_shape: tuple[int, ...], result_nelems: int, lhs_contracting: list[int]) -> int:
+    k = 1
+    for d in lhs_contracting:
+        k *= lhs_shape[d]
+    return 2 * result_nelems * k
+
+
+def valid_positions(in_size: int, out_size: int, kernel_size: int, stride: int, pad_low: int,
+                    lhs_dilation: int, rhs_dilation: int) -> int:
+    """Pairs (output index, kernel index) of one spatial dimension that read a real input element."""
+    count = 0
+    for k in range(kernel_size):
+        base = k * rhs_dilation - pad_low  # dilated-input index read by output 0 at kernel index k
+        if lhs_dilation == 1:
+            # input index o*stride + base must lie in [0, in_size)
+            lo = (-base + stride - 1) // stride if base < 0 else 0
+            last = in_size - 1 - base
+            hi = min(out_size - 1, last // stride) if last >= 0 else -1
+            if hi >= lo:
+                count += hi - lo + 1
+            continue
+        for o in range(out_size):
+            u = o * stride + base
+            if u < 0 or u % lhs_dilation:
+                continue
+            if u // lhs_dilation < in_size:
+                count += 1
+    return count
+
+
+def convolution_flops(lhs_shape, rhs_shape, out_shape, dnums: dict, strides, padding, lhs_dilation,
+                      rhs_dilation, feature_group_count: int, batch_group_count: int) -> int:
+    n_spatial = len(dnums["input_spatial"])
+    positions = 1
+    for i in range(n_spatial):
+        positions *= valid_positions(
+            lhs_shape[dnums["input_spatial"][i]],
+            out_shape[dnums["output_spatial"][i]],
+            rhs_shape[dnums["kernel_spatial"][i]],
+            strides[i], padding[i][0], lhs_dilation[i], rhs_dilation[i],
+        )
+    in_features = lhs_shape[dnums["input_feature"]]
+    out_features = out_shape[dnums["output_feature"]]
+    batch = lhs_shape[dnums["input_batch"]]
+    fmas = (in_features // feature_group_count) * out_features * (batch // batch_group_count) * positions
+    return 2 * fmas
+
+
+# -- attribute access (StableHLO and MHLO spell the same attributes with their own classes) --------------------
+def _dot_dims(attr: ir.Attribute):
+    for cls in (stablehlo.DotDimensionNumbers, mhlo.DotDimensionNumbers):
+        if cls.isinstance(attr):
+            d = cls(attr)
+            return list(d.lhs_contracting_dimensions), list(d.lhs_batching_dimensions)
+    raise ValueError(f"unrecognised dot dimension numbers {attr}")
+
+
+def _conv_dims(attr: ir.Attribute) -> dict:
+    for cls in (stablehlo.ConvDimensionNumbers, mhlo.ConvDimensionNumbers):
+        if cls.isinstance(attr):
+            d = cls(attr)
+            return {
+                "input_batch": d.input_batch_dimension,
+                "input_feature": d.input_feature_dimension,
+                "input_spatial": list(d.input_spatial_dimensions),
+                "kernel_spatial": list(d.kernel_spatial_dimensions),
+                "output_feature": d.output_feature_dimension,
+                "output_spatial": list(d.output_spatial_dimensions),
+            }
+    raise ValueError(f"unrecognised convolution dimension numbers {attr}")
+
+
+def int_list(op: ir.Operation, name: str, default: list[int] | None = None) -> list[int] | None:
+    """An integer array attribute as a list, whether DenseI64ArrayAttr (StableHLO) or dense<> (MHLO)."""
+    if name not in op.attributes:
+        return default
+    attr = op.attributes[name]
+    if isa(attr, ir.DenseI64ArrayAttr):
+        return list(ir.DenseI64ArrayAttr(attr))
+    if isa(attr, ir.DenseIntElementsAttr):
+        return [int(x) for x in ir.DenseIntElementsAttr(attr)]
+    if isa(attr, ir.DenseBoolArrayAttr):
+        return [int(x) for x in ir.DenseBoolArrayAttr(attr)]
+    if isa(attr, ir.DenseElementsAttr):  # dense<[true, false]> : tensor<2xi1>
+        return [int(bool(x)) for x in ir.DenseElementsAttr(attr)]
+    if isa(attr, ir.ArrayAttr):
+        return [ir.IntegerAttr(a).value for a in ir.ArrayAttr(attr)]
+    raise ValueError(f"attribute {name} = {attr} is not an integer array")
+
+
+def int_attr(op: ir.Operation, name: str, default: int) -> int:
+    if name not in op.attributes:
+        return default
+    return ir.IntegerAttr(op.attributes[name]).value
+
+
+# -- visitor ------------------------------------------------------------------------------------------------------
+class TFlopsVisitor(IRVisitor):
+    def visit_dot_general(self, op: ir.Operation) -> None:
+        lhs = self.tinfo(op.operands[0].type, op)
+        out = self.tinfo(op.results[0].type, op)
+        contracting, _ = _dot_dims(op.attributes["dot_dimension_numbers"])
+        self.emit(op, "dot", gemm_flops=contraction_flops(lhs.shape, out.nelems, contracting))
+
+    def visit_dot(self, op: ir.Operation) -> None:
+        # Legacy dot: vector.vector, matrix.vector or matrix.matrix; contracts the last dim of lhs.
+        lhs = self.tinfo(op.operands[0].type, op)
+        out = self.tinfo(op.results[0].type, op)
+        self.emit(op, "dot", gemm_flops=contraction_flops(lhs.shape, out.nelems, [len(lhs.shape) - 1]))
+
+    def visit_convolution(self, op: ir.Operation) -> None:
+        lhs = self.tinfo(op.operands[0].type, op)
+        rhs = self.tinfo(op.operands[1].type, op)
+        out = self.tinfo(op.results[0].type, op)
+        dn = _conv_dims(op.attributes["dimension_numbers"])
+        n = len(dn["input_spatial"])
+        pad = int_list(op, "padding", [0] * (2 * n))
+        padding = [(pad[2 * i], pad[2 * i + 1]) for i in range(n)]
+        flops = convolution_flops(
+            lhs.shape, rhs.shape, out.shape, dn,
+            int_list(op, "window_strides", [1] * n),
+            padding,
+            int_list(op, "lhs_dilation", [1] * n),
+            int_list(op, "rhs_dilation", [1] * n),
+            int_attr(op, "feature_group_count", 1),
+            int_attr(op, "batch_group_count", 1),
+        )
+        self.emit(op, "conv", conv_flops=flops)

@@ -1,0 +1,158 @@
+"""Vector-unit work: elementwise ops, reductions, and the zero-FLOP data movement.
+
+Conventions (op names without dialect; StableHLO, MHLO and CHLO share them):
+
+* ``ELEMENTWISE``: 1 FLOP per result element.
+* ``TRANSCENDENTAL``: 1 FLOP per result element, and 1 transcendental per element in its own column.
+* ``CHLO_EQUIVALENTS``: CHLO ops count as the StableHLO op they stand for (``chlo.square`` is a
+  ``multiply``, ``chlo.erf`` an ``erf``, ``chlo.broadcast_add`` an ``add``, ...).
+* ``reduce``: (input elements - output elements) x (FLOPs of the reducer body), i.e. n-1 combines per
+  output. ``reduce_window`` follows XLA: output elements x (window elements - 1) x reducer FLOPs, which is
+  the same number for non-overlapping windows and the right one for overlapping ones.
+* ``sort``: elements x ceil(log2(sorted dimension)) x comparator FLOPs (a comparison sort's depth).
+* ``DATA_MOVEMENT``: 0 FLOPs; their bytes still count.
+"""
+from __future__ import annotations
+
+from jaxlib.mlir import ir
+
+from .base import IRVisitor, short_name
+from .tflops import int_attr, int_list
+
+ELEMENTWISE = frozenset({
+    "add", "subtract", "multiply", "divide", "remainder", "maximum", "minimum", "max", "min", "negate", "abs",
+    "sign", "compare", "select", "clamp", "and", "or", "xor", "not", "floor", "ceil", "round_nearest_afz",
+    "round_nearest_even", "round", "shift_left", "shift_right_arithmetic", "shift_right_logical", "popcnt",
+    "count_leading_zeros", "clz", "is_finite", "real", "imag", "complex", "square", "next_after",
+    "is_inf", "is_neg_inf", "is_pos_inf", "conj", "polygamma",
+})
+
+TRANSCENDENTAL = frozenset({
+    "exponential", "exp", "log", "rsqrt", "sqrt", "cbrt", "tanh", "logistic", "sine", "cosine", "tan", "erf",
+    "erfc", "erf_inv", "exponential_minus_one", "expm1", "log_plus_one", "log1p", "atan2", "power", "pow",
+    "sinh", "cosh", "asin", "acos", "atan", "asinh", "acosh", "atanh", "lgamma", "digamma", "zeta",
+    "bessel_i1e",
+})
+
+#: CHLO ops whose names differ from the StableHLO op they compute.
+CHLO_EQUIVALENTS = {
+    "square": "multiply",
+    **{f"broadcast_{n}": n for n in (
+        "add", "subtract", "multiply", "divide", "remainder", "maximum", "minimum", "power", "atan2", "and",
+        "or", "xor", "compare", "select", "shift_left", "shift_right_arithmetic", "shift_right_logical",
+        "next_after", "polygamma", "zeta", "complex")},
+}
+
+DATA_MOVEMENT = frozenset({
+    "reshape", "transpose", "broadcast_in_dim", "broadcast", "slice", "dynamic_slice", "dynamic_update_slice",
+    "concatenate", "convert", "bitcast_convert", "bitcast", "gather", "scatter", "pad", "iota", "constant",
+    "reverse", "copy", "get_tuple_element", "tuple", "optimization_barrier", "reduce_precision",
+    "real_dynamic_slice", "get_dimension_size", "torch_index_select", "after_all", "create_token",
+    "partition_id", "replica_id", "rng_get_and_update_state", "add_dependency", "sharding_constraint",
+    "propagation_barrier", "sharding_group", "reshard", "domain", "uniform_quantize", "uniform_dequantize",
+    "stochastic_convert",
+})
+
+#: custom_call targets that only carry sharding or placement: data movement, not unknown work.
+KNOWN_CUSTOM_CALLS = frozenset({
+    "Sharding", "SPMDFullToShardShape", "SPMDShardToFullShape", "annotate_device_placement", "MoveToHost",
+    "MoveToDevice", "LayoutConstraint", "xla.sdy.GlobalToLocalShape", "xla.sdy.LocalToGlobalShape",
+    "xla.sdy.FuncResultSharding", "local_sharding_constraint", "X64Combine", "X64SplitLow", "X64SplitHigh",
+})
+
+
+def body_flops(region: ir.Region) -> tuple[int, int]:
+    """(FLOPs, transcendentals) of one application of a reducer / comparator body."""
+    flops = trans = 0
+    for block in region.blocks:
+        for op in block.operations:
+            name = short_name(op.operation.name)
+            name = CHLO_EQUIVALENTS.get(name, name)
+            if name in TRANSCENDENTAL:
+                flops += 1
+                trans += 1
+            elif name in ELEMENTWISE:
+                flops += 1
+    return flops, trans
+
+
+class VectorVisitor(IRVisitor):
+    def _elementwise(self, op: ir.Operation) -> None:
+        n = sum(self.tinfo(r.type, op).nelems for r in op.results)
+        self.emit(op, "elementwise", vector_flops=n)
+
+    def _transcendental(self, op: ir.Operation) -> None:
+        n = sum(self.tinfo(r.type, op).nelems for r in op.results)
+        self.emit(op, "transcendental", vector_flops=n, transcendentals=n)
+
+    def _data(self, op: ir.Operation) -> None:
+        if short_name(op.name) == "constant":
+            self.emit(op, "data", bytes_read=0)
+        else:
+            self.emit(op, "data")
+
+    def visit_reduce(self, op: ir.Operation) -> None:
+        n_inputs = len(op.results)
+        in_n = self.tinfo(op.operands[0].type, op).nelems
+        out_n = self.tinfo(op.results[0].type, op).nelems
+        f, t = body_flops(op.regions[0])
+        combines = max(0, in_n - out_n)
+        del n_inputs
+        self.emit(op, "reduce", vector_flops=combines * f, transcendentals=combines * t)
+
+    def visit_reduce_window(self, op: ir.Operation) -> None:
+        out_n = self.tinfo(op.results[0].type, op).nelems
+        window = int_list(op, "window_dimensions", [])
+        w = 1
+        for d in window:
+            w *= d
+        f, t = body_flops(op.regions[0])
+        combines = out_n * max(0, w - 1)
+        self.emit(op, "reduce", vector_flops=combines * f, transcendentals=combines * t)
+
+    def visit_select_and_scatter(self, op: ir.Operation) -> None:
+        # Selection over each window of the operand, then a scatter-combine per source element.
+        src_n = self.tinfo(op.operands[1].type, op).nelems
+        window = int_list(op, "window_dimensions", [])
+        w = 1
+        for d in window:
+            w *= d
+        sel, _ = body_flops(op.regions[0])
+        comb, t = body_flops(op.regions[1])
+        self.emit(op, "reduce", vector_flops=src_n * (max(0, w - 1) * sel + comb), transcendentals=src_n * t)
+
+    def visit_sort(self, op: ir.Operation) -> None:
+        ti = self.tinfo(op.operands[0].type, op)
+        dim = int_attr(op, "dimension", len(ti.shape) - 1)
+        if dim < 0:
+            dim += len(ti.shape)
+        size = ti.shape[dim] if ti.shape else 1
+        depth = max(0, (size - 1).bit_length())  # ceil(log2(size))
+        f, t = body_flops(op.regions[0])
+        self.emit(op, "sort", vector_flops=ti.nelems * depth * f, transcendentals=ti.nelems * depth * t)
+
+    def visit_map(self, op: ir.Operation) -> None:
+        n = self.tinfo(op.results[0].type, op).nelems
+        f, t = body_flops(op.regions[0])
+        self.emit(op, "elementwise", vector_flops=n * f, transcendentals=n * t)
+
+    def visit_rng(self, op: ir.Operation) -> None:
+        self._elementwise(op)
+
+    def visit_rng_bit_generator(self, op: ir.Operation) -> None:
+        self._elementwise(op)
+
+
+def _install() -> None:
+    for name in ELEMENTWISE:
+        setattr(VectorVisitor, "visit_" + name, VectorVisitor._elementwise)
+    for name in TRANSCENDENTAL:
+        setattr(VectorVisitor, "visit_" + name, VectorVisitor._transcendental)
+    for chlo_name, equivalent in CHLO_EQUIVALENTS.items():
+        kind = VectorVisitor._transcendental if equivalent in TRANSCENDENTAL else VectorVisitor._elementwise
+        setattr(VectorVisitor, "visit_" + chlo_name, kind)
+    for name in DATA_MOVEMENT:
+        setattr(VectorVisitor, "visit_" + name, VectorVisitor._data)
+
+
+_install()
