@@ -14,17 +14,12 @@ class TensorInfo:
     dtype: str  # MLIR's element type spelling: bf16, f32, i1, f8E4M3FN, complex<f32>, token
     nelems: int
     nbytes: int
+    shape_str: str = ""  # "2x3x5"
+    pretty: str = ""  # "bf16[2,3,5]"
 
-    @property
-    def shape_str(self) -> str:
-        return "x".join(str(d) for d in self.shape)
-
-    @property
-    def pretty(self) -> str:
-        return f"{self.dtype}[{','.join(str(d) for d in self.shape)}]"
-
-
-_CACHE: dict = {}
+    @classmethod
+    def make(cls, shape: tuple[int, ...], dtype: str, nelems: int, nbytes: int) -> "TensorInfo":
+        return cls(shape, dtype, nelems, nbytes, "x".join(map(str, shape)), f"{dtype}[{','.join(map(str, shape))}]")
 
 
 def isa(obj, cls) -> bool:
@@ -59,12 +54,21 @@ def _nbytes(nelems: int, bits: int) -> int:
 
 def tensor_info(t: ir.Type) -> TensorInfo:
     """Facts about a ranked, static tensor type (or a token). ValueError, one line, for anything else."""
-    hit = _CACHE.get(t)
-    if hit is not None:
+    return _tensor_info(t)
+
+
+class TypeCache:
+    """Memoises :func:`tensor_info` for one MLIR context (types are uniqued, so their hash is identity)."""
+
+    def __init__(self):
+        self._map: dict[int, TensorInfo] = {}
+
+    def __call__(self, t: ir.Type) -> TensorInfo:
+        h = hash(t)
+        hit = self._map.get(h)
+        if hit is None:
+            hit = self._map[h] = _tensor_info(t)
         return hit
-    info = _tensor_info(t)
-    _CACHE[t] = info
-    return info
 
 
 def _tensor_info(t: ir.Type) -> TensorInfo:
@@ -76,13 +80,13 @@ def _tensor_info(t: ir.Type) -> TensorInfo:
         shape = tuple(rt.shape)
         n = reduce(mul, shape, 1)
         et = rt.element_type
-        return TensorInfo(shape, str(et), n, _nbytes(n, element_bits(et)))
+        return TensorInfo.make(shape, str(et), n, _nbytes(n, element_bits(et)))
     if isa(t, ir.UnrankedTensorType):
         raise ValueError(f"unranked tensor {s} is not supported: lower with static shapes")
     if isa(t, ir.TupleType):
         raise ValueError(f"tuple type {s} is not supported: flatten tuples before analysis")
     if "token" in s:
-        return TensorInfo((), "token", 0, 0)
+        return TensorInfo.make((), "token", 0, 0)
     if isa(t, ir.IntegerType) or isa(t, ir.IndexType) or isa(t, ir.FloatType):
-        return TensorInfo((), s, 1, _nbytes(1, element_bits(t)))
+        return TensorInfo.make((), s, 1, _nbytes(1, element_bits(t)))
     raise ValueError(f"type {s} is not a static tensor")

@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 
 from jaxlib.mlir import ir
 
-from ..types import TensorInfo, tensor_info
-from .locations import LocationInfo, location_info
+from ..types import TensorInfo, TypeCache
+from .locations import LocationCache, LocationInfo
 
 # Rows hold exact Python integers. These are the metric columns a call or a loop multiplies.
 METRICS = (
@@ -43,11 +43,10 @@ class AnalysisError(Exception):
 @dataclass(slots=True)
 class Row:
     op: str  # full op name, e.g. "stablehlo.dot_general"
-    kind: str  # dot, conv, elementwise, reduce, data, collective, unknown, ...
-    location: str  # "file:line" where the IR has one
-    scope: str  # scope path, e.g. "spatial_blocks.3/attn"
-    shape: str  # result shape, "2x3x5"
-    dtype: str  # result element type, "bf16"
+    kind: str  # dot, conv, elementwise, transcendental, reduce, data, collective, unknown, ...
+    loc: LocationInfo  # where the op is written: scope and (lazily) file:line
+    scope: str  # scope path, e.g. "spatial_blocks.3/attn" (the caller's scope in front for callees)
+    result: TensorInfo | tuple  # the result type (a tuple of them for several results)
     gemm_flops: int = 0
     conv_flops: int = 0
     vector_flops: int = 0
@@ -62,24 +61,55 @@ class Row:
     num_groups: int = 0
     comm_bytes: int = 0
     comm_steps: int = 0  # ring steps per execution (latency term of the alpha-beta model)
-    operand_shapes: str = ""  # "bf16[2,3,4] bf16[4,5]"
-    weight_operands: str = ""  # operand indices that are function arguments, "1"
+    operands: tuple = ()  # TensorInfo of each operand
+    weights: tuple = ()  # indices of operands that are function arguments (weights, inputs)
     func: str = ""  # the function the op is written in
     index: int = 0  # program order
 
     def scaled(self, k: int, scope_prefix: str, note: str) -> "Row":
-        r = Row(
-            self.op, self.kind, self.location, _join_scope(scope_prefix, self.scope), self.shape, self.dtype,
+        return Row(
+            self.op, self.kind, self.loc, _join_scope(scope_prefix, self.scope), self.result,
             self.gemm_flops * k, self.conv_flops * k, self.vector_flops * k, self.transcendentals * k,
             self.bytes_read * k, self.bytes_written * k, self.multiplicity * k,
             _join_note(note, self.note), self.target, self.comm_kind, self.group_size, self.num_groups,
-            self.comm_bytes * k, self.comm_steps, self.operand_shapes, self.weight_operands, self.func, 0,
+            self.comm_bytes * k, self.comm_steps, self.operands, self.weights, self.func, 0,
         )
-        return r
+
+    @property
+    def out_elems(self) -> int:
+        """Elements of the result (all results together)."""
+        if isinstance(self.result, TensorInfo):
+            return self.result.nelems
+        return sum(t.nelems for t in self.result)
 
     @property
     def compute(self) -> int:
         return self.gemm_flops + self.conv_flops + self.vector_flops
+
+    # Text views, made only when a table asks for them.
+    @property
+    def location(self) -> str:
+        return self.loc.file_line
+
+    @property
+    def shape(self) -> str:
+        if isinstance(self.result, TensorInfo):
+            return self.result.shape_str
+        return ",".join(t.shape_str for t in self.result)
+
+    @property
+    def dtype(self) -> str:
+        if isinstance(self.result, TensorInfo):
+            return self.result.dtype
+        return ",".join(sorted({t.dtype for t in self.result}))
+
+    @property
+    def operand_shapes(self) -> str:
+        return " ".join(t.pretty for t in self.operands)
+
+    @property
+    def weight_operands(self) -> str:
+        return ",".join(str(i) for i in self.weights)
 
 
 def _join_scope(prefix: str, scope: str) -> str:
@@ -133,6 +163,9 @@ class IRVisitor:
         self._active: list[str] = []  # call stack of function names, for recursion checks
         self._out: list[Row] = []
         self._func_name = ""
+        self._args: set = set()
+        self._types = TypeCache()
+        self._locations = LocationCache()
         self.rows: list[Row] = []
         self.warnings: list[str] = []
 
@@ -174,11 +207,13 @@ class IRVisitor:
         self._active.append(name)
         saved_out, saved_func = self._out, self._func_name
         self._out, self._func_name = [], name
+        saved_args = self._args
+        self._args = {hash(a) for a in fn.regions[0].blocks[0].arguments}
         try:
             self.visit_region(fn.regions[0])
             rows = self._out
         finally:
-            self._out, self._func_name = saved_out, saved_func
+            self._out, self._func_name, self._args = saved_out, saved_func, saved_args
             self._active.pop()
         self._func_rows[name] = rows
         return rows
@@ -263,41 +298,62 @@ class IRVisitor:
 
     # -- helpers for rules ----------------------------------------------------------------------------------------
     def loc(self, op: ir.Operation) -> LocationInfo:
-        return location_info(op.location)
+        return self._locations(op.location)
 
     def tinfo(self, t: ir.Type, op: ir.Operation | None = None) -> TensorInfo:
         try:
-            return tensor_info(t)
+            return self._types(t)
         except ValueError as e:
             where = f" at {self.loc(op).describe()}" if op is not None else ""
             opname = f"{op.name}{where}: " if op is not None else ""
             raise AnalysisError(f"{opname}{e}") from None
 
-    def emit(self, op: ir.Operation, kind: str, **metrics) -> Row:
-        """Append a row for ``op`` (bytes read/written from its operand and result types unless given)."""
-        loc = self.loc(op)
-        results = op.results
-        if len(results) == 1:
-            ti = self.tinfo(results[0].type, op)
-            shape, dtype, written = ti.shape_str, ti.dtype, ti.nbytes
-        else:
-            infos = [self.tinfo(r.type, op) for r in results]
-            shape = ",".join(i.shape_str for i in infos)
-            dtype = ",".join(sorted({i.dtype for i in infos}))
-            written = sum(i.nbytes for i in infos)
-        read = 0
-        shapes = []
-        weights = []
-        for i, v in enumerate(op.operands):
-            ti = self.tinfo(v.type, op)
-            read += ti.nbytes
-            shapes.append(ti.pretty)
-            if isinstance(v.owner, ir.Block) and _is_function_argument(v):
-                weights.append(str(i))
-        metrics.setdefault("bytes_read", read)
-        metrics.setdefault("bytes_written", written)
-        row = Row(op.name, kind, loc.file_line, loc.scope, shape, dtype, operand_shapes=" ".join(shapes),
-                  weight_operands=",".join(weights), func=self._func_name, **metrics)
+    def emit_same_type(self, op: ir.Operation, kind: str) -> Row:
+        """:meth:`emit` for an op whose operands all have its result's type (StableHLO's
+        SameOperandsAndResultType ops: add, multiply, exponential, ...): the operand types are known
+        without reading them, which halves the cost of the most common ops. Weight operands are not
+        looked for on this path."""
+        try:
+            result = self._types(op.result.type)
+        except ValueError as e:
+            raise AnalysisError(f"{op.name} at {self.loc(op).describe()}: {e}") from None
+        n = len(op.operands)
+        loc = self._locations(op.location)
+        row = Row(op.name, kind, loc, loc.scope, result, 0, 0, 0, 0, n * result.nbytes, result.nbytes, 1, "", "", "",
+                  0, 0, 0, 0, (result,) * n, (), self._func_name, 0)
+        self._out.append(row)
+        return row
+
+    def emit(self, op: ir.Operation, kind: str, target: str = "") -> Row:
+        """Append a row for ``op``; bytes read and written come from its operand and result types.
+
+        Rules read the types from the returned row (``row.result``, ``row.operands``) and set its
+        metrics, so that every type is read from the IR once. This is the hot path of the walk.
+        """
+        types = self._types
+        try:
+            results = op.results
+            if len(results) == 1:
+                result = types(results[0].type)
+                written = result.nbytes
+            else:
+                result = tuple(types(r.type) for r in results)
+                written = sum(t.nbytes for t in result)
+            read = 0
+            infos = []
+            weights = ()
+            args = self._args
+            for v in op.operands:
+                ti = types(v.type)
+                read += ti.nbytes
+                if hash(v) in args:
+                    weights += (len(infos),)
+                infos.append(ti)
+        except ValueError as e:
+            raise AnalysisError(f"{op.name} at {self.loc(op).describe()}: {e}") from None
+        loc = self._locations(op.location)
+        row = Row(op.name, kind, loc, loc.scope, result, 0, 0, 0, 0, read, written, 1, "", target, "", 0, 0, 0, 0,
+                  tuple(infos), weights, self._func_name, 0)
         self._out.append(row)
         return row
 
@@ -305,11 +361,6 @@ class IRVisitor:
 def _is_private(fn: ir.Operation) -> bool:
     vis = fn.attributes["sym_visibility"] if "sym_visibility" in fn.attributes else None
     return vis is not None and ir.StringAttr(vis).value == "private"
-
-
-def _is_function_argument(v: ir.Value) -> bool:
-    parent = v.owner.owner
-    return parent is not None and parent.name == "func.func"
 
 
 # -- trip counts ------------------------------------------------------------------------------------------------

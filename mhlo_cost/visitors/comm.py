@@ -75,42 +75,36 @@ class CommIRVisitor(IRVisitor):
             return partitions, replicas
         return replicas, partitions
 
-    def _collective(self, op: ir.Operation, kind: str, full_bytes: int, n: int, groups: int,
-                    vector_flops: int = 0) -> None:
-        volume, steps = ring_volume(kind, full_bytes, n)
-        self.emit(op, "collective", comm_kind=kind, group_size=n, num_groups=groups, comm_bytes=volume,
-                  comm_steps=steps, vector_flops=vector_flops)
-
-    def _operand_bytes(self, op: ir.Operation) -> int:
-        return sum(self.tinfo(v.type, op).nbytes for v in op.operands)
-
-    def _result_bytes(self, op: ir.Operation) -> int:
-        return sum(self.tinfo(r.type, op).nbytes for r in op.results)
+    def _collective(self, op: ir.Operation, kind: str, n: int, groups: int, full: str = "operands",
+                    reduces: bool = False) -> None:
+        """A row for one collective; S is the operands' or the results' bytes, as ``full`` says."""
+        row = self.emit(op, "collective")
+        full_bytes = row.bytes_read if full == "operands" else row.bytes_written
+        row.comm_bytes, row.comm_steps = ring_volume(kind, full_bytes, n)
+        row.comm_kind, row.group_size, row.num_groups = kind, n, groups
+        if reduces and n > 1:
+            # Each device combines (n-1)/n of the buffer (the ring's reduce-scatter phase).
+            f, _ = body_flops(op.regions[0]) if len(op.regions) else (1, 0)
+            elems = sum(t.nelems for t in row.operands)
+            row.vector_flops = -(-(n - 1) * elems // n) * f
 
     def visit_all_reduce(self, op: ir.Operation) -> None:
         n, groups = self._groups(op)
-        f, _ = body_flops(op.regions[0]) if len(op.regions) else (1, 0)
-        elems = sum(self.tinfo(v.type, op).nelems for v in op.operands)
-        # Each device combines (n-1)/n of the buffer in a ring reduce-scatter phase.
-        flops = -(-(n - 1) * elems // n) * f if n > 1 else 0
-        self._collective(op, "all_reduce", self._operand_bytes(op), n, groups, flops)
+        self._collective(op, "all_reduce", n, groups, reduces=True)
 
     visit_cross_replica_sum = visit_all_reduce
 
     def visit_all_gather(self, op: ir.Operation) -> None:
         n, groups = self._groups(op)
-        self._collective(op, "all_gather", self._result_bytes(op), n, groups)
+        self._collective(op, "all_gather", n, groups, full="results")
 
     def visit_reduce_scatter(self, op: ir.Operation) -> None:
         n, groups = self._groups(op)
-        f, _ = body_flops(op.regions[0]) if len(op.regions) else (1, 0)
-        elems = sum(self.tinfo(v.type, op).nelems for v in op.operands)
-        flops = -(-(n - 1) * elems // n) * f if n > 1 else 0
-        self._collective(op, "reduce_scatter", self._operand_bytes(op), n, groups, flops)
+        self._collective(op, "reduce_scatter", n, groups, reduces=True)
 
     def visit_all_to_all(self, op: ir.Operation) -> None:
         n, groups = self._groups(op)
-        self._collective(op, "all_to_all", self._operand_bytes(op), n, groups)
+        self._collective(op, "all_to_all", n, groups)
 
     def visit_collective_permute(self, op: ir.Operation) -> None:
         devices = set()
@@ -118,12 +112,11 @@ class CommIRVisitor(IRVisitor):
             attr = op.attributes["source_target_pairs"]
             if isa(attr, ir.DenseIntElementsAttr):
                 devices = {int(x) for x in ir.DenseIntElementsAttr(attr)}
-        n = max(len(devices), 2)
-        self._collective(op, "collective_permute", self._operand_bytes(op), n, 1)
+        self._collective(op, "collective_permute", max(len(devices), 2), 1)
 
     def visit_collective_broadcast(self, op: ir.Operation) -> None:
         n, groups = self._groups(op)
-        self._collective(op, "collective_broadcast", self._operand_bytes(op), n, groups)
+        self._collective(op, "collective_broadcast", n, groups)
 
     # Async pairs: the start op names the computation (a function) that holds the collective.
     def visit_async_start(self, op: ir.Operation) -> None:

@@ -8,19 +8,31 @@ A ``FileLineColLoc`` inside gives the user's source position.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
-
 from jaxlib.mlir import ir
 
 _TRANSFORM = re.compile(r"^[\w.<>-]*\(.*\)$")
 
 
-@dataclass(frozen=True, slots=True)
 class LocationInfo:
-    name: str  # the raw name of the outermost NameLoc, "" where there is none
-    scope: str  # scope of the op itself: its name without the primitive and transform segments
-    scope_with_op: str  # for call / while ops: the scope their bodies run in
-    file_line: str  # "file:line" or ""
+    """Scope of an op from its location name; ``file_line`` is read from the location on first use."""
+
+    __slots__ = ("name", "scope", "scope_with_op", "_loc", "_file_line", "_memo")
+
+    def __init__(self, name: str, scope: str, loc: ir.Location | None, memo: dict | None = None):
+        self.name = name  # the raw name of the outermost NameLoc, "" where there is none
+        self.scope = scope  # the op's scope: its name without the primitive and transform segments
+        self.scope_with_op = scope  # for call / while ops: the scope their bodies run in
+        self._loc = loc
+        self._memo = memo if memo is not None else {}
+        self._file_line: str | None = None if loc is not None else ""
+
+    @property
+    def file_line(self) -> str:
+        """``file:line`` of the innermost source frame, or ""."""
+        if self._file_line is None:
+            self._file_line = _file_line(self._loc, self._memo)
+            self._loc = self._memo = None
+        return self._file_line
 
     def describe(self) -> str:
         parts = [p for p in (self.file_line, self.name) if p]
@@ -32,49 +44,73 @@ def scope_of(name: str) -> str:
     return "/".join(s for s in segments if s and not _TRANSFORM.match(s) and "->" not in s)
 
 
-_CACHE: dict = {}
-_EMPTY = LocationInfo("", "", "", "")
+_SCOPES: dict[str, str] = {}
+
+
+class LocationCache:
+    """Memoises :class:`LocationInfo` per location attribute, for one MLIR context."""
+
+    def __init__(self):
+        self._map: dict[int, LocationInfo] = {}
+        self._file_lines: dict[int, str] = {}
+
+    def __call__(self, loc: ir.Location) -> LocationInfo:
+        key = hash(loc.attr)
+        hit = self._map.get(key)
+        if hit is None:
+            hit = self._map[key] = _location_info(loc, self._file_lines)
+        return hit
 
 
 def location_info(loc: ir.Location) -> LocationInfo:
-    key = loc.attr
-    hit = _CACHE.get(key)
-    if hit is not None:
-        return hit
-    name, file_line = _walk(loc)
-    if not name and not file_line:
-        info = _EMPTY
-    else:
-        scope = scope_of(name)
-        info = LocationInfo(name, scope, scope, file_line)
-    _CACHE[key] = info
-    return info
+    return _location_info(loc, {})
 
 
-def _walk(loc: ir.Location) -> tuple[str, str]:
-    """(outermost name, first file:line) of a location tree."""
+def _location_info(loc: ir.Location, memo: dict) -> LocationInfo:
     name = ""
-    file_line = ""
+    if loc.typeid == _NAME:
+        name = ir.NameLoc(loc).name_str
+    elif loc.typeid == _FUSED:
+        for sub in ir.FusedLoc(loc).locations:
+            if sub.typeid == _NAME:
+                name = ir.NameLoc(sub).name_str
+                break
+    scope = _SCOPES.get(name)
+    if scope is None:
+        scope = _SCOPES[name] = scope_of(name)
+    return LocationInfo(name, scope, loc, memo)
+
+
+def _file_line(loc: ir.Location, memo: dict) -> str:
+    """The first file:line in a location tree, innermost call frame first (memoised per subtree)."""
+    seen = []
+    result = ""
     stack = [loc]
-    while stack and not (name and file_line):
+    while stack:
         cur = stack.pop()
         tid = cur.typeid
+        if tid == _FILE:
+            f = ir.FileLineColLoc(cur)
+            result = f"{f.filename}:{f.start_line}"
+            break
+        key = hash(cur.attr)
+        hit = memo.get(key)
+        if hit is not None:
+            result = hit
+            break
+        seen.append(key)
         if tid == _NAME:
-            n = ir.NameLoc(cur)
-            if not name:
-                name = n.name_str
-            stack.append(n.child_loc)
-        elif tid == _FILE:
-            if not file_line:
-                f = ir.FileLineColLoc(cur)
-                file_line = f"{f.filename}:{f.start_line}"
+            stack.append(ir.NameLoc(cur).child_loc)
         elif tid == _CALLSITE:
             c = ir.CallSiteLoc(cur)
             stack.append(c.caller)
             stack.append(c.callee)  # popped first: the innermost frame is the user's line
         elif tid == _FUSED:
             stack.extend(reversed(list(ir.FusedLoc(cur).locations)))
-    return name, file_line
+    if result:
+        for key in seen:
+            memo[key] = result
+    return result
 
 
 _NAME = ir.NameLoc.static_typeid

@@ -116,26 +116,24 @@ def int_attr(op: ir.Operation, name: str, default: int) -> int:
 # -- visitor ------------------------------------------------------------------------------------------------------
 class TFlopsVisitor(IRVisitor):
     def visit_dot_general(self, op: ir.Operation) -> None:
-        lhs = self.tinfo(op.operands[0].type, op)
-        out = self.tinfo(op.results[0].type, op)
+        row = self.emit(op, "dot")
         contracting, _ = _dot_dims(op.attributes["dot_dimension_numbers"])
-        self.emit(op, "dot", gemm_flops=contraction_flops(lhs.shape, out.nelems, contracting))
+        row.gemm_flops = contraction_flops(row.operands[0].shape, row.result.nelems, contracting)
 
     def visit_dot(self, op: ir.Operation) -> None:
         # Legacy dot: vector.vector, matrix.vector or matrix.matrix; contracts the last dim of lhs.
-        lhs = self.tinfo(op.operands[0].type, op)
-        out = self.tinfo(op.results[0].type, op)
-        self.emit(op, "dot", gemm_flops=contraction_flops(lhs.shape, out.nelems, [len(lhs.shape) - 1]))
+        row = self.emit(op, "dot")
+        lhs = row.operands[0]
+        row.gemm_flops = contraction_flops(lhs.shape, row.result.nelems, [len(lhs.shape) - 1])
 
     def visit_convolution(self, op: ir.Operation) -> None:
-        lhs = self.tinfo(op.operands[0].type, op)
-        rhs = self.tinfo(op.operands[1].type, op)
-        out = self.tinfo(op.results[0].type, op)
+        row = self.emit(op, "conv")
+        lhs, rhs, out = row.operands[0], row.operands[1], row.result
         dn = _conv_dims(op.attributes["dimension_numbers"])
         n = len(dn["input_spatial"])
         pad = int_list(op, "padding", [0] * (2 * n))
         padding = [(pad[2 * i], pad[2 * i + 1]) for i in range(n)]
-        flops = convolution_flops(
+        row.conv_flops = convolution_flops(
             lhs.shape, rhs.shape, out.shape, dn,
             int_list(op, "window_strides", [1] * n),
             padding,
@@ -144,4 +142,3 @@ class TFlopsVisitor(IRVisitor):
             int_attr(op, "feature_group_count", 1),
             int_attr(op, "batch_group_count", 1),
         )
-        self.emit(op, "conv", conv_flops=flops)

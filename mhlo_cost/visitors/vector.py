@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from jaxlib.mlir import ir
 
+from ..types import TensorInfo
 from .base import IRVisitor, short_name
 from .tflops import int_attr, int_list
 
@@ -42,6 +43,17 @@ CHLO_EQUIVALENTS = {
         "or", "xor", "compare", "select", "shift_left", "shift_right_arithmetic", "shift_right_logical",
         "next_after", "polygamma", "zeta", "complex")},
 }
+
+#: StableHLO / MHLO ops whose operands and result share one type (the spec's SameOperandsAndResultType;
+#: not abs, whose complex operand gives a real result, nor compare, select, clamp, complex, real, imag).
+SAME_TYPE = frozenset({
+    "add", "subtract", "multiply", "divide", "remainder", "maximum", "minimum", "max", "min", "negate", "sign",
+    "and", "or", "xor", "not", "floor", "ceil", "round_nearest_afz", "round_nearest_even", "shift_left",
+    "shift_right_arithmetic", "shift_right_logical", "popcnt", "count_leading_zeros", "exponential", "log",
+    "rsqrt", "sqrt", "cbrt", "tanh", "logistic", "sine", "cosine", "tan", "exponential_minus_one",
+    "log_plus_one", "atan2", "power",
+})
+_SAME_TYPE_OPS = frozenset(f"{d}.{n}" for d in ("stablehlo", "mhlo") for n in SAME_TYPE)
 
 DATA_MOVEMENT = frozenset({
     "reshape", "transpose", "broadcast_in_dim", "broadcast", "slice", "dynamic_slice", "dynamic_update_slice",
@@ -78,63 +90,69 @@ def body_flops(region: ir.Region) -> tuple[int, int]:
 
 class VectorVisitor(IRVisitor):
     def _elementwise(self, op: ir.Operation) -> None:
-        n = sum(self.tinfo(r.type, op).nelems for r in op.results)
-        self.emit(op, "elementwise", vector_flops=n)
+        if op.name in _SAME_TYPE_OPS:
+            row = self.emit_same_type(op, "elementwise")
+        else:
+            row = self.emit(op, "elementwise")
+        row.vector_flops = row.out_elems
 
     def _transcendental(self, op: ir.Operation) -> None:
-        n = sum(self.tinfo(r.type, op).nelems for r in op.results)
-        self.emit(op, "transcendental", vector_flops=n, transcendentals=n)
+        if op.name in _SAME_TYPE_OPS:
+            row = self.emit_same_type(op, "transcendental")
+        else:
+            row = self.emit(op, "transcendental")
+        row.vector_flops = row.transcendentals = row.out_elems
 
     def _data(self, op: ir.Operation) -> None:
-        if short_name(op.name) == "constant":
-            self.emit(op, "data", bytes_read=0)
-        else:
-            self.emit(op, "data")
+        self.emit(op, "data")
+
+    def visit_constant(self, op: ir.Operation) -> None:
+        self.emit(op, "data")  # a constant reads nothing: it has no operands
 
     def visit_reduce(self, op: ir.Operation) -> None:
-        n_inputs = len(op.results)
-        in_n = self.tinfo(op.operands[0].type, op).nelems
-        out_n = self.tinfo(op.results[0].type, op).nelems
+        row = self.emit(op, "reduce")
+        in_n = row.operands[0].nelems
+        out_n = row.result.nelems if isinstance(row.result, TensorInfo) else row.result[0].nelems
         f, t = body_flops(op.regions[0])
         combines = max(0, in_n - out_n)
-        del n_inputs
-        self.emit(op, "reduce", vector_flops=combines * f, transcendentals=combines * t)
+        row.vector_flops, row.transcendentals = combines * f, combines * t
 
     def visit_reduce_window(self, op: ir.Operation) -> None:
-        out_n = self.tinfo(op.results[0].type, op).nelems
-        window = int_list(op, "window_dimensions", [])
+        row = self.emit(op, "reduce")
+        out_n = row.result.nelems if isinstance(row.result, TensorInfo) else row.result[0].nelems
         w = 1
-        for d in window:
+        for d in int_list(op, "window_dimensions", []):
             w *= d
         f, t = body_flops(op.regions[0])
         combines = out_n * max(0, w - 1)
-        self.emit(op, "reduce", vector_flops=combines * f, transcendentals=combines * t)
+        row.vector_flops, row.transcendentals = combines * f, combines * t
 
     def visit_select_and_scatter(self, op: ir.Operation) -> None:
         # Selection over each window of the operand, then a scatter-combine per source element.
-        src_n = self.tinfo(op.operands[1].type, op).nelems
-        window = int_list(op, "window_dimensions", [])
+        row = self.emit(op, "reduce")
+        src_n = row.operands[1].nelems
         w = 1
-        for d in window:
+        for d in int_list(op, "window_dimensions", []):
             w *= d
         sel, _ = body_flops(op.regions[0])
         comb, t = body_flops(op.regions[1])
-        self.emit(op, "reduce", vector_flops=src_n * (max(0, w - 1) * sel + comb), transcendentals=src_n * t)
+        row.vector_flops, row.transcendentals = src_n * (max(0, w - 1) * sel + comb), src_n * t
 
     def visit_sort(self, op: ir.Operation) -> None:
-        ti = self.tinfo(op.operands[0].type, op)
+        row = self.emit(op, "sort")
+        ti = row.operands[0]
         dim = int_attr(op, "dimension", len(ti.shape) - 1)
         if dim < 0:
             dim += len(ti.shape)
         size = ti.shape[dim] if ti.shape else 1
         depth = max(0, (size - 1).bit_length())  # ceil(log2(size))
         f, t = body_flops(op.regions[0])
-        self.emit(op, "sort", vector_flops=ti.nelems * depth * f, transcendentals=ti.nelems * depth * t)
+        row.vector_flops, row.transcendentals = ti.nelems * depth * f, ti.nelems * depth * t
 
     def visit_map(self, op: ir.Operation) -> None:
-        n = self.tinfo(op.results[0].type, op).nelems
+        row = self.emit(op, "elementwise")
         f, t = body_flops(op.regions[0])
-        self.emit(op, "elementwise", vector_flops=n * f, transcendentals=n * t)
+        row.vector_flops, row.transcendentals = row.out_elems * f, row.out_elems * t
 
     def visit_rng(self, op: ir.Operation) -> None:
         self._elementwise(op)

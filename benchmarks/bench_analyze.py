@@ -1,0 +1,121 @@
+"""How fast is mhlo-cost against MLIR parsing alone and against XLA's own cost analysis?
+
+Lowers a synthetic transformer from JAX (``--layers`` unrolled layers, abstract shapes only), writes its
+StableHLO text, then in one run measures, each the best of ``--repeat`` runs:
+
+* parse: jaxlib's MLIR parser reading the text into a module;
+* mhlo-cost: the full analysis (parse, walk, op table, summary);
+* xla: ``Lowered.cost_analysis()`` on the same lowered module (HLO conversion plus XLA's analysis).
+
+It prints the three times and the ratios (analysis-after-parse / parse, xla / mhlo-cost). Targets: the
+analysis after parsing takes no longer than the parse; end to end at least 3x faster than XLA.
+
+    python benchmarks/bench_analyze.py [--layers 400] [--repeat 3]
+"""
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+
+
+def transformer(layers: int, hidden: int, heads: int):
+    def layer(x, w):
+        with jax.named_scope("attn"):
+            h = _norm(x)
+            qkv = h @ w["qkv"]
+            q, k, v = jnp.split(qkv, 3, axis=-1)
+            b, s, _ = q.shape
+            q = q.reshape(b, s, heads, -1)
+            k = k.reshape(b, s, heads, -1)
+            v = v.reshape(b, s, heads, -1)
+            a = jax.nn.softmax(jnp.einsum("bqhd,bkhd->bhqk", q, k) / 8.0, axis=-1)
+            o = jnp.einsum("bhqk,bkhd->bqhd", a, v).reshape(b, s, -1)
+            x = x + o @ w["proj"]
+        with jax.named_scope("mlp"):
+            h = _norm(x)
+            x = x + jax.nn.gelu(h @ w["fc1"]) @ w["fc2"]
+        return x
+
+    def _norm(x):
+        m = jnp.mean(x, axis=-1, keepdims=True)
+        v = jnp.mean(jnp.square(x - m), axis=-1, keepdims=True)
+        return (x - m) * jax.lax.rsqrt(v + 1e-6)
+
+    def model(x, ws):
+        for i, w in enumerate(ws):
+            with jax.named_scope(f"layers.{i}"):
+                x = layer(x, w)
+        return x
+
+    return model
+
+
+def lower(layers: int, hidden: int = 256, heads: int = 4, seq: int = 128, batch: int = 2):
+    dt = jnp.bfloat16
+    w = {"qkv": (hidden, 3 * hidden), "proj": (hidden, hidden), "fc1": (hidden, 4 * hidden),
+         "fc2": (4 * hidden, hidden)}
+    ws = [{k: jax.ShapeDtypeStruct(s, dt) for k, s in w.items()} for _ in range(layers)]
+    x = jax.ShapeDtypeStruct((batch, seq, hidden), dt)
+    return jax.jit(transformer(layers, hidden, heads)).lower(x, ws)
+
+
+def best(fn, repeat: int) -> tuple[float, object]:
+    times, result = [], None
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        result = fn()
+        times.append(time.perf_counter() - t0)
+    return min(times), result
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--layers", type=int, default=400)
+    ap.add_argument("--repeat", type=int, default=3)
+    args = ap.parse_args()
+
+    from mhlo_cost import analyze
+    from mhlo_cost.loader import load
+
+    t0 = time.perf_counter()
+    lowered = lower(args.layers)
+    text = lowered.as_text(debug_info=True)
+    t_lower = time.perf_counter() - t0
+    with tempfile.TemporaryDirectory() as d:
+        path = Path(d) / "model.mlir"
+        path.write_text(text)
+        t_parse, loaded = best(lambda: load(path), args.repeat)
+        n_ops = sum(1 for _ in _walk(loaded.module))
+        t_full, analysis = best(lambda: analyze(path), args.repeat)
+        t_xla, xla = best(lambda: lowered.cost_analysis(), args.repeat)
+
+    t_after = t_full - t_parse
+    s = analysis.summary
+    print(f"model: {args.layers} unrolled layers, {n_ops} ops, {len(text) / 1e6:.1f} MB of text "
+          f"(lowered in {t_lower:.2f}s)")
+    print(f"parse (jaxlib MLIR)        {t_parse:8.3f} s")
+    print(f"mhlo-cost (end to end)     {t_full:8.3f} s   (after parse {t_after:.3f} s)")
+    print(f"xla cost_analysis()        {t_xla:8.3f} s")
+    print(f"ratio analysis/parse       {t_after / t_parse:8.2f}   (target <= 1)")
+    print(f"ratio xla/mhlo-cost        {t_xla / t_full:8.2f}   (target >= 3)")
+    print(f"flops: mhlo-cost gemm+conv+vector {s['gemm_flops'] + s['conv_flops'] + s['vector_flops']:,}; "
+          f"xla {int(xla.get('flops', 0)):,}")
+
+
+def _walk(module):
+    stack = [op.operation for op in module.body.operations]
+    while stack:
+        op = stack.pop()
+        yield op
+        for r in op.regions:
+            for b in r.blocks:
+                stack.extend(o.operation for o in b.operations)
+
+
+if __name__ == "__main__":
+    main()

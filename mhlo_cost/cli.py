@@ -1,0 +1,274 @@
+"""The ``mhlo-cost`` command line.
+
+Every failure a user can cause ends as one line on stderr, ``mhlo-cost: error: ...``, and exit code 2
+(1 for ``check`` when a metric moved). No traceback reaches the terminal unless MHLO_COST_DEBUG=1.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+
+from . import __version__
+
+EXIT_OK, EXIT_MOVED, EXIT_BAD_INPUT, EXIT_INTERNAL = 0, 1, 2, 70
+
+
+class UserError(Exception):
+    """A problem with the input or the options, reported as one line."""
+
+
+class Progress:
+    """Stage messages on stderr, shown only once work has taken more than ``delay`` seconds."""
+
+    def __init__(self, enabled: bool = True, delay: float = 1.0):
+        self.enabled = enabled
+        self.delay = delay
+        self.t0 = time.perf_counter()
+        self.shown = False
+        self._stage = ""
+        self._timer: threading.Timer | None = None
+
+    def stage(self, text: str) -> None:
+        if not self.enabled:
+            return
+        self._cancel()
+        self._stage = text
+        if self.shown:
+            self._print()
+        else:
+            remaining = max(0.0, self.delay - (time.perf_counter() - self.t0))
+            self._timer = threading.Timer(remaining, self._print)
+            self._timer.daemon = True
+            self._timer.start()
+
+    def _print(self) -> None:
+        self.shown = True
+        print(f"mhlo-cost: {self._stage} ({time.perf_counter() - self.t0:.1f}s)", file=sys.stderr, flush=True)
+
+    def _cancel(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def done(self) -> None:
+        self._cancel()
+        if self.shown and self.enabled:
+            print(f"mhlo-cost: done in {time.perf_counter() - self.t0:.1f}s", file=sys.stderr, flush=True)
+
+
+def _size(path: str) -> str:
+    try:
+        n = Path(path).stat().st_size
+    except OSError:
+        return ""
+    return f", {n / 1e6:.1f} MB" if n >= 1e5 else ""
+
+
+def load_analysis(path: str, args, progress: Progress):
+    from .analysis import analyze
+    from .loader import load
+
+    progress.stage(f"parsing {path}{_size(path)}")
+    loaded = load(path)
+    progress.stage("counting")
+    analysis = analyze(loaded, entry=getattr(args, "entry", None))
+    for w in analysis.warnings:
+        print(f"mhlo-cost: warning: {w}", file=sys.stderr)
+    unknown = analysis.summary["unknown_ops"]
+    if unknown:
+        names = ", ".join(analysis.unknown[:5]) + (" ..." if len(analysis.unknown) > 5 else "")
+        if getattr(args, "strict", False):
+            raise UserError(f"{analysis.source}: {unknown} op(s) no rule knows: {names} (--strict)")
+        print(f"mhlo-cost: warning: {unknown} op(s) no rule knows, counted as unknown: {names}", file=sys.stderr)
+    return analysis
+
+
+def _parse_by(value: str) -> tuple[str, int | None]:
+    by, _, depth = value.partition(":")
+    choices = ("summary", "op", "kind", "scope", "block", "comm")
+    if by not in choices:
+        raise argparse.ArgumentTypeError(f"--by must be one of {', '.join(choices)} (scope:DEPTH), got {value!r}")
+    if depth:
+        if by != "scope" or not depth.isdigit() or int(depth) < 1:
+            raise argparse.ArgumentTypeError(f"only scope takes a depth, a positive integer: got {value!r}")
+        return by, int(depth)
+    return by, None
+
+
+def _write(text: str, out: str | None) -> None:
+    if out and out != "-":
+        try:
+            Path(out).write_text(text, encoding="utf-8")
+        except OSError as e:
+            raise UserError(f"{out}: cannot write: {e.strerror or e}") from None
+    else:
+        sys.stdout.write(text)
+
+
+def _block_frame(analysis, args, parts: bool = False):
+    from .blocks import block_table
+    from .collectors import assign_blocks
+
+    blocks = assign_blocks(analysis, method=args.blocks, pattern=args.block_pattern,
+                           norms_per_block=args.norms_per_block)
+    print(f"mhlo-cost: blocks by {blocks.method}: {blocks.count} found", file=sys.stderr)
+    return block_table(analysis, blocks, parts=parts)
+
+
+def _comm_frame(analysis):
+    import pandas as pd
+
+    from .analysis import int_series
+
+    rows = [r for r in analysis.rows if r.kind == "collective"]
+    return pd.DataFrame({
+        "op": [r.comm_kind for r in rows],
+        "scope": [r.scope for r in rows],
+        "group_size": int_series([r.group_size for r in rows]),
+        "num_groups": int_series([r.num_groups for r in rows]),
+        "shape": [r.shape for r in rows],
+        "dtype": [r.dtype for r in rows],
+        "multiplicity": int_series([r.multiplicity for r in rows]),
+        "comm_bytes": int_series([r.comm_bytes for r in rows]),
+        "location": [r.location for r in rows],
+    })
+
+
+def _meta(analysis) -> dict:
+    return {"tool": "mhlo-cost", "version": __version__, "source": analysis.source, "entry": analysis.entry}
+
+
+def cmd_report(args) -> int:
+    from .report import render, summary_frame
+
+    progress = Progress(enabled=not args.quiet)
+    analysis = load_analysis(args.file, args, progress)
+    by, depth = args.by
+    progress.stage("grouping")
+    if by == "summary":
+        df = summary_frame(analysis.summary)
+    elif by == "block":
+        df = _block_frame(analysis, args)
+    elif by == "comm":
+        df = _comm_frame(analysis)
+    elif by == "op" and args.format != "table":
+        df = analysis.ops  # every op occurrence
+    else:
+        df = analysis.group("op" if by == "op" else by, depth)
+    title = f"{analysis.source} (entry @{analysis.entry}), by {by}" + (f":{depth}" if depth else "")
+    text = render(df, args.format, args.unit, summary=analysis.summary, meta=_meta(analysis), title=title)
+    progress.done()
+    _write(text, args.output)
+    return EXIT_OK
+
+
+def cmd_blocks(args) -> int:
+    from .report import render
+
+    progress = Progress(enabled=not args.quiet)
+    analysis = load_analysis(args.file, args, progress)
+    df = _block_frame(analysis, args, parts=args.parts)
+    progress.done()
+    fmt = args.format
+    _write(render(df, fmt, args.unit, summary=analysis.summary, meta=_meta(analysis)), args.output)
+    return EXIT_OK
+
+
+def cmd_hardware(args) -> int:
+    from .hardware import list_profiles
+
+    import pandas as pd
+    from .report import render
+
+    profiles = list_profiles()
+    df = pd.DataFrame({
+        "name": [p.name for p in profiles],
+        "bf16_tflops": [p.matrix_peak("bf16") / 1e12 for p in profiles],
+        "hbm_gb_s": [p.hbm_bandwidth / 1e9 for p in profiles],
+        "link_gb_s": [p.link_bandwidth / 1e9 for p in profiles],
+        "description": [p.description for p in profiles],
+    })
+    sys.stdout.write(render(df, "table", "raw"))
+    return EXIT_OK
+
+
+def _common(p: argparse.ArgumentParser, blocks: bool = True) -> None:
+    p.add_argument("file", help="MLIR file: .mlir text, .mlirbc bytecode or StableHLO artifact, optionally .gz")
+    p.add_argument("--entry", metavar="NAME", help="function to start from (default: main, or the only public one)")
+    p.add_argument("--strict", action="store_true", help="fail when an op no rule knows is found")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress messages on stderr")
+    if blocks:
+        p.add_argument("--blocks", choices=("auto", "scope", "rms", "repeat"), default="auto",
+                       help="how ops are grouped into blocks (default: auto: scope, then repeat, then rms)")
+        p.add_argument("--block-pattern", metavar="REGEX", help="regex naming a block in scope paths")
+        p.add_argument("--norms-per-block", type=int, metavar="N", help="normalisations per block (rms)")
+
+
+def _output(p: argparse.ArgumentParser, formats=("table", "csv", "json", "markdown"), default="table") -> None:
+    p.add_argument("--format", choices=formats, default=default)
+    p.add_argument("--unit", choices=tuple(["raw", "K", "M", "G", "T"]), default="raw",
+                   help="display unit for FLOPs and bytes (decimal); raw prints exact integers")
+    p.add_argument("-o", "--output", metavar="OUT", help="write to a file instead of stdout")
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line and exit 2, like every other bad input
+        raise UserError(message)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="mhlo-cost", description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--version", action="version", version=f"mhlo-cost {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    sub.required = True
+
+    p = sub.add_parser("report", help="what a model costs: summary, or grouped by op, kind, scope or block")
+    _common(p)
+    p.add_argument("--by", type=_parse_by, default=("summary", None),
+                   help="summary (default), op, kind, scope[:DEPTH], block or comm")
+    _output(p)
+    p.set_defaults(func=cmd_report)
+
+    p = sub.add_parser("blocks", help="one row per transformer block (CSV by default)")
+    _common(p)
+    p.add_argument("--parts", action="store_true", help="one row per block part (attn, cross_attn, mlp, ...)")
+    _output(p, default="csv")
+    p.set_defaults(func=cmd_blocks)
+
+    p = sub.add_parser("hardware", help="list the shipped hardware profiles")
+    p.set_defaults(func=cmd_hardware)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    from .hardware import HardwareError
+    from .loader import LoadError
+    from .visitors.base import AnalysisError
+
+    try:
+        args = build_parser().parse_args(argv)
+        return args.func(args)
+    except SystemExit as e:  # --help, --version
+        return int(e.code or 0)
+    except (UserError, LoadError, AnalysisError, HardwareError) as e:
+        print(f"mhlo-cost: error: {e}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except KeyboardInterrupt:
+        print("mhlo-cost: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return EXIT_OK
+    except Exception as e:  # a bug: still one line, with a way to see more
+        if os.environ.get("MHLO_COST_DEBUG"):
+            raise
+        print(f"mhlo-cost: internal error: {type(e).__name__}: {e} (MHLO_COST_DEBUG=1 shows the traceback)",
+              file=sys.stderr)
+        return EXIT_INTERNAL
+
+
+if __name__ == "__main__":
+    sys.exit(main())
