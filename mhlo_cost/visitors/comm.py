@@ -54,6 +54,26 @@ def _module_int(module: ir.Module, name: str, default: int = 1) -> int:
     return default
 
 
+def _components(pairs: list[tuple[int, int]]) -> tuple[int, int]:
+    """(largest group size, number of groups) of the devices linked by ``pairs``."""
+    parent: dict[int, int] = {}
+
+    def find(x: int) -> int:
+        parent.setdefault(x, x)
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    for a, b in pairs:
+        parent[find(a)] = find(b)
+    sizes: dict[int, int] = {}
+    for x in list(parent):
+        r = find(x)
+        sizes[r] = sizes.get(r, 0) + 1
+    return (max(sizes.values()), len(sizes)) if sizes else (0, 0)
+
+
 class CommIRVisitor(IRVisitor):
     """Counts every collective's per-device volume; one row each, kind ``collective``."""
 
@@ -107,12 +127,16 @@ class CommIRVisitor(IRVisitor):
         self._collective(op, "all_to_all", n, groups)
 
     def visit_collective_permute(self, op: ir.Operation) -> None:
-        devices = set()
+        # Groups are the connected sets of the source->target pairs (a ring over 4 devices: one group of
+        # 4; swaps between 0<->4, 1<->5, ...: four groups of 2).
+        pairs = []
         if "source_target_pairs" in op.attributes:
             attr = op.attributes["source_target_pairs"]
             if isa(attr, ir.DenseIntElementsAttr):
-                devices = {int(x) for x in ir.DenseIntElementsAttr(attr)}
-        self._collective(op, "collective_permute", max(len(devices), 2), 1)
+                flat = [int(x) for x in ir.DenseIntElementsAttr(attr)]
+                pairs = list(zip(flat[0::2], flat[1::2]))
+        size, groups = _components(pairs)
+        self._collective(op, "collective_permute", max(size, 2), max(groups, 1))
 
     def visit_collective_broadcast(self, op: ir.Operation) -> None:
         n, groups = self._groups(op)

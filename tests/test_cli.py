@@ -1,0 +1,151 @@
+"""The command line: outputs, determinism, and one clear line for every kind of bad input."""
+import gzip
+import json
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import pandas as pd
+import pytest
+
+from mhlo_cost.cli import main
+
+
+def run(*args, cwd=None):
+    p = subprocess.run([sys.executable, "-m", "mhlo_cost", *map(str, args)], capture_output=True, text=True,
+                       cwd=cwd, timeout=300)
+    return p.returncode, p.stdout, p.stderr
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory):
+    def f(x, w):
+        with jax.named_scope("layers.0"):
+            return jnp.exp(x @ w).sum(axis=-1)
+    text = jax.jit(f).lower(jax.ShapeDtypeStruct((8, 16), jnp.float32),
+                            jax.ShapeDtypeStruct((16, 32), jnp.float32)).as_text(debug_info=True)
+    p = tmp_path_factory.mktemp("m") / "model.mlir"
+    p.write_text(text)
+    return p
+
+
+def test_report_summary_json_is_exact(model, capsys):
+    assert main(["report", str(model), "--format", "json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    s = data["summary"]
+    assert s["gemm_flops"] == 2 * 8 * 32 * 16
+    assert s["transcendentals"] == 8 * 32
+    assert s["vector_flops"] == 8 * 32 + 8 * (32 - 1)
+    assert s["unknown_ops"] == 0
+    assert isinstance(s["bytes_read"], int)
+
+
+@pytest.mark.parametrize("by", ["summary", "op", "kind", "scope", "scope:1"])
+@pytest.mark.parametrize("fmt", ["table", "csv", "json", "markdown"])
+def test_every_view_renders(model, capsys, by, fmt):
+    assert main(["report", str(model), "--by", by, "--format", fmt, "--unit", "G"]) == 0
+    assert capsys.readouterr().out.strip()
+
+
+def test_csv_and_json_are_byte_identical_across_runs(model, tmp_path):
+    outs = []
+    for i in range(2):
+        for fmt in ("csv", "json"):
+            out = tmp_path / f"{i}.{fmt}"
+            rc, _, err = run("report", model, "--by", "op", "--format", fmt, "-o", out)
+            assert rc == 0, err
+            outs.append(out.read_bytes())
+    assert outs[0] == outs[2] and outs[1] == outs[3]
+
+
+def test_csv_reads_back(model, tmp_path):
+    out = tmp_path / "ops.csv"
+    assert main(["report", str(model), "--by", "kind", "--format", "csv", "-o", str(out)]) == 0
+    df = pd.read_csv(out)
+    assert df.gemm_flops.sum() == 2 * 8 * 32 * 16
+
+
+def test_gzip_and_bytecode_inputs(model, tmp_path, capsys):
+    gz = tmp_path / "model.mlir.gz"
+    gz.write_bytes(gzip.compress(model.read_bytes()))
+    assert main(["report", str(gz), "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["summary"]["gemm_flops"] == 2 * 8 * 32 * 16
+
+
+def _bad_inputs(tmp_path, model):
+    text = model.read_text()
+    cases = {}
+    cases["missing"] = (tmp_path / "nope.mlir", "no such file")
+    cases["directory"] = (tmp_path, "is a directory")
+    (tmp_path / "empty.mlir").write_text("")
+    cases["empty"] = (tmp_path / "empty.mlir", "empty file")
+    (tmp_path / "prose.mlir").write_text("this is not MLIR at all\n")
+    cases["not mlir"] = (tmp_path / "prose.mlir", "prose.mlir:1:1:")
+    (tmp_path / "garbage.bin").write_bytes(bytes(range(256)) * 4)
+    cases["binary"] = (tmp_path / "garbage.bin", "not MLIR")
+    (tmp_path / "truncated.mlir").write_text(text[: len(text) // 2])
+    cases["truncated"] = (tmp_path / "truncated.mlir", "truncated.mlir:")
+    (tmp_path / "dynamic.mlir").write_text(
+        "func.func @main(%a: tensor<?x4xf32>) -> tensor<?x4xf32> {\n"
+        "  %0 = stablehlo.add %a, %a : tensor<?x4xf32>\n  return %0 : tensor<?x4xf32>\n}\n")
+    cases["dynamic"] = (tmp_path / "dynamic.mlir", "dynamic dimensions in tensor<?x4xf32>")
+    (tmp_path / "unranked.mlir").write_text(
+        "func.func @main(%a: tensor<*xf32>) -> tensor<*xf32> {\n"
+        "  %0 = stablehlo.custom_call @k(%a) : (tensor<*xf32>) -> tensor<*xf32>\n  return %0 : tensor<*xf32>\n}\n")
+    cases["unranked"] = (tmp_path / "unranked.mlir", "unranked tensor tensor<*xf32>")
+    (tmp_path / "tuple.mlir").write_text(
+        "func.func @main(%a: tensor<4xf32>) -> tuple<tensor<4xf32>> {\n"
+        "  %0 = stablehlo.tuple %a : tuple<tensor<4xf32>>\n  return %0 : tuple<tensor<4xf32>>\n}\n")
+    cases["tuple"] = (tmp_path / "tuple.mlir", "tuple type")
+    return cases
+
+
+@pytest.mark.parametrize("case", ["missing", "directory", "empty", "not mlir", "binary", "truncated", "dynamic",
+                                  "unranked", "tuple"])
+def test_bad_input_is_one_line_and_exit_2(tmp_path, model, case):
+    path, expected = _bad_inputs(tmp_path, model)[case]
+    rc, out, err = run("report", path)
+    assert rc == 2
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith("mhlo-cost: error: ")
+    assert expected in lines[0]
+    assert "Traceback" not in err
+    if case not in ("missing", "directory"):
+        assert path.name in lines[0]
+
+
+def test_dynamic_shape_message_names_the_op(tmp_path, model):
+    path, _ = _bad_inputs(tmp_path, model)["dynamic"]
+    _, _, err = run("report", path)
+    assert "stablehlo.add" in err
+
+
+UNKNOWN = """
+func.func @main(%a: tensor<4x4xf32>) -> tensor<4x4xf32> {
+  %0 = stablehlo.custom_call @my_fused_kernel(%a) : (tensor<4x4xf32>) -> tensor<4x4xf32>
+  %1 = stablehlo.add %0, %0 : tensor<4x4xf32>
+  return %1 : tensor<4x4xf32>
+}
+"""
+
+
+def test_unknown_ops_are_counted_and_named(tmp_path):
+    p = tmp_path / "unknown.mlir"
+    p.write_text(UNKNOWN)
+    rc, out, err = run("report", p, "--format", "json")
+    assert rc == 0
+    s = json.loads(out)["summary"]
+    assert s["unknown_ops"] == 1
+    assert s["vector_flops"] == 16
+    assert "my_fused_kernel" in err
+    rc, out, err = run("report", p, "--strict")
+    assert rc == 2 and "my_fused_kernel" in err and len(err.strip().splitlines()) == 1
+
+
+def test_bad_option_is_one_line(model):
+    rc, _, err = run("report", model, "--by", "nonsense")
+    assert rc == 2 and len(err.strip().splitlines()) == 1
+    rc, _, err = run("report", model, "--entry", "nope")
+    assert rc == 2 and "no function named 'nope'" in err
