@@ -220,9 +220,15 @@ class IRVisitor:
 
     # -- dispatch -------------------------------------------------------------------------------------------
     def visit_region(self, region: ir.Region) -> None:
+        dispatch = self._dispatch
         for block in region.blocks:
             for op in block.operations:
-                self.visit(op.operation)
+                op = op.operation
+                method = dispatch.get(op.name)
+                if method is None:
+                    self.visit(op)
+                else:
+                    method(op)
 
     def visit(self, op: ir.Operation) -> None:
         name = op.name
@@ -307,6 +313,18 @@ class IRVisitor:
             where = f" at {self.loc(op).describe()}" if op is not None else ""
             opname = f"{op.name}{where}: " if op is not None else ""
             raise AnalysisError(f"{opname}{e}") from None
+
+    def emit_no_operands(self, op: ir.Operation, kind: str) -> Row:
+        """:meth:`emit` for an op without operands (``constant``, ``iota``): reads only its result."""
+        try:
+            result = self._types(op.result.type)
+        except ValueError as e:
+            raise AnalysisError(f"{op.name} at {self.loc(op).describe()}: {e}") from None
+        loc = self._locations(op.location)
+        row = Row(op.name, kind, loc, loc.scope, result, 0, 0, 0, 0, 0, result.nbytes, 1, "", "", "",
+                  0, 0, 0, 0, (), (), self._func_name, 0)
+        self._out.append(row)
+        return row
 
     def emit_same_type(self, op: ir.Operation, kind: str) -> Row:
         """:meth:`emit` for an op whose operands all have its result's type (StableHLO's

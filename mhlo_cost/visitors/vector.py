@@ -107,7 +107,7 @@ class VectorVisitor(IRVisitor):
         self.emit(op, "data")
 
     def visit_constant(self, op: ir.Operation) -> None:
-        self.emit(op, "data")  # a constant reads nothing: it has no operands
+        self.emit_no_operands(op, "data")  # a constant reads nothing: it has no operands
 
     def visit_reduce(self, op: ir.Operation) -> None:
         row = self.emit(op, "reduce")

@@ -1,0 +1,217 @@
+"""Blocks from scope paths: ``spatial_blocks.3/attn`` is block ``spatial_blocks.3``, part ``attn``.
+
+Default patterns: a name followed by an index, written as JAX named scopes, flax module paths and torch
+module paths write them: ``name.{i}`` (``spatial_blocks.3``, ``h.11``, ``layers.0.attn.qkv``),
+``name_{i}`` (``blocks_3``, flax ``Block_3``), ``name[{i}]`` and ``name/{i}``. A name with a number
+inside it (``conv2d``, ``fc1``) is no block. The outermost match of an eligible family is the block; a
+family (the same name under the same prefix) is eligible when its members contain parts (deeper scopes)
+or hold a large share of the compute, and, for ``name_{i}`` (which flax also gives to every
+``Dense_0``), when it has several indices.
+
+A user ``pattern`` (regular expression) overrides the defaults: its first group, or the whole match,
+names the block.
+
+Loops: a ``jax.lax.scan`` over layers gives rows scoped ``while/body/layers/attn`` of multiplicity N; where
+the body holds no named block, it becomes N blocks ``layers.0`` ... ``layers.{N-1}`` named after the first
+scope under ``while/body``, and every body row is split evenly over them.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from . import Block, Blocks, fill_nearest, kind_of, index_of, loop_runs, nearest_groups, row_scope
+
+_B = r"(?:^|(?<=[/.]))"  # start of a path component
+_E = r"(?=$|[/.\[])"  # end of a path component
+DEFAULT_PATTERNS = (
+    ("dot", re.compile(_B + r"([A-Za-z_][\w-]*)([./])(\d+)" + _E)),
+    ("under", re.compile(_B + r"([A-Za-z][\w-]*?)_(\d+)" + _E)),
+    ("bracket", re.compile(_B + r"([A-Za-z_][\w-]*)\[(\d+)\]" + _E)),
+)
+_PART = re.compile(r"[/.]*([^/.\[]+)")
+_LOOP_BODY = re.compile(r"(?:^|/)while/body(?=/|$)")
+
+#: Share of all compute (GEMM + conv + vector FLOPs) that makes a family of leaf scopes blocks.
+MIN_SHARE = 0.25
+
+
+@dataclass(frozen=True)
+class _Cand:
+    start: int
+    name: str  # block name: the path up to the index
+    family: tuple  # (prefix, base name, separator)
+    index: int | None
+    part: str
+
+
+def _clean(name: str) -> str:
+    return _LOOP_BODY.sub("", name).lstrip("/") or name
+
+
+def _part_after(path: str, end: int) -> str:
+    m = _PART.match(path, end)
+    return m.group(1) if m else ""
+
+
+class ScopeCollector:
+    def __init__(self, pattern: str | None = None):
+        self.pattern = re.compile(pattern) if pattern else None
+        self._cache: dict[str, list[_Cand]] = {}
+
+    # -- candidates ---------------------------------------------------------------------------------------
+    def candidates(self, path: str) -> list[_Cand]:
+        hit = self._cache.get(path)
+        if hit is not None:
+            return hit
+        out: list[_Cand] = []
+        if not path:
+            pass
+        elif self.pattern is not None:
+            m = self.pattern.search(path)
+            if m and m.group(0):
+                if m.groups() and m.group(1):
+                    name, end = m.group(1), m.end(1)
+                else:
+                    name, end = m.group(0), m.end(0)
+                name = name.strip("/.")
+                _, idx = index_of(name)
+                out.append(_Cand(m.start(), name, ("", self.pattern.pattern, "re"), idx,
+                                 _part_after(path, max(end, m.end()))))
+        else:
+            for tag, rx in DEFAULT_PATTERNS:
+                for m in rx.finditer(path):
+                    base = m.group(1)
+                    if tag == "dot":
+                        sep, idx = m.group(2), int(m.group(3))
+                    elif tag == "under":
+                        sep, idx = "_", int(m.group(2))
+                    else:
+                        sep, idx = "[", int(m.group(2))
+                    prefix = path[: m.start()]
+                    out.append(_Cand(m.start(), _clean(path[: m.end()]), (prefix, base, sep), idx,
+                                     _part_after(path, m.end())))
+            out.sort(key=lambda c: c.start)
+        self._cache[path] = out
+        return out
+
+    # -- collection --------------------------------------------------------------------------------------
+    def collect(self, rows) -> Blocks:
+        n = len(rows)
+        scopes = [row_scope(r) for r in rows]
+        cands = [self.candidates(s) for s in scopes]
+        eligible = self._eligible(rows, cands)
+
+        names: list[str] = [""] * n
+        parts: list[str] = [""] * n
+        info: dict[str, tuple[str, int | None]] = {}
+        for i, cs in enumerate(cands):
+            for c in cs:
+                if c.family in eligible:
+                    names[i] = c.name
+                    parts[i] = c.part
+                    info.setdefault(c.name, (kind_of(c.name), c.index))
+                    break
+        # Rows without a scope (constants) between two rows of one block belong to it.
+        unscoped = [not s for s in scopes]
+        filled = fill_nearest([nm if not u else "" for nm, u in zip(names, unscoped)], "", same_only=True)
+        for i in range(n):
+            if unscoped[i] and filled[i]:
+                names[i] = filled[i]
+        part_filled = fill_nearest([p if names[i] else "" for i, p in enumerate(parts)], "", same_only=True)
+        for i in range(n):
+            if unscoped[i] and names[i]:
+                parts[i] = part_filled[i]
+
+        # Loop bodies without named blocks: N blocks named after the first scope under while/body.
+        loop_blocks: list[tuple[int, list[Block], list[tuple[int, tuple[int, ...]]]]] = []
+        for s, e, trips in loop_runs(rows):
+            if any(names[s:e]):
+                continue
+            fams, fparts = [], []
+            for i in range(s, e):
+                rest = _after_body(scopes[i])
+                fams.append(rest[0] if rest else "")
+                fparts.append(rest[1] if len(rest) > 1 else "")
+            if not any(fams):
+                continue  # an unnamed loop: the positional collectors' business
+            order = list(dict.fromkeys(f for f in fams if f))
+            fams = fill_nearest(fams, order[0])
+            blocks_here = []
+            for k in range(trips):
+                for f in order:
+                    base, _ = index_of(f)
+                    blocks_here.append(Block(f"{base}.{k}", kind_of(f"{base}.{k}"), k))
+            rows_here = []
+            for j, i in enumerate(range(s, e)):
+                fi = order.index(fams[j])
+                rows_here.append((i, tuple(k * len(order) + fi for k in range(trips))))
+                parts[i] = fparts[j]
+            loop_blocks.append((s, blocks_here, rows_here))
+
+        # Number the blocks in program order.
+        first: dict[str, int] = {}
+        for i, nm in enumerate(names):
+            if nm and nm not in first:
+                first[nm] = i
+        items = [(pos, 0, ("named", nm)) for nm, pos in first.items()]
+        items += [(lb[0], 1, ("loop", lb)) for lb in loop_blocks]
+        items.sort(key=lambda t: (t[0], t[1]))
+        blocks: list[Block] = []
+        ids: dict[str, int] = {}
+        row_blocks: list[tuple[int, ...]] = [()] * n
+        for _, _, (what, data) in items:
+            if what == "named":
+                ids[data] = len(blocks)
+                kind, idx = info.get(data, (kind_of(data), None))
+                blocks.append(Block(data, kind, idx))
+            else:
+                _, bl, rows_here = data
+                base = len(blocks)
+                blocks.extend(bl)
+                for i, bids in rows_here:
+                    row_blocks[i] = tuple(base + b for b in bids)
+        for i, nm in enumerate(names):
+            if nm:
+                row_blocks[i] = (ids[nm],)
+        groups = nearest_groups(rows, scopes)
+        notes = []
+        if loop_blocks:
+            notes.append(f"{len(loop_blocks)} loop bod{'y' if len(loop_blocks) == 1 else 'ies'} split into "
+                         "iterations")
+        return Blocks("scope", blocks, row_blocks, parts, groups, notes)
+
+    def _eligible(self, rows, cands) -> set:
+        if self.pattern is not None:
+            return {c.family for cs in cands for c in cs}
+        indices: dict[tuple, set] = {}
+        has_part: dict[tuple, bool] = {}
+        compute: dict[tuple, int] = {}
+        total = 0
+        for r, cs in zip(rows, cands):
+            w = r.gemm_flops + r.conv_flops + r.vector_flops
+            total += w
+            seen = set()
+            for c in cs:
+                f = c.family
+                indices.setdefault(f, set()).add(c.index)
+                has_part[f] = has_part.get(f, False) or bool(c.part)
+                if f not in seen:
+                    compute[f] = compute.get(f, 0) + w
+                    seen.add(f)
+        out = set()
+        for f, idx in indices.items():
+            if f[2] == "_" and len(idx) < 2:
+                continue
+            if has_part[f] or (total and compute[f] >= MIN_SHARE * total):
+                out.add(f)
+        return out
+
+
+def _after_body(scope: str) -> list[str]:
+    """Scope segments after the first (outermost) ``while/body`` (empty where the scope has none)."""
+    segs = scope.split("/") if scope else []
+    for i in range(1, len(segs)):
+        if segs[i] == "body" and segs[i - 1] == "while":
+            return [s for s in segs[i + 1:] if s]
+    return []
