@@ -43,6 +43,8 @@ def apply_unit(df: pd.DataFrame, unit: str) -> pd.DataFrame:
 
 
 def _cell(v) -> str:
+    if v is None or v is pd.NA:
+        return ""
     if isinstance(v, float):
         if math.isnan(v):
             return ""
@@ -93,6 +95,8 @@ def _jsonable(v):
     if hasattr(v, "item"):  # numpy scalars
         return v.item()
     if isinstance(v, float) and math.isnan(v):
+        return None
+    if v is pd.NA:
         return None
     return v
 
