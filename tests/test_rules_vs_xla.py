@@ -94,3 +94,25 @@ def test_batch_group_count_matches_xla():
     lo = lowered(f, (4, 3, 8, 8), (6, 3, 3, 3))
     ours, _ = mhlo_cost_flops(lo)
     assert ours == xla_flops(lo)
+
+
+def test_elementwise_and_reductions_match_xla():
+    # XLA counts a transcendental op only as a transcendental; mhlo-cost counts it in both columns, so
+    # XLA's flops are our vector_flops minus our transcendentals.
+    def f(x, y):
+        a = x * y + x
+        b = jnp.exp(a) + jnp.tanh(y)
+        c = lax.rsqrt(b * b + 1.0)
+        return jnp.sum(c, axis=1), jnp.max(a, axis=0)
+
+    lo = lowered(f, (64, 32), (64, 32))
+    s = analyze(lo.as_text()).summary
+    xla = lo.cost_analysis()
+    n = 64 * 32
+    closed_form_vector = 5 * n + 3 * n + (n - 64) + (n - 32)  # 5 arithmetic + exp, tanh, rsqrt + 2 reduces
+    assert s["vector_flops"] == closed_form_vector
+    assert s["transcendentals"] == 3 * n == int(xla["transcendentals"])
+    assert s["vector_flops"] - s["transcendentals"] == int(xla["flops"])
+    # Bytes: every op's operands and results; XLA also charges a few bytes for the tuple of results.
+    ours = s["bytes_read"] + s["bytes_written"]
+    assert abs(ours - int(xla["bytes accessed"])) <= 16
