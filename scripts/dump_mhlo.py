@@ -7,6 +7,12 @@ Examples (from the repository root):
     python scripts/dump_mhlo.py --model stdit3 --shape 204_640_360 -o out/stdit3_204_640_360.mlir.gz
     python scripts/dump_mhlo.py --model gpt --scan -o out/gpt.mlirbc
     python scripts/dump_mhlo.py --model stdit3 --small --no-locations > small.mlir
+    python scripts/dump_mhlo.py --model stdit3 --parallel megatron --devices 16 -o out/stdit3_tp16.mlir.gz
+    python scripts/dump_mhlo.py --model stdit3 --parallel 2d --devices 16 --mesh 2x8 -o out/stdit3_2d.mlir.gz
+
+``--parallel`` lowers STDiT3 under a parallel strategy (megatron tensor parallel, 2d tensor parallel,
+DeepSpeed-Ulysses, Ring-Attention; see ``mhlo_cost/models/parallel.py``) with ``jax.shard_map`` over an
+abstract mesh of ``--devices`` devices, so the collectives are explicit and no devices are needed.
 
 The file name chooses the format: ``.mlir`` text, ``.mlirbc`` bytecode, either with ``.gz`` gzipped.
 Without ``-o`` the text goes to stdout. Progress, time and peak RSS go to stderr.
@@ -23,6 +29,10 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")  # lowering needs no accelerator
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if _ROOT not in sys.path:  # run from a checkout without the package installed
     sys.path.insert(0, _ROOT)
+
+
+#: --parallel choices (the same as mhlo_cost.models.parallel.STRATEGIES; kept here so --help imports no jax)
+PARALLEL = ("none", "megatron", "2d", "ulysses", "ring")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -44,6 +54,10 @@ def build_parser(frontends) -> argparse.ArgumentParser:
     p.add_argument("--scan", action="store_true", help="gpt: run the layers as one lax.scan")
     p.add_argument("--small", action="store_true", help="stdit3: the reduced test configuration")
     p.add_argument("--frontend", choices=list(frontends), default="jax", help="how to lower (default jax)")
+    p.add_argument("--parallel", choices=PARALLEL, default="none",
+                   help="stdit3: lower under a parallel strategy with explicit collectives (default none)")
+    p.add_argument("--devices", type=int, metavar="N", help="devices of the parallel strategy (e.g. 16)")
+    p.add_argument("--mesh", metavar="NXxNY", help="2d: the mesh, N_x (batch) x N_y (default 2 x N/2)")
     p.add_argument("-o", "--output", metavar="FILE", help=".mlir / .mlirbc, optionally .gz (default: stdout)")
     p.add_argument("--force", action="store_true", help="overwrite FILE if it exists")
     p.add_argument("--no-locations", dest="locations", action="store_false",
@@ -65,6 +79,30 @@ def list_models(out=sys.stdout) -> None:
               f"tokens/sample={c.tokens_t * c.tokens_s}", file=out)
 
 
+def _parallel(args, cfg):
+    """(cfg, text for the progress line): cfg wrapped with its parallel plan where --parallel asks for one."""
+    from mhlo_cost.frontends import FrontendError
+
+    if args.parallel == "none":
+        if args.devices is not None or args.mesh is not None:
+            raise FrontendError("--devices and --mesh need a --parallel strategy")
+        return cfg, ""
+    if args.model != "stdit3":
+        raise FrontendError(f"--parallel applies to stdit3 only, not {args.model}")
+    if args.frontend != "jax":
+        raise FrontendError("--parallel needs the jax frontend")
+    from mhlo_cost.models import parallel
+
+    devices = args.devices
+    if devices is None:
+        if args.mesh is None:
+            raise FrontendError(f"--parallel {args.parallel} needs --devices N")
+        nx, ny = parallel.parse_mesh(args.mesh)
+        devices = nx * ny
+    plan = parallel.make_plan(args.parallel, devices, args.mesh, cfg)
+    return parallel.ShardedConfig(cfg, plan), f", {plan.describe()}"
+
+
 def main(argv=None) -> int:
     from mhlo_cost.frontends import FRONTENDS, DTYPES, FrontendError, describe, dump, make_config
 
@@ -82,8 +120,9 @@ def main(argv=None) -> int:
         cfg = make_config(args.model, shape=args.shape, small=args.small, batch=args.batch, tokens=args.tokens,
                           dtype=args.dtype and DTYPES[args.dtype], depth=args.depth, hidden=args.hidden,
                           heads=args.heads, layers=args.layers, scan=args.scan)
+        cfg, plan_text = _parallel(args, cfg)
         where = args.output or "stdout"
-        print(f"lowering {describe(args.model, cfg)} with {args.frontend} -> {where}", file=sys.stderr)
+        print(f"lowering {describe(args.model, cfg)}{plan_text} with {args.frontend} -> {where}", file=sys.stderr)
         res = dump(args.model, cfg, args.output, frontend=args.frontend, locations=args.locations,
                    force=args.force)
         if args.output is None:

@@ -77,3 +77,80 @@ def gemm_flops(cfg) -> dict:
         "embedders": embedders,
         "total": total,
     }
+
+
+# --------------------------------------------------------------------------------------------------------
+# Collective volumes of the parallel strategies (mhlo_cost/models/parallel.py), per device, in bytes
+# --------------------------------------------------------------------------------------------------------
+
+_ELEM_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+
+
+def _ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def ring_bytes(kind: str, full: int, n: int) -> int:
+    """Per-device bytes of one collective over n devices, full = S of the nccl-tests convention.
+
+    all_reduce 2(n-1)/n S; all_gather, reduce_scatter, all_to_all (n-1)/n S; collective_permute S;
+    a fractional result rounded up (as the analyzer does).
+    """
+    if n <= 1:
+        return 0
+    if kind == "all_reduce":
+        return _ceil_div(2 * (n - 1) * full, n)
+    if kind in ("all_gather", "reduce_scatter", "all_to_all"):
+        return _ceil_div((n - 1) * full, n)
+    if kind == "collective_permute":
+        return full
+    raise ValueError(kind)
+
+
+def comm_bytes(cfg, strategy: str, mesh: tuple) -> dict:
+    """Closed-form per-device collective bytes of STDiT3 under ``strategy`` on ``mesh``.
+
+    ``mesh``: (n,) for megatron / ulysses / ring, (N_x, N_y) for 2d. Keys: ``spatial_block``,
+    ``temporal_block`` (one block each), ``blocks`` (all 2*depth), ``final_layer``, ``embedders``
+    (x/t/fps/y embedders and t_block), ``total``; and per-block counts of each collective kind in
+    ``spatial_counts`` / ``temporal_counts``.
+    """
+    e = _ELEM_BYTES[cfg.dtype]
+    b, c, t, s = cfg.batch, cfg.hidden, cfg.tokens_t, cfg.tokens_s
+    n_tok = t * s
+    f = cfg.mlp_hidden
+    patch_out = cfg.patch[0] * cfg.patch[1] * cfg.patch[2] * cfg.out_channels
+    act = b * n_tok * c * e  # one (B, T*S, C) activation
+    spatial = temporal = final = 0
+    sc, tc = {}, {}
+    if strategy == "megatron":
+        (n,) = mesh
+        # all_reduce after the attention out-projection, the cross-attention out-projection and fc2
+        spatial = temporal = 3 * ring_bytes("all_reduce", act, n)
+        sc = tc = {"all_reduce": 3}
+    elif strategy == "2d":
+        nx, ny = mesh
+        act_x = (b // nx) * n_tok * c * e  # the tokens of the local samples, gathered over Y
+        pairs = 3 * (ring_bytes("all_gather", act_x, ny) + ring_bytes("reduce_scatter", act_x, ny))
+        weights = [(c, 3 * c), (c, c), (c, c), (c, 2 * c), (c, c), (c, f), (f, c)]  # qkv proj q kv proj fc1 fc2
+        wgather = sum(ring_bytes("all_gather", fi * fo // ny * e, nx) for fi, fo in weights)
+        spatial = temporal = pairs + wgather
+        sc = tc = {"all_gather": 3 + len(weights), "reduce_scatter": 3}
+        final = ring_bytes("all_gather", (b // nx) * n_tok * patch_out * e, ny)
+    elif strategy in ("ulysses", "ring"):
+        (n,) = mesh
+        s_loc = _ceil_div(s, n)  # frame tokens per device, S padded to s_loc * n
+        local = b * t * s_loc * c * e  # q, k, v or the attention output held by one device
+        if strategy == "ulysses":
+            spatial = 4 * ring_bytes("all_to_all", local, n)  # q, k, v in; output back
+            sc = {"all_to_all": 4}
+        else:
+            spatial = 2 * (n - 1) * ring_bytes("collective_permute", local, n)  # K and V, n-1 steps each
+            sc = {"collective_permute": 2 * (n - 1)}
+        temporal = 0  # T is whole on every device: temporal attention is local
+        final = ring_bytes("all_gather", b * t * s_loc * n * patch_out * e, n)
+    else:
+        raise ValueError(f"no closed form for {strategy!r}")
+    blocks = cfg.depth * (spatial + temporal)
+    return {"spatial_block": spatial, "temporal_block": temporal, "blocks": blocks, "final_layer": final,
+            "embedders": 0, "total": blocks + final, "spatial_counts": sc, "temporal_counts": tc}

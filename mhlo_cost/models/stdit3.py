@@ -9,10 +9,15 @@ Every op is lowered under ``jax.named_scope`` names so its location reads like
 ``t_block``, ``y_embedder``, ``spatial_blocks.{i}``, ``temporal_blocks.{i}``, ``final_layer`` at the top
 level and ``norm1``, ``modulate``, ``attn``, ``cross_attn``, ``norm2``, ``mlp`` inside a block.
 
-The pieces a parallel strategy would replace (the linear layer, the attention core, self-attention,
-cross-attention, the MLP) are gathered in :class:`Kernels`; the block calls them only through it, and they
-read head counts and sequence lengths from the shapes they are given, not from the configuration, so that
-sharded versions (fewer heads, a slice of the sequence) can be swapped in without touching the block.
+The pieces a parallel strategy would replace (the linear layer that opens a pair and the one that
+closes it, the attention core, self-attention with its spatial / temporal token layout, cross-attention,
+the MLP, and the hooks that split the video tokens after the patch embedding and gather them before
+unpatchify) are gathered in :class:`Kernels`; the block calls them only through it, and they read head
+counts and sequence lengths from the shapes they are given, not from the configuration, so that sharded
+versions (fewer heads, a slice of the sequence) can be swapped in without touching the block
+(``mhlo_cost.models.parallel`` does so under ``shard_map``). The fused ``qkv`` / ``kv`` weights may be
+given either as (C, 3C) / (C, 2C) or split as (C, 3, C') / (C, 2, C') (the layout the tensor-parallel
+strategies shard by heads); the bias follows, (3C,) or (3, C').
 
 Cross-attention follows OpenSora's ``MultiHeadCrossAttention``: the queries of the whole batch form one
 sequence of B*N tokens and attend, densely, to all B*L caption tokens under a block-diagonal mask (each
@@ -177,8 +182,8 @@ def self_attention(p: Params, x, cfg: STDiT3Config, *, positions=None, kernels: 
     bx, length, _ = x.shape
     d = cfg.head_dim
     qkv = kn.linear(p["qkv"], x)
-    heads = qkv.shape[-1] // (3 * d)
-    qkv = qkv.reshape(bx, length, 3, heads, d)
+    qkv = qkv.reshape(bx, length, 3, -1, d)
+    heads = qkv.shape[3]
     q, k, v = qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]
     if "q_norm" in p:
         q = rms_norm(q, p["q_norm"]["w"])
@@ -188,7 +193,7 @@ def self_attention(p: Params, x, cfg: STDiT3Config, *, positions=None, kernels: 
         q = apply_rope(q, cos, sin)
         k = apply_rope(k, cos, sin)
     o = kn.attention_core(q, k, v)
-    return kn.linear(p["proj"], o.reshape(bx, length, heads * d))
+    return kn.out_linear(p["proj"], o.reshape(bx, length, heads * d))
 
 
 def cross_attention(p: Params, x, cond, cfg: STDiT3Config, *, kernels: "Kernels | None" = None):
@@ -203,23 +208,57 @@ def cross_attention(p: Params, x, cond, cfg: STDiT3Config, *, kernels: "Kernels 
     kv = kn.linear(p["kv"], cond).reshape(1, b * lc, 2, heads, d)
     k, v = kv[:, :, 0], kv[:, :, 1]
     o = kn.attention_core(q, k, v, block_diagonal_mask(b, n, lc))
-    return kn.linear(p["proj"], o.reshape(b, n, heads * d))
+    return kn.out_linear(p["proj"], o.reshape(b, n, heads * d))
 
 
 def mlp(p: Params, x, cfg: STDiT3Config | None = None, *, kernels: "Kernels | None" = None):
     kn = kernels or DEFAULT_KERNELS
-    return kn.linear(p["fc2"], gelu_tanh(kn.linear(p["fc1"], x)))
+    return kn.out_linear(p["fc2"], gelu_tanh(kn.linear(p["fc1"], x)))
+
+
+def video_attention(p: Params, h, cfg: STDiT3Config, *, temporal: bool, T: int, S: int, positions=None,
+                    kernels: "Kernels | None" = None):
+    """Self-attention of a block over its video tokens h (B, T*S, C), in the block's layout.
+
+    Spatial blocks attend over the S tokens of each frame (batch B*T); temporal blocks over the T frames
+    of each spatial position (batch B*S) with RoPE (positions default to 0..T-1).
+    """
+    kn = kernels or DEFAULT_KERNELS
+    b, n, c = h.shape
+    if temporal:
+        h = h.reshape(b, T, S, c).transpose(0, 2, 1, 3).reshape(b * S, T, c)
+        if positions is None:
+            positions = lax.iota(jnp.int32, T)
+        h = kn.self_attention(p, h, cfg, positions=positions, kernels=kn)
+        return h.reshape(b, S, T, c).transpose(0, 2, 1, 3).reshape(b, n, c)
+    h = h.reshape(b * T, S, c)
+    h = kn.self_attention(p, h, cfg, kernels=kn)
+    return h.reshape(b, n, c)
+
+
+def _tokens_identity(h, *, T: int, S: int):
+    return h
 
 
 @dataclass(frozen=True)
 class Kernels:
-    """The functions a block calls for its heavy parts; a parallel strategy replaces some of them."""
+    """The functions a block calls for its heavy parts; a parallel strategy replaces some of them.
+
+    ``linear`` opens a pair of linear layers (qkv, cross-attention q and kv, fc1), ``out_linear`` closes
+    it (the attention / cross-attention out-projection, fc2). ``scatter_tokens(h, T=, S=)`` runs after
+    the patch embedding on the (B, T*S, C) tokens and ``gather_tokens(h, T=, S=)`` on the final layer's
+    output before unpatchify: a sequence-parallel strategy takes its slice there and gathers it back.
+    """
 
     linear: Callable = dense
+    out_linear: Callable = dense
     attention_core: Callable = dot_product_attention
     self_attention: Callable = self_attention
+    video_attention: Callable = video_attention
     cross_attention: Callable = cross_attention
     mlp: Callable = mlp
+    scatter_tokens: Callable = _tokens_identity
+    gather_tokens: Callable = _tokens_identity
 
 
 DEFAULT_KERNELS = Kernels()
@@ -247,16 +286,7 @@ def stdit3_block(p: Params, x, y, t_mod, cfg: STDiT3Config, *, temporal: bool, T
     with scope("modulate"):
         h = modulate(h, shift_msa, scale_msa)
     with scope("attn"):
-        if temporal:
-            h = h.reshape(b, T, S, c).transpose(0, 2, 1, 3).reshape(b * S, T, c)
-            if positions is None:
-                positions = lax.iota(jnp.int32, T)
-            h = kn.self_attention(p["attn"], h, cfg, positions=positions, kernels=kn)
-            h = h.reshape(b, S, T, c).transpose(0, 2, 1, 3).reshape(b, n, c)
-        else:
-            h = h.reshape(b * T, S, c)
-            h = kn.self_attention(p["attn"], h, cfg, kernels=kn)
-            h = h.reshape(b, n, c)
+        h = kn.video_attention(p["attn"], h, cfg, temporal=temporal, T=T, S=S, positions=positions, kernels=kn)
     with scope("modulate"):
         x = x + gate_msa * h
     with scope("cross_attn"):
@@ -424,6 +454,7 @@ def make_forward(cfg: STDiT3Config, kernels: Kernels | None = None) -> Callable:
             scale = math.sqrt(hx * cfg.vae_downsample * wx * cfg.vae_downsample) / cfg.input_sq_size
             pos = pos_embed_2d(nh, nw, c, scale, round(s ** 0.5)).astype(dt)
             h = (h.reshape(b, nt, s, c) + pos[None, None]).reshape(b, nt * s, c)
+            h = kn.scatter_tokens(h, T=nt, S=s)
         with scope("t_embedder"):
             t = timestep_embedder(params["t_embedder"], timestep, cfg.freq_dim, dt)
         with scope("fps_embedder"):
@@ -443,6 +474,7 @@ def make_forward(cfg: STDiT3Config, kernels: Kernels | None = None) -> Callable:
 
         with scope("final_layer"):
             h = final_layer(params["final_layer"], h, t)
+            h = kn.gather_tokens(h, T=nt, S=s)
             out = unpatchify(h, cfg, nt, nh, nw, (tx, hx, wx)).astype(_F32)
         return out
 
