@@ -49,6 +49,8 @@ def counts_from_analysis(analysis, blocks_df: pd.DataFrame, method: str) -> Coun
             continue
         if "part" in rec and rec.get("part"):
             name = f"{name}/{rec['part']}"
+        if name in blocks:  # a baseline must never lose a row by overwriting it
+            raise BaselineError(f"{analysis.source}: two block-table rows named {name!r}")
         blocks[name] = {m: int(rec[m]) for m in METRICS if m in rec}
     summary = {m: int(analysis.summary[m]) for m in METRICS if m in analysis.summary}
     return Counts(Path(analysis.source).name, summary, blocks, method)

@@ -65,6 +65,7 @@ def block_table(analysis, blocks, parts: bool = False, extra: dict[str, Callable
     # A key is ("b", block id, part) or ("g", group name, "").
     acc: dict[tuple, list] = {}
     order: dict[tuple, tuple] = {}
+    block_names = {b.name for b in blocks.blocks}
     for i, r in enumerate(rows):
         vals = [f(r) for f in funcs]
         bids = blocks.row_blocks[i]
@@ -80,7 +81,10 @@ def block_table(analysis, blocks, parts: bool = False, extra: dict[str, Callable
                 for c, v in enumerate(vals):
                     a[c] += _share(v, k, j)
         else:
-            key = ("g", blocks.row_groups[i] or "(top)", "")
+            group = blocks.row_groups[i] or "(top)"
+            if group in block_names:  # ops next to a block but outside it: never a second row of its name
+                group = "(top)"
+            key = ("g", group, "")
             a = acc.get(key)
             if a is None:
                 a = acc[key] = [0] * len(names)

@@ -43,6 +43,11 @@ class _Parser(argparse.ArgumentParser):
 def build_parser(frontends) -> argparse.ArgumentParser:
     p = _Parser(prog="dump_mhlo.py", description="Lower a bundled model to StableHLO and write it.")
     p.add_argument("--model", choices=["stdit3", "gpt"], help="model to lower")
+    p.add_argument("--module", metavar="PKG.MOD:FACTORY",
+                   help="your own model instead: a factory returning an nn.Module (torchax, torch-xla) or a "
+                        "function (jax); needs --input-shape")
+    p.add_argument("--input-shape", action="append", default=[], metavar="D0,D1,...",
+                   help="shape of one input of --module, repeat for several (e.g. --input-shape 2,16,64)")
     p.add_argument("--shape", help="stdit3 video shape FRAMES_WIDTH_HEIGHT (default 204_640_360)")
     p.add_argument("--batch", type=int, help="batch size (default 2)")
     p.add_argument("--tokens", type=int, help="caption tokens (stdit3, default 300) / sequence length (gpt)")
@@ -110,9 +115,11 @@ def main(argv=None) -> int:
     if args.list:
         list_models()
         return 0
-    if args.model is None:
-        print("dump_mhlo.py: error: --model is required (or --list)", file=sys.stderr)
+    if args.model is None and args.module is None:
+        print("dump_mhlo.py: error: --model or --module is required (or --list)", file=sys.stderr)
         return 2
+    if args.module is not None:
+        return dump_module(args)
     if args.output and os.path.exists(args.output) and not args.force:
         print(f"dump_mhlo.py: error: {args.output} exists; pass --force to overwrite it", file=sys.stderr)
         return 2
@@ -134,6 +141,33 @@ def main(argv=None) -> int:
         return 1
     except Exception as e:  # anything else: still one line, no traceback
         print(f"dump_mhlo.py: error: {type(e).__name__}: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def dump_module(args) -> int:
+    from mhlo_cost.frontends import DTYPES, FrontendError, dump
+
+    try:
+        if args.model is not None:
+            raise FrontendError("--module and --model exclude each other")
+        if not args.input_shape:
+            raise FrontendError("--module needs at least one --input-shape")
+        try:
+            shapes = [tuple(int(d) for d in s.split(",")) for s in args.input_shape]
+        except ValueError:
+            raise FrontendError(f"--input-shape wants comma-separated integers, got {args.input_shape}") from None
+        where = args.output or "stdout"
+        print(f"lowering {args.module} with inputs {shapes} with {args.frontend} -> {where}", file=sys.stderr)
+        res = dump("", None, args.output, frontend=args.frontend, locations=args.locations, force=args.force,
+                   module=args.module, input_shapes=shapes, dtype=DTYPES[args.dtype or "f32"])
+        if args.output is None:
+            sys.stdout.write(res.text)
+        print(f"{res.format} {res.nbytes / 1e6:.2f} MB{' written to ' + args.output if args.output else ''} "
+              f"in {res.seconds:.2f} s, peak RSS {res.peak_rss_mb:.0f} MiB", file=sys.stderr)
+    except Exception as e:  # one line, no traceback
+        msg = str(e) if isinstance(e, (FrontendError, OSError, ValueError)) else f"{type(e).__name__}: {e}"
+        print(f"dump_mhlo.py: error: {msg}", file=sys.stderr)
         return 1
     return 0
 

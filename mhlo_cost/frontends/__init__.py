@@ -149,9 +149,9 @@ def describe(model: str, cfg) -> str:
 
 
 def _ir_context():
-    from jax._src.interpreters import mlir as jax_mlir  # registers func, stablehlo, chlo, mhlo, sdy
+    from ..loader import make_context  # func, stablehlo, chlo, mhlo, sdy: the analyzer's own context
 
-    return jax_mlir.make_ir_context()
+    return make_context()
 
 
 def _strip(module) -> None:
@@ -211,20 +211,35 @@ def output_format(path: str | None) -> tuple[str, bool]:
     return ("bytecode" if base.endswith(".mlirbc") else "text"), gz
 
 
+def lower_module(frontend: str, spec: str, input_shapes, dtype: str = "float32", *,
+                 locations: bool = True) -> Lowered:
+    """A user's own model, ``'package.module:factory'``: an ``nn.Module`` for torchax and torch-xla, a
+    function for jax; lowered with inputs of ``input_shapes`` (tuples of ints) in ``dtype``."""
+    mod = get_frontend(frontend)
+    if not hasattr(mod, "lower_module"):
+        raise FrontendError(f"the {frontend} frontend cannot lower a user's module")
+    if frontend == "torch-xla":  # no locations that re-parse: bytecode without them
+        return mod.lower_module(spec, input_shapes, dtype)
+    return mod.lower_module(spec, input_shapes, dtype, locations=locations)
+
+
 def dump(model: str, cfg=None, path: str | None = None, *, frontend: str = "jax", locations: bool = True,
-         force: bool = False, keep_text: bool = False) -> DumpResult:
-    """Lower ``model`` with ``frontend`` and write it to ``path`` (None: return the text only)."""
-    if model not in MODELS:
+         force: bool = False, keep_text: bool = False, module: str | None = None, input_shapes=(),
+         dtype: str | None = None) -> DumpResult:
+    """Lower ``model`` (or a user's ``module``) with ``frontend`` and write it to ``path`` (None: return
+    the text only)."""
+    if module is None and model not in MODELS:
         raise FrontendError(f"unknown model {model!r} (known: {', '.join(MODELS)})")
     if path is not None and os.path.exists(path) and not force:
         raise FileExistsError(f"{path} exists; pass --force to overwrite it")
     if path is not None and not os.path.isdir(os.path.dirname(os.path.abspath(path))):
         raise FileNotFoundError(f"directory {os.path.dirname(os.path.abspath(path))} does not exist")
     fmt, gz = output_format(path)
-    if cfg is None:
-        cfg = default_config(model)
     t0 = time.perf_counter()
-    low = lower(frontend, model, cfg, locations=locations)
+    if module is not None:
+        low = lower_module(frontend, module, input_shapes, dtype or "float32", locations=locations)
+    else:
+        low = lower(frontend, model, cfg if cfg is not None else default_config(model), locations=locations)
     if fmt == "bytecode":
         data = low.bytecode if low.bytecode is not None else to_bytecode(low.text, locations=locations)
         text = None

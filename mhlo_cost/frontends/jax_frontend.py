@@ -48,6 +48,28 @@ def lower_jax(model: str, cfg=None, *, plan=None):
     raise FrontendError(f"the jax frontend has no model {model!r} (known: {', '.join(MODELS)})")
 
 
+def lower_module(spec: str, input_shapes, dtype: str = "float32", *, locations: bool = True) -> Lowered:
+    """A user's JAX function, named ``'package.module:factory'`` (the factory returns the function to
+    lower), lowered with abstract inputs of ``input_shapes`` in ``dtype``."""
+    import importlib
+
+    import jax
+
+    mod_name, _, attr = spec.partition(":")
+    if not mod_name or not attr:
+        raise FrontendError(f"--module wants 'package.module:factory', got {spec!r}")
+    try:
+        factory = getattr(importlib.import_module(mod_name), attr)
+    except (ImportError, AttributeError) as e:
+        raise FrontendError(f"cannot load {spec}: {e}") from None
+    fn = factory()
+    if not callable(fn):
+        raise FrontendError(f"{spec}() returned {type(fn).__name__}, not a function to lower")
+    args = [jax.ShapeDtypeStruct(tuple(int(d) for d in s), dtype) for s in input_shapes]
+    low = jax.jit(fn).lower(*args)
+    return Lowered(text=low.as_text(debug_info=locations), info={"frontend": "jax", "model": spec})
+
+
 def lower(model: str, cfg=None, *, locations: bool = True, plan=None) -> Lowered:
     """StableHLO text of ``model``; with ``locations`` the ops carry their ``jit(name)/scope/...`` names."""
     low = lower_jax(model, cfg, plan=plan)

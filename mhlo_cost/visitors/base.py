@@ -168,6 +168,7 @@ class IRVisitor:
         self._locations = LocationCache()
         self.rows: list[Row] = []
         self.warnings: list[str] = []
+        self.external: list[str] = []  # functions declared without a body
 
     # -- entry and driving ---------------------------------------------------------------------------------
     def _choose_entry(self, entry: str | None) -> str:
@@ -184,6 +185,9 @@ class IRVisitor:
             return public[0]
         if len(self.functions) == 1:
             return next(iter(self.functions))
+        if not public:
+            raise AnalysisError(f"no function named 'main' and no public function; choose one of "
+                                f"{', '.join(sorted(self.functions))} with --entry NAME")
         raise AnalysisError(
             "no function named 'main' and several public functions "
             f"({', '.join(sorted(public))}); choose one with --entry NAME"
@@ -204,6 +208,10 @@ class IRVisitor:
         fn = self.functions.get(name)
         if fn is None:
             raise AnalysisError(f"call to @{name}, which the module does not define")
+        if not len(fn.regions[0].blocks):
+            self._func_rows[name] = []
+            self.external.append(name)
+            return []
         self._active.append(name)
         saved_out, saved_func = self._out, self._func_name
         self._out, self._func_name = [], name
@@ -269,6 +277,9 @@ class IRVisitor:
     def visit_call(self, op: ir.Operation) -> None:
         callee = ir.FlatSymbolRefAttr(op.attributes["callee"]).value
         rows = self._function_rows(callee)
+        if callee in self.external:  # declared, not defined here: its work is unknown, never zero
+            self.emit(op, "unknown", target=f"@{callee} (no body)")
+            return
         self.replay(rows, 1, self.loc(op).scope_with_op)
 
     def visit_while(self, op: ir.Operation) -> None:
@@ -406,6 +417,12 @@ def _int_constant(v: ir.Value) -> int | None:
     return None
 
 
+def _through_converts(v: ir.Value) -> ir.Value:
+    while isinstance(v.owner, (ir.Operation, ir.OpView)) and short_name(v.owner.operation.name) == "convert":
+        v = v.owner.operation.operands[0]
+    return v
+
+
 def _comparison(op: ir.Operation) -> str | None:
     if "comparison_direction" not in op.attributes:
         return None
@@ -446,11 +463,28 @@ def trip_count(while_op: ir.Operation) -> int | None:
     direction = _comparison(cmp)
     if direction is None:
         return None
-    lhs, rhs = cmp.operands[0], cmp.operands[1]
+    if "compare_type" in cmp.attributes and "UNSIGNED" in str(cmp.attributes["compare_type"]):
+        return None  # wrap-around semantics: not modelled
+    body_ops = [o.operation for o in body_block.operations]
+    body_ret = body_ops[-1]
+
+    def loop_invariant_constant(v: ir.Value) -> int | None:
+        """A constant, or a loop-carried value that starts constant and the body passes on unchanged."""
+        c = _int_constant(v)
+        if c is not None or not (isinstance(v.owner, ir.Block) and v.owner == cond_block):
+            return c
+        j = ir.BlockArgument(v).arg_number
+        passed = body_ret.operands[j]
+        if not (isinstance(passed.owner, ir.Block) and passed.owner == body_block
+                and ir.BlockArgument(passed).arg_number == j):
+            return None
+        return _int_constant(while_op.operands[j])
+
+    lhs, rhs = _through_converts(cmp.operands[0]), _through_converts(cmp.operands[1])
     arg_index, bound = None, None
     for a, b, d in ((lhs, rhs, direction), (rhs, lhs, _FLIP[direction])):
         if isinstance(a.owner, ir.Block) and a.owner == cond_block:
-            c = _int_constant(b)
+            c = loop_invariant_constant(b)
             if c is not None:
                 arg_index, bound, direction = ir.BlockArgument(a).arg_number, c, d
                 break
@@ -459,8 +493,6 @@ def trip_count(while_op: ir.Operation) -> int | None:
     init = _int_constant(while_op.operands[arg_index])
     if init is None:
         return None
-    body_ops = [o.operation for o in body_block.operations]
-    body_ret = body_ops[-1]
     nxt = body_ret.operands[arg_index]
     if not isinstance(nxt.owner, (ir.Operation, ir.OpView)):
         return None

@@ -134,9 +134,12 @@ class CommIRVisitor(IRVisitor):
             attr = op.attributes["source_target_pairs"]
             if isa(attr, ir.DenseIntElementsAttr):
                 flat = [int(x) for x in ir.DenseIntElementsAttr(attr)]
-                pairs = list(zip(flat[0::2], flat[1::2]))
+                pairs = [(a, b) for a, b in zip(flat[0::2], flat[1::2]) if a != b]  # a self-pair moves nothing
         size, groups = _components(pairs)
-        self._collective(op, "collective_permute", max(size, 2), max(groups, 1))
+        if not pairs:
+            self._collective(op, "collective_permute", 1, 0)  # ring_volume: n = 1 moves no bytes
+            return
+        self._collective(op, "collective_permute", size, groups)
 
     def visit_collective_broadcast(self, op: ir.Operation) -> None:
         n, groups = self._groups(op)

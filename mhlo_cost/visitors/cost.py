@@ -19,6 +19,16 @@ class CostVisitor(CommIRVisitor, TFlopsVisitor, VectorVisitor):
             return
         self.emit(op, "unknown", target=op.name)
 
+    def visit_manual_computation(self, op: ir.Operation) -> None:
+        # A shard_map body: its shapes are one device's, and so are its counts (as comm_bytes always are).
+        if not self._manual_warned:
+            self._manual_warned = True
+            self.warnings.append("ops inside shard_map (sdy.manual_computation) are counted per device")
+        rows = self.collect(self.generic_visit, op)
+        self.replay(rows, 1, "", "per device")
+
+    _manual_warned = False
+
     def visit_custom_call(self, op: ir.Operation) -> None:
         target = ir.StringAttr(op.attributes["call_target_name"]).value if "call_target_name" in op.attributes else ""
         if target in KNOWN_CUSTOM_CALLS:

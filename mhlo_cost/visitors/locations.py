@@ -1,8 +1,10 @@
 """Scope paths and source positions from MLIR locations, read through jaxlib's typed location classes.
 
 JAX writes the name stack into a ``NameLoc``: ``jit(f)/blocks_3/attn/dot_general``. The last segment
-is the primitive; segments written ``transform(...)`` (``jit(f)``, ``jvp(g)``, ``vmap(h)``) and einsum
-specs (``bij,bjk->bik``) are not scopes a user wrote. What remains is the scope: ``blocks_3/attn``.
+is the primitive; call wrappers (``jit(f)``, ``pjit(f)``, ``shard_map(f)``) and einsum specs
+(``bij,bjk->bik``) are not scopes a user wrote and are dropped; transform wrappers around a user's scope
+(``jvp(blocks_0)``, ``transpose(jvp(blocks_1))``, ``vmap(attn)``) are unwrapped to it. What remains is
+the scope: ``blocks_3/attn``. Any other ``name(...)`` segment is a user's scope and stays.
 A ``FileLineColLoc`` inside gives the user's source position.
 """
 from __future__ import annotations
@@ -10,7 +12,25 @@ from __future__ import annotations
 import re
 from jaxlib.mlir import ir
 
-_TRANSFORM = re.compile(r"^[\w.<>-]*\(.*\)$")
+_WRAPPED = re.compile(r"^([\w.<>-]+)\((.*)\)$")
+#: Wrappers that name a call, not a scope: dropped with what they wrap.
+_CALL_WRAPPERS = frozenset({"jit", "pjit", "xla_pmap", "pmap", "shard_map", "xla_call", "core_call",
+                            "custom_jvp_call", "custom_vjp_call", "custom_vjp_call_jaxpr", "remat_call"})
+#: Transformations applied to a user's scope: unwrapped to it.
+_TRANSFORMS = frozenset({"jvp", "transpose", "vmap", "batch", "linearize", "remat", "checkpoint", "vjp"})
+
+
+def _segment(seg: str) -> str:
+    """The user's scope in one name-stack segment ("" for none)."""
+    while True:
+        m = _WRAPPED.match(seg)
+        if m is None:
+            return "" if "->" in seg else seg
+        if m.group(1) in _CALL_WRAPPERS:
+            return ""
+        if m.group(1) not in _TRANSFORMS:
+            return seg
+        seg = m.group(2)
 
 
 class LocationInfo:
@@ -41,7 +61,7 @@ class LocationInfo:
 
 def scope_of(name: str) -> str:
     segments = name.split("/")[:-1] if "/" in name else []
-    return "/".join(s for s in segments if s and not _TRANSFORM.match(s) and "->" not in s)
+    return "/".join(s for s in map(_segment, segments) if s)
 
 
 _SCOPES: dict[str, str] = {}
@@ -70,11 +90,18 @@ def _location_info(loc: ir.Location, memo: dict) -> LocationInfo:
     name = ""
     if loc.typeid == _NAME:
         name = ir.NameLoc(loc).name_str
-    elif loc.typeid == _FUSED:
-        for sub in ir.FusedLoc(loc).locations:
-            if sub.typeid == _NAME:
-                name = ir.NameLoc(sub).name_str
-                break
+    else:  # other producers: the first name anywhere in the tree, innermost call frame first
+        stack = [loc]
+        while stack and not name:
+            cur = stack.pop()
+            tid = cur.typeid
+            if tid == _NAME:
+                name = ir.NameLoc(cur).name_str
+            elif tid == _CALLSITE:
+                c = ir.CallSiteLoc(cur)
+                stack += [c.caller, c.callee]
+            elif tid == _FUSED:
+                stack.extend(reversed(list(ir.FusedLoc(cur).locations)))
     scope = _SCOPES.get(name)
     if scope is None:
         scope = _SCOPES[name] = scope_of(name)
@@ -82,34 +109,33 @@ def _location_info(loc: ir.Location, memo: dict) -> LocationInfo:
 
 
 def _file_line(loc: ir.Location, memo: dict) -> str:
-    """The first file:line in a location tree, innermost call frame first (memoised per subtree)."""
-    seen = []
+    """The first file:line in a location tree, innermost call frame first ("" where it has none).
+
+    Memoised per subtree: a shared call-site chain is resolved once for all the ops that point into it.
+    """
+    tid = loc.typeid
+    if tid == _FILE:
+        f = ir.FileLineColLoc(loc)
+        return f"{f.filename}:{f.start_line}"
+    if tid not in (_NAME, _CALLSITE, _FUSED):
+        return ""
+    key = hash(loc.attr)
+    hit = memo.get(key)
+    if hit is not None:
+        return hit
+    if tid == _NAME:
+        children = [ir.NameLoc(loc).child_loc]
+    elif tid == _CALLSITE:
+        c = ir.CallSiteLoc(loc)
+        children = [c.callee, c.caller]  # the innermost frame is the user's line
+    else:
+        children = list(ir.FusedLoc(loc).locations)
     result = ""
-    stack = [loc]
-    while stack:
-        cur = stack.pop()
-        tid = cur.typeid
-        if tid == _FILE:
-            f = ir.FileLineColLoc(cur)
-            result = f"{f.filename}:{f.start_line}"
+    for child in children:
+        result = _file_line(child, memo)
+        if result:
             break
-        key = hash(cur.attr)
-        hit = memo.get(key)
-        if hit is not None:
-            result = hit
-            break
-        seen.append(key)
-        if tid == _NAME:
-            stack.append(ir.NameLoc(cur).child_loc)
-        elif tid == _CALLSITE:
-            c = ir.CallSiteLoc(cur)
-            stack.append(c.caller)
-            stack.append(c.callee)  # popped first: the innermost frame is the user's line
-        elif tid == _FUSED:
-            stack.extend(reversed(list(ir.FusedLoc(cur).locations)))
-    if result:
-        for key in seen:
-            memo[key] = result
+    memo[key] = result
     return result
 
 

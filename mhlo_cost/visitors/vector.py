@@ -10,6 +10,8 @@ Conventions (op names without dialect; StableHLO, MHLO and CHLO share them):
   output. ``reduce_window`` follows XLA: output elements x (window elements - 1) x reducer FLOPs, which is
   the same number for non-overlapping windows and the right one for overlapping ones.
 * ``sort``: elements x ceil(log2(sorted dimension)) x comparator FLOPs (a comparison sort's depth).
+* ``scatter``: update elements x FLOPs of its update body, as XLA counts it: 0 for a plain overwrite, one
+  per element for a scatter-add.
 * ``DATA_MOVEMENT``: 0 FLOPs; their bytes still count.
 """
 from __future__ import annotations
@@ -57,7 +59,7 @@ _SAME_TYPE_OPS = frozenset(f"{d}.{n}" for d in ("stablehlo", "mhlo") for n in SA
 
 DATA_MOVEMENT = frozenset({
     "reshape", "transpose", "broadcast_in_dim", "broadcast", "slice", "dynamic_slice", "dynamic_update_slice",
-    "concatenate", "convert", "bitcast_convert", "bitcast", "gather", "scatter", "pad", "iota", "constant",
+    "concatenate", "convert", "bitcast_convert", "bitcast", "gather", "pad", "iota", "constant",
     "reverse", "copy", "get_tuple_element", "tuple", "optimization_barrier", "reduce_precision",
     "real_dynamic_slice", "get_dimension_size", "torch_index_select", "after_all", "create_token",
     "partition_id", "replica_id", "rng_get_and_update_state", "add_dependency", "sharding_constraint",
@@ -148,6 +150,15 @@ class VectorVisitor(IRVisitor):
         depth = max(0, (size - 1).bit_length())  # ceil(log2(size))
         f, t = body_flops(op.regions[0])
         row.vector_flops, row.transcendentals = ti.nelems * depth * f, ti.nelems * depth * t
+
+    def visit_scatter(self, op: ir.Operation) -> None:
+        row = self.emit(op, "data")
+        n_inputs = len(op.results)
+        updates = sum(t.nelems for t in row.operands[n_inputs + 1:])  # inputs, indices, updates
+        f, t = body_flops(op.regions[0])
+        if f:
+            row.kind = "elementwise"
+            row.vector_flops, row.transcendentals = updates * f, updates * t
 
     def visit_map(self, op: ir.Operation) -> None:
         row = self.emit(op, "elementwise")
