@@ -26,10 +26,16 @@ def _is_int_column(s: pd.Series) -> bool:
 
 
 def scale(value, unit: str) -> str | int:
-    """An exact integer in ``unit``: itself for raw, else a decimal string with 3 decimals."""
+    """An exact integer in ``unit``: itself for raw, else a decimal string rounded to 3 decimals
+    (half away from zero), computed in integers so that no count passes through a float."""
+    value = int(value)
     if unit == "raw":
-        return int(value)
-    return f"{value / UNITS[unit]:.3f}"
+        return value
+    sign = "-" if value < 0 else ""
+    q, r = divmod(abs(value) * 1000, UNITS[unit])
+    if 2 * r >= UNITS[unit]:
+        q += 1
+    return f"{sign}{q // 1000}.{q % 1000:03d}"
 
 
 def apply_unit(df: pd.DataFrame, unit: str) -> pd.DataFrame:

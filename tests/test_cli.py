@@ -149,3 +149,12 @@ def test_bad_option_is_one_line(model):
     assert rc == 2 and len(err.strip().splitlines()) == 1
     rc, _, err = run("report", model, "--entry", "nope")
     assert rc == 2 and "no function named 'nope'" in err
+
+
+def test_units_are_exact_decimal_views():
+    from mhlo_cost.report import scale
+
+    assert scale(123456789012345678901, "K") == "123456789012345678.901"
+    assert scale(260977523687424, "T") == "260.978"
+    assert scale(-1500, "K") == "-1.500" and scale(1499, "K") == "1.499" and scale(1_000_500, "M") == "1.001"
+    assert scale(10**400, "T").endswith(".000")
