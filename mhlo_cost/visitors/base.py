@@ -62,7 +62,7 @@ class Row:
     comm_bytes: int = 0
     comm_steps: int = 0  # ring steps per execution (latency term of the alpha-beta model)
     operands: tuple = ()  # TensorInfo of each operand
-    weights: tuple = ()  # indices of operands that are function arguments (weights, inputs)
+    weights: tuple = ()  # dot / conv: indices of operands that are function arguments (weights, inputs)
     func: str = ""  # the function the op is written in
     index: int = 0  # program order
 
@@ -353,11 +353,13 @@ class IRVisitor:
         self._out.append(row)
         return row
 
-    def emit(self, op: ir.Operation, kind: str, target: str = "") -> Row:
+    def emit(self, op: ir.Operation, kind: str, target: str = "", weights: bool = False) -> Row:
         """Append a row for ``op``; bytes read and written come from its operand and result types.
 
         Rules read the types from the returned row (``row.result``, ``row.operands``) and set its
         metrics, so that every type is read from the IR once. This is the hot path of the walk.
+        With ``weights`` (the matrix rules ask for it) the operands that are function arguments are
+        recorded in ``row.weights``.
         """
         types = self._types
         try:
@@ -368,21 +370,30 @@ class IRVisitor:
             else:
                 result = tuple(types(r.type) for r in results)
                 written = sum(t.nbytes for t in result)
-            read = 0
-            infos = []
-            weights = ()
-            args = self._args
-            for v in op.operands:
+            operands = op.operands
+            if len(operands) == 1:  # most data movement: broadcast, convert, reshape, transpose, slice
+                v = operands[0]
                 ti = types(v.type)
-                read += ti.nbytes
-                if hash(v) in args:
-                    weights += (len(infos),)
-                infos.append(ti)
+                read = ti.nbytes
+                infos = (ti,)
+                found = (0,) if weights and hash(v) in self._args else ()
+            else:
+                read = 0
+                infos = []
+                found = ()
+                args = self._args
+                for v in operands:
+                    ti = types(v.type)
+                    read += ti.nbytes
+                    if weights and hash(v) in args:
+                        found += (len(infos),)
+                    infos.append(ti)
+                infos = tuple(infos)
         except ValueError as e:
             raise AnalysisError(f"{op.name} at {self.loc(op).describe()}: {e}") from None
         loc = self._locations(op.location)
         row = Row(op.name, kind, loc, loc.scope, result, 0, 0, 0, 0, read, written, 1, "", target, "", 0, 0, 0, 0,
-                  tuple(infos), weights, self._func_name, 0)
+                  infos, found, self._func_name, 0)
         self._out.append(row)
         return row
 

@@ -116,18 +116,18 @@ def int_attr(op: ir.Operation, name: str, default: int) -> int:
 # -- visitor ------------------------------------------------------------------------------------------------------
 class TFlopsVisitor(IRVisitor):
     def visit_dot_general(self, op: ir.Operation) -> None:
-        row = self.emit(op, "dot")
+        row = self.emit(op, "dot", weights=True)
         contracting, _ = _dot_dims(op.attributes["dot_dimension_numbers"])
         row.gemm_flops = contraction_flops(row.operands[0].shape, row.result.nelems, contracting)
 
     def visit_dot(self, op: ir.Operation) -> None:
         # Legacy dot: vector.vector, matrix.vector or matrix.matrix; contracts the last dim of lhs.
-        row = self.emit(op, "dot")
+        row = self.emit(op, "dot", weights=True)
         lhs = row.operands[0]
         row.gemm_flops = contraction_flops(lhs.shape, row.result.nelems, [len(lhs.shape) - 1])
 
     def visit_convolution(self, op: ir.Operation) -> None:
-        row = self.emit(op, "conv")
+        row = self.emit(op, "conv", weights=True)
         lhs, rhs, out = row.operands[0], row.operands[1], row.result
         dn = _conv_dims(op.attributes["dimension_numbers"])
         n = len(dn["input_spatial"])
