@@ -68,14 +68,19 @@ def _size(path: str) -> str:
     return f", {n / 1e6:.1f} MB" if n >= 1e5 else ""
 
 
-def load_analysis(path: str, args, progress: Progress):
+def load_analysis(path: str, args, progress: Progress, dataflow: bool = False):
     from .analysis import analyze
     from .loader import load
 
     progress.stage(f"parsing {path}{_size(path)}")
     loaded = load(path)
     progress.stage("counting")
-    analysis = analyze(loaded, entry=getattr(args, "entry", None))
+    if dataflow:  # rows plus the producers of every operand, for --fuse
+        from .roofline import analyze_dataflow
+
+        analysis = analyze_dataflow(loaded, entry=getattr(args, "entry", None))
+    else:
+        analysis = analyze(loaded, entry=getattr(args, "entry", None))
     for w in analysis.warnings:
         print(f"mhlo-cost: warning: {w}", file=sys.stderr)
     unknown = analysis.summary["unknown_ops"]
@@ -109,14 +114,66 @@ def _write(text: str, out: str | None) -> None:
         sys.stdout.write(text)
 
 
-def _block_frame(analysis, args, parts: bool = False):
+def _block_frame(analysis, args, parts: bool = False, roofline=None):
     from .blocks import block_table
     from .collectors import assign_blocks
 
     blocks = assign_blocks(analysis, method=args.blocks, pattern=args.block_pattern,
                            norms_per_block=args.norms_per_block)
     print(f"mhlo-cost: blocks by {blocks.method}: {blocks.count} found", file=sys.stderr)
+    if roofline is not None:
+        return roofline.block_frame(blocks, parts=parts)
     return block_table(analysis, blocks, parts=parts)
+
+
+# -- roofline options (--hardware, --hardware-file, --fuse, --steps, --top) ------------------------------------
+
+
+def _hardware(args):
+    """The profile the options name (None without --hardware / --hardware-file); checked before any work."""
+    from .roofline import hardware_from_args
+
+    name, path = getattr(args, "hardware", None), getattr(args, "hardware_file", None)
+    hw = hardware_from_args(name, path)
+    fuse = getattr(args, "fuse", "none")
+    if hw is None:
+        given = [o for o, v in (("--fuse", fuse != "none"), ("--steps", getattr(args, "steps", None) is not None),
+                                ("--top", getattr(args, "top", None) is not None)) if v]
+        if given:
+            raise UserError(f"{', '.join(given)} need(s) a hardware profile: add --hardware NAME "
+                            "(mhlo-cost hardware lists them) or --hardware-file FILE")
+    for opt in ("steps", "top"):
+        v = getattr(args, opt, None)
+        if v is not None and v < 1:
+            raise UserError(f"--{opt} must be a positive integer, got {v}")
+    return hw
+
+
+def _roofline(analysis, hw, args, progress: Progress):
+    from .roofline import Roofline
+
+    progress.stage(f"estimating on {hw.name}")
+    rf = Roofline(analysis, hw, fuse_mode=getattr(args, "fuse", "none"))
+    if rf.unknown_ops:
+        print(f"mhlo-cost: warning: {rf.unknown_ops} unknown op(s) are estimated at 0 s", file=sys.stderr)
+    return rf
+
+
+def _timed_group(analysis, rf, by: str, depth, df):
+    """est_time_s (and est_time_fused_s) per group of a --by kind/op/scope table."""
+    keys = analysis._keys(by, depth)
+    label = df.columns[0]
+    acc: dict = {}
+    fused: dict = {}
+    for r, k, t in zip(analysis.rows, keys, rf.times):
+        acc[k] = acc.get(k, 0.0) + t.time_s
+        if rf.fusion is not None:
+            fused[k] = fused.get(k, 0.0) + rf.fusion.row_time[r.index] + t.comm_s
+    df = df.copy()
+    df["est_time_s"] = [acc.get(k, 0.0) for k in df[label]]
+    if rf.fusion is not None:
+        df["est_time_fused_s"] = [fused.get(k, 0.0) for k in df[label]]
+    return df
 
 
 def _comm_frame(analysis):
@@ -145,21 +202,35 @@ def _meta(analysis) -> dict:
 def cmd_report(args) -> int:
     from .report import render, summary_frame
 
-    progress = Progress(enabled=not args.quiet)
-    analysis = load_analysis(args.file, args, progress)
+    hw = _hardware(args)
     by, depth = args.by
+    if args.top is not None and by != "op":
+        raise UserError("--top goes with --by op")
+    progress = Progress(enabled=not args.quiet)
+    analysis = load_analysis(args.file, args, progress, dataflow=hw is not None and args.fuse != "none")
+    rf = _roofline(analysis, hw, args, progress) if hw is not None else None
     progress.stage("grouping")
-    if by == "summary":
+    if rf is not None and by == "summary":
+        df = rf.summary_frame(args.steps or 1, counts=analysis.summary)
+    elif rf is not None and by == "op":
+        df = rf.kernel_frame(args.top) if rf.fusion is not None else rf.op_frame(args.top)
+    elif by == "summary":
         df = summary_frame(analysis.summary)
     elif by == "block":
-        df = _block_frame(analysis, args)
+        df = _block_frame(analysis, args, roofline=rf)
     elif by == "comm":
         df = _comm_frame(analysis)
+        if rf is not None:
+            df["comm_time_s"] = [t.comm_s for r, t in zip(analysis.rows, rf.times) if r.kind == "collective"]
     elif by == "op" and args.format != "table":
         df = analysis.ops  # every op occurrence
     else:
         df = analysis.group("op" if by == "op" else by, depth)
+        if rf is not None:
+            df = _timed_group(analysis, rf, "op" if by == "op" else by, depth, df)
     title = f"{analysis.source} (entry @{analysis.entry}), by {by}" + (f":{depth}" if depth else "")
+    if rf is not None:
+        title += f", on {hw.name}" + (", fused elementwise" if rf.fusion is not None else "")
     text = render(df, args.format, args.unit, summary=analysis.summary, meta=_meta(analysis), title=title)
     progress.done()
     _write(text, args.output)
@@ -169,9 +240,11 @@ def cmd_report(args) -> int:
 def cmd_blocks(args) -> int:
     from .report import render
 
+    hw = _hardware(args)
     progress = Progress(enabled=not args.quiet)
-    analysis = load_analysis(args.file, args, progress)
-    df = _block_frame(analysis, args, parts=args.parts)
+    analysis = load_analysis(args.file, args, progress, dataflow=hw is not None and args.fuse != "none")
+    rf = _roofline(analysis, hw, args, progress) if hw is not None else None
+    df = _block_frame(analysis, args, parts=args.parts, roofline=rf)
     progress.done()
     fmt = args.format
     _write(render(df, fmt, args.unit, summary=analysis.summary, meta=_meta(analysis)), args.output)
@@ -290,6 +363,32 @@ def cmd_diff(args) -> int:
     return EXIT_OK
 
 
+def cmd_plot(args) -> int:
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        raise UserError("plot needs matplotlib: pip install 'mhlo-cost[plot]'") from None
+    from .plot import plot_blocks
+
+    hw = _hardware(args)
+    if not args.output.lower().endswith((".png", ".svg", ".pdf")):
+        raise UserError(f"{args.output}: the picture's name must end in .png, .svg or .pdf")
+    progress = Progress(enabled=not args.quiet)
+    analysis = load_analysis(args.file, args, progress, dataflow=hw is not None and args.fuse != "none")
+    rf = _roofline(analysis, hw, args, progress) if hw is not None else None
+    df = _block_frame(analysis, args, roofline=rf)
+    progress.stage("drawing")
+    title = args.title or (f"{Path(analysis.source).name}: per block"
+                           + (f", estimated time on {hw.name}" if hw is not None else ", FLOPs"))
+    try:
+        plot_blocks(df, args.output, title=title, fused=rf is not None and rf.fusion is not None)
+    except OSError as e:
+        raise UserError(f"{args.output}: cannot write: {e.strerror or e}") from None
+    progress.done()
+    print(f"mhlo-cost: wrote {args.output}", file=sys.stderr)
+    return EXIT_OK
+
+
 def cmd_hardware(args) -> int:
     from .hardware import list_profiles
 
@@ -327,6 +426,18 @@ def _output(p: argparse.ArgumentParser, formats=("table", "csv", "json", "markdo
     p.add_argument("-o", "--output", metavar="OUT", help="write to a file instead of stdout")
 
 
+def _estimate(p: argparse.ArgumentParser, steps: bool = False, top: bool = False) -> None:
+    g = p.add_argument_group("roofline estimate")
+    g.add_argument("--hardware", metavar="NAME", help="estimate time on this profile (mhlo-cost hardware lists them)")
+    g.add_argument("--hardware-file", metavar="FILE", help="TOML file of your own profiles (searched first)")
+    g.add_argument("--fuse", choices=("none", "elementwise"), default="none",
+                   help="elementwise: also estimate with elementwise chains fused into their producer kernel")
+    if steps:
+        g.add_argument("--steps", type=int, metavar="K", help="summary: a run of K forwards (sampling steps)")
+    if top:
+        g.add_argument("--top", type=int, metavar="N", help="--by op: the N slowest ops, slowest first")
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message):  # one line and exit 2, like every other bad input
         raise UserError(message)
@@ -342,14 +453,23 @@ def build_parser() -> argparse.ArgumentParser:
     _common(p)
     p.add_argument("--by", type=_parse_by, default=("summary", None),
                    help="summary (default), op, kind, scope[:DEPTH], block or comm")
+    _estimate(p, steps=True, top=True)
     _output(p)
     p.set_defaults(func=cmd_report)
 
     p = sub.add_parser("blocks", help="one row per transformer block (CSV by default)")
     _common(p)
     p.add_argument("--parts", action="store_true", help="one row per block part (attn, cross_attn, mlp, ...)")
+    _estimate(p)
     _output(p, default="csv")
     p.set_defaults(func=cmd_blocks)
+
+    p = sub.add_parser("plot", help="a picture of the blocks: stacked GEMM / vector / comm time (or FLOPs)")
+    _common(p)
+    _estimate(p)
+    p.add_argument("-o", "--output", required=True, metavar="OUT", help="picture to write (.png, .svg, .pdf)")
+    p.add_argument("--title", help="the picture's title")
+    p.set_defaults(func=cmd_plot)
 
     p = sub.add_parser("baseline", help="write per-block FLOP counts as a baseline JSON for CI")
     _common(p)

@@ -1,0 +1,136 @@
+"""Pictures of a block table: one stacked bar per block, in program order (``mhlo-cost plot``).
+
+With a hardware estimate (the table has ``gemm_time_s``, ``vector_time_s`` and ``comm_time_s``) a bar stacks
+the time of the GEMM/convolution kernels, of everything else on the device (elementwise, reductions, data
+movement) and of the collectives, in milliseconds. With ``fused`` (a table made with ``--fuse elementwise``)
+the bars are the fused kernels' times and the unfused means per block kind are written under the title.
+Without one a bar stacks GEMM/convolution and vector GFLOPs.
+
+Blocks of different kinds (spatial, temporal, ...) get different colour families and hatches, and the
+x labels name them by kind initial and index (``S0``, ``T0``); the rows outside blocks (embedders, final
+layer) are grey and keep their names. matplotlib (the ``plot`` extra: ``pip install mhlo-cost[plot]``) runs
+with the Agg backend: no display is needed.
+"""
+from __future__ import annotations
+
+import pandas as pd
+
+#: (dark, light) colours per block kind, in order of appearance; rows outside blocks are grey.
+_FAMILIES = [
+    ("#1f5fa8", "#8fb8e6"),  # blue
+    ("#d2691e", "#f5bf8e"),  # orange
+    ("#2e8b57", "#9fd8b5"),  # green
+    ("#7b4fa8", "#c7b0e3"),  # purple
+]
+_GREY = ("#555555", "#b5b5b5")
+_COMM = "#c0392b"
+_HATCHES = ["", "//", "..", "xx"]
+
+
+def _label(block: str, kind: str, index) -> str:
+    if kind and index is not None and not pd.isna(index):
+        return f"{kind[:1].upper()}{int(index)}"
+    return block
+
+
+def plot_blocks(df: pd.DataFrame, path: str, title: str = "", fused: bool = False) -> None:
+    """Draw the block table ``df`` (as :func:`mhlo_cost.blocks.block_table` or
+    :meth:`mhlo_cost.roofline.Roofline.block_frame` make it) into ``path`` (.png, .svg or .pdf)."""
+    import matplotlib
+
+    matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Patch
+
+    from .blocks import TOTAL
+
+    d = df[df["block"] != TOTAL].reset_index(drop=True)
+    if "part" in d.columns:
+        raise ValueError("plot_blocks() takes a block table without parts")
+    timed = {"gemm_time_s", "vector_time_s", "comm_time_s"} <= set(d.columns)
+    fused = fused and {"gemm_time_fused_s", "vector_time_fused_s"} <= set(d.columns)
+    note = ""
+    if timed:
+        scale, unit = 1e3, "ms"
+        suffix = "_fused_s" if fused else "_s"
+        layers = [("GEMM / conv kernels", d[f"gemm_time{suffix}"].astype(float) * scale, 0),
+                  ("other kernels (vector, memory)", d[f"vector_time{suffix}"].astype(float) * scale, 1),
+                  ("communication", d["comm_time_s"].astype(float) * scale, 2)]
+        ylabel = f"estimated time per forward ({unit})" + (", fused" if fused else "")
+        if fused:  # the unfused figure, every op its own kernel: an upper bound, as text per block kind
+            per_kind = []
+            for k in [k for k in dict.fromkeys(d["kind"]) if k]:
+                sub = d[d["kind"] == k]
+                per_kind.append(f"{k} {sub['est_time_s'].astype(float).mean() * scale:.3g}")
+            if per_kind:
+                note = (f"unfused (every op its own kernel), mean per block: {', '.join(per_kind)} {unit}; "
+                        f"fused: " + ", ".join(
+                            f"{k} {d[d['kind'] == k]['est_time_fused_s'].astype(float).mean() * scale:.3g}"
+                            for k in dict.fromkeys(d["kind"]) if k) + f" {unit}")
+    else:
+        gemm = (d["gemm_flops"].astype(float) + d["conv_flops"].astype(float)) / 1e9
+        layers = [("GEMM / conv", gemm, 0), ("vector", d["vector_flops"].astype(float) / 1e9, 1)]
+        ylabel = "GFLOPs per forward"
+
+    kinds = [k for k in dict.fromkeys(d["kind"]) if k]
+    family = {k: _FAMILIES[i % len(_FAMILIES)] for i, k in enumerate(kinds)}
+    hatch = {k: _HATCHES[i % len(_HATCHES)] for i, k in enumerate(kinds)}
+    n = len(d)
+    x = list(range(n))
+    width = max(8.0, min(40.0, 0.22 * n + 3))
+    fig, ax = plt.subplots(figsize=(width, 5.2), dpi=110)
+    bottom = [0.0] * n
+    for name, values, level in layers:
+        vals = [float(v) for v in values]
+        if not any(vals):
+            continue
+        colours, hatches = [], []
+        for k in d["kind"]:
+            fam = family.get(k, _GREY)
+            colours.append(_COMM if level == 2 else fam[level])
+            hatches.append(hatch.get(k, ""))
+        bars = ax.bar(x, vals, bottom=bottom, color=colours, edgecolor="white", linewidth=0.4, width=0.8)
+        for b, h in zip(bars, hatches):
+            if h:
+                b.set_hatch(h)
+        bottom = [b + v for b, v in zip(bottom, vals)]
+
+    labels = [_label(b, k, i) for b, k, i in zip(d["block"], d["kind"], d["index"])]
+    ax.set_xticks(x)
+    ax.set_xticklabels(labels, rotation=90, fontsize=7 if n > 40 else 8, family="monospace")
+    for tick, k in zip(ax.get_xticklabels(), d["kind"]):
+        tick.set_color(family.get(k, _GREY)[0])
+    ax.set_xlim(-0.7, n - 0.3)
+
+    ax.set_ylabel(ylabel)
+    ax.grid(axis="y", alpha=0.3)
+    ax.set_axisbelow(True)
+    if note:  # under the title, wrapped to the figure's width
+        import textwrap
+
+        note = "\n".join(textwrap.wrap(note, width=int(width * 9)))
+    if title and note:
+        fig.suptitle(title, fontsize=11)
+        ax.set_title(note, fontsize=8, color="#333333")
+    elif title:
+        ax.set_title(title, fontsize=11)
+
+    handles = []
+    present = [lvl for _, v, lvl in layers if any(float(t) for t in v)]
+    shades = {0: "dark", 1: "light"}
+    for name, _, level in layers:
+        if level not in present:
+            continue
+        if level == 2:
+            handles.append(Patch(facecolor=_COMM, label=name))
+        else:
+            handles.append(Patch(facecolor=_GREY[level], label=f"{name} ({shades[level]} shade)"))
+    for k in kinds:
+        handles.append(Patch(facecolor=family[k][0], hatch=hatch[k], edgecolor="white",
+                             label=f"{k} blocks ({k[:1].upper()}n)"))
+    if len(kinds) < len(d["kind"]) and any(not k for k in d["kind"]):
+        handles.append(Patch(facecolor=_GREY[0], label="outside blocks"))
+    ax.legend(handles=handles, fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
