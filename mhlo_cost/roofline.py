@@ -236,8 +236,8 @@ class _DataflowVisitor(CostVisitor):
         self._keep.append(row)
         return row
 
-    def emit(self, op, kind, target=""):
-        return self._record(op, super().emit(op, kind, target))
+    def emit(self, op, kind, target="", weights=False):
+        return self._record(op, super().emit(op, kind, target, weights))
 
     def emit_same_type(self, op, kind):
         return self._record(op, super().emit_same_type(op, kind))
