@@ -85,10 +85,11 @@ class Analysis:
         Rows come in order of first appearance in the program for ``scope``, by FLOPs (largest first)
         otherwise. Every grouping's columns add up to :attr:`summary`.
         """
-        keys = self._keys(by, depth)
+        keys = self.keys(by, depth)
         return group_rows(self.rows, keys, order="program" if by == "scope" else "flops", label=by)
 
-    def _keys(self, by: str, depth: int | None) -> list[str]:
+    def keys(self, by: str, depth: int | None = None) -> list[str]:
+        """The group key of every row for :meth:`group`."""
         if by == "op":
             return [r.op for r in self.rows]
         if by == "kind":

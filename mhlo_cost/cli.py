@@ -21,43 +21,68 @@ class UserError(Exception):
     """A problem with the input or the options, reported as one line."""
 
 
+_ACTIVE: list["Progress"] = []  # closed by main() however a command ends
+
+
 class Progress:
-    """Stage messages on stderr, shown only once work has taken more than ``delay`` seconds."""
+    """Stage messages on stderr, shown only once work has taken more than ``delay`` seconds.
+
+    A timer thread prints them; once the command ends (:meth:`done`, or :func:`main` closing every
+    instance on an error) nothing more is printed, even by a timer that already fired.
+    """
 
     def __init__(self, enabled: bool = True, delay: float = 1.0):
         self.enabled = enabled
         self.delay = delay
         self.t0 = time.perf_counter()
         self.shown = False
+        self.closed = False
         self._stage = ""
         self._timer: threading.Timer | None = None
+        self._lock = threading.Lock()
+        _ACTIVE.append(self)
 
     def stage(self, text: str) -> None:
         if not self.enabled:
             return
-        self._cancel()
-        self._stage = text
-        if self.shown:
-            self._print()
-        else:
-            remaining = max(0.0, self.delay - (time.perf_counter() - self.t0))
-            self._timer = threading.Timer(remaining, self._print)
-            self._timer.daemon = True
-            self._timer.start()
+        with self._lock:
+            self._cancel()
+            self._stage = text
+            if self.closed:
+                return
+            if not self.shown:
+                remaining = max(0.0, self.delay - (time.perf_counter() - self.t0))
+                self._timer = threading.Timer(remaining, self._print)
+                self._timer.daemon = True
+                self._timer.start()
+                return
+        self._print()
 
     def _print(self) -> None:
-        self.shown = True
-        print(f"mhlo-cost: {self._stage} ({time.perf_counter() - self.t0:.1f}s)", file=sys.stderr, flush=True)
+        with self._lock:
+            if self.closed:
+                return
+            self.shown = True
+            print(f"mhlo-cost: {self._stage} ({time.perf_counter() - self.t0:.1f}s)", file=sys.stderr, flush=True)
 
     def _cancel(self) -> None:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
 
+    def close(self) -> None:
+        with self._lock:
+            self.closed = True
+            self._cancel()
+
     def done(self) -> None:
-        self._cancel()
-        if self.shown and self.enabled:
-            print(f"mhlo-cost: done in {time.perf_counter() - self.t0:.1f}s", file=sys.stderr, flush=True)
+        with self._lock:
+            if self.closed:
+                return
+            self.closed = True
+            self._cancel()
+            if self.shown and self.enabled:
+                print(f"mhlo-cost: done in {time.perf_counter() - self.t0:.1f}s", file=sys.stderr, flush=True)
 
 
 def _size(path: str) -> str:
@@ -161,7 +186,7 @@ def _roofline(analysis, hw, args, progress: Progress):
 
 def _timed_group(analysis, rf, by: str, depth, df):
     """est_time_s (and est_time_fused_s) per group of a --by kind/op/scope table."""
-    keys = analysis._keys(by, depth)
+    keys = analysis.keys(by, depth)
     label = df.columns[0]
     acc: dict = {}
     fused: dict = {}
@@ -530,6 +555,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"mhlo-cost: internal error: {type(e).__name__}: {e} (MHLO_COST_DEBUG=1 shows the traceback)",
               file=sys.stderr)
         return EXIT_INTERNAL
+    finally:
+        while _ACTIVE:
+            _ACTIVE.pop().close()
 
 
 if __name__ == "__main__":

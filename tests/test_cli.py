@@ -158,3 +158,12 @@ def test_units_are_exact_decimal_views():
     assert scale(260977523687424, "T") == "260.978"
     assert scale(-1500, "K") == "-1.500" and scale(1499, "K") == "1.499" and scale(1_000_500, "M") == "1.001"
     assert scale(10**400, "T").endswith(".000")
+
+
+def test_no_progress_line_after_an_error(tmp_path, capsys):
+    import time
+
+    assert main(["report", str(tmp_path / "missing.mlir")]) == 2
+    time.sleep(1.3)  # past the progress delay
+    err = capsys.readouterr().err
+    assert err.strip().splitlines() == [f"mhlo-cost: error: {tmp_path / 'missing.mlir'}: no such file"]
