@@ -10,9 +10,10 @@ if [ "${1:-}" = "--update" ]; then mode=update; fi
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
-names=(gpt_small stdit3_204_640_360)
+names=(gpt_small stdit3_204_640_360 stdit3_small_megatron4)
 args=("--model gpt"
-      "--model stdit3 --shape 204_640_360")
+      "--model stdit3 --shape 204_640_360"
+      "--model stdit3 --small --heads 4 --parallel megatron --devices 4")
 status=0
 for i in "${!names[@]}"; do
   name=${names[$i]}
