@@ -94,7 +94,7 @@ def main() -> None:
         # The analysis proper, on modules parsed beforehand (each run gets a fresh one).
         modules = [load(path) for _ in range(args.repeat)]
         t_after, _ = best(lambda: analyze(modules.pop()).summary, args.repeat)
-        del modules
+        modules.clear()
         t_full, analysis = best(lambda: _end_to_end(analyze, path), args.repeat)
         t_xla, xla = best(lambda: lowered.cost_analysis(), args.repeat)
 

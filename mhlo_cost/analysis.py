@@ -128,6 +128,15 @@ def analyze(source: str | bytes | os.PathLike | Loaded, entry: str | None = None
     Raises :class:`~mhlo_cost.loader.LoadError` for input that is not MLIR and
     :class:`~mhlo_cost.visitors.base.AnalysisError` for IR that cannot be counted.
     """
+    loaded, visitor = walk(source, CostVisitor, entry)
+    return Analysis(visitor.rows, loaded.name, visitor.entry, visitor.warnings)
+
+
+def walk(source, visitor_class, entry: str | None = None, after=None):
+    """Load ``source`` if need be and run one ``visitor_class`` walk over it; (loaded, visitor).
+
+    ``after(visitor)`` runs inside the module's context once the walk is done.
+    """
     loaded = source if isinstance(source, Loaded) else load(source)
     # The walk allocates one row per op and frees nothing: the cyclic collector would only rescan the
     # growing heap again and again (that alone doubled the time on 50k ops), so it pauses meanwhile.
@@ -135,14 +144,16 @@ def analyze(source: str | bytes | os.PathLike | Loaded, entry: str | None = None
     gc.disable()
     try:
         with loaded.context:
-            visitor = CostVisitor(loaded.module, entry)
-            rows = visitor.run()
+            visitor = visitor_class(loaded.module, entry)
+            visitor.run()
+            if after is not None:
+                after(visitor)
     except AnalysisError as e:
         raise AnalysisError(f"{loaded.name}: {e}") from None
     finally:
         if gc_was_enabled:
             gc.enable()
-    return Analysis(rows, loaded.name, visitor.entry, visitor.warnings)
+    return loaded, visitor
 
 
 __all__ = ["Analysis", "AnalysisError", "LoadError", "analyze", "METRICS"]

@@ -364,7 +364,7 @@ def cmd_check(args) -> int:
 
 
 def cmd_diff(args) -> int:
-    from .baseline import METRICS, counts_frame, side_by_side
+    from .baseline import counts_frame, side_by_side
     from .report import render
 
     progress = Progress(enabled=not args.quiet)

@@ -55,7 +55,6 @@ spanning loop iterations.
 """
 from __future__ import annotations
 
-import gc
 import math
 import os
 from dataclasses import dataclass, field
@@ -65,7 +64,7 @@ import pandas as pd
 from .analysis import Analysis
 from .hardware import Hardware, HardwareError, canonical_dtype
 from .types import TensorInfo
-from .visitors.base import AnalysisError, Row, short_name
+from .visitors.base import Row, short_name
 from .visitors.cost import CostVisitor
 from .visitors.vector import KNOWN_CUSTOM_CALLS
 
@@ -318,22 +317,11 @@ class DataflowAnalysis(Analysis):
 
 def analyze_dataflow(source, entry: str | None = None) -> DataflowAnalysis:
     """:func:`mhlo_cost.analysis.analyze` that also records the data flow (for :func:`fuse`)."""
-    from .loader import Loaded, load
+    from .analysis import walk
 
-    loaded = source if isinstance(source, Loaded) else load(source)
-    gc_was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        with loaded.context:
-            visitor = _DataflowVisitor(loaded.module, entry)
-            rows = visitor.run()
-            producers = visitor.producers()
-    except AnalysisError as e:
-        raise AnalysisError(f"{loaded.name}: {e}") from None
-    finally:
-        if gc_was_enabled:
-            gc.enable()
-    return DataflowAnalysis(rows, loaded.name, visitor.entry, visitor.warnings, producers=producers)
+    found = {}
+    loaded, visitor = walk(source, _DataflowVisitor, entry, after=lambda v: found.update(p=v.producers()))
+    return DataflowAnalysis(visitor.rows, loaded.name, visitor.entry, visitor.warnings, producers=found["p"])
 
 
 # ---------------------------------------------------------------------------------------------------------
