@@ -62,6 +62,7 @@ class TypeCache:
 
     def __init__(self):
         self._map: dict[int, TensorInfo] = {}
+        self.known = self._map.get  # hash(type) -> TensorInfo or None, for hot loops
 
     def __call__(self, t: ir.Type) -> TensorInfo:
         h = hash(t)

@@ -165,6 +165,7 @@ class IRVisitor:
         self._func_name = ""
         self._args: set = set()
         self._types = TypeCache()
+        self._known_type = self._types.known
         self._locations = LocationCache()
         self.rows: list[Row] = []
         self.warnings: list[str] = []
@@ -362,10 +363,12 @@ class IRVisitor:
         recorded in ``row.weights``.
         """
         types = self._types
+        known = self._known_type  # the cache's dict lookup, inlined: this runs for every type of every op
         try:
             results = op.results
             if len(results) == 1:
-                result = types(results[0].type)
+                t = results[0].type
+                result = known(hash(t)) or types(t)
                 written = result.nbytes
             else:
                 result = tuple(types(r.type) for r in results)
@@ -373,7 +376,8 @@ class IRVisitor:
             operands = op.operands
             if len(operands) == 1:  # most data movement: broadcast, convert, reshape, transpose, slice
                 v = operands[0]
-                ti = types(v.type)
+                t = v.type
+                ti = known(hash(t)) or types(t)
                 read = ti.nbytes
                 infos = (ti,)
                 found = (0,) if weights and hash(v) in self._args else ()
@@ -383,7 +387,8 @@ class IRVisitor:
                 found = ()
                 args = self._args
                 for v in operands:
-                    ti = types(v.type)
+                    t = v.type
+                    ti = known(hash(t)) or types(t)
                     read += ti.nbytes
                     if weights and hash(v) in args:
                         found += (len(infos),)
