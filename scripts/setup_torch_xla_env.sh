@@ -13,8 +13,8 @@ if [ ! -x "$VENV/bin/python" ]; then
     "$PY" -m venv "$VENV"
 fi
 "$VENV/bin/python" -m pip install --upgrade pip >/dev/null
-"$VENV/bin/python" -m pip install "torch==2.9.0" "torch-xla==2.9.0" numpy
+"$VENV/bin/python" -m pip install --quiet "torch==2.9.0" "torch-xla==2.9.0" numpy
 # The package itself, without its jax dependencies: the venv only lowers torch modules.
-"$VENV/bin/python" -m pip install --no-deps -e "$ROOT"
+"$VENV/bin/python" -m pip install --quiet --no-deps -e "$ROOT"
 PJRT_DEVICE=CPU "$VENV/bin/python" -c "import torch, torch_xla; print('torch', torch.__version__, 'torch_xla', torch_xla.__version__)"
 echo "torch-xla venv ready at $VENV in $(( $(date +%s) - start )) s"
