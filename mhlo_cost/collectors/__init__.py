@@ -119,12 +119,38 @@ def row_scope(r) -> str:
         return s
     loc = getattr(r, "loc", None)
     name = getattr(loc, "name", "") if loc is not None else ""
-    if name and "/" not in name and _MODULE_PATH.match(name):
+    if name and "/" not in name and _MODULE_PATH.match(name) and not _is_instruction_name(name):
         return name
     return ""
 
 
 _MODULE_PATH = re.compile(r"^[A-Za-z_][\w-]*(?:\[\d+\])?(?:\.[\w-]+(?:\[\d+\])?)+$")
+_INSTRUCTION = re.compile(r"^([a-z][a-z0-9_-]*)\.\d+$")
+
+
+def _is_instruction_name(name: str) -> bool:
+    """An XLA instruction name (``broadcast.167``, ``divide.531``, ``p0.2``) as torch-xla writes them into
+    locations: an HLO opcode or parameter with a counter, not a module path like ``h.11``."""
+    m = _INSTRUCTION.match(name)
+    if m is None:
+        return False
+    word = m.group(1).replace("-", "_")
+    return word in _HLO_OPCODES or bool(re.fullmatch(r"p\d+|arg\d+|param(eter)?", word))
+
+
+def _hlo_opcodes() -> frozenset:
+    from ..visitors.vector import DATA_MOVEMENT, ELEMENTWISE, TRANSCENDENTAL
+
+    return ELEMENTWISE | TRANSCENDENTAL | DATA_MOVEMENT | frozenset({
+        "dot", "convolution", "reduce", "reduce_window", "select_and_scatter", "scatter", "sort", "map", "fusion",
+        "custom_call", "call", "while", "conditional", "parameter", "tuple", "all_reduce", "all_gather",
+        "reduce_scatter", "all_to_all", "collective_permute", "broadcast", "iota", "rng", "cholesky", "fft",
+        "triangular_solve", "clamp", "get_tuple_element", "dynamic_slice", "dynamic_update_slice", "maximum",
+        "minimum", "exponential", "log", "logistic", "tanh", "rsqrt", "sqrt", "sine", "cosine", "power",
+    })
+
+
+_HLO_OPCODES = _hlo_opcodes()
 
 
 def short_op(r) -> str:
