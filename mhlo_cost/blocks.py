@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from typing import Callable
 
+import re
+
 import pandas as pd
 
 from .analysis import int_series
@@ -65,7 +67,10 @@ def block_table(analysis, blocks, parts: bool = False, extra: dict[str, Callable
     # A key is ("b", block id, part) or ("g", group name, "").
     acc: dict[tuple, list] = {}
     order: dict[tuple, tuple] = {}
+    # A group never takes a block's name, nor its family's (``spatial_blocks`` beside ``spatial_blocks.0``):
+    # ops next to blocks but outside them belong to the top level.
     block_names = {b.name for b in blocks.blocks}
+    block_names |= {re.split(r"[._/\[]\d+\]?$", b.name)[0] for b in blocks.blocks}
     for i, r in enumerate(rows):
         vals = [f(r) for f in funcs]
         bids = blocks.row_blocks[i]
@@ -82,7 +87,7 @@ def block_table(analysis, blocks, parts: bool = False, extra: dict[str, Callable
                     a[c] += _share(v, k, j)
         else:
             group = blocks.row_groups[i] or "(top)"
-            if group in block_names:  # ops next to a block but outside it: never a second row of its name
+            if group in block_names:
                 group = "(top)"
             key = ("g", group, "")
             a = acc.get(key)

@@ -251,15 +251,81 @@ def _torch_xla():
     return xf
 
 
-def test_torch_xla_gemm_equals_jax(small_jax_text):
-    xf = _torch_xla()
-    low = xf.lower("stdit3", _small())
+@pytest.fixture(scope="module")
+def small_torch_xla():
+    return _torch_xla().lower("stdit3", _small())
+
+
+def test_torch_xla_gemm_equals_jax(small_torch_xla, small_jax_text):
+    low = small_torch_xla
     assert low.bytecode is not None and low.text is None
     a, aj = analyze(low.bytecode), analyze(small_jax_text)
     assert a.summary["gemm_flops"] == aj.summary["gemm_flops"] == gemm_flops(_small())["total"]
     assert a.summary["conv_flops"] == aj.summary["conv_flops"]
     assert a.summary["unknown_ops"] == 0
     assert math.isclose(a.summary["vector_flops"], aj.summary["vector_flops"], rel_tol=0.10)
+
+
+def _scope_blocks(analysis):
+    from mhlo_cost.blocks import block_table
+    from mhlo_cost.collectors import assign_blocks
+
+    blocks = assign_blocks(analysis)
+    table = block_table(analysis, blocks)
+    table = table[table.kind.isin(["spatial", "temporal"])]
+    return blocks, [(r.block, int(r.gemm_flops)) for r in table.itertuples()]
+
+
+def test_torch_xla_blocks_by_scope_equal_jax(small_torch_xla, small_jax_text):
+    """torch-xla's ops carry module paths (spatial_blocks.0/attn/qkv/addmm) whatever order XLA puts them
+    in: the scope collector finds the JAX lowering's blocks, with its GEMM FLOPs per block."""
+    assert small_torch_xla.info["locations"] is True
+    a, aj = analyze(small_torch_xla.bytecode), analyze(small_jax_text)
+    scopes = set(a.ops.scope)
+    for s in ("spatial_blocks.0/attn/qkv", "temporal_blocks.1/cross_attn/kv_linear", "spatial_blocks.1/mlp/fc2",
+              "y_embedder/y_proj/fc1", "t_block/1", "final_layer/linear"):
+        assert s in scopes, s
+    bx, x_gemm = _scope_blocks(a)
+    bj, j_gemm = _scope_blocks(aj)
+    assert bx.method == bj.method == "scope"
+    cfg = _small()
+    f = gemm_flops(cfg)
+    expected = []
+    for i in range(cfg.depth):
+        expected += [(f"spatial_blocks.{i}", f["spatial_block"]), (f"temporal_blocks.{i}", f["temporal_block"])]
+    assert x_gemm == j_gemm == expected
+    # The bytecode is plain StableHLO (not torch-xla's VHLO artifact): its text, as dump_mhlo writes it
+    # to a .mlir file, re-parses with the locations.
+    from mhlo_cost.frontends import to_text
+
+    assert _scope_blocks(analyze(to_text(small_torch_xla.bytecode)))[1] == expected
+    bt, bj2 = _block_sums(a, "gemm_flops"), _block_sums(aj, "gemm_flops")
+    for name in ("y_embedder", "t_embedder", "fps_embedder", "t_block", "final_layer"):
+        assert bt[name] == bj2[name] == f[name], name
+
+
+def test_torch_xla_location_names():
+    """The dump script's location names, from torch.export's nn_module_stack (no torch-xla needed)."""
+    import importlib.util as iu
+
+    spec = iu.spec_from_file_location("_torch_xla_dump", ROOT / "scripts" / "torch_xla_dump.py")
+    dump = iu.module_from_spec(spec)
+    spec.loader.exec_module(dump)
+
+    class Node:
+        def __init__(self, stack, target=torch.ops.aten.addmm.default):
+            self.meta = {"nn_module_stack": stack} if stack is not None else {}
+            self.target = target
+
+    stack = {"L__self__": ("", "STDiT3"), "L__self__spatial_blocks.0": ("spatial_blocks.0", "Block"),
+             "L__self__spatial_blocks.0.attn": ("spatial_blocks.0.attn", "Attention"),
+             "L__self__spatial_blocks.0.attn.qkv": ("spatial_blocks.0.attn.qkv", "Linear")}
+    assert dump.location_name(Node(stack)) == "spatial_blocks.0/attn/qkv/addmm"
+    seq = {"a": ("t_block", "Sequential"), "b": ("t_block.1", "Linear")}
+    assert dump.location_name(Node(seq)) == "t_block/1/addmm"
+    old_style = {"a": ("L['self'].blocks[0]", "Block"), "b": ("L['self'].blocks[0].mlp", "Mlp")}
+    assert dump.location_name(Node(old_style, torch.ops.aten.mul.Tensor)) == "blocks.0/mlp/mul"
+    assert dump.location_name(Node(None)) == "addmm"
 
 
 def test_torch_xla_missing_venv_message(monkeypatch, tmp_path):

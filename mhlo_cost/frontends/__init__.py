@@ -218,8 +218,6 @@ def lower_module(frontend: str, spec: str, input_shapes, dtype: str = "float32",
     mod = get_frontend(frontend)
     if not hasattr(mod, "lower_module"):
         raise FrontendError(f"the {frontend} frontend cannot lower a user's module")
-    if frontend == "torch-xla":  # no locations that re-parse: bytecode without them
-        return mod.lower_module(spec, input_shapes, dtype)
     return mod.lower_module(spec, input_shapes, dtype, locations=locations)
 
 

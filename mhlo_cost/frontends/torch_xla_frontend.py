@@ -5,8 +5,17 @@ in ``.venv-torch-xla`` (made by ``scripts/setup_torch_xla_env.sh``) as a subproc
 ``.venv-torch-xla/bin/python scripts/torch_xla_dump.py`` builds the module on the CPU with random weights
 (torch-xla needs real tensors: keep configurations small), exports it with ``torch.export``, converts it
 with ``torch_xla.stablehlo.exported_program_to_stablehlo`` and writes StableHLO bytecode, which is read
-back here. torch-xla writes no scope locations the analyzer can use (its debug-located text,
-``XLA_HLO_DEBUG=1``, does not re-parse), so the result has totals but no per-block scopes.
+back here.
+
+Locations: torch-xla names an op after its HLO instruction (``broadcast.167``), and XLA reorders a few ops
+(the caption kv projections are hoisted), so positional block finding is unreliable on its output. With
+``locations=True`` (the default) the dump script tags every FX node's results with its module path from
+``torch.export``'s ``nn_module_stack`` (``spatial_blocks.0/attn/qkv/addmm``) through torch-xla's
+``write_mlir_debuginfo`` (``XLA_HLO_DEBUG=1`` metadata), which the bytecode keeps as op locations: the
+scope collector then finds the same blocks as on the JAX and torchax lowerings, with the same GEMM FLOPs
+per block. The portable artifact (VHLO) torch-xla writes is turned back into plain StableHLO here:
+``bytecode`` is StableHLO MLIR bytecode, ``text=True`` its text (both re-parse; torch-xla's own printer
+writes the debug locations in a form that does not).
 
 The interpreter is ``$MHLO_COST_TORCH_XLA_PYTHON`` if set, else ``<repo>/.venv-torch-xla/bin/python``.
 """
@@ -74,6 +83,10 @@ def run_dump(args: list[str], *, timeout: float | None = 1800) -> dict:
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     # The venv's own packages only: no PYTHONPATH from the main environment.
     env.pop("PYTHONPATH", None)
+    # The dump script turns XLA_HLO_DEBUG on itself, after importing torch_xla; set before that (or with
+    # XLA_IR_DEBUG), torch-xla 2.9 records Python frames per IR node and lowering the tagged graph fails.
+    env.pop("XLA_HLO_DEBUG", None)
+    env.pop("XLA_IR_DEBUG", None)
     proc = subprocess.run([str(py), str(DUMP_SCRIPT), *args], capture_output=True, text=True, env=env,
                           timeout=timeout, cwd=str(ROOT))
     if proc.returncode != 0:
@@ -86,17 +99,32 @@ def run_dump(args: list[str], *, timeout: float | None = 1800) -> dict:
 
 
 def _lowered(data: bytes, text: bool, info: dict):
-    if text:
-        return Lowered(text=data.decode(), info=info)
-    return Lowered(bytecode=data, info=info)
+    """torch-xla writes a StableHLO portable artifact (VHLO bytecode): deserialized here and written back
+    as plain StableHLO bytecode, or printed as StableHLO text for ``text`` (a VHLO module printed as such
+    is VHLO text, which the analyzer does not read; torch-xla's own printer writes debug locations in a
+    form that does not re-parse)."""
+    import io
+
+    from ..loader import load
+
+    loaded = load(data)
+    module = loaded.module
+    with loaded.context:
+        if text:
+            return Lowered(text=module.operation.get_asm(enable_debug_info=True, large_elements_limit=None),
+                           info=info)
+        buf = io.BytesIO()
+        module.operation.write_bytecode(buf)
+    return Lowered(bytecode=buf.getvalue(), info=info)
 
 
 def lower(model: str, cfg=None, *, locations: bool = True, text: bool = False,
           max_param_bytes: int = MAX_PARAM_BYTES, timeout: float | None = 1800):
     """Lower a bundled model ('stdit3') for ``cfg`` (None: ``STDiT3Config().small()``) with torch-xla.
 
-    Returns a ``Lowered`` with ``bytecode`` (StableHLO MLIR bytecode; ``text=True``: StableHLO text). The IR
-    carries no scope locations whatever ``locations`` says. Raises FrontendError (one sentence naming
+    Returns a ``Lowered`` with ``bytecode`` (StableHLO MLIR bytecode; ``text=True``: StableHLO text) whose
+    op locations name module paths (``spatial_blocks.0/attn/qkv/addmm``) unless ``locations=False``
+    (then torch-xla's instruction names). Raises FrontendError (one sentence naming
     ``scripts/setup_torch_xla_env.sh``) when the torch-xla venv is missing.
     """
     if model not in MODELS:
@@ -112,35 +140,36 @@ def lower(model: str, cfg=None, *, locations: bool = True, text: bool = False,
     _check_available()
     fields = dataclasses.asdict(cfg)
     with tempfile.TemporaryDirectory(prefix="mhlo-cost-txla-") as tmp:
-        out = os.path.join(tmp, "model.mlir" if text else "model.mlirbc")
+        out = os.path.join(tmp, "model.mlirbc")
         args = ["--model", model, "--config", json.dumps(fields), "--out", out]
-        if text:
-            args.append("--text")
+        if not locations:
+            args.append("--no-locations")
         report = run_dump(args, timeout=timeout)
         data = Path(out).read_bytes()
-    info = {"frontend": "torch-xla", "model": model, "locations": False,
+    info = {"frontend": "torch-xla", "model": model, "locations": bool(report.get("locations", False)),
             "subprocess_seconds": report.get("seconds"), "subprocess_peak_rss_mb": report.get("peak_rss_mb")}
     return _lowered(data, text, info)
 
 
 def lower_module(module_spec: str, input_shapes, dtype: str = "float32", *, text: bool = False,
-                 timeout: float | None = 1800):
+                 locations: bool = True, timeout: float | None = 1800):
     """Lower a user's module, named ``'package.module:factory'`` (importable in the torch-xla venv), with
-    random inputs of ``input_shapes`` (tuples of ints) in ``dtype``. Returns a ``Lowered``."""
+    random inputs of ``input_shapes`` (tuples of ints) in ``dtype``. Returns a ``Lowered`` (module-path
+    locations unless ``locations=False``)."""
     if not isinstance(module_spec, str):
         raise TypeError("the torch-xla frontend runs in another interpreter: name the module factory as "
                         "'package.module:factory'")
     _check_available()
     with tempfile.TemporaryDirectory(prefix="mhlo-cost-txla-") as tmp:
-        out = os.path.join(tmp, "model.mlir" if text else "model.mlirbc")
+        out = os.path.join(tmp, "model.mlirbc")
         args = ["--module", module_spec, "--dtype", str(dtype), "--out", out]
         for s in input_shapes:
             args += ["--input-shape", ",".join(str(int(d)) for d in s)]
-        if text:
-            args.append("--text")
+        if not locations:
+            args.append("--no-locations")
         report = run_dump(args, timeout=timeout)
         data = Path(out).read_bytes()
-    info = {"frontend": "torch-xla", "model": module_spec, "locations": False,
+    info = {"frontend": "torch-xla", "model": module_spec, "locations": bool(report.get("locations", False)),
             "subprocess_seconds": report.get("seconds"), "subprocess_peak_rss_mb": report.get("peak_rss_mb")}
     return _lowered(data, text, info)
 
