@@ -197,3 +197,59 @@ def test_parallel_errors_are_one_line():
     assert r.returncode == 1 and "batch (2)" in one_line(r.stderr)
     r = run("--model", "stdit3", "--parallel", "tp", "--devices", "4")
     assert r.returncode == 2 and "invalid choice" in one_line(r.stderr)
+
+
+USER_MODULE = '''
+import jax.numpy as jnp
+
+
+def make_jax():
+    return lambda x: jnp.tanh(x @ jnp.ones((64, 32), x.dtype))
+
+
+def make_torch():
+    import torch
+
+    class MLP(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc1 = torch.nn.Linear(64, 256)
+            self.fc2 = torch.nn.Linear(256, 64)
+
+        def forward(self, x):
+            return self.fc2(torch.relu(self.fc1(x)))
+
+    return MLP()
+'''
+
+
+def _dump_user_module(tmp_path, factory, frontend):
+    import os
+
+    (tmp_path / "usermod.py").write_text(USER_MODULE)
+    out = tmp_path / f"{factory}.mlir"
+    env = dict(os.environ, PYTHONPATH=str(tmp_path))
+    p = subprocess.run([sys.executable, SCRIPT, "--module", f"usermod:{factory}", "--input-shape", "2,16,64",
+                        "--frontend", frontend, "-o", str(out)], cwd=ROOT, capture_output=True, text=True, env=env,
+                       timeout=600)
+    assert p.returncode == 0, p.stderr
+    return out
+
+
+def test_user_jax_function_through_module_flag(tmp_path):
+    from mhlo_cost import analyze
+
+    out = _dump_user_module(tmp_path, "make_jax", "jax")
+    assert analyze(out).summary["gemm_flops"] == 2 * (2 * 16) * 32 * 64
+
+
+def test_user_torch_module_through_torchax(tmp_path):
+    import pytest
+
+    pytest.importorskip("torch")
+    from mhlo_cost import analyze
+
+    out = _dump_user_module(tmp_path, "make_torch", "torchax")
+    a = analyze(out)
+    assert a.summary["gemm_flops"] == 2 * (2 * 16) * 64 * 256 * 2
+    assert {"fc1", "fc2"} <= {r.scope.split("/")[0] for r in a.rows if r.gemm_flops}

@@ -211,6 +211,20 @@ def output_format(path: str | None) -> tuple[str, bool]:
     return ("bytecode" if base.endswith(".mlirbc") else "text"), gz
 
 
+def resolve_spec(spec: str):
+    """The object named by ``'package.module:attr'`` (``attr`` may be dotted); FrontendError otherwise."""
+    mod_name, _, attr = spec.partition(":")
+    if not mod_name or not attr:
+        raise FrontendError(f"expected 'package.module:factory', got {spec!r}")
+    try:
+        obj = importlib.import_module(mod_name)
+        for part in attr.split("."):
+            obj = getattr(obj, part)
+    except (ImportError, AttributeError) as e:
+        raise FrontendError(f"cannot load {spec}: {e}") from None
+    return obj
+
+
 def lower_module(frontend: str, spec: str, input_shapes, dtype: str = "float32", *,
                  locations: bool = True) -> Lowered:
     """A user's own model, ``'package.module:factory'``: an ``nn.Module`` for torchax and torch-xla, a

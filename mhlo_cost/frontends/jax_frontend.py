@@ -51,18 +51,11 @@ def lower_jax(model: str, cfg=None, *, plan=None):
 def lower_module(spec: str, input_shapes, dtype: str = "float32", *, locations: bool = True) -> Lowered:
     """A user's JAX function, named ``'package.module:factory'`` (the factory returns the function to
     lower), lowered with abstract inputs of ``input_shapes`` in ``dtype``."""
-    import importlib
-
     import jax
 
-    mod_name, _, attr = spec.partition(":")
-    if not mod_name or not attr:
-        raise FrontendError(f"--module wants 'package.module:factory', got {spec!r}")
-    try:
-        factory = getattr(importlib.import_module(mod_name), attr)
-    except (ImportError, AttributeError) as e:
-        raise FrontendError(f"cannot load {spec}: {e}") from None
-    fn = factory()
+    from . import resolve_spec
+
+    fn = resolve_spec(spec)()
     if not callable(fn):
         raise FrontendError(f"{spec}() returned {type(fn).__name__}, not a function to lower")
     args = [jax.ShapeDtypeStruct(tuple(int(d) for d in s), dtype) for s in input_shapes]

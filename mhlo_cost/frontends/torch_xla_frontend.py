@@ -139,14 +139,16 @@ def lower(model: str, cfg=None, *, locations: bool = True, text: bool = False,
                      f"torchax frontend, which lowers from shapes")
     _check_available()
     fields = dataclasses.asdict(cfg)
+    return _run(["--model", model, "--config", json.dumps(fields)], model, locations, text, timeout)
+
+
+def _run(args: list[str], label: str, locations: bool, text: bool, timeout: float | None):
+    """Run the worker in the torch-xla venv with ``args`` and read back its bytecode as a ``Lowered``."""
     with tempfile.TemporaryDirectory(prefix="mhlo-cost-txla-") as tmp:
         out = os.path.join(tmp, "model.mlirbc")
-        args = ["--model", model, "--config", json.dumps(fields), "--out", out]
-        if not locations:
-            args.append("--no-locations")
-        report = run_dump(args, timeout=timeout)
+        report = run_dump(args + ["--out", out] + ([] if locations else ["--no-locations"]), timeout=timeout)
         data = Path(out).read_bytes()
-    info = {"frontend": "torch-xla", "model": model, "locations": bool(report.get("locations", False)),
+    info = {"frontend": "torch-xla", "model": label, "locations": bool(report.get("locations", False)),
             "subprocess_seconds": report.get("seconds"), "subprocess_peak_rss_mb": report.get("peak_rss_mb")}
     return _lowered(data, text, info)
 
@@ -160,18 +162,10 @@ def lower_module(module_spec: str, input_shapes, dtype: str = "float32", *, text
         raise TypeError("the torch-xla frontend runs in another interpreter: name the module factory as "
                         "'package.module:factory'")
     _check_available()
-    with tempfile.TemporaryDirectory(prefix="mhlo-cost-txla-") as tmp:
-        out = os.path.join(tmp, "model.mlirbc")
-        args = ["--module", module_spec, "--dtype", str(dtype), "--out", out]
-        for s in input_shapes:
-            args += ["--input-shape", ",".join(str(int(d)) for d in s)]
-        if not locations:
-            args.append("--no-locations")
-        report = run_dump(args, timeout=timeout)
-        data = Path(out).read_bytes()
-    info = {"frontend": "torch-xla", "model": module_spec, "locations": bool(report.get("locations", False)),
-            "subprocess_seconds": report.get("seconds"), "subprocess_peak_rss_mb": report.get("peak_rss_mb")}
-    return _lowered(data, text, info)
+    args = ["--module", module_spec, "--dtype", str(dtype)]
+    for shape in input_shapes:
+        args += ["--input-shape", ",".join(str(int(d)) for d in shape)]
+    return _run(args, module_spec, locations, text, timeout)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -212,12 +212,9 @@ def _resolve_module(module_or_factory, dtype):
 
     obj = module_or_factory
     if isinstance(obj, str):
-        mod_name, _, attr = obj.partition(":")
-        if not attr:
-            raise ValueError(f"expected 'package.module:factory', got {obj!r}")
-        obj = importlib.import_module(mod_name)
-        for part in attr.split("."):
-            obj = getattr(obj, part)
+        from . import resolve_spec
+
+        obj = resolve_spec(obj)
     if isinstance(obj, torch.nn.Module):
         module = obj
     elif callable(obj):
