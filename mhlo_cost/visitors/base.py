@@ -17,7 +17,7 @@ Subclasses emit :class:`Row` objects with :meth:`IRVisitor.emit`.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from jaxlib.mlir import ir
 
@@ -135,19 +135,11 @@ def short_name(op_name: str) -> str:
     return op_name.split(".", 1)[1] if "." in op_name else op_name
 
 
-@dataclass
-class _Frame:
-    rows: list = field(default_factory=list)
-
-
 class IRVisitor:
     """Walks a module from its entry function, dispatching ops to ``visit_<name>``.
 
     ``self.rows`` is the list of :class:`Row` in program order, each carrying its multiplicity.
     """
-
-    #: Ops that only structure the program: no row of their own.
-    STRUCTURAL = frozenset({"return", "yield", "func", "module"})
 
     def __init__(self, module: ir.Module, entry: str | None = None):
         self.module = module
@@ -158,7 +150,6 @@ class IRVisitor:
                 self.functions[ir.StringAttr(op.attributes["sym_name"]).value] = op
         self.entry = self._choose_entry(entry)
         self._dispatch: dict[str, object] = {}
-        self._short: dict[str, str] = {}
         self._func_rows: dict[str, list[Row]] = {}
         self._active: list[str] = []  # call stack of function names, for recursion checks
         self._out: list[Row] = []
@@ -243,9 +234,7 @@ class IRVisitor:
         name = op.name
         method = self._dispatch.get(name)
         if method is None:
-            short = short_name(name)
-            self._short[name] = short
-            method = getattr(self, "visit_" + short, None) or self.generic_visit
+            method = getattr(self, "visit_" + short_name(name), None) or self.generic_visit
             self._dispatch[name] = method
         method(op)
 
