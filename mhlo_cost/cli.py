@@ -117,6 +117,16 @@ def load_analysis(path: str, args, progress: Progress, dataflow: bool = False):
     return analysis
 
 
+def _regex(value: str) -> str:
+    import re
+
+    try:
+        re.compile(value)
+    except re.error as e:
+        raise argparse.ArgumentTypeError(f"not a regular expression: {value!r} ({e})") from None
+    return value
+
+
 def _parse_by(value: str) -> tuple[str, int | None]:
     by, _, depth = value.partition(":")
     choices = ("summary", "op", "kind", "scope", "block", "comm")
@@ -440,7 +450,7 @@ def _common(p: argparse.ArgumentParser, blocks: bool = True) -> None:
     if blocks:
         p.add_argument("--blocks", choices=("auto", "scope", "rms", "repeat"), default="auto",
                        help="how ops are grouped into blocks (default: auto: scope, then repeat, then rms)")
-        p.add_argument("--block-pattern", metavar="REGEX", help="regex naming a block in scope paths")
+        p.add_argument("--block-pattern", metavar="REGEX", type=_regex, help="regex naming a block in scope paths")
         p.add_argument("--norms-per-block", type=int, metavar="N", help="normalisations per block (rms)")
 
 
@@ -520,7 +530,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--strict", action="store_true")
     p.add_argument("-q", "--quiet", action="store_true")
     p.add_argument("--blocks", choices=("auto", "scope", "rms", "repeat"), default="auto")
-    p.add_argument("--block-pattern", metavar="REGEX")
+    p.add_argument("--block-pattern", metavar="REGEX", type=_regex)
     p.add_argument("--norms-per-block", type=int, metavar="N")
     _output(p)
     p.set_defaults(func=cmd_diff)

@@ -167,3 +167,8 @@ def test_no_progress_line_after_an_error(tmp_path, capsys):
     time.sleep(1.3)  # past the progress delay
     err = capsys.readouterr().err
     assert err.strip().splitlines() == [f"mhlo-cost: error: {tmp_path / 'missing.mlir'}: no such file"]
+
+
+def test_bad_block_pattern_is_one_line(model):
+    rc, _, err = run("blocks", model, "--block-pattern", "([")
+    assert rc == 2 and "not a regular expression" in err and len(err.strip().splitlines()) == 1
