@@ -111,3 +111,23 @@ func.func @main(%a: tensor<4xf32>) -> tensor<4xf32> {
     rows = analyze(text).rows
     assert [r.location for r in rows] == ["f.py:1", ""]
     assert [r.scope for r in rows] == ["fz", "fz"]
+
+
+def test_two_scans_give_distinct_block_names():
+    def f(x, w1, w2):
+        def body(c, w):
+            with jax.named_scope("layers"):
+                return jnp.tanh(c @ w), None
+        with jax.named_scope("encoder"):
+            x = lax.scan(body, x, w1)[0]
+        with jax.named_scope("decoder"):
+            x = lax.scan(body, x, w2)[0]
+        return x
+
+    text = jax.jit(f).lower(S((8, 64), F32), S((3, 64, 64), F32), S((2, 64, 64), F32)).as_text(debug_info=True)
+    a = analyze(text)
+    df = block_table(a, assign_blocks(a))
+    blocks = list(df.block[df.kind == "layers"])
+    assert blocks == ["encoder/layers.0", "encoder/layers.1", "encoder/layers.2", "decoder/layers.0",
+                      "decoder/layers.1"]
+    assert set(df.gemm_flops[df.kind == "layers"]) == {2 * 8 * 64 * 64}

@@ -137,11 +137,14 @@ class ScopeCollector:
                 continue  # an unnamed loop: the positional collectors' business
             order = list(dict.fromkeys(f for f in fams if f))
             fams = fill_nearest(fams, order[0])
+            # The scope around the loop tells two loops apart (encoder/layers.0, decoder/layers.0).
+            outer = _before_body(scopes[s])
             blocks_here = []
             for k in range(trips):
                 for f in order:
                     base, _ = index_of(f)
-                    blocks_here.append(Block(f"{base}.{k}", kind_of(f"{base}.{k}"), k))
+                    name = f"{base}.{k}"
+                    blocks_here.append(Block(f"{outer}/{name}" if outer else name, kind_of(name), k))
             rows_here = []
             for j, i in enumerate(range(s, e)):
                 fi = order.index(fams[j])
@@ -206,6 +209,15 @@ class ScopeCollector:
             if has_part[f] or (total and compute[f] >= MIN_SHARE * total):
                 out.add(f)
         return out
+
+
+def _before_body(scope: str) -> str:
+    """The scope path before the first (outermost) ``while/body`` ("" where there is none)."""
+    segs = scope.split("/") if scope else []
+    for i in range(1, len(segs)):
+        if segs[i] == "body" and segs[i - 1] == "while":
+            return "/".join(x for x in segs[:i - 1] if x)
+    return ""
 
 
 def _after_body(scope: str) -> list[str]:
