@@ -96,6 +96,8 @@ def read_baseline(path: str | Path) -> Counts:
     for i, b in enumerate(data["blocks"]):
         if not isinstance(b, dict) or not isinstance(b.get("block"), str):
             raise BaselineError(f"{path}: blocks[{i}] has no block name")
+        if b["block"] in blocks:
+            raise BaselineError(f"{path}: block {b['block']!r} appears twice")
         blocks[b["block"]] = _ints({k: v for k, v in b.items() if k != "block"}, path, f"blocks[{i}]")
     return Counts(str(data.get("source", p.name)), summary, blocks, str(data.get("blocks_method", "")))
 
@@ -132,6 +134,8 @@ def compare(base: Counts, now: Counts, metrics: tuple[str, ...] = METRICS, rtol:
         if a is None or b is None:
             status = "added" if a is None else "removed"
             src = b if a is None else a
+            if not any(src.get(m, 0) for m in metrics):
+                continue  # nothing of the checked metrics: no move
             for m in metrics:
                 va = 0 if a is None else src.get(m, 0)
                 vb = 0 if b is None else src.get(m, 0)

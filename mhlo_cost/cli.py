@@ -6,6 +6,7 @@ Every failure a user can cause ends as one line on stderr, ``mhlo-cost: error: .
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 import threading
@@ -115,6 +116,16 @@ def load_analysis(path: str, args, progress: Progress, dataflow: bool = False):
             raise UserError(f"{analysis.source}: {unknown} op(s) no rule knows: {names} (--strict)")
         print(f"mhlo-cost: warning: {unknown} op(s) no rule knows, counted as unknown: {names}", file=sys.stderr)
     return analysis
+
+
+def _positive(value: str) -> int:
+    try:
+        n = int(value)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {value!r}")
+    return n
 
 
 def _regex(value: str) -> str:
@@ -241,6 +252,8 @@ def cmd_report(args) -> int:
     by, depth = args.by
     if args.top is not None and by != "op":
         raise UserError("--top goes with --by op")
+    if args.steps is not None and by != "summary":
+        raise UserError("--steps goes with --by summary (a run's total time and utilisation)")
     progress = Progress(enabled=not args.quiet)
     analysis = load_analysis(args.file, args, progress, dataflow=hw is not None and args.fuse != "none")
     rf = _roofline(analysis, hw, args, progress) if hw is not None else None
@@ -355,8 +368,8 @@ def cmd_check(args) -> int:
     from .baseline import compare, read_baseline
     from .report import render
 
-    if args.rtol < 0:
-        raise UserError("--rtol must be >= 0")
+    if not (args.rtol >= 0 and math.isfinite(args.rtol)):
+        raise UserError(f"--rtol must be a finite number >= 0, got {args.rtol}")
     base = read_baseline(args.baseline)
     progress = Progress(enabled=not args.quiet)
     now, _ = _counts(args.file, args, progress)
@@ -451,7 +464,7 @@ def _common(p: argparse.ArgumentParser, blocks: bool = True) -> None:
         p.add_argument("--blocks", choices=("auto", "scope", "rms", "repeat"), default="auto",
                        help="how ops are grouped into blocks (default: auto: scope, then repeat, then rms)")
         p.add_argument("--block-pattern", metavar="REGEX", type=_regex, help="regex naming a block in scope paths")
-        p.add_argument("--norms-per-block", type=int, metavar="N", help="normalisations per block (rms)")
+        p.add_argument("--norms-per-block", type=_positive, metavar="N", help="normalisations per block (rms)")
 
 
 def _output(p: argparse.ArgumentParser, formats=("table", "csv", "json", "markdown"), default="table") -> None:
@@ -531,7 +544,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-q", "--quiet", action="store_true")
     p.add_argument("--blocks", choices=("auto", "scope", "rms", "repeat"), default="auto")
     p.add_argument("--block-pattern", metavar="REGEX", type=_regex)
-    p.add_argument("--norms-per-block", type=int, metavar="N")
+    p.add_argument("--norms-per-block", type=_positive, metavar="N")
     _output(p)
     p.set_defaults(func=cmd_diff)
 

@@ -172,3 +172,13 @@ def test_no_progress_line_after_an_error(tmp_path, capsys):
 def test_bad_block_pattern_is_one_line(model):
     rc, _, err = run("blocks", model, "--block-pattern", "([")
     assert rc == 2 and "not a regular expression" in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("args,message", [
+    (["blocks", "{m}", "--norms-per-block", "0"], "positive integer"),
+    (["report", "{m}", "--hardware", "h100", "--by", "block", "--steps", "3"], "--steps goes with --by summary"),
+    (["check", "{m}", "--baseline", "{m}", "--rtol", "nan"], "--rtol must be a finite number"),
+])
+def test_bad_option_values_are_one_line(model, args, message):
+    rc, _, err = run(*[a.format(m=model) for a in args])
+    assert rc == 2 and message in err and len(err.strip().splitlines()) == 1

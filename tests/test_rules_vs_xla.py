@@ -6,6 +6,8 @@ from jax import lax
 
 from mhlo_cost import analyze
 
+F32 = jnp.float32
+
 
 def lowered(f, *shapes, dtype=jnp.float32):
     return jax.jit(f).lower(*[jax.ShapeDtypeStruct(s, dtype) for s in shapes])
@@ -116,3 +118,24 @@ def test_elementwise_and_reductions_match_xla():
     # Bytes: every op's operands and results; XLA also charges a few bytes for the tuple of results.
     ours = s["bytes_read"] + s["bytes_written"]
     assert abs(ours - int(xla["bytes accessed"])) <= 16
+
+
+@pytest.mark.parametrize("name", ["dynamic_slice", "slice", "gather", "dynamic_update_slice"])
+def test_windowed_data_movement_reads_only_its_window_like_xla(name):
+    i32 = jnp.int32
+    cases = {
+        "dynamic_slice": (lambda a, i: lax.dynamic_slice_in_dim(a, i, 1, 0), [((3, 64, 64), F32), ((), i32)],
+                          2 * 64 * 64 * 4),
+        "slice": (lambda a: a[1:2, :, :32], [((3, 64, 64), F32)], 2 * 64 * 32 * 4),
+        "gather": (lambda a, i: a[i], [((10, 64), F32), ((4,), i32)], 2 * 4 * 64 * 4),
+        "dynamic_update_slice": (lambda a, u, i: lax.dynamic_update_slice_in_dim(a, u, i, 0),
+                                 [((10, 64), F32), ((2, 64), F32), ((), i32)], 2 * 2 * 64 * 4),
+    }
+    f, shapes, window_bytes = cases[name]
+    lo = jax.jit(f).lower(*[jax.ShapeDtypeStruct(s, d) for s, d in shapes])
+    a = analyze(lo.as_text())
+    (row,) = [r for r in a.rows if r.op == f"stablehlo.{name}"]
+    indices = sum(t.nbytes for t in row.operands[2 if name == "dynamic_update_slice" else 1:])
+    assert row.bytes_read + row.bytes_written == window_bytes + indices
+    s = a.summary
+    assert abs(s["bytes_read"] + s["bytes_written"] - int(lo.cost_analysis()["bytes accessed"])) <= 32

@@ -12,7 +12,8 @@ Conventions (op names without dialect; StableHLO, MHLO and CHLO share them):
 * ``sort``: elements x ceil(log2(sorted dimension)) x comparator FLOPs (a comparison sort's depth).
 * ``scatter``: update elements x FLOPs of its update body, as XLA counts it: 0 for a plain overwrite, one
   per element for a scatter-add.
-* ``DATA_MOVEMENT``: 0 FLOPs; their bytes still count.
+* ``DATA_MOVEMENT``: 0 FLOPs; their bytes still count. ``slice``, ``dynamic_slice`` and ``gather`` read
+  only what they return (and their indices); ``dynamic_update_slice`` reads and writes only its update.
 """
 from __future__ import annotations
 
@@ -151,6 +152,21 @@ class VectorVisitor(IRVisitor):
         f, t = body_flops(op.regions[0])
         row.vector_flops, row.transcendentals = ti.nelems * depth * f, ti.nelems * depth * t
 
+    def _window_read(self, op: ir.Operation) -> None:
+        # slice, dynamic_slice, gather: read only the elements they return (plus any indices), as XLA
+        # counts them; a scanned layer's weight slice is then one layer's weights, not the whole stack.
+        row = self.emit(op, "data")
+        row.bytes_read = row.bytes_written + sum(t.nbytes for t in row.operands[1:])
+
+    visit_slice = visit_dynamic_slice = visit_gather = visit_real_dynamic_slice = _window_read
+
+    def visit_dynamic_update_slice(self, op: ir.Operation) -> None:
+        # In place: reads the update and the indices, writes the update.
+        row = self.emit(op, "data")
+        update = row.operands[1].nbytes
+        row.bytes_read = sum(t.nbytes for t in row.operands[1:])
+        row.bytes_written = update
+
     def visit_scatter(self, op: ir.Operation) -> None:
         row = self.emit(op, "data")
         n_inputs = len(op.results)
@@ -173,15 +189,21 @@ class VectorVisitor(IRVisitor):
 
 
 def _install() -> None:
+    """``visit_<name>`` for every op of the tables, where the class does not define its own rule."""
+    own = set(vars(VectorVisitor))
+
+    def put(name, method):
+        if "visit_" + name not in own:
+            setattr(VectorVisitor, "visit_" + name, method)
+
     for name in ELEMENTWISE:
-        setattr(VectorVisitor, "visit_" + name, VectorVisitor._elementwise)
+        put(name, VectorVisitor._elementwise)
     for name in TRANSCENDENTAL:
-        setattr(VectorVisitor, "visit_" + name, VectorVisitor._transcendental)
+        put(name, VectorVisitor._transcendental)
     for chlo_name, equivalent in CHLO_EQUIVALENTS.items():
-        kind = VectorVisitor._transcendental if equivalent in TRANSCENDENTAL else VectorVisitor._elementwise
-        setattr(VectorVisitor, "visit_" + chlo_name, kind)
+        put(chlo_name, VectorVisitor._transcendental if equivalent in TRANSCENDENTAL else VectorVisitor._elementwise)
     for name in DATA_MOVEMENT:
-        setattr(VectorVisitor, "visit_" + name, VectorVisitor._data)
+        put(name, VectorVisitor._data)
 
 
 _install()
