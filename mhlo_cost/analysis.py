@@ -19,9 +19,7 @@ COLUMNS = (
     "target", "note", "operand_shapes", "weight_operands", "func",
 )
 #: Integer columns summed when rows are grouped.
-SUM_COLUMNS = (
-    "gemm_flops", "conv_flops", "vector_flops", "transcendentals", "bytes_read", "bytes_written", "comm_bytes",
-)
+SUM_COLUMNS = METRICS
 SUMMARY_KEYS = SUM_COLUMNS + ("ops", "unknown_ops", "comm_ops")
 
 _INT64_MAX = 2**63 - 1

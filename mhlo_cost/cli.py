@@ -71,19 +71,17 @@ class Progress:
             self._timer.cancel()
             self._timer = None
 
-    def close(self) -> None:
+    def close(self, report: bool = False) -> None:
+        """No more lines; with ``report``, a closing "done" line where stage lines were shown."""
         with self._lock:
+            was_open = not self.closed
             self.closed = True
             self._cancel()
+            if report and was_open and self.shown and self.enabled:
+                print(f"mhlo-cost: done in {time.perf_counter() - self.t0:.1f}s", file=sys.stderr, flush=True)
 
     def done(self) -> None:
-        with self._lock:
-            if self.closed:
-                return
-            self.closed = True
-            self._cancel()
-            if self.shown and self.enabled:
-                print(f"mhlo-cost: done in {time.perf_counter() - self.t0:.1f}s", file=sys.stderr, flush=True)
+        self.close(report=True)
 
 
 def _size(path: str) -> str:

@@ -20,6 +20,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from ..visitors.base import METRICS
+
 #: Segment names that structure loops rather than name user scopes.
 LOOP_SEGMENTS = ("while", "body", "cond")
 
@@ -219,8 +221,7 @@ def while_trips(r) -> int | None:
     return int(m.group(1)) if m else None
 
 
-_SPLIT_METRICS = ("gemm_flops", "conv_flops", "vector_flops", "transcendentals", "bytes_read", "bytes_written",
-                  "comm_bytes", "multiplicity")
+_SPLIT_METRICS = METRICS + ("multiplicity",)
 
 
 def _in_cond(scope: str) -> bool:

@@ -270,12 +270,12 @@ class IRVisitor:
         if callee in self.external:  # declared, not defined here: its work is unknown, never zero
             self.emit(op, "unknown", target=f"@{callee} (no body)")
             return
-        self.replay(rows, 1, self.loc(op).scope_with_op)
+        self.replay(rows, 1, self.loc(op).scope)
 
     def visit_while(self, op: ir.Operation) -> None:
         cond, body = op.regions[0], op.regions[1]
         trips = trip_count(op)
-        scope = self.loc(op).scope_with_op
+        scope = self.loc(op).scope
         if trips is None:
             note = "trip_count_unknown"
             self.warnings.append(f"while loop at {self.loc(op).describe()}: trip count not provable, counted once")
@@ -295,7 +295,7 @@ class IRVisitor:
             return (sum(r.compute for r in rows), sum(r.bytes_read + r.bytes_written for r in rows))
 
         best = max(range(n), key=lambda i: cost(branches[i]))
-        self.replay(branches[best], 1, self.loc(op).scope_with_op, f"branch {best}/{n} (max)")
+        self.replay(branches[best], 1, self.loc(op).scope, f"branch {best}/{n} (max)")
 
     def visit_case(self, op: ir.Operation) -> None:
         self._visit_branches(op, list(op.regions))

@@ -149,7 +149,7 @@ class CommIRVisitor(IRVisitor):
     def visit_async_start(self, op: ir.Operation) -> None:
         if "called_computation" in op.attributes:
             callee = ir.FlatSymbolRefAttr(op.attributes["called_computation"]).value
-            self.replay(self._function_rows(callee), 1, self.loc(op).scope_with_op)
+            self.replay(self._function_rows(callee), 1, self.loc(op).scope)
         else:
             self.generic_visit(op)
 

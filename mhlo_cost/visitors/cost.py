@@ -39,4 +39,4 @@ class CostVisitor(CommIRVisitor, TFlopsVisitor, VectorVisitor):
     def visit_composite(self, op: ir.Operation) -> None:
         # stablehlo.composite carries its meaning in a decomposition function: count that.
         callee = ir.FlatSymbolRefAttr(op.attributes["decomposition"]).value
-        self.replay(self._function_rows(callee), 1, self.loc(op).scope_with_op)
+        self.replay(self._function_rows(callee), 1, self.loc(op).scope)

@@ -36,12 +36,11 @@ def _segment(seg: str) -> str:
 class LocationInfo:
     """Scope of an op from its location name; ``file_line`` is read from the location on first use."""
 
-    __slots__ = ("name", "scope", "scope_with_op", "_loc", "_file_line", "_memo")
+    __slots__ = ("name", "scope", "_loc", "_file_line", "_memo")
 
     def __init__(self, name: str, scope: str, loc: ir.Location | None, memo: dict | None = None):
         self.name = name  # the raw name of the outermost NameLoc, "" where there is none
         self.scope = scope  # the op's scope: its name without the primitive and transform segments
-        self.scope_with_op = scope  # for call / while ops: the scope their bodies run in
         self._loc = loc
         self._memo = memo if memo is not None else {}
         self._file_line: str | None = None if loc is not None else ""
