@@ -1,0 +1,170 @@
+"""Exposed communication: how much of each collective's time the compute around it cannot hide.
+
+The model (documented in README, "Communication on real systems"):
+
+* compute runs on ONE stream, one op at a time, each for its estimated time;
+* a collective runs beside the stream from the moment its operands are ready until its time has
+  passed; collectives in flight at the same time do not slow each other (no contention);
+* an async collective (``async_start`` ... ``async_done``) starts only once the compute written before
+  its start has run, and nothing written after its done runs before it finishes;
+* an op whose operand's producer is unknown (a loop-carried value) waits for everything before it;
+* the stream runs, at each moment, the first op in program order whose operands are ready (list
+  scheduling): compute that neither feeds a synchronous collective nor depends on it runs while the
+  collective is in flight, and whatever compute is written between an async start and its done.
+
+When no op is ready the stream waits; that wait is exposed communication, charged to the collective
+it waits for (and, for the part before that collective started, to the collective it waited for in
+turn). The waits add up to the makespan minus the compute time, so per-block sums add up too.
+"""
+from __future__ import annotations
+
+import heapq
+import math
+from dataclasses import dataclass
+
+
+@dataclass
+class Exposure:
+    """Per row: the exposed seconds of each collective (0 for other rows); the schedule's length."""
+
+    exposed: list
+    makespan: float
+    compute: float
+
+
+def exposed_comm(producers: list, compute: list, comm: list, is_comm: list,
+                 async_done: dict | None = None) -> Exposure:
+    """The schedule above over rows in program order.
+
+    ``producers[i]``: the source of each operand of row i (a row index, a function argument as a string,
+    or None where unknown); ``compute[i]``: its time on the stream; ``comm[i]``: a collective's time;
+    ``is_comm[i]``: whether row i is a collective; ``async_done[i]``: for an async collective, the index
+    of the last row written before its done.
+    """
+    n = len(compute)
+    async_done = async_done or {}
+    preds = [sorted({p for p in ps if isinstance(p, int) and 0 <= p < i}) for i, ps in enumerate(producers)]
+    barrier = [any(p is None for p in ps) for ps in producers]
+    succs: list[list[int]] = [[] for _ in range(n)]
+    for i, ps in enumerate(preds):
+        for p in ps:
+            succs[p].append(i)
+    s = _State(n, compute, comm, is_comm, preds, barrier, async_done)
+    for i in range(n):
+        if not preds[i]:
+            s.release(i)
+    s.run(succs)
+    busy = math.fsum(compute)
+    return Exposure(s.exposed, max(s.t, max(s.finish, default=0.0)), busy)
+
+
+class _State:
+    def __init__(self, n, compute, comm, is_comm, preds, barrier, async_done):
+        self.n, self.compute, self.comm, self.is_comm = n, compute, comm, is_comm
+        self.preds, self.barrier, self.async_done = preds, barrier, async_done
+        self.left = [len(p) for p in preds]
+        self.finish = [0.0] * n
+        self.start = [0.0] * n
+        self.cause: list = [None] * n  # the collective that set a row's earliest start
+        self.done = [False] * n  # scheduled (its finish is known)
+        self.exposed = [0.0] * n
+        self.t = 0.0
+        self.ptr = 0  # rows 0..ptr-1 are all scheduled
+        self.prefix = (0.0, None)  # (latest finish, its collective) of rows 0..ptr-1
+        self.prefix_compute = 0.0
+        self.held: list = []  # rows waiting for every row before them to be scheduled
+        self._newly: list = []  # rows scheduled whose consumers are still to be released
+        self.waiting: list = []  # (earliest start, index)
+        self.avail: list = []  # index
+        # Gates: rows after an async collective's done wait for it.
+        self.gates = sorted((max(d, c), c) for c, d in async_done.items())
+
+    def _earliest(self, i: int) -> tuple[float, int | None]:
+        """Row i's earliest start: its latest producer's finish, and that producer if a collective."""
+        est, cause = 0.0, None
+        for p in self.preds[i]:
+            if self.finish[p] > est:
+                est, cause = self.finish[p], (p if self.is_comm[p] else None)
+        return est, cause
+
+    def release(self, i: int) -> None:
+        """All of row i's known producers are scheduled."""
+        if self.barrier[i] or (self.is_comm[i] and i in self.async_done):
+            if self.ptr < i:
+                heapq.heappush(self.held, i)
+                return
+        self._ready(i)
+
+    def _ready(self, i: int) -> None:
+        est, cause = self._earliest(i)
+        if self.barrier[i] and self.prefix[0] > est:
+            est, cause = self.prefix
+        elif self.is_comm[i] and i in self.async_done and self.prefix_compute > est:
+            est, cause = self.prefix_compute, None
+        if self.is_comm[i]:
+            self._schedule(i, est, est + self.comm[i], cause)
+        else:
+            self.cause[i] = cause
+            heapq.heappush(self.waiting, (est, i))
+
+    def _schedule(self, i: int, start: float, finish: float, cause) -> None:
+        self.start[i], self.finish[i], self.done[i] = start, finish, True
+        if self.is_comm[i]:
+            self.cause[i] = cause
+        while self.ptr < self.n and self.done[self.ptr]:
+            j = self.ptr
+            if self.finish[j] > self.prefix[0]:
+                self.prefix = (self.finish[j], j if self.is_comm[j] else None)
+            if not self.is_comm[j]:
+                self.prefix_compute = max(self.prefix_compute, self.finish[j])
+            self.ptr += 1
+        while self.held and self.held[0] <= self.ptr:
+            self._ready(heapq.heappop(self.held))
+        self._newly.append(i)
+
+    def _gate(self) -> tuple[int, int | None]:
+        """(index above which rows may not run yet, the async collective holding them)."""
+        for d, c in self.gates:
+            if not self.done[c] or self.finish[c] > self.t:
+                return d, c
+        return self.n, None
+
+    def _charge(self, c, t0: float, t1: float) -> None:
+        """The wait [t0, t1] for collective c: its own part, then what it waited for in turn."""
+        while c is not None and t1 > t0:
+            lo = max(t0, self.start[c])
+            self.exposed[c] += t1 - lo
+            t1, c = lo, self.cause[c]
+
+    def run(self, succs) -> None:
+        self._flush(succs)
+        while True:
+            while self.waiting and self.waiting[0][0] <= self.t:
+                heapq.heappush(self.avail, heapq.heappop(self.waiting)[1])
+            gate, holder = self._gate()
+            if self.avail and self.avail[0] <= gate:
+                i = heapq.heappop(self.avail)
+                self._schedule(i, self.t, self.t + self.compute[i], None)
+                self.t = self.finish[i]
+                self._flush(succs)
+                continue
+            nxt = [(self.waiting[0][0], self.cause[self.waiting[0][1]])] if self.waiting else []
+            if holder is not None and self.done[holder]:
+                nxt.append((self.finish[holder], holder))
+            if not nxt:
+                break
+            when, c = min(nxt, key=lambda x: x[0])
+            self._charge(c, self.t, when)
+            self.t = when
+        tail = sorted((self.finish[c], c) for c in range(self.n) if self.is_comm[c] and self.finish[c] > self.t)
+        for when, c in tail:
+            self._charge(c, self.t, when)
+            self.t = when
+
+    def _flush(self, succs) -> None:
+        while self._newly:
+            i = self._newly.pop()
+            for j in succs[i]:
+                self.left[j] -= 1
+                if self.left[j] == 0:
+                    self.release(j)
