@@ -1,0 +1,247 @@
+"""What liveness needs, recorded during the one walk: :class:`LivenessMixin`.
+
+The walk already gives every row the keys of its operand and result values (``Row.values``; a value's key is
+its hash, unique in a module). What the rows alone do not say is where sub-walks begin and end: a function
+body replayed at a call site, a loop's condition and body, the branch of a ``case`` taken, a ``shard_map``
+body. The mixin records each sub-walk as a :class:`Frame` (the rows it produced, in order, with the region
+ops and returns among them) and each op whose rows come from sub-walks as a :class:`Region` item of its
+parent frame: its operands and results, and the child frames it replayed with their positions.
+
+A function has one frame however often it is called; :mod:`mhlo_cost.memory.sweep` sweeps a frame once per
+instance (call site), on top of what is live where the instance runs.
+
+The mixin wraps the base walk's rules for the region ops (``call``, ``while``, ``case``, ``if``,
+``manual_computation``, ``composite``, ``async_start``) without changing them: it only looks at which rows
+they replayed. A replay by an op it does not know becomes a region item without operands or results.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from jaxlib.mlir import ir
+
+from ..visitors.base import IRVisitor, short_name
+
+#: Ops whose rows come from sub-walks; the mixin wraps their visit methods.
+REGION_OPS = ("call", "while", "case", "if", "manual_computation", "composite", "async_start")
+
+
+class Frame:
+    """One sub-walk: ``rows`` (the list it produced; positions index it) and ``items``: the :class:`Region`
+    and :class:`Return` items among the rows, in order."""
+
+    __slots__ = ("rows", "items", "pending", "collected", "open")
+
+    def __init__(self):
+        self.rows: list = []
+        self.items: list = []
+        self.pending: list = []  # (child frame or None, start position, k) of replays not yet claimed
+        self.collected: list = []  # frames collected while a region op of this frame ran
+        self.open = 0  # region ops of this frame being visited
+
+
+class Return:
+    """A terminator at position ``pos`` (rows before it): the values it returns live to the frame's end."""
+
+    __slots__ = ("pos", "uses")
+
+    def __init__(self, pos: int, uses: tuple):
+        self.pos, self.uses = pos, uses
+
+
+class Region:
+    """An op whose rows are replayed sub-walks, covering positions ``[start, end)`` of its frame.
+
+    ``children``: (frame, start, k) of each replayed sub-walk; ``branches``: frames only collected (the
+    branches not taken);
+    ``argpos``: child block-argument key -> the index of the operand it stands for;
+    ``passthrough``: result index -> operand index, where the result is that operand unchanged;
+    ``sizes``: bytes of each result (the body's per-device sizes for ``shard_map``)."""
+
+    __slots__ = ("name", "uses", "defs", "sizes", "children", "branches", "argpos", "passthrough", "start", "end")
+
+    def __init__(self, name, uses, defs, sizes, children, branches, argpos, passthrough, start, end):
+        self.name, self.uses, self.defs, self.sizes = name, uses, defs, sizes
+        self.children, self.branches, self.argpos, self.passthrough = children, branches, argpos, passthrough
+        self.start, self.end = start, end
+
+    @property
+    def pos(self) -> int:
+        return self.start
+
+
+@dataclass
+class Recording:
+    """The liveness record of one walk (no MLIR objects: it outlives the module's context)."""
+
+    entry: Frame | None
+    args: list  # (key, bytes, donated) of each entry argument
+    alias: dict = field(default_factory=dict)  # result key -> the key whose buffer it is (inline containers)
+    local: dict = field(default_factory=dict)  # key -> per-device bytes (operands of shard_map bodies)
+
+
+class LivenessMixin(IRVisitor):
+    """Records :class:`Frame` and :class:`Region` items during the walk; :meth:`recording` returns them."""
+
+    def __init__(self, module, entry=None):
+        super().__init__(module, entry)
+        self._frame = Frame()
+        self._frames: dict[int, Frame] = {}
+        self._alias: dict[int, int] = {}
+        self._local: dict[int, int] = {}
+        self._entry_args: list = []
+        self._entry_frame: Frame | None = None
+
+    def recording(self) -> Recording:
+        return Recording(self._entry_frame, self._entry_args, self._alias, self._local)
+
+    # -- frames ---------------------------------------------------------------------------------------------
+    def run(self):
+        self._entry_args = list(_arguments(self, self.functions[self.entry]))
+        rows = super().run()
+        self._entry_frame = self._frames.get(id(self._function_rows(self.entry)))  # the cached entry rows
+        return rows
+
+    def _function_rows(self, name):
+        parent = self._frame
+        self._frame = fr = Frame()
+        try:
+            rows = super()._function_rows(name)
+        finally:
+            self._frame = parent
+        if id(rows) not in self._frames:  # built now, not taken from the cache
+            fr.rows = rows
+            self._frames[id(rows)] = fr
+        return rows
+
+    def collect(self, fn, *args):
+        parent = self._frame
+        self._frame = fr = Frame()
+        try:
+            rows = super().collect(fn, *args)
+        finally:
+            self._frame = parent
+        fr.rows = rows
+        self._frames[id(rows)] = fr
+        parent.collected.append(fr)
+        return rows
+
+    def replay(self, rows, k, scope="", note=""):
+        start = len(self._out)
+        super().replay(rows, k, scope, note)
+        if k == 0 or not rows:
+            return
+        f = self._frame
+        entry = (self._frames.get(id(rows)), start, k)
+        if f.open:
+            f.pending.append(entry)
+        else:  # replayed by an op this mixin does not know: a region without operands or results
+            f.items.append(Region("", (), (), (), [entry], [], {}, {}, start, len(self._out)))
+
+    def visit_return(self, op):
+        self._frame.items.append(Return(len(self._out), tuple(map(hash, op.operands))))
+        super().visit_return(op)
+
+    def generic_visit(self, op):
+        super().generic_visit(op)
+        if len(op.regions) and len(op.results) and short_name(op.name) not in REGION_OPS:
+            # A container whose body ran inline (mhlo.fusion, ...): its results are what its body returns.
+            blocks = op.regions[0].blocks
+            ops = list(blocks[0].operations) if len(blocks) else []
+            if ops:
+                for res, v in zip(op.results, ops[-1].operation.operands):
+                    self._alias[hash(res)] = hash(v)
+
+    # -- region ops -------------------------------------------------------------------------------------------
+    def _visit_region_op(self, op, name: str) -> None:
+        f = self._frame
+        n0, c0 = len(f.pending), len(f.collected)
+        start = len(self._out)
+        f.open += 1
+        try:
+            getattr(super(LivenessMixin, self), "visit_" + name)(op)
+        finally:
+            f.open -= 1
+        children, collected = f.pending[n0:], f.collected[c0:]
+        del f.pending[n0:], f.collected[c0:]
+        if not children and len(self._out) > start:
+            return  # the op emitted a row of its own (a call to a function without a body): a leaf
+        replayed = {id(c[0]) for c in children}
+        branches = [c for c in collected if id(c) not in replayed]
+        argpos, passthrough, sizes, local = _boundary(self, op, name)
+        uses = tuple(map(hash, op.operands))
+        f.items.append(Region(name, uses, tuple(map(hash, op.results)), sizes, children, branches, argpos,
+                              passthrough, start, len(self._out)))
+        for u, nbytes in zip(uses, local):  # shard_map: the operands are per-device buffers of these sizes
+            if nbytes < self._local.get(u, nbytes + 1):
+                self._local[u] = nbytes
+
+    def nbytes(self, t) -> int:
+        """Bytes of a value of type ``t`` (0 for a type without a size: tokens, futures)."""
+        try:
+            return self._types(t).nbytes
+        except ValueError:
+            return 0
+
+
+def _make(name):
+    def visit(self, op):
+        self._visit_region_op(op, name)
+    visit.__name__ = "visit_" + name
+    visit.__doc__ = f"``{name}``: the base walk's rule, recorded as a region item for liveness."
+    return visit
+
+
+for _name in REGION_OPS:
+    setattr(LivenessMixin, "visit_" + _name, _make(_name))
+
+
+def _arguments(visitor, fn):
+    """(key, bytes, donated) of each argument of ``fn``; donated: ``jax.buffer_donor`` or ``tf.aliasing_output``."""
+    if not len(fn.regions[0].blocks):
+        return
+    attrs = None
+    if "arg_attrs" in fn.attributes:
+        try:
+            attrs = ir.ArrayAttr(fn.attributes["arg_attrs"])
+        except (ValueError, TypeError):
+            attrs = None
+    for i, a in enumerate(fn.regions[0].blocks[0].arguments):
+        donated = False
+        if attrs is not None and i < len(attrs):
+            try:
+                d = ir.DictAttr(attrs[i])
+                donated = "jax.buffer_donor" in d or "tf.aliasing_output" in d
+            except (ValueError, TypeError):
+                donated = False
+        yield hash(a), visitor.nbytes(a.type), donated
+
+
+def _boundary(visitor, op, name: str):
+    """For a region op: child block argument -> operand index, results that are an operand passed through, each
+    result's bytes, and (``shard_map``) the per-device bytes of each operand."""
+    operands = [hash(v) for v in op.operands]
+    blocks = []
+    if name in ("call", "composite"):
+        attr = "callee" if name == "call" else "decomposition"
+        fn = visitor.functions.get(ir.FlatSymbolRefAttr(op.attributes[attr]).value) if attr in op.attributes else None
+        if fn is not None and len(fn.regions[0].blocks):
+            blocks = [fn.regions[0].blocks[0]]
+    elif name in ("while", "manual_computation"):
+        blocks = [r.blocks[0] for r in op.regions if len(r.blocks)]
+    argpos = {hash(a): j for b in blocks for j, a in enumerate(b.arguments) if j < len(operands)}
+    body = blocks[-1] if blocks else None  # a while's body, a function's or a shard_map's block
+    ops = list(body.operations) if body is not None else []
+    returned = list(ops[-1].operation.operands) if ops else []
+    passthrough = {}
+    if body is not None:
+        index = {hash(a): i for i, a in enumerate(body.arguments)}
+        for j, v in enumerate(returned):
+            i = index.get(hash(v))
+            if i is not None and (name != "while" or i == j):
+                passthrough[j] = i
+    manual = name == "manual_computation"
+    sizes = tuple(visitor.nbytes(returned[j].type if manual and j < len(returned) else res.type)
+                  for j, res in enumerate(op.results))
+    local = tuple(visitor.nbytes(a.type) for a in body.arguments) if manual and body is not None else ()
+    return argpos, passthrough, sizes, local
