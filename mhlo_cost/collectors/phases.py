@@ -1,0 +1,205 @@
+"""Training phases: which ops of a step are forward, backward, recompute or optimizer work.
+
+What JAX writes into the locations of a training step (``jax.value_and_grad`` then an optax update):
+
+* ``jvp(...)``: the forward (JAX linearises the loss; ``jit(step)/jvp(layers.0)/attn/dot_general``);
+* ``transpose(jvp(...))``: the backward (the transposed linear map);
+* ``.../checkpoint/rematted_computation/...`` inside a transpose: the forward that ``jax.checkpoint``
+  recomputes during the backward (``recompute``);
+* no transformation at all, after the backward: the optimizer (optax runs outside ``value_and_grad``;
+  gradient clipping and anything else the step does after the gradients counts here too); before the
+  forward, input preparation (counted as forward).
+
+Fallbacks where a row's own name says nothing: a constant, an op in a called function or in a loop body
+(their names are relative: ``layers/attn/dot_general``, the transformation is on the call or the loop)
+takes the phase of its neighbours in program order (both sides agreeing, else the nearer). A program
+with no backward in its names (inference, or locations stripped) is all forward, and says so.
+
+Backward matrix products (dot, convolution) are split into ``dgrad`` (the gradient of an activation)
+and ``wgrad`` (the gradient of a weight). A backward product multiplies a cotangent by a value the
+forward kept (or recomputed); the forward product that used that same value (through data movement:
+reshape, transpose, convert, broadcast) is the one being transposed, and the backward product gives the
+gradient of that forward product's *other* operand: a weight when the other operand is a parameter (a
+donated argument of the step, or a slice of one in a loop), an activation otherwise. Where the data flow
+cannot be followed (loop-carried values of a scanned model), a backward product whose result has the
+shape of a forward weight operand (dimensions in any order) is a ``wgrad``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from . import fill_nearest, is_matmul, short_op
+
+FORWARD, BACKWARD, RECOMPUTE, OPTIMIZER = "forward", "backward", "recompute", "optimizer"
+PHASES = (FORWARD, BACKWARD, RECOMPUTE, OPTIMIZER)
+DGRAD, WGRAD = "dgrad", "wgrad"
+
+#: Ops that move or recast a value without changing what it is (followed to find where it came from).
+_PASS = frozenset({"transpose", "reshape", "convert", "broadcast_in_dim", "copy", "bitcast_convert"})
+#: Ops that take a slice of a stacked value (a scanned model's weights).
+_SLICE = frozenset({"dynamic_slice", "slice"})
+_CALLS = ("jit(", "pjit(")
+
+
+@dataclass
+class Phases:
+    """``phase[i]``: one of :data:`PHASES` for row i; ``grad[i]``: ``dgrad`` / ``wgrad`` for the backward
+    matrix products, "" elsewhere. ``training``: whether the program has a backward at all."""
+
+    phase: list[str]
+    grad: list[str]
+    training: bool
+    notes: list[str] = field(default_factory=list)
+
+    def key(self, i: int) -> str:
+        """The group of row i in ``report --by phase``: forward, backward/dgrad|wgrad|other, ..."""
+        p = self.phase[i]
+        if p == BACKWARD:
+            return f"backward/{self.grad[i] or 'other'}"
+        return p
+
+
+def evidence(name: str) -> str | None:
+    """What a location name alone says: a phase, ``outside`` (top level, untransformed) or None."""
+    if not name:
+        return None
+    segments = name.split("/")
+    if "rematted_computation" in segments:
+        return RECOMPUTE
+    transformed = forward = False
+    for s in segments:
+        if s.startswith("transpose("):
+            transformed = True
+            break
+        if s.startswith(("jvp(", "linearize(")):
+            forward = True
+    if transformed:
+        return BACKWARD
+    if forward:
+        return FORWARD
+    if segments[0].startswith(_CALLS):
+        return "outside"
+    return None
+
+
+def assign_phases(analysis) -> Phases:
+    """The phase of every row of ``analysis`` (and the dgrad / wgrad split where it has a data flow)."""
+    rows = analysis.rows
+    ev = [None if short_op(r) == "constant" else evidence(r.loc.name) for r in rows]
+    first_bwd = next((i for i, e in enumerate(ev) if e in (BACKWARD, RECOMPUTE)), None)
+    if first_bwd is None:
+        note = "no backward in the op locations: every op counted as forward"
+        return Phases([FORWARD] * len(rows), [""] * len(rows), False, [note])
+    base = []
+    for i, e in enumerate(ev):
+        if e == "outside":
+            e = OPTIMIZER if i > first_bwd else FORWARD
+        base.append(e if e in (FORWARD, BACKWARD, OPTIMIZER) else None)
+    unnamed = sum(1 for b in base if b is None)
+    phase = fill_nearest(base, FORWARD)
+    for i, e in enumerate(ev):
+        if e == RECOMPUTE:
+            phase[i] = RECOMPUTE
+    notes = []
+    if unnamed:
+        notes.append(f"{unnamed} op(s) without a phase of their own (constants, called functions, loop "
+                     "bodies) take their neighbours'")
+    grad, how = split_backward(analysis, phase)
+    notes += how
+    return Phases(phase, grad, True, notes)
+
+
+# -- dgrad / wgrad -------------------------------------------------------------------------------------------
+
+
+def split_backward(analysis, phase: list[str]) -> tuple[list[str], list[str]]:
+    """``dgrad`` / ``wgrad`` for every backward matrix row (see the module docstring), and notes."""
+    rows = analysis.rows
+    producers = getattr(analysis, "producers", None)
+    if producers is not None and len(producers) != len(rows):
+        producers = None
+    params = getattr(analysis, "param_args", None)
+    flow = _Flow(rows, producers, params)
+    uses: dict = {}  # root of a forward operand -> [is the other operand a parameter?]
+    weight_shapes = set()
+    for i, r in enumerate(rows):
+        if phase[i] not in (FORWARD, RECOMPUTE) or not is_matmul(r) or len(r.operands) < 2:
+            continue
+        roots = [flow.root_of(i, 0), flow.root_of(i, 1)]
+        for pos in (0, 1):
+            other = flow.is_param(roots[1 - pos], i, 1 - pos)
+            if roots[pos] is not None:
+                uses.setdefault(roots[pos], []).append(other)
+            if flow.is_param(roots[pos], i, pos):
+                weight_shapes.add(tuple(sorted(r.operands[pos].shape)))
+    grad = [""] * len(rows)
+    guessed = 0
+    for i, r in enumerate(rows):
+        if phase[i] != BACKWARD or not is_matmul(r):
+            continue
+        votes = []
+        for pos in range(min(2, len(r.operands))):
+            root = flow.root_of(i, pos)
+            if root is not None:
+                votes += uses.get(root, [])
+        if votes:
+            grad[i] = WGRAD if any(votes) else DGRAD
+        else:
+            guessed += 1
+            shape = tuple(sorted(getattr(r.result, "shape", ())))
+            grad[i] = WGRAD if shape in weight_shapes else DGRAD
+    notes = []
+    if guessed:
+        notes.append(f"{guessed} backward matrix op(s) split into dgrad / wgrad by shape (their operands "
+                     "could not be followed to the forward)")
+    return grad, notes
+
+
+class _Flow:
+    """Where operands come from, through data movement: a row index, an argument key, or None."""
+
+    def __init__(self, rows, producers, params):
+        self.rows = rows
+        self.producers = producers
+        self.params = params  # argument keys of the step's parameters (None: every argument)
+        self._memo: dict = {}
+
+    def source(self, i: int, pos: int):
+        if self.producers is None:
+            return ("weight", i, pos) if pos in self.rows[i].weights else None
+        ps = self.producers[i]
+        return ps[pos] if pos < len(ps) else None
+
+    def root(self, src):
+        seen = 0
+        while isinstance(src, int) and seen < 10_000:
+            hit = self._memo.get(src)
+            if hit is not None:
+                return hit[0]
+            r = self.rows[src]
+            if short_op(r) not in _PASS or not self.producers or not self.producers[src]:
+                break
+            src = self.producers[src][0]
+            seen += 1
+        return src
+
+    def root_of(self, i: int, pos: int):
+        src = self.source(i, pos)
+        out = self.root(src)
+        if isinstance(src, int):
+            self._memo[src] = (out,)
+        return out
+
+    def is_param(self, root, i: int, pos: int) -> bool:
+        """A step parameter: a (donated) argument, or a slice of a value from outside the loop body."""
+        if root is None:
+            return False
+        if isinstance(root, tuple):  # no data flow: an argument of the op's own function
+            return True
+        if isinstance(root, str):
+            return self.params is None or root in self.params
+        r = self.rows[root]
+        if short_op(r) in _SLICE and self.producers is not None and self.producers[root]:
+            inner = self.root(self.producers[root][0])
+            return inner is None or (isinstance(inner, str) and (self.params is None or inner in self.params))
+        return False
