@@ -1,0 +1,207 @@
+"""Models from the libraries hardware teams are handed them from, built from a configuration only (never
+weights), on the ``meta`` device: transformers (``--hf CLASS``), diffusers (``--diffusers CLASS``) and timm
+(``--timm NAME``). The libraries come with ``pip install 'mhlo-cost[models]'``.
+
+Configurations: transformers and diffusers take a local ``config.json`` (or a folder holding one); for
+transformers also the name of a model type the library ships a configuration class for (``llama``,
+``t5``: its defaults); without either, the class's default configuration. ``--set key=value`` overrides
+single fields (``num_hidden_layers=2``; dotted for nested configs: ``text_config.hidden_size=64``); an
+unknown key is an error, with the closest known ones. timm builds a model by name with ``--set`` as
+``timm.create_model`` keyword arguments (``depths=[2,2,6,2]``, ``num_classes=10``).
+
+Nothing is downloaded: no hub name is looked up, no weight is read.
+"""
+from __future__ import annotations
+
+import difflib
+import importlib
+import json
+import os
+
+from . import FrontendError
+
+LIBRARIES = {"hf": "transformers", "diffusers": "diffusers", "timm": "timm"}
+_SPECIAL = ("attn_implementation",)  # --set keys that are model-building options, not config fields
+
+
+def _import(lib: str):
+    try:
+        if lib == "timm":
+            from . import _torchvision
+
+            return _torchvision.import_timm()
+        return importlib.import_module(lib)
+    except ModuleNotFoundError as e:
+        raise FrontendError(f"{lib} is not installed ({e.name} is missing); install it with: "
+                            "pip install 'mhlo-cost[models]'") from None
+
+
+def import_timm():
+    """``import timm`` that works without torchvision (see :mod:`._torchvision`)."""
+    return _import("timm")
+
+
+def _closest(word: str, names) -> str:
+    near = difflib.get_close_matches(word, list(names), n=3, cutoff=0.6)
+    return f" (did you mean {', '.join(near)}?)" if near else ""
+
+
+def _class(lib: str, name: str):
+    mod = _import(lib)
+    try:
+        return getattr(mod, name)
+    except (AttributeError, ImportError, ModuleNotFoundError, RuntimeError) as e:
+        if isinstance(e, AttributeError):
+            return _unknown_class(lib, mod, name)
+        raise FrontendError(f"{lib}.{name} cannot be imported: {str(e).splitlines()[0]}") from None
+
+
+def _unknown_class(lib: str, mod, name: str):
+    known = [n for n in dir(mod) if n[:1].isupper()]
+    hint = _closest(name, known)
+    if lib == "transformers" and not hint:
+        from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+        if name in CONFIG_MAPPING:
+            hint = f" ({name} is a model type: --hf AutoModel --config {name}, or a class such as " \
+                   f"{type(CONFIG_MAPPING[name]()).__name__.removesuffix('Config')}Model)"
+    raise FrontendError(f"{lib} has no class {name!r}{hint}")
+
+
+def _config_file(path: str) -> str:
+    p = os.path.join(path, "config.json") if os.path.isdir(path) else path
+    if not os.path.isfile(p):
+        raise FrontendError(f"{path}: no such configuration file (a config.json or a folder holding one)")
+    return p
+
+
+def _read_json(path: str) -> dict:
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except (OSError, json.JSONDecodeError) as e:
+        raise FrontendError(f"{path}: not a readable JSON configuration ({e})") from None
+    if not isinstance(data, dict):
+        raise FrontendError(f"{path}: a configuration must be a JSON object")
+    return data
+
+
+def _set_nested(cfg, key: str, value, owner: str) -> None:
+    *parents, last = key.split(".")
+    obj = cfg
+    for p in parents:
+        if not hasattr(obj, p):
+            raise FrontendError(f"{owner} has no field {p!r} (in --set {key})")
+        obj = getattr(obj, p)
+    known = set(obj.to_dict()) if hasattr(obj, "to_dict") else set(vars(obj))
+    if last not in known and not hasattr(obj, last):
+        raise FrontendError(f"{type(obj).__name__} has no field {last!r}{_closest(last, known)}")
+    setattr(obj, last, value)
+
+
+# -- transformers ---------------------------------------------------------------------------------------------
+
+
+def hf_config(cls, config: str | None, overrides: dict):
+    """The configuration of a transformers model class: from a config.json, a model type, or the default,
+    built with the overrides (so that fields derived in the configuration's ``__init__``, like a
+    ``head_dim`` from ``hidden_size``, follow them); dotted keys are set afterwards."""
+    tf = _import("transformers")
+    config_class, data = getattr(cls, "config_class", None), {}
+    if config is not None and (os.path.exists(config) or config.endswith(".json")):
+        data = _read_json(_config_file(config))
+        if config_class is None:  # an Auto class: the file's model_type decides
+            if "model_type" not in data:
+                raise FrontendError(f"{config}: no model_type in the file; name a concrete model class")
+            config_class = type(tf.AutoConfig.for_model(data["model_type"]))
+    elif config is not None:
+        from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+        if config not in CONFIG_MAPPING:
+            raise FrontendError(f"transformers has no model type {config!r}{_closest(config, CONFIG_MAPPING.keys())} "
+                                "(give a config.json path or a model type)")
+        config_class = CONFIG_MAPPING[config]
+    elif config_class is None:
+        raise FrontendError(f"{cls.__name__} needs --config (a config.json or a model type such as llama)")
+    flat = {k: v for k, v in overrides.items() if "." not in k and k not in _SPECIAL}
+    known = set(config_class().to_dict()) | set(getattr(config_class, "attribute_map", {}))
+    for key in flat:
+        if key not in known:
+            raise FrontendError(f"{config_class.__name__} has no field {key!r}{_closest(key, known)}")
+    cfg = config_class.from_dict({**data, **flat})
+    for key, value in overrides.items():
+        if "." in key:
+            _set_nested(cfg, key, value, type(cfg).__name__)
+    return cfg
+
+
+def build_hf(name: str, config: str | None = None, overrides: dict | None = None):
+    """A transformers model (``LlamaForCausalLM``, ``AutoModelForCausalLM``...) on the meta device."""
+    import torch
+
+    overrides = dict(overrides or {})
+    cls = _class("transformers", name)
+    cfg = hf_config(cls, config, overrides)
+    attn = overrides.get("attn_implementation")
+    with torch.device("meta"):
+        if getattr(cls, "config_class", None) is None and hasattr(cls, "from_config"):  # Auto* classes
+            model = cls.from_config(cfg, **({"attn_implementation": attn} if attn else {}))
+        else:
+            if attn:
+                cfg._attn_implementation = attn
+            model = cls(cfg)
+    return model
+
+
+# -- diffusers ------------------------------------------------------------------------------------------------
+
+
+def build_diffusers(name: str, config: str | None = None, overrides: dict | None = None):
+    """A diffusers model (``LatteTransformer3DModel``, ``DiTTransformer2DModel``...) on the meta device."""
+    import inspect
+
+    import torch
+
+    cls = _class("diffusers", name)
+    if not hasattr(cls, "from_config"):
+        raise FrontendError(f"diffusers.{name} is not a model class (no from_config)")
+    base = {}
+    if config is not None:
+        base = {k: v for k, v in _read_json(_config_file(config)).items() if not k.startswith("_")}
+    params = inspect.signature(cls.__init__).parameters
+    for key in overrides or {}:
+        if key not in params:
+            known = [p for p in params if p != "self"]
+            raise FrontendError(f"{name} has no argument {key!r}{_closest(key, known)}")
+    with torch.device("meta"):
+        return cls.from_config({**base, **(overrides or {})})
+
+
+# -- timm -----------------------------------------------------------------------------------------------------
+
+
+def build_timm(name: str, overrides: dict | None = None):
+    """A timm model by name (``convnext_atto``, ``vit_small_patch16_224``), no pretrained weights."""
+    import torch
+
+    timm = _import("timm")
+    if not timm.is_model(name):
+        raise FrontendError(f"timm has no model {name!r}{_closest(name, timm.list_models())}")
+    with torch.device("meta"):
+        try:
+            return timm.create_model(name, pretrained=False, **(overrides or {}))
+        except TypeError as e:
+            raise FrontendError(f"timm model {name}: {e}") from None
+
+
+def build(library: str, name: str, config: str | None = None, overrides: dict | None = None):
+    """``library`` is ``hf``, ``diffusers`` or ``timm``."""
+    if library == "hf":
+        return build_hf(name, config, overrides)
+    if library == "diffusers":
+        return build_diffusers(name, config, overrides)
+    if library == "timm":
+        if config is not None:
+            raise FrontendError("--config applies to --hf and --diffusers; timm models are named by --timm")
+        return build_timm(name, overrides)
+    raise FrontendError(f"unknown library {library!r} (known: {', '.join(LIBRARIES)})")
