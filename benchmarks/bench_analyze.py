@@ -5,7 +5,8 @@ StableHLO text, then in one run measures, each the best of ``--repeat`` runs:
 
 * parse: jaxlib's MLIR parser reading the text into a module;
 * mhlo-cost: the full analysis (parse, walk, op table, summary);
-* xla: ``Lowered.cost_analysis()`` on the same lowered module (HLO conversion plus XLA's analysis).
+* xla: ``Lowered.cost_analysis()`` on the same lowered module (HLO conversion plus XLA's analysis);
+* liveness: the analysis with and without the memory sweep behind ``peak_bytes`` (CPU time, alternating).
 
 It prints the three times and the ratios (analysis-after-parse / parse, xla / mhlo-cost). Targets: the
 analysis after parsing takes no longer than the parse; end to end at least 3x faster than XLA.
@@ -97,6 +98,7 @@ def main() -> None:
         modules.clear()
         t_full, analysis = best(lambda: _end_to_end(analyze, path), args.repeat)
         t_xla, xla = best(lambda: lowered.cost_analysis(), args.repeat)
+        t_plain, t_live = _liveness_cost(path, max(args.repeat, 5))
 
     s = analysis.summary
     print(f"model: {args.layers} unrolled layers, {n_ops} ops, {len(text) / 1e6:.1f} MB of text "
@@ -105,10 +107,36 @@ def main() -> None:
     print(f"mhlo-cost analysis alone   {t_after:8.3f} s   (walk and counts of a parsed module)")
     print(f"mhlo-cost (end to end)     {t_full:8.3f} s   (read, parse, analysis, summary)")
     print(f"xla cost_analysis()        {t_xla:8.3f} s")
+    print(f"memory: peak {s['peak_bytes']:,} bytes; liveness adds {t_live / t_plain - 1:+.1%} to the analysis "
+          f"({t_plain:.3f} s without its frame record and sweep, {t_live:.3f} s with; target <= +20%)")
     print(f"ratio analysis/parse       {t_after / t_parse:8.2f}   (target <= 1)")
     print(f"ratio xla/mhlo-cost        {t_xla / t_full:8.2f}   (target >= 3)")
     print(f"flops: mhlo-cost gemm+conv+vector {s['gemm_flops'] + s['conv_flops'] + s['vector_flops']:,}; "
           f"xla {int(xla.get('flops', 0)):,}")
+
+
+def _liveness_cost(path, repeat: int) -> tuple[float, float]:
+    """CPU seconds (best of ``repeat``, alternating) of the analysis of a parsed module with the summary,
+    without liveness (the cost rules alone: no frame record, no sweep) and with it (``peak_bytes`` in the
+    summary). The value keys the walk gives every row are in both."""
+    from mhlo_cost.analysis import Analysis, walk
+    from mhlo_cost.loader import load
+    from mhlo_cost.visitors.cost import CostRules, CostVisitor
+
+    import gc
+
+    times = {False: [], True: []}
+    for _ in range(repeat):
+        for live in (False, True):
+            module = load(path)
+            gc.collect()  # the previous run's rows are freed here, not inside the timing
+            t0 = time.process_time()
+            _, v = walk(module, CostVisitor if live else CostRules)
+            a = Analysis(v.rows, "", v.entry, liveness=v.recording() if live else None)
+            a.summary
+            times[live].append(time.process_time() - t0)
+            del a, v, module
+    return min(times[False]), min(times[True])
 
 
 def _end_to_end(analyze, path):

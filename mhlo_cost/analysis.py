@@ -39,6 +39,8 @@ class Analysis:
     entry: str
     warnings: list[str] = field(default_factory=list)
     _ops: pd.DataFrame | None = None
+    liveness: object = None  # the walk's liveness record (mhlo_cost.memory.record.Recording)
+    _memory: object = None
 
     # -- the op table -----------------------------------------------------------------------------------
     @property
@@ -50,8 +52,19 @@ class Analysis:
                 vals = [getattr(r, c) for r in self.rows]
                 data[c] = int_series(vals) if c in SUM_COLUMNS or c in (
                     "index", "multiplicity", "group_size", "num_groups", "comm_steps") else vals
-            self._ops = pd.DataFrame(data, columns=list(COLUMNS))
+            if self.liveness is not None:
+                data["live_bytes"] = int_series(self.memory.after)
+            self._ops = pd.DataFrame(data)
         return self._ops
+
+    @property
+    def memory(self):
+        """Live bytes per row, the peak, arguments, parameters, outputs (:class:`mhlo_cost.memory.MemoryProfile`)."""
+        if self._memory is None:
+            from .memory.profile import profile
+
+            self._memory = profile(self)
+        return self._memory
 
     @property
     def summary(self) -> dict[str, int]:
@@ -65,6 +78,8 @@ class Analysis:
                 s["unknown_ops"] += r.multiplicity
             elif r.kind == "collective":
                 s["comm_ops"] += r.multiplicity
+        if self.liveness is not None:
+            s.update(self.memory.summary())
         return s
 
     @property
@@ -120,14 +135,19 @@ def group_rows(rows: list[Row], keys: list[str], order: str = "program", label: 
     return pd.DataFrame(data)
 
 
-def analyze(source: str | bytes | os.PathLike | Loaded, entry: str | None = None) -> Analysis:
+def analyze(source: str | bytes | os.PathLike | Loaded, entry: str | None = None,
+            conv_padding: str = "xla") -> Analysis:
     """Analyse MLIR given as a path, text, bytes, or an already :func:`~mhlo_cost.loader.load`-ed module.
+
+    ``conv_padding="dense"`` counts a convolution's padded positions too (PyTorch's convention).
 
     Raises :class:`~mhlo_cost.loader.LoadError` for input that is not MLIR and
     :class:`~mhlo_cost.visitors.base.AnalysisError` for IR that cannot be counted.
     """
-    loaded, visitor = walk(source, CostVisitor, entry)
-    return Analysis(visitor.rows, loaded.name, visitor.entry, visitor.warnings)
+    from .visitors.tflops import conv_padding_variant
+
+    loaded, visitor = walk(source, conv_padding_variant(CostVisitor, conv_padding), entry)
+    return Analysis(visitor.rows, loaded.name, visitor.entry, visitor.warnings, liveness=visitor.recording())
 
 
 def walk(source, visitor_class, entry: str | None = None, after=None):

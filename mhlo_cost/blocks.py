@@ -54,8 +54,34 @@ def _share(value, k: int, j: int):
     return value / k
 
 
-def block_table(analysis, blocks, parts: bool = False, extra: dict[str, Callable] | None = None) -> pd.DataFrame:
-    """DataFrame ``block, kind, index, [part,] <metrics...>``; see the module docstring."""
+def taken_names(blocks) -> set[str]:
+    """Names a group of rows outside blocks never takes: a block's, or its family's (``spatial_blocks``
+    beside ``spatial_blocks.0``); ops next to blocks but outside them belong to the top level, ``(top)``."""
+    names = {b.name for b in blocks.blocks}
+    return names | {re.split(r"[._/\[]\d+\]?$", b.name)[0] for b in blocks.blocks}
+
+
+def row_labels(blocks) -> list[tuple[str, ...]]:
+    """The block table rows each op row adds to: its blocks' names, or its group's name."""
+    taken = taken_names(blocks)
+    out = []
+    for bids, group in zip(blocks.row_blocks, blocks.row_groups):
+        if bids:
+            out.append(tuple(blocks.blocks[b].name for b in bids))
+        else:
+            group = group or "(top)"
+            out.append(("(top)",) if group in taken else (group,))
+    return out
+
+
+def block_table(analysis, blocks, parts: bool = False, extra: dict[str, Callable] | None = None,
+                memory: list | None = None) -> pd.DataFrame:
+    """DataFrame ``block, kind, index, [part,] <metrics...>``; see the module docstring.
+
+    ``memory``: ``(suffix, profile)`` pairs (:class:`mhlo_cost.memory.MemoryProfile`) adding, per row,
+    ``peak_bytes<suffix>`` (the highest live total while the block's ops run; every block of a loop gets its
+    body's) and ``live_out_bytes<suffix>`` (live once its last op is done); TOTAL: the program's peak and
+    what is live at its end."""
     rows = analysis.rows
     metrics = dict(ROW_METRICS)
     if extra:
@@ -67,16 +93,15 @@ def block_table(analysis, blocks, parts: bool = False, extra: dict[str, Callable
     # A key is ("b", block id, part) or ("g", group name, "").
     acc: dict[tuple, list] = {}
     order: dict[tuple, tuple] = {}
-    # A group never takes a block's name, nor its family's (``spatial_blocks`` beside ``spatial_blocks.0``):
-    # ops next to blocks but outside them belong to the top level.
-    block_names = {b.name for b in blocks.blocks}
-    block_names |= {re.split(r"[._/\[]\d+\]?$", b.name)[0] for b in blocks.blocks}
+    row_keys: list[tuple] = []
+    block_names = taken_names(blocks)
     for i, r in enumerate(rows):
         vals = [f(r) for f in funcs]
         bids = blocks.row_blocks[i]
         part = (blocks.row_parts[i] or NO_PART) if parts else ""
         if bids:
             k = len(bids)
+            row_keys.append(tuple(("b", b, part) for b in bids))
             for j, b in enumerate(bids):
                 key = ("b", b, part)
                 a = acc.get(key)
@@ -90,6 +115,7 @@ def block_table(analysis, blocks, parts: bool = False, extra: dict[str, Callable
             if group in block_names:
                 group = "(top)"
             key = ("g", group, "")
+            row_keys.append((key,))
             a = acc.get(key)
             if a is None:
                 a = acc[key] = [0] * len(names)
@@ -144,10 +170,116 @@ def block_table(analysis, blocks, parts: bool = False, extra: dict[str, Callable
             data[m] = int_series(vals)
         else:
             data[m] = pd.Series(vals, dtype="float64")
+    for suffix, prof in memory or ():
+        peak, live_out = _memory_columns(row_keys, prof)
+        data["peak_bytes" + suffix] = int_series([peak.get(k, 0) for k in keys] + [prof.peak_bytes])
+        end = prof.after[-1] if prof.after else prof.argument_bytes
+        data["live_out_bytes" + suffix] = int_series([live_out.get(k, 0) for k in keys] + [end])
     return pd.DataFrame(data)
+
+
+def _memory_columns(row_keys: list, prof) -> tuple[dict, dict]:
+    """Per table key: the highest live total while its rows run, and the live total after its last row."""
+    peak: dict = {}
+    live_out: dict = {}
+    for ks, during, after in zip(row_keys, prof.during, prof.after):
+        for k in ks:
+            if during > peak.get(k, -1):
+                peak[k] = during
+            live_out[k] = after
+    return peak, live_out
 
 
 def block_totals(df: pd.DataFrame) -> dict:
     """The TOTAL row of a block table as a dict of its metric columns."""
     row = df[df["block"] == TOTAL].iloc[0]
     return {c: row[c] for c in df.columns if c not in ("block", "kind", "index", "part")}
+
+
+# -- training phases ----------------------------------------------------------------------------------------
+
+#: Column prefix of each phase (see :mod:`mhlo_cost.collectors.phases`).
+PHASE_PREFIX = {"forward": "fwd", "backward": "bwd", "recompute": "recompute", "optimizer": "opt"}
+#: The backward's matrix products split by what they are the gradient of.
+GRAD_SPLIT = ("dgrad", "wgrad")
+#: Label of the group that holds the optimizer's ops (outside every block).
+OPTIMIZER_GROUP = "optimizer"
+
+
+def phase_metrics(phases, conv: bool = False) -> dict[str, Callable]:
+    """Per-row columns for :func:`block_table`: ``{fwd,bwd,recompute,opt}_{gemm,vector}_flops``, the
+    backward GEMM split into ``dgrad_gemm_flops`` / ``wgrad_gemm_flops``; the same for conv_flops with
+    ``conv``."""
+    phase, grad = phases.phase, phases.grad
+
+    def of(metric, p):
+        return lambda r: getattr(r, metric) if phase[r.index] == p else 0
+
+    def split(metric, g):
+        return lambda r: getattr(r, metric) if grad[r.index] == g else 0
+
+    out: dict[str, Callable] = {}
+    for metric in ("gemm_flops",) + (("conv_flops",) if conv else ()):
+        for p, prefix in PHASE_PREFIX.items():
+            out[f"{prefix}_{metric}"] = of(metric, p)
+            if p == "backward":
+                for g in GRAD_SPLIT:
+                    out[f"{g}_{metric}"] = split(metric, g)
+    for p, prefix in PHASE_PREFIX.items():
+        out[f"{prefix}_vector_flops"] = of("vector_flops", p)
+    return out
+
+
+def training_blocks(blocks, phases):
+    """``blocks`` of a training step, for the table: the optimizer's rows outside every block grouped as
+    :data:`OPTIMIZER_GROUP`, and blocks found twice under one name (a scanned model's forward loop and
+    backward loop each give ``layers.0``, ``layers.1``, ...) made one, so that a block's row holds its
+    forward and its backward. (The backward loop runs the layers in reverse; its iterations cost the same,
+    so the sums are exact either way.)"""
+    from dataclasses import replace
+
+    first: dict = {}
+    ids, kept = [], []
+    for b in blocks.blocks:
+        key = (b.name, b.kind, b.index)
+        if key not in first:
+            first[key] = len(kept)
+            kept.append(b)
+        ids.append(first[key])
+    row_blocks = [tuple(ids[b] for b in bs) for bs in blocks.row_blocks] if len(kept) < len(ids) \
+        else blocks.row_blocks
+    groups = [OPTIMIZER_GROUP if not b and p == "optimizer" else g
+              for b, p, g in zip(blocks.row_blocks, phases.phase, blocks.row_groups)]
+    return replace(blocks, blocks=kept, row_blocks=row_blocks, row_groups=groups)
+
+
+def add_phase_columns(df: pd.DataFrame, analysis, blocks, phases, parts: bool = False) -> pd.DataFrame:
+    """``df`` (a block table of ``blocks``, estimate columns or not) with the phase columns and
+    ``bwd_fwd_ratio``: backward over forward matrix FLOPs (GEMM + conv) per row, empty where no forward."""
+    conv = any(r.conv_flops for r in analysis.rows)
+    extra = phase_metrics(phases, conv)
+    ph = block_table(analysis, blocks, parts=parts, extra=extra)
+    if list(ph["block"]) != list(df["block"]):
+        raise ValueError("the phase table and the block table have different rows")
+    df = df.copy()
+    for c in extra:
+        df[c] = ph[c].values
+    fwd = df["fwd_gemm_flops"] + (df["fwd_conv_flops"] if conv else 0)
+    bwd = df["bwd_gemm_flops"] + (df["bwd_conv_flops"] if conv else 0)
+    df["bwd_fwd_ratio"] = pd.Series([int(b) / int(f) if int(f) else float("nan") for b, f in zip(bwd, fwd)],
+                                    dtype="float64")
+    return df
+
+
+def phase_view(df: pd.DataFrame) -> pd.DataFrame:
+    """The terminal view of a training step's block table: ``gemm_flops``, ``conv_flops`` and
+    ``vector_flops`` left out (their phase columns add up to them) and so are the phase columns that are
+    zero in every row (recompute without remat, the optimizer's GEMMs, ...); CSV and JSON keep them all."""
+    names = {f"{p}_{m}" for p in list(PHASE_PREFIX.values()) + list(GRAD_SPLIT)
+             for m in ("gemm_flops", "conv_flops", "vector_flops")}
+    idle = [c for c in df.columns if (c in names or c == "conv_flops") and not any(int(v) for v in df[c])]
+    summed = [m for m in ("gemm_flops", "conv_flops", "vector_flops") if f"fwd_{m}" in df.columns]
+    df = df.drop(columns=list(dict.fromkeys(idle + summed)))
+    phase = [c for c in df.columns if c in names or c == "bwd_fwd_ratio"]
+    head = [c for c in ("block", "kind", "index", "part") if c in df.columns]
+    return df[head + phase + [c for c in df.columns if c not in head and c not in phase]]

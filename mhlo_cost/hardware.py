@@ -349,7 +349,7 @@ def _parse(data: bytes, origin: str) -> dict[str, Hardware]:
     version = doc.get("schema_version", 1)
     if version != 1:
         raise HardwareError(f"{origin}: unsupported schema_version {version!r} (expected 1)")
-    extra = [k for k in doc if k not in ("profile", "schema_version")]
+    extra = [k for k in doc if k not in ("profile", "schema_version", "system")]  # systems: mhlo_cost.network
     if extra:
         raise HardwareError(f"{origin}: unknown top-level key {extra[0]!r} (profiles go under [profile.<name>])")
     table = doc.get("profile")

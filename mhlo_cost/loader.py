@@ -98,6 +98,7 @@ def load(source: str | bytes | os.PathLike, context: ir.Context | None = None) -
             raise LoadError(f"{name}: truncated or corrupt gzip data ({e})") from None
     if len(data) == 0 or (isinstance(data, str) and not data.strip()):
         raise LoadError(f"{name}: empty file, expected MLIR")
+    data = _unwrap(data, name)
     ctx = context or make_context()
     if isinstance(data, bytes) and data[:4] == _BYTECODE_MAGIC:
         return _load_bytecode(data, name, ctx)
@@ -114,6 +115,16 @@ def load(source: str | bytes | os.PathLike, context: ir.Context | None = None) -
     except ir.MLIRError as e:
         raise LoadError(_diagnostic_message(e, name)) from None
     return Loaded(module, ctx, name, "text")
+
+
+def _unwrap(data, name: str):
+    """A jax.export artifact -> the module inside; near misses (HLO text, a zip, a pickle) -> LoadError."""
+    from .formats import NotMLIR, unwrap
+
+    try:
+        return unwrap(data, name)
+    except NotMLIR as e:
+        raise LoadError(str(e)) from None
 
 
 def _load_bytecode(data: bytes, name: str, ctx: ir.Context) -> Loaded:

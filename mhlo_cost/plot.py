@@ -134,3 +134,71 @@ def plot_blocks(df: pd.DataFrame, path: str, title: str = "", fused: bool = Fals
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
+
+
+def _bands(labels: list, kinds: dict) -> list[tuple[int, int, str, str]]:
+    """Contiguous runs (start, end, label, kind) of the same block label."""
+    out: list = []
+    for i, lab in enumerate(labels):
+        if out and out[-1][2] == lab and out[-1][1] == i:
+            out[-1] = (out[-1][0], i + 1, lab, out[-1][3])
+        else:
+            out.append((i, i + 1, lab, kinds.get(lab, "")))
+    return out
+
+
+def _byte_unit(top: int) -> tuple[float, str]:
+    for scale, unit in ((1e9, "GB"), (1e6, "MB"), (1e3, "kB")):
+        if top >= scale:
+            return scale, unit
+    return 1.0, "bytes"
+
+
+def plot_memory(path: str, labels: list[str], kinds: dict, unfused, fused=None, hbm_bytes: int | None = None,
+                title: str = "") -> None:
+    """Live bytes (while each op runs) against program order into ``path``: one colour band per block (its
+    kind's family, as :func:`plot_blocks` colours them), the unfused line, the fused one where given, each peak
+    marked, and the chip's HBM capacity as a horizontal line where given."""
+    import matplotlib
+
+    matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as plt
+
+    top = max([unfused.peak_bytes] + ([fused.peak_bytes] if fused is not None else []) + [hbm_bytes or 0])
+    scale, unit = _byte_unit(top)
+    fig, ax = plt.subplots(figsize=(12, 5.2), dpi=110)
+    kind_order = [k for k in dict.fromkeys(kinds.values()) if k]
+    family = {k: _FAMILIES[i % len(_FAMILIES)] for i, k in enumerate(kind_order)}
+    for j, (s, e, lab, kind) in enumerate(_bands(labels, kinds)):
+        colour = family.get(kind, _GREY)[1]
+        ax.axvspan(s - 0.5, e - 0.5, color=colour, alpha=0.35 if j % 2 else 0.2, linewidth=0)
+    x = range(len(labels))
+    lines = [("unfused (every op its own kernel)", unfused, "#1a1a1a")]
+    if fused is not None:
+        lines.append(("fused elementwise", fused, "#c0392b"))
+    for name, prof, colour in lines:
+        ax.plot(x, [v / scale for v in prof.during], color=colour, linewidth=0.9, label=name)
+        if prof.peak_row is not None:
+            ax.plot([prof.peak_row], [prof.peak_bytes / scale], marker="v", color=colour, markersize=8)
+            ax.annotate(f"peak {prof.peak_bytes / scale:.3g} {unit}", (prof.peak_row, prof.peak_bytes / scale),
+                        textcoords="offset points", xytext=(6, 6), fontsize=8, color=colour)
+    if hbm_bytes:
+        ax.axhline(hbm_bytes / scale, color="#7b4fa8", linestyle="--", linewidth=1.0,
+                   label=f"HBM capacity {hbm_bytes / scale:.3g} {unit}")
+    ax.set_xlim(-0.5, max(len(labels), 1) - 0.5)
+    ax.set_ylim(0, top / scale * 1.08)
+    ax.set_xlabel("op, in program order (bands: blocks)")
+    ax.set_ylabel(f"live bytes per device ({unit})")
+    ax.grid(axis="y", alpha=0.3)
+    if title:
+        ax.set_title(title, fontsize=11)
+    from matplotlib.patches import Patch
+
+    handles, _ = ax.get_legend_handles_labels()
+    handles += [Patch(facecolor=family[k][1], alpha=0.5, label=f"{k} blocks") for k in kind_order]
+    if any(not kinds.get(lab) for lab in labels):
+        handles.append(Patch(facecolor=_GREY[1], alpha=0.5, label="outside blocks"))
+    ax.legend(handles=handles, fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)

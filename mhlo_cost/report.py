@@ -38,12 +38,18 @@ def scale(value, unit: str) -> str | int:
     return f"{sign}{q // 1000}.{q % 1000:03d}"
 
 
+def scaled_column(name: str) -> bool:
+    """Whether a column holds FLOPs or bytes (``--unit`` applies): the named ones and any ``*_flops``,
+    ``*_bytes`` (the per-phase columns of a training step: ``fwd_gemm_flops``, ...)."""
+    return name in SCALED or name.endswith(("_flops", "_bytes"))
+
+
 def apply_unit(df: pd.DataFrame, unit: str) -> pd.DataFrame:
     if unit == "raw":
         return df
     out = df.copy()
     for c in out.columns:
-        if c in SCALED and _is_int_column(out[c]):
+        if scaled_column(str(c)) and _is_int_column(out[c]):
             out[c] = [scale(v, unit) for v in out[c]]
     return out
 
@@ -126,7 +132,12 @@ def summary_frame(summary: dict[str, int]) -> pd.DataFrame:
 
 def render(df: pd.DataFrame, fmt: str, unit: str, *, summary: dict | None = None, meta: dict | None = None,
            title: str | None = None) -> str:
-    """Render one grouping in ``fmt`` (table, csv, json, markdown)."""
+    """Render one grouping in ``fmt`` (table, csv, json, markdown, html: a page of the table)."""
+    if fmt == "html":
+        from .html import table_page
+
+        facts = [(k, str(v)) for k, v in (meta or {}).items() if k in ("source", "entry")]
+        return table_page(df, title or "mhlo-cost", facts=facts, unit=None if unit == "raw" else unit)
     if fmt == "csv":
         return to_csv(df, unit)
     if fmt == "json":

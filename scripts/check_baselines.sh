@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Regenerate the bundled example and STDiT3 IR with scripts/dump_mhlo.py and check their per-block FLOP
+# Regenerate the bundled example and STDiT3 IR with `mhlo-cost lower` and check their per-block FLOP
 # counts against the baselines committed in tests/fixtures/baselines/.
 #   bash scripts/check_baselines.sh            # exit 1 and a table when a count moved
 #   bash scripts/check_baselines.sh --update   # rewrite the baselines, saying what changed
@@ -18,7 +18,7 @@ status=0
 for i in "${!names[@]}"; do
   name=${names[$i]}
   # shellcheck disable=SC2086
-  python scripts/dump_mhlo.py ${args[$i]} -o "$tmp/$name.mlir" 2>/dev/null
+  mhlo-cost lower ${args[$i]} -o "$tmp/$name.mlir" -q
   base=tests/fixtures/baselines/$name.flops.json
   if [ "$mode" = update ]; then
     mhlo-cost baseline "$tmp/$name.mlir" -o "$base" --update -q

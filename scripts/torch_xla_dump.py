@@ -18,7 +18,7 @@ Prints one JSON line: {"path", "format", "bytes", "seconds", "peak_rss_mb", "loc
 Locations: torch-xla names each StableHLO op after its HLO instruction (``broadcast.167``). Unless
 ``--no-locations``, every FX node's results are tagged, while torch-xla traces the exported graph, with
 the node's module path from ``torch.export``'s ``nn_module_stack`` plus its aten op, written like JAX's
-name stack: ``spatial_blocks.0/attn/qkv/addmm`` (``t_block/1/addmm`` for a ``Sequential`` child; a bare
+name stack: ``spatial_blocks.0/attn/qkv/addmm`` (``t_block.1/addmm`` for a ``Sequential`` child; a bare
 ``addmm`` outside any submodule). torch-xla's ``write_mlir_debuginfo`` carries that tag through the HLO
 metadata (``XLA_HLO_DEBUG=1``) into the op's MLIR ``NameLoc``, so the analyzer reads scopes from it as from
 the JAX and torchax lowerings, whatever order XLA puts the ops in. The bytecode holds these locations;
@@ -102,6 +102,17 @@ def _module_path(path: str) -> str:
     return path.strip(".")
 
 
+_CONTAINERS = ("Sequential", "ModuleList", "ModuleDict")
+
+
+def _is_container(value) -> bool:
+    """A Sequential / ModuleList / ModuleDict entry of the stack: its children keep it in their own name
+    (``t_block.1``), as the torchax frontend writes them."""
+    kind = value[1] if isinstance(value, (tuple, list)) and len(value) > 1 else ""
+    name = kind if isinstance(kind, str) else getattr(kind, "__qualname__", "")
+    return name.rsplit(".", 1)[-1] in _CONTAINERS
+
+
 def module_scope(node) -> str:
     """``spatial_blocks.0/attn/qkv``: the node's module stack, each module's path relative to the one that
     called it (a ``ModuleList`` is never called, so ``spatial_blocks.0`` stays one component)."""
@@ -110,7 +121,7 @@ def module_scope(node) -> str:
     parent = ""
     for value in stack.values():
         path = _module_path(value[0] if isinstance(value, (tuple, list)) else value)
-        if not path or path == parent:
+        if not path or path == parent or _is_container(value):
             continue
         local = path[len(parent) + 1:] if parent and path.startswith(parent + ".") else path
         parts.append(local)

@@ -1,4 +1,4 @@
-"""scripts/dump_mhlo.py, the frontend registry and the GPT example."""
+"""scripts/dump_mhlo.py (the old name of `mhlo-cost lower`), the frontend registry and the GPT example."""
 from __future__ import annotations
 
 import gzip
@@ -178,23 +178,22 @@ def test_parallel_dump(tmp_path):
     text = frontends.to_text(out.read_bytes())
     assert "stablehlo.reduce_scatter" in text and '"spatial_blocks.0/mlp/reduce_scatter"' in text
     assert analyze(text).summary["comm_bytes"] == comm_bytes(cfg, "2d", (2, 2))["total"]
-    sys.path.insert(0, os.path.dirname(SCRIPT))
-    import dump_mhlo
+    from mhlo_cost.cli import cmd_lower
 
-    assert parallel.STRATEGIES == dump_mhlo.PARALLEL
+    assert parallel.STRATEGIES == cmd_lower.PARALLEL
 
 
 def test_parallel_errors_are_one_line():
     r = run("--model", "stdit3", "--small", "--parallel", "ulysses", "--devices", "8")
-    assert r.returncode == 1 and "heads (4) must be a multiple of 8" in one_line(r.stderr)
+    assert r.returncode == 2 and "heads (4) must be a multiple of 8" in one_line(r.stderr)
     r = run("--model", "gpt", "--parallel", "ring", "--devices", "4")
-    assert r.returncode == 1 and "stdit3 only" in one_line(r.stderr)
+    assert r.returncode == 2 and "stdit3 only" in one_line(r.stderr)
     r = run("--model", "stdit3", "--devices", "4")
-    assert r.returncode == 1 and "need a --parallel" in one_line(r.stderr)
+    assert r.returncode == 2 and "need a --parallel" in one_line(r.stderr)
     r = run("--model", "stdit3", "--parallel", "ring")
-    assert r.returncode == 1 and "--devices" in one_line(r.stderr)
+    assert r.returncode == 2 and "--devices" in one_line(r.stderr)
     r = run("--model", "stdit3", "--parallel", "2d", "--devices", "16", "--mesh", "4x4")
-    assert r.returncode == 1 and "batch (2)" in one_line(r.stderr)
+    assert r.returncode == 2 and "batch (2)" in one_line(r.stderr)
     r = run("--model", "stdit3", "--parallel", "tp", "--devices", "4")
     assert r.returncode == 2 and "invalid choice" in one_line(r.stderr)
 

@@ -52,6 +52,7 @@ class Blocks:
     row_parts: list[str]
     row_groups: list[str]
     notes: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)  # for the user's attention (stderr)
 
     @property
     def count(self) -> int:
@@ -62,6 +63,12 @@ class Blocks:
         for b in self.blocks:
             out[b.kind] = out.get(b.kind, 0) + 1
         return out
+
+    def found(self) -> str:
+        """One line for stderr: ``blocks by scope: 4 found``, or, where none was, what was tried."""
+        if self.blocks:
+            return f"blocks by {self.method}: {self.count} found"
+        return f"no blocks found ({'; '.join(self.notes) or 'by ' + self.method}): rows are grouped by scope"
 
     def describe(self) -> str:
         """One line for stderr: ``blocks by scope: 4 (2 spatial, 2 temporal)``."""
@@ -81,11 +88,31 @@ def assign_blocks(analysis, method: str = "auto", pattern: str | None = None,
     ``pattern`` (a regular expression; its first group or whole match names the block) is the scope
     collector's; ``norms_per_block`` the rms collector's (normalisations per block, qk-norms included).
     """
+    rows = analysis.rows if hasattr(analysis, "rows") else list(analysis)
+    hint = no_locations_hint(rows) if method in ("auto", "scope") else None
+    found = _assign(rows, method, pattern, norms_per_block)
+    if hint:
+        found.warnings.insert(0, hint)
+    return found
+
+
+NO_LOCATIONS = ("the module carries no op locations, so no scope names: blocks are found by repetition or "
+                "normalisations, if at all. Keep them: lower with `mhlo-cost lower`, or print JAX's module with "
+                "`jax.jit(f).lower(...).as_text(debug_info=True)`")
+
+
+def no_locations_hint(rows) -> str | None:
+    """The warning for a module none of whose ops carries a location name (None where some do)."""
+    if not rows or any(row_scope(r) for r in rows):
+        return None
+    return NO_LOCATIONS
+
+
+def _assign(rows, method: str, pattern: str | None, norms_per_block: int | None) -> Blocks:
     from .repeat import RepeatCollector
     from .rms import RMSCollector
     from .scope import ScopeCollector
 
-    rows = analysis.rows if hasattr(analysis, "rows") else list(analysis)
     makers = {
         "scope": lambda: ScopeCollector(pattern).collect(rows),
         "repeat": lambda: RepeatCollector().collect(rows),
@@ -106,7 +133,7 @@ def assign_blocks(analysis, method: str = "auto", pattern: str | None = None,
         if b.count:
             return b
         tried.append(m)
-    return none_found(rows, "none", [f"no blocks found by {', '.join(tried)}"])
+    return none_found(rows, "none", [f"tried {', '.join(tried)}"])
 
 
 # ---------------------------------------------------------------------------------------------------------

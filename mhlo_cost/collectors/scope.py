@@ -74,9 +74,11 @@ class ScopeCollector:
                     name, end = m.group(1), m.end(1)
                 else:
                     name, end = m.group(0), m.end(0)
+                start = end - len(name)
                 name = name.strip("/.")
                 _, idx = index_of(name)
-                out.append(_Cand(m.start(), name, ("", self.pattern.pattern, "re"), idx,
+                parent = _clean(path[:start]).rstrip("/.") if start > 0 else ""
+                out.append(_Cand(m.start(), name, (parent, self.pattern.pattern, "re"), idx,
                                  _part_after(path, max(end, m.end()))))
         else:
             for tag, rx in DEFAULT_PATTERNS:
@@ -101,16 +103,20 @@ class ScopeCollector:
         scopes = [row_scope(r) for r in rows]
         cands = [self.candidates(s) for s in scopes]
         eligible = self._eligible(rows, cands)
+        if self.pattern is None:
+            eligible -= _groups_of_blocks(rows, cands, eligible)
 
         names: list[str] = [""] * n
         parts: list[str] = [""] * n
         info: dict[str, tuple[str, int | None]] = {}
+        parents: dict[str, set] = {}
         for i, cs in enumerate(cands):
             for c in cs:
                 if c.family in eligible:
                     names[i] = c.name
                     parts[i] = c.part
                     info.setdefault(c.name, (kind_of(c.name), c.index))
+                    parents.setdefault(c.name, set()).add(c.family[0])
                     break
         # Rows without a scope (constants) between two rows of one block belong to it.
         unscoped = [not s for s in scopes]
@@ -182,7 +188,8 @@ class ScopeCollector:
         if loop_blocks:
             notes.append(f"{len(loop_blocks)} loop bod{'y' if len(loop_blocks) == 1 else 'ies'} split into "
                          "iterations")
-        return Blocks("scope", blocks, row_blocks, parts, groups, notes)
+        warnings = _merged(parents, self.pattern.pattern) if self.pattern is not None else []
+        return Blocks("scope", blocks, row_blocks, parts, groups, notes, warnings)
 
     def _eligible(self, rows, cands) -> set:
         if self.pattern is not None:
@@ -209,6 +216,54 @@ class ScopeCollector:
             if has_part[f] or (total and compute[f] >= MIN_SHARE * total):
                 out.add(f)
         return out
+
+
+#: Share of a family's compute its inner repeated blocks must hold for it to count as a group of blocks.
+INNER_SHARE = 0.8
+
+
+def _groups_of_blocks(rows, cands, eligible: set) -> set:
+    """Eligible families that are groups of blocks rather than blocks: every member holds a run of
+    identical inner blocks of one family, which carry most of its compute (timm's ConvNeXt and Swin
+    ``stages.1/blocks.2``, a ResNet's stages). Blocks whose inner units differ stay blocks: T5's
+    ``block.0/layer.0`` (attention) and ``layer.1`` (MLP)."""
+    members: dict[tuple, set] = {}  # outer family -> its member names
+    outer_compute: dict[tuple, int] = {}
+    inner: dict[tuple, dict] = {}  # (outer family, inner base, sep) -> outer member -> inner member -> ops
+    inner_compute: dict[tuple, int] = {}
+    for r, cs in zip(rows, cands):
+        el = [c for c in cs if c.family in eligible]
+        if not el:
+            continue
+        o, w = el[0], r.gemm_flops + r.conv_flops + r.vector_flops
+        members.setdefault(o.family, set()).add(o.name)
+        outer_compute[o.family] = outer_compute.get(o.family, 0) + w
+        if len(el) > 1:
+            key = (o.family,) + el[1].family[1:]
+            ops = inner.setdefault(key, {}).setdefault(o.name, {}).setdefault(el[1].name, [])
+            ops.append((r.op, r.shape))
+            inner_compute[key] = inner_compute.get(key, 0) + w
+    out = set()
+    for key, by_outer in inner.items():
+        fam = key[0]
+        if set(by_outer) != members[fam] or not any(len(v) > 1 for v in by_outer.values()):
+            continue
+        if all(len({tuple(ops) for ops in v.values()}) == 1 for v in by_outer.values()) \
+                and inner_compute[key] >= INNER_SHARE * outer_compute[fam]:
+            out.add(fam)
+    return out
+
+
+def _merged(parents: dict[str, set], pattern: str) -> list[str]:
+    """A warning where a --block-pattern names one block in scopes of different parents."""
+    merged = {n: sorted(p) for n, p in parents.items() if len(p) > 1}
+    if not merged:
+        return []
+    name, where = next(iter(merged.items()))
+    shown = ", ".join(w or "(top)" for w in where[:3]) + (" ..." if len(where) > 3 else "")
+    return [f"--block-pattern merges blocks of different parents into one: {name} is found under {shown}"
+            f"{f' (and {len(merged) - 1} more block(s) alike)' if len(merged) > 1 else ''}; include the "
+            f"parent in the pattern to keep them apart (e.g. --block-pattern '(?:[^/]+/)?{pattern}')"]
 
 
 def _before_body(scope: str) -> str:

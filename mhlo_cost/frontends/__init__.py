@@ -1,8 +1,10 @@
-"""Frontends: turn a bundled model + configuration into StableHLO / MHLO.
+"""Frontends: turn a model into StableHLO / MHLO.
 
-Each frontend is a module exposing ``lower(model: str, cfg, *, locations: bool = True) -> Lowered``.
-Modules are imported lazily (``importlib``) so the jax path never imports torch. :func:`dump` is the
-logic behind ``scripts/dump_mhlo.py``: lower, convert to the requested format, write, report.
+Each frontend is a module exposing ``lower(model: str, cfg, *, locations: bool = True) -> Lowered`` for
+the bundled models. Modules are imported lazily (``importlib``) so the jax path never imports torch.
+``mhlo-cost lower`` goes through :mod:`.api` (``LowerRequest``: bundled models, a user's module,
+transformers / diffusers / timm from :mod:`.hub`), then :func:`write` (the format the file name asks for);
+:func:`dump` is the two in one call for bundled models.
 """
 from __future__ import annotations
 
@@ -47,6 +49,12 @@ class Lowered:
     def __post_init__(self):
         if (self.text is None) == (self.bytecode is None):
             raise ValueError("Lowered needs exactly one of text and bytecode")
+
+    def analyze(self, entry: str | None = None):
+        """The :class:`~mhlo_cost.analysis.Analysis` of this module."""
+        from ..analysis import analyze
+
+        return analyze(self.text if self.text is not None else self.bytecode, entry=entry)
 
 
 def get_frontend(name: str) -> ModuleType:
@@ -212,27 +220,71 @@ def output_format(path: str | None) -> tuple[str, bool]:
 
 
 def resolve_spec(spec: str):
-    """The object named by ``'package.module:attr'`` (``attr`` may be dotted); FrontendError otherwise."""
+    """The object named by ``'package.module:attr'`` (``attr`` may be dotted); FrontendError otherwise.
+
+    The current folder is searched first, as ``python -m`` does, so a user's own package is found when
+    the command runs from their project."""
+    import sys
+
     mod_name, _, attr = spec.partition(":")
     if not mod_name or not attr:
         raise FrontendError(f"expected 'package.module:factory', got {spec!r}")
+    cwd = os.getcwd()
+    if cwd not in sys.path and "" not in sys.path:
+        sys.path.insert(0, cwd)
     try:
         obj = importlib.import_module(mod_name)
         for part in attr.split("."):
             obj = getattr(obj, part)
-    except (ImportError, AttributeError) as e:
+    except ImportError as e:
+        raise FrontendError(f"cannot load {spec}: {e} (searched the current folder {cwd} and sys.path)") from None
+    except AttributeError as e:
         raise FrontendError(f"cannot load {spec}: {e}") from None
     return obj
 
 
-def lower_module(frontend: str, spec: str, input_shapes, dtype: str = "float32", *,
+def lower_module(frontend: str | None, spec, input_shapes, dtype: str | None = "float32", *,
                  locations: bool = True) -> Lowered:
-    """A user's own model, ``'package.module:factory'``: an ``nn.Module`` for torchax and torch-xla, a
-    function for jax; lowered with inputs of ``input_shapes`` (tuples of ints) in ``dtype``."""
-    mod = get_frontend(frontend)
-    if not hasattr(mod, "lower_module"):
-        raise FrontendError(f"the {frontend} frontend cannot lower a user's module")
-    return mod.lower_module(spec, input_shapes, dtype, locations=locations)
+    """A user's own model, ``'package.module:factory'`` (or the object): an ``nn.Module`` (torchax,
+    torch-xla), a JAX function or a flax.nnx Module (jax), lowered with inputs of ``input_shapes``
+    (bare shapes in ``dtype``). The general form is :func:`mhlo_cost.frontends.api.lower_request`."""
+    from .api import LowerRequest, lower_request
+
+    return lower_request(LowerRequest(module=spec, inputs=tuple(input_shapes), frontend=frontend, dtype=dtype,
+                                      locations=locations))
+
+
+def check_output(path: str | None, force: bool = False) -> None:
+    """Refuse, before any work, an output that exists (without ``force``) or whose folder does not."""
+    if path is None:
+        return
+    if os.path.exists(path) and not force:
+        raise FileExistsError(f"{path} exists; pass --force to overwrite it")
+    if not os.path.isdir(os.path.dirname(os.path.abspath(path))):
+        raise FileNotFoundError(f"directory {os.path.dirname(os.path.abspath(path))} does not exist")
+
+
+def write(low: Lowered, path: str | None, *, locations: bool = True, keep_text: bool = False,
+          seconds: float | None = None) -> DumpResult:
+    """Write a Lowered to ``path`` in the format its name asks for (None: keep the text only)."""
+    fmt, gz = output_format(path)
+    t0 = time.perf_counter()
+    if fmt == "bytecode":
+        data = low.bytecode if low.bytecode is not None else to_bytecode(low.text, locations=locations)
+        text = None
+    else:
+        text = low.text if low.text is not None else to_text(low.bytecode, locations=locations)
+        data = text.encode()
+    if path is not None:
+        if gz:
+            with gzip.open(path, "wb", compresslevel=6) as f:
+                f.write(data)
+        else:
+            with open(path, "wb") as f:
+                f.write(data)
+    spent = (low.info.get("seconds", 0.0) if seconds is None else seconds) + time.perf_counter() - t0
+    return DumpResult(path=path, format=fmt, nbytes=len(data), seconds=spent, peak_rss_mb=peak_rss_mb(),
+                      text=text if (keep_text or path is None) else None)
 
 
 def dump(model: str, cfg=None, path: str | None = None, *, frontend: str = "jax", locations: bool = True,
@@ -242,29 +294,10 @@ def dump(model: str, cfg=None, path: str | None = None, *, frontend: str = "jax"
     the text only)."""
     if module is None and model not in MODELS:
         raise FrontendError(f"unknown model {model!r} (known: {', '.join(MODELS)})")
-    if path is not None and os.path.exists(path) and not force:
-        raise FileExistsError(f"{path} exists; pass --force to overwrite it")
-    if path is not None and not os.path.isdir(os.path.dirname(os.path.abspath(path))):
-        raise FileNotFoundError(f"directory {os.path.dirname(os.path.abspath(path))} does not exist")
-    fmt, gz = output_format(path)
+    check_output(path, force)
     t0 = time.perf_counter()
     if module is not None:
-        low = lower_module(frontend, module, input_shapes, dtype or "float32", locations=locations)
+        low = lower_module(frontend, module, input_shapes, dtype, locations=locations)
     else:
         low = lower(frontend, model, cfg if cfg is not None else default_config(model), locations=locations)
-    if fmt == "bytecode":
-        data = low.bytecode if low.bytecode is not None else to_bytecode(low.text, locations=locations)
-        text = None
-    else:
-        text = low.text if low.text is not None else to_text(low.bytecode, locations=locations)
-        data = text.encode()
-    seconds = time.perf_counter() - t0
-    if path is not None:
-        if gz:
-            with gzip.open(path, "wb", compresslevel=6) as f:
-                f.write(data)
-        else:
-            with open(path, "wb") as f:
-                f.write(data)
-    return DumpResult(path=path, format=fmt, nbytes=len(data), seconds=seconds, peak_rss_mb=peak_rss_mb(),
-                      text=text if (keep_text or path is None) else None)
+    return write(low, path, locations=locations, keep_text=keep_text, seconds=time.perf_counter() - t0)

@@ -48,19 +48,77 @@ def lower_jax(model: str, cfg=None, *, plan=None):
     raise FrontendError(f"the jax frontend has no model {model!r} (known: {', '.join(MODELS)})")
 
 
-def lower_module(spec: str, input_shapes, dtype: str = "float32", *, locations: bool = True) -> Lowered:
-    """A user's JAX function, named ``'package.module:factory'`` (the factory returns the function to
-    lower), lowered with abstract inputs of ``input_shapes`` in ``dtype``."""
+def _abstract(x, default_dtype="float32"):
+    """A JAX input from a spec: ShapeDtypeStruct, array, ``inputs.TensorSpec``, (shape, dtype) or a shape."""
     import jax
 
-    from . import resolve_spec
+    from .inputs import TensorSpec
 
-    fn = resolve_spec(spec)()
-    if not callable(fn):
-        raise FrontendError(f"{spec}() returned {type(fn).__name__}, not a function to lower")
-    args = [jax.ShapeDtypeStruct(tuple(int(d) for d in s), dtype) for s in input_shapes]
+    if isinstance(x, TensorSpec):
+        return jax.ShapeDtypeStruct(x.shape, jax.dtypes.canonicalize_dtype(x.dtype or default_dtype))
+    if hasattr(x, "shape") and hasattr(x, "dtype"):
+        return jax.ShapeDtypeStruct(tuple(x.shape), jax.dtypes.canonicalize_dtype(x.dtype))
+    if isinstance(x, (tuple, list)) and len(x) == 2 and isinstance(x[0], (tuple, list)):
+        return jax.ShapeDtypeStruct(tuple(int(d) for d in x[0]), jax.dtypes.canonicalize_dtype(x[1]))
+    if isinstance(x, (tuple, list)) and all(isinstance(d, int) for d in x):
+        return jax.ShapeDtypeStruct(tuple(x), jax.dtypes.canonicalize_dtype(default_dtype))
+    raise FrontendError(f"cannot read an input shape from {x!r}")
+
+
+def is_nnx_module(obj) -> bool:
+    import sys
+
+    nnx = sys.modules.get("flax.nnx")
+    return nnx is not None and isinstance(obj, nnx.Module)
+
+
+def traceable(obj, input_specs=(), *, input_kwargs: dict | None = None, kwargs: dict | None = None,
+              locations: bool = True, dtype: str = "float32"):
+    """``(fn, args)`` for ``jax.jit(fn).lower(*args)``: a JAX function called as ``obj(*inputs, **kw)``,
+    or a flax.nnx Module (its state becomes the first argument, its submodules named scopes)."""
+    import functools
+
+    args = tuple(_abstract(s, dtype) for s in input_specs)
+    kw = {k: _abstract(v, dtype) for k, v in (input_kwargs or {}).items()}
+    static = dict(kwargs or {})
+    if is_nnx_module(obj):
+        import jax
+        from flax import nnx
+
+        from .scopes import nnx_module_scopes
+
+        graphdef, state = nnx.split(obj)
+        state = jax.tree.map(lambda v: jax.ShapeDtypeStruct(v.shape, v.dtype), state)
+
+        def forward(state, args, kw):
+            model = nnx.merge(graphdef, state)
+            with nnx_module_scopes(model) if locations else _null():
+                return model(*args, **kw, **static)
+
+        forward.__name__ = forward.__qualname__ = type(obj).__name__
+        return forward, (state, args, kw)
+    if not callable(obj):
+        raise FrontendError(f"expected a JAX function or a flax.nnx Module, got {type(obj).__name__}")
+    fn = functools.partial(obj, **static) if static else obj
+
+    def call(args, kw):
+        return fn(*args, **kw)
+
+    call.__name__ = call.__qualname__ = getattr(obj, "__name__", type(obj).__name__)
+    return call, (args, kw)
+
+
+def _null():
+    import contextlib
+
+    return contextlib.nullcontext()
+
+
+def lower_traceable(fn, args, *, locations: bool = True, info: dict | None = None) -> Lowered:
+    import jax
+
     low = jax.jit(fn).lower(*args)
-    return Lowered(text=low.as_text(debug_info=locations), info={"frontend": "jax", "model": spec})
+    return Lowered(text=low.as_text(debug_info=locations), info={"frontend": "jax", **(info or {})})
 
 
 def lower(model: str, cfg=None, *, locations: bool = True, plan=None) -> Lowered:

@@ -75,14 +75,17 @@ def _param_bytes(cfg) -> int:
     return n * itemsize
 
 
-def run_dump(args: list[str], *, timeout: float | None = 1800) -> dict:
-    """Run ``scripts/torch_xla_dump.py ARGS`` in the torch-xla venv; its JSON report."""
+def run_dump(args: list[str], *, timeout: float | None = 1800, user_path: str | None = None) -> dict:
+    """Run ``scripts/torch_xla_dump.py ARGS`` in the torch-xla venv; its JSON report. ``user_path`` (the
+    user's folder, for a ``--module`` of theirs) is the one path added to the venv's own."""
     py = _check_available()
     env = dict(os.environ)
     env.setdefault("PJRT_DEVICE", "CPU")
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     # The venv's own packages only: no PYTHONPATH from the main environment.
     env.pop("PYTHONPATH", None)
+    if user_path:
+        env["PYTHONPATH"] = user_path
     # The dump script turns XLA_HLO_DEBUG on itself, after importing torch_xla; set before that (or with
     # XLA_IR_DEBUG), torch-xla 2.9 records Python frames per IR node and lowering the tagged graph fails.
     env.pop("XLA_HLO_DEBUG", None)
@@ -142,11 +145,13 @@ def lower(model: str, cfg=None, *, locations: bool = True, text: bool = False,
     return _run(["--model", model, "--config", json.dumps(fields)], model, locations, text, timeout)
 
 
-def _run(args: list[str], label: str, locations: bool, text: bool, timeout: float | None):
+def _run(args: list[str], label: str, locations: bool, text: bool, timeout: float | None,
+         user_path: str | None = None):
     """Run the worker in the torch-xla venv with ``args`` and read back its bytecode as a ``Lowered``."""
     with tempfile.TemporaryDirectory(prefix="mhlo-cost-txla-") as tmp:
         out = os.path.join(tmp, "model.mlirbc")
-        report = run_dump(args + ["--out", out] + ([] if locations else ["--no-locations"]), timeout=timeout)
+        report = run_dump(args + ["--out", out] + ([] if locations else ["--no-locations"]), timeout=timeout,
+                          user_path=user_path)
         data = Path(out).read_bytes()
     info = {"frontend": "torch-xla", "model": label, "locations": bool(report.get("locations", False)),
             "subprocess_seconds": report.get("seconds"), "subprocess_peak_rss_mb": report.get("peak_rss_mb")}
@@ -165,7 +170,7 @@ def lower_module(module_spec: str, input_shapes, dtype: str = "float32", *, text
     args = ["--module", module_spec, "--dtype", str(dtype)]
     for shape in input_shapes:
         args += ["--input-shape", ",".join(str(int(d)) for d in shape)]
-    return _run(args, module_spec, locations, text, timeout)
+    return _run(args, module_spec, locations, text, timeout, user_path=os.getcwd())  # found as python -m would
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
-from typing import Any, Callable, Iterable, Sequence
+from typing import Callable, Iterable, Sequence
 
 import jax
 import numpy as np
@@ -53,45 +53,11 @@ def _exclude_from_source_locations() -> None:
 # ---------------------------------------------------------------------------------------------------------
 
 
-@contextlib.contextmanager
 def module_scopes(root, *, skip_root: bool = True):
-    """While active, each submodule of ``root`` runs its forward under ``jax.named_scope`` of its path.
+    """Each submodule of ``root`` runs under ``jax.named_scope`` of its path (see :mod:`.scopes`)."""
+    from .scopes import torch_module_scopes
 
-    The scope pushed for a module is its path relative to the module whose forward encloses it:
-    ``spatial_blocks.3`` then ``attn`` then ``qkv``, which nest into ``spatial_blocks.3/attn/qkv``.
-    """
-    stack: list[tuple[str, Any]] = []  # (full path, entered named_scope)
-    handles = []
-
-    def pre_hook(path):
-        def hook(module, args):
-            parent = stack[-1][0] if stack else ""
-            local = path[len(parent) + 1:] if parent and path.startswith(parent + ".") else path
-            cm = jax.named_scope(local)
-            cm.__enter__()
-            stack.append((path, cm))
-        return hook
-
-    def post_hook(path):
-        def hook(module, args, output):
-            if stack and stack[-1][0] == path:
-                _, cm = stack.pop()
-                cm.__exit__(None, None, None)
-        return hook
-
-    for path, mod in root.named_modules():
-        if skip_root and path == "":
-            continue
-        handles.append(mod.register_forward_pre_hook(pre_hook(path)))
-        handles.append(mod.register_forward_hook(post_hook(path)))
-    try:
-        yield
-    finally:
-        for h in handles:
-            h.remove()
-        while stack:  # a forward that raised left scopes open
-            _, cm = stack.pop()
-            cm.__exit__(None, None, None)
+    return torch_module_scopes(root, skip_root=skip_root)
 
 
 class _NoScopeJax:
@@ -168,23 +134,24 @@ def _fold_unit_alpha(env, enabled: bool):
 
 
 def _jax_dtype(dtype):
-    """A torch dtype, a numpy/jax dtype or a name -> numpy dtype understood by JAX."""
+    """A torch dtype, a numpy/jax dtype or a name -> the numpy dtype JAX lowers it as (64-bit types become
+    32-bit unless ``jax_enable_x64`` is on, as everywhere in JAX)."""
     import torch
 
     if isinstance(dtype, torch.dtype):
         dtype = str(dtype).removeprefix("torch.")
-    return jax.numpy.dtype(dtype)
+    return jax.dtypes.canonicalize_dtype(jax.numpy.dtype(dtype))
 
 
 def _spec(x, default_dtype):
-    """Shape-like -> ShapeDtypeStruct: a ShapeDtypeStruct, a torch tensor, an array, a (shape, dtype)
-    pair, or a bare shape (tuple of ints, given ``default_dtype``)."""
-    import torch
+    """Shape-like -> ShapeDtypeStruct: a ShapeDtypeStruct, a tensor or array, an ``inputs.TensorSpec``, a
+    (shape, dtype) pair, or a bare shape (tuple of ints, given ``default_dtype``)."""
+    from .inputs import TensorSpec
 
     if isinstance(x, jax.ShapeDtypeStruct):
-        return x
-    if isinstance(x, torch.Tensor):
-        return jax.ShapeDtypeStruct(tuple(x.shape), _jax_dtype(x.dtype))
+        return jax.ShapeDtypeStruct(x.shape, _jax_dtype(x.dtype))
+    if isinstance(x, TensorSpec):
+        return jax.ShapeDtypeStruct(x.shape, _jax_dtype(x.dtype or default_dtype))
     if hasattr(x, "shape") and hasattr(x, "dtype"):
         return jax.ShapeDtypeStruct(tuple(x.shape), _jax_dtype(x.dtype))
     if isinstance(x, (tuple, list)) and len(x) == 2 and isinstance(x[0], (tuple, list)) \
@@ -196,14 +163,42 @@ def _spec(x, default_dtype):
 
 
 def _state_specs(module) -> dict:
-    """Every parameter and buffer name -> ShapeDtypeStruct (a tied weight is one argument per name)."""
+    """Every parameter and buffer -> ShapeDtypeStruct, a tied or shared one once (under its first name, as
+    ``state_dict`` and the framework hold it): ``functional_call`` ties the other names to it."""
     specs = {}
-    named = list(module.named_parameters(remove_duplicate=False)) + \
-        list(module.named_buffers(remove_duplicate=False))
-    for name, t in named:
+    for name, t in list(module.named_parameters()) + list(module.named_buffers()):
         if t is not None:
             specs[name] = jax.ShapeDtypeStruct(tuple(t.shape), _jax_dtype(t.dtype))
     return specs
+
+
+def tensor_leaves(out) -> list:
+    """The tensors of a forward's output, in order, whatever holds them: tuples, lists, dicts,
+    ``ModelOutput`` and other dataclasses; ``None`` and plain Python values are left out."""
+    import dataclasses
+    from collections.abc import Mapping
+
+    import torch
+
+    if isinstance(out, torch.Tensor):
+        return [out]
+    if isinstance(out, Mapping):  # dict, OrderedDict, transformers' ModelOutput (None fields are absent)
+        items = list(out.values())
+    elif isinstance(out, (tuple, list)):
+        items = list(out)
+    elif dataclasses.is_dataclass(out) and not isinstance(out, type):
+        items = [getattr(out, f.name) for f in dataclasses.fields(out)]
+    else:
+        return []
+    return [t for item in items for t in tensor_leaves(item)]
+
+
+def module_dtype(module):
+    """The dtype of the module's first floating-point parameter (None without any)."""
+    for p in module.parameters():
+        if p.is_floating_point():
+            return p.dtype
+    return None
 
 
 def _resolve_module(module_or_factory, dtype):
@@ -221,9 +216,9 @@ def _resolve_module(module_or_factory, dtype):
         with torch.device("meta"):
             module = obj()
         if not isinstance(module, torch.nn.Module):
-            raise TypeError(f"the factory returned {type(module).__name__}, not a torch.nn.Module")
+            raise FrontendError(f"the factory returned {type(module).__name__}, not a torch.nn.Module")
     else:
-        raise TypeError(f"expected a torch.nn.Module, a factory or 'pkg.mod:factory', got {obj!r}")
+        raise FrontendError(f"expected a torch.nn.Module, a factory or 'pkg.mod:factory', got {obj!r}")
     if dtype is not None:
         module = module.to(_torch_dtype(dtype))
     return module.eval()
@@ -238,35 +233,55 @@ def _torch_dtype(dtype):
     return getattr(torch, name)
 
 
-def lower_jax(module, input_specs: Sequence, *, locations: bool = True, aten_scopes: bool = False,
-              fold_alpha: bool = True, name: str = "forward", kwargs: dict | None = None):
-    """``jax.jit(...).lower(...)`` of ``module.forward`` through torchax, from shapes only.
+def traceable(module, input_specs: Sequence, *, input_kwargs: dict | None = None, kwargs: dict | None = None,
+              locations: bool = True, aten_scopes: bool = False, fold_alpha: bool = True,
+              name: str = "forward"):
+    """``(fn, args)``: a JAX function of ``(state, inputs, keyword inputs)`` that runs ``module.forward``
+    through torchax, and the abstract arguments to lower it with (``jax.jit(fn).lower(*args)``).
 
-    ``input_specs`` are ShapeDtypeStructs of the positional inputs; ``kwargs`` are static (Python) keyword
-    arguments. ``fold_alpha`` drops torchax's multiply-by-one in every add/sub (see
-    :func:`_fold_unit_alpha`). Returns the ``jax.stages.Lowered``.
+    ``input_specs`` are the positional inputs, ``input_kwargs`` the keyword ones (name -> spec), as
+    ShapeDtypeStructs or anything :func:`_spec` reads; ``kwargs`` are plain (static) keyword values.
+    The function returns the tensors of the output as a flat list (:func:`tensor_leaves`).
     """
     import torch
 
     tx = import_torchax()
     _exclude_from_source_locations()
     env = tx.default_env()
+    default = module_dtype(module) or torch.float32
     state = _state_specs(module)
+    args = tuple(_spec(s, default) for s in input_specs)
+    kw_specs = {k: _spec(v, default) for k, v in (input_kwargs or {}).items()}
     static_kwargs = dict(kwargs or {})
+    clash = sorted(set(kw_specs) & set(static_kwargs))
+    if clash:
+        raise FrontendError(f"{', '.join(clash)} given both as an input and as a plain keyword value")
 
-    def forward(state, inputs):
-        state_t, inputs_t = env.j2t_iso((state, inputs))
+    def forward(state, inputs, kw_inputs):
+        state_t, inputs_t, kw_t = env.j2t_iso((state, inputs, kw_inputs))
         scopes = module_scopes(module) if locations else contextlib.nullcontext()
         # Default device "jax": tensors the forward creates without a device (torch.arange(n)) become JAX
         # values too, instead of CPU tensors that torchax refuses to mix with its own.
         with env, torch.device("jax"), scopes, _mute_aten_scopes(not aten_scopes), \
                 _fold_unit_alpha(env, fold_alpha), torch.no_grad():
-            out = torch.func.functional_call(module, state_t, tuple(inputs_t), static_kwargs, strict=False)
-        return env.t2j_iso(out)
+            out = torch.func.functional_call(module, state_t, tuple(inputs_t), {**static_kwargs, **kw_t},
+                                             strict=False)
+        return env.t2j_iso(tensor_leaves(out))
 
     forward.__name__ = name
     forward.__qualname__ = name
-    return jax.jit(forward).lower(state, tuple(input_specs))
+    return forward, (state, args, kw_specs)
+
+
+def lower_jax(module, input_specs: Sequence, *, locations: bool = True, aten_scopes: bool = False,
+              fold_alpha: bool = True, name: str = "forward", kwargs: dict | None = None,
+              input_kwargs: dict | None = None):
+    """``jax.jit(...).lower(...)`` of ``module.forward`` through torchax, from shapes only (see
+    :func:`traceable`). ``fold_alpha`` drops torchax's multiply-by-one in every add/sub (see
+    :func:`_fold_unit_alpha`). Returns the ``jax.stages.Lowered``."""
+    fn, args = traceable(module, input_specs, input_kwargs=input_kwargs, kwargs=kwargs, locations=locations,
+                         aten_scopes=aten_scopes, fold_alpha=fold_alpha, name=name)
+    return jax.jit(fn).lower(*args)
 
 
 def _as_text(lowered, locations: bool) -> str:
@@ -274,19 +289,20 @@ def _as_text(lowered, locations: bool) -> str:
 
 
 def lower_module(module_or_factory, input_shapes: Iterable, dtype="float32", *, locations: bool = True,
-                 aten_scopes: bool = False, kwargs: dict | None = None):
+                 aten_scopes: bool = False, kwargs: dict | None = None, input_kwargs: dict | None = None):
     """Lower a user's ``torch.nn.Module`` to StableHLO text through torchax, on the meta device.
 
     ``module_or_factory``: an ``nn.Module`` (ideally already on ``meta``), a zero-argument callable that
     builds one (called under ``torch.device('meta')``), or a ``'package.module:factory'`` string.
     ``input_shapes``: one entry per positional input of ``forward``: a shape tuple such as ``(2, 16, 64)``
-    (of ``dtype``), a ``(shape, dtype)`` pair, a ``jax.ShapeDtypeStruct`` or a tensor. ``dtype``: dtype of
-    the bare shapes and of the parameters (None keeps the module's). ``kwargs``: static keyword arguments
-    of ``forward``. Returns a ``Lowered`` (``text`` set, ``bytecode`` None).
+    (of the module's dtype), a ``(shape, dtype)`` pair, an ``inputs.TensorSpec``, a
+    ``jax.ShapeDtypeStruct`` or a tensor; ``input_kwargs`` the same by keyword. ``dtype``: the dtype the
+    module is cast to (None keeps the module's). ``kwargs``: plain keyword arguments of ``forward``.
+    Returns a ``Lowered`` (``text`` set, ``bytecode`` None).
     """
     module = _resolve_module(module_or_factory, dtype)
-    specs = [_spec(s, dtype or "float32") for s in input_shapes]
-    lowered = lower_jax(module, specs, locations=locations, aten_scopes=aten_scopes, kwargs=kwargs)
+    lowered = lower_jax(module, list(input_shapes), locations=locations, aten_scopes=aten_scopes, kwargs=kwargs,
+                        input_kwargs=input_kwargs)
     return Lowered(text=_as_text(lowered, locations),
                    info={"frontend": "torchax", "model": type(module).__name__})
 

@@ -161,9 +161,19 @@ def input_shapes(cfg: GPTConfig) -> tuple:
 # --------------------------------------------------------------------------------------------------------
 
 
-def make_forward(cfg: GPTConfig, *, scan: bool | None = None) -> Callable:
-    """``gpt(params, tokens (B, seq) int32) -> logits (B, seq, vocab)``; ``scan`` defaults to cfg.scan."""
+def make_forward(cfg: GPTConfig, *, scan: bool | None = None, remat: bool = False) -> Callable:
+    """``gpt(params, tokens (B, seq) int32) -> logits (B, seq, vocab)``; ``scan`` defaults to cfg.scan.
+
+    With ``remat`` each layer runs under ``jax.checkpoint``: a gradient recomputes its forward instead of
+    keeping its activations (only the layer's input is saved).
+    """
     scan = cfg.scan if scan is None else scan
+
+    def layer(p, h):
+        return gpt_layer(p, h, cfg)
+
+    if remat:
+        layer = jax.checkpoint(layer)
 
     def gpt(params, tokens):
         n = tokens.shape[1]
@@ -174,13 +184,13 @@ def make_forward(cfg: GPTConfig, *, scan: bool | None = None) -> Callable:
         if scan:
             def body(h, p):
                 with scope("layers"):
-                    return gpt_layer(p, h, cfg), None
+                    return layer(p, h), None
 
             x, _ = lax.scan(body, x, params["layers"])
         else:
             for i in range(cfg.layers):
                 with scope(f"layers.{i}"):
-                    x = gpt_layer(params["layers"][i], x, cfg)
+                    x = layer(params["layers"][i], x)
         with scope("ln_f"):
             x = layer_norm(params["ln_f"], x)
         with scope("lm_head"):

@@ -434,10 +434,19 @@ def input_shapes(cfg: STDiT3Config, *, caption_4d: bool = True) -> tuple:
 # --------------------------------------------------------------------------------------------------------
 
 
-def make_forward(cfg: STDiT3Config, kernels: Kernels | None = None) -> Callable:
-    """The forward ``stdit3(params, x, timestep, y, fps) -> (B, out_channels, T, H, W)`` float32."""
+def make_forward(cfg: STDiT3Config, kernels: Kernels | None = None, *, remat: bool = False) -> Callable:
+    """The forward ``stdit3(params, x, timestep, y, fps) -> (B, out_channels, T, H, W)`` float32.
+
+    With ``remat`` each block runs under ``jax.checkpoint`` (a gradient recomputes it from its inputs).
+    """
     kn = kernels or DEFAULT_KERNELS
     dt = dtype_of(cfg)
+
+    def block(temporal: bool, T: int, S: int) -> Callable:
+        def run(p, h, cap, t_mod):
+            return stdit3_block(p, h, cap, t_mod, cfg, temporal=temporal, T=T, S=S, kernels=kn)
+
+        return jax.checkpoint(run) if remat else run
 
     def stdit3(params, x, timestep, y, fps):
         b = x.shape[0]
@@ -464,13 +473,12 @@ def make_forward(cfg: STDiT3Config, kernels: Kernels | None = None) -> Callable:
         with scope("y_embedder"):
             cap = caption_embedder(params["y_embedder"], y.reshape(b, y.shape[-2], y.shape[-1]))
 
+        spatial, temporal = block(False, nt, s), block(True, nt, s)
         for i in range(cfg.depth):
             with scope(f"spatial_blocks.{i}"):
-                h = stdit3_block(params["spatial_blocks"][i], h, cap, t_mod, cfg, temporal=False, T=nt, S=s,
-                                 kernels=kn)
+                h = spatial(params["spatial_blocks"][i], h, cap, t_mod)
             with scope(f"temporal_blocks.{i}"):
-                h = stdit3_block(params["temporal_blocks"][i], h, cap, t_mod, cfg, temporal=True, T=nt, S=s,
-                                 kernels=kn)
+                h = temporal(params["temporal_blocks"][i], h, cap, t_mod)
 
         with scope("final_layer"):
             h = final_layer(params["final_layer"], h, t)

@@ -65,6 +65,9 @@ class Row:
     weights: tuple = ()  # dot / conv: indices of operands that are function arguments (weights, inputs)
     func: str = ""  # the function the op is written in
     index: int = 0  # program order
+    values: tuple = ()  # keys (hashes) of the operand and result values: ((operands...), (results...))
+    # Collectives: the device ids of each replica group (collective_permute: its (source, target) pairs).
+    replica_groups: tuple = ()
 
     def scaled(self, k: int, scope_prefix: str, note: str) -> "Row":
         return Row(
@@ -73,6 +76,7 @@ class Row:
             self.bytes_read * k, self.bytes_written * k, self.multiplicity * k,
             _join_note(note, self.note), self.target, self.comm_kind, self.group_size, self.num_groups,
             self.comm_bytes * k, self.comm_steps, self.operands, self.weights, self.func, 0,
+            replica_groups=self.replica_groups,
         )
 
     @property
@@ -317,13 +321,14 @@ class IRVisitor:
 
     def emit_no_operands(self, op: ir.Operation, kind: str) -> Row:
         """:meth:`emit` for an op without operands (``constant``, ``iota``): reads only its result."""
+        res = op.result
         try:
-            result = self._types(op.result.type)
+            result = self._types(res.type)
         except ValueError as e:
             raise AnalysisError(f"{op.name} at {self.loc(op).describe()}: {e}") from None
         loc = self._locations(op.location)
         row = Row(op.name, kind, loc, loc.scope, result, 0, 0, 0, 0, 0, result.nbytes, 1, "", "", "",
-                  0, 0, 0, 0, (), (), self._func_name, 0)
+                  0, 0, 0, 0, (), (), self._func_name, 0, ((), (hash(res),)))
         self._out.append(row)
         return row
 
@@ -332,14 +337,16 @@ class IRVisitor:
         SameOperandsAndResultType ops: add, multiply, exponential, ...): the operand types are known
         without reading them, which halves the cost of the most common ops. Weight operands are not
         looked for on this path."""
+        res = op.result
         try:
-            result = self._types(op.result.type)
+            result = self._types(res.type)
         except ValueError as e:
             raise AnalysisError(f"{op.name} at {self.loc(op).describe()}: {e}") from None
-        n = len(op.operands)
+        uses = tuple(map(hash, op.operands))
+        n = len(uses)
         loc = self._locations(op.location)
         row = Row(op.name, kind, loc, loc.scope, result, 0, 0, 0, 0, n * result.nbytes, result.nbytes, 1, "", "", "",
-                  0, 0, 0, 0, (result,) * n, (), self._func_name, 0)
+                  0, 0, 0, 0, (result,) * n, (), self._func_name, 0, (uses, (hash(res),)))
         self._out.append(row)
         return row
 
@@ -356,12 +363,15 @@ class IRVisitor:
         try:
             results = op.results
             if len(results) == 1:
-                t = results[0].type
+                r = results[0]
+                t = r.type
                 result = known(hash(t)) or types(t)
                 written = result.nbytes
+                defs = (hash(r),)
             else:
                 result = tuple(types(r.type) for r in results)
                 written = sum(t.nbytes for t in result)
+                defs = tuple(map(hash, results))
             operands = op.operands
             if len(operands) == 1:  # most data movement: broadcast, convert, reshape, transpose, slice
                 v = operands[0]
@@ -369,25 +379,30 @@ class IRVisitor:
                 ti = known(hash(t)) or types(t)
                 read = ti.nbytes
                 infos = (ti,)
-                found = (0,) if weights and hash(v) in self._args else ()
+                uses = (hash(v),)
+                found = (0,) if weights and uses[0] in self._args else ()
             else:
                 read = 0
                 infos = []
+                uses = []
                 found = ()
                 args = self._args
                 for v in operands:
                     t = v.type
                     ti = known(hash(t)) or types(t)
                     read += ti.nbytes
-                    if weights and hash(v) in args:
+                    h = hash(v)
+                    if weights and h in args:
                         found += (len(infos),)
                     infos.append(ti)
+                    uses.append(h)
                 infos = tuple(infos)
+                uses = tuple(uses)
         except ValueError as e:
             raise AnalysisError(f"{op.name} at {self.loc(op).describe()}: {e}") from None
         loc = self._locations(op.location)
         row = Row(op.name, kind, loc, loc.scope, result, 0, 0, 0, 0, read, written, 1, "", target, "", 0, 0, 0, 0,
-                  infos, found, self._func_name, 0)
+                  infos, found, self._func_name, 0, (uses, defs))
         self._out.append(row)
         return row
 

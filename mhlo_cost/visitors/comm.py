@@ -19,13 +19,21 @@ Volumes are whole bytes: where S is not a multiple of n the quotient is rounded 
 The group size comes from ``replica_groups`` (a dense ``groups x size`` array), or, where the groups are
 empty (one group of every participant), from the module's ``mhlo.num_partitions`` when the op has a
 channel handle or global device ids and from ``mhlo.num_replicas`` otherwise.
+
+Each row also records the global device ids of its groups (``Row.replica_groups``; for
+collective_permute its (source, target) pairs), for the network model (:mod:`mhlo_cost.network`). The
+ids follow XLA's collective group modes, with R replicas, P partitions and device id = replica x P +
+partition: without a channel the groups name replicas (one copy per partition); with a channel and
+``use_global_device_ids`` they are device ids; with a channel on all_to_all and collective_permute they
+name partitions (one copy per replica); with a channel and no global ids on the others they name
+replicas, each spanning every partition.
 """
 from __future__ import annotations
 
 from jaxlib.mlir import ir
 
 from ..types import isa
-from .base import IRVisitor
+from .base import IRVisitor, short_name
 from .vector import body_flops
 
 
@@ -74,6 +82,37 @@ def _components(pairs: list[tuple[int, int]]) -> tuple[int, int]:
     return (max(sizes.values()), len(sizes)) if sizes else (0, 0)
 
 
+def device_groups(ids: list[list[int]], mode: str, replicas: int, partitions: int) -> tuple:
+    """Global device ids of each group, for ``ids`` as written in the op (an empty list: every participant)
+    under XLA's group ``mode``: ``replica``, ``partition``, ``replica_and_partition`` or ``flattened``."""
+    r_all, p_all = range(max(replicas, 1)), range(max(partitions, 1))
+    P = len(p_all)
+    if mode == "flattened":
+        return tuple(tuple(g) for g in ids) if ids else (tuple(range(len(r_all) * P)),)
+    if mode == "partition":
+        ids = ids or [list(p_all)]
+        return tuple(tuple(r * P + p for p in g) for r in r_all for g in ids)
+    if mode == "replica_and_partition":
+        ids = ids or [list(r_all)]
+        return tuple(tuple(r * P + p for r in g for p in p_all) for g in ids)
+    ids = ids or [list(r_all)]
+    return tuple(tuple(r * P + p for r in g) for p in p_all for g in ids)
+
+
+def _dense_ids(op: ir.Operation, name: str) -> list[list[int]]:
+    """A dense 2-D integer attribute as lists of its rows (empty where absent or empty)."""
+    if name not in op.attributes:
+        return []
+    attr = op.attributes[name]
+    if not isa(attr, ir.DenseIntElementsAttr):
+        return []
+    shape = ir.ShapedType(ir.DenseElementsAttr(attr).type).shape
+    if len(shape) != 2 or shape[0] == 0 or shape[1] == 0:
+        return []
+    flat = [int(x) for x in ir.DenseIntElementsAttr(attr)]
+    return [flat[i:i + shape[1]] for i in range(0, len(flat), shape[1])]
+
+
 class CommIRVisitor(IRVisitor):
     """Counts every collective's per-device volume; one row each, kind ``collective``."""
 
@@ -95,10 +134,28 @@ class CommIRVisitor(IRVisitor):
             return partitions, replicas
         return replicas, partitions
 
+    def _device_groups(self, op: ir.Operation, ids: list[list[int]]) -> tuple:
+        channel = "channel_handle" in op.attributes or "channel_id" in op.attributes
+        if not channel:
+            mode = "replica"
+        elif "use_global_device_ids" in op.attributes:
+            mode = "flattened"
+        elif short_name(op.name) in ("all_to_all", "collective_permute"):
+            mode = "partition"
+        else:
+            mode = "replica_and_partition"
+        return device_groups(ids, mode, _module_int(self.module, "mhlo.num_replicas"),
+                             _module_int(self.module, "mhlo.num_partitions"))
+
     def _collective(self, op: ir.Operation, kind: str, n: int, groups: int, full: str = "operands",
                     reduces: bool = False) -> None:
         """A row for one collective; S is the operands' or the results' bytes, as ``full`` says."""
         row = self.emit(op, "collective")
+        if kind == "collective_permute":
+            pairs = [p for p in _dense_ids(op, "source_target_pairs") if p[0] != p[1]]
+            row.replica_groups = self._device_groups(op, pairs) if pairs else ()
+        else:
+            row.replica_groups = self._device_groups(op, _dense_ids(op, "replica_groups"))
         full_bytes = row.bytes_read if full == "operands" else row.bytes_written
         row.comm_bytes, row.comm_steps = ring_volume(kind, full_bytes, n)
         row.comm_kind, row.group_size, row.num_groups = kind, n, groups

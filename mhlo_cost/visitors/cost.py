@@ -3,12 +3,13 @@ from __future__ import annotations
 
 from jaxlib.mlir import ir
 
+from ..memory.record import LivenessMixin
 from .comm import CommIRVisitor
 from .tflops import TFlopsVisitor
 from .vector import KNOWN_CUSTOM_CALLS, VectorVisitor
 
 
-class CostVisitor(CommIRVisitor, TFlopsVisitor, VectorVisitor):
+class CostRules(CommIRVisitor, TFlopsVisitor, VectorVisitor):
     """One row per op occurrence. An op that no rule knows is a row of kind ``unknown``, never a zero."""
 
     def generic_visit(self, op: ir.Operation) -> None:
@@ -40,3 +41,7 @@ class CostVisitor(CommIRVisitor, TFlopsVisitor, VectorVisitor):
         # stablehlo.composite carries its meaning in a decomposition function: count that.
         callee = ir.FlatSymbolRefAttr(op.attributes["decomposition"]).value
         self.replay(self._function_rows(callee), 1, self.loc(op).scope)
+
+
+class CostVisitor(LivenessMixin, CostRules):
+    """:class:`CostRules` with the liveness record of :mod:`mhlo_cost.memory.record` (one walk for both)."""

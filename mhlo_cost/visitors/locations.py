@@ -3,8 +3,11 @@
 JAX writes the name stack into a ``NameLoc``: ``jit(f)/blocks_3/attn/dot_general``. The last segment
 is the primitive; call wrappers (``jit(f)``, ``pjit(f)``, ``shard_map(f)``) and einsum specs
 (``bij,bjk->bik``) are not scopes a user wrote and are dropped; transform wrappers around a user's scope
-(``jvp(blocks_0)``, ``transpose(jvp(blocks_1))``, ``vmap(attn)``) are unwrapped to it. What remains is
-the scope: ``blocks_3/attn``. Any other ``name(...)`` segment is a user's scope and stays.
+(``jvp(blocks_0)``, ``transpose(jvp(blocks_1))``, ``vmap(attn)``) are unwrapped to it. The markers
+``jax.checkpoint`` leaves (``checkpoint``, ``rematted_computation``) are dropped, and a segment repeated
+right after itself (``transpose(jvp(layers.0))/jvp(layers.0)/...``, the forward a backward recomputes)
+counts once. What remains is the scope: ``blocks_3/attn``. Any other ``name(...)`` segment is a user's
+scope and stays. The raw name is kept (:attr:`LocationInfo.name`): the training phases read it.
 A ``FileLineColLoc`` inside gives the user's source position.
 """
 from __future__ import annotations
@@ -18,6 +21,8 @@ _CALL_WRAPPERS = frozenset({"jit", "pjit", "xla_pmap", "pmap", "shard_map", "xla
                             "custom_jvp_call", "custom_vjp_call", "custom_vjp_call_jaxpr", "remat_call"})
 #: Transformations applied to a user's scope: unwrapped to it.
 _TRANSFORMS = frozenset({"jvp", "transpose", "vmap", "batch", "linearize", "remat", "checkpoint", "vjp"})
+#: Bare segments that ``jax.checkpoint`` writes around the computation it saves or recomputes: not scopes.
+_MARKERS = frozenset({"checkpoint", "rematted_computation"})
 
 
 def _segment(seg: str) -> str:
@@ -25,7 +30,7 @@ def _segment(seg: str) -> str:
     while True:
         m = _WRAPPED.match(seg)
         if m is None:
-            return "" if "->" in seg else seg
+            return "" if "->" in seg or seg in _MARKERS else seg
         if m.group(1) in _CALL_WRAPPERS:
             return ""
         if m.group(1) not in _TRANSFORMS:
@@ -60,7 +65,11 @@ class LocationInfo:
 
 def scope_of(name: str) -> str:
     segments = name.split("/")[:-1] if "/" in name else []
-    return "/".join(s for s in map(_segment, segments) if s)
+    out: list[str] = []
+    for s in map(_segment, segments):
+        if s and (not out or out[-1] != s):
+            out.append(s)
+    return "/".join(out)
 
 
 _SCOPES: dict[str, str] = {}

@@ -6,6 +6,9 @@ and one add per term. Batch dimensions are part of the result, so they are count
 A convolution is counted as XLA's HloCostAnalysis counts it: for every spatial dimension, the number of
 (output position, kernel position) pairs that land on a real input element (not padding, not a hole
 made by lhs dilation); times input features per group, output features and batch per batch group; x2.
+With ``conv_padding="dense"`` padded positions count too (holes of lhs dilation still do not), as
+PyTorch's FlopCounterMode, fvcore and most papers count (ResNet-18: 1.814 GMAC); see
+:func:`conv_padding_variant`.
 """
 from __future__ import annotations
 
@@ -25,8 +28,11 @@ def contraction_flops(lhs_shape: tuple[int, ...], result_nelems: int, lhs_contra
 
 
 def valid_positions(in_size: int, out_size: int, kernel_size: int, stride: int, pad_low: int,
-                    lhs_dilation: int, rhs_dilation: int) -> int:
-    """Pairs (output index, kernel index) of one spatial dimension that read a real input element."""
+                    lhs_dilation: int, rhs_dilation: int, dense: bool = False) -> int:
+    """Pairs (output index, kernel index) of one spatial dimension that read a real input element; with
+    ``dense``, those that read an input element or padding (a hole of lhs dilation is neither)."""
+    if dense:
+        return _dense_positions(in_size, out_size, kernel_size, stride, pad_low, lhs_dilation, rhs_dilation)
     count = 0
     for k in range(kernel_size):
         base = k * rhs_dilation - pad_low  # dilated-input index read by output 0 at kernel index k
@@ -47,8 +53,21 @@ def valid_positions(in_size: int, out_size: int, kernel_size: int, stride: int, 
     return count
 
 
+def _dense_positions(in_size, out_size, kernel_size, stride, pad_low, lhs_dilation, rhs_dilation) -> int:
+    if lhs_dilation == 1:
+        return out_size * kernel_size
+    extent = (in_size - 1) * lhs_dilation + 1  # the dilated input; outside it lies padding
+    count = 0
+    for k in range(kernel_size):
+        for o in range(out_size):
+            u = o * stride + k * rhs_dilation - pad_low
+            if u < 0 or u >= extent or u % lhs_dilation == 0:
+                count += 1
+    return count
+
+
 def convolution_flops(lhs_shape, rhs_shape, out_shape, dnums: dict, strides, padding, lhs_dilation,
-                      rhs_dilation, feature_group_count: int, batch_group_count: int) -> int:
+                      rhs_dilation, feature_group_count: int, batch_group_count: int, dense: bool = False) -> int:
     n_spatial = len(dnums["input_spatial"])
     positions = 1
     for i in range(n_spatial):
@@ -56,7 +75,7 @@ def convolution_flops(lhs_shape, rhs_shape, out_shape, dnums: dict, strides, pad
             lhs_shape[dnums["input_spatial"][i]],
             out_shape[dnums["output_spatial"][i]],
             rhs_shape[dnums["kernel_spatial"][i]],
-            strides[i], padding[i][0], lhs_dilation[i], rhs_dilation[i],
+            strides[i], padding[i][0], lhs_dilation[i], rhs_dilation[i], dense,
         )
     in_features = lhs_shape[dnums["input_feature"]]
     out_features = out_shape[dnums["output_feature"]]
@@ -114,7 +133,13 @@ def int_attr(op: ir.Operation, name: str, default: int) -> int:
 
 
 # -- visitor ------------------------------------------------------------------------------------------------------
+CONV_PADDING = ("xla", "dense")
+
+
 class TFlopsVisitor(IRVisitor):
+    #: "xla": padded positions cost nothing (XLA's HloCostAnalysis); "dense": they count (PyTorch's counters)
+    conv_padding = "xla"
+
     def visit_dot_general(self, op: ir.Operation) -> None:
         row = self.emit(op, "dot", weights=True)
         contracting, _ = _dot_dims(op.attributes["dot_dimension_numbers"])
@@ -141,4 +166,21 @@ class TFlopsVisitor(IRVisitor):
             int_list(op, "rhs_dilation", [1] * n),
             int_attr(op, "feature_group_count", 1),
             int_attr(op, "batch_group_count", 1),
+            self.conv_padding == "dense",
         )
+
+
+_VARIANTS: dict = {}
+
+
+def conv_padding_variant(visitor_class, conv_padding: str):
+    """``visitor_class`` counting convolutions by the ``conv_padding`` convention ("xla" or "dense")."""
+    if conv_padding not in CONV_PADDING:
+        raise ValueError(f"conv_padding must be one of {', '.join(CONV_PADDING)}, got {conv_padding!r}")
+    if conv_padding == visitor_class.conv_padding:
+        return visitor_class
+    key = (visitor_class, conv_padding)
+    if key not in _VARIANTS:
+        _VARIANTS[key] = type(f"{visitor_class.__name__}_{conv_padding}", (visitor_class,),
+                              {"conv_padding": conv_padding})
+    return _VARIANTS[key]

@@ -1,0 +1,61 @@
+"""The ``mhlo-cost`` command line.
+
+Every failure a user can cause ends as one line on stderr, ``mhlo-cost: error: ...``, and exit code 2
+(1 for ``check`` when a metric moved). No traceback reaches the terminal unless MHLO_COST_DEBUG=1.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from .. import __version__
+from . import cmd_baseline, cmd_blocks, cmd_hardware, cmd_lower, cmd_plot, cmd_report
+from .common import ACTIVE_PROGRESS, EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_OK, UserError, Parser
+
+#: The command modules, in the order ``--help`` lists them; each has ``register(subparsers)``.
+COMMANDS = (cmd_lower, cmd_report, cmd_blocks, cmd_plot, cmd_baseline, cmd_hardware)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = Parser(prog="mhlo-cost", description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--version", action="version", version=f"mhlo-cost {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
+    sub.required = True
+    for command in COMMANDS:
+        command.register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    from ..baseline import BaselineError
+    from ..hardware import HardwareError
+    from ..loader import LoadError
+    from ..visitors.base import AnalysisError
+
+    try:
+        args = build_parser().parse_args(argv)
+        return args.func(args)
+    except SystemExit as e:  # --help, --version
+        return int(e.code or 0)
+    except (UserError, LoadError, AnalysisError, HardwareError, BaselineError) as e:
+        print(f"mhlo-cost: error: {e}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except KeyboardInterrupt:
+        print("mhlo-cost: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return EXIT_OK
+    except Exception as e:  # a bug: still one line, with a way to see more
+        if os.environ.get("MHLO_COST_DEBUG"):
+            raise
+        print(f"mhlo-cost: internal error: {type(e).__name__}: {e} (MHLO_COST_DEBUG=1 shows the traceback)",
+              file=sys.stderr)
+        return EXIT_INTERNAL
+    finally:
+        while ACTIVE_PROGRESS:
+            ACTIVE_PROGRESS.pop().close()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

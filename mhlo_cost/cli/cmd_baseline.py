@@ -1,0 +1,152 @@
+"""``mhlo-cost baseline``, ``check`` and ``diff``: per-block counts for CI, and what moved."""
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+
+from .common import (EXIT_MOVED, EXIT_OK, Progress, UserError, add_common, add_output, positive_int, regex, write_output,
+                     load_analysis)
+
+def _counts(path: str, args, progress: Progress):
+    """Counts of an IR file (analysed, blocks assigned) or of a baseline JSON file."""
+    from ..baseline import counts_from_analysis, read_baseline
+
+    if _is_baseline(path):
+        return read_baseline(path), None
+    analysis = load_analysis(path, args, progress)
+    from ..blocks import block_table
+    from ..collectors import assign_blocks
+
+    blocks = assign_blocks(analysis, method=args.blocks, pattern=args.block_pattern,
+                           norms_per_block=args.norms_per_block)
+    df = block_table(analysis, blocks)
+    return counts_from_analysis(analysis, df, blocks.method), analysis
+
+
+def _is_baseline(path: str) -> bool:
+    if path.endswith(".json"):
+        return True
+    try:
+        with open(path, "rb") as f:
+            return f.read(64).lstrip()[:1] == b"{"
+    except OSError:
+        return False
+
+
+def _metrics(value: str | None) -> tuple[str, ...]:
+    from ..baseline import METRICS
+
+    if not value:
+        return METRICS
+    chosen = tuple(m.strip() for m in value.split(",") if m.strip())
+    bad = [m for m in chosen if m not in METRICS]
+    if bad:
+        raise UserError(f"unknown metric(s) {', '.join(bad)}; choose from {', '.join(METRICS)}")
+    return chosen
+
+
+def cmd_baseline(args) -> int:
+    from ..baseline import BaselineError, compare, read_baseline, to_json
+    from ..report import to_table
+
+    progress = Progress(enabled=not args.quiet)
+    counts, _ = _counts(args.file, args, progress)
+    progress.done()
+    text = to_json(counts)
+    out = Path(args.output)
+    if out.exists() and not (args.update or args.force):
+        raise UserError(f"{out}: exists; --update compares and rewrites it, --force overwrites")
+    if args.update and out.exists():
+        try:
+            old = read_baseline(out)
+        except BaselineError:
+            old = None
+        if old is not None:
+            moved = compare(old, counts)
+            if len(moved):
+                print(f"mhlo-cost: {out}: {len(moved)} count(s) changed:", file=sys.stderr)
+                sys.stderr.write(to_table(moved))
+            else:
+                print(f"mhlo-cost: {out}: no count changed", file=sys.stderr)
+    write_output(text, str(out))
+    return EXIT_OK
+
+
+def cmd_check(args) -> int:
+    from ..baseline import compare, read_baseline
+    from ..report import render
+
+    if not (args.rtol >= 0 and math.isfinite(args.rtol)):
+        raise UserError(f"--rtol must be a finite number >= 0, got {args.rtol}")
+    base = read_baseline(args.baseline)
+    progress = Progress(enabled=not args.quiet)
+    now, _ = _counts(args.file, args, progress)
+    progress.done()
+    moved = compare(base, now, _metrics(args.metrics), args.rtol)
+    if len(moved) == 0:
+        print(f"mhlo-cost: {args.file}: every metric of {len(now.blocks)} blocks matches {args.baseline}",
+              file=sys.stderr)
+        return EXIT_OK
+    blocks = sorted(set(moved.block))
+    print(f"mhlo-cost: {args.file}: {len(moved)} count(s) moved against {args.baseline} "
+          f"(blocks: {', '.join(blocks[:6])}{' ...' if len(blocks) > 6 else ''})", file=sys.stderr)
+    write_output(render(moved, args.format, args.unit), args.output)
+    return EXIT_MOVED
+
+
+def cmd_diff(args) -> int:
+    from ..baseline import counts_frame, side_by_side
+    from ..report import render
+
+    progress = Progress(enabled=not args.quiet)
+    frames = []
+    for path in (args.a, args.b):
+        counts, analysis = _counts(path, args, progress) if args.by == "block" or _is_baseline(path) else (
+            None, load_analysis(path, args, progress))
+        if args.by == "block":
+            frames.append(counts_frame(counts))
+        elif analysis is None:
+            raise UserError(f"{path}: a baseline holds blocks only; use --by block")
+        else:
+            frames.append(analysis.group(args.by).rename(columns={args.by: "key"}))
+    progress.done()
+    key = "block" if args.by == "block" else "key"
+    metrics = tuple(m for m in _metrics(args.metrics) if m in frames[0].columns and m in frames[1].columns)
+    df = side_by_side(frames[0], frames[1], key, metrics)
+    if key == "key":
+        df = df.rename(columns={"key": args.by})
+    write_output(render(df, args.format, args.unit), args.output)
+    return EXIT_OK
+
+
+
+def register(sub) -> None:
+    p = sub.add_parser("baseline", help="write per-block FLOP counts as a baseline JSON for CI")
+    add_common(p)
+    p.add_argument("-o", "--output", required=True, metavar="OUT", help="baseline file to write (.flops.json)")
+    p.add_argument("--update", action="store_true", help="rewrite an existing baseline, saying what changed")
+    p.add_argument("--force", action="store_true", help="overwrite an existing baseline silently")
+    p.set_defaults(func=cmd_baseline)
+
+    p = sub.add_parser("check", help="exit 1 when a block's counts moved from the baseline")
+    add_common(p)
+    p.add_argument("--baseline", required=True, metavar="FILE")
+    p.add_argument("--rtol", type=float, default=0.0, help="relative tolerance (default 0: exact)")
+    p.add_argument("--metrics", metavar="LIST", help="comma-separated metrics to check (default: all)")
+    add_output(p)
+    p.set_defaults(func=cmd_check)
+
+    p = sub.add_parser("diff", help="two IR files, or a file and a baseline, side by side")
+    p.add_argument("a")
+    p.add_argument("b")
+    p.add_argument("--by", choices=("block", "op", "kind"), default="block")
+    p.add_argument("--metrics", metavar="LIST", help="comma-separated metrics (default: all)")
+    p.add_argument("--entry", metavar="NAME")
+    p.add_argument("--strict", action="store_true")
+    p.add_argument("-q", "--quiet", action="store_true")
+    p.add_argument("--blocks", choices=("auto", "scope", "rms", "repeat"), default="auto")
+    p.add_argument("--block-pattern", metavar="REGEX", type=regex)
+    p.add_argument("--norms-per-block", type=positive_int, metavar="N")
+    add_output(p)
+    p.set_defaults(func=cmd_diff)

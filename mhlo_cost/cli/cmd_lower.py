@@ -1,0 +1,210 @@
+"""``mhlo-cost lower``: a model to StableHLO, from shapes alone (no weights, no device).
+
+The model is a bundled one (``--model stdit3``), your own (``--module pkg.mod:factory``, resolved from the
+current folder as ``python -m`` does), or a library's, built from a configuration: ``--hf CLASS``
+(transformers), ``--diffusers CLASS``, ``--timm NAME``. The argument parsing lives here; the lowering is
+:mod:`mhlo_cost.frontends.api` (``LowerRequest``), which a sweep or a script can call directly.
+"""
+from __future__ import annotations
+
+import sys
+
+from .common import EXIT_OK, UserError
+
+#: --parallel choices (the same as mhlo_cost.models.parallel.STRATEGIES; kept here so --help imports no jax)
+PARALLEL = ("none", "megatron", "2d", "ulysses", "ring")
+FRONTENDS = ("jax", "torchax", "torch-xla")
+
+
+def register(sub) -> None:
+    p = sub.add_parser("lower", help="lower a model to StableHLO (bundled, your own, transformers, diffusers, timm)",
+                       description="Lower a model to StableHLO from shapes alone and write it (.mlir text, "
+                                   ".mlirbc bytecode, optionally .gz).")
+    what = p.add_argument_group("the model (one of)")
+    what.add_argument("--model", choices=["stdit3", "gpt"], help="a bundled model")
+    what.add_argument("--module", metavar="PKG.MOD:FACTORY",
+                      help="your own: a factory returning a torch.nn.Module, a JAX function or a flax.nnx Module")
+    what.add_argument("--hf", metavar="CLASS", help="a transformers model class (LlamaForCausalLM, AutoModel...)")
+    what.add_argument("--diffusers", metavar="CLASS", help="a diffusers model class (LatteTransformer3DModel...)")
+    what.add_argument("--timm", metavar="NAME", help="a timm model name (convnext_atto, vit_small_patch16_224...)")
+    what.add_argument("--list", action="store_true", help="list bundled models and the named video shapes")
+    cfg = p.add_argument_group("library configuration (--hf, --diffusers, --timm)")
+    cfg.add_argument("--config", metavar="FILE|TYPE",
+                     help="a local config.json (or its folder); for --hf also a model type (llama, t5, ...)")
+    cfg.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                     help="override one configuration field (repeat): num_hidden_layers=2, depths=[2,2,6,2]")
+    inp = p.add_argument_group("inputs (--module, --hf, --diffusers, --timm)")
+    inp.add_argument("--input", action="append", default=[], metavar="[NAME=]SHAPE[:DTYPE]",
+                     help="one input, positional in order or by keyword: 2x128:int64, attention_mask=2x128:int64, "
+                          "timestep=scalar:int64 (dtype default: the model's)")
+    inp.add_argument("--input-shape", action="append", default=[], metavar="D0,D1,...",
+                     help="a positional input's shape (the same as --input D0xD1...)")
+    inp.add_argument("--kwarg", action="append", default=[], metavar="KEY=VALUE",
+                     help="a plain keyword argument of forward: return_dict=false, use_cache=false")
+    _bundled_options(p)
+    how = p.add_argument_group("how")
+    how.add_argument("--frontend", choices=FRONTENDS,
+                     help="jax, torchax or torch-xla (default: torchax for torch modules, jax otherwise)")
+    how.add_argument("--dtype", metavar="DTYPE", help="cast the model and bare-shape inputs: bf16, f16, f32, ...")
+    how.add_argument("--no-locations", dest="locations", action="store_false",
+                     help="omit op locations (scope names) from the output")
+    how.add_argument("-o", "--output", metavar="FILE", help=".mlir / .mlirbc, optionally .gz (default: stdout)")
+    how.add_argument("--force", action="store_true", help="overwrite FILE if it exists")
+    how.add_argument("-v", "--verbose", action="store_true", help="let the libraries' warnings through")
+    how.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")
+    # Options that change *what* is lowered: a training step around the forward.
+    train = p.add_argument_group("a training step instead of the forward (--model, --module; jax or torchax)")
+    train.add_argument("--train", action="store_true",
+                       help="loss, gradients and an optimizer update, parameters and optimizer state donated")
+    train.add_argument("--remat", choices=("none", "block"), default="none",
+                       help="--model: recompute each block in the backward (jax.checkpoint) or keep everything")
+    train.add_argument("--optimizer", choices=("adamw", "adam", "sgd"), default="adamw", help="default adamw")
+    train.add_argument("--loss", default="mse", metavar="mse|xent|PKG.MOD:FN",
+                       help="--module: the loss against a target of the output's shape (default mse)")
+    p.set_defaults(func=cmd_lower)
+
+
+def _bundled_options(p) -> None:
+    g = p.add_argument_group("bundled models (--model)")
+    g.add_argument("--shape", help="stdit3 video shape FRAMES_WIDTH_HEIGHT (default 204_640_360)")
+    g.add_argument("--batch", type=int, help="batch size (default 2)")
+    g.add_argument("--tokens", type=int, help="caption tokens (stdit3, default 300) / sequence length (gpt)")
+    g.add_argument("--depth", type=int, help="stdit3: spatial (= temporal) blocks (default 28)")
+    g.add_argument("--hidden", type=int, help="hidden size")
+    g.add_argument("--heads", type=int, help="attention heads")
+    g.add_argument("--layers", type=int, help="gpt: layers")
+    g.add_argument("--scan", action="store_true", help="gpt: run the layers as one lax.scan")
+    g.add_argument("--small", action="store_true", help="stdit3: the reduced test configuration")
+    g.add_argument("--parallel", choices=PARALLEL, default="none",
+                   help="stdit3: lower under a parallel strategy with explicit collectives (default none)")
+    g.add_argument("--devices", type=int, metavar="N", help="devices of the parallel strategy (e.g. 16)")
+    g.add_argument("--mesh", metavar="NXxNY", help="2d: the mesh, N_x (batch) x N_y (default 2 x N/2)")
+
+
+def list_models(out=sys.stdout) -> None:
+    from ..frontends import FRONTENDS as known, MODELS
+    from ..models.config import NAMED_SHAPES, STDiT3Config, VideoShape
+
+    print("models: " + ", ".join(MODELS), file=out)
+    print("frontends: " + ", ".join(known), file=out)
+    print("libraries: --hf CLASS (transformers), --diffusers CLASS, --timm NAME (pip install 'mhlo-cost[models]')",
+          file=out)
+    print("stdit3 video shapes (latent T x H x W -> tokens T, S):", file=out)
+    for name in NAMED_SHAPES:
+        c = STDiT3Config().with_shape(VideoShape.parse(name))
+        print(f"  {name:<14} latent {c.latent_t}x{c.latent_h}x{c.latent_w}  T={c.tokens_t}  S={c.tokens_s}  "
+              f"tokens/sample={c.tokens_t * c.tokens_s}", file=out)
+
+
+def _library(args) -> tuple[str, str] | None:
+    for lib in ("hf", "diffusers", "timm"):
+        if getattr(args, lib):
+            return lib, getattr(args, lib)
+    return None
+
+
+def _inputs(args):
+    from ..frontends.inputs import TensorSpec, parse_input, parse_shape, split_inputs
+
+    specs = [TensorSpec(parse_shape(s)) for s in args.input_shape] + [parse_input(s) for s in args.input]
+    return split_inputs(specs)
+
+
+def _request(args):
+    """The LowerRequest the options describe, and a one-line description of it."""
+    req, text = _forward_request(args)
+    given = [o for o, v in (("--remat", args.remat != "none"), ("--optimizer", args.optimizer != "adamw"),
+                            ("--loss", args.loss != "mse")) if v]
+    if not args.train:
+        if given:
+            raise UserError(f"{', '.join(given)} go(es) with --train")
+        return req, text
+    from ..training import TrainOptions
+
+    req.train = TrainOptions(remat=args.remat, optimizer=args.optimizer, loss=args.loss)
+    return req, f"the training step ({args.optimizer}, remat {args.remat}) of {text}"
+
+
+def _forward_request(args):
+    """The LowerRequest of the model's forward, and a one-line description of it."""
+    from ..frontends import DTYPES
+    from ..frontends.api import LowerRequest, bundled_config, describe_request
+    from ..frontends.inputs import dtype_name, parse_assignments
+
+    named = [o for o, v in (("--model", args.model), ("--module", args.module), ("--hf", args.hf),
+                            ("--diffusers", args.diffusers), ("--timm", args.timm)) if v]
+    if len(named) != 1:
+        raise UserError("name one model: --model, --module, --hf, --diffusers or --timm (or --list)"
+                        if not named else f"{' and '.join(named)} exclude each other: name one model")
+    dtype = dtype_name(args.dtype) if args.dtype else None
+    if args.model:
+        _refuse(args, ("--input", args.input or args.input_shape), ("--kwarg", args.kwarg), ("--set", args.set),
+                ("--config", args.config), why="--model (a bundled model has its own inputs)")
+        frontend = args.frontend or "jax"
+        short = {v: k for k, v in DTYPES.items()}
+        cfg, plan = bundled_config(args.model, frontend=frontend, parallel=args.parallel, devices=args.devices,
+                                   mesh=args.mesh, shape=args.shape, small=args.small, batch=args.batch,
+                                   tokens=args.tokens, dtype=short.get(dtype, dtype), depth=args.depth,
+                                   hidden=args.hidden, heads=args.heads, layers=args.layers, scan=args.scan)
+        req = LowerRequest(model=args.model, config=cfg, frontend=frontend, locations=args.locations,
+                           verbose=args.verbose)
+        return req, describe_request(req) + plan
+    _refuse_bundled(args, "--module, --hf, --diffusers and --timm")
+    positional, keyword = _inputs(args)
+    lib = _library(args)
+    if lib is None:
+        _refuse(args, ("--config", args.config), why="--module (configure your factory instead)")
+    req = LowerRequest(module=args.module, library=lib and lib[0], name=lib and lib[1], config=args.config,
+                       overrides=parse_assignments(args.set, "--set"), inputs=tuple(positional),
+                       input_kwargs=keyword, kwargs=parse_assignments(args.kwarg), frontend=args.frontend,
+                       dtype=dtype, locations=args.locations, verbose=args.verbose)
+    return req, describe_request(req)
+
+
+def _refuse(args, *given, why: str) -> None:
+    for opt, value in given:
+        if value:
+            raise UserError(f"{opt} does not apply to {why}")
+
+
+def _refuse_bundled(args, what: str) -> None:
+    bundled = {"--shape": args.shape, "--batch": args.batch, "--tokens": args.tokens, "--depth": args.depth,
+               "--hidden": args.hidden, "--heads": args.heads, "--layers": args.layers, "--scan": args.scan,
+               "--small": args.small, "--parallel": args.parallel != "none", "--devices": args.devices,
+               "--mesh": args.mesh}
+    given = [k for k, v in bundled.items() if v]
+    if given:
+        raise UserError(f"{', '.join(given)} appl{'ies' if len(given) == 1 else 'y'} to bundled models (--model), "
+                        f"not to {what}: use --set KEY=VALUE for a library model's configuration")
+
+
+def cmd_lower(args) -> int:
+    from ..frontends import FrontendError, check_output, write
+    from ..frontends.api import LowerFailed, lower_request
+
+    import os
+
+    if not args.verbose:  # before jax is first imported: XLA's C++ start-up lines
+        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    os.environ.setdefault("JAX_PLATFORMS", "cpu")  # lowering needs no accelerator
+    if args.list:
+        list_models()
+        return EXIT_OK
+    try:
+        req, text = _request(args)
+        check_output(args.output, args.force)
+        if not args.quiet:
+            print(f"mhlo-cost: lowering {text} -> {args.output or 'stdout'}", file=sys.stderr, flush=True)
+        low = lower_request(req)
+        res = write(low, args.output, locations=args.locations)
+    except (FrontendError, LowerFailed, FileExistsError, FileNotFoundError, ValueError) as e:
+        raise UserError(str(e)) from None
+    except OSError as e:
+        raise UserError(f"{args.output}: cannot write: {e.strerror or e}") from None
+    if args.output is None:
+        sys.stdout.write(res.text)
+    if not args.quiet:
+        where = f" written to {args.output}" if args.output else ""
+        print(f"mhlo-cost: {res.format} {res.nbytes / 1e6:.2f} MB{where} in {res.seconds:.2f} s, "
+              f"peak RSS {res.peak_rss_mb:.0f} MiB", file=sys.stderr)
+    return EXIT_OK

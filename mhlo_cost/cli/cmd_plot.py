@@ -1,0 +1,67 @@
+"""``mhlo-cost plot``: a picture of the blocks."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from .common import (EXIT_OK, Progress, UserError, block_frame, find_blocks, add_common, add_estimate, fused_memory,
+                     hardware_from_options, make_roofline, load_analysis)
+
+def cmd_plot(args) -> int:
+    try:
+        import matplotlib  # noqa: F401  (a clear message before any work)
+    except ImportError:
+        raise UserError("plot needs matplotlib: pip install 'mhlo-cost[plot]'") from None
+    from ..plot import plot_blocks
+
+    hw = hardware_from_options(args)
+    if not args.output.lower().endswith((".png", ".svg", ".pdf")):
+        raise UserError(f"{args.output}: the picture's name must end in .png, .svg or .pdf")
+    progress = Progress(enabled=not args.quiet)
+    analysis = load_analysis(args.file, args, progress, dataflow=hw is not None or args.fuse != "none")
+    rf = make_roofline(analysis, hw, args, progress) if hw is not None else None
+    if args.memory:
+        return _plot_memory(analysis, args, rf, hw, progress)
+    df = block_frame(analysis, args, roofline=rf)
+    progress.stage("drawing")
+    title = args.title or (f"{Path(analysis.source).name}: per block"
+                           + (f", estimated time on {hw.name}" if hw is not None else ", FLOPs"))
+    try:
+        plot_blocks(df, args.output, title=title, fused=rf is not None and rf.fusion is not None)
+    except OSError as e:
+        raise UserError(f"{args.output}: cannot write: {e.strerror or e}") from None
+    progress.done()
+    print(f"mhlo-cost: wrote {args.output}", file=sys.stderr)
+    return EXIT_OK
+
+
+
+def _plot_memory(analysis, args, rf, hw, progress) -> int:
+    from ..memory.views import block_labels
+    from ..plot import plot_memory
+
+    fused = fused_memory(analysis, args, rf)
+    blocks = find_blocks(analysis, args)
+    labels = block_labels(analysis, blocks)
+    kinds = {b.name: b.kind for b in blocks.blocks}
+    progress.stage("drawing")
+    title = args.title or f"{Path(analysis.source).name}: live bytes per device" + (f", {hw.name}" if hw else "")
+    try:
+        plot_memory(args.output, labels, kinds, analysis.memory, fused, int(hw.hbm_capacity) if hw else None, title)
+    except OSError as e:
+        raise UserError(f"{args.output}: cannot write: {e.strerror or e}") from None
+    progress.done()
+    print(f"mhlo-cost: wrote {args.output}", file=sys.stderr)
+    return EXIT_OK
+
+
+def register(sub) -> None:
+    p = sub.add_parser("plot", help="a picture of the blocks: stacked GEMM / vector / comm time (or FLOPs)")
+    add_common(p)
+    add_estimate(p)
+    p.add_argument("-o", "--output", required=True, metavar="OUT", help="picture to write (.png, .svg, .pdf)")
+    p.add_argument("--title", help="the picture's title")
+    p.add_argument("--memory", action="store_true",
+                   help="live bytes against program order instead (blocks as bands; --fuse adds the fused line, "
+                        "--hardware the chip's HBM capacity)")
+    p.set_defaults(func=cmd_plot)

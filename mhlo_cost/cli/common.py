@@ -1,0 +1,285 @@
+"""What every command shares: the one-line error, progress on stderr, loading, option helpers."""
+from __future__ import annotations
+
+import argparse
+import sys
+import threading
+import time
+from pathlib import Path
+
+from .. import __version__
+
+EXIT_OK, EXIT_MOVED, EXIT_BAD_INPUT, EXIT_INTERNAL = 0, 1, 2, 70
+
+
+class UserError(Exception):
+    """A problem with the input or the options, reported as one line."""
+
+
+ACTIVE_PROGRESS: list["Progress"] = []  # closed by main() however a command ends
+
+
+class Progress:
+    """Stage messages on stderr, shown only once work has taken more than ``delay`` seconds.
+
+    A timer thread prints them; once the command ends (:meth:`done`, or :func:`main` closing every
+    instance on an error) nothing more is printed, even by a timer that already fired.
+    """
+
+    def __init__(self, enabled: bool = True, delay: float = 1.0):
+        self.enabled = enabled
+        self.delay = delay
+        self.t0 = time.perf_counter()
+        self.shown = False
+        self.closed = False
+        self._stage = ""
+        self._timer: threading.Timer | None = None
+        self._lock = threading.Lock()
+        ACTIVE_PROGRESS.append(self)
+
+    def stage(self, text: str) -> None:
+        if not self.enabled:
+            return
+        with self._lock:
+            self._cancel()
+            self._stage = text
+            if self.closed:
+                return
+            if not self.shown:
+                remaining = max(0.0, self.delay - (time.perf_counter() - self.t0))
+                self._timer = threading.Timer(remaining, self._print)
+                self._timer.daemon = True
+                self._timer.start()
+                return
+        self._print()
+
+    def _print(self) -> None:
+        with self._lock:
+            if self.closed:
+                return
+            self.shown = True
+            print(f"mhlo-cost: {self._stage} ({time.perf_counter() - self.t0:.1f}s)", file=sys.stderr, flush=True)
+
+    def _cancel(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def close(self, report: bool = False) -> None:
+        """No more lines; with ``report``, a closing "done" line where stage lines were shown."""
+        with self._lock:
+            was_open = not self.closed
+            self.closed = True
+            self._cancel()
+            if report and was_open and self.shown and self.enabled:
+                print(f"mhlo-cost: done in {time.perf_counter() - self.t0:.1f}s", file=sys.stderr, flush=True)
+
+    def done(self) -> None:
+        self.close(report=True)
+
+
+def _size(path: str) -> str:
+    try:
+        n = Path(path).stat().st_size
+    except OSError:
+        return ""
+    return f", {n / 1e6:.1f} MB" if n >= 1e5 else ""
+
+
+def load_analysis(path: str, args, progress: Progress, dataflow: bool = False, training: bool = False):
+    """The analysis of ``path``; ``dataflow``: with operand producers (for --fuse); ``training``: a
+    training step's (data flow and arguments, for its phases) where the IR holds a backward
+    (``training="always"``: whatever it holds)."""
+    from ..analysis import analyze
+    from ..loader import load
+
+    progress.stage(f"parsing {path}{_size(path)}")
+    loaded = load(path)
+    progress.stage("counting")
+    if training:
+        from ..training.analysis import has_backward
+
+        training = training == "always" or has_backward(loaded)
+    if training:  # rows, producers, and the entry's arguments (donated: parameters, optimizer state)
+        from ..training.analysis import analyze_training
+
+        analysis = analyze_training(loaded, entry=getattr(args, "entry", None),
+                                    conv_padding=getattr(args, "conv_padding", "xla"))
+    elif dataflow:  # rows plus the producers of every operand: fusion and exposed communication
+        from ..visitors.dataflow import analyze_dataflow
+
+        analysis = analyze_dataflow(loaded, entry=getattr(args, "entry", None),
+                                    conv_padding=getattr(args, "conv_padding", "xla"))
+    else:
+        analysis = analyze(loaded, entry=getattr(args, "entry", None), conv_padding=getattr(args, "conv_padding", "xla"))
+    for w in analysis.warnings:
+        print(f"mhlo-cost: warning: {w}", file=sys.stderr)
+    unknown = analysis.summary["unknown_ops"]
+    if unknown:
+        names = ", ".join(analysis.unknown[:5]) + (" ..." if len(analysis.unknown) > 5 else "")
+        if getattr(args, "strict", False):
+            raise UserError(f"{analysis.source}: {unknown} op(s) no rule knows: {names} (--strict)")
+        print(f"mhlo-cost: warning: {unknown} op(s) no rule knows, counted as unknown: {names}", file=sys.stderr)
+    return analysis
+
+
+def positive_int(value: str) -> int:
+    try:
+        n = int(value)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {value!r}")
+    return n
+
+
+def regex(value: str) -> str:
+    import re
+
+    try:
+        re.compile(value)
+    except re.error as e:
+        raise argparse.ArgumentTypeError(f"not a regular expression: {value!r} ({e})") from None
+    return value
+
+
+
+def write_output(text: str, out: str | None) -> None:
+    if out and out != "-":
+        try:
+            Path(out).write_text(text, encoding="utf-8")
+        except OSError as e:
+            raise UserError(f"{out}: cannot write: {e.strerror or e}") from None
+    else:
+        sys.stdout.write(text)
+
+
+def find_blocks(analysis, args, quiet: bool = False):
+    """The blocks of ``analysis`` by the options (``--blocks``, ``--block-pattern``, ``--norms-per-block``);
+    a training step's optimizer becomes its own block."""
+    from ..collectors import assign_blocks
+
+    blocks = assign_blocks(analysis, method=args.blocks, pattern=args.block_pattern,
+                           norms_per_block=args.norms_per_block)
+    phases = getattr(analysis, "phases", None)
+    if phases is not None and phases.training:
+        from ..blocks import training_blocks
+
+        blocks = training_blocks(blocks, phases)
+    if not quiet:
+        for w in blocks.warnings:
+            print(f"mhlo-cost: warning: {w}", file=sys.stderr)
+        print(f"mhlo-cost: {blocks.found()}", file=sys.stderr)
+    return blocks
+
+
+def block_frame(analysis, args, parts: bool = False, roofline=None, fused_memory=None):
+    """The block table: counts, the estimate's columns given a roofline, memory, a training step's phases."""
+    from ..blocks import block_table
+    from ..memory.views import profiles
+
+    blocks = find_blocks(analysis, args)
+    memory = profiles(analysis, fused_memory) if getattr(analysis, "liveness", None) is not None else None
+    if roofline is None:
+        df = block_table(analysis, blocks, parts=parts, memory=memory)
+    else:
+        df = roofline.block_frame(blocks, parts=parts, memory=memory)
+    phases = getattr(analysis, "phases", None)  # a training step's: phase columns
+    if phases is not None and phases.training:
+        from ..blocks import add_phase_columns
+
+        df = add_phase_columns(df, analysis, blocks, phases, parts=parts)
+        if getattr(args, "format", "") in ("table", "markdown"):
+            from ..blocks import phase_view
+
+            df = phase_view(df)
+    return df
+
+
+def fused_memory(analysis, args, roofline=None):
+    """The fused memory estimate where ``--fuse elementwise`` asks for it (None otherwise)."""
+    if getattr(args, "fuse", "none") == "none" or getattr(analysis, "liveness", None) is None:
+        return None
+    from ..memory.views import fused_profile
+
+    return fused_profile(analysis, roofline.fusion if roofline is not None else None)
+
+
+# -- roofline options (--hardware, --hardware-file, --fuse, --steps, --top) ------------------------------------
+
+
+def hardware_from_options(args):
+    """The profile the options name (None without --hardware / --hardware-file); checked before any work."""
+    from ..roofline import hardware_from_args
+
+    name, path = getattr(args, "hardware", None), getattr(args, "hardware_file", None)
+    hw = hardware_from_args(name, path)
+    if hw is None:  # --fuse alone gives the fused memory estimate
+        given = [o for o, v in (("--steps", getattr(args, "steps", None) is not None),
+                                ("--top", getattr(args, "top", None) is not None)) if v]
+        if given:
+            raise UserError(f"{', '.join(given)} need(s) a hardware profile: add --hardware NAME "
+                            "(mhlo-cost hardware lists them) or --hardware-file FILE")
+    for opt in ("steps", "top"):
+        v = getattr(args, opt, None)
+        if v is not None and v < 1:
+            raise UserError(f"--{opt} must be a positive integer, got {v}")
+    return hw
+
+
+def make_roofline(analysis, hw, args, progress: Progress):
+    from ..roofline import Roofline
+
+    progress.stage(f"estimating on {hw.name}")
+    rf = Roofline(analysis, hw, fuse_mode=getattr(args, "fuse", "none"))
+    if rf.unknown_ops:
+        print(f"mhlo-cost: warning: {rf.unknown_ops} unknown op(s) are estimated at 0 s", file=sys.stderr)
+    return rf
+
+
+
+def meta(analysis) -> dict:
+    return {"tool": "mhlo-cost", "version": __version__, "source": analysis.source, "entry": analysis.entry}
+
+
+
+def add_common(p: argparse.ArgumentParser, blocks: bool = True) -> None:
+    p.add_argument("file", help="MLIR file: .mlir text, .mlirbc bytecode or StableHLO artifact, optionally .gz")
+    p.add_argument("--entry", metavar="NAME", help="function to start from (default: main, or the only public one)")
+    p.add_argument("--strict", action="store_true", help="fail when an op no rule knows is found")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress messages on stderr")
+    p.add_argument("--conv-padding", choices=("xla", "dense"), default="xla",
+                   help="convolution FLOPs: xla (default) skips padded positions as XLA does; dense counts them "
+                        "as PyTorch's counters and papers do")
+    if blocks:
+        p.add_argument("--blocks", choices=("auto", "scope", "rms", "repeat"), default="auto",
+                       help="how ops are grouped into blocks (default: auto: scope, then repeat, then rms)")
+        p.add_argument("--block-pattern", metavar="REGEX", type=regex, help="regex naming a block in scope paths")
+        p.add_argument("--norms-per-block", type=positive_int, metavar="N", help="normalisations per block (rms)")
+
+
+def add_output(p: argparse.ArgumentParser, formats=("table", "csv", "json", "markdown"), default="table") -> None:
+    p.add_argument("--format", choices=formats, default=default)
+    p.add_argument("--unit", choices=tuple(["raw", "K", "M", "G", "T"]), default="raw",
+                   help="display unit for FLOPs and bytes (decimal); raw prints exact integers")
+    p.add_argument("-o", "--output", metavar="OUT", help="write to a file instead of stdout")
+
+
+def add_estimate(p: argparse.ArgumentParser, steps: bool = False, top: bool = False) -> None:
+    g = p.add_argument_group("roofline estimate")
+    g.add_argument("--hardware", metavar="NAME", help="estimate time on this profile (mhlo-cost hardware lists them)")
+    g.add_argument("--hardware-file", metavar="FILE", help="TOML file of your own profiles (searched first)")
+    g.add_argument("--fuse", choices=("none", "elementwise"), default="none",
+                   help="elementwise: also estimate with elementwise chains fused into their producer kernel "
+                        "(time with --hardware; the fused memory peak with or without)")
+    if steps:
+        g.add_argument("--steps", type=int, metavar="K", help="summary: a run of K forwards (sampling steps)")
+    if top:
+        g.add_argument("--top", type=int, metavar="N", help="--by op: the N slowest ops, slowest first")
+
+
+class Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line and exit 2, like every other bad input
+        raise UserError(message)
+
+

@@ -1,0 +1,17 @@
+"""Roofline latency: counted costs turned into time on a hardware profile, per op, per kernel, per block.
+
+* :mod:`.optime`: the time of one op row (compute, memory, overhead, communication; its bound);
+* :mod:`.fusion`: rows grouped into fused kernels from the data flow (``--fuse elementwise``);
+* :mod:`.estimate`: :class:`Roofline`, a program's totals, its disassembly table and its blocks.
+
+The data flow the fusion reads comes from :func:`mhlo_cost.visitors.dataflow.analyze_dataflow`.
+"""
+from ..visitors.dataflow import DataflowAnalysis, analyze_dataflow
+from .estimate import Roofline, hardware_from_args
+from .fusion import FUSE_MODES, Fusion, Kernel, fuse
+from .optime import BOUNDS, NO_KERNEL, OpTime, is_no_kernel, op_time
+
+__all__ = [
+    "BOUNDS", "DataflowAnalysis", "FUSE_MODES", "Fusion", "Kernel", "NO_KERNEL", "OpTime", "Roofline",
+    "analyze_dataflow", "fuse", "hardware_from_args", "is_no_kernel", "op_time",
+]

@@ -1,0 +1,240 @@
+"""The estimate of a program on one hardware profile: totals, the disassembly table, blocks."""
+from __future__ import annotations
+
+import math
+import os
+
+import pandas as pd
+
+from ..hardware import Hardware
+from ..network import CollectiveEstimate, Exposure, exposed_comm, resolve_profile, row_estimate
+from ..types import TensorInfo
+from ..visitors.base import Row, short_name
+from .fusion import FUSE_MODES, fuse
+from .optime import _unit_peaks, op_time
+
+
+class Roofline:
+    """Per-op times of an analysis on one hardware profile, and the views built from them."""
+
+    def __init__(self, analysis, hw: Hardware, fuse_mode: str = "none"):
+        if fuse_mode not in FUSE_MODES:
+            raise ValueError(f"unknown fuse mode {fuse_mode!r}: choose one of {', '.join(FUSE_MODES)}")
+        self.analysis = analysis
+        self.hw = hw
+        self.times = [op_time(r, hw) for r in analysis.rows]
+        self.fusion = fuse(analysis, hw, self.times) if fuse_mode == "elementwise" else None
+        self._exposure: dict = {}
+
+    # -- communication: algorithm and tier per collective, and what compute cannot hide ---------------------
+    def comm_detail(self, i: int):
+        """:class:`~mhlo_cost.network.CollectiveEstimate` of one execution of collective row ``i`` (a chip
+        profile: its flat ring over the chip's link)."""
+        topology = getattr(self.hw, "topology", None)
+        r = self.analysis.rows[i]
+        if topology is not None:
+            return row_estimate(topology, r)
+        t = self.times[i].comm_s / max(r.multiplicity, 1)
+        return CollectiveEstimate(t, "ring" if r.group_size > 1 else "none", "link" if r.group_size > 1 else "local")
+
+    def exposure(self, fused: bool = False) -> Exposure:
+        """Exposed communication per row (:func:`mhlo_cost.network.exposed_comm`) with the unfused (or
+        fused) compute times. Without the data flow (a plain ``analyze``) nothing is taken as hidden."""
+        key = bool(fused)
+        if key not in self._exposure:
+            ts, rows = self.times, self.analysis.rows
+            compute = list(self.fusion.row_time) if fused else [t.kernel_s for t in ts]
+            comm = [t.comm_s for t in ts]
+            producers = getattr(self.analysis, "producers", None)
+            if not producers:
+                producers = [(None,)] * len(rows)  # every op waits for everything before it
+            self._exposure[key] = exposed_comm(producers, compute, comm, [r.kind == "collective" for r in rows],
+                                               getattr(self.analysis, "async_done", None))
+        return self._exposure[key]
+
+    # -- totals -----------------------------------------------------------------------------------------
+    @property
+    def unknown_ops(self) -> int:
+        return sum(r.multiplicity for r, t in zip(self.analysis.rows, self.times) if t.bound == "unknown")
+
+    def totals(self) -> dict:
+        ts = self.times
+        kernel = math.fsum(t.kernel_s for t in ts)
+        comm = math.fsum(t.comm_s for t in ts)
+        out = {
+            "est_compute_s": math.fsum(t.compute_s for t in ts),
+            "est_memory_s": math.fsum(t.memory_s for t in ts),
+            "est_overhead_s": math.fsum(t.overhead_s for t in ts),
+            "comm_time_s": comm,
+            "comm_exposed_s": math.fsum(self.exposure().exposed),
+            "est_time_s": kernel + comm,
+        }
+        out["est_time_overlap_s"] = kernel + out["comm_exposed_s"]
+        for b in ("compute", "memory"):
+            out[f"{b}_bound_s"] = math.fsum(t.kernel_s for t in ts if t.bound == b)
+            out[f"{b}_bound_ops"] = sum(r.multiplicity for r, t in zip(self.analysis.rows, ts) if t.bound == b)
+        out["kernels"] = sum(r.multiplicity for r, t in zip(self.analysis.rows, ts) if t.overhead_s > 0)
+        out["free_ops"] = sum(r.multiplicity for r, t in zip(self.analysis.rows, ts) if t.bound == "free")
+        out["unknown_ops"] = self.unknown_ops
+        if self.fusion is not None:
+            f = self.fusion
+            out["est_time_fused_s"] = f.time_s + comm
+            out["est_time_fused_overlap_s"] = f.time_s + math.fsum(self.exposure(fused=True).exposed)
+            out["fused_kernels"] = sum(k.multiplicity for k in f.kernels)
+            out["fused_bytes"] = sum(k.bytes_read + k.bytes_written for k in f.kernels)
+        return out
+
+    @property
+    def flops(self) -> int:
+        return sum(r.gemm_flops + r.conv_flops + r.vector_flops for r in self.analysis.rows)
+
+    @property
+    def reference_peak(self) -> float:
+        return _unit_peaks(self.analysis.rows, self.times) or self.hw.vector_peak("f32")
+
+    def summary(self, steps: int = 1) -> dict:
+        """Totals for one forward, and for ``steps`` of them (a run), with achieved utilisation:
+        all FLOPs / (time x the matrix peak of the dtype that carries most GEMM FLOPs)."""
+        tot = self.totals()
+        peak = self.reference_peak
+        flops = self.flops
+        out = {"hardware": self.hw.name, "reference_peak_tflops": peak / 1e12, "flops": flops}
+        out.update(tot)
+        out["utilisation"] = flops / (tot["est_time_s"] * peak) if tot["est_time_s"] > 0 else 0.0
+        if "est_time_fused_s" in tot:
+            t = tot["est_time_fused_s"]
+            out["utilisation_fused"] = flops / (t * peak) if t > 0 else 0.0
+        out["steps"] = steps
+        out["run_time_s"] = tot["est_time_s"] * steps
+        if "est_time_fused_s" in tot:
+            out["run_time_fused_s"] = tot["est_time_fused_s"] * steps
+        out["run_flops"] = flops * steps
+        return out
+
+    def summary_frame(self, steps: int = 1, counts: dict | None = None) -> pd.DataFrame:
+        """``metric, value``: the analysis counts (``counts``) followed by the estimate."""
+        counts = dict(counts or {})
+        items = list(counts.items()) + [(k, v) for k, v in self.summary(steps).items() if k not in counts]
+        return pd.DataFrame({"metric": [k for k, _ in items], "value": pd.Series([v for _, v in items],
+                                                                                 dtype=object)})
+
+    # -- the disassembly table -----------------------------------------------------------------------
+    def op_frame(self, top: int | None = None) -> pd.DataFrame:
+        """One row per op occurrence, program order (``top``: the N slowest, slowest first)."""
+        rows, ts = self.analysis.rows, self.times
+        order = list(range(len(rows)))
+        if top is not None:
+            order = sorted(order, key=lambda i: (-ts[i].time_s, i))[:top]
+        data = {
+            "index": [rows[i].index for i in order],
+            "operation": [_operation(rows[i]) for i in order],
+            "kind": [rows[i].kind for i in order],
+            "inputs": [" ".join(t.pretty for j, t in enumerate(rows[i].operands) if j not in rows[i].weights)
+                       for i in order],
+            "weights": [" ".join(rows[i].operands[j].pretty for j in rows[i].weights) for i in order],
+            "output": [_pretty(rows[i].result) for i in order],
+            "multiplicity": [rows[i].multiplicity for i in order],
+            "gflops": [ts[i].flops / 1e9 if ts[i].unit != "transcendental" else
+                       (rows[i].vector_flops / 1e9) for i in order],
+            "latency_us": [ts[i].time_s * 1e6 for i in order],
+            "utilisation": [ts[i].utilisation for i in order],
+            "bound": [ts[i].bound for i in order],
+        }
+        df = pd.DataFrame(data)
+        df["multiplicity"] = df["multiplicity"].astype("int64")
+        df["index"] = df["index"].astype("int64")
+        return df
+
+    def kernel_frame(self, top: int | None = None) -> pd.DataFrame:
+        """One row per fused kernel (``--fuse``), program order of their heads."""
+        if self.fusion is None:
+            raise ValueError("kernel_frame() needs fuse_mode='elementwise'")
+        rows = self.analysis.rows
+        ks = list(self.fusion.kernels)
+        if top is not None:
+            ks = sorted(ks, key=lambda k: (-k.time_s, k.head))[:top]
+        weights = []
+        for k in ks:
+            w = []
+            for i in k.members:
+                w += [rows[i].operands[j].pretty for j in rows[i].weights]
+            weights.append(" ".join(w))
+        return pd.DataFrame({
+            "index": pd.Series([rows[k.head].index for k in ks], dtype="int64"),
+            "operation": [_operation(rows[k.head]) + (f" +{len(k.members) - 1}" if len(k.members) > 1 else "")
+                          for k in ks],
+            "ops": [" ".join(short_name(rows[i].op) for i in k.members) for k in ks],
+            "inputs": [" ".join(t.pretty for t in k.inputs) for k in ks],
+            "weights": weights,
+            "output": [" ".join(t.pretty for t in k.outputs) for k in ks],
+            "multiplicity": pd.Series([k.multiplicity for k in ks], dtype="int64"),
+            "gflops": [k.flops / 1e9 for k in ks],
+            "latency_us": [k.time_s * 1e6 for k in ks],
+            "utilisation": [k.utilisation for k in ks],
+            "bound": [k.bound for k in ks],
+        })
+
+    # -- blocks ---------------------------------------------------------------------------------------
+    def block_extra(self) -> dict:
+        """Per-row columns for :func:`mhlo_cost.blocks.block_table`."""
+        ts = self.times
+        exposed = self.exposure().exposed
+        extra = {
+            "gemm_time_s": lambda r: ts[r.index].kernel_s if r.kind in ("dot", "conv") else 0.0,
+            "vector_time_s": lambda r: ts[r.index].kernel_s if r.kind not in ("dot", "conv") else 0.0,
+            "est_compute_s": lambda r: ts[r.index].compute_s,
+            "est_memory_s": lambda r: ts[r.index].memory_s,
+            "comm_time_s": lambda r: ts[r.index].comm_s,
+            "comm_exposed_s": lambda r: exposed[r.index],
+            "est_time_s": lambda r: ts[r.index].time_s,
+            "compute_bound_s": lambda r: ts[r.index].kernel_s if ts[r.index].bound == "compute" else 0.0,
+        }
+        if self.fusion is not None:
+            ft = self.fusion.row_time
+            ks, rk = self.fusion.kernels, self.fusion.row_kernel
+            gemm = [rk[i] is not None and ks[rk[i]].has_dot for i in range(len(ts))]
+            # Split by kernel: a GEMM kernel's epilogue counts as GEMM-kernel time.
+            extra["gemm_time_fused_s"] = lambda r: ft[r.index] if gemm[r.index] else 0.0
+            extra["vector_time_fused_s"] = lambda r: 0.0 if gemm[r.index] else ft[r.index]
+            extra["est_time_fused_s"] = lambda r: ft[r.index] + ts[r.index].comm_s
+            fexp = self.exposure(fused=True).exposed
+            extra["est_time_fused_overlap_s"] = lambda r: ft[r.index] + fexp[r.index]
+            cb = [rk[i] is not None and ks[rk[i]].bound == "compute" for i in range(len(ts))]
+            extra["compute_bound_fused_s"] = lambda r: ft[r.index] if cb[r.index] else 0.0
+        return extra
+
+    def block_frame(self, blocks, parts: bool = False, memory: list | None = None) -> pd.DataFrame:
+        """The block table with the estimate columns (and ``memory``'s, see :func:`~mhlo_cost.blocks.block_table`);
+        ``est_time_overlap_s`` = the compute side plus the exposed communication (``comm_exposed_s``,
+        :meth:`exposure`)."""
+        from ..blocks import block_table
+
+        df = block_table(self.analysis, blocks, parts=parts, extra=self.block_extra(), memory=memory)
+        side = df["est_time_s"] - df["comm_time_s"]
+        df["est_time_overlap_s"] = side + df["comm_exposed_s"]
+        # The block's bound: where most of its (fused, if estimated) device time goes.
+        t = df["est_time_fused_s"] - df["comm_time_s"] if self.fusion is not None else side
+        c = df["compute_bound_fused_s"] if self.fusion is not None else df["compute_bound_s"]
+        df["bound"] = ["comm" if cm > tt and cm > 0 else ("compute" if tt > 0 and cc >= tt / 2 else
+                                                          ("memory" if tt > 0 else "free"))
+                       for tt, cc, cm in zip(t, c, df["comm_time_s"])]
+        return df
+
+
+def _operation(r: Row) -> str:
+    name = short_name(r.op)
+    if r.target and name == "custom_call":
+        name = f"custom_call({r.target})"
+    return f"{r.scope}/{name}" if r.scope else name
+
+
+def _pretty(res) -> str:
+    if isinstance(res, TensorInfo):
+        return res.pretty
+    return " ".join(t.pretty for t in res)
+
+
+def hardware_from_args(name: str | None, path: str | os.PathLike | None) -> Hardware | None:
+    """The chip or system named ``name`` (in the user's TOML ``path`` first); the file's only system (or
+    chip) where no name is given; None where neither is."""
+    return resolve_profile(name, path)
