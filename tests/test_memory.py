@@ -179,6 +179,10 @@ def test_shard_map_arguments_are_per_device():
     inputs = sum(x.size * x.dtype.itemsize for x in stdit3.input_shapes(cfg))
     assert a.memory.argument_bytes == total + inputs
     assert a.memory.argument_bytes < analyze(stdit3.lower(cfg).as_text()).memory.argument_bytes
+    # The estimate's data-flow walk shares the visitor with liveness: inside a shard_map body both track
+    # block arguments, and must not read each other's tables (regression: a crash under --hardware).
+    d = analyze_dataflow(parallel.lower(cfg, plan).as_text())
+    assert (d.memory.peak_bytes, d.memory.argument_bytes) == (a.memory.peak_bytes, a.memory.argument_bytes)
 
 
 # -- views ----------------------------------------------------------------------------------------------------
