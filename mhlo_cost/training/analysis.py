@@ -202,16 +202,35 @@ def phase_report(analysis, times=None) -> tuple[pd.DataFrame, list[str], dict]:
                      f"{info['ratio']:.3f} x the rule of thumb; with recompute (hardware FLOPs): "
                      f"{info['hardware_flops']:,}")
         mem = memory_categories(analysis, phases)
+        live = ("live_after_forward", "peak", "peak_phase")
         lines.append("bytes held: " + ", ".join(f"{k.replace('_', ' ')} {v:,}" for k, v in mem.items()
-                                                  if not isinstance(v, bool))
+                                                  if k not in live and not isinstance(v, bool))
                      + (" (values carried through loops not followed: lower bounds)"
                         if mem["loop_values_unfollowed"] else ""))
+        if "peak" in mem:
+            lines.append(f"live bytes (liveness): {mem['live_after_forward']:,} once the forward is done; "
+                         f"peak {mem['peak']:,} in the {mem['peak_phase']}")
     else:
         mem = {}
     payload = {"training": phases.training, "notes": phases.notes, "memory": mem,
                "rule_of_thumb": {k: v for k, v in info.items() if k != "ratio"} | {
                    "ratio": None if info["ratio"] != info["ratio"] else info["ratio"]}}
     return df, lines, payload
+
+
+def _live_at_boundary(analysis, phases: Phases) -> dict:
+    """From the liveness sweep (:mod:`mhlo_cost.memory`): the bytes live once the forward is done (before the
+    first backward or recompute op), the step's peak and the phase it falls in. Empty where the analysis
+    carries no liveness record or the program has no backward."""
+    if getattr(analysis, "liveness", None) is None:
+        return {}
+    first = next((i for i, p in enumerate(phases.phase) if p in (BACKWARD, RECOMPUTE)), None)
+    if first is None:
+        return {}
+    prof = analysis.memory
+    at = prof.after[first - 1] if first > 0 else prof.argument_bytes
+    peak_phase = phases.phase[prof.peak_row] if prof.peak_row is not None else FORWARD
+    return {"live_after_forward": at, "peak": prof.peak_bytes, "peak_phase": peak_phase}
 
 
 def _result_bytes(r) -> int:
@@ -256,6 +275,7 @@ def memory_categories(analysis, phases: Phases | None = None) -> dict:
         params = [a for a in donated if a.key in forward_read]
     state = [a for a in donated if a not in params]
     return {
+        **_live_at_boundary(analysis, phases),
         "parameters": sum(a.type.nbytes for a in params),
         "gradients": sum(_result_bytes(rows[i]) for i in grads),
         "optimizer_state": sum(a.type.nbytes for a in state),
