@@ -252,22 +252,10 @@ class RMSCollector:
     def _segments(self, rows, norms, in_loop):
         sigs = self._signatures(rows, norms, in_loop, full=False)
         count = len(norms)
-        if self.norms_per_block is not None:
-            p = self.norms_per_block
-            j0, covered = _best_run(sigs, p)
-            if covered // p < 2:
-                j0, covered = 0, count
-        else:
-            best = None
-            for p in range(1, min(self.max_period, count // 2) + 1):
-                j0, covered = _best_run(sigs, p)
-                if covered // p < 2:
-                    continue
-                if best is None or covered > best[2]:
-                    best = (p, j0, covered)
-            if best is None:
-                return [], "no repeating pattern of normalisations"
-            p, j0, covered = best
+        period = self._period(sigs, count)
+        if isinstance(period, str):
+            return [], period
+        p, j0, covered = period
         reps = covered // p
         if reps == 0:
             return [], None
@@ -278,50 +266,78 @@ class RMSCollector:
         span_end = norms[last][0] if last < count else len(rows)
         if compute_of(rows, norms[j0][0], span_end) < MIN_SHARE * compute_of(rows):
             return [], "the repeating normalisations hold little of the compute"
-        bounds = []
-        for b in range(reps):
-            first = j0 + b * p
-            start = norms[first][0]
-            nxt = first + p
-            end = norms[nxt][0] if nxt < count else None
-            bounds.append([start, end])
-        # The last block: up to the next normalisation, else as long as the block before it.
-        if bounds[-1][1] is None:
-            if len(bounds) > 1:
-                length = bounds[-2][1] - bounds[-2][0]
-                bounds[-1][1] = min(len(rows), bounds[-1][0] + length)
-            else:
-                bounds[-1][1] = len(rows)
-        # A last block whose final signature only starts like the others' (no normalisation after it).
-        nxt = j0 + reps * p
-        if nxt + p == count and sigs[nxt:nxt + p - 1] == sigs[j0:j0 + p - 1]:
-            want, got = sigs[j0 + p - 1], sigs[count - 1]
-            if want[0] == got[0] and got[1][:len(want[1])] == want[1] and len(bounds) > 0:
-                prev_len = bounds[-1][1] - bounds[-1][0]
-                bounds.append([norms[nxt][0], min(len(rows), norms[nxt][0] + prev_len)])
-                reps += 1
+        bounds = _bounds(rows, norms, sigs, p, j0, reps)
+        reps = len(bounds)
         full = self._signatures(rows, norms, in_loop, full=True)
-        block_sigs = []
-        for b in range(reps):
-            bs = tuple(full[j0 + b * p: j0 + (b + 1) * p])
-            if b == reps - 1 and bs not in block_sigs:
-                # The last block may see the model's tail after it: match it on its first normalisations.
-                same = [x for x in block_sigs if x[:-1] == bs[:-1]]
-                if same:
-                    bs = same[-1]
-            block_sigs.append(bs)
-        letters: dict[tuple, str] = {}
-        for bs in block_sigs:
-            letters.setdefault(bs, chr(ord("A") + len(letters)))
-        many = 1 < len(letters) <= 8
-        segments = []
-        counters: dict[str, int] = {}
-        for b, (s0, e0) in enumerate(bounds):
-            if many:
-                kind = letters[block_sigs[b]]
-                idx = counters.get(kind, 0)
-                counters[kind] = idx + 1
-                segments.append((s0, e0, f"block_{kind.lower()}.{idx}", kind, idx))
-            else:
-                segments.append((s0, e0, f"block.{b}", "block", b))
-        return segments, f"{p} normalisations per block x {reps} from normalisation {j0}"
+        return _named_segments(bounds, full, p, j0), f"{p} normalisations per block x {reps} from normalisation {j0}"
+
+    def _period(self, sigs, count: int):
+        """``(normalisations per block, first, normalisations covered)`` of the longest repeating run, or the
+        reason there is none."""
+        if self.norms_per_block is not None:
+            p = self.norms_per_block
+            j0, covered = _best_run(sigs, p)
+            return (p, j0, covered) if covered // p >= 2 else (p, 0, count)
+        best = None
+        for p in range(1, min(self.max_period, count // 2) + 1):
+            j0, covered = _best_run(sigs, p)
+            if covered // p < 2:
+                continue
+            if best is None or covered > best[2]:
+                best = (p, j0, covered)
+        return best if best is not None else "no repeating pattern of normalisations"
+
+
+def _bounds(rows, norms, sigs, p: int, j0: int, reps: int) -> list[list[int]]:
+    """``[start, end)`` of each block of ``p`` normalisations from normalisation ``j0``."""
+    count = len(norms)
+    bounds = []
+    for b in range(reps):
+        first = j0 + b * p
+        nxt = first + p
+        bounds.append([norms[first][0], norms[nxt][0] if nxt < count else None])
+    # The last block: up to the next normalisation, else as long as the block before it.
+    if bounds[-1][1] is None:
+        if len(bounds) > 1:
+            length = bounds[-2][1] - bounds[-2][0]
+            bounds[-1][1] = min(len(rows), bounds[-1][0] + length)
+        else:
+            bounds[-1][1] = len(rows)
+    # A last block whose final signature only starts like the others' (no normalisation after it).
+    nxt = j0 + reps * p
+    if nxt + p == count and sigs[nxt:nxt + p - 1] == sigs[j0:j0 + p - 1]:
+        want, got = sigs[j0 + p - 1], sigs[count - 1]
+        if want[0] == got[0] and got[1][:len(want[1])] == want[1] and len(bounds) > 0:
+            prev_len = bounds[-1][1] - bounds[-1][0]
+            bounds.append([norms[nxt][0], min(len(rows), norms[nxt][0] + prev_len)])
+    return bounds
+
+
+def _named_segments(bounds, full, p: int, j0: int) -> list[tuple]:
+    """``(start, end, name, kind, index)`` per block: ``block.N`` where all blocks look alike, else one
+    letter per kind of block (``block_a.0``, ``block_b.0``, ...) when there are at most eight kinds."""
+    reps = len(bounds)
+    block_sigs = []
+    for b in range(reps):
+        bs = tuple(full[j0 + b * p: j0 + (b + 1) * p])
+        if b == reps - 1 and bs not in block_sigs:
+            # The last block may see the model's tail after it: match it on its first normalisations.
+            same = [x for x in block_sigs if x[:-1] == bs[:-1]]
+            if same:
+                bs = same[-1]
+        block_sigs.append(bs)
+    letters: dict[tuple, str] = {}
+    for bs in block_sigs:
+        letters.setdefault(bs, chr(ord("A") + len(letters)))
+    many = 1 < len(letters) <= 8
+    segments = []
+    counters: dict[str, int] = {}
+    for b, (s0, e0) in enumerate(bounds):
+        if many:
+            kind = letters[block_sigs[b]]
+            idx = counters.get(kind, 0)
+            counters[kind] = idx + 1
+            segments.append((s0, e0, f"block_{kind.lower()}.{idx}", kind, idx))
+        else:
+            segments.append((s0, e0, f"block.{b}", "block", b))
+    return segments

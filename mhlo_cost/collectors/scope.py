@@ -99,90 +99,14 @@ class ScopeCollector:
 
     # -- collection --------------------------------------------------------------------------------------
     def collect(self, rows) -> Blocks:
-        n = len(rows)
         scopes = [row_scope(r) for r in rows]
         cands = [self.candidates(s) for s in scopes]
         eligible = self._eligible(rows, cands)
         if self.pattern is None:
             eligible -= _groups_of_blocks(rows, cands, eligible)
-
-        names: list[str] = [""] * n
-        parts: list[str] = [""] * n
-        info: dict[str, tuple[str, int | None]] = {}
-        parents: dict[str, set] = {}
-        for i, cs in enumerate(cands):
-            for c in cs:
-                if c.family in eligible:
-                    names[i] = c.name
-                    parts[i] = c.part
-                    info.setdefault(c.name, (kind_of(c.name), c.index))
-                    parents.setdefault(c.name, set()).add(c.family[0])
-                    break
-        # Rows without a scope (constants) between two rows of one block belong to it.
-        unscoped = [not s for s in scopes]
-        filled = fill_nearest([nm if not u else "" for nm, u in zip(names, unscoped)], "", same_only=True)
-        for i in range(n):
-            if unscoped[i] and filled[i]:
-                names[i] = filled[i]
-        part_filled = fill_nearest([p if names[i] else "" for i, p in enumerate(parts)], "", same_only=True)
-        for i in range(n):
-            if unscoped[i] and names[i]:
-                parts[i] = part_filled[i]
-
-        # Loop bodies without named blocks: N blocks named after the first scope under while/body.
-        loop_blocks: list[tuple[int, list[Block], list[tuple[int, tuple[int, ...]]]]] = []
-        for s, e, trips in loop_runs(rows):
-            if any(names[s:e]):
-                continue
-            fams, fparts = [], []
-            for i in range(s, e):
-                rest = _after_body(scopes[i])
-                fams.append(rest[0] if rest else "")
-                fparts.append(rest[1] if len(rest) > 1 else "")
-            if not any(fams):
-                continue  # an unnamed loop: the positional collectors' business
-            order = list(dict.fromkeys(f for f in fams if f))
-            fams = fill_nearest(fams, order[0])
-            # The scope around the loop tells two loops apart (encoder/layers.0, decoder/layers.0).
-            outer = _before_body(scopes[s])
-            blocks_here = []
-            for k in range(trips):
-                for f in order:
-                    base, _ = index_of(f)
-                    name = f"{base}.{k}"
-                    blocks_here.append(Block(f"{outer}/{name}" if outer else name, kind_of(name), k))
-            rows_here = []
-            for j, i in enumerate(range(s, e)):
-                fi = order.index(fams[j])
-                rows_here.append((i, tuple(k * len(order) + fi for k in range(trips))))
-                parts[i] = fparts[j]
-            loop_blocks.append((s, blocks_here, rows_here))
-
-        # Number the blocks in program order.
-        first: dict[str, int] = {}
-        for i, nm in enumerate(names):
-            if nm and nm not in first:
-                first[nm] = i
-        items = [(pos, 0, ("named", nm)) for nm, pos in first.items()]
-        items += [(lb[0], 1, ("loop", lb)) for lb in loop_blocks]
-        items.sort(key=lambda t: (t[0], t[1]))
-        blocks: list[Block] = []
-        ids: dict[str, int] = {}
-        row_blocks: list[tuple[int, ...]] = [()] * n
-        for _, _, (what, data) in items:
-            if what == "named":
-                ids[data] = len(blocks)
-                kind, idx = info.get(data, (kind_of(data), None))
-                blocks.append(Block(data, kind, idx))
-            else:
-                _, bl, rows_here = data
-                base = len(blocks)
-                blocks.extend(bl)
-                for i, bids in rows_here:
-                    row_blocks[i] = tuple(base + b for b in bids)
-        for i, nm in enumerate(names):
-            if nm:
-                row_blocks[i] = (ids[nm],)
+        names, parts, info, parents = _named_rows(cands, eligible, scopes)
+        loop_blocks = _loop_blocks(rows, scopes, names, parts)
+        blocks, row_blocks = _numbered(names, info, loop_blocks)
         groups = nearest_groups(rows, scopes)
         notes = []
         if loop_blocks:
@@ -282,3 +206,94 @@ def _after_body(scope: str) -> list[str]:
         if segs[i] == "body" and segs[i - 1] == "while":
             return [s for s in segs[i + 1:] if s]
     return []
+
+
+def _named_rows(cands, eligible: set, scopes: list[str]):
+    """Each row's block name and part from its first eligible candidate; rows without a scope (constants)
+    between two rows of one block belong to it. Also each name's (kind, index) and the families it came from."""
+    n = len(cands)
+    names: list[str] = [""] * n
+    parts: list[str] = [""] * n
+    info: dict[str, tuple[str, int | None]] = {}
+    parents: dict[str, set] = {}
+    for i, cs in enumerate(cands):
+        for c in cs:
+            if c.family in eligible:
+                names[i] = c.name
+                parts[i] = c.part
+                info.setdefault(c.name, (kind_of(c.name), c.index))
+                parents.setdefault(c.name, set()).add(c.family[0])
+                break
+    unscoped = [not s for s in scopes]
+    filled = fill_nearest([nm if not u else "" for nm, u in zip(names, unscoped)], "", same_only=True)
+    for i in range(n):
+        if unscoped[i] and filled[i]:
+            names[i] = filled[i]
+    part_filled = fill_nearest([p if names[i] else "" for i, p in enumerate(parts)], "", same_only=True)
+    for i in range(n):
+        if unscoped[i] and names[i]:
+            parts[i] = part_filled[i]
+    return names, parts, info, parents
+
+
+def _loop_blocks(rows, scopes: list[str], names: list[str], parts: list[str]) -> list:
+    """Loop bodies without named blocks: N blocks per family named after the first scope under while/body,
+    as ``(first row, blocks, [(row, block offsets)])``; sets the parts of their rows."""
+    out = []
+    for s, e, trips in loop_runs(rows):
+        if any(names[s:e]):
+            continue
+        fams, fparts = [], []
+        for i in range(s, e):
+            rest = _after_body(scopes[i])
+            fams.append(rest[0] if rest else "")
+            fparts.append(rest[1] if len(rest) > 1 else "")
+        if not any(fams):
+            continue  # an unnamed loop: the positional collectors' business
+        order = list(dict.fromkeys(f for f in fams if f))
+        fams = fill_nearest(fams, order[0])
+        # The scope around the loop tells two loops apart (encoder/layers.0, decoder/layers.0).
+        outer = _before_body(scopes[s])
+        blocks_here = []
+        for k in range(trips):
+            for f in order:
+                base, _ = index_of(f)
+                name = f"{base}.{k}"
+                blocks_here.append(Block(f"{outer}/{name}" if outer else name, kind_of(name), k))
+        rows_here = []
+        for j, i in enumerate(range(s, e)):
+            fi = order.index(fams[j])
+            rows_here.append((i, tuple(k * len(order) + fi for k in range(trips))))
+            parts[i] = fparts[j]
+        out.append((s, blocks_here, rows_here))
+    return out
+
+
+def _numbered(names: list[str], info: dict, loop_blocks: list) -> tuple[list[Block], list[tuple[int, ...]]]:
+    """Blocks numbered in program order (named blocks at their first row, loop blocks at their loop's), and
+    each row's block ids."""
+    first: dict[str, int] = {}
+    for i, nm in enumerate(names):
+        if nm and nm not in first:
+            first[nm] = i
+    items = [(pos, 0, ("named", nm)) for nm, pos in first.items()]
+    items += [(lb[0], 1, ("loop", lb)) for lb in loop_blocks]
+    items.sort(key=lambda t: (t[0], t[1]))
+    blocks: list[Block] = []
+    ids: dict[str, int] = {}
+    row_blocks: list[tuple[int, ...]] = [()] * len(names)
+    for _, _, (what, data) in items:
+        if what == "named":
+            ids[data] = len(blocks)
+            kind, idx = info.get(data, (kind_of(data), None))
+            blocks.append(Block(data, kind, idx))
+        else:
+            _, bl, rows_here = data
+            base = len(blocks)
+            blocks.extend(bl)
+            for i, bids in rows_here:
+                row_blocks[i] = tuple(base + b for b in bids)
+    for i, nm in enumerate(names):
+        if nm:
+            row_blocks[i] = (ids[nm],)
+    return blocks, row_blocks
