@@ -164,6 +164,24 @@ def test_layernorm_row_reduction_is_one_kernel():
     assert k.bytes_written == 4096 * 1024 * 2
 
 
+@pytest.mark.parametrize("name", ["softmax", "rmsnorm"])
+def test_softmax_and_rmsnorm_are_one_kernel(name):
+    def softmax(x):
+        return jax.nn.softmax(x.astype(jnp.float32), -1).astype(x.dtype)
+
+    def rmsnorm(x):
+        xf = x.astype(jnp.float32)
+        return (xf * lax.rsqrt((xf * xf).mean(-1, keepdims=True) + 1e-6)).astype(x.dtype)
+
+    d = analyze_dataflow(lowered({"softmax": softmax, "rmsnorm": rmsnorm}[name], ((2048, 512), jnp.bfloat16)))
+    f = fuse(d, H100)
+    assert len(f.kernels) == 1
+    k = f.kernels[0]
+    # one pass: the bf16 input read once (plus scalar constants, a few bytes), the bf16 output written once
+    assert 0 <= k.bytes_read - 2048 * 512 * 2 <= 16
+    assert k.bytes_written == 2048 * 512 * 2
+
+
 @pytest.fixture(scope="module")
 def stdit3_small():
     stdit3 = pytest.importorskip("mhlo_cost.models.stdit3")

@@ -8,10 +8,10 @@ The data flow the fusion reads comes from :func:`mhlo_cost.visitors.dataflow.ana
 """
 from ..visitors.dataflow import DataflowAnalysis, analyze_dataflow
 from .estimate import Roofline, hardware_from_args
-from .fusion import FUSE_MODES, Fusion, Kernel, fuse
+from .fusion import ATTENTION_MODES, FUSE_MODES, Fusion, Kernel, fuse
 from .optime import BOUNDS, NO_KERNEL, OpTime, is_no_kernel, op_time
 
 __all__ = [
-    "BOUNDS", "DataflowAnalysis", "FUSE_MODES", "Fusion", "Kernel", "NO_KERNEL", "OpTime", "Roofline",
+    "ATTENTION_MODES", "BOUNDS", "DataflowAnalysis", "FUSE_MODES", "Fusion", "Kernel", "NO_KERNEL", "OpTime", "Roofline",
     "analyze_dataflow", "fuse", "hardware_from_args", "is_no_kernel", "op_time",
 ]
