@@ -1,13 +1,14 @@
 """Calibration: microbenchmarks through JAX on the local default device, written as a hardware profile.
 
-What is measured (each the median of several timed runs after a warm-up, ``block_until_ready``):
+What is measured (each the fastest of several timed runs after a warm-up, ``block_until_ready``: the
+device's rate when nothing else runs beside it; other load on a shared machine only adds time):
 
 * **matmul** per dtype (f32, bf16) over square sizes: the best achieved FLOP/s is the profile's matrix
   rate, and achieved / best at each size's FLOPs is the GEMM efficiency curve (:mod:`mhlo_cost.gemm`);
-* **stream bandwidth**: ``y = 2 x`` over a large f32 array (read + write bytes / time), the profile's
+* **stream bandwidth**: ``y = 2 x`` over a 16 MB f32 array (read + write bytes / time), the profile's
   ``hbm_bandwidth`` (on a CPU: DRAM, output allocation included, as a program pays it);
-* **vector rate**: 32 multiply-adds per element of a 1 Mi-element f32 array, fused into one loop;
-* **transcendental rate**: 8 chained exponentials per element of the same array;
+* **vector rate**: 32 multiply-adds per element of a 1 Mi-element array (f32, bf16), fused into one loop;
+* **transcendental rate**: 8 chained special functions per element (exp and tanh in turn);
 * **fixed cost of a kernel**: the slope of the time of chains of 1 and 41 tiny unfusable kernels (8 x 8
   dot + sine), so that a program's call overhead is not counted once per kernel.
 
@@ -30,15 +31,16 @@ class Calibration:
     matmul: dict = field(default_factory=dict)  # dtype key -> [(flops of one dot, achieved FLOP/s)]
     bandwidth: float = 0.0  # bytes/s
     vector_f32: float = 0.0  # FLOP/s
+    vector_bf16: float = 0.0
     transcendental: float = 0.0  # /s
     kernel_cost: float = 0.0  # s per extra small kernel
     call_cost: float = 0.0  # s of one call of a one-kernel program (reported, not in the profile)
     quick: bool = False
 
 
-def median_time(fn, *args, runs: int = 5, min_total: float = 0.05) -> float:
-    """Median wall time of ``fn(*args)`` (warm-up first; at least ``runs`` runs, more while under
-    ``min_total`` seconds in all, at most 200)."""
+def run_times(fn, *args, runs: int = 5, min_total: float = 0.05) -> list[float]:
+    """Wall times of ``fn(*args)`` (warm-up first; at least ``runs`` runs, more while under ``min_total``
+    seconds in all, at most 200)."""
     import jax
 
     jax.block_until_ready(fn(*args))
@@ -47,7 +49,18 @@ def median_time(fn, *args, runs: int = 5, min_total: float = 0.05) -> float:
         t = time.perf_counter()
         jax.block_until_ready(fn(*args))
         ts.append(time.perf_counter() - t)
-    return statistics.median(ts)
+    return ts
+
+
+def median_time(fn, *args, runs: int = 5, min_total: float = 0.05) -> float:
+    """Median of :func:`run_times`."""
+    return statistics.median(run_times(fn, *args, runs=runs, min_total=min_total))
+
+
+def best_time(fn, *args, runs: int = 5, min_total: float = 0.05) -> float:
+    """Fastest of :func:`run_times`: what the device can do when nothing else runs beside it (a shared
+    machine's other load only ever adds time)."""
+    return min(run_times(fn, *args, runs=runs, min_total=min_total))
 
 
 def _matmul(dtype: str, sizes, runs: int, min_total: float) -> list:
@@ -59,7 +72,7 @@ def _matmul(dtype: str, sizes, runs: int, min_total: float) -> list:
     for s in sizes:
         x = jnp.full((s, s), 0.5, dtype=jnp.dtype({"f32": "float32", "bf16": "bfloat16"}[dtype]))
         flops = 2 * s**3
-        out.append((flops, flops / median_time(f, x, x, runs=runs, min_total=min_total)))
+        out.append((flops, flops / best_time(f, x, x, runs=runs, min_total=min_total)))
     return out
 
 
@@ -68,10 +81,12 @@ def _stream(n: int, runs: int) -> float:
     import jax.numpy as jnp
 
     x = jnp.ones((n,), jnp.float32)
-    return 8 * n / median_time(jax.jit(lambda a: a * 2.0), x, runs=runs)
+    return 8 * n / best_time(jax.jit(lambda a: a * 2.0), x, runs=runs)
 
 
-def _vector(n: int, runs: int) -> tuple[float, float]:
+def _vector(n: int, runs: int) -> tuple[float, float, float]:
+    """(f32 FLOP/s, bf16 FLOP/s, transcendentals/s): 32 multiply-adds per element in each dtype, and 8
+    chained special functions per element (exp and tanh in turn: softmax, GELU, SiLU)."""
     import jax
     import jax.numpy as jnp
 
@@ -80,14 +95,17 @@ def _vector(n: int, runs: int) -> tuple[float, float]:
             a = a * 0.999 + 0.001
         return a
 
-    def exps(a):
-        for _ in range(8):
-            a = jnp.exp(a * -0.001)
+    def special(a):
+        for _ in range(4):
+            a = jnp.tanh(jnp.exp(a * -0.001))
         return a
 
+    out = []
+    for dt in (jnp.float32, jnp.bfloat16):
+        x = jnp.ones((n,), dt)
+        out.append(64 * n / best_time(jax.jit(fma), x, runs=runs))
     x = jnp.ones((n,), jnp.float32)
-    vec = 64 * n / median_time(jax.jit(fma), x, runs=runs)
-    return vec, 8 * n / median_time(jax.jit(exps), x, runs=runs)
+    return out[0], out[1], 8 * n / best_time(jax.jit(special), x, runs=runs)
 
 
 def _kernel_cost(runs: int) -> tuple[float, float]:
@@ -104,8 +122,8 @@ def _kernel_cost(runs: int) -> tuple[float, float]:
         return jax.jit(f)
 
     z = jnp.ones((8, 8), jnp.float32)
-    one = median_time(chain(1), z, runs=runs * 4)
-    many = median_time(chain(41), z, runs=runs * 4)
+    one = best_time(chain(1), z, runs=runs * 4)
+    many = best_time(chain(41), z, runs=runs * 4)
     return max((many - one) / 40, 1e-8), one
 
 
@@ -120,9 +138,9 @@ def calibrate(quick: bool = False, progress=lambda msg: None) -> Calibration:
         progress(f"matmul {dtype} {' '.join(map(str, sizes))}")
         cal.matmul[dtype] = _matmul(dtype, sizes, runs, 0.01 if quick else 0.3)
     progress("stream bandwidth")
-    cal.bandwidth = _stream(1 << (16 if quick else 24), runs)
+    cal.bandwidth = _stream(1 << (16 if quick else 22), runs)
     progress("vector and transcendental rates")
-    cal.vector_f32, cal.transcendental = _vector(1 << (12 if quick else 20), runs)
+    cal.vector_f32, cal.vector_bf16, cal.transcendental = _vector(1 << (12 if quick else 20), runs)
     progress("small-kernel fixed cost")
     cal.kernel_cost, cal.call_cost = _kernel_cost(runs)
     return cal
@@ -137,23 +155,25 @@ def profile_toml(cal: Calibration, name: str = "calibrated") -> str:
     peaks = {d: max(r for _, r in pts) for d, pts in cal.matmul.items()}
     lines = [
         f"# Measured by `mhlo-cost calibrate`{' --quick' if cal.quick else ''} on {cal.device}.",
-        "# Each figure: median of timed runs after a warm-up (jax.block_until_ready).",
+        "# Each figure: the fastest of several timed runs after a warm-up (jax.block_until_ready).",
         f"# One call of a one-kernel program took {_fmt(cal.call_cost * 1e6)} us (not part of the profile).",
         "schema_version = 1", "", f"[profile.{name}]",
         f'description = "calibrated on {cal.device}"',
-        'source = "mhlo-cost calibrate (JAX microbenchmarks: matmul, y = 2x stream, FMA chain, exp chain, '
+        'source = "mhlo-cost calibrate (JAX microbenchmarks: matmul, y = 2x stream, FMA chains, special-function chain, '
         'kernel chain)"',
-        f"hbm_bandwidth_gb_s = {_fmt(cal.bandwidth / 1e9)}   # y = 2x over a large f32 array, read + write bytes",
+        f"hbm_bandwidth_gb_s = {_fmt(cal.bandwidth / 1e9)}   # y = 2x over a 16 MB f32 array, read + write bytes",
         "hbm_capacity_gb = 16            # not measured",
         "link_bandwidth_gb_s = 1         # not measured: one device",
         "hop_latency_us = 1              # not measured: one device",
         f"kernel_overhead_us = {_fmt(cal.kernel_cost * 1e6)}   # extra time per small kernel in a chain",
-        f"transcendental_tops = {_fmt(cal.transcendental / 1e12)}   # 8 chained exp per element",
+        f"transcendental_tops = {_fmt(cal.transcendental / 1e12)}   # exp and tanh chained, 8 per element",
         "", f"[profile.{name}.matrix_tflops]",
     ]
     lines += [f"{d} = {_fmt(p / 1e12)}   # best matmul over the sizes" for d, p in sorted(peaks.items())]
     lines += ["", f"[profile.{name}.vector_tflops]",
               f"f32 = {_fmt(cal.vector_f32 / 1e12)}   # 32 multiply-adds per element, one fused loop",
+              f"bf16 = {_fmt(cal.vector_bf16 / 1e12)}   # the same in bf16",
+              f"int32 = {_fmt(cal.vector_f32 / 1e12)}   # not measured: taken as the f32 rate",
               "", f"[profile.{name}.gemm]", "efficiency = 1", "compute_units = 0",
               "", f"[profile.{name}.gemm.curve]   # [GFLOP of one dot, achieved / best]"]
     for d, pts in sorted(cal.matmul.items()):
