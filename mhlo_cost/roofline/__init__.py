@@ -2,6 +2,9 @@
 
 * :mod:`.optime`: the time of one op row (compute, memory, overhead, communication; its bound);
 * :mod:`.fusion`: rows grouped into fused kernels from the data flow (``--fuse elementwise``);
+  :mod:`.kernel_io`: what one kernel reads, writes and costs;
+* :mod:`.attention`: dot -> softmax -> dot found in the data flow, one kernel (``--attention fused``);
+* :mod:`.calibrate`: microbenchmarks on the local JAX device, written as a profile (``mhlo-cost calibrate``);
 * :mod:`.estimate`: :class:`Roofline`, a program's totals, its disassembly table and its blocks.
 
 The data flow the fusion reads comes from :func:`mhlo_cost.visitors.dataflow.analyze_dataflow`.
