@@ -125,7 +125,7 @@ def measure(fn, args, runs: int) -> tuple[float, float]:
     """(median, fastest) wall time of the jitted program (after a warm-up)."""
     from mhlo_cost.roofline.calibrate import run_times
 
-    ts = run_times(jax.jit(fn), *args, runs=runs, min_total=0.5)
+    ts = run_times(jax.jit(fn), *args, runs=runs, min_total=1.0)
     return statistics.median(ts), min(ts)
 
 
@@ -162,7 +162,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--hardware-file", help="a calibrated profile of this device (default: calibrate now)")
     ap.add_argument("--hardware", help="the profile's name in that file (default: its first)")
-    ap.add_argument("--runs", type=int, default=9, help="timed runs per program (at least; 0.5 s in all)")
+    ap.add_argument("--runs", type=int, default=9, help="timed runs per program (at least; 1 s in all)")
     ap.add_argument("--attention", choices=("fused", "unfused"),
                     help="default: unfused on a CPU (XLA:CPU has no flash-attention kernel), fused elsewhere")
     args = ap.parse_args(argv)

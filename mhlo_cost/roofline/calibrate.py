@@ -40,12 +40,12 @@ class Calibration:
 
 def run_times(fn, *args, runs: int = 5, min_total: float = 0.05) -> list[float]:
     """Wall times of ``fn(*args)`` (warm-up first; at least ``runs`` runs, more while under ``min_total``
-    seconds in all, at most 200)."""
+    seconds in all, at most 2000)."""
     import jax
 
     jax.block_until_ready(fn(*args))
     ts: list[float] = []
-    while len(ts) < runs or (sum(ts) < min_total and len(ts) < 200):
+    while len(ts) < runs or (sum(ts) < min_total and len(ts) < 2000):
         t = time.perf_counter()
         jax.block_until_ready(fn(*args))
         ts.append(time.perf_counter() - t)
@@ -76,15 +76,15 @@ def _matmul(dtype: str, sizes, runs: int, min_total: float) -> list:
     return out
 
 
-def _stream(n: int, runs: int) -> float:
+def _stream(n: int, runs: int, budget: float) -> float:
     import jax
     import jax.numpy as jnp
 
     x = jnp.ones((n,), jnp.float32)
-    return 8 * n / best_time(jax.jit(lambda a: a * 2.0), x, runs=runs)
+    return 8 * n / best_time(jax.jit(lambda a: a * 2.0), x, runs=runs, min_total=budget)
 
 
-def _vector(n: int, runs: int) -> tuple[float, float, float]:
+def _vector(n: int, runs: int, budget: float) -> tuple[float, float, float]:
     """(f32 FLOP/s, bf16 FLOP/s, transcendentals/s): 32 multiply-adds per element in each dtype, and 8
     independent special functions per element (exp and tanh: softmax, GELU, SiLU)."""
     import jax
@@ -101,12 +101,12 @@ def _vector(n: int, runs: int) -> tuple[float, float, float]:
     out = []
     for dt in (jnp.float32, jnp.bfloat16):
         x = jnp.ones((n,), dt)
-        out.append(64 * n / best_time(jax.jit(fma), x, runs=runs))
+        out.append(64 * n / best_time(jax.jit(fma), x, runs=runs, min_total=budget))
     x = jnp.ones((n,), jnp.float32)
-    return out[0], out[1], 8 * n / best_time(jax.jit(special), x, runs=runs)
+    return out[0], out[1], 8 * n / best_time(jax.jit(special), x, runs=runs, min_total=budget)
 
 
-def _kernel_cost(runs: int) -> tuple[float, float]:
+def _kernel_cost(runs: int, budget: float) -> tuple[float, float]:
     import jax
     import jax.numpy as jnp
 
@@ -120,8 +120,8 @@ def _kernel_cost(runs: int) -> tuple[float, float]:
         return jax.jit(f)
 
     z = jnp.ones((8, 8), jnp.float32)
-    one = best_time(chain(1), z, runs=runs * 4)
-    many = best_time(chain(41), z, runs=runs * 4)
+    one = best_time(chain(1), z, runs=runs * 4, min_total=budget)
+    many = best_time(chain(41), z, runs=runs * 4, min_total=budget)
     return max((many - one) / 40, 1e-8), one
 
 
@@ -132,15 +132,16 @@ def calibrate(quick: bool = False, progress=lambda msg: None) -> Calibration:
     dev = jax.devices()[0]
     cal = Calibration(device=f"{dev.platform}: {getattr(dev, 'device_kind', '') or dev}", quick=quick)
     runs = 3 if quick else 7
+    budget = 0.01 if quick else 1.0  # seconds of runs per figure: the more, the likelier a quiet moment
     for dtype, sizes in (_QUICK_SIZES if quick else _SIZES).items():
         progress(f"matmul {dtype} {' '.join(map(str, sizes))}")
-        cal.matmul[dtype] = _matmul(dtype, sizes, runs, 0.01 if quick else 0.3)
+        cal.matmul[dtype] = _matmul(dtype, sizes, runs, budget)
     progress("stream bandwidth")
-    cal.bandwidth = _stream(1 << (16 if quick else 22), runs)
+    cal.bandwidth = _stream(1 << (16 if quick else 22), runs, budget)
     progress("vector and transcendental rates")
-    cal.vector_f32, cal.vector_bf16, cal.transcendental = _vector(1 << (12 if quick else 20), runs)
+    cal.vector_f32, cal.vector_bf16, cal.transcendental = _vector(1 << (12 if quick else 20), runs, budget)
     progress("small-kernel fixed cost")
-    cal.kernel_cost, cal.call_cost = _kernel_cost(runs)
+    cal.kernel_cost, cal.call_cost = _kernel_cost(runs, budget)
     return cal
 
 
