@@ -105,3 +105,5 @@ def test_report_names_attention_kernels(tmp_path, capsys):
     assert main(["report", str(p), "--hardware", "h100", "--fuse", "elementwise", "--by", "op", "-q"]) == 0
     assert "attention" in capsys.readouterr().out
     assert main(["report", str(p), "--hardware", "h100", "--fuse", "elementwise", "--attention", "nope"]) == 2
+    assert main(["report", str(p), "--hardware", "h100", "--attention", "fused", "-q"]) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == "mhlo-cost: error: --attention goes with --fuse elementwise"

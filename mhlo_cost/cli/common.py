@@ -230,6 +230,8 @@ def hardware_from_options(args):
 def make_roofline(analysis, hw, args, progress: Progress):
     from ..roofline import Roofline
 
+    if getattr(args, "attention", None) and getattr(args, "fuse", "none") != "elementwise":  # issue 16
+        raise UserError("--attention goes with --fuse elementwise")
     progress.stage(f"estimating on {hw.name}")
     rf = Roofline(analysis, hw, fuse_mode=getattr(args, "fuse", "none"), attention=getattr(args, "attention", None))
     if rf.unknown_ops:
