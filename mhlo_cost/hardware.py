@@ -170,6 +170,7 @@ class Hardware:
     vendor: str = ""
     f32_matmul: str = "f32"
     gemm: GemmModel | None = None  # GEMM efficiency model (None: dots at the datasheet peak)
+    row_fusion: bool = True  # whether the compiler runs a row reduction and its consumers as one kernel
 
     def __post_init__(self) -> None:
         # Freeze the rate tables so that a shared profile cannot be edited in place.
@@ -262,7 +263,7 @@ _SCALARS: dict[str, tuple[str, Decimal]] = {
 }
 _TFLOPS = Decimal(10) ** 12
 _REQUIRED = ("description", "matrix_tflops", "vector_tflops", *_SCALARS)
-_OPTIONAL = ("aliases", "vendor", "source", "f32_matmul", "gemm")
+_OPTIONAL = ("aliases", "vendor", "source", "f32_matmul", "gemm", "row_fusion")
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 _DATA_FILE = "hardware.toml"
@@ -333,6 +334,9 @@ def _build(name: str, entry: Any, origin: str) -> Hardware:
         gemm = parse_gemm(entry["gemm"], f"{where}: field 'gemm'", DTYPE_KEYS) if "gemm" in entry else None
     except ValueError as e:
         raise HardwareError(str(e)) from None
+    row_fusion = entry.get("row_fusion", True)
+    if not isinstance(row_fusion, bool):
+        raise HardwareError(f"{where}: field 'row_fusion' must be true or false, got {row_fusion!r}")
     scalars = {hw_field: _si(entry[k], scale, f"{where}: field {k!r}") for k, (hw_field, scale) in _SCALARS.items()}
     return Hardware(
         name=name,
@@ -344,6 +348,7 @@ def _build(name: str, entry: Any, origin: str) -> Hardware:
         vendor=text("vendor", ""),
         f32_matmul=f32_matmul,
         gemm=gemm,
+        row_fusion=row_fusion,
         **scalars,
     )
 

@@ -184,6 +184,19 @@ def test_softmax_and_rmsnorm_are_one_kernel(name):
     assert k.bytes_written == 2048 * 512 * 2
 
 
+def test_without_row_fusion_softmax_reads_its_input_per_reduction():
+    def softmax(x):
+        return jax.nn.softmax(x, -1)
+
+    d = analyze_dataflow(lowered(softmax, ((2048, 512), jnp.float32)))
+    f = fuse(d, dataclasses.replace(H100, row_fusion=False))
+    n = 2048 * 512 * 4
+    assert len(f.kernels) >= 2
+    # max, then the rest: the input is read by both passes (a row of scalars between them is small)
+    assert sum(k.bytes_read for k in f.kernels) >= 2 * n
+    assert sum(k.bytes_read for k in fuse(d, H100).kernels) < n + 64
+
+
 @pytest.fixture(scope="module")
 def stdit3_small():
     stdit3 = pytest.importorskip("mhlo_cost.models.stdit3")

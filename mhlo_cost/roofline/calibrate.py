@@ -9,6 +9,8 @@ device's rate when nothing else runs beside it; other load on a shared machine o
   ``hbm_bandwidth`` (on a CPU: DRAM, output allocation included, as a program pays it);
 * **vector rate**: 32 multiply-adds per element of a 1 Mi-element array (f32, bf16), fused into one loop;
 * **transcendental rate**: 8 independent special functions per element (exp and tanh), summed;
+* **row-reduction fusion**: ``x - max(x, row)`` against ``2 x`` over the same array: a ratio above
+  :data:`ROW_PASS_LIMIT` means the reduction is a pass of its own (``row_fusion = false``: XLA:CPU);
 * **fixed cost of a kernel**: the slope of the time of chains of 1 and 41 tiny unfusable kernels (8 x 8
   dot + sine), so that a program's call overhead is not counted once per kernel.
 
@@ -23,6 +25,7 @@ from dataclasses import dataclass, field
 
 _SIZES = {"f32": (64, 128, 256, 512, 1024, 1536), "bf16": (64, 128, 256, 512, 1024)}
 _QUICK_SIZES = {"f32": (32, 64, 128), "bf16": (32, 64)}
+ROW_PASS_LIMIT = 1.25
 
 
 @dataclass
@@ -35,6 +38,7 @@ class Calibration:
     transcendental: float = 0.0  # /s
     kernel_cost: float = 0.0  # s per extra small kernel
     call_cost: float = 0.0  # s of one call of a one-kernel program (reported, not in the profile)
+    row_pass_ratio: float = 1.0  # x - max(x) over 2x: > ROW_PASS_LIMIT means no row-reduction fusion
     quick: bool = False
 
 
@@ -125,6 +129,18 @@ def _kernel_cost(runs: int, budget: float) -> tuple[float, float]:
     return max((many - one) / 40, 1e-8), one
 
 
+def _row_fusion(rows: int, runs: int, budget: float) -> float:
+    """Time of ``x - max(x, row)`` over that of ``2 x`` on the same array: about 1 where the compiler runs a
+    row reduction and its broadcast-back consumer as one pass, 1.5 or more where the reduction is a pass of
+    its own (it then reads the input twice)."""
+    import jax
+    import jax.numpy as jnp
+
+    x = jnp.ones((rows, 1024), jnp.float32)
+    one = best_time(jax.jit(lambda a: a * 2.0), x, runs=runs, min_total=budget)
+    return best_time(jax.jit(lambda a: a - a.max(-1, keepdims=True)), x, runs=runs, min_total=budget) / one
+
+
 def calibrate(quick: bool = False, progress=lambda msg: None) -> Calibration:
     """Run the microbenchmarks on JAX's default device (``quick``: tiny sizes, for tests)."""
     import jax
@@ -140,6 +156,8 @@ def calibrate(quick: bool = False, progress=lambda msg: None) -> Calibration:
     cal.bandwidth = _stream(1 << (16 if quick else 22), runs, budget)
     progress("vector and transcendental rates")
     cal.vector_f32, cal.vector_bf16, cal.transcendental = _vector(1 << (12 if quick else 20), runs, budget)
+    progress("row-reduction fusion")
+    cal.row_pass_ratio = _row_fusion(64 if quick else 4096, runs, budget)
     progress("small-kernel fixed cost")
     cal.kernel_cost, cal.call_cost = _kernel_cost(runs, budget)
     return cal
@@ -166,6 +184,8 @@ def profile_toml(cal: Calibration, name: str = "calibrated") -> str:
         "hop_latency_us = 1              # not measured: one device",
         f"kernel_overhead_us = {_fmt(cal.kernel_cost * 1e6)}   # extra time per small kernel in a chain",
         f"transcendental_tops = {_fmt(cal.transcendental / 1e12)}   # 8 independent exp / tanh per element",
+        f"row_fusion = {'true' if cal.row_pass_ratio <= ROW_PASS_LIMIT else 'false'}"
+        f"   # x - max(x, row) took {cal.row_pass_ratio:.2f} x the time of 2x (one pass: ~1)",
         "", f"[profile.{name}.matrix_tflops]",
     ]
     lines += [f"{d} = {_fmt(p / 1e12)}   # best matmul over the sizes" for d, p in sorted(peaks.items())]

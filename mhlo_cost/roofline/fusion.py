@@ -11,7 +11,8 @@ its operands), in program order:
 * a reduce joins the open kernel of its producer unless that kernel has a GEMM (input fusion). A
   reduction over trailing dimensions of at most :data:`ROW_LIMIT` elements (softmax, LayerNorm, RMSNorm
   rows) leaves its kernel open, so that the consumers broadcasting the result back over the row fuse too
-  (XLA's Triton softmax / normalization fusions); any other reduction closes its kernel;
+  (XLA's Triton softmax / normalization fusions); any other reduction closes its kernel, and so does every
+  reduction on a profile with ``row_fusion = false`` (XLA:CPU: a pass over the input per reduction);
 * ``broadcast_in_dim``, ``iota`` and widening converts are duplicated into each consumer, which then
   reads their small operand rather than their result; no-kernel ops (reshape, constant) pass through;
 * an op never joins a kernel one of its other operands depends on (that would be a cycle), and the
@@ -149,8 +150,9 @@ class _Grouper:
     (where it runs in one) a kernel. ``preset`` maps rows to a group id decided beforehand (attention:
     :mod:`.attention`); the rows of one group share one kernel."""
 
-    def __init__(self, rows, producers, times, preset: dict | None = None):
+    def __init__(self, rows, producers, times, preset: dict | None = None, row_fusion: bool = True):
         self.rows, self.producers, self.times = rows, producers, times
+        self.row_fusion = row_fusion
         n = len(rows)
         self.row_kernel: list[int | None] = [None] * n
         # Per row: "kernel" (in a kernel), "free" (no kernel, outside any), "dup" (duplicated into
@@ -269,7 +271,7 @@ class _Grouper:
             self.new_kernel(i, has_dot=True)
         elif r.kind == "reduce":
             # Row-local reductions (softmax, norms) leave their kernel open for the broadcast-back consumers.
-            self.join_or_open(i, no_dot=True, closed=not _row_reduction(r))
+            self.join_or_open(i, no_dot=True, closed=not (self.row_fusion and _row_reduction(r)))
         elif _duplicated(r):
             self.role[i] = "dup"
         elif _fusible(r):
@@ -297,7 +299,7 @@ def fuse(analysis, hw: Hardware, times: list[OpTime] | None = None, producers: l
 
         for g, att in enumerate(find_attention(rows, producers)):
             preset.update((i, g) for i in att.members)
-    grouper = _Grouper(rows, producers, times, preset)
+    grouper = _Grouper(rows, producers, times, preset, getattr(hw, "row_fusion", True))
     for i in range(len(rows)):
         grouper.place(i)
     io = KernelIO(rows, producers, times, grouper.role)
