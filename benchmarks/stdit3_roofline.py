@@ -3,15 +3,18 @@
 Lowers STDiT3 at 204_640_360 (204 frames of 640x360, batch 2 for classifier-free guidance, bf16) from
 shapes, estimates one forward on a hardware profile (default: one A100 SXM 80GB), and multiplies by the
 sampling steps (default 30). The published single-A100 figure for this configuration is 99.00 s for
-30 steps at a model FLOP utilisation of 0.253. Printed: the unfused estimate (every op its own kernel, an
-upper bound on the memory traffic of a good compiler), the fused one (``--fuse elementwise``), each with
-its ratio to the measurement, the per-block-kind estimates, and where the time goes.
+30 steps at a model FLOP utilisation of 0.253. Printed beside it: the old bounds (every GEMM at the
+datasheet peak: unfused, every op its own kernel, 221.8 s; fused elementwise with attention as separate
+kernels, 38.5 s), the steps from those to the new default estimate (GEMM efficiency model, attention as one
+kernel), the default's ratio to the measurement, and what the default's time is made of.
 
     python benchmarks/stdit3_roofline.py [--hardware a100] [--steps 30] [--shape 204_640_360]
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import math
 import os
 import sys
 import time
@@ -25,25 +28,42 @@ MEASURED_S = 99.00
 MEASURED_UTILISATION = 0.253
 
 
-def estimate(shape: str = "204_640_360", hardware: str = "a100", steps: int = 30, small: bool = False):
-    """(Roofline, summary dict, per-kind block means DataFrame) of STDiT3 at ``shape`` on ``hardware``."""
-    from mhlo_cost.collectors import assign_blocks
-    from mhlo_cost.hardware import get_profile
-    from mhlo_cost.models import stdit3
-    from mhlo_cost.models.config import STDiT3Config
-    from mhlo_cost.roofline import Roofline, analyze_dataflow
+def _estimates(analysis, hw):
+    """The estimates from the old bounds to the new default, as (label, seconds per forward, Roofline)."""
+    from mhlo_cost.roofline import Roofline
 
-    cfg = STDiT3Config().small() if small else STDiT3Config().with_shape(shape)
-    text = stdit3.lower(cfg).as_text(debug_info=True)
-    analysis = analyze_dataflow(text)
-    rf = Roofline(analysis, get_profile(hardware), fuse_mode="elementwise")
-    blocks = rf.block_frame(assign_blocks(analysis))
-    body = blocks[blocks["kind"] != ""]
-    cols = ["est_time_s", "est_compute_s", "est_memory_s", "gemm_time_s", "est_time_fused_s", "gemm_time_fused_s",
-            "vector_time_fused_s", "compute_bound_fused_s"]
-    per_kind = body.groupby("kind", sort=False)[cols].mean()
-    per_kind["bound"] = [body[body["kind"] == k]["bound"].mode().iloc[0] for k in per_kind.index]
-    return rf, rf.summary(steps), per_kind
+    peak = dataclasses.replace(hw, gemm=None)
+    unfused = Roofline(analysis, peak)
+    old = Roofline(analysis, peak, fuse_mode="elementwise", attention="unfused")
+    eff = Roofline(analysis, hw, fuse_mode="elementwise", attention="unfused")
+    new = Roofline(analysis, hw, fuse_mode="elementwise")
+    return [
+        ("old: unfused, GEMMs at peak", unfused.totals()["est_time_s"], unfused),
+        ("old: fused elementwise, at peak", old.totals()["est_time_fused_s"], old),
+        ("+ GEMM efficiency model", eff.totals()["est_time_fused_s"], eff),
+        ("+ attention as one kernel (default)", new.totals()["est_time_fused_s"], new),
+        ("eager: every op its own kernel but attention", _eager_flash(new), new),
+    ]
+
+
+def _eager_flash(rf) -> float:
+    """Seconds per forward as PyTorch eager with flash attention would run it: every op its own kernel (with
+    the GEMM efficiency model) except the attentions, each one kernel (from ``rf``, the default estimate)."""
+    att = [k for k in rf.fusion.kernels if k.attention]
+    inside = {i for k in att for i in k.members}
+    rest = math.fsum(t.kernel_s + t.comm_s for i, t in enumerate(rf.times) if i not in inside)
+    return rest + math.fsum(k.time_s for k in att)
+
+
+def _made_of(rf) -> dict:
+    """Seconds per forward of the fused estimate by kind of kernel: GEMM (with epilogues), attention, other;
+    and the launch overhead within them."""
+    out = {"GEMM kernels": 0.0, "attention kernels": 0.0, "other kernels": 0.0}
+    for k in rf.fusion.kernels:
+        key = "attention kernels" if k.attention else ("GEMM kernels" if k.has_dot else "other kernels")
+        out[key] += k.time_s
+    out["of which launch overhead"] = sum(k.overhead_s for k in rf.fusion.kernels)
+    return out
 
 
 def main(argv=None) -> int:
@@ -51,39 +71,39 @@ def main(argv=None) -> int:
     p.add_argument("--hardware", default="a100")
     p.add_argument("--steps", type=int, default=30)
     p.add_argument("--shape", default="204_640_360")
+    p.add_argument("--small", action="store_true", help="the small test configuration (a quick look)")
     args = p.parse_args(argv)
 
+    from mhlo_cost.hardware import get_profile
+    from mhlo_cost.models import stdit3
+    from mhlo_cost.models.config import STDiT3Config
+    from mhlo_cost.roofline import analyze_dataflow
+
     t0 = time.perf_counter()
-    rf, s, per_kind = estimate(args.shape, args.hardware, args.steps)
-    took = time.perf_counter() - t0
-    hw = rf.hw
-    print(f"STDiT3-XL/2 at {args.shape}, {args.steps} steps, one {hw.name} "
-          f"(bf16 peak {s['reference_peak_tflops']:.1f} TFLOP/s, HBM {hw.hbm_bandwidth / 1e9:.0f} GB/s); "
-          f"estimated in {took:.1f} s")
-    print(f"  model FLOPs per forward: {s['flops'] / 1e12:.2f} TFLOP "
-          f"(compute floor at peak: {s['flops'] / (s['reference_peak_tflops'] * 1e12):.3f} s per forward)")
-    print()
-    print(f"  {'':<34}{'per forward':>12}{'run':>11}{'util.':>8}{'vs measured':>13}")
-
-    def line(name, fwd, util):
-        run = fwd * args.steps
-        print(f"  {name:<34}{fwd:>11.3f}s{run:>10.2f}s{util:>8.3f}{run / MEASURED_S:>12.3f}x")
-
-    line("roofline, unfused (every op)", s["est_time_s"], s["utilisation"])
-    line("roofline, fused elementwise", s["est_time_fused_s"], s["utilisation_fused"])
-    line("measured (published, 1x A100)", MEASURED_S / args.steps, MEASURED_UTILISATION)
-    print()
-    print(f"  unfused: compute-bound ops {s['compute_bound_s']:.3f} s, memory-bound ops {s['memory_bound_s']:.3f} s, "
-          f"launch overhead {s['est_overhead_s']:.3f} s over {s['kernels']} kernels "
-          f"({s['free_ops']} ops need no kernel)")
-    print(f"  fused: {s['fused_kernels']} kernels moving {s['fused_bytes'] / 1e12:.2f} TB per forward")
-    print()
-    print("  per block (mean over the blocks of a kind), per forward:")
-    for kind, r in per_kind.iterrows():
-        print(f"    {kind:<9} unfused {r.est_time_s * 1e3:7.2f} ms (compute {r.est_compute_s * 1e3:.2f}, "
-              f"memory {r.est_memory_s * 1e3:.2f})   fused {r.est_time_fused_s * 1e3:6.2f} ms "
-              f"(GEMM kernels {r.gemm_time_fused_s * 1e3:.2f}, others {r.vector_time_fused_s * 1e3:.2f}; "
-              f"compute-bound {r.compute_bound_fused_s * 1e3:.2f})  bound: {r.bound}")
+    cfg = STDiT3Config().small() if args.small else STDiT3Config().with_shape(args.shape)
+    analysis = analyze_dataflow(stdit3.lower(cfg).as_text(debug_info=True))
+    hw = get_profile(args.hardware)
+    rows = _estimates(analysis, hw)
+    new = rows[3][2]
+    flops = new.flops
+    g = hw.gemm
+    print(f"STDiT3-XL/2 at {args.shape}, {args.steps} steps, one {hw.name} (bf16 peak "
+          f"{hw.matrix_peak('bf16') / 1e12:.1f} TFLOP/s, HBM {hw.hbm_bandwidth / 1e9:.0f} GB/s; GEMM model: "
+          f"{g.efficiency if g else 1:g} of peak, {g.compute_units if g else 0} units); "
+          f"estimated in {time.perf_counter() - t0:.1f} s")
+    print(f"  model FLOPs per forward: {flops / 1e12:.2f} TFLOP; "
+          f"{new.totals().get('attention_kernels', 0)} attention kernels per forward")
+    print(f"\n  {'':<46}{'per forward':>12}{'run':>11}{'vs measured':>13}")
+    for name, fwd, _ in rows:
+        print(f"  {name:<46}{fwd:>11.3f}s{fwd * args.steps:>10.2f}s{fwd * args.steps / MEASURED_S:>12.3f}x")
+    print(f"  {'measured (published, 1x A100)':<46}{MEASURED_S / args.steps:>11.3f}s{MEASURED_S:>10.2f}s"
+          f"{1:>12.3f}x")
+    print("\n  the default estimate per forward is made of:")
+    for name, t in _made_of(new).items():
+        print(f"    {name:<28}{t:>9.3f} s")
+    gap = MEASURED_S / args.steps - rows[3][1]
+    print(f"\n  gap to the measurement: {gap:.3f} s per forward ({gap * args.steps:.1f} s per run); see README "
+          "'Latency: calibration, GEMM efficiency, attention' for what it is made of")
     return 0
 
 

@@ -63,6 +63,8 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Mapping
 
+from .gemm import GemmModel, parse_gemm
+
 __all__ = [
     "Hardware",
     "HardwareError",
@@ -167,6 +169,8 @@ class Hardware:
     aliases: tuple[str, ...] = ()
     vendor: str = ""
     f32_matmul: str = "f32"
+    gemm: GemmModel | None = None  # GEMM efficiency model (None: dots at the datasheet peak)
+    row_fusion: bool = True  # whether the compiler runs a row reduction and its consumers as one kernel
 
     def __post_init__(self) -> None:
         # Freeze the rate tables so that a shared profile cannot be edited in place.
@@ -240,6 +244,7 @@ class Hardware:
         d["matrix_flops"] = dict(self.matrix_flops)
         d["vector_flops"] = dict(self.vector_flops)
         d["aliases"] = list(self.aliases)
+        d["gemm"] = self.gemm.as_toml() if self.gemm is not None else None
         return d
 
 
@@ -258,7 +263,7 @@ _SCALARS: dict[str, tuple[str, Decimal]] = {
 }
 _TFLOPS = Decimal(10) ** 12
 _REQUIRED = ("description", "matrix_tflops", "vector_tflops", *_SCALARS)
-_OPTIONAL = ("aliases", "vendor", "source", "f32_matmul")
+_OPTIONAL = ("aliases", "vendor", "source", "f32_matmul", "gemm", "row_fusion")
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 _DATA_FILE = "hardware.toml"
@@ -325,6 +330,13 @@ def _build(name: str, entry: Any, origin: str) -> Hardware:
         raise HardwareError(f"{where}: field 'vector_tflops' needs an 'f32' rate")
     if f32_matmul == "tf32" and "tf32" not in matrix:
         raise HardwareError(f"{where}: f32_matmul = \"tf32\" needs a 'tf32' rate in 'matrix_tflops'")
+    try:
+        gemm = parse_gemm(entry["gemm"], f"{where}: field 'gemm'", DTYPE_KEYS) if "gemm" in entry else None
+    except ValueError as e:
+        raise HardwareError(str(e)) from None
+    row_fusion = entry.get("row_fusion", True)
+    if not isinstance(row_fusion, bool):
+        raise HardwareError(f"{where}: field 'row_fusion' must be true or false, got {row_fusion!r}")
     scalars = {hw_field: _si(entry[k], scale, f"{where}: field {k!r}") for k, (hw_field, scale) in _SCALARS.items()}
     return Hardware(
         name=name,
@@ -335,6 +347,8 @@ def _build(name: str, entry: Any, origin: str) -> Hardware:
         aliases=tuple(aliases),
         vendor=text("vendor", ""),
         f32_matmul=f32_matmul,
+        gemm=gemm,
+        row_fusion=row_fusion,
         **scalars,
     )
 

@@ -230,8 +230,10 @@ def hardware_from_options(args):
 def make_roofline(analysis, hw, args, progress: Progress):
     from ..roofline import Roofline
 
+    if getattr(args, "attention", None) and getattr(args, "fuse", "none") != "elementwise":  # issue 16
+        raise UserError("--attention goes with --fuse elementwise")
     progress.stage(f"estimating on {hw.name}")
-    rf = Roofline(analysis, hw, fuse_mode=getattr(args, "fuse", "none"))
+    rf = Roofline(analysis, hw, fuse_mode=getattr(args, "fuse", "none"), attention=getattr(args, "attention", None))
     if rf.unknown_ops:
         print(f"mhlo-cost: warning: {rf.unknown_ops} unknown op(s) are estimated at 0 s", file=sys.stderr)
     return rf
@@ -272,6 +274,10 @@ def add_estimate(p: argparse.ArgumentParser, steps: bool = False, top: bool = Fa
     g.add_argument("--fuse", choices=("none", "elementwise"), default="none",
                    help="elementwise: also estimate with elementwise chains fused into their producer kernel "
                         "(time with --hardware; the fused memory peak with or without)")
+    # issue 16: attention as one kernel
+    g.add_argument("--attention", choices=("fused", "unfused"),
+                   help="with --fuse elementwise: fused (default) prices each attention (dot, softmax, dot) as one "
+                        "flash-attention kernel; unfused as its separate kernels")
     if steps:
         g.add_argument("--steps", type=int, metavar="K", help="summary: a run of K forwards (sampling steps)")
     if top:

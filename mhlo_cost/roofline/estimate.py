@@ -17,13 +17,17 @@ from .optime import _unit_peaks, op_time
 class Roofline:
     """Per-op times of an analysis on one hardware profile, and the views built from them."""
 
-    def __init__(self, analysis, hw: Hardware, fuse_mode: str = "none"):
+    def __init__(self, analysis, hw: Hardware, fuse_mode: str = "none", attention: str | None = None):
+        """``attention``: ``fused`` (the default with ``fuse_mode="elementwise"``) prices each attention as
+        one kernel (:mod:`.attention`); ``unfused`` as the separate kernels of its ops."""
         if fuse_mode not in FUSE_MODES:
             raise ValueError(f"unknown fuse mode {fuse_mode!r}: choose one of {', '.join(FUSE_MODES)}")
         self.analysis = analysis
         self.hw = hw
         self.times = [op_time(r, hw) for r in analysis.rows]
-        self.fusion = fuse(analysis, hw, self.times) if fuse_mode == "elementwise" else None
+        self.attention = attention or ("fused" if fuse_mode == "elementwise" else "unfused")
+        self.fusion = (fuse(analysis, hw, self.times, attention=self.attention) if fuse_mode == "elementwise"
+                       else None)
         self._exposure: dict = {}
 
     # -- communication: algorithm and tier per collective, and what compute cannot hide ---------------------
@@ -81,6 +85,7 @@ class Roofline:
             out["est_time_fused_s"] = f.time_s + comm
             out["est_time_fused_overlap_s"] = f.time_s + math.fsum(self.exposure(fused=True).exposed)
             out["fused_kernels"] = sum(k.multiplicity for k in f.kernels)
+            out["attention_kernels"] = sum(k.multiplicity for k in f.kernels if k.attention)
             out["fused_bytes"] = sum(k.bytes_read + k.bytes_written for k in f.kernels)
         return out
 
@@ -161,8 +166,7 @@ class Roofline:
             weights.append(" ".join(w))
         return pd.DataFrame({
             "index": pd.Series([rows[k.head].index for k in ks], dtype="int64"),
-            "operation": [_operation(rows[k.head]) + (f" +{len(k.members) - 1}" if len(k.members) > 1 else "")
-                          for k in ks],
+            "operation": [_kernel_name(rows[k.head], k) for k in ks],
             "ops": [" ".join(short_name(rows[i].op) for i in k.members) for k in ks],
             "inputs": [" ".join(t.pretty for t in k.inputs) for k in ks],
             "weights": weights,
@@ -226,6 +230,14 @@ def _operation(r: Row) -> str:
     if r.target and name == "custom_call":
         name = f"custom_call({r.target})"
     return f"{r.scope}/{name}" if r.scope else name
+
+
+def _kernel_name(head: Row, k) -> str:
+    """The head op's name (``attention`` for a fused attention kernel) and how many more ops it holds."""
+    name = _operation(head)
+    if k.attention:
+        name = f"{head.scope}/attention" if head.scope else "attention"
+    return name + (f" +{len(k.members) - 1}" if len(k.members) > 1 else "")
 
 
 def _pretty(res) -> str:

@@ -11,7 +11,8 @@ its operands), in program order:
 * a reduce joins the open kernel of its producer unless that kernel has a GEMM (input fusion). A
   reduction over trailing dimensions of at most :data:`ROW_LIMIT` elements (softmax, LayerNorm, RMSNorm
   rows) leaves its kernel open, so that the consumers broadcasting the result back over the row fuse too
-  (XLA's Triton softmax / normalization fusions); any other reduction closes its kernel;
+  (XLA's Triton softmax / normalization fusions); any other reduction closes its kernel, and so does every
+  reduction on a profile with ``row_fusion = false`` (XLA:CPU: a pass over the input per reduction);
 * ``broadcast_in_dim``, ``iota`` and widening converts are duplicated into each consumer, which then
   reads their small operand rather than their result; no-kernel ops (reshape, constant) pass through;
 * an op never joins a kernel one of its other operands depends on (that would be a cycle), and the
@@ -24,9 +25,11 @@ unfused one: a kernel's bytes are a subset of its members' (and its time is capp
 kernel's time is shared among its members in proportion to their unfused times, so per-block fused
 columns add up to the fused total.
 
-What fusion does not model: flash attention (the score matrix still makes a round trip through HBM: a
-lower bound for XLA as it is, not for a hand-fused kernel), GEMM efficiency below peak, and kernels
-spanning loop iterations.
+With ``attention="fused"`` the rows of each attention found by :mod:`.attention` (dot -> softmax -> dot)
+are placed in one kernel first: the scores never leave the chip (flash attention).
+
+The code: :class:`_Grouper` places the rows; :class:`~.kernel_io.KernelIO` measures each kernel's inputs,
+outputs and time. What fusion does not model: kernels spanning loop iterations.
 """
 from __future__ import annotations
 
@@ -36,7 +39,8 @@ from dataclasses import dataclass, field
 from ..hardware import Hardware
 from ..types import TensorInfo
 from ..visitors.base import Row, short_name
-from .optime import OpTime, op_time, vector_dtype
+from .kernel_io import KernelIO, share_time
+from .optime import OpTime, op_time
 
 #: Data ops that a loop fusion absorbs (they move or cast elements of one index space).
 FUSIBLE_DATA = frozenset({
@@ -48,6 +52,7 @@ DUPLICATED = frozenset({"broadcast_in_dim", "broadcast", "iota"})
 #: Longest row (elements) of a reduction over trailing dimensions that stays fused with its consumers.
 ROW_LIMIT = 16384
 FUSE_MODES = ("none", "elementwise")
+ATTENTION_MODES = ("fused", "unfused")
 
 
 @dataclass
@@ -57,6 +62,7 @@ class Kernel:
     members: list[int]
     multiplicity: int
     has_dot: bool = False
+    attention: bool = False  # a fused attention kernel (:mod:`.attention`)
     closed: bool = False
     bytes_read: int = 0  # totals over multiplicity
     bytes_written: int = 0
@@ -139,228 +145,164 @@ def _row_reduction(r: Row) -> bool:
     return 1 < row <= ROW_LIMIT
 
 
-def fuse(analysis, hw: Hardware, times: list[OpTime] | None = None, producers: list | None = None) -> Fusion:
-    """Group rows into fused kernels (see the module docstring) and time them on ``hw``."""
-    rows = analysis.rows
-    if producers is None:
-        producers = getattr(analysis, "producers", None)
-    if producers is None or len(producers) != len(rows):
-        raise ValueError("fuse() needs the data flow: analyse with roofline.analyze_dataflow()")
-    if times is None:
-        times = [op_time(r, hw) for r in rows]
-    n = len(rows)
-    row_kernel: list[int | None] = [None] * n
-    # Per row: "kernel" (in a kernel), "free" (no kernel, outside any), "dup" (duplicated into consumers),
-    # "alone" (its own time: collectives, unknown, sort, ...).
-    role = ["alone"] * n
-    kernels: list[Kernel] = []
+class _Grouper:
+    """The grouping pass of :func:`fuse`: walks the rows in program order and gives each a role and
+    (where it runs in one) a kernel. ``preset`` maps rows to a group id decided beforehand (attention:
+    :mod:`.attention`); the rows of one group share one kernel."""
 
-    def candidates(i: int, out: set) -> set:
+    def __init__(self, rows, producers, times, preset: dict | None = None, row_fusion: bool = True):
+        self.rows, self.producers, self.times = rows, producers, times
+        self.row_fusion = row_fusion
+        n = len(rows)
+        self.row_kernel: list[int | None] = [None] * n
+        # Per row: "kernel" (in a kernel), "free" (no kernel, outside any), "dup" (duplicated into
+        # consumers), "alone" (its own time: collectives, unknown, ...).
+        self.role = ["alone"] * n
+        self.kernels: list[Kernel] = []
+        self.preset = preset or {}
+        self.preset_kernel: dict = {}
+
+    # -- where a row may go ---------------------------------------------------------------------------
+    def candidates(self, i: int, out: set) -> set:
         """Kernels that produced row i's operands, looking through free/duplicated producers."""
-        for p in producers[i]:
+        for p in self.producers[i]:
             if not isinstance(p, int):
                 continue
-            k = row_kernel[p]
+            k = self.row_kernel[p]
             if k is not None:
                 out.add(k)
-            elif role[p] in ("free", "dup"):
-                candidates(p, out)
+            elif self.role[p] in ("free", "dup"):
+                self.candidates(p, out)
         return out
 
-    def deps_before(i: int, k: int, head: int) -> bool:
+    def _outside_operands(self, i: int, k: int) -> list[int]:
+        """Row i's producers outside kernel k, looking through duplicated / no-kernel rows (recomputed
+        inside k)."""
+        stack, inline = [], [p for p in self.producers[i] if isinstance(p, int)]
+        while inline:
+            p = inline.pop()
+            if self.row_kernel[p] == k:
+                continue
+            if self.row_kernel[p] is None and self.role[p] in ("free", "dup"):
+                inline.extend(q for q in self.producers[p] if isinstance(q, int))
+            else:
+                stack.append(p)
+        return stack
+
+    def acyclic(self, i: int, k: int) -> bool:
         """Whether row i can join kernel k without a cycle: none of its operands from outside k depends
         on a member of k. Rows before k's head cannot (program order is a topological order); later ones
         are searched back to the head, within a budget (over budget counts as a dependency)."""
-        seen: set = set()
-        # Operands reached through duplicated / no-kernel rows are recomputed inside k: look through them.
-        stack = []
-        inline = [p for p in producers[i] if isinstance(p, int)]
-        while inline:
-            p = inline.pop()
-            if row_kernel[p] == k:
-                continue
-            if row_kernel[p] is None and role[p] in ("free", "dup"):
-                inline.extend(q for q in producers[p] if isinstance(q, int))
-            else:
-                stack.append(p)
-        budget = 4096
+        head = self.kernels[k].head
+        stack, seen, budget = self._outside_operands(i, k), set(), 4096
         while stack:
             p = stack.pop()
             if p < head or p in seen:
                 continue
-            if row_kernel[p] == k:
+            if self.row_kernel[p] == k:
                 return False
             seen.add(p)
             budget -= 1
             if budget < 0:
                 return False
-            stack.extend(q for q in producers[p] if isinstance(q, int))
+            stack.extend(q for q in self.producers[p] if isinstance(q, int))
         return True
 
-    def open_kernel_of(i: int, no_dot: bool = False) -> int | None:
+    def open_kernel_of(self, i: int, no_dot: bool = False) -> int | None:
         """The open kernel row i may join: of its producers' kernels, the one with the latest member that
-        shares its multiplicity and that it can join without a cycle."""
-        mult = rows[i].multiplicity
-        width = _elem_bits(rows[i].result)
-        ks = [k for k in candidates(i, set()) if not kernels[k].closed and kernels[k].multiplicity == mult
-              and not (kernels[k].has_dot and (no_dot or width > _elem_bits(rows[kernels[k].head].result)))]
-        for k in sorted(ks, key=lambda k: -kernels[k].members[-1]):
-            if deps_before(i, k, kernels[k].head):
+        shares its multiplicity, does not widen a GEMM's result, and that it can join without a cycle."""
+        mult = self.rows[i].multiplicity
+        width = _elem_bits(self.rows[i].result)
+        ks = []
+        for k in self.candidates(i, set()):
+            kern = self.kernels[k]
+            if kern.closed or kern.multiplicity != mult:
+                continue
+            if kern.has_dot and (no_dot or width > _elem_bits(self.rows[kern.head].result)):
+                continue
+            ks.append(k)
+        for k in sorted(ks, key=lambda k: -self.kernels[k].members[-1]):
+            if self.acyclic(i, k):
                 return k
         return None
 
-    def new_kernel(i: int, **kw) -> None:
-        row_kernel[i] = len(kernels)
-        role[i] = "kernel"
-        kernels.append(Kernel([i], rows[i].multiplicity, **kw))
+    # -- placing a row --------------------------------------------------------------------------------
+    def new_kernel(self, i: int, **kw) -> int:
+        self.row_kernel[i] = len(self.kernels)
+        self.role[i] = "kernel"
+        self.kernels.append(Kernel([i], self.rows[i].multiplicity, **kw))
+        return len(self.kernels) - 1
 
-    def join(i: int, k: int) -> None:
-        row_kernel[i] = k
-        role[i] = "kernel"
-        kernels[k].members.append(i)
+    def join(self, i: int, k: int) -> None:
+        self.row_kernel[i] = k
+        self.role[i] = "kernel"
+        self.kernels[k].members.append(i)
 
-    for i, r in enumerate(rows):
-        t = times[i]
-        if r.kind in ("collective", "unknown"):
-            continue
-        if t.bound == "free":
-            k = open_kernel_of(i)
-            if k is not None:
-                join(i, k)
-            else:
-                role[i] = "free"
-            continue
-        if r.kind in ("dot", "conv"):
-            new_kernel(i, has_dot=True)
-            continue
-        if r.kind == "reduce":
-            row_local = _row_reduction(r)
-            k = open_kernel_of(i, no_dot=True)
-            if k is not None:
-                join(i, k)
-                kernels[k].closed = not row_local
-            else:
-                new_kernel(i, closed=not row_local)
-            continue
-        if _duplicated(r):
-            role[i] = "dup"
-            continue
-        if _fusible(r):
-            k = open_kernel_of(i)
-            if k is not None:
-                join(i, k)
-            else:
-                new_kernel(i)
-            continue
-        new_kernel(i, closed=True)  # sort and other lone kernels
-
-    # Consumers of each row, for the outputs.
-    consumers: list[list[int]] = [[] for _ in range(n)]
-    for i, ps in enumerate(producers):
-        for p in ps:
-            if isinstance(p, int):
-                consumers[p].append(i)
-
-    def storage(i: int) -> int:
-        """The row whose buffer row i's result is (looking through reshapes and other no-kernel ops)."""
-        while role[i] in ("free", "kernel") and times[i].bound == "free":
-            srcs = [p for p in producers[i] if isinstance(p, int)]
-            if len(srcs) != 1 or short_name(rows[i].op) == "constant":
-                break
-            i = srcs[0]
-        return i
-
-    def readers(i: int) -> list[int]:
-        """Rows reading row i's value, looking through free and duplicated consumers."""
-        out = []
-        for c in consumers[i]:
-            if role[c] in ("free", "dup"):
-                out.extend(readers(c) if consumers[c] else [-1])  # -1: a program output
-            else:
-                out.append(c)
-        return out
-
-    for kid, k in enumerate(kernels):
-        members = set(k.members)
-        seen_in: set = set()
-        read = 0
-        inputs = []
-
-        def add_input(key, ti: TensorInfo) -> None:
-            nonlocal read
-            if key in seen_in:
-                return
-            seen_in.add(key)
-            read += ti.nbytes
-            inputs.append(ti)
-
-        def take(i: int, j: int, ti: TensorInfo, depth: int = 0) -> None:
-            """Operand j of row i (read as ti) as an input of the kernel, unless produced inside it."""
-            p = producers[i][j] if j < len(producers[i]) else None
-            if isinstance(p, int):
-                if p in members:
-                    return
-                if role[p] == "dup" and depth < 64:
-                    for jj, tj in enumerate(rows[p].operands):
-                        take(p, jj, tj, depth + 1)
-                    return
-                if role[p] == "free" and depth < 64 and short_name(rows[p].op) != "constant":
-                    for jj, tj in enumerate(rows[p].operands):
-                        take(p, jj, ti if len(rows[p].operands) == 1 else tj, depth + 1)
-                    return
-                add_input(("row", storage(p)), ti)
-            elif p is not None:
-                add_input(p, ti)
-            else:
-                add_input(("anon", i, j), ti)
-
-        for i in k.members:
-            for j, ti in enumerate(rows[i].operands):
-                take(i, j, ti)
-        written = 0
-        outputs = []
-        seen_out: set = set()
-        for i in k.members:
-            rd = readers(i)
-            if rd and all(c in members for c in rd):
-                continue
-            key = storage(i)
-            if key in seen_out:
-                continue
-            seen_out.add(key)
-            r = rows[i]
-            res = r.result if isinstance(r.result, TensorInfo) else None
-            nbytes = res.nbytes if res is not None else sum(t.nbytes for t in r.result)
-            written += nbytes
-            outputs.append(res if res is not None else r.result[0])
-        m = k.multiplicity
-        k.inputs, k.outputs = inputs, outputs
-        k.bytes_read, k.bytes_written = read * m, written * m
-        k.compute_s = math.fsum(times[i].compute_s for i in k.members)
-        k.memory_s = (k.bytes_read + k.bytes_written) / hw.hbm_bandwidth
-        k.overhead_s = hw.kernel_overhead * m
-        k.flops = sum(rows[i].gemm_flops + rows[i].conv_flops + rows[i].vector_flops for i in k.members)
-        head = rows[k.head]
-        if k.has_dot:
-            k.peak = times[k.head].peak
-        elif k.flops:
-            k.peak = hw.vector_peak(vector_dtype(head))
-        # Never above the unfused members (bytes are a subset; the cap guards the float sums).
-        unfused = math.fsum(times[i].kernel_s for i in k.members)
-        if k.time_s > unfused:
-            k.memory_s = min(k.memory_s, max(0.0, unfused - k.overhead_s))
-            k.compute_s = min(k.compute_s, max(0.0, unfused - k.overhead_s))
-
-    # A kernel's time is shared among its members in proportion to their unfused times, so that a kernel
-    # that spans blocks (a residual add fused with the next block's norm) charges each block its part.
-    row_time = [0.0] * n
-    for k in kernels:
-        weights = [times[i].kernel_s for i in k.members]
-        total = math.fsum(weights)
-        if total > 0:
-            for i, w in zip(k.members, weights):
-                row_time[i] = k.time_s * (w / total)
+    def join_or_open(self, i: int, no_dot: bool = False, closed: bool = False) -> None:
+        k = self.open_kernel_of(i, no_dot=no_dot)
+        if k is None:
+            k = self.new_kernel(i)
         else:
-            row_time[k.head] = k.time_s
-    return Fusion(kernels, row_kernel, row_time)
+            self.join(i, k)
+        if closed:
+            self.kernels[k].closed = True
 
+    def place_preset(self, i: int) -> None:
+        g = self.preset[i]
+        if g in self.preset_kernel:
+            self.join(i, self.preset_kernel[g])
+        else:
+            self.preset_kernel[g] = self.new_kernel(i, has_dot=True, attention=True)
+
+    def place(self, i: int) -> None:
+        """Give row i its role and kernel (the rules of the module docstring)."""
+        r, t = self.rows[i], self.times[i]
+        if r.kind in ("collective", "unknown"):
+            return
+        if i in self.preset:
+            self.place_preset(i)
+        elif t.bound == "free":
+            k = self.open_kernel_of(i)
+            if k is not None:
+                self.join(i, k)
+            else:
+                self.role[i] = "free"
+        elif r.kind in ("dot", "conv"):
+            self.new_kernel(i, has_dot=True)
+        elif r.kind == "reduce":
+            # Row-local reductions (softmax, norms) leave their kernel open for the broadcast-back consumers.
+            self.join_or_open(i, no_dot=True, closed=not (self.row_fusion and _row_reduction(r)))
+        elif _duplicated(r):
+            self.role[i] = "dup"
+        elif _fusible(r):
+            self.join_or_open(i)
+        else:
+            self.new_kernel(i, closed=True)  # sort and other lone kernels
+
+
+def fuse(analysis, hw: Hardware, times: list[OpTime] | None = None, producers: list | None = None,
+         attention: str = "unfused") -> Fusion:
+    """Group rows into fused kernels (see the module docstring) and time them on ``hw``. ``attention``:
+    ``fused`` prices each attention found by :func:`.attention.find_attention` as one kernel."""
+    rows = analysis.rows
+    if producers is None:
+        producers = getattr(analysis, "producers", None)
+    if producers is None or len(producers) != len(rows):
+        raise ValueError("fuse() needs the data flow: analyse with roofline.analyze_dataflow()")
+    if attention not in ATTENTION_MODES:
+        raise ValueError(f"unknown attention mode {attention!r}: choose one of {', '.join(ATTENTION_MODES)}")
+    if times is None:
+        times = [op_time(r, hw) for r in rows]
+    preset = {}
+    if attention == "fused":
+        from .attention import find_attention
+
+        for g, att in enumerate(find_attention(rows, producers)):
+            preset.update((i, g) for i in att.members)
+    grouper = _Grouper(rows, producers, times, preset, getattr(hw, "row_fusion", True))
+    for i in range(len(rows)):
+        grouper.place(i)
+    io = KernelIO(rows, producers, times, grouper.role)
+    for k in grouper.kernels:
+        io.measure(k, hw)
+    return Fusion(grouper.kernels, grouper.row_kernel, share_time(grouper.kernels, times, len(rows)))

@@ -2,8 +2,10 @@
 
 The rule, per op row (metrics are totals over the row's multiplicity, so the times are too):
 
-* **dot / convolution**: compute = FLOPs / ``matrix_peak(dtype)`` where dtype is the *operands'* element
-  type (the slowest of the two where they differ): a bf16 x bf16 -> f32 dot runs at the bf16 rate.
+* **dot / convolution**: compute = FLOPs / (``matrix_peak(dtype)`` x efficiency(M, N, K, dtype)) where dtype
+  is the *operands'* element type (the slowest of the two where they differ: a bf16 x bf16 -> f32 dot runs
+  at the bf16 rate) and the efficiency is the profile's GEMM model (:mod:`mhlo_cost.gemm`: large-shape
+  fraction or calibrated curve, times wave quantization; 1 where the profile has none).
 * **elementwise, transcendental, reduce, sort**: compute = max(FLOPs / ``vector_peak(dtype)``,
   transcendentals / ``transcendental_rate``), dtype the first floating-point operand's (the result's where
   there is none).
@@ -106,6 +108,34 @@ def matrix_peak(r: Row, hw: Hardware) -> float:
     return min(hw.matrix_peak(d) for d in dts)
 
 
+def gemm_dims(r: Row) -> tuple[int, int, int, int]:
+    """(batch, M, N, K) of one execution of a dot: the result read as [batch..., M, N] (a rank-1 result is
+    [M], N = 1) and K = FLOPs / (2 x result elements)."""
+    res = r.result if isinstance(r.result, TensorInfo) else r.result[0]
+    shape = tuple(res.shape)
+    m, n = (shape[-2], shape[-1]) if len(shape) >= 2 else ((shape[0], 1) if shape else (1, 1))
+    batch = 1
+    for d in shape[:-2]:
+        batch *= d
+    elems = batch * m * n
+    k = (r.gemm_flops // max(r.multiplicity, 1)) // (2 * elems) if elems else 0
+    return batch, m, n, k
+
+
+def gemm_efficiency(r: Row, hw: Hardware) -> float:
+    """The fraction of the matrix peak a dot reaches on ``hw`` (:mod:`mhlo_cost.gemm`; 1 without a model).
+    Convolutions get the large-shape efficiency (no wave quantization)."""
+    model = getattr(hw, "gemm", None)
+    if model is None:
+        return 1.0
+    dts = [t.dtype for t in r.operands[:2] if _dtype_ok(t.dtype)] or [vector_dtype(r)]
+    key = canonical_dtype(min(dts, key=hw.matrix_peak))
+    if r.kind != "dot" or not r.gemm_flops:
+        return model.base(r.conv_flops // max(r.multiplicity, 1), key)
+    batch, m, n, k = gemm_dims(r)
+    return model.efficiency_of(batch, m, n, k, key)
+
+
 def op_time(r: Row, hw: Hardware) -> OpTime:
     """The roofline of one row; see the module docstring."""
     kind = r.kind
@@ -123,7 +153,7 @@ def op_time(r: Row, hw: Hardware) -> OpTime:
     if kind in ("dot", "conv"):
         flops = r.gemm_flops + r.conv_flops + r.vector_flops
         peak = matrix_peak(r, hw)
-        compute, unit = flops / peak, "matrix"
+        compute, unit = flops / (peak * gemm_efficiency(r, hw)), "matrix"
     else:
         flops = r.vector_flops
         if flops == 0 and r.transcendentals == 0:

@@ -1,0 +1,127 @@
+"""What one fused kernel reads, writes and costs: its external inputs (each once), its outputs (values read
+outside it, or program outputs), its time, and each member's share of that time."""
+from __future__ import annotations
+
+import math
+
+from ..hardware import Hardware
+from ..types import TensorInfo
+from ..visitors.base import short_name
+from .optime import OpTime, vector_dtype
+
+
+class KernelIO:
+    """Inputs and outputs of kernels, from the rows' producers and the roles given by the grouping."""
+
+    def __init__(self, rows, producers, times: list[OpTime], role: list[str]):
+        self.rows, self.producers, self.times, self.role = rows, producers, times, role
+        self.consumers: list[list[int]] = [[] for _ in rows]
+        for i, ps in enumerate(producers):
+            for p in ps:
+                if isinstance(p, int):
+                    self.consumers[p].append(i)
+
+    def storage(self, i: int) -> int:
+        """The row whose buffer row i's result is (looking through reshapes and other no-kernel ops)."""
+        while self.role[i] in ("free", "kernel") and self.times[i].bound == "free":
+            srcs = [p for p in self.producers[i] if isinstance(p, int)]
+            if len(srcs) != 1 or short_name(self.rows[i].op) == "constant":
+                break
+            i = srcs[0]
+        return i
+
+    def readers(self, i: int) -> list[int]:
+        """Rows reading row i's value, looking through free and duplicated consumers (-1: a program output)."""
+        out = []
+        for c in self.consumers[i]:
+            if self.role[c] in ("free", "dup"):
+                out.extend(self.readers(c) if self.consumers[c] else [-1])
+            else:
+                out.append(c)
+        return out
+
+    def inputs(self, members: set, order: list[int]) -> list[TensorInfo]:
+        """Each external input once (deduplicated by the producing value, looking through reshapes);
+        duplicated and no-kernel producers are recomputed inside, so their operands are read instead."""
+        seen: set = set()
+        out: list[TensorInfo] = []
+
+        def take(i: int, j: int, ti: TensorInfo, depth: int = 0) -> None:
+            p = self.producers[i][j] if j < len(self.producers[i]) else None
+            if isinstance(p, int):
+                if p in members:
+                    return
+                if self.role[p] in ("dup", "free") and depth < 64 and short_name(self.rows[p].op) != "constant":
+                    ops = self.rows[p].operands
+                    for jj, tj in enumerate(ops):
+                        take(p, jj, ti if self.role[p] == "free" and len(ops) == 1 else tj, depth + 1)
+                    return
+                key = ("row", self.storage(p))
+            else:
+                key = p if p is not None else ("anon", i, j)
+            if key not in seen:
+                seen.add(key)
+                out.append(ti)
+
+        for i in order:
+            for j, ti in enumerate(self.rows[i].operands):
+                take(i, j, ti)
+        return out
+
+    def outputs(self, members: set, order: list[int]) -> list:
+        """Each value a member writes that is read outside the kernel (or is a program output), as
+        ``(TensorInfo shown, bytes)``."""
+        out, seen = [], set()
+        for i in order:
+            rd = self.readers(i)
+            if rd and all(c in members for c in rd):
+                continue
+            key = self.storage(i)
+            if key in seen:
+                continue
+            seen.add(key)
+            res = self.rows[i].result
+            if isinstance(res, TensorInfo):
+                out.append((res, res.nbytes))
+            else:
+                out.append((res[0], sum(t.nbytes for t in res)))
+        return out
+
+    def measure(self, k, hw: Hardware) -> None:
+        """Fill kernel ``k``'s bytes, times, FLOPs and peak."""
+        rows, times = self.rows, self.times
+        members = set(k.members)
+        k.inputs = self.inputs(members, k.members)
+        outs = self.outputs(members, k.members)
+        k.outputs = [t for t, _ in outs]
+        m = k.multiplicity
+        k.bytes_read = sum(t.nbytes for t in k.inputs) * m
+        k.bytes_written = sum(b for _, b in outs) * m
+        k.compute_s = math.fsum(times[i].compute_s for i in k.members)
+        k.memory_s = (k.bytes_read + k.bytes_written) / hw.hbm_bandwidth
+        k.overhead_s = hw.kernel_overhead * m
+        k.flops = sum(rows[i].gemm_flops + rows[i].conv_flops + rows[i].vector_flops for i in k.members)
+        if k.has_dot:
+            k.peak = times[k.head].peak
+        elif k.flops:
+            k.peak = hw.vector_peak(vector_dtype(rows[k.head]))
+        # Never above the unfused members (bytes are a subset; the cap guards the float sums).
+        unfused = math.fsum(times[i].kernel_s for i in k.members)
+        if k.time_s > unfused:
+            k.memory_s = min(k.memory_s, max(0.0, unfused - k.overhead_s))
+            k.compute_s = min(k.compute_s, max(0.0, unfused - k.overhead_s))
+
+
+def share_time(kernels, times: list[OpTime], n: int) -> list[float]:
+    """Each row's share of its kernel's time, in proportion to the members' unfused times, so that a kernel
+    spanning blocks (a residual add fused with the next block's norm) charges each block its part."""
+    row_time = [0.0] * n
+    for k in kernels:
+        weights = [times[i].kernel_s for i in k.members]
+        total = math.fsum(weights)
+        if total > 0:
+            for i, w in zip(k.members, weights):
+                row_time[i] = k.time_s * (w / total)
+        else:
+            row_time[k.head] = k.time_s
+    return row_time

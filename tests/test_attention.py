@@ -1,0 +1,109 @@
+"""Attention as one kernel: the recogniser on JAX, torchax (and torch-xla where its venv exists) spellings of
+STDiT3, nothing in a plain MLP, and the closed-form HBM bytes of one fused attention."""
+from __future__ import annotations
+
+import collections
+import dataclasses
+import importlib.util
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+from mhlo_cost.cli import main
+from mhlo_cost.hardware import get_profile
+from mhlo_cost.roofline import Roofline, analyze_dataflow
+from mhlo_cost.roofline.attention import find_attention
+
+H100 = get_profile("h100")
+B, H, S, D = 2, 4, 256, 64
+
+
+def lowered(f, *shapes) -> str:
+    return jax.jit(f).lower(*[jax.ShapeDtypeStruct(s, d) for s, d in shapes]).as_text(debug_info=True)
+
+
+def attention(q, k, v, mask):
+    s = jnp.einsum("bhqd,bhkd->bhqk", q, k) / 8.0 + mask
+    p = jax.nn.softmax(s.astype(jnp.float32), -1).astype(q.dtype)
+    return jnp.einsum("bhqk,bhkd->bhqd", p, v)
+
+
+@pytest.fixture(scope="module")
+def one_attention():
+    qkv = ((B, H, S, D), jnp.bfloat16)
+    return analyze_dataflow(lowered(attention, qkv, qkv, qkv, ((S, S), jnp.bfloat16)))
+
+
+def test_one_attention_is_one_kernel_reading_q_k_v_mask_writing_o(one_attention):
+    rf = Roofline(one_attention, H100, fuse_mode="elementwise")
+    assert rf.attention == "fused"
+    (k,) = [k for k in rf.fusion.kernels if k.attention]
+    assert len(rf.fusion.kernels) == 1
+    qkv, mask = B * H * S * D * 2, S * S * 2
+    # Q, K, V and the mask once (scalar constants: a few bytes), O once; the B x H x S x S scores never
+    assert 0 <= k.bytes_read - (3 * qkv + mask) <= 16
+    assert k.bytes_written == qkv
+    assert k.flops == sum(r.gemm_flops + r.vector_flops for r in one_attention.rows)
+    unfused = Roofline(one_attention, H100, fuse_mode="elementwise", attention="unfused")
+    assert not any(k.attention for k in unfused.fusion.kernels)
+    assert sum(k.bytes_read + k.bytes_written for k in unfused.fusion.kernels) >= 4 * qkv + mask + B * H * S * S * 2
+
+
+def test_plain_mlp_has_no_attention():
+    def mlp(x, w1, w2):
+        h = jax.nn.gelu(x @ w1)
+        return jax.nn.softmax(h @ w2, -1)  # a softmax after a dot, but no second dot: not attention
+
+    d = analyze_dataflow(lowered(mlp, ((64, 128), jnp.float32), ((128, 256), jnp.float32),
+                                 ((256, 128), jnp.float32)))
+    assert find_attention(d.rows, d.producers) == []
+
+
+def _count(text: str) -> collections.Counter:
+    d = analyze_dataflow(text)
+    return collections.Counter(d.rows[a.qk].scope.split("/")[-1] for a in find_attention(d.rows, d.producers))
+
+
+def _deep():
+    from mhlo_cost.models.config import STDiT3Config
+
+    return dataclasses.replace(STDiT3Config().small(), depth=28)
+
+
+def test_stdit3_depth_28_through_jax_has_56_self_and_56_cross_attentions():
+    from mhlo_cost.frontends import jax_frontend
+
+    assert _count(jax_frontend.lower("stdit3", _deep()).text) == {"attn": 56, "cross_attn": 56}
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torchax") is None, reason="torchax is not installed")
+def test_stdit3_depth_28_through_torchax_has_56_self_and_56_cross_attentions():
+    from mhlo_cost.frontends._torch_shim import import_torchax
+
+    import_torchax()
+    from mhlo_cost.frontends import torchax_frontend as tf
+
+    assert _count(tf.lower("stdit3", _deep()).text) == {"attn": 56, "cross_attn": 56}
+
+
+def test_stdit3_through_torch_xla_finds_every_attention():
+    from mhlo_cost.frontends import torch_xla_frontend as xf
+    from mhlo_cost.frontends import to_text
+
+    if not xf.available():
+        pytest.skip(f"torch-xla venv missing ({xf.venv_python()})")
+    cfg = dataclasses.replace(_deep(), depth=4)
+    counts = _count(to_text(xf.lower("stdit3", cfg).bytecode))
+    assert sum(counts.values()) == 16  # 4 spatial + 4 temporal blocks, a self and a cross attention each
+
+
+def test_report_names_attention_kernels(tmp_path, capsys):
+    qkv = ((B, H, S, D), jnp.bfloat16)
+    p = tmp_path / "att.mlir"
+    p.write_text(lowered(attention, qkv, qkv, qkv, ((S, S), jnp.bfloat16)))
+    assert main(["report", str(p), "--hardware", "h100", "--fuse", "elementwise", "--by", "op", "-q"]) == 0
+    assert "attention" in capsys.readouterr().out
+    assert main(["report", str(p), "--hardware", "h100", "--fuse", "elementwise", "--attention", "nope"]) == 2
+    assert main(["report", str(p), "--hardware", "h100", "--attention", "fused", "-q"]) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == "mhlo-cost: error: --attention goes with --fuse elementwise"
