@@ -33,6 +33,9 @@ def main(argv: list[str] | None = None) -> int:
     from ..loader import LoadError
     from ..visitors.base import AnalysisError
 
+    from .common import _SAID
+
+    _SAID.clear()
     try:
         args = build_parser().parse_args(argv)
         return args.func(args)

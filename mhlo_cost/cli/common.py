@@ -86,40 +86,65 @@ def _size(path: str) -> str:
     return f", {n / 1e6:.1f} MB" if n >= 1e5 else ""
 
 
+_SAID: set = set()  # the lines said this run: each once
+
+
+def say(args, text: str, note: bool = False) -> None:
+    """``mhlo-cost: text`` on stderr, once per run; a ``note`` (what was found, what was written, facts
+    that change no figure) never under ``-q``."""
+    if (note and getattr(args, "quiet", False)) or text in _SAID:
+        return
+    _SAID.add(text)
+    print(f"mhlo-cost: {text}", file=sys.stderr)
+
+
+def read_input(path: str):
+    """What :func:`mhlo_cost.loader.load` takes for ``path``: the bytes of standard input for ``-``."""
+    if path != "-":
+        return path
+    data = sys.stdin.buffer.read()
+    if not data:
+        raise UserError("-: standard input is empty, expected MLIR")
+    return data
+
+
 def load_analysis(path: str, args, progress: Progress, dataflow: bool = False, training: bool = False):
-    """The analysis of ``path``; ``dataflow``: with operand producers (for --fuse); ``training``: a
-    training step's (data flow and arguments, for its phases) where the IR holds a backward
+    """The analysis of ``path`` (``-``: standard input); ``dataflow``: with operand producers (for --fuse);
+    ``training``: a training step's (data flow and arguments, for its phases) where the IR holds a backward
     (``training="always"``: whatever it holds)."""
+    from dataclasses import replace
+
     from ..analysis import analyze
     from ..loader import load
 
-    progress.stage(f"parsing {path}{_size(path)}")
-    loaded = load(path)
+    progress.stage(f"parsing {'standard input' if path == '-' else path}{_size(path)}")
+    loaded = load(read_input(path))
+    if path == "-":
+        loaded = replace(loaded, name="<stdin>")
     progress.stage("counting")
     if training:
         from ..training.analysis import has_backward
 
         training = training == "always" or has_backward(loaded)
+    entry, padding = getattr(args, "entry", None), getattr(args, "conv_padding", "xla")
     if training:  # rows, producers, and the entry's arguments (donated: parameters, optimizer state)
         from ..training.analysis import analyze_training
 
-        analysis = analyze_training(loaded, entry=getattr(args, "entry", None),
-                                    conv_padding=getattr(args, "conv_padding", "xla"))
+        analysis = analyze_training(loaded, entry=entry, conv_padding=padding)
     elif dataflow:  # rows plus the producers of every operand: fusion and exposed communication
         from ..visitors.dataflow import analyze_dataflow
 
-        analysis = analyze_dataflow(loaded, entry=getattr(args, "entry", None),
-                                    conv_padding=getattr(args, "conv_padding", "xla"))
+        analysis = analyze_dataflow(loaded, entry=entry, conv_padding=padding)
     else:
-        analysis = analyze(loaded, entry=getattr(args, "entry", None), conv_padding=getattr(args, "conv_padding", "xla"))
-    for w in analysis.warnings:
-        print(f"mhlo-cost: warning: {w}", file=sys.stderr)
+        analysis = analyze(loaded, entry=entry, conv_padding=padding)
+    for w in analysis.warnings:  # a fact about the counts (shard_map: per device) is a note
+        say(args, f"note: {w}" if "per device" in w else f"warning: {w}", note="per device" in w)
     unknown = analysis.summary["unknown_ops"]
     if unknown:
         names = ", ".join(analysis.unknown[:5]) + (" ..." if len(analysis.unknown) > 5 else "")
         if getattr(args, "strict", False):
             raise UserError(f"{analysis.source}: {unknown} op(s) no rule knows: {names} (--strict)")
-        print(f"mhlo-cost: warning: {unknown} op(s) no rule knows, counted as unknown: {names}", file=sys.stderr)
+        say(args, f"warning: {unknown} op(s) no rule knows, counted as unknown: {names}")
     return analysis
 
 
@@ -168,8 +193,9 @@ def find_blocks(analysis, args, quiet: bool = False):
         blocks = training_blocks(blocks, phases)
     if not quiet:
         for w in blocks.warnings:
-            print(f"mhlo-cost: warning: {w}", file=sys.stderr)
-        print(f"mhlo-cost: {blocks.found()}", file=sys.stderr)
+            say(args, f"warning: {w}")
+        if blocks.blocks:  # where none was found, the table's rows say so (grouped by scope)
+            say(args, blocks.found(), note=True)
     return blocks
 
 
@@ -208,7 +234,7 @@ def fused_memory(analysis, args, roofline=None):
 # -- roofline options (--hardware, --hardware-file, --fuse, --steps, --top) ------------------------------------
 
 
-def hardware_from_options(args):
+def hardware_from_options(args, top_needs_hardware: bool = True):
     """The profile the options name (None without --hardware / --hardware-file); checked before any work."""
     from ..roofline import hardware_from_args
 
@@ -216,7 +242,7 @@ def hardware_from_options(args):
     hw = hardware_from_args(name, path)
     if hw is None:  # --fuse alone gives the fused memory estimate
         given = [o for o, v in (("--steps", getattr(args, "steps", None) is not None),
-                                ("--top", getattr(args, "top", None) is not None)) if v]
+                                ("--top", top_needs_hardware and getattr(args, "top", None) is not None)) if v]
         if given:
             raise UserError(f"{', '.join(given)} need(s) a hardware profile: add --hardware NAME "
                             "(mhlo-cost hardware lists them) or --hardware-file FILE")
@@ -233,7 +259,7 @@ def make_roofline(analysis, hw, args, progress: Progress):
     progress.stage(f"estimating on {hw.name}")
     rf = Roofline(analysis, hw, fuse_mode=getattr(args, "fuse", "none"))
     if rf.unknown_ops:
-        print(f"mhlo-cost: warning: {rf.unknown_ops} unknown op(s) are estimated at 0 s", file=sys.stderr)
+        say(args, f"warning: {rf.unknown_ops} unknown op(s) are estimated at 0 s")
     return rf
 
 
@@ -243,11 +269,13 @@ def meta(analysis) -> dict:
 
 
 
-def add_common(p: argparse.ArgumentParser, blocks: bool = True) -> None:
-    p.add_argument("file", help="MLIR file: .mlir text, .mlirbc bytecode or StableHLO artifact, optionally .gz")
+def add_common(p: argparse.ArgumentParser, blocks: bool = True, many: bool = False) -> None:
+    what = "MLIR file: .mlir text, .mlirbc bytecode or StableHLO artifact, optionally .gz; - reads standard input"
+    p.add_argument("file", nargs="+" if many else None, help=what + ("; several give one table" if many else ""))
     p.add_argument("--entry", metavar="NAME", help="function to start from (default: main, or the only public one)")
     p.add_argument("--strict", action="store_true", help="fail when an op no rule knows is found")
-    p.add_argument("-q", "--quiet", action="store_true", help="no progress messages on stderr")
+    p.add_argument("-q", "--quiet", action="store_true",
+                   help="nothing on stderr but errors (no progress, no blocks found, no warnings)")
     p.add_argument("--conv-padding", choices=("xla", "dense"), default="xla",
                    help="convolution FLOPs: xla (default) skips padded positions as XLA does; dense counts them "
                         "as PyTorch's counters and papers do")
@@ -263,6 +291,13 @@ def add_output(p: argparse.ArgumentParser, formats=("table", "csv", "json", "mar
     p.add_argument("--unit", choices=tuple(["raw", "K", "M", "G", "T"]), default="raw",
                    help="display unit for FLOPs and bytes (decimal); raw prints exact integers")
     p.add_argument("-o", "--output", metavar="OUT", help="write to a file instead of stdout")
+    p.add_argument("--wide", action="store_true", help="table: every column (default: cut to 120 characters)")
+
+
+def add_filters(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("filters (every view)")
+    g.add_argument("--block", metavar="NAME", help="only this block's ops (--by block: its row)")
+    g.add_argument("--scope", metavar="REGEX", type=regex, help="only ops whose scope path matches (re.search)")
 
 
 def add_estimate(p: argparse.ArgumentParser, steps: bool = False, top: bool = False) -> None:
@@ -275,7 +310,8 @@ def add_estimate(p: argparse.ArgumentParser, steps: bool = False, top: bool = Fa
     if steps:
         g.add_argument("--steps", type=int, metavar="K", help="summary: a run of K forwards (sampling steps)")
     if top:
-        g.add_argument("--top", type=int, metavar="N", help="--by op: the N slowest ops, slowest first")
+        g.add_argument("--top", type=int, metavar="N",
+                       help="--by op: the N slowest ops, slowest first (without --hardware: the N with most FLOPs)")
 
 
 class Parser(argparse.ArgumentParser):
