@@ -30,7 +30,7 @@ LESS_IMPORTANT = ("index", "transcendentals", "conv_flops", "comm_ops", "live_ou
                   "location", "num_groups", "dtype", "est_compute_s", "est_memory_s", "est_overhead_s", "inputs",
                   "weights", "compute_bound_s", "compute_bound_fused_s", "live_bytes", "depth")
 #: Columns a narrow table keeps longest (the first column always stays).
-IMPORTANT = ("est_time_s", "est_time_fused_s", "bound", "latency_us", "utilisation", "gflops", "gemm_flops",
+IMPORTANT = ("status", "est_time_s", "est_time_fused_s", "bound", "latency_us", "utilisation", "gflops", "gemm_flops",
              "vector_flops", "kind", "operation", "output", "shape", "percent", "ops", "comm_bytes")
 #: Time columns' display units, largest first.
 TIME_UNITS = (("s", 1.0), ("ms", 1e-3), ("us", 1e-6), ("ns", 1e-9))
@@ -69,6 +69,10 @@ def exact_scale(value, unit: str) -> str | int:
 def scaled_column(name: str) -> bool:
     """Whether a column holds FLOPs or bytes (``--unit`` applies): the named ones and any ``*_flops``,
     ``*_bytes`` (the per-phase columns of a training step: ``fwd_gemm_flops``, ...)."""
+    for suffix in ("_a", "_b", "_delta"):  # diff's columns: gemm_flops_a, gemm_flops_b, gemm_flops_delta
+        if name.endswith(suffix) and name[:-len(suffix)] not in ("ops", "comm_ops"):
+            name = name[:-len(suffix)]
+            break
     return name in SCALED or name.endswith(("_flops", "_bytes"))
 
 
