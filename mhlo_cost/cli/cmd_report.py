@@ -96,10 +96,11 @@ def _summary(analysis, args, rf, fused, hw, filtered: bool):
 
 
 def _params(analysis) -> int:
-    """Elements of the distinct function arguments that matrix products read as weights."""
+    """Elements of the distinct function arguments that matrix products read as weights (a dot's right-hand
+    operand, a convolution's kernel), as the memory figures' ``param_bytes`` finds them."""
     seen: dict = {}
     for r in analysis.rows:
-        for j in r.weights:
+        for j in (j for j in r.weights if j == 1):
             key = r.values[0][j] if r.values and j < len(r.values[0]) else (r.index, j)
             seen.setdefault(key, r.operands[j].nelems)
     return sum(seen.values())

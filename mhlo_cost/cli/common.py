@@ -10,6 +10,9 @@ from pathlib import Path
 from .. import __version__
 
 EXIT_OK, EXIT_MOVED, EXIT_BAD_INPUT, EXIT_INTERNAL = 0, 1, 2, 70
+#: The oldest jax / jaxlib whose MLIR bindings the loader works with (pyproject says the same): 0.6 has no
+#: ``_jax_mlir_ext``, 0.7.2 to 0.10.0 no ``ir.NameLoc``.
+MIN_JAX = (0, 10, 1)
 
 
 class UserError(Exception):
@@ -98,6 +101,22 @@ def say(args, text: str, note: bool = False) -> None:
     print(f"mhlo-cost: {text}", file=sys.stderr)
 
 
+def require_jax() -> None:
+    """A one-line error, before any import of the bindings, where the installed jaxlib is too old."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    want = ".".join(map(str, MIN_JAX))
+    for dist in ("jax", "jaxlib"):
+        try:
+            found = version(dist)
+        except PackageNotFoundError:
+            raise UserError(f"{dist} is not installed: pip install 'jax>={want}' 'jaxlib>={want}'") from None
+        nums = tuple(int(p) if p.isdigit() else 0 for p in found.split(".")[:3])
+        if nums < MIN_JAX:
+            raise UserError(f"{dist} {found} is too old (its MLIR bindings lack what the loader needs): "
+                            f"pip install -U 'jax>={want}' 'jaxlib>={want}'")
+
+
 def read_input(path: str):
     """What :func:`mhlo_cost.loader.load` takes for ``path``: the bytes of standard input for ``-``."""
     if path != "-":
@@ -114,6 +133,7 @@ def load_analysis(path: str, args, progress: Progress, dataflow: bool = False, t
     (``training="always"``: whatever it holds)."""
     from dataclasses import replace
 
+    require_jax()
     from ..analysis import analyze
     from ..loader import load
 
