@@ -16,15 +16,12 @@ import math
 
 import pandas as pd
 
-UNITS = {"raw": 1, "K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12}
+from .units import (SCALED, TIME_UNITS, UNITS, exact_scale, is_time_column, scale, scaled_column,  # noqa: F401
+                    time_unit, unit_name)
+
 #: A table's width unless ``wide``.
 TABLE_WIDTH = 120
 
-#: Columns that hold counts (FLOPs, bytes, ops); the unit applies to the FLOP and byte ones.
-SCALED = {
-    "gemm_flops", "conv_flops", "vector_flops", "transcendentals", "bytes_read", "bytes_written", "comm_bytes",
-    "flops", "total_flops", "baseline", "now", "delta", "macs", "params",
-}
 #: Columns a narrow table leaves out first (after those that are zero or empty everywhere).
 LESS_IMPORTANT = ("index", "transcendentals", "conv_flops", "comm_ops", "live_out_bytes", "live_out_bytes_fused",
                   "location", "num_groups", "dtype", "est_compute_s", "est_memory_s", "est_overhead_s", "inputs",
@@ -32,69 +29,11 @@ LESS_IMPORTANT = ("index", "transcendentals", "conv_flops", "comm_ops", "live_ou
 #: Columns a narrow table keeps longest (the first column always stays).
 IMPORTANT = ("status", "est_time_s", "est_time_fused_s", "bound", "latency_us", "utilisation", "gflops", "gemm_flops",
              "vector_flops", "kind", "operation", "output", "shape", "percent", "ops", "comm_bytes")
-#: Time columns' display units, largest first.
-TIME_UNITS = (("s", 1.0), ("ms", 1e-3), ("us", 1e-6), ("ns", 1e-9))
 
 
 def _is_int_column(s: pd.Series) -> bool:
     return pd.api.types.is_integer_dtype(s.dtype) or (
         s.dtype == object and len(s) > 0 and all(isinstance(v, int) and not isinstance(v, bool) for v in s))
-
-
-def scale(value, unit: str) -> str | int:
-    """An exact integer in ``unit``: itself for raw, else a decimal string rounded to 3 decimals
-    (half away from zero), computed in integers so that no count passes through a float."""
-    value = int(value)
-    if unit == "raw":
-        return value
-    sign = "-" if value < 0 else ""
-    q, r = divmod(abs(value) * 1000, UNITS[unit])
-    if 2 * r >= UNITS[unit]:
-        q += 1
-    return f"{sign}{q // 1000}.{q % 1000:03d}"
-
-
-def exact_scale(value, unit: str) -> str | int:
-    """An exact integer in ``unit`` with every digit kept: ``exact_scale(1234, "K") == "1.234"``."""
-    value = int(value)
-    if unit == "raw":
-        return value
-    digits = len(str(UNITS[unit])) - 1
-    sign = "-" if value < 0 else ""
-    q, r = divmod(abs(value), UNITS[unit])
-    frac = f"{r:0{digits}d}".rstrip("0")
-    return f"{sign}{q}" + (f".{frac}" if frac else "")
-
-
-def scaled_column(name: str) -> bool:
-    """Whether a column holds FLOPs or bytes (``--unit`` applies): the named ones and any ``*_flops``,
-    ``*_bytes`` (the per-phase columns of a training step: ``fwd_gemm_flops``, ...)."""
-    for suffix in ("_a", "_b", "_delta"):  # diff's columns: gemm_flops_a, gemm_flops_b, gemm_flops_delta
-        if name.endswith(suffix) and name[:-len(suffix)] not in ("ops", "comm_ops"):
-            name = name[:-len(suffix)]
-            break
-    return name in SCALED or name.endswith(("_flops", "_bytes"))
-
-
-def unit_name(name: str, unit: str) -> str:
-    """``name`` with its unit: ``gemm_flops[G]``, ``bytes_read[GB]`` (unchanged for raw)."""
-    if unit == "raw" or not scaled_column(name):
-        return name
-    return f"{name}[{unit}B]" if "bytes" in name else f"{name}[{unit}]"
-
-
-def is_time_column(name: str) -> bool:
-    """A column of seconds: ``est_time_s``, ``comm_time_fused_s`` (not a bandwidth: ``hbm_gb_s``)."""
-    return name.endswith("_s") and not name.endswith(("_gb_s", "_gbit_s", "_per_s"))
-
-
-def time_unit(values) -> tuple[str, float]:
-    """The unit for a column of seconds: that of its largest magnitude (ns, us, ms or s)."""
-    top = max((abs(v) for v in values if isinstance(v, (int, float)) and math.isfinite(v)), default=0.0)
-    for name, size in TIME_UNITS:
-        if top >= size:
-            return name, size
-    return ("ns", 1e-9) if top else ("s", 1.0)
 
 
 def apply_unit(df: pd.DataFrame, unit: str, exact: bool = False) -> pd.DataFrame:
@@ -250,28 +189,6 @@ def summary_frame(summary: dict[str, int]) -> pd.DataFrame:
 
     keys = list(summary)
     return pd.DataFrame({"metric": keys, "value": int_series([summary[k] for k in keys])})
-
-
-def summary_in_unit(df: pd.DataFrame, unit: str, exact: bool = False) -> pd.DataFrame:
-    """A ``metric, value`` summary for a table: its FLOP and byte counts written in ``unit`` (the metric
-    renamed: ``gemm_flops[T]``; ``exact``: every digit, for CSV) and, unless ``exact``, its seconds in a
-    human unit (``79.99 us``)."""
-    if "metric" not in df.columns:
-        return df
-    names, values = [], []
-    for m, v in zip(df["metric"], df["value"]):
-        m = str(m)
-        if unit != "raw" and scaled_column(m) and isinstance(v, int) and not isinstance(v, bool):
-            names.append(unit_name(m, unit))
-            values.append((exact_scale if exact else scale)(v, unit))
-        elif not exact and is_time_column(m) and isinstance(v, float) and math.isfinite(v):
-            tu, size = time_unit([v])
-            names.append(m)
-            values.append(f"{v / size:.2f} {tu}")
-        else:
-            names.append(m)
-            values.append(v)
-    return pd.DataFrame({"metric": names, "value": pd.Series(values, dtype=object)})
 
 
 def render(df: pd.DataFrame, fmt: str, unit: str, *, summary: dict | None = None, meta: dict | None = None,

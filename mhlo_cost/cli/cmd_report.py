@@ -73,26 +73,20 @@ def _comm_frame(analysis, rf):
     return df
 
 
-def _summary(analysis, args, rf, fused, hw, filtered: bool):
-    """The summary: counts with the parameter count and MACs, the estimate, where the memory peak is."""
-    import pandas as pd
-
-    from ..report import summary_frame, summary_in_unit
-
-    counts = dict(analysis.summary)
-    counts["macs"] = (counts["gemm_flops"] + counts["conv_flops"]) // 2
-    counts["params"] = _params(analysis)
-    df = rf.summary_frame(args.steps or 1, counts=counts) if rf is not None and not filtered else summary_frame(
-        counts)
+def _summary(analysis, args, rf, fused, hw, filtered: bool) -> tuple[list, dict]:
+    """The summary pairs (counts with the parameter count and MACs, the estimate, where the memory peak is)
+    and the counts (the JSON's ``summary``); no pandas unless a profile's estimate is asked for."""
+    counts = analysis.summary
+    pairs = list(counts.items())
+    pairs += [("macs", (counts["gemm_flops"] + counts["conv_flops"]) // 2), ("params", _params(analysis))]
+    if rf is not None and not filtered:
+        df = rf.summary_frame(args.steps or 1, counts=dict(pairs))
+        pairs = list(zip(df["metric"], df["value"]))
     if analysis.liveness is not None:
         from ..memory.views import summary_lines
 
-        blocks = find_blocks(analysis, args, quiet=True)
-        lines = summary_lines(analysis, blocks, fused, hw)
-        extra = pd.DataFrame({"metric": [k for k, _ in lines],
-                              "value": pd.Series([v for _, v in lines], dtype=object)})
-        df = pd.concat([df.astype({"value": object}), extra], ignore_index=True)
-    return summary_in_unit(df, args.unit, exact=args.format == "csv") if args.format != "json" else df
+        pairs += summary_lines(analysis, find_blocks(analysis, args, quiet=True), fused, hw)
+    return pairs, counts
 
 
 def _params(analysis) -> int:
@@ -118,7 +112,7 @@ def _view(analysis, args, hw, progress):
     fused = fused_memory(analysis, args, rf) if keep is None else None
     lines, facts = [], None
     if by == "summary":
-        df = _summary(part, args, rf, fused, hw, keep is not None)
+        df = _summary(part, args, rf, fused, hw, keep is not None)  # (pairs, counts)
     elif by == "memory":
         from ..memory.views import timeline_frame
 
@@ -198,8 +192,6 @@ def _sub_roofline(rf, keep):
 
 
 def cmd_report(args) -> int:
-    from ..report import render
-
     hw = hardware_from_options(args, top_needs_hardware=False)
     by, depth = args.by
     if args.top is not None and by != "op" and args.format != "html":
@@ -224,7 +216,16 @@ def cmd_report(args) -> int:
         info = meta(analysis) | ({"phases": facts} if by == "phase" else {})
         frames.append((analysis, df, title, lines, info))
     progress.done()
-    if len(frames) == 1:
+    if by == "summary":
+        frames = [(a, _pairs_frame(*df, args) if len(frames) > 1 else df, *rest) for a, df, *rest in frames]
+    if len(frames) == 1 and by == "summary":
+        from .summary import render_pairs
+
+        analysis, (pairs, counts), title, lines, info = frames[0]
+        text = render_pairs(pairs, args.format, args.unit, meta=info, title=title, summary=counts)
+    elif len(frames) == 1:
+        from ..report import render
+
         analysis, df, title, lines, info = frames[0]
         text = render(df, args.format, args.unit, summary=analysis.summary, meta=info, title=title, wide=args.wide)
         if lines and args.format in ("table", "markdown"):
@@ -233,6 +234,17 @@ def cmd_report(args) -> int:
         text = _render_many(frames, args)
     write_output(text, args.output)
     return EXIT_OK
+
+
+def _pairs_frame(pairs, counts, args):
+    """Several files' summaries: one frame each, in the unit asked (exact values in JSON)."""
+    import pandas as pd
+
+    from .summary import in_unit
+
+    if args.format != "json":
+        pairs = in_unit(pairs, args.unit, exact=args.format == "csv")
+    return pd.DataFrame({"metric": [m for m, _ in pairs], "value": pd.Series([v for _, v in pairs], dtype=object)})
 
 
 def _render_many(frames, args) -> str:

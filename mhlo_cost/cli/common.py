@@ -159,7 +159,7 @@ def load_analysis(path: str, args, progress: Progress, dataflow: bool = False, t
         analysis = analyze(loaded, entry=entry, conv_padding=padding)
     for w in analysis.warnings:  # a fact about the counts (shard_map: per device) is a note
         say(args, f"note: {w}" if "per device" in w else f"warning: {w}", note="per device" in w)
-    unknown = analysis.summary["unknown_ops"]
+    unknown = sum(r.multiplicity for r in analysis.rows if r.kind == "unknown")
     if unknown:
         names = ", ".join(analysis.unknown[:5]) + (" ..." if len(analysis.unknown) > 5 else "")
         if getattr(args, "strict", False):
@@ -256,10 +256,13 @@ def fused_memory(analysis, args, roofline=None):
 
 def hardware_from_options(args, top_needs_hardware: bool = True):
     """The profile the options name (None without --hardware / --hardware-file); checked before any work."""
-    from ..roofline import hardware_from_args
-
     name, path = getattr(args, "hardware", None), getattr(args, "hardware_file", None)
-    hw = hardware_from_args(name, path)
+    if name is None and path is None:  # no profile: the roofline (and pandas) stay unloaded
+        hw = None
+    else:
+        from ..roofline import hardware_from_args
+
+        hw = hardware_from_args(name, path)
     if hw is None:  # --fuse alone gives the fused memory estimate
         given = [o for o, v in (("--steps", getattr(args, "steps", None) is not None),
                                 ("--top", top_needs_hardware and getattr(args, "top", None) is not None)) if v]

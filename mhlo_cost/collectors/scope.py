@@ -115,7 +115,8 @@ class ScopeCollector:
                 if c.family in eligible:
                     names[i] = c.name
                     parts[i] = c.part
-                    info.setdefault(c.name, (kind_of(c.name), c.index))
+                    if c.name not in info:  # (setdefault would work out the kind for every row)
+                        info[c.name] = (kind_of(c.name), c.index)
                     parents.setdefault(c.name, set()).add(c.family[0])
                     break
         # Rows without a scope (constants) between two rows of one block belong to it.
