@@ -1,7 +1,7 @@
 """``mhlo-cost blocks``: the per-block table (CSV by default)."""
 from __future__ import annotations
 
-from .common import (EXIT_OK, Progress, add_common, add_estimate, add_output, block_frame,
+from .common import (EXIT_OK, Progress, add_common, regex, add_estimate, add_output, block_frame,
                      find_blocks, fused_memory, hardware_from_options, load_analysis, make_roofline, meta,
                      write_output)
 
@@ -46,7 +46,7 @@ def register(sub) -> None:
     p.add_argument("--parts", action="store_true", help="one row per block part (attn, cross_attn, mlp, ...)")
     g = p.add_argument_group("filters")
     g.add_argument("--block", metavar="NAME", help="only this block's row(s)")
-    g.add_argument("--scope", metavar="REGEX", help="only the rows whose block name matches (re.search)")
+    g.add_argument("--scope", metavar="REGEX", type=regex, help="only the rows whose block name matches (re.search)")
     add_estimate(p)
     add_output(p, default="csv")
     p.set_defaults(func=cmd_blocks)
