@@ -141,7 +141,8 @@ def to_table(df: pd.DataFrame, unit: str = "raw", wide: bool = True) -> str:
     out = [line(headers), "  ".join("-" * w for w in widths)]
     out += [line(r) for r in cells]
     if hidden:
-        out.append(f"({len(hidden)} more column{'s' if len(hidden) > 1 else ''}: {', '.join(hidden)}; --wide shows them)")
+        plural = "s" if len(hidden) > 1 else ""
+        out.append(f"({len(hidden)} more column{plural}: {', '.join(hidden)}; --wide shows them)")
     return "\n".join(out) + "\n"
 
 

@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 
 from mhlo_cost.cli import build_parser, main
-from mhlo_cost.cli.common import UserError
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text(encoding="utf-8")

@@ -1,11 +1,10 @@
 """``mhlo-cost plot``: a picture of the blocks."""
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
-from .common import (EXIT_OK, say, Progress, UserError, block_frame, find_blocks, add_common, add_estimate, fused_memory,
-                     hardware_from_options, make_roofline, load_analysis)
+from .common import (EXIT_OK, Progress, UserError, add_common, add_estimate, block_frame, find_blocks, fused_memory,
+                     hardware_from_options, load_analysis, make_roofline, say)
 
 def cmd_plot(args) -> int:
     try:
