@@ -205,7 +205,8 @@ def nearest_groups(rows, scopes: list[str] | None = None) -> list[str]:
     """Group name of every row: its first scope segment, else that of the nearest scoped row, else (top)."""
     if scopes is None:
         scopes = [row_scope(r) for r in rows]
-    own = [group_of(s) for s in scopes]
+    memo: dict[str, str] = {}  # few distinct scopes, many rows
+    own = [memo[s] if s in memo else memo.setdefault(s, group_of(s)) for s in scopes]
     return fill_nearest(own, "(top)")
 
 

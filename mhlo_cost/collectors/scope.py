@@ -110,15 +110,19 @@ class ScopeCollector:
         parts: list[str] = [""] * n
         info: dict[str, tuple[str, int | None]] = {}
         parents: dict[str, set] = {}
-        for i, cs in enumerate(cands):
-            for c in cs:
-                if c.family in eligible:
-                    names[i] = c.name
-                    parts[i] = c.part
-                    if c.name not in info:  # (setdefault would work out the kind for every row)
+        chosen: dict[str, _Cand | None] = {}  # per scope path (rows share few): its first eligible candidate
+        for i, (path, cs) in enumerate(zip(scopes, cands)):
+            if path in chosen:
+                c = chosen[path]
+            else:
+                c = chosen[path] = next((c for c in cs if c.family in eligible), None)
+                if c is not None:
+                    if c.name not in info:
                         info[c.name] = (kind_of(c.name), c.index)
                     parents.setdefault(c.name, set()).add(c.family[0])
-                    break
+            if c is not None:
+                names[i] = c.name
+                parts[i] = c.part
         # Rows without a scope (constants) between two rows of one block belong to it.
         unscoped = [not s for s in scopes]
         filled = fill_nearest([nm if not u else "" for nm, u in zip(names, unscoped)], "", same_only=True)
@@ -181,9 +185,10 @@ class ScopeCollector:
                 blocks.extend(bl)
                 for i, bids in rows_here:
                     row_blocks[i] = tuple(base + b for b in bids)
+        single = {nm: (b,) for nm, b in ids.items()}  # one tuple per block, shared by its rows
         for i, nm in enumerate(names):
             if nm:
-                row_blocks[i] = (ids[nm],)
+                row_blocks[i] = single[nm]
         groups = nearest_groups(rows, scopes)
         notes = []
         if loop_blocks:
