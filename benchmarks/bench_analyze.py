@@ -11,11 +11,19 @@ StableHLO text, then in one run measures, each the best of ``--repeat`` runs:
 It prints the three times and the ratios (analysis-after-parse / parse, xla / mhlo-cost). Targets: the
 analysis after parsing takes no longer than the parse; end to end at least 3x faster than XLA.
 
-    python benchmarks/bench_analyze.py [--layers 400] [--repeat 3]
+Then, as a user meets them, whole processes on the same file (the interpreter's start and every import
+included), alternating, the median of ``--processes`` runs each: ``mhlo-cost report FILE -q`` against a
+process that reads the same text and runs XLA's cost analysis on it (``mlir_module_to_xla_computation`` and
+``hlo_module_cost_analysis``, what ``Lowered.cost_analysis()`` runs). Target: mhlo-cost <= 1/3 of XLA.
+
+    python benchmarks/bench_analyze.py [--layers 400] [--repeat 3] [--processes 5]
 """
 from __future__ import annotations
 
 import argparse
+import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -78,7 +86,15 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--layers", type=int, default=400)
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--processes", type=int, default=5, help="whole-process runs of each (median)")
+    ap.add_argument("--processes-only", action="store_true", help="only the whole-process comparison")
     args = ap.parse_args()
+    if args.processes_only:
+        with tempfile.TemporaryDirectory() as d:
+            path = Path(d) / "model.mlir"
+            path.write_text(lower(args.layers).as_text(debug_info=True))
+            _whole_processes(path, args.processes)
+        return
 
     from mhlo_cost import analyze
     from mhlo_cost.loader import load
@@ -99,6 +115,7 @@ def main() -> None:
         t_full, analysis = best(lambda: _end_to_end(analyze, path), args.repeat)
         t_xla, xla = best(lambda: lowered.cost_analysis(), args.repeat)
         t_plain, t_live = _liveness_cost(path, max(args.repeat, 5))
+        _whole_processes(path, args.processes)
 
     s = analysis.summary
     print(f"model: {args.layers} unrolled layers, {n_ops} ops, {len(text) / 1e6:.1f} MB of text "
@@ -137,6 +154,47 @@ def _liveness_cost(path, repeat: int) -> tuple[float, float]:
             times[live].append(time.process_time() - t0)
             del a, v, module
     return min(times[False]), min(times[True])
+
+
+#: XLA's cost analysis of an MLIR file, in a process of its own (what Lowered.cost_analysis() runs).
+XLA_PROCESS = """
+import sys
+import jax
+from jax._src.lib import _jax
+text = open(sys.argv[1]).read()
+backend = jax.devices("cpu")[0].client
+comp = _jax.mlir.mlir_module_to_xla_computation(text, use_tuple_args=False)
+print(int(_jax.hlo_module_cost_analysis(backend, comp.as_hlo_module())["flops"]))
+"""
+
+
+def _whole_processes(path: Path, runs: int) -> None:
+    """``mhlo-cost report FILE -q`` and XLA's cost analysis of FILE, each a whole process, alternating;
+    prints the medians and their ratio."""
+    cmds = {"mhlo-cost report": [sys.executable, "-m", "mhlo_cost", "report", str(path), "-q"],
+            "xla cost analysis": [sys.executable, "-c", XLA_PROCESS, str(path)]}
+    import os
+    import resource
+
+    times: dict = {k: [] for k in cmds}
+    cpu: dict = {k: [] for k in cmds}
+    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    for _ in range(runs):
+        for name, cmd in cmds.items():
+            c0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+            t0 = time.perf_counter()
+            subprocess.run(cmd, check=True, capture_output=True, env=env)
+            times[name].append(time.perf_counter() - t0)
+            c1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+            cpu[name].append(c1.ru_utime - c0.ru_utime + c1.ru_stime - c0.ru_stime)
+    med = {k: statistics.median(v) for k, v in times.items()}
+    mcpu = {k: statistics.median(v) for k, v in cpu.items()}
+    for k, v in times.items():
+        print(f"process: {k:<18} median {med[k]:6.3f} s wall, {mcpu[k]:6.3f} s CPU, of {runs} "
+              f"({', '.join(f'{t:.2f}' for t in v)})")
+    mine, xla = "mhlo-cost report", "xla cost analysis"
+    print(f"ratio mhlo-cost/xla (whole processes) {med[mine] / med[xla]:6.2f} wall, {mcpu[mine] / mcpu[xla]:6.2f} "
+          f"CPU   (target <= 0.33)")
 
 
 def _end_to_end(analyze, path):

@@ -5,8 +5,6 @@ import gc
 import os
 from dataclasses import dataclass, field
 
-import pandas as pd
-
 from .loader import LoadError, Loaded, load
 from .visitors.base import METRICS, AnalysisError, Row
 from .visitors.cost import CostVisitor
@@ -27,6 +25,8 @@ _INT64_MAX = 2**63 - 1
 
 def int_series(values: list[int], index=None) -> pd.Series:
     """An exact integer column: int64 while it fits, Python ints (object) beyond."""
+    import pandas as pd  # here, not at the top: the summary needs no pandas (mhlo-cost report's start-up)
+
     if values and (max(values) > _INT64_MAX or min(values) < -_INT64_MAX):
         return pd.Series(values, dtype=object, index=index)
     return pd.Series(values, dtype="int64", index=index)
@@ -47,6 +47,8 @@ class Analysis:
     def ops(self) -> pd.DataFrame:
         """One row per op occurrence; metric columns are totals over the op's multiplicity."""
         if self._ops is None:
+            import pandas as pd
+
             data = {}
             for c in COLUMNS:
                 vals = [getattr(r, c) for r in self.rows]
@@ -115,6 +117,8 @@ class Analysis:
 
 
 def group_rows(rows: list[Row], keys: list[str], order: str = "program", label: str = "group") -> pd.DataFrame:
+    import pandas as pd
+
     sums: dict[str, list[int]] = {}
     counts: dict[str, int] = {}
     for r, k in zip(rows, keys):

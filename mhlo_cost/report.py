@@ -1,7 +1,12 @@
 """Views of an analysis: aligned tables, CSV, JSON and Markdown, in exact integers or display units.
 
 Counts stay exact Python integers until this module turns them into text; ``--unit`` only changes how
-they are written (K, M, G, T are decimal: 1e3, 1e6, 1e9, 1e12).
+they are written (K, M, G, T are decimal: 1e3, 1e6, 1e9, 1e12) and the column says so
+(``gemm_flops[G]``, ``bytes_read[GB]``). Tables and Markdown round to 3 decimals; CSV writes the exact
+decimal (an integer count divided by a power of ten is a finite decimal); JSON always holds the exact
+integers. Times (columns ``*_s``) are exact seconds in CSV and JSON, and in tables a human unit per
+column (``est_time[us]``). A table is cut to 120 characters unless ``wide``: the columns left out are
+named under it.
 """
 from __future__ import annotations
 
@@ -11,13 +16,19 @@ import math
 
 import pandas as pd
 
-UNITS = {"raw": 1, "K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12}
+from .units import (SCALED, TIME_UNITS, UNITS, exact_scale, is_time_column, scale, scaled_column,  # noqa: F401
+                    time_unit, unit_name)
 
-#: Columns that hold counts (FLOPs, bytes, ops); the unit applies to the FLOP and byte ones.
-SCALED = {
-    "gemm_flops", "conv_flops", "vector_flops", "transcendentals", "bytes_read", "bytes_written", "comm_bytes",
-    "flops", "total_flops", "baseline", "now", "delta",
-}
+#: A table's width unless ``wide``.
+TABLE_WIDTH = 120
+
+#: Columns a narrow table leaves out first (after those that are zero or empty everywhere).
+LESS_IMPORTANT = ("index", "transcendentals", "conv_flops", "comm_ops", "live_out_bytes", "live_out_bytes_fused",
+                  "location", "num_groups", "dtype", "est_compute_s", "est_memory_s", "est_overhead_s", "inputs",
+                  "weights", "compute_bound_s", "compute_bound_fused_s", "live_bytes", "depth")
+#: Columns a narrow table keeps longest (the first column always stays).
+IMPORTANT = ("status", "est_time_s", "est_time_fused_s", "bound", "latency_us", "utilisation", "gflops", "gemm_flops",
+             "vector_flops", "kind", "operation", "output", "shape", "percent", "ops", "comm_bytes")
 
 
 def _is_int_column(s: pd.Series) -> bool:
@@ -25,33 +36,18 @@ def _is_int_column(s: pd.Series) -> bool:
         s.dtype == object and len(s) > 0 and all(isinstance(v, int) and not isinstance(v, bool) for v in s))
 
 
-def scale(value, unit: str) -> str | int:
-    """An exact integer in ``unit``: itself for raw, else a decimal string rounded to 3 decimals
-    (half away from zero), computed in integers so that no count passes through a float."""
-    value = int(value)
-    if unit == "raw":
-        return value
-    sign = "-" if value < 0 else ""
-    q, r = divmod(abs(value) * 1000, UNITS[unit])
-    if 2 * r >= UNITS[unit]:
-        q += 1
-    return f"{sign}{q // 1000}.{q % 1000:03d}"
-
-
-def scaled_column(name: str) -> bool:
-    """Whether a column holds FLOPs or bytes (``--unit`` applies): the named ones and any ``*_flops``,
-    ``*_bytes`` (the per-phase columns of a training step: ``fwd_gemm_flops``, ...)."""
-    return name in SCALED or name.endswith(("_flops", "_bytes"))
-
-
-def apply_unit(df: pd.DataFrame, unit: str) -> pd.DataFrame:
+def apply_unit(df: pd.DataFrame, unit: str, exact: bool = False) -> pd.DataFrame:
+    """The counts of ``df`` in ``unit`` (rounded to 3 decimals, or ``exact``), their columns renamed
+    with the unit."""
     if unit == "raw":
         return df
     out = df.copy()
+    conv = exact_scale if exact else scale
     for c in out.columns:
         if scaled_column(str(c)) and _is_int_column(out[c]):
-            out[c] = [scale(v, unit) for v in out[c]]
-    return out
+            out[c] = [conv(v, unit) for v in out[c]]
+    return out.rename(columns={c: unit_name(str(c), unit) for c in out.columns
+                               if scaled_column(str(c)) and _is_int_column(df[c])})
 
 
 def _cell(v) -> str:
@@ -60,42 +56,108 @@ def _cell(v) -> str:
     if isinstance(v, float):
         if math.isnan(v):
             return ""
-        return f"{v:.6g}"
+        return f"{v:.4g}"
     if isinstance(v, int) and not isinstance(v, bool):
         return f"{v:,}"
     return str(v)
 
 
-def to_table(df: pd.DataFrame, unit: str = "raw") -> str:
-    """An aligned, terminal-friendly table: text left, numbers right, thousands separated."""
+def _fixed(v, size: float) -> str:
+    """A number divided by ``size`` with 2 decimals; anything else as it is."""
+    if isinstance(v, (int, float)) and not isinstance(v, bool):
+        return "" if isinstance(v, float) and math.isnan(v) else f"{v / size:.2f}"
+    return _cell(v)
+
+
+def _text_view(df: pd.DataFrame, unit: str) -> tuple[list[str], list[list[str]], list[bool]]:
+    """Headers, cells and which columns are numbers, as tables and Markdown show them: counts in ``unit``
+    (3 decimals), times in a human unit per column."""
     view = apply_unit(df, unit)
-    cols = list(view.columns)
-    cells = [[_cell(v) for v in row] for row in view.itertuples(index=False, name=None)]
-    numeric = [_is_int_column(df[c]) or pd.api.types.is_float_dtype(df[c].dtype) for c in cols]
-    widths = [max([len(str(c))] + [len(r[i]) for r in cells]) for i, c in enumerate(cols)]
+    headers, columns, numeric = [], [], []
+    for orig, name in zip(df.columns, view.columns):
+        values = list(view[name])
+        name, col = str(name), df[orig]
+        is_num = _is_int_column(col) or pd.api.types.is_float_dtype(col.dtype)
+        if is_time_column(name) and pd.api.types.is_float_dtype(col.dtype):
+            tu, size = time_unit(values)
+            headers.append(f"{name[:-2]}[{tu}]")
+            columns.append([_fixed(v, size) for v in values])
+        elif name == "percent":
+            headers.append(name)
+            columns.append([_fixed(v, 1.0) for v in values])
+        else:
+            headers.append(name)
+            columns.append([_cell(v) for v in values])
+        numeric.append(is_num)
+    cells = [list(r) for r in zip(*columns)] if columns else []
+    return headers, cells, numeric
+
+
+def _idle(values: list[str]) -> bool:
+    return all(v.replace("0", "").replace(".", "").replace(",", "") == "" for v in values)
+
+
+def fit_columns(headers: list[str], cells: list[list[str]], limit: int = TABLE_WIDTH) -> list[int]:
+    """Indices of the columns to keep so that the table fits in ``limit`` characters: columns zero or empty
+    everywhere go first (right to left), then the :data:`LESS_IMPORTANT`, then from the right; the first
+    column always stays."""
+    widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(headers)]
+    keep = list(range(len(headers)))
+
+    def width():
+        return sum(widths[i] for i in keep) + 2 * (len(keep) - 1)
+
+    base = [h.split("[")[0] for h in headers]
+
+    def named(names):
+        return [i for name in names for i in keep[1:] if base[i] in (name, name[:-2])]
+
+    important = named(IMPORTANT)
+    order = [i for i in reversed(keep[1:]) if _idle([r[i] for r in cells])]
+    order += [i for i in named(LESS_IMPORTANT) if i not in order]
+    order += [i for i in reversed(keep[1:]) if i not in order and i not in important]
+    order += [i for i in reversed(important) if i not in order]
+    for i in order:
+        if width() <= limit:
+            break
+        keep.remove(i)
+    return keep
+
+
+def to_table(df: pd.DataFrame, unit: str = "raw", wide: bool = True) -> str:
+    """An aligned, terminal-friendly table: text left, numbers right, thousands separated; narrower than
+    :data:`TABLE_WIDTH` unless ``wide`` (a line under it names the columns left out)."""
+    headers, cells, numeric = _text_view(df, unit)
+    keep = list(range(len(headers))) if wide else fit_columns(headers, cells)
+    hidden = [headers[i] for i in range(len(headers)) if i not in keep]
+    headers, numeric = [headers[i] for i in keep], [numeric[i] for i in keep]
+    cells = [[r[i] for i in keep] for r in cells]
+    widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(headers)]
 
     def line(values):
         parts = [v.rjust(w) if num else v.ljust(w) for v, w, num in zip(values, widths, numeric)]
         return "  ".join(parts).rstrip()
 
-    out = [line([str(c) for c in cols]), "  ".join("-" * w for w in widths)]
+    out = [line(headers), "  ".join("-" * w for w in widths)]
     out += [line(r) for r in cells]
+    if hidden:
+        plural = "s" if len(hidden) > 1 else ""
+        out.append(f"({len(hidden)} more column{plural}: {', '.join(hidden)}; --wide shows them)")
     return "\n".join(out) + "\n"
 
 
 def to_markdown(df: pd.DataFrame, unit: str = "raw") -> str:
-    view = apply_unit(df, unit)
-    cols = [str(c) for c in view.columns]
-    numeric = [_is_int_column(df[c]) or pd.api.types.is_float_dtype(df[c].dtype) for c in df.columns]
-    lines = ["| " + " | ".join(cols) + " |", "|" + "|".join("---:" if n else "---" for n in numeric) + "|"]
-    for row in view.itertuples(index=False, name=None):
-        lines.append("| " + " | ".join(_cell(v).replace("|", "\\|") for v in row) + " |")
+    headers, cells, numeric = _text_view(df, unit)
+    lines = ["| " + " | ".join(headers) + " |", "|" + "|".join("---:" if n else "---" for n in numeric) + "|"]
+    for row in cells:
+        lines.append("| " + " | ".join(v.replace("|", "\\|") for v in row) + " |")
     return "\n".join(lines) + "\n"
 
 
 def to_csv(df: pd.DataFrame, unit: str = "raw") -> str:
+    """CSV: exact integers (raw), or the exact decimal in ``unit`` under ``name[unit]``; exact seconds."""
     buf = io.StringIO()
-    apply_unit(df, unit).to_csv(buf, index=False, lineterminator="\n")
+    apply_unit(df, unit, exact=True).to_csv(buf, index=False, lineterminator="\n")
     return buf.getvalue()
 
 
@@ -113,10 +175,10 @@ def _jsonable(v):
     return v
 
 
-def rows_json(df: pd.DataFrame, unit: str = "raw") -> list[dict]:
-    view = apply_unit(df, unit)
-    cols = [str(c) for c in view.columns]
-    return [{c: _jsonable(v) for c, v in zip(cols, row)} for row in view.itertuples(index=False, name=None)]
+def rows_json(df: pd.DataFrame) -> list[dict]:
+    """The rows as dicts of exact values (integers, seconds)."""
+    cols = [str(c) for c in df.columns]
+    return [{c: _jsonable(v) for c, v in zip(cols, row)} for row in df.itertuples(index=False, name=None)]
 
 
 def to_json(payload: dict) -> str:
@@ -131,7 +193,7 @@ def summary_frame(summary: dict[str, int]) -> pd.DataFrame:
 
 
 def render(df: pd.DataFrame, fmt: str, unit: str, *, summary: dict | None = None, meta: dict | None = None,
-           title: str | None = None) -> str:
+           title: str | None = None, wide: bool = False) -> str:
     """Render one grouping in ``fmt`` (table, csv, json, markdown, html: a page of the table)."""
     if fmt == "html":
         from .html import table_page
@@ -140,15 +202,14 @@ def render(df: pd.DataFrame, fmt: str, unit: str, *, summary: dict | None = None
         return table_page(df, title or "mhlo-cost", facts=facts, unit=None if unit == "raw" else unit)
     if fmt == "csv":
         return to_csv(df, unit)
-    if fmt == "json":
+    if fmt == "json":  # exact values whatever --unit says
         payload = dict(meta or {})
-        payload["unit"] = unit
         if summary is not None:
             payload["summary"] = {k: int(v) for k, v in summary.items()}
-        payload["rows"] = rows_json(df, unit)
+        payload["rows"] = rows_json(df)
         return to_json(payload)
     if fmt == "markdown":
         head = f"### {title}\n\n" if title else ""
         return head + to_markdown(df, unit)
     head = f"{title}\n" if title else ""
-    return head + to_table(df, unit)
+    return head + to_table(df, unit, wide=wide)

@@ -145,4 +145,4 @@ def test_diff_puts_changed_rows_first(base, tmp_path, capsys):
     assert lines[0] == "block,gemm_flops_a,gemm_flops_b,gemm_flops_delta,status"
     assert lines[1].startswith("layers.1,") and lines[1].endswith(",changed")
     assert main(["diff", out, other, "--metrics", "gemm_flops", "--format", "csv", "-q"]) == 0
-    assert main(["diff", ir, other, "--by", "op", "--format", "csv", "-q"]) == 0
+    assert main(["diff", ir, other, "--by", "opname", "--format", "csv", "-q"]) == 0

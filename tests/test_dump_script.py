@@ -57,10 +57,17 @@ def test_small_stdit3_gz_and_refuses_overwrite(tmp_path):
     assert analyze(text).summary["gemm_flops"] == gemm_flops(make_config("stdit3", small=True))["total"]
 
     before = out.read_bytes()
-    r = run("--model", "stdit3", "--small", "-o", str(out))
+    r = run("--model", "stdit3", "--small", "-o", str(out))  # re-running replaces the IR it wrote
+    assert r.returncode == 0 and "replacing" in r.stderr
+    assert gzip.decompress(out.read_bytes()) == gzip.decompress(before)
+    notes = tmp_path / "notes.mlir"
+    notes.write_text("my notes, not IR\n")
+    r = run("--model", "stdit3", "--small", "-o", str(notes))  # anything else needs --force
     assert r.returncode == 2
     assert "exists" in one_line(r.stderr) and "--force" in r.stderr
-    assert out.read_bytes() == before
+    assert notes.read_text() == "my notes, not IR\n"
+    r = run("--model", "gpt", "--layers", "1", "-o", str(tmp_path / "new" / "dir" / "g.mlir"))  # folders made
+    assert r.returncode == 0, r.stderr and (tmp_path / "new" / "dir" / "g.mlir").exists()
     r = run("--model", "stdit3", "--small", "--depth", "1", "-o", str(out), "--force")
     assert r.returncode == 0, r.stderr
     assert "temporal_blocks.1" not in gzip.decompress(out.read_bytes()).decode()
@@ -92,8 +99,9 @@ def test_errors_are_one_line(tmp_path):
     assert r.returncode != 0 and "multiple of heads" in one_line(r.stderr)
     r = run("--model", "stdit3", "--nope")
     assert r.returncode == 2 and "unrecognized" in one_line(r.stderr)
-    r = run("--model", "gpt", "-o", str(tmp_path / "missing_dir" / "x.mlir"))
-    assert r.returncode != 0 and "does not exist" in r.stderr.splitlines()[-1] and "Traceback" not in r.stderr
+    (tmp_path / "a_file").write_text("")
+    r = run("--model", "gpt", "-o", str(tmp_path / "a_file" / "x.mlir"))  # a folder that cannot be made
+    assert r.returncode != 0 and "cannot make the folder" in r.stderr.splitlines()[-1] and "Traceback" not in r.stderr
 
 
 def test_dump_in_process_bytecode_and_formats(tmp_path):

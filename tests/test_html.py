@@ -186,7 +186,7 @@ def test_other_groupings_are_a_table_page(small, capsys):
     ids = [a["id"] for _, a in page.tags if "id" in a]
     assert len(ids) == len(set(ids))
     table = page.tables["table"]
-    assert header_names(table) == head and len(table["body"]) == len(rows)
+    assert header_names(table) == head and len(table["body"]) + 1 == len(rows) and rows[-1][0] == "TOTAL"
 
 
 def test_bad_output_is_one_line(small, tmp_path, capsys):

@@ -42,6 +42,7 @@ def test_input_and_value_syntax():
 
 
 def test_errors_are_one_line_exit_2(capsys, tmp_path):
+    (tmp_path / "a_file").write_text("")
     cases = [
         (["lower"], "name one model"),
         (["lower", "--model", "gpt", "--hf", "GPT2Model"], "exclude each other"),
@@ -49,7 +50,7 @@ def test_errors_are_one_line_exit_2(capsys, tmp_path):
         (["lower", "--module", "x:y", "--depth", "3"], "bundled models"),
         (["lower", "--module", "no_such_pkg_h13.mod:make", "--input", "2x3"], "cannot load"),
         (["lower", "--model", "gpt", "--dtype", "f7"], "unknown dtype"),
-        (["lower", "--model", "gpt", "-o", str(tmp_path / "missing" / "x.mlir")], "does not exist"),
+        (["lower", "--model", "gpt", "-o", str(tmp_path / "a_file" / "x.mlir")], "cannot make the folder"),
     ]
     for argv, text in cases:
         assert main(argv) == 2, argv

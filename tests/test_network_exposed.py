@@ -144,7 +144,8 @@ def test_report_by_comm_shows_tier_and_algorithm(fixtures):
                     "--format", "json", "-q")
     assert code == 0
     rows = json.loads(out)["rows"]
-    got = {(r["op"], r["tier"], r["algorithm"]) for r in rows}
+    assert rows[-1]["op"] == "TOTAL" and rows[-1]["comm_bytes"] == sum(r["comm_bytes"] for r in rows[:-1])
+    got = {(r["op"], r["tier"], r["algorithm"]) for r in rows[:-1]}
     assert got == {("all_reduce", "nvlink", "ring"), ("all_gather", "nvlink", "ring"),
                    ("reduce_scatter", "nvlink", "ring"), ("all_to_all", "nvlink", "direct"),
                    ("collective_permute", "nvlink", "direct")}

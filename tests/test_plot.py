@@ -31,7 +31,7 @@ def test_plot_writes_a_png(small, tmp_path, capsys, extra):
     data = out.read_bytes()
     assert data[:8] == PNG_MAGIC
     assert len(data) > 10_000
-    assert "wrote" in capsys.readouterr().err
+    assert capsys.readouterr().err == ""  # -q: not even "wrote"
 
 
 def test_plot_other_block_methods_and_svg(small, tmp_path):

@@ -327,7 +327,7 @@ def test_unknown_hardware_is_one_line_listing_names(small_file, capsys):
         assert name in err
 
 
-@pytest.mark.parametrize("argv", [["--steps", "3"], ["--by", "op", "--top", "3"],
+@pytest.mark.parametrize("argv", [["--steps", "3"], ["--by", "kind", "--top", "3"],
                                   ["--hardware", "h100", "--steps", "0"], ["--hardware", "h100", "--top", "2"]])
 def test_bad_estimate_options_exit_2(small_file, capsys, argv):
     assert main(["report", str(small_file), "-q", *argv]) == 2

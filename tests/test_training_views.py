@@ -139,7 +139,9 @@ def test_lower_train_writes_and_refuses(tmp_path, capsys):
     df = phase_frame(a).set_index("phase")
     fwd = df.loc["forward", "gemm_flops"]
     assert df.loc["backward/dgrad", "gemm_flops"] + df.loc["backward/wgrad", "gemm_flops"] == 2 * fwd
-    for args, msg in [(("--model", "gpt", "--train", "-o", out), "exists"),
+    notes = out.with_name("notes.mlir")
+    notes.write_text("not IR: lower replaces only the IR it wrote\n")
+    for args, msg in [(("--model", "gpt", "--train", "-o", notes), "exists"),
                       (("--model", "gpt", "--remat", "block"), "go(es) with --train"),
                       (("--model", "gpt", "--train", "--remat", "all"), "invalid choice"),
                       (("--model", "stdit3", "--small", "--parallel", "megatron", "--devices", "4", "--train"),

@@ -29,18 +29,30 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
-    from ..baseline import BaselineError
-    from ..hardware import HardwareError
-    from ..loader import LoadError
-    from ..visitors.base import AnalysisError
+#: The errors a user's input causes, by module: looked up only where that module is loaded (it cannot have
+#: raised otherwise), so that --version and --help import neither jax nor pandas.
+_INPUT_ERRORS = (("mhlo_cost.baseline", "BaselineError"), ("mhlo_cost.hardware", "HardwareError"),
+                 ("mhlo_cost.loader", "LoadError"), ("mhlo_cost.visitors.base", "AnalysisError"))
 
+
+def _input_errors() -> tuple:
+    found = [UserError]
+    for module, name in _INPUT_ERRORS:
+        if module in sys.modules:
+            found.append(getattr(sys.modules[module], name))
+    return tuple(found)
+
+
+def main(argv: list[str] | None = None) -> int:
+    from .common import _SAID
+
+    _SAID.clear()
     try:
         args = build_parser().parse_args(argv)
         return args.func(args)
     except SystemExit as e:  # --help, --version
         return int(e.code or 0)
-    except (UserError, LoadError, AnalysisError, HardwareError, BaselineError) as e:
+    except UserError as e:
         print(f"mhlo-cost: error: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:
@@ -48,7 +60,10 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return EXIT_OK
-    except Exception as e:  # a bug: still one line, with a way to see more
+    except Exception as e:  # bad input from a module below, or a bug: still one line, with a way to see more
+        if isinstance(e, _input_errors()):
+            print(f"mhlo-cost: error: {e}", file=sys.stderr)
+            return EXIT_BAD_INPUT
         if os.environ.get("MHLO_COST_DEBUG"):
             raise
         print(f"mhlo-cost: internal error: {type(e).__name__}: {e} (MHLO_COST_DEBUG=1 shows the traceback)",

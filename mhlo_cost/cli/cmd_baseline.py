@@ -91,7 +91,7 @@ def cmd_check(args) -> int:
     blocks = sorted(set(moved.block))
     print(f"mhlo-cost: {args.file}: {len(moved)} count(s) moved against {args.baseline} "
           f"(blocks: {', '.join(blocks[:6])}{' ...' if len(blocks) > 6 else ''})", file=sys.stderr)
-    write_output(render(moved, args.format, args.unit), args.output)
+    write_output(render(moved, args.format, args.unit, wide=args.wide), args.output)
     return EXIT_MOVED
 
 
@@ -109,14 +109,15 @@ def cmd_diff(args) -> int:
         elif analysis is None:
             raise UserError(f"{path}: a baseline holds blocks only; use --by block")
         else:
-            frames.append(analysis.group(args.by).rename(columns={args.by: "key"}))
+            key = "op" if args.by == "opname" else args.by
+            frames.append(analysis.group(key).rename(columns={key: "key"}))
     progress.done()
     key = "block" if args.by == "block" else "key"
     metrics = tuple(m for m in _metrics(args.metrics) if m in frames[0].columns and m in frames[1].columns)
     df = side_by_side(frames[0], frames[1], key, metrics)
     if key == "key":
         df = df.rename(columns={"key": args.by})
-    write_output(render(df, args.format, args.unit), args.output)
+    write_output(render(df, args.format, args.unit, wide=args.wide), args.output)
     return EXIT_OK
 
 
@@ -137,16 +138,20 @@ def register(sub) -> None:
     add_output(p)
     p.set_defaults(func=cmd_check)
 
-    p = sub.add_parser("diff", help="two IR files, or a file and a baseline, side by side")
-    p.add_argument("a")
-    p.add_argument("b")
-    p.add_argument("--by", choices=("block", "op", "kind"), default="block")
+    p = sub.add_parser("diff", help="two IR files, or a file and a baseline, side by side",
+                       description="Two IR files, or a file and a baseline JSON, side by side: per metric the value "
+                                   "in A, in B, the change and the percent change; rows that changed first.")
+    p.add_argument("a", help="the first: an MLIR file or a baseline (.json)")
+    p.add_argument("b", help="the second: an MLIR file or a baseline (.json)")
+    p.add_argument("--by", choices=("block", "opname", "kind"), default="block",
+                   help="block (default; a baseline holds only these), opname (summed per op name) or kind")
     p.add_argument("--metrics", metavar="LIST", help="comma-separated metrics (default: all)")
-    p.add_argument("--entry", metavar="NAME")
-    p.add_argument("--strict", action="store_true")
-    p.add_argument("-q", "--quiet", action="store_true")
-    p.add_argument("--blocks", choices=("auto", "scope", "rms", "repeat"), default="auto")
-    p.add_argument("--block-pattern", metavar="REGEX", type=regex)
-    p.add_argument("--norms-per-block", type=positive_int, metavar="N")
+    p.add_argument("--entry", metavar="NAME", help="function to start from (default: main, or the only public one)")
+    p.add_argument("--strict", action="store_true", help="fail when an op no rule knows is found")
+    p.add_argument("-q", "--quiet", action="store_true", help="nothing on stderr but errors and warnings")
+    p.add_argument("--blocks", choices=("auto", "scope", "rms", "repeat"), default="auto",
+                   help="how ops are grouped into blocks (default: auto)")
+    p.add_argument("--block-pattern", metavar="REGEX", type=regex, help="regex naming a block in scope paths")
+    p.add_argument("--norms-per-block", type=positive_int, metavar="N", help="normalisations per block (rms)")
     add_output(p)
     p.set_defaults(func=cmd_diff)

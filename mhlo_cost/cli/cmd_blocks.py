@@ -1,29 +1,52 @@
 """``mhlo-cost blocks``: the per-block table (CSV by default)."""
 from __future__ import annotations
 
-from .common import (EXIT_OK, Progress, block_frame, add_common, add_estimate, fused_memory, hardware_from_options, meta,
-                     add_output, make_roofline, write_output, load_analysis)
+from .common import (EXIT_OK, Progress, add_common, regex, add_estimate, add_output, block_frame,
+                     find_blocks, fused_memory, hardware_from_options, load_analysis, make_roofline, meta,
+                     write_output)
+
 
 def cmd_blocks(args) -> int:
+    import pandas as pd
+
     from ..report import render
+    from .cmd_report import _keep_blocks
+    from .views import block_overhead
 
     hw = hardware_from_options(args)
     progress = Progress(enabled=not args.quiet)
-    analysis = load_analysis(args.file, args, progress, dataflow=hw is not None or args.fuse != "none",
-                             training=True)
-    rf = make_roofline(analysis, hw, args, progress) if hw is not None else None
-    df = block_frame(analysis, args, parts=args.parts, roofline=rf, fused_memory=fused_memory(analysis, args, rf))
+    frames = []
+    for path in args.file:
+        analysis = load_analysis(path, args, progress, dataflow=hw is not None or args.fuse != "none",
+                                 training=True)
+        rf = make_roofline(analysis, hw, args, progress) if hw is not None else None
+        df = block_frame(analysis, args, parts=args.parts, roofline=rf, fused_memory=fused_memory(analysis, args, rf))
+        if rf is not None:
+            df = block_overhead(df, rf, find_blocks(analysis, args, quiet=True), parts=args.parts)
+        df = _keep_blocks(df, args)
+        if len(args.file) > 1:
+            df.insert(0, "file", analysis.source)
+        frames.append(df)
     progress.done()
-    fmt = args.format
-    write_output(render(df, fmt, args.unit, summary=analysis.summary, meta=meta(analysis)), args.output)
+    if len(frames) == 1:
+        text = render(frames[0], args.format, args.unit, summary=analysis.summary, meta=meta(analysis),
+                      wide=args.wide)
+    else:
+        text = render(pd.concat(frames, ignore_index=True), args.format, args.unit, wide=args.wide,
+                      meta={k: v for k, v in meta(analysis).items() if k in ("tool", "version")})
+    write_output(text, args.output)
     return EXIT_OK
 
 
-
 def register(sub) -> None:
-    p = sub.add_parser("blocks", help="one row per transformer block (CSV by default)")
-    add_common(p)
+    p = sub.add_parser("blocks", help="one row per transformer block (CSV by default)",
+                       description="One row per transformer block, TOTAL last (CSV by default). FILE may be '-' "
+                                   "(standard input); several files give one table with a file column.")
+    add_common(p, many=True)
     p.add_argument("--parts", action="store_true", help="one row per block part (attn, cross_attn, mlp, ...)")
+    g = p.add_argument_group("filters")
+    g.add_argument("--block", metavar="NAME", help="only this block's row(s)")
+    g.add_argument("--scope", metavar="REGEX", type=regex, help="only the rows whose block name matches (re.search)")
     add_estimate(p)
     add_output(p, default="csv")
     p.set_defaults(func=cmd_blocks)

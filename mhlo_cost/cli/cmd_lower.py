@@ -178,6 +178,34 @@ def _refuse_bundled(args, what: str) -> None:
                         f"not to {what}: use --set KEY=VALUE for a library model's configuration")
 
 
+def _replaceable(args) -> bool:
+    """Whether ``-o`` may be written without ``--force``: a file a lowering wrote before (MLIR text, bytecode,
+    gzip: re-running a command replaces its output) is replaced, with a note; anything else is refused. A
+    missing folder is made (``-o out/model.mlir``)."""
+    import os
+
+    path = args.output
+    if not path:
+        return False
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        try:
+            os.makedirs(folder)
+        except OSError as e:
+            raise UserError(f"{folder}: cannot make the folder: {e.strerror or e}") from None
+    if not os.path.isfile(path) or args.force:
+        return False
+    try:
+        with open(path, "rb") as f:
+            head = f.read(64)
+    except OSError:
+        return False
+    ir = head[:2] == b"\x1f\x8b" or head[:4] == b"ML\xefR" or head.lstrip().startswith((b"module", b"#loc", b"func"))
+    if ir and not args.quiet:
+        print(f"mhlo-cost: replacing {path} (IR written before; other files need --force)", file=sys.stderr)
+    return ir
+
+
 def cmd_lower(args) -> int:
     from ..frontends import FrontendError, check_output, write
     from ..frontends.api import LowerFailed, lower_request
@@ -192,7 +220,7 @@ def cmd_lower(args) -> int:
         return EXIT_OK
     try:
         req, text = _request(args)
-        check_output(args.output, args.force)
+        check_output(args.output, args.force or _replaceable(args))
         if not args.quiet:
             print(f"mhlo-cost: lowering {text} -> {args.output or 'stdout'}", file=sys.stderr, flush=True)
         low = lower_request(req)

@@ -1,11 +1,10 @@
 """``mhlo-cost plot``: a picture of the blocks."""
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
-from .common import (EXIT_OK, Progress, UserError, block_frame, find_blocks, add_common, add_estimate, fused_memory,
-                     hardware_from_options, make_roofline, load_analysis)
+from .common import (EXIT_OK, Progress, UserError, add_common, add_estimate, block_frame, find_blocks, fused_memory,
+                     hardware_from_options, load_analysis, make_roofline, say)
 
 def cmd_plot(args) -> int:
     try:
@@ -31,7 +30,7 @@ def cmd_plot(args) -> int:
     except OSError as e:
         raise UserError(f"{args.output}: cannot write: {e.strerror or e}") from None
     progress.done()
-    print(f"mhlo-cost: wrote {args.output}", file=sys.stderr)
+    say(args, f"wrote {args.output}", note=True)
     return EXIT_OK
 
 
@@ -51,7 +50,7 @@ def _plot_memory(analysis, args, rf, hw, progress) -> int:
     except OSError as e:
         raise UserError(f"{args.output}: cannot write: {e.strerror or e}") from None
     progress.done()
-    print(f"mhlo-cost: wrote {args.output}", file=sys.stderr)
+    say(args, f"wrote {args.output}", note=True)
     return EXIT_OK
 
 

@@ -1,26 +1,34 @@
-"""``mhlo-cost report``: counts, grouped, with the roofline estimate when a profile is given."""
+"""``mhlo-cost report``: counts, grouped, with the roofline estimate when a profile is given.
+
+The same ``--by`` gives the same rows in every format: ``op`` one row per op occurrence (program order),
+``opname`` the sum per op name, ``kind``/``scope``/``tree``/``comm`` a TOTAL row last. Several files give one
+table with a ``file`` column first.
+"""
 from __future__ import annotations
 
 import argparse
 
-from .common import (EXIT_OK, Progress, UserError, add_common, add_estimate, add_output, block_frame, find_blocks,
+from .common import (EXIT_OK, Progress, UserError, add_common, add_estimate, add_filters, add_output, block_frame,
+                     find_blocks,
                      fused_memory, hardware_from_options, load_analysis, make_roofline, meta, write_output)
+
+BY = ("summary", "op", "opname", "kind", "scope", "tree", "block", "comm", "phase", "memory")
+
 
 def _parse_by(value: str) -> tuple[str, int | None]:
     by, _, depth = value.partition(":")
-    choices = ("summary", "op", "kind", "scope", "block", "comm", "phase", "memory")
-    if by not in choices:
-        raise argparse.ArgumentTypeError(f"--by must be one of {', '.join(choices)} (scope:DEPTH), got {value!r}")
+    if by not in BY:
+        raise argparse.ArgumentTypeError(f"--by must be one of {', '.join(BY)} (scope:DEPTH, tree:DEPTH), "
+                                         f"got {value!r}")
     if depth:
-        if by != "scope" or not depth.isdigit() or int(depth) < 1:
-            raise argparse.ArgumentTypeError(f"only scope takes a depth, a positive integer: got {value!r}")
+        if by not in ("scope", "tree") or not depth.isdigit() or int(depth) < 1:
+            raise argparse.ArgumentTypeError(f"only scope and tree take a depth, a positive integer: got {value!r}")
         return by, int(depth)
     return by, None
 
 
-
 def _timed_group(analysis, rf, by: str, depth, df):
-    """est_time_s (and est_time_fused_s) per group of a --by kind/op/scope table."""
+    """est_time_s (and est_time_fused_s) per group of a --by kind/opname/scope table."""
     keys = analysis.keys(by, depth)
     label = df.columns[0]
     acc: dict = {}
@@ -36,13 +44,13 @@ def _timed_group(analysis, rf, by: str, depth, df):
     return df
 
 
-def _comm_frame(analysis):
+def _comm_frame(analysis, rf):
     import pandas as pd
 
     from ..analysis import int_series
 
     rows = [r for r in analysis.rows if r.kind == "collective"]
-    return pd.DataFrame({
+    df = pd.DataFrame({
         "op": [r.comm_kind for r in rows],
         "scope": [r.scope for r in rows],
         "group_size": int_series([r.group_size for r in rows]),
@@ -53,86 +61,219 @@ def _comm_frame(analysis):
         "comm_bytes": int_series([r.comm_bytes for r in rows]),
         "location": [r.location for r in rows],
     })
+    if rf is not None:  # where each collective runs, how, how long, and how much of it compute cannot hide
+        pos = {r.index: i for i, r in enumerate(rf.analysis.rows)}
+        idx = [pos[r.index] for r in rows]
+        details = [rf.comm_detail(i) for i in idx]
+        df.insert(4, "tier", [d.tier for d in details])
+        df.insert(5, "algorithm", [d.algorithm for d in details])
+        exposed = rf.exposure(fused=rf.fusion is not None).exposed
+        df["comm_time_s"] = pd.Series([rf.times[i].comm_s for i in idx], dtype="float64")
+        df["comm_exposed_s"] = pd.Series([exposed[i] for i in idx], dtype="float64")
+    return df
 
 
-def _memory_view(analysis, args, rf, by: str, fused, hw):
-    """The summary (counts, estimate, then where the memory peak is and whether it fits) or the live-bytes
-    timeline (``--by memory``)."""
-    import pandas as pd
+def _summary(analysis, args, rf, fused, hw, filtered: bool) -> tuple[list, dict]:
+    """The summary pairs (counts with the parameter count and MACs, the estimate, where the memory peak is)
+    and the counts (the JSON's ``summary``); no pandas unless a profile's estimate is asked for."""
+    counts = analysis.summary
+    pairs = list(counts.items())
+    pairs += [("macs", (counts["gemm_flops"] + counts["conv_flops"]) // 2), ("params", _params(analysis))]
+    if rf is not None and not filtered:
+        df = rf.summary_frame(args.steps or 1, counts=dict(pairs))
+        pairs = list(zip(df["metric"], df["value"]))
+    if analysis.liveness is not None:
+        from ..memory.views import summary_lines
 
-    from ..memory.views import summary_lines, timeline_frame
-    from ..report import summary_frame
-
-    blocks = find_blocks(analysis, args, quiet=by == "summary")
-    if by == "memory":
-        return timeline_frame(analysis, blocks, fused)
-    df = rf.summary_frame(args.steps or 1, counts=analysis.summary) if rf is not None else summary_frame(
-        analysis.summary)
-    lines = summary_lines(analysis, blocks, fused, hw)
-    extra = pd.DataFrame({"metric": [k for k, _ in lines], "value": pd.Series([v for _, v in lines], dtype=object)})
-    return pd.concat([df.astype({"value": object}), extra], ignore_index=True)
+        pairs += summary_lines(analysis, find_blocks(analysis, args, quiet=True), fused, hw)
+    return pairs, counts
 
 
-def cmd_report(args) -> int:
-    from ..report import render
+def _params(analysis) -> int:
+    """Elements of the distinct function arguments that matrix products read as weights (a dot's right-hand
+    operand, a convolution's kernel), as the memory figures' ``param_bytes`` finds them."""
+    seen: dict = {}
+    for r in analysis.rows:
+        for j in (j for j in r.weights if j == 1):
+            key = r.values[0][j] if r.values and j < len(r.values[0]) else (r.index, j)
+            seen.setdefault(key, r.operands[j].nelems)
+    return sum(seen.values())
 
-    hw = hardware_from_options(args)
+
+def _view(analysis, args, hw, progress):
+    """(frame, title, lines under the table, JSON facts) of one file."""
+    from .views import (block_overhead, mark_overhead, op_list, select_rows, subset, tree_frame, with_total)
+
     by, depth = args.by
-    if args.top is not None and by != "op" and args.format != "html":
-        raise UserError("--top goes with --by op (or --format html: top ops per block)")
-    if args.steps is not None and by != "summary":
-        raise UserError("--steps goes with --by summary (a run's total time and utilisation)")
-    progress = Progress(enabled=not args.quiet)
-    analysis = load_analysis(args.file, args, progress, dataflow=hw is not None or args.fuse != "none",
-                             training={"block": True, "phase": "always"}.get(by, False))
     rf = make_roofline(analysis, hw, args, progress) if hw is not None else None
-    if args.format == "html" and by == "summary":  # the whole report: one page
-        write_output(_html_report(analysis, rf, args, progress), args.output)
-        progress.done()
-        return EXIT_OK
     progress.stage("grouping")
-    fused = fused_memory(analysis, args, rf)
-    if by in ("summary", "memory"):
-        df = _memory_view(analysis, args, rf, by, fused, hw)
-    elif rf is not None and by == "op":
-        if rf.fusion is not None:
-            df = rf.kernel_frame(args.top)
-        else:
-            df = rf.op_frame(args.top)
-            df["live_bytes"] = [analysis.memory.after[i] for i in df["index"]]  # once the op is done
+    keep = select_rows(analysis, args)
+    part = subset(analysis, keep)
+    fused = fused_memory(analysis, args, rf) if keep is None else None
+    lines, facts = [], None
+    if by == "summary":
+        df = _summary(part, args, rf, fused, hw, keep is not None)  # (pairs, counts)
+    elif by == "memory":
+        from ..memory.views import timeline_frame
+
+        df = timeline_frame(analysis, find_blocks(analysis, args), fused)
+        df = df if keep is None else df[df["index"].isin({analysis.rows[i].index for i in keep})]
+    elif by == "op" and rf is not None:
+        df = rf.kernel_frame(args.top if keep is None else None) if rf.fusion is not None else rf.op_frame(
+            args.top if keep is None else None)
+        if keep is not None:  # the block's (or scopes') ops in program order; --top among them
+            df = _keep_ops(df, analysis, keep, args.top)
+        df = mark_overhead(df, rf) if rf.fusion is None else df
+        if rf.fusion is None and analysis.liveness is not None:
+            pos = {r.index: i for i, r in enumerate(analysis.rows)}
+            df["live_bytes"] = [analysis.memory.after[pos[int(i)]] for i in df["index"]]  # once the op is done
+    elif by == "op":
+        df = op_list(part, args.top)
     elif by == "block":
-        df = block_frame(analysis, args, roofline=rf, fused_memory=fused)
+        df = block_frame(analysis, args, roofline=rf, fused_memory=fused, parts=args.parts)
+        if rf is not None:
+            df = block_overhead(df, rf, find_blocks(analysis, args, quiet=True), parts=args.parts)
+        df = _keep_blocks(df, args)
     elif by == "phase":  # a training step: forward, backward (dgrad, wgrad), recompute, optimizer
         from ..training.analysis import phase_report
 
         df, lines, facts = phase_report(analysis, rf.times if rf is not None else None)
     elif by == "comm":
-        df = _comm_frame(analysis)
-        if rf is not None:  # where each collective runs, how, how long, and how much of it compute cannot hide
-            idx = [r.index for r in analysis.rows if r.kind == "collective"]
-            details = [rf.comm_detail(i) for i in idx]
-            df.insert(4, "tier", [d.tier for d in details])
-            df.insert(5, "algorithm", [d.algorithm for d in details])
-            exposed = rf.exposure(fused=rf.fusion is not None).exposed
-            df["comm_time_s"] = [rf.times[i].comm_s for i in idx]
-            df["comm_exposed_s"] = [exposed[i] for i in idx]
-    elif by == "op" and args.format != "table":
-        df = analysis.ops  # every op occurrence
+        df = with_total(_comm_frame(part, rf), "op")
+    elif by == "tree":
+        df = tree_frame(part, depth)
     else:
-        df = analysis.group("op" if by == "op" else by, depth)
+        key = "op" if by == "opname" else by
+        df = part.group(key, depth)
         if rf is not None:
-            df = _timed_group(analysis, rf, "op" if by == "op" else by, depth, df)
+            df = _timed_group(part, _sub_roofline(rf, keep), key, depth, df)
+        df = with_total(df.rename(columns={"op": "opname"}) if key == "op" else df)
     title = f"{analysis.source} (entry @{analysis.entry}), by {by}" + (f":{depth}" if depth else "")
     if rf is not None:
         title += f", on {hw.name}" + (", fused elementwise" if rf.fusion is not None else "")
-    info = meta(analysis) | ({"phases": facts} if by == "phase" else {})
-    text = render(df, args.format, args.unit, summary=analysis.summary, meta=info, title=title)
-    if by == "phase" and args.format in ("table", "markdown"):
-        text += "".join(f"{'- ' if args.format == 'markdown' else ''}{line}\n" for line in lines)
+    for opt in ("block", "scope"):
+        if getattr(args, opt, None):
+            title += f", --{opt} {getattr(args, opt)}"
+    if args.unit != "raw":
+        title += f", FLOPs and bytes in {args.unit} ({ {'K': '1e3', 'M': '1e6', 'G': '1e9', 'T': '1e12'}[args.unit]})"
+    return df, title, lines, facts
+
+
+def _keep_ops(df, analysis, keep, top):
+    keep_idx = {analysis.rows[i].index for i in keep}
+    df = df[df["index"].isin(keep_idx)].sort_values("index", kind="stable")
+    if top is not None:
+        df = df.sort_values("latency_us", ascending=False, kind="stable").head(top)
+    return df.reset_index(drop=True)
+
+
+def _keep_blocks(df, args):
+    import re
+
+    """The rows of the block named by --block, or whose names --scope matches (the program's TOTAL left out)."""
+    if getattr(args, "block", None):
+        df = df[df["block"] == args.block]
+        if len(df) == 0:
+            raise UserError(f"no block named {args.block!r}")
+    if getattr(args, "scope", None):
+        rx = re.compile(args.scope)
+        df = df[[bool(rx.search(str(b))) and b != "TOTAL" for b in df["block"]]]
+    return df.reset_index(drop=True)
+
+
+def _sub_roofline(rf, keep):
+    """``rf`` with its times cut to the kept rows (for the grouped views of a filtered analysis)."""
+    if keep is None:
+        return rf
+
+    from types import SimpleNamespace
+
+    return SimpleNamespace(times=[rf.times[i] for i in keep], fusion=rf.fusion)
+
+
+def cmd_report(args) -> int:
+    hw = hardware_from_options(args, top_needs_hardware=False)
+    by, depth = args.by
+    if args.top is not None and by != "op" and args.format != "html":
+        raise UserError("--top goes with --by op (or --format html: top ops per block)")
+    if args.steps is not None and by != "summary":
+        raise UserError("--steps goes with --by summary (a run's total time and utilisation)")
+    if args.parts and by != "block":
+        raise UserError("--parts goes with --by block")
+    if len(args.file) > 1 and args.format == "html":
+        raise UserError("--format html takes one file")
+    progress = Progress(enabled=not args.quiet)
+    frames, texts = [], []
+    for path in args.file:
+        analysis = load_analysis(path, args, progress, dataflow=hw is not None or args.fuse != "none",
+                                 training={"block": True, "phase": "always"}.get(by, False))
+        if args.format == "html" and by == "summary":  # the whole report: one page
+            rf = make_roofline(analysis, hw, args, progress) if hw is not None else None
+            write_output(_html_report(analysis, rf, args, progress), args.output)
+            progress.done()
+            return EXIT_OK
+        df, title, lines, facts = _view(analysis, args, hw, progress)
+        info = meta(analysis) | ({"phases": facts} if by == "phase" else {})
+        frames.append((analysis, df, title, lines, info))
     progress.done()
+    if by == "summary":
+        frames = [(a, _pairs_frame(*df, args) if len(frames) > 1 else df, *rest) for a, df, *rest in frames]
+    if len(frames) == 1 and by == "summary":
+        from .summary import render_pairs
+
+        analysis, (pairs, counts), title, lines, info = frames[0]
+        text = render_pairs(pairs, args.format, args.unit, meta=info, title=title, summary=counts)
+    elif len(frames) == 1:
+        from ..report import render
+
+        analysis, df, title, lines, info = frames[0]
+        text = render(df, args.format, args.unit, summary=analysis.summary, meta=info, title=title, wide=args.wide)
+        if lines and args.format in ("table", "markdown"):
+            text += "".join(f"{'- ' if args.format == 'markdown' else ''}{line}\n" for line in lines)
+    else:
+        text = _render_many(frames, args)
     write_output(text, args.output)
     return EXIT_OK
 
+
+def _pairs_frame(pairs, counts, args):
+    """Several files' summaries: one frame each, in the unit asked (exact values in JSON)."""
+    import pandas as pd
+
+    from .summary import in_unit
+
+    if args.format != "json":
+        pairs = in_unit(pairs, args.unit, exact=args.format == "csv")
+    return pd.DataFrame({"metric": [m for m, _ in pairs], "value": pd.Series([v for _, v in pairs], dtype=object)})
+
+
+def _render_many(frames, args) -> str:
+    """Several files: one table, ``file`` first; JSON: the rows with their file, and each file's summary."""
+    import pandas as pd
+
+    from ..report import render
+
+    parts = []
+    for analysis, df, *_ in frames:
+        df = df.copy()
+        df.insert(0, "file", analysis.source)
+        parts.append(df)
+    df = pd.concat(parts, ignore_index=True)
+    for c in df.columns:  # columns some files lack: empty there, and exact where present
+        if df[c].dtype == float and all(c in p.columns and p[c].dtype != float for p in parts if c in p.columns):
+            df[c] = df[c].astype(object)
+    title = f"{len(frames)} files, by {args.by[0]}" + (f":{args.by[1]}" if args.by[1] else "")
+    text = render(df, args.format, args.unit, title=title, wide=args.wide,
+                  meta={"tool": frames[0][4]["tool"], "version": frames[0][4]["version"]})
+    if args.format == "json":
+        import json
+
+        payload = json.loads(text)
+        payload["summaries"] = {a.source: {k: int(v) for k, v in a.summary.items()} for a, *_ in frames}
+        from ..report import to_json
+
+        text = to_json(payload)
+    return text
 
 
 def _html_report(analysis, rf, args, progress) -> str:
@@ -148,11 +289,16 @@ def _html_report(analysis, rf, args, progress) -> str:
 
 
 def register(sub) -> None:
-    p = sub.add_parser("report", help="what a model costs: summary, or grouped by op, kind, scope or block")
-    add_common(p)
+    p = sub.add_parser("report", help="what a model costs: summary, or grouped by op, kind, scope, tree or block",
+                       description="What a model costs: the summary, or the ops grouped. FILE may be '-' (standard "
+                                   "input); several files give one table with a file column.")
+    add_common(p, many=True)
     p.add_argument("--by", type=_parse_by, default=("summary", None),
-                   help="summary (default), op, kind, scope[:DEPTH], block, comm, phase (a training step) or memory "
-                        "(live bytes per op)")
+                   help="summary (default); op: every op occurrence in program order; opname: summed per op name; "
+                        "kind; scope[:DEPTH]; tree[:DEPTH]: scopes as an indented tree with subtotals and percent; "
+                        "block; comm: every collective; phase (a training step); memory: live bytes per op")
+    p.add_argument("--parts", action="store_true", help="--by block: one row per block part (attn, mlp, ...)")
+    add_filters(p)
     add_estimate(p, steps=True, top=True)
     add_output(p, formats=("table", "csv", "json", "markdown", "html"))
     p.set_defaults(func=cmd_report)

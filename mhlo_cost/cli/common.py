@@ -10,6 +10,9 @@ from pathlib import Path
 from .. import __version__
 
 EXIT_OK, EXIT_MOVED, EXIT_BAD_INPUT, EXIT_INTERNAL = 0, 1, 2, 70
+#: The oldest jax / jaxlib whose MLIR bindings the loader works with (pyproject says the same): 0.6 has no
+#: ``_jax_mlir_ext``, 0.7.2 to 0.10.0 no ``ir.NameLoc``.
+MIN_JAX = (0, 10, 1)
 
 
 class UserError(Exception):
@@ -86,40 +89,82 @@ def _size(path: str) -> str:
     return f", {n / 1e6:.1f} MB" if n >= 1e5 else ""
 
 
+_SAID: set = set()  # the lines said this run: each once
+
+
+def say(args, text: str, note: bool = False) -> None:
+    """``mhlo-cost: text`` on stderr, once per run; a ``note`` (what was found, what was written, facts
+    that change no figure) never under ``-q``."""
+    if (note and getattr(args, "quiet", False)) or text in _SAID:
+        return
+    _SAID.add(text)
+    print(f"mhlo-cost: {text}", file=sys.stderr)
+
+
+def require_jax() -> None:
+    """A one-line error, before any import of the bindings, where the installed jaxlib is too old."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    want = ".".join(map(str, MIN_JAX))
+    for dist in ("jax", "jaxlib"):
+        try:
+            found = version(dist)
+        except PackageNotFoundError:
+            raise UserError(f"{dist} is not installed: pip install 'jax>={want}' 'jaxlib>={want}'") from None
+        nums = tuple(int(p) if p.isdigit() else 0 for p in found.split(".")[:3])
+        if nums < MIN_JAX:
+            raise UserError(f"{dist} {found} is too old (its MLIR bindings lack what the loader needs): "
+                            f"pip install -U 'jax>={want}' 'jaxlib>={want}'")
+
+
+def read_input(path: str):
+    """What :func:`mhlo_cost.loader.load` takes for ``path``: the bytes of standard input for ``-``."""
+    if path != "-":
+        return path
+    data = sys.stdin.buffer.read()
+    if not data:
+        raise UserError("-: standard input is empty, expected MLIR")
+    return data
+
+
 def load_analysis(path: str, args, progress: Progress, dataflow: bool = False, training: bool = False):
-    """The analysis of ``path``; ``dataflow``: with operand producers (for --fuse); ``training``: a
-    training step's (data flow and arguments, for its phases) where the IR holds a backward
+    """The analysis of ``path`` (``-``: standard input); ``dataflow``: with operand producers (for --fuse);
+    ``training``: a training step's (data flow and arguments, for its phases) where the IR holds a backward
     (``training="always"``: whatever it holds)."""
+    from dataclasses import replace
+
+    require_jax()
     from ..analysis import analyze
     from ..loader import load
 
-    progress.stage(f"parsing {path}{_size(path)}")
-    loaded = load(path)
+    progress.stage(f"parsing {'standard input' if path == '-' else path}{_size(path)}")
+    loaded = load(read_input(path))
+    if path == "-":
+        loaded = replace(loaded, name="<stdin>")
     progress.stage("counting")
     if training:
         from ..training.analysis import has_backward
 
         training = training == "always" or has_backward(loaded)
+    entry, padding = getattr(args, "entry", None), getattr(args, "conv_padding", "xla")
     if training:  # rows, producers, and the entry's arguments (donated: parameters, optimizer state)
         from ..training.analysis import analyze_training
 
-        analysis = analyze_training(loaded, entry=getattr(args, "entry", None),
-                                    conv_padding=getattr(args, "conv_padding", "xla"))
+        analysis = analyze_training(loaded, entry=entry, conv_padding=padding)
     elif dataflow:  # rows plus the producers of every operand: fusion and exposed communication
         from ..visitors.dataflow import analyze_dataflow
 
-        analysis = analyze_dataflow(loaded, entry=getattr(args, "entry", None),
-                                    conv_padding=getattr(args, "conv_padding", "xla"))
+        analysis = analyze_dataflow(loaded, entry=entry, conv_padding=padding)
     else:
-        analysis = analyze(loaded, entry=getattr(args, "entry", None), conv_padding=getattr(args, "conv_padding", "xla"))
-    for w in analysis.warnings:
-        print(f"mhlo-cost: warning: {w}", file=sys.stderr)
-    unknown = analysis.summary["unknown_ops"]
+        analysis = analyze(loaded, entry=entry, conv_padding=padding)
+    for w in analysis.warnings:  # a fact about the counts (shard_map: per device) is a note
+        say(args, f"note: {w}" if "per device" in w else f"warning: {w}", note="per device" in w)
+    unknown = sum(r.multiplicity for r in analysis.rows if r.kind == "unknown")
     if unknown:
         names = ", ".join(analysis.unknown[:5]) + (" ..." if len(analysis.unknown) > 5 else "")
         if getattr(args, "strict", False):
             raise UserError(f"{analysis.source}: {unknown} op(s) no rule knows: {names} (--strict)")
-        print(f"mhlo-cost: warning: {unknown} op(s) no rule knows, counted as unknown: {names}", file=sys.stderr)
+        say(args, f"warning: {unknown} op(s) no rule knows, counted as unknown: {names}")
     return analysis
 
 
@@ -168,8 +213,9 @@ def find_blocks(analysis, args, quiet: bool = False):
         blocks = training_blocks(blocks, phases)
     if not quiet:
         for w in blocks.warnings:
-            print(f"mhlo-cost: warning: {w}", file=sys.stderr)
-        print(f"mhlo-cost: {blocks.found()}", file=sys.stderr)
+            say(args, f"warning: {w}")
+        if blocks.blocks:  # where none was found, the table's rows say so (grouped by scope)
+            say(args, blocks.found(), note=True)
     return blocks
 
 
@@ -208,15 +254,18 @@ def fused_memory(analysis, args, roofline=None):
 # -- roofline options (--hardware, --hardware-file, --fuse, --steps, --top) ------------------------------------
 
 
-def hardware_from_options(args):
+def hardware_from_options(args, top_needs_hardware: bool = True):
     """The profile the options name (None without --hardware / --hardware-file); checked before any work."""
-    from ..roofline import hardware_from_args
-
     name, path = getattr(args, "hardware", None), getattr(args, "hardware_file", None)
-    hw = hardware_from_args(name, path)
+    if name is None and path is None:  # no profile: the roofline (and pandas) stay unloaded
+        hw = None
+    else:
+        from ..roofline import hardware_from_args
+
+        hw = hardware_from_args(name, path)
     if hw is None:  # --fuse alone gives the fused memory estimate
         given = [o for o, v in (("--steps", getattr(args, "steps", None) is not None),
-                                ("--top", getattr(args, "top", None) is not None)) if v]
+                                ("--top", top_needs_hardware and getattr(args, "top", None) is not None)) if v]
         if given:
             raise UserError(f"{', '.join(given)} need(s) a hardware profile: add --hardware NAME "
                             "(mhlo-cost hardware lists them) or --hardware-file FILE")
@@ -235,7 +284,7 @@ def make_roofline(analysis, hw, args, progress: Progress):
     progress.stage(f"estimating on {hw.name}")
     rf = Roofline(analysis, hw, fuse_mode=getattr(args, "fuse", "none"), attention=getattr(args, "attention", None))
     if rf.unknown_ops:
-        print(f"mhlo-cost: warning: {rf.unknown_ops} unknown op(s) are estimated at 0 s", file=sys.stderr)
+        say(args, f"warning: {rf.unknown_ops} unknown op(s) are estimated at 0 s")
     return rf
 
 
@@ -245,11 +294,13 @@ def meta(analysis) -> dict:
 
 
 
-def add_common(p: argparse.ArgumentParser, blocks: bool = True) -> None:
-    p.add_argument("file", help="MLIR file: .mlir text, .mlirbc bytecode or StableHLO artifact, optionally .gz")
+def add_common(p: argparse.ArgumentParser, blocks: bool = True, many: bool = False) -> None:
+    what = "MLIR file: .mlir text, .mlirbc bytecode or StableHLO artifact, optionally .gz; - reads standard input"
+    p.add_argument("file", nargs="+" if many else None, help=what + ("; several give one table" if many else ""))
     p.add_argument("--entry", metavar="NAME", help="function to start from (default: main, or the only public one)")
     p.add_argument("--strict", action="store_true", help="fail when an op no rule knows is found")
-    p.add_argument("-q", "--quiet", action="store_true", help="no progress messages on stderr")
+    p.add_argument("-q", "--quiet", action="store_true",
+                   help="nothing on stderr but errors (no progress, no blocks found, no warnings)")
     p.add_argument("--conv-padding", choices=("xla", "dense"), default="xla",
                    help="convolution FLOPs: xla (default) skips padded positions as XLA does; dense counts them "
                         "as PyTorch's counters and papers do")
@@ -265,6 +316,13 @@ def add_output(p: argparse.ArgumentParser, formats=("table", "csv", "json", "mar
     p.add_argument("--unit", choices=tuple(["raw", "K", "M", "G", "T"]), default="raw",
                    help="display unit for FLOPs and bytes (decimal); raw prints exact integers")
     p.add_argument("-o", "--output", metavar="OUT", help="write to a file instead of stdout")
+    p.add_argument("--wide", action="store_true", help="table: every column (default: cut to 120 characters)")
+
+
+def add_filters(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("filters (every view)")
+    g.add_argument("--block", metavar="NAME", help="only this block's ops (--by block: its row)")
+    g.add_argument("--scope", metavar="REGEX", type=regex, help="only ops whose scope path matches (re.search)")
 
 
 def add_estimate(p: argparse.ArgumentParser, steps: bool = False, top: bool = False) -> None:
@@ -281,7 +339,8 @@ def add_estimate(p: argparse.ArgumentParser, steps: bool = False, top: bool = Fa
     if steps:
         g.add_argument("--steps", type=int, metavar="K", help="summary: a run of K forwards (sampling steps)")
     if top:
-        g.add_argument("--top", type=int, metavar="N", help="--by op: the N slowest ops, slowest first")
+        g.add_argument("--top", type=int, metavar="N",
+                       help="--by op: the N slowest ops, slowest first (without --hardware: the N with most FLOPs)")
 
 
 class Parser(argparse.ArgumentParser):

@@ -205,7 +205,8 @@ def nearest_groups(rows, scopes: list[str] | None = None) -> list[str]:
     """Group name of every row: its first scope segment, else that of the nearest scoped row, else (top)."""
     if scopes is None:
         scopes = [row_scope(r) for r in rows]
-    own = [group_of(s) for s in scopes]
+    memo: dict[str, str] = {}  # few distinct scopes, many rows
+    own = [memo[s] if s in memo else memo.setdefault(s, group_of(s)) for s in scopes]
     return fill_nearest(own, "(top)")
 
 
@@ -213,32 +214,28 @@ def fill_nearest(values: list, empty, same_only: bool = False) -> list:
     """Fill falsy entries from their neighbours: both neighbours agreeing, else the nearer (ties: next).
 
     With ``same_only`` an entry is filled only where its previous and next non-empty neighbours agree.
+    (Gap by gap, with slices: it runs on every row of the program.)
     """
     n = len(values)
-    prev = [None] * n
-    last = None
-    for i, v in enumerate(values):
-        if v:
-            last = (i, v)
-        prev[i] = last
+    idx = [i for i, v in enumerate(values) if v]
+    if not idx:
+        return [empty] * n
     out = list(values)
-    nxt = None
-    for i in range(n - 1, -1, -1):
-        v = values[i]
-        if v:
-            nxt = (i, v)
+    first, last = idx[0], idx[-1]
+    out[:first] = [empty if same_only else values[first]] * first
+    out[last + 1:] = [empty if same_only else values[last]] * (n - 1 - last)
+    for a, b in zip(idx, idx[1:]):
+        if b - a == 1:
             continue
-        p = prev[i]
-        if p and nxt and p[1] == nxt[1]:
-            out[i] = p[1]
+        pa, nb = values[a], values[b]
+        if pa == nb:
+            out[a + 1:b] = [pa] * (b - a - 1)
         elif same_only:
-            out[i] = empty
-        elif p and nxt:
-            out[i] = p[1] if i - p[0] < nxt[0] - i else nxt[1]
-        elif p or nxt:
-            out[i] = (p or nxt)[1]
-        else:
-            out[i] = empty
+            out[a + 1:b] = [empty] * (b - a - 1)
+        else:  # i takes the previous value while i - a < b - i, i.e. below mid
+            mid = (a + b + 1) // 2
+            out[a + 1:mid] = [pa] * (mid - a - 1)
+            out[mid:b] = [nb] * (b - mid)
     return out
 
 

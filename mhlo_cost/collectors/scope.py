@@ -216,14 +216,19 @@ def _named_rows(cands, eligible: set, scopes: list[str]):
     parts: list[str] = [""] * n
     info: dict[str, tuple[str, int | None]] = {}
     parents: dict[str, set] = {}
-    for i, cs in enumerate(cands):
-        for c in cs:
-            if c.family in eligible:
-                names[i] = c.name
-                parts[i] = c.part
-                info.setdefault(c.name, (kind_of(c.name), c.index))
+    chosen: dict[str, _Cand | None] = {}  # per scope path (rows share few): its first eligible candidate
+    for i, (path, cs) in enumerate(zip(scopes, cands)):
+        if path in chosen:
+            c = chosen[path]
+        else:
+            c = chosen[path] = next((c for c in cs if c.family in eligible), None)
+            if c is not None:
+                if c.name not in info:
+                    info[c.name] = (kind_of(c.name), c.index)
                 parents.setdefault(c.name, set()).add(c.family[0])
-                break
+        if c is not None:
+            names[i] = c.name
+            parts[i] = c.part
     unscoped = [not s for s in scopes]
     filled = fill_nearest([nm if not u else "" for nm, u in zip(names, unscoped)], "", same_only=True)
     for i in range(n):
@@ -293,7 +298,8 @@ def _numbered(names: list[str], info: dict, loop_blocks: list) -> tuple[list[Blo
             blocks.extend(bl)
             for i, bids in rows_here:
                 row_blocks[i] = tuple(base + b for b in bids)
+    single = {nm: (b,) for nm, b in ids.items()}  # one tuple per block, shared by its rows
     for i, nm in enumerate(names):
         if nm:
-            row_blocks[i] = (ids[nm],)
+            row_blocks[i] = single[nm]
     return blocks, row_blocks

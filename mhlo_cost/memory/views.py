@@ -2,8 +2,6 @@
 summary lines (where the peak is, whether it fits the chip) and the block columns."""
 from __future__ import annotations
 
-import pandas as pd
-
 from ..analysis import int_series
 from .profile import MemoryProfile, profile
 
@@ -34,6 +32,8 @@ def profiles(analysis, fused: MemoryProfile | None) -> list[tuple[str, MemoryPro
 def timeline_frame(analysis, blocks, fused: MemoryProfile | None = None) -> pd.DataFrame:
     """One row per op in program order: its block, scope and op, the live bytes while it runs and after it
     (``live_bytes``), the same for the fused estimate, and ``peak`` marking where the highest total is."""
+    import pandas as pd  # here: the summary (summary_lines) needs no pandas
+
     rows, mem = analysis.rows, analysis.memory
     data = {
         "index": int_series([r.index for r in rows]),

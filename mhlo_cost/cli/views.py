@@ -1,0 +1,156 @@
+"""Frames the ``report`` views share: a TOTAL row, the scope tree, the op list without a profile, the
+``--block`` / ``--scope`` filter, the ``overhead`` bound."""
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import replace
+
+from .common import UserError
+
+TOTAL = "TOTAL"
+#: Columns a TOTAL row leaves empty: labels, sizes, ratios.
+NOT_SUMMED = ("index", "group_size", "num_groups", "utilisation", "percent", "comm_steps", "depth", "live_bytes")
+
+
+def with_total(df, label: str | None = None):
+    """``df`` with a ``TOTAL`` row: integer columns summed exactly, seconds with ``math.fsum``, the rest empty."""
+    import pandas as pd
+
+    from ..analysis import int_series
+    from ..report import _is_int_column
+
+    label = label or str(df.columns[0])
+    data = {}
+    for c in df.columns:
+        col = df[c]
+        if c == label:
+            data[c] = list(col) + [TOTAL]
+        elif c not in NOT_SUMMED and _is_int_column(col):
+            data[c] = int_series([int(v) for v in col] + [sum(int(v) for v in col)])
+        elif c not in NOT_SUMMED and pd.api.types.is_float_dtype(col.dtype) and str(c).endswith("_s"):
+            data[c] = pd.Series(list(col) + [math.fsum(v for v in col if not math.isnan(v))], dtype="float64")
+        else:
+            data[c] = pd.Series(list(col) + [None], dtype=object if not _is_int_column(col) else "Int64")
+    return pd.DataFrame(data)
+
+
+def select_rows(analysis, args) -> list[int] | None:
+    """Positions of the rows ``--block NAME`` and ``--scope REGEX`` keep (None: no filter)."""
+    name, pattern = getattr(args, "block", None), getattr(args, "scope", None)
+    if not name and not pattern:
+        return None
+    keep = range(len(analysis.rows))
+    if name:
+        from .common import find_blocks
+
+        blocks = find_blocks(analysis, args, quiet=True)
+        ids = {i for i, b in enumerate(blocks.blocks) if b.name == name}
+        if not ids:
+            names = [b.name for b in blocks.blocks]
+            shown = ", ".join(names[:8]) + (" ..." if len(names) > 8 else "")
+            raise UserError(f"no block named {name!r} (blocks: {shown or 'none found'})")
+        keep = [i for i in keep if ids.intersection(blocks.row_blocks[i])]
+    if pattern:
+        rx = re.compile(pattern)
+        keep = [i for i in keep if rx.search(analysis.rows[i].scope or "")]
+    if not keep:
+        raise UserError(f"no op matches {'--block ' + name if name else ''}{' ' if name and pattern else ''}"
+                        f"{'--scope ' + pattern if pattern else ''}")
+    return list(keep)
+
+
+def subset(analysis, keep: list[int] | None):
+    """The analysis of the kept rows only (no memory figures: liveness is a whole-program matter)."""
+    if keep is None:
+        return analysis
+    return replace(analysis, rows=[analysis.rows[i] for i in keep], _ops=None, liveness=None, _memory=None)
+
+
+def op_list(analysis, top: int | None = None):
+    """One row per op occurrence in program order (the op table), without a profile; ``top``: the N with the
+    most FLOPs, most first."""
+    df = analysis.ops
+    if top is not None:
+        flops = df["gemm_flops"] + df["conv_flops"] + df["vector_flops"]
+        order = sorted(range(len(df)), key=lambda i: (-int(flops.iloc[i]), i))[:top]
+        df = df.iloc[order].reset_index(drop=True)
+    first = ["index", "op", "kind", "shape", "dtype", "gemm_flops", "conv_flops", "vector_flops", "transcendentals",
+             "bytes_read", "bytes_written", "comm_bytes", "multiplicity", "scope"]
+    return df[first + [c for c in df.columns if c not in first]]
+
+
+def tree_frame(analysis, depth: int | None = None):
+    """Scopes as an indented tree, each with the subtotal of everything under it and its share of the total
+    FLOPs; ``depth``: no deeper than that many segments."""
+    import pandas as pd
+
+    from ..analysis import SUM_COLUMNS, int_series
+
+    sums: dict[tuple, list[int]] = {}
+    for r in analysis.rows:
+        parts = tuple((r.scope or "").split("/")) if r.scope else ()
+        parts = parts[:depth] if depth else parts
+        vals = [getattr(r, c) for c in SUM_COLUMNS] + [r.multiplicity]
+        for n in range(0, len(parts) + 1):
+            acc = sums.setdefault(parts[:n], [0] * len(vals))
+            for i, v in enumerate(vals):
+                acc[i] += v
+    order = _tree_order(list(sums))
+    total = sums[()]
+    flops = total[0] + total[1] + total[2]
+    data = {"scope": ["(all)" if not k else "  " * (len(k) - 1) + k[-1] for k in order],
+            "depth": int_series([len(k) for k in order])}
+    for i, c in enumerate(SUM_COLUMNS):
+        data[c] = int_series([sums[k][i] for k in order])
+    data["ops"] = int_series([sums[k][-1] for k in order])
+    # a share, for display: the exact counts are in the columns beside it
+    data["percent"] = pd.Series([100 * (sums[k][0] + sums[k][1] + sums[k][2]) / flops if flops else 0.0
+                                 for k in order], dtype="float64")
+    return pd.DataFrame(data)
+
+
+def _tree_order(keys: list[tuple]) -> list[tuple]:
+    """Depth-first, children in order of first appearance (``keys`` are in that order already)."""
+    children: dict[tuple, list[tuple]] = {}
+    for k in keys:
+        if k:
+            children.setdefault(k[:-1], []).append(k)
+    out: list[tuple] = []
+    stack = [()]
+    while stack:
+        k = stack.pop()
+        out.append(k)
+        stack.extend(reversed(children.get(k, [])))
+    return out
+
+
+def mark_overhead(df, rf):
+    """``bound`` = ``overhead`` on op rows whose per-kernel overhead is more than their compute and memory
+    time together (the launch cost dominates)."""
+    if "bound" not in df.columns or "index" not in df.columns:
+        return df
+    pos = {r.index: i for i, r in enumerate(rf.analysis.rows)}
+    out = []
+    for idx, b in zip(df["index"], df["bound"]):
+        t = rf.times[pos[int(idx)]]
+        out.append("overhead" if b in ("compute", "memory") and t.overhead_s > max(t.compute_s, t.memory_s) else b)
+    df = df.copy()
+    df["bound"] = out
+    return df
+
+
+def block_overhead(df, rf, blocks, parts: bool = False):
+    """The block table with ``est_overhead_s`` (kernel launch overhead) and ``bound`` = ``overhead`` where it
+    is more than half of the block's device time."""
+    from ..blocks import block_table
+
+    ts = rf.times
+    oh = block_table(rf.analysis, blocks, parts=parts,
+                     extra={"est_overhead_s": lambda r: ts[r.index].overhead_s})["est_overhead_s"]
+    df = df.copy()
+    pos = list(df.columns).index("est_memory_s") + 1 if "est_memory_s" in df.columns else len(df.columns)
+    df.insert(pos, "est_overhead_s", list(oh))
+    side = df["est_time_s"] - df["comm_time_s"]
+    df["bound"] = ["overhead" if b == "memory" and 2 * o > t else b for b, o, t in zip(df["bound"], oh, side)]
+    return df
