@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from .common import (EXIT_OK, Progress, add_common, regex, add_estimate, add_output, block_frame,
-                     find_blocks, fused_memory, hardware_from_options, load_analysis, make_roofline, meta,
+                     fused_memory, hardware_from_options, load_analysis, make_roofline, meta,
                      write_output)
 
 
@@ -11,7 +11,6 @@ def cmd_blocks(args) -> int:
 
     from ..report import render
     from .cmd_report import _keep_blocks
-    from .views import block_overhead
 
     hw = hardware_from_options(args)
     progress = Progress(enabled=not args.quiet)
@@ -21,8 +20,6 @@ def cmd_blocks(args) -> int:
                                  training=True)
         rf = make_roofline(analysis, hw, args, progress) if hw is not None else None
         df = block_frame(analysis, args, parts=args.parts, roofline=rf, fused_memory=fused_memory(analysis, args, rf))
-        if rf is not None:
-            df = block_overhead(df, rf, find_blocks(analysis, args, quiet=True), parts=args.parts)
         df = _keep_blocks(df, args)
         if len(args.file) > 1:
             df.insert(0, "file", analysis.source)

@@ -102,7 +102,7 @@ def _params(analysis) -> int:
 
 def _view(analysis, args, hw, progress):
     """(frame, title, lines under the table, JSON facts) of one file."""
-    from .views import (block_overhead, mark_overhead, op_list, select_rows, subset, tree_frame, with_total)
+    from .views import mark_overhead, op_list, select_rows, subset, tree_frame, with_total
 
     by, depth = args.by
     rf = make_roofline(analysis, hw, args, progress) if hw is not None else None
@@ -131,8 +131,6 @@ def _view(analysis, args, hw, progress):
         df = op_list(part, args.top)
     elif by == "block":
         df = block_frame(analysis, args, roofline=rf, fused_memory=fused, parts=args.parts)
-        if rf is not None:
-            df = block_overhead(df, rf, find_blocks(analysis, args, quiet=True), parts=args.parts)
         df = _keep_blocks(df, args)
     elif by == "phase":  # a training step: forward, backward (dgrad, wgrad), recompute, optimizer
         from ..training.analysis import phase_report
@@ -203,7 +201,7 @@ def cmd_report(args) -> int:
     if len(args.file) > 1 and args.format == "html":
         raise UserError("--format html takes one file")
     progress = Progress(enabled=not args.quiet)
-    frames, texts = [], []
+    frames = []
     for path in args.file:
         analysis = load_analysis(path, args, progress, dataflow=hw is not None or args.fuse != "none",
                                  training={"block": True, "phase": "always"}.get(by, False))

@@ -138,19 +138,3 @@ def mark_overhead(df, rf):
     df = df.copy()
     df["bound"] = out
     return df
-
-
-def block_overhead(df, rf, blocks, parts: bool = False):
-    """The block table with ``est_overhead_s`` (kernel launch overhead) and ``bound`` = ``overhead`` where it
-    is more than half of the block's device time."""
-    from ..blocks import block_table
-
-    ts = rf.times
-    oh = block_table(rf.analysis, blocks, parts=parts,
-                     extra={"est_overhead_s": lambda r: ts[r.index].overhead_s})["est_overhead_s"]
-    df = df.copy()
-    pos = list(df.columns).index("est_memory_s") + 1 if "est_memory_s" in df.columns else len(df.columns)
-    df.insert(pos, "est_overhead_s", list(oh))
-    side = df["est_time_s"] - df["comm_time_s"]
-    df["bound"] = ["overhead" if b == "memory" and 2 * o > t else b for b, o, t in zip(df["bound"], oh, side)]
-    return df

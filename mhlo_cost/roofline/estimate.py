@@ -188,6 +188,7 @@ class Roofline:
             "vector_time_s": lambda r: ts[r.index].kernel_s if r.kind not in ("dot", "conv") else 0.0,
             "est_compute_s": lambda r: ts[r.index].compute_s,
             "est_memory_s": lambda r: ts[r.index].memory_s,
+            "est_overhead_s": lambda r: ts[r.index].overhead_s,
             "comm_time_s": lambda r: ts[r.index].comm_s,
             "comm_exposed_s": lambda r: exposed[r.index],
             "est_time_s": lambda r: ts[r.index].time_s,
@@ -222,6 +223,9 @@ class Roofline:
         df["bound"] = ["comm" if cm > tt and cm > 0 else ("compute" if tt > 0 and cc >= tt / 2 else
                                                           ("memory" if tt > 0 else "free"))
                        for tt, cc, cm in zip(t, c, df["comm_time_s"])]
+        # Work too small to fill a kernel: launch overhead is more than half of the block's time op by op.
+        df["bound"] = ["overhead" if b == "memory" and 2 * o > t else b
+                       for b, o, t in zip(df["bound"], df["est_overhead_s"], side)]
         return df
 
 
