@@ -10,11 +10,11 @@ import os
 import sys
 
 from .. import __version__
-from . import cmd_baseline, cmd_blocks, cmd_hardware, cmd_lower, cmd_plot, cmd_report
+from . import cmd_baseline, cmd_blocks, cmd_hardware, cmd_lower, cmd_plot, cmd_report, cmd_sweep
 from .common import ACTIVE_PROGRESS, EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_OK, UserError, Parser
 
 #: The command modules, in the order ``--help`` lists them; each has ``register(subparsers)``.
-COMMANDS = (cmd_lower, cmd_report, cmd_blocks, cmd_plot, cmd_baseline, cmd_hardware)
+COMMANDS = (cmd_lower, cmd_report, cmd_blocks, cmd_plot, cmd_baseline, cmd_hardware, cmd_sweep)
 
 
 def build_parser() -> argparse.ArgumentParser:
