@@ -52,8 +52,8 @@ def main() -> int:
             dask = sweep_args(str(out / "dask.csv"), os.path.join(tmp, "cache-dask"), a.depth)
             t_dask = timed(exe + dask + ["--scheduler", cluster.scheduler_address])
         same = (out / "local.csv").read_bytes() == (out / "dask.csv").read_bytes()
-        md = subprocess.run(exe + sweep_args("-", os.path.join(tmp, "cache-local"), a.depth)[:-3]
-                            + ["--format", "markdown", "-q"], check=True, capture_output=True, text=True).stdout
+        md_args = sweep_args("-", os.path.join(tmp, "cache-local"), a.depth) + ["--format", "markdown"]
+        md = subprocess.run(exe + md_args, check=True, capture_output=True, text=True).stdout  # from the cache
     print(f"{points} points (lowered and analysed once each) x {len(HARDWARE)} systems, {os.cpu_count()} cores")
     print(f"local executor:          {t_local:7.1f} s  {points / t_local:.3f} points/s")
     print(f"LocalCluster, 2 workers: {t_dask:7.1f} s  {points / t_dask:.3f} points/s")

@@ -130,3 +130,14 @@ def test_best_parquet_and_errors(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "mhlo-cost: error: unknown hardware 'no-such-chip'" in err and "parquet needs -o" in err
     assert "Traceback" not in err
+
+
+def test_plot_of_a_sweep_table(tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    sweep(tmp_path, capsys, "--strategies", "none:1", "ulysses:2", "--hardware", "h100", "--jobs", "1",
+          name="t.csv")
+    png = tmp_path / "t.png"
+    assert main(["plot", str(tmp_path / "t.csv"), "-o", str(png)]) == 0
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert main(["plot", str(tmp_path / "t.csv"), "-o", str(png), "--hardware", "h100"]) == 2
+    assert "do not apply" in capsys.readouterr().err

@@ -150,6 +150,19 @@ def format_of(out: str | None, fmt: str | None) -> str:
     return {"csv": "csv", "json": "json", "parquet": "parquet", "pq": "parquet", "md": "markdown"}.get(ext, "markdown")
 
 
+def is_table(path: str) -> bool:
+    """Whether ``path`` is a sweep table (by its start: a CSV header or JSON of kind sweep, or Parquet)."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(4096)
+    except OSError:
+        return False
+    if head.startswith(b"PAR1"):
+        return True
+    text = head.decode("utf-8", "replace")
+    return text.startswith(",".join(CONFIG[:6])) or (text.lstrip().startswith("{") and '"kind": "sweep"' in text)
+
+
 def read(path: str) -> pd.DataFrame:
     """A sweep table written by ``mhlo-cost sweep`` (CSV, JSON or Parquet), for ``plot``."""
     low = path.lower()
