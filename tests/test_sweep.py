@@ -141,3 +141,25 @@ def test_plot_of_a_sweep_table(tmp_path, capsys):
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert main(["plot", str(tmp_path / "t.csv"), "-o", str(png), "--hardware", "h100"]) == 2
     assert "do not apply" in capsys.readouterr().err
+
+
+def test_spec_file_is_the_grid_of_the_flags(tmp_path):
+    from pathlib import Path
+
+    from mhlo_cost.cli import build_parser
+    from mhlo_cost.cli.cmd_sweep import _settings
+    from mhlo_cost.sweep import make_grid
+
+    spec = Path(__file__).parent.parent / "benchmarks" / "sweep_stdit3.toml"
+    flags = ["sweep", "--shape", "204_640_360", "408_640_360", "51_1280_720", "102_1280_720", "--strategies",
+             "none:1", "ulysses:8", "megatron:16", "2d:16", "ulysses:16", "ring:16", "--hardware", "dgx-a100",
+             "dgx-h100", "--steps", "30", "--fuse", "elementwise", "--batch", "2"]
+    by_flags = make_grid(_settings(build_parser().parse_args(flags)))
+    by_spec = make_grid(_settings(build_parser().parse_args(["sweep", "--spec", str(spec)])))
+    assert by_spec == by_flags and len(by_spec.points) == 24
+    over = make_grid(_settings(build_parser().parse_args(["sweep", "--spec", str(spec), "--parallel", "ring",
+                                                          "--devices", "4", "--shape", "51_1280_720"])))
+    assert [(p.shape, p.parallel, p.devices) for p in over.points] == [("51_1280_720", "ring", 4)]
+    bad = tmp_path / "bad.toml"
+    bad.write_text('hardware = ["h100"]\nstrategy = ["ring:2"]\n')
+    assert main(["sweep", "--spec", str(bad)]) == 2
