@@ -30,6 +30,10 @@ def report_of(tmp_path, capsys, parallel: str, devices: int, hw: str) -> tuple[d
     assert main(["lower", *SMALL[:-2], "--dtype", "bf16", *plan, "-o", str(mlir), "--force", "-q"]) == 0
     assert main(["report", str(mlir), "--hardware", hw, *FUSED_STEPS, "--format", "json", "-q"]) == 0
     summary = {r["metric"]: r["value"] for r in json.loads(capsys.readouterr().out)["rows"]}
+    assert main(["report", str(mlir), "--hardware", hw, "--fuse", "elementwise", "--by", "comm", "--format", "json",
+                 "-q"]) == 0
+    comm = json.loads(capsys.readouterr().out)["rows"]
+    summary["comm_exposed_fused_s"] = math.fsum(c["comm_exposed_s"] for c in comm)  # exposure with fused compute
     assert main(["blocks", str(mlir), "--hardware", hw, "--fuse", "elementwise", "--format", "json", "-q"]) == 0
     blocks = [b for b in json.loads(capsys.readouterr().out)["rows"] if b["block"] != "TOTAL"]
     return summary, blocks
@@ -47,7 +51,8 @@ def test_every_number_equals_report_and_blocks(tmp_path, capsys):
                   "hbm_bytes"):
             assert type(row[k]) is int and row[k] == rep[k], k  # the same integer, never through a float
         for k in ("fits", "fits_fused", "est_time_s", "est_time_overlap_s", "est_time_fused_s",
-                  "est_time_fused_overlap_s", "comm_time_s", "comm_exposed_s", "utilisation", "utilisation_fused"):
+                  "est_time_fused_overlap_s", "comm_time_s", "comm_exposed_s", "comm_exposed_fused_s", "utilisation",
+                  "utilisation_fused"):
             assert row[k] == rep[k], k
         assert row["time_step_s"] == rep["est_time_fused_overlap_s"]
         assert row["time_run_s"] == rep["est_time_fused_overlap_s"] * 3 and row["steps"] == 3

@@ -78,7 +78,8 @@ def _plot_memory(analysis, args, rf, hw, progress) -> int:
 
 
 def register(sub) -> None:
-    p = sub.add_parser("plot", help="a picture of the blocks: stacked GEMM / vector / comm time (or FLOPs); of a sweep table: time per strategy")
+    p = sub.add_parser("plot", help="a picture of the blocks: stacked GEMM / vector / comm time (or FLOPs); "
+                                    "of a sweep table: time per strategy")
     add_common(p)
     add_estimate(p)
     p.add_argument("-o", "--output", required=True, metavar="OUT", help="picture to write (.png, .svg, .pdf)")

@@ -11,8 +11,8 @@ __all__ = ["Grid", "GridError", "Point", "Stats", "SweepError", "make_grid", "re
            "skip_reason"]
 
 
-def run_sweep(grid: Grid, hardware_toml: str | None = None, *, cache_dir=None, scheduler: str | None = None, jobs: int | None = None,
-              progress: bool = True):
+def run_sweep(grid: Grid, hardware_toml: str | None = None, *, cache_dir=None, scheduler: str | None = None,
+              jobs: int | None = None, progress: bool = True):
     """(table, stats) of ``grid`` (``hardware_toml``: the text of a user's profile file, searched first)."""
     from .cache import Cache
     from .point import Task
@@ -20,7 +20,8 @@ def run_sweep(grid: Grid, hardware_toml: str | None = None, *, cache_dir=None, s
 
     skipped = {p: r for p in grid.points if (r := skip_reason(p, grid.options)) is not None}
     valid = [p for p in grid.points if p not in skipped]
-    tasks = [Task(p, grid.options, grid.hardware, grid.steps, grid.fuse, grid.conv_padding, hardware_toml) for p in valid]
+    tasks = [Task(p, grid.options, grid.hardware, grid.steps, grid.fuse, grid.conv_padding, hardware_toml)
+             for p in valid]
     results, stats = run_tasks(tasks, Cache(cache_dir), scheduler=scheduler, jobs=jobs, progress=progress)
     rows = make_rows(grid.points, dict(zip(valid, results)), skipped, grid.hardware)
     return frame(rows, grid.fuse != "none"), stats

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from .point import Result, Task
 
-FORMAT = 1  # bumped when a row's meaning changes: old entries are then never read
+FORMAT = 2  # bumped when a row's meaning changes: old entries are then never read
 
 
 def default_dir() -> Path:

@@ -114,6 +114,8 @@ def metrics(analysis, hw, steps: int = 1, fuse: str = "none") -> dict:
               "comm_time_s", "comm_exposed_s", "utilisation", "utilisation_fused"):
         if k in s:
             out[k] = s[k]
+    if rf.fusion is not None:  # what compute cannot hide with fused compute times (report --by comm --fuse)
+        out["comm_exposed_fused_s"] = math.fsum(rf.exposure(fused=True).exposed)
     out["bound"] = bound(rf)
     step = s["est_time_fused_overlap_s"] if rf.fusion is not None else s["est_time_overlap_s"]
     out["steps"] = steps

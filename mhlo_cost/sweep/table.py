@@ -17,7 +17,7 @@ INTS = ("devices", "gemm_flops", "conv_flops", "vector_flops", "flops", "comm_by
 NUMBERS = ("gemm_flops", "conv_flops", "vector_flops", "flops", "comm_bytes", "peak_bytes", "peak_bytes_fused",
            "hbm_bytes", "fits", "fits_fused", "time_step_s", "steps", "time_run_s", "est_time_s",
            "est_time_overlap_s", "est_time_fused_s", "est_time_fused_overlap_s", "comm_time_s", "comm_exposed_s",
-           "utilisation", "utilisation_fused", "bound")
+           "comm_exposed_fused_s", "utilisation", "utilisation_fused", "bound")
 FORMATS = ("csv", "json", "parquet", "markdown")
 
 
@@ -98,7 +98,7 @@ def to_markdown(df: pd.DataFrame) -> str:
     view = [("model", "model"), ("shape", "shape"), ("parallel", "parallel"), ("devices", "devices"),
             ("hardware", "hardware"), ("dtype", "dtype")] + ([("rank", "rank")] if "rank" in df.columns else [])
     view += [("status", "status"), ("time_step_s", "step ms"), ("time_run_s", "run s"), ("comm_bytes", "comm GB"),
-             ("comm_time_s", "comm ms"), ("comm_exposed_s", "exposed ms"),
+             ("comm_time_s", "comm ms"), ("comm_exposed_fused_s" if fused else "comm_exposed_s", "exposed ms"),
              ("peak_bytes_fused" if fused else "peak_bytes", "peak GB"), ("fits_fused" if fused else "fits", "fits"),
              ("utilisation_fused" if fused else "utilisation", "util %"), ("bound", "bound")]
     lines = ["| " + " | ".join(h for _, h in view) + " |",
@@ -110,8 +110,8 @@ def to_markdown(df: pd.DataFrame) -> str:
 
 
 _SCALE = {"time_step_s": (1e3, 2), "time_run_s": (1, 2), "comm_bytes": (1e-9, 2), "comm_time_s": (1e3, 2),
-          "comm_exposed_s": (1e3, 2), "peak_bytes": (1e-9, 2), "peak_bytes_fused": (1e-9, 2),
-          "utilisation": (100, 1), "utilisation_fused": (100, 1)}
+          "comm_exposed_s": (1e3, 2), "comm_exposed_fused_s": (1e3, 2), "peak_bytes": (1e-9, 2),
+          "peak_bytes_fused": (1e-9, 2), "utilisation": (100, 1), "utilisation_fused": (100, 1)}
 
 
 def _cell(col: str, v, rec: dict) -> str:
