@@ -54,7 +54,9 @@ def main() -> int:
         same = (out / "local.csv").read_bytes() == (out / "dask.csv").read_bytes()
         md_args = sweep_args("-", os.path.join(tmp, "cache-local"), a.depth) + ["--format", "markdown"]
         md = subprocess.run(exe + md_args, check=True, capture_output=True, text=True).stdout  # from the cache
-    print(f"{points} points (lowered and analysed once each) x {len(HARDWARE)} systems, {os.cpu_count()} cores")
+    load = " / ".join(f"{x:.1f}" for x in os.getloadavg())
+    print(f"{points} points (lowered and analysed once each) x {len(HARDWARE)} systems, {os.cpu_count()} cores "
+          f"(load average at the end {load}: other work on the machine slows both runs)")
     print(f"local executor:          {t_local:7.1f} s  {points / t_local:.3f} points/s")
     print(f"LocalCluster, 2 workers: {t_dask:7.1f} s  {points / t_dask:.3f} points/s")
     print(f"tables byte-identical: {'yes' if same else 'NO'}")
