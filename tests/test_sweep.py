@@ -168,3 +168,29 @@ def test_spec_file_is_the_grid_of_the_flags(tmp_path):
     bad = tmp_path / "bad.toml"
     bad.write_text('hardware = ["h100"]\nstrategy = ["ring:2"]\n')
     assert main(["sweep", "--spec", str(bad)]) == 2
+
+
+LLAMA_SET = ["num_hidden_layers=2", "hidden_size=64", "intermediate_size=128", "num_attention_heads=4",
+             "num_key_value_heads=2", "vocab_size=256", "attn_implementation=eager"]
+
+
+def test_library_model_in_a_spec_equals_lower_and_report(tmp_path, capsys):
+    pytest.importorskip("transformers")
+    spec = tmp_path / "llama.toml"
+    spec.write_text('hardware = ["h100"]\ndtype = ["f32"]\nstrategies = ["none:1", "ulysses:2"]\n'
+                    '[[models]]\nname = "tiny-llama"\nhf = "LlamaForCausalLM"\nconfig = "llama"\n'
+                    f"set = {json.dumps(LLAMA_SET)}\n" 'inputs = [["1x16:int64"], ["2x32:int64"]]\n')
+    out = tmp_path / "t.json"
+    assert main(["sweep", "--spec", str(spec), "--no-cache", "-j", "1", "-o", str(out), "-q"]) == 0
+    rows = json.loads(out.read_text())["rows"]
+    assert [(r["model"], r["shape"], r["parallel"], r["status"]) for r in rows] == [
+        ("tiny-llama", "1x16:int64", "none", "ok"), ("tiny-llama", "1x16:int64", "ulysses", "skipped"),
+        ("tiny-llama", "2x32:int64", "none", "ok"), ("tiny-llama", "2x32:int64", "ulysses", "skipped")]
+    mlir = tmp_path / "ll.mlir"
+    sets = [a for s in LLAMA_SET for a in ("--set", s)]
+    assert main(["lower", "--hf", "LlamaForCausalLM", "--config", "llama", *sets, "--input", "2x32:int64",
+                 "--dtype", "f32", "-o", str(mlir), "-q"]) == 0
+    assert main(["report", str(mlir), "--hardware", "h100", "--format", "json", "-q"]) == 0
+    rep = {r["metric"]: r["value"] for r in json.loads(capsys.readouterr().out)["rows"]}
+    for k in ("gemm_flops", "vector_flops", "peak_bytes", "est_time_s", "utilisation"):
+        assert rows[2][k] == rep[k], k

@@ -79,7 +79,7 @@ class Cache:
     def get(self, task: Task) -> Result | None:
         path = self.result_path(task)
         entry = _read(path) if path is not None else None
-        if entry is None or entry.get("point") != asdict(task.point):
+        if entry is None or entry.get("point") != json.loads(json.dumps(asdict(task.point))):
             return None
         return Result(task.point, "ok", "", entry["ir_sha256"], entry["rows"], 0.0)
 

@@ -15,7 +15,9 @@ from dataclasses import dataclass, field
 MODEL_OPTIONS = ("small", "depth", "hidden", "heads", "batch", "tokens", "layers", "scan")
 #: Keys a spec file may hold at its top level (``[options]`` holds MODEL_OPTIONS).
 SPEC_KEYS = ("model", "shape", "parallel", "devices", "strategies", "hardware", "dtype", "steps", "fuse",
-             "conv_padding", "options")
+             "conv_padding", "options", "models")
+#: Keys of a ``[[models]]`` entry of a spec: your own or a library's model, as ``lower`` takes it.
+LIBRARY_KEYS = ("name", "module", "hf", "diffusers", "timm", "config", "set", "kwarg", "inputs")
 DEFAULT_SHAPE = "default"  # the shape column of a model run at its own default shape
 
 
@@ -32,6 +34,7 @@ class Point:
     parallel: str
     devices: int
     dtype: str
+    source: tuple = ()  # a [[models]] entry's request: (key, value) pairs (module / hf / ..., config, set, kwarg)
 
     def label(self) -> str:
         return f"{self.model} {self.shape} {self.parallel}:{self.devices} {self.dtype}"
@@ -75,7 +78,37 @@ def read_spec(path: str) -> dict:
     for key in ("shape", "parallel", "devices", "strategies", "hardware", "dtype"):
         if key in spec and not isinstance(spec[key], list):
             spec[key] = [spec[key]]
+    for entry in spec.get("models", []):
+        _check_entry(entry, path)
     return spec
+
+
+def _check_entry(entry, path: str) -> None:
+    if not isinstance(entry, dict):
+        raise GridError(f"{path}: each [[models]] entry is a table")
+    bad = sorted(set(entry) - set(LIBRARY_KEYS))
+    if bad:
+        raise GridError(f"{path}: [[models]]: unknown key(s) {', '.join(bad)} (known: {', '.join(LIBRARY_KEYS)})")
+    named = [k for k in ("module", "hf", "diffusers", "timm") if k in entry]
+    if len(named) != 1:
+        raise GridError(f"{path}: each [[models]] entry names one of module, hf, diffusers, timm")
+    inputs = entry.get("inputs")
+    if not isinstance(inputs, list) or not inputs or not all(isinstance(i, list) for i in inputs):
+        raise GridError(f"{path}: [[models]] {entry[named[0]]}: inputs is a list of input sets, "
+                        'each a list: inputs = [["1x128:int64"], ["4x128:int64"]]')
+
+
+def library_points(entries: list, pairs: list, dtypes: list) -> list[Point]:
+    """The points of a spec's ``[[models]]``: one per input set (the shape column), strategy and dtype."""
+    points = []
+    for e in entries:
+        kind = next(k for k in ("module", "hf", "diffusers", "timm") if k in e)
+        source = ((kind, e[kind]), ("config", e.get("config")), ("set", tuple(e.get("set", ()))),
+                  ("kwarg", tuple(e.get("kwarg", ()))))
+        name = e.get("name") or (e[kind] if kind == "module" else f"{kind}:{e[kind]}")
+        for inputs, (p, n), d in itertools.product(e["inputs"], pairs, dtypes):
+            points.append(Point(str(name), " ".join(map(str, inputs)), p, int(n), d, source))
+    return points
 
 
 def make_grid(settings: dict) -> Grid:
@@ -100,6 +133,8 @@ def make_grid(settings: dict) -> Grid:
     if not isinstance(steps, int) or steps < 1:
         raise GridError(f"steps must be a positive integer, got {steps!r}")
     points = [Point(model, str(s), p, int(n), d) for s, (p, n), d in itertools.product(shapes, pairs, dtypes)]
+    if settings.get("models"):  # your own / library models; the bundled one only where named too
+        points = (points if settings.get("model") else []) + library_points(settings["models"], pairs, dtypes)
     options = {k: v for k, v in (settings.get("options") or {}).items() if v is not None and v is not False}
     return Grid(_unique(points), _unique(hardware), options, steps, settings.get("fuse") or "none",
                 settings.get("conv_padding") or "xla")
@@ -137,6 +172,10 @@ def skip_reason(point: Point, options: dict) -> str | None:
     an option the model does not take), or None where it can."""
     from ..frontends import FrontendError
 
+    if point.source and (point.parallel, point.devices) != ("none", 1):
+        return "parallel strategies apply to the bundled stdit3 only"
+    if point.source:
+        return None
     if point.parallel == "none" and point.devices != 1:
         return f"the unsharded model runs on one device, not {point.devices}"
     if point.parallel != "none" and point.devices == 1:

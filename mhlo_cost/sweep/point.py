@@ -61,9 +61,27 @@ def lower_text(point: Point, options: dict) -> str:
     from ..frontends import write
     from ..frontends.api import LowerRequest, lower_request
 
-    cfg, _ = build_config(point, options)
-    low = lower_request(LowerRequest(model=point.model, config=cfg, frontend="jax"))
-    return write(low, None).text
+    if point.source:
+        req = library_request(point)
+    else:
+        cfg, _ = build_config(point, options)
+        req = LowerRequest(model=point.model, config=cfg, frontend="jax")
+    return write(lower_request(req), None).text
+
+
+def library_request(point: Point):
+    """The LowerRequest of a spec's ``[[models]]`` point, as ``lower --hf ... --set ... --input ...`` makes it."""
+    from ..frontends.api import LowerRequest
+    from ..frontends.inputs import dtype_name, parse_assignments, parse_input, split_inputs
+
+    src = dict(point.source)
+    kind = next(k for k in ("module", "hf", "diffusers", "timm") if k in src)
+    positional, keyword = split_inputs([parse_input(s) for s in point.shape.split()])
+    lib = None if kind == "module" else kind
+    return LowerRequest(module=src[kind] if lib is None else None, library=lib, name=src[kind] if lib else None,
+                        config=src["config"], overrides=parse_assignments(src["set"], "set"),
+                        inputs=tuple(positional), input_kwargs=keyword, kwargs=parse_assignments(src["kwarg"]),
+                        dtype=dtype_name(point.dtype))
 
 
 def analyse_text(text: str, conv_padding: str = "xla"):
