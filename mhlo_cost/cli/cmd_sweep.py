@@ -62,10 +62,12 @@ def _settings(args) -> dict:
         v = getattr(args, key)
         if v is not None:
             settings[key] = v
-    if args.strategies is not None:
-        settings.pop("parallel", None) if args.parallel is None else None
-        settings.pop("devices", None) if args.devices is None else None
-    elif args.parallel is not None or args.devices is not None:
+    # --strategies on the command line replaces the spec's parallel x devices, and the other way round
+    flag_pairs = args.parallel is not None or args.devices is not None
+    if args.strategies is not None and not flag_pairs:
+        settings.pop("parallel", None)
+        settings.pop("devices", None)
+    elif flag_pairs and args.strategies is None:
         settings.pop("strategies", None)
     options = dict(settings.get("options") or {})
     options.update({k: getattr(args, k) for k in ("small", "depth", "hidden", "heads", "batch", "tokens", "layers",

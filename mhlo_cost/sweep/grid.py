@@ -132,6 +132,9 @@ def make_grid(settings: dict) -> Grid:
     steps = settings.get("steps") or 1
     if not isinstance(steps, int) or steps < 1:
         raise GridError(f"steps must be a positive integer, got {steps!r}")
+    for key, known in (("fuse", ("none", "elementwise")), ("conv_padding", ("xla", "dense"))):
+        if settings.get(key) is not None and settings[key] not in known:
+            raise GridError(f"{key} must be one of {', '.join(known)}, got {settings[key]!r}")
     points = [Point(model, str(s), p, int(n), d) for s, (p, n), d in itertools.product(shapes, pairs, dtypes)]
     if settings.get("models"):  # your own / library models; the bundled one only where named too
         points = (points if settings.get("model") else []) + library_points(settings["models"], pairs, dtypes)

@@ -95,12 +95,17 @@ def _run_local(tasks, todo, jobs, stats, finished) -> None:
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor, as_completed
 
-    with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+    pool = ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn"))
+    try:
         futures = {pool.submit(compute, tasks[i]): i for i in todo}
         left = len(todo)
         for f in as_completed(futures):
             left -= 1
             finished(futures[f], _outcome(f, tasks[futures[f]]), min(jobs, left))
+    except BaseException:  # interrupted: drop what has not started (what finished is cached already)
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown()
 
 
 def _run_dask(tasks, todo, scheduler, stats, finished) -> None:
