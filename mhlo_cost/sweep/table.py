@@ -129,8 +129,11 @@ def _cell(col: str, v, rec: dict) -> str:
 def write(df: pd.DataFrame, fmt: str, out: str | None, settings: dict) -> str | None:
     """Write the table; returns the text for stdout where there is no ``out`` (parquet needs a file)."""
     if fmt == "parquet":
-        import pyarrow as pa
-        import pyarrow.parquet as pq
+        try:
+            import pyarrow as pa
+            import pyarrow.parquet as pq
+        except ImportError:
+            raise OSError("Parquet needs pyarrow: pip install 'mhlo-cost[sweep]'") from None
 
         pq.write_table(pa.Table.from_pandas(df, preserve_index=False), out)
         return None
