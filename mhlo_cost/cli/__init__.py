@@ -10,17 +10,16 @@ import os
 import sys
 
 from .. import __version__
-from . import cmd_baseline, cmd_blocks, cmd_hardware, cmd_lower, cmd_plot, cmd_report
-from . import cmd_calibrate  # issue 16
+from . import (cmd_baseline, cmd_blocks, cmd_calibrate, cmd_hardware, cmd_lower, cmd_plot, cmd_report,
+               cmd_sweep)
 from .common import ACTIVE_PROGRESS, EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_OK, UserError, Parser
 
 #: The command modules, in the order ``--help`` lists them; each has ``register(subparsers)``.
-COMMANDS = (cmd_lower, cmd_report, cmd_blocks, cmd_plot, cmd_baseline, cmd_hardware)
-COMMANDS += (cmd_calibrate,)  # issue 16
+COMMANDS = (cmd_lower, cmd_report, cmd_blocks, cmd_plot, cmd_sweep, cmd_calibrate, cmd_baseline, cmd_hardware)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = Parser(prog="mhlo-cost", description=__doc__.splitlines()[0] if __doc__ else None)
+    parser = Parser(prog="mhlo-cost", description="What a model costs, transformer block by transformer block, from its MLIR (MHLO or StableHLO).")
     parser.add_argument("--version", action="version", version=f"mhlo-cost {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     sub.required = True

@@ -11,6 +11,10 @@ def cmd_plot(args) -> int:
         import matplotlib  # noqa: F401  (a clear message before any work)
     except ImportError:
         raise UserError("plot needs matplotlib: pip install 'mhlo-cost[plot]'") from None
+    from ..sweep.table import is_table
+
+    if is_table(args.file):  # a table of mhlo-cost sweep: time per strategy, per shape and chip
+        return _plot_sweep(args)
     from ..plot import plot_blocks
 
     hw = hardware_from_options(args)
@@ -35,6 +39,24 @@ def cmd_plot(args) -> int:
 
 
 
+def _plot_sweep(args) -> int:
+    from ..sweep.plot import plot_sweep
+    from ..sweep.table import read
+
+    if args.hardware or args.hardware_file or args.memory:
+        raise UserError("a sweep table has its estimates already: --hardware and --memory do not apply")
+    if not args.output.lower().endswith((".png", ".svg", ".pdf")):
+        raise UserError(f"{args.output}: the picture's name must end in .png, .svg or .pdf")
+    try:
+        plot_sweep(read(args.file), args.output, title=args.title or "")
+    except (ValueError, KeyError) as e:
+        raise UserError(f"{args.file}: {e}") from None
+    except OSError as e:
+        raise UserError(f"{args.output}: cannot write: {e.strerror or e}") from None
+    print(f"mhlo-cost: wrote {args.output}", file=sys.stderr)
+    return EXIT_OK
+
+
 def _plot_memory(analysis, args, rf, hw, progress) -> int:
     from ..memory.views import block_labels
     from ..plot import plot_memory
@@ -55,7 +77,8 @@ def _plot_memory(analysis, args, rf, hw, progress) -> int:
 
 
 def register(sub) -> None:
-    p = sub.add_parser("plot", help="a picture of the blocks: stacked GEMM / vector / comm time (or FLOPs)")
+    p = sub.add_parser("plot", help="a picture of the blocks: stacked GEMM / vector / comm time (or FLOPs); "
+                                    "of a sweep table: time per strategy")
     add_common(p)
     add_estimate(p)
     p.add_argument("-o", "--output", required=True, metavar="OUT", help="picture to write (.png, .svg, .pdf)")

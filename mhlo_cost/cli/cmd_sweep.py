@@ -1,0 +1,128 @@
+"""``mhlo-cost sweep``: the whole strategy table in one command, on this machine or a Dask cluster.
+
+A grid from flags (``--shape``, ``--parallel``, ``--devices`` or ``--strategies``, ``--hardware``, ``--dtype``)
+or from a TOML spec (``--spec``; flags given override its keys); every model option of ``lower`` applies to
+the whole grid. Each point is lowered and analysed once, every hardware profile applied to that analysis,
+and results cached on disk (``--cache-dir``). The work is in :mod:`mhlo_cost.sweep`.
+"""
+from __future__ import annotations
+
+import sys
+
+from .cmd_lower import PARALLEL
+from .common import EXIT_OK, UserError
+
+
+def register(sub) -> None:
+    p = sub.add_parser("sweep", help="a grid of models x shapes x strategies x devices x chips in one table",
+                       description="Lower and analyse every point of a grid once, estimate it on every hardware "
+                                   "profile, and write one tidy table (CSV, JSON, Parquet, markdown).")
+    g = p.add_argument_group("the grid (flags, or a --spec TOML file with the same keys)")
+    g.add_argument("--spec", metavar="FILE", help="a TOML spec: model, shape, parallel, devices, strategies, hardware, "
+                                                  "dtype, steps, fuse, [options] (flags given override it)")
+    g.add_argument("--model", choices=["stdit3", "gpt"], help="a bundled model (default stdit3)")
+    g.add_argument("--shape", nargs="+", metavar="SHAPE", help="stdit3 video shapes (FRAMES_WIDTH_HEIGHT)")
+    g.add_argument("--parallel", nargs="+", choices=PARALLEL, metavar="P",
+                   help=f"strategies ({', '.join(PARALLEL)}), crossed with --devices")
+    g.add_argument("--devices", nargs="+", type=int, metavar="N", help="device counts, crossed with --parallel")
+    g.add_argument("--strategies", nargs="+", metavar="P:N",
+                   help="(parallel, devices) pairs instead of the product: none:1 ulysses:8 ring:16")
+    g.add_argument("--hardware", nargs="+", metavar="NAME", help="chips or systems (mhlo-cost hardware lists them)")
+    g.add_argument("--hardware-file", metavar="FILE", help="TOML file of your own profiles (searched first)")
+    g.add_argument("--dtype", nargs="+", metavar="DTYPE", help="bf16 (default), f16, f32")
+    g.add_argument("--steps", type=int, metavar="K", help="a run is K steps (sampling steps; default 1)")
+    g.add_argument("--fuse", choices=("none", "elementwise"), help="as report --fuse (default none)")
+    g.add_argument("--conv-padding", choices=("xla", "dense"), help="as report --conv-padding (default xla)")
+    m = p.add_argument_group("model options (as lower; the whole grid)")
+    m.add_argument("--small", action="store_true", default=None, help="stdit3: the reduced test configuration")
+    for opt in ("depth", "hidden", "heads", "batch", "tokens", "layers"):
+        m.add_argument(f"--{opt}", type=int, metavar="N")
+    m.add_argument("--scan", action="store_true", default=None, help="gpt: the layers as one lax.scan")
+    r = p.add_argument_group("where it runs")
+    r.add_argument("--scheduler", metavar="tcp://HOST:8786", help="a Dask distributed scheduler (default: this "
+                                                                  "machine, a process per core)")
+    r.add_argument("-j", "--jobs", type=int, metavar="N", help="local worker processes (default: the cores)")
+    r.add_argument("--cache-dir", metavar="DIR", help="the result cache (default: ~/.cache/mhlo-cost/sweep)")
+    r.add_argument("--no-cache", action="store_true", help="compute every point, keep nothing")
+    o = p.add_argument_group("output")
+    o.add_argument("--best", action="store_true", help="only what fits, ranked per (shape, hardware) by time")
+    o.add_argument("--format", choices=("csv", "json", "parquet", "markdown"),
+                   help="default: from -o's extension (.csv .json .parquet .md), else markdown")
+    o.add_argument("-o", "--output", metavar="FILE", help="write the table here (default stdout)")
+    o.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
+    p.set_defaults(func=cmd_sweep)
+
+
+def _settings(args) -> dict:
+    from ..sweep import read_spec
+
+    settings = read_spec(args.spec) if args.spec else {}
+    for key in ("model", "shape", "parallel", "devices", "strategies", "hardware", "dtype", "steps", "fuse",
+                "conv_padding"):
+        v = getattr(args, key)
+        if v is not None:
+            settings[key] = v
+    # --strategies on the command line replaces the spec's parallel x devices, and the other way round
+    flag_pairs = args.parallel is not None or args.devices is not None
+    if args.strategies is not None and not flag_pairs:
+        settings.pop("parallel", None)
+        settings.pop("devices", None)
+    elif flag_pairs and args.strategies is None:
+        settings.pop("strategies", None)
+    options = dict(settings.get("options") or {})
+    options.update({k: getattr(args, k) for k in ("small", "depth", "hidden", "heads", "batch", "tokens", "layers",
+                                                  "scan") if getattr(args, k) is not None})
+    settings["options"] = options
+    return settings
+
+
+def _hardware_toml(grid, path) -> str | None:
+    """The text of --hardware-file (sent to the workers), once every name is checked to resolve."""
+    from ..roofline import hardware_from_args
+
+    for name in grid.hardware:
+        hardware_from_args(name, path)  # HardwareError: one line, before any work
+    if path is None:
+        return None
+    with open(path, encoding="utf-8") as f:
+        return f.read()
+
+
+def cmd_sweep(args) -> int:
+    import os
+
+    from ..sweep import GridError, SweepError, make_grid, run_sweep
+    from ..sweep.cache import default_dir
+    from ..sweep.table import best, format_of, write
+
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    os.environ.setdefault("JAX_PLATFORMS", "cpu")
+    fmt = format_of(args.output, args.format)
+    if fmt == "parquet" and not args.output:
+        raise UserError("--format parquet needs -o FILE")
+    if args.jobs is not None and args.jobs < 1:
+        raise UserError(f"--jobs must be a positive integer, got {args.jobs}")
+    try:
+        grid = make_grid(_settings(args))
+        hardware_toml = _hardware_toml(grid, args.hardware_file)
+        cache = None if args.no_cache else (args.cache_dir or default_dir())
+        if not args.quiet:
+            print(f"mhlo-cost: sweep of {len(grid.points)} point(s) x {len(grid.hardware)} hardware profile(s) on "
+                  f"{args.scheduler or 'this machine'}", file=sys.stderr, flush=True)
+        df, stats = run_sweep(grid, hardware_toml, cache_dir=cache, scheduler=args.scheduler, jobs=args.jobs,
+                              progress=not args.quiet)
+    except (GridError, SweepError) as e:
+        raise UserError(str(e)) from None
+    if args.best:
+        df = best(df)
+    settings = {"steps": grid.steps, "fuse": grid.fuse, "conv_padding": grid.conv_padding, "options": grid.options}
+    try:
+        text = write(df, fmt, args.output, settings)
+    except OSError as e:
+        raise UserError(f"{args.output}: cannot write: {e.strerror or e}") from None
+    if text is not None:
+        sys.stdout.write(text)
+    if not args.quiet:
+        print(f"mhlo-cost: sweep done in {stats.seconds:.1f}s: {stats.computed} computed, {stats.cached} cached, "
+              f"{stats.failed} failed", file=sys.stderr)
+    return EXIT_OK

@@ -1,0 +1,27 @@
+"""``mhlo-cost sweep``: many (model, shape, strategy, devices, dtype) points x hardware profiles in one tidy
+table. :mod:`.grid` builds the points (and says which are skipped, why); :mod:`.point` lowers and analyses
+one point in a worker; :mod:`.cache` keeps results on disk; :mod:`.run` runs the points here or on a Dask
+cluster; :mod:`.table` makes and writes the table."""
+from __future__ import annotations
+
+from .grid import Grid, GridError, Point, make_grid, read_spec, skip_reason
+from .run import Stats, SweepError, run_tasks
+
+__all__ = ["Grid", "GridError", "Point", "Stats", "SweepError", "make_grid", "read_spec", "run_sweep",
+           "skip_reason"]
+
+
+def run_sweep(grid: Grid, hardware_toml: str | None = None, *, cache_dir=None, scheduler: str | None = None,
+              jobs: int | None = None, progress: bool = True):
+    """(table, stats) of ``grid`` (``hardware_toml``: the text of a user's profile file, searched first)."""
+    from .cache import Cache
+    from .point import Task
+    from .table import frame, make_rows
+
+    skipped = {p: r for p in grid.points if (r := skip_reason(p, grid.options)) is not None}
+    valid = [p for p in grid.points if p not in skipped]
+    tasks = [Task(p, grid.options, grid.hardware, grid.steps, grid.fuse, grid.conv_padding, hardware_toml)
+             for p in valid]
+    results, stats = run_tasks(tasks, Cache(cache_dir), scheduler=scheduler, jobs=jobs, progress=progress)
+    rows = make_rows(grid.points, dict(zip(valid, results)), skipped, grid.hardware)
+    return frame(rows, grid.fuse != "none"), stats

@@ -1,0 +1,109 @@
+"""The on-disk cache of a sweep, so that a sweep stopped and started again resumes and a second sweep that
+shares points reuses them.
+
+Two small JSON files per point, written by the process that runs the sweep (never by a worker):
+
+- ``lowered/<K>.json``: K is a hash of what is lowered (the point, the model options, the versions of
+  mhlo-cost, jax and jaxlib); it holds the sha256 of the IR that lowering made.
+- ``results/<R>.json``: R is a hash of the IR's sha256 and the settings of the analysis (conv padding,
+  fusion, steps, every hardware profile in full); it holds the point's rows.
+
+A point whose two files are there is not lowered again; deleting its ``results`` file recomputes it (and
+only it). The default folder is the user's cache folder (``$XDG_CACHE_HOME/mhlo-cost/sweep``, else
+``~/.cache/mhlo-cost/sweep``).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import asdict
+from pathlib import Path
+
+from .point import Result, Task
+
+FORMAT = 2  # bumped when a row's meaning changes: old entries are then never read
+
+
+def default_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "mhlo-cost" / "sweep"
+
+
+def _hash(obj) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=repr).encode()).hexdigest()
+
+
+def _versions() -> dict:
+    from importlib.metadata import PackageNotFoundError, version
+
+    from .. import __version__
+
+    out = {"mhlo-cost": __version__, "format": FORMAT}
+    for pkg in ("jax", "jaxlib"):
+        try:
+            out[pkg] = version(pkg)
+        except PackageNotFoundError:
+            out[pkg] = None
+    return out
+
+
+class Cache:
+    """The cache under ``root`` (None: a cache that holds nothing and keeps nothing)."""
+
+    def __init__(self, root: str | os.PathLike | None):
+        self.root = Path(root) if root is not None else None
+        self._versions = _versions()
+        self._profiles: dict = {}
+
+    def lowering_key(self, task: Task) -> str:
+        return _hash({"point": asdict(task.point), "options": task.options, "versions": self._versions})
+
+    def result_key(self, ir_sha256: str, task: Task) -> str:
+        which = (tuple(task.hardware), task.hardware_toml)
+        if which not in self._profiles:  # the profiles in full: a changed figure is a new key
+            self._profiles[which] = [repr(h) for h in task.profiles()]
+        settings = {"ir": ir_sha256, "steps": task.steps, "fuse": task.fuse, "conv_padding": task.conv_padding,
+                    "hardware": self._profiles[which], "versions": self._versions}
+        return _hash(settings)
+
+    def result_path(self, task: Task) -> Path | None:
+        """Where the point's rows are (or would be), None where its IR is not known yet."""
+        if self.root is None:
+            return None
+        entry = _read(self.root / "lowered" / f"{self.lowering_key(task)}.json")
+        if entry is None or not isinstance(entry.get("ir_sha256"), str):
+            return None
+        return self.root / "results" / f"{self.result_key(entry['ir_sha256'], task)}.json"
+
+    def get(self, task: Task) -> Result | None:
+        path = self.result_path(task)
+        entry = _read(path) if path is not None else None
+        if entry is None or entry.get("point") != json.loads(json.dumps(asdict(task.point))):
+            return None
+        return Result(task.point, "ok", "", entry["ir_sha256"], entry["rows"], 0.0)
+
+    def put(self, task: Task, result: Result) -> None:
+        """Keep an ``ok`` result (a failure is tried again next time)."""
+        if self.root is None or result.status != "ok":
+            return
+        _write(self.root / "lowered" / f"{self.lowering_key(task)}.json", {"ir_sha256": result.ir_sha256})
+        _write(self.root / "results" / f"{self.result_key(result.ir_sha256, task)}.json",
+               {"point": asdict(task.point), "ir_sha256": result.ir_sha256, "rows": result.rows})
+
+
+def _read(path: Path) -> dict | None:
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except (OSError, ValueError):
+        return None  # missing or torn: computed again
+    return data if isinstance(data, dict) else None
+
+
+def _write(path: Path, data: dict) -> None:
+    """Write atomically (a temporary file renamed), so a sweep stopped mid-write leaves no torn entry."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(data, sort_keys=True), encoding="utf-8")
+    os.replace(tmp, path)
