@@ -19,7 +19,8 @@ COMMANDS = (cmd_lower, cmd_report, cmd_blocks, cmd_plot, cmd_sweep, cmd_calibrat
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = Parser(prog="mhlo-cost", description="What a model costs, transformer block by transformer block, from its MLIR (MHLO or StableHLO).")
+    parser = Parser(prog="mhlo-cost", description="What a model costs, transformer block by transformer block, "
+                                                  "from its MLIR (MHLO or StableHLO).")
     parser.add_argument("--version", action="version", version=f"mhlo-cost {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     sub.required = True
