@@ -36,11 +36,17 @@ def code_blocks() -> list[list[str]]:
 
 
 def command_lines() -> list[str]:
-    """Every ``mhlo-cost`` / ``python`` / ``bash`` / ``pip`` command of the code blocks, ``&&`` chains split, in
-    README order (``$`` prompts and ``#`` comments dropped)."""
+    """Every ``mhlo-cost`` / ``python`` / ``bash`` / ``pip`` command of the code blocks, ``&&`` chains split and
+    backslash-continued lines joined, in README order (``$`` prompts and ``#`` comments dropped)."""
     out = []
     for block in code_blocks():
+        joined: list[str] = []  # a line ending in a backslash goes on in the next one
         for line in block:
+            if joined and joined[-1].endswith("\\"):
+                joined[-1] = joined[-1][:-1].rstrip() + " " + line.strip()
+            else:
+                joined.append(line)
+        for line in joined:
             line = line[2:] if line.startswith("$ ") else line
             if not re.match(r"(mhlo-cost|python3?|bash|pip) ", line):
                 continue
@@ -118,7 +124,7 @@ def test_hardware_lists_the_aliases_readme_uses(capsys):
     out = capsys.readouterr().out
     # (a name used beside --hardware-file is one of that file's profiles, not a shipped one)
     shipped = "\n".join(line for line in README.splitlines() if "--hardware-file" not in line)
-    for alias in set(re.findall(r"--hardware (\w[\w-]*)", shipped)):
+    for alias in set(re.findall(r"--hardware ([a-z][\w-]*)", shipped)) - {"NAME"}:
         assert re.search(rf"(^|[\s,]){re.escape(alias)}([\s,]|$)", out, re.M), alias
 
 
@@ -150,7 +156,7 @@ NOT_RUN = (
     (r"python -m pytest", "the test suite itself"),
     (r"mypkg\.models", "a placeholder for the reader's own model"),
     (r"^python benchmarks/", "a benchmark: minutes of timed runs, its figures printed for the reader"),
-    (r"^mhlo-cost sweep --model stdit3 --shape 204_640_360 408_640_360",
+    (r"^mhlo-cost sweep --model stdit3 --shape 204_640_360 408_640_360|sweep_stdit3\.toml|stdit3_sweep\.csv",
      "the full published table, minutes (benchmarks/sweep_stdit3.py times it; tests/test_sweep.py runs a small one)"),
 )
 #: Commands too slow for the quick run (full-size STDiT3, library models, torchax): `slow` runs them.
