@@ -25,6 +25,7 @@ from __future__ import annotations
 from itertools import accumulate
 from operator import add, sub
 
+from . import flat
 from .opclass import ALIAS, DUS, NOVAL
 from .prepare import Prepared, Preparer
 from .record import Recording, Region
@@ -105,6 +106,8 @@ class Sweep(Preparer):
         p = ps.p
         if ps.only is not None:
             return self._backward_fused(ps)
+        if flat.applies(ps) and flat.backward(self, ps):
+            return None
         rows, seq, cls = p.fr.rows, p.seq, p.cls
         new, freed, last, sizes, alias = ps.new, ps.freed, ps.last, ps.sizes, self.alias
         size = self.size if self._local else None
@@ -270,6 +273,10 @@ class Sweep(Preparer):
         """Live bytes before and after every item from ``base`` (a running sum); region ops run their children
         on top. Writes the rows' ``during`` and ``after`` where ``write``; returns the peak."""
         p, off = ps.p, ps.off
+        if type(ps.new) is not list:  # a flat pass made in arrays
+            peak = flat.forward(self, ps, write, base)
+            if peak is not None:
+                return peak
         m = len(p.seq)
         acc = list(accumulate(map(sub, ps.new, ps.freed), initial=base - ps.freed[m]))
         during = list(map(add, acc, ps.new))
