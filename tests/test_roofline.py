@@ -253,7 +253,7 @@ def test_block_times_add_up_to_the_total(stdit3_small, fuse_mode):
     if fuse_mode == "elementwise":
         assert total["est_time_fused_s"] == pytest.approx(tot["est_time_fused_s"], rel=1e-12)
     assert set(body["kind"]) >= {"spatial", "temporal"}
-    assert set(df["bound"]) <= {"compute", "memory", "comm", "free"}
+    assert set(df["bound"]) <= {"compute", "memory", "comm", "free", "overhead"}
     over = body["est_time_overlap_s"]
     assert (over <= body["est_time_s"] + 1e-18).all()
 

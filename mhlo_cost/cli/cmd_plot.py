@@ -53,7 +53,7 @@ def _plot_sweep(args) -> int:
         raise UserError(f"{args.file}: {e}") from None
     except OSError as e:
         raise UserError(f"{args.output}: cannot write: {e.strerror or e}") from None
-    print(f"mhlo-cost: wrote {args.output}", file=sys.stderr)
+    say(args, f"wrote {args.output}", note=True)
     return EXIT_OK
 
 
