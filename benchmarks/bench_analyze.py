@@ -6,7 +6,8 @@ StableHLO text, then in one run measures, each the best of ``--repeat`` runs:
 * parse: jaxlib's MLIR parser reading the text into a module;
 * mhlo-cost: the full analysis (parse, walk, op table, summary);
 * xla: ``Lowered.cost_analysis()`` on the same lowered module (HLO conversion plus XLA's analysis);
-* liveness: the analysis with and without the memory sweep behind ``peak_bytes`` (CPU time, alternating).
+* liveness: the analysis with and without the memory sweep behind ``peak_bytes`` (CPU time, alternating);
+* crash guard: end to end with jaxlib's reader in a child process (the default) and in process.
 
 It prints the three times and the ratios (analysis-after-parse / parse, xla / mhlo-cost). Targets: the
 analysis after parsing takes no longer than the parse; end to end at least 3x faster than XLA.
@@ -99,6 +100,7 @@ def main() -> None:
         t_full, analysis = best(lambda: _end_to_end(analyze, path), args.repeat)
         t_xla, xla = best(lambda: lowered.cost_analysis(), args.repeat)
         t_plain, t_live = _liveness_cost(path, max(args.repeat, 5))
+        t_open, t_guarded = _guard_cost(path, args.repeat)
 
     s = analysis.summary
     print(f"model: {args.layers} unrolled layers, {n_ops} ops, {len(text) / 1e6:.1f} MB of text "
@@ -109,6 +111,8 @@ def main() -> None:
     print(f"xla cost_analysis()        {t_xla:8.3f} s")
     print(f"memory: peak {s['peak_bytes']:,} bytes; liveness adds {t_live / t_plain - 1:+.1%} to the analysis "
           f"({t_plain:.3f} s without its frame record and sweep, {t_live:.3f} s with; target <= +20%)")
+    print(f"crash guard: end to end {t_guarded:.3f} s with the reader in a child process, {t_open:.3f} s "
+          f"in process; ratio guarded/in-process {t_guarded / t_open:.2f}")
     print(f"ratio analysis/parse       {t_after / t_parse:8.2f}   (target <= 1)")
     print(f"ratio xla/mhlo-cost        {t_xla / t_full:8.2f}   (target >= 3)")
     print(f"flops: mhlo-cost gemm+conv+vector {s['gemm_flops'] + s['conv_flops'] + s['vector_flops']:,}; "
@@ -136,6 +140,21 @@ def _liveness_cost(path, repeat: int) -> tuple[float, float]:
             a.summary
             times[live].append(time.process_time() - t0)
             del a, v, module
+    return min(times[False]), min(times[True])
+
+
+def _guard_cost(path, repeat: int) -> tuple[float, float]:
+    """Wall seconds (best of ``repeat``, alternating) of load + analysis + summary with jaxlib's reader in
+    this process and in the child process of :mod:`mhlo_cost.guard` (the default)."""
+    from mhlo_cost import analyze
+    from mhlo_cost.loader import load
+
+    times = {False: [], True: []}
+    for _ in range(repeat):
+        for isolate in (False, True):
+            t0 = time.perf_counter()
+            analyze(load(path, isolate=isolate)).summary
+            times[isolate].append(time.perf_counter() - t0)
     return min(times[False]), min(times[True])
 
 
