@@ -93,8 +93,11 @@ def parse(kind: str, data: bytes, name: str, ctx: ir.Context):
                 module = ir.Module.parse(data)
     except ir.MLIRError as e:
         return None, None, diagnostic_message(e, name)
-    except Exception as e:  # bad bytes inside a message, a bytecode reader's own exceptions
-        return None, None, f"{name}: {first_line(str(e)) or type(e).__name__}"
+    except (MemoryError, Exception) as e:  # bad bytes inside a message, a reader's own exceptions
+        text = first_line(str(e)) or type(e).__name__
+        if isinstance(e, MemoryError) or "bad_alloc" in text:
+            text = "the MLIR reader ran out of memory on this input: truncated, corrupt or hostile data"
+        return None, None, f"{name}: {text}"
     op, message = _single_module(module.operation)
     return (module, op, None) if op is not None else (None, None, f"{name}: {message}")
 

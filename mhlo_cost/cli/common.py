@@ -112,7 +112,11 @@ def load_analysis(path: str, args, progress: Progress, dataflow: bool = False, t
                                     conv_padding=getattr(args, "conv_padding", "xla"))
     else:
         analysis = analyze(loaded, entry=getattr(args, "entry", None), conv_padding=getattr(args, "conv_padding", "xla"))
+    from ..visitors.base import EMPTY_ENTRY
+
     for w in analysis.warnings:
+        if w.startswith(EMPTY_ENTRY) and getattr(args, "strict", False):
+            raise UserError(f"{analysis.source}: {w} (--strict)")
         print(f"mhlo-cost: warning: {w}", file=sys.stderr)
     unknown = analysis.summary["unknown_ops"]
     if unknown:
