@@ -84,3 +84,12 @@ def test_empty_entry_warns_and_is_an_error_under_strict(capsys):
     assert main(["report", str(FIX / "empty_entry.mlir"), "--strict"]) == 2
     err = capsys.readouterr().err
     assert err.count("mhlo-cost: error:") == 1 and "--strict" in err
+
+
+def test_cross_replica_and_partition_groups_span_every_partition():
+    # StableHLO spec, all_gather with a channel and no global device ids on 2 replicas x 2 partitions: each
+    # group of 2 replicas takes part on both partitions, 4 devices; S = 32 f32 = 128 bytes; (n-1)/n S.
+    a = analyze(FIX / "all_gather_replica_and_partition.mlir")
+    row = next(r for r in a.rows if r.kind == "collective")
+    assert row.group_size == 4
+    assert a.summary["comm_bytes"] == 3 * 128 // 4 == 96
