@@ -41,6 +41,7 @@ TRANSCENDENTAL = frozenset({
 #: CHLO ops whose names differ from the StableHLO op they compute.
 CHLO_EQUIVALENTS = {
     "square": "multiply",
+    "mulhi": "multiply",  # the high half of a full product: one multiply per element
     **{f"broadcast_{n}": n for n in (
         "add", "subtract", "multiply", "divide", "remainder", "maximum", "minimum", "power", "atan2", "and",
         "or", "xor", "compare", "select", "shift_left", "shift_right_arithmetic", "shift_right_logical",
@@ -66,6 +67,8 @@ DATA_MOVEMENT = frozenset({
     "partition_id", "replica_id", "rng_get_and_update_state", "add_dependency", "sharding_constraint",
     "propagation_barrier", "sharding_group", "reshard", "domain", "uniform_quantize", "uniform_dequantize",
     "stochastic_convert",
+    # dynamic_* forms with static result types move the same data as their static ops
+    "dynamic_broadcast_in_dim", "dynamic_reshape", "dynamic_iota", "dynamic_pad", "dynamic_gather",
 })
 
 #: custom_call targets that only carry sharding or placement: data movement, not unknown work.
