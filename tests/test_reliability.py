@@ -1,7 +1,9 @@
 """Malformed, hostile and extreme inputs: one `mhlo-cost: error:` line and exit 2, never a crash (issue 12).
 
 The crashers under tests/fixtures/crashers are one-byte flips of a valid bytecode file that made jaxlib's
-reader abort (SIGABRT) or raise an internal error before the reader ran in a child process.
+reader abort (SIGABRT) or raise an internal error before the reader ran in a child process, a corrupt
+gzip stream (exit 70 before), and a convolution whose dim_numbers index 2**31 made the StableHLO parser
+allocate without end (over 8 GB in 10 s before).
 """
 from __future__ import annotations
 
@@ -159,3 +161,17 @@ def test_deeply_nested_baseline_json_is_exit_2(tmp_path, capsys):
     code, _, err = run_cli(["check", FIX / "small_stablehlo.mlir", "--baseline", deep], capsys)
     assert code == 2
     assert "nested too deeply" in one_error_line(err)
+
+
+def test_memory_bomb_in_the_parser_is_stopped_quickly_and_bounded():
+    import resource
+    import time
+
+    path = FIX / "crashers" / "conv_dim_numbers_2pow31.mlir"
+    t0 = time.perf_counter()
+    r = subprocess.run([sys.executable, "-m", "mhlo_cost", "report", str(path)], capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 2 and "out of memory" in one_error_line(r.stderr)
+    assert time.perf_counter() - t0 < 30
+    peak_kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss  # the largest child so far (Linux: KiB)
+    assert peak_kib < 2 * 1024 * 1024
