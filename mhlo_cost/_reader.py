@@ -13,6 +13,8 @@ bytecode, or ``E`` and a UTF-8 message.
 """
 from __future__ import annotations
 
+import io
+import json
 import sys
 
 from jaxlib.mlir import ir
@@ -102,24 +104,49 @@ def parse(kind: str, data: bytes, name: str, ctx: ir.Context):
     return (module, op, None) if op is not None else (None, None, f"{name}: {message}")
 
 
-def main() -> None:
-    kind, name, limit = sys.argv[1], sys.argv[2], int(sys.argv[3])
+def _limit_memory(extra: int) -> None:
+    """Address space: what the process maps now plus ``extra`` bytes (Linux; elsewhere no limit)."""
     try:
+        import os
         import resource
 
-        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+        with open("/proc/self/statm") as f:
+            mapped = int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+        hard = resource.getrlimit(resource.RLIMIT_AS)[1]
+        soft = mapped + extra
+        if hard != resource.RLIM_INFINITY:
+            soft = min(soft, hard)
+        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
     except (ImportError, ValueError, OSError):
         pass
-    data = sys.stdin.buffer.read()
-    out = sys.stdout.buffer
+
+
+def _answer(kind: str, data: bytes, name: str) -> bytes:
+    """``K`` and bytecode, ``E`` and a message, or ``M`` and a message (out of memory: restart me)."""
     _, op, message = parse(kind, data, name, make_context(handler=False))
     if op is None:
-        out.write(b"E" + message.encode("utf-8", "replace"))
-    else:
-        out.write(b"K")
-        op.write_bytecode(out)
-    out.flush()
+        code = b"M" if "ran out of memory" in message else b"E"
+        return code + message.encode("utf-8", "replace")
+    buf = io.BytesIO()
+    op.write_bytecode(buf)
+    return b"K" + buf.getvalue()
+
+
+def serve() -> None:
+    """Requests on stdin, one JSON header line ``[kind, name, extra_memory, size]`` and the bytes; each
+    answer on stdout as 8 bytes of length (big-endian) and the answer."""
+    inp, out = sys.stdin.buffer, sys.stdout.buffer
+    while True:
+        header = inp.readline()
+        if not header:
+            return
+        kind, name, extra, size = json.loads(header)
+        data = inp.read(size)
+        _limit_memory(extra)
+        answer = _answer(kind, data, name)
+        out.write(len(answer).to_bytes(8, "big") + answer)
+        out.flush()
 
 
 if __name__ == "__main__":
-    main()
+    serve()
