@@ -52,7 +52,10 @@ class _Server:
         memory, seconds = limits(len(data))
         with self.lock:
             if self.proc is None or self.pid != os.getpid() or self.proc.poll() is not None:
-                self._start()
+                try:
+                    self._start()
+                except OSError as e:
+                    raise _Failed(f"cannot start the MLIR reader process: {e.strerror or e}") from None
             header = json.dumps([kind, name, memory, len(data)]).encode() + b"\n"
             try:
                 self.proc.stdin.write(header + data)

@@ -74,7 +74,8 @@ def load(source: str | bytes | os.PathLike, context: ir.Context | None = None,
     kind, data = _classify(data, name)
     ctx = context or make_context()
     if isolate is None:
-        isolate = os.environ.get("MHLO_COST_ISOLATE", "1") != "0"
+        # (Windows: pipes cannot be waited on with a time limit there, so the reader runs in process.)
+        isolate = os.environ.get("MHLO_COST_ISOLATE", "1") != "0" and os.name != "nt"
     module = _parse(kind, data, name, ctx, isolate)
     return Loaded(module, ctx, name, kind)
 
