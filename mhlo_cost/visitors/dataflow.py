@@ -22,7 +22,7 @@ class _DataflowVisitor(CostVisitor):
         self._last_map: dict[int, Row] = {}
         self._async: dict[int, tuple] = {}  # hash of an async_start's result -> (its rows, callee)
         self._done_after: dict[int, Row] = {}  # id of an async collective row -> the last row before its done
-        self._alias: dict[int, object] = {}  # a region's block argument -> the source of what it stands for
+        self._block_sources: dict[int, object] = {}  # a region's block argument -> the source of what it stands for
 
     def _source(self, v):
         h = hash(v)
@@ -31,7 +31,7 @@ class _DataflowVisitor(CostVisitor):
             return p
         if h in self._args:
             return ("arg", h)
-        return self._alias.get(h)
+        return self._block_sources.get(h)
 
     def _record(self, op, row: Row) -> Row:
         self._src[id(row)] = tuple(self._source(v) for v in op.operands)
@@ -104,7 +104,7 @@ class _DataflowVisitor(CostVisitor):
         block = op.regions[0].blocks[0] if len(op.regions) and len(op.regions[0].blocks) else None
         if block is not None:
             for a, v in zip(block.arguments, op.operands):
-                self._alias[hash(a)] = self._source(v)
+                self._block_sources[hash(a)] = self._source(v)
         self._last_map = {}
         super().visit_manual_computation(op)
         ops = list(block.operations) if block is not None else []
