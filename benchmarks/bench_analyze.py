@@ -6,7 +6,8 @@ StableHLO text, then in one run measures, each the best of ``--repeat`` runs:
 * parse: jaxlib's MLIR parser reading the text into a module;
 * mhlo-cost: the full analysis (parse, walk, op table, summary);
 * xla: ``Lowered.cost_analysis()`` on the same lowered module (HLO conversion plus XLA's analysis);
-* liveness: the analysis with and without the memory sweep behind ``peak_bytes`` (CPU time, alternating).
+* liveness: the analysis with and without the memory sweep behind ``peak_bytes`` (CPU time, alternating);
+* crash guard: end to end with jaxlib's reader in a child process (the default) and in process.
 
 It prints the three times and the ratios (analysis-after-parse / parse, xla / mhlo-cost). Targets: the
 analysis after parsing takes no longer than the parse; end to end at least 3x faster than XLA.
@@ -116,6 +117,7 @@ def main() -> None:
         t_xla, xla = best(lambda: lowered.cost_analysis(), args.repeat)
         t_plain, t_live = _liveness_cost(path, max(args.repeat, 5))
         _whole_processes(path, args.processes)
+        guard = _guard_cost(path, max(args.repeat, 5))
 
     s = analysis.summary
     print(f"model: {args.layers} unrolled layers, {n_ops} ops, {len(text) / 1e6:.1f} MB of text "
@@ -126,6 +128,9 @@ def main() -> None:
     print(f"xla cost_analysis()        {t_xla:8.3f} s")
     print(f"memory: peak {s['peak_bytes']:,} bytes; liveness adds {t_live / t_plain - 1:+.1%} to the analysis "
           f"({t_plain:.3f} s without its frame record and sweep, {t_live:.3f} s with; target <= +20%)")
+    print(f"crash guard: load {guard[1]:.3f} s with the reader in a child process, {guard[0]:.3f} s in process "
+          f"(ratio {guard[1] / guard[0]:.2f}); end to end {guard[3]:.3f} s against {guard[2]:.3f} s "
+          f"(ratio {guard[3] / guard[2]:.2f})")
     print(f"ratio analysis/parse       {t_after / t_parse:8.2f}   (target <= 1)")
     print(f"ratio xla/mhlo-cost        {t_xla / t_full:8.2f}   (target >= 3)")
     print(f"flops: mhlo-cost gemm+conv+vector {s['gemm_flops'] + s['conv_flops'] + s['vector_flops']:,}; "
@@ -195,6 +200,28 @@ def _whole_processes(path: Path, runs: int) -> None:
     mine, xla = "mhlo-cost report", "xla cost analysis"
     print(f"ratio mhlo-cost/xla (whole processes) {med[mine] / med[xla]:6.2f} wall, {mcpu[mine] / mcpu[xla]:6.2f} "
           f"CPU   (target <= 0.33)")
+
+
+def _guard_cost(path, repeat: int) -> tuple[float, float, float, float]:
+    """Wall seconds (best of ``repeat``, alternating) of the load alone and of load + analysis + summary,
+    with jaxlib's reader in this process and in the child process of :mod:`mhlo_cost.guard` (the default;
+    started beforehand, as it is after a process's first load): (load in, load guarded, end to end in,
+    end to end guarded)."""
+    from mhlo_cost import analyze
+    from mhlo_cost.loader import load
+
+    load(path)  # the reader's child process starts once per process
+    times = {k: [] for k in ("load0", "load1", "e2e0", "e2e1")}
+    for _ in range(repeat):
+        for isolate in (False, True):
+            t0 = time.perf_counter()
+            loaded = load(path, isolate=isolate)
+            t1 = time.perf_counter()
+            analyze(loaded).summary
+            times[f"load{int(isolate)}"].append(t1 - t0)
+            times[f"e2e{int(isolate)}"].append(time.perf_counter() - t0)
+            del loaded
+    return tuple(min(times[k]) for k in ("load0", "load1", "e2e0", "e2e1"))
 
 
 def _end_to_end(analyze, path):

@@ -1,8 +1,10 @@
 """``analyze()``: load, walk once, and hold the op table with its summary and groupings."""
 from __future__ import annotations
 
+import contextlib
 import gc
 import os
+import sys
 from dataclasses import dataclass, field
 
 from .loader import LoadError, Loaded, load
@@ -65,7 +67,11 @@ class Analysis:
         if self._memory is None:
             from .memory.profile import profile
 
-            self._memory = profile(self)
+            with deep_recursion():  # the sweep follows call frames as deep as the walk did
+                try:
+                    self._memory = profile(self)
+                except RecursionError:
+                    raise AnalysisError(f"{self.source}: calls nested too deeply for the memory sweep") from None
         return self._memory
 
     @property
@@ -154,6 +160,22 @@ def analyze(source: str | bytes | os.PathLike | Loaded, entry: str | None = None
     return Analysis(visitor.rows, loaded.name, visitor.entry, visitor.warnings, liveness=visitor.recording())
 
 
+#: Python frames the walk may use: each level of func.call or region nesting takes about five. From
+#: Python 3.11 on, Python-to-Python calls do not grow the C stack, so the limit can be generous.
+WALK_RECURSION_LIMIT = 20000 if sys.version_info >= (3, 11) else 4000
+
+
+@contextlib.contextmanager
+def deep_recursion():
+    """Python's recursion limit raised to :data:`WALK_RECURSION_LIMIT` meanwhile."""
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(limit, WALK_RECURSION_LIMIT))
+    try:
+        yield
+    finally:
+        sys.setrecursionlimit(limit)
+
+
 def walk(source, visitor_class, entry: str | None = None, after=None):
     """Load ``source`` if need be and run one ``visitor_class`` walk over it; (loaded, visitor).
 
@@ -165,13 +187,20 @@ def walk(source, visitor_class, entry: str | None = None, after=None):
     gc_was_enabled = gc.isenabled()
     gc.disable()
     try:
-        with loaded.context:
+        with loaded.context, deep_recursion():
             visitor = visitor_class(loaded.module, entry)
             visitor.run()
             if after is not None:
                 after(visitor)
     except AnalysisError as e:
         raise AnalysisError(f"{loaded.name}: {e}") from None
+    except RecursionError:
+        raise AnalysisError(f"{loaded.name}: calls or regions nested too deeply to walk (over about "
+                            f"{WALK_RECURSION_LIMIT // 5} levels)") from None
+    except RuntimeError as e:
+        if "conversion error" not in str(e):
+            raise
+        raise AnalysisError(f"{loaded.name}: a name or location in the IR is not valid UTF-8") from None
     finally:
         if gc_was_enabled:
             gc.enable()

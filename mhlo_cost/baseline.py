@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from fractions import Fraction
 from pathlib import Path
 
 import pandas as pd
@@ -81,6 +82,10 @@ def read_baseline(path: str | Path) -> Counts:
         data = json.loads(text)
     except json.JSONDecodeError as e:
         raise BaselineError(f"{path}:{e.lineno}:{e.colno}: not JSON: {e.msg}") from None
+    except RecursionError:
+        raise BaselineError(f"{path}: JSON nested too deeply for a baseline") from None
+    except ValueError as e:  # an integer of more digits than Python converts
+        raise BaselineError(f"{path}: not a usable baseline: {e}") from None
     if not isinstance(data, dict) or data.get("schema") != SCHEMA:
         raise BaselineError(f"{path}: not an mhlo-cost baseline (no \"schema\": \"{SCHEMA}\")")
     if data.get("schema_version") != SCHEMA_VERSION:
@@ -124,10 +129,12 @@ def compare(base: Counts, now: Counts, metrics: tuple[str, ...] = METRICS, rtol:
     """
     rows = []
 
+    tolerance = Fraction(rtol)  # exact: a float times a count past 2**1024 would overflow
+
     def moved(a: int, b: int) -> bool:
         if rtol == 0:
             return a != b
-        return abs(b - a) > rtol * max(abs(a), 1)
+        return abs(b - a) > tolerance * max(abs(a), 1)
 
     for name in list(base.blocks) + [n for n in now.blocks if n not in base.blocks]:
         a, b = base.blocks.get(name), now.blocks.get(name)
@@ -162,9 +169,15 @@ def compare(base: Counts, now: Counts, metrics: tuple[str, ...] = METRICS, rtol:
 
 
 def _percent(a: int, b: int) -> str:
+    """``100 (b - a) / a`` to 4 decimals, in integers (no float: counts may pass 2**1024)."""
     if a == 0:
         return "new" if b else "0"
-    return f"{100 * (b - a) / a:+.4f}%"
+    num, den = 100 * (b - a) * 10**4, abs(a)
+    if a < 0:
+        num = -num
+    q = (2 * abs(num) + den) // (2 * den)  # half up
+    sign = "-" if num < 0 and q else "+"
+    return f"{sign}{q // 10**4}.{q % 10**4:04d}%"
 
 
 def side_by_side(a: pd.DataFrame, b: pd.DataFrame, key: str, metrics: tuple[str, ...]) -> pd.DataFrame:

@@ -6,13 +6,18 @@ MLIR says where the problem is. The parsing itself is jaxlib's: no text is parse
 from __future__ import annotations
 
 import gzip
+import io
 import os
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
 from jaxlib.mlir import ir
-from jaxlib.mlir._mlir_libs import _jax_mlir_ext
-from jaxlib.mlir.dialects import chlo, mhlo, sdy, stablehlo
+
+from ._reader import diagnostic_message as _diagnostic_message
+from ._reader import first_line as _first_line
+from ._reader import make_context, parse as _parse_here
+from .guard import read_guarded
 
 _BYTECODE_MAGIC = b"ML\xefR"
 _GZIP_MAGIC = b"\x1f\x8b"
@@ -28,41 +33,6 @@ class Loaded:
     context: ir.Context
     name: str  # the file name (or "<string>") used in messages
     format: str  # "text", "bytecode" or "vhlo" (a StableHLO portable artifact)
-
-
-def make_context() -> ir.Context:
-    """An MLIR context with func, the upstream dialects jaxlib ships, StableHLO, MHLO, CHLO and Shardy."""
-    ctx = ir.Context()
-    registry = ir.DialectRegistry()
-    _jax_mlir_ext.register_dialects(registry)
-    ctx.append_dialect_registry(registry)
-    ctx.load_all_available_dialects()
-    # Diagnostics become LoadError messages; nothing is printed on stderr behind the caller's back.
-    ctx.attach_diagnostic_handler(lambda diagnostic: True)
-    stablehlo.register_dialect(ctx)
-    chlo.register_dialect(ctx)
-    mhlo.register_mhlo_dialect(ctx)
-    sdy.register_dialect(ctx)
-    return ctx
-
-
-def _first_line(text: str) -> str:
-    return " ".join(text.strip().split("\n")[0].split())
-
-
-def _diagnostic_message(err: ir.MLIRError, name: str) -> str:
-    """``name:line:col: message`` from the first error diagnostic MLIR attached."""
-    diags = list(getattr(err, "error_diagnostics", []) or [])
-    if not diags:
-        return f"{name}: {_first_line(str(err))}"
-    d = diags[0]
-    where = name
-    try:
-        loc = ir.FileLineColLoc(d.location)  # raises unless it is a file:line:col location
-        where = f"{name}:{loc.start_line}:{loc.start_col}"
-    except (ValueError, TypeError):
-        pass
-    return f"{where}: {_first_line(d.message)}"
 
 
 def _read_source(source: str | bytes | os.PathLike) -> tuple[bytes | str, str]:
@@ -88,33 +58,84 @@ def _looks_like_path(s: str) -> bool:
     return "\n" not in s and "{" not in s and len(s) < 4096
 
 
-def load(source: str | bytes | os.PathLike, context: ir.Context | None = None) -> Loaded:
-    """Parse MLIR from a path, a text string or bytes (text, bytecode, VHLO; each optionally gzipped)."""
+def load(source: str | bytes | os.PathLike, context: ir.Context | None = None,
+         isolate: bool | None = None) -> Loaded:
+    """Parse MLIR from a path, a text string or bytes (text, bytecode, VHLO; each optionally gzipped).
+
+    With ``isolate`` (the default; ``MHLO_COST_ISOLATE=0`` turns it off) jaxlib's reader runs in a child
+    process (:mod:`mhlo_cost.guard`), so that a corrupt or hostile file gives a :class:`LoadError`
+    instead of crashing, hanging or exhausting the caller's process.
+    """
     data, name = _read_source(source)
-    if isinstance(data, bytes) and data[:2] == _GZIP_MAGIC:
-        try:
-            data = gzip.decompress(data)
-        except (OSError, EOFError) as e:
-            raise LoadError(f"{name}: truncated or corrupt gzip data ({e})") from None
+    data = _gunzip(data, name)
     if len(data) == 0 or (isinstance(data, str) and not data.strip()):
         raise LoadError(f"{name}: empty file, expected MLIR")
     data = _unwrap(data, name)
+    kind, data = _classify(data, name)
     ctx = context or make_context()
-    if isinstance(data, bytes) and data[:4] == _BYTECODE_MAGIC:
-        return _load_bytecode(data, name, ctx)
-    if isinstance(data, bytes):
+    if isolate is None:
+        # (Windows: pipes cannot be waited on with a time limit there, so the reader runs in process.)
+        isolate = os.environ.get("MHLO_COST_ISOLATE", "1") != "0" and os.name != "nt"
+    module = _parse(kind, data, name, ctx, isolate)
+    return Loaded(module, ctx, name, kind)
+
+
+def _parse(kind: str, data: bytes, name: str, ctx: ir.Context, isolate: bool) -> ir.Module:
+    if isolate:
+        blob, message = read_guarded(kind, data, name)
+    else:
+        module, op, message = _parse_here(kind, data, name, ctx)
+        if message is None and op == module.operation:
+            return module
+        blob = None if message is not None else _bytecode(op)
+    if message is not None:
+        raise LoadError(_message(kind, message, name))
+    with ctx:
+        return ir.Module.parse(blob)  # bytecode that MLIR itself wrote from the input
+
+
+def _bytecode(op: ir.Operation) -> bytes:
+    buf = io.BytesIO()
+    op.write_bytecode(buf)
+    return buf.getvalue()
+
+
+def _gunzip(data, name: str):
+    if isinstance(data, bytes) and data[:2] == _GZIP_MAGIC:
         try:
-            data = data.decode("utf-8")
-        except UnicodeDecodeError:
-            raise LoadError(f"{name}: not MLIR (binary data that is neither MLIR bytecode nor gzip)") from None
-    if "\x00" in data:
+            return gzip.decompress(data)
+        except (OSError, EOFError, zlib.error, ValueError) as e:
+            raise LoadError(f"{name}: truncated or corrupt gzip data ({_first_line(str(e))})") from None
+    return data
+
+
+def _classify(data, name: str) -> tuple[str, bytes]:
+    """("bytecode" | "vhlo" | "text", the bytes to parse). Text loses a UTF-8 byte-order mark; bytes that
+    are not UTF-8 (a Latin-1 comment, a file name in a location) become U+FFFD."""
+    if isinstance(data, bytes) and data[:4] == _BYTECODE_MAGIC:
+        # The bytecode header names its producer: "StableHLO_v1.x" for portable artifacts (VHLO).
+        return ("vhlo" if b"StableHLO" in data[4:40] else "bytecode"), data
+    if isinstance(data, str):
+        text = data
+    else:
+        text = data.decode("utf-8", "replace")
+        if text.count("\ufffd") > max(8, len(text) // 100):
+            raise LoadError(f"{name}: not MLIR (binary data that is neither MLIR bytecode nor gzip)")
+    text = text.removeprefix("\ufeff")
+    if "\x00" in text:
         raise LoadError(f"{name}: not MLIR (binary data that is neither MLIR bytecode nor gzip)")
-    try:
-        with ctx:
-            module = ir.Module.parse(data)
-    except ir.MLIRError as e:
-        raise LoadError(_diagnostic_message(e, name)) from None
-    return Loaded(module, ctx, name, "text")
+    if not text.strip():
+        raise LoadError(f"{name}: empty file, expected MLIR")
+    return "text", text.encode("utf-8")
+
+
+def _message(kind: str, message: str, name: str) -> str:
+    if kind == "bytecode":
+        return "unreadable MLIR bytecode (truncated or corrupt): " + message.replace(f"{name}:0:0:", f"{name}:")
+    if kind == "vhlo" and not message.startswith(f"{name}: the MLIR reader"):
+        rest = message[len(name) + 2:] if message.startswith(f"{name}: ") else message
+        return f"{name}: unreadable StableHLO portable artifact (truncated or corrupt): {rest}"
+    return message
 
 
 def _unwrap(data, name: str):
@@ -125,22 +146,3 @@ def _unwrap(data, name: str):
         return unwrap(data, name)
     except NotMLIR as e:
         raise LoadError(str(e)) from None
-
-
-def _load_bytecode(data: bytes, name: str, ctx: ir.Context) -> Loaded:
-    # Plain MLIR bytecode of registered dialects parses directly; a StableHLO portable artifact is
-    # VHLO bytecode, which the StableHLO bindings turn back into StableHLO.
-    # The bytecode header names its producer: "StableHLO_v1.x" for portable artifacts.
-    if b"StableHLO" in data[4:40]:
-        try:
-            module = stablehlo.deserialize_portable_artifact(ctx, data)
-            return Loaded(module, ctx, name, "vhlo")
-        except Exception as e:  # the bindings raise a bare exception on bad artifacts
-            raise LoadError(f"{name}: unreadable StableHLO portable artifact (truncated or corrupt): "
-                            f"{_first_line(str(e))}") from None
-    try:
-        with ctx:
-            return Loaded(ir.Module.parse(data), ctx, name, "bytecode")
-    except ir.MLIRError as e:
-        msg = _diagnostic_message(e, name).replace(f"{name}:0:0:", f"{name}:")
-        raise LoadError(f"unreadable MLIR bytecode (truncated or corrupt): {msg}") from None

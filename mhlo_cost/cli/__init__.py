@@ -55,6 +55,13 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as e:
         print(f"mhlo-cost: error: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    except OverflowError as e:  # a count past 2**1024 meeting a float rate (a time estimate)
+        print(f"mhlo-cost: error: a count is too large for a time estimate ({e}); exact counts are "
+              "reported without --hardware / --system", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except RecursionError:  # outside the walk (which says so itself): a location or a table nested deeply
+        print("mhlo-cost: error: the input is nested too deeply to read", file=sys.stderr)
+        return EXIT_BAD_INPUT
     except KeyboardInterrupt:
         print("mhlo-cost: interrupted", file=sys.stderr)
         return 130

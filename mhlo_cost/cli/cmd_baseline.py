@@ -37,9 +37,11 @@ def _is_baseline(path: str) -> bool:
 def _metrics(value: str | None) -> tuple[str, ...]:
     from ..baseline import METRICS
 
-    if not value:
+    if value is None:
         return METRICS
     chosen = tuple(m.strip() for m in value.split(",") if m.strip())
+    if not chosen:  # `--metrics ,` would check nothing and pass: a false green in CI
+        raise UserError(f"--metrics {value!r} names no metric; choose from {', '.join(METRICS)}")
     bad = [m for m in chosen if m not in METRICS]
     if bad:
         raise UserError(f"unknown metric(s) {', '.join(bad)}; choose from {', '.join(METRICS)}")

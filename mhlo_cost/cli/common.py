@@ -157,7 +157,11 @@ def load_analysis(path: str, args, progress: Progress, dataflow: bool = False, t
         analysis = analyze_dataflow(loaded, entry=entry, conv_padding=padding)
     else:
         analysis = analyze(loaded, entry=entry, conv_padding=padding)
+    from ..visitors.base import EMPTY_ENTRY
+
     for w in analysis.warnings:  # a fact about the counts (shard_map: per device) is a note
+        if w.startswith(EMPTY_ENTRY) and getattr(args, "strict", False):
+            raise UserError(f"{analysis.source}: {w} (--strict)")
         say(args, f"note: {w}" if "per device" in w else f"warning: {w}", note="per device" in w)
     unknown = sum(r.multiplicity for r in analysis.rows if r.kind == "unknown")
     if unknown:

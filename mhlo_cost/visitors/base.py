@@ -11,127 +11,29 @@ Control flow is the base class's business, so that every metric sees it the same
   the call site's scope in front of the callee's own, so a function called 28 times costs 28 times;
 * ``while`` multiplies its body by the trip count proven from the loop condition (``trip_count``), or
   counts one iteration and marks its rows ``trip_count_unknown``;
-* ``case`` / ``if`` count their most expensive branch and mark the rows with ``branch i/N``.
+* ``scf.for`` with constant bounds and ``chlo.scan`` multiply their body by their trips / steps;
+* ``case`` / ``if`` replay their most expensive branch (rows marked ``branch i/N``) and a ``branch_max``
+  row adds what other branches have above it, so every metric is its maximum over the branches;
+* an entry function that only returns gives the warning :data:`EMPTY_ENTRY`.
 
 Subclasses emit :class:`Row` objects with :meth:`IRVisitor.emit`.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 from jaxlib.mlir import ir
 
 from ..types import TensorInfo, TypeCache
 from .locations import LocationCache, LocationInfo
+from .row import METRICS, Row  # noqa: F401 (Row and METRICS are imported from here too)
+from .trips import for_trip_count, trip_count
 
-# Rows hold exact Python integers. These are the metric columns a call or a loop multiplies.
-METRICS = (
-    "gemm_flops",
-    "conv_flops",
-    "vector_flops",
-    "transcendentals",
-    "bytes_read",
-    "bytes_written",
-    "comm_bytes",
-)
+#: The start of the warning for an entry function without work (an error under ``--strict``).
+EMPTY_ENTRY = "empty entry function"
 
 
 class AnalysisError(Exception):
     """The IR is valid MLIR but cannot be analysed (dynamic shapes, a missing callee, ...). One line."""
-
-
-@dataclass(slots=True)
-class Row:
-    op: str  # full op name, e.g. "stablehlo.dot_general"
-    kind: str  # dot, conv, elementwise, transcendental, reduce, data, collective, unknown, ...
-    loc: LocationInfo  # where the op is written: scope and (lazily) file:line
-    scope: str  # scope path, e.g. "spatial_blocks.3/attn" (the caller's scope in front for callees)
-    result: TensorInfo | tuple  # the result type (a tuple of them for several results)
-    gemm_flops: int = 0
-    conv_flops: int = 0
-    vector_flops: int = 0
-    transcendentals: int = 0
-    bytes_read: int = 0
-    bytes_written: int = 0
-    multiplicity: int = 1
-    note: str = ""
-    target: str = ""  # custom_call target, unknown op's name
-    comm_kind: str = ""
-    group_size: int = 0
-    num_groups: int = 0
-    comm_bytes: int = 0
-    comm_steps: int = 0  # ring steps per execution (latency term of the alpha-beta model)
-    operands: tuple = ()  # TensorInfo of each operand
-    weights: tuple = ()  # dot / conv: indices of operands that are function arguments (weights, inputs)
-    func: str = ""  # the function the op is written in
-    index: int = 0  # program order
-    values: tuple = ()  # keys (hashes) of the operand and result values: ((operands...), (results...))
-    # Collectives: the device ids of each replica group (collective_permute: its (source, target) pairs).
-    replica_groups: tuple = ()
-
-    def scaled(self, k: int, scope_prefix: str, note: str) -> "Row":
-        return Row(
-            self.op, self.kind, self.loc, _join_scope(scope_prefix, self.scope), self.result,
-            self.gemm_flops * k, self.conv_flops * k, self.vector_flops * k, self.transcendentals * k,
-            self.bytes_read * k, self.bytes_written * k, self.multiplicity * k,
-            _join_note(note, self.note), self.target, self.comm_kind, self.group_size, self.num_groups,
-            self.comm_bytes * k, self.comm_steps, self.operands, self.weights, self.func, 0,
-            replica_groups=self.replica_groups,
-        )
-
-    @property
-    def out_elems(self) -> int:
-        """Elements of the result (all results together)."""
-        if isinstance(self.result, TensorInfo):
-            return self.result.nelems
-        return sum(t.nelems for t in self.result)
-
-    @property
-    def compute(self) -> int:
-        return self.gemm_flops + self.conv_flops + self.vector_flops
-
-    # Text views, made only when a table asks for them.
-    @property
-    def location(self) -> str:
-        return self.loc.file_line
-
-    @property
-    def shape(self) -> str:
-        if isinstance(self.result, TensorInfo):
-            return self.result.shape_str
-        return ",".join(t.shape_str for t in self.result)
-
-    @property
-    def dtype(self) -> str:
-        if isinstance(self.result, TensorInfo):
-            return self.result.dtype
-        return ",".join(sorted({t.dtype for t in self.result}))
-
-    @property
-    def operand_shapes(self) -> str:
-        return " ".join(t.pretty for t in self.operands)
-
-    @property
-    def weight_operands(self) -> str:
-        return ",".join(str(i) for i in self.weights)
-
-
-def _join_scope(prefix: str, scope: str) -> str:
-    if not prefix:
-        return scope
-    if not scope:
-        return prefix
-    if scope == prefix or scope.startswith(prefix + "/"):
-        return scope  # the callee's names already carry the caller's path
-    return f"{prefix}/{scope}"
-
-
-def _join_note(a: str, b: str) -> str:
-    if not a:
-        return b
-    if not b:
-        return a
-    return f"{a}; {b}"
 
 
 def short_name(op_name: str) -> str:
@@ -163,6 +65,7 @@ class IRVisitor:
         self._known_type = self._types.known
         self._locations = LocationCache()
         self.rows: list[Row] = []
+        self._after_op: list[Row] = []
         self.warnings: list[str] = []
         self.external: list[str] = []  # functions declared without a body
 
@@ -191,6 +94,9 @@ class IRVisitor:
 
     def run(self) -> list[Row]:
         self.rows = list(self._function_rows(self.entry))
+        body = self.functions[self.entry].regions[0]
+        if not len(body.blocks) or len(body.blocks[0].operations) <= 1:
+            self.warnings.append(f"{EMPTY_ENTRY}: @{self.entry} does nothing but return, every count is 0")
         for i, r in enumerate(self.rows):
             r.index = i
         return self.rows
@@ -233,6 +139,9 @@ class IRVisitor:
                     self.visit(op)
                 else:
                     method(op)
+                if self._after_op:  # rows an op leaves to follow it (case / if: the per-metric maximum)
+                    self._out.extend(self._after_op)
+                    self._after_op.clear()
 
     def visit(self, op: ir.Operation) -> None:
         name = op.name
@@ -276,6 +185,32 @@ class IRVisitor:
             return
         self.replay(rows, 1, self.loc(op).scope)
 
+    def visit_for(self, op: ir.Operation) -> None:
+        """``scf.for``: its body times the trip count where the bounds are constants."""
+        self._loop(op, for_trip_count(op), op.regions[0], "for loop")
+
+    def visit_scan(self, op: ir.Operation) -> None:
+        """``chlo.scan``: its body once per element of the scanned dimension of its first input."""
+        steps = None
+        try:
+            shape = ir.ShapedType(op.operands[0].type).shape
+            dim = ir.IntegerAttr(op.attributes["dimension"]).value
+            steps = shape[dim] if 0 <= dim < len(shape) and shape[dim] >= 0 else None
+        except (ValueError, TypeError, IndexError, KeyError):
+            pass
+        self._loop(op, steps, op.regions[0], "scan")
+
+    def _loop(self, op: ir.Operation, trips: int | None, body: ir.Region, what: str) -> None:
+        scope = self.loc(op).scope
+        if trips is None:
+            self.warnings.append(f"{what} at {self.loc(op).describe()}: trip count not provable, counted once")
+            self.replay(self.collect(self.visit_region, body), 1, scope, "trip_count_unknown")
+            return
+        self.replay(self.collect(self.visit_region, body), trips, scope, f"{what} x{trips}")
+
+    def visit_yield(self, op: ir.Operation) -> None:
+        pass
+
     def visit_while(self, op: ir.Operation) -> None:
         cond, body = op.regions[0], op.regions[1]
         trips = trip_count(op)
@@ -290,16 +225,24 @@ class IRVisitor:
         self.replay(self.collect(self.visit_region, body), trips, scope, f"while x{trips}")
 
     def _visit_branches(self, op: ir.Operation, regions) -> None:
+        """The branch with the most compute (then bytes) is replayed; where another branch is above it in a
+        metric (comm bytes, transcendentals, ...), a ``branch_max`` row after the op adds the difference,
+        so every metric is its maximum over the branches."""
         branches = [self.collect(self.visit_region, r) for r in regions]
         if not branches:
             return
         n = len(branches)
-
-        def cost(rows):
-            return (sum(r.compute for r in rows), sum(r.bytes_read + r.bytes_written for r in rows))
-
-        best = max(range(n), key=lambda i: cost(branches[i]))
-        self.replay(branches[best], 1, self.loc(op).scope, f"branch {best}/{n} (max)")
+        totals = [[sum(getattr(r, m) for r in rows) for m in METRICS] for rows in branches]
+        best = max(range(n), key=lambda i: (totals[i][0] + totals[i][1] + totals[i][2], totals[i][4] + totals[i][5]))
+        loc = self.loc(op)
+        self.replay(branches[best], 1, loc.scope, f"branch {best}/{n} (max)")
+        extra = [max(t[j] for t in totals) - totals[best][j] for j in range(len(METRICS))]
+        if any(extra):
+            row = Row(op.name, "branch_max", loc, loc.scope, (), *extra[:6], multiplicity=0,
+                      note=f"per-metric maximum over {n} branches, above branch {best}", func=self._func_name,
+                      values=((), ()))
+            row.comm_bytes = extra[6]
+            self._after_op.append(row)
 
     def visit_case(self, op: ir.Operation) -> None:
         self._visit_branches(op, list(op.regions))
@@ -410,140 +353,3 @@ class IRVisitor:
 def _is_private(fn: ir.Operation) -> bool:
     vis = fn.attributes["sym_visibility"] if "sym_visibility" in fn.attributes else None
     return vis is not None and ir.StringAttr(vis).value == "private"
-
-
-# -- trip counts ------------------------------------------------------------------------------------------------
-def _int_constant(v: ir.Value) -> int | None:
-    """The integer of a scalar (or splat) constant, looking through converts; None where not constant."""
-    owner = v.owner
-    if not isinstance(owner, (ir.Operation, ir.OpView)):
-        return None
-    op = owner.operation
-    name = short_name(op.name)
-    if name == "convert" or name == "reshape" or name == "broadcast_in_dim":
-        return _int_constant(op.operands[0])
-    if name != "constant" or "value" not in op.attributes:
-        return None
-    attr = op.attributes["value"]
-    try:
-        dense = ir.DenseIntElementsAttr(attr)
-    except (ValueError, TypeError):
-        return None
-    if dense.is_splat:
-        return int(dense.get_splat_value().value)
-    vals = list(dense)
-    if len(vals) == 1:
-        return int(vals[0])
-    return None
-
-
-def _through_converts(v: ir.Value) -> ir.Value:
-    while isinstance(v.owner, (ir.Operation, ir.OpView)) and short_name(v.owner.operation.name) == "convert":
-        v = v.owner.operation.operands[0]
-    return v
-
-
-def _comparison(op: ir.Operation) -> str | None:
-    if "comparison_direction" not in op.attributes:
-        return None
-    attr = op.attributes["comparison_direction"]
-    from jaxlib.mlir.dialects import mhlo, stablehlo
-
-    for cls in (stablehlo.ComparisonDirectionAttr, mhlo.ComparisonDirectionAttr):
-        try:
-            return cls(attr).value
-        except (ValueError, TypeError):
-            continue
-    return None
-
-
-_FLIP = {"LT": "GT", "LE": "GE", "GT": "LT", "GE": "LE", "EQ": "EQ", "NE": "NE"}
-
-
-def trip_count(while_op: ir.Operation) -> int | None:
-    """Iterations of ``while`` when its condition compares an induction variable with a constant.
-
-    The induction variable is a loop-carried value with a constant initial value that the body changes
-    by a constant step (``add``/``subtract``). Returns None where that cannot be proven.
-    """
-    cond_block = while_op.regions[0].blocks[0]
-    body_block = while_op.regions[1].blocks[0]
-    cond_ops = [o.operation for o in cond_block.operations]
-    if not cond_ops:
-        return None
-    ret = cond_ops[-1]
-    if len(ret.operands) != 1:
-        return None
-    cmp_val = ret.operands[0]
-    if not isinstance(cmp_val.owner, (ir.Operation, ir.OpView)):
-        return None
-    cmp = cmp_val.owner.operation
-    if short_name(cmp.name) != "compare":
-        return None
-    direction = _comparison(cmp)
-    if direction is None:
-        return None
-    if "compare_type" in cmp.attributes and "UNSIGNED" in str(cmp.attributes["compare_type"]):
-        return None  # wrap-around semantics: not modelled
-    body_ops = [o.operation for o in body_block.operations]
-    body_ret = body_ops[-1]
-
-    def loop_invariant_constant(v: ir.Value) -> int | None:
-        """A constant, or a loop-carried value that starts constant and the body passes on unchanged."""
-        c = _int_constant(v)
-        if c is not None or not (isinstance(v.owner, ir.Block) and v.owner == cond_block):
-            return c
-        j = ir.BlockArgument(v).arg_number
-        passed = body_ret.operands[j]
-        if not (isinstance(passed.owner, ir.Block) and passed.owner == body_block
-                and ir.BlockArgument(passed).arg_number == j):
-            return None
-        return _int_constant(while_op.operands[j])
-
-    lhs, rhs = _through_converts(cmp.operands[0]), _through_converts(cmp.operands[1])
-    arg_index, bound = None, None
-    for a, b, d in ((lhs, rhs, direction), (rhs, lhs, _FLIP[direction])):
-        if isinstance(a.owner, ir.Block) and a.owner == cond_block:
-            c = loop_invariant_constant(b)
-            if c is not None:
-                arg_index, bound, direction = ir.BlockArgument(a).arg_number, c, d
-                break
-    if arg_index is None:
-        return None
-    init = _int_constant(while_op.operands[arg_index])
-    if init is None:
-        return None
-    nxt = body_ret.operands[arg_index]
-    if not isinstance(nxt.owner, (ir.Operation, ir.OpView)):
-        return None
-    upd = nxt.owner.operation
-    kind = short_name(upd.name)
-    if kind not in ("add", "subtract"):
-        return None
-    step = None
-    a, b = upd.operands[0], upd.operands[1]
-    is_iv = lambda v: isinstance(v.owner, ir.Block) and v.owner == body_block \
-        and ir.BlockArgument(v).arg_number == arg_index  # noqa: E731
-    if is_iv(a):
-        step = _int_constant(b)
-    elif is_iv(b) and kind == "add":
-        step = _int_constant(a)
-    if step is None or step == 0:
-        return None
-    if kind == "subtract":
-        step = -step
-    return _iterations(init, bound, step, direction)
-
-
-def _iterations(init: int, bound: int, step: int, direction: str) -> int | None:
-    if direction == "LT" and step > 0:
-        return max(0, -((init - bound) // step))
-    if direction == "LE" and step > 0:
-        return max(0, (bound - init) // step + 1)
-    if direction == "GT" and step < 0:
-        return max(0, -((bound - init) // -step))
-    if direction == "GE" and step < 0:
-        return max(0, (init - bound) // -step + 1)
-    if direction == "NE" and (bound - init) % step == 0 and (bound - init) // step >= 0:
-        return (bound - init) // step
-    return None

@@ -117,19 +117,26 @@ class CommIRVisitor(IRVisitor):
     """Counts every collective's per-device volume; one row each, kind ``collective``."""
 
     def _groups(self, op: ir.Operation, attr_name: str = "replica_groups") -> tuple[int, int]:
-        """(group size, number of groups)."""
+        """(group size, number of groups).
+
+        In the StableHLO spec's cross_replica_and_partition mode (a channel, no global device ids; not
+        all_to_all / collective_permute) each group of replicas spans every partition: its size is the
+        group's length x the number of partitions (empty groups: every replica)."""
+        has_channel = "channel_handle" in op.attributes or "channel_id" in op.attributes
+        global_ids = "use_global_device_ids" in op.attributes
+        partitions = _module_int(self.module, "mhlo.num_partitions")
+        replicas = _module_int(self.module, "mhlo.num_replicas")
+        across = has_channel and not global_ids and short_name(op.name) not in ("all_to_all", "collective_permute")
         if attr_name in op.attributes:
             attr = op.attributes[attr_name]
             if isa(attr, ir.DenseIntElementsAttr):
                 shape = ir.ShapedType(ir.DenseElementsAttr(attr).type).shape
                 if len(shape) == 2 and shape[0] > 0 and shape[1] > 0:
-                    return shape[1], shape[0]
-        has_channel = "channel_handle" in op.attributes or "channel_id" in op.attributes
-        global_ids = "use_global_device_ids" in op.attributes
-        partitions = _module_int(self.module, "mhlo.num_partitions")
-        replicas = _module_int(self.module, "mhlo.num_replicas")
+                    return (shape[1] * partitions if across else shape[1]), shape[0]
         if global_ids:
             return partitions * replicas, 1
+        if across:
+            return replicas * partitions, 1
         if has_channel and partitions > 1:
             return partitions, replicas
         return replicas, partitions

@@ -5,11 +5,12 @@ from jaxlib.mlir import ir
 
 from ..memory.record import LivenessMixin
 from .comm import CommIRVisitor
+from .more_rules import MoreRules
 from .tflops import TFlopsVisitor
 from .vector import KNOWN_CUSTOM_CALLS, VectorVisitor
 
 
-class CostRules(CommIRVisitor, TFlopsVisitor, VectorVisitor):
+class CostRules(CommIRVisitor, TFlopsVisitor, MoreRules, VectorVisitor):
     """One row per op occurrence. An op that no rule knows is a row of kind ``unknown``, never a zero."""
 
     def generic_visit(self, op: ir.Operation) -> None:

@@ -54,7 +54,10 @@ class LocationInfo:
     def file_line(self) -> str:
         """``file:line`` of the innermost source frame, or ""."""
         if self._file_line is None:
-            self._file_line = _file_line(self._loc, self._memo)
+            try:
+                self._file_line = _file_line(self._loc, self._memo)
+            except RuntimeError:  # a file name that is not UTF-8 (nanobind's conversion error)
+                self._file_line = "?"
             self._loc = self._memo = None
         return self._file_line
 

@@ -16,7 +16,7 @@ from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import mhlo, stablehlo
 
 from ..types import isa
-from .base import IRVisitor
+from .base import AnalysisError, IRVisitor
 
 
 # -- pure rules -------------------------------------------------------------------------------------------------
@@ -27,10 +27,17 @@ def contraction_flops(lhs_shape: tuple[int, ...], result_nelems: int, lhs_contra
     return 2 * result_nelems * k
 
 
+#: Loop steps one spatial dimension of a convolution may take (bounded work on hostile shapes).
+MAX_CONV_STEPS = 20_000_000
+
+
 def valid_positions(in_size: int, out_size: int, kernel_size: int, stride: int, pad_low: int,
                     lhs_dilation: int, rhs_dilation: int, dense: bool = False) -> int:
     """Pairs (output index, kernel index) of one spatial dimension that read a real input element; with
     ``dense``, those that read an input element or padding (a hole of lhs dilation is neither)."""
+    steps = kernel_size * (out_size if lhs_dilation != 1 or dense else 1)
+    if steps > MAX_CONV_STEPS:
+        raise ValueError(f"a convolution window of {kernel_size} x {out_size} positions is too large to count")
     if dense:
         return _dense_positions(in_size, out_size, kernel_size, stride, pad_low, lhs_dilation, rhs_dilation)
     count = 0
@@ -158,16 +165,19 @@ class TFlopsVisitor(IRVisitor):
         n = len(dn["input_spatial"])
         pad = int_list(op, "padding", [0] * (2 * n))
         padding = [(pad[2 * i], pad[2 * i + 1]) for i in range(n)]
-        row.conv_flops = convolution_flops(
-            lhs.shape, rhs.shape, out.shape, dn,
-            int_list(op, "window_strides", [1] * n),
-            padding,
-            int_list(op, "lhs_dilation", [1] * n),
-            int_list(op, "rhs_dilation", [1] * n),
-            int_attr(op, "feature_group_count", 1),
-            int_attr(op, "batch_group_count", 1),
-            self.conv_padding == "dense",
-        )
+        try:
+            row.conv_flops = convolution_flops(
+                lhs.shape, rhs.shape, out.shape, dn,
+                int_list(op, "window_strides", [1] * n),
+                padding,
+                int_list(op, "lhs_dilation", [1] * n),
+                int_list(op, "rhs_dilation", [1] * n),
+                int_attr(op, "feature_group_count", 1),
+                int_attr(op, "batch_group_count", 1),
+                self.conv_padding == "dense",
+            )
+        except (ValueError, IndexError, ZeroDivisionError) as e:  # a window too large to count, odd attributes
+            raise AnalysisError(f"{op.name} at {self.loc(op).describe()}: {e}") from None
 
 
 _VARIANTS: dict = {}

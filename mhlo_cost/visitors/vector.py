@@ -41,6 +41,7 @@ TRANSCENDENTAL = frozenset({
 #: CHLO ops whose names differ from the StableHLO op they compute.
 CHLO_EQUIVALENTS = {
     "square": "multiply",
+    "mulhi": "multiply",  # the high half of a full product: one multiply per element
     **{f"broadcast_{n}": n for n in (
         "add", "subtract", "multiply", "divide", "remainder", "maximum", "minimum", "power", "atan2", "and",
         "or", "xor", "compare", "select", "shift_left", "shift_right_arithmetic", "shift_right_logical",
@@ -66,6 +67,8 @@ DATA_MOVEMENT = frozenset({
     "partition_id", "replica_id", "rng_get_and_update_state", "add_dependency", "sharding_constraint",
     "propagation_barrier", "sharding_group", "reshard", "domain", "uniform_quantize", "uniform_dequantize",
     "stochastic_convert",
+    # dynamic_* forms with static result types move the same data as their static ops
+    "dynamic_broadcast_in_dim", "dynamic_reshape", "dynamic_iota", "dynamic_pad", "dynamic_gather",
 })
 
 #: custom_call targets that only carry sharding or placement: data movement, not unknown work.
@@ -76,22 +79,52 @@ KNOWN_CUSTOM_CALLS = frozenset({
 })
 
 
-def body_flops(region: ir.Region) -> tuple[int, int]:
-    """(FLOPs, transcendentals) of one application of a reducer / comparator body."""
+def body_flops(region: ir.Region, functions: dict | None = None, unknown: list | None = None,
+               depth: int = 0) -> tuple[int, int]:
+    """(FLOPs, transcendentals) of one application of a reducer / comparator / update body.
+
+    A ``func.call`` in the body counts its callee's ops (``functions``: name -> func.func); an op with no
+    rule there (a ``custom_call``, an unknown op, a call that cannot be followed) is named in ``unknown``.
+    """
     flops = trans = 0
     for block in region.blocks:
         for op in block.operations:
-            name = short_name(op.operation.name)
+            op = op.operation
+            name = short_name(op.name)
             name = CHLO_EQUIVALENTS.get(name, name)
             if name in TRANSCENDENTAL:
                 flops += 1
                 trans += 1
             elif name in ELEMENTWISE:
                 flops += 1
+            elif name == "call" and functions is not None and depth < 64:
+                callee = functions.get(ir.FlatSymbolRefAttr(op.attributes["callee"]).value)
+                if callee is None or not len(callee.regions[0].blocks):
+                    _note(unknown, op.name)
+                    continue
+                f, t = body_flops(callee.regions[0], functions, unknown, depth + 1)
+                flops, trans = flops + f, trans + t
+            elif name not in DATA_MOVEMENT and name not in ("return", "yield"):
+                _note(unknown, op.name)
     return flops, trans
 
 
+def _note(unknown: list | None, name: str) -> None:
+    if unknown is not None and name not in unknown:
+        unknown.append(name)
+
+
 class VectorVisitor(IRVisitor):
+    def body(self, row, region: ir.Region) -> tuple[int, int]:
+        """:func:`body_flops` of ``region`` with calls followed; an op there that no rule knows makes the
+        row ``unknown`` (its FLOPs are then a lower bound), never a silent zero."""
+        unknown: list = []
+        f, t = body_flops(region, self.functions, unknown)
+        if unknown:
+            row.kind = "unknown"
+            row.target = f"{row.op} body: {', '.join(unknown)}"
+        return f, t
+
     def _elementwise(self, op: ir.Operation) -> None:
         if op.name in _SAME_TYPE_OPS:
             row = self.emit_same_type(op, "elementwise")
@@ -116,7 +149,7 @@ class VectorVisitor(IRVisitor):
         row = self.emit(op, "reduce")
         in_n = row.operands[0].nelems
         out_n = row.result.nelems if isinstance(row.result, TensorInfo) else row.result[0].nelems
-        f, t = body_flops(op.regions[0])
+        f, t = self.body(row, op.regions[0])
         combines = max(0, in_n - out_n)
         row.vector_flops, row.transcendentals = combines * f, combines * t
 
@@ -126,7 +159,7 @@ class VectorVisitor(IRVisitor):
         w = 1
         for d in int_list(op, "window_dimensions", []):
             w *= d
-        f, t = body_flops(op.regions[0])
+        f, t = self.body(row, op.regions[0])
         combines = out_n * max(0, w - 1)
         row.vector_flops, row.transcendentals = combines * f, combines * t
 
@@ -137,8 +170,8 @@ class VectorVisitor(IRVisitor):
         w = 1
         for d in int_list(op, "window_dimensions", []):
             w *= d
-        sel, _ = body_flops(op.regions[0])
-        comb, t = body_flops(op.regions[1])
+        sel, _ = self.body(row, op.regions[0])
+        comb, t = self.body(row, op.regions[1])
         row.vector_flops, row.transcendentals = src_n * (max(0, w - 1) * sel + comb), src_n * t
 
     def visit_sort(self, op: ir.Operation) -> None:
@@ -149,7 +182,7 @@ class VectorVisitor(IRVisitor):
             dim += len(ti.shape)
         size = ti.shape[dim] if ti.shape else 1
         depth = max(0, (size - 1).bit_length())  # ceil(log2(size))
-        f, t = body_flops(op.regions[0])
+        f, t = self.body(row, op.regions[0])
         row.vector_flops, row.transcendentals = ti.nelems * depth * f, ti.nelems * depth * t
 
     def _window_read(self, op: ir.Operation) -> None:
@@ -171,14 +204,14 @@ class VectorVisitor(IRVisitor):
         row = self.emit(op, "data")
         n_inputs = len(op.results)
         updates = sum(t.nelems for t in row.operands[n_inputs + 1:])  # inputs, indices, updates
-        f, t = body_flops(op.regions[0])
-        if f:
+        f, t = self.body(row, op.regions[0])
+        if f and row.kind != "unknown":
             row.kind = "elementwise"
             row.vector_flops, row.transcendentals = updates * f, updates * t
 
     def visit_map(self, op: ir.Operation) -> None:
         row = self.emit(op, "elementwise")
-        f, t = body_flops(op.regions[0])
+        f, t = self.body(row, op.regions[0])
         row.vector_flops, row.transcendentals = row.out_elems * f, row.out_elems * t
 
     def visit_rng(self, op: ir.Operation) -> None:

@@ -1,0 +1,152 @@
+"""The MLIR reader, run in a child process by :mod:`mhlo_cost.loader` (and importable for its context).
+
+jaxlib's bytecode reader trusts its input: one flipped byte can make it abort or crash the process
+(SIGABRT, SIGSEGV), and a hostile text file can make the StableHLO parser allocate without end. So the
+input is parsed here, in a child with bounded memory and time, and the child hands back either MLIR
+bytecode written by MLIR itself (which the parent then parses, fast and safely) or one error line.
+
+This file imports only jaxlib and the standard library: the child starts in a fraction of a second.
+
+Protocol: ``argv[1]`` is the kind (``text``, ``bytecode`` or ``vhlo``), ``argv[2]`` the file name used in
+messages, ``argv[3]`` the memory limit in bytes; the input comes on stdin. On stdout: ``K`` and the
+bytecode, or ``E`` and a UTF-8 message.
+"""
+from __future__ import annotations
+
+import io
+import json
+import sys
+
+from jaxlib.mlir import ir
+from jaxlib.mlir._mlir_libs import _jax_mlir_ext
+from jaxlib.mlir.dialects import chlo, mhlo, sdy, stablehlo
+
+
+def make_context(handler: bool = True) -> ir.Context:
+    """An MLIR context with func, the upstream dialects jaxlib ships, StableHLO, MHLO, CHLO and Shardy.
+
+    With ``handler``, diagnostics are swallowed (they reach callers as MLIRError), so nothing is printed on
+    stderr behind the caller's back."""
+    ctx = ir.Context()
+    registry = ir.DialectRegistry()
+    _jax_mlir_ext.register_dialects(registry)
+    ctx.append_dialect_registry(registry)
+    ctx.load_all_available_dialects()
+    if handler:
+        ctx.attach_diagnostic_handler(lambda diagnostic: True)
+    stablehlo.register_dialect(ctx)
+    chlo.register_dialect(ctx)
+    mhlo.register_mhlo_dialect(ctx)
+    sdy.register_dialect(ctx)
+    return ctx
+
+
+def first_line(text: str) -> str:
+    return " ".join(text.strip().split("\n")[0].split())
+
+
+def diagnostic_message(err: ir.MLIRError, name: str) -> str:
+    """``name:line:col: message`` from the first error diagnostic MLIR attached."""
+    diags = list(getattr(err, "error_diagnostics", []) or [])
+    if not diags:
+        return f"{name}: {first_line(str(err))}"
+    d = diags[0]
+    where = name
+    try:
+        loc = ir.FileLineColLoc(d.location)  # raises unless it is a file:line:col location
+        where = f"{name}:{loc.start_line}:{loc.start_col}"
+    except (ValueError, TypeError):
+        pass
+    return f"{where}: {_plain(first_line(d.message))}"
+
+
+def _plain(message: str) -> str:
+    """MLIR's advice for unregistered dialects names options a user of mhlo-cost does not have."""
+    if "created with unregistered dialect" in message or "unregistered operation" in message:
+        head = message.split(". If this is intended")[0]
+        if "quant" in head:
+            return (f"{head}: quantized types (!quant.uniform) need MLIR's quant dialect, which jaxlib "
+                    "does not include, so mhlo-cost cannot read this program")
+        return f"{head} (a dialect that mhlo-cost's MLIR, jaxlib's, does not include)"
+    return message
+
+
+def _single_module(op: ir.Operation):
+    """The operation to hand back: the module, or the one module nested in it (``module { module {...} }``)."""
+    while True:
+        ops = [o.operation for o in op.regions[0].blocks[0].operations]
+        inner = [o for o in ops if o.name == "builtin.module"]
+        if any(o.name == "func.func" for o in ops) or not inner:
+            return op, None
+        if len(inner) > 1:
+            names = [str(o.attributes["sym_name"]) if "sym_name" in o.attributes else "(unnamed)" for o in inner]
+            return None, (f"{len(inner)} modules in one file ({', '.join(names)}); mhlo-cost analyses one "
+                          "module: write each to its own file")
+        op = inner[0]
+
+
+def parse(kind: str, data: bytes, name: str, ctx: ir.Context):
+    """(module, the module operation to analyse, None) or (None, None, message)."""
+    try:
+        if kind == "vhlo":
+            module = stablehlo.deserialize_portable_artifact(ctx, data)
+        else:
+            with ctx:
+                module = ir.Module.parse(data)
+    except ir.MLIRError as e:
+        return None, None, diagnostic_message(e, name)
+    except (MemoryError, Exception) as e:  # bad bytes inside a message, a reader's own exceptions
+        text = first_line(str(e)) or type(e).__name__
+        if isinstance(e, MemoryError) or "bad_alloc" in text:
+            text = "the MLIR reader ran out of memory on this input: truncated, corrupt or hostile data"
+        return None, None, f"{name}: {text}"
+    op, message = _single_module(module.operation)
+    return (module, op, None) if op is not None else (None, None, f"{name}: {message}")
+
+
+def _limit_memory(extra: int) -> None:
+    """Address space: what the process maps now plus ``extra`` bytes (Linux; elsewhere no limit)."""
+    try:
+        import os
+        import resource
+
+        with open("/proc/self/statm") as f:
+            mapped = int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+        hard = resource.getrlimit(resource.RLIMIT_AS)[1]
+        soft = mapped + extra
+        if hard != resource.RLIM_INFINITY:
+            soft = min(soft, hard)
+        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+    except (ImportError, ValueError, OSError):
+        pass
+
+
+def _answer(kind: str, data: bytes, name: str) -> bytes:
+    """``K`` and bytecode, ``E`` and a message, or ``M`` and a message (out of memory: restart me)."""
+    _, op, message = parse(kind, data, name, make_context(handler=False))
+    if op is None:
+        code = b"M" if "ran out of memory" in message else b"E"
+        return code + message.encode("utf-8", "replace")
+    buf = io.BytesIO()
+    op.write_bytecode(buf)
+    return b"K" + buf.getvalue()
+
+
+def serve() -> None:
+    """Requests on stdin, one JSON header line ``[kind, name, extra_memory, size]`` and the bytes; each
+    answer on stdout as 8 bytes of length (big-endian) and the answer."""
+    inp, out = sys.stdin.buffer, sys.stdout.buffer
+    while True:
+        header = inp.readline()
+        if not header:
+            return
+        kind, name, extra, size = json.loads(header)
+        data = inp.read(size)
+        _limit_memory(extra)
+        answer = _answer(kind, data, name)
+        out.write(len(answer).to_bytes(8, "big") + answer)
+        out.flush()
+
+
+if __name__ == "__main__":
+    serve()

@@ -1,0 +1,143 @@
+"""Run jaxlib's MLIR reader (:mod:`mhlo_cost._reader`) in a child process: a crash, a hang or a memory
+bomb in the reader ends the child, never the caller.
+
+One child serves every load of a process (it starts once, in a fraction of a second, and is started
+again after a failure). Each request gets a memory allowance (address space) and a time limit that grow
+with the input; the parent gets back bytecode that MLIR wrote, or one error line.
+"""
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import selectors
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+_READER = Path(__file__).with_name("_reader.py")
+
+#: Address space a request may add to the child: a floor plus room that grows with the input.
+BASE_MEMORY = 1 << 30
+MEMORY_PER_INPUT_BYTE = 64
+#: Seconds: a floor (which includes the child's start), plus time that grows with the input.
+BASE_SECONDS = 20.0
+SECONDS_PER_MB = 4.0
+
+# Runs the reader file without putting its folder (which holds a ``types.py``) on sys.path.
+_BOOT = "import runpy, sys; del sys.path[0]; sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')"
+
+
+class _Failed(Exception):
+    """The child died or ran out of time; ``str()`` says how."""
+
+
+def limits(n_bytes: int) -> tuple[int, float]:
+    """(memory in bytes, seconds) a request for an input of ``n_bytes`` may use."""
+    return BASE_MEMORY + MEMORY_PER_INPUT_BYTE * n_bytes, BASE_SECONDS + SECONDS_PER_MB * n_bytes / 1e6
+
+
+class _Server:
+    def __init__(self):
+        self.proc: subprocess.Popen | None = None
+        self.pid = 0  # the process that started the child (a fork must start its own)
+        self.err = None
+        self.lock = threading.Lock()
+
+    def request(self, kind: str, data: bytes, name: str) -> bytes:
+        memory, seconds = limits(len(data))
+        with self.lock:
+            if self.proc is None or self.pid != os.getpid() or self.proc.poll() is not None:
+                try:
+                    self._start()
+                except OSError as e:
+                    raise _Failed(f"cannot start the MLIR reader process: {e.strerror or e}") from None
+            header = json.dumps([kind, name, memory, len(data)]).encode() + b"\n"
+            try:
+                self.proc.stdin.write(header + data)
+                self.proc.stdin.flush()
+                size = int.from_bytes(self._read(8, time.monotonic() + seconds, seconds), "big")
+                answer = self._read(size, time.monotonic() + seconds, seconds)
+            except (_Failed, OSError) as e:
+                message = str(e) if isinstance(e, _Failed) else self._death(memory)
+                self.stop()
+                raise _Failed(message) from None
+            if answer[:1] == b"M":
+                self.stop()  # after running out of memory the child is not trusted again
+            return answer
+
+    def _start(self) -> None:
+        self.err = tempfile.TemporaryFile()
+        env = dict(os.environ)
+        env.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
+        self.proc = subprocess.Popen([sys.executable, "-c", _BOOT, str(_READER)], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=self.err, env=env)
+        self.pid = os.getpid()
+
+    def _read(self, n: int, deadline: float, seconds: float) -> bytes:
+        fd = self.proc.stdout.fileno()
+        chunks, got = [], 0
+        with selectors.DefaultSelector() as sel:
+            sel.register(fd, selectors.EVENT_READ)
+            while got < n:
+                left = deadline - time.monotonic()
+                if left <= 0 or not sel.select(left):
+                    raise _Failed(f"the MLIR reader ran past {seconds:.0f} s on this input and was stopped "
+                                  "(a hostile or broken file?)")
+                chunk = os.read(fd, min(n - got, 1 << 20))
+                if not chunk:
+                    raise OSError("the reader closed its output")
+                chunks.append(chunk)
+                got += len(chunk)
+        return b"".join(chunks)
+
+    def _death(self, memory: int) -> str:
+        try:
+            code = self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            code = 0
+        self.err.seek(0)
+        text = self.err.read().decode("utf-8", "replace")
+        what = f"exit {code}"
+        if code < 0:
+            try:
+                what = signal.Signals(-code).name
+            except ValueError:
+                what = f"signal {-code}"
+        if "MemoryError" in text or "bad_alloc" in text or "unable to grow" in text:
+            return (f"the MLIR reader ran out of memory on this input (limit {memory >> 20} MiB more): "
+                    "truncated, corrupt or hostile data")
+        return f"the MLIR reader crashed on this input ({what}): truncated, corrupt or hostile data"
+
+    def stop(self) -> None:
+        if self.proc is not None and self.pid == os.getpid():
+            try:
+                self.proc.kill()
+                self.proc.wait(timeout=5)
+            except (OSError, subprocess.TimeoutExpired):
+                pass
+            for f in (self.proc.stdin, self.proc.stdout, self.err):
+                try:
+                    f.close()
+                except OSError:
+                    pass
+        self.proc = None
+
+
+_SERVER = _Server()
+atexit.register(_SERVER.stop)
+
+
+def read_guarded(kind: str, data: bytes, name: str) -> tuple[bytes | None, str | None]:
+    """(bytecode, None) where the child read ``data``; (None, one-line message) where it did not."""
+    try:
+        answer = _SERVER.request(kind, data, name)
+    except _Failed as e:
+        return None, f"{name}: {e}"
+    if answer[:1] == b"K":
+        return answer[1:], None
+    return None, answer[1:].decode("utf-8", "replace")

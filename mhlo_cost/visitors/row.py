@@ -1,0 +1,113 @@
+"""``Row``: one op occurrence of the walk, with its exact integer counts."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..types import TensorInfo
+from .locations import LocationInfo
+
+# Rows hold exact Python integers. These are the metric columns a call or a loop multiplies.
+METRICS = (
+    "gemm_flops",
+    "conv_flops",
+    "vector_flops",
+    "transcendentals",
+    "bytes_read",
+    "bytes_written",
+    "comm_bytes",
+)
+
+
+
+@dataclass(slots=True)
+class Row:
+    op: str  # full op name, e.g. "stablehlo.dot_general"
+    kind: str  # dot, conv, elementwise, transcendental, reduce, data, collective, unknown, ...
+    loc: LocationInfo  # where the op is written: scope and (lazily) file:line
+    scope: str  # scope path, e.g. "spatial_blocks.3/attn" (the caller's scope in front for callees)
+    result: TensorInfo | tuple  # the result type (a tuple of them for several results)
+    gemm_flops: int = 0
+    conv_flops: int = 0
+    vector_flops: int = 0
+    transcendentals: int = 0
+    bytes_read: int = 0
+    bytes_written: int = 0
+    multiplicity: int = 1
+    note: str = ""
+    target: str = ""  # custom_call target, unknown op's name
+    comm_kind: str = ""
+    group_size: int = 0
+    num_groups: int = 0
+    comm_bytes: int = 0
+    comm_steps: int = 0  # ring steps per execution (latency term of the alpha-beta model)
+    operands: tuple = ()  # TensorInfo of each operand
+    weights: tuple = ()  # dot / conv: indices of operands that are function arguments (weights, inputs)
+    func: str = ""  # the function the op is written in
+    index: int = 0  # program order
+    values: tuple = ()  # keys (hashes) of the operand and result values: ((operands...), (results...))
+    # Collectives: the device ids of each replica group (collective_permute: its (source, target) pairs).
+    replica_groups: tuple = ()
+
+    def scaled(self, k: int, scope_prefix: str, note: str) -> "Row":
+        return Row(
+            self.op, self.kind, self.loc, _join_scope(scope_prefix, self.scope), self.result,
+            self.gemm_flops * k, self.conv_flops * k, self.vector_flops * k, self.transcendentals * k,
+            self.bytes_read * k, self.bytes_written * k, self.multiplicity * k,
+            _join_note(note, self.note), self.target, self.comm_kind, self.group_size, self.num_groups,
+            self.comm_bytes * k, self.comm_steps, self.operands, self.weights, self.func, 0,
+            replica_groups=self.replica_groups,
+        )
+
+    @property
+    def out_elems(self) -> int:
+        """Elements of the result (all results together)."""
+        if isinstance(self.result, TensorInfo):
+            return self.result.nelems
+        return sum(t.nelems for t in self.result)
+
+    @property
+    def compute(self) -> int:
+        return self.gemm_flops + self.conv_flops + self.vector_flops
+
+    # Text views, made only when a table asks for them.
+    @property
+    def location(self) -> str:
+        return self.loc.file_line
+
+    @property
+    def shape(self) -> str:
+        if isinstance(self.result, TensorInfo):
+            return self.result.shape_str
+        return ",".join(t.shape_str for t in self.result)
+
+    @property
+    def dtype(self) -> str:
+        if isinstance(self.result, TensorInfo):
+            return self.result.dtype
+        return ",".join(sorted({t.dtype for t in self.result}))
+
+    @property
+    def operand_shapes(self) -> str:
+        return " ".join(t.pretty for t in self.operands)
+
+    @property
+    def weight_operands(self) -> str:
+        return ",".join(str(i) for i in self.weights)
+
+
+def _join_scope(prefix: str, scope: str) -> str:
+    if not prefix:
+        return scope
+    if not scope:
+        return prefix
+    if scope == prefix or scope.startswith(prefix + "/"):
+        return scope  # the callee's names already carry the caller's path
+    return f"{prefix}/{scope}"
+
+
+def _join_note(a: str, b: str) -> str:
+    if not a:
+        return b
+    if not b:
+        return a
+    return f"{a}; {b}"
