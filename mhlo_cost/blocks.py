@@ -82,15 +82,39 @@ def block_table(analysis, blocks, parts: bool = False, extra: dict[str, Callable
     ``peak_bytes<suffix>`` (the highest live total while the block's ops run; every block of a loop gets its
     body's) and ``live_out_bytes<suffix>`` (live once its last op is done); TOTAL: the program's peak and
     what is live at its end."""
-    rows = analysis.rows
     metrics = dict(ROW_METRICS)
     if extra:
         metrics.update(extra)
     names = list(metrics)
-    funcs = [metrics[m] for m in names]
+    acc, order, row_keys = _accumulate(analysis.rows, blocks, [metrics[m] for m in names], parts)
+    keys = sorted(acc, key=_sort_key(order))
+    totals = [sum(acc[k][c] for k in keys) for c in range(len(names))] if keys else [0] * len(names)
 
-    # key -> accumulated values; keys in order of first appearance.
-    # A key is ("b", block id, part) or ("g", group name, "").
+    col_block, col_kind, col_index, col_part = [], [], [], []
+    for key in keys:
+        blk = blocks.blocks[key[1]] if key[0] == "b" else None
+        col_block.append(blk.name if blk else key[1])
+        col_kind.append(blk.kind if blk else "")
+        col_index.append(blk.index if blk else None)
+        col_part.append(key[2])
+    data = {"block": col_block + [TOTAL], "kind": col_kind + [""],
+            "index": pd.array(col_index + [None], dtype="Int64")}
+    if parts:
+        data["part"] = col_part + [""]
+    for c, m in enumerate(names):
+        vals = [acc[k][c] for k in keys] + [totals[c]]
+        data[m] = int_series(vals) if all(isinstance(v, int) for v in vals) else pd.Series(vals, dtype="float64")
+    for suffix, prof in memory or ():
+        peak, live_out = _memory_columns(row_keys, prof)
+        data["peak_bytes" + suffix] = int_series([peak.get(k, 0) for k in keys] + [prof.peak_bytes])
+        end = prof.after[-1] if prof.after else prof.argument_bytes
+        data["live_out_bytes" + suffix] = int_series([live_out.get(k, 0) for k in keys] + [end])
+    return pd.DataFrame(data)
+
+
+def _accumulate(rows, blocks, funcs, parts: bool):
+    """Per table key, the metric sums (a row in k blocks gives each its share); keys are ``("b", block id,
+    part)`` or ``("g", group name, "")``. Also each key's (first row, block id) and each row's keys."""
     acc: dict[tuple, list] = {}
     order: dict[tuple, tuple] = {}
     row_keys: list[tuple] = []
@@ -98,37 +122,33 @@ def block_table(analysis, blocks, parts: bool = False, extra: dict[str, Callable
     for i, r in enumerate(rows):
         vals = [f(r) for f in funcs]
         bids = blocks.row_blocks[i]
-        part = (blocks.row_parts[i] or NO_PART) if parts else ""
         if bids:
-            k = len(bids)
-            row_keys.append(tuple(("b", b, part) for b in bids))
-            for j, b in enumerate(bids):
-                key = ("b", b, part)
-                a = acc.get(key)
-                if a is None:
-                    a = acc[key] = [0] * len(names)
-                    order[key] = (i, b)
-                for c, v in enumerate(vals):
-                    a[c] += _share(v, k, j)
+            part = (blocks.row_parts[i] or NO_PART) if parts else ""
+            keys = tuple(("b", b, part) for b in bids)
+            shares = [[_share(v, len(bids), j) for v in vals] for j in range(len(bids))]
         else:
             group = blocks.row_groups[i] or "(top)"
-            if group in block_names:
-                group = "(top)"
-            key = ("g", group, "")
-            row_keys.append((key,))
+            keys = (("g", "(top)" if group in block_names else group, ""),)
+            shares = [vals]
+        row_keys.append(keys)
+        for key, b, share in zip(keys, bids or (-1,), shares):
             a = acc.get(key)
             if a is None:
-                a = acc[key] = [0] * len(names)
-                order[key] = (i, -1)
-            for c, v in enumerate(vals):
+                a = acc[key] = [0] * len(funcs)
+                order[key] = (i, b)
+            for c, v in enumerate(share):
                 a[c] += v
-    # Blocks in block order (their ids are in program order), each at its first row; parts of a block
-    # in order of first appearance right after one another.
+    return acc, order, row_keys
+
+
+def _sort_key(order: dict):
+    """Blocks in block order (their ids are in program order), each at its first row but never before an
+    earlier block; parts of a block in order of first appearance right after one another; groups at their
+    first row."""
     block_first: dict[int, int] = {}
     for key, (i, b) in order.items():
         if key[0] == "b":
             block_first[b] = min(block_first.get(b, i), i)
-    # A block starts where its first row is, but never before an earlier block.
     pos = {}
     last = -1
     for b in sorted(block_first):
@@ -140,42 +160,7 @@ def block_table(analysis, blocks, parts: bool = False, extra: dict[str, Callable
         if key[0] == "b":
             return (pos[b], 0, b, i)
         return (i, 1, 0, i)
-
-    keys = sorted(acc, key=sort_key)
-
-    col_block, col_kind, col_index, col_part = [], [], [], []
-    for key in keys:
-        if key[0] == "b":
-            blk = blocks.blocks[key[1]]
-            col_block.append(blk.name)
-            col_kind.append(blk.kind)
-            col_index.append(blk.index)
-        else:
-            col_block.append(key[1])
-            col_kind.append("")
-            col_index.append(None)
-        col_part.append(key[2])
-    totals = [sum(acc[k][c] for k in keys) for c in range(len(names))] if keys else [0] * len(names)
-    col_block.append(TOTAL)
-    col_kind.append("")
-    col_index.append(None)
-    col_part.append("")
-
-    data = {"block": col_block, "kind": col_kind, "index": pd.array(col_index, dtype="Int64")}
-    if parts:
-        data["part"] = col_part
-    for c, m in enumerate(names):
-        vals = [acc[k][c] for k in keys] + [totals[c]]
-        if all(isinstance(v, int) for v in vals):
-            data[m] = int_series(vals)
-        else:
-            data[m] = pd.Series(vals, dtype="float64")
-    for suffix, prof in memory or ():
-        peak, live_out = _memory_columns(row_keys, prof)
-        data["peak_bytes" + suffix] = int_series([peak.get(k, 0) for k in keys] + [prof.peak_bytes])
-        end = prof.after[-1] if prof.after else prof.argument_bytes
-        data["live_out_bytes" + suffix] = int_series([live_out.get(k, 0) for k in keys] + [end])
-    return pd.DataFrame(data)
+    return sort_key
 
 
 def _memory_columns(row_keys: list, prof) -> tuple[dict, dict]:
