@@ -9,6 +9,7 @@ import math
 import pytest
 
 from mhlo_cost.cli import main
+from mhlo_cost.models.config import STDiT3Config
 
 SMALL = ["--model", "stdit3", "--small", "--depth", "1", "--dtype", "bf16"]
 FUSED_STEPS = ["--steps", "3", "--fuse", "elementwise"]
@@ -102,6 +103,10 @@ def test_resume_recomputes_only_the_deleted_entry(tmp_path, capsys):
     assert "1 computed, 2 cached" in err
     assert again == first
     assert len(list((tmp_path / "cache" / "results").iterdir())) == 3
+    # An option given at its default value (the batch of the bundled model) is the same point: all cached.
+    default_batch = str(STDiT3Config().small().batch)
+    _, err = sweep(tmp_path, capsys, *args, "--batch", default_batch)
+    assert "0 computed, 3 cached" in err
 
 
 def test_local_cluster_gives_the_same_bytes(tmp_path, capsys):

@@ -3,8 +3,9 @@ shares points reuses them.
 
 Two small JSON files per point, written by the process that runs the sweep (never by a worker):
 
-- ``lowered/<K>.json``: K is a hash of what is lowered (the point, the model options, the versions of
-  mhlo-cost, jax and jaxlib); it holds the sha256 of the IR that lowering made.
+- ``lowered/<K>.json``: K is a hash of what is lowered (the point, the model configuration it resolves to,
+  the versions of mhlo-cost, its source files, jax and jaxlib); it holds the sha256 of the IR that lowering
+  made.
 - ``results/<R>.json``: R is a hash of the IR's sha256 and the settings of the analysis (conv padding,
   fusion, steps, every hardware profile in full); it holds the point's rows.
 
@@ -39,13 +40,38 @@ def _versions() -> dict:
 
     from .. import __version__
 
-    out = {"mhlo-cost": __version__, "format": FORMAT}
+    out = {"mhlo-cost": __version__, "format": FORMAT, "code": _code_hash()}
     for pkg in ("jax", "jaxlib"):
         try:
             out[pkg] = version(pkg)
         except PackageNotFoundError:
             out[pkg] = None
     return out
+
+
+def _code_hash() -> str:
+    """A hash of the package's own source files: a changed rule or estimate (an editable install between
+    releases) is a new key, never a stale row."""
+    root = Path(__file__).resolve().parent.parent
+    h = hashlib.sha256()
+    for f in sorted(root.rglob("*")):
+        if f.suffix in (".py", ".toml") and "__pycache__" not in f.parts:
+            h.update(f.relative_to(root).as_posix().encode() + b"\0" + f.read_bytes())
+    return h.hexdigest()
+
+
+def _lowered(task: Task):
+    """What a point lowers: for the bundled models, the configuration and plan ``lower`` builds (so an option
+    given at its default value is the same point); for the others, the options as given."""
+    if task.point.source:
+        return task.options
+    from .grid import build_config
+
+    try:
+        config, plan = build_config(task.point, task.options)
+    except Exception:  # noqa: BLE001 - an invalid point is skipped before it is looked up
+        return task.options
+    return {"config": repr(config), "plan": repr(plan)}
 
 
 class Cache:
@@ -57,7 +83,7 @@ class Cache:
         self._profiles: dict = {}
 
     def lowering_key(self, task: Task) -> str:
-        return _hash({"point": asdict(task.point), "options": task.options, "versions": self._versions})
+        return _hash({"point": asdict(task.point), "lowered": _lowered(task), "versions": self._versions})
 
     def result_key(self, ir_sha256: str, task: Task) -> str:
         which = (tuple(task.hardware), task.hardware_toml)
