@@ -45,12 +45,13 @@ def measure(shape: str, strategy: str, small: bool = False) -> dict:
     else:
         lowered = parallel.lower(cfg, parallel.make_plan(strategy, 4 if small else DEVICES, cfg=cfg))
     analysis = analyze_dataflow(lowered.as_text(debug_info=True))
-    mem, fused = analysis.memory, fused_profile(analysis)
-    where = analysis.rows[mem.peak_row].scope if mem.peak_row is not None else "(arguments)"
-    fwhere = analysis.rows[fused.peak_row].scope if fused.peak_row is not None else "(arguments)"
+    mem, fused, flash = analysis.memory, fused_profile(analysis), fused_profile(analysis, attention="fused")
+    where, fwhere, awhere = (analysis.rows[p.peak_row].scope if p.peak_row is not None else "(arguments)"
+                             for p in (mem, fused, flash))
     return {"shape": shape, "strategy": strategy, "devices": 1 if strategy == "none" else (4 if small else DEVICES),
             "params": mem.param_bytes, "inputs": mem.input_bytes, "peak": mem.peak_bytes,
-            "peak_fused": fused.peak_bytes, "where": where, "where_fused": fwhere, "ops": len(analysis.rows),
+            "peak_fused": fused.peak_bytes, "peak_flash": flash.peak_bytes, "where": where, "where_fused": fwhere,
+            "where_flash": awhere, "ops": len(analysis.rows),
             "seconds": time.perf_counter() - t0}
 
 
@@ -65,15 +66,17 @@ def main(argv=None) -> int:
     p.add_argument("--small", action="store_true", help="the reduced test configuration (4 devices): a smoke run")
     args = p.parse_args(argv)
     print("STDiT3-XL/2, bf16, batch 2; per device, GB (1e9 bytes)")
+    print("fused: --fuse elementwise --attention unfused; flash: --fuse elementwise (attention as one kernel)")
     print(f"{'shape':13} {'strategy':9} {'dev':>3} {'params':>8} {'inputs':>8} {'unfused':>8} {'fused':>8} "
-          f"{'published':>9}  where (unfused | fused)")
+          f"{'flash':>8} {'published':>9}  where (unfused | fused | flash)")
     for shape in args.shapes:
         for strategy in args.strategies:
             m = measure(shape, strategy, args.small)
             pub = PUBLISHED.get((shape, strategy))
             print(f"{shape:13} {strategy:9} {m['devices']:3d} {_gb(m['params'])} {_gb(m['inputs'])} "
-                  f"{_gb(m['peak'])} {_gb(m['peak_fused'])} {('%9.1f' % pub) if pub else ' ' * 9}  "
-                  f"{m['where']} | {m['where_fused']}  ({m['ops']} ops, {m['seconds']:.0f}s)", flush=True)
+                  f"{_gb(m['peak'])} {_gb(m['peak_fused'])} {_gb(m['peak_flash'])} "
+                  f"{('%9.1f' % pub) if pub else ' ' * 9}  {m['where']} | {m['where_fused']} | {m['where_flash']}  "
+                  f"({m['ops']} ops, {m['seconds']:.0f}s)", flush=True)
     return 0
 
 

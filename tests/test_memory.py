@@ -210,10 +210,25 @@ def test_summary_fits_and_where(small_file, capsys):
     assert rows["peak_block"].startswith(("spatial_blocks.", "temporal_blocks."))
 
 
-def test_fuse_without_hardware(small_file, capsys):
+def test_fuse_without_hardware(small_file, capsys, tmp_path):
     assert main(["report", str(small_file), "--fuse", "elementwise", "--format", "json", "-q"]) == 0
     rows = {r["metric"]: r["value"] for r in json.loads(capsys.readouterr().out)["rows"]}
     assert 0 < rows["peak_bytes_fused"] <= rows["peak_bytes"]
+    # The fused peak is the fusion the estimate makes, with or without a profile (attention as one kernel
+    # unless --attention unfused, which keeps the scores in memory).
+    def attention(q, k, v):  # the scores (512 x 512) are 16 times Q, K, V or O
+        return jax.nn.softmax(q @ k.T / 4.0, axis=-1) @ v
+
+    path = tmp_path / "attention.mlir"
+    path.write_text(text(attention, *[S((512, 16), F32)] * 3))
+
+    def fused_peak(*extra):
+        assert main(["report", str(path), "--fuse", "elementwise", "--format", "json", "-q", *extra]) == 0
+        return {r["metric"]: r["value"] for r in json.loads(capsys.readouterr().out)["rows"]}["peak_bytes_fused"]
+
+    flash, unfused = fused_peak(), fused_peak("--attention", "unfused")
+    assert fused_peak("--hardware", "h100") == flash < unfused == fused_peak("--hardware", "h100", "--attention", "unfused")
+    assert flash < 512 * 512 * 4 <= unfused  # one kernel never stores the f32 scores
 
 
 def test_timeline_and_blocks(small_file, capsys, tmp_path):

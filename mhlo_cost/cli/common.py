@@ -252,7 +252,10 @@ def fused_memory(analysis, args, roofline=None):
         return None
     from ..memory.views import fused_profile
 
-    return fused_profile(analysis, roofline.fusion if roofline is not None else None)
+    if roofline is not None:
+        return fused_profile(analysis, roofline.fusion)
+    # as the estimate fuses with --fuse elementwise: attention as one kernel unless --attention unfused
+    return fused_profile(analysis, attention=getattr(args, "attention", None) or "fused")
 
 
 # -- roofline options (--hardware, --hardware-file, --fuse, --steps, --top) ------------------------------------

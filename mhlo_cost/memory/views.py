@@ -10,14 +10,15 @@ from .profile import MemoryProfile, profile
 GROUPING_PROFILE = "h100"
 
 
-def fused_profile(analysis, fusion=None) -> MemoryProfile:
+def fused_profile(analysis, fusion=None, attention: str = "unfused") -> MemoryProfile:
     """The fused estimate of ``analysis`` (made with :func:`mhlo_cost.roofline.analyze_dataflow`): values made
-    and used inside one kernel of ``fusion`` (by default :func:`mhlo_cost.roofline.fuse`'s) never stored."""
+    and used inside one kernel of ``fusion`` (by default :func:`mhlo_cost.roofline.fuse`'s, with ``attention``
+    ``fused``: each attention one flash-attention kernel, whose scores are never stored) never stored."""
     if fusion is None:
         from ..hardware import get_profile
         from ..roofline import fuse
 
-        fusion = fuse(analysis, get_profile(GROUPING_PROFILE))
+        fusion = fuse(analysis, get_profile(GROUPING_PROFILE), attention=attention)
     return profile(analysis, fusion.row_kernel)
 
 
