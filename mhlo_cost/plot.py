@@ -155,7 +155,7 @@ def _byte_unit(top: int) -> tuple[float, str]:
 
 
 def plot_memory(path: str, labels: list[str], kinds: dict, unfused, fused=None, hbm_bytes: int | None = None,
-                title: str = "") -> None:
+                title: str = "", fused_label: str = "fused elementwise") -> None:
     """Live bytes (while each op runs) against program order into ``path``: one colour band per block (its
     kind's family, as :func:`plot_blocks` colours them), the unfused line, the fused one where given, each peak
     marked, and the chip's HBM capacity as a horizontal line where given."""
@@ -175,7 +175,7 @@ def plot_memory(path: str, labels: list[str], kinds: dict, unfused, fused=None, 
     x = range(len(labels))
     lines = [("unfused (every op its own kernel)", unfused, "#1a1a1a")]
     if fused is not None:
-        lines.append(("fused elementwise", fused, "#c0392b"))
+        lines.append((fused_label, fused, "#c0392b"))
     for name, prof, colour in lines:
         ax.plot(x, [v / scale for v in prof.during], color=colour, linewidth=0.9, label=name)
         if prof.peak_row is not None:

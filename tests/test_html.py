@@ -2,6 +2,7 @@
 the data; the same input gives the same bytes. (The page in a real browser: test_html_browser.py.)"""
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -213,3 +214,13 @@ def test_stdit3_xl_page_is_a_few_mb(tmp_path, capsys):
     print(f"STDiT3-XL report page: {size:,} bytes")
     assert 100_000 < size < 4_000_000
     assert len(read_page(out.read_text()).tables["blocks"]["body"]) == 62  # 56 blocks and 6 groups
+
+
+def test_fused_peak_card_equals_the_report(tp4, capsys):
+    """With --fuse elementwise the header shows the fused peak beside the unfused one, exact on hover, the
+    same integer as ``report --format json`` gives."""
+    text = page_of(capsys, tp4, "--fuse", "elementwise")
+    assert main(["report", str(tp4), "--fuse", "elementwise", "--format", "json", "-q"]) == 0
+    rows = {r["metric"]: r["value"] for r in json.loads(capsys.readouterr().out)["rows"]}
+    assert "fused peak bytes" in text and f'{rows["peak_bytes_fused"]:,} B' in text
+    assert "fused peak bytes" not in page_of(capsys, tp4)

@@ -68,7 +68,9 @@ def _plot_memory(analysis, args, rf, hw, progress) -> int:
     progress.stage("drawing")
     title = args.title or f"{Path(analysis.source).name}: live bytes per device" + (f", {hw.name}" if hw else "")
     try:
-        plot_memory(args.output, labels, kinds, analysis.memory, fused, int(hw.hbm_capacity) if hw else None, title)
+        flash = (getattr(args, "attention", None) or "fused") == "fused"
+        plot_memory(args.output, labels, kinds, analysis.memory, fused, int(hw.hbm_capacity) if hw else None, title,
+                    "fused elementwise" + (", attention one kernel" if flash else ""))
     except OSError as e:
         raise UserError(f"{args.output}: cannot write: {e.strerror or e}") from None
     progress.done()

@@ -28,8 +28,9 @@ CONVENTIONS = (
     "(decimal prefixes: 1 G = 10<sup>9</sup>) and every number shows its exact value on hover. GEMM FLOPs = 2 x "
     "result elements x contracted size; 1 vector FLOP per element of elementwise work; bytes = operands read "
     "+ results written by each op; collectives move the ring volume per device (nccl-tests bus-bandwidth "
-    "convention). Times are a roofline estimate: max(FLOPs / peak, bytes / HBM bandwidth) + launch overhead "
-    "per kernel. The full table: README.md, section &ldquo;Counting conventions&rdquo;."
+    "convention). Times are a roofline estimate: max(FLOPs / (peak x GEMM efficiency), bytes / HBM bandwidth) + "
+    "launch overhead per kernel (with --fuse elementwise, per fused kernel, each attention one kernel). The full "
+    "table: README.md, section &ldquo;Counting conventions&rdquo;."
 )
 
 
@@ -67,7 +68,7 @@ def report_page(analysis, blocks, *, roofline=None, unit: str | None = None, top
         ("summary", "Summary", _summary(analysis, rf, unit)),
     ]
     name = title or f"{_base(analysis.source)}"
-    head = header(f"mhlo-cost report: {name}", _subtitle(analysis, rf), _cards(analysis, rf),
+    head = header(f"mhlo-cost report: {name}", _subtitle(analysis, rf), _cards(analysis, rf, memory),
                   _facts(analysis, blocks, rf), CONVENTIONS)
     return document(f"mhlo-cost: {name}", head, [(sid, t, body) for sid, t, body in sections])
 
@@ -96,8 +97,11 @@ def _subtitle(analysis, rf) -> str:
     return " · ".join(parts)
 
 
-def _cards(analysis, rf) -> list[tuple[str, str, str]]:
-    s = analysis.summary
+def _cards(analysis, rf, memory: list | None = None) -> list[tuple[str, str, str]]:
+    s = dict(analysis.summary)
+    for suffix, prof in memory or ():  # the fused peak beside the unfused one
+        if suffix:
+            s[f"{suffix.strip('_')}_peak_bytes"] = prof.peak_bytes
     out = [
         ("GEMM + conv FLOPs", s["gemm_flops"] + s["conv_flops"], "FLOP"),
         ("vector FLOPs", s["vector_flops"], "FLOP"),
