@@ -40,68 +40,26 @@ def plot_blocks(df: pd.DataFrame, path: str, title: str = "", fused: bool = Fals
 
     matplotlib.use("Agg", force=True)
     import matplotlib.pyplot as plt
-    from matplotlib.patches import Patch
 
     from .blocks import TOTAL
 
     d = df[df["block"] != TOTAL].reset_index(drop=True)
     if "part" in d.columns:
         raise ValueError("plot_blocks() takes a block table without parts")
-    timed = {"gemm_time_s", "vector_time_s", "comm_time_s"} <= set(d.columns)
-    fused = fused and {"gemm_time_fused_s", "vector_time_fused_s"} <= set(d.columns)
-    note = ""
-    if timed:
-        scale, unit = 1e3, "ms"
-        suffix = "_fused_s" if fused else "_s"
-        layers = [("GEMM / conv kernels", d[f"gemm_time{suffix}"].astype(float) * scale, 0),
-                  ("other kernels (vector, memory)", d[f"vector_time{suffix}"].astype(float) * scale, 1),
-                  ("communication", d["comm_time_s"].astype(float) * scale, 2)]
-        ylabel = f"estimated time per forward ({unit})" + (", fused" if fused else "")
-        if fused:  # the unfused figure, every op its own kernel: an upper bound, as text per block kind
-            per_kind = []
-            for k in [k for k in dict.fromkeys(d["kind"]) if k]:
-                sub = d[d["kind"] == k]
-                per_kind.append(f"{k} {sub['est_time_s'].astype(float).mean() * scale:.3g}")
-            if per_kind:
-                note = (f"unfused (every op its own kernel), mean per block: {', '.join(per_kind)} {unit}; "
-                        f"fused: " + ", ".join(
-                            f"{k} {d[d['kind'] == k]['est_time_fused_s'].astype(float).mean() * scale:.3g}"
-                            for k in dict.fromkeys(d["kind"]) if k) + f" {unit}")
-    else:
-        gemm = (d["gemm_flops"].astype(float) + d["conv_flops"].astype(float)) / 1e9
-        layers = [("GEMM / conv", gemm, 0), ("vector", d["vector_flops"].astype(float) / 1e9, 1)]
-        ylabel = "GFLOPs per forward"
-
+    layers, ylabel, note = _layers(d, fused)
     kinds = [k for k in dict.fromkeys(d["kind"]) if k]
     family = {k: _FAMILIES[i % len(_FAMILIES)] for i, k in enumerate(kinds)}
     hatch = {k: _HATCHES[i % len(_HATCHES)] for i, k in enumerate(kinds)}
     n = len(d)
-    x = list(range(n))
     width = max(8.0, min(40.0, 0.22 * n + 3))
     fig, ax = plt.subplots(figsize=(width, 5.2), dpi=110)
-    bottom = [0.0] * n
-    for name, values, level in layers:
-        vals = [float(v) for v in values]
-        if not any(vals):
-            continue
-        colours, hatches = [], []
-        for k in d["kind"]:
-            fam = family.get(k, _GREY)
-            colours.append(_COMM if level == 2 else fam[level])
-            hatches.append(hatch.get(k, ""))
-        bars = ax.bar(x, vals, bottom=bottom, color=colours, edgecolor="white", linewidth=0.4, width=0.8)
-        for b, h in zip(bars, hatches):
-            if h:
-                b.set_hatch(h)
-        bottom = [b + v for b, v in zip(bottom, vals)]
-
+    _stack(ax, d, layers, family, hatch)
     labels = [_label(b, k, i) for b, k, i in zip(d["block"], d["kind"], d["index"])]
-    ax.set_xticks(x)
+    ax.set_xticks(list(range(n)))
     ax.set_xticklabels(labels, rotation=90, fontsize=7 if n > 40 else 8, family="monospace")
     for tick, k in zip(ax.get_xticklabels(), d["kind"]):
         tick.set_color(family.get(k, _GREY)[0])
     ax.set_xlim(-0.7, n - 0.3)
-
     ax.set_ylabel(ylabel)
     ax.grid(axis="y", alpha=0.3)
     ax.set_axisbelow(True)
@@ -114,6 +72,57 @@ def plot_blocks(df: pd.DataFrame, path: str, title: str = "", fused: bool = Fals
         ax.set_title(note, fontsize=8, color="#333333")
     elif title:
         ax.set_title(title, fontsize=11)
+    ax.legend(handles=_legend(d, layers, kinds, family, hatch), fontsize=8, loc="upper left",
+              bbox_to_anchor=(1.0, 1.0), frameon=False)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def _layers(d: pd.DataFrame, fused: bool) -> tuple[list, str, str]:
+    """The stacked layers ``(name, values, level)``, the y label, and a note (the unfused time per block kind
+    beside the fused one) for the block table ``d``: estimated times where it has them, else FLOPs."""
+    if not {"gemm_time_s", "vector_time_s", "comm_time_s"} <= set(d.columns):
+        gemm = (d["gemm_flops"].astype(float) + d["conv_flops"].astype(float)) / 1e9
+        return [("GEMM / conv", gemm, 0), ("vector", d["vector_flops"].astype(float) / 1e9, 1)], \
+            "GFLOPs per forward", ""
+    fused = fused and {"gemm_time_fused_s", "vector_time_fused_s"} <= set(d.columns)
+    scale, unit = 1e3, "ms"
+    suffix = "_fused_s" if fused else "_s"
+    layers = [("GEMM / conv kernels", d[f"gemm_time{suffix}"].astype(float) * scale, 0),
+              ("other kernels (vector, memory)", d[f"vector_time{suffix}"].astype(float) * scale, 1),
+              ("communication", d["comm_time_s"].astype(float) * scale, 2)]
+    ylabel = f"estimated time per forward ({unit})" + (", fused" if fused else "")
+    kinds = [k for k in dict.fromkeys(d["kind"]) if k]
+    if not fused or not kinds:
+        return layers, ylabel, ""
+
+    def mean(col):  # the unfused figure, every op its own kernel: an upper bound, per block kind
+        return ", ".join(f"{k} {d[d['kind'] == k][col].astype(float).mean() * scale:.3g}" for k in kinds)
+    note = (f"unfused (every op its own kernel), mean per block: {mean('est_time_s')} {unit}; "
+            f"fused: {mean('est_time_fused_s')} {unit}")
+    return layers, ylabel, note
+
+
+def _stack(ax, d: pd.DataFrame, layers: list, family: dict, hatch: dict) -> None:
+    """One bar per block, the layers stacked: each kind's family shade (communication in its own colour)."""
+    n = len(d)
+    bottom = [0.0] * n
+    for _, values, level in layers:
+        vals = [float(v) for v in values]
+        if not any(vals):
+            continue
+        colours = [_COMM if level == 2 else family.get(k, _GREY)[level] for k in d["kind"]]
+        bars = ax.bar(list(range(n)), vals, bottom=bottom, color=colours, edgecolor="white", linewidth=0.4,
+                      width=0.8)
+        for b, k in zip(bars, d["kind"]):
+            if hatch.get(k, ""):
+                b.set_hatch(hatch[k])
+        bottom = [b + v for b, v in zip(bottom, vals)]
+
+
+def _legend(d: pd.DataFrame, layers: list, kinds: list, family: dict, hatch: dict) -> list:
+    from matplotlib.patches import Patch
 
     handles = []
     present = [lvl for _, v, lvl in layers if any(float(t) for t in v)]
@@ -130,10 +139,7 @@ def plot_blocks(df: pd.DataFrame, path: str, title: str = "", fused: bool = Fals
                              label=f"{k} blocks ({k[:1].upper()}n)"))
     if len(kinds) < len(d["kind"]) and any(not k for k in d["kind"]):
         handles.append(Patch(facecolor=_GREY[0], label="outside blocks"))
-    ax.legend(handles=handles, fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
+    return handles
 
 
 def _bands(labels: list, kinds: dict) -> list[tuple[int, int, str, str]]:
