@@ -68,26 +68,44 @@ def trip_count(while_op: ir.Operation) -> int | None:
     """
     cond_block = while_op.regions[0].blocks[0]
     body_block = while_op.regions[1].blocks[0]
-    cond_ops = [o.operation for o in cond_block.operations]
-    if not cond_ops:
-        return None
-    ret = cond_ops[-1]
-    if len(ret.operands) != 1:
-        return None
-    cmp_val = ret.operands[0]
-    if not isinstance(cmp_val.owner, (ir.Operation, ir.OpView)):
-        return None
-    cmp = cmp_val.owner.operation
-    if short_name(cmp.name) != "compare":
+    cmp = _condition_compare(cond_block)
+    if cmp is None:
         return None
     direction = _comparison(cmp)
     if direction is None:
         return None
     if "compare_type" in cmp.attributes and "UNSIGNED" in str(cmp.attributes["compare_type"]):
         return None  # wrap-around semantics: not modelled
-    body_ops = [o.operation for o in body_block.operations]
-    body_ret = body_ops[-1]
+    body_ret = [o.operation for o in body_block.operations][-1]
+    found = _induction_bound(while_op, cmp, direction, cond_block, body_block, body_ret)
+    if found is None:
+        return None
+    arg_index, bound, direction = found
+    init = _int_constant(while_op.operands[arg_index])
+    step = _step(body_ret.operands[arg_index], body_block, arg_index)
+    if init is None or step is None:
+        return None
+    n = _iterations(init, bound, step, direction)
+    if n is None or not _in_range(init, step, n, while_op.operands[arg_index].type):
+        return None  # the counter would wrap around its integer type before the loop ends
+    return n
 
+
+def _condition_compare(cond_block) -> ir.Operation | None:
+    """The ``compare`` whose result the condition returns, or None."""
+    cond_ops = [o.operation for o in cond_block.operations]
+    if not cond_ops or len(cond_ops[-1].operands) != 1:
+        return None
+    cmp_val = cond_ops[-1].operands[0]
+    if not isinstance(cmp_val.owner, (ir.Operation, ir.OpView)):
+        return None
+    cmp = cmp_val.owner.operation
+    return cmp if short_name(cmp.name) == "compare" else None
+
+
+def _induction_bound(while_op, cmp, direction: str, cond_block, body_block, body_ret):
+    """``(loop argument, constant bound, direction)`` with the loop argument on the left of the comparison,
+    or None: one side must be a loop argument, the other a constant or a loop-invariant constant."""
     def loop_invariant_constant(v: ir.Value) -> int | None:
         """A constant, or a loop-carried value that starts constant and the body passes on unchanged."""
         c = _int_constant(v)
@@ -101,41 +119,34 @@ def trip_count(while_op: ir.Operation) -> int | None:
         return _int_constant(while_op.operands[j])
 
     lhs, rhs = _through_converts(cmp.operands[0]), _through_converts(cmp.operands[1])
-    arg_index, bound = None, None
     for a, b, d in ((lhs, rhs, direction), (rhs, lhs, _FLIP[direction])):
         if isinstance(a.owner, ir.Block) and a.owner == cond_block:
             c = loop_invariant_constant(b)
             if c is not None:
-                arg_index, bound, direction = ir.BlockArgument(a).arg_number, c, d
-                break
-    if arg_index is None:
-        return None
-    init = _int_constant(while_op.operands[arg_index])
-    if init is None:
-        return None
-    nxt = body_ret.operands[arg_index]
+                return ir.BlockArgument(a).arg_number, c, d
+    return None
+
+
+def _step(nxt: ir.Value, body_block, arg_index: int) -> int | None:
+    """The constant the body adds to loop argument ``arg_index`` (negative for a subtract), None if not one."""
     if not isinstance(nxt.owner, (ir.Operation, ir.OpView)):
         return None
     upd = nxt.owner.operation
     kind = short_name(upd.name)
     if kind not in ("add", "subtract"):
         return None
-    step = None
     a, b = upd.operands[0], upd.operands[1]
-    is_iv = lambda v: isinstance(v.owner, ir.Block) and v.owner == body_block \
-        and ir.BlockArgument(v).arg_number == arg_index  # noqa: E731
+
+    def is_iv(v):
+        return isinstance(v.owner, ir.Block) and v.owner == body_block and ir.BlockArgument(v).arg_number == arg_index
+    step = None
     if is_iv(a):
         step = _int_constant(b)
     elif is_iv(b) and kind == "add":
         step = _int_constant(a)
     if step is None or step == 0:
         return None
-    if kind == "subtract":
-        step = -step
-    n = _iterations(init, bound, step, direction)
-    if n is None or not _in_range(init, step, n, while_op.operands[arg_index].type):
-        return None  # the counter would wrap around its integer type before the loop ends
-    return n
+    return -step if kind == "subtract" else step
 
 
 def _in_range(init: int, step: int, n: int, t: ir.Type) -> bool:
