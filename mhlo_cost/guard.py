@@ -132,6 +132,26 @@ _SERVER = _Server()
 atexit.register(_SERVER.stop)
 
 
+def enabled() -> bool:
+    """Whether loads go through the child (the default; ``MHLO_COST_ISOLATE=0`` turns it off; on Windows pipes
+    cannot be waited on with a time limit, so the reader runs in process there)."""
+    return os.environ.get("MHLO_COST_ISOLATE", "1") != "0" and os.name != "nt"
+
+
+def prestart() -> None:
+    """Start the child now, so that its start (an interpreter and jaxlib) overlaps the caller's own imports
+    instead of delaying the first load. Harmless where it is running already or cannot start (the load then
+    says why)."""
+    if not enabled():
+        return
+    with _SERVER.lock:
+        if _SERVER.proc is None or _SERVER.pid != os.getpid() or _SERVER.proc.poll() is not None:
+            try:
+                _SERVER._start()
+            except OSError:
+                pass
+
+
 def read_guarded(kind: str, data: bytes, name: str) -> tuple[bytes | None, str | None]:
     """(bytecode, None) where the child read ``data``; (None, one-line message) where it did not."""
     try:

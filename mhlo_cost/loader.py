@@ -17,7 +17,7 @@ from jaxlib.mlir import ir
 from ._reader import diagnostic_message as _diagnostic_message
 from ._reader import first_line as _first_line
 from ._reader import make_context, parse as _parse_here
-from .guard import read_guarded
+from .guard import enabled as guard_enabled, read_guarded
 
 _BYTECODE_MAGIC = b"ML\xefR"
 _GZIP_MAGIC = b"\x1f\x8b"
@@ -74,8 +74,7 @@ def load(source: str | bytes | os.PathLike, context: ir.Context | None = None,
     kind, data = _classify(data, name)
     ctx = context or make_context()
     if isolate is None:
-        # (Windows: pipes cannot be waited on with a time limit there, so the reader runs in process.)
-        isolate = os.environ.get("MHLO_COST_ISOLATE", "1") != "0" and os.name != "nt"
+        isolate = guard_enabled()
     module = _parse(kind, data, name, ctx, isolate)
     return Loaded(module, ctx, name, kind)
 

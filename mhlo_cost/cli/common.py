@@ -133,6 +133,9 @@ def load_analysis(path: str, args, progress: Progress, dataflow: bool = False, t
     (``training="always"``: whatever it holds)."""
     from dataclasses import replace
 
+    from ..guard import prestart
+
+    prestart()  # the reader's child starts while this process imports jaxlib and the rules
     require_jax()
     from ..analysis import analyze
     from ..loader import load
