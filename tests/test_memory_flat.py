@@ -87,3 +87,17 @@ func.func @main(%x: tensor<{n}xf32>) -> tensor<4xf32> {{
     m = profile(analyze(mlir))
     assert m.during == [4 * n + 16, 4 * n + 32] and m.after == [4 * n + 16, 4 * n + 16]
     assert m.peak_bytes == 4 * n + 32 and type(m.peak_bytes) is int
+
+
+def test_sizes_near_int64_stay_exact():
+    """Three live values of 3 x 2**61 bytes each: their sum passes 2**63, where an int64 sum would wrap
+    negative; the peak must be the exact Python integer (the argument, its double and the double of that)."""
+    from mhlo_cost import analyze
+
+    n = 3 * 2**61
+    t = f"tensor<{n}xi8>"
+    text = (f"func.func @main(%a: {t}) -> {t} {{\n  %0 = stablehlo.add %a, %a : {t}\n"
+            f"  %1 = stablehlo.add %0, %0 : {t}\n  return %1 : {t}\n}}\n")
+    mem = analyze(text).memory
+    assert mem.peak_bytes == 3 * n
+    assert min(mem.after) >= 0 and min(mem.during) >= 0

@@ -91,7 +91,7 @@ def backward(sw, ps) -> bool:
     except OverflowError:
         return False
     several = sum(t.nbytes for i in multi for t in _results(rows[i]))
-    if int(nbytes.sum()) + several + sum(ps.owned.values()) >= _SAFE:
+    if _bound(nbytes) + several + sum(ps.owned.values()) >= _SAFE:
         return False
     defs = np.fromiter(map(itemgetter(0), map(_DEFS, vals)), np.int64, n)
     alias = sw.alias
@@ -120,12 +120,18 @@ def backward(sw, ps) -> bool:
     return True
 
 
+def _bound(a: np.ndarray) -> int:
+    """An upper bound on the sum of the non-negative int64 array ``a``, in Python ints: an int64 sum itself
+    wraps past 2**63 without a word."""
+    return int(a.max(initial=0)) * len(a)
+
+
 def forward(sw, ps, write: bool, base: int):
     """:meth:`~mhlo_cost.memory.sweep.Sweep._forward` of a pass :func:`backward` made: running sums in int64
     where they stay far below 2**63 (the peak is returned as a Python int); None where they might not (the
     pass is then handed back as lists)."""
     new, freed = ps.new, ps.freed
-    if base < 0 or base + int(new.sum()) >= _SAFE:
+    if base < 0 or base + _bound(new) >= _SAFE:
         ps.new, ps.freed = new.tolist(), freed.tolist()
         return None
     m, n = len(new), len(ps.p.fr.rows)
