@@ -193,6 +193,21 @@ def test_several_files_one_table(capsys, tmp_path):
     assert len(b) == 2 * 8 and b.columns[0] == "file"
 
 
+
+def test_several_files_keep_exact_integers_in_columns_one_lacks(capsys, tmp_path):
+    """A training step (phase columns) beside an inference file: the phase counts stay integers in CSV."""
+    step = tmp_path / "step.mlir"
+    assert main(["lower", "--model", "gpt", "--layers", "1", "--train", "-o", str(step), "-q"]) == 0
+    capsys.readouterr()
+    assert main(["report", str(step), str(GPT), "--by", "block", "--format", "csv", "-q"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    head = lines[0].split(",")
+    row = dict(zip(head, next(x for x in lines if x.startswith(f"{step},layers.0,")).split(",")))
+    assert row["fwd_gemm_flops"] == str(LAYER_GEMM) and row["bwd_gemm_flops"] == str(2 * LAYER_GEMM)
+    other = dict(zip(head, next(x for x in lines if x.startswith(f"{GPT},layers.0,")).split(",")))
+    assert other["fwd_gemm_flops"] == ""
+
+
 def test_report_block_parts(capsys):
     df = csv_of(capsys, "report", GPT, "--by", "block", "--parts")
     layer0 = df[df.block == "layers.0"]

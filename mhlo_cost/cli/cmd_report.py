@@ -256,10 +256,16 @@ def _render_many(frames, args) -> str:
         df = df.copy()
         df.insert(0, "file", analysis.source)
         parts.append(df)
+    # Columns some files lack (a training step's phase columns) are empty there and exact where present:
+    # integer columns go through as Python ints (a concat would make them float).
+    missing = {c for p in parts for c in p.columns if any(c not in q.columns for q in parts)}
+    for i, p in enumerate(parts):
+        p = p.copy()
+        for c in p.columns:
+            if c in missing and p[c].dtype.kind in "iu" or str(p[c].dtype) == "Int64":
+                p[c] = pd.Series([None if v is pd.NA else int(v) for v in p[c]], index=p.index, dtype=object)
+        parts[i] = p
     df = pd.concat(parts, ignore_index=True)
-    for c in df.columns:  # columns some files lack: empty there, and exact where present
-        if df[c].dtype == float and all(c in p.columns and p[c].dtype != float for p in parts if c in p.columns):
-            df[c] = df[c].astype(object)
     title = f"{len(frames)} files, by {args.by[0]}" + (f":{args.by[1]}" if args.by[1] else "")
     text = render(df, args.format, args.unit, title=title, wide=args.wide,
                   meta={"tool": frames[0][4]["tool"], "version": frames[0][4]["version"]})
