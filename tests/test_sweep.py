@@ -3,6 +3,7 @@ LocalCluster gives the same bytes as the default executor; a stopped sweep resum
 that cannot be built are skipped with a reason and points that fail are rows with their error."""
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 
@@ -137,6 +138,7 @@ def test_best_parquet_and_errors(tmp_path, capsys):
     assert table["gemm_flops"] == [r["gemm_flops"] for r in full]
     assert main(["sweep", *SMALL, "--hardware", "no-such-chip", "--no-cache"]) == 2
     assert main(["sweep", *SMALL, "--hardware", "h100", "--format", "parquet"]) == 2
+    assert main(["sweep", *SMALL, "--hardware", "h100", "--format", "parquet", "-o", "-"]) == 2
     err = capsys.readouterr().err
     assert "mhlo-cost: error: unknown hardware 'no-such-chip'" in err and "parquet needs -o" in err
     assert "Traceback" not in err
@@ -199,3 +201,40 @@ def test_library_model_in_a_spec_equals_lower_and_report(tmp_path, capsys):
     rep = {r["metric"]: r["value"] for r in json.loads(capsys.readouterr().out)["rows"]}
     for k in ("gemm_flops", "vector_flops", "peak_bytes", "est_time_s", "utilisation"):
         assert rows[2][k] == rep[k], k
+
+
+def test_bad_settings_are_one_line(tmp_path, capsys):
+    """A cache folder that is a file, a scheduler address that is not one, steps 0 or true: exit 2, one line."""
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    bad = [["--cache-dir", str(afile)], ["--no-cache", "--scheduler", "foo"], ["--no-cache", "--steps", "0"]]
+    if importlib.util.find_spec("distributed") is None:
+        bad.pop(1)
+    for extra in bad:
+        assert main(["sweep", *SMALL, "--hardware", "h100", "-q", *extra]) == 2, extra
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith("mhlo-cost: error: "), (extra, err)
+    spec = tmp_path / "s.toml"
+    spec.write_text('model = "stdit3"\nhardware = ["h100"]\nsteps = true\n')
+    assert main(["sweep", "--spec", str(spec), "--small", "--depth", "1", "--no-cache", "-q"]) == 2
+
+
+def test_module_model_edit_is_a_new_point(tmp_path):
+    """Editing the module a [[models]] entry names makes a new cache key: the counts follow the code (each run
+    a process of its own, as from a terminal)."""
+    import subprocess
+    import sys
+
+    (tmp_path / "edited_model.py").write_text("def make():\n    return lambda x: x @ x\n")
+    (tmp_path / "s.toml").write_text('hardware = ["h100"]\n'
+                                     'models = [{module = "edited_model:make", inputs = [["64x64:float32"]]}]\n')
+    cmd = [sys.executable, "-m", "mhlo_cost", "sweep", "--spec", "s.toml", "--cache-dir", "c", "--format", "csv",
+           "-q"]
+
+    def gemm() -> int:
+        out = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, check=True).stdout.splitlines()
+        return int(out[1].split(",")[out[0].split(",").index("gemm_flops")])
+
+    assert gemm() == 2 * 64**3
+    (tmp_path / "edited_model.py").write_text("def make():\n    return lambda x: (x @ x) @ x\n")
+    assert gemm() == 2 * 2 * 64**3

@@ -8,6 +8,7 @@ and results cached on disk (``--cache-dir``). The work is in :mod:`mhlo_cost.swe
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 from .cmd_lower import PARALLEL
 from .common import EXIT_OK, UserError
@@ -98,7 +99,7 @@ def cmd_sweep(args) -> int:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
     fmt = format_of(args.output, args.format)
-    if fmt == "parquet" and not args.output:
+    if fmt == "parquet" and args.output in (None, "", "-"):
         raise UserError("--format parquet needs -o FILE")
     if args.jobs is not None and args.jobs < 1:
         raise UserError(f"--jobs must be a positive integer, got {args.jobs}")
@@ -106,6 +107,12 @@ def cmd_sweep(args) -> int:
         grid = make_grid(_settings(args))
         hardware_toml = _hardware_toml(grid, args.hardware_file)
         cache = None if args.no_cache else (args.cache_dir or default_dir())
+        if cache is not None:
+            try:
+                for sub in ("lowered", "results"):
+                    Path(cache, sub).mkdir(parents=True, exist_ok=True)
+            except OSError as e:
+                raise UserError(f"--cache-dir {cache}: cannot write there: {e.strerror or e} (or --no-cache)") from None
         if not args.quiet:
             print(f"mhlo-cost: sweep of {len(grid.points)} point(s) x {len(grid.hardware)} hardware profile(s) on "
                   f"{args.scheduler or 'this machine'}", file=sys.stderr, flush=True)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import sys
 from dataclasses import asdict
 from pathlib import Path
 
@@ -64,7 +65,8 @@ def _lowered(task: Task):
     """What a point lowers: for the bundled models, the configuration and plan ``lower`` builds (so an option
     given at its default value is the same point); for the others, the options as given."""
     if task.point.source:
-        return task.options
+        return {"options": task.options, "files": _source_files(dict(task.point.source)),
+                "libraries": _library_versions()}
     from .grid import build_config
 
     try:
@@ -72,6 +74,44 @@ def _lowered(task: Task):
     except Exception:  # noqa: BLE001 - an invalid point is skipped before it is looked up
         return task.options
     return {"config": repr(config), "plan": repr(plan)}
+
+
+def _source_files(src: dict) -> dict:
+    """Hashes of the files a ``[[models]]`` entry reads: a ``module``'s source (its file; a package's every
+    ``.py``) and a ``config`` that is a file or folder, so that editing them is a new key."""
+    import importlib.util
+    import sys
+
+    paths: list[Path] = []
+    if src.get("module"):
+        name = str(src["module"]).split(":")[0]
+        sys.path.insert(0, os.getcwd())  # found from the current folder, as `lower --module` finds it
+        try:
+            spec = importlib.util.find_spec(name)
+        except (ImportError, ValueError):
+            spec = None
+        finally:
+            sys.path.pop(0)
+        origin = Path(spec.origin) if spec is not None and spec.origin else None
+        if origin is not None and origin.is_file():
+            paths += sorted(origin.parent.rglob("*.py")) if origin.name == "__init__.py" else [origin]
+    config = src.get("config")
+    if isinstance(config, str) and os.path.exists(config):
+        c = Path(config)
+        paths += sorted(f for f in c.rglob("*") if f.is_file()) if c.is_dir() else [c]
+    return {str(f): hashlib.sha256(f.read_bytes()).hexdigest() for f in paths}
+
+
+def _library_versions() -> dict:
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {}
+    for pkg in ("torch", "torchax", "transformers", "diffusers", "timm", "flax"):
+        try:
+            out[pkg] = version(pkg)
+        except PackageNotFoundError:
+            out[pkg] = None
+    return out
 
 
 class Cache:
@@ -113,9 +153,14 @@ class Cache:
         """Keep an ``ok`` result (a failure is tried again next time)."""
         if self.root is None or result.status != "ok":
             return
-        _write(self.root / "lowered" / f"{self.lowering_key(task)}.json", {"ir_sha256": result.ir_sha256})
-        _write(self.root / "results" / f"{self.result_key(result.ir_sha256, task)}.json",
-               {"point": asdict(task.point), "ir_sha256": result.ir_sha256, "rows": result.rows})
+        try:
+            _write(self.root / "lowered" / f"{self.lowering_key(task)}.json", {"ir_sha256": result.ir_sha256})
+            _write(self.root / "results" / f"{self.result_key(result.ir_sha256, task)}.json",
+                   {"point": asdict(task.point), "ir_sha256": result.ir_sha256, "rows": result.rows})
+        except OSError as e:  # (a full disk mid-sweep): the sweep goes on without keeping its results
+            print(f"mhlo-cost: warning: {self.root}: cannot keep results there ({e.strerror or e}); "
+                  "the sweep goes on without its cache", file=sys.stderr)
+            self.root = None
 
 
 def _read(path: Path) -> dict | None:

@@ -123,14 +123,15 @@ def make_grid(settings: dict) -> Grid:
     else:
         pairs = list(itertools.product(settings.get("parallel") or ["none"], settings.get("devices") or [1]))
     for name, n in pairs:
-        if not isinstance(n, int) or n < 1:
+        if not isinstance(n, int) or isinstance(n, bool) or n < 1:
             raise GridError(f"devices must be positive integers, got {n!r}")
     dtypes = [_dtype(d) for d in settings.get("dtype") or ["bf16"]]
     hardware = list(settings.get("hardware") or [])
     if not hardware:
         raise GridError("name at least one hardware profile: --hardware NAME ... (mhlo-cost hardware lists them)")
-    steps = settings.get("steps") or 1
-    if not isinstance(steps, int) or steps < 1:
+    steps = settings.get("steps")
+    steps = 1 if steps is None else steps
+    if not isinstance(steps, int) or isinstance(steps, bool) or steps < 1:
         raise GridError(f"steps must be a positive integer, got {steps!r}")
     for key, known in (("fuse", ("none", "elementwise")), ("conv_padding", ("xla", "dense"))):
         if settings.get(key) is not None and settings[key] not in known:

@@ -115,7 +115,7 @@ def _run_dask(tasks, todo, scheduler, stats, finished) -> None:
         raise SweepError("--scheduler needs dask.distributed: pip install 'mhlo-cost[sweep]'") from None
     try:
         client = Client(scheduler, timeout="20s")
-    except (OSError, TimeoutError) as e:
+    except (OSError, TimeoutError, ValueError) as e:  # (ValueError: an address that is not one)
         raise SweepError(f"cannot reach the Dask scheduler {scheduler}: {e}") from None
     try:
         futures = {client.submit(compute, tasks[i], pure=False): i for i in todo}
