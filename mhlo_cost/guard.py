@@ -51,11 +51,10 @@ class _Server:
     def request(self, kind: str, data: bytes, name: str) -> bytes:
         memory, seconds = limits(len(data))
         with self.lock:
-            if self.proc is None or self.pid != os.getpid() or self.proc.poll() is not None:
-                try:
-                    self._start()
-                except OSError as e:
-                    raise _Failed(f"cannot start the MLIR reader process: {e.strerror or e}") from None
+            try:
+                self.ensure()
+            except OSError as e:
+                raise _Failed(f"cannot start the MLIR reader process: {e.strerror or e}") from None
             header = json.dumps([kind, name, memory, len(data)]).encode() + b"\n"
             try:
                 self.proc.stdin.write(header + data)
@@ -69,6 +68,15 @@ class _Server:
             if answer[:1] == b"M":
                 self.stop()  # after running out of memory the child is not trusted again
             return answer
+
+    def ensure(self) -> None:
+        """A running child of this process: a dead one is reaped (its pipes closed) and started again; after a
+        fork the child of the parent is left to the parent."""
+        if self.proc is not None and self.pid == os.getpid() and self.proc.poll() is None:
+            return
+        if self.proc is not None and self.pid == os.getpid():
+            self.stop()
+        self._start()
 
     def _start(self) -> None:
         self.err = tempfile.TemporaryFile()
@@ -145,11 +153,10 @@ def prestart() -> None:
     if not enabled():
         return
     with _SERVER.lock:
-        if _SERVER.proc is None or _SERVER.pid != os.getpid() or _SERVER.proc.poll() is not None:
-            try:
-                _SERVER._start()
-            except OSError:
-                pass
+        try:
+            _SERVER.ensure()
+        except OSError:
+            pass
 
 
 def read_guarded(kind: str, data: bytes, name: str) -> tuple[bytes | None, str | None]:

@@ -59,14 +59,15 @@ def _looks_like_path(s: str) -> bool:
 
 
 def load(source: str | bytes | os.PathLike, context: ir.Context | None = None,
-         isolate: bool | None = None) -> Loaded:
+         isolate: bool | None = None, name: str | None = None) -> Loaded:
     """Parse MLIR from a path, a text string or bytes (text, bytecode, VHLO; each optionally gzipped).
 
     With ``isolate`` (the default; ``MHLO_COST_ISOLATE=0`` turns it off) jaxlib's reader runs in a child
     process (:mod:`mhlo_cost.guard`), so that a corrupt or hostile file gives a :class:`LoadError`
     instead of crashing, hanging or exhausting the caller's process.
     """
-    data, name = _read_source(source)
+    data, found = _read_source(source)
+    name = name or found  # (the name messages give: ``<stdin>`` for bytes read from standard input)
     data = _gunzip(data, name)
     if len(data) == 0 or (isinstance(data, str) and not data.strip()):
         raise LoadError(f"{name}: empty file, expected MLIR")
@@ -99,13 +100,29 @@ def _bytecode(op: ir.Operation) -> bytes:
     return buf.getvalue()
 
 
+#: The most a gzip member may expand to: real IR compresses 5-30 x, a bomb (a run of one byte) over 1000 x.
+GZIP_MIN_LIMIT = 256 << 20
+GZIP_MAX_RATIO = 200
+
+
 def _gunzip(data, name: str):
-    if isinstance(data, bytes) and data[:2] == _GZIP_MAGIC:
-        try:
-            return gzip.decompress(data)
-        except (OSError, EOFError, zlib.error, ValueError) as e:
-            raise LoadError(f"{name}: truncated or corrupt gzip data ({_first_line(str(e))})") from None
-    return data
+    """The decompressed bytes, streamed with a limit (``GZIP_MAX_RATIO`` x the compressed size, at least
+    ``GZIP_MIN_LIMIT``) so that a small hostile file cannot fill this process's memory."""
+    if not (isinstance(data, bytes) and data[:2] == _GZIP_MAGIC):
+        return data
+    limit = max(GZIP_MIN_LIMIT, GZIP_MAX_RATIO * len(data))
+    out, total = [], 0
+    try:
+        with gzip.GzipFile(fileobj=io.BytesIO(data)) as f:
+            while chunk := f.read(1 << 22):
+                total += len(chunk)
+                if total > limit:
+                    raise LoadError(f"{name}: gzip data expands past {limit >> 20} MiB ({GZIP_MAX_RATIO} x its "
+                                    "size): not IR as a compiler writes it (a decompression bomb?)")
+                out.append(chunk)
+    except (OSError, EOFError, zlib.error, ValueError) as e:
+        raise LoadError(f"{name}: truncated or corrupt gzip data ({_first_line(str(e))})") from None
+    return b"".join(out)
 
 
 def _classify(data, name: str) -> tuple[str, bytes]:

@@ -181,6 +181,9 @@ def test_stdin(tmp_path):
     assert r.returncode == 0, r.stderr
     data = json.loads(r.stdout)
     assert data["source"] == "<stdin>" and data["summary"]["gemm_flops"] == 4 * LAYER_GEMM + 2 * TOKENS * D * 1024
+    bad = subprocess.run([sys.executable, "-m", "mhlo_cost", "report", "-"], input=b"garbage {\n",
+                         capture_output=True, timeout=300)
+    assert bad.returncode == 2 and bad.stderr.decode().startswith("mhlo-cost: error: <stdin>:1:1: ")
 
 
 def test_several_files_one_table(capsys, tmp_path):

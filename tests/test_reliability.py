@@ -61,6 +61,25 @@ def test_corrupt_gzip_is_exit_2(capsys):
     assert "corrupt gzip" in one_error_line(err)
 
 
+def test_gzip_bomb_stops_at_its_limit(monkeypatch, tmp_path, capsys):
+    """A gzip member that expands more than GZIP_MAX_RATIO x (a run of one byte) stops while decompressing,
+    in this process, before it holds the whole: one line, exit 2. Real IR (5-30 x) loads."""
+    import gzip
+
+    from mhlo_cost import loader
+
+    monkeypatch.setattr(loader, "GZIP_MIN_LIMIT", 1 << 20)
+    bomb = tmp_path / "bomb.mlir.gz"
+    bomb.write_bytes(gzip.compress(b"module {\n" + b" " * (8 << 20) + b"}\n"))
+    assert len(bomb.read_bytes()) * loader.GZIP_MAX_RATIO < 8 << 20
+    assert main(["report", str(bomb)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "decompression bomb" in err[0]
+    real = tmp_path / "gpt.mlir.gz"
+    real.write_bytes(gzip.compress((Path(__file__).resolve().parents[1] / "examples" / "gpt_small.mlir").read_bytes()))
+    assert load(real).name == str(real)
+
+
 def test_bom_and_non_utf8_bytes_in_comments_and_locations_load(tmp_path):
     bom = tmp_path / "bom.mlir"
     bom.write_bytes(b"\xef\xbb\xbf" + ADD.encode())
@@ -175,3 +194,20 @@ def test_memory_bomb_in_the_parser_is_stopped_quickly_and_bounded():
     assert time.perf_counter() - t0 < 30
     peak_kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss  # the largest child so far (Linux: KiB)
     assert peak_kib < 2 * 1024 * 1024
+
+
+def test_a_dead_reader_is_reaped_and_started_again():
+    """The reader's child killed between two loads: the next load starts a new one and the old one's pipes
+    are closed (no leak per crash)."""
+    import os
+    import signal
+
+    from mhlo_cost import guard
+
+    gpt = Path(__file__).resolve().parents[1] / "examples" / "gpt_small.mlir"
+    load(gpt, isolate=True)
+    old = guard._SERVER.proc
+    os.kill(old.pid, signal.SIGKILL)
+    old.wait()
+    assert analyze(load(gpt, isolate=True)).summary["gemm_flops"] > 0
+    assert guard._SERVER.proc is not old and old.stdin.closed and old.stdout.closed

@@ -131,8 +131,6 @@ def load_analysis(path: str, args, progress: Progress, dataflow: bool = False, t
     """The analysis of ``path`` (``-``: standard input); ``dataflow``: with operand producers (for --fuse);
     ``training``: a training step's (data flow and arguments, for its phases) where the IR holds a backward
     (``training="always"``: whatever it holds)."""
-    from dataclasses import replace
-
     from ..guard import prestart
 
     prestart()  # the reader's child starts while this process imports jaxlib and the rules
@@ -141,9 +139,7 @@ def load_analysis(path: str, args, progress: Progress, dataflow: bool = False, t
     from ..loader import load
 
     progress.stage(f"parsing {'standard input' if path == '-' else path}{_size(path)}")
-    loaded = load(read_input(path))
-    if path == "-":
-        loaded = replace(loaded, name="<stdin>")
+    loaded = load(read_input(path), name="<stdin>" if path == "-" else None)
     progress.stage("counting")
     if training:
         from ..training.analysis import has_backward
