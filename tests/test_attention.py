@@ -107,3 +107,6 @@ def test_report_names_attention_kernels(tmp_path, capsys):
     assert main(["report", str(p), "--hardware", "h100", "--fuse", "elementwise", "--attention", "nope"]) == 2
     assert main(["report", str(p), "--hardware", "h100", "--attention", "fused", "-q"]) == 2
     assert capsys.readouterr().err.strip().splitlines()[-1] == "mhlo-cost: error: --attention goes with --fuse elementwise"
+    for cmd in (["report"], ["blocks"]):  # without a profile too (it decides the fused memory figure)
+        assert main([*cmd, str(p), "--attention", "unfused", "-q"]) == 2
+        assert capsys.readouterr().err.strip() == "mhlo-cost: error: --attention goes with --fuse elementwise"

@@ -279,14 +279,14 @@ def hardware_from_options(args, top_needs_hardware: bool = True):
         v = getattr(args, opt, None)
         if v is not None and v < 1:
             raise UserError(f"--{opt} must be a positive integer, got {v}")
+    if getattr(args, "attention", None) and getattr(args, "fuse", "none") != "elementwise":
+        raise UserError("--attention goes with --fuse elementwise")
     return hw
 
 
 def make_roofline(analysis, hw, args, progress: Progress):
     from ..roofline import Roofline
 
-    if getattr(args, "attention", None) and getattr(args, "fuse", "none") != "elementwise":  # issue 16
-        raise UserError("--attention goes with --fuse elementwise")
     progress.stage(f"estimating on {hw.name}")
     rf = Roofline(analysis, hw, fuse_mode=getattr(args, "fuse", "none"), attention=getattr(args, "attention", None))
     if rf.unknown_ops:
@@ -338,7 +338,7 @@ def add_estimate(p: argparse.ArgumentParser, steps: bool = False, top: bool = Fa
     g.add_argument("--fuse", choices=("none", "elementwise"), default="none",
                    help="elementwise: also estimate with elementwise chains fused into their producer kernel "
                         "(time with --hardware; the fused memory peak with or without)")
-    # issue 16: attention as one kernel
+    # attention as one kernel
     g.add_argument("--attention", choices=("fused", "unfused"),
                    help="with --fuse elementwise: fused (default) prices each attention (dot, softmax, dot) as one "
                         "flash-attention kernel; unfused as its separate kernels")
