@@ -296,3 +296,13 @@ def test_fill_nearest_matches_its_definition():
         assert fill_nearest(values, "E", same_only) == _fill_reference(values, "E", same_only)
 
     check()
+
+
+def test_filters_refuse_what_they_would_silently_ignore(capsys):
+    """The whole-program HTML report and a run's --steps do not take a filter: one line, exit 2."""
+    for extra in (["--block", "layers.0", "--format", "html"], ["--scope", "layers", "--hardware", "h100",
+                                                                "--steps", "3"]):
+        assert main(["report", str(GPT), *extra, "-q"]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith("mhlo-cost: error: ")
+    assert main(["report", str(GPT), "--by", "kind", "--block", "layers.0", "--format", "html", "-q"]) == 0

@@ -200,6 +200,12 @@ def cmd_report(args) -> int:
         raise UserError("--parts goes with --by block")
     if len(args.file) > 1 and args.format == "html":
         raise UserError("--format html takes one file")
+    filtered = getattr(args, "block", None) or getattr(args, "scope", None)
+    if filtered and args.format == "html" and by == "summary":
+        raise UserError("--block and --scope go with the table views (--by op, block, ...); the HTML report "
+                        "shows the whole program")
+    if filtered and args.steps is not None:
+        raise UserError("--steps is a whole run of the program: it does not go with --block or --scope")
     progress = Progress(enabled=not args.quiet)
     frames = []
     for path in args.file:
