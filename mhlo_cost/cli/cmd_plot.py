@@ -18,8 +18,7 @@ def cmd_plot(args) -> int:
     from ..plot import plot_blocks
 
     hw = hardware_from_options(args)
-    if not args.output.lower().endswith((".png", ".svg", ".pdf")):
-        raise UserError(f"{args.output}: the picture's name must end in .png, .svg or .pdf")
+    _check_name(args)
     progress = Progress(enabled=not args.quiet)
     analysis = load_analysis(args.file, args, progress, dataflow=hw is not None or args.fuse != "none")
     rf = make_roofline(analysis, hw, args, progress) if hw is not None else None
@@ -29,14 +28,25 @@ def cmd_plot(args) -> int:
     progress.stage("drawing")
     title = args.title or (f"{Path(analysis.source).name}: per block"
                            + (f", estimated time on {hw.name}" if hw is not None else ", FLOPs"))
+    return _draw(args, lambda: plot_blocks(df, args.output, title=title, fused=rf is not None and
+                                           rf.fusion is not None), progress)
+
+
+def _check_name(args) -> None:
+    if not args.output.lower().endswith((".png", ".svg", ".pdf")):
+        raise UserError(f"{args.output}: the picture's name must end in .png, .svg or .pdf")
+
+
+def _draw(args, draw, progress: Progress | None = None) -> int:
+    """Run ``draw()``, which writes ``args.output``: a write error is one line; then say what was written."""
     try:
-        plot_blocks(df, args.output, title=title, fused=rf is not None and rf.fusion is not None)
+        draw()
     except OSError as e:
         raise UserError(f"{args.output}: cannot write: {e.strerror or e}") from None
-    progress.done()
+    if progress is not None:
+        progress.done()
     say(args, f"wrote {args.output}", note=True)
     return EXIT_OK
-
 
 
 def _plot_sweep(args) -> int:
@@ -45,16 +55,14 @@ def _plot_sweep(args) -> int:
 
     if args.hardware or args.hardware_file or args.memory:
         raise UserError("a sweep table has its estimates already: --hardware and --memory do not apply")
-    if not args.output.lower().endswith((".png", ".svg", ".pdf")):
-        raise UserError(f"{args.output}: the picture's name must end in .png, .svg or .pdf")
-    try:
-        plot_sweep(read(args.file), args.output, title=args.title or "")
-    except (ValueError, KeyError) as e:
-        raise UserError(f"{args.file}: {e}") from None
-    except OSError as e:
-        raise UserError(f"{args.output}: cannot write: {e.strerror or e}") from None
-    say(args, f"wrote {args.output}", note=True)
-    return EXIT_OK
+    _check_name(args)
+
+    def draw():
+        try:
+            plot_sweep(read(args.file), args.output, title=args.title or "")
+        except (ValueError, KeyError) as e:
+            raise UserError(f"{args.file}: {e}") from None
+    return _draw(args, draw)
 
 
 def _plot_memory(analysis, args, rf, hw, progress) -> int:
@@ -67,15 +75,11 @@ def _plot_memory(analysis, args, rf, hw, progress) -> int:
     kinds = {b.name: b.kind for b in blocks.blocks}
     progress.stage("drawing")
     title = args.title or f"{Path(analysis.source).name}: live bytes per device" + (f", {hw.name}" if hw else "")
-    try:
-        flash = (getattr(args, "attention", None) or "fused") == "fused"
-        plot_memory(args.output, labels, kinds, analysis.memory, fused, int(hw.hbm_capacity) if hw else None, title,
-                    "fused elementwise" + (", attention one kernel" if flash else ""))
-    except OSError as e:
-        raise UserError(f"{args.output}: cannot write: {e.strerror or e}") from None
-    progress.done()
-    say(args, f"wrote {args.output}", note=True)
-    return EXIT_OK
+    flash = (getattr(args, "attention", None) or "fused") == "fused"
+    return _draw(args, lambda: plot_memory(args.output, labels, kinds, analysis.memory, fused,
+                                           int(hw.hbm_capacity) if hw else None, title,
+                                           "fused elementwise" + (", attention one kernel" if flash else "")),
+                 progress)
 
 
 def register(sub) -> None:

@@ -268,7 +268,7 @@ def _render_many(frames, args) -> str:
     for i, p in enumerate(parts):
         p = p.copy()
         for c in p.columns:
-            if c in missing and p[c].dtype.kind in "iu" or str(p[c].dtype) == "Int64":
+            if c in missing and (p[c].dtype.kind in "iu" or str(p[c].dtype) == "Int64"):
                 p[c] = pd.Series([None if v is pd.NA else int(v) for v in p[c]], index=p.index, dtype=object)
         parts[i] = p
     df = pd.concat(parts, ignore_index=True)
