@@ -220,13 +220,21 @@ class Roofline:
         # The block's bound: where most of its (fused, if estimated) device time goes.
         t = df["est_time_fused_s"] - df["comm_time_s"] if self.fusion is not None else side
         c = df["compute_bound_fused_s"] if self.fusion is not None else df["compute_bound_s"]
-        df["bound"] = ["comm" if cm > tt and cm > 0 else ("compute" if tt > 0 and cc >= tt / 2 else
-                                                          ("memory" if tt > 0 else "free"))
-                       for tt, cc, cm in zip(t, c, df["comm_time_s"])]
+        df["bound"] = [time_bound(tt, cc, cm) for tt, cc, cm in zip(t, c, df["comm_time_s"])]
         # Work too small to fill a kernel: launch overhead is more than half of the block's time op by op.
         df["bound"] = ["overhead" if b == "memory" and 2 * o > t else b
                        for b, o, t in zip(df["bound"], df["est_overhead_s"], side)]
         return df
+
+
+def time_bound(device_s: float, compute_bound_s: float, comm_s: float) -> str:
+    """Where most of a span's time goes: ``comm`` where communication outweighs the device's time, else
+    ``compute`` where compute-bound kernels take half of that or more, else ``memory`` (``free``: no time)."""
+    if comm_s > device_s and comm_s > 0:
+        return "comm"
+    if device_s > 0:
+        return "compute" if compute_bound_s >= device_s / 2 else "memory"
+    return "free"
 
 
 def _operation(r: Row) -> str:

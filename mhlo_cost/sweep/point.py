@@ -143,9 +143,9 @@ def metrics(analysis, hw, steps: int = 1, fuse: str = "none") -> dict:
 
 
 def bound(rf) -> str:
-    """The whole program's bound by the rule of ``Roofline.block_frame`` (one block holding every op): comm
-    where communication outweighs the device's compute and memory time, else compute where compute-bound
-    kernels take half of it or more, else memory."""
+    """The whole program's bound by the rule of ``Roofline.block_frame`` (one block holding every op)."""
+    from ..roofline.estimate import time_bound
+
     extra, rows = rf.block_extra(), rf.analysis.rows
 
     def total(name):
@@ -153,10 +153,5 @@ def bound(rf) -> str:
 
     comm = total("comm_time_s")
     fused = rf.fusion is not None
-    t = total("est_time_fused_s" if fused else "est_time_s") - comm
-    c = total("compute_bound_fused_s" if fused else "compute_bound_s")
-    if comm > t and comm > 0:
-        return "comm"
-    if t > 0:
-        return "compute" if c >= t / 2 else "memory"
-    return "free"
+    return time_bound(total("est_time_fused_s" if fused else "est_time_s") - comm,
+                      total("compute_bound_fused_s" if fused else "compute_bound_s"), comm)
