@@ -7,11 +7,12 @@ from ..memory.record import LivenessMixin
 from .base import shared_short_name
 from .comm import CommIRVisitor
 from .more_rules import MoreRules
+from .shardy import ShardyRules
 from .tflops import TFlopsVisitor
 from .vector import KNOWN_CUSTOM_CALLS, VectorVisitor
 
 
-class CostRules(CommIRVisitor, TFlopsVisitor, MoreRules, VectorVisitor):
+class CostRules(ShardyRules, CommIRVisitor, TFlopsVisitor, MoreRules, VectorVisitor):
     """One row per op occurrence. An op that no rule knows is a row of kind ``unknown``, never a zero."""
 
     def generic_visit(self, op: ir.Operation) -> None:
