@@ -176,3 +176,32 @@ def test_dynamic_conv_with_unknown_padding_is_unknown():
     a = analyze(text)
     (row,) = [r for r in a.rows if r.op == "stablehlo.dynamic_conv"]
     assert row.kind == "unknown"
+
+
+# -- G: dialect-mixing fuzz --------------------------------------------------------------------------------------
+@pytest.mark.parametrize("seed", range(24000, 24024))
+def test_dialect_mixing_programs_count_their_closed_form(seed):
+    from fuzz_dialects import program
+
+    p = program(seed)
+    a = analyze(p.text)
+    assert (total(a, "vector_flops"), total(a, "comm_bytes")) == (p.vector_flops, p.comm_bytes), p.text
+    if p.uncountable:
+        assert any("trip count not provable" in w for w in a.warnings)
+    if p.unknown:
+        assert any(r.kind == "unknown" for r in a.rows)
+
+
+@pytest.mark.parametrize("seed", range(24000, 24008))
+def test_dialect_mixing_mutants_never_crash(seed, tmp_path, capsys):
+    import random
+
+    from fuzz_dialects import program
+    from fuzz_mutations import mutate
+
+    rng = random.Random(seed)
+    for kind in ("truncate", "flip", "delete_line", "odd_dim", "splice"):
+        path = tmp_path / f"{kind}.mlir"
+        path.write_bytes(mutate(program(seed).text.encode(), kind, rng))
+        code, _, err = run_cli(["report", path, "-q"], capsys)
+        assert code in (0, 2) and "internal error" not in err, (kind, err)
