@@ -11,7 +11,8 @@ import sys
 from pathlib import Path
 
 from .cmd_lower import PARALLEL
-from .common import EXIT_OK, UserError
+from .common import EXIT_OK, Progress, UserError, add_force, add_progress, claim_output
+from .outputs import record_output
 
 
 def register(sub) -> None:
@@ -50,7 +51,9 @@ def register(sub) -> None:
     o.add_argument("--format", choices=("csv", "json", "parquet", "markdown"),
                    help="default: from -o's extension (.csv .json .parquet .md), else markdown")
     o.add_argument("-o", "--output", metavar="FILE", help="write the table here (default stdout)")
+    add_force(o)
     o.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
+    add_progress(o)
     p.set_defaults(func=cmd_sweep)
 
 
@@ -99,6 +102,7 @@ def cmd_sweep(args) -> int:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
     fmt = format_of(args.output, args.format)
+    claim_output(args)
     if fmt == "parquet" and args.output in (None, "", "-"):
         raise UserError("--format parquet needs -o FILE")
     if args.jobs is not None and args.jobs < 1:
@@ -116,8 +120,10 @@ def cmd_sweep(args) -> int:
         if not args.quiet:
             print(f"mhlo-cost: sweep of {len(grid.points)} point(s) x {len(grid.hardware)} hardware profile(s) on "
                   f"{args.scheduler or 'this machine'}", file=sys.stderr, flush=True)
+        bar = Progress.of(args)
         df, stats = run_sweep(grid, hardware_toml, cache_dir=cache, scheduler=args.scheduler, jobs=args.jobs,
-                              progress=not args.quiet)
+                              progress=bar.count if bar.enabled else False)
+        bar.close()
     except (GridError, SweepError) as e:
         raise UserError(str(e)) from None
     if args.best:
@@ -129,6 +135,8 @@ def cmd_sweep(args) -> int:
         raise UserError(f"{args.output}: cannot write: {e.strerror or e}") from None
     if text is not None:
         sys.stdout.write(text)
+    else:
+        record_output(args.output)
     if not args.quiet:
         print(f"mhlo-cost: sweep done in {stats.seconds:.1f}s: {stats.computed} computed, {stats.cached} cached, "
               f"{stats.failed} failed", file=sys.stderr)
