@@ -231,8 +231,8 @@ def cmd_lower(args) -> int:
     bar = Progress.of(args)
     try:
         bar.stage("checking the options")
+        _claim(args)  # the output first: it costs nothing
         req, text = _request(args)  # shapes, dtypes, configuration: before any heavy import
-        _claim(args)
         check_request(req)  # the extras installed, a library's class name
         _shape_note(args)
         say(args, f"lowering {text} -> {args.output or 'stdout'}", note=True)
