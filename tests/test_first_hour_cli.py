@@ -97,10 +97,10 @@ def test_a_timer_that_fires_after_the_error_prints_nothing(capsys):
 
 def test_a_terminal_line_is_drawn_in_place_with_a_bar(capsys):
     p = Progress(enabled=True, delay=0.0, tty=True)
-    p.count(3, 10, "sweep")
+    p.count(3, 10, "sweep", "points")
     p.close()
     err = capsys.readouterr().err
-    assert err.startswith("\r\x1b[K") and "sweep [" + "#" * 6 + "." * 14 + "] 3/10" in err
+    assert err.startswith("\r\x1b[K") and "sweep [" + "#" * 6 + "." * 14 + "] 3/10 points" in err
     assert err.endswith("\r\x1b[K")  # cleared: what follows starts on a line of its own
 
 
@@ -242,3 +242,15 @@ def test_an_unpublished_stdit3_shape_is_lowered_with_a_visible_note(tmp_path):
     rc, _, err, _ = cli("lower", "--model", "stdit3", "--small", "--shape", "204_640_360", "-q", "-o",
                         tmp_path / "p.mlir")
     assert rc == 0 and "published" not in err
+
+
+def test_sweep_bar_when_asked_and_its_shape_notes(tmp_path, capsys):
+    argv = ["sweep", "--model", "stdit3", "--small", "--depth", "1", "--shape", "204_640_36", "--hardware", "h100",
+            "--no-cache", "-j", "1", "--format", "csv"]
+    assert main([*argv, "--progress"]) == 0
+    err = capsys.readouterr().err
+    assert "mhlo-cost: sweep [" + "#" * 20 + "] 1/1 points" in err
+    assert "warning: 204_640_36 is not a published STDiT3 shape" in err and "T=60 x S=80" in err
+    assert main([*argv, "-q"]) == 0
+    err = capsys.readouterr().err  # -q: no bar, but the shape's warning all the same
+    assert "sweep [" not in err and "204_640_36 is not a published" in err

@@ -15,7 +15,7 @@ def cmd_calibrate(args) -> int:
     bar, total, done = Progress.of(args), step_count(args.quick), [0]
 
     def progress(msg: str) -> None:
-        bar.count(done[0], total, f"calibrate: {msg}")
+        bar.count(done[0], total, "calibrate", msg)
         done[0] += 1
 
     cal = calibrate(quick=args.quick, progress=progress)

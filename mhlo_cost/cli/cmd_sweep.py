@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 from .cmd_lower import PARALLEL
-from .common import EXIT_OK, Progress, UserError, add_force, add_progress, claim_output
+from .common import EXIT_OK, Progress, UserError, add_force, add_progress, claim_output, say
 from .outputs import record_output
 
 
@@ -92,6 +92,20 @@ def _hardware_toml(grid, path) -> str | None:
         return f.read()
 
 
+def _shape_notes(grid, args) -> None:
+    """A STDiT3 shape that is not a published one: a warning (never hidden) with the tokens it means."""
+    from ..models.config import VideoShape, unpublished_shape_note
+
+    for shape in sorted({p.shape for p in grid.points if p.model == "stdit3"}):
+        try:
+            VideoShape.parse(shape)
+        except ValueError:  # the grid's default shape ("default"), or an error the points report
+            continue
+        note = unpublished_shape_note(shape)
+        if note:
+            say(args, f"warning: {note}")
+
+
 def cmd_sweep(args) -> int:
     import os
 
@@ -109,6 +123,7 @@ def cmd_sweep(args) -> int:
         raise UserError(f"--jobs must be a positive integer, got {args.jobs}")
     try:
         grid = make_grid(_settings(args))
+        _shape_notes(grid, args)
         hardware_toml = _hardware_toml(grid, args.hardware_file)
         cache = None if args.no_cache else (args.cache_dir or default_dir())
         if cache is not None:

@@ -72,11 +72,11 @@ class Progress:
                 return
         self._print()
 
-    def count(self, done: int, total: int, text: str = "") -> None:
-        """How far, where the total is known: ``text [#####.....] done/total``."""
+    def count(self, done: int, total: int, text: str = "", detail: str = "") -> None:
+        """How far, where the total is known: ``text [#####.....] done/total detail``."""
         width = 20
         filled = width * done // total if total > 0 else width
-        self.stage(f"{text} [{'#' * filled}{'.' * (width - filled)}] {done}/{total}".strip())
+        self.stage(f"{text} [{'#' * filled}{'.' * (width - filled)}] {done}/{total} {detail}".strip())
 
     def _print(self) -> None:
         with self._lock:

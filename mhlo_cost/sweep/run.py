@@ -30,7 +30,7 @@ class Stats:
 
 class Progress:
     """One line on stderr per finished point: done / total, cached, failed, running, ETA; ``enabled`` may be a
-    callable ``(done, total, text)`` instead, that shows them (the command line's bar)."""
+    callable ``(done, total, text, detail)`` instead, that shows them (the command line's bar)."""
 
     def __init__(self, stats: Stats, enabled=True, out=None):
         self.stats, self.enabled, self.out = stats, enabled, out or sys.stderr
@@ -46,8 +46,8 @@ class Progress:
         left = s.total - done
         eta = f"{spent / fresh * left:.0f}s" if fresh and left else ("0s" if not left else "?")
         if callable(self.enabled):
-            self.enabled(done, s.total, f"sweep ({s.cached} cached, {s.failed} failed, {s.running} running, "
-                                        f"ETA {eta}{', ' + label if label else ''})")
+            self.enabled(done, s.total, "sweep", f"points, {s.cached} cached, {s.failed} failed, {s.running} running, "
+                                                 f"ETA {eta}{': ' + label if label else ''}")
             return
         print(f"mhlo-cost: sweep {done}/{s.total} points ({s.cached} cached, {s.failed} failed, {s.running} running)"
               f", ETA {eta}{': ' + label if label else ''}", file=self.out, flush=True)
