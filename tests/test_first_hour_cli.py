@@ -177,7 +177,7 @@ def test_a_bad_input_shape_is_named_before_any_import():
 
 
 @pytest.mark.parametrize("argv,blocked,extra", [
-    (["--model", "gpt", "--frontend", "torchax"], "torch", "torch"),
+    (["--model", "stdit3", "--small", "--frontend", "torchax"], "torch", "torch"),
     (["--module", "m:f", "--frontend", "torchax", "--input", "2x2"], "torchax", "torch"),
     (["--hf", "LlamaForCausalLM", "--config", "llama", "--input", "1x8:int64"], "transformers", "models"),
     (["--hf", "LlamaForCausalLM", "--config", "llama", "--input", "1x8:int64"], "torch", "models"),
