@@ -41,7 +41,7 @@ def wrote_before(path: str) -> bool:
     """Whether ``path`` holds, unchanged, what mhlo-cost last wrote there."""
     try:
         recorded = _entry(path).read_text(encoding="ascii").strip()
-    except OSError:
+    except (OSError, UnicodeDecodeError):  # no entry, or one that is not ours: not our file
         return False
     return bool(recorded) and recorded == _digest(path)
 
