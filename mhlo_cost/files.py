@@ -34,9 +34,10 @@ def _kind(mode: int) -> str | None:
     return "is not a regular file"
 
 
-def read_file(path: str | os.PathLike, limit: int = MAX_INPUT_BYTES, what: str = "an MLIR file") -> bytes:
+def read_file(path: str | os.PathLike, limit: int | None = None, what: str = "an MLIR file") -> bytes:
     """The bytes of the regular file ``path``; :class:`FileRefused` for a missing file, a directory, a FIFO,
-    a device or a socket (checked before opening), or a file of more than ``limit`` bytes."""
+    a device or a socket (checked before opening), or a file of more than ``limit`` bytes (default
+    :data:`MAX_INPUT_BYTES`)."""
     name = os.fsdecode(path)
     try:
         st = os.stat(path)
@@ -63,7 +64,7 @@ def _refuse(mode: int, name: str, what: str) -> None:
     raise FileRefused(f"{name}: {kind}, not {what}" + (hint if stat.S_ISFIFO(mode) else ""))
 
 
-def read_stream(f, name: str, limit: int = MAX_INPUT_BYTES) -> bytes:
+def read_stream(f, name: str, limit: int | None = None) -> bytes:
     """All of the binary stream ``f``, in chunks, refused past ``limit`` bytes (a file that grows, a
     ``/proc`` file whose size says 0, standard input)."""
     chunks, total = [], 0
@@ -77,7 +78,9 @@ def read_stream(f, name: str, limit: int = MAX_INPUT_BYTES) -> bytes:
     return b"".join(chunks)
 
 
-def _check_size(n: int, limit: int, name: str) -> None:
+def _check_size(n: int, limit: int | None, name: str) -> None:
+    limit = MAX_INPUT_BYTES if limit is None else limit
     if n > limit:
-        raise FileRefused(f"{name}: more than {limit >> 20} MiB, the most mhlo-cost reads: not IR as a compiler "
+        size = f"{limit >> 20} MiB" if limit >= 1 << 20 else f"{limit} bytes"
+        raise FileRefused(f"{name}: more than {size}, the most mhlo-cost reads: not IR as a compiler "
                           "writes it (or a model with its weights inlined)")
