@@ -84,37 +84,32 @@ def test_only_bad_locations_are_rewritten():
     assert clean_locations(module.operation) == 0
 
 
-_DRIVER = """
-import contextlib, io, sys
-from pathlib import Path
-from mhlo_cost.cli import main
-for i, p in enumerate(sorted(Path(sys.argv[1]).iterdir())):
-    with contextlib.redirect_stdout(io.StringIO()):
-        code = main(["report", str(p), "-q"] + (["--by", "op", "--format", "csv"] if i % 2 else []))
-    print("RESULT", p.name, code, flush=True)
-"""
+def _report_each(paths) -> dict[str, int]:
+    """Exit code of ``mhlo-cost report`` per file, each in its own process (in process, with main(), the
+    same inputs did not abort before the fix: the command did)."""
+    codes = {}
+    for i, p in enumerate(sorted(paths)):
+        view = ["--by", "op", "--format", "csv"] if i % 2 else []
+        r = _run(["report", p, "-q", *view])
+        codes[p.name] = r.returncode
+        assert r.returncode in (0, 2), (p.name, r.returncode, r.stderr[-300:])
+    return codes
 
 
 def test_generated_location_inputs_all_report(tmp_path):
-    """Location fuzz (tests/fuzz_locations.py): every kind, in one child process that prints each result."""
+    """Location fuzz (tests/fuzz_locations.py): two inputs of every kind."""
     rng = random.Random(2024)
-    for i in range(12):
+    for i in range(8):
         suffix, data = fuzz_locations.mutant(rng, fuzz_locations.KINDS[i % len(fuzz_locations.KINDS)])
         (tmp_path / f"m{i:02d}{suffix}").write_bytes(data)
-    r = subprocess.run([sys.executable, "-c", _DRIVER, str(tmp_path)], capture_output=True, text=True, timeout=600)
-    done = dict(line.split()[1:] for line in r.stdout.splitlines() if line.startswith("RESULT "))
-    assert r.returncode == 0 and len(done) == 12, (r.returncode, r.stdout[-500:], r.stderr[-500:])
-    assert set(done.values()) == {"0"}, done
+    assert set(_report_each(tmp_path.iterdir()).values()) == {0}
 
 
 def test_campaign_crashers_report():
     """One input of each kind that aborted in benchmarks/fuzz_locations.py before the fix (159 of 200 did:
     text, gzip and bytecode with escapes in names, and bytecode with a location byte flipped)."""
-    folder = FIX / "campaign"
-    r = subprocess.run([sys.executable, "-c", _DRIVER, str(folder)], capture_output=True, text=True, timeout=600)
-    done = dict(line.split()[1:] for line in r.stdout.splitlines() if line.startswith("RESULT "))
-    assert r.returncode == 0 and set(done) == {p.name for p in folder.iterdir()}, (r.returncode, r.stderr[-500:])
-    assert set(done.values()) == {"0"}, done
+    codes = _report_each((FIX / "campaign").iterdir())
+    assert len(codes) == 4 and set(codes.values()) == {0}, codes
 
 
 def test_flipped_bytecode_changes_one_byte_of_a_location_string_to_one_past_ascii():
