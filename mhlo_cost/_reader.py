@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import sys
 
 from jaxlib.mlir import ir
@@ -100,8 +101,132 @@ def parse(kind: str, data: bytes, name: str, ctx: ir.Context):
         if isinstance(e, MemoryError) or "bad_alloc" in text:
             text = "the MLIR reader ran out of memory on this input: truncated, corrupt or hostile data"
         return None, None, f"{name}: {text}"
+    try:
+        if _HIGH_ESCAPE.search(data if kind == "text" else _printed(module.operation)):
+            clean_locations(module.operation)
+    except RecursionError:
+        return None, None, f"{name}: locations nested too deeply to read"
     op, message = _single_module(module.operation)
     return (module, op, None) if op is not None else (None, None, f"{name}: {message}")
+
+
+# -- locations whose strings are not UTF-8 ---------------------------------------------------------------
+#
+# MLIR strings are bytes; a location name written with hex escapes (``loc("caf\E9/x")``) or a flipped byte
+# in bytecode is not UTF-8, and jaxlib's ``NameLoc.name_str`` then aborts the whole process (a C++
+# exception nanobind cannot turn into a Python one). So every location that names such a string is
+# rewritten here, before the bytecode for the parent is written, with U+FFFD for the bad bytes: the parent
+# reads every location name safely, and none is dropped. The bytes themselves are read without ever
+# making a Python str of them: the location is printed (MLIR escapes every byte past ASCII) and MLIR
+# parses the printed string literal back into a StringAttr, whose ``value_bytes`` is safe.
+
+#: A hex escape of a byte past ASCII (``\E9``): the only way MLIR text (read as UTF-8) gives a string that
+#: is not UTF-8. Input without one (text as given, bytecode as MLIR prints it) skips the walk below.
+_HIGH_ESCAPE = re.compile(rb"\\[89a-fA-F][0-9a-fA-F]")
+
+
+def _printed(op: ir.Operation) -> bytes:
+    """``op`` as generic MLIR text with its locations (MLIR escapes every byte past ASCII in a string), large
+    constants elided: a fast first look for escapes before walking every location (bytecode input)."""
+    buf = io.BytesIO()
+    op.print(large_elements_limit=16, large_resource_limit=16, enable_debug_info=True, print_generic_op_form=True,
+             assume_verified=True, file=buf, binary=True)
+    return buf.getvalue()
+
+
+def clean_locations(op: ir.Operation) -> int:
+    """Rewrite, under ``op``, every op and block-argument location that holds a string which is not UTF-8
+    (its bad bytes as U+FFFD); the number of distinct locations rewritten."""
+    fixer = _LocationFixer()
+
+    def visit(o):
+        new = fixer.fix(o.location)
+        if new is not None:
+            o.location = new
+        for region in o.regions:
+            for block in region.blocks:
+                for arg in block.arguments:
+                    new = fixer.fix(arg.location)
+                    if new is not None:
+                        arg.set_location(new)
+        return ir.WalkResult.ADVANCE
+
+    op.walk(visit)
+    return fixer.count
+
+
+class _LocationFixer:
+    def __init__(self):
+        self.memo: dict = {}
+        self.count = 0
+
+    def fix(self, loc: ir.Location):
+        """A location like ``loc`` whose strings are UTF-8, or None where ``loc`` is so already."""
+        key = loc.attr
+        if key in self.memo:
+            return self.memo[key]
+        new = self._rebuild(loc, loc.typeid, loc.context)
+        self.memo[key] = new
+        self.count += new is not None
+        return new
+
+    def _rebuild(self, loc: ir.Location, tid, ctx):
+        if tid == _NAME:
+            child = ir.NameLoc(loc).child_loc
+            raw, new_child = _first_string(loc), self.fix(child)
+            if new_child is None and _is_utf8(raw):
+                return None
+            return ir.Location.name(_text(raw), childLoc=child if new_child is None else new_child, context=ctx)
+        if tid == _FILE:
+            raw = _first_string(loc)
+            if _is_utf8(raw):
+                return None
+            f = ir.FileLineColLoc(loc)
+            return ir.Location.file(_text(raw), f.start_line, f.start_col, f.end_line, f.end_col, context=ctx)
+        if tid == _CALLSITE:
+            c = ir.CallSiteLoc(loc)
+            callee, caller = c.callee, c.caller
+            new_callee, new_caller = self.fix(callee), self.fix(caller)
+            if new_callee is None and new_caller is None:
+                return None
+            return ir.Location.callsite(callee if new_callee is None else new_callee,
+                                        [caller if new_caller is None else new_caller], context=ctx)
+        if tid == _FUSED:
+            f = ir.FusedLoc(loc)
+            parts = list(f.locations)
+            fixed = [self.fix(p) for p in parts]
+            if all(x is None for x in fixed):
+                return None
+            return ir.Location.fused([p if x is None else x for p, x in zip(parts, fixed)], f.metadata, context=ctx)
+        return None  # unknown and opaque locations hold no string the walk reads
+
+
+def _first_string(loc: ir.Location) -> bytes:
+    """The bytes of the first string literal of a name or file location (its name or file name)."""
+    printed = str(loc.attr)  # ``loc("name"...)``; a quote inside the string is printed as \22, never \"
+    start = printed.index('"')
+    literal = printed[start:printed.index('"', start + 1) + 1]
+    if "\\" not in literal:
+        return literal[1:-1].encode()
+    return ir.StringAttr(ir.Attribute.parse(literal, loc.context)).value_bytes
+
+
+def _is_utf8(raw: bytes) -> bool:
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def _text(raw: bytes) -> str:
+    return raw.decode("utf-8", "replace")
+
+
+_NAME = ir.NameLoc.static_typeid
+_FILE = ir.FileLineColLoc.static_typeid
+_CALLSITE = ir.CallSiteLoc.static_typeid
+_FUSED = ir.FusedLoc.static_typeid
 
 
 def _limit_memory(extra: int) -> None:

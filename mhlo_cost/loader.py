@@ -10,13 +10,13 @@ import io
 import os
 import zlib
 from dataclasses import dataclass
-from pathlib import Path
 
 from jaxlib.mlir import ir
 
 from ._reader import diagnostic_message as _diagnostic_message
 from ._reader import first_line as _first_line
 from ._reader import make_context, parse as _parse_here
+from .files import FileRefused, read_file
 from .guard import enabled as guard_enabled, read_guarded
 
 _BYTECODE_MAGIC = b"ML\xefR"
@@ -39,28 +39,25 @@ def _read_source(source: str | bytes | os.PathLike) -> tuple[bytes | str, str]:
     if isinstance(source, bytes):
         return source, "<bytes>"
     if isinstance(source, os.PathLike) or (isinstance(source, str) and _looks_like_path(source)):
-        path = Path(source)
-        name = str(source)
-        if not path.exists():
-            raise LoadError(f"{name}: no such file")
-        if path.is_dir():
-            raise LoadError(f"{name}: is a directory, not an MLIR file")
-        try:
-            data = path.read_bytes()
-        except OSError as e:
-            raise LoadError(f"{name}: cannot read: {e.strerror or e}") from None
-        return data, name
+        try:  # a regular file, read with a limit: a FIFO, a device or a directory is refused unopened
+            return read_file(source), str(source)
+        except FileRefused as e:
+            raise LoadError(str(e)) from None
     return source, "<string>"
 
 
 def _looks_like_path(s: str) -> bool:
-    # MLIR text always has a newline, braces or a dialect op; a path has none of those.
+    # The Python API takes a path or MLIR text in one str (the command line: always a path). MLIR text always
+    # has a newline, braces or a dialect op; a path has none of those.
     return "\n" not in s and "{" not in s and len(s) < 4096
 
 
 def load(source: str | bytes | os.PathLike, context: ir.Context | None = None,
          isolate: bool | None = None, name: str | None = None) -> Loaded:
     """Parse MLIR from a path, a text string or bytes (text, bytecode, VHLO; each optionally gzipped).
+
+    A str is a path unless it holds a newline or ``{`` or has 4096 characters or more (then it is MLIR
+    text); a :class:`~pathlib.Path` is always a path, and bytes are always the content.
 
     With ``isolate`` (the default; ``MHLO_COST_ISOLATE=0`` turns it off) jaxlib's reader runs in a child
     process (:mod:`mhlo_cost.guard`), so that a corrupt or hostile file gives a :class:`LoadError`

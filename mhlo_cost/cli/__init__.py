@@ -12,7 +12,7 @@ import sys
 from .. import __version__
 from . import (cmd_baseline, cmd_blocks, cmd_calibrate, cmd_hardware, cmd_lower, cmd_plot, cmd_report,
                cmd_sweep)
-from .common import EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_OK, Parser, UserError, stop_progress
+from .common import ARGV, EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_OK, Parser, UserError, stop_progress
 
 #: The command modules, in the order ``--help`` lists them; each has ``register(subparsers)``.
 COMMANDS = (cmd_lower, cmd_report, cmd_blocks, cmd_plot, cmd_sweep, cmd_calibrate, cmd_baseline, cmd_hardware)
@@ -47,6 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     from .common import _SAID
 
     _SAID.clear()
+    ARGV[:] = sys.argv[1:] if argv is None else [str(a) for a in argv]
     try:
         try:
             args = build_parser().parse_args(argv)

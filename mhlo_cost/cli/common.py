@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Callable
@@ -59,12 +60,16 @@ def require_jax() -> None:
                             f"pip install -U 'jax>={want}' 'jaxlib>={want}'")
 
 
-def read_input(path: str):
-    """What :func:`mhlo_cost.loader.load` takes for ``path``: the bytes of standard input for ``-``."""
-    if path != "-":
-        return path
-    data = sys.stdin.buffer.read()
-    if not data:
+def read_input(path: str) -> bytes:
+    """The bytes of the file ``path`` (``-``: standard input). A command-line argument is always a path, never
+    MLIR text: a regular file, read with a limit; a FIFO, a device or a directory is refused unopened."""
+    from ..files import FileRefused, read_file, read_stream
+
+    try:
+        data = read_stream(sys.stdin.buffer, "-") if path == "-" else read_file(path)
+    except FileRefused as e:
+        raise UserError(str(e)) from None
+    if not data and path == "-":
         raise UserError("-: standard input is empty, expected MLIR")
     return data
 
@@ -76,12 +81,13 @@ def load_analysis(path: str, args, progress: Progress, dataflow: bool = False, t
     from ..guard import prestart
 
     prestart()  # the reader's child starts while this process imports jaxlib and the rules
+    progress.stage(f"parsing {'standard input' if path == '-' else path}{_size(path)}")
+    data = read_input(path)
     require_jax()
     from ..analysis import analyze
     from ..loader import load
 
-    progress.stage(f"parsing {'standard input' if path == '-' else path}{_size(path)}")
-    loaded = load(read_input(path), name="<stdin>" if path == "-" else None)
+    loaded = load(data, name="<stdin>" if path == "-" else path)
     progress.stage("counting")
     if training:
         from ..training.analysis import has_backward
@@ -321,8 +327,32 @@ def add_estimate(p: argparse.ArgumentParser, steps: bool = False, top: bool = Fa
                        help="--by op: the N slowest ops, slowest first (without --hardware: the N with most FLOPs)")
 
 
+#: The arguments main() was given (for the hints below).
+ARGV: list[str] = []
+
+
 class Parser(argparse.ArgumentParser):
     def error(self, message):  # one line and exit 2, like every other bad input
-        raise UserError(message)
+        raise UserError(message + dash_hint(message, ARGV, self._option_string_actions, self.prog))
+
+
+def dash_hint(message: str, argv: list[str], options, prog: str = "mhlo-cost COMMAND") -> str:
+    """Where argparse took a file name or a value beginning with ``-`` for an option: how to write it."""
+    m = re.match(r"argument ([\w/-]+): expected one argument", message)
+    if m:
+        names = m.group(1).split("/")
+        for opt in names:
+            nxt = argv[argv.index(opt) + 1] if opt in argv[:-1] else ""
+            if nxt.startswith("-"):  # ``-o=x`` would give "=x": the long name takes the '='
+                return f" (a value beginning with '-' is written with '=': {max(names, key=len)}={nxt})"
+        return ""
+    if "arguments are required" not in message and "unrecognized arguments" not in message:
+        return ""
+    for arg in argv[:argv.index("--")] if "--" in argv else argv:
+        if (arg.startswith("-") and len(arg) > 1 and arg.split("=")[0] not in options
+                and ("." in arg or "/" in arg or os.path.exists(arg))):
+            return (f" ({arg} was read as an option: a file name beginning with '-' goes after '--', as in "
+                    f"`{prog} [OPTIONS] -- {arg}`, or is written ./{arg})")
+    return ""
 
 
