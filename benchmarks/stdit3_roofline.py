@@ -1,14 +1,15 @@
 """The roofline estimate of an OpenSora 1.2 STDiT3-XL/2 sampling run beside the published measurement.
 
-Lowers STDiT3 at 204_640_360 (204 frames of 640x360, batch 2 for classifier-free guidance, bf16) from
-shapes, estimates one forward on a hardware profile (default: one A100 SXM 80GB), and multiplies by the
-sampling steps (default 30). Each shape is set beside its own published single-A100 measurement of a 30-step
-run (:data:`MEASURED_S`: 99.00 s at 204_640_360, at a model FLOP utilisation of 0.253; 202.3 s at
-408_640_360; 104.24 s at 51_1280_720; 206.92 s at 102_1280_720), per forward (measured / 30) and per run of
-``--steps``; a shape with no measurement (``--small``, another shape) gets none. Printed beside it: the old bounds (every GEMM at the
-datasheet peak: unfused, every op its own kernel, 221.8 s; fused elementwise with attention as separate
-kernels, 38.5 s), the steps from those to the new default estimate (GEMM efficiency model, attention as one
-kernel), the default's ratio to the measurement, and what the default's time is made of.
+Lowers STDiT3 at ``--shape`` (default 204_640_360: 204 frames of 640x360, batch 2 for classifier-free
+guidance, bf16) from shapes, estimates one forward on a hardware profile (default: one A100 SXM 80GB), and
+multiplies by the sampling steps (default 30). Each shape is set beside its own published single-A100
+measurement of a 30-step run (:data:`MEASURED_S`: 99.00 s at 204_640_360, at a model FLOP utilisation of
+0.253; 202.3 s at 408_640_360; 104.24 s at 51_1280_720; 206.92 s at 102_1280_720), per forward (measured /
+30) and per run of ``--steps``; a shape with no measurement (``--small``, another shape) gets none. Printed
+beside it: the old bounds (every GEMM at the datasheet peak: unfused, every op its own kernel, 221.8 s at
+204_640_360; fused elementwise with attention as separate kernels, 38.5 s), the steps from those to the new
+default estimate (GEMM efficiency model, attention as one kernel), the default's ratio to the measurement,
+and what the default's time is made of.
 
     python benchmarks/stdit3_roofline.py [--hardware a100] [--steps 30] [--shape 204_640_360]
 """

@@ -108,8 +108,8 @@ def _mesh(entry: dict, where: str, base: float, placement: tuple) -> MeshTopolog
         raise NetworkError(f"{w}: field 'dims' must be a list of 1 to 3 whole numbers >= 1 whose product is at most "
                            f"{MAX_COUNT}, got {dims!r}")
     axes = m.get("axes", list(("z", "y", "x")[-len(dims):]))
-    if not isinstance(axes, list) or len(axes) != len(dims) or len(set(axes)) != len(axes) or not all(
-            isinstance(a, str) and a for a in axes):
+    if not isinstance(axes, list) or len(axes) != len(dims) or not all(
+            isinstance(a, str) and a for a in axes) or len(set(axes)) != len(axes):
         raise NetworkError(f"{w}: field 'axes' must name each of the {len(dims)} axes once, got {axes!r}")
     wrap = m.get("wraparound", False)
     wrap = [wrap] * len(dims) if isinstance(wrap, bool) else wrap
