@@ -208,8 +208,19 @@ def check_spec(path: Path, out_json: Path, hardware_file: Path | None = None) ->
     return [f"sweep: {why}"] if why else []
 
 
+#: The largest model option (depth, hidden, ...) a spec variant keeps: ``depth = 1000000`` is a valid spec that
+#: lowers a million-layer model (17 GB and counting after 10 minutes, as ``lower --depth 1000000`` would):
+#: the size of a model is the user's choice, not a hostile profile.
+MAX_OPTION = 64
+
+
 def spec_variant(rng: random.Random) -> tuple[dict, list[str]]:
     doc, did = mutate(SPEC_SEED, rng)
+    opts = doc.get("options")
+    if isinstance(opts, dict):
+        for k, v in opts.items():
+            if isinstance(v, int) and not isinstance(v, bool) and v > MAX_OPTION:
+                opts[k] = MAX_OPTION
     if rng.random() < 0.2:
         doc["models"] = rng.choice([5, "x", [5], [{}], [{"hf": 5, "inputs": 5}], [{"module": "m", "inputs": [[1]]}],
                                     [{"module": "m", "inputs": [["1x4:f32"]], "set": "a=1"}], {"a": 1}])

@@ -51,18 +51,23 @@ HARDWARE_CRASHERS = {
     "chip_gemm_efficiency_1e-308.toml": ("'gemm'.efficiency", "[0.0001, 1]"),
     "chip_schema_version_true.toml": ("schema_version true", "the whole number 1"),
     "system_mesh_axes_list.toml": ("'axes'", "name each of the 2 axes once"),
+    "chip_gemm_curve_fraction_5e-324.toml": ("'gemm'.curve.bf16", "[0.0001, 1]"),
+    "chip_matrix_bf16_1e308_json_infinity.toml": ("'matrix_tflops'.bf16", "[1e-06, 1e+06] TFLOP/s"),
+    "system_mesh_link_5e-324_json_infinity.toml": ("'link_bandwidth_gb_s'", "[0.001, 1e+06] GB/s"),
 }
+#: The name to ask for in each (a system where the file holds one).
+SYSTEM_OF = {"system_mesh_axes_list.toml": "my-mesh", "system_mesh_link_5e-324_json_infinity.toml": "my-mesh"}
 
 
 @pytest.mark.parametrize("name", sorted(HARDWARE_CRASHERS))
 def test_kept_hardware_crashers_are_one_line_naming_file_key_and_range(capsys, name):
     path = FIX / name
     key, allowed = HARDWARE_CRASHERS[name]
+    hw = SYSTEM_OF.get(name, "my-chip")
     for argv in (["hardware", "--hardware-file", str(path)],
-                 ["report", str(PROGRAM), "--hardware-file", str(path), "--hardware", "my-chip", "--format", "json",
-                  "-q"],
-                 ["report", str(PROGRAM), "--hardware-file", str(path), "--hardware", "my-chip", "--fuse",
-                  "elementwise", "-q"]):
+                 ["report", str(PROGRAM), "--hardware-file", str(path), "--hardware", hw, "--format", "json", "-q"],
+                 ["report", str(PROGRAM), "--hardware-file", str(path), "--hardware", hw, "--fuse", "elementwise",
+                  "-q"]):
         line = one_error(capsys, argv)
         assert str(path) in line and key in line and allowed in line, line
 
@@ -248,6 +253,7 @@ SMALL = ["--model", "stdit3", "--small", "--depth", "1", "-j", "1"]
     ("spec_model_list.toml", "key 'model' must be a string, got [[1e-320, 0.5]]"),
     ("spec_model_list_of_ints.toml", "key 'model' must be a string, got [0, 0]"),
     ("spec_models_int_and_nan_model.toml", "key 'model' must be a string, got nan"),
+    ("spec_hardware_item_table.toml", "key 'hardware' must be a string or a non-empty list of them, got [{}]"),
 ])
 def test_kept_spec_crashers_are_one_line(capsys, name, words):
     line = one_error(capsys, ["sweep", "--spec", str(FIX / name), "--no-cache", "-q"])
