@@ -1,12 +1,15 @@
 """The roofline estimate of an OpenSora 1.2 STDiT3-XL/2 sampling run beside the published measurement.
 
-Lowers STDiT3 at 204_640_360 (204 frames of 640x360, batch 2 for classifier-free guidance, bf16) from
-shapes, estimates one forward on a hardware profile (default: one A100 SXM 80GB), and multiplies by the
-sampling steps (default 30). The published single-A100 figure for this configuration is 99.00 s for
-30 steps at a model FLOP utilisation of 0.253. Printed beside it: the old bounds (every GEMM at the
-datasheet peak: unfused, every op its own kernel, 221.8 s; fused elementwise with attention as separate
-kernels, 38.5 s), the steps from those to the new default estimate (GEMM efficiency model, attention as one
-kernel), the default's ratio to the measurement, and what the default's time is made of.
+Lowers STDiT3 at ``--shape`` (default 204_640_360: 204 frames of 640x360, batch 2 for classifier-free
+guidance, bf16) from shapes, estimates one forward on a hardware profile (default: one A100 SXM 80GB), and
+multiplies by the sampling steps (default 30). Each shape is set beside its own published single-A100
+measurement of a 30-step run (:data:`MEASURED_S`: 99.00 s at 204_640_360, at a model FLOP utilisation of
+0.253; 202.3 s at 408_640_360; 104.24 s at 51_1280_720; 206.92 s at 102_1280_720), per forward (measured /
+30) and per run of ``--steps``; a shape with no measurement (``--small``, another shape) gets none. Printed
+beside it: the old bounds (every GEMM at the datasheet peak: unfused, every op its own kernel, 221.8 s at
+204_640_360; fused elementwise with attention as separate kernels, 38.5 s), the steps from those to the new
+default estimate (GEMM efficiency model, attention as one kernel), the default's ratio to the measurement,
+and what the default's time is made of.
 
     python benchmarks/stdit3_roofline.py [--hardware a100] [--steps 30] [--shape 204_640_360]
 """
@@ -23,9 +26,16 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")  # lowering needs no accelerator
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-#: The published single-A100 measurement of STDiT3-XL/2 at 204_640_360, 30 sampling steps.
-MEASURED_S = 99.00
-MEASURED_UTILISATION = 0.253
+#: The published single-A100 measurements of STDiT3-XL/2 (batch 2, bf16), seconds for 30 sampling steps, per shape.
+MEASURED_S = {"204_640_360": 99.00, "408_640_360": 202.3, "51_1280_720": 104.24, "102_1280_720": 206.92}
+MEASURED_STEPS = 30
+MEASURED_UTILISATION = 0.253  # published for 204_640_360
+
+
+def measured_per_forward(shape: str, small: bool = False) -> float | None:
+    """Seconds per forward of the published run of ``shape`` (its 30-step time / 30); None where there is none."""
+    measured = None if small else MEASURED_S.get(shape)
+    return None if measured is None else measured / MEASURED_STEPS
 
 
 def _estimates(analysis, hw):
@@ -93,16 +103,23 @@ def main(argv=None) -> int:
           f"estimated in {time.perf_counter() - t0:.1f} s")
     print(f"  model FLOPs per forward: {flops / 1e12:.2f} TFLOP; "
           f"{new.totals().get('attention_kernels', 0)} attention kernels per forward")
-    print(f"\n  {'':<46}{'per forward':>12}{'run':>11}{'vs measured':>13}")
+    per_fwd = measured_per_forward(args.shape, args.small)  # this shape's own measurement, or None
+    print(f"\n  {'':<46}{'per forward':>12}{'run':>11}{'vs measured' if per_fwd else '':>13}")
     for name, fwd, _ in rows:
-        print(f"  {name:<46}{fwd:>11.3f}s{fwd * args.steps:>10.2f}s{fwd * args.steps / MEASURED_S:>12.3f}x")
-    print(f"  {'measured (published, 1x A100)':<46}{MEASURED_S / args.steps:>11.3f}s{MEASURED_S:>10.2f}s"
-          f"{1:>12.3f}x")
+        ratio = f"{fwd / per_fwd:>12.3f}x" if per_fwd else ""
+        print(f"  {name:<46}{fwd:>11.3f}s{fwd * args.steps:>10.2f}s{ratio}")
+    if per_fwd:
+        print(f"  {'measured (published, 1x A100)':<46}{per_fwd:>11.3f}s{per_fwd * args.steps:>10.2f}s{1:>12.3f}x")
     print("\n  the default estimate per forward is made of:")
     for name, t in _made_of(new).items():
         print(f"    {name:<28}{t:>9.3f} s")
-    gap = MEASURED_S / args.steps - rows[3][1]
-    print(f"\n  gap to the measurement: {gap:.3f} s per forward ({gap * args.steps:.1f} s per run); see README "
+    if per_fwd is None:
+        print(f"\n  no published measurement for {'--small' if args.small else args.shape} (measured: "
+              f"{', '.join(MEASURED_S)}, {MEASURED_STEPS} steps on one A100)")
+        return 0
+    gap = per_fwd - rows[3][1]
+    print(f"\n  gap to the measurement of {args.shape} ({MEASURED_S[args.shape]:g} s for {MEASURED_STEPS} steps on "
+          f"one A100): {gap:.3f} s per forward ({gap * args.steps:.1f} s per run); see README "
           "'Latency: calibration, GEMM efficiency, attention' for what it is made of")
     return 0
 

@@ -112,8 +112,8 @@ def _ints(d, path, where) -> dict[str, int]:
         raise BaselineError(f"{path}: {where} must be an object")
     out = {}
     for k, v in d.items():
-        if isinstance(v, bool) or not isinstance(v, int):
-            raise BaselineError(f"{path}: {where}.{k} must be an integer, got {v!r}")
+        if isinstance(v, bool) or not isinstance(v, int) or v < 0:  # a count is never negative
+            raise BaselineError(f"{path}: {where}.{k} must be a whole number >= 0 (a count), got {v!r}")
         out[k] = v
     missing = [m for m in METRICS if m not in out]
     if missing:

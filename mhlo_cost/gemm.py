@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from decimal import Decimal
 from typing import Any
+
+from .limits import MAX_COUNT, checked
 
 _FIELDS = ("efficiency", "compute_units", "tile", "curve")
 
@@ -44,7 +45,8 @@ class GemmModel:
         x = math.log(flops)
         for (f0, e0), (f1, e1) in zip(pts, pts[1:]):
             if f0 <= flops <= f1:
-                t = (x - math.log(f0)) / (math.log(f1) - math.log(f0))
+                span = math.log(f1) - math.log(f0)  # 0 for two neighbouring floats
+                t = (x - math.log(f0)) / span if span > 0 else 1.0
                 return e0 + t * (e1 - e0)
         return pts[-1][1]
 
@@ -68,9 +70,10 @@ class GemmModel:
 
 
 def _fraction(v: Any, where: str) -> float:
-    if isinstance(v, bool) or not isinstance(v, (int, float, Decimal)) or not 0 < float(v) <= 1:
-        raise ValueError(f"{where} must be a number in (0, 1], got {v!r}")
-    return float(v)
+    try:
+        return float(checked(v, "fraction"))
+    except ValueError as e:
+        raise ValueError(f"{where} {e}") from None
 
 
 def _curve(table: Any, where: str, keys: tuple) -> tuple:
@@ -85,9 +88,11 @@ def _curve(table: Any, where: str, keys: tuple) -> tuple:
             raise ValueError(f"{w} must be a non-empty list of [GFLOP, fraction] pairs")
         parsed = []
         for g, e in pts:
-            if isinstance(g, bool) or not isinstance(g, (int, float, Decimal)) or not g > 0:
-                raise ValueError(f"{w}: GFLOP must be positive, got {g!r}")
-            parsed.append((float(Decimal(str(g)) * 10 ** 9), _fraction(e, w)))
+            try:
+                gflop = checked(g, "gflop")
+            except ValueError as err:
+                raise ValueError(f"{w}: GFLOP {err}") from None
+            parsed.append((float(gflop * 10 ** 9), _fraction(e, w)))
         if any(b[0] <= a[0] for a, b in zip(parsed, parsed[1:])):
             raise ValueError(f"{w}: GFLOP must be strictly ascending")
         out.append((key, tuple(parsed)))
@@ -102,11 +107,11 @@ def parse_gemm(table: Any, where: str, keys: tuple) -> GemmModel:
     if unknown:
         raise ValueError(f"{where}: unknown field {unknown[0]!r} (known: {', '.join(_FIELDS)})")
     cu = table.get("compute_units", 0)
-    if isinstance(cu, bool) or not isinstance(cu, int) or cu < 0:
-        raise ValueError(f"{where}.compute_units must be a whole number >= 0, got {cu!r}")
+    if isinstance(cu, bool) or not isinstance(cu, int) or not 0 <= cu <= MAX_COUNT:
+        raise ValueError(f"{where}.compute_units must be a whole number in [0, {MAX_COUNT}], got {cu!r}")
     tile = table.get("tile", [128, 128])
     if (not isinstance(tile, list) or len(tile) != 2
-            or not all(isinstance(t, int) and not isinstance(t, bool) and t > 0 for t in tile)):
-        raise ValueError(f"{where}.tile must be [rows, columns] of positive whole numbers, got {tile!r}")
+            or not all(isinstance(t, int) and not isinstance(t, bool) and 0 < t <= MAX_COUNT for t in tile)):
+        raise ValueError(f"{where}.tile must be [rows, columns] of whole numbers in [1, {MAX_COUNT}], got {tile!r}")
     eff = _fraction(table.get("efficiency", 1), f"{where}.efficiency")
     return GemmModel(eff, cu, (tile[0], tile[1]), _curve(table.get("curve", {}), f"{where}.curve", keys))

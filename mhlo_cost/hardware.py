@@ -64,10 +64,12 @@ from types import MappingProxyType
 from typing import Any, Mapping
 
 from .gemm import GemmModel, parse_gemm
+from .limits import checked
 
 __all__ = [
     "Hardware",
     "HardwareError",
+    "check_schema_version",
     "DTYPE_KEYS",
     "canonical_dtype",
     "list_profiles",
@@ -252,14 +254,14 @@ class Hardware:
 # TOML loading
 # ---------------------------------------------------------------------------------
 
-# field in file -> (Hardware field, SI scale)
-_SCALARS: dict[str, tuple[str, Decimal]] = {
-    "hbm_bandwidth_gb_s": ("hbm_bandwidth", Decimal(10) ** 9),
-    "hbm_capacity_gb": ("hbm_capacity", Decimal(10) ** 9),
-    "link_bandwidth_gb_s": ("link_bandwidth", Decimal(10) ** 9),
-    "hop_latency_us": ("hop_latency", Decimal(10) ** -6),
-    "kernel_overhead_us": ("kernel_overhead", Decimal(10) ** -6),
-    "transcendental_tops": ("transcendental_rate", Decimal(10) ** 12),
+# field in file -> (Hardware field, SI scale, range kind of mhlo_cost.limits)
+_SCALARS: dict[str, tuple[str, Decimal, str]] = {
+    "hbm_bandwidth_gb_s": ("hbm_bandwidth", Decimal(10) ** 9, "gb_s"),
+    "hbm_capacity_gb": ("hbm_capacity", Decimal(10) ** 9, "gb"),
+    "link_bandwidth_gb_s": ("link_bandwidth", Decimal(10) ** 9, "gb_s"),
+    "hop_latency_us": ("hop_latency", Decimal(10) ** -6, "us"),
+    "kernel_overhead_us": ("kernel_overhead", Decimal(10) ** -6, "us"),
+    "transcendental_tops": ("transcendental_rate", Decimal(10) ** 12, "tops"),
 }
 _TFLOPS = Decimal(10) ** 12
 _REQUIRED = ("description", "matrix_tflops", "vector_tflops", *_SCALARS)
@@ -274,16 +276,12 @@ def _norm(name: str) -> str:
     return re.sub(r"[\s_]+", "-", name.strip().lower())
 
 
-def _si(value: Any, scale: Decimal, where: str) -> float:
-    """Exact decimal -> SI float conversion; rejects non-numbers and values <= 0."""
-    if isinstance(value, bool) or not isinstance(value, (int, float, Decimal)):
-        raise HardwareError(f"{where} must be a positive number, got {value!r}")
-    # repr() of a float is its shortest round-trip decimal, so 989.4 -> Decimal("989.4")
-    # and 989.4 TFLOP/s becomes exactly the float 989.4e12.
-    dec = Decimal(repr(value)) if isinstance(value, float) else Decimal(value)
-    if not dec.is_finite() or dec <= 0:
-        raise HardwareError(f"{where} must be a positive number, got {value}")
-    return float(dec * scale)
+def _si(value: Any, scale: Decimal, where: str, kind: str) -> float:
+    """Exact decimal -> SI float conversion of a figure in its physical range (mhlo_cost.limits)."""
+    try:
+        return float(checked(value, kind) * scale)
+    except ValueError as e:
+        raise HardwareError(f"{where} {e}") from None
 
 
 def _rates(table: Any, where: str) -> dict[str, float]:
@@ -293,7 +291,7 @@ def _rates(table: Any, where: str) -> dict[str, float]:
     for k, v in table.items():
         if k not in DTYPE_KEYS:
             raise HardwareError(f"{where}: unknown dtype key {k!r} (known: {', '.join(DTYPE_KEYS)})")
-        out[k] = _si(v, _TFLOPS, f"{where}.{k}")
+        out[k] = _si(v, _TFLOPS, f"{where}.{k}", "tflops")
     return out
 
 
@@ -337,7 +335,8 @@ def _build(name: str, entry: Any, origin: str) -> Hardware:
     row_fusion = entry.get("row_fusion", True)
     if not isinstance(row_fusion, bool):
         raise HardwareError(f"{where}: field 'row_fusion' must be true or false, got {row_fusion!r}")
-    scalars = {hw_field: _si(entry[k], scale, f"{where}: field {k!r}") for k, (hw_field, scale) in _SCALARS.items()}
+    scalars = {hw_field: _si(entry[k], scale, f"{where}: field {k!r}", kind)
+               for k, (hw_field, scale, kind) in _SCALARS.items()}
     return Hardware(
         name=name,
         description=text("description", ""),
@@ -353,6 +352,14 @@ def _build(name: str, entry: Any, origin: str) -> Hardware:
     )
 
 
+def check_schema_version(doc: Mapping, origin: str) -> None:
+    """A profile file's ``schema_version``, where given, is the whole number 1 (``true`` is not a number)."""
+    version = doc.get("schema_version", 1)
+    if isinstance(version, bool) or not isinstance(version, int) or version != 1:
+        shown = str(version).lower() if isinstance(version, bool) else repr(version)
+        raise HardwareError(f"{origin}: unsupported schema_version {shown} (the whole number 1 is the only one)")
+
+
 def _parse(data: bytes, origin: str) -> dict[str, Hardware]:
     try:
         doc = tomllib.loads(data.decode("utf-8"), parse_float=Decimal)
@@ -360,9 +367,7 @@ def _parse(data: bytes, origin: str) -> dict[str, Hardware]:
         raise HardwareError(f"{origin}: not UTF-8 text ({e.reason})") from None
     except tomllib.TOMLDecodeError as e:
         raise HardwareError(f"{origin}: not valid TOML: {e}") from None
-    version = doc.get("schema_version", 1)
-    if version != 1:
-        raise HardwareError(f"{origin}: unsupported schema_version {version!r} (expected 1)")
+    check_schema_version(doc, origin)
     extra = [k for k in doc if k not in ("profile", "schema_version", "system")]  # systems: mhlo_cost.network
     if extra:
         raise HardwareError(f"{origin}: unknown top-level key {extra[0]!r} (profiles go under [profile.<name>])")

@@ -11,10 +11,11 @@ named under it.
 from __future__ import annotations
 
 import io
-import json
 import math
 
 import pandas as pd
+
+from .outtext import csv_safe_frame, json_text
 
 from .units import (SCALED, TIME_UNITS, UNITS, exact_scale, is_time_column, scale, scaled_column,  # noqa: F401
                     time_unit, unit_name)
@@ -155,9 +156,10 @@ def to_markdown(df: pd.DataFrame, unit: str = "raw") -> str:
 
 
 def to_csv(df: pd.DataFrame, unit: str = "raw") -> str:
-    """CSV: exact integers (raw), or the exact decimal in ``unit`` under ``name[unit]``; exact seconds."""
+    """CSV: exact integers (raw), or the exact decimal in ``unit`` under ``name[unit]``; exact seconds; text
+    that a spreadsheet would evaluate (``=...``) with a leading apostrophe (:mod:`mhlo_cost.outtext`)."""
     buf = io.StringIO()
-    apply_unit(df, unit, exact=True).to_csv(buf, index=False, lineterminator="\n")
+    csv_safe_frame(apply_unit(df, unit, exact=True)).to_csv(buf, index=False, lineterminator="\n")
     return buf.getvalue()
 
 
@@ -182,7 +184,8 @@ def rows_json(df: pd.DataFrame) -> list[dict]:
 
 
 def to_json(payload: dict) -> str:
-    return json.dumps(payload, indent=2, ensure_ascii=False) + "\n"
+    """Strict JSON: a non-finite number is ``null``, with a note (:func:`mhlo_cost.outtext.json_text`)."""
+    return json_text(payload)
 
 
 def summary_frame(summary: dict[str, int]) -> pd.DataFrame:

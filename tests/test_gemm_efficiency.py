@@ -64,7 +64,7 @@ def test_calibrated_curve_interpolates_on_log_flops(tmp_path):
 
 
 @pytest.mark.parametrize("table, msg", [
-    ("efficiency = 1.5", "efficiency must be a number in (0, 1]"),
+    ("efficiency = 1.5", "efficiency must be a number in [0.0001, 1]"),
     ("tile = [128]", "tile must be [rows, columns]"),
     ("compute_units = -1", "compute_units must be a whole number"),
     ("speed = 2", "unknown field 'speed'"),

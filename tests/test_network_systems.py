@@ -67,12 +67,12 @@ BAD = [
     ('[system.x]\nchip = "h100"\nspeed = 1\n', "unknown field 'speed'"),
     ('[system.x]\nchip = "h100"\n[system.x.mesh]\ndims = [2, 0]\nlink_bandwidth_gb_s = 1\n', "'dims'"),
     ('[system.x]\nchip = "h100"\n[system.x.mesh]\ndims = [2, 2]\nlink_bandwidth_gb_s = 1\nefficiency = 1.5\n',
-     "at most 1"),
+     "'efficiency' must be a number in \\[0.0001, 1\\]"),
     ('[system.x]\nchip = "h100"\nplacement = [0, 0]\n[system.x.mesh]\ndims = [2]\nlink_bandwidth_gb_s = 1\n',
      "placement"),
     ('[system.x]\nchip = "h100"\n[system.x.intra]\ndevices_per_node = 2\nbandwidth_gb_s = 1\n'
      '[system.x.network]\nnics_per_node = 4\nnic_gbit_s = 100\n', "at most one NIC per device"),
-    ('[system.x]\nchip = "h100"\n[system.x.intra]\ndevices_per_node = 8\nbandwidth_gb_s = -1\n', "positive"),
+    ('[system.x]\nchip = "h100"\n[system.x.intra]\ndevices_per_node = 8\nbandwidth_gb_s = -1\n', "must be a number in"),
     ('[system.x', "not valid TOML"),
 ]
 

@@ -141,6 +141,7 @@ def cmd_sweep(args) -> int:
         bar.close()
     except (GridError, SweepError) as e:
         raise UserError(str(e)) from None
+    nothing = _nothing_ran(df) if stats.computed + stats.cached == 0 else None
     if args.best:
         df = best(df)
     settings = {"steps": grid.steps, "fuse": grid.fuse, "conv_padding": grid.conv_padding, "options": grid.options}
@@ -152,7 +153,19 @@ def cmd_sweep(args) -> int:
         sys.stdout.write(text)
     else:
         record_output(args.output)
+    if nothing is not None:  # the table (written) says why, point by point
+        raise UserError(nothing)
     if not args.quiet:
         print(f"mhlo-cost: sweep done in {stats.seconds:.1f}s: {stats.computed} computed, {stats.cached} cached, "
               f"{stats.failed} failed", file=sys.stderr)
     return EXIT_OK
+
+
+def _nothing_ran(df) -> str:
+    """One line: no point of the sweep ran, how many were skipped and failed, and the first reason."""
+    status = list(df["status"]) if len(df) else []
+    skipped, failed = status.count("skipped"), status.count("failed")
+    first = next((r for s, r in zip(status, df["reason"]) if s in ("skipped", "failed") and r), "") if status else ""
+    first = (str(first).splitlines() or [""])[0]
+    return (f"no point of the sweep ran ({skipped} row(s) skipped, {failed} failed)"
+            + (f"; first reason: {first}" if first else ""))

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import math
 
+from ..outtext import csv_cell, json_text
 from ..units import exact_scale, is_time_column, scale, scaled_column, time_unit, unit_name
 
 
@@ -49,12 +49,12 @@ def render_pairs(pairs: list[tuple[str, object]], fmt: str, unit: str, *, meta: 
         payload = dict(meta)
         payload["summary"] = {k: int(v) for k, v in summary.items()}
         payload["rows"] = [{"metric": m, "value": _json(v)} for m, v in pairs]
-        return json.dumps(payload, indent=2, ensure_ascii=False) + "\n"
+        return json_text(payload)
     if fmt == "csv":
         buf = io.StringIO()
         w = csv.writer(buf, lineterminator="\n")
         w.writerow(["metric", "value"])
-        w.writerows([(m, "" if v is None else v) for m, v in in_unit(pairs, unit, exact=True)])
+        w.writerows([(csv_cell(m), "" if v is None else csv_cell(v)) for m, v in in_unit(pairs, unit, exact=True)])
         return buf.getvalue()
     shown = [(m, _cell(v)) for m, v in in_unit(pairs, unit)]
     numeric = all(isinstance(v, int) and not isinstance(v, bool) for _, v in pairs) and unit == "raw"

@@ -9,6 +9,7 @@ roofline prices its collectives with :mod:`mhlo_cost.network` instead of the chi
 from __future__ import annotations
 
 import dataclasses
+import math
 import tomllib
 from dataclasses import dataclass
 from decimal import Decimal
@@ -16,7 +17,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Mapping
 
-from ..hardware import Hardware, HardwareError, get_profile, load_profiles, profile_names
+from ..hardware import Hardware, HardwareError, check_schema_version, get_profile, load_profiles, profile_names
+from ..limits import MAX_COUNT, checked, checked_count
 from .topology import Link, MeshTopology, NetworkError, NodeTopology
 
 __all__ = ["SystemProfile", "list_systems", "load_systems", "resolve_profile", "system_names"]
@@ -40,25 +42,22 @@ class SystemProfile(Hardware):
         return d
 
 
-def _num(entry: dict, key: str, where: str, scale: Decimal = Decimal(1), positive: bool = True,
-         default: Any = None) -> float:
+def _num(entry: dict, key: str, where: str, kind: str, scale: Decimal = Decimal(1), default: Any = None) -> float:
+    """The figure ``key`` of ``entry`` in SI units, inside its physical range (:mod:`mhlo_cost.limits`)."""
     v = entry.get(key, default)
     if v is None:
         raise NetworkError(f"{where}: missing field {key!r}")
-    if isinstance(v, bool) or not isinstance(v, (int, float, Decimal)):
-        raise NetworkError(f"{where}: field {key!r} must be a number, got {v!r}")
-    d = Decimal(repr(v)) if isinstance(v, float) else Decimal(v)
-    if not d.is_finite() or d < 0 or (positive and d == 0):
-        raise NetworkError(f"{where}: field {key!r} must be a {'positive' if positive else 'non-negative'} "
-                           f"number, got {v}")
-    return float(d * scale)
+    try:
+        return float(checked(v, kind) * scale)
+    except ValueError as e:
+        raise NetworkError(f"{where}: field {key!r} {e}") from None
 
 
 def _int(entry: dict, key: str, where: str) -> int:
-    v = entry.get(key)
-    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-        raise NetworkError(f"{where}: field {key!r} must be a positive integer, got {v!r}")
-    return v
+    try:
+        return checked_count(entry.get(key))
+    except ValueError as e:
+        raise NetworkError(f"{where}: field {key!r} {e}") from None
 
 
 def _known(entry: dict, fields: tuple, where: str) -> None:
@@ -69,15 +68,13 @@ def _known(entry: dict, fields: tuple, where: str) -> None:
         raise NetworkError(f"{where}: unknown field {unknown[0]!r} (known: {', '.join(fields)})")
 
 
-def _link(entry: dict, where: str, bw_key: str, scale: Decimal, default_name: str) -> Link:
-    eff = _num(entry, "efficiency", where, default=1)
-    if eff > 1:
-        raise NetworkError(f"{where}: field 'efficiency' must be at most 1, got {eff}")
+def _link(entry: dict, where: str, bw_key: str, kind: str, scale: Decimal, default_name: str) -> Link:
+    eff = _num(entry, "efficiency", where, "fraction", default=1)
     name = entry.get("name", default_name)
     if not isinstance(name, str) or not name.strip():
         raise NetworkError(f"{where}: field 'name' must be a non-empty string")
-    return Link(name, _num(entry, bw_key, where, scale), eff,
-                _num(entry, "latency_us", where, _US, positive=False, default=0))
+    return Link(name, _num(entry, bw_key, where, kind, scale), eff,
+                _num(entry, "latency_us", where, "us", _US, default=0))
 
 
 def _nodes(entry: dict, where: str, base: float, placement: tuple) -> NodeTopology:
@@ -87,13 +84,13 @@ def _nodes(entry: dict, where: str, base: float, placement: tuple) -> NodeTopolo
     switch = intra_e.get("switch", True)
     if not isinstance(switch, bool):
         raise NetworkError(f"{where}.intra: field 'switch' must be true or false, got {switch!r}")
-    intra = _link(intra_e, f"{where}.intra", "bandwidth_gb_s", _GB, "nvlink")
+    intra = _link(intra_e, f"{where}.intra", "bandwidth_gb_s", "gb_s", _GB, "nvlink")
     dpn = _int(intra_e, "devices_per_node", f"{where}.intra")
     inter, nics = None, 0
     if "network" in entry:
         net = entry["network"]
         _known(net, ("name", "nics_per_node", "nic_gbit_s", "efficiency", "latency_us"), f"{where}.network")
-        inter = _link(net, f"{where}.network", "nic_gbit_s", _GBIT, "net")
+        inter = _link(net, f"{where}.network", "nic_gbit_s", "gbit_s", _GBIT, "net")
         nics = _int(net, "nics_per_node", f"{where}.network")
         if nics > dpn:
             raise NetworkError(f"{where}.network: {nics} NICs per node for {dpn} devices: at most one NIC per "
@@ -107,17 +104,18 @@ def _mesh(entry: dict, where: str, base: float, placement: tuple) -> MeshTopolog
     _known(m, ("name", "dims", "axes", "wraparound", "link_bandwidth_gb_s", "efficiency", "latency_us"), w)
     dims = m.get("dims")
     if not isinstance(dims, list) or not 1 <= len(dims) <= 3 or not all(
-            isinstance(d, int) and not isinstance(d, bool) and d >= 1 for d in dims):
-        raise NetworkError(f"{w}: field 'dims' must be a list of 1 to 3 positive integers, got {dims!r}")
+            isinstance(d, int) and not isinstance(d, bool) and d >= 1 for d in dims) or math.prod(dims) > MAX_COUNT:
+        raise NetworkError(f"{w}: field 'dims' must be a list of 1 to 3 whole numbers >= 1 whose product is at most "
+                           f"{MAX_COUNT}, got {dims!r}")
     axes = m.get("axes", list(("z", "y", "x")[-len(dims):]))
-    if not isinstance(axes, list) or len(axes) != len(dims) or len(set(axes)) != len(axes) or not all(
-            isinstance(a, str) and a for a in axes):
+    if not isinstance(axes, list) or len(axes) != len(dims) or not all(
+            isinstance(a, str) and a for a in axes) or len(set(axes)) != len(axes):
         raise NetworkError(f"{w}: field 'axes' must name each of the {len(dims)} axes once, got {axes!r}")
     wrap = m.get("wraparound", False)
     wrap = [wrap] * len(dims) if isinstance(wrap, bool) else wrap
     if not isinstance(wrap, list) or len(wrap) != len(dims) or not all(isinstance(x, bool) for x in wrap):
         raise NetworkError(f"{w}: field 'wraparound' must be true, false or one per axis, got {m['wraparound']!r}")
-    link = _link(m, w, "link_bandwidth_gb_s", _GB, "mesh")
+    link = _link(m, w, "link_bandwidth_gb_s", "gb_s", _GB, "mesh")
     return MeshTopology(tuple(dims), link, tuple(axes), tuple(wrap), base, placement)
 
 
@@ -140,9 +138,10 @@ def _build(name: str, entry: Any, origin: str, chips: Mapping[str, Hardware] | N
     except HardwareError as e:
         raise NetworkError(f"{where}: chip: {e}") from None
     placement = entry.get("placement", [])
-    if not isinstance(placement, list) or sorted(placement) != list(range(len(placement))):
+    if not isinstance(placement, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in placement) \
+            or sorted(placement) != list(range(len(placement))):
         raise NetworkError(f"{where}: field 'placement' must list each slot 0..N-1 once")
-    base = _num(entry, "base_latency_us", where, _US, positive=False, default=0)
+    base = _num(entry, "base_latency_us", where, "us", _US, default=0)
     topo = (_mesh if "mesh" in entry else _nodes)(entry, where, base, tuple(placement))
     aliases = entry.get("aliases", [])
     if not isinstance(aliases, list) or not all(isinstance(a, str) and a.strip() for a in aliases):
@@ -161,6 +160,7 @@ def _parse(data: bytes, origin: str, chips: Mapping[str, Hardware] | None) -> di
         doc = tomllib.loads(data.decode("utf-8"), parse_float=Decimal)
     except (UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
         raise NetworkError(f"{origin}: not valid TOML: {e}") from None
+    check_schema_version(doc, origin)
     table = doc.get("system", {})
     if not isinstance(table, dict):
         raise NetworkError(f"{origin}: 'system' must be a table of [system.<name>] tables")

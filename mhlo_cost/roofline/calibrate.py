@@ -206,6 +206,6 @@ def profile_toml(cal: Calibration, name: str = "calibrated") -> str:
               "", f"[profile.{name}.gemm]", "efficiency = 1", "compute_units = 0",
               "", f"[profile.{name}.gemm.curve]   # [GFLOP of one dot, achieved / best]"]
     for d, pts in sorted(cal.matmul.items()):
-        pairs = ", ".join(f"[{_fmt(f / 1e9)}, {_fmt(min(1.0, r / peaks[d]))}]" for f, r in pts)
+        pairs = ", ".join(f"[{_fmt(f / 1e9)}, {_fmt(min(1.0, max(1e-4, r / peaks[d])))}]" for f, r in pts)
         lines.append(f"{d} = [{pairs}]")
     return "\n".join(lines) + "\n"

@@ -4,8 +4,9 @@ one point in a worker; :mod:`.cache` keeps results on disk; :mod:`.run` runs the
 cluster; :mod:`.table` makes and writes the table."""
 from __future__ import annotations
 
-from .grid import Grid, GridError, Point, make_grid, read_spec, skip_reason
+from .grid import Grid, GridError, Point, make_grid, skip_reason
 from .run import Stats, SweepError, run_tasks
+from .spec import read_spec
 
 __all__ = ["Grid", "GridError", "Point", "Stats", "SweepError", "make_grid", "read_spec", "run_sweep",
            "skip_reason"]

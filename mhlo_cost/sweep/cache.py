@@ -7,7 +7,9 @@ Two small JSON files per point, written by the process that runs the sweep (neve
   the versions of mhlo-cost, its source files, jax and jaxlib); it holds the sha256 of the IR that lowering
   made.
 - ``results/<R>.json``: R is a hash of the IR's sha256 and the settings of the analysis (conv padding,
-  fusion, steps, every hardware profile in full); it holds the point's rows.
+  fusion, steps); it holds the point's rows, one per hardware profile, keyed by a hash of the profile in full.
+  A sweep on any list of profiles whose rows are there (a subset of an earlier sweep's) reads them; one that
+  needs a profile not there computes the point and adds its rows.
 
 A point whose two files are there is not lowered again; deleting its ``results`` file recomputes it (and
 only it). The default folder is the user's cache folder (``$XDG_CACHE_HOME/mhlo-cost/sweep``, else
@@ -19,12 +21,12 @@ import hashlib
 import json
 import os
 import sys
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 from .point import Result, Task
 
-FORMAT = 2  # bumped when a row's meaning changes: old entries are then never read
+FORMAT = 3  # bumped when a row's meaning changes: old entries are then never read
 
 
 def default_dir() -> Path:
@@ -125,12 +127,18 @@ class Cache:
     def lowering_key(self, task: Task) -> str:
         return _hash({"point": asdict(task.point), "lowered": _lowered(task), "versions": self._versions})
 
-    def result_key(self, ir_sha256: str, task: Task) -> str:
+    def profile_keys(self, task: Task) -> list[str]:
+        """A hash per hardware profile of the task, of the profile in full: a changed figure is a new key (its
+        ``source`` aside: for a --hardware-file profile without one, a temporary file's name)."""
         which = (tuple(task.hardware), task.hardware_toml)
-        if which not in self._profiles:  # the profiles in full: a changed figure is a new key
-            self._profiles[which] = [repr(h) for h in task.profiles()]
+        if which not in self._profiles:
+            self._profiles[which] = [_hash(repr(replace(h, source=""))) for h in task.profiles()]
+        return self._profiles[which]
+
+    def result_key(self, ir_sha256: str, task: Task) -> str:
+        """The key of the point's rows: its IR and the analysis settings (the profiles are keys inside)."""
         settings = {"ir": ir_sha256, "steps": task.steps, "fuse": task.fuse, "conv_padding": task.conv_padding,
-                    "hardware": self._profiles[which], "versions": self._versions}
+                    "versions": self._versions}
         return _hash(settings)
 
     def result_path(self, task: Task) -> Path | None:
@@ -142,21 +150,34 @@ class Cache:
             return None
         return self.root / "results" / f"{self.result_key(entry['ir_sha256'], task)}.json"
 
-    def get(self, task: Task) -> Result | None:
-        path = self.result_path(task)
+    def _entry(self, path: Path | None, task: Task) -> dict | None:
         entry = _read(path) if path is not None else None
-        if entry is None or entry.get("point") != json.loads(json.dumps(asdict(task.point))):
+        if entry is None or entry.get("point") != json.loads(json.dumps(asdict(task.point))) or not isinstance(
+                entry.get("rows"), dict) or not isinstance(entry.get("ir_sha256"), str):
             return None
-        return Result(task.point, "ok", "", entry["ir_sha256"], entry["rows"], 0.0)
+        return entry
+
+    def get(self, task: Task) -> Result | None:
+        """The point's rows where the cache holds a row for every profile of the task (any subset of the
+        profiles a sweep of the point computed), else None."""
+        entry = self._entry(self.result_path(task), task)
+        keys = self.profile_keys(task) if entry is not None else []
+        if entry is None or not all(k in entry["rows"] for k in keys):
+            return None
+        return Result(task.point, "ok", "", entry["ir_sha256"], [entry["rows"][k] for k in keys], 0.0)
 
     def put(self, task: Task, result: Result) -> None:
-        """Keep an ``ok`` result (a failure is tried again next time)."""
+        """Keep an ``ok`` result, beside the rows of other profiles kept for the point (a failure is tried
+        again next time)."""
         if self.root is None or result.status != "ok":
             return
         try:
             _write(self.root / "lowered" / f"{self.lowering_key(task)}.json", {"ir_sha256": result.ir_sha256})
-            _write(self.root / "results" / f"{self.result_key(result.ir_sha256, task)}.json",
-                   {"point": asdict(task.point), "ir_sha256": result.ir_sha256, "rows": result.rows})
+            path = self.root / "results" / f"{self.result_key(result.ir_sha256, task)}.json"
+            old = self._entry(path, task)
+            rows = dict(old["rows"]) if old is not None and old["ir_sha256"] == result.ir_sha256 else {}
+            rows.update(zip(self.profile_keys(task), result.rows))
+            _write(path, {"point": asdict(task.point), "ir_sha256": result.ir_sha256, "rows": rows})
         except OSError as e:  # (a full disk mid-sweep): the sweep goes on without keeping its results
             print(f"mhlo-cost: warning: {self.root}: cannot keep results there ({e.strerror or e}); "
                   "the sweep goes on without its cache", file=sys.stderr)

@@ -8,7 +8,6 @@ pairs (``strategies``) where only some combinations are wanted (the published ST
 from __future__ import annotations
 
 import itertools
-import tomllib
 from dataclasses import dataclass, field
 
 #: Model options of ``mhlo-cost lower`` that apply to the whole grid (make_config's keywords).
@@ -56,46 +55,6 @@ def parse_strategy(text: str) -> tuple[str, int]:
     if not sep or not n.isdigit() or int(n) < 1:
         raise GridError(f"a strategy is PARALLEL:DEVICES (ulysses:8), got {text!r}")
     return name, int(n)
-
-
-def read_spec(path: str) -> dict:
-    """The settings of a TOML spec file (keys as the flags: model, shape, parallel, devices, strategies,
-    hardware, dtype, steps, fuse, conv_padding; model options under ``[options]``)."""
-    try:
-        with open(path, "rb") as f:
-            spec = tomllib.load(f)
-    except OSError as e:
-        raise GridError(f"{path}: cannot read: {e.strerror or e}") from None
-    except tomllib.TOMLDecodeError as e:
-        raise GridError(f"{path}: not valid TOML: {e}") from None
-    unknown = sorted(set(spec) - set(SPEC_KEYS))
-    if unknown:
-        raise GridError(f"{path}: unknown key(s) {', '.join(unknown)} (known: {', '.join(SPEC_KEYS)})")
-    opts = spec.get("options", {})
-    bad = sorted(set(opts) - set(MODEL_OPTIONS)) if isinstance(opts, dict) else ["(not a table)"]
-    if bad:
-        raise GridError(f"{path}: unknown model option(s) {', '.join(bad)} (known: {', '.join(MODEL_OPTIONS)})")
-    for key in ("shape", "parallel", "devices", "strategies", "hardware", "dtype"):
-        if key in spec and not isinstance(spec[key], list):
-            spec[key] = [spec[key]]
-    for entry in spec.get("models", []):
-        _check_entry(entry, path)
-    return spec
-
-
-def _check_entry(entry, path: str) -> None:
-    if not isinstance(entry, dict):
-        raise GridError(f"{path}: each [[models]] entry is a table")
-    bad = sorted(set(entry) - set(LIBRARY_KEYS))
-    if bad:
-        raise GridError(f"{path}: [[models]]: unknown key(s) {', '.join(bad)} (known: {', '.join(LIBRARY_KEYS)})")
-    named = [k for k in ("module", "hf", "diffusers", "timm") if k in entry]
-    if len(named) != 1:
-        raise GridError(f"{path}: each [[models]] entry names one of module, hf, diffusers, timm")
-    inputs = entry.get("inputs")
-    if not isinstance(inputs, list) or not inputs or not all(isinstance(i, list) for i in inputs):
-        raise GridError(f"{path}: [[models]] {entry[named[0]]}: inputs is a list of input sets, "
-                        'each a list: inputs = [["1x128:int64"], ["4x128:int64"]]')
 
 
 def library_points(entries: list, pairs: list, dtypes: list) -> list[Point]:

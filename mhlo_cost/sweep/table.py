@@ -9,6 +9,7 @@ import json
 import pandas as pd
 
 from .. import __version__
+from ..outtext import csv_safe_frame, json_text
 
 CONFIG = ("model", "shape", "parallel", "devices", "hardware", "dtype", "status", "reason")
 INTS = ("devices", "gemm_flops", "conv_flops", "vector_flops", "flops", "comm_bytes", "peak_bytes",
@@ -77,7 +78,7 @@ def to_json(df: pd.DataFrame, settings: dict) -> str:
     for rec in df.to_dict(orient="records"):
         rows.append({k: _plain(v) for k, v in rec.items()})
     payload = {"tool": "mhlo-cost", "version": __version__, "kind": "sweep", "settings": settings, "rows": rows}
-    return json.dumps(payload, indent=2) + "\n"
+    return json_text(payload, ensure_ascii=True)
 
 
 def _plain(v):
@@ -89,7 +90,8 @@ def _plain(v):
 
 
 def to_csv(df: pd.DataFrame) -> str:
-    return df.to_csv(index=False, lineterminator="\n")
+    """CSV; text that a spreadsheet would evaluate (``=...``) with a leading apostrophe."""
+    return csv_safe_frame(df).to_csv(index=False, lineterminator="\n")
 
 
 def to_markdown(df: pd.DataFrame) -> str:

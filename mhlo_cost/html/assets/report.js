@@ -147,6 +147,13 @@
 
   function csv(table) {
     function q(s) { return /[",\n]/.test(s) ? '"' + s.replace(/"/g, '""') + '"' : s; }
+    // A text cell a spreadsheet would evaluate (=, +, -, @, tab, CR first) gets a leading apostrophe (OWASP),
+    // as in the CSV of the command line; number cells (class "n") and plain numbers never do.
+    function text(td) {
+      var v = td.getAttribute("data-v") || "";
+      var plain = /^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$/.test(v);
+      return !td.classList.contains("n") && /^[=+\-@\t\r]/.test(v) && !plain ? "'" + v : v;
+    }
     var heads = Array.prototype.map.call(table.tHead.rows[0].cells, function (th) {
       return q(th.querySelector(".name").textContent);
     });
@@ -154,7 +161,7 @@
     var rows = bodyRows(table).filter(function (r) { return !r.hidden; }).concat(
       Array.prototype.slice.call(table.tFoot.querySelectorAll("tr.total")));
     rows.forEach(function (r) {
-      lines.push(Array.prototype.map.call(r.cells, function (td) { return q(td.getAttribute("data-v") || ""); }).join(","));
+      lines.push(Array.prototype.map.call(r.cells, function (td) { return q(text(td)); }).join(","));
     });
     return lines.join("\n") + "\n";
   }
