@@ -73,31 +73,20 @@ def _comm_frame(analysis, rf):
     return df
 
 
-def _summary(analysis, args, rf, fused, hw, filtered: bool) -> tuple[list, dict]:
-    """The summary pairs (counts with the parameter count and MACs, the estimate, where the memory peak is)
-    and the counts (the JSON's ``summary``); no pandas unless a profile's estimate is asked for."""
-    counts = analysis.summary
-    pairs = list(counts.items())
-    pairs += [("macs", (counts["gemm_flops"] + counts["conv_flops"]) // 2), ("params", _params(analysis))]
-    if rf is not None and not filtered:
-        df = rf.summary_frame(args.steps or 1, counts=dict(pairs))
-        pairs = list(zip(df["metric"], df["value"]))
-    if analysis.liveness is not None:
-        from ..memory.views import summary_lines
+def _summary(analysis, part, keep, args, rf, fused, hw) -> tuple[list, dict]:
+    """The summary pairs (:func:`mhlo_cost.figures.summary_pairs`: one source for every format) and the
+    counts; no pandas unless a profile's estimate is asked for. ``part``: the rows ``keep`` (--block,
+    --scope) of ``analysis``, whose parameters are those first read there."""
+    from ..figures import summary_pairs
 
-        pairs += summary_lines(analysis, find_blocks(analysis, args, quiet=True), fused, hw)
-    return pairs, counts
-
-
-def _params(analysis) -> int:
-    """Elements of the distinct function arguments that matrix products read as weights (a dot's right-hand
-    operand, a convolution's kernel), as the memory figures' ``param_bytes`` finds them."""
-    seen: dict = {}
-    for r in analysis.rows:
-        for j in (j for j in r.weights if j == 1):
-            key = r.values[0][j] if r.values and j < len(r.values[0]) else (r.index, j)
-            seen.setdefault(key, r.operands[j].nelems)
-    return sum(seen.values())
+    params = None
+    if keep is not None and analysis.liveness is not None:
+        rows = analysis.memory.param_rows
+        params = sum(rows.get(i, 0) for i in keep)
+    blocks = find_blocks(analysis, args, quiet=True) if part.liveness is not None else None
+    pairs = summary_pairs(part, roofline=rf, fused=fused, hw=hw, blocks=blocks, steps=args.steps or 1,
+                          filtered=keep is not None, params=params)
+    return pairs, part.summary
 
 
 def _view(analysis, args, hw, progress):
@@ -112,7 +101,7 @@ def _view(analysis, args, hw, progress):
     fused = fused_memory(analysis, args, rf) if keep is None else None
     lines, facts = [], None
     if by == "summary":
-        df = _summary(part, args, rf, fused, hw, keep is not None)  # (pairs, counts)
+        df = _summary(analysis, part, keep, args, rf, fused, hw)  # (pairs, counts)
     elif by == "memory":
         from ..memory.views import timeline_frame
 
@@ -226,7 +215,7 @@ def cmd_report(args) -> int:
         from .summary import render_pairs
 
         analysis, (pairs, counts), title, lines, info = frames[0]
-        text = render_pairs(pairs, args.format, args.unit, meta=info, title=title, summary=counts)
+        text = render_pairs(pairs, args.format, args.unit, meta=info, title=title)
     elif len(frames) == 1:
         from ..report import render
 
