@@ -128,7 +128,9 @@ def _view(analysis, args, hw, progress):
     elif by == "comm":
         df = with_total(_comm_frame(part, rf), "op")
     elif by == "tree":
-        df = tree_frame(part, depth)
+        rows = analysis.memory.param_rows if analysis.liveness is not None else None
+        params = None if rows is None else [rows.get(i, 0) for i in (keep or range(len(analysis.rows)))]
+        df = tree_frame(part, depth, params)
     else:
         key = "op" if by == "opname" else by
         df = part.group(key, depth)
@@ -280,11 +282,13 @@ def _html_report(analysis, rf, args, progress) -> str:
     from ..memory.views import profiles
 
     blocks = find_blocks(analysis, args)
-    memory = profiles(analysis, fused_memory(analysis, args, rf))
-    timeline = {f"live_bytes{suffix}": prof.after for suffix, prof in memory}
+    fused = fused_memory(analysis, args, rf)
+    memory = profiles(analysis, fused)
+    timeline = {f"during_bytes{suffix}": prof.during for suffix, prof in memory}
+    pairs, _ = _summary(analysis, analysis, None, args, rf, fused, rf.hw if rf is not None else None)
     progress.stage("writing the page")
     return report_page(analysis, blocks, roofline=rf, unit=None if args.unit == "raw" else args.unit,
-                       top=args.top or 10, timeline=timeline, memory=memory)
+                       top=args.top or 10, timeline=timeline, memory=memory, summary=pairs)
 
 
 def register(sub) -> None:
