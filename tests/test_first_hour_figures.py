@@ -85,6 +85,29 @@ def test_plain_function_params_from_the_data_flow(tmp_path):
     assert analyze(path).summary["params"] == 64 * 256 + 256 * 32
 
 
+def test_named_params_include_biases_and_norms(tmp_path):
+    """A JAX function of a ``params`` dict: every leaf of it is a parameter, the bias and the norm scale too;
+    the optimizer state and the input are not."""
+    jax = pytest.importorskip("jax")
+    import jax.numpy as jnp
+
+    from mhlo_cost import analyze
+
+    def step(params, opt_state, x):
+        y = jnp.tanh(x @ params["w"] + params["b"]) * params["scale"]
+        return y, jax.tree.map(lambda m: 0.9 * m, opt_state)
+
+    f32 = jnp.float32
+    params = {"w": jax.ShapeDtypeStruct((64, 32), f32), "b": jax.ShapeDtypeStruct((32,), f32),
+              "scale": jax.ShapeDtypeStruct((32,), f32)}
+    opt = {"mu": jax.ShapeDtypeStruct((64, 32), f32)}
+    path = tmp_path / "step.mlir"
+    path.write_text(jax.jit(step).lower(params, opt, jax.ShapeDtypeStruct((8, 64), f32)).as_text(debug_info=True))
+    s = analyze(path).summary
+    assert s["params"] == 64 * 32 + 32 + 32 and s["param_bytes"] == 4 * s["params"]
+    assert s["input_bytes"] == 4 * (64 * 32 + 8 * 64)  # the optimizer state and x
+
+
 @pytest.fixture(scope="module")
 def torch_models(tmp_path_factory):
     """ResNet-18 (timm) and a small GPT-2 (transformers), lowered by `mhlo-cost lower`, with the torch model."""

@@ -17,13 +17,28 @@ import re
 #: The pytree roots whose leaves are parameters.
 PARAM_ROOTS = frozenset({"params", "param", "parameters", "state", "weights", "variables"})
 
-_ROOT = re.compile(r"^\s*([A-Za-z_][\w.]*)\s*(\[|$)")
+_ROOT = re.compile(r"^\s*([A-Za-z_]\w*)\s*(\[|\.|$)")
 
 
 def root(name: str) -> str:
-    """The pytree root of an argument's name: ``state['fc.weight']`` -> ``state``; "" for none."""
+    """The pytree root of an argument's name: ``state['fc.weight']``, ``state.params['w']`` -> ``state``; ""
+    for none."""
     m = _ROOT.match(name or "")
     return m.group(1) if m else ""
+
+
+#: Keys inside a parameter collection that hold no parameters (a training state's optimizer, statistics).
+NOT_PARAMS = frozenset({"opt_state", "optimizer", "optim", "batch_stats", "buffers", "rngs", "rng", "step"})
+
+_KEY = re.compile(r"\[['\"]?([^'\"\]]*)['\"]?\]|\.(\w+)")
+
+
+def is_parameter(name: str) -> bool:
+    """Whether an argument named ``name`` is a parameter: rooted in a parameter collection, and under no key
+    of :data:`NOT_PARAMS` (``state['opt_state'][...]`` is not)."""
+    if root(name) not in PARAM_ROOTS:
+        return False
+    return not any((a or b) in NOT_PARAMS for a, b in _KEY.findall(name))
 
 
 def named_parameters(rec) -> set | None:
@@ -31,7 +46,7 @@ def named_parameters(rec) -> set | None:
     names = list(rec.arg_names)
     if not any(root(n) in PARAM_ROOTS for n in names):
         return None
-    return {k for (k, _, _), n in zip(rec.args, names) if root(n) in PARAM_ROOTS}
+    return {k for (k, _, _), n in zip(rec.args, names) if is_parameter(n)}
 
 
 def weight_arguments(sw, args: set) -> set:
