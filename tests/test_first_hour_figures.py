@@ -290,3 +290,12 @@ def test_html_headers_break_only_at_underscores(tmp_path):
     assert html.count('<table class="data"') == html.count('<div class="scroll"><table class="data"')
     css = html.split("<style>", 1)[1].split("</style>", 1)[0]
     assert "break-all" not in css  # nothing breaks inside a word
+
+
+def test_block_table_carries_the_programs_headline(capsys):
+    line = json.loads(_out(capsys, "report", GPT, "--format", "json", "-q"))["headline"]
+    assert _out(capsys, "report", GPT, "--by", "block", "-q").splitlines()[1] == line
+    assert json.loads(_out(capsys, "report", GPT, "--by", "block", "--format", "json", "-q"))["headline"] == line
+    assert line == "FLOPs 1.90 G (matmul/conv 1.88 G) | MACs 939.52 M | params 3.72 M | peak memory 9.66 MB"
+    # a block's own table has no whole-program headline over it
+    assert "MACs" not in _out(capsys, "report", GPT, "--by", "block", "--block", "embed", "-q")

@@ -121,6 +121,10 @@ def _view(analysis, args, hw, progress):
     elif by == "block":
         df = block_frame(analysis, args, roofline=rf, fused_memory=fused, parts=args.parts)
         df = _keep_blocks(df, args)
+        if keep is None and not getattr(args, "scope", None):  # the whole program's headline over its blocks
+            from ..figures import headline
+
+            facts = headline(_summary(analysis, part, keep, args, rf, fused, hw)[0])
     elif by == "phase":  # a training step: forward, backward (dgrad, wgrad), recompute, optimizer
         from ..training.analysis import phase_report
 
@@ -208,7 +212,7 @@ def cmd_report(args) -> int:
             progress.done()
             return EXIT_OK
         df, title, lines, facts = _view(analysis, args, hw, progress)
-        info = meta(analysis) | ({"phases": facts} if by == "phase" else {})
+        info = meta(analysis) | ({"phases": facts} if by == "phase" else {"headline": facts} if facts else {})
         frames.append((analysis, df, title, lines, info))
     progress.done()
     if by == "summary":
@@ -223,6 +227,10 @@ def cmd_report(args) -> int:
 
         analysis, df, title, lines, info = frames[0]
         text = render(df, args.format, args.unit, summary=analysis.summary, meta=info, title=title, wide=args.wide)
+        if info.get("headline") and args.format in ("table", "markdown"):  # under the title
+            head, rest = text.split("\n", 1)
+            line = info["headline"] if args.format == "table" else f"\n**{info['headline']}**"
+            text = f"{head}\n{line}\n{rest}"
         if lines and args.format in ("table", "markdown"):
             text += "".join(f"{'- ' if args.format == 'markdown' else ''}{line}\n" for line in lines)
     else:
