@@ -79,11 +79,13 @@ def headline(pairs: list[tuple[str, object]]) -> str:
     parts = [f"FLOPs {human(total)} (matmul/conv {human(mm)})", f"MACs {human(int(s.get('macs', mm // 2)))}"]
     if "params" in s:
         parts.append(f"params {human(int(s['params']))}")
+    t = s.get("est_time_fused_s", s.get("est_time_s"))
+    timed = isinstance(t, float) and math.isfinite(t)
     peak = s.get("peak_bytes_fused", s.get("peak_bytes"))
     if peak is not None:
-        parts.append(f"peak memory {human(int(peak), 'B')}" + (" (fused)" if "peak_bytes_fused" in s else ""))
-    t = s.get("est_time_fused_s", s.get("est_time_s"))
-    if isinstance(t, float) and math.isfinite(t):
-        where = f"{s['hardware']}, fused" if "est_time_fused_s" in s else str(s.get("hardware", ""))
-        parts.append(f"time {human_seconds(t)} ({where})" if where else f"time {human_seconds(t)}")
+        fused = "peak_bytes_fused" in s and not timed  # else the time's "fused" says it for both
+        parts.append(f"peak memory {human(int(peak), 'B')}" + (" (fused)" if fused else ""))
+    if timed:
+        on = f" on {s['hardware']}" if s.get("hardware") else ""
+        parts.append(f"{human_seconds(t)}{on}" + (", fused" if "est_time_fused_s" in s else ""))
     return " | ".join(parts)
