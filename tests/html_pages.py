@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parent.parent
 def dump(out: Path, *extra: str) -> Path:
     """A bundled model lowered by scripts/dump_mhlo.py (``--model stdit3 --small`` and ``extra``)."""
     p = subprocess.run([sys.executable, str(ROOT / "scripts" / "dump_mhlo.py"), "--model", "stdit3", "--small",
-                        *extra, "-o", str(out)], capture_output=True, text=True, timeout=300)
+                        *extra, "-o", str(out)], capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stderr
     return out
 

@@ -14,6 +14,7 @@ from mhlo_cost.cli import main
 from mhlo_cost.hardware import get_profile
 from mhlo_cost.roofline import Roofline, analyze_dataflow
 from mhlo_cost.roofline.attention import find_attention
+from stderr_lines import error_line
 
 H100 = get_profile("h100")
 B, H, S, D = 2, 4, 256, 64
@@ -109,4 +110,4 @@ def test_report_names_attention_kernels(tmp_path, capsys):
     assert capsys.readouterr().err.strip().splitlines()[-1] == "mhlo-cost: error: --attention goes with --fuse elementwise"
     for cmd in (["report"], ["blocks"]):  # without a profile too (it decides the fused memory figure)
         assert main([*cmd, str(p), "--attention", "unfused", "-q"]) == 2
-        assert capsys.readouterr().err.strip() == "mhlo-cost: error: --attention goes with --fuse elementwise"
+        assert error_line(capsys.readouterr().err) == "mhlo-cost: error: --attention goes with --fuse elementwise"

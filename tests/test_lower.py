@@ -113,7 +113,7 @@ def test_console_script_finds_module_in_current_folder(tmp_path):
         "import jax.numpy as jnp\n\ndef make():\n    return lambda x, w: jnp.tanh(x @ w)\n")
     exe = os.path.join(os.path.dirname(sys.executable), "mhlo-cost")
     r = subprocess.run([exe, "lower", "--module", "userjax_h13:make", "--input", "4x8", "--input", "8x16",
-                        "-o", "f.mlir"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+                        "-o", "f.mlir"], cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr
     assert analyze(tmp_path / "f.mlir").summary["gemm_flops"] == 2 * 4 * 16 * 8
 

@@ -11,6 +11,7 @@ from mhlo_cost.cli import main
 from mhlo_cost.hardware import Hardware, HardwareError, get_profile, load_profiles
 from mhlo_cost.network import MeshTopology, NetworkError, NodeTopology, SystemProfile, list_systems, resolve_profile
 from mhlo_cost.visitors.comm import device_groups
+from stderr_lines import error_line
 
 TEMPLATE = resources.files("mhlo_cost") / "data" / "system_template.toml"
 
@@ -84,7 +85,7 @@ def test_bad_system_files_are_one_clear_line(tmp_path, text, message, capsys):
         resolve_profile(None, f)
     code = main(["report", str(tmp_path / "missing.mlir"), "--hardware-file", str(f), "-q"])
     err = capsys.readouterr().err
-    assert code == 2 and err.count("\n") == 1 and err.startswith("mhlo-cost: error:")
+    assert code == 2 and error_line(err)
 
 
 def test_network_errors_are_hardware_errors():

@@ -81,7 +81,7 @@ def equivalence():
     env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8", JAX_PLATFORMS="cpu",
                TF_CPP_MIN_LOG_LEVEL="2")
     r = subprocess.run([sys.executable, os.path.abspath(__file__), "--equivalence-worker"], cwd=ROOT, env=env,
-                       capture_output=True, text=True, timeout=300)
+                       capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-4000:]
     line = next(ln for ln in r.stdout.splitlines() if ln.startswith("RESULT "))
     return json.loads(line[len("RESULT "):])

@@ -11,6 +11,7 @@ import pytest
 
 from mhlo_cost.cli import main
 from mhlo_cost.models.config import STDiT3Config
+from stderr_lines import error_line
 
 SMALL = ["--model", "stdit3", "--small", "--depth", "1", "--dtype", "bf16"]
 FUSED_STEPS = ["--steps", "3", "--fuse", "elementwise"]
@@ -212,8 +213,7 @@ def test_bad_settings_are_one_line(tmp_path, capsys):
         bad.pop(1)
     for extra in bad:
         assert main(["sweep", *SMALL, "--hardware", "h100", "-q", *extra]) == 2, extra
-        err = capsys.readouterr().err.strip().splitlines()
-        assert len(err) == 1 and err[0].startswith("mhlo-cost: error: "), (extra, err)
+        error_line(capsys.readouterr().err)
     spec = tmp_path / "s.toml"
     spec.write_text('model = "stdit3"\nhardware = ["h100"]\nsteps = true\n')
     assert main(["sweep", "--spec", str(spec), "--small", "--depth", "1", "--no-cache", "-q"]) == 2

@@ -132,7 +132,7 @@ def test_lower_train_writes_and_refuses(tmp_path, capsys):
 
     out = tmp_path / "t.mlir"
     p = subprocess.run([sys.executable, "-m", "mhlo_cost", "lower", "--model", "gpt", "--layers", "1", "--hidden",
-                        "32", "--heads", "2", "--train", "-o", str(out)], capture_output=True, text=True, timeout=300)
+                        "32", "--heads", "2", "--train", "-o", str(out)], capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stderr
     assert "training step (adamw, remat none)" in p.stderr and "module @jit_train_step" in out.read_text()
     a = analyze_training(str(out))

@@ -12,7 +12,7 @@ import sys
 from .. import __version__
 from . import (cmd_baseline, cmd_blocks, cmd_calibrate, cmd_hardware, cmd_lower, cmd_plot, cmd_report,
                cmd_sweep)
-from .common import ACTIVE_PROGRESS, EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_OK, UserError, Parser
+from .common import EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_OK, Parser, UserError, stop_progress
 
 #: The command modules, in the order ``--help`` lists them; each has ``register(subparsers)``.
 COMMANDS = (cmd_lower, cmd_report, cmd_blocks, cmd_plot, cmd_sweep, cmd_calibrate, cmd_baseline, cmd_hardware)
@@ -48,8 +48,11 @@ def main(argv: list[str] | None = None) -> int:
 
     _SAID.clear()
     try:
-        args = build_parser().parse_args(argv)
-        return args.func(args)
+        try:
+            args = build_parser().parse_args(argv)
+            return args.func(args)
+        finally:  # before any error line below: no progress line (nor a timer's) ever follows one
+            stop_progress()
     except SystemExit as e:  # --help, --version
         return int(e.code or 0)
     except UserError as e:
@@ -76,9 +79,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"mhlo-cost: internal error: {type(e).__name__}: {e} (MHLO_COST_DEBUG=1 shows the traceback)",
               file=sys.stderr)
         return EXIT_INTERNAL
-    finally:
-        while ACTIVE_PROGRESS:
-            ACTIVE_PROGRESS.pop().close()
 
 
 if __name__ == "__main__":

@@ -5,8 +5,8 @@ import math
 import sys
 from pathlib import Path
 
-from .common import (EXIT_MOVED, EXIT_OK, Progress, UserError, add_common, add_output, positive_int, regex, write_output,
-                     load_analysis)
+from .common import (EXIT_MOVED, EXIT_OK, Progress, UserError, add_common, add_output, add_progress, claim_output,
+                     load_analysis, positive_int, regex, write_output)
 
 def _counts(path: str, args, progress: Progress):
     """Counts of an IR file (analysed, blocks assigned) or of a baseline JSON file."""
@@ -49,29 +49,31 @@ def _metrics(value: str | None) -> tuple[str, ...]:
 
 
 def cmd_baseline(args) -> int:
+    """An existing file is replaced with --force, or with --update where it is a baseline (saying what changed):
+    the rule of every -o (see claim_output), stricter since a baseline is a reference to keep."""
     from ..baseline import BaselineError, compare, read_baseline, to_json
     from ..report import to_table
 
-    progress = Progress(enabled=not args.quiet)
-    counts, _ = _counts(args.file, args, progress)
-    progress.done()
-    text = to_json(counts)
-    out = Path(args.output)
-    if out.exists() and not (args.update or args.force):
-        raise UserError(f"{out}: exists; --update compares and rewrites it, --force overwrites")
-    if args.update and out.exists():
+    out, old = Path(args.output), None
+    if out.exists() and not args.force:  # before any work
+        if not args.update:
+            raise UserError(f"{out}: exists; --update compares and rewrites it, --force overwrites")
         try:
             old = read_baseline(out)
-        except BaselineError:
-            old = None
-        if old is not None:
-            moved = compare(old, counts)
-            if len(moved):
-                print(f"mhlo-cost: {out}: {len(moved)} count(s) changed:", file=sys.stderr)
-                sys.stderr.write(to_table(moved))
-            else:
-                print(f"mhlo-cost: {out}: no count changed", file=sys.stderr)
-    write_output(text, str(out))
+        except BaselineError as e:
+            raise UserError(f"{out}: not a baseline ({e}); --force replaces it") from None
+    claim_output(args, ours=lambda head: True, what="a baseline, --update")  # (a folder: refused)
+    progress = Progress.of(args)
+    counts, _ = _counts(args.file, args, progress)
+    progress.done()
+    if old is not None:
+        moved = compare(old, counts)
+        if len(moved):
+            print(f"mhlo-cost: {out}: {len(moved)} count(s) changed:", file=sys.stderr)
+            sys.stderr.write(to_table(moved))
+        else:
+            print(f"mhlo-cost: {out}: no count changed", file=sys.stderr)
+    write_output(to_json(counts), str(out))
     return EXIT_OK
 
 
@@ -82,7 +84,8 @@ def cmd_check(args) -> int:
     if not (args.rtol >= 0 and math.isfinite(args.rtol)):
         raise UserError(f"--rtol must be a finite number >= 0, got {args.rtol}")
     base = read_baseline(args.baseline)
-    progress = Progress(enabled=not args.quiet)
+    claim_output(args)
+    progress = Progress.of(args)
     now, _ = _counts(args.file, args, progress)
     progress.done()
     moved = compare(base, now, _metrics(args.metrics), args.rtol)
@@ -101,7 +104,8 @@ def cmd_diff(args) -> int:
     from ..baseline import counts_frame, side_by_side
     from ..report import render
 
-    progress = Progress(enabled=not args.quiet)
+    claim_output(args)
+    progress = Progress.of(args)
     frames = []
     for path in (args.a, args.b):
         counts, analysis = _counts(path, args, progress) if args.by == "block" or _is_baseline(path) else (
@@ -129,7 +133,7 @@ def register(sub) -> None:
     add_common(p)
     p.add_argument("-o", "--output", required=True, metavar="OUT", help="baseline file to write (.flops.json)")
     p.add_argument("--update", action="store_true", help="rewrite an existing baseline, saying what changed")
-    p.add_argument("--force", action="store_true", help="overwrite an existing baseline silently")
+    p.add_argument("--force", action="store_true", help="overwrite an existing file silently, a baseline or not")
     p.set_defaults(func=cmd_baseline)
 
     p = sub.add_parser("check", help="exit 1 when a block's counts moved from the baseline")
@@ -151,6 +155,7 @@ def register(sub) -> None:
     p.add_argument("--entry", metavar="NAME", help="function to start from (default: main, or the only public one)")
     p.add_argument("--strict", action="store_true", help="fail when an op no rule knows is found")
     p.add_argument("-q", "--quiet", action="store_true", help="nothing on stderr but errors and warnings")
+    add_progress(p)
     p.add_argument("--blocks", choices=("auto", "scope", "rms", "repeat"), default="auto",
                    help="how ops are grouped into blocks (default: auto)")
     p.add_argument("--block-pattern", metavar="REGEX", type=regex, help="regex naming a block in scope paths")

@@ -1,7 +1,7 @@
 """``mhlo-cost blocks``: the per-block table (CSV by default)."""
 from __future__ import annotations
 
-from .common import (EXIT_OK, Progress, add_common, regex, add_estimate, add_output, block_frame,
+from .common import (EXIT_OK, Progress, add_common, claim_output, regex, add_estimate, add_output, block_frame,
                      fused_memory, hardware_from_options, load_analysis, make_roofline, meta,
                      write_output)
 
@@ -13,7 +13,8 @@ def cmd_blocks(args) -> int:
     from .cmd_report import _keep_blocks
 
     hw = hardware_from_options(args)
-    progress = Progress(enabled=not args.quiet)
+    claim_output(args)
+    progress = Progress.of(args)
     frames = []
     for path in args.file:
         analysis = load_analysis(path, args, progress, dataflow=hw is not None or args.fuse != "none",

@@ -2,22 +2,24 @@
 from __future__ import annotations
 
 import sys
-import time
 
-from .common import EXIT_OK, UserError
+from .common import EXIT_OK, Progress, UserError, add_force, add_progress, claim_output, say
+from .outputs import record_output
 
 
 def cmd_calibrate(args) -> int:
     from ..hardware import load_profiles
-    from ..roofline.calibrate import calibrate, profile_toml
+    from ..roofline.calibrate import calibrate, profile_toml, step_count
 
-    start = time.perf_counter()
+    claim_output(args)
+    bar, total, done = Progress.of(args), step_count(args.quick), [0]
 
     def progress(msg: str) -> None:
-        if not args.quiet:
-            print(f"mhlo-cost: calibrate: {msg} ({time.perf_counter() - start:.0f} s)", file=sys.stderr)
+        bar.count(done[0], total, "calibrate", msg)
+        done[0] += 1
 
     cal = calibrate(quick=args.quick, progress=progress)
+    bar.done()
     text = profile_toml(cal, args.name)
     if args.output in (None, "-"):
         sys.stdout.write(text)
@@ -28,7 +30,8 @@ def cmd_calibrate(args) -> int:
     except OSError as e:
         raise UserError(f"cannot write {args.output}: {e.strerror}") from None
     load_profiles(args.output)  # what we wrote must load
-    progress(f"wrote {args.output}: --hardware-file {args.output} --hardware {args.name}")
+    record_output(args.output)
+    say(args, f"wrote {args.output}: --hardware-file {args.output} --hardware {args.name}", note=True)
     return EXIT_OK
 
 
@@ -40,7 +43,9 @@ def register(sub) -> None:
     p.add_argument("-o", "--output", metavar="FILE", help="write the profile here (default: stdout)")
     p.add_argument("--name", default="calibrated", type=_name, help="the profile's name (default: calibrated)")
     p.add_argument("--quick", action="store_true", help="tiny sizes, a few seconds (a smoke test, not a calibration)")
+    add_force(p)
     p.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
+    add_progress(p)
     p.set_defaults(func=cmd_calibrate)
 
 

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import sys
 
-from .common import EXIT_OK, UserError
+from .common import EXIT_OK, Progress, UserError, add_progress, claim_output, say
+from .outputs import record_output
 
 #: --parallel choices (the same as mhlo_cost.models.parallel.STRATEGIES; kept here so --help imports no jax)
 PARALLEL = ("none", "megatron", "2d", "ulysses", "ring")
@@ -49,9 +50,10 @@ def register(sub) -> None:
     how.add_argument("--no-locations", dest="locations", action="store_false",
                      help="omit op locations (scope names) from the output")
     how.add_argument("-o", "--output", metavar="FILE", help=".mlir / .mlirbc, optionally .gz (default: stdout)")
-    how.add_argument("--force", action="store_true", help="overwrite FILE if it exists")
+    how.add_argument("--force", action="store_true", help="replace FILE even if mhlo-cost did not write it")
     how.add_argument("-v", "--verbose", action="store_true", help="let the libraries' warnings through")
     how.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")
+    add_progress(how)
     # Options that change *what* is lowered: a training step around the forward.
     train = p.add_argument_group("a training step instead of the forward (--model, --module; jax or torchax)")
     train.add_argument("--train", action="store_true",
@@ -178,38 +180,42 @@ def _refuse_bundled(args, what: str) -> None:
                         f"not to {what}: use --set KEY=VALUE for a library model's configuration")
 
 
-def _replaceable(args) -> bool:
-    """Whether ``-o`` may be written without ``--force``: a file a lowering wrote before (MLIR text, bytecode,
-    gzip: re-running a command replaces its output) is replaced, with a note; anything else is refused. A
-    missing folder is made (``-o out/model.mlir``)."""
+def _is_ir(head: bytes) -> bool:
+    """MLIR text, bytecode or gzip: what a lowering writes (re-running a command replaces its output)."""
+    return head[:2] == b"\x1f\x8b" or head[:4] == b"ML\xefR" or head.lstrip().startswith((b"module", b"#loc", b"func"))
+
+
+def _claim(args) -> None:
+    """``-o``: the rule of every command (a file mhlo-cost did not write needs --force), where any IR counts as
+    written by a lowering before; a missing folder is made (``-o out/model.mlir``)."""
     import os
 
-    path = args.output
-    if not path:
-        return False
-    folder = os.path.dirname(os.path.abspath(path))
+    if not args.output:
+        return
+    claim_output(args, ours=_is_ir, what="IR written before; other files need --force")
+    folder = os.path.dirname(os.path.abspath(args.output))
     if not os.path.isdir(folder):
         try:
             os.makedirs(folder)
         except OSError as e:
             raise UserError(f"{folder}: cannot make the folder: {e.strerror or e}") from None
-    if not os.path.isfile(path) or args.force:
-        return False
-    try:
-        with open(path, "rb") as f:
-            head = f.read(64)
-    except OSError:
-        return False
-    ir = head[:2] == b"\x1f\x8b" or head[:4] == b"ML\xefR" or head.lstrip().startswith((b"module", b"#loc", b"func"))
-    if ir and not args.quiet:
-        print(f"mhlo-cost: replacing {path} (IR written before; other files need --force)", file=sys.stderr)
-    return ir
+
+
+def _shape_note(args) -> None:
+    """A STDiT3 shape that is not a published one: a warning (never hidden) with the tokens it means."""
+    if args.model == "stdit3" and args.shape:
+        from ..models.config import VideoShape, unpublished_shape_note
+
+        try:
+            VideoShape.parse(args.shape)
+        except ValueError:
+            return  # the request says so, as an error
+        note = unpublished_shape_note(args.shape)
+        if note:
+            say(args, f"warning: {note}")
 
 
 def cmd_lower(args) -> int:
-    from ..frontends import FrontendError, check_output, write
-    from ..frontends.api import LowerFailed, lower_request
-
     import os
 
     if not args.verbose:  # before jax is first imported: XLA's C++ start-up lines
@@ -218,17 +224,27 @@ def cmd_lower(args) -> int:
     if args.list:
         list_models()
         return EXIT_OK
+    from ..frontends import FrontendError, write
+    from ..frontends.api import LowerFailed, lower_request
+    from ..frontends.preflight import check_request
+
+    bar = Progress.of(args)
     try:
-        req, text = _request(args)
-        check_output(args.output, args.force or _replaceable(args))
-        if not args.quiet:
-            print(f"mhlo-cost: lowering {text} -> {args.output or 'stdout'}", file=sys.stderr, flush=True)
-        low = lower_request(req)
+        bar.stage("checking the options")
+        _claim(args)  # the output first: it costs nothing
+        req, text = _request(args)  # shapes, dtypes, configuration: before any heavy import
+        check_request(req)  # the extras installed, a library's class name
+        _shape_note(args)
+        say(args, f"lowering {text} -> {args.output or 'stdout'}", note=True)
+        low = lower_request(req, stage=bar.stage)
+        bar.stage(f"writing {args.output or 'stdout'}")
         res = write(low, args.output, locations=args.locations)
     except (FrontendError, LowerFailed, FileExistsError, FileNotFoundError, ValueError) as e:
         raise UserError(str(e)) from None
     except OSError as e:
         raise UserError(f"{args.output}: cannot write: {e.strerror or e}") from None
+    bar.close()
+    record_output(args.output)
     if args.output is None:
         sys.stdout.write(res.text)
     if not args.quiet:

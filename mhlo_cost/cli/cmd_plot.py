@@ -3,8 +3,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .common import (EXIT_OK, Progress, UserError, add_common, add_estimate, block_frame, find_blocks, fused_memory,
-                     hardware_from_options, load_analysis, make_roofline, say)
+from .common import (EXIT_OK, Progress, UserError, add_common, add_estimate, add_force, block_frame, claim_output,
+                     find_blocks, fused_memory, hardware_from_options, load_analysis, make_roofline, say)
+from .outputs import record_output
 
 def cmd_plot(args) -> int:
     try:
@@ -19,7 +20,8 @@ def cmd_plot(args) -> int:
 
     hw = hardware_from_options(args)
     _check_name(args)
-    progress = Progress(enabled=not args.quiet)
+    claim_output(args)
+    progress = Progress.of(args)
     analysis = load_analysis(args.file, args, progress, dataflow=hw is not None or args.fuse != "none")
     rf = make_roofline(analysis, hw, args, progress) if hw is not None else None
     if args.memory:
@@ -43,6 +45,7 @@ def _draw(args, draw, progress: Progress | None = None) -> int:
         draw()
     except OSError as e:
         raise UserError(f"{args.output}: cannot write: {e.strerror or e}") from None
+    record_output(args.output)
     if progress is not None:
         progress.done()
     say(args, f"wrote {args.output}", note=True)
@@ -56,6 +59,7 @@ def _plot_sweep(args) -> int:
     if args.hardware or args.hardware_file or args.memory:
         raise UserError("a sweep table has its estimates already: --hardware and --memory do not apply")
     _check_name(args)
+    claim_output(args)
 
     def draw():
         try:
@@ -88,6 +92,7 @@ def register(sub) -> None:
     add_common(p)
     add_estimate(p)
     p.add_argument("-o", "--output", required=True, metavar="OUT", help="picture to write (.png, .svg, .pdf)")
+    add_force(p)
     p.add_argument("--title", help="the picture's title")
     p.add_argument("--memory", action="store_true",
                    help="live bytes against program order instead (blocks as bands; --fuse adds the fused line, "

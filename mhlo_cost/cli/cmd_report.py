@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import argparse
 
-from .common import (EXIT_OK, Progress, UserError, add_common, add_estimate, add_filters, add_output, block_frame,
+from .common import (EXIT_OK, Progress, UserError, add_common, claim_output, add_estimate, add_filters, add_output, block_frame,
                      find_blocks,
                      fused_memory, hardware_from_options, load_analysis, make_roofline, meta, write_output)
 
@@ -201,7 +201,8 @@ def cmd_report(args) -> int:
                         "shows the whole program")
     if filtered and args.steps is not None:
         raise UserError("--steps is a whole run of the program: it does not go with --block or --scope")
-    progress = Progress(enabled=not args.quiet)
+    claim_output(args)
+    progress = Progress.of(args)
     frames = []
     for path in args.file:
         analysis = load_analysis(path, args, progress, dataflow=hw is not None or args.fuse != "none",

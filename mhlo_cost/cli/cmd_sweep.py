@@ -11,7 +11,8 @@ import sys
 from pathlib import Path
 
 from .cmd_lower import PARALLEL
-from .common import EXIT_OK, UserError
+from .common import EXIT_OK, Progress, UserError, add_force, add_progress, claim_output, say
+from .outputs import record_output
 
 
 def register(sub) -> None:
@@ -50,7 +51,9 @@ def register(sub) -> None:
     o.add_argument("--format", choices=("csv", "json", "parquet", "markdown"),
                    help="default: from -o's extension (.csv .json .parquet .md), else markdown")
     o.add_argument("-o", "--output", metavar="FILE", help="write the table here (default stdout)")
+    add_force(o)
     o.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
+    add_progress(o)
     p.set_defaults(func=cmd_sweep)
 
 
@@ -89,6 +92,20 @@ def _hardware_toml(grid, path) -> str | None:
         return f.read()
 
 
+def _shape_notes(grid, args) -> None:
+    """A STDiT3 shape that is not a published one: a warning (never hidden) with the tokens it means."""
+    from ..models.config import VideoShape, unpublished_shape_note
+
+    for shape in sorted({p.shape for p in grid.points if p.model == "stdit3"}):
+        try:
+            VideoShape.parse(shape)
+        except ValueError:  # the grid's default shape ("default"), or an error the points report
+            continue
+        note = unpublished_shape_note(shape)
+        if note:
+            say(args, f"warning: {note}")
+
+
 def cmd_sweep(args) -> int:
     import os
 
@@ -99,12 +116,14 @@ def cmd_sweep(args) -> int:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
     fmt = format_of(args.output, args.format)
+    claim_output(args)
     if fmt == "parquet" and args.output in (None, "", "-"):
         raise UserError("--format parquet needs -o FILE")
     if args.jobs is not None and args.jobs < 1:
         raise UserError(f"--jobs must be a positive integer, got {args.jobs}")
     try:
         grid = make_grid(_settings(args))
+        _shape_notes(grid, args)
         hardware_toml = _hardware_toml(grid, args.hardware_file)
         cache = None if args.no_cache else (args.cache_dir or default_dir())
         if cache is not None:
@@ -116,8 +135,10 @@ def cmd_sweep(args) -> int:
         if not args.quiet:
             print(f"mhlo-cost: sweep of {len(grid.points)} point(s) x {len(grid.hardware)} hardware profile(s) on "
                   f"{args.scheduler or 'this machine'}", file=sys.stderr, flush=True)
+        bar = Progress.of(args)
         df, stats = run_sweep(grid, hardware_toml, cache_dir=cache, scheduler=args.scheduler, jobs=args.jobs,
-                              progress=not args.quiet)
+                              progress=bar.count if bar.enabled else False)
+        bar.close()
     except (GridError, SweepError) as e:
         raise UserError(str(e)) from None
     if args.best:
@@ -129,6 +150,8 @@ def cmd_sweep(args) -> int:
         raise UserError(f"{args.output}: cannot write: {e.strerror or e}") from None
     if text is not None:
         sys.stdout.write(text)
+    else:
+        record_output(args.output)
     if not args.quiet:
         print(f"mhlo-cost: sweep done in {stats.seconds:.1f}s: {stats.computed} computed, {stats.cached} cached, "
               f"{stats.failed} failed", file=sys.stderr)

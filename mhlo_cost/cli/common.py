@@ -1,13 +1,15 @@
-"""What every command shares: the one-line error, progress on stderr, loading, option helpers."""
+"""What every command shares: the one-line error, progress on stderr, loading, -o, option helpers."""
 from __future__ import annotations
 
 import argparse
+import os
 import sys
-import threading
-import time
 from pathlib import Path
+from typing import Callable
 
 from .. import __version__
+from .outputs import head, record_output, wrote_before
+from .progress import ACTIVE_PROGRESS, Progress, progress_wanted, stop_progress  # noqa: F401 (the commands' names)
 
 EXIT_OK, EXIT_MOVED, EXIT_BAD_INPUT, EXIT_INTERNAL = 0, 1, 2, 70
 #: The oldest jax / jaxlib whose MLIR bindings the loader works with (pyproject says the same): 0.6 has no
@@ -17,68 +19,6 @@ MIN_JAX = (0, 10, 1)
 
 class UserError(Exception):
     """A problem with the input or the options, reported as one line."""
-
-
-ACTIVE_PROGRESS: list["Progress"] = []  # closed by main() however a command ends
-
-
-class Progress:
-    """Stage messages on stderr, shown only once work has taken more than ``delay`` seconds.
-
-    A timer thread prints them; once the command ends (:meth:`done`, or :func:`main` closing every
-    instance on an error) nothing more is printed, even by a timer that already fired.
-    """
-
-    def __init__(self, enabled: bool = True, delay: float = 1.0):
-        self.enabled = enabled
-        self.delay = delay
-        self.t0 = time.perf_counter()
-        self.shown = False
-        self.closed = False
-        self._stage = ""
-        self._timer: threading.Timer | None = None
-        self._lock = threading.Lock()
-        ACTIVE_PROGRESS.append(self)
-
-    def stage(self, text: str) -> None:
-        if not self.enabled:
-            return
-        with self._lock:
-            self._cancel()
-            self._stage = text
-            if self.closed:
-                return
-            if not self.shown:
-                remaining = max(0.0, self.delay - (time.perf_counter() - self.t0))
-                self._timer = threading.Timer(remaining, self._print)
-                self._timer.daemon = True
-                self._timer.start()
-                return
-        self._print()
-
-    def _print(self) -> None:
-        with self._lock:
-            if self.closed:
-                return
-            self.shown = True
-            print(f"mhlo-cost: {self._stage} ({time.perf_counter() - self.t0:.1f}s)", file=sys.stderr, flush=True)
-
-    def _cancel(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-
-    def close(self, report: bool = False) -> None:
-        """No more lines; with ``report``, a closing "done" line where stage lines were shown."""
-        with self._lock:
-            was_open = not self.closed
-            self.closed = True
-            self._cancel()
-            if report and was_open and self.shown and self.enabled:
-                print(f"mhlo-cost: done in {time.perf_counter() - self.t0:.1f}s", file=sys.stderr, flush=True)
-
-    def done(self) -> None:
-        self.close(report=True)
 
 
 def _size(path: str) -> str:
@@ -98,6 +38,8 @@ def say(args, text: str, note: bool = False) -> None:
     if (note and getattr(args, "quiet", False)) or text in _SAID:
         return
     _SAID.add(text)
+    for p in ACTIVE_PROGRESS:  # a line drawn in place on a terminal ends first
+        p.clear()
     print(f"mhlo-cost: {text}", file=sys.stderr)
 
 
@@ -193,13 +135,41 @@ def regex(value: str) -> str:
 
 
 def write_output(text: str, out: str | None) -> None:
+    """``text`` to ``out`` (recorded as mhlo-cost's, see :func:`claim_output`), or to stdout."""
     if out and out != "-":
         try:
             Path(out).write_text(text, encoding="utf-8")
         except OSError as e:
             raise UserError(f"{out}: cannot write: {e.strerror or e}") from None
+        record_output(out)
     else:
         sys.stdout.write(text)
+
+
+def claim_output(args, path: str | None = None, ours: Callable[[bytes], bool] | None = None,
+                 what: str = "") -> None:
+    """Before any work: refuse ``path`` (default ``args.output``) where it is a file mhlo-cost did not write and
+    ``--force`` is not given; ``ours(first bytes)``: a file this command may replace as its own."""
+    path = getattr(args, "output", None) if path is None else path
+    if not path or path == "-" or not os.path.lexists(path):
+        return
+    if os.path.isdir(path):
+        raise UserError(f"{path}: is a folder; -o names a file")
+    if getattr(args, "force", False):
+        return
+    if wrote_before(path) or (ours is not None and ours(head(path))):
+        say(args, f"replacing {path} ({what or 'written by mhlo-cost before'})", note=True)
+        return
+    raise UserError(f"{path} exists and mhlo-cost did not write it: add --force to replace it")
+
+
+def add_force(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--force", action="store_true", help="replace -o's file even if mhlo-cost did not write it")
+
+
+def add_progress(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--progress", action="store_true",
+                   help="stages and bars on stderr even when it is not a terminal (default: on a terminal only)")
 
 
 def find_blocks(analysis, args, quiet: bool = False):
@@ -307,6 +277,7 @@ def add_common(p: argparse.ArgumentParser, blocks: bool = True, many: bool = Fal
     p.add_argument("--strict", action="store_true", help="fail when an op no rule knows is found")
     p.add_argument("-q", "--quiet", action="store_true",
                    help="nothing on stderr but errors (no progress, no blocks found, no warnings)")
+    add_progress(p)
     p.add_argument("--conv-padding", choices=("xla", "dense"), default="xla",
                    help="convolution FLOPs: xla (default) skips padded positions as XLA does; dense counts them "
                         "as PyTorch's counters and papers do")
@@ -322,6 +293,7 @@ def add_output(p: argparse.ArgumentParser, formats=("table", "csv", "json", "mar
     p.add_argument("--unit", choices=tuple(["raw", "K", "M", "G", "T"]), default="raw",
                    help="display unit for FLOPs and bytes (decimal); raw prints exact integers")
     p.add_argument("-o", "--output", metavar="OUT", help="write to a file instead of stdout")
+    add_force(p)
     p.add_argument("--wide", action="store_true", help="table: every column (default: cut to 120 characters)")
 
 

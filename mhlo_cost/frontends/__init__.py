@@ -76,7 +76,10 @@ def get_frontend(name: str) -> ModuleType:
 
 
 def lower(frontend: str, model: str, cfg=None, *, locations: bool = True) -> Lowered:
-    return get_frontend(frontend).lower(model, cfg, locations=locations)
+    from .preflight import relative_locations
+
+    with relative_locations():  # file names relative to their package in the op locations
+        return get_frontend(frontend).lower(model, cfg, locations=locations)
 
 
 # --------------------------------------------------------------------------------------------------------

@@ -179,22 +179,29 @@ def traceable(req: LowerRequest, obj):
     return fn, args, info
 
 
-def lower_request(req: LowerRequest) -> Lowered:
-    """Lower what ``req`` names; FrontendError (one sentence) for what cannot be."""
+def lower_request(req: LowerRequest, stage: Callable[[str], None] | None = None) -> Lowered:
+    """Lower what ``req`` names; FrontendError (one sentence) for what cannot be. ``stage(text)`` hears what
+    it does as it goes (importing, building, tracing and lowering)."""
+    from .preflight import check_request, relative_locations
+
     t0 = time.perf_counter()
+    stage = stage or (lambda text: None)
     names = [n for n, v in (("model", req.model), ("module", req.module), ("library", req.library)) if v is not None]
     if len(names) != 1:
         raise FrontendError("name one model: a bundled --model, a --module, or --hf / --diffusers / --timm")
-    with quiet(req.verbose):
+    check_request(req)  # the extras, a library's class name: before a minute of imports
+    with quiet(req.verbose), relative_locations():
         if req.train is not None:
             from ..training import lower_request_step
 
+            stage("tracing and lowering the training step")
             low = lower_request_step(req)
         elif req.model is not None or req.frontend == "torch-xla":
+            stage(f"tracing and lowering with {req.frontend or 'jax'}")
             low = _lower_by_frontend(req)
         else:
             try:
-                low = _lower_object(req)
+                low = _lower_object(req, stage)
             except (FrontendError, LowerFailed):
                 raise
             except Exception as e:  # the model's code, or the frameworks tracing it
@@ -205,13 +212,22 @@ def lower_request(req: LowerRequest) -> Lowered:
     return low
 
 
-def _lower_object(req: LowerRequest) -> Lowered:
+def _lower_object(req: LowerRequest, stage: Callable[[str], None]) -> Lowered:
     from .jax_frontend import lower_traceable
 
+    if req.library is not None:
+        stage(f"importing {req.library if req.library != 'hf' else 'transformers'} and torch")
+        from . import hub
+
+        hub.import_library(req.library)
+    stage("building the model (meta device: no weights)" if req.library or isinstance(req.module, str)
+          else "preparing the model")
     obj = build_object(req)
+    stage(f"making a JAX function of it ({req.frontend or ('torchax' if _is_torch_module(obj) else 'jax')})")
     fn, args, info = traceable(req, obj)
     for transform in req.transforms:
         fn, args = transform(fn, args, info)
+    stage("tracing and lowering to StableHLO")
     return lower_traceable(fn, args, locations=req.locations, info=info)
 
 

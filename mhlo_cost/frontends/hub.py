@@ -41,6 +41,13 @@ def import_timm():
     return _import("timm")
 
 
+def import_library(library: str):
+    """The library of ``hf``, ``diffusers`` or ``timm`` with torch (the slow imports, as one step)."""
+    mod = _import(LIBRARIES[library])
+    import torch  # noqa: F401
+    return mod
+
+
 def _closest(word: str, names) -> str:
     near = difflib.get_close_matches(word, list(names), n=3, cutoff=0.6)
     return f" (did you mean {', '.join(near)}?)" if near else ""
@@ -137,11 +144,10 @@ def hf_config(cls, config: str | None, overrides: dict):
 
 def build_hf(name: str, config: str | None = None, overrides: dict | None = None):
     """A transformers model (``LlamaForCausalLM``, ``AutoModelForCausalLM``...) on the meta device."""
-    import torch
-
     overrides = dict(overrides or {})
     cls = _class("transformers", name)
     cfg = hf_config(cls, config, overrides)
+    import torch  # (after the class and configuration are checked)
     attn = overrides.get("attn_implementation")
     with torch.device("meta"):
         if getattr(cls, "config_class", None) is None and hasattr(cls, "from_config"):  # Auto* classes

@@ -166,6 +166,8 @@ def _last_uses(sw, p, vals: list, moved: list) -> LastUse:
         i = np.minimum(np.searchsorted(src, keys), len(src) - 1)
         hit = src[i] == keys
         keys[hit] = dst[i[hit]]
+    if not len(keys):  # nothing is read in the frame (an entry that only returns)
+        return LastUse(keys, pos)
     order = np.argsort(keys, kind="stable")  # positions stay increasing within a key
     keys, pos = keys[order], pos[order]
     end = np.flatnonzero(np.append(keys[1:] != keys[:-1], True))

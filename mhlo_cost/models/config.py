@@ -93,3 +93,14 @@ class STDiT3Config:
         """The reduced configuration of the fast tests: depth 2, hidden 64, 4 heads, caption 32x8."""
         return replace(self, depth=2, hidden=64, heads=4, caption_channels=32, caption_tokens=8,
                        latent_t=3, latent_h=6, latent_w=8, dtype="float32")
+
+
+def unpublished_shape_note(name: str) -> str | None:
+    """For a video shape that is not a published one, what it means in tokens (a typo such as ``204_640_36``
+    lowers another model: this says which); None for a published shape."""
+    if name in NAMED_SHAPES:
+        return None
+    c = STDiT3Config().with_shape(VideoShape.parse(name))
+    return (f"{name} is not a published STDiT3 shape ({', '.join(NAMED_SHAPES)}): it means latent "
+            f"{c.latent_t}x{c.latent_h}x{c.latent_w}, T={c.tokens_t} x S={c.tokens_s} = "
+            f"{c.tokens_t * c.tokens_s:,} tokens per sample")

@@ -146,6 +146,11 @@ def _row_fusion(rows: int, runs: int, budget: float) -> float:
     return best[1] / best[0]
 
 
+def step_count(quick: bool = False) -> int:
+    """How many times :func:`calibrate` calls its ``progress``: a matmul per dtype, then four."""
+    return len(_QUICK_SIZES if quick else _SIZES) + 4
+
+
 def calibrate(quick: bool = False, progress=lambda msg: None) -> Calibration:
     """Run the microbenchmarks on JAX's default device (``quick``: tiny sizes, for tests)."""
     import jax

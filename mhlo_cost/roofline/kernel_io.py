@@ -83,7 +83,7 @@ class KernelIO:
             res = self.rows[i].result
             if isinstance(res, TensorInfo):
                 out.append((res, res.nbytes))
-            else:
+            elif res:  # several results; none (a branch_max row) writes nothing
                 out.append((res[0], sum(t.nbytes for t in res)))
         return out
 

@@ -29,9 +29,10 @@ class Stats:
 
 
 class Progress:
-    """One line on stderr per finished point: done / total, cached, failed, running, ETA."""
+    """One line on stderr per finished point: done / total, cached, failed, running, ETA; ``enabled`` may be a
+    callable ``(done, total, text, detail)`` instead, that shows them (the command line's bar)."""
 
-    def __init__(self, stats: Stats, enabled: bool = True, out=None):
+    def __init__(self, stats: Stats, enabled=True, out=None):
         self.stats, self.enabled, self.out = stats, enabled, out or sys.stderr
         self.t0 = time.perf_counter()
 
@@ -44,12 +45,16 @@ class Progress:
         fresh = s.computed + s.failed
         left = s.total - done
         eta = f"{spent / fresh * left:.0f}s" if fresh and left else ("0s" if not left else "?")
+        if callable(self.enabled):
+            self.enabled(done, s.total, "sweep", f"points, {s.cached} cached, {s.failed} failed, {s.running} running, "
+                                                 f"ETA {eta}{': ' + label if label else ''}")
+            return
         print(f"mhlo-cost: sweep {done}/{s.total} points ({s.cached} cached, {s.failed} failed, {s.running} running)"
               f", ETA {eta}{': ' + label if label else ''}", file=self.out, flush=True)
 
 
 def run_tasks(tasks: list[Task], cache: Cache, *, scheduler: str | None = None, jobs: int | None = None,
-              progress: bool = True) -> tuple[list[Result], Stats]:
+              progress=True) -> tuple[list[Result], Stats]:
     """The results of ``tasks`` in their order: cached ones read, the others computed (``scheduler``: on
     that Dask cluster; else a pool of ``jobs`` processes, 1: in this process)."""
     t0 = time.perf_counter()

@@ -1,8 +1,13 @@
 """The one walk over a module: ``IRVisitor``.
 
-Like :class:`ast.NodeVisitor`, each op goes to ``visit_<name>`` where ``<name>`` is the op name without
-its dialect (``stablehlo.dot_general`` and ``mhlo.dot_general`` both reach ``visit_dot_general``),
-and to :meth:`IRVisitor.generic_visit` where no such method exists.
+Like :class:`ast.NodeVisitor`, each op goes to the method :func:`rule_name` gives for its dialect-qualified
+name, and to :meth:`IRVisitor.generic_visit` where no such method exists. The one declared place is
+:data:`SHARED_DIALECTS`: StableHLO, MHLO and CHLO share rules by the op name without its dialect
+(``stablehlo.dot_general`` and ``mhlo.dot_general`` both reach ``visit_dot_general``); an op of any other
+dialect reaches ``visit_<dialect>_<name>`` (``func.call`` -> ``visit_func_call``, ``scf.for`` ->
+``visit_scf_for``, ``sdy.all_gather`` -> ``visit_sdy_all_gather``; dots in the name become ``_``), never a
+StableHLO rule by coincidence of its short name (``affine.for``, ``scf.reduce``, ``tensor.scatter`` and
+``gpu.all_reduce`` have their own rule or are unknown). The method is looked up once per op name.
 
 Control flow is the base class's business, so that every metric sees it the same way:
 
@@ -11,8 +16,9 @@ Control flow is the base class's business, so that every metric sees it the same
   the call site's scope in front of the callee's own, so a function called 28 times costs 28 times;
 * ``while`` multiplies its body by the trip count proven from the loop condition (``trip_count``), or
   counts one iteration and marks its rows ``trip_count_unknown``;
-* ``scf.for`` with constant bounds and ``chlo.scan`` multiply their body by their trips / steps;
-* ``case`` / ``if`` replay their most expensive branch (rows marked ``branch i/N``) and a ``branch_max``
+* ``scf.for`` with constant bounds and ``chlo.scan`` multiply their body by their trips / steps, and so do
+  the loops and launches of other dialects (:mod:`mhlo_cost.visitors.dialects`);
+* ``case`` / ``if`` (and ``scf.if``, ``scf.index_switch``) replay their most expensive branch (rows marked ``branch i/N``) and a ``branch_max``
   row adds what other branches have above it, so every metric is its maximum over the branches;
 * an entry function that only returns gives the warning :data:`EMPTY_ENTRY`.
 
@@ -26,6 +32,7 @@ from jaxlib.mlir import ir
 from ..types import TensorInfo, TypeCache
 from .locations import LocationCache, LocationInfo
 from .row import METRICS, Row  # noqa: F401 (Row and METRICS are imported from here too)
+from .dialects import DialectRules
 from .trips import for_trip_count, trip_count
 
 #: The start of the warning for an entry function without work (an error under ``--strict``).
@@ -41,8 +48,26 @@ def short_name(op_name: str) -> str:
     return op_name.split(".", 1)[1] if "." in op_name else op_name
 
 
-class IRVisitor:
-    """Walks a module from its entry function, dispatching ops to ``visit_<name>``.
+#: Dialects whose ops share rules by their name without the dialect (``visit_<name>``).
+SHARED_DIALECTS = frozenset({"stablehlo", "mhlo", "chlo"})
+
+
+def rule_name(op_name: str) -> str:
+    """The visit method of an op: ``visit_<name>`` for :data:`SHARED_DIALECTS`, else ``visit_<dialect>_<name>``."""
+    dialect, _, name = op_name.partition(".")
+    if dialect in SHARED_DIALECTS:
+        return "visit_" + name
+    return f"visit_{dialect}_{name}".replace(".", "_")
+
+
+def shared_short_name(op_name: str) -> str | None:
+    """The short name of a StableHLO / MHLO / CHLO op (the name its rules are keyed by); None for other dialects."""
+    dialect, _, name = op_name.partition(".")
+    return name if dialect in SHARED_DIALECTS else None
+
+
+class IRVisitor(DialectRules):
+    """Walks a module from its entry function, dispatching ops to the method :func:`rule_name` names.
 
     ``self.rows`` is the list of :class:`Row` in program order, each carrying its multiplicity.
     """
@@ -147,7 +172,7 @@ class IRVisitor:
         name = op.name
         method = self._dispatch.get(name)
         if method is None:
-            method = getattr(self, "visit_" + short_name(name), None) or self.generic_visit
+            method = getattr(self, rule_name(name), None) or self.generic_visit
             self._dispatch[name] = method
         method(op)
 
@@ -185,7 +210,7 @@ class IRVisitor:
             return
         self.replay(rows, 1, self.loc(op).scope)
 
-    def visit_for(self, op: ir.Operation) -> None:
+    def visit_scf_for(self, op: ir.Operation) -> None:
         """``scf.for``: its body times the trip count where the bounds are constants."""
         self._loop(op, for_trip_count(op), op.regions[0], "for loop")
 
@@ -208,8 +233,6 @@ class IRVisitor:
             return
         self.replay(self.collect(self.visit_region, body), trips, scope, f"{what} x{trips}")
 
-    def visit_yield(self, op: ir.Operation) -> None:
-        pass
 
     def visit_while(self, op: ir.Operation) -> None:
         cond, body = op.regions[0], op.regions[1]

@@ -18,7 +18,10 @@ Volumes are whole bytes: where S is not a multiple of n the quotient is rounded 
 
 The group size comes from ``replica_groups`` (a dense ``groups x size`` array), or, where the groups are
 empty (one group of every participant), from the module's ``mhlo.num_partitions`` when the op has a
-channel handle or global device ids and from ``mhlo.num_replicas`` otherwise.
+channel handle or global device ids and from ``mhlo.num_replicas`` otherwise. Where the op's own shapes
+prove a group size (all_gather, reduce_scatter: the ratio of the gathered / scattered dimension; all_to_all:
+``split_count``) and the declarations give another, the shapes win and a warning starting with
+:data:`GROUP_SIZE_MISMATCH` names the op.
 
 Each row also records the global device ids of its groups (``Row.replica_groups``; for
 collective_permute its (source, target) pairs), for the network model (:mod:`mhlo_cost.network`). The
@@ -34,7 +37,24 @@ from jaxlib.mlir import ir
 
 from ..types import isa
 from .base import IRVisitor, short_name
+from .tflops import int_attr
 from .vector import body_flops
+
+
+#: The start of the warning for a collective whose shapes prove another group size than the module declares.
+GROUP_SIZE_MISMATCH = "collective group size"
+
+
+def _dim_ratio(op: ir.Operation, attr: str, gathers: bool) -> int | None:
+    """result / operand (gathers) or operand / result size of the dimension ``attr`` names, where whole."""
+    try:
+        dim = ir.IntegerAttr(op.attributes[attr]).value
+        a = ir.ShapedType(op.operands[0].type).shape[dim]
+        b = ir.ShapedType(op.results[0].type).shape[dim]
+    except (KeyError, ValueError, TypeError, IndexError):
+        return None
+    big, small = (b, a) if gathers else (a, b)
+    return big // small if small > 0 and big % small == 0 and big >= small else None
 
 
 def ring_volume(kind: str, full_bytes: int, n: int) -> tuple[int, int]:
@@ -180,15 +200,27 @@ class CommIRVisitor(IRVisitor):
 
     def visit_all_gather(self, op: ir.Operation) -> None:
         n, groups = self._groups(op)
+        n = self._proven(op, n, _dim_ratio(op, "all_gather_dim", gathers=True))
         self._collective(op, "all_gather", n, groups, full="results")
 
     def visit_reduce_scatter(self, op: ir.Operation) -> None:
         n, groups = self._groups(op)
+        n = self._proven(op, n, _dim_ratio(op, "scatter_dimension", gathers=False))
         self._collective(op, "reduce_scatter", n, groups, reduces=True)
 
     def visit_all_to_all(self, op: ir.Operation) -> None:
         n, groups = self._groups(op)
-        self._collective(op, "all_to_all", n, groups)
+        split = int_attr(op, "split_count", 0)
+        self._collective(op, "all_to_all", self._proven(op, n, split if split > 0 else None), groups)
+
+    def _proven(self, op: ir.Operation, n: int, proven: int | None) -> int:
+        """The group size the op's shapes prove, where they prove one; a :data:`GROUP_SIZE_MISMATCH` warning
+        where the module's declarations (replica groups, partitions, replicas) give another."""
+        if proven is None or proven == n:
+            return n
+        self.warnings.append(f"{GROUP_SIZE_MISMATCH}: {op.name} at {self.loc(op).describe()}: the module's "
+                             f"declarations give {n} participants, its shapes prove {proven}; counted with {proven}")
+        return proven
 
     def visit_collective_permute(self, op: ir.Operation) -> None:
         # Groups are the connected sets of the source->target pairs (a ring over 4 devices: one group of

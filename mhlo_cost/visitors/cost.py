@@ -4,21 +4,25 @@ from __future__ import annotations
 from jaxlib.mlir import ir
 
 from ..memory.record import LivenessMixin
+from .base import shared_short_name
 from .comm import CommIRVisitor
 from .more_rules import MoreRules
+from .shardy import ShardyRules
 from .tflops import TFlopsVisitor
 from .vector import KNOWN_CUSTOM_CALLS, VectorVisitor
 
 
-class CostRules(CommIRVisitor, TFlopsVisitor, MoreRules, VectorVisitor):
+class CostRules(ShardyRules, CommIRVisitor, TFlopsVisitor, MoreRules, VectorVisitor):
     """One row per op occurrence. An op that no rule knows is a row of kind ``unknown``, never a zero."""
 
     def generic_visit(self, op: ir.Operation) -> None:
-        if len(op.regions):
-            # fusion, sdy.manual_computation, ...: containers whose body runs once.
+        if len(op.regions) and shared_short_name(op.name) is not None:
+            # mhlo.fusion, ...: StableHLO / MHLO / CHLO containers whose body runs once.
             for region in op.regions:
                 self.visit_region(region)
             return
+        # No rule: a leaf op, or a region op of another dialect (gpu.all_reduce, scf.reduce, ...) whose
+        # regions are not walked, as their meaning is not known.
         self.emit(op, "unknown", target=op.name)
 
     def visit_manual_computation(self, op: ir.Operation) -> None:
@@ -26,7 +30,7 @@ class CostRules(CommIRVisitor, TFlopsVisitor, MoreRules, VectorVisitor):
         if not self._manual_warned:
             self._manual_warned = True
             self.warnings.append("ops inside shard_map (sdy.manual_computation) are counted per device")
-        rows = self.collect(self.generic_visit, op)
+        rows = self.collect(self._inline, op)
         self.replay(rows, 1, "", "per device")
 
     _manual_warned = False

@@ -8,6 +8,12 @@
 * ``chlo.ragged_dot``: a GEMM in ``gemm_flops``: 2 x result elements x product of the lhs contracting
   dimensions; where the ragged dimension is contracted (the result has a group dimension) each group
   sums over its own part of it, so the result elements count once per group: divided by the groups.
+* ``infeed`` / ``outfeed``: data movement: the bytes they write (infeed) or read (outfeed), 0 FLOPs.
+* ``send``: a point-to-point transfer of its data operands: communication of S = their bytes, as a
+  ``collective_permute`` (S per device, one step); ``recv``: the bytes it writes, no communication of its
+  own, since each transfer is counted once, at its send (in an SPMD program every device runs both, as a
+  collective_permute's device sends and receives S and is counted S). With ``is_host_transfer`` both are
+  host transfers: bytes, no device-to-device communication.
 """
 from __future__ import annotations
 
@@ -41,6 +47,18 @@ class MoreRules(IRVisitor):
         x = row.operands[0]
         size = x.shape[-1] if x.shape else 1
         row.vector_flops = x.nelems * max(0, (size - 1).bit_length())
+
+    def visit_infeed(self, op: ir.Operation) -> None:
+        self.emit(op, "data")
+
+    visit_outfeed = visit_recv = visit_infeed
+
+    def visit_send(self, op: ir.Operation) -> None:
+        host = "is_host_transfer" in op.attributes and ir.BoolAttr(op.attributes["is_host_transfer"]).value
+        row = self.emit(op, "data" if host else "collective")
+        if not host:
+            row.comm_bytes, row.comm_steps = row.bytes_read, 1
+            row.comm_kind, row.group_size, row.num_groups = "collective_permute", 2, 1
 
     def visit_ragged_dot(self, op: ir.Operation) -> None:
         row = self.emit(op, "dot", weights=True)

@@ -159,11 +159,27 @@ class TFlopsVisitor(IRVisitor):
         row.gemm_flops = contraction_flops(lhs.shape, row.result.nelems, [len(lhs.shape) - 1])
 
     def visit_convolution(self, op: ir.Operation) -> None:
+        self._convolution(op, None)
+
+    def visit_dynamic_conv(self, op: ir.Operation) -> None:
+        """A convolution whose padding is its third operand (``[spatial dims x 2]``): counted as one where
+        that operand is a constant; otherwise the row is unknown (the valid positions depend on it)."""
+        pad = _constant_ints(op.operands[2]) if len(op.operands) > 2 else None
+        if pad is None:
+            self.emit(op, "unknown", target=f"{op.name} (padding not a constant)")
+            return
+        self._convolution(op, pad)
+
+    def _convolution(self, op: ir.Operation, pad: list[int] | None) -> None:
         row = self.emit(op, "conv", weights=True)
         lhs, rhs, out = row.operands[0], row.operands[1], row.result
         dn = _conv_dims(op.attributes["dimension_numbers"])
         n = len(dn["input_spatial"])
-        pad = int_list(op, "padding", [0] * (2 * n))
+        if pad is None:
+            pad = int_list(op, "padding", [0] * (2 * n))
+        if len(pad) != 2 * n:
+            raise AnalysisError(f"{op.name} at {self.loc(op).describe()}: padding of {len(pad)} values for {n} "
+                                "spatial dimensions")
         padding = [(pad[2 * i], pad[2 * i + 1]) for i in range(n)]
         try:
             row.conv_flops = convolution_flops(
@@ -178,6 +194,19 @@ class TFlopsVisitor(IRVisitor):
             )
         except (ValueError, IndexError, ZeroDivisionError) as e:  # a window too large to count, odd attributes
             raise AnalysisError(f"{op.name} at {self.loc(op).describe()}: {e}") from None
+
+
+def _constant_ints(v: ir.Value) -> list[int] | None:
+    """The integers of a constant (``stablehlo`` / ``mhlo`` / ``arith``) value, in row-major order; None otherwise."""
+    owner = v.owner
+    if not isinstance(owner, (ir.Operation, ir.OpView)) or "value" not in owner.operation.attributes:
+        return None
+    if owner.operation.name not in ("stablehlo.constant", "mhlo.constant", "arith.constant"):
+        return None
+    attr = owner.operation.attributes["value"]
+    if not isa(attr, ir.DenseIntElementsAttr):
+        return None
+    return [int(x) for x in ir.DenseIntElementsAttr(attr)]
 
 
 _VARIANTS: dict = {}

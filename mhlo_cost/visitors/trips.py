@@ -202,3 +202,8 @@ def _iterations(init: int, bound: int, step: int, direction: str) -> int | None:
     if direction == "NE" and (bound - init) % step == 0 and (bound - init) // step >= 0:
         return (bound - init) // step
     return None
+
+
+def index_constant(v: ir.Value) -> int | None:
+    """The integer of an ``arith.constant`` (through ``index_cast`` / ``extsi``) or of a StableHLO constant."""
+    return _arith_constant(v)

@@ -20,7 +20,7 @@ from __future__ import annotations
 from jaxlib.mlir import ir
 
 from ..types import TensorInfo
-from .base import IRVisitor, short_name
+from .base import IRVisitor, shared_short_name
 from .tflops import int_attr, int_list
 
 ELEMENTWISE = frozenset({
@@ -79,6 +79,10 @@ KNOWN_CUSTOM_CALLS = frozenset({
 })
 
 
+#: Ops of other dialects that a reducer / comparator body may hold, by the name of the rule they follow.
+_OTHER_DIALECT_BODY_OPS = {"func.call": "call", "func.return": "return"}
+
+
 def body_flops(region: ir.Region, functions: dict | None = None, unknown: list | None = None,
                depth: int = 0) -> tuple[int, int]:
     """(FLOPs, transcendentals) of one application of a reducer / comparator / update body.
@@ -90,8 +94,8 @@ def body_flops(region: ir.Region, functions: dict | None = None, unknown: list |
     for block in region.blocks:
         for op in block.operations:
             op = op.operation
-            name = short_name(op.name)
-            name = CHLO_EQUIVALENTS.get(name, name)
+            name = shared_short_name(op.name)  # None for other dialects: their ops have no rule here
+            name = _OTHER_DIALECT_BODY_OPS.get(op.name, "") if name is None else CHLO_EQUIVALENTS.get(name, name)
             if name in TRANSCENDENTAL:
                 flops += 1
                 trans += 1
@@ -104,7 +108,7 @@ def body_flops(region: ir.Region, functions: dict | None = None, unknown: list |
                     continue
                 f, t = body_flops(callee.regions[0], functions, unknown, depth + 1)
                 flops, trans = flops + f, trans + t
-            elif name not in DATA_MOVEMENT and name not in ("return", "yield"):
+            elif not name or name not in DATA_MOVEMENT and name != "return":
                 _note(unknown, op.name)
     return flops, trans
 

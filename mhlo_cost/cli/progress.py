@@ -1,0 +1,120 @@
+"""Progress on stderr, only where a person watches: a terminal, or ``--progress``; never in pipes, files or CI
+logs unless asked. Stage names say what a command does, a bar how far where the total is known."""
+from __future__ import annotations
+
+import sys
+import threading
+import time
+
+ACTIVE_PROGRESS: list["Progress"] = []  # closed by main() before any error line, however a command ends
+
+
+def progress_wanted(args) -> bool:
+    """Progress only where a person watches: ``--progress``, or stderr a terminal; never under ``-q``."""
+    if getattr(args, "quiet", False):
+        return False
+    return bool(getattr(args, "progress", False)) or _stderr_is_tty()
+
+
+def _stderr_is_tty() -> bool:
+    try:
+        return sys.stderr.isatty()
+    except (AttributeError, ValueError):  # replaced or closed stderr
+        return False
+
+
+def stop_progress() -> None:
+    """Close every progress display (its timer too): called before an error line, so none follows it."""
+    while ACTIVE_PROGRESS:
+        ACTIVE_PROGRESS.pop().close()
+
+
+class Progress:
+    """Stage messages and bars on stderr where a person watches (:func:`progress_wanted`).
+
+    On a terminal one line is redrawn in place, and only once work has taken more than ``delay`` seconds;
+    with ``--progress`` into a pipe or file, every stage is a line of its own, at once. A timer thread
+    prints the delayed line; once closed (:meth:`done`, or :func:`stop_progress` before an error line)
+    nothing more is printed, even by a timer that already fired.
+    """
+
+    def __init__(self, enabled: bool = True, delay: float | None = None, tty: bool | None = None):
+        self.enabled = enabled
+        self.tty = _stderr_is_tty() if tty is None else tty
+        self.delay = (1.0 if self.tty else 0.0) if delay is None else delay
+        self.t0 = time.perf_counter()
+        self.shown = False
+        self.closed = False
+        self._drawn = False  # a terminal line is drawn and not yet ended
+        self._stage = ""
+        self._timer: threading.Timer | None = None
+        self._lock = threading.RLock()
+        ACTIVE_PROGRESS.append(self)
+
+    @classmethod
+    def of(cls, args) -> "Progress":
+        return cls(enabled=progress_wanted(args))
+
+    def stage(self, text: str) -> None:
+        """What the command does now (``parsing FILE``, ``tracing``)."""
+        if not self.enabled:
+            return
+        with self._lock:
+            self._cancel()
+            self._stage = text
+            if self.closed:
+                return
+            remaining = self.delay - (time.perf_counter() - self.t0)
+            if not self.shown and remaining > 0:
+                self._timer = threading.Timer(remaining, self._print)
+                self._timer.daemon = True
+                self._timer.start()
+                return
+        self._print()
+
+    def count(self, done: int, total: int, text: str = "", detail: str = "") -> None:
+        """How far, where the total is known: ``text [#####.....] done/total detail``."""
+        width = 20
+        filled = width * done // total if total > 0 else width
+        self.stage(f"{text} [{'#' * filled}{'.' * (width - filled)}] {done}/{total} {detail}".strip())
+
+    def _print(self) -> None:
+        with self._lock:
+            if self.closed:
+                return
+            self.shown = True
+            line = f"mhlo-cost: {self._stage} ({time.perf_counter() - self.t0:.1f}s)"
+            if self.tty:
+                sys.stderr.write("\r\x1b[K" + line)
+                self._drawn = True
+            else:
+                sys.stderr.write(line + "\n")
+            sys.stderr.flush()
+
+    def clear(self) -> None:
+        """End a line drawn in place, so that what follows starts on a line of its own."""
+        with self._lock:
+            if self._drawn:
+                sys.stderr.write("\r\x1b[K")
+                sys.stderr.flush()
+                self._drawn = False
+
+    def _cancel(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def close(self, report: bool = False) -> None:
+        """No more lines; with ``report``, a closing "done" line where stage lines were shown."""
+        with self._lock:
+            was_open = not self.closed
+            self.closed = True
+            self._cancel()
+            self.clear()
+            if report and was_open and self.shown and self.enabled:
+                print(f"mhlo-cost: done in {time.perf_counter() - self.t0:.1f}s", file=sys.stderr, flush=True)
+        if self in ACTIVE_PROGRESS:
+            ACTIVE_PROGRESS.remove(self)
+
+    def done(self) -> None:
+        self.close(report=True)

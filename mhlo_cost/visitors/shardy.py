@@ -1,0 +1,223 @@
+"""Shardy's explicit collectives: ``ShardyRules``.
+
+Shardy IR has global shapes; a value's sharding (``out_sharding`` / ``sharding`` of the op that makes it,
+``sdy.sharding`` of an op or a function argument; none: replicated) says over which mesh axes (``sdy.mesh``)
+each dimension is split. A collective's per-device volume follows the ring convention of
+:mod:`mhlo_cost.visitors.comm`, with n the product of the sizes of the axes it works over and S the
+per-device buffer (the global bytes over the shards of its sharding, each dimension rounded up):
+
+======================== ====================================== ================= =============
+op                       n: product of the axes                 S: per device     volume
+======================== ====================================== ================= =============
+sdy.all_gather           operand shards / result shards         result            (n-1)/n S
+sdy.reduce_scatter       result shards / operand shards         operand           (n-1)/n S
+sdy.all_reduce           its ``reduction_axes``                 operand           2(n-1)/n S
+sdy.all_to_all           axes that change dimension             operand           (n-1)/n S
+sdy.collective_permute   the result's shards (0 if unchanged)   operand           S
+sdy.all_slice            (a local slice)                        --                0
+======================== ====================================== ================= =============
+
+``sdy.reshard`` is classified from the sharding of its operand and its own: unchanged (free); axes only
+added (a local slice, free); axes removed, others kept in place (an all_gather over the removed axes, S the
+buffer before any slicing); axes only moving between dimensions (an all_to_all over them); axes only
+reordered (a collective_permute). Anything else, or a sharding whose mesh is not found, is an ``unknown``
+row, never a zero. These rows' bytes read and written are per device, like their volume.
+"""
+from __future__ import annotations
+
+from jaxlib.mlir import ir
+from jaxlib.mlir.dialects import sdy
+
+from .base import IRVisitor
+from .comm import ring_volume
+
+
+class ShardyRules(IRVisitor):
+    _meshes: dict | None = None
+
+    # -- shardings -------------------------------------------------------------------------------------------
+    def _mesh(self, ref) -> dict | None:
+        if self._meshes is None:
+            self._meshes = {}
+            for op in self.module.body.operations:
+                op = op.operation
+                if op.name == "sdy.mesh":
+                    name = ir.StringAttr(op.attributes["sym_name"]).value
+                    self._meshes[name] = _axes(sdy.MeshAttr(op.attributes["mesh"]))
+        try:
+            return self._meshes.get(ir.FlatSymbolRefAttr(ref).value)
+        except (ValueError, TypeError):
+            try:
+                return _axes(sdy.MeshAttr(ref))
+            except (ValueError, TypeError):
+                return None
+
+    def _dims(self, attr, rank: int):
+        """(per-dimension lists of (axis key, size), mesh size) of a sharding attribute; None where unreadable.
+        A value without a sharding is replicated."""
+        if attr is None:
+            return [[] for _ in range(rank)], None
+        t = sdy.TensorShardingAttr(attr)
+        mesh = self._mesh(t.mesh_or_ref)
+        if mesh is None:
+            return None
+        dims = []
+        for d in t.dimension_shardings:
+            refs = []
+            for a in sdy.DimensionShardingAttr(d).axes:
+                a = sdy.AxisRefAttr(a)
+                if a.name not in mesh:
+                    return None
+                sub = a.sub_axis_info
+                if sub is None:
+                    refs.append((a.name, mesh[a.name]))
+                else:
+                    sub = sdy.SubAxisInfoAttr(sub)
+                    refs.append((f"{a.name}:({sub.pre_size}){sub.size}", sub.size))
+            dims.append(refs)
+        total = 1
+        for size in mesh.values():
+            total *= size
+        return dims, total
+
+    def _value_sharding(self, v: ir.Value):
+        owner = v.owner
+        if isinstance(owner, ir.Block):
+            fn = owner.owner.operation
+            if fn.name != "func.func" or "arg_attrs" not in fn.attributes:
+                return None
+            i = ir.BlockArgument(v).arg_number
+            attrs = ir.ArrayAttr(fn.attributes["arg_attrs"])
+            d = ir.DictAttr(attrs[i]) if i < len(attrs) else None
+            return d["sdy.sharding"] if d is not None and "sdy.sharding" in d else None
+        op = owner.operation
+        for name in ("out_sharding", "sharding"):
+            if name in op.attributes:
+                return op.attributes[name]
+        if "sdy.sharding" in op.attributes:
+            per = sdy.TensorShardingPerValueAttr(op.attributes["sdy.sharding"]).shardings
+            k = ir.OpResult(v).result_number
+            return per[k] if k < len(per) else None
+        return None
+
+    # -- rows ------------------------------------------------------------------------------------------------
+    def _shardy(self, op: ir.Operation, classify) -> None:
+        """A row for one Shardy collective; ``classify(op, src, dst)`` gives (kind, n, the per-dimension axes of
+        the buffer that is S) or None."""
+        row = self.emit(op, "collective")
+        shape = row.result.shape
+        src = self._dims(self._value_sharding(op.operands[0]), len(shape))
+        dst = self._dims(op.attributes["out_sharding" if "out_sharding" in op.attributes else "sharding"], len(shape))
+        found = classify(op, src[0], dst[0]) if src is not None and dst is not None else None
+        if found is None:
+            row.kind, row.target = "unknown", f"{op.name} (shardings not classified)"
+            return
+        kind, n, s_dims = found
+        row.bytes_read, row.bytes_written = (_local(row.result.nbytes, shape, d) for d in (src[0], dst[0]))
+        if kind == "free":
+            row.kind = "data"
+            return
+        row.comm_bytes, row.comm_steps = ring_volume(kind, _local(row.result.nbytes, shape, s_dims), n)
+        total = dst[1] or src[1] or n
+        row.comm_kind, row.group_size, row.num_groups = kind, n, max(total // max(n, 1), 1)
+        if kind == "all_reduce" and n > 1:
+            elems = row.result.nelems * row.bytes_read // max(row.result.nbytes, 1)
+            row.vector_flops = -(-(n - 1) * elems // n)
+
+    def visit_sdy_all_gather(self, op):
+        self._shardy(op, lambda op, a, b: ("all_gather", _shards(a) // max(_shards(b), 1), b))
+
+    def visit_sdy_reduce_scatter(self, op):
+        self._shardy(op, lambda op, a, b: ("reduce_scatter", _shards(b) // max(_shards(a), 1), a))
+
+    def visit_sdy_all_to_all(self, op):
+        self._shardy(op, lambda op, a, b: ("all_to_all", _size(_moved(a, b)), a))
+
+    def visit_sdy_collective_permute(self, op):
+        self._shardy(op, lambda op, a, b: ("collective_permute", 1 if a == b else _shards(b), a))
+
+    def visit_sdy_all_slice(self, op):
+        self._shardy(op, lambda op, a, b: ("free", 1, a))
+
+    def visit_sdy_all_reduce(self, op):
+        def classify(op, a, b):
+            axes = self._reduction_axes(op)
+            return None if axes is None else ("all_reduce", _size(axes), a)
+        self._shardy(op, classify)
+
+    def visit_sdy_reshard(self, op):
+        self._shardy(op, lambda op, a, b: reshard_kind(a, b))
+
+    def _reduction_axes(self, op):
+        """The axes of ``reduction_axes`` (``#sdy<axis_ref_list{...}>``, which the bindings do not expose), read
+        back by MLIR's parser as the one dimension of a sharding over the op's own mesh."""
+        text = str(op.attributes["reduction_axes"])
+        head = "#sdy<axis_ref_list"
+        if not text.startswith(head) or not text.endswith(">"):
+            return None
+        t = sdy.TensorShardingAttr(op.attributes["out_sharding"])
+        try:
+            mesh = ir.FlatSymbolRefAttr(t.mesh_or_ref).value
+            attr = ir.Attribute.parse(f"#sdy.sharding<@{mesh}, [{text[len(head):-1]}]>")
+        except (ValueError, TypeError, ir.MLIRError):
+            return None
+        dims = self._dims(attr, 1)
+        return dims[0][0] if dims is not None else None
+
+    def visit_sdy_sharding_constraint(self, op):
+        self.emit(op, "data")
+
+    visit_sdy_propagation_barrier = visit_sdy_sharding_group = visit_sdy_data_flow_edge = visit_sdy_sharding_constraint
+
+    def visit_sdy_constant(self, op):
+        self.emit_no_operands(op, "data")
+
+
+def _axes(mesh) -> dict:
+    return {sdy.MeshAxisAttr(a).name: sdy.MeshAxisAttr(a).size for a in mesh.axes}
+
+
+def _size(refs) -> int:
+    n = 1
+    for _, s in refs:
+        n *= s
+    return n
+
+
+def _shards(dims) -> int:
+    return _size([r for d in dims for r in d])
+
+
+def _local(nbytes: int, shape, dims) -> int:
+    """Bytes of one device's part: each dimension divided by its shards, rounded up."""
+    full = local = 1
+    for i, n in enumerate(shape):
+        k = _size(dims[i]) if i < len(dims) else 1
+        full, local = full * n, local * -(-n // k)
+    return nbytes * local // full if full else nbytes
+
+
+def _moved(a, b) -> list:
+    where = {r: i for i, d in enumerate(a) for r in d}
+    return [r for i, d in enumerate(b) for r in d if r in where and where[r] != i]
+
+
+def reshard_kind(a, b):
+    """(kind, n, the axes of the buffer that is S) of a reshard from per-dimension axes ``a`` to ``b``; None where
+    it is none of the cases of the module docstring."""
+    if a == b:
+        return "free", 1, a
+    old = {r for d in a for r in d}
+    new = {r for d in b for r in d}
+    removed, added, moved = old - new, new - old, _moved(a, b)
+    kept_a = [[r for r in d if r in new] for d in a]
+    kept_b = [[r for r in d if r in old] for d in b]
+    if not moved and kept_a == kept_b:
+        if removed:
+            return "all_gather", _size(removed), kept_a  # S: the buffer after the gather, before any slice
+        return "free", 1, a  # axes only added: a local slice
+    if moved and not removed and not added:
+        return "all_to_all", _size(moved), a
+    if not removed and not added and not moved:
+        return "collective_permute", _shards(b), a
+    return None
