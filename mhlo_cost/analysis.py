@@ -76,7 +76,9 @@ class Analysis:
 
     @property
     def summary(self) -> dict[str, int]:
-        """Whole-program totals as exact Python integers."""
+        """Whole-program totals as exact Python integers: the counts, the memory figures, ``macs`` (multiply-adds
+        of the matrix products and convolutions: half their FLOPs) and ``params`` (elements of the parameter
+        arguments, biases, norms and embeddings included: :mod:`mhlo_cost.memory.params`)."""
         s = {k: 0 for k in SUMMARY_KEYS}
         for r in self.rows:
             for k in SUM_COLUMNS:
@@ -88,7 +90,17 @@ class Analysis:
                 s["comm_ops"] += r.multiplicity
         if self.liveness is not None:
             s.update(self.memory.summary())
+        s["macs"] = (s["gemm_flops"] + s["conv_flops"]) // 2
+        if self.liveness is not None:
+            s["params"] = self.memory.params
         return s
+
+    @property
+    def headline(self) -> str:
+        """One line: FLOPs, MACs, parameters and the peak memory, in the units people read."""
+        from .figures import headline
+
+        return headline(list(self.summary.items()))
 
     @property
     def unknown(self) -> list[str]:

@@ -124,8 +124,8 @@ def _ints(d, path, where) -> dict[str, int]:
 def compare(base: Counts, now: Counts, metrics: tuple[str, ...] = METRICS, rtol: float = 0.0) -> pd.DataFrame:
     """Rows of what moved beyond ``rtol``: block, metric, baseline, now, delta, percent, status.
 
-    Blocks present on one side only are rows of status ``added`` / ``removed``. The summary is compared
-    as the block ``TOTAL``.
+    Blocks present on one side only are rows of status ``added`` / ``removed`` (one per metric that is not
+    zero: the counts that moved). The summary is compared as the block ``TOTAL``. One row per count moved.
     """
     rows = []
 
@@ -143,10 +143,11 @@ def compare(base: Counts, now: Counts, metrics: tuple[str, ...] = METRICS, rtol:
             src = b if a is None else a
             if not any(src.get(m, 0) for m in metrics):
                 continue  # nothing of the checked metrics: no move
-            for m in metrics:
+            for m in metrics:  # the counts that moved: a metric zero on both sides did not
                 va = 0 if a is None else src.get(m, 0)
                 vb = 0 if b is None else src.get(m, 0)
-                rows.append((name, m, va, vb, status))
+                if va != vb:
+                    rows.append((name, m, va, vb, status))
             continue
         for m in metrics:
             if moved(a.get(m, 0), b.get(m, 0)):

@@ -164,13 +164,16 @@ def plot_memory(path: str, labels: list[str], kinds: dict, unfused, fused=None, 
                 title: str = "", fused_label: str = "fused elementwise") -> None:
     """Live bytes (while each op runs) against program order into ``path``: one colour band per block (its
     kind's family, as :func:`plot_blocks` colours them), the unfused line, the fused one where given, each peak
-    marked, and the chip's HBM capacity as a horizontal line where given."""
+    marked (its value in the legend), and the chip's HBM capacity as a horizontal line where given and within
+    twice the peak; the axis is scaled to the data, not to the chip."""
     import matplotlib
 
     matplotlib.use("Agg", force=True)
     import matplotlib.pyplot as plt
 
-    top = max([unfused.peak_bytes] + ([fused.peak_bytes] if fused is not None else []) + [hbm_bytes or 0])
+    data_top = max([unfused.peak_bytes] + ([fused.peak_bytes] if fused is not None else []))
+    cap_shown = bool(hbm_bytes) and hbm_bytes <= 2 * max(data_top, 1)  # the chip's line only where in reach
+    top = max(data_top, hbm_bytes if cap_shown else 0)
     scale, unit = _byte_unit(top)
     fig, ax = plt.subplots(figsize=(12, 5.2), dpi=110)
     kind_order = [k for k in dict.fromkeys(kinds.values()) if k]
@@ -182,15 +185,20 @@ def plot_memory(path: str, labels: list[str], kinds: dict, unfused, fused=None, 
     lines = [("unfused (every op its own kernel)", unfused, "#1a1a1a")]
     if fused is not None:
         lines.append((fused_label, fused, "#c0392b"))
-    for name, prof, colour in lines:
-        ax.plot(x, [v / scale for v in prof.during], color=colour, linewidth=0.9, label=name)
+    for name, prof, colour in lines:  # each peak marked on the line and named in the legend: no label collides
+        peak = f"peak {prof.peak_bytes / scale:.3g} {unit}"
+        where = f" at op {prof.peak_row}" if prof.peak_row is not None else " (the arguments)"
+        ax.plot(x, [v / scale for v in prof.during], color=colour, linewidth=0.9, label=f"{name}: {peak}{where}")
         if prof.peak_row is not None:
             ax.plot([prof.peak_row], [prof.peak_bytes / scale], marker="v", color=colour, markersize=8)
-            ax.annotate(f"peak {prof.peak_bytes / scale:.3g} {unit}", (prof.peak_row, prof.peak_bytes / scale),
-                        textcoords="offset points", xytext=(6, 6), fontsize=8, color=colour)
-    if hbm_bytes:
+    if cap_shown:
         ax.axhline(hbm_bytes / scale, color="#7b4fa8", linestyle="--", linewidth=1.0,
                    label=f"HBM capacity {hbm_bytes / scale:.3g} {unit}")
+    elif hbm_bytes:  # named, not drawn: an axis to the chip's capacity would flatten the data
+        cap_scale, cap_unit = _byte_unit(hbm_bytes)
+        ax.plot([], [], color="#7b4fa8", linestyle="--", linewidth=1.0,
+                label=f"HBM capacity {hbm_bytes / cap_scale:.3g} {cap_unit}, off the scale "
+                      f"(peak {100 * data_top / hbm_bytes:.2g}% of it)")
     ax.set_xlim(-0.5, max(len(labels), 1) - 0.5)
     ax.set_ylim(0, top / scale * 1.08)
     ax.set_xlabel("op, in program order (bands: blocks)")

@@ -63,26 +63,39 @@ def _cell(v) -> str:
     return str(v)
 
 
-def _fixed(v, size: float) -> str:
-    """A number divided by ``size`` with 2 decimals; anything else as it is."""
+def _fixed(v, size: float, decimals: int = 2) -> str:
+    """A number divided by ``size`` with ``decimals`` decimals; anything else as it is."""
     if isinstance(v, (int, float)) and not isinstance(v, bool):
-        return "" if isinstance(v, float) and math.isnan(v) else f"{v / size:.2f}"
+        return "" if isinstance(v, float) and math.isnan(v) else f"{v / size:.{decimals}f}"
     return _cell(v)
+
+
+def decimals_for(values, size: float, least: int = 2, most: int = 5) -> int:
+    """Decimals that show the smallest non-zero of ``values`` / ``size`` with two significant digits
+    (``least`` to ``most``): a small time in a table whose unit suits its largest does not read 0.00."""
+    small = min((abs(v) / size for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)
+                 and math.isfinite(v) and v != 0), default=None)
+    if small is None or small >= 1:
+        return least
+    return max(least, min(most, 1 - math.floor(math.log10(small))))
 
 
 def _text_view(df: pd.DataFrame, unit: str) -> tuple[list[str], list[list[str]], list[bool]]:
     """Headers, cells and which columns are numbers, as tables and Markdown show them: counts in ``unit``
-    (3 decimals), times in a human unit per column."""
+    (3 decimals), times in one human unit for the whole table."""
     view = apply_unit(df, unit)
     headers, columns, numeric = [], [], []
+    # one unit for every time column of the table (est_time and est_time_fused read alike)
+    seconds = [v for c in view.columns if is_time_column(str(c)) and pd.api.types.is_float_dtype(view[c].dtype)
+               for v in view[c]]
+    tu, size = time_unit(seconds)
     for orig, name in zip(df.columns, view.columns):
         values = list(view[name])
         name, col = str(name), df[orig]
         is_num = _is_int_column(col) or pd.api.types.is_float_dtype(col.dtype)
         if is_time_column(name) and pd.api.types.is_float_dtype(col.dtype):
-            tu, size = time_unit(values)
             headers.append(f"{name[:-2]}[{tu}]")
-            columns.append([_fixed(v, size) for v in values])
+            columns.append([_fixed(v, size, decimals_for(values, size)) for v in values])
         elif name == "percent":
             headers.append(name)
             columns.append([_fixed(v, 1.0) for v in values])

@@ -130,7 +130,7 @@ def test_diff_honours_unit(capsys, tmp_path):
 
 def test_times_in_human_units_and_exact_seconds(capsys):
     table, _ = out_of(capsys, "report", GPT, "--by", "block", "--hardware", "h100", "-q")
-    head = table.splitlines()[1]
+    head = table.splitlines()[2]  # under the title and the headline
     assert "est_time[" in head and "e-0" not in table
     df = csv_of(capsys, "report", GPT, "--by", "block", "--hardware", "h100")
     assert df.est_time_s.dtype == float and 0 < df.est_time_s.iloc[-1] < 1

@@ -73,31 +73,20 @@ def _comm_frame(analysis, rf):
     return df
 
 
-def _summary(analysis, args, rf, fused, hw, filtered: bool) -> tuple[list, dict]:
-    """The summary pairs (counts with the parameter count and MACs, the estimate, where the memory peak is)
-    and the counts (the JSON's ``summary``); no pandas unless a profile's estimate is asked for."""
-    counts = analysis.summary
-    pairs = list(counts.items())
-    pairs += [("macs", (counts["gemm_flops"] + counts["conv_flops"]) // 2), ("params", _params(analysis))]
-    if rf is not None and not filtered:
-        df = rf.summary_frame(args.steps or 1, counts=dict(pairs))
-        pairs = list(zip(df["metric"], df["value"]))
-    if analysis.liveness is not None:
-        from ..memory.views import summary_lines
+def _summary(analysis, part, keep, args, rf, fused, hw) -> tuple[list, dict]:
+    """The summary pairs (:func:`mhlo_cost.figures.summary_pairs`: one source for every format) and the
+    counts; no pandas unless a profile's estimate is asked for. ``part``: the rows ``keep`` (--block,
+    --scope) of ``analysis``, whose parameters are those first read there."""
+    from ..figures import summary_pairs
 
-        pairs += summary_lines(analysis, find_blocks(analysis, args, quiet=True), fused, hw)
-    return pairs, counts
-
-
-def _params(analysis) -> int:
-    """Elements of the distinct function arguments that matrix products read as weights (a dot's right-hand
-    operand, a convolution's kernel), as the memory figures' ``param_bytes`` finds them."""
-    seen: dict = {}
-    for r in analysis.rows:
-        for j in (j for j in r.weights if j == 1):
-            key = r.values[0][j] if r.values and j < len(r.values[0]) else (r.index, j)
-            seen.setdefault(key, r.operands[j].nelems)
-    return sum(seen.values())
+    params = None
+    if keep is not None and analysis.liveness is not None:
+        rows = analysis.memory.param_rows
+        params = sum(rows.get(i, 0) for i in keep)
+    blocks = find_blocks(analysis, args, quiet=True) if part.liveness is not None else None
+    pairs = summary_pairs(part, roofline=rf, fused=fused, hw=hw, blocks=blocks, steps=args.steps or 1,
+                          filtered=keep is not None, params=params)
+    return pairs, part.summary
 
 
 def _view(analysis, args, hw, progress):
@@ -112,7 +101,7 @@ def _view(analysis, args, hw, progress):
     fused = fused_memory(analysis, args, rf) if keep is None else None
     lines, facts = [], None
     if by == "summary":
-        df = _summary(part, args, rf, fused, hw, keep is not None)  # (pairs, counts)
+        df = _summary(analysis, part, keep, args, rf, fused, hw)  # (pairs, counts)
     elif by == "memory":
         from ..memory.views import timeline_frame
 
@@ -132,6 +121,10 @@ def _view(analysis, args, hw, progress):
     elif by == "block":
         df = block_frame(analysis, args, roofline=rf, fused_memory=fused, parts=args.parts)
         df = _keep_blocks(df, args)
+        if keep is None and not getattr(args, "scope", None):  # the whole program's headline over its blocks
+            from ..figures import headline
+
+            facts = headline(_summary(analysis, part, keep, args, rf, fused, hw)[0])
     elif by == "phase":  # a training step: forward, backward (dgrad, wgrad), recompute, optimizer
         from ..training.analysis import phase_report
 
@@ -139,7 +132,9 @@ def _view(analysis, args, hw, progress):
     elif by == "comm":
         df = with_total(_comm_frame(part, rf), "op")
     elif by == "tree":
-        df = tree_frame(part, depth)
+        rows = analysis.memory.param_rows if analysis.liveness is not None else None
+        params = None if rows is None else [rows.get(i, 0) for i in (keep or range(len(analysis.rows)))]
+        df = tree_frame(part, depth, params)
     else:
         key = "op" if by == "opname" else by
         df = part.group(key, depth)
@@ -218,7 +213,7 @@ def cmd_report(args) -> int:
             progress.done()
             return EXIT_OK
         df, title, lines, facts = _view(analysis, args, hw, progress)
-        info = meta(analysis) | ({"phases": facts} if by == "phase" else {})
+        info = meta(analysis) | ({"phases": facts} if by == "phase" else {"headline": facts} if facts else {})
         frames.append((analysis, df, title, lines, info))
     progress.done()
     if by == "summary":
@@ -227,12 +222,16 @@ def cmd_report(args) -> int:
         from .summary import render_pairs
 
         analysis, (pairs, counts), title, lines, info = frames[0]
-        text = render_pairs(pairs, args.format, args.unit, meta=info, title=title, summary=counts)
+        text = render_pairs(pairs, args.format, args.unit, meta=info, title=title)
     elif len(frames) == 1:
         from ..report import render
 
         analysis, df, title, lines, info = frames[0]
         text = render(df, args.format, args.unit, summary=analysis.summary, meta=info, title=title, wide=args.wide)
+        if info.get("headline") and args.format in ("table", "markdown"):  # under the title
+            head, rest = text.split("\n", 1)
+            line = info["headline"] if args.format == "table" else f"\n**{info['headline']}**"
+            text = f"{head}\n{line}\n{rest}"
         if lines and args.format in ("table", "markdown"):
             text += "".join(f"{'- ' if args.format == 'markdown' else ''}{line}\n" for line in lines)
     else:
@@ -292,11 +291,13 @@ def _html_report(analysis, rf, args, progress) -> str:
     from ..memory.views import profiles
 
     blocks = find_blocks(analysis, args)
-    memory = profiles(analysis, fused_memory(analysis, args, rf))
-    timeline = {f"live_bytes{suffix}": prof.after for suffix, prof in memory}
+    fused = fused_memory(analysis, args, rf)
+    memory = profiles(analysis, fused)
+    timeline = {f"during_bytes{suffix}": prof.during for suffix, prof in memory}
+    pairs, _ = _summary(analysis, analysis, None, args, rf, fused, rf.hw if rf is not None else None)
     progress.stage("writing the page")
     return report_page(analysis, blocks, roofline=rf, unit=None if args.unit == "raw" else args.unit,
-                       top=args.top or 10, timeline=timeline, memory=memory)
+                       top=args.top or 10, timeline=timeline, memory=memory, summary=pairs)
 
 
 def register(sub) -> None:

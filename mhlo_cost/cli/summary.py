@@ -42,12 +42,16 @@ def _json(v):
     return None if isinstance(v, float) and math.isnan(v) else v
 
 
-def render_pairs(pairs: list[tuple[str, object]], fmt: str, unit: str, *, meta: dict, title: str,
-                 summary: dict) -> str:
-    """The summary as a table, CSV, JSON (exact values, whatever ``unit``) or Markdown."""
+def render_pairs(pairs: list[tuple[str, object]], fmt: str, unit: str, *, meta: dict, title: str) -> str:
+    """The summary (:func:`mhlo_cost.figures.summary_pairs`) as a table, CSV, JSON (exact values, whatever
+    ``unit``) or Markdown: the same figures in each; the headline first in a table, Markdown and JSON."""
+    from ..figures import headline
+
+    line = headline(pairs)
     if fmt == "json":
         payload = dict(meta)
-        payload["summary"] = {k: int(v) for k, v in summary.items()}
+        payload["headline"] = line
+        payload["summary"] = {m: _json(v) for m, v in pairs}
         payload["rows"] = [{"metric": m, "value": _json(v)} for m, v in pairs]
         return json_text(payload)
     if fmt == "csv":
@@ -59,11 +63,12 @@ def render_pairs(pairs: list[tuple[str, object]], fmt: str, unit: str, *, meta: 
     shown = [(m, _cell(v)) for m, v in in_unit(pairs, unit)]
     numeric = all(isinstance(v, int) and not isinstance(v, bool) for _, v in pairs) and unit == "raw"
     if fmt == "markdown":
-        lines = [f"### {title}", "", "| metric | value |", f"|---|{'---:' if numeric else '---'}|"]
+        lines = [f"### {title}", "", f"**{line}**", "", "| metric | value |",
+                 f"|---|{'---:' if numeric else '---'}|"]
         lines += [f"| {m} | {v.replace('|', chr(92) + '|')} |" for m, v in shown]
         return "\n".join(lines) + "\n"
     w0 = max([len("metric")] + [len(m) for m, _ in shown])
     w1 = max([len("value")] + [len(v) for _, v in shown])
     rows = [f"{m.ljust(w0)}  {v.rjust(w1) if numeric else v.ljust(w1)}".rstrip() for m, v in shown]
-    return "\n".join([title, f"{'metric'.ljust(w0)}  {'value'.rjust(w1) if numeric else 'value'}".rstrip(),
+    return "\n".join([title, line, "", f"{'metric'.ljust(w0)}  {'value'.rjust(w1) if numeric else 'value'}".rstrip(),
                       f"{'-' * w0}  {'-' * w1}", *rows]) + "\n"

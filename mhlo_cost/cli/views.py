@@ -44,13 +44,15 @@ def select_rows(analysis, args) -> list[int] | None:
     if name:
         from .common import find_blocks
 
-        blocks = find_blocks(analysis, args, quiet=True)
-        ids = {i for i, b in enumerate(blocks.blocks) if b.name == name}
-        if not ids:
-            names = [b.name for b in blocks.blocks]
-            shown = ", ".join(names[:8]) + (" ..." if len(names) > 8 else "")
-            raise UserError(f"no block named {name!r} (blocks: {shown or 'none found'})")
-        keep = [i for i in keep if ids.intersection(blocks.row_blocks[i])]
+        from ..blocks import row_labels
+
+        # every row of the block table: the blocks, and the groups of ops outside them (embed, lm_head, (top))
+        labels = row_labels(find_blocks(analysis, args, quiet=True))
+        if not any(name in lab for lab in labels):
+            names = list(dict.fromkeys(n for lab in labels for n in lab))
+            shown = ", ".join(names[:12]) + (" ..." if len(names) > 12 else "")
+            raise UserError(f"no block named {name!r} (rows of the block table: {shown or 'none'})")
+        keep = [i for i in keep if name in labels[i]]
     if pattern:
         rx = re.compile(pattern)
         keep = [i for i in keep if rx.search(analysis.rows[i].scope or "")]
@@ -80,18 +82,19 @@ def op_list(analysis, top: int | None = None):
     return df[first + [c for c in df.columns if c not in first]]
 
 
-def tree_frame(analysis, depth: int | None = None):
+def tree_frame(analysis, depth: int | None = None, params: list[int] | None = None):
     """Scopes as an indented tree, each with the subtotal of everything under it and its share of the total
-    FLOPs; ``depth``: no deeper than that many segments."""
+    FLOPs; ``depth``: no deeper than that many segments; ``params`` (per row: the parameter elements first
+    read there) adds a ``params`` column, as a module tree of a framework counts them."""
     import pandas as pd
 
     from ..analysis import SUM_COLUMNS, int_series
 
     sums: dict[tuple, list[int]] = {}
-    for r in analysis.rows:
+    for i, r in enumerate(analysis.rows):
         parts = tuple((r.scope or "").split("/")) if r.scope else ()
         parts = parts[:depth] if depth else parts
-        vals = [getattr(r, c) for c in SUM_COLUMNS] + [r.multiplicity]
+        vals = [getattr(r, c) for c in SUM_COLUMNS] + [params[i] if params else 0, r.multiplicity]
         for n in range(0, len(parts) + 1):
             acc = sums.setdefault(parts[:n], [0] * len(vals))
             for i, v in enumerate(vals):
@@ -103,6 +106,8 @@ def tree_frame(analysis, depth: int | None = None):
             "depth": int_series([len(k) for k in order])}
     for i, c in enumerate(SUM_COLUMNS):
         data[c] = int_series([sums[k][i] for k in order])
+    if params is not None:
+        data["params"] = int_series([sums[k][-2] for k in order])
     data["ops"] = int_series([sums[k][-1] for k in order])
     # a share, for display: the exact counts are in the columns beside it
     data["percent"] = pd.Series([100 * (sums[k][0] + sums[k][1] + sums[k][2]) / flops if flops else 0.0

@@ -236,8 +236,10 @@ def _torch_dtype(dtype):
 def traceable(module, input_specs: Sequence, *, input_kwargs: dict | None = None, kwargs: dict | None = None,
               locations: bool = True, aten_scopes: bool = False, fold_alpha: bool = True,
               name: str = "forward"):
-    """``(fn, args)``: a JAX function of ``(state, inputs, keyword inputs)`` that runs ``module.forward``
-    through torchax, and the abstract arguments to lower it with (``jax.jit(fn).lower(*args)``).
+    """``(fn, args)``: a JAX function of ``(state, buffers, inputs, keyword inputs)`` that runs
+    ``module.forward`` through torchax, and the abstract arguments to lower it with (``jax.jit(fn).lower(*args)``).
+    ``state`` holds the parameters, ``buffers`` the buffers (batch-norm statistics): the lowered arguments are
+    named ``state['fc.weight']``, ``buffers['bn1.running_mean']``, so that the analysis tells them apart.
 
     ``input_specs`` are the positional inputs, ``input_kwargs`` the keyword ones (name -> spec), as
     ShapeDtypeStructs or anything :func:`_spec` reads; ``kwargs`` are plain (static) keyword values.
@@ -249,7 +251,10 @@ def traceable(module, input_specs: Sequence, *, input_kwargs: dict | None = None
     _exclude_from_source_locations()
     env = tx.default_env()
     default = module_dtype(module) or torch.float32
-    state = _state_specs(module)
+    specs = _state_specs(module)
+    buffer_names = {n for n, _ in module.named_buffers()}
+    state = {k: v for k, v in specs.items() if k not in buffer_names}
+    buffers = {k: v for k, v in specs.items() if k in buffer_names}
     args = tuple(_spec(s, default) for s in input_specs)
     kw_specs = {k: _spec(v, default) for k, v in (input_kwargs or {}).items()}
     static_kwargs = dict(kwargs or {})
@@ -257,8 +262,8 @@ def traceable(module, input_specs: Sequence, *, input_kwargs: dict | None = None
     if clash:
         raise FrontendError(f"{', '.join(clash)} given both as an input and as a plain keyword value")
 
-    def forward(state, inputs, kw_inputs):
-        state_t, inputs_t, kw_t = env.j2t_iso((state, inputs, kw_inputs))
+    def forward(state, buffers, inputs, kw_inputs):
+        state_t, inputs_t, kw_t = env.j2t_iso(({**state, **buffers}, inputs, kw_inputs))
         scopes = module_scopes(module) if locations else contextlib.nullcontext()
         # Default device "jax": tensors the forward creates without a device (torch.arange(n)) become JAX
         # values too, instead of CPU tensors that torchax refuses to mix with its own.
@@ -270,7 +275,7 @@ def traceable(module, input_specs: Sequence, *, input_kwargs: dict | None = None
 
     forward.__name__ = name
     forward.__qualname__ = name
-    return forward, (state, args, kw_specs)
+    return forward, (state, buffers, args, kw_specs)
 
 
 def lower_jax(module, input_specs: Sequence, *, locations: bool = True, aten_scopes: bool = False,

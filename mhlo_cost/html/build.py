@@ -13,6 +13,7 @@ import pandas as pd
 
 from .. import __version__
 from ..blocks import TOTAL, block_table, row_labels
+from ..figures import headline, summary_pairs
 from ..plot import _label
 from .charts import block_bars, block_lines, kind_colours, memory_timeline, share_bars
 from .details import block_details
@@ -36,13 +37,18 @@ CONVENTIONS = (
 
 def report_page(analysis, blocks, *, roofline=None, unit: str | None = None, top: int = 10,
                 timeline: pd.DataFrame | dict | None = None, title: str | None = None,
-                memory: list | None = None) -> str:
+                memory: list | None = None, summary: list | None = None) -> str:
     """The HTML report of ``analysis`` (its rows grouped by ``blocks``), with the estimate ``roofline``
     (a :class:`~mhlo_cost.roofline.Roofline`) when one was made. ``unit`` (K, M, G, T) fixes the prefix
     of FLOP and byte columns; by default each column takes the one that suits it. ``timeline``: live
     bytes per op row in program order (columns or keys naming ``live_bytes``); ``memory``: ``(suffix,
-    profile)`` pairs for the block table's memory columns (:func:`mhlo_cost.blocks.block_table`)."""
+    profile)`` pairs for the block table's memory columns (:func:`mhlo_cost.blocks.block_table`); ``summary``:
+    the summary pairs (:func:`mhlo_cost.figures.summary_pairs`, made from these if not given)."""
     rf = roofline
+    if summary is None:
+        fused_mem = dict(memory or ()).get("_fused")
+        summary = summary_pairs(analysis, roofline=rf, fused=fused_mem, hw=rf.hw if rf is not None else None,
+                                blocks=blocks)
     fused = rf is not None and rf.fusion is not None
     if rf is not None:
         df, parts = rf.block_frame(blocks, memory=memory), rf.block_frame(blocks, parts=True, memory=memory)
@@ -65,10 +71,11 @@ def report_page(analysis, blocks, *, roofline=None, unit: str | None = None, top
         ("roofline", "Roofline", _roofline(rf)),
         ("share", "Share by kind", _share(analysis, rf)),
         ("memory", "Memory", _memory(analysis, df, blocks, rf, timeline)),
-        ("summary", "Summary", _summary(analysis, rf, unit)),
+        ("summary", "Summary", _summary(summary)),
     ]
     name = title or f"{_base(analysis.source)}"
-    head = header(f"mhlo-cost report: {name}", _subtitle(analysis, rf), _cards(analysis, rf, memory),
+    head = header(f"mhlo-cost report: {name}", _subtitle(analysis, rf) + f'<br><b class="headline">'
+                  f"{esc(headline(summary))}</b>", _cards(analysis, rf, memory),
                   _facts(analysis, blocks, rf), CONVENTIONS)
     return document(f"mhlo-cost: {name}", head, [(sid, t, body) for sid, t, body in sections])
 
@@ -206,7 +213,10 @@ def _memory(analysis, df, blocks, rf, timeline) -> str:
     cols = [c for c in df.columns if family(c) == "bytes" and c not in TRAFFIC]
     if cols:
         out += "<h3>per block</h3>" + block_lines(df, cols, "memory per block")
-    return section("memory", "Memory", out, "Live bytes per device in program order; shaded bands are blocks."
+    during = any("during_bytes" in k for k in series)
+    what = ("Bytes live per device while each op runs (its operands and results together: the peak is the "
+            "summary's peak_bytes)" if during else "Live bytes per device after each op")
+    return section("memory", "Memory", out, f"{what}, in program order; shaded bands are blocks."
                    if series else "")
 
 
@@ -218,20 +228,17 @@ def _live_series(analysis, timeline) -> dict[str, list[int]]:
         return {a: [int(getattr(r, a)) for r in rows] for a in ("live_bytes", "live_bytes_fused")
                 if hasattr(rows[0], a)}
     items = timeline.items() if isinstance(timeline, dict) else ((c, timeline[c]) for c in timeline.columns)
-    return {str(k): [int(v) for v in vals] for k, vals in items if "live_bytes" in str(k)}
+    return {str(k): [int(v) for v in vals] for k, vals in items
+            if "live_bytes" in str(k) or "during_bytes" in str(k)}
 
 
-def _summary(analysis, rf, unit) -> str:
+def _summary(pairs: list) -> str:
     from .table import plain_table
 
-    counts = analysis.summary
-    items = list(counts.items())
-    if rf is not None:
-        items += [(k, v) for k, v in rf.summary().items() if k not in counts]
-    frame = pd.DataFrame({"metric": [k for k, _ in items],
+    frame = pd.DataFrame({"metric": [k for k, _ in pairs],
                           "value": [f"{v:,}" if isinstance(v, int) and not isinstance(v, bool) else
-                                    (repr(v) if isinstance(v, float) else str(v)) for _, v in items],
-                          "reads": [_reads(k, v) for k, v in items]})
+                                    (repr(v) if isinstance(v, float) else str(v)) for _, v in pairs],
+                          "reads": [_reads(k, v) for k, v in pairs]})
     return section("summary", "Summary", plain_table(frame, cls="mini summary"),
                    "The whole program, exact; the same figures as <code>mhlo-cost report --format json</code>.")
 

@@ -6,6 +6,8 @@ footer row, hidden until the filter hides a row, sums the rows still shown.
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pandas as pd
 
 from .fmt import Column, column, esc, exact
@@ -17,7 +19,12 @@ def columns_of(df: pd.DataFrame, unit: str | None = None) -> list[Column]:
     """The display of every column of ``df`` (units chosen from the rows other than TOTAL)."""
     first = df.columns[0] if len(df.columns) else None
     body = df[df[first] != TOTAL] if first is not None and len(df) else df
-    return [column(str(c), df[c], unit, body[c]) for c in df.columns]
+    cols = [column(str(c), df[c], unit, body[c]) for c in df.columns]
+    times = [c for c in cols if c.family == "time" and c.numeric]
+    if len(times) > 1:  # one unit for every time column: est_time and est_time_fused read alike
+        top = max(times, key=lambda c: c.div)
+        cols = [replace(c, unit=top.unit, div=top.div) if c in times else c for c in cols]
+    return cols
 
 
 def hidden_by_default(df: pd.DataFrame, cols: list[Column]) -> set[str]:

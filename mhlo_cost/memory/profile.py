@@ -2,8 +2,9 @@
 from __future__ import annotations
 
 import gc
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from .params import first_readers, parameters
 from .sweep import Sweep
 
 #: Summary keys, in order.
@@ -23,6 +24,8 @@ class MemoryProfile:
     param_bytes: int
     output_bytes: int
     fused: bool = False
+    params: int = 0  # elements of the parameters (:mod:`.params`), as the frameworks count them
+    param_rows: dict = field(default_factory=dict)  # row position -> elements of the parameters first read there
 
     @property
     def input_bytes(self) -> int:
@@ -54,25 +57,11 @@ def profile(analysis, kernels: list | None = None) -> MemoryProfile:
         if top >= peak:
             peak, peak_row = top, sw.during.index(top)
     args = {k: sw.size(k, b) for k, b, _ in rec.args}
-    params = parameters(sw, set(args))
+    params = parameters(sw, rec, set(args))
+    elems = dict(zip((k for k, _, _ in rec.args), rec.arg_elems))
+    rows: dict[int, int] = {}
+    for k, i in first_readers(sw, analysis.rows, params).items():
+        rows[i] = rows.get(i, 0) + elems.get(k, 0)
     return MemoryProfile(sw.during, sw.after, peak, peak_row, sum(args.values()),
-                         sum(args[k] for k in params), sum(sw.outputs), kernels is not None)
-
-
-def parameters(sw: Sweep, args: set) -> set:
-    """The arguments read as weights: the right-hand operand of a dot or the kernel of a convolution, followed
-    back through reshapes, transposes, converts, slices and gathers, and across calls, loops and ``shard_map``
-    into the arguments they stand for."""
-    found, seen, todo = set(), set(), list(sw.weights)
-    while todo:
-        k = todo.pop()
-        if k in seen:
-            continue
-        seen.add(k)
-        if k in args:
-            found.add(k)
-        for m in (sw.src, sw.alias):
-            if k in m:
-                todo.append(m[k])
-        todo.extend(sw.passed.get(k, ()))
-    return found
+                         sum(args[k] for k in params), sum(sw.outputs), kernels is not None,
+                         sum(elems.get(k, 0) for k in params), rows)

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from jaxlib.mlir import ir
 
 from ..visitors.base import IRVisitor, short_name
+from ..visitors.locations import location_info
 
 #: Ops whose rows come from sub-walks; the mixin wraps their visit methods.
 REGION_OPS = ("call", "while", "case", "if", "manual_computation", "composite", "async_start")
@@ -79,6 +80,8 @@ class Recording:
     args: list  # (key, bytes, donated) of each entry argument
     alias: dict = field(default_factory=dict)  # result key -> the key whose buffer it is (inline containers)
     local: dict = field(default_factory=dict)  # key -> per-device bytes (operands of shard_map bodies)
+    arg_names: list = field(default_factory=list)  # each entry argument's location name ("" for none)
+    arg_elems: list = field(default_factory=list)  # each entry argument's elements (0: not a tensor)
 
 
 class LivenessMixin(IRVisitor):
@@ -91,14 +94,16 @@ class LivenessMixin(IRVisitor):
         self._alias: dict[int, int] = {}
         self._local: dict[int, int] = {}
         self._entry_args: list = []
+        self._entry_facts: tuple = ([], [])
         self._entry_frame: Frame | None = None
 
     def recording(self) -> Recording:
-        return Recording(self._entry_frame, self._entry_args, self._alias, self._local)
+        return Recording(self._entry_frame, self._entry_args, self._alias, self._local, *self._entry_facts)
 
     # -- frames ---------------------------------------------------------------------------------------------
     def run(self):
         self._entry_args = list(_arguments(self, self.functions[self.entry]))
+        self._entry_facts = _argument_facts(self.functions[self.entry])
         rows = super().run()
         self._entry_frame = self._frames.get(id(self._function_rows(self.entry)))  # the cached entry rows
         if not gc.isenabled():
@@ -229,6 +234,28 @@ def _arguments(visitor, fn):
             except (ValueError, TypeError):
                 donated = False
         yield hash(a), visitor.nbytes(a.type), donated
+
+
+def _argument_facts(fn) -> tuple[list, list]:
+    """(location names, elements) of the arguments of ``fn``: what tells parameters from inputs where the
+    lowering named them (``state['fc.weight']``, ``params['embed']``)."""
+    names, elems = [], []
+    if not len(fn.regions[0].blocks):
+        return names, elems
+    for a in fn.regions[0].blocks[0].arguments:
+        try:
+            names.append(location_info(a.location).name)
+        except RuntimeError:  # a name that is not UTF-8
+            names.append("")
+        try:
+            t = ir.RankedTensorType(a.type)
+            n = 1
+            for d in t.shape:
+                n *= d if d >= 0 else 0
+            elems.append(n)
+        except (ValueError, TypeError):
+            elems.append(0)
+    return names, elems
 
 
 def _boundary(visitor, op, name: str):

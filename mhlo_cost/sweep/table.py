@@ -95,36 +95,60 @@ def to_csv(df: pd.DataFrame) -> str:
 
 
 def to_markdown(df: pd.DataFrame) -> str:
-    """A compact view: times in ms, bytes in GB (decimal), utilisation in %."""
+    """A compact view: times in ms, bytes in GB (decimal), utilisation in %; a column whose largest value is
+    under one of its unit takes a smaller one (us, MB), and every column has digits enough for its smallest
+    non-zero value (a small model's step does not read 0.00)."""
     fused = "fits_fused" in df.columns
     view = [("model", "model"), ("shape", "shape"), ("parallel", "parallel"), ("devices", "devices"),
             ("hardware", "hardware"), ("dtype", "dtype")] + ([("rank", "rank")] if "rank" in df.columns else [])
-    view += [("status", "status"), ("time_step_s", "step ms"), ("time_run_s", "run s"), ("comm_bytes", "comm GB"),
-             ("comm_time_s", "comm ms"), ("comm_exposed_fused_s" if fused else "comm_exposed_s", "exposed ms"),
-             ("peak_bytes_fused" if fused else "peak_bytes", "peak GB"), ("fits_fused" if fused else "fits", "fits"),
-             ("utilisation_fused" if fused else "utilisation", "util %"), ("bound", "bound")]
-    lines = ["| " + " | ".join(h for _, h in view) + " |",
+    view += [("status", "status"), ("time_step_s", "step"), ("time_run_s", "run"), ("comm_bytes", "comm"),
+             ("comm_time_s", "comm"), ("comm_exposed_fused_s" if fused else "comm_exposed_s", "exposed"),
+             ("peak_bytes_fused" if fused else "peak_bytes", "peak"), ("fits_fused" if fused else "fits", "fits"),
+             ("utilisation_fused" if fused else "utilisation", "util"), ("bound", "bound")]
+    recs = df.to_dict(orient="records")
+    shown = {c: _display(c, [_plain(r.get(c)) for r in recs]) for c, _ in view if c in _SCALE}
+    heads = [f"{h} {shown[c][0]}" if c in shown else h for c, h in view]
+    lines = ["| " + " | ".join(heads) + " |",
              "| " + " | ".join("---:" if c in _SCALE else "---" for c, _ in view) + " |"]
-    for rec in df.to_dict(orient="records"):
-        cells = [_cell(c, rec.get(c), rec) for c, _ in view]
+    for rec in recs:
+        cells = [_cell(c, rec.get(c), rec, shown.get(c)) for c, _ in view]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 
-_SCALE = {"time_step_s": (1e3, 2), "time_run_s": (1, 2), "comm_bytes": (1e-9, 2), "comm_time_s": (1e3, 2),
-          "comm_exposed_s": (1e3, 2), "comm_exposed_fused_s": (1e3, 2), "peak_bytes": (1e-9, 2),
-          "peak_bytes_fused": (1e-9, 2), "utilisation": (100, 1), "utilisation_fused": (100, 1)}
+#: Column -> its default unit: (name, size in the column's own unit), then the smaller ones it may take.
+_SCALE = {c: (("ms", 1e-3), ("us", 1e-6), ("ns", 1e-9)) for c in ("time_step_s", "comm_time_s", "comm_exposed_s",
+                                                                    "comm_exposed_fused_s")}
+_SCALE["time_run_s"] = (("s", 1.0), ("ms", 1e-3), ("us", 1e-6))
+_SCALE.update({c: (("GB", 1e9), ("MB", 1e6), ("KB", 1e3), ("B", 1)) for c in ("comm_bytes", "peak_bytes",
+                                                                             "peak_bytes_fused")})
+_SCALE.update({c: (("%", 0.01),) for c in ("utilisation", "utilisation_fused")})
 
 
-def _cell(col: str, v, rec: dict) -> str:
+def _display(col: str, values: list) -> tuple[str, float, int]:
+    """(unit, its size, decimals) of a column of the compact view."""
+    from ..report import decimals_for
+
+    nums = [abs(v) for v in values if isinstance(v, (int, float)) and not isinstance(v, bool) and v == v]
+    top = max(nums, default=0)
+    units = _SCALE[col]
+    unit, size = units[0]
+    for name, length in units:
+        unit, size = name, length
+        if top >= length or not top:
+            break
+    return unit, size, decimals_for(nums, size, least=1 if unit == "%" else 2)
+
+
+def _cell(col: str, v, rec: dict, shown: tuple | None = None) -> str:
     v = _plain(v)
     if col == "status" and rec.get("reason"):
         return f"{v}: {rec['reason']}".replace("|", "/")
     if v is None:
         return ""
-    if col in _SCALE:
-        k, digits = _SCALE[col]
-        return f"{v * k:.{digits}f}"
+    if shown is not None:
+        _, size, digits = shown
+        return f"{v / size:.{digits}f}"
     return str(v)
 
 

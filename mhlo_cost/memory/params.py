@@ -1,0 +1,112 @@
+"""Which arguments of the entry function are parameters, and where each is first read: the one definition
+behind ``params`` (elements, as ``sum(p.numel() for p in model.parameters())`` counts them), ``param_bytes``
+and the parameter column of ``report --by tree``.
+
+Where the lowering names its arguments by the pytree they came from, the names decide: an argument is a
+parameter when its path starts in a parameter collection (:data:`PARAM_ROOTS`: JAX's ``params``, the torch
+frontends' ``state``, flax.nnx's ``state``), every weight, bias, norm scale and embedding included; buffers
+(``buffers[...]``: batch-norm statistics), inputs (``inputs[0]``, ``tokens``) and optimizer state are not.
+Where no argument is named so (hand-written IR, a function of plain arrays), the data flow decides: the
+arguments read as weights (the right-hand operand of a dot, the kernel of a convolution, followed back through
+reshapes, converts, slices and calls); biases and norm scales cannot be told from inputs there.
+"""
+from __future__ import annotations
+
+import re
+
+#: The pytree roots whose leaves are parameters.
+PARAM_ROOTS = frozenset({"params", "param", "parameters", "state", "weights", "variables"})
+
+_ROOT = re.compile(r"^\s*([A-Za-z_]\w*)\s*(\[|\.|$)")
+
+
+def root(name: str) -> str:
+    """The pytree root of an argument's name: ``state['fc.weight']``, ``state.params['w']`` -> ``state``; ""
+    for none."""
+    m = _ROOT.match(name or "")
+    return m.group(1) if m else ""
+
+
+#: Keys inside a parameter collection that hold no parameters (a training state's optimizer, statistics).
+NOT_PARAMS = frozenset({"opt_state", "optimizer", "optim", "batch_stats", "buffers", "rngs", "rng", "step"})
+
+_KEY = re.compile(r"\[['\"]?([^'\"\]]*)['\"]?\]|\.(\w+)")
+
+
+def is_parameter(name: str) -> bool:
+    """Whether an argument named ``name`` is a parameter: rooted in a parameter collection, and under no key
+    of :data:`NOT_PARAMS` (``state['opt_state'][...]`` is not)."""
+    if root(name) not in PARAM_ROOTS:
+        return False
+    return not any((a or b) in NOT_PARAMS for a, b in _KEY.findall(name))
+
+
+def named_parameters(rec) -> set | None:
+    """Keys of the entry arguments named as parameters, or None where no argument is named so."""
+    names = list(rec.arg_names)
+    if not any(root(n) in PARAM_ROOTS for n in names):
+        return None
+    return {k for (k, _, _), n in zip(rec.args, names) if is_parameter(n)}
+
+
+def weight_arguments(sw, args: set) -> set:
+    """The arguments read as weights: the right-hand operand of a dot or the kernel of a convolution, followed
+    back through reshapes, transposes, converts, slices and gathers, and across calls, loops and ``shard_map``
+    into the arguments they stand for."""
+    found, seen, todo = set(), set(), list(sw.weights)
+    while todo:
+        k = todo.pop()
+        if k in seen:
+            continue
+        seen.add(k)
+        if k in args:
+            found.add(k)
+        for m in (sw.src, sw.alias):
+            if k in m:
+                todo.append(m[k])
+        todo.extend(sw.passed.get(k, ()))
+    return found
+
+
+def parameters(sw, rec, args: set) -> set:
+    """Keys of the entry arguments that are parameters (see the module's note)."""
+    named = named_parameters(rec)
+    return named if named is not None else weight_arguments(sw, args)
+
+
+def first_readers(sw, rows, params: set) -> dict[int, int]:
+    """Parameter key -> the position of the first row that reads it (directly, or inside a callee or a loop
+    it is passed to); a parameter no row reads is left out."""
+    up: dict[int, list] = {}
+    for k, v in sw.alias.items():
+        up.setdefault(k, []).append(v)
+    for k, v in sw.passed.items():
+        up.setdefault(k, []).extend(v)
+    memo: dict[int, int | None] = {}
+
+    def resolve(k: int):
+        if k in memo:
+            return memo[k]
+        memo[k] = None  # cycles: a loop's carried value stands for itself
+        found, todo, seen = None, [k], set()
+        while todo and found is None:
+            x = todo.pop()
+            if x in seen:
+                continue
+            seen.add(x)
+            if x in params:
+                found = x
+            todo.extend(up.get(x, ()))
+        memo[k] = found
+        return found
+
+    out: dict[int, int] = {}
+    for i, r in enumerate(rows):
+        vals = r.values[0] if r.values else ()
+        for k in vals:
+            p = resolve(k) if k in params or k in up else None
+            if p is not None and p not in out:
+                out[p] = i
+        if len(out) == len(params):
+            break
+    return out
