@@ -181,7 +181,7 @@ def test_json_writers_never_write_infinity_or_nan():
     d = strict_json(to_json({"summary": {"a": 1}, "rows": [{"t_s": inf, "u": -inf, "n": float("nan"), "k": 3}]}))
     assert d["rows"] == [{"t_s": None, "u": None, "n": None, "k": 3}]
     assert "3 non-finite number(s)" in d["notes"][0] and "t_s" in d["notes"][0]
-    d = strict_json(render_pairs([("est_time_s", inf), ("ops", 3)], "json", "raw", meta={}, title="t", summary={}))
+    d = strict_json(render_pairs([("est_time_s", inf), ("ops", 3)], "json", "raw", meta={}, title="t"))
     assert d["rows"][0]["value"] is None and d["notes"]
     df = frame([{"model": "m", "shape": "s", "parallel": "none", "devices": 1, "hardware": "h", "dtype": "bf16",
                  "status": "ok", "reason": "", "time_step_s": inf}], fused=False)
