@@ -21,6 +21,8 @@ from __future__ import annotations
 
 #: A callee whose table is over this many times the ops it is written with is folded whatever the scopes.
 AMPLIFICATION_CAP = 64
+#: The start of the warning for calls folded across scopes.
+FOLDED = "call graph folded"
 
 
 class CallGraph:
@@ -68,7 +70,13 @@ class CallGraph:
         return n
 
     def warnings(self) -> list[str]:
-        return [f"calls of @{callee} from {k} other scope{'s' if k > 1 else ''} in @{caller} folded into the "
-                f"rows of its first call (scope {first or '(top)'!r}): its table is over {AMPLIFICATION_CAP} "
-                f"times the ops it is written with; counts exact, their split by scope not shown"
-                for (caller, callee), (first, k) in self._moved.items()]
+        """One line for every fold that moved counts from one scope to another (none where nothing did)."""
+        if not self._moved:
+            return []
+        pairs = [f"@{callee} in @{caller} into scope {first or '(top)'!r}"
+                 for (caller, callee), (first, _) in self._moved.items()]
+        more = f" and {len(pairs) - 3} more" if len(pairs) > 3 else ""
+        calls = sum(k for _, k in self._moved.values())
+        return [f"{FOLDED}: {calls:,} call{'s' if calls > 1 else ''} from other scopes counted in the rows of an "
+                f"earlier call of the same function ({', '.join(pairs[:3])}{more}): each callee's table is over "
+                f"{AMPLIFICATION_CAP} times the ops it is written with; counts exact, their split by scope not shown"]
