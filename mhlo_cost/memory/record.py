@@ -8,7 +8,9 @@ ops and returns among them) and each op whose rows come from sub-walks as a :cla
 parent frame: its operands and results, and the child frames it replayed with their positions.
 
 A function has one frame however often it is called; :mod:`mhlo_cost.memory.sweep` sweeps a frame once per
-instance (call site), on top of what is live where the instance runs.
+instance (call site), on top of what is live where the instance runs. A call folded into an earlier call's rows
+(:mod:`mhlo_cost.visitors.callgraph`) is a child with ``k`` 0 whose ``start`` is that earlier row set: its
+peak counts on top of its own call site, its rows are the earlier call's.
 
 The mixin wraps the base walk's rules for the region ops (``call``, ``while``, ``case``, ``if``,
 ``manual_computation``, ``composite``, ``async_start``) without changing them: it only looks at which rows
@@ -54,7 +56,8 @@ class Return:
 class Region:
     """An op whose rows are replayed sub-walks, covering positions ``[start, end)`` of its frame.
 
-    ``children``: (frame, start, k) of each replayed sub-walk; ``branches``: frames only collected (the
+    ``children``: (frame, start, k) of each replayed sub-walk (k 0: folded, its rows at ``start`` are an earlier
+    call's); ``branches``: frames only collected (the
     branches not taken);
     ``argpos``: child block-argument key -> the index of the operand it stands for;
     ``passthrough``: result index -> operand index, where the result is that operand unchanged;
@@ -145,6 +148,18 @@ class LivenessMixin(IRVisitor):
             f.pending.append(entry)
         else:  # replayed by an op this mixin does not know: a region without operands or results
             f.items.append(Region("", (), (), (), [entry], [], {}, {}, start, len(self._out)))
+
+    def fold(self, rows, k, at):
+        super().fold(rows, k, at)
+        if k == 0 or not rows:
+            return
+        f = self._frame
+        entry = (self._frames.get(id(rows)), at, 0)
+        if f.open:
+            f.pending.append(entry)
+        else:
+            n = len(self._out)
+            f.items.append(Region("", (), (), (), [entry], [], {}, {}, n, n))
 
     def visit_return(self, op):
         self._frame.items.append(Return(len(self._out), tuple(map(hash, op.operands))))

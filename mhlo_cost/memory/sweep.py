@@ -5,7 +5,9 @@ each value's definition, books its bytes as made there and freed after its last 
 the live bytes before and after every item. A leaf row's results are live while it runs, together with its
 operands. A region op adds its child frames' own live bytes on top of what is live when it runs: a callee's
 peak sits on its call site once per call, a loop body once (not once per trip) on top of the loop's carried
-values; a ``case`` counts the larger of its branches. Operands that die at a call are handed to the callee,
+values; a ``case`` counts the larger of its branches. A frame instance without rows of its own in the table (a
+branch not taken, a call folded into an earlier call's rows, and everything under them) is swept once per
+frame and what it is handed, and its peak reused: the sweep costs O(functions), not O(call paths). Operands that die at a call are handed to the callee,
 which frees them after their last use there.
 
 Values are keyed by their MLIR hash and sized by their type (per device: a value entering a ``shard_map``
@@ -35,7 +37,7 @@ class _Pass:
     """One frame instance after its backward pass: bytes made (``new``) and freed at each item, each value's
     last use and bytes, and per region item what it hands its children and their passes (``kids``)."""
 
-    __slots__ = ("p", "off", "new", "freed", "last", "sizes", "owned", "only", "kids", "klast")
+    __slots__ = ("p", "off", "new", "freed", "last", "sizes", "owned", "only", "kids", "klast", "rel")
 
     def __init__(self, p: Prepared, off, owned: dict, fused: bool):
         m = len(p.seq)
@@ -46,6 +48,7 @@ class _Pass:
         self.only: dict | None = {} if fused else None
         self.kids: dict[int, tuple] = {}
         self.klast: dict[int, int] = {}  # fused kernel -> its last member in this frame
+        self.rel: int | None = None  # without rows in the table: its peak above the base it runs on
 
 
 class Sweep(Preparer):
@@ -59,6 +62,7 @@ class Sweep(Preparer):
         self.after = [0] * n
         self.hidden: list[tuple[int, int]] = []  # (row, bytes): peaks of branches not taken
         self.outputs: list[int] = []  # bytes of each value the entry returns
+        self._memo: dict[tuple, _Pass] = {}  # (frame, what it is handed) -> its pass, for passes without rows
 
     def run(self) -> int:
         """Sweep the entry frame on top of its arguments (live throughout unless donated); returns the peak."""
@@ -89,6 +93,15 @@ class Sweep(Preparer):
         """The backward pass of a frame instance (rows from ``off``; None: not in the table) and of its
         children's, with what each region hands over settled. ``owned``: arguments the frame may free or
         update in place (key -> bytes it brings; 0 for a loop's carried values, which the loop counts)."""
+        if off is None:
+            key = (id(p), tuple(sorted(owned.items())))
+            ps = self._memo.get(key)
+            if ps is None:
+                ps = self._memo[key] = self._new_pass(p, off, owned)
+            return ps
+        return self._new_pass(p, off, owned)
+
+    def _new_pass(self, p: Prepared, off, owned: dict) -> _Pass:
         ps = _Pass(p, off, owned, self.kernel is not None and off is not None)
         self._backward(ps)
         for k, b in owned.items():
@@ -235,8 +248,8 @@ class Sweep(Preparer):
         in keeps the bytes it came with."""
         give = self._handed(ps, idx, it)
         kids = []
-        for cf, start, _ in it.children:
-            o = ps.off + start if ps.off is not None else None
+        for cf, start, k in it.children:
+            o = ps.off + start if ps.off is not None and k else None  # k 0: folded, the rows are another call's
             cps = self._pass(self.prepare(cf), o, give) if cf is not None else None
             kids.append((cps, o, start))
             if cps is None or it.name == "while":
@@ -272,6 +285,13 @@ class Sweep(Preparer):
     def _forward(self, ps: _Pass, write: bool, base: int) -> int:
         """Live bytes before and after every item from ``base`` (a running sum); region ops run their children
         on top. Writes the rows' ``during`` and ``after`` where ``write``; returns the peak."""
+        if ps.off is not None:
+            return self._forward_once(ps, write, base)
+        if ps.rel is None:  # nothing to write: the peak above ``base`` is the same wherever it runs
+            ps.rel = self._forward_once(ps, False, 0)
+        return base + ps.rel
+
+    def _forward_once(self, ps: _Pass, write: bool, base: int) -> int:
         p, off = ps.p, ps.off
         if type(ps.new) is not list:  # a flat pass made in arrays
             peak = flat.forward(self, ps, write, base)
@@ -305,9 +325,15 @@ class Sweep(Preparer):
                 if write and o is not None:
                     self._lift(o, it.end - start, top, opaque=True)
                 continue
-            peak = max(peak, self._forward(cps, write, sum(cps.owned.values())))
+            kp = self._forward(cps, write, sum(cps.owned.values()))
+            peak = max(peak, kp)
             if write and o is not None:
                 self._lift(o, len(cps.p.fr.rows), top)
+            elif write and ps.off is not None:  # folded: a peak above its shared rows' shows on the first
+                i, n = ps.off + start, len(cps.p.fr.rows)
+                if n and top + kp > max(self.during[i:i + n]):
+                    self.hidden.append((i, top + kp))
+                    self.during[i] = top + kp
         during = top + peak
         for bps in branches:  # a branch not taken: its peak counts, its rows are not in the table
             bp = top + self._forward(bps, False, 0)

@@ -93,6 +93,9 @@ def _match(rows, producers, pv: int, operand: int):
     if not isinstance(p, int):
         return None
     chain, dots = _walk_back(rows, producers, p)
+    if not any(rows[i].kind == "reduce" for i in chain) or not any(
+            short_name(rows[i].op) == "exponential" for i in chain):
+        return None  # every path below is in the chain: no softmax there, no attention (and no search)
     mult = rows[pv].multiplicity
     for qk in sorted(dots, reverse=True):
         if rows[qk].multiplicity != mult:

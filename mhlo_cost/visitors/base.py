@@ -13,7 +13,9 @@ Control flow is the base class's business, so that every metric sees it the same
 
 * the walk starts at the entry function (``main``, the only public function, or ``entry=``);
 * ``func.call`` walks its callee; a callee's rows are built once and replayed at every call site, with
-  the call site's scope in front of the callee's own, so a function called 28 times costs 28 times;
+  the call site's scope in front of the callee's own, so a function called 28 times costs 28 times; in a call
+  graph that fans out, a call folds into an earlier call's rows instead (:mod:`.callgraph`), so the table
+  stays O(functions x ops) with every count exact;
 * ``while`` multiplies its body by the trip count proven from the loop condition (``trip_count``), or
   counts one iteration and marks its rows ``trip_count_unknown``;
 * ``scf.for`` with constant bounds and ``chlo.scan`` multiply their body by their trips / steps, and so do
@@ -30,6 +32,7 @@ from __future__ import annotations
 from jaxlib.mlir import ir
 
 from ..types import TensorInfo, TypeCache
+from .callgraph import CallGraph
 from .locations import LocationCache, LocationInfo
 from .row import METRICS, Row  # noqa: F401 (Row and METRICS are imported from here too)
 from .dialects import DialectRules
@@ -82,6 +85,8 @@ class IRVisitor(DialectRules):
         self.entry = self._choose_entry(entry)
         self._dispatch: dict[str, object] = {}
         self._func_rows: dict[str, list[Row]] = {}
+        self._calls = CallGraph(self._func_rows)
+        self._sets: dict = {}  # callee -> {call-site scope: start} of the row sets of calls in self._out
         self._active: list[str] = []  # call stack of function names, for recursion checks
         self._out: list[Row] = []
         self._func_name = ""
@@ -122,6 +127,7 @@ class IRVisitor(DialectRules):
         body = self.functions[self.entry].regions[0]
         if not len(body.blocks) or len(body.blocks[0].operations) <= 1:
             self.warnings.append(f"{EMPTY_ENTRY}: @{self.entry} does nothing but return, every count is 0")
+        self.warnings.extend(self._calls.warnings())
         for i, r in enumerate(self.rows):
             r.index = i
         return self.rows
@@ -140,15 +146,15 @@ class IRVisitor(DialectRules):
             self.external.append(name)
             return []
         self._active.append(name)
-        saved_out, saved_func = self._out, self._func_name
-        self._out, self._func_name = [], name
+        saved_out, saved_func, saved_sets = self._out, self._func_name, self._sets
+        self._out, self._func_name, self._sets = [], name, {}
         saved_args = self._args
         self._args = {hash(a) for a in fn.regions[0].blocks[0].arguments}
         try:
             self.visit_region(fn.regions[0])
             rows = self._out
         finally:
-            self._out, self._func_name, self._args = saved_out, saved_func, saved_args
+            self._out, self._func_name, self._args, self._sets = saved_out, saved_func, saved_args, saved_sets
             self._active.pop()
         self._func_rows[name] = rows
         return rows
@@ -187,13 +193,13 @@ class IRVisitor(DialectRules):
     # -- control flow -----------------------------------------------------------------------------------------
     def collect(self, fn, *args) -> list[Row]:
         """Run ``fn(*args)`` with a fresh output list and return the rows it emitted."""
-        saved = self._out
-        self._out = []
+        saved = self._out, self._sets
+        self._out, self._sets = [], {}
         try:
             fn(*args)
             return self._out
         finally:
-            self._out = saved
+            self._out, self._sets = saved
 
     def replay(self, rows: list[Row], k: int, scope: str = "", note: str = "") -> None:
         if k == 0:
@@ -202,13 +208,24 @@ class IRVisitor(DialectRules):
         for r in rows:
             out.append(r.scaled(k, scope, note))
 
+    def fold(self, rows: list[Row], k: int, at: int) -> None:
+        """``k`` more executions of ``rows``, added to the row set replayed from them at ``at`` in this list."""
+        out = self._out
+        for i, r in enumerate(rows):
+            out[at + i].add_scaled(r, k)
+
     def visit_call(self, op: ir.Operation) -> None:
         callee = ir.FlatSymbolRefAttr(op.attributes["callee"]).value
         rows = self._function_rows(callee)
         if callee in self.external:  # declared, not defined here: its work is unknown, never zero
             self.emit(op, "unknown", target=f"@{callee} (no body)")
             return
-        self.replay(rows, 1, self.loc(op).scope)
+        scope = self.loc(op).scope
+        at = self._calls.target(self._sets, callee, scope, self._func_name, len(self._out))
+        if at is None:
+            self.replay(rows, 1, scope)
+        else:
+            self.fold(rows, 1, at)
 
     def visit_scf_for(self, op: ir.Operation) -> None:
         """``scf.for``: its body times the trip count where the bounds are constants."""

@@ -73,6 +73,11 @@ class _DataflowVisitor(CostVisitor):
             if d is not None:
                 self._done_after[id(n)] = m.get(id(d), d)
 
+    def fold(self, rows, k, at):
+        """A call folded into an earlier call's rows: its results come from those rows."""
+        super().fold(rows, k, at)
+        self._last_map = {id(o): n for o, n in zip(rows, self._out[at:at + len(rows)])}
+
     def visit_call(self, op):
         from jaxlib.mlir import ir
 

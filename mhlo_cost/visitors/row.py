@@ -58,6 +58,17 @@ class Row:
             replica_groups=self.replica_groups,
         )
 
+    def add_scaled(self, base: "Row", k: int) -> None:
+        """Fold ``k`` more executions of ``base`` (the row this one was scaled from) into this row."""
+        self.gemm_flops += base.gemm_flops * k
+        self.conv_flops += base.conv_flops * k
+        self.vector_flops += base.vector_flops * k
+        self.transcendentals += base.transcendentals * k
+        self.bytes_read += base.bytes_read * k
+        self.bytes_written += base.bytes_written * k
+        self.comm_bytes += base.comm_bytes * k
+        self.multiplicity += base.multiplicity * k
+
     @property
     def out_elems(self) -> int:
         """Elements of the result (all results together)."""
