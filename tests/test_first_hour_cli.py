@@ -226,6 +226,24 @@ def test_the_same_model_lowered_from_two_installs_is_the_same_bytes(tmp_path):
         assert absolute not in text, absolute
 
 
+def test_the_command_that_drives_a_lowering_leaves_no_frame_in_the_ir(tmp_path):
+    """`python -m mhlo_cost lower` and `python -c 'main(...)'` write the same bytes: the locations hold the
+    model's frames, none of the command line's, the frontends' or runpy's."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    argv = ["lower", "--model", "gpt", "--layers", "1", "-q", "--force", "-o"]
+    a = subprocess.run([sys.executable, "-m", "mhlo_cost", *argv, "a.mlir"], cwd=tmp_path, env=env,
+                       capture_output=True, text=True, timeout=900)
+    code = f"import sys; from mhlo_cost.cli import main; sys.exit(main({[*argv, 'b.mlir']!r}))"
+    b = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,
+                       timeout=900)
+    assert a.returncode == 0 and b.returncode == 0, (a.stderr, b.stderr)
+    text = (tmp_path / "a.mlir").read_text()
+    assert text == (tmp_path / "b.mlir").read_text()
+    for driver in ("mhlo_cost/cli/", "mhlo_cost/frontends/", "mhlo_cost/__main__.py", "runpy", "<string>"):
+        assert driver not in text, driver
+    assert "mhlo_cost/models/gpt.py" in text
+
+
 # -- 6. STDiT3 shapes -----------------------------------------------------------------------------------------
 
 

@@ -101,11 +101,37 @@ def location_regex() -> str:
     return "^(?:" + "|".join([*alternatives, ".*" + re.escape(os.sep)]) + ")"
 
 
+def driver_frames() -> list[str]:
+    """The files of the command that drives a lowering (this package's command line and frontends, ``python
+    -m``'s runpy, the console script): frames of theirs say how the tool was started, not what the model
+    computes, so they are kept out of op locations (the same file from ``mhlo-cost`` and ``python -m``)."""
+    pkg = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    paths = [os.path.join(pkg, "cli") + os.sep, os.path.join(pkg, "frontends") + os.sep,
+             os.path.join(pkg, "__main__.py"), "<frozen runpy>", "<string>"]
+    script = os.path.abspath(sys.argv[0]) if sys.argv and sys.argv[0] else ""
+    if script and os.path.isfile(script) and not script.endswith(".py"):  # a console script
+        paths.append(script)
+    return paths
+
+
+def _exclude_driver_frames() -> None:
+    try:  # jax's own list of paths its tracebacks and locations skip (it has no public name for it)
+        from jax._src import source_info_util
+    except ImportError:
+        return
+    known = set(getattr(source_info_util, "_exclude_paths", ()))
+    for path in driver_frames():
+        if path not in known:
+            source_info_util.register_exclusion(path)
+
+
 @contextlib.contextmanager
 def relative_locations():
-    """While lowering with jax (torchax too): op locations name files relative to their package root."""
+    """While lowering with jax (torchax too): op locations name files relative to their package root, and
+    carry no frame of the command that drives the lowering (:func:`driver_frames`)."""
     import jax
 
+    _exclude_driver_frames()
     key = "jax_hlo_source_file_canonicalization_regex"
     saved = getattr(jax.config, key)
     jax.config.update(key, location_regex())
