@@ -20,6 +20,7 @@ from pathlib import Path
 import pandas as pd
 
 from . import __version__
+from .files import FileRefused, read_settings
 
 SCHEMA = "mhlo-cost/flops-baseline"
 SCHEMA_VERSION = 1
@@ -73,10 +74,10 @@ def to_json(c: Counts) -> str:
 def read_baseline(path: str | Path) -> Counts:
     p = Path(path)
     try:
-        text = p.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise BaselineError(f"{path}: no such baseline file") from None
-    except (OSError, UnicodeDecodeError) as e:
+        text = read_settings(p, "a baseline").decode("utf-8")
+    except FileRefused as e:
+        raise BaselineError(str(e).replace(": no such file", ": no such baseline file")) from None
+    except UnicodeDecodeError as e:
         raise BaselineError(f"{path}: cannot read baseline: {e}") from None
     try:
         data = json.loads(text)

@@ -12,6 +12,8 @@ import stat
 #: The most an MLIR input (a file, or standard input) may hold: four times the largest IR a compiler writes
 #: for a model whose weights are not inlined. Gzip input has its own limit (:data:`mhlo_cost.loader.GZIP_MIN_LIMIT`).
 MAX_INPUT_BYTES = 2 << 30
+#: The most a settings file (a hardware or system TOML, a sweep spec, a baseline) may hold.
+MAX_SETTINGS_BYTES = 64 << 20
 _CHUNK = 1 << 22
 
 
@@ -56,11 +58,26 @@ def read_file(path: str | os.PathLike, limit: int | None = None, what: str = "an
         return read_stream(f, name, limit)
 
 
+def read_settings(path: str | os.PathLike, what: str) -> bytes:
+    """:func:`read_file` for a settings file (TOML, JSON): at most :data:`MAX_SETTINGS_BYTES`."""
+    return read_file(path, MAX_SETTINGS_BYTES, what)
+
+
+def is_regular(path: str | os.PathLike) -> bool:
+    """Whether ``path`` is a regular file (a FIFO, a device, a directory or nothing at all are not)."""
+    try:
+        return stat.S_ISREG(os.stat(path).st_mode)
+    except (OSError, ValueError):
+        return False
+
+
 def _refuse(mode: int, name: str, what: str) -> None:
     kind = _kind(mode)
     if kind is None:
         return
-    hint = ": mhlo-cost never opens one (with no writer it blocks); pipe the data into - (standard input)"
+    hint = ": mhlo-cost never opens one (with no writer it blocks)"
+    if what == "an MLIR file":
+        hint += "; pipe the data into - (standard input)"
     raise FileRefused(f"{name}: {kind}, not {what}" + (hint if stat.S_ISFIFO(mode) else ""))
 
 

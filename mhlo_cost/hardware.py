@@ -63,6 +63,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Mapping
 
+from .files import FileRefused, read_settings
 from .gemm import GemmModel, parse_gemm
 from .limits import checked
 
@@ -398,9 +399,9 @@ def load_profiles(path: str | PathLike[str]) -> dict[str, Hardware]:
     """
     p = Path(path)
     try:
-        data = p.read_bytes()
-    except OSError as e:
-        raise HardwareError(f"{p}: cannot read hardware file ({e.strerror or e})") from None
+        data = read_settings(p, "a hardware file")
+    except FileRefused as e:
+        raise HardwareError(str(e)) from None
     return _parse(data, str(p))
 
 

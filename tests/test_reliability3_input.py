@@ -20,7 +20,9 @@ import pytest
 import fuzz_locations
 from mhlo_cost import files
 from mhlo_cost.cli import main
+from stderr_lines import error_line
 
+ROOT = Path(__file__).resolve().parents[1]
 FIX = Path(__file__).parent / "fixtures" / "reliability3" / "input"
 ADD = """func.func @main(%a: tensor<4xf32>) -> tensor<4xf32> {
   %0 = stablehlo.add %a, %a : tensor<4xf32>
@@ -48,7 +50,7 @@ EXPECTED = {
 
 def _run(args, env=None, stdin=None):
     return subprocess.run([sys.executable, "-m", "mhlo_cost", *map(str, args)], capture_output=True,
-                          timeout=120, env=env, stdin=stdin)
+                          timeout=600, env=env, stdin=stdin)
 
 
 def _ops(stdout: bytes) -> list[tuple[str, str, str]]:
@@ -216,3 +218,24 @@ def test_a_value_beginning_with_a_dash(capsys):
     assert _error(capsys).endswith("(a value beginning with '-' is written with '=': --output=-out.csv)")
     assert main(["report"]) == 2
     assert _error(capsys) == "mhlo-cost: error: the following arguments are required: file"
+
+
+# -- settings files are read as MLIR files are: devices, FIFOs and directories refused, never opened ----------
+
+@pytest.mark.parametrize("argv", [
+    ["hardware", "--hardware-file", "{bad}"],
+    ["report", str(ROOT / "examples" / "gpt_small.mlir"), "--hardware-file", "{bad}", "--hardware", "x"],
+    ["check", str(ROOT / "examples" / "gpt_small.mlir"), "--baseline", "{bad}"],
+    ["sweep", "--spec", "{bad}"],
+])
+@pytest.mark.parametrize("bad", ["fifo", "/dev/zero", "dir"])
+def test_settings_files_that_are_not_regular_files_are_one_line(tmp_path, argv, bad):
+    fifo, folder = tmp_path / "fifo", tmp_path / "dir"
+    os.mkfifo(fifo)
+    folder.mkdir()
+    where = {"fifo": str(fifo), "dir": str(folder)}.get(bad, bad)
+    r = subprocess.run([sys.executable, "-m", "mhlo_cost", *[a.replace("{bad}", where) for a in argv]],
+                       capture_output=True, text=True, timeout=600, cwd=tmp_path, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert r.returncode == 2, r.stderr
+    line = error_line(r.stderr)
+    assert where in line and ("FIFO" in line or "device" in line or "directory" in line), line

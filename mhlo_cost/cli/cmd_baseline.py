@@ -5,6 +5,7 @@ import math
 import sys
 from pathlib import Path
 
+from ..files import is_regular
 from .common import (EXIT_MOVED, EXIT_OK, Progress, UserError, add_common, add_output, add_progress, claim_output,
                      load_analysis, positive_int, regex, write_output)
 
@@ -27,6 +28,8 @@ def _counts(path: str, args, progress: Progress):
 def _is_baseline(path: str) -> bool:
     if path.endswith(".json"):
         return True
+    if not is_regular(path):  # a FIFO is never opened; what it is, the reading of the IR says
+        return False
     try:
         with open(path, "rb") as f:
             return f.read(64).lstrip()[:1] == b"{"

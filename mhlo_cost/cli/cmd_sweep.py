@@ -10,6 +10,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from ..files import FileRefused, read_settings
 from .cmd_lower import PARALLEL
 from .common import EXIT_OK, Progress, UserError, add_force, add_progress, claim_output, say
 from .outputs import record_output
@@ -88,8 +89,10 @@ def _hardware_toml(grid, path) -> str | None:
         hardware_from_args(name, path)  # HardwareError: one line, before any work
     if path is None:
         return None
-    with open(path, encoding="utf-8") as f:
-        return f.read()
+    try:
+        return read_settings(path, "a hardware file").decode("utf-8")
+    except FileRefused as e:
+        raise UserError(str(e)) from None
 
 
 def _shape_notes(grid, args) -> None:

@@ -17,6 +17,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Mapping
 
+from ..files import FileRefused, read_settings
 from ..hardware import Hardware, HardwareError, check_schema_version, get_profile, load_profiles, profile_names
 from ..limits import MAX_COUNT, checked, checked_count
 from .topology import Link, MeshTopology, NetworkError, NodeTopology
@@ -171,9 +172,9 @@ def load_systems(path, chips: Mapping[str, Hardware] | None = None) -> dict[str,
     """The ``[system.<name>]`` tables of a TOML file; their chips are looked up in ``chips`` first."""
     p = Path(path)
     try:
-        data = p.read_bytes()
-    except OSError as e:
-        raise NetworkError(f"{p}: cannot read system file ({e.strerror or e})") from None
+        data = read_settings(p, "a system file")
+    except FileRefused as e:
+        raise NetworkError(str(e)) from None
     return _parse(data, str(p), chips)
 
 
@@ -197,9 +198,9 @@ def _file_profiles(path) -> tuple[dict, dict]:
     """(chips, systems) of a user's TOML file; a file may hold either or both."""
     p = Path(path)
     try:
-        doc = tomllib.loads(p.read_bytes().decode("utf-8"))
-    except OSError as e:
-        raise HardwareError(f"{p}: cannot read hardware file ({e.strerror or e})") from None
+        doc = tomllib.loads(read_settings(p, "a hardware file").decode("utf-8"))
+    except FileRefused as e:
+        raise HardwareError(str(e)) from None
     except (UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
         raise HardwareError(f"{p}: not valid TOML: {e}") from None
     if "profile" not in doc and "system" not in doc:

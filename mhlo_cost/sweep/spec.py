@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import tomllib
 
+from ..files import FileRefused, read_settings
 from .grid import LIBRARY_KEYS, MODEL_OPTIONS, SPEC_KEYS, GridError
 
 _TEXT, _INT, _BOOL = "a string", "a whole number", "true or false"
@@ -51,10 +52,9 @@ def read_spec(path: str) -> dict:
     hardware, dtype, steps, fuse, conv_padding; model options under ``[options]``; ``[[models]]``), each
     checked by type; lists where a key takes them."""
     try:
-        with open(path, "rb") as f:
-            spec = tomllib.load(f)
-    except OSError as e:
-        raise GridError(f"{path}: cannot read: {e.strerror or e}") from None
+        spec = tomllib.loads(read_settings(path, "a sweep spec").decode("utf-8"))
+    except FileRefused as e:
+        raise GridError(str(e)) from None
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
         raise GridError(f"{path}: not valid TOML: {e}") from None
     unknown = sorted(set(spec) - set(SPEC_KEYS))
