@@ -98,7 +98,7 @@ class Analysis:
     @property
     def headline(self) -> str:
         """One line: FLOPs, MACs, parameters and the peak memory, in the units people read."""
-        from .figures import headline
+        from .headline import headline
 
         return headline(list(self.summary.items()))
 

@@ -122,7 +122,7 @@ def _view(analysis, args, hw, progress):
         df = block_frame(analysis, args, roofline=rf, fused_memory=fused, parts=args.parts)
         df = _keep_blocks(df, args)
         if keep is None and not getattr(args, "scope", None):  # the whole program's headline over its blocks
-            from ..figures import headline
+            from ..headline import headline
 
             facts = headline(_summary(analysis, part, keep, args, rf, fused, hw)[0])
     elif by == "phase":  # a training step: forward, backward (dgrad, wgrad), recompute, optimizer

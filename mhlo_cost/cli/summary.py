@@ -45,7 +45,7 @@ def _json(v):
 def render_pairs(pairs: list[tuple[str, object]], fmt: str, unit: str, *, meta: dict, title: str) -> str:
     """The summary (:func:`mhlo_cost.figures.summary_pairs`) as a table, CSV, JSON (exact values, whatever
     ``unit``) or Markdown: the same figures in each; the headline first in a table, Markdown and JSON."""
-    from ..figures import headline
+    from ..headline import headline
 
     line = headline(pairs)
     if fmt == "json":

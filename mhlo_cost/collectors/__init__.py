@@ -70,6 +70,19 @@ class Blocks:
             return f"blocks by {self.method}: {self.count} found"
         return f"no blocks found ({'; '.join(self.notes) or 'by ' + self.method}): rows are grouped by scope"
 
+    def loop_spans(self) -> list[tuple[tuple[int, int], tuple[int, ...]]]:
+        """((start, end), ids) of the runs of rows split over several blocks (a loop body's iterations)."""
+        out = []
+        start, cur = None, None
+        for i, ids in enumerate(list(self.row_blocks) + [()]):
+            multi = len(ids) > 1
+            if start is not None and (not multi or ids != cur):
+                out.append(((start, i), cur))
+                start = None
+            if multi and start is None:
+                start, cur = i, ids
+        return out
+
     def describe(self) -> str:
         """One line for stderr: ``blocks by scope: 4 (2 spatial, 2 temporal)``."""
         if not self.blocks:

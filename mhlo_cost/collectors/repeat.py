@@ -124,7 +124,7 @@ class RepeatCollector:
             dot_parts(rows, s0, e0, find_norms(rows, s0, e0), parts)
         blocks = segments_to_blocks(rows, "repeat", segments, parts, notes=notes)
         # Loop bodies that became blocks: their parts as well.
-        for (s0, e0), _ in _loop_spans(blocks):
+        for (s0, e0), _ in blocks.loop_spans():
             dot_parts(rows, s0, e0, find_norms(rows, s0, e0), parts)
         return blocks
 
@@ -154,18 +154,3 @@ class RepeatCollector:
                     best_c, best_len = c, ln
             cuts.append(best_c)
         return cuts
-
-
-def _loop_spans(blocks: Blocks):
-    """((start, end), ids) of the runs of rows split over several blocks."""
-    out = []
-    start, cur = None, None
-    rb = blocks.row_blocks
-    for i, ids in enumerate(list(rb) + [()]):
-        multi = len(ids) > 1
-        if start is not None and (not multi or ids != cur):
-            out.append(((start, i), cur))
-            start = None
-        if multi and start is None:
-            start, cur = i, ids
-    return out

@@ -234,9 +234,8 @@ class RMSCollector:
         for s0, e0, *_ in segments:
             dot_parts(rows, s0, e0, norms, parts)
         blocks = segments_to_blocks(rows, "rms", segments, parts, notes=notes)
-        from .repeat import _loop_spans
 
-        for (s0, e0), _ in _loop_spans(blocks):
+        for (s0, e0), _ in blocks.loop_spans():
             dot_parts(rows, s0, e0, find_norms(rows, s0, e0), parts)
         return blocks
 

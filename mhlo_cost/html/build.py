@@ -13,7 +13,8 @@ import pandas as pd
 
 from .. import __version__
 from ..blocks import TOTAL, block_table, row_labels
-from ..figures import headline, summary_pairs
+from ..figures import summary_pairs
+from ..headline import headline
 from ..plot import _label
 from .charts import block_bars, block_lines, kind_colours, memory_timeline, share_bars
 from .details import block_details
