@@ -36,6 +36,8 @@ def family(name: str) -> str:
     """``flops``, ``bytes``, ``count`` (transcendentals: a count that a prefix helps), ``plain`` (a count
     written out), ``time``, ``ratio``, ``fixed`` or ``other`` for a column called ``name``."""
     n = name.lower()
+    if n.endswith("_fused") and n != "_fused":  # peak_bytes_fused: a peak's bytes, as peak_bytes
+        n = n[: -len("_fused")]
     if n in _FIXED:
         return "fixed"
     if n.endswith("_flops") or n in ("flops", "run_flops"):
