@@ -90,15 +90,16 @@ def tree_frame(analysis, depth: int | None = None, params: list[int] | None = No
 
     from ..analysis import SUM_COLUMNS, int_series
 
-    sums: dict[tuple, list[int]] = {}
+    width = len(SUM_COLUMNS) + 2  # the sums, the parameters, the ops
+    sums: dict[tuple, list[int]] = {(): [0] * width}  # the root, also for a program without ops
     for i, r in enumerate(analysis.rows):
         parts = tuple((r.scope or "").split("/")) if r.scope else ()
         parts = parts[:depth] if depth else parts
         vals = [getattr(r, c) for c in SUM_COLUMNS] + [params[i] if params else 0, r.multiplicity]
         for n in range(0, len(parts) + 1):
-            acc = sums.setdefault(parts[:n], [0] * len(vals))
-            for i, v in enumerate(vals):
-                acc[i] += v
+            acc = sums.setdefault(parts[:n], [0] * width)
+            for j, v in enumerate(vals):
+                acc[j] += v
     order = _tree_order(list(sums))
     total = sums[()]
     flops = total[0] + total[1] + total[2]
