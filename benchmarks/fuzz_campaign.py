@@ -28,23 +28,23 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from fuzz_mutations import KINDS, mutate, seeds, stderr_ok, suffix  # noqa: E402
 
 
-def classify(cmd: list[str], path: Path, timeout: float) -> tuple[str, str]:
-    """(class, detail) of one run of ``cmd report path``."""
+def classify(cmd: list[str], path: Path, timeout: float, view: list[str] | tuple = ("-q",)) -> tuple[str, str]:
+    """(class, detail) of one run of ``cmd report path VIEW...``."""
     try:
-        r = subprocess.run(cmd + ["report", str(path), "-q"], capture_output=True, text=True, timeout=timeout,
+        r = subprocess.run(cmd + ["report", str(path), *view], capture_output=True, text=True, timeout=timeout,
                            errors="replace")
     except subprocess.TimeoutExpired:
         return "hang", f"past {timeout:.0f} s"
     if "Traceback (most recent call last)" in r.stderr:
         return "traceback", r.stderr.strip().splitlines()[-1][:200]
     if r.returncode < 0 or r.returncode in (134, 139):
-        return "native crash", f"exit {r.returncode}"
+        return "native crash", f"exit {r.returncode}: {' '.join(r.stderr.split())[-100:]}"
     if r.returncode == 70:
         return "exit 70", r.stderr.strip()[-200:]
     problem = stderr_ok(r.returncode, r.stderr)
     if problem:
         return "other", problem
-    return "clean", ""
+    return "clean", f"exit {r.returncode}"
 
 
 def main() -> None:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import random
 import shlex
-import subprocess
 import sys
 import tempfile
 import time
@@ -23,26 +22,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
+from fuzz_campaign import classify  # noqa: E402  (this folder: the same classes as the seed-mutant campaign)
 from fuzz_locations import KINDS, mutant  # noqa: E402
-from fuzz_mutations import stderr_ok  # noqa: E402
 
 VIEWS = (["-q"], ["-q", "--by", "op", "--format", "csv"])
-
-
-def classify(cmd: list[str], path: Path, view: list[str], timeout: float) -> tuple[str, str]:
-    try:
-        r = subprocess.run(cmd + ["report", str(path)] + view, capture_output=True, text=True, timeout=timeout,
-                           errors="replace")
-    except subprocess.TimeoutExpired:
-        return "hang", f"past {timeout:.0f} s"
-    if "Traceback (most recent call last)" in r.stderr:
-        return "traceback", r.stderr.strip().splitlines()[-1][:200]
-    if r.returncode < 0 or r.returncode in (134, 139):
-        return "native crash", f"exit {r.returncode}: {' '.join(r.stderr.split())[-100:]}"
-    if r.returncode == 70:
-        return "exit 70", r.stderr.strip()[-200:]
-    problem = stderr_ok(r.returncode, r.stderr)
-    return ("other", problem) if problem else ("clean", f"exit {r.returncode}")
 
 
 def main() -> None:
@@ -67,7 +50,7 @@ def main() -> None:
             p.write_bytes(data)
             jobs.append((p, kind, VIEWS[(i // len(KINDS)) % len(VIEWS)]))
         with ThreadPoolExecutor(args.jobs) as ex:
-            results = list(ex.map(lambda j: classify(cmd, j[0], j[2], args.timeout), jobs))
+            results = list(ex.map(lambda j: classify(cmd, j[0], args.timeout, j[2]), jobs))
         bad = [(j, r) for j, r in zip(jobs, results) if r[0] != "clean"]
         if args.keep and bad:
             args.keep.mkdir(parents=True, exist_ok=True)
