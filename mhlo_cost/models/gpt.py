@@ -19,7 +19,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from .stdit3 import dense, dot_product_attention, gelu_tanh
+from .layers import gelu_tanh
+from .stdit3_kernels import dense, dot_product_attention
 
 scope = jax.named_scope
 _F32 = jnp.float32

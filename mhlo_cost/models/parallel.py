@@ -66,109 +66,27 @@ Requirements (checked by :func:`make_plan` with a clear message): megatron H % n
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, replace
-from functools import partial
 
 import jax
-import jax.numpy as jnp
-from jax import lax
 from jax.sharding import PartitionSpec as P
 
 from . import stdit3
 from .config import STDiT3Config
+from .parallel_plan import STRATEGIES, Plan, check_plan, make_plan, parse_mesh
+from .sequence_parallel import ring_attention, sequence_kernels
+from .stdit3_kernels import DEFAULT_KERNELS, Kernels
+from .stdit3_params import is_spec_leaf, param_spec
+from .tensor_parallel import kernels_2d, megatron_kernels
 
-STRATEGIES = ("none", "megatron", "2d", "ulysses", "ring")
-
-_F32 = jnp.float32
-_NEG = -1e30
-
-
-# --------------------------------------------------------------------------------------------------------
-# Plans
-# --------------------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Plan:
-    """A strategy on a mesh: ``axis_names`` and ``mesh_shape`` have one entry per mesh axis."""
-
-    strategy: str
-    mesh_shape: tuple[int, ...] = ()
-    axis_names: tuple[str, ...] = ()
-
-    @property
-    def devices(self) -> int:
-        return math.prod(self.mesh_shape) if self.mesh_shape else 1
-
-    def describe(self) -> str:
-        if self.strategy == "none":
-            return "unsharded"
-        mesh = "x".join(str(s) for s in self.mesh_shape)
-        return f"{self.strategy} over {self.devices} devices (mesh {mesh}: {', '.join(self.axis_names)})"
-
-
-def parse_mesh(text: str) -> tuple[int, int]:
-    """``"2x8"`` -> (2, 8)."""
-    parts = text.lower().split("x")
-    if len(parts) != 2 or not all(p.isdigit() and int(p) > 0 for p in parts):
-        raise ValueError(f"mesh must be NXxNY with positive integers (e.g. 2x8), got {text!r}")
-    return int(parts[0]), int(parts[1])
-
-
-def make_plan(strategy: str, devices: int = 1, mesh: tuple[int, int] | str | None = None,
-              cfg: STDiT3Config | None = None) -> Plan:
-    """The plan of ``strategy`` on ``devices`` devices (2d: ``mesh`` (N_x, N_y), default (2, devices/2)).
-
-    With ``cfg`` the divisibility a strategy needs is checked; ValueError says what does not divide.
-    """
-    if strategy not in STRATEGIES:
-        raise ValueError(f"unknown parallel strategy {strategy!r} (known: {', '.join(STRATEGIES)})")
-    if not isinstance(devices, int) or devices < 1:
-        raise ValueError(f"devices must be a positive integer, got {devices!r}")
-    if isinstance(mesh, str):
-        mesh = parse_mesh(mesh)
-    if mesh is not None and strategy != "2d":
-        raise ValueError("--mesh applies to the 2d strategy only")
-    if strategy == "none":
-        if devices != 1:
-            raise ValueError("the unsharded model runs on one device; choose a parallel strategy for more")
-        plan = Plan("none")
-    elif strategy == "2d":
-        if mesh is None:
-            if devices % 2:
-                raise ValueError(f"2d needs an even device count for the default 2 x n/2 mesh, got {devices}")
-            mesh = (2, devices // 2)
-        if mesh[0] * mesh[1] != devices:
-            raise ValueError(f"mesh {mesh[0]}x{mesh[1]} has {mesh[0] * mesh[1]} devices, not {devices}")
-        plan = Plan("2d", tuple(mesh), ("x", "y"))
-    else:
-        plan = Plan(strategy, (devices,), ("tp",) if strategy == "megatron" else ("sp",))
-    if cfg is not None:
-        check_plan(cfg, plan)
-    return plan
-
-
-def check_plan(cfg: STDiT3Config, plan: Plan) -> None:
-    def need(ok: bool, what: str):
-        if not ok:
-            raise ValueError(f"{plan.strategy} over mesh {'x'.join(map(str, plan.mesh_shape))}: {what}")
-
-    if plan.strategy == "megatron":
-        n = plan.mesh_shape[0]
-        need(cfg.heads % n == 0, f"heads ({cfg.heads}) must be a multiple of {n}")
-        need(cfg.mlp_hidden % n == 0, f"the MLP hidden size ({cfg.mlp_hidden}) must be a multiple of {n}")
-    elif plan.strategy == "2d":
-        nx, ny = plan.mesh_shape
-        need(cfg.batch % nx == 0, f"batch ({cfg.batch}) must be a multiple of N_x = {nx}")
-        need(cfg.hidden % nx == 0, f"hidden ({cfg.hidden}) must be a multiple of N_x = {nx}")
-        need(cfg.heads % ny == 0, f"heads ({cfg.heads}) must be a multiple of N_y = {ny}")
-        need(cfg.mlp_hidden % ny == 0, f"the MLP hidden size ({cfg.mlp_hidden}) must be a multiple of N_y = {ny}")
-        n_tok = cfg.tokens_t * cfg.tokens_s
-        need(n_tok % ny == 0, f"the tokens per sample T*S ({n_tok}) must be a multiple of N_y = {ny}")
-    elif plan.strategy == "ulysses":
-        n = plan.mesh_shape[0]
-        need(cfg.heads % n == 0, f"heads ({cfg.heads}) must be a multiple of {n}")
+__all__ = [
+    # re-exported: the plans and the strategies' kernels live in their own modules
+    "STRATEGIES", "Plan", "check_plan", "make_plan", "parse_mesh",
+    "kernels_2d", "megatron_kernels", "ring_attention", "sequence_kernels",
+    # defined here
+    "parallel_layout", "param_pspecs", "kernels_for", "abstract_mesh", "device_mesh", "make_parallel_forward",
+    "lower", "ShardedConfig",
+]
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -202,7 +120,7 @@ def parallel_layout(params: dict) -> dict:
 def param_pspecs(cfg: STDiT3Config, plan: Plan) -> dict:
     """PartitionSpecs for :func:`parallel_layout` of the parameter tree."""
     # parallel_layout changes leaf shapes only, not the tree: start from the spec tree, all replicated
-    specs = jax.tree_util.tree_map(lambda _: P(), stdit3.param_spec(cfg), is_leaf=stdit3._is_spec_leaf)
+    specs = jax.tree_util.tree_map(lambda _: P(), param_spec(cfg), is_leaf=is_spec_leaf)
     if plan.strategy == "megatron":
         c_in, c_out = None, "tp"
     elif plan.strategy == "2d":
@@ -229,203 +147,9 @@ def param_pspecs(cfg: STDiT3Config, plan: Plan) -> dict:
     return specs
 
 
-# --------------------------------------------------------------------------------------------------------
-# Kernels
-# --------------------------------------------------------------------------------------------------------
-
-
-def _matmul(x, w):
-    return lax.dot_general(x, w, (((x.ndim - 1,), (0,)), ((), ())))
-
-
-# megatron ------------------------------------------------------------------------------------------------
-
-
-def _row_parallel_allreduce(p, x, *, axis):
-    """Row-parallel linear: local partial product, all_reduce over ``axis``, then the bias once."""
-    y = lax.psum(_matmul(x, p["w"]), axis)
-    return y + p["b"].astype(y.dtype)
-
-
-def megatron_kernels(plan: Plan) -> stdit3.Kernels:
-    return stdit3.Kernels(out_linear=partial(_row_parallel_allreduce, axis=plan.axis_names[0]))
-
-
-# 2d ------------------------------------------------------------------------------------------------------
-
-
-def _col_linear_2d(p, x, *, ax):
-    """Column-parallel linear with its weight's C axis split over X: all_gather the weight, then matmul."""
-    w = lax.all_gather(p["w"], ax, axis=0, tiled=True)
-    y = _matmul(x, w)
-    return y + p["b"].astype(y.dtype)
-
-
-def _row_partial_2d(p, x, *, ax):
-    """Row-parallel linear without bias (partial sums over Y), its weight's C axis gathered over X."""
-    w = lax.all_gather(p["w"], ax, axis=p["w"].ndim - 1, tiled=True)
-    return _matmul(x, w)
-
-
-def _pair_2d(fn, bias, h, *, ay):
-    """all_gather the tokens over Y, run the pair (partial sums), reduce_scatter over Y, add the bias."""
-    full = lax.all_gather(h, ay, axis=1, tiled=True)
-    out = fn(full)
-    out = lax.psum_scatter(out, ay, scatter_dimension=1, tiled=True)
-    return out + bias.astype(out.dtype)
-
-
-def _video_attention_2d(p, h, cfg, *, temporal, T, S, positions=None, kernels=None, ay):
-    fn = partial(stdit3.video_attention, p, cfg=cfg, temporal=temporal, T=T, S=S, positions=positions,
-                 kernels=kernels)
-    return _pair_2d(fn, p["proj"]["b"], h, ay=ay)
-
-
-def _cross_attention_2d(p, x, cond, cfg, *, kernels=None, ay):
-    fn = lambda full: stdit3.cross_attention(p, full, cond, cfg, kernels=kernels)  # noqa: E731
-    return _pair_2d(fn, p["proj"]["b"], x, ay=ay)
-
-
-def _mlp_2d(p, x, cfg=None, *, kernels=None, ay):
-    fn = lambda full: stdit3.mlp(p, full, cfg, kernels=kernels)  # noqa: E731
-    return _pair_2d(fn, p["fc2"]["b"], x, ay=ay)
-
-
-def _scatter_flat(h, *, T, S, axis, n):
-    """Keep this device's contiguous 1/n of each sample's T*S tokens (no collective)."""
-    n_loc = h.shape[1] // n
-    return lax.dynamic_slice_in_dim(h, lax.axis_index(axis) * n_loc, n_loc, axis=1)
-
-
-def _gather_flat(h, *, T, S, axis):
-    return lax.all_gather(h, axis, axis=1, tiled=True)
-
-
-def kernels_2d(plan: Plan) -> stdit3.Kernels:
-    ax, ay = plan.axis_names
-    return stdit3.Kernels(
-        linear=partial(_col_linear_2d, ax=ax),
-        out_linear=partial(_row_partial_2d, ax=ax),
-        video_attention=partial(_video_attention_2d, ay=ay),
-        cross_attention=partial(_cross_attention_2d, ay=ay),
-        mlp=partial(_mlp_2d, ay=ay),
-        scatter_tokens=partial(_scatter_flat, axis=ay, n=plan.mesh_shape[1]),
-        gather_tokens=partial(_gather_flat, axis=ay),
-    )
-
-
-# sequence parallel: S-sharded layout ---------------------------------------------------------------------
-
-
-def _scatter_s(h, *, T, S, axis, n):
-    """(B, T*S, C) -> this device's (B, T*S_p/n, C): frame tokens padded to S_p = ceil(S/n)*n, split on S."""
-    b, _, c = h.shape
-    s_loc = -(-S // n)
-    pad = s_loc * n - S
-    h = h.reshape(b, T, S, c)
-    if pad:
-        h = lax.pad(h, jnp.zeros((), h.dtype), [(0, 0, 0), (0, 0, 0), (0, pad, 0), (0, 0, 0)])
-    h = lax.dynamic_slice_in_dim(h, lax.axis_index(axis) * s_loc, s_loc, axis=2)
-    return h.reshape(b, T * s_loc, c)
-
-
-def _gather_s(h, *, T, S, axis):
-    """Inverse of :func:`_scatter_s`: all_gather along S, drop the padding."""
-    b, n_loc, c = h.shape
-    h = lax.all_gather(h.reshape(b, T, n_loc // T, c), axis, axis=2, tiled=True)
-    return h[:, :, :S].reshape(b, T * S, c)
-
-
-def _local_temporal(p, h, cfg, *, T, positions, kernels):
-    """Temporal attention over T for each local spatial position: no collective in the S-sharded layout."""
-    return stdit3.video_attention(p, h, cfg, temporal=True, T=T, S=h.shape[1] // T, positions=positions,
-                                  kernels=kernels)
-
-
-def _qkv_local(p, h, cfg, kernels, T):
-    """q, k, v (B, T, S_loc, H, D) of the local tokens, q/k RMS-normalised as in the model."""
-    b, n_loc, _ = h.shape
-    qkv = kernels.linear(p["qkv"], h).reshape(b, T, n_loc // T, 3, -1, cfg.head_dim)
-    q, k, v = qkv[:, :, :, 0], qkv[:, :, :, 1], qkv[:, :, :, 2]
-    if "q_norm" in p:
-        q = stdit3.rms_norm(q, p["q_norm"]["w"])
-        k = stdit3.rms_norm(k, p["k_norm"]["w"])
-    return q, k, v
-
-
-def _video_attention_ulysses(p, h, cfg, *, temporal, T, S, positions=None, kernels=None, axis):
-    if temporal:
-        return _local_temporal(p, h, cfg, T=T, positions=positions, kernels=kernels)
-    b, n_loc, c = h.shape
-    q, k, v = _qkv_local(p, h, cfg, kernels, T)
-    # sequence-sharded -> head-sharded: split the heads (axis 3), concatenate the frame tokens (axis 2)
-    q, k, v = (lax.all_to_all(z, axis, 3, 2, tiled=True) for z in (q, k, v))
-    _, _, s_pad, hl, d = q.shape
-    mask = None if s_pad == S else (lax.iota(jnp.int32, s_pad) < S)[None, :]
-    o = kernels.attention_core(q.reshape(b * T, s_pad, hl, d), k.reshape(b * T, s_pad, hl, d),
-                               v.reshape(b * T, s_pad, hl, d), mask)
-    # head-sharded -> sequence-sharded
-    o = lax.all_to_all(o.reshape(b, T, s_pad, hl, d), axis, 2, 3, tiled=True)
-    return kernels.out_linear(p["proj"], o.reshape(b, n_loc, c))
-
-
-def ring_attention(q, k, v, *, axis: str, n: int, kv_len: int | None = None):
-    """Exact attention of local q (Bx, Lq, H, D) over the keys of all n devices, k / v (Bx, Lk, H, D) each.
-
-    K and V travel the ring (device i sends to i+1) in n-1 ``collective_permute`` steps each; the blocks
-    are combined with an online softmax. Keys at global index >= ``kv_len`` (padding) are masked.
-    """
-    bx, lq, h, d = q.shape
-    lk = k.shape[1]
-    q = q * (d ** -0.5)
-    me = lax.axis_index(axis)
-    perm = [(j, (j + 1) % n) for j in range(n)]
-    m = jnp.full((bx, h, lq, 1), _NEG, _F32)
-    l_sum = jnp.zeros((bx, h, lq, 1), _F32)
-    acc = jnp.zeros((bx, h, lq, d), _F32)
-    for step in range(n):
-        s = lax.dot_general(q, k, (((3,), (3,)), ((0, 2), (0, 2)))).astype(_F32)  # (Bx, H, Lq, Lk)
-        if kv_len is not None and kv_len < n * lk:
-            src = lax.rem(me - step + n, n)  # the device whose keys this step holds
-            valid = src * lk + lax.iota(jnp.int32, lk) < kv_len
-            s = lax.select(jnp.broadcast_to(valid, s.shape), s, jnp.full(s.shape, _NEG, _F32))
-        m_new = jnp.maximum(m, jnp.max(s, axis=-1, keepdims=True))
-        corr = jnp.exp(m - m_new)
-        e = jnp.exp(s - m_new)
-        l_sum = l_sum * corr + jnp.sum(e, axis=-1, keepdims=True)
-        pv = lax.dot_general(e.astype(v.dtype), v, (((3,), (1,)), ((0, 1), (0, 2))))  # (Bx, H, Lq, D)
-        acc = acc * corr + pv.astype(_F32)
-        m = m_new
-        if step < n - 1:
-            k = lax.ppermute(k, axis, perm)
-            v = lax.ppermute(v, axis, perm)
-    o = (acc / l_sum).astype(v.dtype)
-    return jnp.transpose(o, (0, 2, 1, 3))
-
-
-def _video_attention_ring(p, h, cfg, *, temporal, T, S, positions=None, kernels=None, axis, n):
-    if temporal:
-        return _local_temporal(p, h, cfg, T=T, positions=positions, kernels=kernels)
-    b, n_loc, c = h.shape
-    q, k, v = _qkv_local(p, h, cfg, kernels, T)
-    s_loc, hl, d = q.shape[2:]
-    o = ring_attention(*(z.reshape(b * T, s_loc, hl, d) for z in (q, k, v)), axis=axis, n=n, kv_len=S)
-    return kernels.out_linear(p["proj"], o.reshape(b, n_loc, c))
-
-
-def sequence_kernels(plan: Plan) -> stdit3.Kernels:
-    (axis,), (n,) = plan.axis_names, plan.mesh_shape
-    if plan.strategy == "ulysses":
-        attn = partial(_video_attention_ulysses, axis=axis)
-    else:
-        attn = partial(_video_attention_ring, axis=axis, n=n)
-    return stdit3.Kernels(video_attention=attn, scatter_tokens=partial(_scatter_s, axis=axis, n=n),
-                          gather_tokens=partial(_gather_s, axis=axis))
-
-
-def kernels_for(plan: Plan) -> stdit3.Kernels:
+def kernels_for(plan: Plan) -> Kernels:
     if plan.strategy == "none":
-        return stdit3.DEFAULT_KERNELS
+        return DEFAULT_KERNELS
     if plan.strategy == "megatron":
         return megatron_kernels(plan)
     if plan.strategy == "2d":
