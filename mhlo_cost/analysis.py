@@ -8,6 +8,7 @@ import sys
 from dataclasses import dataclass, field
 
 from .loader import LoadError, Loaded, load
+from .series import int_series
 from .visitors.base import METRICS, AnalysisError, Row
 from .visitors.cost import CostVisitor
 
@@ -22,17 +23,6 @@ COLUMNS = (
 SUM_COLUMNS = METRICS
 SUMMARY_KEYS = SUM_COLUMNS + ("ops", "unknown_ops", "comm_ops")
 
-_INT64_MAX = 2**63 - 1
-
-
-def int_series(values: list[int], index=None) -> pd.Series:
-    """An exact integer column: int64 while it fits, Python ints (object) beyond."""
-    import pandas as pd  # here, not at the top: the summary needs no pandas (mhlo-cost report's start-up)
-
-    if values and (max(values) > _INT64_MAX or min(values) < -_INT64_MAX):
-        return pd.Series(values, dtype=object, index=index)
-    return pd.Series(values, dtype="int64", index=index)
-
 
 @dataclass
 class Analysis:
@@ -41,7 +31,7 @@ class Analysis:
     entry: str
     warnings: list[str] = field(default_factory=list)
     _ops: pd.DataFrame | None = None
-    liveness: object = None  # the walk's liveness record (mhlo_cost.memory.record.Recording)
+    liveness: object = None  # the walk's liveness record (mhlo_cost.visitors.liveness.Recording)
     _memory: object = None
 
     # -- the op table -----------------------------------------------------------------------------------

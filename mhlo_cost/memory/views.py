@@ -2,7 +2,7 @@
 summary lines (where the peak is, whether it fits the chip) and the block columns."""
 from __future__ import annotations
 
-from ..analysis import int_series
+from ..series import int_series
 from .profile import MemoryProfile, profile
 
 #: The profile whose fusion groups the rows when --fuse is given without --hardware. The grouping reads no

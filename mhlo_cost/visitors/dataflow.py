@@ -8,7 +8,7 @@ from ..analysis import Analysis
 from .base import Row
 from .cost import CostVisitor
 
-class _DataflowVisitor(CostVisitor):
+class DataflowVisitor(CostVisitor):
     """:class:`CostVisitor` that also records, per row, the source of each operand: the producing row, a
     function argument (``("arg", id)``) or None (a loop-carried block argument, a call result it cannot
     follow). Rows replayed by calls, loops and branches get their sources remapped to the copies."""
@@ -199,7 +199,7 @@ def analyze_dataflow(source, entry: str | None = None, conv_padding: str = "xla"
     from .tflops import conv_padding_variant
 
     found = {}
-    loaded, visitor = walk(source, conv_padding_variant(_DataflowVisitor, conv_padding), entry,
+    loaded, visitor = walk(source, conv_padding_variant(DataflowVisitor, conv_padding), entry,
                            after=lambda v: found.update(p=v.producers(), a=v.async_done()))
     return DataflowAnalysis(visitor.rows, loaded.name, visitor.entry, visitor.warnings, producers=found["p"],
                             async_done=found["a"], liveness=visitor.recording())
