@@ -14,10 +14,11 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
+from ..analysis import DataflowAnalysis
 from ..collectors import is_matmul
 from ..collectors.phases import BACKWARD, FORWARD, OPTIMIZER, PHASES, RECOMPUTE, Phases, assign_phases
 from ..types import TensorInfo
-from ..visitors.dataflow import DataflowAnalysis, DataflowVisitor
+from ..visitors.dataflow import DataflowVisitor
 
 #: Row order of ``report --by phase``.
 PHASE_KEYS = (FORWARD, "backward/dgrad", "backward/wgrad", "backward/other", RECOMPUTE, OPTIMIZER)
