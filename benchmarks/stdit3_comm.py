@@ -36,7 +36,7 @@ def analysis_of(shape: str, strategy: str):
     """The data-flow analysis of STDiT3 at ``shape`` under ``strategy`` on 16 devices."""
     from mhlo_cost.models import parallel
     from mhlo_cost.models.config import STDiT3Config
-    from mhlo_cost.roofline import analyze_dataflow
+    from mhlo_cost.analysis import analyze_dataflow
 
     cfg = STDiT3Config().with_shape(shape)
     plan = parallel.make_plan(strategy, DEVICES, None, cfg)

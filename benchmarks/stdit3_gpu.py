@@ -103,7 +103,8 @@ def estimate_of(jitted, args, hw):
     """(unfused, fused, FLOPs) of the program ``jitted`` runs on ``args``, lowered again from shapes."""
     import jax
 
-    from mhlo_cost.roofline import Roofline, analyze_dataflow
+    from mhlo_cost.analysis import analyze_dataflow
+    from mhlo_cost.roofline import Roofline
 
     specs = jax.tree_util.tree_map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), args)
     text = jitted.lower(*specs).as_text(debug_info=True)

@@ -35,7 +35,7 @@ def measure(shape: str, strategy: str, small: bool = False) -> dict:
     from mhlo_cost.memory.views import fused_profile
     from mhlo_cost.models import parallel, stdit3
     from mhlo_cost.models.config import STDiT3Config
-    from mhlo_cost.roofline import analyze_dataflow
+    from mhlo_cost.analysis import analyze_dataflow
 
     cfg = STDiT3Config().small() if small else STDiT3Config().with_shape(shape)
     cfg = dataclasses.replace(cfg, dtype="bfloat16")

@@ -87,7 +87,7 @@ def main(argv=None) -> int:
     from mhlo_cost.hardware import get_profile
     from mhlo_cost.models import stdit3
     from mhlo_cost.models.config import STDiT3Config
-    from mhlo_cost.roofline import analyze_dataflow
+    from mhlo_cost.analysis import analyze_dataflow
 
     t0 = time.perf_counter()
     cfg = STDiT3Config().small() if args.small else STDiT3Config().with_shape(args.shape)

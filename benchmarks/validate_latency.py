@@ -131,7 +131,8 @@ def measure(fn, args, runs: int) -> tuple[float, float]:
 
 def predict(fn, args, hw, attention: str) -> float:
     """mhlo-cost's estimate (``--fuse elementwise``) of the program's lowered IR on ``hw``."""
-    from mhlo_cost.roofline import Roofline, analyze_dataflow
+    from mhlo_cost.analysis import analyze_dataflow
+    from mhlo_cost.roofline import Roofline
 
     text = jax.jit(fn).lower(*args).as_text(debug_info=True)
     return Roofline(analyze_dataflow(text), hw, fuse_mode="elementwise",

@@ -8,8 +8,10 @@ import sys
 from dataclasses import dataclass, field
 
 from .loader import LoadError, Loaded, load
+from .series import int_series
 from .visitors.base import METRICS, AnalysisError, Row
 from .visitors.cost import CostVisitor
+from .visitors.dataflow import DataflowVisitor
 
 #: Columns of the op table, in order.
 COLUMNS = (
@@ -22,17 +24,6 @@ COLUMNS = (
 SUM_COLUMNS = METRICS
 SUMMARY_KEYS = SUM_COLUMNS + ("ops", "unknown_ops", "comm_ops")
 
-_INT64_MAX = 2**63 - 1
-
-
-def int_series(values: list[int], index=None) -> pd.Series:
-    """An exact integer column: int64 while it fits, Python ints (object) beyond."""
-    import pandas as pd  # here, not at the top: the summary needs no pandas (mhlo-cost report's start-up)
-
-    if values and (max(values) > _INT64_MAX or min(values) < -_INT64_MAX):
-        return pd.Series(values, dtype=object, index=index)
-    return pd.Series(values, dtype="int64", index=index)
-
 
 @dataclass
 class Analysis:
@@ -41,7 +32,7 @@ class Analysis:
     entry: str
     warnings: list[str] = field(default_factory=list)
     _ops: pd.DataFrame | None = None
-    liveness: object = None  # the walk's liveness record (mhlo_cost.memory.record.Recording)
+    liveness: object = None  # the walk's liveness record (mhlo_cost.visitors.liveness.Recording)
     _memory: object = None
 
     # -- the op table -----------------------------------------------------------------------------------
@@ -219,4 +210,24 @@ def walk(source, visitor_class, entry: str | None = None, after=None):
     return loaded, visitor
 
 
-__all__ = ["Analysis", "AnalysisError", "LoadError", "analyze", "METRICS"]
+@dataclass
+class DataflowAnalysis(Analysis):
+    """An :class:`Analysis` whose ``producers[i]`` names the source of each operand of row ``i``:
+    the producing row's index (int), a function argument (``"argN"`` str), or None where unknown."""
+
+    producers: list = field(default_factory=list)
+    async_done: dict = field(default_factory=dict)  # async collective row -> last row before its done
+
+
+def analyze_dataflow(source, entry: str | None = None, conv_padding: str = "xla") -> DataflowAnalysis:
+    """:func:`mhlo_cost.analysis.analyze` that also records the data flow (for :func:`fuse`)."""
+    from .visitors.tflops import conv_padding_variant
+
+    found = {}
+    loaded, visitor = walk(source, conv_padding_variant(DataflowVisitor, conv_padding), entry,
+                           after=lambda v: found.update(p=v.producers(), a=v.async_done()))
+    return DataflowAnalysis(visitor.rows, loaded.name, visitor.entry, visitor.warnings, producers=found["p"],
+                            async_done=found["a"], liveness=visitor.recording())
+
+
+__all__ = ["Analysis", "AnalysisError", "DataflowAnalysis", "LoadError", "analyze", "analyze_dataflow", "METRICS"]

@@ -19,7 +19,7 @@ import re
 
 import pandas as pd
 
-from .analysis import int_series
+from .series import int_series
 
 TOTAL = "TOTAL"
 #: Label of the rows of a block that no part claims.

@@ -12,7 +12,8 @@ import pytest
 
 from mhlo_cost.cli import main
 from mhlo_cost.hardware import get_profile
-from mhlo_cost.roofline import Roofline, analyze_dataflow
+from mhlo_cost.analysis import analyze_dataflow
+from mhlo_cost.roofline import Roofline
 from mhlo_cost.roofline.attention import find_attention
 from stderr_lines import error_line
 

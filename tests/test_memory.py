@@ -12,7 +12,7 @@ from jax import lax
 from mhlo_cost import analyze
 from mhlo_cost.cli import main
 from mhlo_cost.memory.views import fused_profile
-from mhlo_cost.roofline import analyze_dataflow
+from mhlo_cost.analysis import analyze_dataflow
 
 S = jax.ShapeDtypeStruct
 F32 = jnp.float32

@@ -37,7 +37,7 @@ def memtracker_peak(make, inputs) -> int:
 def ours(module, specs) -> tuple[int, int]:
     from mhlo_cost.frontends import torchax_frontend as tf
     from mhlo_cost.memory.views import fused_profile
-    from mhlo_cost.roofline import analyze_dataflow
+    from mhlo_cost.analysis import analyze_dataflow
 
     a = analyze_dataflow(tf.lower_module(module, specs, dtype=None).text)
     return a.memory.peak_bytes, fused_profile(a).peak_bytes

@@ -14,7 +14,8 @@ from jax.sharding import PartitionSpec as P
 
 from mhlo_cost.cli import main
 from mhlo_cost.network import exposed_comm, resolve_profile
-from mhlo_cost.roofline import Roofline, analyze_dataflow
+from mhlo_cost.analysis import analyze_dataflow
+from mhlo_cost.roofline import Roofline
 
 # -- the schedule on literal numbers ------------------------------------------------------------------------
 

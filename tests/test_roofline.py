@@ -15,7 +15,8 @@ from mhlo_cost import analyze
 from mhlo_cost.cli import main
 from mhlo_cost.collectors import assign_blocks
 from mhlo_cost.hardware import get_profile
-from mhlo_cost.roofline import Roofline, analyze_dataflow, fuse, op_time
+from mhlo_cost.analysis import analyze_dataflow
+from mhlo_cost.roofline import Roofline, fuse, op_time
 from stderr_lines import error_line
 
 # The per-op rule at the datasheet peak: the shipped GEMM efficiency model is tested in test_gemm_efficiency.py

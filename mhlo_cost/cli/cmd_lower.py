@@ -225,8 +225,9 @@ def cmd_lower(args) -> int:
         list_models()
         return EXIT_OK
     from ..frontends import FrontendError, write
-    from ..frontends.api import LowerFailed, lower_request
+    from ..frontends.api import LowerFailed
     from ..frontends.preflight import check_request
+    from ..lowering import lower_request
 
     bar = Progress.of(args)
     try:

@@ -99,7 +99,7 @@ def load_analysis(path: str, args, progress: Progress, dataflow: bool = False, t
 
         analysis = analyze_training(loaded, entry=entry, conv_padding=padding)
     elif dataflow:  # rows plus the producers of every operand: fusion and exposed communication
-        from ..visitors.dataflow import analyze_dataflow
+        from ..analysis import analyze_dataflow
 
         analysis = analyze_dataflow(loaded, entry=entry, conv_padding=padding)
     else:

@@ -119,7 +119,7 @@ def split_backward(analysis, phase: list[str]) -> tuple[list[str], list[str]]:
     if producers is not None and len(producers) != len(rows):
         producers = None
     params = getattr(analysis, "param_args", None)
-    flow = _Flow(rows, producers, params)
+    flow = Flow(rows, producers, params)
     uses: dict = {}  # root of a forward operand -> [is the other operand a parameter?]
     weight_shapes = set()
     for i, r in enumerate(rows):
@@ -155,7 +155,7 @@ def split_backward(analysis, phase: list[str]) -> tuple[list[str], list[str]]:
     return grad, notes
 
 
-class _Flow:
+class Flow:
     """Where operands come from, through data movement: a row index, an argument key, or None."""
 
     def __init__(self, rows, producers, params):

@@ -180,8 +180,18 @@ def traceable(req: LowerRequest, obj):
 
 
 def lower_request(req: LowerRequest, stage: Callable[[str], None] | None = None) -> Lowered:
-    """Lower what ``req`` names; FrontendError (one sentence) for what cannot be. ``stage(text)`` hears what
-    it does as it goes (importing, building, tracing and lowering)."""
+    """Lower the forward of what ``req`` names; FrontendError (one sentence) for what cannot be. ``stage(text)``
+    hears what it does as it goes (importing, building, tracing and lowering). A training step (``req.train``
+    set) is lowered by :func:`mhlo_cost.lowering.lower_request`, which knows both."""
+    if req.train is not None:
+        raise FrontendError("a training step is lowered by mhlo_cost.lowering.lower_request")
+    return run_request(req, stage, _lower_forward)
+
+
+def run_request(req: LowerRequest, stage: Callable[[str], None] | None,
+                lower: Callable[[LowerRequest, Callable[[str], None]], Lowered]) -> Lowered:
+    """``lower(req, stage)`` once ``req`` names one model and its extras are there, with the frameworks'
+    chatter quieted and source locations made relative; ``info["seconds"]`` says how long it took."""
     from .preflight import check_request, relative_locations
 
     t0 = time.perf_counter()
@@ -191,25 +201,23 @@ def lower_request(req: LowerRequest, stage: Callable[[str], None] | None = None)
         raise FrontendError("name one model: a bundled --model, a --module, or --hf / --diffusers / --timm")
     check_request(req)  # the extras, a library's class name: before a minute of imports
     with quiet(req.verbose), relative_locations():
-        if req.train is not None:
-            from ..training import lower_request_step
-
-            stage("tracing and lowering the training step")
-            low = lower_request_step(req)
-        elif req.model is not None or req.frontend == "torch-xla":
-            stage(f"tracing and lowering with {req.frontend or 'jax'}")
-            low = _lower_by_frontend(req)
-        else:
-            try:
-                low = _lower_object(req, stage)
-            except (FrontendError, LowerFailed):
-                raise
-            except Exception as e:  # the model's code, or the frameworks tracing it
-                if os.environ.get("MHLO_COST_DEBUG"):
-                    raise
-                raise LowerFailed(failure_message(req, e)) from e
+        low = lower(req, stage)
     low.info.setdefault("seconds", time.perf_counter() - t0)
     return low
+
+
+def _lower_forward(req: LowerRequest, stage: Callable[[str], None]) -> Lowered:
+    if req.model is not None or req.frontend == "torch-xla":
+        stage(f"tracing and lowering with {req.frontend or 'jax'}")
+        return _lower_by_frontend(req)
+    try:
+        return _lower_object(req, stage)
+    except (FrontendError, LowerFailed):
+        raise
+    except Exception as e:  # the model's code, or the frameworks tracing it
+        if os.environ.get("MHLO_COST_DEBUG"):
+            raise
+        raise LowerFailed(failure_message(req, e)) from e
 
 
 def _lower_object(req: LowerRequest, stage: Callable[[str], None]) -> Lowered:

@@ -29,7 +29,7 @@ MODELS = ("stdit3",)
 
 
 
-def _exclude_from_source_locations() -> None:
+def exclude_from_source_locations() -> None:
     """Make JAX attribute each op's file:line to the user's torch code, not to torch, torchax or this file.
 
     JAX skips its own and the standard library's frames; where site-packages lies outside the standard
@@ -72,7 +72,7 @@ class _NoScopeJax:
 
 
 @contextlib.contextmanager
-def _mute_aten_scopes(enabled: bool):
+def mute_aten_scopes(enabled: bool):
     if not enabled:
         yield
         return
@@ -86,7 +86,7 @@ def _mute_aten_scopes(enabled: bool):
 
 
 @contextlib.contextmanager
-def _fold_unit_alpha(env, enabled: bool):
+def fold_unit_alpha(env, enabled: bool):
     """torchax lowers ``aten.add``/``aten.sub`` as ``x + y * alpha`` even for the default alpha of 1, which
     puts a multiply by one into the IR after every addition (XLA folds it away; a FLOP count would not).
     While active, those ops skip the multiply when alpha is 1."""
@@ -143,7 +143,7 @@ def _jax_dtype(dtype):
     return jax.dtypes.canonicalize_dtype(jax.numpy.dtype(dtype))
 
 
-def _spec(x, default_dtype):
+def as_spec(x, default_dtype):
     """Shape-like -> ShapeDtypeStruct: a ShapeDtypeStruct, a tensor or array, an ``inputs.TensorSpec``, a
     (shape, dtype) pair, or a bare shape (tuple of ints, given ``default_dtype``)."""
     from .inputs import TensorSpec
@@ -162,7 +162,7 @@ def _spec(x, default_dtype):
     raise TypeError(f"cannot read an input shape from {x!r}")
 
 
-def _state_specs(module) -> dict:
+def state_specs(module) -> dict:
     """Every parameter and buffer -> ShapeDtypeStruct, a tied or shared one once (under its first name, as
     ``state_dict`` and the framework hold it): ``functional_call`` ties the other names to it."""
     specs = {}
@@ -201,7 +201,7 @@ def module_dtype(module):
     return None
 
 
-def _resolve_module(module_or_factory, dtype):
+def resolve_module(module_or_factory, dtype):
     """A module, a zero-argument factory, or 'package.module:factory' -> module on the meta device."""
     import torch
 
@@ -242,21 +242,21 @@ def traceable(module, input_specs: Sequence, *, input_kwargs: dict | None = None
     named ``state['fc.weight']``, ``buffers['bn1.running_mean']``, so that the analysis tells them apart.
 
     ``input_specs`` are the positional inputs, ``input_kwargs`` the keyword ones (name -> spec), as
-    ShapeDtypeStructs or anything :func:`_spec` reads; ``kwargs`` are plain (static) keyword values.
+    ShapeDtypeStructs or anything :func:`as_spec` reads; ``kwargs`` are plain (static) keyword values.
     The function returns the tensors of the output as a flat list (:func:`tensor_leaves`).
     """
     import torch
 
     tx = import_torchax()
-    _exclude_from_source_locations()
+    exclude_from_source_locations()
     env = tx.default_env()
     default = module_dtype(module) or torch.float32
-    specs = _state_specs(module)
+    specs = state_specs(module)
     buffer_names = {n for n, _ in module.named_buffers()}
     state = {k: v for k, v in specs.items() if k not in buffer_names}
     buffers = {k: v for k, v in specs.items() if k in buffer_names}
-    args = tuple(_spec(s, default) for s in input_specs)
-    kw_specs = {k: _spec(v, default) for k, v in (input_kwargs or {}).items()}
+    args = tuple(as_spec(s, default) for s in input_specs)
+    kw_specs = {k: as_spec(v, default) for k, v in (input_kwargs or {}).items()}
     static_kwargs = dict(kwargs or {})
     clash = sorted(set(kw_specs) & set(static_kwargs))
     if clash:
@@ -267,8 +267,8 @@ def traceable(module, input_specs: Sequence, *, input_kwargs: dict | None = None
         scopes = module_scopes(module) if locations else contextlib.nullcontext()
         # Default device "jax": tensors the forward creates without a device (torch.arange(n)) become JAX
         # values too, instead of CPU tensors that torchax refuses to mix with its own.
-        with env, torch.device("jax"), scopes, _mute_aten_scopes(not aten_scopes), \
-                _fold_unit_alpha(env, fold_alpha), torch.no_grad():
+        with env, torch.device("jax"), scopes, mute_aten_scopes(not aten_scopes), \
+                fold_unit_alpha(env, fold_alpha), torch.no_grad():
             out = torch.func.functional_call(module, state_t, tuple(inputs_t), {**static_kwargs, **kw_t},
                                              strict=False)
         return env.t2j_iso(tensor_leaves(out))
@@ -283,7 +283,7 @@ def lower_jax(module, input_specs: Sequence, *, locations: bool = True, aten_sco
               input_kwargs: dict | None = None):
     """``jax.jit(...).lower(...)`` of ``module.forward`` through torchax, from shapes only (see
     :func:`traceable`). ``fold_alpha`` drops torchax's multiply-by-one in every add/sub (see
-    :func:`_fold_unit_alpha`). Returns the ``jax.stages.Lowered``."""
+    :func:`fold_unit_alpha`). Returns the ``jax.stages.Lowered``."""
     fn, args = traceable(module, input_specs, input_kwargs=input_kwargs, kwargs=kwargs, locations=locations,
                          aten_scopes=aten_scopes, fold_alpha=fold_alpha, name=name)
     return jax.jit(fn).lower(*args)
@@ -305,7 +305,7 @@ def lower_module(module_or_factory, input_shapes: Iterable, dtype="float32", *, 
     module is cast to (None keeps the module's). ``kwargs``: plain keyword arguments of ``forward``.
     Returns a ``Lowered`` (``text`` set, ``bytecode`` None).
     """
-    module = _resolve_module(module_or_factory, dtype)
+    module = resolve_module(module_or_factory, dtype)
     lowered = lower_jax(module, list(input_shapes), locations=locations, aten_scopes=aten_scopes, kwargs=kwargs,
                         input_kwargs=input_kwargs)
     return Lowered(text=_as_text(lowered, locations),

@@ -19,8 +19,8 @@ from operator import attrgetter, itemgetter
 
 import numpy as np
 
+from ..visitors.liveness import Return
 from .opclass import ALIAS, DUS, MULTI, NOVAL
-from .record import Return
 
 _VALUES, _USES, _DEFS, _NBYTES = attrgetter("values"), itemgetter(0), itemgetter(1), attrgetter("result.nbytes")
 _NONE = ((), (0,))  # a row looked at apart: reads nothing here, makes a placeholder of 0 bytes

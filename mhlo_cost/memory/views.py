@@ -2,7 +2,7 @@
 summary lines (where the peak is, whether it fits the chip) and the block columns."""
 from __future__ import annotations
 
-from ..analysis import int_series
+from ..series import int_series
 from .profile import MemoryProfile, profile
 
 #: The profile whose fusion groups the rows when --fuse is given without --hardware. The grouping reads no
@@ -11,7 +11,7 @@ GROUPING_PROFILE = "h100"
 
 
 def fused_profile(analysis, fusion=None, attention: str = "unfused") -> MemoryProfile:
-    """The fused estimate of ``analysis`` (made with :func:`mhlo_cost.roofline.analyze_dataflow`): values made
+    """The fused estimate of ``analysis`` (made with :func:`mhlo_cost.analysis.analyze_dataflow`): values made
     and used inside one kernel of ``fusion`` (by default :func:`mhlo_cost.roofline.fuse`'s, with ``attention``
     ``fused``: each attention one flash-attention kernel, whose scores are never stored) never stored."""
     if fusion is None:

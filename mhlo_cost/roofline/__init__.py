@@ -7,14 +7,13 @@
 * :mod:`.calibrate`: microbenchmarks on the local JAX device, written as a profile (``mhlo-cost calibrate``);
 * :mod:`.estimate`: :class:`Roofline`, a program's totals, its disassembly table and its blocks.
 
-The data flow the fusion reads comes from :func:`mhlo_cost.visitors.dataflow.analyze_dataflow`.
+The data flow the fusion reads comes from :func:`mhlo_cost.analysis.analyze_dataflow`.
 """
-from ..visitors.dataflow import DataflowAnalysis, analyze_dataflow
 from .estimate import Roofline, hardware_from_args
 from .fusion import ATTENTION_MODES, FUSE_MODES, Fusion, Kernel, fuse
 from .optime import BOUNDS, NO_KERNEL, OpTime, is_no_kernel, op_time
 
 __all__ = [
-    "ATTENTION_MODES", "BOUNDS", "DataflowAnalysis", "FUSE_MODES", "Fusion", "Kernel", "NO_KERNEL", "OpTime", "Roofline",
-    "analyze_dataflow", "fuse", "hardware_from_args", "is_no_kernel", "op_time",
+    "ATTENTION_MODES", "BOUNDS", "FUSE_MODES", "Fusion", "Kernel", "NO_KERNEL", "OpTime", "Roofline",
+    "fuse", "hardware_from_args", "is_no_kernel", "op_time",
 ]

@@ -288,7 +288,7 @@ def fuse(analysis, hw: Hardware, times: list[OpTime] | None = None, producers: l
     if producers is None:
         producers = getattr(analysis, "producers", None)
     if producers is None or len(producers) != len(rows):
-        raise ValueError("fuse() needs the data flow: analyse with roofline.analyze_dataflow()")
+        raise ValueError("fuse() needs the data flow: analyse with mhlo_cost.analysis.analyze_dataflow()")
     if attention not in ATTENTION_MODES:
         raise ValueError(f"unknown attention mode {attention!r}: choose one of {', '.join(ATTENTION_MODES)}")
     if times is None:

@@ -87,7 +87,7 @@ def library_request(point: Point):
 def analyse_text(text: str, conv_padding: str = "xla"):
     """The analysis ``report --hardware`` makes of the text (with the data flow)."""
     from ..loader import load
-    from ..visitors.dataflow import analyze_dataflow
+    from ..analysis import analyze_dataflow
 
     return analyze_dataflow(load(text), conv_padding=conv_padding)
 

@@ -14,10 +14,11 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
+from ..analysis import DataflowAnalysis
 from ..collectors import is_matmul
 from ..collectors.phases import BACKWARD, FORWARD, OPTIMIZER, PHASES, RECOMPUTE, Phases, assign_phases
 from ..types import TensorInfo
-from ..visitors.dataflow import DataflowAnalysis, _DataflowVisitor
+from ..visitors.dataflow import DataflowVisitor
 
 #: Row order of ``report --by phase``.
 PHASE_KEYS = (FORWARD, "backward/dgrad", "backward/wgrad", "backward/other", RECOMPUTE, OPTIMIZER)
@@ -32,7 +33,7 @@ class Argument:
     type: TensorInfo
 
 
-class _TrainingVisitor(_DataflowVisitor):
+class _TrainingVisitor(DataflowVisitor):
     """The data-flow walk that also reads the entry function's arguments, and sees through
     ``optimization_barrier`` (``jax.checkpoint`` passes a block's inputs through one before recomputing
     it): its i-th result comes from its i-th operand's producer."""
@@ -141,10 +142,10 @@ def phase_frame(analysis, phases: Phases | None = None, times=None) -> pd.DataFr
 def weight_parameters(analysis, phases: Phases) -> tuple[int, int]:
     """(N, D): elements of the parameters that enter forward matrix products (each once), and the tokens
     a step trains on, read as the rows the weights multiply (the value carrying the most weight FLOPs)."""
-    from ..collectors.phases import _Flow
+    from ..collectors.phases import Flow
 
     rows = analysis.rows
-    flow = _Flow(rows, getattr(analysis, "producers", None), getattr(analysis, "param_args", None))
+    flow = Flow(rows, getattr(analysis, "producers", None), getattr(analysis, "param_args", None))
     seen: dict = {}
     per_tokens: dict[int, int] = {}
     looped = 0

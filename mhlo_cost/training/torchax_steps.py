@@ -22,21 +22,21 @@ def _module_forward(module):
     import torch
 
     from ..frontends._torch_shim import import_torchax
-    from ..frontends.torchax_frontend import (_exclude_from_source_locations, _fold_unit_alpha,
-                                              _mute_aten_scopes, _state_specs, module_scopes)
+    from ..frontends.torchax_frontend import (exclude_from_source_locations, fold_unit_alpha,
+                                              mute_aten_scopes, state_specs, module_scopes)
 
     tx = import_torchax()
-    _exclude_from_source_locations()
+    exclude_from_source_locations()
     env = tx.default_env()
-    state = _state_specs(module)
+    state = state_specs(module)
     trainable = {n for n, p in module.named_parameters(remove_duplicate=False) if p.requires_grad}
     params = {k: v for k, v in state.items() if k in trainable}
     buffers = {k: v for k, v in state.items() if k not in trainable}
 
     def forward(params, buffers, *inputs):
         state_t, inputs_t = env.j2t_iso(({**params, **buffers}, inputs))
-        with env, torch.device("jax"), module_scopes(module), _mute_aten_scopes(True), \
-                _fold_unit_alpha(env, True), torch.no_grad():
+        with env, torch.device("jax"), module_scopes(module), mute_aten_scopes(True), \
+                fold_unit_alpha(env, True), torch.no_grad():
             out = torch.func.functional_call(module, state_t, tuple(inputs_t), {}, strict=False)
         return env.t2j_iso(out)
 
@@ -71,18 +71,18 @@ def lower_model(model: str, cfg, *, remat: str = "none", optimizer="adamw"):
 
 def lower_user_module(spec, input_shapes, dtype: str, *, loss="mse", optimizer="adamw"):
     """(jax Lowered, parameter shapes) of a user's ``nn.Module`` given a loss."""
-    from ..frontends.torchax_frontend import _resolve_module, _spec
+    from ..frontends.torchax_frontend import resolve_module, as_spec
     from .steps import lower_step
     from .user import loss_and_target
 
     try:
-        module = _resolve_module(spec, dtype)
+        module = resolve_module(spec, dtype)
     except TypeError as e:
         raise FrontendError(str(e)) from None
     with contextlib.suppress(AttributeError):
         module.train()
     forward, params, buffers = _module_forward(module)
-    inputs = tuple(_spec(s, dtype) for s in input_shapes)
+    inputs = tuple(as_spec(s, dtype) for s in input_shapes)
     out = jax.eval_shape(forward, params, buffers, *inputs)
     if not isinstance(out, jax.ShapeDtypeStruct):
         raise FrontendError(f"{spec}: the module must return one tensor to take a loss of")

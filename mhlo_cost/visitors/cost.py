@@ -3,9 +3,9 @@ from __future__ import annotations
 
 from jaxlib.mlir import ir
 
-from ..memory.record import LivenessMixin
 from .base import shared_short_name
 from .comm import CommIRVisitor
+from .liveness import LivenessMixin
 from .more_rules import MoreRules
 from .shardy import ShardyRules
 from .tflops import TFlopsVisitor
@@ -49,4 +49,4 @@ class CostRules(ShardyRules, CommIRVisitor, TFlopsVisitor, MoreRules, VectorVisi
 
 
 class CostVisitor(LivenessMixin, CostRules):
-    """:class:`CostRules` with the liveness record of :mod:`mhlo_cost.memory.record` (one walk for both)."""
+    """:class:`CostRules` with the liveness record of :mod:`mhlo_cost.visitors.liveness` (one walk for both)."""

@@ -2,13 +2,11 @@
 where each async collective's done is written (for overlap)."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
-from ..analysis import Analysis
 from .base import Row
 from .cost import CostVisitor
 
-class _DataflowVisitor(CostVisitor):
+
+class DataflowVisitor(CostVisitor):
     """:class:`CostVisitor` that also records, per row, the source of each operand: the producing row, a
     function argument (``("arg", id)``) or None (a loop-carried block argument, a call result it cannot
     follow). Rows replayed by calls, loops and branches get their sources remapped to the copies."""
@@ -182,25 +180,3 @@ class _DataflowVisitor(CostVisitor):
                     keys.append(None)
             out.append(tuple(keys))
         return out
-
-
-@dataclass
-class DataflowAnalysis(Analysis):
-    """An :class:`Analysis` whose ``producers[i]`` names the source of each operand of row ``i``:
-    the producing row's index (int), a function argument (``"argN"`` str), or None where unknown."""
-
-    producers: list = field(default_factory=list)
-    async_done: dict = field(default_factory=dict)  # async collective row -> last row before its done
-
-
-def analyze_dataflow(source, entry: str | None = None, conv_padding: str = "xla") -> DataflowAnalysis:
-    """:func:`mhlo_cost.analysis.analyze` that also records the data flow (for :func:`fuse`)."""
-    from ..analysis import walk
-    from .tflops import conv_padding_variant
-
-    found = {}
-    loaded, visitor = walk(source, conv_padding_variant(_DataflowVisitor, conv_padding), entry,
-                           after=lambda v: found.update(p=v.producers(), a=v.async_done()))
-    return DataflowAnalysis(visitor.rows, loaded.name, visitor.entry, visitor.warnings, producers=found["p"],
-                            async_done=found["a"], liveness=visitor.recording())
-

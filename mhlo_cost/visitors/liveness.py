@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 
 from jaxlib.mlir import ir
 
-from ..visitors.base import IRVisitor, short_name
-from ..visitors.locations import location_info
+from .base import IRVisitor, short_name
+from .locations import location_info
 
 #: Ops whose rows come from sub-walks; the mixin wraps their visit methods.
 REGION_OPS = ("call", "while", "case", "if", "manual_computation", "composite", "async_start")
