@@ -16,18 +16,18 @@ from __future__ import annotations
 import pandas as pd
 
 #: (dark, light) colours per block kind, in order of appearance; rows outside blocks are grey.
-_FAMILIES = [
+FAMILIES = [
     ("#1f5fa8", "#8fb8e6"),  # blue
     ("#d2691e", "#f5bf8e"),  # orange
     ("#2e8b57", "#9fd8b5"),  # green
     ("#7b4fa8", "#c7b0e3"),  # purple
 ]
-_GREY = ("#555555", "#b5b5b5")
+GREYS = ("#555555", "#b5b5b5")
 _COMM = "#c0392b"
 _HATCHES = ["", "//", "..", "xx"]
 
 
-def _label(block: str, kind: str, index) -> str:
+def block_label(block: str, kind: str, index) -> str:
     if kind and index is not None and not pd.isna(index):
         return f"{kind[:1].upper()}{int(index)}"
     return block
@@ -48,17 +48,17 @@ def plot_blocks(df: pd.DataFrame, path: str, title: str = "", fused: bool = Fals
         raise ValueError("plot_blocks() takes a block table without parts")
     layers, ylabel, note = _layers(d, fused)
     kinds = [k for k in dict.fromkeys(d["kind"]) if k]
-    family = {k: _FAMILIES[i % len(_FAMILIES)] for i, k in enumerate(kinds)}
+    family = {k: FAMILIES[i % len(FAMILIES)] for i, k in enumerate(kinds)}
     hatch = {k: _HATCHES[i % len(_HATCHES)] for i, k in enumerate(kinds)}
     n = len(d)
     width = max(8.0, min(40.0, 0.22 * n + 3))
     fig, ax = plt.subplots(figsize=(width, 5.2), dpi=110)
     _stack(ax, d, layers, family, hatch)
-    labels = [_label(b, k, i) for b, k, i in zip(d["block"], d["kind"], d["index"])]
+    labels = [block_label(b, k, i) for b, k, i in zip(d["block"], d["kind"], d["index"])]
     ax.set_xticks(list(range(n)))
     ax.set_xticklabels(labels, rotation=90, fontsize=7 if n > 40 else 8, family="monospace")
     for tick, k in zip(ax.get_xticklabels(), d["kind"]):
-        tick.set_color(family.get(k, _GREY)[0])
+        tick.set_color(family.get(k, GREYS)[0])
     ax.set_xlim(-0.7, n - 0.3)
     ax.set_ylabel(ylabel)
     ax.grid(axis="y", alpha=0.3)
@@ -112,7 +112,7 @@ def _stack(ax, d: pd.DataFrame, layers: list, family: dict, hatch: dict) -> None
         vals = [float(v) for v in values]
         if not any(vals):
             continue
-        colours = [_COMM if level == 2 else family.get(k, _GREY)[level] for k in d["kind"]]
+        colours = [_COMM if level == 2 else family.get(k, GREYS)[level] for k in d["kind"]]
         bars = ax.bar(list(range(n)), vals, bottom=bottom, color=colours, edgecolor="white", linewidth=0.4,
                       width=0.8)
         for b, k in zip(bars, d["kind"]):
@@ -133,12 +133,12 @@ def _legend(d: pd.DataFrame, layers: list, kinds: list, family: dict, hatch: dic
         if level == 2:
             handles.append(Patch(facecolor=_COMM, label=name))
         else:
-            handles.append(Patch(facecolor=_GREY[level], label=f"{name} ({shades[level]} shade)"))
+            handles.append(Patch(facecolor=GREYS[level], label=f"{name} ({shades[level]} shade)"))
     for k in kinds:
         handles.append(Patch(facecolor=family[k][0], hatch=hatch[k], edgecolor="white",
                              label=f"{k} blocks ({k[:1].upper()}n)"))
     if len(kinds) < len(d["kind"]) and any(not k for k in d["kind"]):
-        handles.append(Patch(facecolor=_GREY[0], label="outside blocks"))
+        handles.append(Patch(facecolor=GREYS[0], label="outside blocks"))
     return handles
 
 
@@ -177,9 +177,9 @@ def plot_memory(path: str, labels: list[str], kinds: dict, unfused, fused=None, 
     scale, unit = _byte_unit(top)
     fig, ax = plt.subplots(figsize=(12, 5.2), dpi=110)
     kind_order = [k for k in dict.fromkeys(kinds.values()) if k]
-    family = {k: _FAMILIES[i % len(_FAMILIES)] for i, k in enumerate(kind_order)}
+    family = {k: FAMILIES[i % len(FAMILIES)] for i, k in enumerate(kind_order)}
     for j, (s, e, lab, kind) in enumerate(_bands(labels, kinds)):
-        colour = family.get(kind, _GREY)[1]
+        colour = family.get(kind, GREYS)[1]
         ax.axvspan(s - 0.5, e - 0.5, color=colour, alpha=0.35 if j % 2 else 0.2, linewidth=0)
     x = range(len(labels))
     lines = [("unfused (every op its own kernel)", unfused, "#1a1a1a")]
@@ -211,7 +211,7 @@ def plot_memory(path: str, labels: list[str], kinds: dict, unfused, fused=None, 
     handles, _ = ax.get_legend_handles_labels()
     handles += [Patch(facecolor=family[k][1], alpha=0.5, label=f"{k} blocks") for k in kind_order]
     if any(not kinds.get(lab) for lab in labels):
-        handles.append(Patch(facecolor=_GREY[1], alpha=0.5, label="outside blocks"))
+        handles.append(Patch(facecolor=GREYS[1], alpha=0.5, label="outside blocks"))
     ax.legend(handles=handles, fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
     fig.tight_layout()
     fig.savefig(path)

@@ -32,7 +32,7 @@ IMPORTANT = ("status", "est_time_s", "est_time_fused_s", "bound", "latency_us", 
              "vector_flops", "kind", "operation", "output", "shape", "percent", "ops", "comm_bytes")
 
 
-def _is_int_column(s: pd.Series) -> bool:
+def is_int_column(s: pd.Series) -> bool:
     return pd.api.types.is_integer_dtype(s.dtype) or (
         s.dtype == object and len(s) > 0 and all(isinstance(v, int) and not isinstance(v, bool) for v in s))
 
@@ -45,10 +45,10 @@ def apply_unit(df: pd.DataFrame, unit: str, exact: bool = False) -> pd.DataFrame
     out = df.copy()
     conv = exact_scale if exact else scale
     for c in out.columns:
-        if scaled_column(str(c)) and _is_int_column(out[c]):
+        if scaled_column(str(c)) and is_int_column(out[c]):
             out[c] = [conv(v, unit) for v in out[c]]
     return out.rename(columns={c: unit_name(str(c), unit) for c in out.columns
-                               if scaled_column(str(c)) and _is_int_column(df[c])})
+                               if scaled_column(str(c)) and is_int_column(df[c])})
 
 
 def _cell(v) -> str:
@@ -92,7 +92,7 @@ def _text_view(df: pd.DataFrame, unit: str) -> tuple[list[str], list[list[str]],
     for orig, name in zip(df.columns, view.columns):
         values = list(view[name])
         name, col = str(name), df[orig]
-        is_num = _is_int_column(col) or pd.api.types.is_float_dtype(col.dtype)
+        is_num = is_int_column(col) or pd.api.types.is_float_dtype(col.dtype)
         if is_time_column(name) and pd.api.types.is_float_dtype(col.dtype):
             headers.append(f"{name[:-2]}[{tu}]")
             columns.append([_fixed(v, size, decimals_for(values, size)) for v in values])

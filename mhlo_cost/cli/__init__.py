@@ -44,9 +44,9 @@ def _input_errors() -> tuple:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from .common import _SAID
+    from .common import SAID
 
-    _SAID.clear()
+    SAID.clear()
     ARGV[:] = sys.argv[1:] if argv is None else [str(a) for a in argv]
     try:
         try:

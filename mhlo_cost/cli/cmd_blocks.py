@@ -10,7 +10,7 @@ def cmd_blocks(args) -> int:
     import pandas as pd
 
     from ..report import render
-    from .cmd_report import _keep_blocks
+    from .cmd_report import keep_blocks
 
     hw = hardware_from_options(args)
     claim_output(args)
@@ -21,7 +21,7 @@ def cmd_blocks(args) -> int:
                                  training=True)
         rf = make_roofline(analysis, hw, args, progress) if hw is not None else None
         df = block_frame(analysis, args, parts=args.parts, roofline=rf, fused_memory=fused_memory(analysis, args, rf))
-        df = _keep_blocks(df, args)
+        df = keep_blocks(df, args)
         if len(args.file) > 1:
             df.insert(0, "file", analysis.source)
         frames.append(df)

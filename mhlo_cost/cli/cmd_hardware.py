@@ -9,9 +9,9 @@ from .common import EXIT_OK
 def _chips(path):
     """The chips of the user's file ``path`` (first) and the shipped ones, each name once."""
     from ..hardware import list_profiles
-    from ..network.systems import _file_profiles
+    from ..network.systems import file_profiles
 
-    chips, systems = _file_profiles(path) if path else ({}, {})
+    chips, systems = file_profiles(path) if path else ({}, {})
     seen = set(chips)
     return list(chips.values()) + [p for p in list_profiles() if p.name not in seen], systems
 

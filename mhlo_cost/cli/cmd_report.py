@@ -120,7 +120,7 @@ def _view(analysis, args, hw, progress):
         df = op_list(part, args.top)
     elif by == "block":
         df = block_frame(analysis, args, roofline=rf, fused_memory=fused, parts=args.parts)
-        df = _keep_blocks(df, args)
+        df = keep_blocks(df, args)
         if keep is None and not getattr(args, "scope", None):  # the whole program's headline over its blocks
             from ..headline import headline
 
@@ -160,7 +160,7 @@ def _keep_ops(df, analysis, keep, top):
     return df.reset_index(drop=True)
 
 
-def _keep_blocks(df, args):
+def keep_blocks(df, args):
     import re
 
     """The rows of the block named by --block, or whose names --scope matches (the program's TOTAL left out)."""

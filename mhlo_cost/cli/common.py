@@ -30,15 +30,15 @@ def _size(path: str) -> str:
     return f", {n / 1e6:.1f} MB" if n >= 1e5 else ""
 
 
-_SAID: set = set()  # the lines said this run: each once
+SAID: set = set()  # the lines said this run: each once
 
 
 def say(args, text: str, note: bool = False) -> None:
     """``mhlo-cost: text`` on stderr, once per run; a ``note`` (what was found, what was written, facts
     that change no figure) never under ``-q``."""
-    if (note and getattr(args, "quiet", False)) or text in _SAID:
+    if (note and getattr(args, "quiet", False)) or text in SAID:
         return
-    _SAID.add(text)
+    SAID.add(text)
     for p in ACTIVE_PROGRESS:  # a line drawn in place on a terminal ends first
         p.clear()
     print(f"mhlo-cost: {text}", file=sys.stderr)

@@ -18,7 +18,7 @@ def with_total(df, label: str | None = None):
     import pandas as pd
 
     from ..analysis import int_series
-    from ..report import _is_int_column
+    from ..report import is_int_column
 
     label = label or str(df.columns[0])
     data = {}
@@ -26,12 +26,12 @@ def with_total(df, label: str | None = None):
         col = df[c]
         if c == label:
             data[c] = list(col) + [TOTAL]
-        elif c not in NOT_SUMMED and _is_int_column(col):
+        elif c not in NOT_SUMMED and is_int_column(col):
             data[c] = int_series([int(v) for v in col] + [sum(int(v) for v in col)])
         elif c not in NOT_SUMMED and pd.api.types.is_float_dtype(col.dtype) and str(c).endswith("_s"):
             data[c] = pd.Series(list(col) + [math.fsum(v for v in col if not math.isnan(v))], dtype="float64")
         else:
-            data[c] = pd.Series(list(col) + [None], dtype=object if not _is_int_column(col) else "Int64")
+            data[c] = pd.Series(list(col) + [None], dtype=object if not is_int_column(col) else "Int64")
     return pd.DataFrame(data)
 
 

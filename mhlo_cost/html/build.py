@@ -15,7 +15,7 @@ from .. import __version__
 from ..blocks import TOTAL, block_table, row_labels
 from ..figures import summary_pairs
 from ..headline import headline
-from ..plot import _label
+from ..plot import block_label
 from .charts import block_bars, block_lines, kind_colours, memory_timeline, share_bars
 from .details import block_details
 from .fmt import auto_prefix, esc, family, human_time
@@ -207,7 +207,7 @@ def _memory(analysis, df, blocks, rf, timeline) -> str:
             if i == len(labels) or labels[i] != labels[start]:
                 b = known.get(labels[start][0] if labels[start] else "")
                 if b is not None:
-                    bands.append((start, i, b.name, b.kind, _label(b.name, b.kind, b.index)))
+                    bands.append((start, i, b.name, b.kind, block_label(b.name, b.kind, b.index)))
                 start = i
         cap = rf.hw.hbm_capacity if rf is not None else 0.0
         out += memory_timeline(series, bands, cap)

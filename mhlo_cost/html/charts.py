@@ -5,7 +5,7 @@ import math
 
 import pandas as pd
 
-from ..plot import _FAMILIES, _GREY, _label
+from ..plot import FAMILIES, GREYS, block_label
 from .fmt import TIME_UNITS, prefix_for, auto_prefix, esc, human_time
 from .svg import (KIND_COLOURS, GREY, Scale, f1, legend, line, nice_max, open_svg, rect, text, tip, y_axis)
 
@@ -15,7 +15,7 @@ COMM = "#c0392b"
 
 def _families(kinds) -> dict[str, tuple[str, str]]:
     named = [k for k in dict.fromkeys(kinds) if k]
-    return {k: _FAMILIES[i % len(_FAMILIES)] for i, k in enumerate(named)}
+    return {k: FAMILIES[i % len(FAMILIES)] for i, k in enumerate(named)}
 
 
 def _time_unit(top: float) -> tuple[str, float]:
@@ -62,13 +62,13 @@ def block_bars(df: pd.DataFrame, fused: bool = False) -> str:
     out = [open_svg(W, h, f"{what} ({uname}), one bar per block")]
     out += y_axis(ys, left, W - right, f"{what.split(',')[0]} ({uname})")
     for i, (block, kind, index) in enumerate(zip(d["block"], d["kind"], d["index"])):
-        out.append(_bar((block, kind, index), stacks[i], left + i * step, step, ys, fam.get(kind, _GREY), uname))
-    items = [(label, COMM if shade == 2 else _GREY[shade]) for label, vals, shade in layers
+        out.append(_bar((block, kind, index), stacks[i], left + i * step, step, ys, fam.get(kind, GREYS), uname))
+    items = [(label, COMM if shade == 2 else GREYS[shade]) for label, vals, shade in layers
              if any(float(v) > 0 for v in vals)]
-    items = [(a if c == COMM else f"{a} ({'dark' if c == _GREY[0] else 'light'} shade)", c) for a, c in items]
+    items = [(a if c == COMM else f"{a} ({'dark' if c == GREYS[0] else 'light'} shade)", c) for a, c in items]
     items += [(f"{k} blocks ({k[:1].upper()}n)", fam[k][0]) for k in fam]
     if any(not k for k in d["kind"]):
-        items.append(("outside blocks", _GREY[0]))
+        items.append(("outside blocks", GREYS[0]))
     out += legend(items, left, 16, W - left - right)
     out.append("</svg>")
     return "".join(out)
@@ -86,7 +86,7 @@ def _bar(name: tuple, stack, x0: float, step: float, ys: Scale, colours, uname: 
     block, kind, index = name
     head = block + (f" ({kind} {int(index)})" if kind and not pd.isna(index) else "")
     hit = rect(x0, ys.b, step, ys(0.0) - ys.b, "transparent", ' class="hit"')
-    lab = _label(block, kind, index)
+    lab = block_label(block, kind, index)
     return (f'<g class="bar" data-block="{esc(block)}"'
             f'{tip(f"{head}: {desc}; total {_val(acc, uname)}. Click: its parts and top ops")}>'
             + hit + "".join(segs)
@@ -195,7 +195,7 @@ def _bands(bands: list[tuple], xs: Scale, ys: Scale, top: float) -> list[str]:
     out = []
     for i, (a, b, name, kind, label) in enumerate(bands):
         x0, x1 = xs(a), xs(b)
-        shade = fam.get(kind, _GREY)[1]
+        shade = fam.get(kind, GREYS)[1]
         mark = text((x0 + x1) / 2, top + 11, label, "middle", "tick") if x1 - x0 >= 7 * len(label) + 4 else ""
         out.append(f'<g data-block="{esc(name)}"{tip(f"{name}: {a} to {b - 1}")}>'
                    + rect(x0, top, x1 - x0, ys(0.0) - top, shade, f' class="band b{i % 2}"') + mark + "</g>")
@@ -208,5 +208,5 @@ def block_lines(df: pd.DataFrame, cols: list[str], title: str) -> str:
     if not len(d) or not cols:
         return ""
     series = {c: [int(v) if not pd.isna(v) else 0 for v in d[c]] for c in cols}
-    bands = [(i, i + 1, b, k, _label(b, k, x)) for i, (b, k, x) in enumerate(zip(d["block"], d["kind"], d["index"]))]
+    bands = [(i, i + 1, b, k, block_label(b, k, x)) for i, (b, k, x) in enumerate(zip(d["block"], d["kind"], d["index"]))]
     return memory_timeline(series, bands, title=title, steps=True, place="block")

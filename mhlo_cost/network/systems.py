@@ -194,7 +194,7 @@ def system_names() -> list[str]:
     return [s.name for s in list_systems()]
 
 
-def _file_profiles(path) -> tuple[dict, dict]:
+def file_profiles(path) -> tuple[dict, dict]:
     """(chips, systems) of a user's TOML file; a file may hold either or both."""
     p = Path(path)
     try:
@@ -217,7 +217,7 @@ def resolve_profile(name: str | None, path=None) -> Hardware | None:
     """The chip or system named ``name`` (the user's file ``path`` first, then the shipped systems and
     chips); the file's only system (or, without systems, its only chip) where no name is given; None where
     neither is."""
-    chips, systems = _file_profiles(path) if path else ({}, {})
+    chips, systems = file_profiles(path) if path else ({}, {})
     if name is None:
         if not path:
             return None

@@ -11,7 +11,7 @@ from ..network import CollectiveEstimate, Exposure, exposed_comm, resolve_profil
 from ..types import TensorInfo
 from ..visitors.base import Row, short_name
 from .fusion import FUSE_MODES, fuse
-from .optime import _unit_peaks, op_time
+from .optime import unit_peaks, op_time
 
 
 class Roofline:
@@ -95,7 +95,7 @@ class Roofline:
 
     @property
     def reference_peak(self) -> float:
-        return _unit_peaks(self.analysis.rows, self.times) or self.hw.vector_peak("f32")
+        return unit_peaks(self.analysis.rows, self.times) or self.hw.vector_peak("f32")
 
     def summary(self, steps: int = 1) -> dict:
         """Totals for one forward, and for ``steps`` of them (a run), with achieved utilisation:

@@ -169,7 +169,7 @@ def op_time(r: Row, hw: Hardware) -> OpTime:
     return OpTime(compute, memory, 0.0, overhead, flops, peak, bound, unit)
 
 
-def _unit_peaks(rows, times) -> float:
+def unit_peaks(rows, times) -> float:
     """The reference peak for a whole program's utilisation: the matrix peak of the dtype that carries the
     most GEMM/conv FLOPs (the vector f32 peak for a program without any)."""
     best, peak = -1, 0.0
