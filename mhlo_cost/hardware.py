@@ -1,12 +1,5 @@
 """Hardware profiles: peak rates of a chip, for turning counted costs into time.
 
-Profiles live in TOML files written in human units (TFLOP/s, GB/s, GB, us) with
-decimal prefixes as vendors use them (1 GB = 1e9 bytes); this module converts
-them to exact SI floats (FLOP/s, bytes/s, bytes, seconds).  The shipped
-profiles are in ``mhlo_cost/data/hardware.toml``; ``hardware_template.toml``
-next to it is a commented template for a user's own chip, loadable with
-:func:`load_profiles`.
-
 The profile itself (:class:`Hardware`: dtype names, fallback rules, time models) is in
 :mod:`mhlo_cost.hardware_profile`; reading and checking the TOML files, the shipped profiles and the
 lookup by name or alias in :mod:`mhlo_cost.hardware_toml`. Import both from here.
