@@ -250,7 +250,6 @@ class IRVisitor(DialectRules):
             return
         self.replay(self.collect(self.visit_region, body), trips, scope, f"{what} x{trips}")
 
-
     def visit_while(self, op: ir.Operation) -> None:
         cond, body = op.regions[0], op.regions[1]
         trips = trip_count(op)
