@@ -1,0 +1,83 @@
+"""``mhlo-cost train-plan``: one training configuration's iteration breakdown and memory per GPU, or
+(``--sweep GPUS``) every tensor x pipeline x data split of a model ranked by iteration time among those
+that fit. The per-device layer is lowered from shapes once per distinct shape (:mod:`mhlo_cost.scale`)."""
+from __future__ import annotations
+
+import sys
+
+from .common import EXIT_OK, UserError, positive_int, write_output
+
+
+def _config(args):
+    from ..scale.config import MODELS, RECOMPUTE, ScaleConfig, model_config
+
+    dims = {k: getattr(args, k) for k in ("layers", "hidden", "heads", "seq", "vocab") if getattr(args, k)}
+    try:
+        base = model_config(args.model, **dims) if args.model else ScaleConfig(**dims)
+    except (TypeError, ValueError) as e:
+        raise UserError(f"{e}; models: {', '.join(MODELS)}") from None
+    if args.recompute not in RECOMPUTE:
+        raise UserError(f"--recompute must be one of {', '.join(RECOMPUTE)}")
+    return base.with_split(t=args.t, p=args.p, d=args.d, sp=args.sp, interleave=args.interleave,
+                           micro_batch=args.micro_batch, global_batch=args.global_batch,
+                           recompute=args.recompute, dp_comm=args.dp_comm, dp_overlap=args.dp_overlap)
+
+
+def cmd_train_plan(args) -> int:
+    from ..network import resolve_profile
+    from ..report import render
+    from ..scale.plan import breakdown_frame, facts, plan, sweep
+
+    hw = resolve_profile(args.hardware, getattr(args, "hardware_file", None))
+    cfg = _config(args)
+    if args.sweep:
+        df, skipped = sweep(cfg, args.sweep, hw, args.cache)
+        out = render(df, args.format, "raw", title=f"{args.sweep} GPUs of {hw.name}: splits ranked by "
+                     f"iteration time among those that fit", wide=True)
+        if args.format == "table" and len(skipped):
+            out += f"\n{len(skipped)} split(s) skipped:\n" + render(skipped, "table", "raw", wide=True)
+        write_output(out, args.output)
+        return EXIT_OK
+    why = cfg.invalid()
+    if why:
+        raise UserError(f"invalid training configuration: {why}")
+    p = plan(cfg, hw, args.cache)
+    if args.format == "json":
+        import json
+
+        payload = {"config": p.row(), "counts": p.iteration.counts, "memory": p.memory,
+                   "breakdown": breakdown_frame(p).to_dict(orient="records")}
+        write_output(json.dumps(payload, indent=1, sort_keys=True, default=str) + "\n", args.output)
+        return EXIT_OK
+    out = render(breakdown_frame(p), args.format, "raw", title=f"one iteration per GPU on {hw.name}")
+    if args.format == "table":
+        out += "\n".join(facts(p)) + "\n"
+    write_output(out, args.output)
+    return EXIT_OK
+
+
+def register(sub) -> None:
+    p = sub.add_parser("train-plan", help="a training configuration's iteration time and memory at scale, or a sweep",
+                       description="Megatron-style tensor (column/row, optional sequence parallel) x pipeline "
+                                   "(1F1B or interleaved) x data parallel training of a GPT-style decoder: the "
+                                   "per-device layer is lowered from shapes and analysed once, the iteration "
+                                   "composed from it on the system's network.")
+    p.add_argument("--model", help="gpt-22b, gpt-175b, gpt-530b, gpt-1t (Korthikanti et al. 2022); or give the sizes")
+    for k in ("layers", "hidden", "heads", "seq", "vocab"):
+        p.add_argument(f"--{k}", type=positive_int)
+    p.add_argument("--hardware", default="selene", help="a system profile (default: selene)")
+    p.add_argument("-t", type=positive_int, default=1, help="tensor degree")
+    p.add_argument("-p", type=positive_int, default=1, help="pipeline degree")
+    p.add_argument("-d", type=positive_int, default=1, help="data degree")
+    p.add_argument("--sp", action="store_true", help="sequence parallelism")
+    p.add_argument("--interleave", type=positive_int, default=1, help="virtual stages per device (1: 1F1B)")
+    p.add_argument("--micro-batch", type=positive_int, default=1)
+    p.add_argument("--global-batch", type=positive_int, default=1)
+    p.add_argument("--recompute", default="none", help="none, selective, full")
+    p.add_argument("--dp-comm", default="all_reduce", choices=("all_reduce", "zero"))
+    p.add_argument("--dp-overlap", action="store_true", help="the gradient reduction overlaps the last backward")
+    p.add_argument("--sweep", type=positive_int, metavar="GPUS", help="rank every split of GPUS devices")
+    p.add_argument("--cache", metavar="DIR", help="keep each lowered layer's analysis here")
+    p.add_argument("--format", default="table", choices=("table", "csv", "json", "markdown"))
+    p.add_argument("-o", "--output", metavar="FILE")
+    p.set_defaults(func=cmd_train_plan)

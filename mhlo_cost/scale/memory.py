@@ -1,0 +1,62 @@
+"""Bytes per GPU of a training configuration, by category, on the device that holds the most (the first
+pipeline stage), as exact ints from the per-device layer's IR.
+
+* weights: the layer's bf16 weight arguments x layers per stage;
+* gradients: Megatron's fp32 gradient buffer (``main_grad``), 4 bytes per weight element;
+* optimizer state: the fp32 master weights and AdamW's two moments (the step's donated fp32 arguments),
+  divided by ``d`` when the optimizer state is sharded (``dp_comm="zero"``);
+* activations: what one micro-batch of one layer keeps (the tensors the backward reads from the forward,
+  from the IR's data flow; with full recompute, the layer's input), times the layer-micro-batches the first
+  stage holds at once: 1F1B keeps ``min(p, m)`` micro-batches of its ``L/p`` layers; the interleaved
+  schedule ``(1 + (p - 1)/(p v))`` times as many (Korthikanti et al. 2022, section 4.2.3).
+
+The embedding and LM head weights and the logits are left out (as in Korthikanti's Figure 1).
+"""
+from __future__ import annotations
+
+from fractions import Fraction
+
+from .config import ScaleConfig
+from .costs import LayerCost
+
+CATEGORIES = ("weights", "gradients", "optimizer_state", "activations")
+
+
+def held_layer_microbatches(cfg: ScaleConfig) -> Fraction:
+    """Layer-micro-batches of activations the first stage holds at its peak (exact)."""
+    held = Fraction(cfg.layers_per_stage * min(cfg.p, cfg.micro_batches))
+    if cfg.interleave > 1:
+        held *= 1 + Fraction(cfg.p - 1, cfg.p * cfg.interleave)
+    return held
+
+
+def memory(cfg: ScaleConfig, cost: LayerCost, capacity: float | None = None) -> dict:
+    """Bytes per GPU by category, their ``total``, and ``fits`` where ``capacity`` (bytes) is given."""
+    lps = cfg.layers_per_stage
+    shard = cfg.d if cfg.dp_comm == "zero" else 1
+    held = held_layer_microbatches(cfg) * cost.activation_bytes
+    out = {
+        "weights": cost.weight_bytes * lps,
+        "gradients": cost.weight_elems * 4 * lps,
+        "optimizer_state": (cost.master_bytes + cost.moment_bytes) * lps // shard,
+        "activations": held.numerator // held.denominator,
+    }
+    out["total"] = sum(out[k] for k in CATEGORIES)
+    if capacity:
+        out["capacity"] = int(capacity)
+        out["fits"] = out["total"] <= capacity
+    return out
+
+
+def korthikanti_layer_bytes(cfg: ScaleConfig) -> Fraction:
+    """Korthikanti et al. 2022's activation bytes per layer per micro-batch (their Table 2), for checks:
+    ``sbh (10 + 24/t + 5as/(ht))`` (tensor parallel), ``sbh/t (34 + 5as/h)`` (with sequence parallelism),
+    the ``5as/h`` term dropped under selective recompute, ``2sbh`` (``/t`` with sequence parallel) under full."""
+    s, b, h, a, t = cfg.seq, cfg.micro_batch, cfg.hidden, cfg.heads, cfg.t
+    sbh = Fraction(s * b * h)
+    if cfg.recompute == "full":
+        return 2 * sbh / (t if cfg.sp else 1)
+    attn = Fraction(5 * a * s, h) if cfg.recompute == "none" else 0
+    if cfg.sp:
+        return sbh / t * (34 + attn)
+    return sbh * (10 + Fraction(24, t) + attn / t)

@@ -1,0 +1,111 @@
+"""A training plan: the iteration breakdown and memory of one configuration, and the sweep over splits.
+
+:func:`plan` lowers (once per distinct layer shape), composes and returns a :class:`Plan`;
+:func:`breakdown_frame` is its per-iteration table (compute by phase, exposed tensor-parallel
+communication, bubble, point-to-point, exposed data-parallel reduction, optimizer), :func:`splits` the
+configurations of a model on ``gpus`` devices (each valid one, or the reason it is not), and :func:`sweep`
+their table ranked by iteration time among those that fit.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from itertools import product
+
+import pandas as pd
+
+from .compose import Iteration, compose
+from .config import ScaleConfig
+from .costs import layer_cost
+from .memory import CATEGORIES, memory
+
+
+@dataclass(frozen=True)
+class Plan:
+    cfg: ScaleConfig
+    iteration: Iteration
+    memory: dict
+
+    def row(self) -> dict:
+        r = self.iteration.row()
+        r.update({f"mem_{k}": self.memory[k] for k in (*CATEGORIES, "total")})
+        r["fits"] = self.memory.get("fits", True)
+        return r
+
+
+def plan(cfg: ScaleConfig, hw, cache_dir: str | os.PathLike | None = None) -> Plan:
+    why = cfg.invalid()
+    if why:
+        raise ValueError(f"invalid training configuration: {why}")
+    cost = layer_cost(cfg, hw, cache_dir)
+    head = layer_cost(cfg, hw, cache_dir, part="head")
+    it = compose(cfg, cost, hw, head)
+    return Plan(cfg, it, memory(cfg, cost, getattr(hw, "hbm_capacity", None)))
+
+
+def breakdown_frame(p: Plan) -> pd.DataFrame:
+    """One row per component of the iteration (seconds, share of the total), the memory beneath."""
+    it = p.iteration
+    parts = [("compute/forward", it.compute["forward"]), ("compute/backward", it.compute["backward"]),
+             ("compute/recompute", it.compute["recompute"]), ("tp_comm (exposed)", it.tp_comm),
+             ("pipeline bubble", it.bubble), ("p2p", it.p2p), ("dp_comm (exposed)", it.dp_exposed),
+             ("optimizer", it.optimizer)]
+    total = it.total
+    df = pd.DataFrame({"component": [k for k, _ in parts] + ["TOTAL"],
+                       "seconds": [round(v, 6) for _, v in parts] + [round(total, 6)],
+                       "share": [round(v / total, 4) if total else 0.0 for _, v in parts] + [1.0]})
+    return df
+
+
+def facts(p: Plan) -> list[str]:
+    """The lines under the breakdown: FLOPs, MFU, memory, the schedule's exact counts."""
+    c, m, cfg = p.iteration.counts, p.memory, p.cfg
+    gib = 2 ** 30
+    lines = [
+        f"configuration: {cfg.label()} on {cfg.gpus} GPUs; {c['micro_batches']} micro-batches of "
+        f"{cfg.micro_batch}; bubble fraction (p-1)/(v m) = {c['bubble_fraction']}",
+        f"model FLOPs {c['model_flops']:,} (forward + backward from the IR; closed form "
+        f"{c['formula_flops']:,}, 6ND with N = 12 L h^2: {c['rule_6nd']:,}); hardware FLOPs "
+        f"{c['hardware_flops']:,} (recompute included)",
+        f"MFU {c['mfu']:.1%}, HFU {c['hfu']:.1%} of the bf16 peak",
+        "memory per GPU (first stage): " + ", ".join(f"{k.replace('_', ' ')} {m[k] / gib:.2f} GiB"
+                                                    for k in (*CATEGORIES, "total"))
+        + (f"; {'fits' if m['fits'] else 'does NOT fit'} in {m['capacity'] / gib:.1f} GiB" if "fits" in m else ""),
+    ]
+    return lines
+
+
+def splits(base: ScaleConfig, gpus: int, *, micro_batches=(1, 2, 4), recomputes=("full", "selective"),
+           interleaves=(1, 2, 3), max_t: int = 8):
+    """(config, reason or None) for every tensor x pipeline x data split of ``gpus`` (t a power of two up to
+    ``max_t``, sequence parallelism on where t > 1), micro-batch, recompute and interleaving."""
+    for t in (1, 2, 4, 8, 16, 32, 64):
+        if gpus % t or t > max_t and t > 8:
+            continue
+        for pp in range(1, gpus // t + 1):
+            if (gpus // t) % pp:
+                continue
+            d = gpus // (t * pp)
+            for mb, rc, v in product(micro_batches, recomputes, interleaves):
+                if v > 1 and pp == 1:
+                    continue
+                cfg = base.with_split(t=t, p=pp, d=d, sp=t > 1, micro_batch=mb, recompute=rc, interleave=v)
+                why = cfg.invalid() or (f"tensor degree {t} above {max_t} (beyond one node's NVLink)"
+                                        if t > max_t else None)
+                yield cfg, why
+
+
+def sweep(base: ScaleConfig, gpus: int, hw, cache_dir=None, **kw) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(ranked table of the valid splits, table of the skipped ones with their reason)."""
+    rows, skipped = [], []
+    for cfg, why in splits(base, gpus, **kw):
+        if why:
+            skipped.append({"config": cfg.label(), "reason": why})
+            continue
+        rows.append(plan(cfg, hw, cache_dir).row())
+    df = pd.DataFrame(rows)
+    if len(df):
+        df = df.sort_values(["fits", "iteration_s", "config"], ascending=[False, True, True], kind="stable")
+        df.insert(0, "rank", [i + 1 if f else 0 for i, f in enumerate(df["fits"])])
+        df = df.reset_index(drop=True)
+    return df, pd.DataFrame(skipped, columns=["config", "reason"])
