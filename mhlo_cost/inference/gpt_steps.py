@@ -18,6 +18,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from ..models import gpt
+from ..models.layers import softmax
 from ..models.stdit3_kernels import dense, dot_product_attention
 from .cache import CacheLayout, LayerCache
 
@@ -87,13 +88,22 @@ def make_prefill(cfg: gpt.GPTConfig):
     return prefill
 
 
+def cached_attention(q, kc, vc, pos):
+    """q (B, 1, H, D) against the cache in its own layout (B, H, L, D), positions after ``pos`` masked:
+    two dot_generals batched over (B, H), the softmax in float32, no copy of the cache."""
+    q = q * (q.shape[-1] ** -0.5)
+    s = lax.dot_general(q, kc, (((3,), (3,)), ((0, 2), (0, 1)))).astype(jnp.float32)  # (B, H, 1, L)
+    mask = jnp.broadcast_to((lax.iota(jnp.int32, kc.shape[2]) <= pos)[None, None, None, :], s.shape)
+    s = lax.select(mask, s, jnp.full(s.shape, -1e30, s.dtype))
+    p = softmax(s, axis=-1).astype(vc.dtype)
+    o = lax.dot_general(p, vc, (((3,), (2,)), ((0, 1), (0, 1))))  # (B, H, 1, D)
+    return jnp.transpose(o, (0, 2, 1, 3))
+
+
 def make_decode(cfg: gpt.GPTConfig):
     def decode(params, cache, tokens, pos):
         def attend(q, kc, vc, k, v):  # the new token attends to every cached position up to ``pos``
-            keys = jnp.transpose(kc, (0, 2, 1, 3))
-            values = jnp.transpose(vc, (0, 2, 1, 3))
-            mask = (lax.iota(jnp.int32, keys.shape[1]) <= pos)[None, :]
-            return dot_product_attention(q, keys, values, mask)
+            return cached_attention(q, kc, vc, pos)
 
         return _run(params, cache, tokens, pos, cfg, attend)
 
