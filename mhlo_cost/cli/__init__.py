@@ -11,12 +11,12 @@ import sys
 
 from .. import __version__
 from . import (cmd_baseline, cmd_blocks, cmd_calibrate, cmd_hardware, cmd_lower, cmd_plot, cmd_report,
-               cmd_sweep, cmd_train_plan)
+               cmd_serve, cmd_sweep, cmd_train_plan)
 from .common import ARGV, EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_OK, Parser, UserError, stop_progress
 
 #: The command modules, in the order ``--help`` lists them; each has ``register(subparsers)``.
-COMMANDS = (cmd_lower, cmd_report, cmd_blocks, cmd_plot, cmd_sweep, cmd_train_plan, cmd_calibrate, cmd_baseline,
-            cmd_hardware)
+COMMANDS = (cmd_lower, cmd_report, cmd_blocks, cmd_plot, cmd_sweep, cmd_serve, cmd_train_plan, cmd_calibrate,
+            cmd_baseline, cmd_hardware)
 
 
 def build_parser() -> argparse.ArgumentParser:

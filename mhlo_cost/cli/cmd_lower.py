@@ -63,6 +63,10 @@ def register(sub) -> None:
     train.add_argument("--optimizer", choices=("adamw", "adam", "sgd"), default="adamw", help="default adamw")
     train.add_argument("--loss", default="mse", metavar="mse|xent|PKG.MOD:FN",
                        help="--module: the loss against a target of the output's shape (default mse)")
+    from .cmd_serve import add_step_options
+
+    add_step_options(p.add_argument_group("an inference step instead of the forward (--model gpt, --hf; see "
+                                          "serve)"), lower=True)
     p.set_defaults(func=cmd_lower)
 
 
@@ -215,6 +219,31 @@ def _shape_note(args) -> None:
             say(args, f"warning: {note}")
 
 
+def _lower_step(args, bar) -> int:
+    """``--decode`` / ``--prefill``: the inference step (:mod:`mhlo_cost.inference`), its IR written."""
+    from ..frontends import FrontendError, write
+    from ..frontends.api import LowerFailed
+    from ..inference import lower_step
+    from .cmd_serve import step_request
+
+    req = step_request(args, args.batch, args.tokens)
+    say(args, f"lowering {req.describe()} -> {args.output or 'stdout'}", note=True)
+    bar.stage("lowering the step")
+    try:
+        step = lower_step(req)
+        res = write(step.lowered, args.output, locations=args.locations)
+    except (FrontendError, LowerFailed, ValueError) as e:
+        raise UserError(str(e)) from None
+    bar.close()
+    record_output(args.output)
+    if args.output is None:
+        sys.stdout.write(res.text)
+    if not args.quiet:
+        print(f"mhlo-cost: KV cache {step.layout.nbytes:,} B ({step.layout.describe()}), "
+              f"weights {step.weight_bytes:,} B", file=sys.stderr)
+    return EXIT_OK
+
+
 def cmd_lower(args) -> int:
     import os
 
@@ -233,6 +262,10 @@ def cmd_lower(args) -> int:
     try:
         bar.stage("checking the options")
         _claim(args)  # the output first: it costs nothing
+        if args.decode or args.prefill:
+            return _lower_step(args, bar)
+        if args.context:
+            raise UserError("--context goes with --decode or --prefill")
         req, text = _request(args)  # shapes, dtypes, configuration: before any heavy import
         check_request(req)  # the extras installed, a library's class name
         _shape_note(args)

@@ -1,0 +1,178 @@
+"""``mhlo-cost serve``: what an LLM costs to serve on a chip: the KV cache, time to first token (prefill),
+time per output token and tokens/s (decode), memory per device and what fits; with ``--batches`` /
+``--contexts`` a sweep (table, ``--plot``). The steps are lowered by :mod:`mhlo_cost.inference`; ``lower
+--decode`` / ``--prefill`` writes their IR. Shared by ``lower``: :func:`add_step_options`, :func:`step_request`.
+"""
+from __future__ import annotations
+
+import sys
+
+from .common import EXIT_OK, Progress, UserError, add_progress, claim_output, positive_int, say, write_output
+
+
+def add_step_options(g, lower: bool = False) -> None:
+    """--decode / --prefill, --context (and, for serve, --batch / --tokens, which lower already has)."""
+    g.add_argument("--decode", action="store_true", help="one decode step against a static KV cache (an argument)")
+    g.add_argument("--prefill", action="store_true", help="the prefill of a prompt of --tokens P into the cache")
+    g.add_argument("--context", type=positive_int, metavar="L",
+                   help="positions the static cache holds (default 2048; prefill: the prompt's length)")
+    if not lower:
+        g.add_argument("--batch", type=positive_int, default=1, help="sequences (default 1)")
+        g.add_argument("--tokens", type=positive_int, metavar="P", help="prefill: prompt tokens (default 512)")
+
+
+def _ints(value: str) -> list:
+    try:
+        out = [int(v) for v in value.split(",") if v.strip()]
+    except ValueError:
+        raise UserError(f"expected comma-separated integers, got {value!r}") from None
+    if not out or any(v < 1 for v in out):
+        raise UserError(f"expected positive integers, got {value!r}")
+    return out
+
+
+def register(sub) -> None:
+    p = sub.add_parser("serve", help="LLM inference: KV cache, time to first token, tokens/s, what fits",
+                       description="Lower the prefill or a decode step of a causal LM (the bundled gpt or a "
+                                   "transformers class) from shapes, with its static KV cache as an argument, and "
+                                   "estimate it on a chip: KV cache bytes per layer and in total, time per output "
+                                   "token and tokens/s (decode) or time to first token (prefill), intensity vs the "
+                                   "ridge point, memory per device and the largest batch / context that fits.")
+    m = p.add_argument_group("the model (one of)")
+    m.add_argument("--model", choices=["gpt"], help="the bundled gpt (--set layers=.. hidden=.. heads=.. vocab=..)")
+    m.add_argument("--hf", metavar="CLASS", help="a transformers causal LM (LlamaForCausalLM, MistralForCausalLM...)")
+    m.add_argument("--config", metavar="FILE|TYPE", help="--hf: a config.json or a model type (llama, mistral...)")
+    m.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="a configuration field (repeat)")
+    m.add_argument("--dtype", default="bfloat16", help="weights and cache dtype (default bfloat16)")
+    s = p.add_argument_group("the step")
+    add_step_options(s)
+    s.add_argument("--tp", type=positive_int, default=1, metavar="N",
+                   help="tensor parallel over N devices (weights and cache split, all_reduce per layer)")
+    w = p.add_argument_group("a sweep (a table; --plot)")
+    w.add_argument("--batches", type=_ints, metavar="B1,B2,..", help="e.g. 1,8,32,128")
+    w.add_argument("--contexts", type=_ints, metavar="L1,L2,..", help="e.g. 2048,8192,32768")
+    w.add_argument("--tps", type=_ints, metavar="N1,N2,..", help="tensor-parallel degrees (default --tp)")
+    w.add_argument("--plot", metavar="FILE.png", help="tokens/s and memory against batch (points that do not fit: x)")
+    w.add_argument("--cache-dir", metavar="DIR", help="lowerings and results (default ~/.cache/mhlo-cost/inference)")
+    w.add_argument("--no-cache", action="store_true", help="lower every point again, keep nothing")
+    o = p.add_argument_group("output")
+    o.add_argument("--hardware", default="h100", metavar="NAME", help="chip profile (default h100)")
+    o.add_argument("--hardware-file", metavar="FILE", help="TOML file of your own profiles")
+    o.add_argument("--format", choices=("table", "json", "csv"), default="table")
+    o.add_argument("-o", "--output", metavar="OUT", help="write to a file instead of stdout")
+    o.add_argument("--force", action="store_true", help="replace OUT even if mhlo-cost did not write it")
+    o.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")
+    add_progress(o)
+    p.set_defaults(func=cmd_serve, verbose=False)
+
+
+def step_request(args, batch: int | None, tokens: int | None):
+    """The StepRequest of --decode / --prefill and the model options (``lower`` and ``serve``)."""
+    from ..frontends import FrontendError
+    from ..frontends.inputs import parse_assignments
+    from ..inference import StepRequest
+
+    if args.decode and args.prefill:
+        raise UserError("--decode and --prefill exclude each other: one step at a time")
+    mode = "prefill" if args.prefill else "decode"
+    if bool(args.model) == bool(args.hf):
+        raise UserError("name one model for the inference step: --model gpt or --hf CLASS")
+    if args.model and args.model != "gpt":
+        raise UserError(f"--decode / --prefill know the bundled gpt and --hf models, not {args.model}")
+    if args.model and args.config:
+        raise UserError("--config applies to --hf; the bundled gpt is configured with --set layers=.. hidden=..")
+    if mode == "decode" and tokens not in (None, 1):
+        raise UserError("--tokens is the prefill's prompt; a decode step makes one token per sequence")
+    tokens = tokens or (512 if mode == "prefill" and args.context is None else None)
+    context = args.context or (tokens if mode == "prefill" else 2048)
+    tokens = tokens or context
+    try:
+        sets = parse_assignments(args.set, "--set")
+        from ..frontends.inputs import dtype_name
+
+        dtype = dtype_name(args.dtype) if args.dtype else "bfloat16"
+        req = StepRequest(mode=mode, batch=batch or 1, context=context, tokens=tokens, model=args.model, hf=args.hf,
+                          config=args.config, overrides=tuple(sorted(sets.items())), dtype=dtype,
+                          locations=getattr(args, "locations", True))
+        req.check()
+    except (FrontendError, ValueError) as e:
+        raise UserError(str(e)) from None
+    return req
+
+
+def _profile(args):
+    from ..roofline import hardware_from_args
+
+    hw = hardware_from_args(args.hardware, args.hardware_file)
+    if hw is None:
+        raise UserError(f"no hardware profile {args.hardware!r} (mhlo-cost hardware lists them)")
+    return hw
+
+
+def cmd_serve(args) -> int:
+    import os
+
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    os.environ.setdefault("JAX_PLATFORMS", "cpu")
+    if args.output:
+        claim_output(args)
+    req = step_request(args, args.batch, args.tokens)
+    hw = _profile(args)
+    sweeping = args.batches or args.contexts or args.tps
+    if args.plot and not sweeping:
+        raise UserError("--plot draws a sweep: give --batches and/or --contexts")
+    from ..frontends import FrontendError
+    from ..frontends.api import LowerFailed
+    from ..inference import grid, render
+
+    bar = Progress.of(args)
+    cache = grid.StepCache(None if args.no_cache else (args.cache_dir or grid.default_dir()))
+    try:
+        if sweeping:
+            say(args, f"sweeping {req.describe()} on {hw.name}", note=True)
+            figs = grid.sweep(req, args.batches or [req.batch], args.contexts or [req.context], hw,
+                              tps=args.tps or [args.tp], cache=cache, stage=bar.stage)
+            bar.close()
+            return _write_sweep(args, figs, req, hw)
+        bar.stage("lowering the step")
+        step, _ = cache.step(req)
+        bar.stage(f"estimating on {hw.name}")
+        fig = cache.figures(req, hw, args.tp)
+        if fig is None:
+            from ..inference.serve import figures
+
+            fig = figures(step, hw, args.tp)
+            cache.put(req, hw, args.tp, fig)
+    except (FrontendError, LowerFailed, ValueError) as e:
+        raise UserError(str(e)) from None
+    bar.close()
+    if args.format == "json":
+        out = render.as_json(fig, req.describe(), step.layout)
+    elif args.format == "csv":
+        out = grid.table([fig]).to_csv(index=False)
+    else:
+        out = render.text(fig, req.describe(), step.layout)
+    write_output(out, args.output)
+    return EXIT_OK
+
+
+def _write_sweep(args, figs, req, hw) -> int:
+    from ..inference import grid
+
+    df = grid.table(figs)
+    if args.format == "csv":
+        out = df.to_csv(index=False)
+    elif args.format == "json":
+        out = df.to_json(orient="records", indent=2) + "\n"
+    else:
+        shown = df.copy()
+        shown["step_time_ms"] = shown["step_time_ms"].map(lambda v: f"{v:.3f}")
+        shown["tokens_per_s"] = shown["tokens_per_s"].map(lambda v: f"{v:,.1f}")
+        shown["intensity"] = shown["intensity"].map(lambda v: f"{v:.2f}")
+        out = f"{req.mode} of {req.describe().split(':')[0]} on {hw.name}\n" + shown.to_string(index=False) + "\n"
+    write_output(out, args.output)
+    if args.plot:
+        grid.plot(figs, args.plot, f"{req.describe().split(':')[0]} {req.mode} on {hw.name}")
+        if not args.quiet:
+            print(f"mhlo-cost: plot written to {args.plot}", file=sys.stderr)
+    return EXIT_OK
