@@ -17,6 +17,7 @@ from the held-out rows. Lowering the four GPT training steps takes a few minutes
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import os
 import statistics
@@ -142,13 +143,9 @@ def estimated_s(m) -> float:
     analysis = analyze_dataflow(lowered_text(m))
     hw = get_profile(m["chip"])
     lib = m["params"].get("library")
-    kw = {"attention_library": lib} if lib and _takes_library() else {}
-    return Roofline(analysis, hw, fuse_mode="elementwise", **kw).totals()["est_time_fused_s"]
-
-
-def _takes_library() -> bool:
-    import inspect
-    return "attention_library" in inspect.signature(Roofline.__init__).parameters
+    if lib and hw.attention is not None and hw.attention.get(lib) is not None:
+        hw = dataclasses.replace(hw, attention=dataclasses.replace(hw.attention, library=lib))
+    return Roofline(analysis, hw, fuse_mode="elementwise").totals()["est_time_fused_s"]
 
 
 # -- the statistics -----------------------------------------------------------------------------------------
@@ -185,7 +182,7 @@ def write_accuracy(held, path=ACCURACY):
            'execution = "compiled"', ""]
     chips = sorted({chip for chip, _, _, _ in held})
     for chip in chips:
-        out.append(f"[chip.{chip}]")
+        out.append(f'[chip."{get_profile(chip).name}"]')
         for cat in CATEGORIES + ("overall",):
             rs = [r for ch, c, _, r in held if ch == chip and cat in (c, "overall")]
             if rs:
