@@ -21,6 +21,10 @@ def summary_pairs(analysis, *, roofline=None, fused=None, hw=None, blocks=None, 
     pairs = list(counts.items())
     if roofline is not None and not filtered:
         pairs += [(k, v) for k, v in roofline.summary(steps).items() if k not in counts]
+        from .accuracy import statement
+
+        pairs.append(("accuracy", statement(roofline.hw.name, "model",
+                                            "compiled" if roofline.fusion is not None else "unfused")))
     if analysis.liveness is not None:
         from .memory.views import summary_lines
 

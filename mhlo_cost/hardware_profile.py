@@ -54,6 +54,7 @@ from types import MappingProxyType
 from typing import Any, Mapping
 
 from .gemm import GemmModel
+from .kernel_model import AttentionModel, MemoryModel
 
 
 class HardwareError(ValueError):
@@ -150,6 +151,8 @@ class Hardware:
     f32_matmul: str = "f32"
     gemm: GemmModel | None = None  # GEMM efficiency model (None: dots at the datasheet peak)
     row_fusion: bool = True  # whether the compiler runs a row reduction and its consumers as one kernel
+    memory: MemoryModel | None = None  # achievable HBM bandwidth by kernel size (None: the datasheet figure)
+    attention: AttentionModel | None = None  # fused attention kernels per library (None: at the GEMM model)
 
     def __post_init__(self) -> None:
         # Freeze the rate tables so that a shared profile cannot be edited in place.
@@ -213,9 +216,13 @@ class Hardware:
             )
         return steps * self.hop_latency + comm_bytes / self.link_bandwidth
 
-    def memory_time(self, nbytes: float) -> float:
-        """Time to move ``nbytes`` through HBM at peak bandwidth."""
-        return nbytes / self.hbm_bandwidth
+    def memory_time(self, nbytes: float, kernels: int = 0) -> float:
+        """Time to move ``nbytes`` through HBM: at the datasheet bandwidth (``kernels=0`` or a profile
+        without a memory model), else in ``kernels`` kernels at the bandwidth they reach for their size
+        (:class:`~mhlo_cost.kernel_model.MemoryModel`)."""
+        if self.memory is None or kernels <= 0:
+            return nbytes / self.hbm_bandwidth
+        return self.memory.time(nbytes, self.hbm_bandwidth, kernels)
 
     def as_dict(self) -> dict[str, Any]:
         """Plain-dict form (SI units), e.g. for JSON reports."""
@@ -224,4 +231,6 @@ class Hardware:
         d["vector_flops"] = dict(self.vector_flops)
         d["aliases"] = list(self.aliases)
         d["gemm"] = self.gemm.as_toml() if self.gemm is not None else None
+        d["memory"] = self.memory.as_toml() if self.memory is not None else None
+        d["attention"] = self.attention.as_toml() if self.attention is not None else None
         return d

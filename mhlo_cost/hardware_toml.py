@@ -19,6 +19,7 @@ from typing import Any, Mapping
 
 from .files import FileRefused, read_settings
 from .gemm import parse_gemm
+from .kernel_model import parse_attention, parse_memory
 from .hardware_profile import DTYPE_KEYS, Hardware, HardwareError
 from .limits import checked
 
@@ -37,7 +38,7 @@ _SCALARS: dict[str, tuple[str, Decimal, str]] = {
 }
 _TFLOPS = Decimal(10) ** 12
 _REQUIRED = ("description", "matrix_tflops", "vector_tflops", *_SCALARS)
-_OPTIONAL = ("aliases", "vendor", "source", "f32_matmul", "gemm", "row_fusion")
+_OPTIONAL = ("aliases", "vendor", "source", "f32_matmul", "gemm", "row_fusion", "memory", "attention")
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 _DATA_FILE = "hardware.toml"
@@ -102,6 +103,9 @@ def _build(name: str, entry: Any, origin: str) -> Hardware:
         raise HardwareError(f"{where}: f32_matmul = \"tf32\" needs a 'tf32' rate in 'matrix_tflops'")
     try:
         gemm = parse_gemm(entry["gemm"], f"{where}: field 'gemm'", DTYPE_KEYS) if "gemm" in entry else None
+        memory = parse_memory(entry["memory"], f"{where}: field 'memory'") if "memory" in entry else None
+        attention = (parse_attention(entry["attention"], f"{where}: field 'attention'") if "attention" in entry
+                     else None)
     except ValueError as e:
         raise HardwareError(str(e)) from None
     row_fusion = entry.get("row_fusion", True)
@@ -119,6 +123,8 @@ def _build(name: str, entry: Any, origin: str) -> Hardware:
         vendor=text("vendor", ""),
         f32_matmul=f32_matmul,
         gemm=gemm,
+        memory=memory,
+        attention=attention,
         row_fusion=row_fusion,
         **scalars,
     )

@@ -18,6 +18,10 @@ hop_latency_us, kernel_overhead_us,         [0, 1e+06]        us (0 to one secon
 latency_us, base_latency_us (systems)
 efficiency (gemm, links), gemm curve        [0.0001, 1]       fraction of peak
 gemm curve GFLOP                            [1e-09, 1e+09]    GFLOP of one dot (1 FLOP to 1 EFLOP)
+memory.efficiency, attention.*.forward,     [0.0001, 1]       fraction of peak
+attention.*.backward
+memory.half_size_mb                         [0, 1e+06]        MB (bytes of one kernel, 1e6 bytes)
+attention.*.ramp                            [0, 1e+06]        key/value tiles
 devices_per_node, nics_per_node, dims       [1, 1e+06]        whole numbers (mesh: product too)
 ==========================================  ================  ==================================
 """
@@ -36,6 +40,8 @@ RANGES: dict[str, tuple[Decimal, Decimal, str]] = {
     "us": (Decimal(0), Decimal("1e6"), "us"),
     "fraction": (Decimal("0.0001"), Decimal(1), "(fraction of peak)"),
     "gflop": (Decimal("1e-9"), Decimal("1e9"), "GFLOP"),
+    "mb": (Decimal(0), Decimal("1e6"), "MB"),
+    "count": (Decimal(0), Decimal("1e6"), "(tiles)"),
 }
 #: The largest whole number of a profile (devices per node, NICs, mesh dimensions and their product).
 MAX_COUNT = 1_000_000

@@ -87,6 +87,27 @@ def _depends_on(producers, start: int, target: int, budget: int = 4096) -> bool:
     return False
 
 
+_LOOK_THROUGH = frozenset({"transpose", "convert", "reshape", "copy", "bitcast", "broadcast_in_dim"})
+
+
+def _source(rows, producers, i):
+    """The value behind row ``i`` looking through layout and dtype changes (an int row, or a key)."""
+    for _ in range(16):
+        if not isinstance(i, int) or short_name(rows[i].op) not in _LOOK_THROUGH:
+            return i
+        srcs = producers[i]
+        i = srcs[0] if srcs else i
+    return i
+
+
+def _shares_matrix(rows, producers, qk: int, pv: int, chain_in) -> bool:
+    """Whether the output dot reads a matrix the score dot also reads (Q K^T then P V reads no matrix twice;
+    logits = x W then dlogits W^T does: softmax cross-entropy and its gradient)."""
+    first = {_source(rows, producers, p) for p in producers[qk] if p is not None}
+    other = [p for p in producers[pv] if p is not None and p != chain_in]
+    return any(_source(rows, producers, p) in first for p in other)
+
+
 def _match(rows, producers, pv: int, operand: int):
     """The attention whose probabilities are operand ``operand`` of dot ``pv``, or None."""
     p = producers[pv][operand] if operand < len(producers[pv]) else None
@@ -110,6 +131,8 @@ def _match(rows, producers, pv: int, operand: int):
             continue
         if any(rows[i].multiplicity != mult for i in path):
             continue
+        if _shares_matrix(rows, producers, qk, pv, p):
+            return None  # a linear layer and its gradient around a softmax: cross-entropy, not an attention
         return Attention(qk, pv, tuple(sorted(members)))
     return None
 
@@ -128,3 +151,137 @@ def find_attention(rows, producers) -> list[Attention]:
                 taken.update(att.members)
                 break
     return found
+
+
+# -- training programs: the backward of each attention, and what a flash kernel keeps on chip -------------
+def _shape(res) -> tuple:
+    t = res if hasattr(res, "shape") else res[0]
+    return tuple(t.shape)
+
+
+def trails(t, shapes) -> bool:
+    s = tuple(getattr(t, "shape", ()))
+    return any(len(s) >= len(q) and s[len(s) - len(q):] == q for q in shapes)
+
+
+def _components(cand: list[int], producers) -> list[list[int]]:
+    """Connected components of ``cand`` rows along producer edges (program order inside each)."""
+    parent = {i: i for i in cand}
+
+    def root(i):
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+    for i in cand:
+        for p in producers[i]:
+            if isinstance(p, int) and p in parent:
+                parent[root(i)] = root(p)
+    groups: dict = {}
+    for i in cand:
+        groups.setdefault(root(i), []).append(i)
+    return list(groups.values())
+
+
+def find_attention_backward(rows, producers, forward: list[Attention]) -> tuple[list[Attention], set]:
+    """The backward kernels of the forward attentions of a training program, and the score shapes a flash
+    kernel keeps on chip. A backward is the connected rows outside the forward kernels that make or read a
+    tensor ending in a forward score shape (B x H x Sq x Sk, stacked per layer or not): the dots of dV, dP,
+    dQ, dK and the softmax gradient between them. A flash training kernel saves no score: its backward
+    recomputes the probabilities from Q, K and the row statistics, so the rows that save and reload them
+    (a loop's stacked residuals) join the kernels and the scores never reach HBM."""
+    shapes = {_shape(rows[a.qk].result) for a in forward}
+    taken = {i for a in forward for i in a.members}
+    owner = {i: n for n, a in enumerate(forward) for i in a.members}
+    cand = []
+    for i, r in enumerate(rows):
+        if i in taken or r.kind in ("collective", "unknown") or not r.result:
+            continue
+        if trails(r.result if hasattr(r.result, "shape") else r.result[0], shapes) or any(
+                trails(t, shapes) for t in r.operands):
+            cand.append(i)
+    extra: dict = {}
+    grads: dict = {}  # forward attention -> the rows of its backward (every component with a dot)
+    for comp in _components(cand, producers):
+        if len({rows[i].multiplicity for i in comp}) != 1:
+            continue
+        dots = [i for i in comp if rows[i].kind == "dot"]
+        owners = {owner[p] for i in comp for p in producers[i] if isinstance(p, int) and p in owner}
+        if not dots:
+            if len(owners) == 1:
+                extra.setdefault(owners.pop(), []).extend(comp)
+            continue
+        n = min(owners) if owners else next((n for n, a in enumerate(forward) if any(
+            trails(t, {_shape(rows[a.qk].result)}) for i in comp for t in (*rows[i].operands,))), None)
+        if n is not None:
+            grads.setdefault(n, []).extend(comp)
+    backward: list[Attention] = []
+    for n, comp in sorted(grads.items()):
+        comp = sorted(set(comp))
+        dots = [i for i in comp if rows[i].kind == "dot"]
+        if len(dots) >= 2 and len({rows[i].multiplicity for i in comp}) == 1:
+            backward.append(Attention(dots[0], dots[-1], tuple(comp)))
+    if not backward:
+        return [], set()
+    for n, more in extra.items():
+        a = forward[n]
+        if rows[more[0]].multiplicity == rows[a.qk].multiplicity:
+            forward[n] = Attention(a.qk, a.pv, tuple(sorted(set(a.members) | set(more))))
+    return backward, shapes
+
+
+def is_causal(rows, producers, members) -> bool:
+    """Whether a forward attention masks with an index comparison (iota against iota: a causal or windowed
+    mask): a ``select`` member whose outside operand comes from an ``iota`` within a few data ops."""
+    inside = set(members)
+    for i in members:
+        if short_name(rows[i].op) != "select":
+            continue
+        stack = [(p, 0) for p in producers[i] if isinstance(p, int) and p not in inside]
+        while stack:
+            p, d = stack.pop()
+            name = short_name(rows[p].op)
+            if name == "iota":
+                return True
+            if d < 6 and (rows[p].kind in ("data", "free", "other", "elementwise") or name == "compare"):
+                stack.extend((q, d + 1) for q in producers[p] if isinstance(q, int))
+    return False
+
+
+def kernel_compute_s(rows, producers, times, members, hw, multiplicity: int) -> float | None:
+    """The compute time of one fused attention kernel on ``hw`` (totals over its multiplicity): its GEMM FLOPs
+    over the blocks it computes at the library's fraction of the matrix peak, beside (not added to) its
+    exponentials and its vector work; a backward recomputes the score product. None without a model."""
+    model = getattr(hw, "attention", None)
+    lib = model.get() if model is not None else None
+    if lib is None:
+        return None
+    dots = [i for i in members if rows[i].kind == "dot"]
+    gemm_flops = sum(rows[i].gemm_flops for i in dots)
+    backward = len(dots) > 2
+    if backward:
+        gemm_flops += gemm_flops // len(dots)  # the score product recomputed from Q and K
+    qk = dots[0]
+    sq, sk = _shape(rows[qk].result)[-2:] if backward is False else _score_of(rows, dots)
+    tiles = sk / model.tile
+    if is_causal(rows, producers, members) or (backward and _masked(rows, members)):
+        n = max(1.0, -(-sk // model.tile))
+        gemm_flops = gemm_flops * (n + 1) / (2 * n)
+    peak = times[qk].peak or 1.0
+    matrix = gemm_flops / (peak * lib.fraction(backward, tiles))
+    trans = sum(rows[i].transcendentals for i in members) / hw.transcendental_rate
+    vector = sum(times[i].compute_s for i in members if rows[i].kind != "dot" and times[i].unit == "vector")
+    return max(matrix, trans, vector)
+
+
+def _score_of(rows, dots) -> tuple:
+    for i in dots:
+        for t in (rows[i].result, *rows[i].operands):
+            s = _shape(t) if hasattr(t, "shape") else ()
+            if len(s) >= 2 and s[-1] == s[-2]:
+                return s[-2:]
+    return _shape(rows[dots[0]].result)[-2:]
+
+
+def _masked(rows, members) -> bool:
+    return any(short_name(rows[i].op) == "select" for i in members)

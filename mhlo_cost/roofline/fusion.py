@@ -46,11 +46,13 @@ from .optime import OpTime, op_time
 FUSIBLE_DATA = frozenset({
     "convert", "transpose", "slice", "dynamic_slice", "concatenate", "pad", "reverse", "copy", "reduce_precision",
     "real_dynamic_slice", "broadcast_in_dim", "broadcast", "iota",
+    "dynamic_update_slice",  # in place: the producer writes straight into the buffer (a loop's stacked residuals)
 })
-#: Data ops duplicated into each consumer when no kernel is open for them (cheap to recompute).
-DUPLICATED = frozenset({"broadcast_in_dim", "broadcast", "iota"})
+#: Data ops duplicated into each consumer when no kernel is open for them (cheap to recompute; a slice's
+#: consumer reads the slice in place: the layer of a loop's stacked residuals, read by the layer's GEMM).
+DUPLICATED = frozenset({"broadcast_in_dim", "broadcast", "iota", "dynamic_slice", "slice"})
 #: Longest row (elements) of a reduction over trailing dimensions that stays fused with its consumers.
-ROW_LIMIT = 16384
+ROW_LIMIT = 1 << 62  # any row length: one thread block loops over a long row (Liger, Apex, quack)
 FUSE_MODES = ("none", "elementwise")
 ATTENTION_MODES = ("fused", "unfused")
 
@@ -293,16 +295,18 @@ def fuse(analysis, hw: Hardware, times: list[OpTime] | None = None, producers: l
         raise ValueError(f"unknown attention mode {attention!r}: choose one of {', '.join(ATTENTION_MODES)}")
     if times is None:
         times = [op_time(r, hw) for r in rows]
-    preset = {}
+    preset, onchip = {}, set()
     if attention == "fused":
-        from .attention import find_attention
+        from .attention import find_attention, find_attention_backward
 
-        for g, att in enumerate(find_attention(rows, producers)):
+        forward = find_attention(rows, producers)
+        backward, onchip = find_attention_backward(rows, producers, forward)
+        for g, att in enumerate(forward + backward):
             preset.update((i, g) for i in att.members)
     grouper = _Grouper(rows, producers, times, preset, getattr(hw, "row_fusion", True))
     for i in range(len(rows)):
         grouper.place(i)
-    io = KernelIO(rows, producers, times, grouper.role)
+    io = KernelIO(rows, producers, times, grouper.role, onchip)
     for k in grouper.kernels:
         io.measure(k, hw)
     return Fusion(grouper.kernels, grouper.row_kernel, share_time(grouper.kernels, times, len(rows)))

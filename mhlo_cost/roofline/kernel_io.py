@@ -10,11 +10,18 @@ from ..visitors.base import short_name
 from .optime import OpTime, vector_dtype
 
 
+#: Data ops that read only the elements they return (their first operand is a larger buffer).
+_READS_RESULT = frozenset({"slice", "dynamic_slice", "real_dynamic_slice", "gather"})
+
+
 class KernelIO:
     """Inputs and outputs of kernels, from the rows' producers and the roles given by the grouping."""
 
-    def __init__(self, rows, producers, times: list[OpTime], role: list[str]):
+    def __init__(self, rows, producers, times: list[OpTime], role: list[str], onchip=frozenset()):
+        """``onchip``: score shapes that a flash attention kernel never reads or writes through HBM
+        (:func:`.attention.find_attention_backward`)."""
         self.rows, self.producers, self.times, self.role = rows, producers, times, role
+        self.onchip = onchip
         self.consumers: list[list[int]] = [[] for _ in rows]
         for i, ps in enumerate(producers):
             for p in ps:
@@ -53,7 +60,10 @@ class KernelIO:
                     return
                 if self.role[p] in ("dup", "free") and depth < 64 and short_name(self.rows[p].op) != "constant":
                     ops = self.rows[p].operands
+                    sliced = short_name(self.rows[p].op) in _READS_RESULT
                     for jj, tj in enumerate(ops):
+                        if sliced and jj == 0:
+                            tj = self.rows[p].result  # the consumer reads the slice in place
                         take(p, jj, ti if self.role[p] == "free" and len(ops) == 1 else tj, depth + 1)
                     return
                 key = ("row", self.storage(p))
@@ -64,7 +74,12 @@ class KernelIO:
                 out.append(ti)
 
         for i in order:
+            name = short_name(self.rows[i].op)
             for j, ti in enumerate(self.rows[i].operands):
+                if j == 0 and name in _READS_RESULT:
+                    ti = self.rows[i].result  # a slice reads what it returns, not its whole operand
+                elif j == 0 and name == "dynamic_update_slice":
+                    continue  # written in place: the buffer is neither read nor rewritten
                 take(i, j, ti)
         return out
 
@@ -81,7 +96,9 @@ class KernelIO:
                 continue
             seen.add(key)
             res = self.rows[i].result
-            if isinstance(res, TensorInfo):
+            if short_name(self.rows[i].op) == "dynamic_update_slice" and len(self.rows[i].operands) > 1:
+                out.append((res, self.rows[i].operands[1].nbytes))  # only the update is written
+            elif isinstance(res, TensorInfo):
                 out.append((res, res.nbytes))
             elif res:  # several results; none (a branch_max row) writes nothing
                 out.append((res[0], sum(t.nbytes for t in res)))
@@ -93,12 +110,20 @@ class KernelIO:
         members = set(k.members)
         k.inputs = self.inputs(members, k.members)
         outs = self.outputs(members, k.members)
+        if k.attention and self.onchip:
+            from .attention import trails
+            k.inputs = [t for t in k.inputs if not trails(t, self.onchip)]
+            outs = [(t, b) for t, b in outs if not trails(t, self.onchip)]
         k.outputs = [t for t, _ in outs]
         m = k.multiplicity
         k.bytes_read = sum(t.nbytes for t in k.inputs) * m
         k.bytes_written = sum(b for _, b in outs) * m
         k.compute_s = math.fsum(times[i].compute_s for i in k.members)
-        k.memory_s = (k.bytes_read + k.bytes_written) / hw.hbm_bandwidth
+        if k.attention:
+            from .attention import kernel_compute_s
+            c = kernel_compute_s(rows, self.producers, times, k.members, hw, m)
+            k.compute_s = k.compute_s if c is None else c
+        k.memory_s = hw.memory_time(k.bytes_read + k.bytes_written, m)
         k.overhead_s = hw.kernel_overhead * m
         k.flops = sum(rows[i].gemm_flops + rows[i].conv_flops + rows[i].vector_flops for i in k.members)
         if k.has_dot:

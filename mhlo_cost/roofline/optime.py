@@ -10,7 +10,8 @@ The rule, per op row (metrics are totals over the row's multiplicity, so the tim
   transcendentals / ``transcendental_rate``), dtype the first floating-point operand's (the result's where
   there is none).
 * **data movement** (broadcast, transpose, convert, slice, ...): no FLOPs, memory time only.
-* memory = (bytes_read + bytes_written) / ``hbm_bandwidth``; time = max(compute, memory) plus the profile's
+* memory = (bytes_read + bytes_written) at the bandwidth a kernel of that size reaches
+  (:meth:`Hardware.memory_time`: ``hbm_bandwidth``, or the profile's measured memory model); time = max(compute, memory) plus the profile's
   ``kernel_overhead`` once per execution (multiplicity); bound = ``compute`` or ``memory``;
   utilisation = FLOPs / (time x peak of the unit that runs it).
 * **no kernel** (:data:`NO_KERNEL`: ``constant``, ``reshape``, ``bitcast``, ``get_tuple_element``, tokens,
@@ -148,7 +149,7 @@ def op_time(r: Row, hw: Hardware) -> OpTime:
         return OpTime(0.0, 0.0, 0.0, 0.0, 0, 0.0, "unknown", "none")
     if is_no_kernel(r):
         return OpTime(0.0, 0.0, 0.0, 0.0, 0, 0.0, "free", "none")
-    memory = (r.bytes_read + r.bytes_written) / hw.hbm_bandwidth
+    memory = hw.memory_time(r.bytes_read + r.bytes_written, r.multiplicity)
     overhead = hw.kernel_overhead * r.multiplicity
     if kind in ("dot", "conv"):
         flops = r.gemm_flops + r.conv_flops + r.vector_flops

@@ -135,6 +135,9 @@ def metrics(analysis, hw, steps: int = 1, fuse: str = "none") -> dict:
     if rf.fusion is not None:  # what compute cannot hide with fused compute times (report --by comm --fuse)
         out["comm_exposed_fused_s"] = math.fsum(rf.exposure(fused=True).exposed)
     out["bound"] = bound(rf)
+    from ..accuracy import median_error
+
+    out["accuracy_error"] = median_error(hw.name, "model", "compiled" if rf.fusion is not None else "unfused")
     step = s["est_time_fused_overlap_s"] if rf.fusion is not None else s["est_time_overlap_s"]
     out["steps"] = steps
     out["time_step_s"] = step

@@ -1,0 +1,120 @@
+"""Kernel models of a hardware profile read off measurements, not datasheet peaks: the HBM bandwidth a kernel
+reaches for its size, and the fused attention kernels of each library.
+
+``[profile.<name>.memory]``::
+
+    efficiency = 0.8     # fraction of the datasheet HBM bandwidth that large streaming kernels reach
+    half_size_mb = 11    # bytes one kernel moves at which it reaches half of that (MB, 1e6 bytes)
+
+A kernel moving ``n`` bytes reaches ``peak x efficiency x n / (n + half)``: its memory time is
+``(n + half) / (peak x efficiency)``, a fixed fill-and-drain cost plus a stream (:meth:`MemoryModel.time`).
+
+``[profile.<name>.attention]``::
+
+    library = "fa2"                                   # the kernel a fused attention runs as by default
+    fa2 = { forward = 0.5, backward = 0.4, ramp = 2 } # fraction of the matrix peak per pass; ramp: key/value
+                                                      # tiles (of `tile` keys) at which half of that is lost
+    tile = 128
+
+A fused attention kernel's matrix time is its GEMM FLOPs over the blocks it computes (a causal mask skips the
+tiles above the diagonal) / (peak x fraction x n / (n + ramp)), n the key tiles one query tile visits; the
+exponentials and the vector work run beside the matrix units (overlapped, as FlashAttention-2/3 and cuDNN do):
+the kernel's compute time is the largest of the three, not their sum.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from .limits import checked
+
+LIBRARIES = ("fa2", "fa3", "cudnn")
+_MEMORY_FIELDS = ("efficiency", "half_size_mb")
+_LIB_FIELDS = ("forward", "backward", "ramp")
+
+
+@dataclass(frozen=True)
+class MemoryModel:
+    efficiency: float = 1.0
+    half_bytes: float = 0.0
+
+    def time(self, nbytes: float, peak: float, kernels: int = 1) -> float:
+        """Seconds for ``kernels`` executions moving ``nbytes`` in all (0 for no bytes)."""
+        if nbytes <= 0:
+            return 0.0
+        return (nbytes + kernels * self.half_bytes) / (peak * self.efficiency)
+
+    def as_toml(self) -> dict:
+        return {"efficiency": self.efficiency, "half_size_mb": self.half_bytes / 1e6}
+
+
+@dataclass(frozen=True)
+class AttentionLibrary:
+    forward: float
+    backward: float
+    ramp: float = 0.0
+
+    def fraction(self, backward: bool, key_tiles: float) -> float:
+        base = self.backward if backward else self.forward
+        return base * key_tiles / (key_tiles + self.ramp) if key_tiles > 0 else base
+
+
+@dataclass(frozen=True)
+class AttentionModel:
+    library: str = "fa2"
+    libraries: tuple = ()  # ((name, AttentionLibrary), ...)
+    tile: int = 128
+
+    def get(self, name: str | None = None) -> AttentionLibrary | None:
+        return dict(self.libraries).get(name or self.library)
+
+    def as_toml(self) -> dict:
+        out: dict[str, Any] = {"library": self.library, "tile": self.tile}
+        for name, lib in self.libraries:
+            out[name] = {"forward": lib.forward, "backward": lib.backward, "ramp": lib.ramp}
+        return out
+
+
+def _number(v: Any, kind: str, where: str):
+    try:
+        return checked(v, kind)
+    except ValueError as e:
+        raise ValueError(f"{where} {e}") from None
+
+
+def _table(table: Any, where: str, fields: tuple) -> dict:
+    if not isinstance(table, dict):
+        raise ValueError(f"{where} must be a table")
+    unknown = [k for k in table if k not in fields]
+    if unknown:
+        raise ValueError(f"{where}: unknown field {unknown[0]!r} (known: {', '.join(fields)})")
+    return table
+
+
+def parse_memory(table: Any, where: str) -> MemoryModel:
+    t = _table(table, where, _MEMORY_FIELDS)
+    eff = float(_number(t.get("efficiency", 1), "fraction", f"{where}.efficiency"))
+    half = float(_number(t.get("half_size_mb", 0), "mb", f"{where}.half_size_mb")) * 1e6
+    return MemoryModel(eff, half)
+
+
+def parse_attention(table: Any, where: str) -> AttentionModel:
+    t = _table(table, where, ("library", "tile") + LIBRARIES)
+    lib = t.get("library", "fa2")
+    if lib not in LIBRARIES:
+        raise ValueError(f"{where}.library must be one of {', '.join(LIBRARIES)}, got {lib!r}")
+    tile = t.get("tile", 128)
+    if isinstance(tile, bool) or not isinstance(tile, int) or not 1 <= tile <= 65536:
+        raise ValueError(f"{where}.tile must be a whole number in [1, 65536], got {tile!r}")
+    libs = []
+    for name in LIBRARIES:
+        if name in t:
+            w = f"{where}.{name}"
+            e = _table(t[name], w, _LIB_FIELDS)
+            fwd = float(_number(e.get("forward", 1), "fraction", f"{w}.forward"))
+            bwd = float(_number(e.get("backward", fwd), "fraction", f"{w}.backward"))
+            ramp = float(_number(e.get("ramp", 0), "count", f"{w}.ramp"))
+            libs.append((name, AttentionLibrary(fwd, bwd, ramp)))
+    if lib not in dict(libs):
+        raise ValueError(f"{where}: the default library {lib!r} needs its table [{where.split()[-1]}.{lib}]")
+    return AttentionModel(lib, tuple(libs), tile)
