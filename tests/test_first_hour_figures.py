@@ -190,7 +190,7 @@ def test_every_format_has_every_summary_figure(capsys, tmp_path):
     # the headline: first under the title, the same line in JSON and on the page
     assert table.splitlines()[1] == js["headline"] and js["headline"] in page.read_text()
     assert js["headline"] == ("FLOPs 1.90 G (matmul/conv 1.88 G) | MACs 939.52 M | params 3.72 M | "
-                              "peak memory 8.22 MB | 159 us on h100-sxm, fused")
+                              "peak memory 8.48 MB | 283 us on h100-sxm, fused")
 
 
 def test_chosen_execution_first(capsys):
@@ -278,7 +278,7 @@ def test_memory_picture_scaled_to_the_data(tmp_path):
     assert any("live bytes per device (MB)" in t for t in texts)  # the peak is 9.66 MB: an MB axis, not GB
     assert any("80 GB, off the scale" in t for t in texts)  # the chip's capacity is named, not drawn
     peaks = [t for t in texts if re.search(r"peak [\d.]+ MB at op \d+", t)]
-    assert len(peaks) == 2 and "9.66 MB" in peaks[0] and "8.22 MB" in peaks[1]  # each once, in the legend
+    assert len(peaks) == 2 and "9.66 MB" in peaks[0] and "8.48 MB" in peaks[1]  # each once, in the legend
 
 
 def test_html_headers_break_only_at_underscores(tmp_path):
