@@ -34,6 +34,9 @@ def register(sub) -> None:
                      help="a local config.json (or its folder); for --hf also a model type (llama, t5, ...)")
     cfg.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                      help="override one configuration field (repeat): num_hidden_layers=2, depths=[2,2,6,2]")
+    cfg.add_argument("--routing", metavar="dropless|capacity:F",
+                     help="mixture of experts: the routing assumed (default dropless: every token to k experts, "
+                          "spread evenly; capacity:1.25: ceil(F x tokens x k / E) rows per expert, the rest dropped)")
     inp = p.add_argument_group("inputs (--module, --hf, --diffusers, --timm)")
     inp.add_argument("--input", action="append", default=[], metavar="[NAME=]SHAPE[:DTYPE]",
                      help="one input, positional in order or by keyword: 2x128:int64, attention_mask=2x128:int64, "
@@ -141,7 +144,8 @@ def _forward_request(args):
     dtype = dtype_name(args.dtype) if args.dtype else None
     if args.model:
         _refuse(args, ("--input", args.input or args.input_shape), ("--kwarg", args.kwarg), ("--set", args.set),
-                ("--config", args.config), why="--model (a bundled model has its own inputs)")
+                ("--config", args.config), ("--routing", args.routing),
+                why="--model (a bundled model has its own inputs)")
         frontend = args.frontend or "jax"
         short = {v: k for k, v in DTYPES.items()}
         cfg, plan = bundled_config(args.model, frontend=frontend, parallel=args.parallel, devices=args.devices,
@@ -156,10 +160,14 @@ def _forward_request(args):
     lib = _library(args)
     if lib is None:
         _refuse(args, ("--config", args.config), why="--module (configure your factory instead)")
+    if args.routing is not None:
+        from ..frontends.moe import Routing
+
+        Routing.parse(args.routing)  # a bad one before a minute of imports
     req = LowerRequest(module=args.module, library=lib and lib[0], name=lib and lib[1], config=args.config,
                        overrides=parse_assignments(args.set, "--set"), inputs=tuple(positional),
                        input_kwargs=keyword, kwargs=parse_assignments(args.kwarg), frontend=args.frontend,
-                       dtype=dtype, locations=args.locations, verbose=args.verbose)
+                       dtype=dtype, locations=args.locations, verbose=args.verbose, routing=args.routing)
     return req, describe_request(req)
 
 
@@ -252,4 +260,8 @@ def cmd_lower(args) -> int:
         where = f" written to {args.output}" if args.output else ""
         print(f"mhlo-cost: {res.format} {res.nbytes / 1e6:.2f} MB{where} in {res.seconds:.2f} s, "
               f"peak RSS {res.peak_rss_mb:.0f} MiB", file=sys.stderr)
+        if "moe" in low.info:
+            moe = low.info["moe"]
+            print(f"mhlo-cost: mixture of experts, routing {moe['routing']} ({moe['assumption']}), "
+                  f"{moe['layers']} expert layers: {moe['text']}", file=sys.stderr)
     return EXIT_OK

@@ -15,9 +15,10 @@ instead, which dispatches by an assumption with the same total work:
   the token copies beyond ``E`` times that are dropped (they skip the experts, as in Switch and GShard).
 
 The router, the shared experts and everything around the layer run as the library wrote them; the router's
-choice of experts is left unused (its probabilities still weigh the outputs). Inside the layer, the
-scopes ``dispatch``, ``gate_up_proj`` (or ``up_proj``), ``down_proj`` and ``combine`` name the steps;
-each projection is one batched GEMM over the experts (``dot_general`` with the experts as batch dimension).
+choice of experts is left unused (its probabilities still weigh the outputs). Inside the layer, a scope
+named for the routing (``dropless``, ``capacity_1p25``) holds the steps ``dispatch``, ``gate_up_proj``
+(or ``up_proj``), ``down_proj`` and ``combine``; each projection is one batched GEMM over the experts
+(``dot_general`` with the experts as batch dimension).
 """
 from __future__ import annotations
 
@@ -59,6 +60,11 @@ class Routing:
             return "dropless"
         f = self.factor
         return f"capacity:{f.numerator if f.denominator == 1 else float(f)}"
+
+    def scope(self) -> str:
+        """The scope the expert layer's work runs under, naming the assumption in the IR's locations
+        (``dropless``, ``capacity_1p25``: no dot, which block names would read as an index)."""
+        return self.name().replace(":", "_").replace(".", "p")
 
     def describe(self) -> str:
         if self.factor is None:
@@ -167,6 +173,10 @@ def static_forward(mod, routing: Routing, record: list):
     import torch
 
     def forward(hidden_states, top_k_index, top_k_weights):
+        with jax.named_scope(routing.scope()):
+            return routed(hidden_states, top_k_index, top_k_weights)
+
+    def routed(hidden_states, top_k_index, top_k_weights):
         tokens, h = hidden_states.shape
         k, e = top_k_index.shape[-1], mod.num_experts
         load = expert_loads(tokens, k, e, routing)
