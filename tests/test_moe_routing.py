@@ -54,7 +54,8 @@ def test_bad_routing_is_one_error_line(capsys):
     assert "--routing does not apply to --model" in error_line(capsys.readouterr().err)
 
 
-needs_models = pytest.mark.skipif(any(importlib.util.find_spec(m) is None for m in ("torch", "torchax", "transformers")),
+_MODELS = ("torch", "torchax", "transformers")
+needs_models = pytest.mark.skipif(any(importlib.util.find_spec(m) is None for m in _MODELS),
                                   reason="pip install 'mhlo-cost[models]'")
 
 
@@ -72,7 +73,8 @@ def _expert_gemm(a) -> int:
 
 
 @needs_models
-@pytest.mark.parametrize("routing, rows, per_expert", [(None, 64, [22, 21, 21]), ("capacity:1.25", 3 * 27, [22, 21, 21]),
+@pytest.mark.parametrize("routing, rows, per_expert", [(None, 64, [22, 21, 21]),
+                                                       ("capacity:1.25", 3 * 27, [22, 21, 21]),
                                                        ("capacity:0.5", 3 * 11, [11, 11, 11])])
 def test_expert_gemm_follows_the_routing(routing, rows, per_expert):
     """32 tokens x top-2 over 3 experts: dropless computes 64 rows (22 + 21 + 21: a batched GEMM of 3 x 21 and
@@ -120,3 +122,20 @@ def test_expert_parallel_time_in_one_node():
     s = 4096 * 1024 * 2
     one = 7 * US + 7 * NV.latency + 7 / 8 * s / (450e9 * 0.8)
     assert estimate_expert_parallel(NODE8, comm) == pytest.approx(4 * one, rel=1e-12)
+
+
+@needs_models
+def test_lower_says_the_expert_parallel_all_to_all(tmp_path, capsys):
+    """Mixtral with 3 experts over 3 devices, float32: each layer sends its 64 token copies of 64 x 4 bytes,
+    2/3 of them off the device, in the dispatch and again in the combine."""
+    argv = ["lower", "--hf", "MixtralForCausalLM", "--config", "mixtral", "--input", f"{B}x{T}:int64",
+            "-o", str(tmp_path / "m.mlir"), "--expert-parallel", "3"]
+    argv += [a for k, v in MIXTRAL3.items() for a in ("--set", f"{k}={v}")]
+    assert main(argv) == 0
+    err = capsys.readouterr().err
+    each = math.ceil(64 * 64 * 4 * 2 / 3)
+    assert "routing dropless" in err and "22-21 per expert" not in err and "21-22 per expert" in err
+    assert f"over 3 devices: a dispatch and a combine all_to_all per expert layer, {each:,} bytes sent per " \
+           f"device each, {2 * 2 * each:,} bytes per device over the forward" in err
+    assert main(["lower", "--model", "gpt", "--expert-parallel", "0"]) == 2
+    assert "--expert-parallel does not apply to --model" in error_line(capsys.readouterr().err)

@@ -180,7 +180,7 @@ def static_forward(mod, routing: Routing, record: list):
         tokens, h = hidden_states.shape
         k, e = top_k_index.shape[-1], mod.num_experts
         load = expert_loads(tokens, k, e, routing)
-        record.append(load)
+        record.append((load, h, hidden_states.dtype.itemsize))
         copies = tokens * k
         with jax.named_scope("dispatch"):
             x = hidden_states[:, None, :].expand(tokens, k, h).reshape(copies, h)
@@ -241,11 +241,14 @@ def wrap(fn, module, routing: Routing | None, info: dict):
     return traced
 
 
-def summary(routing: Routing, loads: list) -> dict:
-    """The routing and per-layer loads as plain values (for ``Lowered.info`` and the lower summary)."""
+def summary(routing: Routing, record: list) -> dict:
+    """The routing and the per-layer loads as plain values (for ``Lowered.info`` and the lower summary):
+    ``record`` holds a (:class:`Load`, hidden size, bytes per element) per expert layer, in order."""
+    loads = [x for x, _, _ in record]
     return {"routing": routing.name(), "assumption": routing.describe(), "layers": len(loads),
-            "per_expert": [list(x.routed) for x in loads], "rows": [list(x.rows) for x in loads],
-            "dropped": sum(x.dropped for x in loads),
+            "experts": [x.experts for x in loads], "per_expert": [list(x.routed) for x in loads],
+            "rows": [list(x.rows) for x in loads], "dropped": sum(x.dropped for x in loads),
+            "hidden": [h for _, h, _ in record], "dtype_bytes": [b for _, _, b in record],
             "text": "; ".join(dict.fromkeys(x.describe() for x in loads))}
 
 

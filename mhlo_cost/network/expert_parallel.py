@@ -43,9 +43,9 @@ def all_to_all_bytes(copies: int, hidden: int, dtype_bytes: int, degree: int) ->
     of ``dtype_bytes`` bytes over ``degree`` devices: ``copies x hidden x bytes x (e - 1) / e``, rounded up
     (for a dropless router ``copies = tokens x k``)."""
     for name, v in (("copies", copies), ("hidden", hidden), ("dtype_bytes", dtype_bytes), ("degree", degree)):
-        if not isinstance(v, int) or isinstance(v, bool) or v < (1 if name == "degree" else 0):
-            raise NetworkError(f"expert parallelism: {name} must be a {'positive' if name == 'degree' else 'non-negative'}"
-                               f" integer, got {v!r}")
+        least = 1 if name == "degree" else 0
+        if not isinstance(v, int) or isinstance(v, bool) or v < least:
+            raise NetworkError(f"expert parallelism: {name} must be an integer of at least {least}, got {v!r}")
     full = copies * hidden * dtype_bytes
     return -(-(degree - 1) * full // degree)
 
