@@ -18,8 +18,11 @@ from mhlo_cost.network.topology import Link, NetworkError, NodeTopology
 from stderr_lines import error_line
 
 B, T, H, F, V = 2, 16, 64, 128, 256
+# experts_implementation=eager: accepted by --set (a model-building option, as attn_implementation); the
+# lowering replaces the expert layer's dispatch whichever implementation is chosen (test_moe.py: the default)
 MIXTRAL3 = dict(num_hidden_layers=2, hidden_size=H, intermediate_size=F, num_attention_heads=4,
-                num_key_value_heads=2, vocab_size=V, num_local_experts=3, num_experts_per_tok=2)
+                num_key_value_heads=2, vocab_size=V, num_local_experts=3, num_experts_per_tok=2,
+                experts_implementation="eager")
 
 
 def test_routing_parse_and_names():
