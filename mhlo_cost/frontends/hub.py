@@ -21,7 +21,7 @@ import os
 from . import FrontendError
 
 LIBRARIES = {"hf": "transformers", "diffusers": "diffusers", "timm": "timm"}
-#: --set keys that are model-building options, not config fields (set as the configuration's ``_attn_implementation``...)
+#: --set keys that are model-building options, not config fields (set as ``config._attn_implementation``...)
 _SPECIAL = ("attn_implementation", "experts_implementation")
 
 
