@@ -34,6 +34,11 @@ def register(sub) -> None:
                      help="a local config.json (or its folder); for --hf also a model type (llama, t5, ...)")
     cfg.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                      help="override one configuration field (repeat): num_hidden_layers=2, depths=[2,2,6,2]")
+    cfg.add_argument("--routing", metavar="dropless|capacity:F",
+                     help="mixture of experts: the routing assumed (default dropless: every token to k experts, "
+                          "spread evenly; capacity:1.25: ceil(F x tokens x k / E) rows per expert, the rest dropped)")
+    cfg.add_argument("--expert-parallel", type=int, metavar="N",
+                     help="mixture of experts: say the all_to_all bytes of splitting the experts over N devices")
     inp = p.add_argument_group("inputs (--module, --hf, --diffusers, --timm)")
     inp.add_argument("--input", action="append", default=[], metavar="[NAME=]SHAPE[:DTYPE]",
                      help="one input, positional in order or by keyword: 2x128:int64, attention_mask=2x128:int64, "
@@ -145,7 +150,9 @@ def _forward_request(args):
     dtype = dtype_name(args.dtype) if args.dtype else None
     if args.model:
         _refuse(args, ("--input", args.input or args.input_shape), ("--kwarg", args.kwarg), ("--set", args.set),
-                ("--config", args.config), why="--model (a bundled model has its own inputs)")
+                ("--config", args.config), ("--routing", args.routing),
+                ("--expert-parallel", args.expert_parallel is not None),
+                why="--model (a bundled model has its own inputs)")
         frontend = args.frontend or "jax"
         short = {v: k for k, v in DTYPES.items()}
         cfg, plan = bundled_config(args.model, frontend=frontend, parallel=args.parallel, devices=args.devices,
@@ -160,10 +167,16 @@ def _forward_request(args):
     lib = _library(args)
     if lib is None:
         _refuse(args, ("--config", args.config), why="--module (configure your factory instead)")
+    if args.expert_parallel is not None and args.expert_parallel < 1:
+        raise UserError(f"--expert-parallel must be at least 1, got {args.expert_parallel}")
+    if args.routing is not None:
+        from ..frontends.moe import Routing
+
+        Routing.parse(args.routing)  # a bad one before a minute of imports
     req = LowerRequest(module=args.module, library=lib and lib[0], name=lib and lib[1], config=args.config,
                        overrides=parse_assignments(args.set, "--set"), inputs=tuple(positional),
                        input_kwargs=keyword, kwargs=parse_assignments(args.kwarg), frontend=args.frontend,
-                       dtype=dtype, locations=args.locations, verbose=args.verbose)
+                       dtype=dtype, locations=args.locations, verbose=args.verbose, routing=args.routing)
     return req, describe_request(req)
 
 
@@ -244,6 +257,28 @@ def _lower_step(args, bar) -> int:
     return EXIT_OK
 
 
+def _expert_parallel_line(args, info: dict) -> str:
+    """``--expert-parallel N``: the all_to_all dispatch and combine bytes per device of the lowered expert
+    layers split over N devices (:mod:`mhlo_cost.network.expert_parallel`)."""
+    n = args.expert_parallel
+    if n is None:
+        return ""
+    moe = info.get("moe")
+    if moe is None:
+        raise UserError("--expert-parallel applies to mixture-of-experts models: this one has no expert layer")
+    bad = sorted({e for e in moe["experts"] if e % n})
+    if bad:
+        raise UserError(f"--expert-parallel {n} does not divide the {bad[0]} experts of a layer")
+    from ..network.expert_parallel import expert_parallel
+
+    comms = [expert_parallel(sum(rows), h, b, n) for rows, h, b in zip(moe["rows"], moe["hidden"], moe["dtype_bytes"])]
+    each = sorted({c.bytes_per_device for c in comms})
+    total = sum(c.total_bytes_per_device for c in comms)
+    return (f"expert parallelism over {n} devices: a dispatch and a combine all_to_all per expert layer, "
+            f"{' / '.join(f'{b:,}' for b in each)} bytes sent per device each, {total:,} bytes per device "
+            f"over the forward")
+
+
 def cmd_lower(args) -> int:
     import os
 
@@ -271,6 +306,7 @@ def cmd_lower(args) -> int:
         _shape_note(args)
         say(args, f"lowering {text} -> {args.output or 'stdout'}", note=True)
         low = lower_request(req, stage=bar.stage)
+        ep_line = _expert_parallel_line(args, low.info)
         bar.stage(f"writing {args.output or 'stdout'}")
         res = write(low, args.output, locations=args.locations)
     except (FrontendError, LowerFailed, FileExistsError, FileNotFoundError, ValueError) as e:
@@ -285,4 +321,10 @@ def cmd_lower(args) -> int:
         where = f" written to {args.output}" if args.output else ""
         print(f"mhlo-cost: {res.format} {res.nbytes / 1e6:.2f} MB{where} in {res.seconds:.2f} s, "
               f"peak RSS {res.peak_rss_mb:.0f} MiB", file=sys.stderr)
+        if "moe" in low.info:
+            moe = low.info["moe"]
+            print(f"mhlo-cost: mixture of experts, routing {moe['routing']} ({moe['assumption']}), "
+                  f"{moe['layers']} expert layers: {moe['text']}", file=sys.stderr)
+        if ep_line:
+            print(f"mhlo-cost: {ep_line}", file=sys.stderr)
     return EXIT_OK

@@ -53,6 +53,7 @@ class LowerRequest:
     transforms: tuple = ()  # Transform functions applied to the traceable before lowering
     train: Any = None  # a mhlo_cost.training.TrainOptions: lower a whole training step instead of the forward
     verbose: bool = False  # let the libraries' warnings and log messages through
+    routing: str | None = None  # mixture of experts: dropless (default) or capacity:F (see .moe)
 
     def source(self) -> str:
         if self.model is not None:
@@ -167,6 +168,9 @@ def traceable(req: LowerRequest, obj):
         module = obj if req.dtype is None else obj.to(tf._torch_dtype(req.dtype))
         fn, args = tf.traceable(module.eval(), inputs, input_kwargs=kw_inputs, kwargs=req.kwargs,
                                 locations=req.locations)
+        from .moe import Routing, wrap
+
+        fn = wrap(fn, module, None if req.routing is None else Routing.parse(req.routing), info)
         info.update(frontend="torchax", model_class=type(obj).__name__)
         return fn, args, info
     if (req.frontend or "jax") != "jax":

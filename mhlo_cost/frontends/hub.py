@@ -21,7 +21,8 @@ import os
 from . import FrontendError
 
 LIBRARIES = {"hf": "transformers", "diffusers": "diffusers", "timm": "timm"}
-_SPECIAL = ("attn_implementation",)  # --set keys that are model-building options, not config fields
+#: --set keys that are model-building options, not config fields (set as ``config._attn_implementation``...)
+_SPECIAL = ("attn_implementation", "experts_implementation")
 
 
 def _import(lib: str):
@@ -148,13 +149,13 @@ def build_hf(name: str, config: str | None = None, overrides: dict | None = None
     cls = _class("transformers", name)
     cfg = hf_config(cls, config, overrides)
     import torch  # (after the class and configuration are checked)
-    attn = overrides.get("attn_implementation")
+    chosen = {k: overrides[k] for k in _SPECIAL if overrides.get(k)}
     with torch.device("meta"):
         if getattr(cls, "config_class", None) is None and hasattr(cls, "from_config"):  # Auto* classes
-            model = cls.from_config(cfg, **({"attn_implementation": attn} if attn else {}))
+            model = cls.from_config(cfg, **chosen)
         else:
-            if attn:
-                cfg._attn_implementation = attn
+            for key, value in chosen.items():
+                setattr(cfg, "_" + key, value)
             model = cls(cfg)
     return model
 

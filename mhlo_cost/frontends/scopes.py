@@ -30,9 +30,10 @@ class ScopeStack:
         self.stack: list[tuple[str, Any]] = []
         self.entered: set[str] = set()  # every module path whose call was entered so far
 
-    def enter(self, path: str) -> None:
+    def enter(self, path: str, name: str | None = None) -> None:
         parent = self.stack[-1][0] if self.stack else ""
         local = path[len(parent) + 1:] if parent and path.startswith(parent + ".") else path
+        local = name or local
         if self._borrowed(parent, local):
             local = BORROWED + local
         self.entered.add(path)
@@ -71,14 +72,16 @@ def is_torch_container(mod) -> bool:
 
 
 @contextlib.contextmanager
-def torch_module_scopes(root, *, skip_root: bool = True):
-    """While active, each submodule of ``root`` (containers excepted) runs under its path's named scope."""
+def torch_module_scopes(root, *, skip_root: bool = True, names: dict | None = None):
+    """While active, each submodule of ``root`` (containers excepted) runs under its path's named scope;
+    ``names`` maps a module path to the scope name it runs under instead (``""``: none, as a container)."""
     scopes = ScopeStack()
     handles = []
+    names = names or {}
     for path, mod in root.named_modules():
-        if (skip_root and path == "") or is_torch_container(mod):
+        if (skip_root and path == "") or is_torch_container(mod) or names.get(path) == "":
             continue
-        handles.append(mod.register_forward_pre_hook(lambda m, a, p=path: scopes.enter(p)))
+        handles.append(mod.register_forward_pre_hook(lambda m, a, p=path: scopes.enter(p, names.get(p))))
         handles.append(mod.register_forward_hook(lambda m, a, o, p=path: scopes.leave(p)))
     try:
         yield

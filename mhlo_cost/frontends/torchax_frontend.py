@@ -54,10 +54,12 @@ def exclude_from_source_locations() -> None:
 
 
 def module_scopes(root, *, skip_root: bool = True):
-    """Each submodule of ``root`` runs under ``jax.named_scope`` of its path (see :mod:`.scopes`)."""
+    """Each submodule of ``root`` runs under ``jax.named_scope`` of its path (see :mod:`.scopes`); the parts
+    of a mixture-of-experts layer under their roles (``router``, ``experts``, ``shared_experts``: :mod:`.moe`)."""
+    from .moe import scope_names
     from .scopes import torch_module_scopes
 
-    return torch_module_scopes(root, skip_root=skip_root)
+    return torch_module_scopes(root, skip_root=skip_root, names=scope_names(root))
 
 
 class _NoScopeJax:
