@@ -13,7 +13,8 @@ All three understand loops: the body of a ``while`` (``jax.lax.scan`` over layer
 multiplicity N ("while xN"); where no block is found inside it, it becomes N blocks and each of its rows
 is split evenly over them (:attr:`Blocks.row_blocks` holds a tuple of block ids per row).
 
-``assign_blocks(analysis, method="auto")`` tries scope, then repeat, then rms.
+``assign_blocks(analysis, method="auto")`` tries scope, then repeat, then rms; ``"stages"`` is the scope collector
+keeping stages of blocks whole (Swin's ``layers.1``, not its ``layers.1/blocks.0``).
 """
 from __future__ import annotations
 
