@@ -159,7 +159,7 @@ def register(sub) -> None:
     p.add_argument("--strict", action="store_true", help="fail when an op no rule knows is found")
     p.add_argument("-q", "--quiet", action="store_true", help="nothing on stderr but errors and warnings")
     add_progress(p)
-    p.add_argument("--blocks", choices=("auto", "scope", "rms", "repeat"), default="auto",
+    p.add_argument("--blocks", choices=("auto", "scope", "rms", "repeat", "stages"), default="auto",
                    help="how ops are grouped into blocks (default: auto)")
     p.add_argument("--block-pattern", metavar="REGEX", type=regex, help="regex naming a block in scope paths")
     p.add_argument("--norms-per-block", type=positive_int, metavar="N", help="normalisations per block (rms)")

@@ -288,8 +288,9 @@ def add_common(p: argparse.ArgumentParser, blocks: bool = True, many: bool = Fal
                    help="convolution FLOPs: xla (default) skips padded positions as XLA does; dense counts them "
                         "as PyTorch's counters and papers do")
     if blocks:
-        p.add_argument("--blocks", choices=("auto", "scope", "rms", "repeat"), default="auto",
-                       help="how ops are grouped into blocks (default: auto: scope, then repeat, then rms)")
+        p.add_argument("--blocks", choices=("auto", "scope", "rms", "repeat", "stages"), default="auto",
+                       help="how ops are grouped into blocks (default: auto: scope, then repeat, then rms; "
+                            "stages: the outermost scope groups, stages rather than their blocks)")
         p.add_argument("--block-pattern", metavar="REGEX", type=regex, help="regex naming a block in scope paths")
         p.add_argument("--norms-per-block", type=positive_int, metavar="N", help="normalisations per block (rms)")
 

@@ -13,7 +13,8 @@ All three understand loops: the body of a ``while`` (``jax.lax.scan`` over layer
 multiplicity N ("while xN"); where no block is found inside it, it becomes N blocks and each of its rows
 is split evenly over them (:attr:`Blocks.row_blocks` holds a tuple of block ids per row).
 
-``assign_blocks(analysis, method="auto")`` tries scope, then repeat, then rms.
+``assign_blocks(analysis, method="auto")`` tries scope, then repeat, then rms; ``"stages"`` is the scope collector
+keeping stages of blocks whole (Swin's ``layers.1``, not its ``layers.1/blocks.0``).
 """
 from __future__ import annotations
 
@@ -91,7 +92,7 @@ class Blocks:
         return f"blocks by {self.method}: {self.count} ({kinds})"
 
 
-METHODS = ("auto", "scope", "repeat", "rms")
+METHODS = ("auto", "scope", "repeat", "rms", "stages")
 
 
 def assign_blocks(analysis, method: str = "auto", pattern: str | None = None,
@@ -128,6 +129,7 @@ def _assign(rows, method: str, pattern: str | None, norms_per_block: int | None)
 
     makers = {
         "scope": lambda: ScopeCollector(pattern).collect(rows),
+        "stages": lambda: ScopeCollector(pattern, stages=True).collect(rows),
         "repeat": lambda: RepeatCollector().collect(rows),
         "rms": lambda: RMSCollector(norms_per_block).collect(rows),
     }
@@ -312,9 +314,11 @@ def index_of(name: str) -> tuple[str, int | None]:
 def kind_of(name: str) -> str:
     """The kind of a block from its name.
 
-    ``spatial_blocks.3`` -> ``spatial``; ``layers.2`` -> ``layers``; ``h.11`` -> ``h``; ``blocks_3`` -> ``blocks``.
+    ``spatial_blocks.3`` -> ``spatial``; ``layers.2`` -> ``layers``; ``h.11`` -> ``h``; ``blocks_3`` -> ``blocks``;
+    a block of a ``Sequential`` inside a ``Sequential``, ``blocks.2.1`` -> ``blocks``.
     """
     base, _ = index_of(name)
+    base = re.sub(r"(?:[./]\d+)+$", "", base) or base
     base = re.split(r"[/.]", base)[-1] or base
     for suffix in ("_blocks", "_block", "_layers", "_layer"):
         if base.endswith(suffix) and len(base) > len(suffix):

@@ -3,10 +3,13 @@
 Default patterns: a name followed by an index, written as JAX named scopes, flax module paths and torch
 module paths write them: ``name.{i}`` (``spatial_blocks.3``, ``h.11``, ``layers.0.attn.qkv``),
 ``name_{i}`` (``blocks_3``, flax ``Block_3``), ``name[{i}]`` and ``name/{i}``. A name with a number
-inside it (``conv2d``, ``fc1``) is no block. The outermost match of an eligible family is the block; a
+inside it (``conv2d``, ``fc1``) is no block; a ``Sequential`` in a ``Sequential`` (timm's EfficientNet)
+writes ``blocks.2.1``, block 1 of ``blocks.2``. The outermost match of an eligible family is the block; a
 family (the same name under the same prefix) is eligible when its members contain parts (deeper scopes)
 or hold a large share of the compute, and, for ``name_{i}`` (which flax also gives to every
-``Dense_0``), when it has several indices.
+``Dense_0``), when it has several indices. A family whose members are groups of repeated blocks
+(stages of blocks: ConvNeXt's, Swin's, EfficientNet's) gives way to those blocks, the finest repeated
+unit that carries weights; ``stages=True`` keeps the outermost families (``--blocks stages``).
 
 A user ``pattern`` (regular expression) overrides the defaults: its first group, or the whole match,
 names the block.
@@ -20,7 +23,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from . import Block, Blocks, fill_nearest, kind_of, index_of, loop_runs, nearest_groups, row_scope
+from . import Block, Blocks, fill_nearest, is_matmul, kind_of, index_of, loop_runs, nearest_groups, row_scope
+from .towers import with_towers
 
 _B = r"(?:^|(?<=[/.]))"  # start of a path component
 _E = r"(?=$|[/.\[])"  # end of a path component
@@ -29,6 +33,7 @@ DEFAULT_PATTERNS = (
     ("under", re.compile(_B + r"([A-Za-z][\w-]*?)_(\d+)" + _E)),
     ("bracket", re.compile(_B + r"([A-Za-z_][\w-]*)\[(\d+)\]" + _E)),
 )
+_NESTED = re.compile(r"([./])(\d+)" + _E)  # blocks.2 -> blocks.2.1
 _PART = re.compile(r"[/.]*([^/.\[]+)")
 _LOOP_BODY = re.compile(r"(?:^|/)while/body(?=/|$)")
 
@@ -43,6 +48,7 @@ class _Cand:
     family: tuple  # (prefix, base name, separator)
     index: int | None
     part: str
+    end: int = 0  # where the index ends in the path
 
 
 def _clean(name: str) -> str:
@@ -55,8 +61,9 @@ def _part_after(path: str, end: int) -> str:
 
 
 class ScopeCollector:
-    def __init__(self, pattern: str | None = None):
+    def __init__(self, pattern: str | None = None, stages: bool = False):
         self.pattern = re.compile(pattern) if pattern else None
+        self.stages = stages
         self._cache: dict[str, list[_Cand]] = {}
 
     # -- candidates ---------------------------------------------------------------------------------------
@@ -92,7 +99,9 @@ class ScopeCollector:
                         sep, idx = "[", int(m.group(2))
                     prefix = path[: m.start()]
                     out.append(_Cand(m.start(), _clean(path[: m.end()]), (prefix, base, sep), idx,
-                                     _part_after(path, m.end())))
+                                     _part_after(path, m.end()), m.end()))
+                    if tag != "under":
+                        out.extend(_nested(path, m.end()))
             out.sort(key=lambda c: c.start)
         self._cache[path] = out
         return out
@@ -102,7 +111,7 @@ class ScopeCollector:
         scopes = [row_scope(r) for r in rows]
         cands = [self.candidates(s) for s in scopes]
         eligible = self._eligible(rows, cands)
-        if self.pattern is None:
+        if self.pattern is None and not self.stages:
             eligible -= _groups_of_blocks(rows, cands, eligible)
         names, parts, info, parents = _named_rows(cands, eligible, scopes)
         loop_blocks = _loop_blocks(rows, scopes, names, parts)
@@ -113,7 +122,8 @@ class ScopeCollector:
             notes.append(f"{len(loop_blocks)} loop bod{'y' if len(loop_blocks) == 1 else 'ies'} split into "
                          "iterations")
         warnings = _merged(parents, self.pattern.pattern) if self.pattern is not None else []
-        return Blocks("scope", blocks, row_blocks, parts, groups, notes, warnings)
+        method = "stages" if self.stages and self.pattern is None else "scope"
+        return with_towers(Blocks(method, blocks, row_blocks, parts, groups, notes, warnings))
 
     def _eligible(self, rows, cands) -> set:
         if self.pattern is not None:
@@ -146,15 +156,31 @@ class ScopeCollector:
 INNER_SHARE = 0.8
 
 
+def _nested(path: str, end: int) -> list[_Cand]:
+    """Candidates for the indices right after the index that ends at ``end``: ``blocks.2.1`` is block 1 of
+    ``blocks.2``; the family of ``blocks.2``'s members is ``("blocks.2", "", ".")``."""
+    out = []
+    m = _NESTED.match(path, end)
+    while m:
+        out.append(_Cand(m.start() + 1, _clean(path[: m.end()]), (path[: m.start()], "", m.group(1)),
+                         int(m.group(2)), _part_after(path, m.end()), m.end()))
+        m = _NESTED.match(path, m.end())
+    return out
+
+
 def _groups_of_blocks(rows, cands, eligible: set) -> set:
-    """Eligible families that are groups of blocks rather than blocks: every member holds a run of
-    identical inner blocks of one family, which carry most of its compute (timm's ConvNeXt and Swin
-    ``stages.1/blocks.2``, a ResNet's stages). Blocks whose inner units differ stay blocks: T5's
-    ``block.0/layer.0`` (attention) and ``layer.1`` (MLP)."""
+    """Eligible families that are groups of blocks rather than blocks: every member holds a run of inner
+    blocks of one family, which carry most of its compute and are either identical (timm's ConvNeXt
+    ``stages.1/blocks.2``, a ResNet's stages) or its direct children alike in their matrix products, each
+    with one at least: the finest repeated unit that carries weights (Swin's ``layers.1/blocks.0`` and
+    its shifted ``blocks.1``, EfficientNet's ``blocks.2.0`` whose stride differs from ``blocks.2.1``).
+    Blocks whose inner units differ stay blocks: T5's ``block.0/layer.0`` (attention) and ``layer.1``
+    (MLP)."""
     members: dict[tuple, set] = {}  # outer family -> its member names
     outer_compute: dict[tuple, int] = {}
     inner: dict[tuple, dict] = {}  # (outer family, inner base, sep) -> outer member -> inner member -> ops
     inner_compute: dict[tuple, int] = {}
+    direct: dict[tuple, bool] = {}  # inner blocks right below the outer one (layers.1/blocks.0, blocks.2.1)
     for r, cs in zip(rows, cands):
         el = [c for c in cs if c.family in eligible]
         if not el:
@@ -165,17 +191,26 @@ def _groups_of_blocks(rows, cands, eligible: set) -> set:
         if len(el) > 1:
             key = (o.family,) + el[1].family[1:]
             ops = inner.setdefault(key, {}).setdefault(o.name, {}).setdefault(el[1].name, [])
-            ops.append((r.op, r.shape))
+            ops.append((r.op, r.shape, is_matmul(r)))
             inner_compute[key] = inner_compute.get(key, 0) + w
+            direct[key] = direct.get(key, True) and el[1].start == o.end + 1
     out = set()
     for key, by_outer in inner.items():
         fam = key[0]
-        if set(by_outer) != members[fam] or not any(len(v) > 1 for v in by_outer.values()):
+        if set(by_outer) != members[fam] or not any(len(v) > 1 for v in by_outer.values()) \
+                or inner_compute[key] < INNER_SHARE * outer_compute[fam]:
             continue
         if all(len({tuple(ops) for ops in v.values()}) == 1 for v in by_outer.values()) \
-                and inner_compute[key] >= INNER_SHARE * outer_compute[fam]:
+                or (direct[key] and all(_alike(v.values()) for v in by_outer.values())):
             out.add(fam)
     return out
+
+
+def _alike(units) -> bool:
+    """Whether inner blocks (each a list of (op, shape, is matmul)) run the same matrix products in the same
+    order (shapes aside), one at least."""
+    sigs = {tuple(op for op, _, mm in ops if mm) for ops in units}
+    return len(sigs) == 1 and bool(next(iter(sigs)))
 
 
 def _merged(parents: dict[str, set], pattern: str) -> list[str]:
