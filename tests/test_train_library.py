@@ -205,3 +205,20 @@ def test_torch_factory_without_frontend(tmp_path, monkeypatch, capsys):
     rc = main(["lower", "--module", "mlp_factory:make", "--input", "2x8", "--train", "--frontend", "jax", "-q",
                "-o", str(out)])
     assert rc == 2 and "with torchax, not jax" in capsys.readouterr().err
+
+
+def test_transposed_conv_dense_equals_flop_counter():
+    """A transposed convolution (lhs dilation in the IR) under the dense convention: every (input element,
+    kernel element) pair, as FlopCounterMode counts it: 2 x B x 8 x 8 x 4 x 4 x C_in x C_out."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from mhlo_cost import analyze
+    from mhlo_cost.frontends.api import lower_model
+
+    with torch.device("meta"):
+        up = torch.nn.ConvTranspose2d(C, 4, 4, stride=2, padding=1, bias=False)
+    x = torch.zeros(B, C, 8, 8, device="meta")
+    with FlopCounterMode(display=False) as fc:
+        up(x)
+    ours = analyze(lower_model(up, x).text, conv_padding="dense").summary["conv_flops"]
+    assert ours == fc.get_total_flops() == 2 * B * 8 * 8 * 4 * 4 * C * 4
