@@ -105,8 +105,7 @@ class TrainOptions:
 
 def lower_request_step(req) -> Lowered:
     """The training step of what a :class:`~mhlo_cost.frontends.api.LowerRequest` names (``req.train`` set):
-    a bundled model's own step, or any other model's with ``req.train.loss`` (:mod:`.library`: library
-    classes, ``--module`` factories, models in hand, with their typed and keyword inputs)."""
+    a bundled model's own step, or any other's with ``req.train.loss`` (:mod:`.library`, no wrapper)."""
     opts = req.train
     frontend = req.frontend or "jax"
     if req.model is not None:
