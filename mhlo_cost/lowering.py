@@ -6,8 +6,10 @@ from __future__ import annotations
 
 from typing import Callable
 
-from .frontends import Lowered
-from .frontends.api import LowerRequest, run_request
+import os
+
+from .frontends import FrontendError, Lowered
+from .frontends.api import LowerFailed, LowerRequest, failure_message, run_request
 from .frontends.api import lower_request as lower_forward
 from .training import lower_request_step
 
@@ -21,8 +23,16 @@ def lower_request(req: LowerRequest, stage: Callable[[str], None] | None = None)
 
 
 def _lower_step(req: LowerRequest, stage: Callable[[str], None]) -> Lowered:
-    stage("tracing and lowering the training step")
-    return lower_request_step(req)
+    stage("building the model and tracing and lowering its training step" if req.model is None
+          else "tracing and lowering the training step")
+    try:
+        return lower_request_step(req)
+    except (FrontendError, LowerFailed):
+        raise
+    except Exception as e:  # the model's code, or the frameworks tracing or differentiating it
+        if req.model is not None or os.environ.get("MHLO_COST_DEBUG"):  # (bundled models: our own bug)
+            raise
+        raise LowerFailed(failure_message(req, e)) from e
 
 
 __all__ = ["lower_request"]

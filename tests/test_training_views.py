@@ -146,7 +146,8 @@ def test_lower_train_writes_and_refuses(tmp_path, capsys):
                       (("--model", "gpt", "--train", "--remat", "all"), "invalid choice"),
                       (("--model", "stdit3", "--small", "--parallel", "megatron", "--devices", "4", "--train"),
                        "drop --parallel"),
-                      (("--hf", "GPT2Model", "--train"), "--module factor"),
+                      (("--hf", "GPT2Model", "--train"), "no input was given"),  # a library model takes --train
+                      (("--hf", "GPT2Model", "--train", "--remat", "block"), "checkpoint your own"),
                       (("--module", "nope.nothing:make", "--input-shape", "2,3", "--train"), "nope")]:
         rc = main(["lower", "-q", *map(str, args)])
         err = capsys.readouterr().err

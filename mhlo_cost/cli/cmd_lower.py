@@ -60,14 +60,15 @@ def register(sub) -> None:
     how.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")
     add_progress(how)
     # Options that change *what* is lowered: a training step around the forward.
-    train = p.add_argument_group("a training step instead of the forward (--model, --module; jax or torchax)")
+    train = p.add_argument_group("a training step instead of the forward (any model; torch modules through torchax)")
     train.add_argument("--train", action="store_true",
                        help="loss, gradients and an optimizer update, parameters and optimizer state donated")
     train.add_argument("--remat", choices=("none", "block"), default="none",
                        help="--model: recompute each block in the backward (jax.checkpoint) or keep everything")
     train.add_argument("--optimizer", choices=("adamw", "adam", "sgd"), default="adamw", help="default adamw")
     train.add_argument("--loss", default="mse", metavar="mse|xent|PKG.MOD:FN",
-                       help="--module: the loss against a target of the output's shape (default mse)")
+                       help="the loss on the output (a ModelOutput's logits, else last_hidden_state, sample...) "
+                            "against a target of its shape (default mse; bundled models have their own)")
     from .cmd_serve import add_step_options
 
     add_step_options(p.add_argument_group("an inference step instead of the forward (--model gpt, --hf; see "

@@ -16,13 +16,21 @@ takes the phase of its neighbours in program order (both sides agreeing, else th
 with no backward in its names (inference, or locations stripped) is all forward, and says so.
 
 Backward matrix products (dot, convolution) are split into ``dgrad`` (the gradient of an activation)
-and ``wgrad`` (the gradient of a weight). A backward product multiplies a cotangent by a value the
-forward kept (or recomputed); the forward product that used that same value (through data movement:
-reshape, transpose, convert, broadcast) is the one being transposed, and the backward product gives the
-gradient of that forward product's *other* operand: a weight when the other operand is a parameter (a
-donated argument of the step, or a slice of one in a loop), an activation otherwise. Where the data flow
-cannot be followed (loop-carried values of a scanned model), a backward product whose result has the
-shape of a forward weight operand (dimensions in any order) is a ``wgrad``.
+and ``wgrad`` (the gradient of a weight), by the data flow. A backward product transposes one forward
+product: it multiplies a cotangent by one of that product's operands, as the forward kept it (or
+recomputed it), and gives the gradient of the *other* operand. Values are followed through data
+movement (reshape, transpose, convert, broadcast, and ``reverse``: a convolution's dgrad flips its
+kernel), and the first rule that applies decides:
+
+1. an operand is a parameter (a donated argument of the step, or a slice of one in a loop): the
+   product is cotangent x weight, a ``dgrad``;
+2. an operand is a value some forward product read: ``wgrad`` when that forward product's other
+   operand is a parameter, ``dgrad`` otherwise (attention's score and value products: activations on
+   both sides);
+3. the result reaches the optimizer through data movement and sums only (it is a parameter's
+   gradient): ``wgrad``;
+4. where the data flow cannot be followed (loop-carried values of a scanned model), a product whose
+   result has the shape of a forward weight operand (dimensions in any order) is a ``wgrad``.
 """
 from __future__ import annotations
 
@@ -35,7 +43,9 @@ PHASES = (FORWARD, BACKWARD, RECOMPUTE, OPTIMIZER)
 DGRAD, WGRAD = "dgrad", "wgrad"
 
 #: Ops that move or recast a value without changing what it is (followed to find where it came from).
-_PASS = frozenset({"transpose", "reshape", "convert", "broadcast_in_dim", "copy", "bitcast_convert"})
+_PASS = frozenset({"transpose", "reshape", "convert", "broadcast_in_dim", "copy", "bitcast_convert", "reverse"})
+#: Ops through which a parameter's gradient reaches the optimizer (data movement and sums of gradients).
+_TO_GRAD = _PASS | {"add"}
 #: Ops that take a slice of a stacked value (a scanned model's weights).
 _SLICE = frozenset({"dynamic_slice", "slice"})
 _CALLS = ("jit(", "pjit(")
@@ -120,7 +130,29 @@ def split_backward(analysis, phase: list[str]) -> tuple[list[str], list[str]]:
         producers = None
     params = getattr(analysis, "param_args", None)
     flow = Flow(rows, producers, params)
-    uses: dict = {}  # root of a forward operand -> [is the other operand a parameter?]
+    uses, weight_shapes = _forward_uses(rows, phase, flow)
+    grad = [""] * len(rows)
+    guessed = 0
+    for i, r in enumerate(rows):
+        if phase[i] != BACKWARD or not is_matmul(r):
+            continue
+        label = _by_flow(flow, uses, phase, i)
+        if label is None:
+            guessed += 1
+            shape = tuple(sorted(getattr(r.result, "shape", ())))
+            label = WGRAD if shape in weight_shapes else DGRAD
+        grad[i] = label
+    notes = []
+    if guessed:
+        notes.append(f"{guessed} backward matrix op(s) split into dgrad / wgrad by shape (their operands "
+                     "could not be followed to the forward)")
+    return grad, notes
+
+
+def _forward_uses(rows, phase, flow) -> tuple[dict, set]:
+    """(root of a forward product's operand -> [is the other operand a parameter?], the (sorted) shapes of
+    the parameters forward products read)."""
+    uses: dict = {}
     weight_shapes = set()
     for i, r in enumerate(rows):
         if phase[i] not in (FORWARD, RECOMPUTE) or not is_matmul(r) or len(r.operands) < 2:
@@ -132,27 +164,21 @@ def split_backward(analysis, phase: list[str]) -> tuple[list[str], list[str]]:
                 uses.setdefault(roots[pos], []).append(other)
             if flow.is_param(roots[pos], i, pos):
                 weight_shapes.add(tuple(sorted(r.operands[pos].shape)))
-    grad = [""] * len(rows)
-    guessed = 0
-    for i, r in enumerate(rows):
-        if phase[i] != BACKWARD or not is_matmul(r):
-            continue
-        votes = []
-        for pos in range(min(2, len(r.operands))):
-            root = flow.root_of(i, pos)
-            if root is not None:
-                votes += uses.get(root, [])
-        if votes:
-            grad[i] = WGRAD if any(votes) else DGRAD
-        else:
-            guessed += 1
-            shape = tuple(sorted(getattr(r.result, "shape", ())))
-            grad[i] = WGRAD if shape in weight_shapes else DGRAD
-    notes = []
-    if guessed:
-        notes.append(f"{guessed} backward matrix op(s) split into dgrad / wgrad by shape (their operands "
-                     "could not be followed to the forward)")
-    return grad, notes
+    return uses, weight_shapes
+
+
+def _by_flow(flow, uses, phase, i: int) -> str | None:
+    """Rules 1-3 of the module docstring for backward product i; None where none applies."""
+    n = min(2, len(flow.rows[i].operands))
+    roots = [flow.root_of(i, pos) for pos in range(n)]
+    if any(flow.is_param(roots[pos], i, pos, strict=True) for pos in range(n)):
+        return DGRAD
+    votes = [v for root in roots if root is not None for v in uses.get(root, [])]
+    if votes:
+        return WGRAD if any(votes) else DGRAD
+    if flow.reaches_optimizer(i, phase):
+        return WGRAD
+    return None
 
 
 class Flow:
@@ -163,6 +189,30 @@ class Flow:
         self.producers = producers
         self.params = params  # argument keys of the step's parameters (None: every argument)
         self._memo: dict = {}
+        self._consumers: list | None = None
+
+    def consumers(self, i: int) -> list[int]:
+        """The rows that read row i's result (from the producers; empty without a data flow)."""
+        if self._consumers is None:
+            self._consumers = [[] for _ in self.rows]
+            for j, srcs in enumerate(self.producers or ()):
+                for s in srcs:
+                    if isinstance(s, int) and s != j:
+                        self._consumers[s].append(j)
+        return self._consumers[i]
+
+    def reaches_optimizer(self, i: int, phase: list[str]) -> bool:
+        """Whether row i's result reaches an optimizer row through data movement and sums alone (it is, or
+        is summed into, a parameter's gradient)."""
+        todo, seen = [i], {i}
+        while todo and len(seen) < 10_000:
+            for j in self.consumers(todo.pop()):
+                if phase[j] == OPTIMIZER:
+                    return True
+                if j not in seen and phase[j] == BACKWARD and short_op(self.rows[j]) in _TO_GRAD:
+                    seen.add(j)
+                    todo.append(j)
+        return False
 
     def source(self, i: int, pos: int):
         if self.producers is None:
@@ -190,16 +240,19 @@ class Flow:
             self._memo[src] = (out,)
         return out
 
-    def is_param(self, root, i: int, pos: int) -> bool:
-        """A step parameter: a (donated) argument, or a slice of a value from outside the loop body."""
-        if root is None:
+    def is_param(self, root, i: int, pos: int, strict: bool = False) -> bool:
+        """A step parameter: a (donated) argument, or a slice of a value from outside the loop body. With
+        ``strict``, only where the parameters are known (donated) and the data flow reaches one."""
+        if root is None or (strict and self.params is None):
             return False
         if isinstance(root, tuple):  # no data flow: an argument of the op's own function
-            return True
+            return not strict
         if isinstance(root, str):
             return self.params is None or root in self.params
         r = self.rows[root]
         if short_op(r) in _SLICE and self.producers is not None and self.producers[root]:
             inner = self.root(self.producers[root][0])
-            return inner is None or (isinstance(inner, str) and (self.params is None or inner in self.params))
+            if inner is None:
+                return not strict
+            return isinstance(inner, str) and (self.params is None or inner in self.params)
         return False

@@ -100,12 +100,12 @@ class TrainOptions:
 
     remat: str = "none"
     optimizer: str = "adamw"
-    loss: str = "mse"  # for --module models (bundled models have their own)
+    loss: str = "mse"  # for every model but the bundled ones (they have their own)
 
 
 def lower_request_step(req) -> Lowered:
     """The training step of what a :class:`~mhlo_cost.frontends.api.LowerRequest` names (``req.train`` set):
-    a bundled model's own step, or a ``--module`` factory's with ``req.train.loss``."""
+    a bundled model's own step, or any other's with ``req.train.loss`` (:mod:`.library`, no wrapper)."""
     opts = req.train
     frontend = req.frontend or "jax"
     if req.model is not None:
@@ -116,16 +116,11 @@ def lower_request_step(req) -> Lowered:
             raise FrontendError("--train lowers one device's step: drop --parallel")
         return lower_train_step(req.model, cfg, remat=opts.remat, optimizer=opts.optimizer, frontend=frontend,
                                 locations=req.locations)
-    if req.library is not None or not isinstance(req.module, str):
-        raise FrontendError("--train lowers bundled models (--model) and --module factories; for a "
-                            "transformers/diffusers/timm model, write a --module factory around it")
     if opts.remat != "none":
         raise FrontendError("--remat applies to the bundled models (--model); checkpoint your own model's blocks")
-    if req.input_kwargs or req.kwargs:
-        raise FrontendError("--train with --module takes positional --input shapes only")
-    shapes = [tuple(getattr(s, "shape", s)) for s in req.inputs]
-    return lower_module_train_step(req.module, shapes, req.dtype or "float32", loss=opts.loss,
-                                   optimizer=opts.optimizer, frontend=frontend, locations=req.locations)
+    from .library import lower_object_step
+
+    return lower_object_step(req)
 
 
 __all__ = ["TrainOptions", "lower_request_step", "lower_train_step", "lower_module_train_step", "LOSSES", "OPTIMIZERS", "REMAT", "FRONTENDS"]

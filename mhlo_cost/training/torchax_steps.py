@@ -17,8 +17,12 @@ import jax
 from ..frontends import FrontendError
 
 
-def _module_forward(module):
-    """(forward(params, buffers, *inputs) -> output arrays, parameter shapes, buffer shapes)."""
+def module_forward(module, *, kwargs: dict | None = None, pick=None):
+    """(forward(params, buffers, inputs, kw_inputs) -> output arrays, parameter shapes, buffer shapes).
+
+    ``inputs`` is a tuple of positional inputs, ``kw_inputs`` a dict of keyword ones; ``kwargs`` are plain
+    (static) keyword values of the module's forward; ``pick(result) -> tensor`` chooses what is returned
+    (default: the whole result)."""
     import torch
 
     from ..frontends._torch_shim import import_torchax
@@ -32,13 +36,26 @@ def _module_forward(module):
     trainable = {n for n, p in module.named_parameters(remove_duplicate=False) if p.requires_grad}
     params = {k: v for k, v in state.items() if k in trainable}
     buffers = {k: v for k, v in state.items() if k not in trainable}
+    static = dict(kwargs or {})
 
-    def forward(params, buffers, *inputs):
-        state_t, inputs_t = env.j2t_iso(({**params, **buffers}, inputs))
+    def forward(params, buffers, inputs, kw_inputs):
+        state_t, inputs_t, kw_t = env.j2t_iso(({**params, **buffers}, inputs, kw_inputs))
         with env, torch.device("jax"), module_scopes(module), mute_aten_scopes(True), \
                 fold_unit_alpha(env, True), torch.no_grad():
-            out = torch.func.functional_call(module, state_t, tuple(inputs_t), {}, strict=False)
+            out = torch.func.functional_call(module, state_t, tuple(inputs_t), {**static, **kw_t}, strict=False)
+            if pick is not None:
+                out = pick(out)
         return env.t2j_iso(out)
+
+    return forward, params, buffers
+
+
+def _module_forward(module):
+    """(forward(params, buffers, *inputs) -> output arrays, parameter shapes, buffer shapes)."""
+    fwd, params, buffers = module_forward(module)
+
+    def forward(params, buffers, *inputs):
+        return fwd(params, buffers, inputs, {})
 
     return forward, params, buffers
 

@@ -34,12 +34,15 @@ def _shape(x) -> jax.ShapeDtypeStruct:
     return jax.ShapeDtypeStruct(tuple(int(d) for d in x.shape), x.dtype)
 
 
-def module_step(spec, input_shapes, dtype: str, loss) -> tuple[Callable, object, tuple]:
-    """(loss(params, *inputs, target), parameter shapes, batch shapes) of a user's JAX model."""
+def module_step(spec, input_shapes, dtype: str, loss, made=None) -> tuple[Callable, object, tuple]:
+    """(loss(params, *inputs, target), parameter shapes, batch shapes) of a user's JAX model; ``made``: what
+    its factory returned, where it was called already. An input is a shape (of ``dtype``) or a
+    ``jax.ShapeDtypeStruct``."""
     from ..frontends import resolve_spec
 
-    factory = resolve_spec(spec) if isinstance(spec, str) else spec
-    made = factory()
+    if made is None:
+        factory = resolve_spec(spec) if isinstance(spec, str) else spec
+        made = factory()
     if not (isinstance(made, tuple) and len(made) == 2 and callable(made[0])):
         raise FrontendError(f"{spec}() must return (apply, params) for a training step, "
                             f"got {type(made).__name__}")
@@ -48,7 +51,8 @@ def module_step(spec, input_shapes, dtype: str, loss) -> tuple[Callable, object,
         params = jax.tree_util.tree_map(_shape, params)
     except AttributeError:
         raise FrontendError(f"{spec}(): the parameters must be arrays or jax.ShapeDtypeStruct") from None
-    inputs = tuple(jax.ShapeDtypeStruct(tuple(int(d) for d in s), dtype) for s in input_shapes)
+    inputs = tuple(s if isinstance(s, jax.ShapeDtypeStruct) else jax.ShapeDtypeStruct(tuple(int(d) for d in s), dtype)
+                   for s in input_shapes)
     out = jax.eval_shape(apply, params, *inputs)
     if not isinstance(out, jax.ShapeDtypeStruct):
         raise FrontendError(f"{spec}: the model must return one array to take a loss of, got {type(out).__name__}")

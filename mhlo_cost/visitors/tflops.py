@@ -6,9 +6,11 @@ and one add per term. Batch dimensions are part of the result, so they are count
 A convolution is counted as XLA's HloCostAnalysis counts it: for every spatial dimension, the number of
 (output position, kernel position) pairs that land on a real input element (not padding, not a hole
 made by lhs dilation); times input features per group, output features and batch per batch group; x2.
-With ``conv_padding="dense"`` padded positions count too (holes of lhs dilation still do not), as
-PyTorch's FlopCounterMode, fvcore and most papers count (ResNet-18: 1.814 GMAC); see
-:func:`conv_padding_variant`.
+With ``conv_padding="dense"`` padded positions count too, as PyTorch's FlopCounterMode, fvcore and most
+papers count (ResNet-18: 1.814 GMAC); see :func:`conv_padding_variant`. A convolution with lhs dilation
+(a transposed convolution, and the dgrad of a strided one) is counted as PyTorch counts a transposed
+convolution: every (input element, kernel element) pair, wherever it lands (so a strided convolution's
+dgrad costs its forward, not the padding of the transposed form around it).
 """
 from __future__ import annotations
 
@@ -34,10 +36,11 @@ MAX_CONV_STEPS = 20_000_000
 def valid_positions(in_size: int, out_size: int, kernel_size: int, stride: int, pad_low: int,
                     lhs_dilation: int, rhs_dilation: int, dense: bool = False) -> int:
     """Pairs (output index, kernel index) of one spatial dimension that read a real input element; with
-    ``dense``, those that read an input element or padding (a hole of lhs dilation is neither)."""
-    steps = kernel_size * (out_size if lhs_dilation != 1 or dense else 1)
-    if steps > MAX_CONV_STEPS:
-        raise ValueError(f"a convolution window of {kernel_size} x {out_size} positions is too large to count")
+    ``dense``, every output index x kernel index, or with lhs dilation every (input index, kernel index)
+    pair that meets the window's stride (PyTorch's count of a transposed convolution)."""
+    span = max(out_size, in_size) if lhs_dilation != 1 else (out_size if dense else 1)
+    if kernel_size * span > MAX_CONV_STEPS:
+        raise ValueError(f"a convolution window of {kernel_size} x {span} positions is too large to count")
     if dense:
         return _dense_positions(in_size, out_size, kernel_size, stride, pad_low, lhs_dilation, rhs_dilation)
     count = 0
@@ -63,12 +66,12 @@ def valid_positions(in_size: int, out_size: int, kernel_size: int, stride: int, 
 def _dense_positions(in_size, out_size, kernel_size, stride, pad_low, lhs_dilation, rhs_dilation) -> int:
     if lhs_dilation == 1:
         return out_size * kernel_size
-    extent = (in_size - 1) * lhs_dilation + 1  # the dilated input; outside it lies padding
-    count = 0
+    if stride == 1:
+        return in_size * kernel_size
+    count = 0  # input i and kernel k meet output (i * lhs_dilation + pad_low - k * rhs_dilation) / stride
     for k in range(kernel_size):
-        for o in range(out_size):
-            u = o * stride + k * rhs_dilation - pad_low
-            if u < 0 or u >= extent or u % lhs_dilation == 0:
+        for i in range(in_size):
+            if (i * lhs_dilation + pad_low - k * rhs_dilation) % stride == 0:
                 count += 1
     return count
 
