@@ -27,6 +27,7 @@ def cmd_train_plan(args) -> int:
     from ..network import resolve_profile
     from ..report import render
     from ..scale.plan import breakdown_frame, facts, plan, sweep
+    from ..scale.stages import stage_frame, stage_rows
 
     hw = resolve_profile(args.hardware, getattr(args, "hardware_file", None))
     cfg = _config(args)
@@ -46,10 +47,19 @@ def cmd_train_plan(args) -> int:
         import json
 
         payload = {"config": p.row(), "counts": p.iteration.counts, "memory": p.memory,
-                   "breakdown": breakdown_frame(p).to_dict(orient="records")}
+                   "breakdown": breakdown_frame(p).to_dict(orient="records"), "stages": stage_rows(p)}
         write_output(json.dumps(payload, indent=1, sort_keys=True, default=str) + "\n", args.output)
         return EXIT_OK
-    out = render(breakdown_frame(p), args.format, "raw", title=f"one iteration per GPU on {hw.name}")
+    if args.format == "html":
+        from ..scale.html import plan_page
+
+        write_output(plan_page(p, hw.name, breakdown_frame(p), facts(p)), args.output)
+        return EXIT_OK
+    if args.by == "stage":
+        out = render(stage_frame(p), args.format, "raw", title=f"one iteration per pipeline stage on {hw.name} "
+                     f"(each row: every device of the stage)", wide=True)
+    else:
+        out = render(breakdown_frame(p), args.format, "raw", title=f"one iteration per GPU on {hw.name}")
     if args.format == "table":
         out += "\n".join(facts(p)) + "\n"
     write_output(out, args.output)
@@ -78,6 +88,9 @@ def register(sub) -> None:
     p.add_argument("--dp-overlap", action="store_true", help="the gradient reduction overlaps the last backward")
     p.add_argument("--sweep", type=positive_int, metavar="GPUS", help="rank every split of GPUS devices")
     p.add_argument("--cache", metavar="DIR", help="keep each lowered layer's analysis here")
-    p.add_argument("--format", default="table", choices=("table", "csv", "json", "markdown"))
+    p.add_argument("--format", default="table", choices=("table", "csv", "json", "markdown", "html"),
+                   help="html: a page with a stacked bar per pipeline stage and both tables (-o FILE)")
+    p.add_argument("--by", default="component", choices=("component", "stage"),
+                   help="the table: the busiest device's components, or one row per pipeline stage")
     p.add_argument("-o", "--output", metavar="FILE")
     p.set_defaults(func=cmd_train_plan)
