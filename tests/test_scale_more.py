@@ -91,3 +91,27 @@ def test_html_page_is_deterministic_and_has_a_bar_per_stage(tmp_path, capsys):
     cfg = ScaleConfig(**TINY, t=2, sp=True, p=3, global_batch=6, recompute="selective")
     total0 = plan(cfg, SELENE).memory["total"]
     assert re.search(rf'data-v="{total0}"', page)
+
+
+LLAMA = ["--hf", "LlamaForCausalLM", "--config", "llama", "--set", "num_hidden_layers=4", "--set", "hidden_size=64",
+         "--set", "num_attention_heads=4", "--set", "num_key_value_heads=2", "--set", "intermediate_size=160",
+         "--set", "vocab_size=128", "--seq", "32"]
+
+
+def test_hf_llama_maps_with_gqa_and_swiglu(capsys):
+    pytest.importorskip("transformers")
+    assert main(["train-plan", *LLAMA, "-t", "2", "--sp", "--global-batch", "2", "--format", "json"]) == 0
+    c = json.loads(capsys.readouterr().out)
+    b, s, h, kvd, f, n, vcb = 2, 32, 64, 2 * 16, 160, 4, 128
+    # q and o: h x h; k and v: h x kv d (GQA); gate, up, down: h x f (SwiGLU); QK^T and PV; the logits
+    per_layer = 6 * b * s * (2 * h * h + 2 * h * kvd + 3 * h * f) + 12 * b * s * s * h
+    assert c["counts"]["model_flops"] == n * per_layer + 6 * b * s * h * vcb
+    t = 2
+    weights = (h * (h + 2 * kvd) + h * h + 3 * h * f) // t + (h + 2 * kvd + f + f) // t + 2 * h + 4 * h  # + biases, norms
+    assert c["memory"]["weights"] == 2 * weights * n  # bf16, one stage holds every layer
+
+
+def test_hf_that_is_not_llama_says_why(capsys):
+    pytest.importorskip("transformers")
+    assert main(["train-plan", "--hf", "GPT2LMHeadModel", "--config", "gpt2"]) == 2
+    assert "mhlo-cost: error: train-plan --hf maps Llama-family decoders" in capsys.readouterr().err
