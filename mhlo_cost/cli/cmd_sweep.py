@@ -125,7 +125,10 @@ def cmd_sweep(args) -> int:
     if args.jobs is not None and args.jobs < 1:
         raise UserError(f"--jobs must be a positive integer, got {args.jobs}")
     try:
-        grid = make_grid(_settings(args))
+        settings = _settings(args)
+        if settings.get("training"):  # training configurations: delegated to mhlo_cost.scale
+            return _training(args, settings, fmt)
+        grid = make_grid(settings)
         _shape_notes(grid, args)
         hardware_toml = _hardware_toml(grid, args.hardware_file)
         cache = None if args.no_cache else (args.cache_dir or default_dir())
@@ -172,3 +175,31 @@ def _nothing_ran(df) -> str:
     first = (str(first).splitlines() or [""])[0]
     return (f"no point of the sweep ran ({skipped} row(s) skipped, {failed} failed)"
             + (f"; first reason: {first}" if first else ""))
+
+
+def _training(args, settings: dict, fmt: str) -> int:
+    """A spec with a [training] table: the splits planned by mhlo_cost.scale, one row each (--best: ranked
+    by iteration time among those that fit, as train-plan --sweep ranks them)."""
+    import time
+
+    from ..sweep.cache import default_dir
+    from ..sweep.table import best, write
+    from ..sweep.training import training_frame
+
+    t0 = time.perf_counter()
+    cache = None if args.no_cache else Path(args.cache_dir or default_dir(), "scale")
+    df = training_frame(settings, cache)
+    if args.best:
+        df = best(df)
+    try:
+        text = write(df, fmt, args.output, {"training": settings["training"]})
+    except OSError as e:
+        raise UserError(f"{args.output}: cannot write: {e.strerror or e}") from None
+    if text is not None:
+        sys.stdout.write(text)
+    else:
+        record_output(args.output)
+    if not args.quiet:
+        print(f"mhlo-cost: training sweep of {len(df)} row(s) done in {time.perf_counter() - t0:.1f}s",
+              file=sys.stderr)
+    return EXIT_OK

@@ -9,13 +9,36 @@ from .common import EXIT_OK, UserError, positive_int, write_output
 
 
 def _config(args):
-    from ..scale.config import MODELS, RECOMPUTE, ScaleConfig, model_config
+    from ..scale.config import MODELS, ScaleConfig, model_config
 
     dims = {k: getattr(args, k) for k in ("layers", "hidden", "heads", "seq", "vocab") if getattr(args, k)}
+    if args.hf:
+        return _hf_config(args, dims)
     try:
         base = model_config(args.model, **dims) if args.model else ScaleConfig(**dims)
     except (TypeError, ValueError) as e:
         raise UserError(f"{e}; models: {', '.join(MODELS)}") from None
+    return _split(args, base)
+
+
+def _hf_config(args, dims: dict):
+    """A Llama-family transformers decoder's configuration (mhlo_cost.scale.hf), sizes given overriding it."""
+    from ..frontends import FrontendError
+    from ..frontends.inputs import parse_assignments
+    from ..scale.hf import hf_scale_config
+
+    if args.model:
+        raise UserError("give --model or --hf, not both")
+    try:
+        base = hf_scale_config(args.hf, args.config, parse_assignments(args.set, "--set"), dims.get("seq"))
+    except (FrontendError, ValueError) as e:
+        raise UserError(str(e)) from None
+    return _split(args, base.with_split(**dims))
+
+
+def _split(args, base):
+    from ..scale.config import RECOMPUTE
+
     if args.recompute not in RECOMPUTE:
         raise UserError(f"--recompute must be one of {', '.join(RECOMPUTE)}")
     return base.with_split(t=args.t, p=args.p, d=args.d, sp=args.sp, interleave=args.interleave,
@@ -27,6 +50,7 @@ def cmd_train_plan(args) -> int:
     from ..network import resolve_profile
     from ..report import render
     from ..scale.plan import breakdown_frame, facts, plan, sweep
+    from ..scale.stages import stage_frame, stage_rows
 
     hw = resolve_profile(args.hardware, getattr(args, "hardware_file", None))
     cfg = _config(args)
@@ -46,10 +70,19 @@ def cmd_train_plan(args) -> int:
         import json
 
         payload = {"config": p.row(), "counts": p.iteration.counts, "memory": p.memory,
-                   "breakdown": breakdown_frame(p).to_dict(orient="records")}
+                   "breakdown": breakdown_frame(p).to_dict(orient="records"), "stages": stage_rows(p)}
         write_output(json.dumps(payload, indent=1, sort_keys=True, default=str) + "\n", args.output)
         return EXIT_OK
-    out = render(breakdown_frame(p), args.format, "raw", title=f"one iteration per GPU on {hw.name}")
+    if args.format == "html":
+        from ..scale.html import plan_page
+
+        write_output(plan_page(p, hw.name, breakdown_frame(p), facts(p)), args.output)
+        return EXIT_OK
+    if args.by == "stage":
+        out = render(stage_frame(p), args.format, "raw", title=f"one iteration per pipeline stage on {hw.name} "
+                     f"(each row: every device of the stage)", wide=True)
+    else:
+        out = render(breakdown_frame(p), args.format, "raw", title=f"one iteration per GPU on {hw.name}")
     if args.format == "table":
         out += "\n".join(facts(p)) + "\n"
     write_output(out, args.output)
@@ -65,6 +98,10 @@ def register(sub) -> None:
     p.add_argument("--model", help="gpt-22b, gpt-175b, gpt-530b, gpt-1t (Korthikanti et al. 2022); or give the sizes")
     for k in ("layers", "hidden", "heads", "seq", "vocab"):
         p.add_argument(f"--{k}", type=positive_int)
+    p.add_argument("--hf", metavar="CLASS", help="a Llama-family transformers decoder (LlamaForCausalLM): its sizes, "
+                                               "GQA and SwiGLU from --config (a config.json or model type)")
+    p.add_argument("--config", metavar="FILE|TYPE", help="with --hf: the configuration (as lower --config)")
+    p.add_argument("--set", action="append", metavar="KEY=VALUE", help="with --hf: a configuration field")
     p.add_argument("--hardware", default="selene", help="a system profile (default: selene)")
     p.add_argument("-t", type=positive_int, default=1, help="tensor degree")
     p.add_argument("-p", type=positive_int, default=1, help="pipeline degree")
@@ -78,6 +115,9 @@ def register(sub) -> None:
     p.add_argument("--dp-overlap", action="store_true", help="the gradient reduction overlaps the last backward")
     p.add_argument("--sweep", type=positive_int, metavar="GPUS", help="rank every split of GPUS devices")
     p.add_argument("--cache", metavar="DIR", help="keep each lowered layer's analysis here")
-    p.add_argument("--format", default="table", choices=("table", "csv", "json", "markdown"))
+    p.add_argument("--format", default="table", choices=("table", "csv", "json", "markdown", "html"),
+                   help="html: a page with a stacked bar per pipeline stage and both tables (-o FILE)")
+    p.add_argument("--by", default="component", choices=("component", "stage"),
+                   help="the table: the busiest device's components, or one row per pipeline stage")
     p.add_argument("-o", "--output", metavar="FILE")
     p.set_defaults(func=cmd_train_plan)

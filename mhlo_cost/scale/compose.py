@@ -143,10 +143,12 @@ def compose(cfg: ScaleConfig, cost: LayerCost, hw, head: LayerCost | None = None
 def model_flops_6nd(cfg: ScaleConfig) -> int:
     """Megatron's model FLOPs per iteration (Narayanan et al. 2021, without recompute):
     ``72 B s L h^2 (1 + s/(6h) + V/(12 h L))`` (MLP 4h), as an exact int: forward + backward matrix FLOPs of
-    every layer and the logits. (6ND with N = 12 L h^2 is its leading term.)"""
+    every layer and the logits. (6ND with N = 12 L h^2 is its leading term.) Generalised to fewer key/value
+    heads (the k and v projections h x kv d) and the SwiGLU MLP (three h x ffn GEMMs)."""
     b, s, h, n, vcb = cfg.global_batch, cfg.seq, cfg.hidden, cfg.layers, cfg.vocab
-    f = cfg.mlp
-    per_layer = 6 * b * s * (4 * h * h + 2 * h * f) + 12 * b * s * s * h
+    f, kvd = cfg.mlp, cfg.kv * (h // cfg.heads)
+    mlp_mats = 3 if cfg.mlp_kind == "swiglu" else 2  # SwiGLU: gate, up, down
+    per_layer = 6 * b * s * (2 * h * h + 2 * h * kvd + mlp_mats * h * f) + 12 * b * s * s * h
     return n * per_layer + 6 * b * s * h * vcb
 
 

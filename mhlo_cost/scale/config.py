@@ -28,6 +28,8 @@ class ScaleConfig:
     seq: int = 128
     vocab: int = 1024
     ffn: int = 0  # MLP width; 0: 4 x hidden
+    kv_heads: int = 0  # key/value heads (grouped-query attention); 0: heads
+    mlp_kind: str = "gelu"  # gelu: fc1, GELU, fc2 (GPT); swiglu: gate and up, SiLU(gate) x up, down (Llama)
     # the split
     t: int = 1
     p: int = 1
@@ -45,6 +47,10 @@ class ScaleConfig:
     @property
     def mlp(self) -> int:
         return self.ffn or 4 * self.hidden
+
+    @property
+    def kv(self) -> int:
+        return self.kv_heads or self.heads
 
     @property
     def gpus(self) -> int:
@@ -80,6 +86,11 @@ class ScaleConfig:
             return f"heads {self.heads} do not divide hidden {self.hidden}"
         if self.heads % self.t:
             return f"tensor degree {self.t} does not divide heads {self.heads}"
+        if self.mlp_kind not in ("gelu", "swiglu"):
+            return f"mlp_kind must be gelu or swiglu, got {self.mlp_kind!r}"
+        if self.heads % self.kv or self.kv % self.t:
+            return (f"key/value heads {self.kv} must divide heads {self.heads} and be divisible by the tensor "
+                    f"degree {self.t}")
         if self.mlp % self.t:
             return f"tensor degree {self.t} does not divide the MLP width {self.mlp}"
         if self.sp and self.seq % self.t:
@@ -105,8 +116,9 @@ class ScaleConfig:
     def layer_key(self) -> tuple:
         """What decides the per-device layer's lowered program (configurations that share it share one
         lowering): shapes, the tensor degree, sequence parallelism, recompute and dropout."""
-        return (self.hidden, self.heads, self.seq, self.mlp, self.t, self.sp, self.micro_batch,
-                self.recompute, self.dropout, self.dtype)
+        key = (self.hidden, self.heads, self.seq, self.mlp, self.t, self.sp, self.micro_batch,
+               self.recompute, self.dropout, self.dtype)
+        return key if (self.kv, self.mlp_kind) == (self.heads, "gelu") else key + (self.kv, self.mlp_kind)
 
     def label(self) -> str:
         sp = "+sp" if self.sp else ""

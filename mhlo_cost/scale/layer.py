@@ -40,7 +40,7 @@ _KEEP = int(round((1 - DROP) * 256))  # a uint8 below this keeps its element
 #: The tensors Megatron keeps, by name (Korthikanti's 34 sbh + 5 a s^2 b bytes per layer).
 ATTN_SCORES = ("softmax", "attn_mask", "attn_drop")
 SAVED = ("ln1_in", "qkv_in", "q", "k", "v", *ATTN_SCORES, "proj_in", "drop1_mask",
-         "ln2_in", "fc1_in", "gelu_in", "fc2_in", "drop2_mask")
+         "ln2_in", "fc1_in", "gelu_in", "gate_in", "fc2_in", "drop2_mask")
 
 
 def _saved(recompute: str) -> tuple:
@@ -60,8 +60,12 @@ def param_shapes(cfg: ScaleConfig) -> dict:
     def ln():
         return {"scale": jax.ShapeDtypeStruct((h,), dt), "bias": jax.ShapeDtypeStruct((h,), dt)}
 
-    return {"ln1": ln(), "qkv": lin(h, 3 * h // t), "proj": lin(h // t, h),
-            "ln2": ln(), "fc1": lin(h, cfg.mlp // t), "fc2": lin(cfg.mlp // t, h)}
+    qkv = (cfg.heads + 2 * cfg.kv) * (h // cfg.heads) // t  # 3h/t; fewer key/value heads with GQA
+    out = {"ln1": ln(), "qkv": lin(h, qkv), "proj": lin(h // t, h),
+           "ln2": ln(), "fc1": lin(h, cfg.mlp // t), "fc2": lin(cfg.mlp // t, h)}
+    if cfg.mlp_kind == "swiglu":  # the gate: a third ffn GEMM
+        out["gate"] = lin(h, cfg.mlp // t)
+    return out
 
 
 def _layer_norm(p, x):
@@ -116,6 +120,22 @@ def _scatter(x, cfg: ScaleConfig):
         return x[:, : cfg.seq // cfg.t]
 
 
+def _qkv(qkv, cfg: ScaleConfig, d: int):
+    """q, k, v (b, n, heads/t, d) from the fused projection; with grouped-query attention the kv/t key and
+    value heads (kept as such) are repeated to the heads/t query heads."""
+    b, n, _ = qkv.shape
+    scale = jnp.asarray(d ** -0.5, qkv.dtype)
+    if cfg.kv == cfg.heads:
+        qkv = qkv.reshape(b, n, 3, -1, d)
+        return (checkpoint_name(qkv[:, :, 0] * scale, "q"), checkpoint_name(qkv[:, :, 1], "k"),
+                checkpoint_name(qkv[:, :, 2], "v"))
+    a, kv = cfg.heads // cfg.t, cfg.kv // cfg.t
+    q = checkpoint_name(qkv[..., : a * d].reshape(b, n, a, d) * scale, "q")
+    k = checkpoint_name(qkv[..., a * d: (a + kv) * d].reshape(b, n, kv, d), "k")
+    v = checkpoint_name(qkv[..., (a + kv) * d:].reshape(b, n, kv, d), "v")
+    return q, jnp.repeat(k, a // kv, axis=2), jnp.repeat(v, a // kv, axis=2)
+
+
 def layer_fn(cfg: ScaleConfig):
     """``layer(params, x, key) -> y`` on one device; x (b, s or s/t with sp, h)."""
     d = cfg.hidden // cfg.heads
@@ -131,9 +151,7 @@ def layer_fn(cfg: ScaleConfig):
         with scope("attn"):
             hdn = _gather(hdn, cfg)
             b, n, _ = hdn.shape
-            qkv = _dense(p["qkv"], hdn).reshape(b, n, 3, -1, d)
-            q = checkpoint_name(qkv[:, :, 0] * jnp.asarray(d ** -0.5, hdn.dtype), "q")
-            k, v = checkpoint_name(qkv[:, :, 1], "k"), checkpoint_name(qkv[:, :, 2], "v")
+            q, k, v = _qkv(_dense(p["qkv"], hdn), cfg, d)
             s = lax.dot_general(q, k, (((3,), (3,)), ((0, 2), (0, 2))))  # (b, a/t, n, n)
             i = lax.iota(jnp.int32, n)
             s = jnp.where(i[:, None] >= i[None, :], s, jnp.asarray(jnp.finfo(s.dtype).min, s.dtype))
@@ -151,7 +169,11 @@ def layer_fn(cfg: ScaleConfig):
         with scope("mlp"):
             hdn = _gather(hdn, cfg)
             g = checkpoint_name(_dense(p["fc1"], hdn), "gelu_in")
-            g = checkpoint_name(gelu_tanh(g), "fc2_in")
+            if cfg.mlp_kind == "swiglu":  # SiLU(gate) x up
+                gate = checkpoint_name(_dense(p["gate"], hdn), "gate_in")
+                g = checkpoint_name(jax.nn.silu(gate) * g, "fc2_in")
+            else:
+                g = checkpoint_name(gelu_tanh(g), "fc2_in")
             y = _scatter(_dense(p["fc2"], g), cfg)
             y, key = drop(y, key, "drop2_mask")
             return x + y

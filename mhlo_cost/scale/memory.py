@@ -10,6 +10,7 @@ pipeline stage), as exact ints from the per-device layer's IR.
   stage holds at once: 1F1B keeps ``min(p, m)`` micro-batches of its ``L/p`` layers; the interleaved
   schedule ``(1 + (p - 1)/(p v))`` times as many (Korthikanti et al. 2022, section 4.2.3).
 
+Other stages hold fewer micro-batches (:func:`held_layer_microbatches` of the stage).
 The embedding and LM head weights and the logits are left out (as in Korthikanti's Figure 1).
 """
 from __future__ import annotations
@@ -22,19 +23,23 @@ from .costs import LayerCost
 CATEGORIES = ("weights", "gradients", "optimizer_state", "activations")
 
 
-def held_layer_microbatches(cfg: ScaleConfig) -> Fraction:
-    """Layer-micro-batches of activations the first stage holds at its peak (exact)."""
-    held = Fraction(cfg.layers_per_stage * min(cfg.p, cfg.micro_batches))
-    if cfg.interleave > 1:
-        held *= 1 + Fraction(cfg.p - 1, cfg.p * cfg.interleave)
-    return held
+def held_layer_microbatches(cfg: ScaleConfig, stage: int = 0) -> Fraction:
+    """Layer-micro-batches of activations pipeline stage ``stage`` holds at its peak (exact): Megatron's
+    warm-up forwards plus the one in flight, at most every micro-batch (chunk) of the iteration. 1F1B:
+    ``min(p - stage, m)`` micro-batches of ``L/p`` layers; interleaved: ``min(2(p - stage - 1) + (v - 1)p + 1,
+    m v)`` chunks of ``L/(p v)`` layers, which for the first stage is Korthikanti's ``L/p x p (1 + (p-1)/(p v))``."""
+    p, v, m = cfg.p, cfg.interleave, cfg.micro_batches
+    if v == 1:
+        return Fraction(cfg.layers_per_stage * min(p - stage, m))
+    return Fraction(cfg.layers_per_chunk * min(2 * (p - stage - 1) + (v - 1) * p + 1, m * v))
 
 
-def memory(cfg: ScaleConfig, cost: LayerCost, capacity: float | None = None) -> dict:
-    """Bytes per GPU by category, their ``total``, and ``fits`` where ``capacity`` (bytes) is given."""
+def memory(cfg: ScaleConfig, cost: LayerCost, capacity: float | None = None, stage: int = 0) -> dict:
+    """Bytes per GPU of pipeline stage ``stage`` (default the first, which holds the most) by category, their
+    ``total``, and ``fits`` where ``capacity`` (bytes) is given."""
     lps = cfg.layers_per_stage
     shard = cfg.d if cfg.dp_comm == "zero" else 1
-    held = held_layer_microbatches(cfg) * cost.activation_bytes
+    held = held_layer_microbatches(cfg, stage) * cost.activation_bytes
     out = {
         "weights": cost.weight_bytes * lps,
         "gradients": cost.weight_elems * 4 * lps,

@@ -16,7 +16,7 @@ import pandas as pd
 
 from .compose import Iteration, compose
 from .config import ScaleConfig
-from .costs import layer_cost
+from .costs import LayerCost, layer_cost
 from .memory import CATEGORIES, memory
 
 
@@ -25,6 +25,8 @@ class Plan:
     cfg: ScaleConfig
     iteration: Iteration
     memory: dict
+    cost: LayerCost | None = None  # the per-device layer's analysis
+    head: LayerCost | None = None  # the last stage's head's
 
     def row(self) -> dict:
         r = self.iteration.row()
@@ -40,7 +42,7 @@ def plan(cfg: ScaleConfig, hw, cache_dir: str | os.PathLike | None = None) -> Pl
     cost = layer_cost(cfg, hw, cache_dir)
     head = layer_cost(cfg, hw, cache_dir, part="head")
     it = compose(cfg, cost, hw, head)
-    return Plan(cfg, it, memory(cfg, cost, getattr(hw, "hbm_capacity", None)))
+    return Plan(cfg, it, memory(cfg, cost, getattr(hw, "hbm_capacity", None)), cost, head)
 
 
 def breakdown_frame(p: Plan) -> pd.DataFrame:

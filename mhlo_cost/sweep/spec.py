@@ -57,6 +57,10 @@ def read_spec(path: str) -> dict:
         raise GridError(str(e)) from None
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
         raise GridError(f"{path}: not valid TOML: {e}") from None
+    if "training" in spec:  # training configurations at scale (mhlo_cost.scale): their own keys
+        from .training import check_spec
+
+        return check_spec(spec, path)
     unknown = sorted(set(spec) - set(SPEC_KEYS))
     if unknown:
         raise GridError(f"{path}: unknown key(s) {', '.join(unknown)} (known: {', '.join(SPEC_KEYS)})")
