@@ -1,0 +1,50 @@
+"""benchmarks/model_zoo.py: a model that fails to lower is a row (lowered n, the command's one-line reason), never
+a crash of the table; a model that lowers is counted against FlopCounterMode and its blocks against its
+configuration, and the last line sums the rows."""
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+
+import pytest
+
+pytest.importorskip("torch")
+if any(importlib.util.find_spec(m) is None for m in ("torchax", "transformers")):
+    pytest.skip("torchax or transformers not installed", allow_module_level=True)
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks"))
+import model_zoo  # noqa: E402
+import model_zoo_models  # noqa: E402
+
+
+def test_failing_model_is_a_row(tmp_path, monkeypatch):
+    bad = ("hf", "NoSuchModelForCausalLM", None, {}, ["2x16:int64"], {}, lambda m: 2)
+    monkeypatch.setitem(model_zoo.MODELS, "bad", bad)
+    row = model_zoo.run_one("bad", str(tmp_path))
+    assert row["lowered"] == "n" and "no class 'NoSuchModelForCausalLM'" in row["note"]
+    assert "\n" not in row["note"]
+    text = model_zoo.table([row])
+    assert text.splitlines()[-1] == "0 of 1 lowered, 0 with difference 0, blocks found = expected for 0"
+
+
+def test_one_model_row_and_last_line(capsys):
+    assert model_zoo.main(["--only", "bert", "--no-backward"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    row = next(ln for ln in out if ln.startswith("| bert |"))
+    # BERT, 2 layers of width 64 (MLP 128) on 2 x 16 tokens: q, k, v, o and the MLP, QK^T and PV; the pooler's
+    # d x d on the 2 first tokens (closed form)
+    n, d = 2 * 16, 64
+    per_layer = 2 * n * d * d * 4 + 2 * 2 * n * d * 128 + 2 * 2 * 2 * 16 * 16 * d
+    total = 2 * per_layer + 2 * 2 * d * d
+    assert f"| {total:,} | {total:,} | +0 | 2/2 | 2/2 |" in row
+    assert out[-1] == "1 of 1 lowered, 1 with difference 0, blocks found = expected for 1"
+
+
+def test_unknown_name_is_refused(capsys):
+    assert model_zoo.main(["--only", "nosuch"]) == 2
+    assert capsys.readouterr().err.startswith("model_zoo: error: unknown model nosuch")
+
+
+def test_models_cover_the_issue():
+    assert len(model_zoo_models.MODELS) == 27 and set(model_zoo_models.MOE) <= set(model_zoo_models.MODELS)
