@@ -16,7 +16,8 @@ consecutive in program order and of one multiplicity, into one kernel:
   :func:`dispatch_overhead` seconds, so a kernel takes at least its calls' dispatch time (a small kernel is
   host-bound; a large one hides the host behind it).
 
-Rows without a source position are each their own call. What the model does not see: a copy torch makes
+A row without a source position belongs to the call before it (the ops of a helper function the call runs,
+such as a decomposition's ``jit(_where)``); where no call came before, it is a call of its own. What the model does not see: a copy torch makes
 for a ``reshape`` of a non-contiguous tensor (taken as a free view), in-place ops (``add_``: the IR is
 functional; the memory estimate counts a new buffer), and fused library kernels the model code does not call.
 """
@@ -102,11 +103,12 @@ def _groups(rows, times, preset: dict) -> list[list[int]]:
             last_key = None
             continue
         key = _key(r)
-        if key is not None and key == last_key and rows[groups[-1][-1]].multiplicity == r.multiplicity:
-            groups[-1].append(i)
+        same = rows[groups[-1][-1]].multiplicity == r.multiplicity if groups else False
+        if last_key is not None and same and (key == last_key or key is None):
+            groups[-1].append(i)  # the same call; a row without a position: a helper the call runs
         else:
             groups.append([i])
-        last_key = key
+            last_key = key
     return groups
 
 
