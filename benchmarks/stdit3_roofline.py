@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import math
 import os
 import sys
 import time
@@ -121,7 +120,7 @@ def main(argv=None) -> int:
           f"{new.totals().get('attention_kernels', 0)} attention kernels per forward")
     per_fwd = measured_per_forward(args.shape, args.small)  # this shape's own measurement, or None
     print(f"\n  {'':<46}{'per forward':>12}{'run':>11}{'vs measured' if per_fwd else '':>13}")
-    eager_s, eager_kernels = eager_per_forward(args.shape, hw, STDiT3Config().depth, args.small)
+    eager_s, eager_kernels = eager_per_forward(args.shape, hw, cfg.depth, args.small)
     rows.append((f"eager (PyTorch, flash SDPA; {eager_kernels} kernels)", eager_s, None))
     for name, fwd, _ in rows:
         ratio = f"{fwd / per_fwd:>12.3f}x" if per_fwd else ""
