@@ -44,8 +44,10 @@ def headline(pairs: list[tuple[str, object]]) -> str:
     peak = s.get("peak_bytes_fused", s.get("peak_bytes"))
     if peak is not None:
         fused = "peak_bytes_fused" in s and not timed  # else the time's "fused" says it for both
-        parts.append(f"peak memory {human(int(peak), 'B')}" + (" (fused)" if fused else ""))
+        label = "eager" if s.get("execution") == "eager" else "fused"
+        parts.append(f"peak memory {human(int(peak), 'B')}" + (f" ({label})" if fused else ""))
     if timed:
         on = f" on {s['hardware']}" if s.get("hardware") else ""
-        parts.append(f"{human_seconds(t)}{on}" + (", fused" if "est_time_fused_s" in s else ""))
+        label = "eager" if s.get("execution") == "eager" else "fused"
+        parts.append(f"{human_seconds(t)}{on}" + (f", {label}" if "est_time_fused_s" in s else ""))
     return " | ".join(parts)

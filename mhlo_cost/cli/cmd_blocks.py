@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from .common import (EXIT_OK, Progress, add_common, claim_output, regex, add_estimate, add_output, block_frame,
-                     fused_memory, hardware_from_options, load_analysis, make_roofline, meta,
+                     fused_memory, hardware_from_options, load_analysis, make_roofline, meta, needs_dataflow,
                      write_output)
 
 
@@ -17,7 +17,7 @@ def cmd_blocks(args) -> int:
     progress = Progress.of(args)
     frames = []
     for path in args.file:
-        analysis = load_analysis(path, args, progress, dataflow=hw is not None or args.fuse != "none",
+        analysis = load_analysis(path, args, progress, dataflow=needs_dataflow(args, hw),
                                  training=True)
         rf = make_roofline(analysis, hw, args, progress) if hw is not None else None
         df = block_frame(analysis, args, parts=args.parts, roofline=rf, fused_memory=fused_memory(analysis, args, rf))

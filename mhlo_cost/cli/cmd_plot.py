@@ -4,7 +4,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from .common import (EXIT_OK, Progress, UserError, add_common, add_estimate, add_force, block_frame, claim_output,
-                     find_blocks, fused_memory, hardware_from_options, load_analysis, make_roofline, say)
+                     find_blocks, fused_memory, hardware_from_options, load_analysis, make_roofline, needs_dataflow,
+                     say)
 from .outputs import record_output
 
 def cmd_plot(args) -> int:
@@ -22,7 +23,7 @@ def cmd_plot(args) -> int:
     _check_name(args)
     claim_output(args)
     progress = Progress.of(args)
-    analysis = load_analysis(args.file, args, progress, dataflow=hw is not None or args.fuse != "none")
+    analysis = load_analysis(args.file, args, progress, dataflow=needs_dataflow(args, hw))
     rf = make_roofline(analysis, hw, args, progress) if hw is not None else None
     if args.memory:
         return _plot_memory(analysis, args, rf, hw, progress)

@@ -10,7 +10,8 @@ import argparse
 
 from .common import (EXIT_OK, Progress, UserError, add_common, claim_output, add_estimate, add_filters, add_output, block_frame,
                      find_blocks,
-                     fused_memory, hardware_from_options, load_analysis, make_roofline, meta, write_output)
+                     fused_memory, hardware_from_options, load_analysis, make_roofline, meta, needs_dataflow,
+                     write_output)
 
 BY = ("summary", "op", "opname", "kind", "scope", "tree", "block", "comm", "phase", "memory")
 
@@ -143,7 +144,7 @@ def _view(analysis, args, hw, progress):
         df = with_total(df.rename(columns={"op": "opname"}) if key == "op" else df)
     title = f"{analysis.source} (entry @{analysis.entry}), by {by}" + (f":{depth}" if depth else "")
     if rf is not None:
-        title += f", on {hw.name}" + (", fused elementwise" if rf.fusion is not None else "")
+        title += f", on {hw.name}" + {"compiled": ", fused elementwise", "eager": ", eager"}.get(rf.execution, "")
     for opt in ("block", "scope"):
         if getattr(args, opt, None):
             title += f", --{opt} {getattr(args, opt)}"
@@ -205,7 +206,7 @@ def cmd_report(args) -> int:
     progress = Progress.of(args)
     frames = []
     for path in args.file:
-        analysis = load_analysis(path, args, progress, dataflow=hw is not None or args.fuse != "none",
+        analysis = load_analysis(path, args, progress, dataflow=needs_dataflow(args, hw),
                                  training={"block": True, "phase": "always"}.get(by, False))
         if args.format == "html" and by == "summary":  # the whole report: one page
             rf = make_roofline(analysis, hw, args, progress) if hw is not None else None

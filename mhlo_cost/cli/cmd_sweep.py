@@ -34,6 +34,8 @@ def register(sub) -> None:
     g.add_argument("--hardware-file", metavar="FILE", help="TOML file of your own profiles (searched first)")
     g.add_argument("--dtype", nargs="+", metavar="DTYPE", help="bf16 (default), f16, f32")
     g.add_argument("--steps", type=int, metavar="K", help="a run is K steps (sampling steps; default 1)")
+    g.add_argument("--execution", choices=("eager", "compiled", "unfused"),
+                   help="as report --execution (default unfused); the table's execution column says it")
     g.add_argument("--fuse", choices=("none", "elementwise"), help="as report --fuse (default none)")
     g.add_argument("--conv-padding", choices=("xla", "dense"), help="as report --conv-padding (default xla)")
     m = p.add_argument_group("model options (as lower; the whole grid)")
@@ -63,7 +65,7 @@ def _settings(args) -> dict:
 
     settings = read_spec(args.spec) if args.spec else {}
     for key in ("model", "shape", "parallel", "devices", "strategies", "hardware", "dtype", "steps", "fuse",
-                "conv_padding"):
+                "conv_padding", "execution"):
         v = getattr(args, key)
         if v is not None:
             settings[key] = v

@@ -221,12 +221,30 @@ def block_frame(analysis, args, parts: bool = False, roofline=None, fused_memory
     return df
 
 
-def fused_memory(analysis, args, roofline=None):
-    """The fused memory estimate where ``--fuse elementwise`` asks for it (None otherwise)."""
-    if getattr(args, "fuse", "none") == "none" or getattr(analysis, "liveness", None) is None:
-        return None
-    from ..memory.views import fused_profile
+def execution(args) -> str:
+    """The execution model the options name: ``--execution``, else the one ``--fuse`` maps onto (none:
+    unfused, elementwise: compiled)."""
+    from ..roofline.estimate import execution_of
 
+    return execution_of(getattr(args, "fuse", "none") or "none", getattr(args, "execution", None))
+
+
+def needs_dataflow(args, hw) -> bool:
+    """Whether the analysis needs operand producers: any estimate, or a fused / eager memory estimate."""
+    return hw is not None or execution(args) != "unfused"
+
+
+def fused_memory(analysis, args, roofline=None):
+    """The memory estimate of the execution model where it is not ``unfused`` (compiled: ``--fuse
+    elementwise``; eager), None otherwise."""
+    ex = execution(args)
+    if ex == "unfused" or getattr(analysis, "liveness", None) is None:
+        return None
+    from ..memory.views import eager_profile, fused_profile
+
+    if ex == "eager":
+        return eager_profile(analysis, roofline.fusion if roofline is not None else None,
+                             sdpa=getattr(args, "sdpa", None) or "flash")
     if roofline is not None:
         return fused_profile(analysis, roofline.fusion)
     # as the estimate fuses with --fuse elementwise: attention as one kernel unless --attention unfused
@@ -255,8 +273,13 @@ def hardware_from_options(args, top_needs_hardware: bool = True):
         v = getattr(args, opt, None)
         if v is not None and v < 1:
             raise UserError(f"--{opt} must be a positive integer, got {v}")
-    if getattr(args, "attention", None) and getattr(args, "fuse", "none") != "elementwise":
-        raise UserError("--attention goes with --fuse elementwise")
+    ex = getattr(args, "execution", None)
+    if ex is not None and getattr(args, "fuse", "none") not in (None, "none") and ex != "compiled":
+        raise UserError(f"--fuse elementwise is --execution compiled; it does not go with --execution {ex}")
+    if getattr(args, "attention", None) and execution(args) != "compiled":
+        raise UserError("--attention goes with --fuse elementwise")  # (= --execution compiled)
+    if getattr(args, "sdpa", None) and execution(args) != "eager":
+        raise UserError("--sdpa goes with --execution eager")
     return hw
 
 
@@ -264,7 +287,8 @@ def make_roofline(analysis, hw, args, progress: Progress):
     from ..roofline import Roofline
 
     progress.stage(f"estimating on {hw.name}")
-    rf = Roofline(analysis, hw, fuse_mode=getattr(args, "fuse", "none"), attention=getattr(args, "attention", None))
+    rf = Roofline(analysis, hw, attention=getattr(args, "attention", None), execution=execution(args),
+                  sdpa=getattr(args, "sdpa", None) or "flash")
     if rf.unknown_ops:
         say(args, f"warning: {rf.unknown_ops} unknown op(s) are estimated at 0 s")
     return rf
@@ -314,12 +338,19 @@ def add_estimate(p: argparse.ArgumentParser, steps: bool = False, top: bool = Fa
     g = p.add_argument_group("roofline estimate")
     g.add_argument("--hardware", metavar="NAME", help="estimate time on this profile (mhlo-cost hardware lists them)")
     g.add_argument("--hardware-file", metavar="FILE", help="TOML file of your own profiles (searched first)")
+    g.add_argument("--execution", choices=("eager", "compiled", "unfused"),
+                   help="how the program is run, for time and memory: eager = PyTorch eager (one kernel per "
+                        "framework op, views free, attention the SDPA kernel); compiled = a fusing compiler "
+                        "(jax.jit, XLA, torch.compile: elementwise chains fused, attention one kernel); unfused "
+                        "(the default: every IR op its own kernel, an upper bound that needs no data flow)")
     g.add_argument("--fuse", choices=("none", "elementwise"), default="none",
-                   help="elementwise: also estimate with elementwise chains fused into their producer kernel "
-                        "(time with --hardware; the fused memory peak with or without)")
+                   help="the older spelling: elementwise = --execution compiled, none = --execution unfused")
+    g.add_argument("--sdpa", choices=("flash", "mem_efficient", "math"),
+                   help="with --execution eager: the attention kernel (default flash where the dtype and head "
+                        "dim allow, else mem_efficient; math: its ops one by one)")
     # attention as one kernel
     g.add_argument("--attention", choices=("fused", "unfused"),
-                   help="with --fuse elementwise: fused (default) prices each attention (dot, softmax, dot) as one "
+                   help="with --execution compiled: fused (default) prices each attention (dot, softmax, dot) as one "
                         "flash-attention kernel; unfused as its separate kernels")
     if steps:
         g.add_argument("--steps", type=int, metavar="K", help="summary: a run of K forwards (sampling steps)")

@@ -5,6 +5,7 @@ from __future__ import annotations
 from itertools import chain
 
 from ..visitors.liveness import Frame, Recording, Region
+from ..visitors.base import short_name
 from .opclass import ALIAS, CARRY, DOT, DUP, DUP_CARRY, DUS, MAYBE, MULTI, NOVAL, PLAIN, op_class, row_class
 
 
@@ -52,9 +53,10 @@ class Preparer:
     """Per-sweep state shared by all frames: aliases (key -> the key whose buffer it is), per-device sizes,
     and the weight trail for :func:`mhlo_cost.memory.profile.parameters`."""
 
-    def __init__(self, rec: Recording, fused: bool):
+    def __init__(self, rec: Recording, fused: bool, eager: bool = False):
         self.rec = rec
         self.fused = fused
+        self.eager = eager  # views (broadcast, transpose, slice) share storage; widening converts are stored
         self.alias: dict[int, int] = {}
         for k in rec.alias:
             self.alias[k] = _resolve(rec.alias, k)
@@ -142,7 +144,10 @@ class Preparer:
 
     def _special(self, r, c: int, v: tuple) -> int:
         u, d = v
-        if c == ALIAS or (self.fused and (c == DUP or c == DUP_CARRY)):
+        if c == DUP_CARRY and self.eager and short_name(r.op) not in EAGER_VIEWS:
+            c = CARRY  # eager: a widening convert is a kernel of its own, its result stored
+        if c == ALIAS or (self.fused and (c == DUP or c == DUP_CARRY)) or (
+                self.eager and c == CARRY and short_name(r.op) in EAGER_VIEWS):
             aget = self.alias.get
             for k, x in zip(d, u if len(u) == len(d) else u[:1] * len(d)):
                 self.alias[k] = aget(x, x)  # its readers read the root; an iota has none: never stored
@@ -177,6 +182,10 @@ class Preparer:
             else:
                 p.made.add(d)
         self._item(p, it, reads)
+
+
+#: Ops that PyTorch eager runs as views of their operand's storage.
+EAGER_VIEWS = frozenset({"transpose", "slice", "broadcast_in_dim", "broadcast"})
 
 
 def _resolve(alias: dict, k: int) -> int:

@@ -26,6 +26,7 @@ class MemoryProfile:
     fused: bool = False
     params: int = 0  # elements of the parameters (:mod:`.params`), as the frameworks count them
     param_rows: dict = field(default_factory=dict)  # row position -> elements of the parameters first read there
+    execution: str = "unfused"  # the execution model it describes: unfused, compiled (fused kernels), eager
 
     @property
     def input_bytes(self) -> int:
@@ -36,14 +37,15 @@ class MemoryProfile:
         return {k + suffix: getattr(self, k) for k in MEMORY_KEYS}
 
 
-def profile(analysis, kernels: list | None = None) -> MemoryProfile:
+def profile(analysis, kernels: list | None = None, eager: bool = False) -> MemoryProfile:
     """The memory profile of ``analysis`` (made by :func:`mhlo_cost.analyze`); ``kernels`` (each row's fused
-    kernel id or None, :attr:`mhlo_cost.roofline.Fusion.row_kernel`) gives the fused estimate."""
+    kernel id or None, :attr:`mhlo_cost.roofline.Fusion.row_kernel`) gives the fused estimate; with ``eager`` the
+    eager one (kernels are framework calls; views share storage)."""
     rec = analysis.liveness
     if rec is None:
         raise ValueError("this analysis carries no liveness record")
     n = len(analysis.rows)
-    sw = Sweep(rec, n, kernels)
+    sw = Sweep(rec, n, kernels, eager)
     gc_was_enabled = gc.isenabled()
     gc.disable()  # the sweep allocates and frees nothing cyclic: rescanning the rows' heap is wasted time
     try:
@@ -64,4 +66,5 @@ def profile(analysis, kernels: list | None = None) -> MemoryProfile:
         rows[i] = rows.get(i, 0) + elems.get(k, 0)
     return MemoryProfile(sw.during, sw.after, peak, peak_row, sum(args.values()),
                          sum(args[k] for k in params), sum(sw.outputs), kernels is not None,
-                         sum(elems.get(k, 0) for k in params), rows)
+                         sum(elems.get(k, 0) for k in params), rows,
+                         "eager" if eager else "compiled" if kernels is not None else "unfused")

@@ -19,6 +19,8 @@ passed through unchanged is that operand.
 The fused estimate (``kernel`` given) changes three things: a value made and used only inside one fused
 kernel never materialises; a value read by a kernel lives until the kernel's last member; broadcasts, iotas
 and widening converts, which a fusing compiler recomputes in every consumer, are aliases of their operand.
+The eager estimate (``eager``: kernels are framework calls) keeps the first two; there broadcasts, transposes
+and slices are views (aliases of their operand's storage) and a widening convert is stored.
 
 Counts are exact Python integers.
 """
@@ -55,8 +57,8 @@ class Sweep(Preparer):
     """One sweep of a recording over the flattened rows (``n`` of them); ``kernel`` (the fused estimate) is
     each row's fused kernel id or None."""
 
-    def __init__(self, rec: Recording, n: int, kernel: list | None = None):
-        super().__init__(rec, kernel is not None)
+    def __init__(self, rec: Recording, n: int, kernel: list | None = None, eager: bool = False):
+        super().__init__(rec, kernel is not None, eager)
         self.kernel = kernel
         self.during = [0] * n
         self.after = [0] * n

@@ -22,6 +22,19 @@ def fused_profile(analysis, fusion=None, attention: str = "unfused") -> MemoryPr
     return profile(analysis, fusion.row_kernel)
 
 
+def eager_profile(analysis, fusion=None, sdpa: str = "flash") -> MemoryProfile:
+    """The eager estimate of ``analysis`` (PyTorch eager, :func:`mhlo_cost.roofline.eager.eager`): a value made
+    and used inside one framework call is never stored (the attention's scores with a flash or memory-efficient
+    kernel), views (broadcast, transpose, slice, reshape) share their operand's storage, and a value is freed
+    after its last use."""
+    if fusion is None:
+        from ..hardware import get_profile
+        from ..roofline.eager import eager
+
+        fusion = eager(analysis, get_profile(GROUPING_PROFILE), sdpa=sdpa)
+    return profile(analysis, fusion.row_kernel, eager=True)
+
+
 def profiles(analysis, fused: MemoryProfile | None) -> list[tuple[str, MemoryProfile]]:
     """(column suffix, profile) pairs: the unfused one, and the fused one where there is one."""
     out = [("", analysis.memory)]
@@ -68,6 +81,8 @@ def summary_lines(analysis, blocks, fused: MemoryProfile | None = None, hw=None)
     profile whether the peak fits its HBM (``hbm_bytes``) and by what margin (bytes; negative: short)."""
     lines: list[tuple[str, object]] = []
     if fused is not None:
+        if hw is None:  # with a profile, the estimate's lines say it
+            lines.append(("execution", fused.execution))
         lines += list(fused.summary("_fused").items())[:1]
     for suffix, prof in profiles(analysis, fused):
         lines += _where(analysis, blocks, prof, suffix)

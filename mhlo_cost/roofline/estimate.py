@@ -13,21 +13,48 @@ from ..visitors.base import Row, short_name
 from .fusion import FUSE_MODES, fuse
 from .optime import unit_peaks, op_time
 
+#: Execution models: what a program's time and memory describe (``--execution``).
+#: eager: PyTorch eager, one kernel per framework op; compiled: a fusing compiler (XLA, torch.compile): elementwise
+#: chains fused, attention one kernel; unfused: every IR op its own kernel.
+EXECUTIONS = ("eager", "compiled", "unfused")
+
+
+def execution_of(fuse_mode: str = "none", execution: str | None = None) -> str:
+    """The execution model named by ``execution``, else the one ``--fuse`` maps onto (none: unfused,
+    elementwise: compiled)."""
+    if execution is not None:
+        if execution not in EXECUTIONS:
+            raise ValueError(f"unknown execution model {execution!r}: choose one of {', '.join(EXECUTIONS)}")
+        return execution
+    return "compiled" if fuse_mode == "elementwise" else "unfused"
+
 
 class Roofline:
     """Per-op times of an analysis on one hardware profile, and the views built from them."""
 
-    def __init__(self, analysis, hw: Hardware, fuse_mode: str = "none", attention: str | None = None):
-        """``attention``: ``fused`` (the default with ``fuse_mode="elementwise"``) prices each attention as
-        one kernel (:mod:`.attention`); ``unfused`` as the separate kernels of its ops."""
+    def __init__(self, analysis, hw: Hardware, fuse_mode: str = "none", attention: str | None = None,
+                 execution: str | None = None, sdpa: str = "flash"):
+        """``execution`` (:data:`EXECUTIONS`; default: the one ``fuse_mode`` maps onto): ``compiled`` groups
+        rows into fused kernels (:func:`.fusion.fuse`), ``eager`` into one kernel per framework op
+        (:func:`.eager.eager`, attention on the SDPA backend ``sdpa``); either is :attr:`fusion` and the
+        ``_fused`` columns. ``attention`` (compiled): ``fused`` (the default) prices each attention as one kernel
+        (:mod:`.attention`); ``unfused`` as the separate kernels of its ops."""
         if fuse_mode not in FUSE_MODES:
             raise ValueError(f"unknown fuse mode {fuse_mode!r}: choose one of {', '.join(FUSE_MODES)}")
         self.analysis = analysis
         self.hw = hw
+        self.execution = execution_of(fuse_mode, execution)
         self.times = [op_time(r, hw) for r in analysis.rows]
-        self.attention = attention or ("fused" if fuse_mode == "elementwise" else "unfused")
-        self.fusion = (fuse(analysis, hw, self.times, attention=self.attention) if fuse_mode == "elementwise"
-                       else None)
+        self.attention = attention or ("fused" if self.execution == "compiled" else "unfused")
+        self.sdpa = sdpa
+        if self.execution == "compiled":
+            self.fusion = fuse(analysis, hw, self.times, attention=self.attention)
+        elif self.execution == "eager":
+            from .eager import eager
+
+            self.fusion = eager(analysis, hw, self.times, sdpa=sdpa)
+        else:
+            self.fusion = None
         self._exposure: dict = {}
 
     # -- communication: algorithm and tier per collective, and what compute cannot hide ---------------------
@@ -103,7 +130,8 @@ class Roofline:
         tot = self.totals()
         peak = self.reference_peak
         flops = self.flops
-        out = {"hardware": self.hw.name, "reference_peak_tflops": peak / 1e12, "flops": flops}
+        out = {"hardware": self.hw.name, "execution": self.execution, "reference_peak_tflops": peak / 1e12,
+               "flops": flops}
         out.update(tot)
         out["utilisation"] = flops / (tot["est_time_s"] * peak) if tot["est_time_s"] > 0 else 0.0
         if "est_time_fused_s" in tot:

@@ -17,6 +17,7 @@ def run_sweep(grid: Grid, hardware_toml: str | None = None, *, cache_dir=None, s
     """(table, stats) of ``grid`` (``hardware_toml``: the text of a user's profile file, searched first)."""
     from .cache import Cache
     from .point import Task
+    from .grid import EXECUTION_OF_FUSE
     from .table import frame, make_rows
 
     skipped = {p: r for p in grid.points if (r := skip_reason(p, grid.options)) is not None}
@@ -25,4 +26,7 @@ def run_sweep(grid: Grid, hardware_toml: str | None = None, *, cache_dir=None, s
              for p in valid]
     results, stats = run_tasks(tasks, Cache(cache_dir), scheduler=scheduler, jobs=jobs, progress=progress)
     rows = make_rows(grid.points, dict(zip(valid, results)), skipped, grid.hardware)
+    execution = EXECUTION_OF_FUSE.get(grid.fuse, grid.fuse)
+    for row in rows:
+        row["execution"] = execution
     return frame(rows, grid.fuse != "none"), stats

@@ -14,7 +14,10 @@ from dataclasses import dataclass, field
 MODEL_OPTIONS = ("small", "depth", "hidden", "heads", "batch", "tokens", "layers", "scan")
 #: Keys a spec file may hold at its top level (``[options]`` holds MODEL_OPTIONS).
 SPEC_KEYS = ("model", "shape", "parallel", "devices", "strategies", "hardware", "dtype", "steps", "fuse",
-             "conv_padding", "options", "models")
+             "conv_padding", "options", "models", "execution")
+#: The sweep's ``fuse`` setting (its cache key) -> the execution model it estimates; ``eager`` is its own.
+EXECUTION_OF_FUSE = {"none": "unfused", "elementwise": "compiled", "eager": "eager"}
+FUSE_OF_EXECUTION = {v: k for k, v in EXECUTION_OF_FUSE.items()}
 #: Keys of a ``[[models]]`` entry of a spec: your own or a library's model, as ``lower`` takes it.
 LIBRARY_KEYS = ("name", "module", "hf", "diffusers", "timm", "config", "set", "kwarg", "inputs")
 DEFAULT_SHAPE = "default"  # the shape column of a model run at its own default shape
@@ -92,14 +95,21 @@ def make_grid(settings: dict) -> Grid:
     steps = 1 if steps is None else steps
     if not isinstance(steps, int) or isinstance(steps, bool) or steps < 1:
         raise GridError(f"steps must be a positive integer, got {steps!r}")
-    for key, known in (("fuse", ("none", "elementwise")), ("conv_padding", ("xla", "dense"))):
+    for key, known in (("fuse", ("none", "elementwise")), ("conv_padding", ("xla", "dense")),
+                       ("execution", tuple(FUSE_OF_EXECUTION))):
         if settings.get(key) is not None and settings[key] not in known:
             raise GridError(f"{key} must be one of {', '.join(known)}, got {settings[key]!r}")
+    fuse = settings.get("fuse") or "none"
+    if settings.get("execution") is not None:
+        if settings.get("fuse") not in (None, "none", FUSE_OF_EXECUTION[settings["execution"]]):
+            raise GridError(f"fuse = {settings['fuse']!r} is execution = 'compiled'; it does not go with "
+                            f"execution = {settings['execution']!r}")
+        fuse = FUSE_OF_EXECUTION[settings["execution"]]
     points = [Point(model, str(s), p, int(n), d) for s, (p, n), d in itertools.product(shapes, pairs, dtypes)]
     if settings.get("models"):  # your own / library models; the bundled one only where named too
         points = (points if settings.get("model") else []) + library_points(settings["models"], pairs, dtypes)
     options = {k: v for k, v in (settings.get("options") or {}).items() if v is not None and v is not False}
-    return Grid(_unique(points), _unique(hardware), options, steps, settings.get("fuse") or "none",
+    return Grid(_unique(points), _unique(hardware), options, steps, fuse,
                 settings.get("conv_padding") or "xla")
 
 

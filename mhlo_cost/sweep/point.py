@@ -112,7 +112,7 @@ def metrics(analysis, hw, steps: int = 1, fuse: str = "none") -> dict:
     """The numbers of one point on one profile, under the report's names (per device; ints exact)."""
     from ..roofline import Roofline
 
-    rf = Roofline(analysis, hw, fuse_mode=fuse)
+    rf = Roofline(analysis, hw, execution="eager") if fuse == "eager" else Roofline(analysis, hw, fuse_mode=fuse)
     s = rf.summary(steps)
     c = analysis.summary
     out = {k: int(c[k]) for k in ("gemm_flops", "conv_flops", "vector_flops", "comm_bytes")}
@@ -120,9 +120,10 @@ def metrics(analysis, hw, steps: int = 1, fuse: str = "none") -> dict:
     hbm = int(hw.hbm_capacity)
     peaks = [("", analysis.memory.peak_bytes)]
     if rf.fusion is not None:
-        from ..memory.views import fused_profile
+        from ..memory.views import eager_profile, fused_profile
 
-        peaks.append(("_fused", fused_profile(analysis, rf.fusion).peak_bytes))
+        prof = eager_profile(analysis, rf.fusion) if fuse == "eager" else fused_profile(analysis, rf.fusion)
+        peaks.append(("_fused", prof.peak_bytes))
     for suffix, peak in peaks:
         out["peak_bytes" + suffix] = int(peak)
     out["hbm_bytes"] = hbm

@@ -16,7 +16,7 @@ _TEXT, _INT, _BOOL = "a string", "a whole number", "true or false"
 _TYPES = {
     "model": (_TEXT, False), "shape": (_TEXT, True), "parallel": (_TEXT, True), "devices": (_INT, True),
     "strategies": (_TEXT, True), "hardware": (_TEXT, True), "dtype": (_TEXT, True), "steps": (_INT, False),
-    "fuse": (_TEXT, False), "conv_padding": (_TEXT, False),
+    "fuse": (_TEXT, False), "conv_padding": (_TEXT, False), "execution": (_TEXT, False),
 }
 _OPTION_TYPES = {"small": _BOOL, "scan": _BOOL, "depth": _INT, "hidden": _INT, "heads": _INT, "batch": _INT,
                  "tokens": _INT, "layers": _INT}

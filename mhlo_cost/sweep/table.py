@@ -11,7 +11,7 @@ import pandas as pd
 from .. import __version__
 from ..outtext import csv_safe_frame, json_text
 
-CONFIG = ("model", "shape", "parallel", "devices", "hardware", "dtype", "status", "reason")
+CONFIG = ("model", "shape", "parallel", "devices", "hardware", "dtype", "status", "reason", "execution")
 INTS = ("devices", "gemm_flops", "conv_flops", "vector_flops", "flops", "comm_bytes", "peak_bytes",
         "peak_bytes_fused", "hbm_bytes", "steps")
 #: The number columns in table order; the ``_fused`` ones only where the sweep fused (``--fuse``).

@@ -41,11 +41,14 @@ def _segment(seg: str) -> str:
 class LocationInfo:
     """Scope of an op from its location name; ``file_line`` is read from the location on first use."""
 
-    __slots__ = ("name", "scope", "_loc", "_file_line", "_memo")
+    __slots__ = ("name", "scope", "site", "_loc", "_file_line", "_memo")
 
-    def __init__(self, name: str, scope: str, loc: ir.Location | None, memo: dict | None = None):
+    def __init__(self, name: str, scope: str, loc: ir.Location | None, memo: dict | None = None, site: int = 0):
         self.name = name  # the raw name of the outermost NameLoc, "" where there is none
         self.scope = scope  # the op's scope: its name without the primitive and transform segments
+        # The source position under the name (one framework call: a torch op through torchax, a jnp call), as
+        # a key; 0 where there is none. The eager execution model groups the ops of one call by it.
+        self.site = site
         self._loc = loc
         self._memo = memo if memo is not None else {}
         self._file_line: str | None = None if loc is not None else ""
@@ -98,9 +101,12 @@ def location_info(loc: ir.Location) -> LocationInfo:
 
 
 def _location_info(loc: ir.Location, memo: dict) -> LocationInfo:
-    name = ""
+    name, site = "", 0
     if loc.typeid == _NAME:
-        name = ir.NameLoc(loc).name_str
+        named = ir.NameLoc(loc)
+        name = named.name_str
+        child = named.child_loc
+        site = hash(child.attr) if child.typeid in (_FILE, _CALLSITE, _FUSED) else 0
     else:  # other producers: the first name anywhere in the tree, innermost call frame first
         stack = [loc]
         while stack and not name:
@@ -116,7 +122,7 @@ def _location_info(loc: ir.Location, memo: dict) -> LocationInfo:
     scope = _SCOPES.get(name)
     if scope is None:
         scope = _SCOPES[name] = scope_of(name)
-    return LocationInfo(name, scope, loc, memo)
+    return LocationInfo(name, scope, loc, memo, site)
 
 
 def _file_line(loc: ir.Location, memo: dict) -> str:

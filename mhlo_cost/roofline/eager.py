@@ -1,0 +1,184 @@
+"""The eager execution model (``--execution eager``): one kernel per framework op, as PyTorch eager runs it.
+
+A framework op (a torch ``aten`` call lowered through torchax or torch-xla, a ``jnp`` call in a JAX program)
+lowers to several IR ops that share one location: the module path (the scope) and the source position of the
+call (:attr:`~mhlo_cost.visitors.locations.LocationInfo.site`). :func:`eager` groups the rows of one call,
+consecutive in program order and of one multiplicity, into one kernel:
+
+* a call made only of view ops (reshape, transpose, slice, broadcast: ``view``, ``permute``, ``expand``,
+  indexing) launches no kernel: its readers read the viewed storage (a broadcast: its small operand);
+* the attention is the library kernel the framework dispatches ``scaled_dot_product_attention`` to
+  (:data:`SDPA_BACKENDS`): ``flash`` (the default where the shapes allow: f16/bf16, head dim at most
+  :data:`FLASH_MAX_HEAD_DIM`; otherwise ``mem_efficient``) and ``mem_efficient`` are one kernel whose scores
+  never leave the chip (:func:`.attention.find_attention` finds it); ``math`` runs its ops one call at a time;
+* any other call is one kernel: it reads its inputs once and writes what others read (:class:`.kernel_io.KernelIO`),
+  and pays the profile's kernel launch overhead; the host dispatches each framework op (views included) in
+  :func:`dispatch_overhead` seconds, so a kernel takes at least its calls' dispatch time (a small kernel is
+  host-bound; a large one hides the host behind it).
+
+A row without a source position belongs to the call before it (the ops of a helper function the call runs,
+such as a decomposition's ``jit(_where)``); where no call came before, it is a call of its own. What the model does not see: a copy torch makes
+for a ``reshape`` of a non-contiguous tensor (taken as a free view), in-place ops (``add_``: the IR is
+functional; the memory estimate counts a new buffer), and fused library kernels the model code does not call.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..hardware import Hardware
+from ..visitors.base import Row, short_name
+from .fusion import Fusion, Kernel
+from .kernel_io import KernelIO, share_time
+from .optime import OpTime, op_time
+
+#: The kernels ``scaled_dot_product_attention`` dispatches to (PyTorch's SDPA backends).
+SDPA_BACKENDS = ("flash", "mem_efficient", "math")
+#: FlashAttention-2 (PyTorch's flash backend) takes f16/bf16 and head dims up to 256.
+FLASH_MAX_HEAD_DIM = 256
+FLASH_DTYPES = ("bf16", "f16")
+#: Ops a framework runs as views of their operand's storage (no kernel).
+VIEW_OPS = frozenset({"reshape", "bitcast", "transpose", "broadcast_in_dim", "broadcast", "slice", "constant"})
+#: ESTIMATE: host time per framework op in PyTorch eager (Python, the dispatcher, the launch call): about
+#: 5-10 us on a current server CPU (PyTorch's operator-overhead benchmarks); a profile may set
+#: ``dispatch_overhead`` (seconds) instead.
+DISPATCH_S = 8e-6
+
+
+def dispatch_overhead(hw: Hardware) -> float:
+    """Seconds of host time per framework op: the profile's ``dispatch_overhead`` where it has one."""
+    v = getattr(hw, "dispatch_overhead", None)
+    return DISPATCH_S if v is None else float(v)
+
+
+@dataclass
+class EagerKernel(Kernel):
+    """A kernel of one framework call; ``host_s``: the host's dispatch time of its call (and of the view
+    calls before it), which the kernel cannot run ahead of."""
+
+    host_s: float = 0.0
+    backend: str = ""  # an attention kernel's SDPA backend
+
+    @property
+    def time_s(self) -> float:
+        return max(max(self.compute_s, self.memory_s) + self.overhead_s, self.host_s)
+
+
+def _key(r: Row):
+    loc = r.loc
+    site = getattr(loc, "site", 0)
+    return (r.scope, site) if site else None
+
+
+def _is_view(r: Row, t: OpTime) -> bool:
+    return t.bound == "free" or short_name(r.op) in VIEW_OPS
+
+
+def head_dim(rows, att) -> int:
+    """The contracted dimension of an attention's score product (Q K^T): its FLOPs / (2 x its elements)."""
+    r = rows[att.qk]
+    n = r.out_elems * max(r.multiplicity, 1)
+    return r.gemm_flops // (2 * n) if n else 0
+
+
+def sdpa_backend(rows, att, asked: str) -> str:
+    """The backend an attention runs on: ``asked``, except that flash falls back to mem_efficient where its
+    dtype or head dim does not allow it (as PyTorch's dispatcher does)."""
+    if asked != "flash":
+        return asked
+    r = rows[att.qk]
+    dt = r.operands[0].dtype if r.operands else ""
+    ok = any(dt == d or dt.startswith(d) for d in FLASH_DTYPES) and 0 < head_dim(rows, att) <= FLASH_MAX_HEAD_DIM
+    return "flash" if ok else "mem_efficient"
+
+
+def _groups(rows, times, preset: dict) -> list[list[int]]:
+    """Rows grouped into framework calls (program order); collectives, unknown ops and constants (free: a
+    call's constants are hoisted between its ops) are left out."""
+    groups: list[list[int]] = []
+    last_key = None
+    for i, r in enumerate(rows):
+        if short_name(r.op) == "constant":
+            continue
+        if r.kind in ("collective", "unknown") or i in preset:
+            last_key = None
+            continue
+        key = _key(r)
+        same = rows[groups[-1][-1]].multiplicity == r.multiplicity if groups else False
+        if last_key is not None and same and (key == last_key or key is None):
+            groups[-1].append(i)  # the same call; a row without a position: a helper the call runs
+        else:
+            groups.append([i])
+            last_key = key
+    return groups
+
+
+def eager(analysis, hw: Hardware, times: list[OpTime] | None = None, producers: list | None = None,
+          sdpa: str = "flash") -> Fusion:
+    """The kernels of ``analysis`` run op by op (see the module docstring), timed on ``hw``."""
+    rows = analysis.rows
+    if producers is None:
+        producers = getattr(analysis, "producers", None)
+    if producers is None or len(producers) != len(rows):
+        raise ValueError("eager() needs the data flow: analyse with mhlo_cost.analysis.analyze_dataflow()")
+    if sdpa not in SDPA_BACKENDS:
+        raise ValueError(f"unknown attention backend {sdpa!r}: choose one of {', '.join(SDPA_BACKENDS)}")
+    if times is None:
+        times = [op_time(r, hw) for r in rows]
+    preset: dict[int, int] = {}
+    backends: list[str] = []
+    if sdpa != "math":
+        from .attention import find_attention
+
+        for g, att in enumerate(find_attention(rows, producers)):
+            preset.update((i, g) for i in att.members)
+            backends.append(sdpa_backend(rows, att, sdpa))
+    n = len(rows)
+    role = ["alone"] * n
+    row_kernel: list[int | None] = [None] * n
+    kernels: list[EagerKernel] = []
+    att_kernel: dict[int, int] = {}
+    for i in sorted(preset):  # attention kernels first (members in program order)
+        g = preset[i]
+        if g not in att_kernel:
+            att_kernel[g] = len(kernels)
+            kernels.append(EagerKernel([], rows[i].multiplicity, has_dot=True, attention=True, backend=backends[g]))
+        kernels[att_kernel[g]].members.append(i)
+        row_kernel[i], role[i] = att_kernel[g], "kernel"
+    calls: list[tuple[int, int]] = []  # (kernel id or -1 for a view call, executions) in program order
+    for i, r in enumerate(rows):
+        if short_name(r.op) == "constant":
+            role[i] = "free"
+    for grp in _groups(rows, times, preset):
+        if all(_is_view(rows[i], times[i]) for i in grp):
+            for i in grp:
+                role[i] = "dup" if short_name(rows[i].op) in ("broadcast_in_dim", "broadcast") else "free"
+            calls.append((-1, rows[grp[0]].multiplicity))
+            continue
+        k = len(kernels)
+        kernels.append(EagerKernel(grp, rows[grp[0]].multiplicity,
+                                   has_dot=any(rows[i].kind in ("dot", "conv") for i in grp)))
+        for i in grp:
+            row_kernel[i], role[i] = k, "kernel"
+        calls.append((k, rows[grp[0]].multiplicity))
+    io = KernelIO(rows, producers, times, role)
+    for k in kernels:
+        io.measure(k, hw)
+        dots = [i for i in k.members if rows[i].kind in ("dot", "conv")]
+        if dots:
+            k.peak = times[dots[0]].peak
+    _host_times(kernels, calls, dispatch_overhead(hw))
+    return Fusion(kernels, row_kernel, share_time(kernels, times, n))
+
+
+def _host_times(kernels, calls, per_call: float) -> None:
+    """Each kernel's host time: its call's dispatch and that of the view calls just before it; an attention's
+    (a call of its own, SDPA) its own dispatch."""
+    pending = 0
+    for k, m in calls:
+        pending += m
+        if k >= 0:
+            kernels[k].host_s = per_call * pending
+            pending = 0
+    for k in kernels:
+        if k.attention:
+            k.host_s = per_call * k.multiplicity
