@@ -48,6 +48,10 @@ def register(sub) -> None:
     add_step_options(s)
     s.add_argument("--tp", type=positive_int, default=1, metavar="N",
                    help="tensor parallel over N devices (weights and cache split, all_reduce per layer)")
+    s.add_argument("--launch", choices=("stream", "cuda-graphs"), default="stream",
+                   help="stream (default): each fused kernel launched from the host, paying the profile's "
+                        "kernel overhead; cuda-graphs: the step replayed as one captured CUDA graph "
+                        "(torch.compile reduce-overhead, vLLM, TensorRT-LLM decode): no launch per kernel")
     w = p.add_argument_group("a sweep (a table; --plot)")
     w.add_argument("--batches", type=_ints, metavar="B1,B2,..", help="e.g. 1,8,32,128")
     w.add_argument("--contexts", type=_ints, metavar="L1,L2,..", help="e.g. 2048,8192,32768")
@@ -117,7 +121,9 @@ def cmd_serve(args) -> int:
     if args.output:
         claim_output(args)
     req = step_request(args, args.batch, args.tokens)
-    hw = _profile(args)
+    from ..inference.serve import launched
+
+    hw = launched(_profile(args), args.launch)
     sweeping = args.batches or args.contexts or args.tps
     if args.plot and not sweeping:
         raise UserError("--plot draws a sweep: give --batches and/or --contexts")
@@ -131,7 +137,7 @@ def cmd_serve(args) -> int:
         if sweeping:
             say(args, f"sweeping {req.describe()} on {hw.name}", note=True)
             figs = grid.sweep(req, args.batches or [req.batch], args.contexts or [req.context], hw,
-                              tps=args.tps or [args.tp], cache=cache, stage=bar.stage)
+                              tps=args.tps or [args.tp], cache=cache, stage=bar.stage, launch=args.launch)
             bar.close()
             return _write_sweep(args, figs, req, hw)
         bar.stage("lowering the step")
@@ -141,7 +147,7 @@ def cmd_serve(args) -> int:
         if fig is None:
             from ..inference.serve import figures
 
-            fig = figures(step, hw, args.tp)
+            fig = figures(step, hw, args.tp, launch=args.launch)
             cache.put(req, hw, args.tp, fig)
     except (FrontendError, LowerFailed, ValueError) as e:
         raise UserError(str(e)) from None

@@ -100,10 +100,13 @@ class StepCache:
 
 
 def sweep(base: StepRequest, batches, contexts, hw, tps=(1,), cache: StepCache | None = None,
-          stage=None) -> list[Figures]:
-    """Figures of ``base`` at every batch x context x tp, in that order; lowered once per shape."""
+          stage=None, launch: str = "stream") -> list[Figures]:
+    """Figures of ``base`` at every batch x context x tp, in that order; lowered once per shape; kernels
+    launched by ``launch`` (:data:`~mhlo_cost.inference.serve.LAUNCHES`)."""
     from ..analysis import analyze_dataflow
+    from .serve import launched
 
+    hw = launched(hw, launch)
     cache = cache or StepCache(None)
     stage = stage or (lambda text: None)
     out = []
@@ -118,7 +121,7 @@ def sweep(base: StepRequest, batches, contexts, hw, tps=(1,), cache: StepCache |
                 analysis = analyze_dataflow(step.lowered.text)
                 for tp in tps:
                     if found[tp] is None:
-                        found[tp] = figures(step, hw, tp, analysis=analysis)
+                        found[tp] = figures(step, hw, tp, analysis=analysis, launch=launch)
                         cache.put(req, hw, tp, found[tp])
             out += [found[tp] for tp in tps]
     return out

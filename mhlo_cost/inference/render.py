@@ -16,7 +16,8 @@ def _time(s: float) -> str:
 def text(f, what: str = "", layout=None) -> str:
     """The report of one step: cache, memory, time, intensity, and the bound per block."""
     lines = [f"{what}" if what else "", f"on {f.hardware}" + (f", tensor parallel over {f.tp} devices" if f.tp > 1
-                                                                else "") + " (compiled: fused kernels)"]
+                                                                else "") + " (compiled: fused kernels"
+             + ("; one CUDA graph: no host launch per kernel)" if f.launch == "cuda-graphs" else ")")]
     lines.append("KV cache")
     if layout is not None:
         lines.append(f"  layout                {layout.describe()}")

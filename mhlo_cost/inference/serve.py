@@ -15,11 +15,20 @@ attention as one kernel: the ``compiled`` execution model), on a profile of :mod
   ways, the step's device time divided by ``tp``, plus two all_reduces of the hidden state per layer (after
   attention and after the MLP, Megatron-style) priced by the profile's link (ring: 2(tp-1)/tp of the bytes).
   This scales the one-device program; it is not a sharded lowering.
+- launch (:data:`LAUNCHES`): ``stream`` launches each fused kernel from the host, paying the profile's
+  ``kernel_overhead_us`` per kernel (its datasheet note: the back-to-back launch gap without CUDA graphs);
+  ``cuda-graphs`` replays the whole step as one captured graph (torch.compile ``mode="reduce-overhead"`` or
+  ``"max-autotune"``, vLLM / SGLang / TensorRT-LLM decode), so no kernel pays a host launch. Each kernel
+  still pays its own fill and drain on the device (the profile's memory ramp, ``half_size_mb``, measured on
+  the GPU by events): only the launch is removed, nothing else changes.
 """
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
+
+#: How the step's kernels are launched: one by one from the host, or replayed as one CUDA graph.
+LAUNCHES = ("stream", "cuda-graphs")
 
 
 @dataclass
@@ -50,6 +59,7 @@ class Figures:
     max_batch: int
     max_context: int | None  # None: unbounded (every layer a sliding window)
     blocks: list = field(default_factory=list)  # (block, est_time_s, bound)
+    launch: str = "stream"  # one of LAUNCHES
 
     @property
     def time_per_token_s(self) -> float:
@@ -119,11 +129,21 @@ def max_context(layout, weight_bytes: int, activations: int, capacity: int, tp: 
     return lo
 
 
-def figures(step, hw, tp: int = 1, analysis=None, blocks: bool = True) -> Figures:
-    """The figures of a lowered :class:`~mhlo_cost.inference.Step` on ``hw`` over ``tp`` devices."""
+def launched(hw, launch: str = "stream"):
+    """``hw`` as a step launched by ``launch`` sees it: under ``cuda-graphs`` no kernel pays the host's
+    launch overhead (``kernel_overhead`` 0); every other figure of the profile is unchanged."""
+    if launch not in LAUNCHES:
+        raise ValueError(f"unknown launch {launch!r}: choose one of {', '.join(LAUNCHES)}")
+    return hw if launch == "stream" else replace(hw, kernel_overhead=0.0)
+
+
+def figures(step, hw, tp: int = 1, analysis=None, blocks: bool = True, launch: str = "stream") -> Figures:
+    """The figures of a lowered :class:`~mhlo_cost.inference.Step` on ``hw`` over ``tp`` devices, its kernels
+    launched by ``launch`` (:data:`LAUNCHES`)."""
     from ..analysis import analyze_dataflow
     from ..roofline import Roofline
 
+    hw = launched(hw, launch)
     if analysis is None:
         analysis = analyze_dataflow(step.lowered.text)
     req, layout = step.request, step.layout
@@ -153,4 +173,4 @@ def figures(step, hw, tp: int = 1, analysis=None, blocks: bool = True) -> Figure
         bound="memory" if intensity < ridge else "compute",
         max_batch=max_batch(layout, step.weight_bytes, -(-activations // req.batch), capacity, tp),
         max_context=max_context(layout, step.weight_bytes, activations, capacity, tp),
-        blocks=_blocks(analysis, rf) if blocks else [])
+        blocks=_blocks(analysis, rf) if blocks else [], launch=launch)

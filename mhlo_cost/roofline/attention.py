@@ -137,16 +137,47 @@ def _match(rows, producers, pv: int, operand: int):
     return None
 
 
+#: Layout changes a fused attention kernel reads through (strides), never a copy of its own.
+_VIEWS = frozenset({"transpose", "reshape", "bitcast", "copy"})
+
+
+def _views(rows, producers, consumers, att: Attention) -> set:
+    """Transposes and reshapes that only feed the attention (``K^T`` of a cache, heads moved to the front):
+    FlashAttention-style kernels take Q, K and V through batch, head and sequence strides, so such a view
+    is read in place inside the kernel instead of being copied through HBM first."""
+    members, mult = set(att.members), rows[att.pv].multiplicity
+    out: set = set()
+    stack = [q for d in (att.qk, att.pv) for q in producers[d] if isinstance(q, int) and q not in members]
+    while stack:
+        i = stack.pop()
+        if i in out or short_name(rows[i].op) not in _VIEWS or rows[i].multiplicity != mult:
+            continue
+        if not consumers[i] or not consumers[i] <= members | out:
+            continue
+        out.add(i)
+        stack.extend(q for q in producers[i] if isinstance(q, int))
+    # Reshapes and bitcasts are no kernel wherever they stand (the kernel reads through them): only the copies
+    # join it.
+    return {i for i in out if short_name(rows[i].op) in ("transpose", "copy")}
+
+
 def find_attention(rows, producers) -> list[Attention]:
     """Every attention of a program (see the module docstring), program order, no row in two."""
     found: list[Attention] = []
     taken: set = set()
+    consumers: list = [set() for _ in rows]
+    for i, ps in enumerate(producers):
+        for q in ps:
+            if isinstance(q, int):
+                consumers[q].add(i)
     for i, r in enumerate(rows):
         if r.kind != "dot" or i in taken:
             continue
         for operand in (0, 1):
             att = _match(rows, producers, i, operand)
             if att is not None and not taken.intersection(att.members):
+                views = _views(rows, producers, consumers, att) - taken
+                att = Attention(att.qk, att.pv, tuple(sorted(set(att.members) | views)))
                 found.append(att)
                 taken.update(att.members)
                 break

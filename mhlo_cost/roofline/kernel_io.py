@@ -14,6 +14,16 @@ from .optime import OpTime, vector_dtype
 _READS_RESULT = frozenset({"slice", "dynamic_slice", "real_dynamic_slice", "gather"})
 
 
+def _scattered(r) -> int:
+    """How many leading operands of row ``r`` a scatter may update in place (0: not a scatter). A scatter's
+    operands are its buffers, the indices, then one update per buffer; XLA writes the updates into the
+    buffer when the buffer is not read again (a donated KV cache: ``index_copy_``), as for
+    ``dynamic_update_slice``: the buffer is neither read nor rewritten, only the updates are written."""
+    if short_name(r.op) != "scatter" or len(r.operands) < 3 or len(r.operands) % 2 == 0:
+        return 0
+    return (len(r.operands) - 1) // 2
+
+
 class KernelIO:
     """Inputs and outputs of kernels, from the rows' producers and the roles given by the grouping."""
 
@@ -36,6 +46,15 @@ class KernelIO:
                 break
             i = srcs[0]
         return i
+
+    def scattered(self, i: int) -> int:
+        """How many leading operands row ``i`` scatters into in place (0: none, or a buffer made by a broadcast
+        or a constant, such as the zeros a gradient is scattered into: that whole buffer is written)."""
+        n = _scattered(self.rows[i])
+        for p in self.producers[i][:n]:
+            if isinstance(p, int) and (self.role[p] == "dup" or short_name(self.rows[p].op) == "constant"):
+                return 0
+        return n
 
     def readers(self, i: int) -> list[int]:
         """Rows reading row i's value, looking through free and duplicated consumers (-1: a program output)."""
@@ -78,7 +97,7 @@ class KernelIO:
             for j, ti in enumerate(self.rows[i].operands):
                 if j == 0 and name in _READS_RESULT:
                     ti = self.rows[i].result  # a slice reads what it returns, not its whole operand
-                elif j == 0 and name == "dynamic_update_slice":
+                elif j == 0 and name == "dynamic_update_slice" or j < self.scattered(i):
                     continue  # written in place: the buffer is neither read nor rewritten
                 take(i, j, ti)
         return out
@@ -98,6 +117,10 @@ class KernelIO:
             res = self.rows[i].result
             if short_name(self.rows[i].op) == "dynamic_update_slice" and len(self.rows[i].operands) > 1:
                 out.append((res, self.rows[i].operands[1].nbytes))  # only the update is written
+            elif self.scattered(i):
+                ops = self.rows[i].operands
+                out.append((res if isinstance(res, TensorInfo) else res[0],
+                            sum(t.nbytes for t in ops[self.scattered(i) + 1:])))  # only the updates
             elif isinstance(res, TensorInfo):
                 out.append((res, res.nbytes))
             elif res:  # several results; none (a branch_max row) writes nothing
