@@ -56,11 +56,8 @@ def _estimates(analysis, hw):
     ]
 
 
-def eager_per_forward(shape: str, hw, depth: int = 28, small: bool = False) -> tuple[float, int]:
-    """(seconds per forward, kernels per forward) of ``--execution eager`` on the torch STDiT3 lowered through
-    torchax (whose locations carry each aten call), at depth 1 and 2 and scaled by blocks:
-    T(depth) = T(1) + (depth - 1) x (T(2) - T(1)). Exact for the eager model: its kernels are aten calls, each
-    inside one block (the scope carries the block's index), and the blocks are identical."""
+def _eager_rooflines(shape: str, hw, small: bool = False) -> list:
+    """``--execution eager`` Rooflines of the torch STDiT3 lowered through torchax at depth 1 and 2."""
     from mhlo_cost import lower_model
     from mhlo_cost.analysis import analyze_dataflow
     from mhlo_cost.models import stdit3_torch
@@ -74,10 +71,61 @@ def eager_per_forward(shape: str, hw, depth: int = 28, small: bool = False) -> t
         model = stdit3_torch.build(cfg)  # meta: nothing allocated
         specs = [(s, str(t).replace("torch.", "")) for s, t in stdit3_torch.input_specs(cfg)]
         text = lower_model(model, *[f"{'x'.join(map(str, s))}:{t}" for s, t in specs], frontend="torchax").text
-        rf = Roofline(analyze_dataflow(text), hw, execution="eager")
-        out.append((rf.totals()["est_time_fused_s"], len(rf.fusion.kernels)))
-    (t1, k1), (t2, k2) = out
-    return t1 + (depth - 1) * (t2 - t1), k1 + (depth - 1) * (k2 - k1)
+        out.append(Roofline(analyze_dataflow(text), hw, execution="eager"))
+    return out
+
+
+def _scaled(one: float, two: float, depth: int) -> float:
+    """T(depth) = T(1) + (depth - 1) x (T(2) - T(1)): exact for eager, whose kernels never span a block."""
+    return one + (depth - 1) * (two - one)
+
+
+def eager_per_forward(shape: str, hw, depth: int = 28, small: bool = False, rooflines=None) -> tuple[float, int]:
+    """(seconds per forward, kernels per forward) of ``--execution eager`` on the torch STDiT3 lowered through
+    torchax (whose locations carry each aten call), at depth 1 and 2 and scaled by blocks:
+    T(depth) = T(1) + (depth - 1) x (T(2) - T(1)). Exact for the eager model: its kernels are aten calls, each
+    inside one block (the scope carries the block's index), and the blocks are identical."""
+    r1, r2 = rooflines or _eager_rooflines(shape, hw, small)
+    return (_scaled(r1.totals()["est_time_fused_s"], r2.totals()["est_time_fused_s"], depth),
+            round(_scaled(len(r1.fusion.kernels), len(r2.fusion.kernels), depth)))
+
+
+def eager_class(rows, k) -> str:
+    """The kind of an eager kernel: attention (spatial, temporal or cross, by scope), GEMM (a dot or convolution:
+    a Linear, its bias), norm (a reduction: LayerNorm's and RMSNorm's means, a softmax outside attention),
+    conversion (only dtype converts besides views) or elementwise."""
+    from mhlo_cost.visitors.base import short_name
+
+    names = {short_name(rows[i].op) for i in k.members}
+    scope = rows[k.members[0]].scope
+    if k.attention:
+        return "attention, " + ("cross" if "cross" in scope else "temporal" if "temporal" in scope else "spatial")
+    if k.has_dot:
+        return "GEMM"
+    if "reduce" in names:
+        return "norm (reductions)"
+    if "convert" in names and names <= {"convert", "reshape", "broadcast_in_dim", "transpose", "constant"}:
+        return "dtype conversion"
+    return "elementwise"
+
+
+def eager_made_of(rooflines, depth: int = 28) -> dict:
+    """Seconds per forward of the eager estimate by kind of kernel (:func:`eager_class`), kernels of each kind,
+    and the launch overhead and the host-bound time within them, depth-scaled as :func:`eager_per_forward`."""
+    per = []
+    for rf in rooflines:
+        acc: dict = {}
+        for k in rf.fusion.kernels:
+            c = acc.setdefault(eager_class(rf.analysis.rows, k), [0.0, 0])
+            c[0] += k.time_s
+            c[1] += k.multiplicity
+        acc["of which launch overhead"] = [sum(k.overhead_s for k in rf.fusion.kernels), 0]
+        acc["of which host-bound (dispatch)"] = [sum(max(0.0, k.time_s - max(k.compute_s, k.memory_s) - k.overhead_s)
+                                                     for k in rf.fusion.kernels), 0]
+        per.append(acc)
+    keys = sorted(set(per[0]) | set(per[1]), key=lambda s: (s.startswith("of which"), s))
+    return {key: (_scaled(per[0].get(key, [0, 0])[0], per[1].get(key, [0, 0])[0], depth),
+                  round(_scaled(per[0].get(key, [0, 0])[1], per[1].get(key, [0, 0])[1], depth))) for key in keys}
 
 
 def _made_of(rf) -> dict:
@@ -120,7 +168,8 @@ def main(argv=None) -> int:
           f"{new.totals().get('attention_kernels', 0)} attention kernels per forward")
     per_fwd = measured_per_forward(args.shape, args.small)  # this shape's own measurement, or None
     print(f"\n  {'':<46}{'per forward':>12}{'run':>11}{'vs measured' if per_fwd else '':>13}")
-    eager_s, eager_kernels = eager_per_forward(args.shape, hw, cfg.depth, args.small)
+    eager_rfs = _eager_rooflines(args.shape, hw, args.small)
+    eager_s, eager_kernels = eager_per_forward(args.shape, hw, cfg.depth, args.small, eager_rfs)
     rows.append((f"eager (PyTorch, flash SDPA; {eager_kernels} kernels)", eager_s, None))
     for name, fwd, _ in rows:
         ratio = f"{fwd / per_fwd:>12.3f}x" if per_fwd else ""
@@ -130,6 +179,9 @@ def main(argv=None) -> int:
     print("\n  the compiled estimate per forward is made of:")
     for name, t in _made_of(new).items():
         print(f"    {name:<28}{t:>9.3f} s")
+    print("\n  the eager estimate per forward is made of:")
+    for name, (t, n) in eager_made_of(eager_rfs, cfg.depth).items():
+        print(f"    {name:<32}{t:>9.3f} s" + (f"{n:>7} kernels" if n else ""))
     if per_fwd is None:
         print(f"\n  no published measurement for {'--small' if args.small else args.shape} (measured: "
               f"{', '.join(MEASURED_S)}, {MEASURED_STEPS} steps on one A100)")

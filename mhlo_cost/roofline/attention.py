@@ -279,10 +279,29 @@ def is_causal(rows, producers, members) -> bool:
     return False
 
 
+#: The head dims a library compiles its kernels for: a call runs the smallest at least its own, computing on the
+#: padded width (both products scale with it). FlashAttention-2: ``HEADDIM_SWITCH`` in
+#: Dao-AILab/flash-attention ``csrc/flash_attn/src/static_switch.h`` (the copy PyTorch's flash SDPA backend
+#: bundles has the same ladder): 32, 64, 96, 128, 160, 192, 256; a head dim of 72 (STDiT3) runs the 96 kernel.
+PADDED_HEAD_DIMS = {"fa2": (32, 64, 96, 128, 160, 192, 256)}
+
+
+def score_head_dim(r) -> int:
+    """The contracted dimension of a score product Q K^T: its FLOPs / (2 x its elements); 0 where unknown."""
+    n = r.out_elems * max(r.multiplicity, 1)
+    return r.gemm_flops // (2 * n) if n else 0
+
+
+def padded_head_dim(d: int, ladder: tuple) -> int:
+    """The kernel head dim a call of head dim ``d`` runs (``d`` itself above the ladder)."""
+    return next((k for k in ladder if k >= d), d)
+
+
 def kernel_compute_s(rows, producers, times, members, hw, multiplicity: int) -> float | None:
     """The compute time of one fused attention kernel on ``hw`` (totals over its multiplicity): its GEMM FLOPs
     over the blocks it computes at the library's fraction of the matrix peak, beside (not added to) its
-    exponentials and its vector work; a backward recomputes the score product. None without a model."""
+    exponentials and its vector work; a backward recomputes the score product; a library's kernel computes on its
+    padded head dim (:data:`PADDED_HEAD_DIMS`). None without a model."""
     model = getattr(hw, "attention", None)
     lib = model.get() if model is not None else None
     if lib is None:
@@ -293,6 +312,9 @@ def kernel_compute_s(rows, producers, times, members, hw, multiplicity: int) -> 
     if backward:
         gemm_flops += gemm_flops // len(dots)  # the score product recomputed from Q and K
     qk = dots[0]
+    if model.library in PADDED_HEAD_DIMS:
+        d = score_head_dim(rows[qk])
+        gemm_flops = gemm_flops * padded_head_dim(d, PADDED_HEAD_DIMS[model.library]) // d if d else gemm_flops
     sq, sk = _shape(rows[qk].result)[-2:] if backward is False else _score_of(rows, dots)
     tiles = sk / model.tile
     if is_causal(rows, producers, members) or (backward and _masked(rows, members)):

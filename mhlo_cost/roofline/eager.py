@@ -75,9 +75,9 @@ def _is_view(r: Row, t: OpTime) -> bool:
 
 def head_dim(rows, att) -> int:
     """The contracted dimension of an attention's score product (Q K^T): its FLOPs / (2 x its elements)."""
-    r = rows[att.qk]
-    n = r.out_elems * max(r.multiplicity, 1)
-    return r.gemm_flops // (2 * n) if n else 0
+    from .attention import score_head_dim
+
+    return score_head_dim(rows[att.qk])
 
 
 def sdpa_backend(rows, att, asked: str) -> str:
