@@ -78,33 +78,25 @@ def load_analysis(path: str, args, progress: Progress, dataflow: bool = False, t
     """The analysis of ``path`` (``-``: standard input); ``dataflow``: with operand producers (for --fuse);
     ``training``: a training step's (data flow and arguments, for its phases) where the IR holds a backward
     (``training="always"``: whatever it holds)."""
-    from ..guard import prestart
+    from ..guard import enabled, prestart
 
-    prestart()  # the reader's child starts while this process imports jaxlib and the rules
+    prestart(walk=True)  # the reader's child starts (and imports the walk) while this process reads the file
     progress.stage(f"parsing {'standard input' if path == '-' else path}{_size(path)}")
     data = read_input(path)
     require_jax()
-    from ..analysis import analyze
-    from ..loader import load
-
-    loaded = load(data, name="<stdin>" if path == "-" else path)
-    progress.stage("counting")
-    if training:
-        from ..training.analysis import has_backward
-
-        training = training == "always" or has_backward(loaded)
+    name = "<stdin>" if path == "-" else path
     entry, padding = getattr(args, "entry", None), getattr(args, "conv_padding", "xla")
-    if training:  # rows, producers, and the entry's arguments (donated: parameters, optimizer state)
-        from ..training.analysis import analyze_training
+    if enabled():  # parsed and walked once, in the child: this process imports no jaxlib
+        from ..worker import WalkOptions, analyze_isolated
 
-        analysis = analyze_training(loaded, entry=entry, conv_padding=padding)
-    elif dataflow:  # rows plus the producers of every operand: fusion and exposed communication
-        from ..analysis import analyze_dataflow
-
-        analysis = analyze_dataflow(loaded, entry=entry, conv_padding=padding)
+        record = ("training" if training == "always" else "training-if-backward" if training
+                  else "dataflow" if dataflow else "counts")
+        options = WalkOptions(entry=entry, conv_padding=padding, record=record, dataflow_if_forward=bool(dataflow))
+        analysis = analyze_isolated(data, options, name=name)
+        progress.stage("counting")
     else:
-        analysis = analyze(loaded, entry=entry, conv_padding=padding)
-    from ..visitors.base import EMPTY_ENTRY
+        analysis = _analyze_here(data, name, progress, dataflow, training, entry, padding)
+    from ..visitors.row import EMPTY_ENTRY
 
     for w in analysis.warnings:  # a fact about the counts (shard_map: per device) is a note
         if w.startswith(EMPTY_ENTRY) and getattr(args, "strict", False):
@@ -117,6 +109,28 @@ def load_analysis(path: str, args, progress: Progress, dataflow: bool = False, t
             raise UserError(f"{analysis.source}: {unknown} op(s) no rule knows: {names} (--strict)")
         say(args, f"warning: {unknown} op(s) no rule knows, counted as unknown: {names}")
     return analysis
+
+
+def _analyze_here(data: bytes, name: str, progress: Progress, dataflow, training, entry, padding):
+    """:func:`load_analysis`'s walk in this process (``MHLO_COST_ISOLATE=0``)."""
+    from ..analysis import analyze
+    from ..loader import load
+
+    loaded = load(data, name=name)
+    progress.stage("counting")
+    if training:
+        from ..training.analysis import has_backward
+
+        training = training == "always" or has_backward(loaded)
+    if training:  # rows, producers, and the entry's arguments (donated: parameters, optimizer state)
+        from ..training.analysis import analyze_training
+
+        return analyze_training(loaded, entry=entry, conv_padding=padding)
+    if dataflow:  # rows plus the producers of every operand: fusion and exposed communication
+        from ..analysis import analyze_dataflow
+
+        return analyze_dataflow(loaded, entry=entry, conv_padding=padding)
+    return analyze(loaded, entry=entry, conv_padding=padding)
 
 
 def positive_int(value: str) -> int:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from itertools import chain
 
-from ..visitors.liveness import Frame, Recording, Region
+from ..visitors.frames import Frame, Recording, Region
 from .opclass import ALIAS, CARRY, DOT, DUP, DUP_CARRY, DUS, MAYBE, MULTI, NOVAL, PLAIN, op_class, row_class
 
 

@@ -1,0 +1,118 @@
+"""An analysis as bytes and back: how the walk in the MLIR reader's child process hands its result to a
+parent that imports no jaxlib (:mod:`mhlo_cost.worker`).
+
+Standard library only. The rows go by column (each column a list of plain values; the locations and the
+tensor types, shared by many rows, as tables with an index per row), which pickles in a fraction of the time
+the row objects themselves take; the rest of the analysis (the liveness record, the data flow, a training
+step's arguments) is pickled as it is, with each row list it holds replaced by its number in a table of row
+lists. Every row object keeps its identity: a row in several lists is one object after decoding too.
+"""
+from __future__ import annotations
+
+import pickle
+from dataclasses import fields
+from operator import attrgetter
+
+from .visitors.frames import Frame, Recording, Region
+from .visitors.row import LocationInfo, Row
+
+#: Row fields sent as they are (plain values); ``loc``, ``result`` and ``operands`` go through tables.
+_PLAIN = tuple(f.name for f in fields(Row) if f.name not in ("loc", "result", "operands"))
+_ROW_FIELDS = tuple(f.name for f in fields(Row))
+
+
+def encode(analysis) -> bytes:
+    """``analysis`` (an :class:`~mhlo_cost.analysis.Analysis` or a subclass, made by the walk) as bytes."""
+    lists: dict[int, int] = {}  # id(row list) -> its number
+    row_lists: list[list] = []
+    frames = _frames(analysis.liveness)
+    for rows in [analysis.rows] + [f.rows for f in frames]:
+        if id(rows) not in lists:
+            lists[id(rows)] = len(row_lists)
+            row_lists.append(rows)
+    number: dict[int, int] = {}
+    rows_all: list = []
+    ids = []
+    for rows in row_lists:
+        got = []
+        for r in rows:
+            k = number.get(id(r))
+            if k is None:
+                k = number[id(r)] = len(rows_all)
+                rows_all.append(r)
+            got.append(k)
+        ids.append(got)
+    columns = {name: list(map(attrgetter(name), rows_all)) for name in _PLAIN}
+    locs, loc_ids = _table(map(attrgetter("loc"), rows_all))
+    types, result_ids = _table(map(attrgetter("result"), rows_all))
+    operand_sets, operand_ids = _table(map(attrgetter("operands"), rows_all))
+    loc_table = [(x.name, x.scope, x.file_line) for x in locs]
+    kept = [(f, f.rows) for f in frames]
+    extra = dict(analysis.__dict__)
+    extra.pop("rows")
+    extra.pop("_memory", None)
+    extra.pop("_ops", None)
+    try:
+        for f, rows in kept:
+            f.rows = lists[id(rows)]
+        return pickle.dumps((type(analysis), columns, loc_table, loc_ids, types, result_ids, operand_sets,
+                             operand_ids, ids, extra, frames), protocol=pickle.HIGHEST_PROTOCOL)
+    finally:
+        for f, rows in kept:
+            f.rows = rows
+
+
+def decode(blob: bytes):
+    """The analysis :func:`encode` wrote."""
+    (cls, columns, loc_table, loc_ids, types, result_ids, operand_sets, operand_ids, ids, extra,
+     frames) = pickle.loads(blob)
+    resolved = LocationInfo.resolved
+    locs = [resolved(*t) for t in loc_table]
+    values = dict(columns)
+    values["loc"] = [locs[i] for i in loc_ids]
+    values["result"] = [types[i] for i in result_ids]
+    values["operands"] = [operand_sets[i] for i in operand_ids]
+    rows_all = list(map(Row, *(values[name] for name in _ROW_FIELDS)))
+    row_lists = [[rows_all[i] for i in got] for got in ids]
+    for f in frames:
+        f.rows = row_lists[f.rows]
+    analysis = cls.__new__(cls)
+    analysis.__dict__.update(extra)
+    analysis.rows = row_lists[0]
+    analysis._memory = None
+    analysis._ops = None
+    return analysis
+
+
+def _table(objects) -> tuple[list, list[int]]:
+    """(the distinct objects, by identity, in order of first use; each object's index among them)."""
+    seen: dict[int, int] = {}
+    table: list = []
+    out = []
+    for o in objects:
+        k = seen.get(id(o))
+        if k is None:
+            k = seen[id(o)] = len(table)
+            table.append(o)
+        out.append(k)
+    return table, out
+
+
+def _frames(recording: Recording | None) -> list[Frame]:
+    """Every frame of ``recording`` (the entry's, its replayed and collected sub-walks), each once."""
+    if recording is None or recording.entry is None:
+        return []
+    seen: dict[int, Frame] = {}
+    stack = [recording.entry]
+    while stack:
+        f = stack.pop()
+        if id(f) in seen:
+            continue
+        seen[id(f)] = f
+        stack.extend(f.collected)
+        stack.extend(child for child, *_ in f.pending if child is not None)
+        for item in f.items:
+            if isinstance(item, Region):
+                stack.extend(child for child, *_ in item.children if child is not None)
+                stack.extend(item.branches)
+    return list(seen.values())
