@@ -52,7 +52,7 @@ class _Server:
         self.err = None
         self.lock = threading.Lock()
 
-    def request(self, kind: str, data: bytes, name: str, walk: str | None = None) -> bytes:
+    def request(self, kind: str, data: bytes, name: str, walk: str | None = None, meanwhile=None) -> bytes:
         memory, seconds = limits(len(data))
         with self.lock:
             try:
@@ -63,6 +63,8 @@ class _Server:
             try:
                 self.proc.stdin.write(header + data)
                 self.proc.stdin.flush()
+                if meanwhile is not None:
+                    meanwhile()
                 size = int.from_bytes(self._read(8, time.monotonic() + seconds, seconds), "big")
                 answer = self._read(size, time.monotonic() + seconds, seconds)
             except (_Failed, OSError) as e:
@@ -175,12 +177,13 @@ def read_guarded(kind: str, data: bytes, name: str) -> tuple[bytes | None, str |
     return None, answer[1:].decode("utf-8", "replace")
 
 
-def walk_guarded(kind: str, data: bytes, name: str, options: str) -> tuple[bytes, bytes]:
+def walk_guarded(kind: str, data: bytes, name: str, options: str, meanwhile=None) -> tuple[bytes, bytes]:
     """The child parses ``data`` and walks it with ``options`` (:class:`mhlo_cost.worker.WalkOptions` as
     JSON): (``P``, the encoded analysis), (``A``, an analysis error's line), (``X``, an unexpected error's line)
-    or (``E``, the reader's message)."""
+    or (``E``, the reader's message). ``meanwhile()`` runs once the request is sent, before the answer is read
+    (the time limit runs from then on)."""
     try:
-        answer = _SERVER.request(kind, data, name, options)
+        answer = _SERVER.request(kind, data, name, options, meanwhile)
     except _Failed as e:
         return b"E", f"{name}: {e}".encode()
     code = answer[:1]

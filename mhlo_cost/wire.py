@@ -30,18 +30,10 @@ def encode(analysis) -> bytes:
         if id(rows) not in lists:
             lists[id(rows)] = len(row_lists)
             row_lists.append(rows)
-    number: dict[int, int] = {}
-    rows_all: list = []
-    ids = []
-    for rows in row_lists:
-        got = []
-        for r in rows:
-            k = number.get(id(r))
-            if k is None:
-                k = number[id(r)] = len(rows_all)
-                rows_all.append(r)
-            got.append(k)
-        ids.append(got)
+    if len(row_lists) == 1:  # the usual case: every frame's rows are the program's (no call, no loop)
+        rows_all, ids = row_lists[0], None
+    else:
+        rows_all, ids = _number(row_lists)
     columns = {name: list(map(attrgetter(name), rows_all)) for name in _PLAIN}
     locs, loc_ids = _table(map(attrgetter("loc"), rows_all))
     types, result_ids = _table(map(attrgetter("result"), rows_all))
@@ -73,7 +65,7 @@ def decode(blob: bytes):
     values["result"] = [types[i] for i in result_ids]
     values["operands"] = [operand_sets[i] for i in operand_ids]
     rows_all = list(map(Row, *(values[name] for name in _ROW_FIELDS)))
-    row_lists = [[rows_all[i] for i in got] for got in ids]
+    row_lists = [rows_all] if ids is None else [[rows_all[i] for i in got] for got in ids]
     for f in frames:
         f.rows = row_lists[f.rows]
     analysis = cls.__new__(cls)
@@ -82,6 +74,23 @@ def decode(blob: bytes):
     analysis._memory = None
     analysis._ops = None
     return analysis
+
+
+def _number(row_lists: list[list]) -> tuple[list, list[list[int]]]:
+    """(every distinct row of ``row_lists``, by identity; each list as the rows' numbers in it)."""
+    number: dict[int, int] = {}
+    rows_all: list = []
+    ids = []
+    for rows in row_lists:
+        got = []
+        for r in rows:
+            k = number.get(id(r))
+            if k is None:
+                k = number[id(r)] = len(rows_all)
+                rows_all.append(r)
+            got.append(k)
+        ids.append(got)
+    return rows_all, ids
 
 
 def _table(objects) -> tuple[list, list[int]]:

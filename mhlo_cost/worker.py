@@ -28,16 +28,17 @@ class WalkOptions:
         return json.dumps(asdict(self), sort_keys=True)
 
 
-def analyze_isolated(source, options: WalkOptions = WalkOptions(), name: str | None = None):
+def analyze_isolated(source, options: WalkOptions = WalkOptions(), name: str | None = None, meanwhile=None):
     """The analysis of ``source`` (a path, MLIR text or bytes, as :func:`mhlo_cost.loader.load` takes),
     parsed and walked in the reader's child process. :class:`~mhlo_cost.loader.LoadError` for what is not
-    MLIR, :class:`~mhlo_cost.visitors.row.AnalysisError` for IR that cannot be counted."""
+    MLIR, :class:`~mhlo_cost.visitors.row.AnalysisError` for IR that cannot be counted, RuntimeError for a
+    bug in the walk. ``meanwhile()`` runs here while the child works (imports the caller needs next)."""
     from .guard import walk_guarded
     from .loader import LoadError, error_message, prepare
     from .visitors.row import AnalysisError
 
     kind, data, name = prepare(source, name)
-    code, payload = walk_guarded(kind, data, name, options.to_json())
+    code, payload = walk_guarded(kind, data, name, options.to_json(), meanwhile)
     if code == b"P":
         from .analysis import deep_recursion
         from .wire import decode

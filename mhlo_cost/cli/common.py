@@ -83,7 +83,6 @@ def load_analysis(path: str, args, progress: Progress, dataflow: bool = False, t
     prestart(walk=True)  # the reader's child starts (and imports the walk) while this process reads the file
     progress.stage(f"parsing {'standard input' if path == '-' else path}{_size(path)}")
     data = read_input(path)
-    require_jax()
     name = "<stdin>" if path == "-" else path
     entry, padding = getattr(args, "entry", None), getattr(args, "conv_padding", "xla")
     if enabled():  # parsed and walked once, in the child: this process imports no jaxlib
@@ -92,9 +91,15 @@ def load_analysis(path: str, args, progress: Progress, dataflow: bool = False, t
         record = ("training" if training == "always" else "training-if-backward" if training
                   else "dataflow" if dataflow else "counts")
         options = WalkOptions(entry=entry, conv_padding=padding, record=record, dataflow_if_forward=bool(dataflow))
-        analysis = analyze_isolated(data, options, name=name)
+        try:
+            analysis = analyze_isolated(data, options, name=name, meanwhile=_import_the_views)
+        except Exception as e:
+            if isinstance(e, RuntimeError) or "MLIR reader crashed" in str(e):
+                require_jax()  # a jaxlib too old (or none) says so; checked only here: its metadata is slow to read
+            raise
         progress.stage("counting")
     else:
+        require_jax()
         analysis = _analyze_here(data, name, progress, dataflow, training, entry, padding)
     from ..visitors.row import EMPTY_ENTRY
 
@@ -109,6 +114,18 @@ def load_analysis(path: str, args, progress: Progress, dataflow: bool = False, t
             raise UserError(f"{analysis.source}: {unknown} op(s) no rule knows: {names} (--strict)")
         say(args, f"warning: {unknown} op(s) no rule knows, counted as unknown: {names}")
     return analysis
+
+
+def _import_the_views() -> None:
+    """What the summary and the block views import, imported while the reader's child parses and walks."""
+    import importlib
+
+    for module in ("mhlo_cost.memory.profile", "mhlo_cost.collectors.repeat", "mhlo_cost.collectors.scope",
+                   "mhlo_cost.figures", "mhlo_cost.headline", "mhlo_cost.cli.summary"):
+        try:
+            importlib.import_module(module)
+        except ImportError:  # said where it is needed
+            pass
 
 
 def _analyze_here(data: bytes, name: str, progress: Progress, dataflow, training, entry, padding):
