@@ -40,17 +40,35 @@ def analyze_isolated(source, options: WalkOptions = WalkOptions(), name: str | N
     kind, data, name = prepare(source, name)
     code, payload = walk_guarded(kind, data, name, options.to_json(), meanwhile)
     if code == b"P":
-        from .analysis import deep_recursion
-        from .wire import decode
-
-        with deep_recursion():
-            return decode(payload)
+        return _decode(payload)
     message = payload.decode("utf-8", "replace")
     if code == b"A":
         raise AnalysisError(message)
     if code == b"X":
         raise RuntimeError(message)
     raise LoadError(error_message(kind, message, name))
+
+
+def _decode(payload: bytes):
+    """The analysis in ``payload``, made with the cyclic collector paused (it would traverse every new row
+    again and again), then moved to its oldest generation at once, as the walk does with its rows
+    (:func:`mhlo_cost.visitors.liveness.LivenessMixin.run`)."""
+    import gc
+
+    from .analysis import deep_recursion
+    from .wire import decode
+
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        with deep_recursion():
+            analysis = decode(payload)
+        gc.freeze()
+        gc.unfreeze()
+    finally:
+        if was:
+            gc.enable()
+    return analysis
 
 
 # -- the child's side ----------------------------------------------------------------------------------------
