@@ -87,7 +87,7 @@ def answer(module, name: str, options_json: str) -> tuple[bytes, bytes]:
     options = WalkOptions(**json.loads(options_json))
     loaded = Loaded(module, module.context, name, "text")
     try:
-        analysis = _walk(loaded, options)
+        analysis = walk_loaded(loaded, options)
         gc.disable()
         try:
             with deep_recursion():
@@ -108,7 +108,8 @@ def answer(module, name: str, options_json: str) -> tuple[bytes, bytes]:
         return b"X", f"{type(e).__name__}: {e}".encode("utf-8", "replace")
 
 
-def _walk(loaded, options: WalkOptions):
+def walk_loaded(loaded, options: WalkOptions):
+    """The analysis of a :func:`~mhlo_cost.loader.load`-ed module, walked in this process as ``options`` say."""
     record = options.record
     if record == "training-if-backward":
         from .training.analysis import has_backward

@@ -85,22 +85,27 @@ def load_analysis(path: str, args, progress: Progress, dataflow: bool = False, t
     data = read_input(path)
     name = "<stdin>" if path == "-" else path
     entry, padding = getattr(args, "entry", None), getattr(args, "conv_padding", "xla")
-    if enabled():  # parsed and walked once, in the child: this process imports no jaxlib
-        from ..worker import WalkOptions, analyze_isolated
+    from ..worker import WalkOptions, analyze_isolated, walk_loaded
 
-        record = ("training" if training == "always" else "training-if-backward" if training
-                  else "dataflow" if dataflow else "counts")
-        options = WalkOptions(entry=entry, conv_padding=padding, record=record, dataflow_if_forward=bool(dataflow))
+    record = ("training" if training == "always" else "training-if-backward" if training
+              else "dataflow" if dataflow else "counts")
+    options = WalkOptions(entry=entry, conv_padding=padding, record=record, dataflow_if_forward=bool(dataflow))
+    if enabled():  # parsed and walked once, in the child: this process imports no jaxlib
+        checked: list = []  # jax's version, read while the child works (its metadata is slow to read)
         try:
-            analysis = analyze_isolated(data, options, name=name, meanwhile=_import_the_views)
-        except Exception as e:
-            if isinstance(e, RuntimeError) or "MLIR reader crashed" in str(e):
-                require_jax()  # a jaxlib too old (or none) says so; checked only here: its metadata is slow to read
+            analysis = analyze_isolated(data, options, name=name, meanwhile=lambda: _meanwhile(checked))
+        except Exception:
+            _jax_ok(checked)  # a jaxlib too old (or none) says so first
             raise
+        _jax_ok(checked)
         progress.stage("counting")
-    else:
+    else:  # MHLO_COST_ISOLATE=0: parsed and walked here
         require_jax()
-        analysis = _analyze_here(data, name, progress, dataflow, training, entry, padding)
+        from ..loader import load
+
+        loaded = load(data, name=name)
+        progress.stage("counting")
+        analysis = walk_loaded(loaded, options)
     from ..visitors.row import EMPTY_ENTRY
 
     for w in analysis.warnings:  # a fact about the counts (shard_map: per device) is a note
@@ -116,6 +121,25 @@ def load_analysis(path: str, args, progress: Progress, dataflow: bool = False, t
     return analysis
 
 
+def _meanwhile(checked: list) -> None:
+    """While the reader's child parses and walks: the version check of jax and jaxlib (its error kept in
+    ``checked``), and the imports of the views."""
+    try:
+        require_jax()
+        checked.append(None)
+    except UserError as e:
+        checked.append(e)
+    _import_the_views()
+
+
+def _jax_ok(checked: list) -> None:
+    """Raise the version check's error (made now where it was not made meanwhile)."""
+    if not checked:
+        require_jax()
+    elif checked[0] is not None:
+        raise checked[0]
+
+
 def _import_the_views() -> None:
     """What the summary and the block views import, imported while the reader's child parses and walks."""
     import importlib
@@ -126,28 +150,6 @@ def _import_the_views() -> None:
             importlib.import_module(module)
         except ImportError:  # said where it is needed
             pass
-
-
-def _analyze_here(data: bytes, name: str, progress: Progress, dataflow, training, entry, padding):
-    """:func:`load_analysis`'s walk in this process (``MHLO_COST_ISOLATE=0``)."""
-    from ..analysis import analyze
-    from ..loader import load
-
-    loaded = load(data, name=name)
-    progress.stage("counting")
-    if training:
-        from ..training.analysis import has_backward
-
-        training = training == "always" or has_backward(loaded)
-    if training:  # rows, producers, and the entry's arguments (donated: parameters, optimizer state)
-        from ..training.analysis import analyze_training
-
-        return analyze_training(loaded, entry=entry, conv_padding=padding)
-    if dataflow:  # rows plus the producers of every operand: fusion and exposed communication
-        from ..analysis import analyze_dataflow
-
-        return analyze_dataflow(loaded, entry=entry, conv_padding=padding)
-    return analyze(loaded, entry=entry, conv_padding=padding)
 
 
 def positive_int(value: str) -> int:
