@@ -105,6 +105,15 @@ def _parse(kind: str, data: bytes, name: str, ctx, isolate: bool):
         return ir.Module.parse(blob)  # bytecode that MLIR itself wrote from the input
 
 
+def load_written(blob: bytes, name: str, kind: str) -> Loaded:
+    """The module in bytecode that the reader's child wrote (MLIR's own: parsed here, without the guard)."""
+    from jaxlib.mlir import ir
+
+    ctx = make_context()
+    with ctx:
+        return Loaded(ir.Module.parse(blob), ctx, name, kind)
+
+
 def _bytecode(op) -> bytes:
     buf = io.BytesIO()
     op.write_bytecode(buf)

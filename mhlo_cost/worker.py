@@ -41,6 +41,10 @@ def analyze_isolated(source, options: WalkOptions = WalkOptions(), name: str | N
     code, payload = walk_guarded(kind, data, name, options.to_json(), meanwhile)
     if code == b"P":
         return _decode(payload)
+    if code == b"K":  # too large to send: walked here, from the bytecode MLIR wrote (jaxlib imported after all)
+        from .loader import load_written
+
+        return walk_loaded(load_written(payload, name, kind), options)
     message = payload.decode("utf-8", "replace")
     if code == b"A":
         raise AnalysisError(message)
@@ -75,19 +79,27 @@ def _decode(payload: bytes):
 
 
 def answer(module, name: str, options_json: str) -> tuple[bytes, bytes]:
-    """(code, payload) for the parsed ``module``: ``P`` and the encoded analysis, ``A`` and an
-    :class:`AnalysisError`'s line, or ``X`` and an unexpected exception's (a bug: the caller says so)."""
+    """(code, payload) for the parsed ``module``: ``P`` and the encoded analysis, ``K`` and the module as
+    bytecode (where the walk's record is too large to send: :func:`mhlo_cost.wire.worth_sending`), ``A`` and
+    an :class:`AnalysisError`'s line, or ``X`` and an unexpected exception's (a bug: the caller says so)."""
     import gc
 
     from .analysis import deep_recursion
     from .loader import Loaded
     from .visitors.row import AnalysisError
-    from .wire import encode
+    from .wire import encode, worth_sending
 
     options = WalkOptions(**json.loads(options_json))
     loaded = Loaded(module, module.context, name, "text")
     try:
         analysis = walk_loaded(loaded, options)
+        if not worth_sending(analysis):  # the caller walks the module itself, from MLIR's own bytecode
+            import io
+
+            del analysis
+            buf = io.BytesIO()
+            module.operation.write_bytecode(buf)
+            return b"K", buf.getvalue()
         gc.disable()
         try:
             with deep_recursion():

@@ -173,3 +173,30 @@ def test_an_error_in_the_walk_is_one_line_and_exit_2(tmp_path):
     assert rc == 2 and modules == []
     assert p.stderr.strip().splitlines()[-1].startswith("mhlo-cost: error: ")
     assert "no function named 'nope'" in p.stderr and "Traceback" not in p.stderr
+
+
+def _chain(n: int) -> str:
+    """``@main`` calls ``@f0``, each ``@fi`` adds and calls ``@f(i+1)``: every function's table holds its
+    callees' rows (quadratic in ``n`` over all of them)."""
+    t = "tensor<4xf32>"
+    lines = ["module {", f"  func.func @main(%a: {t}) -> {t} {{", f"    %r = func.call @f0(%a) : ({t}) -> {t}",
+             f"    return %r : {t}", "  }"]
+    for i in range(n):
+        lines += [f"  func.func private @f{i}(%x: {t}) -> {t} {{", f"    %y = stablehlo.add %x, %x : {t}",
+                  f"    %r = func.call @f{i + 1}(%y) : ({t}) -> {t}", f"    return %r : {t}", "  }"]
+    lines += [f"  func.func private @f{n}(%x: {t}) -> {t} {{", f"    return %x : {t}", "  }", "}"]
+    return "\n".join(lines) + "\n"
+
+
+def test_a_deep_call_chain_too_large_to_send_is_walked_by_the_caller(tmp_path):
+    n = 600
+    f = tmp_path / "chain.mlir"
+    f.write_text(_chain(n))
+    a, b = tmp_path / "a.csv", tmp_path / "b.csv"
+    p = _run("report", f, "--by", "op", "--format", "csv", "-o", a)
+    rc, modules = json.loads(p.stdout.splitlines()[-1])
+    assert rc == 0 and "jaxlib" in modules  # the child sent bytecode: 600 * 601 / 2 rows over the tables
+    assert _run("report", f, "--by", "op", "--format", "csv", "-o", b, env={"MHLO_COST_ISOLATE": "0"}).returncode == 0
+    assert a.read_bytes() == b.read_bytes()
+    analysis = analyze_isolated(f)
+    assert analysis.summary["vector_flops"] == 4 * n and analysis.summary["ops"] == n  # one add of 4 per function
