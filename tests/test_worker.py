@@ -146,7 +146,8 @@ def _run(*argv, env=None) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.parametrize("view", [[], ["--by", "op"], ["--by", "block", "--format", "csv"],
-                                  ["--fuse", "elementwise", "--by", "memory"], ["--by", "scope", "--format", "json"]])
+                                  ["--fuse", "elementwise", "--by", "memory"], ["--by", "scope", "--format", "json"],
+                                  ["--hardware", "a100", "--by", "op"], ["--hardware", "a100", "--format", "html"]])
 def test_report_on_a_file_imports_no_jaxlib_in_its_own_process(tmp_path, view):
     out = tmp_path / "out.txt"
     p = _run("report", GPT, "-q", "-o", out, *view)
