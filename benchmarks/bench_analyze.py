@@ -16,8 +16,18 @@ Then, as a user meets them, whole processes on the same file (the interpreter's 
 included), alternating, the median of ``--processes`` runs each: ``mhlo-cost report FILE -q`` against a
 process that reads the same text and runs XLA's cost analysis on it (``mlir_module_to_xla_computation`` and
 ``hlo_module_cost_analysis``, what ``Lowered.cost_analysis()`` runs). Target: mhlo-cost <= 1/3 of XLA.
+``--before TREE`` adds ``report`` from another checkout of mhlo-cost (the code before a change) to the same
+alternation.
 
-    python benchmarks/bench_analyze.py [--layers 400] [--repeat 3] [--processes 5]
+In process (``--in-process``), each in a fresh process, warmed up (imports done, the reader's child started),
+then timed ``--repeat`` times, alternating processes over ``--processes`` rounds (median of the medians):
+the analysis of FILE with its summary, as the Python API runs it (``analyze(FILE).summary``: parse in the
+reader's child, bytecode to this process, walk here) and as the command line runs it (parse and walk in the
+child, the rows back: ``analyze_isolated``), against XLA's cost analysis of the same text in process (parse,
+HLO conversion, analysis). Target: <= 2x XLA.
+
+    python benchmarks/bench_analyze.py [--layers 400] [--repeat 3] [--processes 5] [--before TREE]
+    python benchmarks/bench_analyze.py --processes-only|--in-process [--before TREE]
 """
 from __future__ import annotations
 
@@ -89,12 +99,19 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--processes", type=int, default=5, help="whole-process runs of each (median)")
     ap.add_argument("--processes-only", action="store_true", help="only the whole-process comparison")
+    ap.add_argument("--in-process", action="store_true", help="only the in-process comparison")
+    ap.add_argument("--before", help="a checkout of mhlo-cost before a change, measured alongside")
+    ap.add_argument("--file", help="an MLIR file to measure instead of the lowered transformer")
     args = ap.parse_args()
-    if args.processes_only:
+    if args.processes_only or args.in_process:
         with tempfile.TemporaryDirectory() as d:
-            path = Path(d) / "model.mlir"
-            path.write_text(lower(args.layers).as_text(debug_info=True))
-            _whole_processes(path, args.processes)
+            path = Path(args.file or Path(d) / "model.mlir")
+            if not args.file:
+                path.write_text(lower(args.layers).as_text(debug_info=True))
+            if args.processes_only:
+                _whole_processes(path, args.processes, args.before)
+            else:
+                _in_processes(path, args.processes, args.repeat, args.before)
         return
 
     from mhlo_cost import analyze
@@ -116,7 +133,8 @@ def main() -> None:
         t_full, analysis = best(lambda: _end_to_end(analyze, path), args.repeat)
         t_xla, xla = best(lambda: lowered.cost_analysis(), args.repeat)
         t_plain, t_live = _liveness_cost(path, max(args.repeat, 5))
-        _whole_processes(path, args.processes)
+        _whole_processes(path, args.processes, args.before)
+        _in_processes(path, args.processes, args.repeat, args.before)
         guard = _guard_cost(path, max(args.repeat, 5))
 
     s = analysis.summary
@@ -173,19 +191,31 @@ print(int(_jax.hlo_module_cost_analysis(backend, comp.as_hlo_module())["flops"])
 """
 
 
-def _whole_processes(path: Path, runs: int) -> None:
-    """``mhlo-cost report FILE -q`` and XLA's cost analysis of FILE, each a whole process, alternating;
-    prints the medians and their ratio."""
-    cmds = {"mhlo-cost report": [sys.executable, "-m", "mhlo_cost", "report", str(path), "-q"],
-            "xla cost analysis": [sys.executable, "-c", XLA_PROCESS, str(path)]}
+def _envs(before: str | None) -> dict:
+    """name -> the environment of a process running this checkout's mhlo-cost (and ``before``'s)."""
     import os
+
+    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    here = str(Path(__file__).resolve().parent.parent)
+    envs = {"": dict(env, PYTHONPATH=os.pathsep.join([here, env.get("PYTHONPATH", "")]))}
+    if before:
+        envs[" (before)"] = dict(env, PYTHONPATH=os.pathsep.join([str(Path(before).resolve()), env.get("PYTHONPATH", "")]))
+    return envs
+
+
+def _whole_processes(path: Path, runs: int, before: str | None = None) -> None:
+    """``mhlo-cost report FILE -q`` (this checkout's, and ``before``'s) and XLA's cost analysis of FILE, each a
+    whole process, alternating; prints the medians and their ratios."""
+    envs = _envs(before)
+    cmds = {f"mhlo-cost report{tag}": ([sys.executable, "-m", "mhlo_cost", "report", str(path), "-q"], env)
+            for tag, env in envs.items()}
+    cmds["xla cost analysis"] = ([sys.executable, "-c", XLA_PROCESS, str(path)], envs[""])
     import resource
 
     times: dict = {k: [] for k in cmds}
     cpu: dict = {k: [] for k in cmds}
-    env = dict(os.environ, JAX_PLATFORMS="cpu")
     for _ in range(runs):
-        for name, cmd in cmds.items():
+        for name, (cmd, env) in cmds.items():
             c0 = resource.getrusage(resource.RUSAGE_CHILDREN)
             t0 = time.perf_counter()
             subprocess.run(cmd, check=True, capture_output=True, env=env)
@@ -197,9 +227,63 @@ def _whole_processes(path: Path, runs: int) -> None:
     for k, v in times.items():
         print(f"process: {k:<18} median {med[k]:6.3f} s wall, {mcpu[k]:6.3f} s CPU, of {runs} "
               f"({', '.join(f'{t:.2f}' for t in v)})")
-    mine, xla = "mhlo-cost report", "xla cost analysis"
-    print(f"ratio mhlo-cost/xla (whole processes) {med[mine] / med[xla]:6.2f} wall, {mcpu[mine] / mcpu[xla]:6.2f} "
-          f"CPU   (target <= 0.33)")
+    xla = "xla cost analysis"
+    for mine in (k for k in cmds if k != xla):
+        print(f"ratio {mine}/xla (whole processes) {med[mine] / med[xla]:6.2f} wall, {mcpu[mine] / mcpu[xla]:6.2f} "
+              f"CPU   (target <= 0.33)")
+
+
+#: One process: warm up, then time ``repeat`` runs of one way to analyse FILE; prints the median seconds.
+IN_PROCESS = """
+import statistics, sys, time
+path, how, repeat = sys.argv[1], sys.argv[2], int(sys.argv[3])
+if how == "xla":
+    import jax
+    from jax._src.lib import _jax
+    backend = jax.devices("cpu")[0].client
+    def run():
+        text = open(path).read()
+        comp = _jax.mlir.mlir_module_to_xla_computation(text, use_tuple_args=False)
+        return _jax.hlo_module_cost_analysis(backend, comp.as_hlo_module())["flops"]
+else:
+    from mhlo_cost.analysis import analyze
+    from mhlo_cost.guard import prestart
+    prestart(walk=True)
+    if how == "worker":
+        from mhlo_cost.worker import analyze_isolated as analyze
+    def run():
+        return analyze(path).summary
+run()
+times = []
+for _ in range(repeat):
+    t0 = time.perf_counter()
+    run()
+    times.append(time.perf_counter() - t0)
+print(statistics.median(times))
+"""
+
+
+def _in_processes(path: Path, rounds: int, repeat: int, before: str | None = None) -> None:
+    """The analysis in process (API and worker; ``before``'s API), and XLA's, alternating processes; prints
+    the medians of the per-process medians and their ratios to XLA's."""
+    envs = _envs(before)
+    ways = {"xla in process": ("xla", envs[""]), "mhlo-cost analyze()": ("api", envs[""])}
+    if (Path(__file__).resolve().parent.parent / "mhlo_cost" / "worker.py").exists():  # the walk in the child
+        ways["mhlo-cost worker"] = ("worker", envs[""])
+    if before:
+        ways["mhlo-cost analyze() (before)"] = ("api", envs[" (before)"])
+    times: dict = {k: [] for k in ways}
+    for _ in range(rounds):
+        for name, (how, env) in ways.items():
+            out = subprocess.run([sys.executable, "-c", IN_PROCESS, str(path), how, str(repeat)], check=True,
+                                 capture_output=True, env=env, text=True).stdout
+            times[name].append(float(out.split()[-1]))
+    med = {k: statistics.median(v) for k, v in times.items()}
+    for k, v in times.items():
+        print(f"in process: {k:<28} median {med[k]:6.3f} s  ({', '.join(f'{t:.2f}' for t in v)})")
+    for k in ways:
+        if k != "xla in process":
+            print(f"ratio {k}/xla (in process) {med[k] / med['xla in process']:6.2f}   (target <= 2)")
 
 
 def _guard_cost(path, repeat: int) -> tuple[float, float, float, float]:

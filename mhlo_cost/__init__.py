@@ -14,7 +14,7 @@ _os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
 
 #: name -> the module that defines it
 _LAZY = {"Analysis": "analysis", "analyze": "analysis", "LoadError": "loader", "load": "loader",
-         "AnalysisError": "visitors.base", "lower_model": "frontends.api"}
+         "AnalysisError": "visitors.row", "lower_model": "frontends.api"}
 
 __all__ = ["Analysis", "AnalysisError", "LoadError", "analyze", "load", "lower_model", "__version__"]
 

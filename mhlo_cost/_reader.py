@@ -5,7 +5,9 @@ jaxlib's bytecode reader trusts its input: one flipped byte can make it abort or
 input is parsed here, in a child with bounded memory and time, and the child hands back either MLIR
 bytecode written by MLIR itself (which the parent then parses, fast and safely) or one error line.
 
-This file imports only jaxlib and the standard library: the child starts in a fraction of a second.
+This file imports only jaxlib and the standard library: the child starts in a fraction of a second. A walk
+request has the child walk the module too (:mod:`mhlo_cost.worker`, imported from the package then) and hand
+back the analysis instead of bytecode: the input is parsed once.
 
 Protocol: ``argv[1]`` is the kind (``text``, ``bytecode`` or ``vhlo``), ``argv[2]`` the file name used in
 messages, ``argv[3]`` the memory limit in bytes; the input comes on stdin. On stdout: ``K`` and the
@@ -246,32 +248,54 @@ def _limit_memory(extra: int) -> None:
         pass
 
 
-def _answer(kind: str, data: bytes, name: str) -> bytes:
-    """``K`` and bytecode, ``E`` and a message, or ``M`` and a message (out of memory: restart me)."""
-    _, op, message = parse(kind, data, name, make_context(handler=False))
+def _answer(kind: str, data: bytes, name: str, walk: str | None) -> bytes:
+    """``K`` and bytecode, ``E`` and a message, or ``M`` and a message (out of memory: restart me); with
+    ``walk`` (options as JSON), what :func:`mhlo_cost.worker.answer` says of the walk instead of bytecode."""
+    module, op, message = parse(kind, data, name, make_context(handler=False))
     if op is None:
         code = b"M" if "ran out of memory" in message else b"E"
         return code + message.encode("utf-8", "replace")
+    if walk is not None and op != module.operation:  # the one module nested in the file: a module of its own
+        buf = io.BytesIO()
+        op.write_bytecode(buf)
+        with module.context:
+            module = ir.Module.parse(buf.getvalue())
+        op = module.operation
+    if walk is not None:
+        from mhlo_cost.worker import answer
+
+        try:
+            code, payload = answer(module, name, walk)
+        except MemoryError:
+            return b"M" + f"{name}: the walk ran out of memory on this input: too large or hostile".encode()
+        return code + payload
     buf = io.BytesIO()
     op.write_bytecode(buf)
     return b"K" + buf.getvalue()
 
 
-def serve() -> None:
-    """Requests on stdin, one JSON header line ``[kind, name, extra_memory, size]`` and the bytes; each
-    answer on stdout as 8 bytes of length (big-endian) and the answer."""
+def serve(root: str | None = None, walk: bool = False) -> None:
+    """Requests on stdin, one JSON header line ``[kind, name, extra_memory, size, walk options or null]`` and
+    the bytes; each answer on stdout as 8 bytes of length (big-endian) and the answer. ``root``: the folder
+    that holds the ``mhlo_cost`` package (for walk requests); ``walk``: import the walk at once."""
+    if root is not None:  # the caller's own copy of the package first
+        sys.path.insert(0, root)
+    if walk:
+        import mhlo_cost.worker  # noqa: F401
+        import mhlo_cost.analysis  # noqa: F401
+        import mhlo_cost.visitors.cost  # noqa: F401
     inp, out = sys.stdin.buffer, sys.stdout.buffer
     while True:
         header = inp.readline()
         if not header:
             return
-        kind, name, extra, size = json.loads(header)
+        kind, name, extra, size, *more = json.loads(header)
         data = inp.read(size)
         _limit_memory(extra)
-        answer = _answer(kind, data, name)
+        answer = _answer(kind, data, name, more[0] if more else None)
         out.write(len(answer).to_bytes(8, "big") + answer)
         out.flush()
 
 
 if __name__ == "__main__":
-    serve()
+    serve(*sys.argv[1:2], walk="walk" in sys.argv[2:])

@@ -9,9 +9,7 @@ from dataclasses import dataclass, field
 
 from .loader import LoadError, Loaded, load
 from .series import int_series
-from .visitors.base import METRICS, AnalysisError, Row
-from .visitors.cost import CostVisitor
-from .visitors.dataflow import DataflowVisitor
+from .visitors.row import METRICS, AnalysisError, Row
 
 #: Columns of the op table, in order.
 COLUMNS = (
@@ -157,6 +155,7 @@ def analyze(source: str | bytes | os.PathLike | Loaded, entry: str | None = None
     Raises :class:`~mhlo_cost.loader.LoadError` for input that is not MLIR and
     :class:`~mhlo_cost.visitors.base.AnalysisError` for IR that cannot be counted.
     """
+    from .visitors.cost import CostVisitor
     from .visitors.tflops import conv_padding_variant
 
     loaded, visitor = walk(source, conv_padding_variant(CostVisitor, conv_padding), entry)
@@ -221,6 +220,7 @@ class DataflowAnalysis(Analysis):
 
 def analyze_dataflow(source, entry: str | None = None, conv_padding: str = "xla") -> DataflowAnalysis:
     """:func:`mhlo_cost.analysis.analyze` that also records the data flow (for :func:`fuse`)."""
+    from .visitors.dataflow import DataflowVisitor
     from .visitors.tflops import conv_padding_variant
 
     found = {}

@@ -3,7 +3,9 @@ bomb in the reader ends the child, never the caller.
 
 One child serves every load of a process (it starts once, in a fraction of a second, and is started
 again after a failure). Each request gets a memory allowance (address space) and a time limit that grow
-with the input; the parent gets back bytecode that MLIR wrote, or one error line.
+with the input; the parent gets back bytecode that MLIR wrote, or one error line. A walk request
+(:func:`walk_guarded`, for :mod:`mhlo_cost.worker`) has the child walk the module it parsed too, under the
+same limits, and hand back the analysis: then the input is parsed once, and the caller needs no jaxlib.
 """
 from __future__ import annotations
 
@@ -20,6 +22,8 @@ import time
 from pathlib import Path
 
 _READER = Path(__file__).with_name("_reader.py")
+#: The folder that holds the package: the child imports the walk (:mod:`mhlo_cost.worker`) from there.
+_ROOT = str(Path(__file__).resolve().parent.parent)
 
 #: Address space a request may add to the child: a floor plus room that grows with the input.
 BASE_MEMORY = 1 << 30
@@ -48,17 +52,19 @@ class _Server:
         self.err = None
         self.lock = threading.Lock()
 
-    def request(self, kind: str, data: bytes, name: str) -> bytes:
+    def request(self, kind: str, data: bytes, name: str, walk: str | None = None, meanwhile=None) -> bytes:
         memory, seconds = limits(len(data))
         with self.lock:
             try:
-                self.ensure()
+                self.ensure(walk is not None)
             except OSError as e:
                 raise _Failed(f"cannot start the MLIR reader process: {e.strerror or e}") from None
-            header = json.dumps([kind, name, memory, len(data)]).encode() + b"\n"
+            header = json.dumps([kind, name, memory, len(data), walk]).encode() + b"\n"
             try:
                 self.proc.stdin.write(header + data)
                 self.proc.stdin.flush()
+                if meanwhile is not None:
+                    meanwhile()
                 size = int.from_bytes(self._read(8, time.monotonic() + seconds, seconds), "big")
                 answer = self._read(size, time.monotonic() + seconds, seconds)
             except (_Failed, OSError) as e:
@@ -69,20 +75,21 @@ class _Server:
                 self.stop()  # after running out of memory the child is not trusted again
             return answer
 
-    def ensure(self) -> None:
+    def ensure(self, walk: bool = False) -> None:
         """A running child of this process: a dead one is reaped (its pipes closed) and started again; after a
-        fork the child of the parent is left to the parent."""
+        fork the child of the parent is left to the parent. ``walk``: a new child imports the walk at once."""
         if self.proc is not None and self.pid == os.getpid() and self.proc.poll() is None:
             return
         if self.proc is not None and self.pid == os.getpid():
             self.stop()
-        self._start()
+        self._start(walk)
 
-    def _start(self) -> None:
+    def _start(self, walk: bool) -> None:
         self.err = tempfile.TemporaryFile()
         env = dict(os.environ)
         env.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
-        self.proc = subprocess.Popen([sys.executable, "-c", _BOOT, str(_READER)], stdin=subprocess.PIPE,
+        argv = [sys.executable, "-c", _BOOT, str(_READER), _ROOT] + (["walk"] if walk else [])
+        self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=self.err, env=env)
         self.pid = os.getpid()
 
@@ -146,15 +153,15 @@ def enabled() -> bool:
     return os.environ.get("MHLO_COST_ISOLATE", "1") != "0" and os.name != "nt"
 
 
-def prestart() -> None:
-    """Start the child now, so that its start (an interpreter and jaxlib) overlaps the caller's own imports
-    instead of delaying the first load. Harmless where it is running already or cannot start (the load then
-    says why)."""
+def prestart(walk: bool = False) -> None:
+    """Start the child now, so that its start (an interpreter and jaxlib; with ``walk``, the walk's own
+    modules too) overlaps the caller's own imports instead of delaying the first load. Harmless where it is
+    running already or cannot start (the load then says why)."""
     if not enabled():
         return
     with _SERVER.lock:
         try:
-            _SERVER.ensure()
+            _SERVER.ensure(walk)
         except OSError:
             pass
 
@@ -168,3 +175,16 @@ def read_guarded(kind: str, data: bytes, name: str) -> tuple[bytes | None, str |
     if answer[:1] == b"K":
         return answer[1:], None
     return None, answer[1:].decode("utf-8", "replace")
+
+
+def walk_guarded(kind: str, data: bytes, name: str, options: str, meanwhile=None) -> tuple[bytes, bytes]:
+    """The child parses ``data`` and walks it with ``options`` (:class:`mhlo_cost.worker.WalkOptions` as
+    JSON): (``P``, the encoded analysis), (``K``, bytecode: the analysis is too large to send), (``A``, an
+    analysis error's line), (``X``, an unexpected error's line) or (``E``, the reader's message). ``meanwhile()`` runs once the request is sent, before the answer is read
+    (the time limit runs from then on)."""
+    try:
+        answer = _SERVER.request(kind, data, name, options, meanwhile)
+    except _Failed as e:
+        return b"E", f"{name}: {e}".encode()
+    code = answer[:1]
+    return (code if code in (b"P", b"K", b"A", b"X") else b"E"), answer[1:]

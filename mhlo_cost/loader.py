@@ -1,7 +1,8 @@
 """Load MLIR (MHLO or StableHLO, text or bytecode, plain or gzipped) into a jaxlib ``ir.Module``.
 
 Every failure becomes a :class:`LoadError` whose message is one line, ``FILE:LINE:COL: message`` where
-MLIR says where the problem is. The parsing itself is jaxlib's: no text is parsed here by hand.
+MLIR says where the problem is. The parsing itself is jaxlib's: no text is parsed here by hand. jaxlib is
+imported only by :func:`load` itself: :func:`prepare` (the checks before any parse) needs none.
 """
 from __future__ import annotations
 
@@ -11,11 +12,6 @@ import os
 import zlib
 from dataclasses import dataclass
 
-from jaxlib.mlir import ir
-
-from ._reader import diagnostic_message as _diagnostic_message
-from ._reader import first_line as _first_line
-from ._reader import make_context, parse as _parse_here
 from .files import FileRefused, read_file
 from .guard import enabled as guard_enabled, read_guarded
 
@@ -29,10 +25,17 @@ class LoadError(Exception):
 
 @dataclass
 class Loaded:
-    module: ir.Module
-    context: ir.Context
+    module: object  # ir.Module
+    context: object  # ir.Context
     name: str  # the file name (or "<string>") used in messages
     format: str  # "text", "bytecode" or "vhlo" (a StableHLO portable artifact)
+
+
+def make_context(handler: bool = True):
+    """An MLIR context with every dialect the analyzer reads (:func:`mhlo_cost._reader.make_context`)."""
+    from ._reader import make_context as make
+
+    return make(handler)
 
 
 def _read_source(source: str | bytes | os.PathLike) -> tuple[bytes | str, str]:
@@ -63,13 +66,7 @@ def load(source: str | bytes | os.PathLike, context: ir.Context | None = None,
     process (:mod:`mhlo_cost.guard`), so that a corrupt or hostile file gives a :class:`LoadError`
     instead of crashing, hanging or exhausting the caller's process.
     """
-    data, found = _read_source(source)
-    name = name or found  # (the name messages give: ``<stdin>`` for bytes read from standard input)
-    data = _gunzip(data, name)
-    if len(data) == 0 or (isinstance(data, str) and not data.strip()):
-        raise LoadError(f"{name}: empty file, expected MLIR")
-    data = _unwrap(data, name)
-    kind, data = _classify(data, name)
+    kind, data, name = prepare(source, name)
     ctx = context or make_context()
     if isolate is None:
         isolate = guard_enabled()
@@ -77,21 +74,47 @@ def load(source: str | bytes | os.PathLike, context: ir.Context | None = None,
     return Loaded(module, ctx, name, kind)
 
 
-def _parse(kind: str, data: bytes, name: str, ctx: ir.Context, isolate: bool) -> ir.Module:
+def prepare(source: str | bytes | os.PathLike, name: str | None = None) -> tuple[str, bytes, str]:
+    """(kind, bytes, name) of what :func:`load` would parse: ``kind`` is ``text``, ``bytecode`` or ``vhlo``; the
+    bytes are ungzipped and unwrapped (a jax.export artifact). :class:`LoadError` for what is not MLIR."""
+    data, found = _read_source(source)
+    name = name or found  # (the name messages give: ``<stdin>`` for bytes read from standard input)
+    data = _gunzip(data, name)
+    if len(data) == 0 or (isinstance(data, str) and not data.strip()):
+        raise LoadError(f"{name}: empty file, expected MLIR")
+    data = _unwrap(data, name)
+    kind, data = _classify(data, name)
+    return kind, data, name
+
+
+def _parse(kind: str, data: bytes, name: str, ctx, isolate: bool):
+    from jaxlib.mlir import ir
+
+    from ._reader import parse as parse_here
+
     if isolate:
         blob, message = read_guarded(kind, data, name)
     else:
-        module, op, message = _parse_here(kind, data, name, ctx)
+        module, op, message = parse_here(kind, data, name, ctx)
         if message is None and op == module.operation:
             return module
         blob = None if message is not None else _bytecode(op)
     if message is not None:
-        raise LoadError(_message(kind, message, name))
+        raise LoadError(error_message(kind, message, name))
     with ctx:
         return ir.Module.parse(blob)  # bytecode that MLIR itself wrote from the input
 
 
-def _bytecode(op: ir.Operation) -> bytes:
+def load_written(blob: bytes, name: str, kind: str) -> Loaded:
+    """The module in bytecode that the reader's child wrote (MLIR's own: parsed here, without the guard)."""
+    from jaxlib.mlir import ir
+
+    ctx = make_context()
+    with ctx:
+        return Loaded(ir.Module.parse(blob), ctx, name, kind)
+
+
+def _bytecode(op) -> bytes:
     buf = io.BytesIO()
     op.write_bytecode(buf)
     return buf.getvalue()
@@ -118,7 +141,7 @@ def _gunzip(data, name: str):
                                     "size): not IR as a compiler writes it (a decompression bomb?)")
                 out.append(chunk)
     except (OSError, EOFError, zlib.error, ValueError) as e:
-        raise LoadError(f"{name}: truncated or corrupt gzip data ({_first_line(str(e))})") from None
+        raise LoadError(f"{name}: truncated or corrupt gzip data ({_first_line(e)})") from None
     return b"".join(out)
 
 
@@ -142,7 +165,12 @@ def _classify(data, name: str) -> tuple[str, bytes]:
     return "text", text.encode("utf-8")
 
 
-def _message(kind: str, message: str, name: str) -> str:
+def _first_line(e: Exception) -> str:
+    return " ".join(str(e).strip().split("\n")[0].split())
+
+
+def error_message(kind: str, message: str, name: str) -> str:
+    """The one line for a reader's ``message`` about input of ``kind``."""
     if kind == "bytecode":
         return "unreadable MLIR bytecode (truncated or corrupt): " + message.replace(f"{name}:0:0:", f"{name}:")
     if kind == "vhlo" and not message.startswith(f"{name}: the MLIR reader"):

@@ -1,25 +1,12 @@
 """Tensor types of the IR as Python facts: shape, element type, element count and exact byte size."""
 from __future__ import annotations
 
-from dataclasses import dataclass
 from functools import reduce
 from operator import mul
 
 from jaxlib.mlir import ir
 
-
-@dataclass(frozen=True, slots=True)
-class TensorInfo:
-    shape: tuple[int, ...]
-    dtype: str  # MLIR's element type spelling: bf16, f32, i1, f8E4M3FN, complex<f32>, token
-    nelems: int
-    nbytes: int
-    shape_str: str = ""  # "2x3x5"
-    pretty: str = ""  # "bf16[2,3,5]"
-
-    @classmethod
-    def make(cls, shape: tuple[int, ...], dtype: str, nelems: int, nbytes: int) -> "TensorInfo":
-        return cls(shape, dtype, nelems, nbytes, "x".join(map(str, shape)), f"{dtype}[{','.join(map(str, shape))}]")
+from .tensorinfo import TensorInfo
 
 
 def isa(obj, cls) -> bool:

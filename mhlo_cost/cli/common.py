@@ -78,33 +78,35 @@ def load_analysis(path: str, args, progress: Progress, dataflow: bool = False, t
     """The analysis of ``path`` (``-``: standard input); ``dataflow``: with operand producers (for --fuse);
     ``training``: a training step's (data flow and arguments, for its phases) where the IR holds a backward
     (``training="always"``: whatever it holds)."""
-    from ..guard import prestart
+    from ..guard import enabled, prestart
 
-    prestart()  # the reader's child starts while this process imports jaxlib and the rules
+    prestart(walk=True)  # the reader's child starts (and imports the walk) while this process reads the file
     progress.stage(f"parsing {'standard input' if path == '-' else path}{_size(path)}")
     data = read_input(path)
-    require_jax()
-    from ..analysis import analyze
-    from ..loader import load
-
-    loaded = load(data, name="<stdin>" if path == "-" else path)
-    progress.stage("counting")
-    if training:
-        from ..training.analysis import has_backward
-
-        training = training == "always" or has_backward(loaded)
+    name = "<stdin>" if path == "-" else path
     entry, padding = getattr(args, "entry", None), getattr(args, "conv_padding", "xla")
-    if training:  # rows, producers, and the entry's arguments (donated: parameters, optimizer state)
-        from ..training.analysis import analyze_training
+    from ..worker import WalkOptions, analyze_isolated, walk_loaded
 
-        analysis = analyze_training(loaded, entry=entry, conv_padding=padding)
-    elif dataflow:  # rows plus the producers of every operand: fusion and exposed communication
-        from ..analysis import analyze_dataflow
+    record = ("training" if training == "always" else "training-if-backward" if training
+              else "dataflow" if dataflow else "counts")
+    options = WalkOptions(entry=entry, conv_padding=padding, record=record, dataflow_if_forward=bool(dataflow))
+    if enabled():  # parsed and walked once, in the child: this process imports no jaxlib
+        checked: list = []  # jax's version, read while the child works (its metadata is slow to read)
+        try:
+            analysis = analyze_isolated(data, options, name=name, meanwhile=lambda: _meanwhile(checked))
+        except Exception:
+            _jax_ok(checked)  # a jaxlib too old (or none) says so first
+            raise
+        _jax_ok(checked)
+        progress.stage("counting")
+    else:  # MHLO_COST_ISOLATE=0: parsed and walked here
+        require_jax()
+        from ..loader import load
 
-        analysis = analyze_dataflow(loaded, entry=entry, conv_padding=padding)
-    else:
-        analysis = analyze(loaded, entry=entry, conv_padding=padding)
-    from ..visitors.base import EMPTY_ENTRY
+        loaded = load(data, name=name)
+        progress.stage("counting")
+        analysis = walk_loaded(loaded, options)
+    from ..visitors.row import EMPTY_ENTRY
 
     for w in analysis.warnings:  # a fact about the counts (shard_map: per device) is a note
         if w.startswith(EMPTY_ENTRY) and getattr(args, "strict", False):
@@ -117,6 +119,37 @@ def load_analysis(path: str, args, progress: Progress, dataflow: bool = False, t
             raise UserError(f"{analysis.source}: {unknown} op(s) no rule knows: {names} (--strict)")
         say(args, f"warning: {unknown} op(s) no rule knows, counted as unknown: {names}")
     return analysis
+
+
+def _meanwhile(checked: list) -> None:
+    """While the reader's child parses and walks: the version check of jax and jaxlib (its error kept in
+    ``checked``), and the imports of the views."""
+    try:
+        require_jax()
+        checked.append(None)
+    except UserError as e:
+        checked.append(e)
+    _import_the_views()
+
+
+def _jax_ok(checked: list) -> None:
+    """Raise the version check's error (made now where it was not made meanwhile)."""
+    if not checked:
+        require_jax()
+    elif checked[0] is not None:
+        raise checked[0]
+
+
+def _import_the_views() -> None:
+    """What the summary and the block views import, imported while the reader's child parses and walks."""
+    import importlib
+
+    for module in ("mhlo_cost.memory.profile", "mhlo_cost.collectors.repeat", "mhlo_cost.collectors.scope",
+                   "mhlo_cost.figures", "mhlo_cost.headline", "mhlo_cost.cli.summary"):
+        try:
+            importlib.import_module(module)
+        except ImportError:  # said where it is needed
+            pass
 
 
 def positive_int(value: str) -> int:

@@ -21,7 +21,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from ..visitors.base import METRICS
+from ..visitors.row import METRICS
 
 #: Segment names that structure loops rather than name user scopes.
 LOOP_SEGMENTS = ("while", "body", "cond")
@@ -183,7 +183,7 @@ def _is_instruction_name(name: str) -> bool:
 
 
 def _hlo_opcodes() -> frozenset:
-    from ..visitors.vector import DATA_MOVEMENT, ELEMENTWISE, TRANSCENDENTAL
+    from ..visitors.opsets import DATA_MOVEMENT, ELEMENTWISE, TRANSCENDENTAL
 
     return ELEMENTWISE | TRANSCENDENTAL | DATA_MOVEMENT | frozenset({
         "dot", "convolution", "reduce", "reduce_window", "select_and_scatter", "scatter", "sort", "map", "fusion",

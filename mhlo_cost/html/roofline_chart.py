@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass
 
 from ..roofline.optime import vector_dtype
-from ..visitors.base import short_name
+from ..visitors.row import short_name
 from .fmt import auto_prefix, esc, human_time, plural
 from .svg import KIND_COLOURS, GREY, Scale, f1, legend, line, open_svg, text, tip, x_axis, y_axis
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from itertools import chain
 
-from ..visitors.liveness import Frame, Recording, Region
-from ..visitors.base import short_name
+from ..visitors.frames import Frame, Recording, Region
+from ..visitors.row import short_name
 from .opclass import ALIAS, CARRY, DOT, DUP, DUP_CARRY, DUS, MAYBE, MULTI, NOVAL, PLAIN, op_class, row_class
 
 

@@ -29,7 +29,7 @@ from __future__ import annotations
 from itertools import accumulate
 from operator import add, sub
 
-from ..visitors.liveness import Recording, Region
+from ..visitors.frames import Recording, Region
 from . import flat
 from .opclass import ALIAS, DUS, NOVAL
 from .prepare import Prepared, Preparer

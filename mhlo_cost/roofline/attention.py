@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..visitors.base import short_name
+from ..visitors.row import short_name
 
 #: Data ops a fused attention kernel keeps on chip (besides no-kernel ops: reshape, constant, ...).
 _CHAIN_DATA = frozenset({

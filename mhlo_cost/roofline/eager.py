@@ -26,7 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..hardware import Hardware
-from ..visitors.base import Row, short_name
+from ..visitors.row import Row, short_name
 from .fusion import Fusion, Kernel
 from .kernel_io import KernelIO, share_time
 from .optime import OpTime, op_time

@@ -8,8 +8,8 @@ import pandas as pd
 
 from ..hardware import Hardware
 from ..network import CollectiveEstimate, Exposure, exposed_comm, resolve_profile, row_estimate
-from ..types import TensorInfo
-from ..visitors.base import Row, short_name
+from ..tensorinfo import TensorInfo
+from ..visitors.row import Row, short_name
 from .fusion import FUSE_MODES, fuse
 from .optime import unit_peaks, op_time
 

@@ -37,8 +37,8 @@ import math
 from dataclasses import dataclass, field
 
 from ..hardware import Hardware
-from ..types import TensorInfo
-from ..visitors.base import Row, short_name
+from ..tensorinfo import TensorInfo
+from ..visitors.row import Row, short_name
 from .kernel_io import KernelIO, share_time
 from .optime import OpTime, op_time
 

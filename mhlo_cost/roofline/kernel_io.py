@@ -5,8 +5,8 @@ from __future__ import annotations
 import math
 
 from ..hardware import Hardware
-from ..types import TensorInfo
-from ..visitors.base import short_name
+from ..tensorinfo import TensorInfo
+from ..visitors.row import short_name
 from .optime import OpTime, vector_dtype
 
 

@@ -34,9 +34,9 @@ from dataclasses import dataclass
 
 from ..hardware import Hardware, HardwareError, canonical_dtype
 from ..network import row_estimate
-from ..types import TensorInfo
-from ..visitors.base import Row, short_name
-from ..visitors.vector import KNOWN_CUSTOM_CALLS
+from ..tensorinfo import TensorInfo
+from ..visitors.row import Row, short_name
+from ..visitors.opsets import KNOWN_CUSTOM_CALLS
 
 #: Ops no compiler runs as a kernel: they cost 0 s (short names, any dialect).
 NO_KERNEL = frozenset({

@@ -17,50 +17,11 @@ import pandas as pd
 from ..analysis import DataflowAnalysis
 from ..collectors import is_matmul
 from ..collectors.phases import BACKWARD, FORWARD, OPTIMIZER, PHASES, RECOMPUTE, Phases, assign_phases
-from ..types import TensorInfo
-from ..visitors.dataflow import DataflowVisitor
+from ..tensorinfo import TensorInfo
+from .argument import Argument  # noqa: F401 (imported from here too)
 
 #: Row order of ``report --by phase``.
 PHASE_KEYS = (FORWARD, "backward/dgrad", "backward/wgrad", "backward/other", RECOMPUTE, OPTIMIZER)
-
-
-@dataclass(frozen=True)
-class Argument:
-    key: str  # the data flow's name for it: "arg<id>"
-    index: int
-    name: str  # its location name (JAX: the pytree path, "params['layers'][0]['w']"), "" where none
-    donated: bool  # aliased to an output (tf.aliasing_output) or a buffer donor
-    type: TensorInfo
-
-
-class _TrainingVisitor(DataflowVisitor):
-    """The data-flow walk that also reads the entry function's arguments, and sees through
-    ``optimization_barrier`` (``jax.checkpoint`` passes a block's inputs through one before recomputing
-    it): its i-th result comes from its i-th operand's producer."""
-
-    def _record(self, op, row):
-        row = super()._record(op, row)
-        if op.name.endswith(".optimization_barrier"):
-            for res, v in zip(op.results, op.operands):
-                src = self._source(v)
-                if src is not None:
-                    self._def[hash(res)] = src
-        return row
-
-    def run(self):
-        from jaxlib.mlir import ir
-
-        fn = self.functions[self.entry]
-        attrs = []
-        if "arg_attrs" in fn.attributes:
-            attrs = [ir.DictAttr(a) for a in ir.ArrayAttr(fn.attributes["arg_attrs"])]
-        self.arguments = []
-        for i, a in enumerate(fn.regions[0].blocks[0].arguments):
-            d = attrs[i] if i < len(attrs) else None
-            donated = d is not None and ("tf.aliasing_output" in d or "jax.buffer_donor" in d)
-            name = self._locations(a.location).name
-            self.arguments.append(Argument(f"arg{hash(a)}", i, name, donated, self.tinfo(a.type)))
-        return super().run()
 
 
 @dataclass
@@ -85,9 +46,10 @@ def analyze_training(source, entry: str | None = None, conv_padding: str = "xla"
     """Walk ``source`` (a path, text, bytes or a loaded module) with data flow and arguments."""
     from ..analysis import walk
     from ..visitors.tflops import conv_padding_variant
+    from .walk import TrainingVisitor
 
     found = {}
-    loaded, v = walk(source, conv_padding_variant(_TrainingVisitor, conv_padding), entry,
+    loaded, v = walk(source, conv_padding_variant(TrainingVisitor, conv_padding), entry,
                      after=lambda v: found.update(p=v.producers(), a=v.async_done()))
     return TrainingAnalysis(v.rows, loaded.name, v.entry, v.warnings, producers=found["p"],
                             async_done=found["a"], arguments=v.arguments,

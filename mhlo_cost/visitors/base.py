@@ -34,22 +34,9 @@ from jaxlib.mlir import ir
 from ..types import TensorInfo, TypeCache
 from .callgraph import CallGraph
 from .locations import LocationCache, LocationInfo
-from .row import METRICS, Row  # noqa: F401 (Row and METRICS are imported from here too)
+from .row import EMPTY_ENTRY, METRICS, AnalysisError, Row, short_name  # noqa: F401 (imported from here too)
 from .dialects import DialectRules
 from .trips import for_trip_count, trip_count
-
-#: The start of the warning for an entry function without work (an error under ``--strict``).
-EMPTY_ENTRY = "empty entry function"
-
-
-class AnalysisError(Exception):
-    """The IR is valid MLIR but cannot be analysed (dynamic shapes, a missing callee, ...). One line."""
-
-
-def short_name(op_name: str) -> str:
-    """``stablehlo.dot_general`` -> ``dot_general``; ``func.call`` -> ``call``."""
-    return op_name.split(".", 1)[1] if "." in op_name else op_name
-
 
 #: Dialects whose ops share rules by their name without the dialect (``visit_<name>``).
 SHARED_DIALECTS = frozenset({"stablehlo", "mhlo", "chlo"})

@@ -15,6 +15,8 @@ from __future__ import annotations
 import re
 from jaxlib.mlir import ir
 
+from .row import LocationInfo  # noqa: F401 (imported from here too)
+
 _WRAPPED = re.compile(r"^([\w.<>-]+)\((.*)\)$")
 #: Wrappers that name a call, not a scope: dropped with what they wrap.
 _CALL_WRAPPERS = frozenset({"jit", "pjit", "xla_pmap", "pmap", "shard_map", "xla_call", "core_call",
@@ -36,37 +38,6 @@ def _segment(seg: str) -> str:
         if m.group(1) not in _TRANSFORMS:
             return seg
         seg = m.group(2)
-
-
-class LocationInfo:
-    """Scope of an op from its location name; ``file_line`` is read from the location on first use."""
-
-    __slots__ = ("name", "scope", "site", "_loc", "_file_line", "_memo")
-
-    def __init__(self, name: str, scope: str, loc: ir.Location | None, memo: dict | None = None, site: int = 0):
-        self.name = name  # the raw name of the outermost NameLoc, "" where there is none
-        self.scope = scope  # the op's scope: its name without the primitive and transform segments
-        # The source position under the name (one framework call: a torch op through torchax, a jnp call), as
-        # a key; 0 where there is none. The eager execution model groups the ops of one call by it.
-        self.site = site
-        self._loc = loc
-        self._memo = memo if memo is not None else {}
-        self._file_line: str | None = None if loc is not None else ""
-
-    @property
-    def file_line(self) -> str:
-        """``file:line`` of the innermost source frame, or ""."""
-        if self._file_line is None:
-            try:
-                self._file_line = _file_line(self._loc, self._memo)
-            except RuntimeError:  # a file name that is not UTF-8 (nanobind's conversion error)
-                self._file_line = "?"
-            self._loc = self._memo = None
-        return self._file_line
-
-    def describe(self) -> str:
-        parts = [p for p in (self.file_line, self.name) if p]
-        return " ".join(parts) if parts else "unknown location"
 
 
 def scope_of(name: str) -> str:
@@ -122,7 +93,7 @@ def _location_info(loc: ir.Location, memo: dict) -> LocationInfo:
     scope = _SCOPES.get(name)
     if scope is None:
         scope = _SCOPES[name] = scope_of(name)
-    return LocationInfo(name, scope, loc, memo, site)
+    return LocationInfo(name, scope, loc, memo, _file_line, site)
 
 
 def _file_line(loc: ir.Location, memo: dict) -> str:

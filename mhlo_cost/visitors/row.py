@@ -1,10 +1,65 @@
-"""``Row``: one op occurrence of the walk, with its exact integer counts."""
+"""``Row``: one op occurrence of the walk, with its exact integer counts, and the walk's other plain facts.
+
+Standard library only: rows travel from the walk in the MLIR reader's child process to a parent that imports
+no jaxlib (:mod:`mhlo_cost.wire`).
+"""
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..types import TensorInfo
-from .locations import LocationInfo
+from ..tensorinfo import TensorInfo
+
+#: The start of the warning for an entry function without work (an error under ``--strict``).
+EMPTY_ENTRY = "empty entry function"
+
+
+class AnalysisError(Exception):
+    """The IR is valid MLIR but cannot be analysed (dynamic shapes, a missing callee, ...). One line."""
+
+
+def short_name(op_name: str) -> str:
+    """``stablehlo.dot_general`` -> ``dot_general``; ``func.call`` -> ``call``."""
+    return op_name.split(".", 1)[1] if "." in op_name else op_name
+
+
+class LocationInfo:
+    """Scope of an op from its location name; ``file_line`` is read from the location on first use, by
+    ``read(loc, memo)`` (:mod:`mhlo_cost.visitors.locations`), or given (:meth:`resolved`)."""
+
+    __slots__ = ("name", "scope", "site", "_loc", "_file_line", "_memo", "_read")
+
+    def __init__(self, name: str, scope: str, loc=None, memo: dict | None = None, read=None, site: int = 0):
+        self.name = name  # the raw name of the outermost NameLoc, "" where there is none
+        self.scope = scope  # the op's scope: its name without the primitive and transform segments
+        # The source position under the name (one framework call: a torch op through torchax, a jnp call), as
+        # a key; 0 where there is none. The eager execution model groups the ops of one call by it.
+        self.site = site
+        self._loc = loc
+        self._memo = memo if memo is not None else {}
+        self._read = read
+        self._file_line: str | None = None if loc is not None else ""
+
+    @classmethod
+    def resolved(cls, name: str, scope: str, file_line: str, site: int = 0) -> "LocationInfo":
+        """A location whose ``file_line`` is known already (one read in another process)."""
+        info = cls(name, scope, site=site)
+        info._file_line = file_line
+        return info
+
+    @property
+    def file_line(self) -> str:
+        """``file:line`` of the innermost source frame, or ""."""
+        if self._file_line is None:
+            try:
+                self._file_line = self._read(self._loc, self._memo)
+            except RuntimeError:  # a file name that is not UTF-8 (nanobind's conversion error)
+                self._file_line = "?"
+            self._loc = self._memo = self._read = None
+        return self._file_line
+
+    def describe(self) -> str:
+        parts = [p for p in (self.file_line, self.name) if p]
+        return " ".join(parts) if parts else "unknown location"
 
 # Rows hold exact Python integers. These are the metric columns a call or a loop multiplies.
 METRICS = (

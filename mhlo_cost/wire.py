@@ -1,0 +1,174 @@
+"""An analysis as bytes and back: how the walk in the MLIR reader's child process hands its result to a
+parent that imports no jaxlib (:mod:`mhlo_cost.worker`).
+
+Standard library only. The rows go by column (each column a list of plain values; the locations and the
+tensor types, shared by many rows, as tables with an index per row), which pickles in a fraction of the time
+the row objects themselves take; the rest of the analysis (the liveness record, the data flow, a training
+step's arguments) is pickled as it is, except the liveness record's frames: one flat table, each frame's rows
+and the frames it refers to as numbers (pickle would follow a chain of thousands of nested calls by recursion).
+Every row object keeps its identity: a row in several lists is one object after decoding too.
+"""
+from __future__ import annotations
+
+import pickle
+from dataclasses import fields
+from operator import attrgetter
+
+from .visitors.frames import Frame, Recording, Region, Return
+from .visitors.row import LocationInfo, Row
+
+#: Row fields sent as they are (plain values); ``loc``, ``result`` and ``operands`` go through tables.
+_PLAIN = tuple(f.name for f in fields(Row) if f.name not in ("loc", "result", "operands"))
+_ROW_FIELDS = tuple(f.name for f in fields(Row))
+
+
+#: More rows than this many times the program's, counted over every frame's list, are not sent (:func:`worth_sending`).
+MAX_SPREAD = 8
+
+
+def worth_sending(analysis) -> bool:
+    """Whether the rows of every frame together stay within :data:`MAX_SPREAD` times the program's rows (plus
+    100k): a chain of thousands of calls gives each function a table of its callees' rows, quadratic in all."""
+    lists = {id(analysis.rows): len(analysis.rows)}
+    for f in _frames(analysis.liveness):
+        lists[id(f.rows)] = len(f.rows)
+    return sum(lists.values()) <= MAX_SPREAD * len(analysis.rows) + 100_000
+
+
+def encode(analysis) -> bytes:
+    """``analysis`` (an :class:`~mhlo_cost.analysis.Analysis` or a subclass, made by the walk) as bytes."""
+    lists: dict[int, int] = {}  # id(row list) -> its number
+    row_lists: list[list] = []
+    frames = _frames(analysis.liveness)
+    for rows in [analysis.rows] + [f.rows for f in frames]:
+        if id(rows) not in lists:
+            lists[id(rows)] = len(row_lists)
+            row_lists.append(rows)
+    if len(row_lists) == 1:  # the usual case: every frame's rows are the program's (no call, no loop)
+        rows_all, ids = row_lists[0], None
+    else:
+        rows_all, ids = _number(row_lists)
+    columns = {name: list(map(attrgetter(name), rows_all)) for name in _PLAIN}
+    locs, loc_ids = _table(map(attrgetter("loc"), rows_all))
+    types, result_ids = _table(map(attrgetter("result"), rows_all))
+    operand_sets, operand_ids = _table(map(attrgetter("operands"), rows_all))
+    loc_table = [(x.name, x.scope, x.file_line, x.site) for x in locs]
+    extra = dict(analysis.__dict__)
+    extra.pop("rows")
+    extra.pop("_memory", None)
+    extra.pop("_ops", None)
+    frame_table = _frame_table(frames, lists)
+    rec = extra.pop("liveness", None)
+    record = None if rec is None else (None if rec.entry is None else 0, rec.args, rec.alias, rec.local,
+                                       rec.arg_names, rec.arg_elems)
+    return pickle.dumps((type(analysis), columns, loc_table, loc_ids, types, result_ids, operand_sets, operand_ids,
+                         ids, extra, frame_table, record), protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def decode(blob: bytes):
+    """The analysis :func:`encode` wrote."""
+    (cls, columns, loc_table, loc_ids, types, result_ids, operand_sets, operand_ids, ids, extra,
+     frame_table, record) = pickle.loads(blob)
+    resolved = LocationInfo.resolved
+    locs = [resolved(*t) for t in loc_table]
+    values = dict(columns)
+    values["loc"] = [locs[i] for i in loc_ids]
+    values["result"] = [types[i] for i in result_ids]
+    values["operands"] = [operand_sets[i] for i in operand_ids]
+    rows_all = list(map(Row, *(values[name] for name in _ROW_FIELDS)))
+    row_lists = [rows_all] if ids is None else [[rows_all[i] for i in got] for got in ids]
+    frames = _frames_from(frame_table, row_lists)
+    analysis = cls.__new__(cls)
+    analysis.__dict__.update(extra)
+    analysis.rows = row_lists[0]
+    analysis.liveness = None if record is None else Recording(None if record[0] is None else frames[0], *record[1:])
+    analysis._memory = None
+    analysis._ops = None
+    return analysis
+
+
+def _frame_table(frames: list[Frame], lists: dict[int, int]) -> list[tuple]:
+    """Each frame as plain values: its rows' list number, its items, pending replays and collected frames with
+    every frame they name as its number in ``frames`` (the entry's first)."""
+    number = {id(f): i for i, f in enumerate(frames)}
+
+    def no(f):
+        return None if f is None else number[id(f)]
+
+    table = []
+    for f in frames:
+        items = [(it.pos, it.uses) if isinstance(it, Return) else
+                 (it.name, it.uses, it.defs, it.sizes, [(no(c), *rest) for c, *rest in it.children],
+                  [no(b) for b in it.branches], it.argpos, it.passthrough, it.start, it.end) for it in f.items]
+        table.append((lists[id(f.rows)], items, [(no(c), *rest) for c, *rest in f.pending],
+                      [no(c) for c in f.collected], f.open))
+    return table
+
+
+def _frames_from(table: list[tuple], row_lists: list[list]) -> list[Frame]:
+    """The frames :func:`_frame_table` wrote, each referring to the others again."""
+    frames = [Frame() for _ in table]
+
+    def at(i):
+        return None if i is None else frames[i]
+
+    for f, (rows, items, pending, collected, open_) in zip(frames, table):
+        f.rows = row_lists[rows]
+        f.items = [Return(*it) if len(it) == 2 else
+                   Region(*it[:4], [(at(c), *rest) for c, *rest in it[4]], [at(b) for b in it[5]], *it[6:])
+                   for it in items]
+        f.pending = [(at(c), *rest) for c, *rest in pending]
+        f.collected = [at(c) for c in collected]
+        f.open = open_
+    return frames
+
+
+def _number(row_lists: list[list]) -> tuple[list, list[list[int]]]:
+    """(every distinct row of ``row_lists``, by identity; each list as the rows' numbers in it)."""
+    number: dict[int, int] = {}
+    rows_all: list = []
+    ids = []
+    for rows in row_lists:
+        got = []
+        for r in rows:
+            k = number.get(id(r))
+            if k is None:
+                k = number[id(r)] = len(rows_all)
+                rows_all.append(r)
+            got.append(k)
+        ids.append(got)
+    return rows_all, ids
+
+
+def _table(objects) -> tuple[list, list[int]]:
+    """(the distinct objects, by identity, in order of first use; each object's index among them)."""
+    seen: dict[int, int] = {}
+    table: list = []
+    out = []
+    for o in objects:
+        k = seen.get(id(o))
+        if k is None:
+            k = seen[id(o)] = len(table)
+            table.append(o)
+        out.append(k)
+    return table, out
+
+
+def _frames(recording: Recording | None) -> list[Frame]:
+    """Every frame of ``recording`` (the entry's, its replayed and collected sub-walks), each once."""
+    if recording is None or recording.entry is None:
+        return []
+    seen: dict[int, Frame] = {}
+    stack = [recording.entry]
+    while stack:
+        f = stack.pop()
+        if id(f) in seen:
+            continue
+        seen[id(f)] = f
+        stack.extend(f.collected)
+        stack.extend(child for child, *_ in f.pending if child is not None)
+        for item in f.items:
+            if isinstance(item, Region):
+                stack.extend(child for child, *_ in item.children if child is not None)
+                stack.extend(item.branches)
+    return list(seen.values())

@@ -1,0 +1,136 @@
+"""The whole analysis in the MLIR reader's child process (:mod:`mhlo_cost.guard`): parsed once, walked there,
+and handed back as bytes (:mod:`mhlo_cost.wire`), so that the caller never imports jaxlib and never parses
+the input a second time.
+
+:func:`analyze_isolated` is the caller's side (standard library only); :func:`answer` runs in the child.
+What the walk records travels as :class:`WalkOptions`: the entry, the convolution padding convention, and
+``record``: ``counts`` (rows and liveness), ``dataflow`` (plus the producers of every operand: fusion,
+exposed communication), ``training`` (plus the entry's arguments: a training step's phases) or
+``training-if-backward`` (``training`` where an op's location names a backward, ``counts`` otherwise).
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass
+
+RECORDS = ("counts", "dataflow", "training", "training-if-backward")
+
+
+@dataclass(frozen=True)
+class WalkOptions:
+    entry: str | None = None
+    conv_padding: str = "xla"
+    record: str = "counts"
+    dataflow_if_forward: bool = False  # training-if-backward: a forward-only program's walk records data flow
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True)
+
+
+def analyze_isolated(source, options: WalkOptions = WalkOptions(), name: str | None = None, meanwhile=None):
+    """The analysis of ``source`` (a path, MLIR text or bytes, as :func:`mhlo_cost.loader.load` takes),
+    parsed and walked in the reader's child process. :class:`~mhlo_cost.loader.LoadError` for what is not
+    MLIR, :class:`~mhlo_cost.visitors.row.AnalysisError` for IR that cannot be counted, RuntimeError for a
+    bug in the walk. ``meanwhile()`` runs here while the child works (imports the caller needs next)."""
+    from .guard import walk_guarded
+    from .loader import LoadError, error_message, prepare
+    from .visitors.row import AnalysisError
+
+    kind, data, name = prepare(source, name)
+    code, payload = walk_guarded(kind, data, name, options.to_json(), meanwhile)
+    if code == b"P":
+        return _decode(payload)
+    if code == b"K":  # too large to send: walked here, from the bytecode MLIR wrote (jaxlib imported after all)
+        from .loader import load_written
+
+        return walk_loaded(load_written(payload, name, kind), options)
+    message = payload.decode("utf-8", "replace")
+    if code == b"A":
+        raise AnalysisError(message)
+    if code == b"X":
+        raise RuntimeError(message)
+    raise LoadError(error_message(kind, message, name))
+
+
+def _decode(payload: bytes):
+    """The analysis in ``payload``, made with the cyclic collector paused (it would traverse every new row
+    again and again), then moved to its oldest generation at once, as the walk does with its rows
+    (:func:`mhlo_cost.visitors.liveness.LivenessMixin.run`)."""
+    import gc
+
+    from .analysis import deep_recursion
+    from .wire import decode
+
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        with deep_recursion():
+            analysis = decode(payload)
+        gc.freeze()
+        gc.unfreeze()
+    finally:
+        if was:
+            gc.enable()
+    return analysis
+
+
+# -- the child's side ----------------------------------------------------------------------------------------
+
+
+def answer(module, name: str, options_json: str) -> tuple[bytes, bytes]:
+    """(code, payload) for the parsed ``module``: ``P`` and the encoded analysis, ``K`` and the module as
+    bytecode (where the walk's record is too large to send: :func:`mhlo_cost.wire.worth_sending`), ``A`` and
+    an :class:`AnalysisError`'s line, or ``X`` and an unexpected exception's (a bug: the caller says so)."""
+    import gc
+
+    from .analysis import deep_recursion
+    from .loader import Loaded
+    from .visitors.row import AnalysisError
+    from .wire import encode, worth_sending
+
+    options = WalkOptions(**json.loads(options_json))
+    loaded = Loaded(module, module.context, name, "text")
+    try:
+        analysis = walk_loaded(loaded, options)
+        if not worth_sending(analysis):  # the caller walks the module itself, from MLIR's own bytecode
+            import io
+
+            del analysis
+            buf = io.BytesIO()
+            module.operation.write_bytecode(buf)
+            return b"K", buf.getvalue()
+        gc.disable()
+        try:
+            with deep_recursion():
+                return b"P", encode(analysis)
+        finally:
+            gc.enable()
+    except AnalysisError as e:
+        return b"A", str(e).encode("utf-8", "replace")
+    except RecursionError:
+        return b"A", f"{name}: calls or regions nested too deeply to read".encode()
+    except MemoryError:
+        raise  # the reader's child says so, and is started again
+    except Exception as e:  # noqa: BLE001 (a bug in a rule: one line back, as the command line says it)
+        if os.environ.get("MHLO_COST_DEBUG"):
+            import traceback
+
+            traceback.print_exc()
+        return b"X", f"{type(e).__name__}: {e}".encode("utf-8", "replace")
+
+
+def walk_loaded(loaded, options: WalkOptions):
+    """The analysis of a :func:`~mhlo_cost.loader.load`-ed module, walked in this process as ``options`` say."""
+    record = options.record
+    if record == "training-if-backward":
+        from .training.analysis import has_backward
+
+        record = "training" if has_backward(loaded) else ("dataflow" if options.dataflow_if_forward else "counts")
+    if record == "training":
+        from .training.analysis import analyze_training as run
+    elif record == "dataflow":
+        from .analysis import analyze_dataflow as run
+    else:
+        from .analysis import analyze as run
+    return run(loaded, entry=options.entry, conv_padding=options.conv_padding)
