@@ -224,6 +224,13 @@ class Hardware:
             return nbytes / self.hbm_bandwidth
         return self.memory.time(nbytes, self.hbm_bandwidth, kernels)
 
+    def memory_fixed(self, kernels: int) -> float:
+        """The part of :meth:`memory_time` for ``kernels`` kernels that does not grow with the bytes (each
+        kernel's fill and drain under the measured memory model; 0 without one)."""
+        if self.memory is None or kernels <= 0:
+            return 0.0
+        return kernels * self.memory.half_bytes / (self.hbm_bandwidth * self.memory.efficiency)
+
     def as_dict(self) -> dict[str, Any]:
         """Plain-dict form (SI units), e.g. for JSON reports."""
         d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}

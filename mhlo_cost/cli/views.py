@@ -132,15 +132,15 @@ def _tree_order(keys: list[tuple]) -> list[tuple]:
 
 
 def mark_overhead(df, rf):
-    """``bound`` = ``overhead`` on op rows whose per-kernel overhead is more than their compute and memory
-    time together (the launch cost dominates)."""
+    """``bound`` = ``overhead`` on op rows whose fixed costs (launch overhead, each kernel's fill and drain) are
+    more than the work that grows with their size (:attr:`OpTime.overhead_bound`)."""
     if "bound" not in df.columns or "index" not in df.columns:
         return df
     pos = {r.index: i for i, r in enumerate(rf.analysis.rows)}
     out = []
     for idx, b in zip(df["index"], df["bound"]):
         t = rf.times[pos[int(idx)]]
-        out.append("overhead" if b in ("compute", "memory") and t.overhead_s > max(t.compute_s, t.memory_s) else b)
+        out.append("overhead" if b in ("compute", "memory") and t.overhead_bound else b)
     df = df.copy()
     df["bound"] = out
     return df

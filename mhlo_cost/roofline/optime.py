@@ -58,6 +58,14 @@ class OpTime:
     peak: float  # FLOP/s of the unit that runs the op (0 where none)
     bound: str  # compute, memory, comm, free, unknown
     unit: str  # matrix, vector, transcendental, memory, link, none
+    # The part of memory_s that does not grow with the bytes (each kernel's fill and drain under the profile's
+    # measured memory model, :meth:`Hardware.memory_fixed`): a fixed cost, like the launch overhead.
+    fixed_s: float = 0.0
+
+    @property
+    def overhead_bound(self) -> bool:
+        """The fixed costs (launch overhead, fill and drain) outweigh the work that grows with the op's size."""
+        return self.overhead_s + self.fixed_s > max(self.compute_s, self.memory_s - self.fixed_s)
 
     @property
     def time_s(self) -> float:
@@ -150,6 +158,7 @@ def op_time(r: Row, hw: Hardware) -> OpTime:
     if is_no_kernel(r):
         return OpTime(0.0, 0.0, 0.0, 0.0, 0, 0.0, "free", "none")
     memory = hw.memory_time(r.bytes_read + r.bytes_written, r.multiplicity)
+    fixed = hw.memory_fixed(r.multiplicity) if memory > 0 else 0.0
     overhead = hw.kernel_overhead * r.multiplicity
     if kind in ("dot", "conv"):
         flops = r.gemm_flops + r.conv_flops + r.vector_flops
@@ -158,7 +167,7 @@ def op_time(r: Row, hw: Hardware) -> OpTime:
     else:
         flops = r.vector_flops
         if flops == 0 and r.transcendentals == 0:
-            return OpTime(0.0, memory, 0.0, overhead, 0, 0.0, "memory", "memory")
+            return OpTime(0.0, memory, 0.0, overhead, 0, 0.0, "memory", "memory", fixed)
         peak = hw.vector_peak(vector_dtype(r))
         compute, unit = flops / peak, "vector"
         trans = r.transcendentals / hw.transcendental_rate
@@ -167,7 +176,7 @@ def op_time(r: Row, hw: Hardware) -> OpTime:
             # Utilisation of the unit that binds: transcendentals over the special-function rate.
             flops, peak = r.transcendentals, hw.transcendental_rate
     bound = "compute" if compute >= memory else "memory"
-    return OpTime(compute, memory, 0.0, overhead, flops, peak, bound, unit)
+    return OpTime(compute, memory, 0.0, overhead, flops, peak, bound, unit, fixed)
 
 
 def unit_peaks(rows, times) -> float:
