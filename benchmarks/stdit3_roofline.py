@@ -8,10 +8,12 @@ measurement of a 30-step run (:data:`MEASURED_S`: 99.00 s at 204_640_360, at a m
 30) and per run of ``--steps``; a shape with no measurement (``--small``, another shape) gets none. Printed
 beside it: the old bounds (every GEMM at the datasheet peak: unfused, every op its own kernel, 221.8 s at
 204_640_360; fused elementwise with attention as separate kernels, 38.5 s), the steps from those to the compiled
-estimate (GEMM efficiency model, attention as one kernel), and the estimate as deployed: ``--execution eager``
-(PyTorch eager, flash attention: one kernel per aten call of the torch STDiT3 lowered through torchax, at depth
-1 and 2 and scaled by blocks, :func:`eager_per_forward`), each with its ratio to the measurement, and what the
-compiled time is made of.
+estimate (GEMM efficiency model, attention as one kernel), and ``--execution eager`` (PyTorch eager: one kernel
+per aten call of the torch STDiT3 lowered through torchax, at depth 1 and 2 and scaled by blocks,
+:func:`eager_per_forward`) on the counting module (every attention as flash SDPA) and on the module as OpenSora
+1.2 deploys it (``build(cfg, deployed=True)``: the all-ones temporal mask, fused LayerNorm, flash where it calls
+flash, the temporal attention's math written out, per-sample cross-attention), each with its ratio to the
+measurement, and what the compiled and the deployed eager times are made of.
 
     python benchmarks/stdit3_roofline.py [--hardware a100] [--steps 30] [--shape 204_640_360]
 """
@@ -56,8 +58,11 @@ def _estimates(analysis, hw):
     ]
 
 
-def _eager_rooflines(shape: str, hw, small: bool = False) -> list:
-    """``--execution eager`` Rooflines of the torch STDiT3 lowered through torchax at depth 1 and 2."""
+def _eager_rooflines(shape: str, hw, small: bool = False, deployed: bool = False) -> list:
+    """``--execution eager`` Rooflines of the torch STDiT3 lowered through torchax at depth 1 and 2: as OpenSora
+    1.2 deploys it (``deployed``: :mod:`mhlo_cost.models.stdit3_torch_deployed`, its attention as written:
+    flash where it calls flash, math where it writes the math out), or the counting module (every attention
+    taken as flash SDPA)."""
     from mhlo_cost import lower_model
     from mhlo_cost.analysis import analyze_dataflow
     from mhlo_cost.models import stdit3_torch
@@ -68,10 +73,10 @@ def _eager_rooflines(shape: str, hw, small: bool = False) -> list:
     for d in (1, 2):
         base = STDiT3Config().small() if small else STDiT3Config().with_shape(shape)
         cfg = dataclasses.replace(base, depth=d, dtype="bfloat16")
-        model = stdit3_torch.build(cfg)  # meta: nothing allocated
+        model = stdit3_torch.build(cfg, deployed=deployed)  # meta: nothing allocated
         specs = [(s, str(t).replace("torch.", "")) for s, t in stdit3_torch.input_specs(cfg)]
         text = lower_model(model, *[f"{'x'.join(map(str, s))}:{t}" for s, t in specs], frontend="torchax").text
-        out.append(Roofline(analyze_dataflow(text), hw, execution="eager"))
+        out.append(Roofline(analyze_dataflow(text), hw, execution="eager", written="math" if deployed else "sdpa"))
     return out
 
 
@@ -80,12 +85,13 @@ def _scaled(one: float, two: float, depth: int) -> float:
     return one + (depth - 1) * (two - one)
 
 
-def eager_per_forward(shape: str, hw, depth: int = 28, small: bool = False, rooflines=None) -> tuple[float, int]:
+def eager_per_forward(shape: str, hw, depth: int = 28, small: bool = False, rooflines=None,
+                      deployed: bool = False) -> tuple[float, int]:
     """(seconds per forward, kernels per forward) of ``--execution eager`` on the torch STDiT3 lowered through
     torchax (whose locations carry each aten call), at depth 1 and 2 and scaled by blocks:
     T(depth) = T(1) + (depth - 1) x (T(2) - T(1)). Exact for the eager model: its kernels are aten calls, each
     inside one block (the scope carries the block's index), and the blocks are identical."""
-    r1, r2 = rooflines or _eager_rooflines(shape, hw, small)
+    r1, r2 = rooflines or _eager_rooflines(shape, hw, small, deployed)
     return (_scaled(r1.totals()["est_time_fused_s"], r2.totals()["est_time_fused_s"], depth),
             round(_scaled(len(r1.fusion.kernels), len(r2.fusion.kernels), depth)))
 
@@ -168,9 +174,11 @@ def main(argv=None) -> int:
           f"{new.totals().get('attention_kernels', 0)} attention kernels per forward")
     per_fwd = measured_per_forward(args.shape, args.small)  # this shape's own measurement, or None
     print(f"\n  {'':<46}{'per forward':>12}{'run':>11}{'vs measured' if per_fwd else '':>13}")
-    eager_rfs = _eager_rooflines(args.shape, hw, args.small)
+    counting_s, counting_kernels = eager_per_forward(args.shape, hw, cfg.depth, args.small, deployed=False)
+    rows.append((f"eager, counting module ({counting_kernels} kernels)", counting_s, None))
+    eager_rfs = _eager_rooflines(args.shape, hw, args.small, deployed=True)
     eager_s, eager_kernels = eager_per_forward(args.shape, hw, cfg.depth, args.small, eager_rfs)
-    rows.append((f"eager (PyTorch, flash SDPA; {eager_kernels} kernels)", eager_s, None))
+    rows.append((f"eager as deployed ({eager_kernels} kernels)", eager_s, None))
     for name, fwd, _ in rows:
         ratio = f"{fwd / per_fwd:>12.3f}x" if per_fwd else ""
         print(f"  {name:<46}{fwd:>11.3f}s{fwd * args.steps:>10.2f}s{ratio}")
@@ -179,7 +187,7 @@ def main(argv=None) -> int:
     print("\n  the compiled estimate per forward is made of:")
     for name, t in _made_of(new).items():
         print(f"    {name:<28}{t:>9.3f} s")
-    print("\n  the eager estimate per forward is made of:")
+    print("\n  the eager estimate as deployed per forward is made of:")
     for name, (t, n) in eager_made_of(eager_rfs, cfg.depth).items():
         print(f"    {name:<32}{t:>9.3f} s" + (f"{n:>7} kernels" if n else ""))
     if per_fwd is None:

@@ -27,6 +27,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .config import STDiT3Config
+from .stdit3_torch_deployed import DeployedBlock, DeployedFinalLayer
 from .stdit3_torch_layers import (F32, Attention, LayerNormNoAffine, Mlp, MultiHeadCrossAttention, RMSNorm,
                                   apply_rope, attention_core, block_diagonal_mask, gelu_tanh, pos_embed_2d,
                                   rope_tables, sinusoidal_embedding, t2i_modulate)
@@ -141,11 +142,17 @@ class T2IFinalLayer(nn.Module):
 
 
 class STDiT3(nn.Module):
-    """STDiT3 for an :class:`STDiT3Config`: ``forward(x, timestep, y, fps) -> (B, Cout, T, H, W)`` float32."""
+    """STDiT3 for an :class:`STDiT3Config`: ``forward(x, timestep, y, fps) -> (B, Cout, T, H, W)`` float32.
 
-    def __init__(self, cfg: STDiT3Config):
+    ``deployed=True``: the blocks and final layer as OpenSora 1.2's text-to-video sampling runs them (an all-ones
+    temporal mask, fused LayerNorm, flash / math self-attention, per-sample cross-attention:
+    :mod:`mhlo_cost.models.stdit3_torch_deployed`); the default is the counting form (the JAX model's FLOPs)."""
+
+    def __init__(self, cfg: STDiT3Config, deployed: bool = False):
         super().__init__()
         self.cfg = cfg
+        self.deployed = deployed
+        block = DeployedBlock if deployed else STDiT3Block
         c = cfg.hidden
         qk_norm = getattr(cfg, "qk_norm", True)
         self.compute_dtype = torch_dtype(cfg.dtype)
@@ -155,11 +162,11 @@ class STDiT3(nn.Module):
         self.t_block = nn.Sequential(nn.SiLU(), nn.Linear(c, 6 * c))
         self.y_embedder = CaptionEmbedder(cfg.caption_channels, c, cfg.caption_tokens)
         self.spatial_blocks = nn.ModuleList(
-            STDiT3Block(c, cfg.heads, cfg.mlp_ratio, qk_norm, temporal=False) for _ in range(cfg.depth))
+            block(c, cfg.heads, cfg.mlp_ratio, qk_norm, temporal=False) for _ in range(cfg.depth))
         self.temporal_blocks = nn.ModuleList(
-            STDiT3Block(c, cfg.heads, cfg.mlp_ratio, qk_norm, temporal=True) for _ in range(cfg.depth))
+            block(c, cfg.heads, cfg.mlp_ratio, qk_norm, temporal=True) for _ in range(cfg.depth))
         pt, ph, pw = cfg.patch
-        self.final_layer = T2IFinalLayer(c, pt * ph * pw, cfg.out_channels)
+        self.final_layer = (DeployedFinalLayer if deployed else T2IFinalLayer)(c, pt * ph * pw, cfg.out_channels)
 
     def forward(self, x, timestep, y, fps):
         cfg = self.cfg
@@ -180,23 +187,33 @@ class STDiT3(nn.Module):
         h = (h.reshape(b, nt, s, c) + pos[None, None]).reshape(b, nt * s, c)
 
         t = self.t_embedder(timestep, dt)
-        t = t + self.fps_embedder(fps, dt)
+        fps_emb = self.fps_embedder(fps, dt)
+        t = t + fps_emb
         t_mod = self.t_block(t)
         cap = self.y_embedder(y.reshape(b, y.shape[-2], y.shape[-1]))
+        mask = {}
+        if self.deployed:  # stdit3.py l. 376-380: the all-ones x_mask and the embedding of timestep 0
+            t0 = self.t_embedder(torch.zeros_like(timestep), dt) + fps_emb
+            mask = dict(x_mask=torch.ones(b, nt, dtype=torch.bool, device=h.device), t0_mod=self.t_block(t0))
 
         for spatial, temporal in zip(self.spatial_blocks, self.temporal_blocks):
-            h = spatial(h, cap, t_mod, nt, s)
-            h = temporal(h, cap, t_mod, nt, s)
+            h = spatial(h, cap, t_mod, nt, s, **mask)
+            h = temporal(h, cap, t_mod, nt, s, **mask)
 
-        h = self.final_layer(h, t)
+        if self.deployed:
+            h = self.final_layer(h, t, mask["x_mask"], t0, nt, s)
+        else:
+            h = self.final_layer(h, t)
         co = cfg.out_channels
         h = h.reshape(b, nt, nh, nw, pt, ph, pw, co).permute(0, 7, 1, 4, 2, 5, 3, 6)
         h = h.reshape(b, co, nt * pt, nh * ph, nw * pw)[:, :, :tx, :hx, :wx]
         return h.to(F32)
 
 
-def build(cfg: STDiT3Config, device: str | torch.device = "meta", seed: int | None = 0) -> STDiT3:
-    """The module for ``cfg`` with its parameters in ``cfg.dtype`` on ``device`` ('meta': nothing allocated).
+def build(cfg: STDiT3Config, device: str | torch.device = "meta", seed: int | None = 0,
+          deployed: bool = False) -> STDiT3:
+    """The module for ``cfg`` with its parameters in ``cfg.dtype`` on ``device`` ('meta': nothing allocated);
+    ``deployed``: as OpenSora 1.2 runs it (:class:`STDiT3`).
 
     On a real device the weights are random (``seed``); the biases get small random values too so that a
     numerical check exercises them.
@@ -204,13 +221,13 @@ def build(cfg: STDiT3Config, device: str | torch.device = "meta", seed: int | No
     dt = torch_dtype(cfg.dtype)
     if str(device) == "meta":
         with torch.device("meta"):
-            return STDiT3(cfg).to(dt)
+            return STDiT3(cfg, deployed).to(dt)
     gen_state = torch.random.get_rng_state()
     try:
         if seed is not None:
             torch.manual_seed(seed)
         with torch.device(device):
-            m = STDiT3(cfg)
+            m = STDiT3(cfg, deployed)
             with torch.no_grad():
                 for name, p in m.named_parameters():
                     if name.endswith(".bias"):

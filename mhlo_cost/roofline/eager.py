@@ -33,6 +33,8 @@ from .optime import OpTime, op_time
 
 #: The kernels ``scaled_dot_product_attention`` dispatches to (PyTorch's SDPA backends).
 SDPA_BACKENDS = ("flash", "mem_efficient", "math")
+#: How an attention written out op by op (``q @ k^T``, softmax, ``@ v``) runs in eager: as an SDPA call or op by op.
+WRITTEN_ATTENTION = ("sdpa", "math")
 #: FlashAttention-2 (PyTorch's flash backend) takes f16/bf16 and head dims up to 256.
 FLASH_MAX_HEAD_DIM = 256
 FLASH_DTYPES = ("bf16", "f16")
@@ -91,6 +93,28 @@ def sdpa_backend(rows, att, asked: str) -> str:
     return "flash" if ok else "mem_efficient"
 
 
+def is_sdpa_call(rows, att) -> bool:
+    """Whether an attention is one framework call (``scaled_dot_product_attention``, a library kernel): its score
+    and output products share a source position; an attention written out op by op has one per product."""
+    key = _key(rows[att.qk])
+    return key is not None and key == _key(rows[att.pv])
+
+
+_HANDED = frozenset({"broadcast_in_dim", "broadcast", "reshape", "bitcast"})
+
+
+def _handed_views(rows, times, grp: list[int], consumers) -> set:
+    """The view rows of a call whose values only leave it (read by other calls, directly or through other such
+    views): a broadcast or reshape a decomposition makes for the next call (``masked_fill``'s mask and fill
+    value, expanded to the scores' shape). Eager never materialises them: the reader takes the viewed storage."""
+    inside, out = set(grp), set()
+    for i in reversed(grp):
+        if short_name(rows[i].op) in _HANDED and consumers[i] and all(
+                c not in inside or c in out for c in consumers[i]):
+            out.add(i)
+    return out
+
+
 def _groups(rows, times, preset: dict) -> list[list[int]]:
     """Rows grouped into framework calls (program order); collectives, unknown ops and constants (free: a
     call's constants are hoisted between its ops) are left out."""
@@ -113,8 +137,11 @@ def _groups(rows, times, preset: dict) -> list[list[int]]:
 
 
 def eager(analysis, hw: Hardware, times: list[OpTime] | None = None, producers: list | None = None,
-          sdpa: str = "flash") -> Fusion:
-    """The kernels of ``analysis`` run op by op (see the module docstring), timed on ``hw``."""
+          sdpa: str = "flash", written: str = "sdpa") -> Fusion:
+    """The kernels of ``analysis`` run op by op (see the module docstring), timed on ``hw``. ``written``
+    (:data:`WRITTEN_ATTENTION`): how an attention written out op by op runs: ``sdpa`` (the default: as an SDPA
+    call, for a module written for counting) or ``math`` (op by op, as PyTorch eager runs such code; only an
+    attention made by one framework call, :func:`is_sdpa_call`, is the SDPA kernel)."""
     rows = analysis.rows
     if producers is None:
         producers = getattr(analysis, "producers", None)
@@ -122,6 +149,8 @@ def eager(analysis, hw: Hardware, times: list[OpTime] | None = None, producers: 
         raise ValueError("eager() needs the data flow: analyse with mhlo_cost.analysis.analyze_dataflow()")
     if sdpa not in SDPA_BACKENDS:
         raise ValueError(f"unknown attention backend {sdpa!r}: choose one of {', '.join(SDPA_BACKENDS)}")
+    if written not in WRITTEN_ATTENTION:
+        raise ValueError(f"unknown written attention {written!r}: choose one of {', '.join(WRITTEN_ATTENTION)}")
     if times is None:
         times = [op_time(r, hw) for r in rows]
     preset: dict[int, int] = {}
@@ -129,7 +158,10 @@ def eager(analysis, hw: Hardware, times: list[OpTime] | None = None, producers: 
     if sdpa != "math":
         from .attention import find_attention
 
-        for g, att in enumerate(find_attention(rows, producers)):
+        found = find_attention(rows, producers)
+        if written == "math":
+            found = [att for att in found if is_sdpa_call(rows, att)]
+        for g, att in enumerate(found):
             preset.update((i, g) for i in att.members)
             backends.append(sdpa_backend(rows, att, sdpa))
     n = len(rows)
@@ -148,7 +180,16 @@ def eager(analysis, hw: Hardware, times: list[OpTime] | None = None, producers: 
     for i, r in enumerate(rows):
         if short_name(r.op) == "constant":
             role[i] = "free"
+    consumers: list[list[int]] = [[] for _ in rows]
+    for i, ps in enumerate(producers):
+        for q in ps:
+            if isinstance(q, int):
+                consumers[q].append(i)
     for grp in _groups(rows, times, preset):
+        handed = _handed_views(rows, times, grp, consumers)
+        for i in handed:  # views another call reads (its broadcast operand, its mask): not made here
+            role[i] = "dup" if short_name(rows[i].op) in ("broadcast_in_dim", "broadcast") else "free"
+        grp = [i for i in grp if i not in handed] or grp
         if all(_is_view(rows[i], times[i]) for i in grp):
             for i in grp:
                 role[i] = "dup" if short_name(rows[i].op) in ("broadcast_in_dim", "broadcast") else "free"

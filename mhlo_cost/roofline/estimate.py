@@ -33,10 +33,11 @@ class Roofline:
     """Per-op times of an analysis on one hardware profile, and the views built from them."""
 
     def __init__(self, analysis, hw: Hardware, fuse_mode: str = "none", attention: str | None = None,
-                 execution: str | None = None, sdpa: str = "flash"):
+                 execution: str | None = None, sdpa: str = "flash", written: str = "sdpa"):
         """``execution`` (:data:`EXECUTIONS`; default: the one ``fuse_mode`` maps onto): ``compiled`` groups
         rows into fused kernels (:func:`.fusion.fuse`), ``eager`` into one kernel per framework op
-        (:func:`.eager.eager`, attention on the SDPA backend ``sdpa``); either is :attr:`fusion` and the
+        (:func:`.eager.eager`, attention on the SDPA backend ``sdpa``; attention written out op by op as an SDPA
+        call or, ``written="math"``, op by op); either is :attr:`fusion` and the
         ``_fused`` columns. ``attention`` (compiled): ``fused`` (the default) prices each attention as one kernel
         (:mod:`.attention`); ``unfused`` as the separate kernels of its ops."""
         if fuse_mode not in FUSE_MODES:
@@ -52,7 +53,7 @@ class Roofline:
         elif self.execution == "eager":
             from .eager import eager
 
-            self.fusion = eager(analysis, hw, self.times, sdpa=sdpa)
+            self.fusion = eager(analysis, hw, self.times, sdpa=sdpa, written=written)
         else:
             self.fusion = None
         self._exposure: dict = {}
