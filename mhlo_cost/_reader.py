@@ -1,17 +1,13 @@
-"""The MLIR reader, run in a child process by :mod:`mhlo_cost.loader` (and importable for its context).
+"""The MLIR reader: jaxlib's parser behind one call, run in a child process by :mod:`mhlo_cost.guard`
+(the child's loop is :mod:`mhlo_cost.reader_child`) and importable for its context.
 
 jaxlib's bytecode reader trusts its input: one flipped byte can make it abort or crash the process
 (SIGABRT, SIGSEGV), and a hostile text file can make the StableHLO parser allocate without end. So the
-input is parsed here, in a child with bounded memory and time, and the child hands back either MLIR
-bytecode written by MLIR itself (which the parent then parses, fast and safely) or one error line.
+input is parsed in a child with bounded memory and time, which hands back either MLIR bytecode written by
+MLIR itself (which the parent then parses, fast and safely), the walk's analysis, or one error line.
 
-This file imports only jaxlib and the standard library: the child starts in a fraction of a second. A walk
-request has the child walk the module too (:mod:`mhlo_cost.worker`, imported from the package then) and hand
-back the analysis instead of bytecode: the input is parsed once.
-
-Protocol: ``argv[1]`` is the kind (``text``, ``bytecode`` or ``vhlo``), ``argv[2]`` the file name used in
-messages, ``argv[3]`` the memory limit in bytes; the input comes on stdin. On stdout: ``K`` and the
-bytecode, or ``E`` and a UTF-8 message.
+This file imports only jaxlib and the standard library, and nothing of the package: the child starts in a
+fraction of a second, and the package's walk sits above it, not beside it.
 """
 from __future__ import annotations
 
@@ -231,7 +227,7 @@ _CALLSITE = ir.CallSiteLoc.static_typeid
 _FUSED = ir.FusedLoc.static_typeid
 
 
-def _limit_memory(extra: int) -> None:
+def limit_memory(extra: int) -> None:
     """Address space: what the process maps now plus ``extra`` bytes (Linux; elsewhere no limit)."""
     try:
         import os
@@ -248,54 +244,18 @@ def _limit_memory(extra: int) -> None:
         pass
 
 
-def _answer(kind: str, data: bytes, name: str, walk: str | None) -> bytes:
-    """``K`` and bytecode, ``E`` and a message, or ``M`` and a message (out of memory: restart me); with
-    ``walk`` (options as JSON), what :func:`mhlo_cost.worker.answer` says of the walk instead of bytecode."""
+def parsed(kind: str, data: bytes, name: str):
+    """The module and its one top-level module op, or ``(None, answer)``: ``E`` and a message, or ``M`` and a
+    message (out of memory: restart the child)."""
     module, op, message = parse(kind, data, name, make_context(handler=False))
     if op is None:
         code = b"M" if "ran out of memory" in message else b"E"
-        return code + message.encode("utf-8", "replace")
-    if walk is not None and op != module.operation:  # the one module nested in the file: a module of its own
-        buf = io.BytesIO()
-        op.write_bytecode(buf)
-        with module.context:
-            module = ir.Module.parse(buf.getvalue())
-        op = module.operation
-    if walk is not None:
-        from mhlo_cost.worker import answer
+        return None, code + message.encode("utf-8", "replace")
+    return module, op
 
-        try:
-            code, payload = answer(module, name, walk)
-        except MemoryError:
-            return b"M" + f"{name}: the walk ran out of memory on this input: too large or hostile".encode()
-        return code + payload
+
+def bytecode(op: ir.Operation) -> bytes:
+    """MLIR bytecode of ``op``, written by MLIR itself."""
     buf = io.BytesIO()
     op.write_bytecode(buf)
-    return b"K" + buf.getvalue()
-
-
-def serve(root: str | None = None, walk: bool = False) -> None:
-    """Requests on stdin, one JSON header line ``[kind, name, extra_memory, size, walk options or null]`` and
-    the bytes; each answer on stdout as 8 bytes of length (big-endian) and the answer. ``root``: the folder
-    that holds the ``mhlo_cost`` package (for walk requests); ``walk``: import the walk at once."""
-    if root is not None:  # the caller's own copy of the package first
-        sys.path.insert(0, root)
-    if walk:
-        import mhlo_cost.worker  # noqa: F401
-        import mhlo_cost.analysis  # noqa: F401
-        import mhlo_cost.visitors.cost  # noqa: F401
-    inp, out = sys.stdin.buffer, sys.stdout.buffer
-    while True:
-        header = inp.readline()
-        if not header:
-            return
-        kind, name, extra, size, *more = json.loads(header)
-        data = inp.read(size)
-        _limit_memory(extra)
-        answer = _answer(kind, data, name, more[0] if more else None)
-        out.write(len(answer).to_bytes(8, "big") + answer)
-        out.flush()
-
-
-if __name__ == "__main__":
-    serve(*sys.argv[1:2], walk="walk" in sys.argv[2:])
+    return buf.getvalue()

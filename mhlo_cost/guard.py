@@ -1,5 +1,5 @@
-"""Run jaxlib's MLIR reader (:mod:`mhlo_cost._reader`) in a child process: a crash, a hang or a memory
-bomb in the reader ends the child, never the caller.
+"""Run jaxlib's MLIR reader (:mod:`mhlo_cost._reader`; the child's loop is :mod:`mhlo_cost.reader_child`) in a
+child process: a crash, a hang or a memory bomb in the reader ends the child, never the caller.
 
 One child serves every load of a process (it starts once, in a fraction of a second, and is started
 again after a failure). Each request gets a memory allowance (address space) and a time limit that grow
@@ -21,7 +21,7 @@ import threading
 import time
 from pathlib import Path
 
-_READER = Path(__file__).with_name("_reader.py")
+_READER = Path(__file__).with_name("reader_child.py")
 #: The folder that holds the package: the child imports the walk (:mod:`mhlo_cost.worker`) from there.
 _ROOT = str(Path(__file__).resolve().parent.parent)
 

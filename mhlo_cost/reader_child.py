@@ -1,0 +1,64 @@
+"""The guarded child's loop (:mod:`mhlo_cost.guard` starts it): parse each request with
+:mod:`mhlo_cost._reader` and answer with MLIR bytecode, or, for a walk request, walk the module here
+(:mod:`mhlo_cost.worker`) and hand back the analysis: the input is parsed once.
+
+Protocol: requests on stdin, one JSON header line ``[kind, name, extra_memory, size, walk options or null]``
+and the bytes; each answer on stdout as 8 bytes of length (big-endian) and the answer: ``K`` and bytecode,
+``E`` and a UTF-8 message, ``M`` and a message (out of memory: restart the child), or the walk's answer.
+
+Run as a file (``argv[1]``: the folder that holds the package, so the caller's own copy is the one imported;
+``walk`` after it: import the walk at once). At the top of the house: it imports the reader and the walk.
+"""
+from __future__ import annotations
+
+import json
+import sys
+
+
+def answer(kind: str, data: bytes, name: str, walk: str | None) -> bytes:
+    """The answer to one request (see the module docstring); ``walk``: the walk's options as JSON."""
+    from mhlo_cost._reader import bytecode, parsed
+
+    module, op = parsed(kind, data, name)
+    if module is None:
+        return op  # the error answer
+    if walk is None:
+        return b"K" + bytecode(op)
+    if op != module.operation:  # the one module nested in the file: a module of its own
+        from jaxlib.mlir import ir
+
+        with module.context:
+            module = ir.Module.parse(bytecode(op))
+    from mhlo_cost.worker import answer as walk_answer
+
+    try:
+        code, payload = walk_answer(module, name, walk)
+    except MemoryError:
+        return b"M" + f"{name}: the walk ran out of memory on this input: too large or hostile".encode()
+    return code + payload
+
+
+def serve(walk: bool = False) -> None:
+    """Answer requests until stdin closes; ``walk``: import the walk before the first request."""
+    from mhlo_cost._reader import limit_memory
+
+    if walk:
+        import mhlo_cost.analysis  # noqa: F401
+        import mhlo_cost.visitors.cost  # noqa: F401
+        import mhlo_cost.worker  # noqa: F401
+    inp, out = sys.stdin.buffer, sys.stdout.buffer
+    while True:
+        header = inp.readline()
+        if not header:
+            return
+        kind, name, extra, size, *more = json.loads(header)
+        data = inp.read(size)
+        limit_memory(extra)
+        reply = answer(kind, data, name, more[0] if more else None)
+        out.write(len(reply).to_bytes(8, "big") + reply)
+        out.flush()
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, sys.argv[1])  # the caller's own copy of the package first
+    serve(walk="walk" in sys.argv[2:])
