@@ -7,7 +7,7 @@ from pathlib import Path
 
 from ..files import is_regular
 from .common import (EXIT_MOVED, EXIT_OK, Progress, UserError, add_common, add_output, add_progress, claim_output,
-                     load_analysis, positive_int, regex, write_output)
+                     open_study, positive_int, regex, write_output)
 
 def _counts(path: str, args, progress: Progress):
     """Counts of an IR file (analysed, blocks assigned) or of a baseline JSON file."""
@@ -15,12 +15,10 @@ def _counts(path: str, args, progress: Progress):
 
     if _is_baseline(path):
         return read_baseline(path), None
-    analysis = load_analysis(path, args, progress)
+    study = open_study(path, args, progress)
     from ..blocks import block_table
-    from ..collectors import assign_blocks
 
-    blocks = assign_blocks(analysis, method=args.blocks, pattern=args.block_pattern,
-                           norms_per_block=args.norms_per_block)
+    analysis, blocks = study.analysis, study.blocks
     df = block_table(analysis, blocks)
     return counts_from_analysis(analysis, df, blocks.method), analysis
 
@@ -112,7 +110,7 @@ def cmd_diff(args) -> int:
     frames = []
     for path in (args.a, args.b):
         counts, analysis = _counts(path, args, progress) if args.by == "block" or _is_baseline(path) else (
-            None, load_analysis(path, args, progress))
+            None, open_study(path, args, progress).analysis)
         if args.by == "block":
             frames.append(counts_frame(counts))
         elif analysis is None:

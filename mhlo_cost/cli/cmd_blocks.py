@@ -1,9 +1,8 @@
 """``mhlo-cost blocks``: the per-block table (CSV by default)."""
 from __future__ import annotations
 
-from .common import (EXIT_OK, Progress, add_common, claim_output, regex, add_estimate, add_output, block_frame,
-                     fused_memory, hardware_from_options, load_analysis, make_roofline, meta, needs_dataflow,
-                     write_output)
+from .common import (EXIT_OK, Progress, add_common, add_estimate, add_output, block_rows, claim_output,
+                     hardware_from_options, meta, open_study, regex, study_roofline, write_output)
 
 
 def cmd_blocks(args) -> int:
@@ -17,11 +16,10 @@ def cmd_blocks(args) -> int:
     progress = Progress.of(args)
     frames = []
     for path in args.file:
-        analysis = load_analysis(path, args, progress, dataflow=needs_dataflow(args, hw),
-                                 training=True)
-        rf = make_roofline(analysis, hw, args, progress) if hw is not None else None
-        df = block_frame(analysis, args, parts=args.parts, roofline=rf, fused_memory=fused_memory(analysis, args, rf))
-        df = keep_blocks(df, args)
+        study = open_study(path, args, progress, hw, training=True)
+        analysis = study.analysis
+        study_roofline(study, args)
+        df = keep_blocks(block_rows(study, args, parts=args.parts), args)
         if len(args.file) > 1:
             df.insert(0, "file", analysis.source)
         frames.append(df)

@@ -8,10 +8,8 @@ from __future__ import annotations
 
 import argparse
 
-from .common import (EXIT_OK, Progress, UserError, add_common, claim_output, add_estimate, add_filters, add_output, block_frame,
-                     find_blocks,
-                     fused_memory, hardware_from_options, load_analysis, make_roofline, meta, needs_dataflow,
-                     write_output)
+from .common import (EXIT_OK, Progress, UserError, add_common, add_estimate, add_filters, add_output, block_rows,
+                     claim_output, hardware_from_options, meta, open_study, study_roofline, write_output)
 
 BY = ("summary", "op", "opname", "kind", "scope", "tree", "block", "comm", "phase", "memory")
 
@@ -74,39 +72,24 @@ def _comm_frame(analysis, rf):
     return df
 
 
-def _summary(analysis, part, keep, args, rf, fused, hw) -> tuple[list, dict]:
-    """The summary pairs (:func:`mhlo_cost.figures.summary_pairs`: one source for every format) and the
-    counts; no pandas unless a profile's estimate is asked for. ``part``: the rows ``keep`` (--block,
-    --scope) of ``analysis``, whose parameters are those first read there."""
-    from ..figures import summary_pairs
-
-    params = None
-    if keep is not None and analysis.liveness is not None:
-        rows = analysis.memory.param_rows
-        params = sum(rows.get(i, 0) for i in keep)
-    blocks = find_blocks(analysis, args, quiet=True) if part.liveness is not None else None
-    pairs = summary_pairs(part, roofline=rf, fused=fused, hw=hw, blocks=blocks, steps=args.steps or 1,
-                          filtered=keep is not None, params=params)
-    return pairs, part.summary
-
-
-def _view(analysis, args, hw, progress):
+def _view(study, args, progress):
     """(frame, title, lines under the table, JSON facts) of one file."""
+    from .common import study_blocks
     from .views import mark_overhead, op_list, select_rows, subset, tree_frame, with_total
 
     by, depth = args.by
-    rf = make_roofline(analysis, hw, args, progress) if hw is not None else None
+    analysis, hw = study.analysis, study.hardware
+    rf = study_roofline(study, args)
     progress.stage("grouping")
-    keep = select_rows(analysis, args)
+    keep = select_rows(study, args)
     part = subset(analysis, keep)
-    fused = fused_memory(analysis, args, rf) if keep is None else None
     lines, facts = [], None
     if by == "summary":
-        df = _summary(analysis, part, keep, args, rf, fused, hw)  # (pairs, counts)
+        df = study.summary(keep, part), part.summary  # (pairs, counts)
     elif by == "memory":
         from ..memory.views import timeline_frame
 
-        df = timeline_frame(analysis, find_blocks(analysis, args), fused)
+        df = timeline_frame(analysis, study_blocks(study, args), study.fused_memory if keep is None else None)
         df = df if keep is None else df[df["index"].isin({analysis.rows[i].index for i in keep})]
     elif by == "op" and rf is not None:
         df = rf.kernel_frame(args.top if keep is None else None) if rf.fusion is not None else rf.op_frame(
@@ -120,12 +103,11 @@ def _view(analysis, args, hw, progress):
     elif by == "op":
         df = op_list(part, args.top)
     elif by == "block":
-        df = block_frame(analysis, args, roofline=rf, fused_memory=fused, parts=args.parts)
-        df = keep_blocks(df, args)
+        df = keep_blocks(block_rows(study, args, parts=args.parts), args)
         if keep is None and not getattr(args, "scope", None):  # the whole program's headline over its blocks
             from ..headline import headline
 
-            facts = headline(_summary(analysis, part, keep, args, rf, fused, hw)[0])
+            facts = headline(study.summary())
     elif by == "phase":  # a training step: forward, backward (dgrad, wgrad), recompute, optimizer
         from ..training.analysis import phase_report
 
@@ -206,14 +188,14 @@ def cmd_report(args) -> int:
     progress = Progress.of(args)
     frames = []
     for path in args.file:
-        analysis = load_analysis(path, args, progress, dataflow=needs_dataflow(args, hw),
-                                 training={"block": True, "phase": "always"}.get(by, False))
+        study = open_study(path, args, progress, hw, training={"block": True, "phase": "always"}.get(by, False))
+        analysis = study.analysis
         if args.format == "html" and by == "summary":  # the whole report: one page
-            rf = make_roofline(analysis, hw, args, progress) if hw is not None else None
-            write_output(_html_report(analysis, rf, args, progress), args.output)
+            study_roofline(study, args)
+            write_output(_html_report(study, args, progress), args.output)
             progress.done()
             return EXIT_OK
-        df, title, lines, facts = _view(analysis, args, hw, progress)
+        df, title, lines, facts = _view(study, args, progress)
         info = meta(analysis) | ({"phases": facts} if by == "phase" else {"headline": facts} if facts else {})
         frames.append((analysis, df, title, lines, info))
     progress.done()
@@ -287,18 +269,13 @@ def _render_many(frames, args) -> str:
     return text
 
 
-def _html_report(analysis, rf, args, progress) -> str:
-    from ..html import report_page
-    from ..memory.views import profiles
+def _html_report(study, args, progress) -> str:
+    from ..html import study_page
+    from .common import study_blocks
 
-    blocks = find_blocks(analysis, args)
-    fused = fused_memory(analysis, args, rf)
-    memory = profiles(analysis, fused)
-    timeline = {f"during_bytes{suffix}": prof.during for suffix, prof in memory}
-    pairs, _ = _summary(analysis, analysis, None, args, rf, fused, rf.hw if rf is not None else None)
-    progress.stage("writing the page")
-    return report_page(analysis, blocks, roofline=rf, unit=None if args.unit == "raw" else args.unit,
-                       top=args.top or 10, timeline=timeline, memory=memory, summary=pairs)
+    study_blocks(study, args)
+    page = study_page(study, unit=None if args.unit == "raw" else args.unit, top=args.top or 10, stage=progress.stage)
+    return page
 
 
 def register(sub) -> None:
