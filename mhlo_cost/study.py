@@ -7,7 +7,7 @@ options and ask a study; a sweep row (:meth:`Study.row`) is read from a study; t
 page is drawn from one; and it is the Python API::
 
     >>> import mhlo_cost
-    >>> s = mhlo_cost.Study(mhlo_cost.StudyOptions("examples/gpt_small.mlir", hardware="h100"))
+    >>> s = mhlo_cost.Study("examples/gpt_small.mlir", hardware="h100")  # or Study(StudyOptions(...))
     >>> s.analysis.summary["gemm_flops"], s.roofline.summary()["est_time_s"]  # doctest: +SKIP
 
 Nothing here prints or reads the command line: ``stage`` (a callable, the progress line) hears what is being
@@ -58,10 +58,15 @@ def phases_of(analysis):
 class Study:
     """The figures of one program under :class:`StudyOptions`, each computed once, on first use."""
 
-    def __init__(self, options: StudyOptions, *, stage: Callable[[str], None] | None = None,
-                 meanwhile: Callable[[], None] | None = None, check: Callable[[], None] | None = None):
-        """``stage(text)``: told each stage; ``meanwhile()``: run while the reader's child walks;
-        ``check()``: run before the bindings are imported in this process (a version check)."""
+    def __init__(self, options, *, stage: Callable[[str], None] | None = None,
+                 meanwhile: Callable[[], None] | None = None, check: Callable[[], None] | None = None, **fields):
+        """``options``: a :class:`StudyOptions`, or the source with the other ``fields`` as keywords
+        (``Study("model.mlir", hardware="h100")``). ``stage(text)``: told each stage; ``meanwhile()``: run
+        while the reader's child walks; ``check()``: run before the bindings are imported in this process."""
+        if not isinstance(options, StudyOptions):
+            options = StudyOptions(options, **fields)
+        elif fields:
+            options = replace(options, **fields)
         self.options = options
         self._stage = stage or (lambda text: None)
         self._meanwhile, self._check = meanwhile, check
@@ -271,8 +276,3 @@ def program_bound(rf) -> str:
     fused = rf.fusion is not None
     return time_bound(total("est_time_fused_s" if fused else "est_time_s") - comm,
                       total("compute_bound_fused_s" if fused else "compute_bound_s"), comm)
-
-
-def study(source, **options) -> Study:
-    """``Study(StudyOptions(source, **options))``: the Python API's one call."""
-    return Study(StudyOptions(source, **options))

@@ -80,7 +80,7 @@ def cmd_baseline(args) -> int:
 
 def cmd_check(args) -> int:
     from ..baseline import compare, read_baseline
-    from ..report import render
+    from ..views.render import render_frame as render
 
     if not (args.rtol >= 0 and math.isfinite(args.rtol)):
         raise UserError(f"--rtol must be a finite number >= 0, got {args.rtol}")
@@ -103,7 +103,7 @@ def cmd_check(args) -> int:
 
 def cmd_diff(args) -> int:
     from ..baseline import counts_frame, side_by_side
-    from ..report import render
+    from ..views.render import render_frame as render
 
     claim_output(args)
     progress = Progress.of(args)

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .common import (EXIT_OK, Progress, UserError, add_common, add_estimate, add_force, block_rows, claim_output,
+from .common import (EXIT_OK, Progress, UserError, add_common, add_estimate, add_force, claim_output,
                      hardware_from_options, open_study, say, study_blocks, study_roofline)
 from .outputs import record_output
 
@@ -27,7 +27,8 @@ def cmd_plot(args) -> int:
     rf = study_roofline(study, args)
     if args.memory:
         return _plot_memory(study, args, progress)
-    df = block_rows(study, args)
+    study_blocks(study, args)
+    df = study.block_frame()
     progress.stage("drawing")
     title = args.title or (f"{Path(analysis.source).name}: per block"
                            + (f", estimated time on {hw.name}" if hw is not None else ", FLOPs"))

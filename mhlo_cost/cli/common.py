@@ -8,7 +8,6 @@ import sys
 from pathlib import Path
 from typing import Callable
 
-from .. import __version__
 from .outputs import head, record_output, wrote_before
 from .progress import ACTIVE_PROGRESS, Progress, progress_wanted, stop_progress  # noqa: F401 (the commands' names)
 
@@ -147,7 +146,7 @@ def _import_the_views() -> None:
     import importlib
 
     for module in ("mhlo_cost.memory.profile", "mhlo_cost.collectors.repeat", "mhlo_cost.collectors.scope",
-                   "mhlo_cost.figures", "mhlo_cost.headline", "mhlo_cost.cli.summary"):
+                   "mhlo_cost.figures", "mhlo_cost.headline", "mhlo_cost.views.pairs"):
         try:
             importlib.import_module(module)
         except ImportError:  # said where it is needed
@@ -232,17 +231,6 @@ def study_roofline(study, args):
     return rf
 
 
-def block_rows(study, args, parts: bool = False):
-    """The study's block table, as the table and markdown show a training step's phases."""
-    study_blocks(study, args)
-    df = study.block_frame(parts)
-    if study.phases is not None and getattr(args, "format", "") in ("table", "markdown"):
-        from ..blocks import phase_view
-
-        df = phase_view(df)
-    return df
-
-
 def execution(args) -> str:
     """The execution model the options name: ``--execution``, else the one ``--fuse`` maps onto (none:
     unfused, elementwise: compiled)."""
@@ -281,11 +269,6 @@ def hardware_from_options(args, top_needs_hardware: bool = True):
     if getattr(args, "sdpa", None) and execution(args) != "eager":
         raise UserError("--sdpa goes with --execution eager")
     return hw
-
-
-def meta(analysis) -> dict:
-    return {"tool": "mhlo-cost", "version": __version__, "source": analysis.source, "entry": analysis.entry}
-
 
 
 def add_common(p: argparse.ArgumentParser, blocks: bool = True, many: bool = False) -> None:
