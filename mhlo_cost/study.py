@@ -194,11 +194,12 @@ class Study:
 
         return profiles(self.analysis, self.fused_memory)
 
-    def block_frame(self, parts: bool = False):
-        """The block table: counts, the estimate's columns, memory, a training step's phase columns."""
+    def block_frame(self, parts: bool = False, memory: bool = True):
+        """The block table: counts, the estimate's columns, memory (unless not ``memory``), a training step's
+        phase columns."""
         from .blocks import block_table
 
-        rf, memory = self.roofline, self.memory
+        rf, memory = self.roofline, self.memory if memory else None
         if rf is None:
             df = block_table(self.analysis, self.blocks, parts=parts, memory=memory)
         else:

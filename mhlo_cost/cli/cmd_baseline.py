@@ -16,11 +16,8 @@ def _counts(path: str, args, progress: Progress):
     if _is_baseline(path):
         return read_baseline(path), None
     study = open_study(path, args, progress)
-    from ..blocks import block_table
-
-    analysis, blocks = study.analysis, study.blocks
-    df = block_table(analysis, blocks)
-    return counts_from_analysis(analysis, df, blocks.method), analysis
+    df = study.block_frame(memory=False)
+    return counts_from_analysis(study.analysis, df, study.blocks.method), study.analysis
 
 
 def _is_baseline(path: str) -> bool:
