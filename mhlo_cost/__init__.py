@@ -14,9 +14,11 @@ _os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
 
 #: name -> the module that defines it
 _LAZY = {"Analysis": "analysis", "analyze": "analysis", "LoadError": "loader", "load": "loader",
-         "AnalysisError": "visitors.row", "lower_model": "frontends.api"}
+         "AnalysisError": "visitors.row", "lower_model": "frontends.api",
+         "Study": "study", "StudyOptions": "study"}
 
-__all__ = ["Analysis", "AnalysisError", "LoadError", "analyze", "load", "lower_model", "__version__"]
+__all__ = ["Analysis", "AnalysisError", "LoadError", "Study", "StudyOptions", "analyze", "load", "lower_model",
+           "__version__"]
 
 
 def __getattr__(name: str):

@@ -1,4 +1,5 @@
-"""Views of an analysis: aligned tables, CSV, JSON and Markdown, in exact integers or display units.
+"""Frames as text: aligned tables, CSV, JSON and Markdown, in exact integers or display units (the renderers of
+:mod:`mhlo_cost.views.render` write a view's table with these).
 
 Counts stay exact Python integers until this module turns them into text; ``--unit`` only changes how
 they are written (K, M, G, T are decimal: 1e3, 1e6, 1e9, 1e12) and the column says so
@@ -206,26 +207,3 @@ def summary_frame(summary: dict[str, int]) -> pd.DataFrame:
 
     keys = list(summary)
     return pd.DataFrame({"metric": keys, "value": int_series([summary[k] for k in keys])})
-
-
-def render(df: pd.DataFrame, fmt: str, unit: str, *, summary: dict | None = None, meta: dict | None = None,
-           title: str | None = None, wide: bool = False) -> str:
-    """Render one grouping in ``fmt`` (table, csv, json, markdown, html: a page of the table)."""
-    if fmt == "html":
-        from .html import table_page
-
-        facts = [(k, str(v)) for k, v in (meta or {}).items() if k in ("source", "entry")]
-        return table_page(df, title or "mhlo-cost", facts=facts, unit=None if unit == "raw" else unit)
-    if fmt == "csv":
-        return to_csv(df, unit)
-    if fmt == "json":  # exact values whatever --unit says
-        payload = dict(meta or {})
-        if summary is not None:
-            payload["summary"] = {k: int(v) for k, v in summary.items()}
-        payload["rows"] = rows_json(df)
-        return to_json(payload)
-    if fmt == "markdown":
-        head = f"### {title}\n\n" if title else ""
-        return head + to_markdown(df, unit)
-    head = f"{title}\n" if title else ""
-    return head + to_table(df, unit, wide=wide)

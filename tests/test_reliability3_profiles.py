@@ -172,7 +172,7 @@ def test_the_edges_of_the_ranges_give_finite_times_and_strict_json(tmp_path, cap
 # ------------------------------------------------------------------------------ strict JSON writers
 
 def test_json_writers_never_write_infinity_or_nan():
-    from mhlo_cost.cli.summary import render_pairs
+    from mhlo_cost.views.pairs import render_pairs
     from mhlo_cost.report import to_json
     from mhlo_cost.sweep.table import frame
     from mhlo_cost.sweep.table import to_json as sweep_json

@@ -33,7 +33,8 @@ def build_parser() -> argparse.ArgumentParser:
 #: The errors a user's input causes, by module: looked up only where that module is loaded (it cannot have
 #: raised otherwise), so that --version and --help import neither jax nor pandas.
 _INPUT_ERRORS = (("mhlo_cost.baseline", "BaselineError"), ("mhlo_cost.hardware", "HardwareError"),
-                 ("mhlo_cost.loader", "LoadError"), ("mhlo_cost.visitors.row", "AnalysisError"))
+                 ("mhlo_cost.loader", "LoadError"), ("mhlo_cost.visitors.row", "AnalysisError"),
+                 ("mhlo_cost.views.table", "ViewError"))
 
 
 def _input_errors() -> tuple:

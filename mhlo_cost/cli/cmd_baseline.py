@@ -7,7 +7,7 @@ from pathlib import Path
 
 from ..files import is_regular
 from .common import (EXIT_MOVED, EXIT_OK, Progress, UserError, add_common, add_output, add_progress, claim_output,
-                     load_analysis, positive_int, regex, write_output)
+                     open_study, positive_int, regex, write_output)
 
 def _counts(path: str, args, progress: Progress):
     """Counts of an IR file (analysed, blocks assigned) or of a baseline JSON file."""
@@ -15,14 +15,9 @@ def _counts(path: str, args, progress: Progress):
 
     if _is_baseline(path):
         return read_baseline(path), None
-    analysis = load_analysis(path, args, progress)
-    from ..blocks import block_table
-    from ..collectors import assign_blocks
-
-    blocks = assign_blocks(analysis, method=args.blocks, pattern=args.block_pattern,
-                           norms_per_block=args.norms_per_block)
-    df = block_table(analysis, blocks)
-    return counts_from_analysis(analysis, df, blocks.method), analysis
+    study = open_study(path, args, progress)
+    df = study.block_frame(memory=False)
+    return counts_from_analysis(study.analysis, df, study.blocks.method), study.analysis
 
 
 def _is_baseline(path: str) -> bool:
@@ -82,7 +77,7 @@ def cmd_baseline(args) -> int:
 
 def cmd_check(args) -> int:
     from ..baseline import compare, read_baseline
-    from ..report import render
+    from ..views.render import render_frame as render
 
     if not (args.rtol >= 0 and math.isfinite(args.rtol)):
         raise UserError(f"--rtol must be a finite number >= 0, got {args.rtol}")
@@ -105,14 +100,14 @@ def cmd_check(args) -> int:
 
 def cmd_diff(args) -> int:
     from ..baseline import counts_frame, side_by_side
-    from ..report import render
+    from ..views.render import render_frame as render
 
     claim_output(args)
     progress = Progress.of(args)
     frames = []
     for path in (args.a, args.b):
         counts, analysis = _counts(path, args, progress) if args.by == "block" or _is_baseline(path) else (
-            None, load_analysis(path, args, progress))
+            None, open_study(path, args, progress).analysis)
         if args.by == "block":
             frames.append(counts_frame(counts))
         elif analysis is None:

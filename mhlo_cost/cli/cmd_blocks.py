@@ -1,39 +1,50 @@
 """``mhlo-cost blocks``: the per-block table (CSV by default)."""
 from __future__ import annotations
 
-from .common import (EXIT_OK, Progress, add_common, claim_output, regex, add_estimate, add_output, block_frame,
-                     fused_memory, hardware_from_options, load_analysis, make_roofline, meta, needs_dataflow,
-                     write_output)
+from .common import (EXIT_OK, Progress, add_common, add_estimate, add_output, claim_output, hardware_from_options,
+                     open_study, regex, study_blocks, study_roofline, write_output)
 
 
 def cmd_blocks(args) -> int:
-    import pandas as pd
-
-    from ..report import render
-    from .cmd_report import keep_blocks
+    from ..views.by import block_view
+    from ..views.render import render
+    from ..views.table import ViewRequest, meta
 
     hw = hardware_from_options(args)
     claim_output(args)
     progress = Progress.of(args)
-    frames = []
+    request = ViewRequest(by="block", block=args.block, scope=args.scope, parts=args.parts, headline=False)
+    tables = []
     for path in args.file:
-        analysis = load_analysis(path, args, progress, dataflow=needs_dataflow(args, hw),
-                                 training=True)
-        rf = make_roofline(analysis, hw, args, progress) if hw is not None else None
-        df = block_frame(analysis, args, parts=args.parts, roofline=rf, fused_memory=fused_memory(analysis, args, rf))
-        df = keep_blocks(df, args)
-        if len(args.file) > 1:
-            df.insert(0, "file", analysis.source)
-        frames.append(df)
+        study = open_study(path, args, progress, hw, training=True)
+        study_roofline(study, args)
+        study_blocks(study, args)
+        table = block_view(study, request, None, study.analysis)
+        table.meta, table.summary = meta(study.analysis), study.analysis.summary
+        tables.append(table)
     progress.done()
-    if len(frames) == 1:
-        text = render(frames[0], args.format, args.unit, summary=analysis.summary, meta=meta(analysis),
-                      wide=args.wide)
-    else:
-        text = render(pd.concat(frames, ignore_index=True), args.format, args.unit, wide=args.wide,
-                      meta={k: v for k, v in meta(analysis).items() if k in ("tool", "version")})
-    write_output(text, args.output)
+    table = tables[0] if len(tables) == 1 else _one_table(tables)
+    write_output(render(table, args.format, args.unit, wide=args.wide), args.output)
     return EXIT_OK
+
+
+def _one_table(tables):
+    """Several files' block tables as one, ``file`` first."""
+    import pandas as pd
+
+    from ..views.table import Table
+
+    def cat(frames):
+        out = []
+        for t, df in zip(tables, frames):
+            df = df.copy()
+            df.insert(0, "file", t.meta["source"])
+            out.append(df)
+        return pd.concat(out, ignore_index=True)
+
+    text = None if all(t.text_frame is None for t in tables) else cat([t.shown for t in tables])
+    return Table(None, cat([t.frame for t in tables]), text_frame=text,
+                 meta={k: v for k, v in tables[0].meta.items() if k in ("tool", "version")})
 
 
 def register(sub) -> None:

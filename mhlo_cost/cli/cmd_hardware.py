@@ -20,7 +20,7 @@ def cmd_hardware(args) -> int:
     import pandas as pd
 
     from ..network import list_systems
-    from ..report import render
+    from ..views.render import render_frame as render
 
     chips, own_systems = _chips(args.hardware_file)
     df = pd.DataFrame({

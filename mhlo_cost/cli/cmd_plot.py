@@ -3,9 +3,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .common import (EXIT_OK, Progress, UserError, add_common, add_estimate, add_force, block_frame, claim_output,
-                     find_blocks, fused_memory, hardware_from_options, load_analysis, make_roofline, needs_dataflow,
-                     say)
+from .common import (EXIT_OK, Progress, UserError, add_common, add_estimate, add_force, claim_output,
+                     hardware_from_options, open_study, say, study_blocks, study_roofline)
 from .outputs import record_output
 
 def cmd_plot(args) -> int:
@@ -23,11 +22,13 @@ def cmd_plot(args) -> int:
     _check_name(args)
     claim_output(args)
     progress = Progress.of(args)
-    analysis = load_analysis(args.file, args, progress, dataflow=needs_dataflow(args, hw))
-    rf = make_roofline(analysis, hw, args, progress) if hw is not None else None
+    study = open_study(args.file, args, progress, hw)
+    analysis = study.analysis
+    rf = study_roofline(study, args)
     if args.memory:
-        return _plot_memory(analysis, args, rf, hw, progress)
-    df = block_frame(analysis, args, roofline=rf)
+        return _plot_memory(study, args, progress)
+    study_blocks(study, args)
+    df = study.block_frame()
     progress.stage("drawing")
     title = args.title or (f"{Path(analysis.source).name}: per block"
                            + (f", estimated time on {hw.name}" if hw is not None else ", FLOPs"))
@@ -70,12 +71,12 @@ def _plot_sweep(args) -> int:
     return _draw(args, draw)
 
 
-def _plot_memory(analysis, args, rf, hw, progress) -> int:
+def _plot_memory(study, args, progress) -> int:
     from ..memory.views import block_labels
     from ..plot import plot_memory
 
-    fused = fused_memory(analysis, args, rf)
-    blocks = find_blocks(analysis, args)
+    analysis, hw, fused = study.analysis, study.hardware, study.fused_memory
+    blocks = study_blocks(study, args)
     labels = block_labels(analysis, blocks)
     kinds = {b.name: b.kind for b in blocks.blocks}
     progress.stage("drawing")

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import argparse
 
-from .common import (EXIT_OK, Progress, UserError, add_common, claim_output, add_estimate, add_filters, add_output, block_frame,
-                     find_blocks,
-                     fused_memory, hardware_from_options, load_analysis, make_roofline, meta, needs_dataflow,
-                     write_output)
+from ..views.by import view
+from ..views.render import render
+from ..views.table import ViewRequest
+from .common import (EXIT_OK, Progress, UserError, add_common, add_estimate, add_filters, add_output, claim_output,
+                     hardware_from_options, open_study, study_blocks, study_roofline, write_output)
 
 BY = ("summary", "op", "opname", "kind", "scope", "tree", "block", "comm", "phase", "memory")
 
@@ -26,163 +27,6 @@ def _parse_by(value: str) -> tuple[str, int | None]:
             raise argparse.ArgumentTypeError(f"only scope and tree take a depth, a positive integer: got {value!r}")
         return by, int(depth)
     return by, None
-
-
-def _timed_group(analysis, rf, by: str, depth, df):
-    """est_time_s (and est_time_fused_s) per group of a --by kind/opname/scope table."""
-    keys = analysis.keys(by, depth)
-    label = df.columns[0]
-    acc: dict = {}
-    fused: dict = {}
-    for r, k, t in zip(analysis.rows, keys, rf.times):
-        acc[k] = acc.get(k, 0.0) + t.time_s
-        if rf.fusion is not None:
-            fused[k] = fused.get(k, 0.0) + rf.fusion.row_time[r.index] + t.comm_s
-    df = df.copy()
-    df["est_time_s"] = [acc.get(k, 0.0) for k in df[label]]
-    if rf.fusion is not None:
-        df["est_time_fused_s"] = [fused.get(k, 0.0) for k in df[label]]
-    return df
-
-
-def _comm_frame(analysis, rf):
-    import pandas as pd
-
-    from ..analysis import int_series
-
-    rows = [r for r in analysis.rows if r.kind == "collective"]
-    df = pd.DataFrame({
-        "op": [r.comm_kind for r in rows],
-        "scope": [r.scope for r in rows],
-        "group_size": int_series([r.group_size for r in rows]),
-        "num_groups": int_series([r.num_groups for r in rows]),
-        "shape": [r.shape for r in rows],
-        "dtype": [r.dtype for r in rows],
-        "multiplicity": int_series([r.multiplicity for r in rows]),
-        "comm_bytes": int_series([r.comm_bytes for r in rows]),
-        "location": [r.location for r in rows],
-    })
-    if rf is not None:  # where each collective runs, how, how long, and how much of it compute cannot hide
-        pos = {r.index: i for i, r in enumerate(rf.analysis.rows)}
-        idx = [pos[r.index] for r in rows]
-        details = [rf.comm_detail(i) for i in idx]
-        df.insert(4, "tier", [d.tier for d in details])
-        df.insert(5, "algorithm", [d.algorithm for d in details])
-        exposed = rf.exposure(fused=rf.fusion is not None).exposed
-        df["comm_time_s"] = pd.Series([rf.times[i].comm_s for i in idx], dtype="float64")
-        df["comm_exposed_s"] = pd.Series([exposed[i] for i in idx], dtype="float64")
-    return df
-
-
-def _summary(analysis, part, keep, args, rf, fused, hw) -> tuple[list, dict]:
-    """The summary pairs (:func:`mhlo_cost.figures.summary_pairs`: one source for every format) and the
-    counts; no pandas unless a profile's estimate is asked for. ``part``: the rows ``keep`` (--block,
-    --scope) of ``analysis``, whose parameters are those first read there."""
-    from ..figures import summary_pairs
-
-    params = None
-    if keep is not None and analysis.liveness is not None:
-        rows = analysis.memory.param_rows
-        params = sum(rows.get(i, 0) for i in keep)
-    blocks = find_blocks(analysis, args, quiet=True) if part.liveness is not None else None
-    pairs = summary_pairs(part, roofline=rf, fused=fused, hw=hw, blocks=blocks, steps=args.steps or 1,
-                          filtered=keep is not None, params=params)
-    return pairs, part.summary
-
-
-def _view(analysis, args, hw, progress):
-    """(frame, title, lines under the table, JSON facts) of one file."""
-    from .views import mark_overhead, op_list, select_rows, subset, tree_frame, with_total
-
-    by, depth = args.by
-    rf = make_roofline(analysis, hw, args, progress) if hw is not None else None
-    progress.stage("grouping")
-    keep = select_rows(analysis, args)
-    part = subset(analysis, keep)
-    fused = fused_memory(analysis, args, rf) if keep is None else None
-    lines, facts = [], None
-    if by == "summary":
-        df = _summary(analysis, part, keep, args, rf, fused, hw)  # (pairs, counts)
-    elif by == "memory":
-        from ..memory.views import timeline_frame
-
-        df = timeline_frame(analysis, find_blocks(analysis, args), fused)
-        df = df if keep is None else df[df["index"].isin({analysis.rows[i].index for i in keep})]
-    elif by == "op" and rf is not None:
-        df = rf.kernel_frame(args.top if keep is None else None) if rf.fusion is not None else rf.op_frame(
-            args.top if keep is None else None)
-        if keep is not None:  # the block's (or scopes') ops in program order; --top among them
-            df = _keep_ops(df, analysis, keep, args.top)
-        df = mark_overhead(df, rf) if rf.fusion is None else df
-        if rf.fusion is None and analysis.liveness is not None:
-            pos = {r.index: i for i, r in enumerate(analysis.rows)}
-            df["live_bytes"] = [analysis.memory.after[pos[int(i)]] for i in df["index"]]  # once the op is done
-    elif by == "op":
-        df = op_list(part, args.top)
-    elif by == "block":
-        df = block_frame(analysis, args, roofline=rf, fused_memory=fused, parts=args.parts)
-        df = keep_blocks(df, args)
-        if keep is None and not getattr(args, "scope", None):  # the whole program's headline over its blocks
-            from ..headline import headline
-
-            facts = headline(_summary(analysis, part, keep, args, rf, fused, hw)[0])
-    elif by == "phase":  # a training step: forward, backward (dgrad, wgrad), recompute, optimizer
-        from ..training.analysis import phase_report
-
-        df, lines, facts = phase_report(analysis, rf.times if rf is not None else None)
-    elif by == "comm":
-        df = with_total(_comm_frame(part, rf), "op")
-    elif by == "tree":
-        rows = analysis.memory.param_rows if analysis.liveness is not None else None
-        params = None if rows is None else [rows.get(i, 0) for i in (keep or range(len(analysis.rows)))]
-        df = tree_frame(part, depth, params)
-    else:
-        key = "op" if by == "opname" else by
-        df = part.group(key, depth)
-        if rf is not None:
-            df = _timed_group(part, _sub_roofline(rf, keep), key, depth, df)
-        df = with_total(df.rename(columns={"op": "opname"}) if key == "op" else df)
-    title = f"{analysis.source} (entry @{analysis.entry}), by {by}" + (f":{depth}" if depth else "")
-    if rf is not None:
-        title += f", on {hw.name}" + {"compiled": ", fused elementwise", "eager": ", eager"}.get(rf.execution, "")
-    for opt in ("block", "scope"):
-        if getattr(args, opt, None):
-            title += f", --{opt} {getattr(args, opt)}"
-    if args.unit != "raw":
-        title += f", FLOPs and bytes in {args.unit} ({ {'K': '1e3', 'M': '1e6', 'G': '1e9', 'T': '1e12'}[args.unit]})"
-    return df, title, lines, facts
-
-
-def _keep_ops(df, analysis, keep, top):
-    keep_idx = {analysis.rows[i].index for i in keep}
-    df = df[df["index"].isin(keep_idx)].sort_values("index", kind="stable")
-    if top is not None:
-        df = df.sort_values("latency_us", ascending=False, kind="stable").head(top)
-    return df.reset_index(drop=True)
-
-
-def keep_blocks(df, args):
-    import re
-
-    """The rows of the block named by --block, or whose names --scope matches (the program's TOTAL left out)."""
-    if getattr(args, "block", None):
-        df = df[df["block"] == args.block]
-        if len(df) == 0:
-            raise UserError(f"no block named {args.block!r}")
-    if getattr(args, "scope", None):
-        rx = re.compile(args.scope)
-        df = df[[bool(rx.search(str(b))) and b != "TOTAL" for b in df["block"]]]
-    return df.reset_index(drop=True)
-
-
-def _sub_roofline(rf, keep):
-    """``rf`` with its times cut to the kept rows (for the grouped views of a filtered analysis)."""
-    if keep is None:
-        return rf
-
-    from types import SimpleNamespace
-
-    return SimpleNamespace(times=[rf.times[i] for i in keep], fusion=rf.fusion)
 
 
 def cmd_report(args) -> int:
@@ -204,64 +48,53 @@ def cmd_report(args) -> int:
         raise UserError("--steps is a whole run of the program: it does not go with --block or --scope")
     claim_output(args)
     progress = Progress.of(args)
-    frames = []
+    request = ViewRequest(by=by, depth=depth, block=getattr(args, "block", None), scope=getattr(args, "scope", None),
+                          top=args.top, parts=args.parts, unit=args.unit)
+    tables = []
     for path in args.file:
-        analysis = load_analysis(path, args, progress, dataflow=needs_dataflow(args, hw),
-                                 training={"block": True, "phase": "always"}.get(by, False))
+        study = open_study(path, args, progress, hw, training={"block": True, "phase": "always"}.get(by, False))
+        study_roofline(study, args)
         if args.format == "html" and by == "summary":  # the whole report: one page
-            rf = make_roofline(analysis, hw, args, progress) if hw is not None else None
-            write_output(_html_report(analysis, rf, args, progress), args.output)
+            write_output(_html_report(study, args, progress), args.output)
             progress.done()
             return EXIT_OK
-        df, title, lines, facts = _view(analysis, args, hw, progress)
-        info = meta(analysis) | ({"phases": facts} if by == "phase" else {"headline": facts} if facts else {})
-        frames.append((analysis, df, title, lines, info))
+        progress.stage("grouping")
+        tables.append(view(study, request))
+        if by in ("block", "memory"):  # what was found (said once the view is made: a bad --block first)
+            study_blocks(study, args)
     progress.done()
-    if by == "summary":
-        frames = [(a, _pairs_frame(*df, args) if len(frames) > 1 else df, *rest) for a, df, *rest in frames]
-    if len(frames) == 1 and by == "summary":
-        from .summary import render_pairs
-
-        analysis, (pairs, counts), title, lines, info = frames[0]
-        text = render_pairs(pairs, args.format, args.unit, meta=info, title=title)
-    elif len(frames) == 1:
-        from ..report import render
-
-        analysis, df, title, lines, info = frames[0]
-        text = render(df, args.format, args.unit, summary=analysis.summary, meta=info, title=title, wide=args.wide)
-        if info.get("headline") and args.format in ("table", "markdown"):  # under the title
-            head, rest = text.split("\n", 1)
-            line = info["headline"] if args.format == "table" else f"\n**{info['headline']}**"
-            text = f"{head}\n{line}\n{rest}"
-        if lines and args.format in ("table", "markdown"):
-            text += "".join(f"{'- ' if args.format == 'markdown' else ''}{line}\n" for line in lines)
+    if len(tables) == 1:
+        text = render(tables[0], args.format, args.unit, wide=args.wide)
     else:
-        text = _render_many(frames, args)
+        if by == "summary":
+            for t in tables:
+                t.frame, t.pairs = _pairs_frame(t.pairs, args), None
+        text = _render_many(tables, args)
     write_output(text, args.output)
     return EXIT_OK
 
 
-def _pairs_frame(pairs, counts, args):
+def _pairs_frame(pairs, args):
     """Several files' summaries: one frame each, in the unit asked (exact values in JSON)."""
     import pandas as pd
 
-    from .summary import in_unit
+    from ..views.pairs import in_unit
 
     if args.format != "json":
         pairs = in_unit(pairs, args.unit, exact=args.format == "csv")
     return pd.DataFrame({"metric": [m for m, _ in pairs], "value": pd.Series([v for _, v in pairs], dtype=object)})
 
 
-def _render_many(frames, args) -> str:
+def _render_many(tables, args) -> str:
     """Several files: one table, ``file`` first; JSON: the rows with their file, and each file's summary."""
     import pandas as pd
 
-    from ..report import render
+    from ..views.render import render_frame
 
     parts = []
-    for analysis, df, *_ in frames:
-        df = df.copy()
-        df.insert(0, "file", analysis.source)
+    for t in tables:
+        df = t.frame.copy()
+        df.insert(0, "file", t.meta["source"])
         parts.append(df)
     # Columns some files lack (a training step's phase columns) are empty there and exact where present:
     # integer columns go through as Python ints (a concat would make them float).
@@ -273,32 +106,26 @@ def _render_many(frames, args) -> str:
                 p[c] = pd.Series([None if v is pd.NA else int(v) for v in p[c]], index=p.index, dtype=object)
         parts[i] = p
     df = pd.concat(parts, ignore_index=True)
-    title = f"{len(frames)} files, by {args.by[0]}" + (f":{args.by[1]}" if args.by[1] else "")
-    text = render(df, args.format, args.unit, title=title, wide=args.wide,
-                  meta={"tool": frames[0][4]["tool"], "version": frames[0][4]["version"]})
+    title = f"{len(tables)} files, by {args.by[0]}" + (f":{args.by[1]}" if args.by[1] else "")
+    text = render_frame(df, args.format, args.unit, title=title, wide=args.wide,
+                        meta={"tool": tables[0].meta["tool"], "version": tables[0].meta["version"]})
     if args.format == "json":
         import json
 
         payload = json.loads(text)
-        payload["summaries"] = {a.source: {k: int(v) for k, v in a.summary.items()} for a, *_ in frames}
+        payload["summaries"] = {t.meta["source"]: {k: int(v) for k, v in t.summary.items()} for t in tables}
         from ..report import to_json
 
         text = to_json(payload)
     return text
 
 
-def _html_report(analysis, rf, args, progress) -> str:
-    from ..html import report_page
-    from ..memory.views import profiles
+def _html_report(study, args, progress) -> str:
+    from ..html import study_page
 
-    blocks = find_blocks(analysis, args)
-    fused = fused_memory(analysis, args, rf)
-    memory = profiles(analysis, fused)
-    timeline = {f"during_bytes{suffix}": prof.during for suffix, prof in memory}
-    pairs, _ = _summary(analysis, analysis, None, args, rf, fused, rf.hw if rf is not None else None)
-    progress.stage("writing the page")
-    return report_page(analysis, blocks, roofline=rf, unit=None if args.unit == "raw" else args.unit,
-                       top=args.top or 10, timeline=timeline, memory=memory, summary=pairs)
+    study_blocks(study, args)
+    page = study_page(study, unit=None if args.unit == "raw" else args.unit, top=args.top or 10, stage=progress.stage)
+    return page
 
 
 def register(sub) -> None:

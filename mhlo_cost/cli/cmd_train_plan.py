@@ -48,7 +48,7 @@ def _split(args, base):
 
 def cmd_train_plan(args) -> int:
     from ..network import resolve_profile
-    from ..report import render
+    from ..views.render import render_frame as render
     from ..scale.plan import breakdown_frame, facts, plan, sweep
     from ..scale.stages import stage_frame, stage_rows
 

@@ -8,7 +8,6 @@ import sys
 from pathlib import Path
 from typing import Callable
 
-from .. import __version__
 from .outputs import head, record_output, wrote_before
 from .progress import ACTIVE_PROGRESS, Progress, progress_wanted, stop_progress  # noqa: F401 (the commands' names)
 
@@ -74,38 +73,41 @@ def read_input(path: str) -> bytes:
     return data
 
 
-def load_analysis(path: str, args, progress: Progress, dataflow: bool = False, training: bool = False):
-    """The analysis of ``path`` (``-``: standard input); ``dataflow``: with operand producers (for --fuse);
-    ``training``: a training step's (data flow and arguments, for its phases) where the IR holds a backward
-    (``training="always"``: whatever it holds)."""
+def open_study(path: str, args, progress: Progress, hw=None, training: bool | str = False):
+    """The study of ``path`` (``-``: standard input) under the options (``hw``: the profile
+    :func:`hardware_from_options` resolved); its analysis made now, its warnings said (``--strict``: refused).
+    ``training``: a training step's phases where the IR holds a backward (``"always"``: whatever it holds)."""
     from ..guard import enabled, prestart
+    from ..study import Study, StudyOptions
 
     prestart(walk=True)  # the reader's child starts (and imports the walk) while this process reads the file
     progress.stage(f"parsing {'standard input' if path == '-' else path}{_size(path)}")
     data = read_input(path)
-    name = "<stdin>" if path == "-" else path
-    entry, padding = getattr(args, "entry", None), getattr(args, "conv_padding", "xla")
-    from ..worker import WalkOptions, analyze_isolated, walk_loaded
-
-    record = ("training" if training == "always" else "training-if-backward" if training
-              else "dataflow" if dataflow else "counts")
-    options = WalkOptions(entry=entry, conv_padding=padding, record=record, dataflow_if_forward=bool(dataflow))
-    if enabled():  # parsed and walked once, in the child: this process imports no jaxlib
-        checked: list = []  # jax's version, read while the child works (its metadata is slow to read)
+    options = StudyOptions(
+        data, name="<stdin>" if path == "-" else path, entry=getattr(args, "entry", None),
+        conv_padding=getattr(args, "conv_padding", "xla"), training=training, hardware=hw,
+        execution=getattr(args, "execution", None), fuse=getattr(args, "fuse", "none") or "none",
+        attention=getattr(args, "attention", None), sdpa=getattr(args, "sdpa", None),
+        steps=getattr(args, "steps", None), blocks=getattr(args, "blocks", "auto"),
+        block_pattern=getattr(args, "block_pattern", None), norms_per_block=getattr(args, "norms_per_block", None),
+        isolate=enabled())
+    checked: list = []  # jax's version, read while the child works (its metadata is slow to read)
+    study = Study(options, stage=progress.stage, meanwhile=lambda: _meanwhile(checked), check=require_jax)
+    if not options.isolate:  # MHLO_COST_ISOLATE=0: parsed and walked here, the version checked first
+        analysis = study.analysis
+    else:  # parsed and walked once, in the child: this process imports no jaxlib
         try:
-            analysis = analyze_isolated(data, options, name=name, meanwhile=lambda: _meanwhile(checked))
+            analysis = study.analysis
         except Exception:
             _jax_ok(checked)  # a jaxlib too old (or none) says so first
             raise
         _jax_ok(checked)
-        progress.stage("counting")
-    else:  # MHLO_COST_ISOLATE=0: parsed and walked here
-        require_jax()
-        from ..loader import load
+    _say_warnings(analysis, args)
+    return study
 
-        loaded = load(data, name=name)
-        progress.stage("counting")
-        analysis = walk_loaded(loaded, options)
+
+def _say_warnings(analysis, args) -> None:
+    """The analysis' warnings and unknown ops on stderr (``--strict``: an error)."""
     from ..visitors.row import EMPTY_ENTRY
 
     for w in analysis.warnings:  # a fact about the counts (shard_map: per device) is a note
@@ -118,7 +120,6 @@ def load_analysis(path: str, args, progress: Progress, dataflow: bool = False, t
         if getattr(args, "strict", False):
             raise UserError(f"{analysis.source}: {unknown} op(s) no rule knows: {names} (--strict)")
         say(args, f"warning: {unknown} op(s) no rule knows, counted as unknown: {names}")
-    return analysis
 
 
 def _meanwhile(checked: list) -> None:
@@ -145,7 +146,7 @@ def _import_the_views() -> None:
     import importlib
 
     for module in ("mhlo_cost.memory.profile", "mhlo_cost.collectors.repeat", "mhlo_cost.collectors.scope",
-                   "mhlo_cost.figures", "mhlo_cost.headline", "mhlo_cost.cli.summary"):
+                   "mhlo_cost.figures", "mhlo_cost.headline", "mhlo_cost.views.pairs"):
         try:
             importlib.import_module(module)
         except ImportError:  # said where it is needed
@@ -211,18 +212,9 @@ def add_progress(p: argparse.ArgumentParser) -> None:
                    help="stages and bars on stderr even when it is not a terminal (default: on a terminal only)")
 
 
-def find_blocks(analysis, args, quiet: bool = False):
-    """The blocks of ``analysis`` by the options (``--blocks``, ``--block-pattern``, ``--norms-per-block``);
-    a training step's optimizer becomes its own block."""
-    from ..collectors import assign_blocks
-
-    blocks = assign_blocks(analysis, method=args.blocks, pattern=args.block_pattern,
-                           norms_per_block=args.norms_per_block)
-    phases = getattr(analysis, "phases", None)
-    if phases is not None and phases.training:
-        from ..blocks import training_blocks
-
-        blocks = training_blocks(blocks, phases)
+def study_blocks(study, args, quiet: bool = False):
+    """The study's blocks, their warnings and what was found said (not when ``quiet``)."""
+    blocks = study.blocks
     if not quiet:
         for w in blocks.warnings:
             say(args, f"warning: {w}")
@@ -231,27 +223,12 @@ def find_blocks(analysis, args, quiet: bool = False):
     return blocks
 
 
-def block_frame(analysis, args, parts: bool = False, roofline=None, fused_memory=None):
-    """The block table: counts, the estimate's columns given a roofline, memory, a training step's phases."""
-    from ..blocks import block_table
-    from ..memory.views import profiles
-
-    blocks = find_blocks(analysis, args)
-    memory = profiles(analysis, fused_memory) if getattr(analysis, "liveness", None) is not None else None
-    if roofline is None:
-        df = block_table(analysis, blocks, parts=parts, memory=memory)
-    else:
-        df = roofline.block_frame(blocks, parts=parts, memory=memory)
-    phases = getattr(analysis, "phases", None)  # a training step's: phase columns
-    if phases is not None and phases.training:
-        from ..blocks import add_phase_columns
-
-        df = add_phase_columns(df, analysis, blocks, phases, parts=parts)
-        if getattr(args, "format", "") in ("table", "markdown"):
-            from ..blocks import phase_view
-
-            df = phase_view(df)
-    return df
+def study_roofline(study, args):
+    """The study's estimate (None without a profile), its unknown ops said."""
+    rf = study.roofline
+    if rf is not None and rf.unknown_ops:
+        say(args, f"warning: {rf.unknown_ops} unknown op(s) are estimated at 0 s")
+    return rf
 
 
 def execution(args) -> str:
@@ -260,28 +237,6 @@ def execution(args) -> str:
     from ..roofline.estimate import execution_of
 
     return execution_of(getattr(args, "fuse", "none") or "none", getattr(args, "execution", None))
-
-
-def needs_dataflow(args, hw) -> bool:
-    """Whether the analysis needs operand producers: any estimate, or a fused / eager memory estimate."""
-    return hw is not None or execution(args) != "unfused"
-
-
-def fused_memory(analysis, args, roofline=None):
-    """The memory estimate of the execution model where it is not ``unfused`` (compiled: ``--fuse
-    elementwise``; eager), None otherwise."""
-    ex = execution(args)
-    if ex == "unfused" or getattr(analysis, "liveness", None) is None:
-        return None
-    from ..memory.views import eager_profile, fused_profile
-
-    if ex == "eager":
-        return eager_profile(analysis, roofline.fusion if roofline is not None else None,
-                             sdpa=getattr(args, "sdpa", None) or "flash")
-    if roofline is not None:
-        return fused_profile(analysis, roofline.fusion)
-    # as the estimate fuses with --fuse elementwise: attention as one kernel unless --attention unfused
-    return fused_profile(analysis, attention=getattr(args, "attention", None) or "fused")
 
 
 # -- roofline options (--hardware, --hardware-file, --fuse, --steps, --top) ------------------------------------
@@ -314,23 +269,6 @@ def hardware_from_options(args, top_needs_hardware: bool = True):
     if getattr(args, "sdpa", None) and execution(args) != "eager":
         raise UserError("--sdpa goes with --execution eager")
     return hw
-
-
-def make_roofline(analysis, hw, args, progress: Progress):
-    from ..roofline import Roofline
-
-    progress.stage(f"estimating on {hw.name}")
-    rf = Roofline(analysis, hw, attention=getattr(args, "attention", None), execution=execution(args),
-                  sdpa=getattr(args, "sdpa", None) or "flash")
-    if rf.unknown_ops:
-        say(args, f"warning: {rf.unknown_ops} unknown op(s) are estimated at 0 s")
-    return rf
-
-
-
-def meta(analysis) -> dict:
-    return {"tool": "mhlo-cost", "version": __version__, "source": analysis.source, "entry": analysis.entry}
-
 
 
 def add_common(p: argparse.ArgumentParser, blocks: bool = True, many: bool = False) -> None:

@@ -36,6 +36,18 @@ CONVENTIONS = (
 )
 
 
+def study_page(study, *, unit: str | None = None, top: int = 10, stage=None) -> str:
+    """The HTML report of a :class:`mhlo_cost.study.Study`: its blocks, estimate, memory and summary.
+    ``stage(text)``: told when the page is written."""
+    memory = study.memory
+    timeline = {f"during_bytes{suffix}": prof.during for suffix, prof in memory}
+    summary = study.summary()
+    if stage is not None:
+        stage("writing the page")
+    return report_page(study.analysis, study.blocks, roofline=study.roofline, unit=unit, top=top,
+                       timeline=timeline, memory=memory, summary=summary)
+
+
 def report_page(analysis, blocks, *, roofline=None, unit: str | None = None, top: int = 10,
                 timeline: pd.DataFrame | dict | None = None, title: str | None = None,
                 memory: list | None = None, summary: list | None = None) -> str:

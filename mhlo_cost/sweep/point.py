@@ -1,7 +1,7 @@
 """One point of a sweep, in a worker: lower it as ``mhlo-cost lower`` does, analyse it as ``mhlo-cost report``
 does (the data-flow analysis: exposed communication and the memory peak), and make its row for every
-hardware profile from that one analysis. Numbers are the report's own (``Roofline.summary``, the memory
-profile), so a row equals what ``report --hardware H --steps K`` prints for the point alone.
+hardware profile from that one analysis. The row is the study's (:meth:`mhlo_cost.study.Study.row`), the
+one ``report --hardware H --steps K`` asks for the point alone, so it equals what the report prints.
 
 Nothing here writes files or prints: a worker may run on another machine (a Dask cluster). A point that
 fails returns its error as a result; it never raises.
@@ -9,7 +9,6 @@ fails returns its error as a result; it never raises.
 from __future__ import annotations
 
 import hashlib
-import math
 import os
 import time
 from dataclasses import dataclass, field
@@ -84,12 +83,15 @@ def library_request(point: Point):
                         dtype=dtype_name(point.dtype))
 
 
-def analyse_text(text: str, conv_padding: str = "xla"):
-    """The analysis ``report --hardware`` makes of the text (with the data flow)."""
-    from ..loader import load
-    from ..analysis import analyze_dataflow
+def study_of(text: str, task: Task):
+    """The study ``report --hardware H --steps K`` makes of the text (walked here: a worker is a process of
+    its own); ``on(hw)`` gives it on each profile."""
+    from ..study import Study, StudyOptions
 
-    return analyze_dataflow(load(text), conv_padding=conv_padding)
+    eager = task.fuse == "eager"
+    return Study(StudyOptions(text, conv_padding=task.conv_padding, execution="eager" if eager else None,
+                              fuse="none" if eager else task.fuse, steps=task.steps, isolate=False,
+                              dataflow=True))
 
 
 def compute(task: Task) -> Result:
@@ -100,62 +102,10 @@ def compute(task: Task) -> Result:
     try:
         text = lower_text(task.point, task.options)
         sha = hashlib.sha256(text.encode()).hexdigest()
-        analysis = analyse_text(text, task.conv_padding)
-        rows = [metrics(analysis, hw, task.steps, task.fuse) for hw in task.profiles()]
+        study = study_of(text, task)
+        study.analysis  # noqa: B018 (walked once, for every profile)
+        rows = [study.on(hw).row() for hw in task.profiles()]
     except Exception as e:  # noqa: BLE001 - any failure of the point is its row, never the sweep's end
         first = (str(e).strip().splitlines() or [""])[0][:300]
         return Result(task.point, "failed", f"{type(e).__name__}: {first}", seconds=time.perf_counter() - t0)
     return Result(task.point, "ok", "", sha, rows, time.perf_counter() - t0)
-
-
-def metrics(analysis, hw, steps: int = 1, fuse: str = "none") -> dict:
-    """The numbers of one point on one profile, under the report's names (per device; ints exact)."""
-    from ..roofline import Roofline
-
-    rf = Roofline(analysis, hw, execution="eager") if fuse == "eager" else Roofline(analysis, hw, fuse_mode=fuse)
-    s = rf.summary(steps)
-    c = analysis.summary
-    out = {k: int(c[k]) for k in ("gemm_flops", "conv_flops", "vector_flops", "comm_bytes")}
-    out["flops"] = int(s["flops"])
-    hbm = int(hw.hbm_capacity)
-    peaks = [("", analysis.memory.peak_bytes)]
-    if rf.fusion is not None:
-        from ..memory.views import eager_profile, fused_profile
-
-        prof = eager_profile(analysis, rf.fusion) if fuse == "eager" else fused_profile(analysis, rf.fusion)
-        peaks.append(("_fused", prof.peak_bytes))
-    for suffix, peak in peaks:
-        out["peak_bytes" + suffix] = int(peak)
-    out["hbm_bytes"] = hbm
-    for suffix, peak in peaks:
-        out["fits" + suffix] = "yes" if hbm - peak >= 0 else "no"
-    for k in ("est_time_s", "est_time_overlap_s", "est_time_fused_s", "est_time_fused_overlap_s",
-              "comm_time_s", "comm_exposed_s", "utilisation", "utilisation_fused"):
-        if k in s:
-            out[k] = s[k]
-    if rf.fusion is not None:  # what compute cannot hide with fused compute times (report --by comm --fuse)
-        out["comm_exposed_fused_s"] = math.fsum(rf.exposure(fused=True).exposed)
-    out["bound"] = bound(rf)
-    from ..accuracy import median_error
-
-    out["accuracy_error"] = median_error(hw.name, "model", "compiled" if rf.fusion is not None else "unfused")
-    step = s["est_time_fused_overlap_s"] if rf.fusion is not None else s["est_time_overlap_s"]
-    out["steps"] = steps
-    out["time_step_s"] = step
-    out["time_run_s"] = step * steps
-    return out
-
-
-def bound(rf) -> str:
-    """The whole program's bound by the rule of ``Roofline.block_frame`` (one block holding every op)."""
-    from ..roofline.estimate import time_bound
-
-    extra, rows = rf.block_extra(), rf.analysis.rows
-
-    def total(name):
-        return math.fsum(extra[name](r) for r in rows)
-
-    comm = total("comm_time_s")
-    fused = rf.fusion is not None
-    return time_bound(total("est_time_fused_s" if fused else "est_time_s") - comm,
-                      total("compute_bound_fused_s" if fused else "compute_bound_s"), comm)

@@ -1,5 +1,5 @@
 """The summary view, ``metric, value`` pairs, in every format without pandas (``mhlo-cost report``'s
-default view starts faster for it): the same text as :func:`mhlo_cost.report.render` gives a two-column
+default view starts faster for it): the same text as :func:`mhlo_cost.views.render.render_frame` gives a two-column
 frame."""
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Frames the ``report`` views share: a TOTAL row, the scope tree, the op list without a profile, the
+"""Frames the views share: a TOTAL row, the scope tree, the op list without a profile, the collectives, the
 ``--block`` / ``--scope`` filter, the ``overhead`` bound."""
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import math
 import re
 from dataclasses import replace
 
-from .common import UserError
+from .table import ViewError
 
 TOTAL = "TOTAL"
 #: Columns a TOTAL row leaves empty: labels, sizes, ratios.
@@ -35,29 +35,29 @@ def with_total(df, label: str | None = None):
     return pd.DataFrame(data)
 
 
-def select_rows(analysis, args) -> list[int] | None:
-    """Positions of the rows ``--block NAME`` and ``--scope REGEX`` keep (None: no filter)."""
+def select_rows(study, args) -> list[int] | None:
+    """Positions of the rows of the study's analysis ``--block NAME`` and ``--scope REGEX`` keep (None: no
+    filter)."""
     name, pattern = getattr(args, "block", None), getattr(args, "scope", None)
     if not name and not pattern:
         return None
+    analysis = study.analysis
     keep = range(len(analysis.rows))
     if name:
-        from .common import find_blocks
-
         from ..blocks import row_labels
 
         # every row of the block table: the blocks, and the groups of ops outside them (embed, lm_head, (top))
-        labels = row_labels(find_blocks(analysis, args, quiet=True))
+        labels = row_labels(study.blocks)
         if not any(name in lab for lab in labels):
             names = list(dict.fromkeys(n for lab in labels for n in lab))
             shown = ", ".join(names[:12]) + (" ..." if len(names) > 12 else "")
-            raise UserError(f"no block named {name!r} (rows of the block table: {shown or 'none'})")
+            raise ViewError(f"no block named {name!r} (rows of the block table: {shown or 'none'})")
         keep = [i for i in keep if name in labels[i]]
     if pattern:
         rx = re.compile(pattern)
         keep = [i for i in keep if rx.search(analysis.rows[i].scope or "")]
     if not keep:
-        raise UserError(f"no op matches {'--block ' + name if name else ''}{' ' if name and pattern else ''}"
+        raise ViewError(f"no op matches {'--block ' + name if name else ''}{' ' if name and pattern else ''}"
                         f"{'--scope ' + pattern if pattern else ''}")
     return list(keep)
 
@@ -144,3 +144,79 @@ def mark_overhead(df, rf):
     df = df.copy()
     df["bound"] = out
     return df
+
+
+def timed_group(analysis, rf, by: str, depth, df):
+    """est_time_s (and est_time_fused_s) per group of a --by kind/opname/scope table."""
+    keys = analysis.keys(by, depth)
+    label = df.columns[0]
+    acc: dict = {}
+    fused: dict = {}
+    for r, k, t in zip(analysis.rows, keys, rf.times):
+        acc[k] = acc.get(k, 0.0) + t.time_s
+        if rf.fusion is not None:
+            fused[k] = fused.get(k, 0.0) + rf.fusion.row_time[r.index] + t.comm_s
+    df = df.copy()
+    df["est_time_s"] = [acc.get(k, 0.0) for k in df[label]]
+    if rf.fusion is not None:
+        df["est_time_fused_s"] = [fused.get(k, 0.0) for k in df[label]]
+    return df
+
+
+def comm_frame(analysis, rf):
+    import pandas as pd
+
+    from ..analysis import int_series
+
+    rows = [r for r in analysis.rows if r.kind == "collective"]
+    df = pd.DataFrame({
+        "op": [r.comm_kind for r in rows],
+        "scope": [r.scope for r in rows],
+        "group_size": int_series([r.group_size for r in rows]),
+        "num_groups": int_series([r.num_groups for r in rows]),
+        "shape": [r.shape for r in rows],
+        "dtype": [r.dtype for r in rows],
+        "multiplicity": int_series([r.multiplicity for r in rows]),
+        "comm_bytes": int_series([r.comm_bytes for r in rows]),
+        "location": [r.location for r in rows],
+    })
+    if rf is not None:  # where each collective runs, how, how long, and how much of it compute cannot hide
+        pos = {r.index: i for i, r in enumerate(rf.analysis.rows)}
+        idx = [pos[r.index] for r in rows]
+        details = [rf.comm_detail(i) for i in idx]
+        df.insert(4, "tier", [d.tier for d in details])
+        df.insert(5, "algorithm", [d.algorithm for d in details])
+        exposed = rf.exposure(fused=rf.fusion is not None).exposed
+        df["comm_time_s"] = pd.Series([rf.times[i].comm_s for i in idx], dtype="float64")
+        df["comm_exposed_s"] = pd.Series([exposed[i] for i in idx], dtype="float64")
+    return df
+
+
+def keep_ops(df, analysis, keep, top):
+    keep_idx = {analysis.rows[i].index for i in keep}
+    df = df[df["index"].isin(keep_idx)].sort_values("index", kind="stable")
+    if top is not None:
+        df = df.sort_values("latency_us", ascending=False, kind="stable").head(top)
+    return df.reset_index(drop=True)
+
+
+def keep_blocks(df, args):
+    """The rows of the block named by --block, or whose names --scope matches (the program's TOTAL left out)."""
+    if getattr(args, "block", None):
+        df = df[df["block"] == args.block]
+        if len(df) == 0:
+            raise ViewError(f"no block named {args.block!r}")
+    if getattr(args, "scope", None):
+        rx = re.compile(args.scope)
+        df = df[[bool(rx.search(str(b))) and b != "TOTAL" for b in df["block"]]]
+    return df.reset_index(drop=True)
+
+
+def sub_roofline(rf, keep):
+    """``rf`` with its times cut to the kept rows (for the grouped views of a filtered analysis)."""
+    if keep is None:
+        return rf
+
+    from types import SimpleNamespace
+
+    return SimpleNamespace(times=[rf.times[i] for i in keep], fusion=rf.fusion)

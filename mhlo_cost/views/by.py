@@ -1,0 +1,123 @@
+"""One view per question (``report --by NAME``): each a function of the study, the request and the rows kept
+(``keep``: positions, None for all; ``part``: their analysis) that returns one :class:`~.table.Table`.
+
+:data:`VIEWS` is the one place a view is chosen (and the one place a new view goes); :func:`view` adds what
+every view shares: the ``--block`` / ``--scope`` filter, the title, the program's counts.
+"""
+from __future__ import annotations
+
+from .frames import (comm_frame, keep_blocks, keep_ops, mark_overhead, op_list, select_rows, sub_roofline, subset,
+                     timed_group, tree_frame, with_total)
+from .table import Table, ViewRequest
+
+UNIT_SIZE = {"K": "1e3", "M": "1e6", "G": "1e9", "T": "1e12"}
+
+
+def summary_view(study, req: ViewRequest, keep, part) -> Table:
+    """The summary's (metric, value) pairs; no pandas unless a profile's estimate is asked for."""
+    return Table(None, pairs=study.summary(keep, part))
+
+
+def memory_view(study, req, keep, part) -> Table:
+    """Live bytes per op, in program order."""
+    from ..memory.views import timeline_frame
+
+    analysis = study.analysis
+    df = timeline_frame(analysis, study.blocks, study.fused_memory if keep is None else None)
+    return Table(None, df if keep is None else df[df["index"].isin({analysis.rows[i].index for i in keep})])
+
+
+def op_view(study, req, keep, part) -> Table:
+    """Every op occurrence (every kernel where the estimate fuses), or the ``top`` slowest."""
+    rf, analysis = study.roofline, study.analysis
+    if rf is None:
+        return Table(None, op_list(part, req.top))
+    top = req.top if keep is None else None
+    df = rf.kernel_frame(top) if rf.fusion is not None else rf.op_frame(top)
+    if keep is not None:  # the block's (or scopes') ops in program order; --top among them
+        df = keep_ops(df, analysis, keep, req.top)
+    df = mark_overhead(df, rf) if rf.fusion is None else df
+    if rf.fusion is None and analysis.liveness is not None:
+        pos = {r.index: i for i, r in enumerate(analysis.rows)}
+        df["live_bytes"] = [analysis.memory.after[pos[int(i)]] for i in df["index"]]  # once the op is done
+    return Table(None, df)
+
+
+def block_view(study, req, keep, part) -> Table:
+    """One row per block (per block part), TOTAL last; the whole program's headline over it."""
+    whole = study.block_frame(req.parts)
+    table = Table(None, keep_blocks(whole, req))
+    if study.phases is not None:  # the terminal's view: the phase columns, not the sums they add up to
+        from ..blocks import phase_view
+
+        table.text_frame = keep_blocks(phase_view(whole), req)
+    if req.headline and keep is None and not req.scope:
+        from ..headline import headline
+
+        line = headline(study.summary())
+        if line:
+            table.meta["headline"] = line
+    return table
+
+
+def phase_table(study, req, keep, part) -> Table:
+    """A training step: forward, backward (dgrad, wgrad), recompute, optimizer."""
+    from ..training.analysis import phase_report
+
+    rf = study.roofline
+    df, lines, facts = phase_report(study.analysis, rf.times if rf is not None else None)
+    return Table(None, df, notes=list(lines), meta={"phases": facts})
+
+
+def comm_view(study, req, keep, part) -> Table:
+    """Every collective, TOTAL last."""
+    return Table(None, with_total(comm_frame(part, study.roofline), "op"))
+
+
+def tree_view(study, req, keep, part) -> Table:
+    """Scopes as an indented tree with subtotals and percent."""
+    analysis = study.analysis
+    rows = analysis.memory.param_rows if analysis.liveness is not None else None
+    params = None if rows is None else [rows.get(i, 0) for i in (keep or range(len(analysis.rows)))]
+    return Table(None, tree_frame(part, req.depth, params))
+
+
+def group_view(study, req, keep, part) -> Table:
+    """Summed per kind, scope (to a depth) or op name, TOTAL last."""
+    key = "op" if req.by == "opname" else req.by
+    df = part.group(key, req.depth)
+    if study.roofline is not None:
+        df = timed_group(part, sub_roofline(study.roofline, keep), key, req.depth, df)
+    return Table(None, with_total(df.rename(columns={"op": "opname"}) if key == "op" else df))
+
+
+#: --by NAME -> the view
+VIEWS = {"summary": summary_view, "op": op_view, "opname": group_view, "kind": group_view, "scope": group_view,
+         "tree": tree_view, "block": block_view, "comm": comm_view, "phase": phase_table, "memory": memory_view}
+
+
+def view(study, req: ViewRequest) -> Table:
+    """The table that answers ``req`` about ``study``."""
+    from .table import meta
+
+    analysis = study.analysis
+    keep = select_rows(study, req)
+    table = VIEWS[req.by](study, req, keep, subset(analysis, keep))
+    table.title = title(study, req)
+    table.meta = meta(analysis) | table.meta
+    if table.summary is None:
+        table.summary = analysis.summary
+    return table
+
+
+def title(study, req: ViewRequest) -> str:
+    analysis, rf = study.analysis, study.roofline
+    text = f"{analysis.source} (entry @{analysis.entry}), by {req.by}" + (f":{req.depth}" if req.depth else "")
+    if rf is not None:
+        text += f", on {rf.hw.name}" + {"compiled": ", fused elementwise", "eager": ", eager"}.get(rf.execution, "")
+    for opt in ("block", "scope"):
+        if getattr(req, opt):
+            text += f", --{opt} {getattr(req, opt)}"
+    if req.unit != "raw":
+        text += f", FLOPs and bytes in {req.unit} ({UNIT_SIZE[req.unit]})"
+    return text
