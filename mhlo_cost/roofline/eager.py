@@ -117,7 +117,7 @@ def eager(analysis, hw: Hardware, times: list[OpTime] | None = None, producers: 
     """The kernels of ``analysis`` run op by op (see the module docstring), timed on ``hw``."""
     rows = analysis.rows
     if producers is None:
-        producers = getattr(analysis, "producers", None)
+        producers = analysis.producers
     if producers is None or len(producers) != len(rows):
         raise ValueError("eager() needs the data flow: analyse with mhlo_cost.analysis.analyze_dataflow()")
     if sdpa not in SDPA_BACKENDS:

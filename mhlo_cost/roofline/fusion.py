@@ -288,7 +288,7 @@ def fuse(analysis, hw: Hardware, times: list[OpTime] | None = None, producers: l
     ``fused`` prices each attention found by :func:`.attention.find_attention` as one kernel."""
     rows = analysis.rows
     if producers is None:
-        producers = getattr(analysis, "producers", None)
+        producers = analysis.producers
     if producers is None or len(producers) != len(rows):
         raise ValueError("fuse() needs the data flow: analyse with mhlo_cost.analysis.analyze_dataflow()")
     if attention not in ATTENTION_MODES:

@@ -9,7 +9,13 @@ from .cost import CostVisitor
 class DataflowVisitor(CostVisitor):
     """:class:`CostVisitor` that also records, per row, the source of each operand: the producing row, a
     function argument (``("arg", id)``) or None (a loop-carried block argument, a call result it cannot
-    follow). Rows replayed by calls, loops and branches get their sources remapped to the copies."""
+    follow). Rows replayed by calls, loops and branches get their sources remapped to the copies.
+
+    With ``see_through_barriers`` (a training step's walk: ``AnalysisOptions.phases``), the i-th result of an
+    ``optimization_barrier`` comes from its i-th operand's producer (``jax.checkpoint`` passes a block's inputs
+    through one before recomputing it)."""
+
+    see_through_barriers = False
 
     def __init__(self, module, entry=None):
         super().__init__(module, entry)
@@ -36,6 +42,11 @@ class DataflowVisitor(CostVisitor):
         for res in op.results:
             self._def[hash(res)] = row
         self._keep.append(row)
+        if self.see_through_barriers and op.name.endswith(".optimization_barrier"):
+            for res, v in zip(op.results, op.operands):
+                src = self._source(v)
+                if src is not None:
+                    self._def[hash(res)] = src
         return row
 
     def emit(self, op, kind, target="", weights=False):

@@ -1,0 +1,95 @@
+"""One ``analyze(source, options) -> Analysis`` (issue 23, item 3): the options say what the walk records, and
+what they do not ask for is None on the one Analysis type, never a missing attribute."""
+from __future__ import annotations
+
+import pickle
+from dataclasses import fields
+
+import pytest
+
+from mhlo_cost.analysis import Analysis, analyze
+from mhlo_cost.visitors.options import AnalysisOptions
+from mhlo_cost.worker import WalkOptions, analyze_isolated
+
+M, K, N = 8, 16, 32
+#: x @ w with w donated (a parameter updated in place), as JAX writes a donated argument.
+MATMUL = f"""
+func.func @main(%w: tensor<{K}x{N}xf32> {{jax.buffer_donor = true}}, %x: tensor<{M}x{K}xf32>) -> tensor<{M}x{N}xf32> {{
+  %0 = stablehlo.dot_general %x, %w, contracting_dims = [1] x [0] : (tensor<{M}x{K}xf32>, tensor<{K}x{N}xf32>) -> tensor<{M}x{N}xf32>
+  return %0 : tensor<{M}x{N}xf32>
+}}
+"""
+GEMM = 2 * M * K * N  # closed form: one multiply and one add per (m, n, k)
+
+#: A 1-D convolution: 4 input positions, a kernel of 3, padding 1 on each side, one feature in and out.
+CONV = """
+func.func @main(%x: tensor<1x1x4xf32>, %k: tensor<1x1x3xf32>) -> tensor<1x1x4xf32> {
+  %0 = stablehlo.convolution(%x, %k) dim_numbers = [b, f, 0]x[o, i, 0]->[b, f, 0], window = {stride = [1],
+    pad = [[1, 1]]} {batch_group_count = 1 : i64, feature_group_count = 1 : i64}
+    : (tensor<1x1x4xf32>, tensor<1x1x3xf32>) -> tensor<1x1x4xf32>
+  return %0 : tensor<1x1x4xf32>
+}
+"""
+
+
+def test_parts_not_asked_for_are_none_and_every_part_is_declared():
+    a = analyze(MATMUL)
+    assert a.options == AnalysisOptions()
+    assert (a.producers, a.async_done, a.arguments, a.param_args, a.phases) == (None, None, None, None, None)
+    assert a.liveness is not None and a.summary["gemm_flops"] == GEMM
+    declared = {f.name for f in fields(Analysis)}
+    assert {"options", "liveness", "producers", "async_done", "arguments"} <= declared
+
+
+def test_liveness_off_records_no_liveness_and_the_counts_stay():
+    a = analyze(MATMUL, AnalysisOptions(liveness=False))
+    assert a.liveness is None and a.summary["gemm_flops"] == GEMM
+    assert "peak_bytes" not in a.summary
+
+
+def test_dataflow_names_the_producers_of_every_operand():
+    a = analyze(MATMUL, AnalysisOptions(dataflow=True))
+    dot = [r.kind for r in a.rows].index("dot")
+    assert [str(p)[:3] for p in a.producers[dot]] == ["arg", "arg"]
+    assert a.arguments is None and a.phases is None
+
+
+def test_phases_imply_dataflow_and_arguments_and_read_the_donated_one():
+    o = AnalysisOptions(phases=True)
+    assert o.dataflow and o.arguments
+    a = analyze(MATMUL, o)
+    assert [(x.index, x.donated, x.type.shape) for x in a.arguments] == [(0, True, (K, N)), (1, False, (M, K))]
+    assert a.param_args == {a.arguments[0].key}
+    assert a.phases is not None and len(a.phases.phase) == len(a.rows)
+
+
+def test_arguments_alone_need_no_data_flow():
+    a = analyze(MATMUL, AnalysisOptions(arguments=True))
+    assert a.producers is None and [x.donated for x in a.arguments] == [True, False]
+
+
+def test_conv_padding_is_an_option_not_a_class():
+    # 4 outputs x 3 kernel taps = 12 (output, tap) pairs; 2 of them land on padding (the first output's first
+    # tap, the last output's last): XLA counts the 10 real ones, the dense convention all 12; x2 (multiply-add).
+    assert analyze(CONV).summary["conv_flops"] == 2 * 10
+    assert analyze(CONV, AnalysisOptions(conv_padding="dense")).summary["conv_flops"] == 2 * 12
+    assert analyze(CONV, conv_padding="dense").summary["conv_flops"] == 2 * 12
+    with pytest.raises(ValueError, match="conv_padding must be one of xla, dense"):
+        AnalysisOptions(conv_padding="same")
+
+
+def test_entry_override_and_named_records():
+    two = MATMUL.replace("func.func @main", "func.func @other") + MATMUL
+    assert analyze(two, AnalysisOptions(entry="main"), entry="other").entry == "other"
+    assert AnalysisOptions.recording("training") == AnalysisOptions(phases=True)
+    assert AnalysisOptions.recording("counts", conv_padding="dense") == AnalysisOptions(conv_padding="dense")
+    with pytest.raises(ValueError, match="record must be one of"):
+        AnalysisOptions.recording("everything")
+
+
+def test_the_options_cross_to_the_reader_child_and_back():
+    o = AnalysisOptions(conv_padding="dense")
+    assert pickle.loads(pickle.dumps(o)) == o
+    there = analyze_isolated(CONV, WalkOptions(conv_padding="dense", record="dataflow"), name="c.mlir")
+    assert there.options == AnalysisOptions(conv_padding="dense", dataflow=True)
+    assert there.summary["conv_flops"] == 2 * 12 and there.producers is not None
