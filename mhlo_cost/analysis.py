@@ -196,38 +196,36 @@ def analyze(source: str | bytes | os.PathLike | Loaded, options: AnalysisOptions
         options = replace(options, entry=options.entry if entry is None else entry,
                           conv_padding=options.conv_padding if conv_padding is None else conv_padding)
     found: dict = {}
-    loaded, visitor = walk(source, _walker(options, found), options.entry, after=_recorded(options, found))
+    make, after = _walker(options, found)
+    loaded, visitor = walk(source, make, options.entry, after=after)
     return Analysis(visitor.rows, loaded.name, visitor.entry, visitor.warnings, options=options, **found)
 
 
 def _walker(options: AnalysisOptions, found: dict):
-    """The visitor factory for ``options``; the entry's arguments go to ``found`` before the walk."""
-    from .visitors.cost import CostRules, CostVisitor
-    from .visitors.dataflow import DataflowVisitor
+    """(the visitor factory for ``options``, what runs after the walk): the rule sets with the recorders the
+    options ask for (:mod:`mhlo_cost.visitors.recorder`); their records go to ``found`` as Analysis fields."""
+    from .visitors.cost import CostRules
+    from .visitors.dataflow import DataflowRecorder
+    from .visitors.liveness import LivenessRecorder
 
-    cls = DataflowVisitor if options.dataflow else CostVisitor if options.liveness else CostRules
+    dataflow = DataflowRecorder(see_through_barriers=options.phases) if options.dataflow else None
+    liveness = LivenessRecorder() if options.liveness else None
 
     def make(module, entry):
-        v = cls(module, entry)
+        v = CostRules(module, entry, recorders=[r for r in (dataflow, liveness) if r is not None])
         v.conv_padding = options.conv_padding
-        if options.dataflow:
-            v.see_through_barriers = options.phases
         if options.arguments:
             from .visitors.arguments import entry_arguments
 
             found["arguments"] = entry_arguments(v.functions[v.entry], v.tinfo)
         return v
-    return make
 
-
-def _recorded(options: AnalysisOptions, found: dict):
-    """What the walk recorded beside its rows, as :class:`Analysis` fields, into ``found``."""
     def after(v):
-        if options.liveness:
-            found["liveness"] = v.recording()
-        if options.dataflow:
-            found["producers"], found["async_done"] = v.producers(), v.async_done()
-    return after
+        if liveness is not None:
+            found["liveness"] = liveness.recording()
+        if dataflow is not None:
+            found["producers"], found["async_done"] = dataflow.producers(), dataflow.async_done()
+    return make, after
 
 
 def analyze_dataflow(source, entry: str | None = None, conv_padding: str = "xla") -> Analysis:

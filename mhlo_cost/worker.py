@@ -57,7 +57,7 @@ def analyze_isolated(source, options: WalkOptions = WalkOptions(), name: str | N
 def _decode(payload: bytes):
     """The analysis in ``payload``, made with the cyclic collector paused (it would traverse every new row
     again and again), then moved to its oldest generation at once, as the walk does with its rows
-    (:func:`mhlo_cost.visitors.liveness.LivenessMixin.run`)."""
+    (:meth:`mhlo_cost.visitors.liveness.LivenessRecorder.finished`)."""
     import gc
 
     from .analysis import deep_recursion

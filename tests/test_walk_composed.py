@@ -93,3 +93,64 @@ def test_the_options_cross_to_the_reader_child_and_back():
     there = analyze_isolated(CONV, WalkOptions(conv_padding="dense", record="dataflow"), name="c.mlir")
     assert there.options == AnalysisOptions(conv_padding="dense", dataflow=True)
     assert there.summary["conv_flops"] == 2 * 12 and there.producers is not None
+
+
+# -- recorders composed, not inherited (issue 23, item 1) -----------------------------------------------------
+LOOP = f"""
+func.func @main(%x: tensor<{M}x{K}xf32>, %w: tensor<{K}x{K}xf32>) -> tensor<{M}x{K}xf32> {{
+  %0 = func.call @layer(%x, %w) : (tensor<{M}x{K}xf32>, tensor<{K}x{K}xf32>) -> tensor<{M}x{K}xf32>
+  %1 = func.call @layer(%0, %w) : (tensor<{M}x{K}xf32>, tensor<{K}x{K}xf32>) -> tensor<{M}x{K}xf32>
+  return %1 : tensor<{M}x{K}xf32>
+}}
+func.func private @layer(%x: tensor<{M}x{K}xf32>, %w: tensor<{K}x{K}xf32>) -> tensor<{M}x{K}xf32> {{
+  %0 = stablehlo.dot_general %x, %w, contracting_dims = [1] x [0] : (tensor<{M}x{K}xf32>, tensor<{K}x{K}xf32>) -> tensor<{M}x{K}xf32>
+  %1 = stablehlo.tanh %0 : tensor<{M}x{K}xf32>
+  return %1 : tensor<{M}x{K}xf32>
+}}
+"""
+
+
+def test_a_recorder_of_its_own_is_told_of_rows_calls_and_returns():
+    from mhlo_cost.analysis import walk
+    from mhlo_cost.visitors.cost import CostRules
+    from mhlo_cost.visitors.recorder import Recorder
+
+    class Tally(Recorder):
+        wants_rows = True
+
+        def __init__(self):
+            self.rows, self.regions, self.returns, self.built = [], [], 0, []
+
+        def emitted(self, op, row):
+            self.rows.append(op.name)
+
+        def region_started(self, kind, op):
+            return kind
+
+        def region_finished(self, kind, op, token, start):
+            self.regions.append(token)
+
+        def returned(self, op):
+            self.returns += 1
+
+        def function_finished(self, name, rows):
+            self.built.append((name, len(rows)))
+
+    t = Tally()
+    _, v = walk(LOOP, lambda module, entry: CostRules(module, entry, recorders=[t]))
+    # the callee's two ops are made once and replayed at the second call; two calls, two function bodies
+    assert t.rows == ["stablehlo.dot_general", "stablehlo.tanh"] and t.regions == ["call", "call"]
+    assert t.returns == 2 and t.built == [("layer", 2), ("main", 4)] and len(v.rows) == 4
+
+
+def test_data_flow_is_the_same_with_or_without_the_liveness_recorder():
+    both = analyze(LOOP, AnalysisOptions(dataflow=True))
+    alone = analyze(LOOP, AnalysisOptions(dataflow=True, liveness=False))
+    assert alone.liveness is None and both.liveness is not None
+    def plain(producers):  # argument keys are hashes of this walk's MLIR objects: compared by kind
+        return [tuple("arg" if isinstance(p, str) else p for p in ps) for ps in producers]
+
+    assert plain(alone.producers) == plain(both.producers)
+    # the second call's dot reads the first call's tanh (row 1), and the weight argument
+    assert alone.producers[2][0] == 1 and str(alone.producers[2][1]).startswith("arg")
+    assert alone.summary["gemm_flops"] == 2 * (2 * M * K * K)  # two (M x K) @ (K x K) products

@@ -5,7 +5,7 @@ from jaxlib.mlir import ir
 
 from .base import shared_short_name
 from .comm import CommIRVisitor
-from .liveness import LivenessMixin
+from .liveness import LivenessRecorder
 from .more_rules import MoreRules
 from .shardy import ShardyRules
 from .tflops import TFlopsVisitor
@@ -15,7 +15,7 @@ from .vector import KNOWN_CUSTOM_CALLS, VectorVisitor
 class CostRules(ShardyRules, CommIRVisitor, TFlopsVisitor, MoreRules, VectorVisitor):
     """One row per op occurrence. An op that no rule knows is a row of kind ``unknown``, never a zero."""
 
-    def generic_visit(self, op: ir.Operation) -> None:
+    def generic_rule(self, op: ir.Operation) -> None:
         if len(op.regions) and shared_short_name(op.name) is not None:
             # mhlo.fusion, ...: StableHLO / MHLO / CHLO containers whose body runs once.
             for region in op.regions:
@@ -48,5 +48,13 @@ class CostRules(ShardyRules, CommIRVisitor, TFlopsVisitor, MoreRules, VectorVisi
         self.replay(self._function_rows(callee), 1, self.loc(op).scope)
 
 
-class CostVisitor(LivenessMixin, CostRules):
-    """:class:`CostRules` with the liveness record of :mod:`mhlo_cost.visitors.liveness` (one walk for both)."""
+class CostVisitor(CostRules):
+    """:class:`CostRules` with the liveness recorder of :mod:`mhlo_cost.visitors.liveness` (one walk for both)."""
+
+    def __init__(self, module, entry=None):
+        self._liveness = LivenessRecorder()
+        super().__init__(module, entry, recorders=(self._liveness,))
+
+    def recording(self):
+        """The liveness record (:class:`mhlo_cost.visitors.frames.Recording`)."""
+        return self._liveness.recording()

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from jaxlib.mlir import ir
 
-from .trips import index_constant
+from .trips import for_trip_count, index_constant
 
 #: Region ops of other dialects whose body runs once, inline, like ``mhlo.fusion``.
 INLINE_REGION_OPS = frozenset({"scf.execute_region", "sdy.named_computation"})
@@ -146,6 +146,29 @@ def gpu_launch_count(op: ir.Operation) -> int | None:
 
 class DialectRules:
     """The rules of the module docstring; mixed into :class:`~mhlo_cost.visitors.base.IRVisitor`."""
+
+    def visit_scf_for(self, op: ir.Operation) -> None:
+        """``scf.for``: its body times the trip count where the bounds are constants."""
+        self._loop(op, for_trip_count(op), op.regions[0], "for loop")
+
+    def visit_scan(self, op: ir.Operation) -> None:
+        """``chlo.scan``: its body once per element of the scanned dimension of its first input."""
+        steps = None
+        try:
+            shape = ir.ShapedType(op.operands[0].type).shape
+            dim = ir.IntegerAttr(op.attributes["dimension"]).value
+            steps = shape[dim] if 0 <= dim < len(shape) and shape[dim] >= 0 else None
+        except (ValueError, TypeError, IndexError, KeyError):
+            pass
+        self._loop(op, steps, op.regions[0], "scan")
+
+    def _loop(self, op: ir.Operation, trips: int | None, body: ir.Region, what: str) -> None:
+        scope = self.loc(op).scope
+        if trips is None:
+            self.warnings.append(f"{what} at {self.loc(op).describe()}: trip count not provable, counted once")
+            self.replay(self.collect(self.visit_region, body), 1, scope, "trip_count_unknown")
+            return
+        self.replay(self.collect(self.visit_region, body), trips, scope, f"{what} x{trips}")
 
     def visit_func_call(self, op: ir.Operation) -> None:
         self.visit_call(op)
