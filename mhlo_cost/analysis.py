@@ -204,7 +204,8 @@ def analyze(source: str | bytes | os.PathLike | Loaded, options: AnalysisOptions
 def _walker(options: AnalysisOptions, found: dict):
     """(the visitor factory for ``options``, what runs after the walk): the rule sets with the recorders the
     options ask for (:mod:`mhlo_cost.visitors.recorder`); their records go to ``found`` as Analysis fields."""
-    from .visitors.cost import CostRules
+    from .visitors.base import IRVisitor
+    from .visitors.cost import COST_RULES
     from .visitors.dataflow import DataflowRecorder
     from .visitors.liveness import LivenessRecorder
 
@@ -212,8 +213,8 @@ def _walker(options: AnalysisOptions, found: dict):
     liveness = LivenessRecorder() if options.liveness else None
 
     def make(module, entry):
-        v = CostRules(module, entry, recorders=[r for r in (dataflow, liveness) if r is not None])
-        v.conv_padding = options.conv_padding
+        v = IRVisitor(module, entry, recorders=[r for r in (dataflow, liveness) if r is not None], rules=COST_RULES,
+                      options=options)
         if options.arguments:
             from .visitors.arguments import entry_arguments
 

@@ -154,3 +154,34 @@ def test_data_flow_is_the_same_with_or_without_the_liveness_recorder():
     # the second call's dot reads the first call's tanh (row 1), and the weight argument
     assert alone.producers[2][0] == 1 and str(alone.producers[2][1]).startswith("arg")
     assert alone.summary["gemm_flops"] == 2 * (2 * M * K * K)  # two (M x K) @ (K x K) products
+
+
+def test_each_rule_set_runs_alone_and_counts_only_its_own_ops():
+    from mhlo_cost.analysis import walk
+    from mhlo_cost.visitors.base import IRVisitor
+    from mhlo_cost.visitors.tflops import TFlopsVisitor
+    from mhlo_cost.visitors.vector import VectorVisitor
+
+    def alone(rules):
+        return walk(LOOP, lambda module, entry: IRVisitor(module, entry, rules=rules))[1].rows
+
+    matrix = alone([TFlopsVisitor])
+    assert [r.op for r in matrix] == ["stablehlo.dot_general"] * 2
+    assert sum(r.gemm_flops for r in matrix) == 2 * (2 * M * K * K)
+    vector = alone([VectorVisitor])
+    assert [r.op for r in vector] == ["stablehlo.tanh"] * 2
+    assert sum(r.transcendentals for r in vector) == 2 * M * K  # one tanh per element, twice
+
+
+def test_the_first_composed_rule_set_with_a_rule_wins_and_the_walk_keeps_control_flow():
+    from mhlo_cost.analysis import walk
+    from mhlo_cost.visitors.base import IRVisitor
+    from mhlo_cost.visitors.ruleset import RuleSet
+    from mhlo_cost.visitors.vector import VectorVisitor
+
+    class Tanh(RuleSet):
+        def visit_tanh(self, op):
+            self.emit(op, "mine")
+
+    rows = walk(LOOP, lambda module, entry: IRVisitor(module, entry, rules=[Tanh, VectorVisitor]))[1].rows
+    assert [r.kind for r in rows] == ["mine", "mine"]  # both calls followed by the walk itself

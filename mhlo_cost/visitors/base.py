@@ -24,7 +24,9 @@ Control flow is the base class's business, so that every metric sees it the same
   row adds what other branches have above it, so every metric is its maximum over the branches;
 * an entry function that only returns gives the warning :data:`EMPTY_ENTRY`.
 
-Subclasses emit :class:`Row` objects with :meth:`IRVisitor.emit`.
+The walk counts nothing itself: the rule sets composed into it (:mod:`mhlo_cost.visitors.ruleset`) emit
+:class:`Row` objects with :meth:`IRVisitor.emit`, and recorders (:mod:`mhlo_cost.visitors.recorder`) keep
+what else the caller asked for.
 """
 from __future__ import annotations
 
@@ -38,34 +40,18 @@ from .locations import LocationCache, LocationInfo
 from .row import EMPTY_ENTRY, METRICS, AnalysisError, Row, short_name  # noqa: F401 (imported from here too)
 from .dialects import DialectRules
 from .recorder import region_kind, told
+from .ruleset import SHARED_DIALECTS, rule_name, shared_short_name  # noqa: F401 (imported from here too)
 from .trips import trip_count
-
-#: Dialects whose ops share rules by their name without the dialect (``visit_<name>``).
-SHARED_DIALECTS = frozenset({"stablehlo", "mhlo", "chlo"})
-
-
-def rule_name(op_name: str) -> str:
-    """The visit method of an op: ``visit_<name>`` for :data:`SHARED_DIALECTS`, else ``visit_<dialect>_<name>``."""
-    dialect, _, name = op_name.partition(".")
-    if dialect in SHARED_DIALECTS:
-        return "visit_" + name
-    return f"visit_{dialect}_{name}".replace(".", "_")
-
-
-def shared_short_name(op_name: str) -> str | None:
-    """The short name of a StableHLO / MHLO / CHLO op (the name its rules are keyed by); None for other dialects."""
-    dialect, _, name = op_name.partition(".")
-    return name if dialect in SHARED_DIALECTS else None
-
 
 class IRVisitor(DialectRules):
     """Walks a module from its entry function, dispatching ops to the method :func:`rule_name` names.
 
-    ``self.rows`` is the list of :class:`Row` in program order, each carrying its multiplicity. ``recorders``
+    ``self.rows`` is the list of :class:`Row` in program order, each carrying its multiplicity. ``rules``
+    (:class:`mhlo_cost.visitors.ruleset.RuleSet` classes, made with ``options``) count the ops; ``recorders``
     (:class:`mhlo_cost.visitors.recorder.Recorder`) are told what the walk does and keep their own records.
     """
 
-    def __init__(self, module: ir.Module, entry: str | None = None, recorders=()):
+    def __init__(self, module: ir.Module, entry: str | None = None, recorders=(), rules=(), options=None):
         self.module = module
         self.functions: dict[str, ir.Operation] = {}
         for op in module.body.operations:
@@ -90,6 +76,9 @@ class IRVisitor(DialectRules):
         self.external: list[str] = []  # functions declared without a body
         self.recorders = tuple(recorders)
         self._row_hooks = tuple(r.emitted for r in self.recorders if r.wants_rows)
+        self.rule_sets = tuple(cls(self, options) for cls in rules)
+        fallback = [rs.generic_rule for rs in self.rule_sets if hasattr(rs, "generic_rule")]
+        self._fallback = fallback[0] if fallback else self.walk_regions
 
     # -- what recorders read -----------------------------------------------------------------------------------
     @property
@@ -178,21 +167,35 @@ class IRVisitor(DialectRules):
         name = op.name
         method = self._dispatch.get(name)
         if method is None:
-            method = getattr(self, rule_name(name), None) or self.generic_visit
+            method = self.rule_of(name)
             kind = region_kind(name) if self.recorders else None
             if kind is not None:
                 method = told(self, kind, method)
             self._dispatch[name] = method
         method(op)
 
+    def rule_of(self, op_name: str):
+        """The method that visits ops named ``op_name``: the first rule set's, else the walk's own, else
+        :meth:`generic_visit`."""
+        method = rule_name(op_name)
+        for rs in self.rule_sets:
+            found = getattr(rs, method, None)
+            if found is not None:
+                return found
+        return getattr(self, method, None) or self.generic_visit
+
+    def visit_shared(self, name: str, op: ir.Operation) -> None:
+        """Visit ``op`` (of another dialect) with the rule of the StableHLO op ``name`` (``scf.if`` -> ``if``)."""
+        self.rule_of("stablehlo." + name)(op)
+
     def generic_visit(self, op: ir.Operation) -> None:
-        """Ops without a visit method: :meth:`generic_rule`, then the recorders are told."""
-        self.generic_rule(op)
+        """Ops without a rule: the rule sets' ``generic_rule`` (else :meth:`walk_regions`), then the recorders are told."""
+        self._fallback(op)
         for r in self.recorders:
             r.contained(op)
 
-    def generic_rule(self, op: ir.Operation) -> None:
-        """What an op without a visit method counts: here, its regions walked (rule sets count leaf ops)."""
+    def walk_regions(self, op: ir.Operation) -> None:
+        """Walk the regions of ``op`` (a container whose body runs once)."""
         for region in op.regions:
             self.visit_region(region)
 

@@ -171,7 +171,7 @@ class DialectRules:
         self.replay(self.collect(self.visit_region, body), trips, scope, f"{what} x{trips}")
 
     def visit_func_call(self, op: ir.Operation) -> None:
-        self.visit_call(op)
+        self.visit_shared("call", op)
 
     def visit_func_return(self, op: ir.Operation) -> None:
         self.visit_return(op)
@@ -201,15 +201,15 @@ class DialectRules:
     visit_manual_computation = _inline  # the walk's rule for a shard_map body (the counting visitors' own)
 
     def visit_sdy_manual_computation(self, op: ir.Operation) -> None:
-        self.visit_manual_computation(op)
+        self.visit_shared("manual_computation", op)
 
     def visit_scf_if(self, op: ir.Operation) -> None:
-        self.visit_if(op)
+        self.visit_shared("if", op)
 
     visit_affine_if = visit_scf_if
 
     def visit_scf_index_switch(self, op: ir.Operation) -> None:
-        self.visit_case(op)  # regions: the default, then one per case; all are branches
+        self.visit_shared("case", op)  # regions: the default, then one per case; all are branches
 
     def visit_affine_for(self, op: ir.Operation) -> None:
         self._loop(op, affine_for_trips(op), op.regions[0], "affine.for")

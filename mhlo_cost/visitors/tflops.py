@@ -19,7 +19,8 @@ from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import mhlo, stablehlo
 
 from ..types import isa
-from .base import AnalysisError, IRVisitor
+from .base import AnalysisError
+from .ruleset import RuleSet
 
 
 # -- pure rules -------------------------------------------------------------------------------------------------
@@ -146,9 +147,11 @@ def int_attr(op: ir.Operation, name: str, default: int) -> int:
 # -- visitor ------------------------------------------------------------------------------------------------------
 
 
-class TFlopsVisitor(IRVisitor):
-    #: "xla": padded positions cost nothing (XLA's HloCostAnalysis); "dense": they count (PyTorch's counters)
-    conv_padding = "xla"
+class TFlopsVisitor(RuleSet):
+    @property
+    def conv_padding(self) -> str:
+        """"xla": padded positions cost nothing (XLA's HloCostAnalysis); "dense": they count (PyTorch's counters)."""
+        return self.options.conv_padding
 
     def visit_dot_general(self, op: ir.Operation) -> None:
         row = self.emit(op, "dot", weights=True)
