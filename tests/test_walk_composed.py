@@ -185,3 +185,41 @@ def test_the_first_composed_rule_set_with_a_rule_wins_and_the_walk_keeps_control
 
     rows = walk(LOOP, lambda module, entry: IRVisitor(module, entry, rules=[Tanh, VectorVisitor]))[1].rows
     assert [r.kind for r in rows] == ["mine", "mine"]  # both calls followed by the walk itself
+
+
+# -- rules found in one place (issue 23, item 2) ----------------------------------------------------------------
+def test_the_registry_names_the_one_rule_set_counting_each_op():
+    from mhlo_cost.visitors.comm import CommIRVisitor
+    from mhlo_cost.visitors.cost import COST_RULES
+    from mhlo_cost.visitors.ruleset import rules_for
+    from mhlo_cost.visitors.shardy import ShardyRules
+    from mhlo_cost.visitors.tflops import TFlopsVisitor
+    from mhlo_cost.visitors.vector import VectorVisitor
+
+    assert rules_for("stablehlo.dot_general") == rules_for("mhlo.dot_general") == {"matrix": TFlopsVisitor}
+    assert rules_for("stablehlo.tanh") == {"vector": VectorVisitor}  # installed from the op tables
+    assert rules_for("stablehlo.all_reduce") == {"communication": CommIRVisitor}
+    assert rules_for("sdy.all_gather") == {"communication": ShardyRules}
+    assert rules_for("affine.for") == {}  # control flow: the walk's, no rule set's
+    # no op is claimed by two of the composed rule sets, whatever their metric: their order decides nothing
+    claims: dict = {}
+    for rs in COST_RULES:
+        for name in vars(rs):
+            if name.startswith("visit_"):
+                claims.setdefault(name, []).append(rs.__name__)
+    assert {k: v for k, v in claims.items() if len(v) > 1} == {}
+
+
+def test_a_second_claim_on_an_op_for_the_same_metric_is_refused_at_definition():
+    from mhlo_cost.visitors.ruleset import RULES, RuleSet, rules_for
+    from mhlo_cost.visitors.tflops import TFlopsVisitor
+
+    before = {k: dict(v) for k, v in RULES.items()}
+    with pytest.raises(TypeError, match="visit_dot_general: TFlopsVisitor already counts these ops for matrix"):
+        class Again(RuleSet):
+            metric = "matrix"
+
+            def visit_dot_general(self, op):
+                pass
+    assert rules_for("stablehlo.dot_general") == {"matrix": TFlopsVisitor}
+    assert {k: dict(v) for k, v in RULES.items()} == before

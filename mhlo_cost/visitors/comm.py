@@ -137,6 +137,8 @@ def _dense_ids(op: ir.Operation, name: str) -> list[list[int]]:
 class CommIRVisitor(RuleSet):
     """Counts every collective's per-device volume; one row each, kind ``collective``."""
 
+    metric = "communication"
+
     def _groups(self, op: ir.Operation, attr_name: str = "replica_groups") -> tuple[int, int]:
         """(group size, number of groups).
 

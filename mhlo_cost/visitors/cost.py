@@ -19,6 +19,7 @@ class CountingRules(RuleSet):
     """One row per op occurrence: what the other rule sets leave (custom calls, composites, shard_map bodies,
     and ``generic_rule``: an op no rule knows)."""
 
+    metric = "row"
     _manual_warned = False
 
     def generic_rule(self, op: ir.Operation) -> None:

@@ -32,6 +32,8 @@ def fft_flops(operand_elems: int, lengths: list[int]) -> int:
 
 
 class MoreRules(RuleSet):
+    metric = "vector"
+
     def visit_fft(self, op: ir.Operation) -> None:
         row = self.emit(op, "fft")
         row.vector_flops = fft_flops(row.operands[0].nelems, int_list(op, "fft_length", []) or [])

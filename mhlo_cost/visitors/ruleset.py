@@ -31,8 +31,43 @@ def shared_short_name(op_name: str) -> str | None:
     return name if dialect in SHARED_DIALECTS else None
 
 
+#: The one place rules are found: every ``visit_<name>`` of every rule set with a :attr:`RuleSet.metric`, keyed
+#: by :func:`rule_name` of the dialect-qualified op names it counts (``visit_dot_general``: ``stablehlo.`` /
+#: ``mhlo.`` / ``chlo.dot_general``; ``visit_sdy_all_gather``: ``sdy.all_gather``) -> {metric: rule set}.
+RULES: dict[str, dict[str, type]] = {}
+
+
+def claim(rule_set: type, *methods: str) -> None:
+    """Register ``rule_set``'s rules ``methods``; a second rule set claiming the same ops for the same metric is
+    refused (TypeError, at import, and none of ``methods`` is registered), so that which rule counts an op is
+    never decided by order alone."""
+    metric = rule_set.metric
+    if metric is None:
+        return
+    for method in methods:
+        other = RULES.get(method, {}).get(metric)
+        if other is not None and other is not rule_set:
+            raise TypeError(f"{rule_set.__name__}.{method}: {other.__name__} already counts these ops for {metric}")
+    for method in methods:
+        RULES.setdefault(method, {})[metric] = rule_set
+
+
+def rules_for(op_name: str) -> dict[str, type]:
+    """The registered rule sets that count ops named ``op_name`` (dialect-qualified), by metric."""
+    return dict(RULES.get(rule_name(op_name), {}))
+
+
 class RuleSet:
-    """One set of rules, made by the walk it is composed into (one instance per walk: its state is its own)."""
+    """One set of rules, made by the walk it is composed into (one instance per walk: its state is its own).
+
+    A subclass with a ``metric`` has its ``visit_*`` rules registered in :data:`RULES` as it is defined."""
+
+    #: The family of figures its rules count ("matrix", "vector", "communication", "row"); None: not registered.
+    metric: str | None = None
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        claim(cls, *(name for name in vars(cls) if name.startswith("visit_")))
 
     def __init__(self, walk, options: AnalysisOptions | None = None):
         self.walk = walk

@@ -33,6 +33,8 @@ from .comm import ring_volume
 
 
 class ShardyRules(RuleSet):
+    metric = "communication"
+
     _meshes: dict | None = None
 
     # -- shardings -------------------------------------------------------------------------------------------

@@ -148,6 +148,8 @@ def int_attr(op: ir.Operation, name: str, default: int) -> int:
 
 
 class TFlopsVisitor(RuleSet):
+    metric = "matrix"
+
     @property
     def conv_padding(self) -> str:
         """"xla": padded positions cost nothing (XLA's HloCostAnalysis); "dense": they count (PyTorch's counters)."""
