@@ -5,11 +5,20 @@ import contextlib
 import gc
 import os
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 from .loader import LoadError, Loaded, load
 from .series import int_series
+from .visitors.options import AnalysisOptions
 from .visitors.row import METRICS, AnalysisError, Row
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from .collectors.phases import Phases
+    from .visitors.arguments import Argument
+    from .visitors.frames import Recording
 
 #: Columns of the op table, in order.
 COLUMNS = (
@@ -25,13 +34,39 @@ SUMMARY_KEYS = SUM_COLUMNS + ("ops", "unknown_ops", "comm_ops")
 
 @dataclass
 class Analysis:
+    """What :func:`analyze` recorded. Every part the options may ask for is here; one they did not ask for is
+    None (``options`` says which were asked for)."""
+
     rows: list[Row]
     source: str
     entry: str
     warnings: list[str] = field(default_factory=list)
     _ops: pd.DataFrame | None = None
-    liveness: object = None  # the walk's liveness record (mhlo_cost.visitors.liveness.Recording)
+    liveness: Recording | None = None  # the walk's liveness record (options.liveness)
     _memory: object = None
+    options: AnalysisOptions = AnalysisOptions()
+    #: Per row, the source of each operand: the producing row's index (int), a function argument (``"argN"``
+    #: str), or None where unknown (options.dataflow).
+    producers: list | None = None
+    async_done: dict | None = None  # async collective row -> last row before its done (options.dataflow)
+    arguments: list[Argument] | None = None  # the entry function's arguments (options.arguments)
+    _phases: Phases | None = None
+
+    @property
+    def param_args(self) -> set | None:
+        """Data-flow keys of the donated arguments (None where nothing is donated, or the arguments were not
+        recorded: any may be one)."""
+        keys = {a.key for a in self.arguments or () if a.donated}
+        return keys or None
+
+    @property
+    def phases(self) -> Phases | None:
+        """A training step's phase of every row (:mod:`mhlo_cost.collectors.phases`; options.phases), else None."""
+        if self._phases is None and self.options.phases:
+            from .collectors.phases import assign_phases
+
+            self._phases = assign_phases(self)
+        return self._phases
 
     # -- the op table -----------------------------------------------------------------------------------
     @property
@@ -146,20 +181,57 @@ def group_rows(rows: list[Row], keys: list[str], order: str = "program", label: 
     return pd.DataFrame(data)
 
 
-def analyze(source: str | bytes | os.PathLike | Loaded, entry: str | None = None,
-            conv_padding: str = "xla") -> Analysis:
-    """Analyse MLIR given as a path, text, bytes, or an already :func:`~mhlo_cost.loader.load`-ed module.
-
-    ``conv_padding="dense"`` counts a convolution's padded positions too (PyTorch's convention).
+def analyze(source: str | bytes | os.PathLike | Loaded, options: AnalysisOptions | None = None, *,
+            entry: str | None = None, conv_padding: str | None = None) -> Analysis:
+    """Analyse MLIR given as a path, text, bytes, or an already :func:`~mhlo_cost.loader.load`-ed module,
+    recording what ``options`` (:class:`~mhlo_cost.visitors.options.AnalysisOptions`) ask for. ``entry`` and
+    ``conv_padding`` override the options' (``conv_padding="dense"`` counts a convolution's padded positions
+    too, PyTorch's convention).
 
     Raises :class:`~mhlo_cost.loader.LoadError` for input that is not MLIR and
     :class:`~mhlo_cost.visitors.base.AnalysisError` for IR that cannot be counted.
     """
-    from .visitors.cost import CostVisitor
-    from .visitors.tflops import conv_padding_variant
+    options = options or AnalysisOptions()
+    if entry is not None or conv_padding is not None:
+        options = replace(options, entry=options.entry if entry is None else entry,
+                          conv_padding=options.conv_padding if conv_padding is None else conv_padding)
+    found: dict = {}
+    make, after = _walker(options, found)
+    loaded, visitor = walk(source, make, options.entry, after=after)
+    return Analysis(visitor.rows, loaded.name, visitor.entry, visitor.warnings, options=options, **found)
 
-    loaded, visitor = walk(source, conv_padding_variant(CostVisitor, conv_padding), entry)
-    return Analysis(visitor.rows, loaded.name, visitor.entry, visitor.warnings, liveness=visitor.recording())
+
+def _walker(options: AnalysisOptions, found: dict):
+    """(the visitor factory for ``options``, what runs after the walk): the rule sets with the recorders the
+    options ask for (:mod:`mhlo_cost.visitors.recorder`); their records go to ``found`` as Analysis fields."""
+    from .visitors.base import IRVisitor
+    from .visitors.cost import COST_RULES
+    from .visitors.dataflow import DataflowRecorder
+    from .visitors.liveness import LivenessRecorder
+
+    dataflow = DataflowRecorder(see_through_barriers=options.phases) if options.dataflow else None
+    liveness = LivenessRecorder() if options.liveness else None
+
+    def make(module, entry):
+        v = IRVisitor(module, entry, recorders=[r for r in (dataflow, liveness) if r is not None], rules=COST_RULES,
+                      options=options)
+        if options.arguments:
+            from .visitors.arguments import entry_arguments
+
+            found["arguments"] = entry_arguments(v.functions[v.entry], v.tinfo)
+        return v
+
+    def after(v):
+        if liveness is not None:
+            found["liveness"] = liveness.recording()
+        if dataflow is not None:
+            found["producers"], found["async_done"] = dataflow.producers(), dataflow.async_done()
+    return make, after
+
+
+def analyze_dataflow(source, entry: str | None = None, conv_padding: str = "xla") -> Analysis:
+    """Deprecated: ``analyze(source, AnalysisOptions(dataflow=True))``."""
+    return analyze(source, AnalysisOptions(entry, conv_padding, dataflow=True))
 
 
 #: Python frames the walk may use: each level of func.call or region nesting takes about five. From
@@ -179,7 +251,8 @@ def deep_recursion():
 
 
 def walk(source, visitor_class, entry: str | None = None, after=None):
-    """Load ``source`` if need be and run one ``visitor_class`` walk over it; (loaded, visitor).
+    """Load ``source`` if need be and run one walk over it; (loaded, visitor). ``visitor_class(module, entry)``
+    makes the visitor (a class, or a factory).
 
     ``after(visitor)`` runs inside the module's context once the walk is done.
     """
@@ -209,25 +282,8 @@ def walk(source, visitor_class, entry: str | None = None, after=None):
     return loaded, visitor
 
 
-@dataclass
-class DataflowAnalysis(Analysis):
-    """An :class:`Analysis` whose ``producers[i]`` names the source of each operand of row ``i``:
-    the producing row's index (int), a function argument (``"argN"`` str), or None where unknown."""
+#: Deprecated names of :class:`Analysis` (one type: what was recorded is in its options).
+DataflowAnalysis = Analysis
 
-    producers: list = field(default_factory=list)
-    async_done: dict = field(default_factory=dict)  # async collective row -> last row before its done
-
-
-def analyze_dataflow(source, entry: str | None = None, conv_padding: str = "xla") -> DataflowAnalysis:
-    """:func:`mhlo_cost.analysis.analyze` that also records the data flow (for :func:`fuse`)."""
-    from .visitors.dataflow import DataflowVisitor
-    from .visitors.tflops import conv_padding_variant
-
-    found = {}
-    loaded, visitor = walk(source, conv_padding_variant(DataflowVisitor, conv_padding), entry,
-                           after=lambda v: found.update(p=v.producers(), a=v.async_done()))
-    return DataflowAnalysis(visitor.rows, loaded.name, visitor.entry, visitor.warnings, producers=found["p"],
-                            async_done=found["a"], liveness=visitor.recording())
-
-
-__all__ = ["Analysis", "AnalysisError", "DataflowAnalysis", "LoadError", "analyze", "analyze_dataflow", "METRICS"]
+__all__ = ["Analysis", "AnalysisError", "AnalysisOptions", "DataflowAnalysis", "LoadError", "analyze",
+           "analyze_dataflow", "METRICS"]

@@ -51,8 +51,9 @@ the estimate or the memory estimate needs them). ``isolate``: parsed and walked 
 
 
 def phases_of(analysis):
-    """A training step's phases (None for an analysis that does not record them): the one place that asks."""
-    return getattr(analysis, "phases", None)
+    """A training step's phases (None for an analysis that does not record them: a declared part of
+    :class:`~mhlo_cost.analysis.Analysis`)."""
+    return analysis.phases
 
 
 class Study:

@@ -4,9 +4,10 @@ the input a second time.
 
 :func:`analyze_isolated` is the caller's side (standard library only); :func:`answer` runs in the child.
 What the walk records travels as :class:`WalkOptions`: the entry, the convolution padding convention, and
-``record``: ``counts`` (rows and liveness), ``dataflow`` (plus the producers of every operand: fusion,
-exposed communication), ``training`` (plus the entry's arguments: a training step's phases) or
-``training-if-backward`` (``training`` where an op's location names a backward, ``counts`` otherwise).
+``record``: one of :meth:`mhlo_cost.visitors.options.AnalysisOptions.recording`'s (``counts``, ``dataflow``,
+``training``) or ``training-if-backward`` (``training`` where an op's location names a backward, ``counts``
+otherwise). The analysis comes back with the :class:`~mhlo_cost.visitors.options.AnalysisOptions` it was
+walked with (``Analysis.options``).
 """
 from __future__ import annotations
 
@@ -56,7 +57,7 @@ def analyze_isolated(source, options: WalkOptions = WalkOptions(), name: str | N
 def _decode(payload: bytes):
     """The analysis in ``payload``, made with the cyclic collector paused (it would traverse every new row
     again and again), then moved to its oldest generation at once, as the walk does with its rows
-    (:func:`mhlo_cost.visitors.liveness.LivenessMixin.run`)."""
+    (:meth:`mhlo_cost.visitors.liveness.LivenessRecorder.finished`)."""
     import gc
 
     from .analysis import deep_recursion
@@ -122,15 +123,12 @@ def answer(module, name: str, options_json: str) -> tuple[bytes, bytes]:
 
 def walk_loaded(loaded, options: WalkOptions):
     """The analysis of a :func:`~mhlo_cost.loader.load`-ed module, walked in this process as ``options`` say."""
+    from .analysis import analyze
+    from .visitors.options import AnalysisOptions
+
     record = options.record
     if record == "training-if-backward":
         from .training.analysis import has_backward
 
         record = "training" if has_backward(loaded) else ("dataflow" if options.dataflow_if_forward else "counts")
-    if record == "training":
-        from .training.analysis import analyze_training as run
-    elif record == "dataflow":
-        from .analysis import analyze_dataflow as run
-    else:
-        from .analysis import analyze as run
-    return run(loaded, entry=options.entry, conv_padding=options.conv_padding)
+    return analyze(loaded, AnalysisOptions.recording(record, options.entry, options.conv_padding))

@@ -125,10 +125,10 @@ def assign_phases(analysis) -> Phases:
 def split_backward(analysis, phase: list[str]) -> tuple[list[str], list[str]]:
     """``dgrad`` / ``wgrad`` for every backward matrix row (see the module docstring), and notes."""
     rows = analysis.rows
-    producers = getattr(analysis, "producers", None)
+    producers = analysis.producers
     if producers is not None and len(producers) != len(rows):
         producers = None
-    params = getattr(analysis, "param_args", None)
+    params = analysis.param_args
     flow = Flow(rows, producers, params)
     uses, weight_shapes = _forward_uses(rows, phase, flow)
     grad = [""] * len(rows)

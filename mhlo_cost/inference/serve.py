@@ -140,12 +140,12 @@ def launched(hw, launch: str = "stream"):
 def figures(step, hw, tp: int = 1, analysis=None, blocks: bool = True, launch: str = "stream") -> Figures:
     """The figures of a lowered :class:`~mhlo_cost.inference.Step` on ``hw`` over ``tp`` devices, its kernels
     launched by ``launch`` (:data:`LAUNCHES`)."""
-    from ..analysis import analyze_dataflow
+    from ..analysis import AnalysisOptions, analyze
     from ..roofline import Roofline
 
     hw = launched(hw, launch)
     if analysis is None:
-        analysis = analyze_dataflow(step.lowered.text)
+        analysis = analyze(step.lowered.text, AnalysisOptions.recording("dataflow"))
     req, layout = step.request, step.layout
     rf = Roofline(analysis, hw, fuse_mode="elementwise")
     tot = rf.totals()

@@ -11,7 +11,7 @@ GROUPING_PROFILE = "h100"
 
 
 def fused_profile(analysis, fusion=None, attention: str = "unfused") -> MemoryProfile:
-    """The fused estimate of ``analysis`` (made with :func:`mhlo_cost.analysis.analyze_dataflow`): values made
+    """The fused estimate of ``analysis`` (made with ``AnalysisOptions(dataflow=True)``): values made
     and used inside one kernel of ``fusion`` (by default :func:`mhlo_cost.roofline.fuse`'s, with ``attention``
     ``fused``: each attention one flash-attention kernel, whose scores are never stored) never stored."""
     if fusion is None:

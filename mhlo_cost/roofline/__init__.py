@@ -8,7 +8,8 @@
 * :mod:`.calibrate`: microbenchmarks on the local JAX device, written as a profile (``mhlo-cost calibrate``);
 * :mod:`.estimate`: :class:`Roofline`, a program's totals, its disassembly table and its blocks.
 
-The data flow the fusion reads comes from :func:`mhlo_cost.analysis.analyze_dataflow`.
+The data flow the fusion reads comes from :func:`mhlo_cost.analysis.analyze` with
+``AnalysisOptions(dataflow=True)``.
 """
 from .eager import SDPA_BACKENDS, eager
 from .estimate import EXECUTIONS, Roofline, execution_of, hardware_from_args

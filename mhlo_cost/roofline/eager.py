@@ -144,9 +144,9 @@ def eager(analysis, hw: Hardware, times: list[OpTime] | None = None, producers: 
     attention made by one framework call, :func:`is_sdpa_call`, is the SDPA kernel)."""
     rows = analysis.rows
     if producers is None:
-        producers = getattr(analysis, "producers", None)
+        producers = analysis.producers
     if producers is None or len(producers) != len(rows):
-        raise ValueError("eager() needs the data flow: analyse with mhlo_cost.analysis.analyze_dataflow()")
+        raise ValueError("eager() needs the data flow: analyse with AnalysisOptions(dataflow=True)")
     if sdpa not in SDPA_BACKENDS:
         raise ValueError(f"unknown attention backend {sdpa!r}: choose one of {', '.join(SDPA_BACKENDS)}")
     if written not in WRITTEN_ATTENTION:

@@ -77,11 +77,11 @@ class Roofline:
             ts, rows = self.times, self.analysis.rows
             compute = list(self.fusion.row_time) if fused else [t.kernel_s for t in ts]
             comm = [t.comm_s for t in ts]
-            producers = getattr(self.analysis, "producers", None)
+            producers = self.analysis.producers
             if not producers:
                 producers = [(None,)] * len(rows)  # every op waits for everything before it
             self._exposure[key] = exposed_comm(producers, compute, comm, [r.kind == "collective" for r in rows],
-                                               getattr(self.analysis, "async_done", None))
+                                               self.analysis.async_done)
         return self._exposure[key]
 
     # -- totals -----------------------------------------------------------------------------------------

@@ -1,8 +1,8 @@
 """Fusion (``--fuse elementwise``): rows grouped into kernels as a fusing compiler would.
 
 :func:`fuse` groups rows into kernels the way XLA's GPU fusion passes roughly would, from the data flow
-(:func:`analyze_dataflow` re-walks the module with a visitor that records, per row, the rows producing
-its operands), in program order:
+(:func:`~mhlo_cost.analysis.analyze` with ``AnalysisOptions(dataflow=True)`` records, per row, the rows
+producing its operands), in program order:
 
 * a dot or convolution opens a kernel; elementwise consumers that do not widen its result's element
   type join it (epilogue: bias, activation, residual, scaling, slices of its output);
@@ -288,9 +288,9 @@ def fuse(analysis, hw: Hardware, times: list[OpTime] | None = None, producers: l
     ``fused`` prices each attention found by :func:`.attention.find_attention` as one kernel."""
     rows = analysis.rows
     if producers is None:
-        producers = getattr(analysis, "producers", None)
+        producers = analysis.producers
     if producers is None or len(producers) != len(rows):
-        raise ValueError("fuse() needs the data flow: analyse with mhlo_cost.analysis.analyze_dataflow()")
+        raise ValueError("fuse() needs the data flow: analyse with AnalysisOptions(dataflow=True)")
     if attention not in ATTENTION_MODES:
         raise ValueError(f"unknown attention mode {attention!r}: choose one of {', '.join(ATTENTION_MODES)}")
     if times is None:

@@ -89,10 +89,10 @@ def layer_cost(cfg: ScaleConfig, hw, cache_dir: str | os.PathLike | None = None,
 def analyse_layer(cfg: ScaleConfig, hw, key: str = "", chip: str = "", part: str = "layer") -> LayerCost:
     """Lower, walk and price the layer or the head (no cache)."""
     from ..roofline.estimate import Roofline
-    from ..training.analysis import analyze_training
+    from ..analysis import AnalysisOptions, analyze
     from .layer import lower_head, lower_layer
 
-    a = analyze_training(lower_head(cfg) if part == "head" else lower_layer(cfg))
+    a = analyze(lower_head(cfg) if part == "head" else lower_layer(cfg), AnalysisOptions.recording("training"))
     ph = a.phases
     rf = Roofline(a, hw, fuse_mode="elementwise", attention="unfused")
     gemm = {p: 0 for p in PHASES}

@@ -10,11 +10,9 @@ gradients, optimizer state, inputs and the activations the backward reads from t
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import pandas as pd
 
-from ..analysis import DataflowAnalysis
+from ..analysis import Analysis, AnalysisOptions, analyze
 from ..collectors import is_matmul
 from ..collectors.phases import BACKWARD, FORWARD, OPTIMIZER, PHASES, RECOMPUTE, Phases, assign_phases
 from ..tensorinfo import TensorInfo
@@ -24,36 +22,13 @@ from .argument import Argument  # noqa: F401 (imported from here too)
 PHASE_KEYS = (FORWARD, "backward/dgrad", "backward/wgrad", "backward/other", RECOMPUTE, OPTIMIZER)
 
 
-@dataclass
-class TrainingAnalysis(DataflowAnalysis):
-    arguments: list = field(default_factory=list)
-    _phases: Phases | None = None
-
-    @property
-    def param_args(self) -> set | None:
-        """Data-flow keys of the donated arguments (None where nothing is donated: any may be one)."""
-        keys = {a.key for a in self.arguments if a.donated}
-        return keys or None
-
-    @property
-    def phases(self) -> Phases:
-        if self._phases is None:
-            self._phases = assign_phases(self)
-        return self._phases
+#: Deprecated name of :class:`mhlo_cost.analysis.Analysis` (one type: what was recorded is in its options).
+TrainingAnalysis = Analysis
 
 
-def analyze_training(source, entry: str | None = None, conv_padding: str = "xla") -> TrainingAnalysis:
-    """Walk ``source`` (a path, text, bytes or a loaded module) with data flow and arguments."""
-    from ..analysis import walk
-    from ..visitors.tflops import conv_padding_variant
-    from .walk import TrainingVisitor
-
-    found = {}
-    loaded, v = walk(source, conv_padding_variant(TrainingVisitor, conv_padding), entry,
-                     after=lambda v: found.update(p=v.producers(), a=v.async_done()))
-    return TrainingAnalysis(v.rows, loaded.name, v.entry, v.warnings, producers=found["p"],
-                            async_done=found["a"], arguments=v.arguments,
-                            liveness=v.recording())
+def analyze_training(source, entry: str | None = None, conv_padding: str = "xla") -> Analysis:
+    """Deprecated: ``analyze(source, AnalysisOptions(phases=True))``, the walk with data flow, arguments and phases."""
+    return analyze(source, AnalysisOptions(entry, conv_padding, phases=True))
 
 
 def has_backward(loaded) -> bool:
@@ -107,7 +82,7 @@ def weight_parameters(analysis, phases: Phases) -> tuple[int, int]:
     from ..collectors.phases import Flow
 
     rows = analysis.rows
-    flow = Flow(rows, getattr(analysis, "producers", None), getattr(analysis, "param_args", None))
+    flow = Flow(rows, analysis.producers, analysis.param_args)
     seen: dict = {}
     per_tokens: dict[int, int] = {}
     looped = 0
@@ -150,7 +125,7 @@ def rule_of_thumb(analysis, phases: Phases | None = None, tokens: int | None = N
 
 def phase_report(analysis, times=None) -> tuple[pd.DataFrame, list[str], dict]:
     """``report --by phase``: the phase table, the lines under it, and the same facts for JSON."""
-    phases = getattr(analysis, "phases", None) or assign_phases(analysis)
+    phases = analysis.phases or assign_phases(analysis)
     df = phase_frame(analysis, phases, times)
     info = rule_of_thumb(analysis, phases)
     lines = list(phases.notes)
@@ -185,7 +160,7 @@ def _live_at_boundary(analysis, phases: Phases) -> dict:
     """From the liveness sweep (:mod:`mhlo_cost.memory`): the bytes live once the forward is done (before the
     first backward or recompute op), the step's peak and the phase it falls in. Empty where the analysis
     carries no liveness record or the program has no backward."""
-    if getattr(analysis, "liveness", None) is None:
+    if analysis.liveness is None:
         return {}
     first = next((i for i, p in enumerate(phases.phase) if p in (BACKWARD, RECOMPUTE)), None)
     if first is None:
@@ -214,9 +189,9 @@ def memory_categories(analysis, phases: Phases | None = None) -> dict:
     Values carried through a loop (a scanned model's stacked weights and residuals) are not followed: a
     scanned step's figures are lower bounds, and ``loop_values_unfollowed`` says so.
     """
-    phases = phases or getattr(analysis, "phases", None) or assign_phases(analysis)
-    rows, producers = analysis.rows, getattr(analysis, "producers", None) or [()] * len(analysis.rows)
-    args = {a.key: a for a in getattr(analysis, "arguments", [])}
+    phases = phases or analysis.phases or assign_phases(analysis)
+    rows, producers = analysis.rows, analysis.producers or [()] * len(analysis.rows)
+    args = {a.key: a for a in analysis.arguments or ()}
     forward_read, grads, saved = set(), set(), set()
     unfollowed = False
     for i, srcs in enumerate(producers):

@@ -24,7 +24,9 @@ Control flow is the base class's business, so that every metric sees it the same
   row adds what other branches have above it, so every metric is its maximum over the branches;
 * an entry function that only returns gives the warning :data:`EMPTY_ENTRY`.
 
-Subclasses emit :class:`Row` objects with :meth:`IRVisitor.emit`.
+The walk counts nothing itself: the rule sets composed into it (:mod:`mhlo_cost.visitors.ruleset`) emit
+:class:`Row` objects with :meth:`IRVisitor.emit`, and recorders (:mod:`mhlo_cost.visitors.recorder`) keep
+what else the caller asked for.
 """
 from __future__ import annotations
 
@@ -33,43 +35,30 @@ from jaxlib.mlir import ir
 
 from ..types import TensorInfo, TypeCache
 from .callgraph import CallGraph
+from .entry import choose_entry
 from .locations import LocationCache, LocationInfo
 from .row import EMPTY_ENTRY, METRICS, AnalysisError, Row, short_name  # noqa: F401 (imported from here too)
 from .dialects import DialectRules
-from .trips import for_trip_count, trip_count
-
-#: Dialects whose ops share rules by their name without the dialect (``visit_<name>``).
-SHARED_DIALECTS = frozenset({"stablehlo", "mhlo", "chlo"})
-
-
-def rule_name(op_name: str) -> str:
-    """The visit method of an op: ``visit_<name>`` for :data:`SHARED_DIALECTS`, else ``visit_<dialect>_<name>``."""
-    dialect, _, name = op_name.partition(".")
-    if dialect in SHARED_DIALECTS:
-        return "visit_" + name
-    return f"visit_{dialect}_{name}".replace(".", "_")
-
-
-def shared_short_name(op_name: str) -> str | None:
-    """The short name of a StableHLO / MHLO / CHLO op (the name its rules are keyed by); None for other dialects."""
-    dialect, _, name = op_name.partition(".")
-    return name if dialect in SHARED_DIALECTS else None
-
+from .recorder import region_kind, told
+from .ruleset import SHARED_DIALECTS, rule_name, shared_short_name  # noqa: F401 (imported from here too)
+from .trips import trip_count
 
 class IRVisitor(DialectRules):
     """Walks a module from its entry function, dispatching ops to the method :func:`rule_name` names.
 
-    ``self.rows`` is the list of :class:`Row` in program order, each carrying its multiplicity.
+    ``self.rows`` is the list of :class:`Row` in program order, each carrying its multiplicity. ``rules``
+    (:class:`mhlo_cost.visitors.ruleset.RuleSet` classes, made with ``options``) count the ops; ``recorders``
+    (:class:`mhlo_cost.visitors.recorder.Recorder`) are told what the walk does and keep their own records.
     """
 
-    def __init__(self, module: ir.Module, entry: str | None = None):
+    def __init__(self, module: ir.Module, entry: str | None = None, recorders=(), rules=(), options=None):
         self.module = module
         self.functions: dict[str, ir.Operation] = {}
         for op in module.body.operations:
             op = op.operation
             if op.name == "func.func":
                 self.functions[ir.StringAttr(op.attributes["sym_name"]).value] = op
-        self.entry = self._choose_entry(entry)
+        self.entry = choose_entry(self.functions, entry)
         self._dispatch: dict[str, object] = {}
         self._func_rows: dict[str, list[Row]] = {}
         self._calls = CallGraph(self._func_rows)
@@ -85,31 +74,37 @@ class IRVisitor(DialectRules):
         self._after_op: list[Row] = []
         self.warnings: list[str] = []
         self.external: list[str] = []  # functions declared without a body
+        self.recorders = tuple(recorders)
+        self._row_hooks = tuple(r.emitted for r in self.recorders if r.wants_rows)
+        self.rule_sets = tuple(cls(self, options) for cls in rules)
+        fallback = [rs.generic_rule for rs in self.rule_sets if hasattr(rs, "generic_rule")]
+        self._fallback = fallback[0] if fallback else self.walk_regions
+
+    # -- what recorders read -----------------------------------------------------------------------------------
+    @property
+    def out(self) -> list[Row]:
+        """The output list rows go to now (a function's, a sub-walk's)."""
+        return self._out
+
+    def is_argument(self, key: int) -> bool:
+        """Whether the value with hash ``key`` is an argument of the function being walked."""
+        return key in self._args
+
+    def nbytes(self, t) -> int:
+        """Bytes of a value of type ``t`` (0 for a type without a size: tokens, futures)."""
+        try:
+            return self._types(t).nbytes
+        except ValueError:
+            return 0
+
+    def function_rows(self, name: str) -> list[Row]:
+        """The rows of function ``name`` (built once, then the same list)."""
+        return self._function_rows(name)
 
     # -- entry and driving ---------------------------------------------------------------------------------
-    def _choose_entry(self, entry: str | None) -> str:
-        if not self.functions:
-            raise AnalysisError("the module has no func.func to analyse")
-        if entry is not None:
-            if entry not in self.functions:
-                raise AnalysisError(f"no function named {entry!r}; functions: {', '.join(sorted(self.functions))}")
-            return entry
-        if "main" in self.functions:
-            return "main"
-        public = [n for n, f in self.functions.items() if not _is_private(f)]
-        if len(public) == 1:
-            return public[0]
-        if len(self.functions) == 1:
-            return next(iter(self.functions))
-        if not public:
-            raise AnalysisError(f"no function named 'main' and no public function; choose one of "
-                                f"{', '.join(sorted(self.functions))} with --entry NAME")
-        raise AnalysisError(
-            "no function named 'main' and several public functions "
-            f"({', '.join(sorted(public))}); choose one with --entry NAME"
-        )
-
     def run(self) -> list[Row]:
+        for r in self.recorders:
+            r.started(self)
         self.rows = list(self._function_rows(self.entry))
         body = self.functions[self.entry].regions[0]
         if not len(body.blocks) or len(body.blocks[0].operations) <= 1:
@@ -117,6 +112,8 @@ class IRVisitor(DialectRules):
         self.warnings.extend(self._calls.warnings())
         for i, r in enumerate(self.rows):
             r.index = i
+        for r in self.recorders:
+            r.finished(self)
         return self.rows
 
     def _function_rows(self, name: str) -> list[Row]:
@@ -137,12 +134,17 @@ class IRVisitor(DialectRules):
         self._out, self._func_name, self._sets = [], name, {}
         saved_args = self._args
         self._args = {hash(a) for a in fn.regions[0].blocks[0].arguments}
+        rows = None
+        for r in self.recorders:
+            r.function_started(name)
         try:
             self.visit_region(fn.regions[0])
             rows = self._out
         finally:
             self._out, self._func_name, self._args, self._sets = saved_out, saved_func, saved_args, saved_sets
             self._active.pop()
+            for r in self.recorders:
+                r.function_finished(name, rows)
         self._func_rows[name] = rows
         return rows
 
@@ -165,41 +167,76 @@ class IRVisitor(DialectRules):
         name = op.name
         method = self._dispatch.get(name)
         if method is None:
-            method = getattr(self, rule_name(name), None) or self.generic_visit
+            method = self.rule_of(name)
+            kind = region_kind(name) if self.recorders else None
+            if kind is not None:
+                method = told(self, kind, method)
             self._dispatch[name] = method
         method(op)
 
+    def rule_of(self, op_name: str):
+        """The method that visits ops named ``op_name``: the first rule set's, else the walk's own, else
+        :meth:`generic_visit`."""
+        method = rule_name(op_name)
+        for rs in self.rule_sets:
+            found = getattr(rs, method, None)
+            if found is not None:
+                return found
+        return getattr(self, method, None) or self.generic_visit
+
+    def visit_shared(self, name: str, op: ir.Operation) -> None:
+        """Visit ``op`` (of another dialect) with the rule of the StableHLO op ``name`` (``scf.if`` -> ``if``)."""
+        self.rule_of("stablehlo." + name)(op)
+
     def generic_visit(self, op: ir.Operation) -> None:
-        """Ops without a visit method: recurse into their regions (subclasses count leaf ops)."""
+        """Ops without a rule: the rule sets' ``generic_rule`` (else :meth:`walk_regions`), then the recorders are told."""
+        self._fallback(op)
+        for r in self.recorders:
+            r.contained(op)
+
+    def walk_regions(self, op: ir.Operation) -> None:
+        """Walk the regions of ``op`` (a container whose body runs once)."""
         for region in op.regions:
             self.visit_region(region)
 
     def visit_return(self, op: ir.Operation) -> None:
-        pass
+        for r in self.recorders:
+            r.returned(op)
 
     # -- control flow -----------------------------------------------------------------------------------------
     def collect(self, fn, *args) -> list[Row]:
         """Run ``fn(*args)`` with a fresh output list and return the rows it emitted."""
         saved = self._out, self._sets
         self._out, self._sets = [], {}
+        rows = None
+        for r in self.recorders:
+            r.collect_started()
         try:
             fn(*args)
-            return self._out
+            rows = self._out
+            return rows
         finally:
             self._out, self._sets = saved
+            for r in self.recorders:
+                r.collect_finished(rows)
 
     def replay(self, rows: list[Row], k: int, scope: str = "", note: str = "") -> None:
         if k == 0:
             return
         out = self._out
+        start = len(out)
         for r in rows:
             out.append(r.scaled(k, scope, note))
+        for r in self.recorders:
+            r.replayed(rows, k, start)
 
     def fold(self, rows: list[Row], k: int, at: int) -> None:
         """``k`` more executions of ``rows``, added to the row set replayed from them at ``at`` in this list."""
         out = self._out
         for i, r in enumerate(rows):
             out[at + i].add_scaled(r, k)
+        for r in self.recorders:
+            r.folded(rows, k, at)
 
     def visit_call(self, op: ir.Operation) -> None:
         callee = ir.FlatSymbolRefAttr(op.attributes["callee"]).value
@@ -213,29 +250,6 @@ class IRVisitor(DialectRules):
             self.replay(rows, 1, scope)
         else:
             self.fold(rows, 1, at)
-
-    def visit_scf_for(self, op: ir.Operation) -> None:
-        """``scf.for``: its body times the trip count where the bounds are constants."""
-        self._loop(op, for_trip_count(op), op.regions[0], "for loop")
-
-    def visit_scan(self, op: ir.Operation) -> None:
-        """``chlo.scan``: its body once per element of the scanned dimension of its first input."""
-        steps = None
-        try:
-            shape = ir.ShapedType(op.operands[0].type).shape
-            dim = ir.IntegerAttr(op.attributes["dimension"]).value
-            steps = shape[dim] if 0 <= dim < len(shape) and shape[dim] >= 0 else None
-        except (ValueError, TypeError, IndexError, KeyError):
-            pass
-        self._loop(op, steps, op.regions[0], "scan")
-
-    def _loop(self, op: ir.Operation, trips: int | None, body: ir.Region, what: str) -> None:
-        scope = self.loc(op).scope
-        if trips is None:
-            self.warnings.append(f"{what} at {self.loc(op).describe()}: trip count not provable, counted once")
-            self.replay(self.collect(self.visit_region, body), 1, scope, "trip_count_unknown")
-            return
-        self.replay(self.collect(self.visit_region, body), trips, scope, f"{what} x{trips}")
 
     def visit_while(self, op: ir.Operation) -> None:
         cond, body = op.regions[0], op.regions[1]
@@ -299,6 +313,8 @@ class IRVisitor(DialectRules):
         row = Row(op.name, kind, loc, loc.scope, result, 0, 0, 0, 0, 0, result.nbytes, 1, "", "", "",
                   0, 0, 0, 0, (), (), self._func_name, 0, ((), (hash(res),)))
         self._out.append(row)
+        for hook in self._row_hooks:
+            hook(op, row)
         return row
 
     def emit_same_type(self, op: ir.Operation, kind: str) -> Row:
@@ -317,6 +333,8 @@ class IRVisitor(DialectRules):
         row = Row(op.name, kind, loc, loc.scope, result, 0, 0, 0, 0, n * result.nbytes, result.nbytes, 1, "", "", "",
                   0, 0, 0, 0, (result,) * n, (), self._func_name, 0, (uses, (hash(res),)))
         self._out.append(row)
+        for hook in self._row_hooks:
+            hook(op, row)
         return row
 
     def emit(self, op: ir.Operation, kind: str, target: str = "", weights: bool = False) -> Row:
@@ -373,9 +391,6 @@ class IRVisitor(DialectRules):
         row = Row(op.name, kind, loc, loc.scope, result, 0, 0, 0, 0, read, written, 1, "", target, "", 0, 0, 0, 0,
                   infos, found, self._func_name, 0, (uses, defs))
         self._out.append(row)
+        for hook in self._row_hooks:
+            hook(op, row)
         return row
-
-
-def _is_private(fn: ir.Operation) -> bool:
-    vis = fn.attributes["sym_visibility"] if "sym_visibility" in fn.attributes else None
-    return vis is not None and ir.StringAttr(vis).value == "private"

@@ -36,7 +36,8 @@ from __future__ import annotations
 from jaxlib.mlir import ir
 
 from ..types import isa
-from .base import IRVisitor, short_name
+from .base import short_name
+from .ruleset import RuleSet
 from .tflops import int_attr
 from .vector import body_flops
 
@@ -133,8 +134,10 @@ def _dense_ids(op: ir.Operation, name: str) -> list[list[int]]:
     return [flat[i:i + shape[1]] for i in range(0, len(flat), shape[1])]
 
 
-class CommIRVisitor(IRVisitor):
+class CommIRVisitor(RuleSet):
     """Counts every collective's per-device volume; one row each, kind ``collective``."""
+
+    metric = "communication"
 
     def _groups(self, op: ir.Operation, attr_name: str = "replica_groups") -> tuple[int, int]:
         """(group size, number of groups).
@@ -245,9 +248,9 @@ class CommIRVisitor(IRVisitor):
     def visit_async_start(self, op: ir.Operation) -> None:
         if "called_computation" in op.attributes:
             callee = ir.FlatSymbolRefAttr(op.attributes["called_computation"]).value
-            self.replay(self._function_rows(callee), 1, self.loc(op).scope)
+            self.replay(self.walk.function_rows(callee), 1, self.loc(op).scope)
         else:
-            self.generic_visit(op)
+            self.walk.generic_visit(op)
 
     def visit_async_update(self, op: ir.Operation) -> None:
         pass

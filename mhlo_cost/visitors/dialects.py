@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from jaxlib.mlir import ir
 
-from .trips import index_constant
+from .trips import for_trip_count, index_constant
 
 #: Region ops of other dialects whose body runs once, inline, like ``mhlo.fusion``.
 INLINE_REGION_OPS = frozenset({"scf.execute_region", "sdy.named_computation"})
@@ -147,8 +147,31 @@ def gpu_launch_count(op: ir.Operation) -> int | None:
 class DialectRules:
     """The rules of the module docstring; mixed into :class:`~mhlo_cost.visitors.base.IRVisitor`."""
 
+    def visit_scf_for(self, op: ir.Operation) -> None:
+        """``scf.for``: its body times the trip count where the bounds are constants."""
+        self._loop(op, for_trip_count(op), op.regions[0], "for loop")
+
+    def visit_scan(self, op: ir.Operation) -> None:
+        """``chlo.scan``: its body once per element of the scanned dimension of its first input."""
+        steps = None
+        try:
+            shape = ir.ShapedType(op.operands[0].type).shape
+            dim = ir.IntegerAttr(op.attributes["dimension"]).value
+            steps = shape[dim] if 0 <= dim < len(shape) and shape[dim] >= 0 else None
+        except (ValueError, TypeError, IndexError, KeyError):
+            pass
+        self._loop(op, steps, op.regions[0], "scan")
+
+    def _loop(self, op: ir.Operation, trips: int | None, body: ir.Region, what: str) -> None:
+        scope = self.loc(op).scope
+        if trips is None:
+            self.warnings.append(f"{what} at {self.loc(op).describe()}: trip count not provable, counted once")
+            self.replay(self.collect(self.visit_region, body), 1, scope, "trip_count_unknown")
+            return
+        self.replay(self.collect(self.visit_region, body), trips, scope, f"{what} x{trips}")
+
     def visit_func_call(self, op: ir.Operation) -> None:
-        self.visit_call(op)
+        self.visit_shared("call", op)
 
     def visit_func_return(self, op: ir.Operation) -> None:
         self.visit_return(op)
@@ -178,15 +201,15 @@ class DialectRules:
     visit_manual_computation = _inline  # the walk's rule for a shard_map body (the counting visitors' own)
 
     def visit_sdy_manual_computation(self, op: ir.Operation) -> None:
-        self.visit_manual_computation(op)
+        self.visit_shared("manual_computation", op)
 
     def visit_scf_if(self, op: ir.Operation) -> None:
-        self.visit_if(op)
+        self.visit_shared("if", op)
 
     visit_affine_if = visit_scf_if
 
     def visit_scf_index_switch(self, op: ir.Operation) -> None:
-        self.visit_case(op)  # regions: the default, then one per case; all are branches
+        self.visit_shared("case", op)  # regions: the default, then one per case; all are branches
 
     def visit_affine_for(self, op: ir.Operation) -> None:
         self._loop(op, affine_for_trips(op), op.regions[0], "affine.for")

@@ -1,5 +1,5 @@
 """The liveness record's plain data (:class:`Frame`, :class:`Return`, :class:`Region`, :class:`Recording`),
-made by :class:`mhlo_cost.visitors.liveness.LivenessMixin` during the walk.
+made by :class:`mhlo_cost.visitors.liveness.LivenessRecorder` during the walk.
 
 Standard library only: the record travels from the walk in the MLIR reader's child process to a parent that
 imports no jaxlib (:mod:`mhlo_cost.wire`).

@@ -1,9 +1,9 @@
-"""What liveness needs, recorded during the one walk: :class:`LivenessMixin`.
+"""What liveness needs, recorded during the one walk: :class:`LivenessRecorder`.
 
 The walk already gives every row the keys of its operand and result values (``Row.values``; a value's key is
 its hash, unique in a module). What the rows alone do not say is where sub-walks begin and end: a function
 body replayed at a call site, a loop's condition and body, the branch of a ``case`` taken, a ``shard_map``
-body. The mixin records each sub-walk as a :class:`Frame` (the rows it produced, in order, with the region
+body. The recorder records each sub-walk as a :class:`Frame` (the rows it produced, in order, with the region
 ops and returns among them) and each op whose rows come from sub-walks as a :class:`Region` item of its
 parent frame: its operands and results, and the child frames it replayed with their positions.
 
@@ -12,9 +12,9 @@ instance (call site), on top of what is live where the instance runs. A call fol
 (:mod:`mhlo_cost.visitors.callgraph`) is a child with ``k`` 0 whose ``start`` is that earlier row set: its
 peak counts on top of its own call site, its rows are the earlier call's.
 
-The mixin wraps the base walk's rules for the region ops (``call``, ``while``, ``case``, ``if``,
-``manual_computation``, ``composite``, ``async_start``) without changing them: it only looks at which rows
-they replayed. A replay by an op it does not know becomes a region item without operands or results.
+The walk tells the recorder where the region ops (:data:`~mhlo_cost.visitors.recorder.REGION_OPS`) begin and
+end; it only looks at which rows they replayed. A replay by an op it does not know becomes a region item
+without operands or results.
 """
 from __future__ import annotations
 
@@ -22,20 +22,19 @@ import gc
 
 from jaxlib.mlir import ir
 
-from .base import IRVisitor, short_name
 from .frames import Frame, Recording, Region, Return  # noqa: F401 (imported from here too)
 from .locations import location_info
+from .recorder import REGION_OPS, Recorder
+from .row import short_name
 
-#: Ops whose rows come from sub-walks; the mixin wraps their visit methods.
-REGION_OPS = ("call", "while", "case", "if", "manual_computation", "composite", "async_start")
 
-
-class LivenessMixin(IRVisitor):
+class LivenessRecorder(Recorder):
     """Records :class:`Frame` and :class:`Region` items during the walk; :meth:`recording` returns them."""
 
-    def __init__(self, module, entry=None):
-        super().__init__(module, entry)
+    def __init__(self):
+        self._walk = None
         self._frame = Frame()
+        self._stack: list[Frame] = []
         self._frames: dict[int, Frame] = {}
         self._alias: dict[int, int] = {}
         self._local: dict[int, int] = {}
@@ -47,53 +46,48 @@ class LivenessMixin(IRVisitor):
         return Recording(self._entry_frame, self._entry_args, self._alias, self._local, *self._entry_facts)
 
     # -- frames ---------------------------------------------------------------------------------------------
-    def run(self):
-        self._entry_args = list(_arguments(self, self.functions[self.entry]))
-        self._entry_facts = _argument_facts(self.functions[self.entry])
-        rows = super().run()
-        self._entry_frame = self._frames.get(id(self._function_rows(self.entry)))  # the cached entry rows
+    def started(self, walk):
+        self._walk = walk
+        self._entry_args = list(_arguments(walk, walk.functions[walk.entry]))
+        self._entry_facts = _argument_facts(walk.functions[walk.entry])
+
+    def finished(self, walk):
+        self._entry_frame = self._frames.get(id(walk.function_rows(walk.entry)))  # the cached entry rows
         if not gc.isenabled():
             _settle_heap()
-        return rows
 
-    def _function_rows(self, name):
-        parent = self._frame
-        self._frame = fr = Frame()
-        try:
-            rows = super()._function_rows(name)
-        finally:
-            self._frame = parent
-        if id(rows) not in self._frames:  # built now, not taken from the cache
+    def function_started(self, name):
+        self._stack.append(self._frame)
+        self._frame = Frame()
+
+    def function_finished(self, name, rows):
+        fr, self._frame = self._frame, self._stack.pop()
+        if rows is not None:
             fr.rows = rows
             self._frames[id(rows)] = fr
-        return rows
 
-    def collect(self, fn, *args):
-        parent = self._frame
-        self._frame = fr = Frame()
-        try:
-            rows = super().collect(fn, *args)
-        finally:
-            self._frame = parent
-        fr.rows = rows
-        self._frames[id(rows)] = fr
-        parent.collected.append(fr)
-        return rows
+    def collect_started(self):
+        self._stack.append(self._frame)
+        self._frame = Frame()
 
-    def replay(self, rows, k, scope="", note=""):
-        start = len(self._out)
-        super().replay(rows, k, scope, note)
-        if k == 0 or not rows:
+    def collect_finished(self, rows):
+        fr, self._frame = self._frame, self._stack.pop()
+        if rows is not None:
+            fr.rows = rows
+            self._frames[id(rows)] = fr
+            self._frame.collected.append(fr)
+
+    def replayed(self, rows, k, start):
+        if not rows:
             return
         f = self._frame
         entry = (self._frames.get(id(rows)), start, k)
         if f.open:
             f.pending.append(entry)
-        else:  # replayed by an op this mixin does not know: a region without operands or results
-            f.items.append(Region("", (), (), (), [entry], [], {}, {}, start, len(self._out)))
+        else:  # replayed by an op this recorder does not know: a region without operands or results
+            f.items.append(Region("", (), (), (), [entry], [], {}, {}, start, len(self._walk.out)))
 
-    def fold(self, rows, k, at):
-        super().fold(rows, k, at)
+    def folded(self, rows, k, at):
         if k == 0 or not rows:
             return
         f = self._frame
@@ -101,15 +95,13 @@ class LivenessMixin(IRVisitor):
         if f.open:
             f.pending.append(entry)
         else:
-            n = len(self._out)
+            n = len(self._walk.out)
             f.items.append(Region("", (), (), (), [entry], [], {}, {}, n, n))
 
-    def visit_return(self, op):
-        self._frame.items.append(Return(len(self._out), tuple(map(hash, op.operands))))
-        super().visit_return(op)
+    def returned(self, op):
+        self._frame.items.append(Return(len(self._walk.out), tuple(map(hash, op.operands))))
 
-    def generic_visit(self, op):
-        super().generic_visit(op)
+    def contained(self, op):
         if len(op.regions) and len(op.results) and short_name(op.name) not in REGION_OPS:
             # A container whose body ran inline (mhlo.fusion, ...): its results are what its body returns.
             blocks = op.regions[0].blocks
@@ -119,47 +111,33 @@ class LivenessMixin(IRVisitor):
                     self._alias[hash(res)] = hash(v)
 
     # -- region ops -------------------------------------------------------------------------------------------
-    def _visit_region_op(self, op, name: str) -> None:
+    def region_started(self, kind, op):
+        if kind not in REGION_OPS:
+            return None
         f = self._frame
-        n0, c0 = len(f.pending), len(f.collected)
-        start = len(self._out)
         f.open += 1
-        try:
-            getattr(super(LivenessMixin, self), "visit_" + name)(op)
-        finally:
-            f.open -= 1
+        return len(f.pending), len(f.collected)
+
+    def region_finished(self, kind, op, token, start):
+        if token is None:
+            return
+        f = self._frame
+        f.open -= 1
+        n0, c0 = token
         children, collected = f.pending[n0:], f.collected[c0:]
         del f.pending[n0:], f.collected[c0:]
-        if not children and len(self._out) > start:
+        out = self._walk.out
+        if not children and len(out) > start:
             return  # the op emitted a row of its own (a call to a function without a body): a leaf
         replayed = {id(c[0]) for c in children}
         branches = [c for c in collected if id(c) not in replayed]
-        argpos, passthrough, sizes, local = _boundary(self, op, name)
+        argpos, passthrough, sizes, local = _boundary(self._walk, op, kind)
         uses = tuple(map(hash, op.operands))
-        f.items.append(Region(name, uses, tuple(map(hash, op.results)), sizes, children, branches, argpos,
-                              passthrough, start, len(self._out)))
+        f.items.append(Region(kind, uses, tuple(map(hash, op.results)), sizes, children, branches, argpos,
+                              passthrough, start, len(out)))
         for u, nbytes in zip(uses, local):  # shard_map: the operands are per-device buffers of these sizes
             if nbytes < self._local.get(u, nbytes + 1):
                 self._local[u] = nbytes
-
-    def nbytes(self, t) -> int:
-        """Bytes of a value of type ``t`` (0 for a type without a size: tokens, futures)."""
-        try:
-            return self._types(t).nbytes
-        except ValueError:
-            return 0
-
-
-def _make(name):
-    def visit(self, op):
-        self._visit_region_op(op, name)
-    visit.__name__ = "visit_" + name
-    visit.__doc__ = f"``{name}``: the base walk's rule, recorded as a region item for liveness."
-    return visit
-
-
-for _name in REGION_OPS:
-    setattr(LivenessMixin, "visit_" + _name, _make(_name))
 
 
 def _settle_heap() -> None:

@@ -20,7 +20,7 @@ from __future__ import annotations
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import chlo
 
-from .base import IRVisitor
+from .ruleset import RuleSet
 from .tflops import int_list
 
 
@@ -31,7 +31,9 @@ def fft_flops(operand_elems: int, lengths: list[int]) -> int:
     return 8 * stages * operand_elems
 
 
-class MoreRules(IRVisitor):
+class MoreRules(RuleSet):
+    metric = "vector"
+
     def visit_fft(self, op: ir.Operation) -> None:
         row = self.emit(op, "fft")
         row.vector_flops = fft_flops(row.operands[0].nelems, int_list(op, "fft_length", []) or [])

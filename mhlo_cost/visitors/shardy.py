@@ -28,11 +28,13 @@ from __future__ import annotations
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import sdy
 
-from .base import IRVisitor
+from .ruleset import RuleSet
 from .comm import ring_volume
 
 
-class ShardyRules(IRVisitor):
+class ShardyRules(RuleSet):
+    metric = "communication"
+
     _meshes: dict | None = None
 
     # -- shardings -------------------------------------------------------------------------------------------

@@ -7,7 +7,8 @@ A convolution is counted as XLA's HloCostAnalysis counts it: for every spatial d
 (output position, kernel position) pairs that land on a real input element (not padding, not a hole
 made by lhs dilation); times input features per group, output features and batch per batch group; x2.
 With ``conv_padding="dense"`` padded positions count too, as PyTorch's FlopCounterMode, fvcore and most
-papers count (ResNet-18: 1.814 GMAC); see :func:`conv_padding_variant`. A convolution with lhs dilation
+papers count (ResNet-18: 1.814 GMAC); the walk sets it from :class:`mhlo_cost.visitors.options.AnalysisOptions`.
+A convolution with lhs dilation
 (a transposed convolution, and the dgrad of a strided one) is counted as PyTorch counts a transposed
 convolution: every (input element, kernel element) pair, wherever it lands (so a strided convolution's
 dgrad costs its forward, not the padding of the transposed form around it).
@@ -18,7 +19,8 @@ from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import mhlo, stablehlo
 
 from ..types import isa
-from .base import AnalysisError, IRVisitor
+from .base import AnalysisError
+from .ruleset import RuleSet
 
 
 # -- pure rules -------------------------------------------------------------------------------------------------
@@ -143,12 +145,15 @@ def int_attr(op: ir.Operation, name: str, default: int) -> int:
 
 
 # -- visitor ------------------------------------------------------------------------------------------------------
-CONV_PADDING = ("xla", "dense")
 
 
-class TFlopsVisitor(IRVisitor):
-    #: "xla": padded positions cost nothing (XLA's HloCostAnalysis); "dense": they count (PyTorch's counters)
-    conv_padding = "xla"
+class TFlopsVisitor(RuleSet):
+    metric = "matrix"
+
+    @property
+    def conv_padding(self) -> str:
+        """"xla": padded positions cost nothing (XLA's HloCostAnalysis); "dense": they count (PyTorch's counters)."""
+        return self.options.conv_padding
 
     def visit_dot_general(self, op: ir.Operation) -> None:
         row = self.emit(op, "dot", weights=True)
@@ -210,19 +215,3 @@ def _constant_ints(v: ir.Value) -> list[int] | None:
     if not isa(attr, ir.DenseIntElementsAttr):
         return None
     return [int(x) for x in ir.DenseIntElementsAttr(attr)]
-
-
-_VARIANTS: dict = {}
-
-
-def conv_padding_variant(visitor_class, conv_padding: str):
-    """``visitor_class`` counting convolutions by the ``conv_padding`` convention ("xla" or "dense")."""
-    if conv_padding not in CONV_PADDING:
-        raise ValueError(f"conv_padding must be one of {', '.join(CONV_PADDING)}, got {conv_padding!r}")
-    if conv_padding == visitor_class.conv_padding:
-        return visitor_class
-    key = (visitor_class, conv_padding)
-    if key not in _VARIANTS:
-        _VARIANTS[key] = type(f"{visitor_class.__name__}_{conv_padding}", (visitor_class,),
-                              {"conv_padding": conv_padding})
-    return _VARIANTS[key]

@@ -20,7 +20,8 @@ from __future__ import annotations
 from jaxlib.mlir import ir
 
 from ..types import TensorInfo
-from .base import IRVisitor, shared_short_name
+from .base import shared_short_name
+from .ruleset import RuleSet, claim
 from .opsets import DATA_MOVEMENT, ELEMENTWISE, KNOWN_CUSTOM_CALLS, TRANSCENDENTAL  # noqa: F401 (imported from here too)
 from .tflops import int_attr, int_list
 
@@ -86,7 +87,9 @@ def _note(unknown: list | None, name: str) -> None:
         unknown.append(name)
 
 
-class VectorVisitor(IRVisitor):
+class VectorVisitor(RuleSet):
+    metric = "vector"
+
     def body(self, row, region: ir.Region) -> tuple[int, int]:
         """:func:`body_flops` of ``region`` with calls followed; an op there that no rule knows makes the
         row ``unknown`` (its FLOPs are then a lower bound), never a silent zero."""
@@ -200,6 +203,7 @@ def _install() -> None:
     def put(name, method):
         if "visit_" + name not in own:
             setattr(VectorVisitor, "visit_" + name, method)
+            claim(VectorVisitor, "visit_" + name)
 
     for name in ELEMENTWISE:
         put(name, VectorVisitor._elementwise)
