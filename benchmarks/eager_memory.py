@@ -2,7 +2,8 @@
 
 For each model: the module is lowered through torchax from shapes (the ``meta`` device) and its eager peak
 taken (:func:`mhlo_cost.memory.views.eager_profile`: one kernel per framework op, views sharing storage,
-values freed after their last use); the same module is built under ``FakeTensorMode`` and one forward run under
+values freed when their last Python reference dies, as far as the IR's call stacks show it); the same module
+is built under ``FakeTensorMode`` and one forward run under
 ``torch.no_grad()`` inside ``torch.distributed._tools.mem_tracker.MemTracker``, whose peak ``Total`` (parameters,
 buffers, inputs and activations, bytes) is the reference. Printed: both peaks, their ratio, the unfused and the
 compiled peaks beside them (labelled), and last the median and worst |ratio - 1|.

@@ -45,7 +45,12 @@ def profile(analysis, kernels: list | None = None, eager: bool = False) -> Memor
     if rec is None:
         raise ValueError("this analysis carries no liveness record")
     n = len(analysis.rows)
-    sw = Sweep(rec, n, kernels, eager)
+    hold = None
+    if eager and getattr(analysis, "producers", None) is not None:
+        from .eager_hold import holds
+
+        hold = holds(analysis.rows, analysis.producers)
+    sw = Sweep(rec, n, kernels, eager, hold)
     gc_was_enabled = gc.isenabled()
     gc.disable()  # the sweep allocates and frees nothing cyclic: rescanning the rows' heap is wasted time
     try:

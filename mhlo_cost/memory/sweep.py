@@ -20,7 +20,8 @@ The fused estimate (``kernel`` given) changes three things: a value made and use
 kernel never materialises; a value read by a kernel lives until the kernel's last member; broadcasts, iotas
 and widening converts, which a fusing compiler recomputes in every consumer, are aliases of their operand.
 The eager estimate (``eager``: kernels are framework calls) keeps the first two; there broadcasts, transposes
-and slices are views (aliases of their operand's storage) and a widening convert is stored.
+and slices are views (aliases of their operand's storage), a widening convert is stored, and an entry
+value Python still references is freed no earlier than that reference dies (``hold``, :mod:`.eager_hold`).
 
 Counts are exact Python integers.
 """
@@ -30,7 +31,7 @@ from itertools import accumulate
 from operator import add, sub
 
 from ..visitors.frames import Recording, Region
-from . import flat
+from . import eager_hold, flat
 from .opclass import ALIAS, DUS, NOVAL
 from .prepare import Prepared, Preparer
 
@@ -57,9 +58,11 @@ class Sweep(Preparer):
     """One sweep of a recording over the flattened rows (``n`` of them); ``kernel`` (the fused estimate) is
     each row's fused kernel id or None."""
 
-    def __init__(self, rec: Recording, n: int, kernel: list | None = None, eager: bool = False):
+    def __init__(self, rec: Recording, n: int, kernel: list | None = None, eager: bool = False,
+                 hold: list | None = None):
         super().__init__(rec, kernel is not None, eager)
         self.kernel = kernel
+        self.hold = hold  # eager: per row, the row its result is referenced until (:mod:`.eager_hold`)
         self.during = [0] * n
         self.after = [0] * n
         self.hidden: list[tuple[int, int]] = []  # (row, bytes): peaks of branches not taken
@@ -106,6 +109,8 @@ class Sweep(Preparer):
     def _new_pass(self, p: Prepared, off, owned: dict) -> _Pass:
         ps = _Pass(p, off, owned, self.kernel is not None and off is not None)
         self._backward(ps)
+        if self.hold is not None and off == 0 and p is self._prepared.get(id(self.rec.entry)):
+            eager_hold.extend(self, ps, self.hold)
         for k, b in owned.items():
             ps.freed[ps.last.get(k, len(p.seq))] += b
         if not p.flat:

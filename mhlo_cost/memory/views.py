@@ -26,7 +26,8 @@ def eager_profile(analysis, fusion=None, sdpa: str = "flash") -> MemoryProfile:
     """The eager estimate of ``analysis`` (PyTorch eager, :func:`mhlo_cost.roofline.eager.eager`): a value made
     and used inside one framework call is never stored (the attention's scores with a flash or memory-efficient
     kernel), views (broadcast, transpose, slice, reshape) share their operand's storage, and a value is freed
-    after its last use."""
+    after its last use or once its last Python reference dies, where the call stacks show one
+    (:mod:`.eager_hold`)."""
     if fusion is None:
         from ..hardware import get_profile
         from ..roofline.eager import eager
