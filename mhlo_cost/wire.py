@@ -52,7 +52,7 @@ def encode(analysis) -> bytes:
     locs, loc_ids = _table(map(attrgetter("loc"), rows_all))
     types, result_ids = _table(map(attrgetter("result"), rows_all))
     operand_sets, operand_ids = _table(map(attrgetter("operands"), rows_all))
-    loc_table = [(x.name, x.scope, x.file_line, x.site) for x in locs]
+    loc_table = [(x.name, x.scope, x.file_line, x.site, x.stack) for x in locs]
     extra = dict(analysis.__dict__)
     extra.pop("rows")
     extra.pop("_memory", None)

@@ -106,3 +106,22 @@ def test_without_references_eager_frees_at_last_use(monkeypatch):
     monkeypatch.setattr(eager_hold, "holds", lambda rows, producers: [None] * len(rows))
     assert eager_peak(Named)[0] == 4 * S + 4  # x, b, c while c is made (a freed once b is); the sum's f32 init
     assert eager_peak(Outer)[0] == 3 * S  # x * x freed once exp has read it
+
+
+@pytest.mark.parametrize("isolate", ["1", "0"])
+def test_report_through_the_guarded_child_holds_the_same(tmp_path, isolate):
+    """`report --execution eager` walks in the reader's child (or in process): the call stacks cross with the
+    rows, so the eager peak is the closed form either way (freeing at last use would give 4S + 4)."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from mhlo_cost.frontends import torchax_frontend as tf
+
+    path = tmp_path / "named.mlir"
+    path.write_text(tf.lower_module(Named(), [((N,), torch.float32)], dtype=None).text)
+    out = subprocess.run([sys.executable, "-m", "mhlo_cost", "report", str(path), "--execution", "eager",
+                          "--format", "json", "-q"], capture_output=True, text=True, check=True,
+                         env=dict(os.environ, MHLO_COST_ISOLATE=isolate))
+    assert json.loads(out.stdout)["summary"]["peak_bytes_fused"] == 6 * S

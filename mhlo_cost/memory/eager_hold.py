@@ -22,40 +22,6 @@ stack, as from a JAX program, get none).
 """
 from __future__ import annotations
 
-from jaxlib.mlir import ir
-
-_NAME = ir.NameLoc.static_typeid
-_FILE = ir.FileLineColLoc.static_typeid
-_CALLSITE = ir.CallSiteLoc.static_typeid
-
-
-def call_stack(loc, memo: dict) -> tuple:
-    """The Python frames of an op's location, outermost first: (function, file, line, column) of the call made
-    in each; () where the location has no call-site chain."""
-    if loc is None:
-        return ()
-    key = hash(loc.attr)
-    hit = memo.get(key)
-    if hit is None:
-        hit = memo[key] = tuple(_frames(loc))
-    return hit
-
-
-def _frames(loc) -> list:
-    tid = loc.typeid
-    if tid == _NAME:
-        named = ir.NameLoc(loc)
-        child = named.child_loc
-        if child.typeid == _FILE:
-            f = ir.FileLineColLoc(child)
-            return [(named.name_str, f.filename, f.start_line, f.start_col)]
-        return _frames(child)
-    if tid == _CALLSITE:
-        c = ir.CallSiteLoc(loc)
-        return _frames(c.caller) + _frames(c.callee)
-    return []
-
-
 def _tagged(stack: tuple, scope: str) -> tuple:
     """The frames with the module path each runs in: a module's ``forward`` frame opens the next scope
     segment (the outermost one, the model's own, none), so two calls of one block from a loop differ."""
@@ -93,9 +59,8 @@ def _dtype(r) -> str:
 
 def holds(rows, producers) -> list:
     """Per row, the last row (program order) its result is referenced until, or None (see the module)."""
-    memo: dict = {}
     stacks = [() if r.op.endswith(".constant") else  # hoisted: located at the program, not at a call
-              _tagged(call_stack(getattr(r.loc, "_loc", None), memo), r.scope) for r in rows]
+              _tagged(r.loc.stack, r.scope) for r in rows]
     out: list = [None] * len(rows)
     ends: dict = {}
     for i, ps in enumerate(producers):

@@ -13,6 +13,7 @@ A ``FileLineColLoc`` inside gives the user's source position.
 from __future__ import annotations
 
 import re
+from types import SimpleNamespace
 from jaxlib.mlir import ir
 
 from .row import LocationInfo  # noqa: F401 (imported from here too)
@@ -93,7 +94,32 @@ def _location_info(loc: ir.Location, memo: dict) -> LocationInfo:
     scope = _SCOPES.get(name)
     if scope is None:
         scope = _SCOPES[name] = scope_of(name)
-    return LocationInfo(name, scope, loc, memo, _file_line, site)
+    return LocationInfo(name, scope, loc, memo, READ, site)
+
+
+def call_stack(loc: ir.Location, memo: dict) -> tuple:
+    """The Python frames of a location's call-site chain, outermost first: (function, file, line, column) of
+    the call made in each; () where the location has no call-site chain. Memoised per location."""
+    key = ("stack", hash(loc.attr))
+    hit = memo.get(key)
+    if hit is None:
+        hit = memo[key] = tuple(_frames(loc))
+    return hit
+
+
+def _frames(loc: ir.Location) -> list:
+    tid = loc.typeid
+    if tid == _NAME:
+        named = ir.NameLoc(loc)
+        child = named.child_loc
+        if child.typeid == _FILE:
+            f = ir.FileLineColLoc(child)
+            return [(named.name_str, f.filename, f.start_line, f.start_col)]
+        return _frames(child)
+    if tid == _CALLSITE:
+        c = ir.CallSiteLoc(loc)
+        return _frames(c.caller) + _frames(c.callee)
+    return []
 
 
 def _file_line(loc: ir.Location, memo: dict) -> str:
@@ -131,3 +157,7 @@ _NAME = ir.NameLoc.static_typeid
 _FILE = ir.FileLineColLoc.static_typeid
 _CALLSITE = ir.CallSiteLoc.static_typeid
 _FUSED = ir.FusedLoc.static_typeid
+
+
+#: How a :class:`LocationInfo` reads its location on first use.
+READ = SimpleNamespace(file_line=_file_line, stack=call_stack)

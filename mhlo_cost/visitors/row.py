@@ -23,10 +23,11 @@ def short_name(op_name: str) -> str:
 
 
 class LocationInfo:
-    """Scope of an op from its location name; ``file_line`` is read from the location on first use, by
-    ``read(loc, memo)`` (:mod:`mhlo_cost.visitors.locations`), or given (:meth:`resolved`)."""
+    """Scope of an op from its location name; ``file_line`` and ``stack`` are read from the location on first
+    use, by ``read.file_line(loc, memo)`` and ``read.stack(loc, memo)`` (:data:`mhlo_cost.visitors.locations.READ`),
+    or given (:meth:`resolved`)."""
 
-    __slots__ = ("name", "scope", "site", "_loc", "_file_line", "_memo", "_read")
+    __slots__ = ("name", "scope", "site", "_loc", "_file_line", "_stack", "_memo", "_read")
 
     def __init__(self, name: str, scope: str, loc=None, memo: dict | None = None, read=None, site: int = 0):
         self.name = name  # the raw name of the outermost NameLoc, "" where there is none
@@ -38,12 +39,14 @@ class LocationInfo:
         self._memo = memo if memo is not None else {}
         self._read = read
         self._file_line: str | None = None if loc is not None else ""
+        self._stack: tuple | None = None if loc is not None else ()
 
     @classmethod
-    def resolved(cls, name: str, scope: str, file_line: str, site: int = 0) -> "LocationInfo":
-        """A location whose ``file_line`` is known already (one read in another process)."""
+    def resolved(cls, name: str, scope: str, file_line: str, site: int = 0, stack: tuple = ()) -> "LocationInfo":
+        """A location whose ``file_line`` and ``stack`` are known already (read in another process)."""
         info = cls(name, scope, site=site)
         info._file_line = file_line
+        info._stack = stack
         return info
 
     @property
@@ -51,11 +54,27 @@ class LocationInfo:
         """``file:line`` of the innermost source frame, or ""."""
         if self._file_line is None:
             try:
-                self._file_line = self._read(self._loc, self._memo)
+                self._file_line = self._read.file_line(self._loc, self._memo)
             except RuntimeError:  # a file name that is not UTF-8 (nanobind's conversion error)
                 self._file_line = "?"
-            self._loc = self._memo = self._read = None
+            self._release()
         return self._file_line
+
+    @property
+    def stack(self) -> tuple:
+        """The Python frames of the op's call-site chain, outermost first: ``(function, file, line, column)`` of
+        the call made in each (torchax programs carry them); () where the location has none."""
+        if self._stack is None:
+            try:
+                self._stack = self._read.stack(self._loc, self._memo)
+            except RuntimeError:
+                self._stack = ()
+            self._release()
+        return self._stack
+
+    def _release(self) -> None:
+        if self._file_line is not None and self._stack is not None:  # both read: the location is not needed
+            self._loc = self._memo = self._read = None
 
     def describe(self) -> str:
         parts = [p for p in (self.file_line, self.name) if p]
