@@ -1,6 +1,6 @@
 """The eager peak holds a value while Python references it (mhlo_cost/memory/eager_hold.py), checked on small
-torch modules (no Python scalars: the IR stores a scalar operand, eager does not) whose eager peak is known in closed form and equals torch's MemTracker (FakeTensorMode, no-grad
-forward) on the same module: a named local lives until its function returns, an argument until the call it
+torch modules (no Python scalars: the IR stores a scalar operand, eager does not) whose eager peak is known in
+closed form and equals torch's MemTracker (FakeTensorMode, no-grad forward) on the same module: a named local lives until its function returns, an argument until the call it
 is passed to returns, a temporary dies at the end of its statement."""
 from __future__ import annotations
 
