@@ -116,7 +116,7 @@ def cmd_sweep(args) -> int:
 
     from ..sweep import GridError, SweepError, make_grid, run_sweep
     from ..sweep.cache import default_dir
-    from ..sweep.table import best, format_of, write
+    from ..sweep.table import best, format_of
 
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
@@ -153,20 +153,27 @@ def cmd_sweep(args) -> int:
     if args.best:
         df = best(df)
     settings = {"steps": grid.steps, "fuse": grid.fuse, "conv_padding": grid.conv_padding, "options": grid.options}
-    try:
-        text = write(df, fmt, args.output, settings)
-    except OSError as e:
-        raise UserError(f"{args.output}: cannot write: {e.strerror or e}") from None
-    if text is not None:
-        sys.stdout.write(text)
-    else:
-        record_output(args.output)
+    _emit(df, fmt, args.output, settings)
     if nothing is not None:  # the table (written) says why, point by point
         raise UserError(nothing)
     if not args.quiet:
         print(f"mhlo-cost: sweep done in {stats.seconds:.1f}s: {stats.computed} computed, {stats.cached} cached, "
               f"{stats.failed} failed", file=sys.stderr)
     return EXIT_OK
+
+
+def _emit(df, fmt: str, output, settings: dict) -> None:
+    """The table on stdout, or written to ``output`` (recorded for the -o rule)."""
+    from ..sweep.table import write
+
+    try:
+        text = write(df, fmt, output, settings)
+    except OSError as e:
+        raise UserError(f"{output}: cannot write: {e.strerror or e}") from None
+    if text is not None:
+        sys.stdout.write(text)
+    else:
+        record_output(output)
 
 
 def _nothing_ran(df) -> str:
@@ -185,7 +192,7 @@ def _training(args, settings: dict, fmt: str) -> int:
     import time
 
     from ..sweep.cache import default_dir
-    from ..sweep.table import best, write
+    from ..sweep.table import best
     from ..sweep.training import training_frame
 
     t0 = time.perf_counter()
@@ -193,14 +200,7 @@ def _training(args, settings: dict, fmt: str) -> int:
     df = training_frame(settings, cache)
     if args.best:
         df = best(df)
-    try:
-        text = write(df, fmt, args.output, {"training": settings["training"]})
-    except OSError as e:
-        raise UserError(f"{args.output}: cannot write: {e.strerror or e}") from None
-    if text is not None:
-        sys.stdout.write(text)
-    else:
-        record_output(args.output)
+    _emit(df, fmt, args.output, {"training": settings["training"]})
     if not args.quiet:
         print(f"mhlo-cost: training sweep of {len(df)} row(s) done in {time.perf_counter() - t0:.1f}s",
               file=sys.stderr)
