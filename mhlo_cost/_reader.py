@@ -12,9 +12,7 @@ fraction of a second, and the package's walk sits above it, not beside it.
 from __future__ import annotations
 
 import io
-import json
 import re
-import sys
 
 from jaxlib.mlir import ir
 from jaxlib.mlir._mlir_libs import _jax_mlir_ext

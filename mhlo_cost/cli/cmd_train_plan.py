@@ -3,8 +3,6 @@
 that fit. The per-device layer is lowered from shapes once per distinct shape (:mod:`mhlo_cost.scale`)."""
 from __future__ import annotations
 
-import sys
-
 from .common import EXIT_OK, UserError, positive_int, write_output
 
 
