@@ -5,13 +5,16 @@ A profile's optional ``[profile.<name>.gemm]`` table::
     efficiency = 0.8         # achieved fraction of peak on large shapes (cuBLAS-class libraries)
     compute_units = 108      # SMs / cores that tiles are spread over (0: no wave quantization)
     tile = [256, 128]        # output tile (rows, columns) one compute unit computes at a time
+    k_half = 128             # the contraction length at which a dot reaches half its rate (0: no small-K loss)
     [profile.<name>.gemm.curve]   # optional, per dtype key (from `mhlo-cost calibrate`):
     f32 = [[0.001, 0.21], [0.1, 0.55], [10.0, 0.83]]   # [GFLOP of one dot, fraction of peak], ascending
 
-``efficiency(M, N, K, dtype)`` = base x wave, where base is the curve of the dtype interpolated on
+``efficiency(M, N, K, dtype)`` = base x wave x depth, where base is the curve of the dtype interpolated on
 log(FLOPs) (clamped at its ends) when the profile has one for that dtype, else ``efficiency``; and wave is
 the wave-quantization factor tiles / (waves x compute units), tiles = batch x ceil(M / tile_m) x
-ceil(N / tile_n), waves = ceil(tiles / compute units): the last wave of tiles leaves units idle.
+ceil(N / tile_n), waves = ceil(tiles / compute units): the last wave of tiles leaves units idle; and
+depth = K / (K + k_half) charges each output tile a fixed cost (filling the operand pipeline, writing the
+tile out) worth k_half steps of its contraction loop, which a short K cannot amortise (1 with k_half = 0).
 A profile without the table runs every dot at the datasheet peak (efficiency 1).
 """
 from __future__ import annotations
@@ -22,7 +25,7 @@ from typing import Any
 
 from .limits import MAX_COUNT, checked
 
-_FIELDS = ("efficiency", "compute_units", "tile", "curve")
+_FIELDS = ("efficiency", "compute_units", "tile", "k_half", "curve")
 
 
 @dataclass(frozen=True)
@@ -31,6 +34,7 @@ class GemmModel:
     compute_units: int = 0
     tile: tuple[int, int] = (128, 128)
     curve: tuple = ()  # ((dtype key, ((flops, fraction), ...)), ...), flops ascending
+    k_half: int = 0
 
     def base(self, flops: int, key: str) -> float:
         """The fraction of peak before wave quantization: the dtype's curve at ``flops``, else the
@@ -58,12 +62,20 @@ class GemmModel:
         waves = -(-tiles // self.compute_units)
         return tiles / (waves * self.compute_units)
 
+    def depth(self, k: int) -> float:
+        """K / (K + k_half): the share of a tile's time spent in its contraction loop; 1 without k_half."""
+        if self.k_half <= 0 or k <= 0:
+            return 1.0
+        return k / (k + self.k_half)
+
     def efficiency_of(self, batch: int, m: int, n: int, k: int, key: str) -> float:
-        return self.base(2 * batch * m * n * k, key) * self.wave(batch, m, n)
+        return self.base(2 * batch * m * n * k, key) * self.wave(batch, m, n) * self.depth(k)
 
     def as_toml(self) -> dict[str, Any]:
         out: dict[str, Any] = {"efficiency": self.efficiency, "compute_units": self.compute_units,
                                "tile": list(self.tile)}
+        if self.k_half:
+            out["k_half"] = self.k_half
         if self.curve:
             out["curve"] = {k: [[f / 1e9, e] for f, e in pts] for k, pts in self.curve}
         return out
@@ -113,5 +125,8 @@ def parse_gemm(table: Any, where: str, keys: tuple) -> GemmModel:
     if (not isinstance(tile, list) or len(tile) != 2
             or not all(isinstance(t, int) and not isinstance(t, bool) and 0 < t <= MAX_COUNT for t in tile)):
         raise ValueError(f"{where}.tile must be [rows, columns] of whole numbers in [1, {MAX_COUNT}], got {tile!r}")
+    kh = table.get("k_half", 0)
+    if isinstance(kh, bool) or not isinstance(kh, int) or not 0 <= kh <= MAX_COUNT:
+        raise ValueError(f"{where}.k_half must be a whole number in [0, {MAX_COUNT}], got {kh!r}")
     eff = _fraction(table.get("efficiency", 1), f"{where}.efficiency")
-    return GemmModel(eff, cu, (tile[0], tile[1]), _curve(table.get("curve", {}), f"{where}.curve", keys))
+    return GemmModel(eff, cu, (tile[0], tile[1]), _curve(table.get("curve", {}), f"{where}.curve", keys), kh)

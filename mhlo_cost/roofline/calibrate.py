@@ -1,7 +1,9 @@
 """Calibration: microbenchmarks through JAX on the local default device, written as a hardware profile.
 
 What is measured (each the fastest of several timed runs after a warm-up, ``block_until_ready``: the
-device's rate when nothing else runs beside it; other load on a shared machine only adds time):
+device's rate when nothing else runs beside it; other load on a shared machine only adds time; with
+``statistic="median"`` the median run instead: the rate under the machine's load of the moment, to compare
+with programs' median runs under the same load):
 
 * **matmul** per dtype (f32, bf16) over square sizes: the best achieved FLOP/s is the profile's matrix
   rate, and achieved / best at each size's FLOPs is the GEMM efficiency curve (:mod:`mhlo_cost.gemm`);
@@ -19,7 +21,6 @@ device's rate when nothing else runs beside it; other load on a shared machine o
 """
 from __future__ import annotations
 
-import math
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -41,6 +42,7 @@ class Calibration:
     call_cost: float = 0.0  # s of one call of a one-kernel program (reported, not in the profile)
     row_pass_ratio: float = 1.0  # x - max(x) over 2x: > ROW_PASS_LIMIT means no row-reduction fusion
     quick: bool = False
+    statistic: str = "fastest"  # a key of STATISTICS: which run of each figure's runs it is
 
 
 def run_times(fn, *args, runs: int = 5, min_total: float = 0.05) -> list[float]:
@@ -68,7 +70,10 @@ def best_time(fn, *args, runs: int = 5, min_total: float = 0.05) -> float:
     return min(run_times(fn, *args, runs=runs, min_total=min_total))
 
 
-def _matmul(dtype: str, sizes, runs: int, min_total: float) -> list:
+STATISTICS = {"fastest": min, "median": statistics.median}
+
+
+def _matmul(dtype: str, sizes, runs: int, min_total: float, pick=min) -> list:
     import jax
     import jax.numpy as jnp
 
@@ -77,19 +82,19 @@ def _matmul(dtype: str, sizes, runs: int, min_total: float) -> list:
     for s in sizes:
         x = jnp.full((s, s), 0.5, dtype=jnp.dtype({"f32": "float32", "bf16": "bfloat16"}[dtype]))
         flops = 2 * s**3
-        out.append((flops, flops / best_time(f, x, x, runs=runs, min_total=min_total)))
+        out.append((flops, flops / pick(run_times(f, x, x, runs=runs, min_total=min_total))))
     return out
 
 
-def _stream(n: int, runs: int, budget: float) -> float:
+def _stream(n: int, runs: int, budget: float, pick=min) -> float:
     import jax
     import jax.numpy as jnp
 
     x = jnp.ones((n,), jnp.float32)
-    return 8 * n / best_time(jax.jit(lambda a: a * 2.0), x, runs=runs, min_total=budget)
+    return 8 * n / pick(run_times(jax.jit(lambda a: a * 2.0), x, runs=runs, min_total=budget))
 
 
-def _vector(n: int, runs: int, budget: float) -> tuple[float, float, float]:
+def _vector(n: int, runs: int, budget: float, pick=min) -> tuple[float, float, float]:
     """(f32 FLOP/s, bf16 FLOP/s, transcendentals/s): 32 multiply-adds per element in each dtype, and 8
     independent special functions per element (exp and tanh: softmax, GELU, SiLU)."""
     import jax
@@ -106,12 +111,12 @@ def _vector(n: int, runs: int, budget: float) -> tuple[float, float, float]:
     out = []
     for dt in (jnp.float32, jnp.bfloat16):
         x = jnp.ones((n,), dt)
-        out.append(64 * n / best_time(jax.jit(fma), x, runs=runs, min_total=budget))
+        out.append(64 * n / pick(run_times(jax.jit(fma), x, runs=runs, min_total=budget)))
     x = jnp.ones((n,), jnp.float32)
-    return out[0], out[1], 8 * n / best_time(jax.jit(special), x, runs=runs, min_total=budget)
+    return out[0], out[1], 8 * n / pick(run_times(jax.jit(special), x, runs=runs, min_total=budget))
 
 
-def _kernel_cost(runs: int, budget: float) -> tuple[float, float]:
+def _kernel_cost(runs: int, budget: float, pick=min) -> tuple[float, float]:
     import jax
     import jax.numpy as jnp
 
@@ -125,12 +130,12 @@ def _kernel_cost(runs: int, budget: float) -> tuple[float, float]:
         return jax.jit(f)
 
     z = jnp.ones((8, 8), jnp.float32)
-    one = best_time(chain(1), z, runs=runs * 4, min_total=budget)
-    many = best_time(chain(41), z, runs=runs * 4, min_total=budget)
+    one = pick(run_times(chain(1), z, runs=runs * 4, min_total=budget))
+    many = pick(run_times(chain(41), z, runs=runs * 4, min_total=budget))
     return max((many - one) / 40, 1e-8), one
 
 
-def _row_fusion(rows: int, runs: int, budget: float) -> float:
+def _row_fusion(rows: int, runs: int, budget: float, pick=min) -> float:
     """Time of ``x - max(x, row)`` over that of ``2 x`` on the same array: about 1 where the compiler runs a
     row reduction and its broadcast-back consumer as one pass, 1.5 or more where the reduction is a pass of
     its own (it then reads the input twice)."""
@@ -139,11 +144,11 @@ def _row_fusion(rows: int, runs: int, budget: float) -> float:
 
     x = jnp.ones((rows, 1024), jnp.float32)
     one, row = jax.jit(lambda a: a * 2.0), jax.jit(lambda a: a - a.max(-1, keepdims=True))
-    best = [math.inf, math.inf]
+    ts: list[list[float]] = [[], []]
     for _ in range(max(3, int(budget / 0.05))):  # interleaved, so that both see the same quiet moments
         for j, f in enumerate((one, row)):
-            best[j] = min(best[j], min(run_times(f, x, runs=3, min_total=0.0)))
-    return best[1] / best[0]
+            ts[j] += run_times(f, x, runs=3, min_total=0.0)
+    return pick(ts[1]) / pick(ts[0])
 
 
 def step_count(quick: bool = False) -> int:
@@ -151,25 +156,28 @@ def step_count(quick: bool = False) -> int:
     return len(_QUICK_SIZES if quick else _SIZES) + 4
 
 
-def calibrate(quick: bool = False, progress=lambda msg: None) -> Calibration:
-    """Run the microbenchmarks on JAX's default device (``quick``: tiny sizes, for tests)."""
+def calibrate(quick: bool = False, progress=lambda msg: None, statistic: str = "fastest") -> Calibration:
+    """Run the microbenchmarks on JAX's default device (``quick``: tiny sizes, for tests); each figure from
+    the ``statistic`` of its runs (a key of :data:`STATISTICS`)."""
     import jax
 
+    pick = STATISTICS[statistic]
     dev = jax.devices()[0]
-    cal = Calibration(device=f"{dev.platform}: {getattr(dev, 'device_kind', '') or dev}", quick=quick)
+    cal = Calibration(device=f"{dev.platform}: {getattr(dev, 'device_kind', '') or dev}", quick=quick,
+                      statistic=statistic)
     runs = 3 if quick else 7
     budget = 0.01 if quick else 1.0  # seconds of runs per figure: the more, the likelier a quiet moment
     for dtype, sizes in (_QUICK_SIZES if quick else _SIZES).items():
         progress(f"matmul {dtype} {' '.join(map(str, sizes))}")
-        cal.matmul[dtype] = _matmul(dtype, sizes, runs, budget)
+        cal.matmul[dtype] = _matmul(dtype, sizes, runs, budget, pick)
     progress("stream bandwidth")
-    cal.bandwidth = _stream(1 << (16 if quick else 22), runs, budget)
+    cal.bandwidth = _stream(1 << (16 if quick else 22), runs, budget, pick)
     progress("vector and transcendental rates")
-    cal.vector_f32, cal.vector_bf16, cal.transcendental = _vector(1 << (12 if quick else 20), runs, budget)
+    cal.vector_f32, cal.vector_bf16, cal.transcendental = _vector(1 << (12 if quick else 20), runs, budget, pick)
     progress("row-reduction fusion")
-    cal.row_pass_ratio = _row_fusion(64 if quick else 4096, runs, budget)
+    cal.row_pass_ratio = _row_fusion(64 if quick else 4096, runs, budget, pick)
     progress("small-kernel fixed cost")
-    cal.kernel_cost, cal.call_cost = _kernel_cost(runs, budget)
+    cal.kernel_cost, cal.call_cost = _kernel_cost(runs, budget, pick)
     return cal
 
 
@@ -182,7 +190,7 @@ def profile_toml(cal: Calibration, name: str = "calibrated") -> str:
     peaks = {d: max(r for _, r in pts) for d, pts in cal.matmul.items()}
     lines = [
         f"# Measured by `mhlo-cost calibrate`{' --quick' if cal.quick else ''} on {cal.device}.",
-        "# Each figure: the fastest of several timed runs after a warm-up (jax.block_until_ready).",
+        f"# Each figure: the {cal.statistic} of several timed runs after a warm-up (jax.block_until_ready).",
         f"# One call of a one-kernel program took {_fmt(cal.call_cost * 1e6)} us (not part of the profile).",
         "schema_version = 1", "", f"[profile.{name}]",
         f'description = "calibrated on {cal.device}"',
