@@ -190,7 +190,7 @@ def test_every_format_has_every_summary_figure(capsys, tmp_path):
     # the headline: first under the title, the same line in JSON and on the page
     assert table.splitlines()[1] == js["headline"] and js["headline"] in page.read_text()
     assert js["headline"] == ("FLOPs 1.90 G (matmul/conv 1.88 G) | MACs 939.52 M | params 3.72 M | "
-                              "peak memory 8.48 MB | 283 us on h100-sxm, fused")
+                              "peak memory 8.48 MB | 279 us on h100-sxm, fused")
 
 
 def test_chosen_execution_first(capsys):
