@@ -6,7 +6,7 @@ import math
 import pandas as pd
 
 from ..plot import FAMILIES, GREYS, block_label
-from .fmt import TIME_UNITS, prefix_for, auto_prefix, esc, human_time
+from .fmt import prefix_for, auto_prefix, esc, human_time, time_unit
 from .svg import (KIND_COLOURS, GREY, Scale, f1, legend, line, nice_max, open_svg, rect, text, tip, y_axis)
 
 W = 1100
@@ -16,14 +16,6 @@ COMM = "#c0392b"
 def _families(kinds) -> dict[str, tuple[str, str]]:
     named = [k for k in dict.fromkeys(kinds) if k]
     return {k: FAMILIES[i % len(FAMILIES)] for i, k in enumerate(named)}
-
-
-def _time_unit(top: float) -> tuple[str, float]:
-    unit = TIME_UNITS[0]
-    for u in TIME_UNITS:
-        if top >= u[1]:
-            unit = u
-    return unit
 
 
 def bar_layers(d: pd.DataFrame, fused: bool) -> tuple[list[tuple[str, list[float], int]], str, str, float]:
@@ -37,7 +29,7 @@ def bar_layers(d: pd.DataFrame, fused: bool) -> tuple[list[tuple[str, list[float
                   ("communication" + (" (exposed)" if comm == "comm_exposed_s" else ""),
                    [float(v) for v in d[comm]], 2)]
         top = max((sum(v) for v in zip(*(lay[1] for lay in layers))), default=0.0)
-        name, size = _time_unit(top)
+        name, size = time_unit(top)
         what = "estimated time per block" + (", elementwise fused" if sfx == "_fused_s" else ", op by op")
         return layers, what, name, size
     gemm = [int(a) + int(b) for a, b in zip(d["gemm_flops"], d["conv_flops"])]

@@ -22,6 +22,15 @@ PREFIXES = (("", 1), ("K", 10**3), ("M", 10**6), ("G", 10**9), ("T", 10**12), ("
 #: Time units and their length in seconds, shortest first.
 TIME_UNITS = (("ns", 1e-9), ("us", 1e-6), ("ms", 1e-3), ("s", 1.0))
 
+
+def time_unit(top: float) -> tuple[str, float]:
+    """The largest of :data:`TIME_UNITS` not above ``top`` seconds (the smallest for less): an axis's unit."""
+    unit = TIME_UNITS[0]
+    for u in TIME_UNITS:
+        if top >= u[1]:
+            unit = u
+    return unit
+
 _COUNTS = {"ops", "kernels", "multiplicity", "index", "group_size", "num_groups", "comm_steps", "devices",
            "steps", "fused_kernels", "free_ops"}
 #: Already-scaled columns of the disassembly table: name -> unit shown in the header.

@@ -8,7 +8,7 @@ no chance, no clock: the same plan gives the same bytes.
 """
 from __future__ import annotations
 
-from ..html.fmt import TIME_UNITS, esc
+from ..html.fmt import esc, time_unit
 from ..html.page import document, header, section
 from ..html.svg import Scale, legend, nice_max, open_svg, rect, text, tip, y_axis
 from ..html.table import table_html
@@ -20,20 +20,12 @@ COLOURS = {"forward": "#1f5fa8", "backward": "#5b8fd0", "recompute": "#8fb8e6", 
 W = 1100
 
 
-def _unit(top: float) -> tuple[str, float]:
-    unit = TIME_UNITS[0]
-    for u in TIME_UNITS:
-        if top >= u[1]:
-            unit = u
-    return unit
-
-
 def stage_bars(rows: list[dict]) -> str:
     """One stacked bar per pipeline stage: its seconds per component, which add up to the iteration."""
     if not rows:
         return ""
     top = max(sum(r[k] for k in COMPONENTS) for r in rows)
-    uname, usize = _unit(top)
+    uname, usize = time_unit(top)
     h, left, right, head, bottom = 380, 78, 16, 46, 40
     ys = Scale(0.0, nice_max(top / usize) if top > 0 else 1.0, h - bottom, head)
     step = (W - left - right) / len(rows)
