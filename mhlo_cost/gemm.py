@@ -23,7 +23,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from .limits import MAX_COUNT, checked
+from .limits import MAX_COUNT, checked, known_table
 
 _FIELDS = ("efficiency", "compute_units", "tile", "k_half", "curve")
 
@@ -113,11 +113,7 @@ def _curve(table: Any, where: str, keys: tuple) -> tuple:
 
 def parse_gemm(table: Any, where: str, keys: tuple) -> GemmModel:
     """A :class:`GemmModel` from a profile's ``gemm`` table (ValueError with ``where`` on bad input)."""
-    if not isinstance(table, dict):
-        raise ValueError(f"{where} must be a table")
-    unknown = [k for k in table if k not in _FIELDS]
-    if unknown:
-        raise ValueError(f"{where}: unknown field {unknown[0]!r} (known: {', '.join(_FIELDS)})")
+    known_table(table, where, _FIELDS)
     cu = table.get("compute_units", 0)
     if isinstance(cu, bool) or not isinstance(cu, int) or not 0 <= cu <= MAX_COUNT:
         raise ValueError(f"{where}.compute_units must be a whole number in [0, {MAX_COUNT}], got {cu!r}")

@@ -26,7 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from .limits import checked
+from .limits import checked, known_table
 
 LIBRARIES = ("fa2", "fa3", "cudnn")
 _MEMORY_FIELDS = ("efficiency", "half_size_mb")
@@ -82,24 +82,15 @@ def _number(v: Any, kind: str, where: str):
         raise ValueError(f"{where} {e}") from None
 
 
-def _table(table: Any, where: str, fields: tuple) -> dict:
-    if not isinstance(table, dict):
-        raise ValueError(f"{where} must be a table")
-    unknown = [k for k in table if k not in fields]
-    if unknown:
-        raise ValueError(f"{where}: unknown field {unknown[0]!r} (known: {', '.join(fields)})")
-    return table
-
-
 def parse_memory(table: Any, where: str) -> MemoryModel:
-    t = _table(table, where, _MEMORY_FIELDS)
+    t = known_table(table, where, _MEMORY_FIELDS)
     eff = float(_number(t.get("efficiency", 1), "fraction", f"{where}.efficiency"))
     half = float(_number(t.get("half_size_mb", 0), "mb", f"{where}.half_size_mb")) * 1e6
     return MemoryModel(eff, half)
 
 
 def parse_attention(table: Any, where: str) -> AttentionModel:
-    t = _table(table, where, ("library", "tile") + LIBRARIES)
+    t = known_table(table, where, ("library", "tile") + LIBRARIES)
     lib = t.get("library", "fa2")
     if lib not in LIBRARIES:
         raise ValueError(f"{where}.library must be one of {', '.join(LIBRARIES)}, got {lib!r}")
@@ -110,7 +101,7 @@ def parse_attention(table: Any, where: str) -> AttentionModel:
     for name in LIBRARIES:
         if name in t:
             w = f"{where}.{name}"
-            e = _table(t[name], w, _LIB_FIELDS)
+            e = known_table(t[name], w, _LIB_FIELDS)
             fwd = float(_number(e.get("forward", 1), "fraction", f"{w}.forward"))
             bwd = float(_number(e.get("backward", fwd), "fraction", f"{w}.backward"))
             ramp = float(_number(e.get("ramp", 0), "count", f"{w}.ramp"))

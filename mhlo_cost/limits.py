@@ -85,3 +85,13 @@ def checked_count(value: Any, least: int = 1) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not least <= value <= MAX_COUNT:
         raise ValueError(f"must be a whole number in [{least}, {MAX_COUNT}], got {_got(value)}")
     return value
+
+
+def known_table(table: Any, where: str, fields: tuple) -> dict:
+    """``table`` itself, where it is a TOML table of only ``fields`` (ValueError naming ``where`` otherwise)."""
+    if not isinstance(table, dict):
+        raise ValueError(f"{where} must be a table")
+    unknown = [k for k in table if k not in fields]
+    if unknown:
+        raise ValueError(f"{where}: unknown field {unknown[0]!r} (known: {', '.join(fields)})")
+    return table
