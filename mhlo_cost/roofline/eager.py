@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 from ..hardware import Hardware
 from ..visitors.row import Row, short_name
-from .fusion import Fusion, Kernel
+from .fusion import Fusion, Kernel, data_flow
 from .kernel_io import KernelIO, share_time
 from .optime import OpTime, op_time
 
@@ -143,10 +143,7 @@ def eager(analysis, hw: Hardware, times: list[OpTime] | None = None, producers: 
     call, for a module written for counting) or ``math`` (op by op, as PyTorch eager runs such code; only an
     attention made by one framework call, :func:`is_sdpa_call`, is the SDPA kernel)."""
     rows = analysis.rows
-    if producers is None:
-        producers = analysis.producers
-    if producers is None or len(producers) != len(rows):
-        raise ValueError("eager() needs the data flow: analyse with AnalysisOptions(dataflow=True)")
+    producers = data_flow(analysis, producers, "eager()")
     if sdpa not in SDPA_BACKENDS:
         raise ValueError(f"unknown attention backend {sdpa!r}: choose one of {', '.join(SDPA_BACKENDS)}")
     if written not in WRITTEN_ATTENTION:

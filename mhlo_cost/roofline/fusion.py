@@ -282,15 +282,22 @@ class _Grouper:
             self.new_kernel(i, closed=True)  # sort and other lone kernels
 
 
+def data_flow(analysis, producers: list | None, who: str) -> list:
+    """``producers``, else the analysis's own: per row, the rows producing its operands (ValueError naming
+    ``who`` where the analysis recorded none)."""
+    if producers is None:
+        producers = analysis.producers
+    if producers is None or len(producers) != len(analysis.rows):
+        raise ValueError(f"{who} needs the data flow: analyse with AnalysisOptions(dataflow=True)")
+    return producers
+
+
 def fuse(analysis, hw: Hardware, times: list[OpTime] | None = None, producers: list | None = None,
          attention: str = "unfused") -> Fusion:
     """Group rows into fused kernels (see the module docstring) and time them on ``hw``. ``attention``:
     ``fused`` prices each attention found by :func:`.attention.find_attention` as one kernel."""
     rows = analysis.rows
-    if producers is None:
-        producers = analysis.producers
-    if producers is None or len(producers) != len(rows):
-        raise ValueError("fuse() needs the data flow: analyse with AnalysisOptions(dataflow=True)")
+    producers = data_flow(analysis, producers, "fuse()")
     if attention not in ATTENTION_MODES:
         raise ValueError(f"unknown attention mode {attention!r}: choose one of {', '.join(ATTENTION_MODES)}")
     if times is None:
