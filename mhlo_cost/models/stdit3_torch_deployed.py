@@ -32,7 +32,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .stdit3_torch_layers import F32, Mlp, RMSNorm, apply_rope, rope_tables, t2i_modulate
+from .stdit3_torch_layers import F32, Attention, Mlp, apply_rope, rope_tables, t2i_modulate
 
 
 def layer_norm(x, eps: float = 1e-6):
@@ -47,18 +47,9 @@ def t_mask_select(x_mask, x, masked_x, T: int, S: int):
     return out.reshape(b, n, c)
 
 
-class DeployedAttention(nn.Module):
-    """OpenSora's ``Attention`` with ``enable_flash_attn=True``: flash (one SDPA call) where N > B, else math."""
-
-    def __init__(self, dim: int, num_heads: int, qk_norm: bool = True, rope: bool = False):
-        super().__init__()
-        self.num_heads = num_heads
-        self.head_dim = dim // num_heads
-        self.qkv = nn.Linear(dim, 3 * dim, bias=True)
-        self.q_norm = RMSNorm(self.head_dim) if qk_norm else nn.Identity()
-        self.k_norm = RMSNorm(self.head_dim) if qk_norm else nn.Identity()
-        self.proj = nn.Linear(dim, dim)
-        self.rope = rope
+class DeployedAttention(Attention):
+    """OpenSora's ``Attention`` with ``enable_flash_attn=True``: flash (one SDPA call) where N > B, else math
+    (the counting module's weights, its forward as deployed)."""
 
     def forward(self, x):
         b, n, c = x.shape
