@@ -216,13 +216,13 @@ class Hardware:
             )
         return steps * self.hop_latency + comm_bytes / self.link_bandwidth
 
-    def memory_time(self, nbytes: float, kernels: int = 0) -> float:
+    def memory_time(self, nbytes: float, kernels: int = 0, path: str = "stream") -> float:
         """Time to move ``nbytes`` through HBM: at the datasheet bandwidth (``kernels=0`` or a profile
-        without a memory model), else in ``kernels`` kernels at the bandwidth they reach for their size
-        (:class:`~mhlo_cost.kernel_model.MemoryModel`)."""
+        without a memory model), else in ``kernels`` kernels at the bandwidth they reach for their size on
+        ``path`` (:class:`~mhlo_cost.kernel_model.MemoryModel`, :data:`~mhlo_cost.kernel_model.PATHS`)."""
         if self.memory is None or kernels <= 0:
             return nbytes / self.hbm_bandwidth
-        return self.memory.time(nbytes, self.hbm_bandwidth, kernels)
+        return self.memory.time(nbytes, self.hbm_bandwidth, kernels, path)
 
     def memory_fixed(self, kernels: int) -> float:
         """The part of :meth:`memory_time` for ``kernels`` kernels that does not grow with the bytes (each

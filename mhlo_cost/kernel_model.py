@@ -9,6 +9,16 @@ reaches for its size, and the fused attention kernels of each library.
 A kernel moving ``n`` bytes reaches ``peak x efficiency x n / (n + half)``: its memory time is
 ``(n + half) / (peak x efficiency)``, a fixed fill-and-drain cost plus a stream (:meth:`MemoryModel.time`).
 
+Two optional rates (TB/s) for PyTorch eager's elementwise kernels that do not stream with vector loads
+(:data:`PATHS`; :func:`mhlo_cost.roofline.eager.eager_path` says which kernel takes which)::
+
+    generic_tbps = 1.51  # TensorIterator's generic path: an operand broadcast ([B,1,C] + [B,N,C]) or strided
+                         # (a transposed view copied or read): one element per load, with index arithmetic
+    convert_tbps = 2.14  # its unrolled path: a widening dtype conversion (bf16 -> f32), mixed-dtype operands
+
+A kernel on such a path streams its bytes at ``min(peak x efficiency, rate)`` after the same fill and drain;
+a profile without the field streams at the full rate on every path.
+
 ``[profile.<name>.attention]``::
 
     library = "fa2"                                   # the kernel a fused attention runs as by default
@@ -29,7 +39,10 @@ from typing import Any
 from .limits import checked, known_table
 
 LIBRARIES = ("fa2", "fa3", "cudnn")
-_MEMORY_FIELDS = ("efficiency", "half_size_mb")
+#: How an eager elementwise kernel moves its bytes: vector loads (stream), TensorIterator's generic path
+#: (a broadcast or strided operand) or its unrolled path (a widening dtype conversion).
+PATHS = ("stream", "generic", "convert")
+_MEMORY_FIELDS = ("efficiency", "half_size_mb", "generic_tbps", "convert_tbps")
 _LIB_FIELDS = ("forward", "backward", "ramp")
 
 
@@ -37,15 +50,31 @@ _LIB_FIELDS = ("forward", "backward", "ramp")
 class MemoryModel:
     efficiency: float = 1.0
     half_bytes: float = 0.0
+    generic_bw: float = 0.0  # bytes/s of the generic elementwise path; 0: the streaming rate
+    convert_bw: float = 0.0  # bytes/s of the unrolled (converting) path; 0: the streaming rate
 
-    def time(self, nbytes: float, peak: float, kernels: int = 1) -> float:
-        """Seconds for ``kernels`` executions moving ``nbytes`` in all (0 for no bytes)."""
+    def rate(self, peak: float, path: str = "stream") -> float:
+        """Bytes/s a large kernel on ``path`` (:data:`PATHS`) streams at."""
+        full = peak * self.efficiency
+        cap = {"generic": self.generic_bw, "convert": self.convert_bw}.get(path, 0.0)
+        return min(full, cap) if cap > 0 else full
+
+    def time(self, nbytes: float, peak: float, kernels: int = 1, path: str = "stream") -> float:
+        """Seconds for ``kernels`` executions moving ``nbytes`` in all (0 for no bytes): each kernel's fill and
+        drain (the same on every path) and the bytes at the rate of ``path``."""
         if nbytes <= 0:
             return 0.0
-        return (nbytes + kernels * self.half_bytes) / (peak * self.efficiency)
+        full, rate = peak * self.efficiency, self.rate(peak, path)
+        if rate == full:
+            return (nbytes + kernels * self.half_bytes) / full
+        return kernels * self.half_bytes / full + nbytes / rate
 
     def as_toml(self) -> dict:
-        return {"efficiency": self.efficiency, "half_size_mb": self.half_bytes / 1e6}
+        out = {"efficiency": self.efficiency, "half_size_mb": self.half_bytes / 1e6}
+        for name, bw in (("generic_tbps", self.generic_bw), ("convert_tbps", self.convert_bw)):
+            if bw > 0:
+                out[name] = bw / 1e12
+        return out
 
 
 @dataclass(frozen=True)
@@ -86,7 +115,9 @@ def parse_memory(table: Any, where: str) -> MemoryModel:
     t = known_table(table, where, _MEMORY_FIELDS)
     eff = float(_number(t.get("efficiency", 1), "fraction", f"{where}.efficiency"))
     half = float(_number(t.get("half_size_mb", 0), "mb", f"{where}.half_size_mb")) * 1e6
-    return MemoryModel(eff, half)
+    paths = [float(_number(t[k], "tb_s", f"{where}.{k}")) * 1e12 if k in t else 0.0
+             for k in ("generic_tbps", "convert_tbps")]
+    return MemoryModel(eff, half, *paths)
 
 
 def parse_attention(table: Any, where: str) -> AttentionModel:

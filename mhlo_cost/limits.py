@@ -35,6 +35,7 @@ RANGES: dict[str, tuple[Decimal, Decimal, str]] = {
     "tflops": (Decimal("1e-6"), Decimal("1e6"), "TFLOP/s"),
     "tops": (Decimal("1e-6"), Decimal("1e6"), "x 1e12/s"),
     "gb_s": (Decimal("0.001"), Decimal("1e6"), "GB/s"),
+    "tb_s": (Decimal("1e-6"), Decimal("1e3"), "TB/s"),
     "gbit_s": (Decimal("0.008"), Decimal("8e6"), "Gb/s"),
     "gb": (Decimal("0.001"), Decimal("1e6"), "GB"),
     "us": (Decimal(0), Decimal("1e6"), "us"),

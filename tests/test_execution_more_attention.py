@@ -46,5 +46,11 @@ def test_fa2_kernel_computes_on_its_padded_head_dim(d, padded):
 
 
 def test_a_library_without_a_ladder_computes_on_the_head_dim_itself():
-    k, hw = _kernel(72, "cudnn")
+    k, hw = _kernel(72, "fa3")
     assert k.compute_s == pytest.approx(4 * B * H * S * S * 72 / (hw.matrix_peak("bf16") * FRACTION), rel=1e-9)
+
+
+def test_cudnn_runs_head_dim_72_on_its_128_kernel():
+    # measured on an H200 (benchmarks/data/measured_h200.toml): head dim 72 ran cuDNN's ..._64x128x128 kernel
+    k, hw = _kernel(72, "cudnn")
+    assert k.compute_s == pytest.approx(4 * B * H * S * S * 128 / (hw.matrix_peak("bf16") * FRACTION), rel=1e-9)

@@ -316,9 +316,10 @@ def add_estimate(p: argparse.ArgumentParser, steps: bool = False, top: bool = Fa
                         "(the default: every IR op its own kernel, an upper bound that needs no data flow)")
     g.add_argument("--fuse", choices=("none", "elementwise"), default="none",
                    help="the older spelling: elementwise = --execution compiled, none = --execution unfused")
-    g.add_argument("--sdpa", choices=("flash", "mem_efficient", "math"),
-                   help="with --execution eager: the attention kernel (default flash where the dtype and head "
-                        "dim allow, else mem_efficient; math: its ops one by one)")
+    g.add_argument("--sdpa", choices=("flash", "cudnn", "mem_efficient", "math"),
+                   help="with --execution eager: the attention kernel (default flash, FlashAttention-2, where the "
+                        "dtype and head dim allow, else mem_efficient; cudnn: cuDNN's, which PyTorch picks on "
+                        "H100/H200; math: its ops one by one)")
     # attention as one kernel
     g.add_argument("--attention", choices=("fused", "unfused"),
                    help="with --execution compiled: fused (default) prices each attention (dot, softmax, dot) as one "

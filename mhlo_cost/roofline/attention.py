@@ -283,7 +283,9 @@ def is_causal(rows, producers, members) -> bool:
 #: padded width (both products scale with it). FlashAttention-2: ``HEADDIM_SWITCH`` in
 #: Dao-AILab/flash-attention ``csrc/flash_attn/src/static_switch.h`` (the copy PyTorch's flash SDPA backend
 #: bundles has the same ladder): 32, 64, 96, 128, 160, 192, 256; a head dim of 72 (STDiT3) runs the 96 kernel.
-PADDED_HEAD_DIMS = {"fa2": (32, 64, 96, 128, 160, 192, 256)}
+#: cuDNN 9 (its sm90 SDPA kernels, as PyTorch 2.11 calls them on an H200, [MEAS] kernel names in
+#: benchmarks/data/measured_h200.toml): head dim 64 runs a ``..._64x128x64`` kernel, 72 and 128 ``..._64x128x128``.
+PADDED_HEAD_DIMS = {"fa2": (32, 64, 96, 128, 160, 192, 256), "cudnn": (64, 128)}
 
 
 def score_head_dim(r) -> int:
@@ -297,24 +299,26 @@ def padded_head_dim(d: int, ladder: tuple) -> int:
     return next((k for k in ladder if k >= d), d)
 
 
-def kernel_compute_s(rows, producers, times, members, hw, multiplicity: int) -> float | None:
+def kernel_compute_s(rows, producers, times, members, hw, multiplicity: int, library: str = "") -> float | None:
     """The compute time of one fused attention kernel on ``hw`` (totals over its multiplicity): its GEMM FLOPs
     over the blocks it computes at the library's fraction of the matrix peak, beside (not added to) its
     exponentials and its vector work; a backward recomputes the score product; a library's kernel computes on its
-    padded head dim (:data:`PADDED_HEAD_DIMS`). None without a model."""
+    padded head dim (:data:`PADDED_HEAD_DIMS`). ``library``: the kernel's library where the profile has a model
+    of it, else the profile's default. None without a model."""
     model = getattr(hw, "attention", None)
-    lib = model.get() if model is not None else None
-    if lib is None:
+    if model is None or model.get() is None:
         return None
+    name = library if library and model.get(library) is not None else model.library
+    lib = model.get(name)
     dots = [i for i in members if rows[i].kind == "dot"]
     gemm_flops = sum(rows[i].gemm_flops for i in dots)
     backward = len(dots) > 2
     if backward:
         gemm_flops += gemm_flops // len(dots)  # the score product recomputed from Q and K
     qk = dots[0]
-    if model.library in PADDED_HEAD_DIMS:
+    if name in PADDED_HEAD_DIMS:
         d = score_head_dim(rows[qk])
-        gemm_flops = gemm_flops * padded_head_dim(d, PADDED_HEAD_DIMS[model.library]) // d if d else gemm_flops
+        gemm_flops = gemm_flops * padded_head_dim(d, PADDED_HEAD_DIMS[name]) // d if d else gemm_flops
     sq, sk = _shape(rows[qk].result)[-2:] if backward is False else _score_of(rows, dots)
     tiles = sk / model.tile
     if is_causal(rows, producers, members) or (backward and _masked(rows, members)):

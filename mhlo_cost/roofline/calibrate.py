@@ -7,8 +7,8 @@ with programs' median runs under the same load):
 
 * **matmul** per dtype (f32, bf16) over square sizes: the best achieved FLOP/s is the profile's matrix
   rate, and achieved / best at each size's FLOPs is the GEMM efficiency curve (:mod:`mhlo_cost.gemm`);
-* **stream bandwidth**: ``y = 2 x`` over a 16 MB f32 array (read + write bytes / time), the profile's
-  ``hbm_bandwidth`` (on a CPU: DRAM, output allocation included, as a program pays it);
+* **stream bandwidth**: ``y = 2 x`` over a 16 MB f32 array (1 GiB on an accelerator; read + write bytes /
+  time), the profile's ``hbm_bandwidth`` (on a CPU: DRAM, output allocation included, as a program pays it);
 * **vector rate**: 32 multiply-adds per element of a 1 Mi-element array (f32, bf16), fused into one loop;
 * **transcendental rate**: 8 independent special functions per element (exp and tanh), summed;
 * **row-reduction fusion**: ``x - max(x, row)`` against ``2 x`` over the same array: a ratio above
@@ -27,6 +27,12 @@ from dataclasses import dataclass, field
 
 _SIZES = {"f32": (64, 128, 256, 512, 1024, 1536), "bf16": (64, 128, 256, 512, 1024)}
 _QUICK_SIZES = {"f32": (32, 64, 128), "bf16": (32, 64)}
+#: On an accelerator (a GPU, a TPU) the CPU's sizes measure its launch latency, not its rates: matmuls up to
+#: 8192^3, a 1 GiB stream, 64 Mi elements of vector work (measured on an H200: the CPU sizes gave 34 TFLOP/s
+#: bf16 and 0.54 TB/s, these sizes its rates).
+_ACCEL_SIZES = {"f32": (256, 1024, 2048, 4096, 8192), "bf16": (256, 1024, 2048, 4096, 8192)}
+#: (stream elements, vector elements, row-fusion rows) on the CPU and on an accelerator.
+_ARRAYS = {"cpu": (1 << 22, 1 << 20, 4096), "accelerator": (1 << 28, 1 << 26, 65536)}
 ROW_PASS_LIMIT = 1.25
 
 
@@ -43,6 +49,8 @@ class Calibration:
     row_pass_ratio: float = 1.0  # x - max(x) over 2x: > ROW_PASS_LIMIT means no row-reduction fusion
     quick: bool = False
     statistic: str = "fastest"  # a key of STATISTICS: which run of each figure's runs it is
+    stream_bytes: int = 1 << 25  # read + written bytes of the stream benchmark
+    capacity_bytes: int = 0  # the device's memory, where JAX reports it (0: not known)
 
 
 def run_times(fn, *args, runs: int = 5, min_total: float = 0.05) -> list[float]:
@@ -167,15 +175,20 @@ def calibrate(quick: bool = False, progress=lambda msg: None, statistic: str = "
                       statistic=statistic)
     runs = 3 if quick else 7
     budget = 0.01 if quick else 1.0  # seconds of runs per figure: the more, the likelier a quiet moment
-    for dtype, sizes in (_QUICK_SIZES if quick else _SIZES).items():
+    accel = dev.platform != "cpu" and not quick
+    stream_n, vector_n, rows = (1 << 16, 1 << 12, 64) if quick else _ARRAYS["accelerator" if accel else "cpu"]
+    cal.stream_bytes = 8 * stream_n
+    stats = dev.memory_stats() if accel and hasattr(dev, "memory_stats") else None
+    cal.capacity_bytes = int((stats or {}).get("bytes_limit", 0))
+    for dtype, sizes in (_QUICK_SIZES if quick else _ACCEL_SIZES if accel else _SIZES).items():
         progress(f"matmul {dtype} {' '.join(map(str, sizes))}")
         cal.matmul[dtype] = _matmul(dtype, sizes, runs, budget, pick)
     progress("stream bandwidth")
-    cal.bandwidth = _stream(1 << (16 if quick else 22), runs, budget, pick)
+    cal.bandwidth = _stream(stream_n, runs, budget, pick)
     progress("vector and transcendental rates")
-    cal.vector_f32, cal.vector_bf16, cal.transcendental = _vector(1 << (12 if quick else 20), runs, budget, pick)
+    cal.vector_f32, cal.vector_bf16, cal.transcendental = _vector(vector_n, runs, budget, pick)
     progress("row-reduction fusion")
-    cal.row_pass_ratio = _row_fusion(64 if quick else 4096, runs, budget, pick)
+    cal.row_pass_ratio = _row_fusion(rows, runs, budget, pick)
     progress("small-kernel fixed cost")
     cal.kernel_cost, cal.call_cost = _kernel_cost(runs, budget, pick)
     return cal
@@ -196,8 +209,10 @@ def profile_toml(cal: Calibration, name: str = "calibrated") -> str:
         f'description = "calibrated on {cal.device}"',
         'source = "mhlo-cost calibrate (JAX microbenchmarks: matmul, y = 2x stream, FMA chains, special-function chain, '
         'kernel chain)"',
-        f"hbm_bandwidth_gb_s = {_fmt(cal.bandwidth / 1e9)}   # y = 2x over a 16 MB f32 array, read + write bytes",
-        "hbm_capacity_gb = 16            # not measured",
+        f"hbm_bandwidth_gb_s = {_fmt(cal.bandwidth / 1e9)}   # y = 2x over a {_fmt(cal.stream_bytes / 2e6)} MB f32 "
+        "array, read + write bytes",
+        f"hbm_capacity_gb = {_fmt(cal.capacity_bytes / 1e9)}   # the device's memory limit (JAX memory_stats)"
+        if cal.capacity_bytes else "hbm_capacity_gb = 16            # not measured",
         "link_bandwidth_gb_s = 1         # not measured: one device",
         "hop_latency_us = 1              # not measured: one device",
         f"kernel_overhead_us = {_fmt(cal.kernel_cost * 1e6)}   # extra time per small kernel in a chain",

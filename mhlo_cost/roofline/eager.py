@@ -32,7 +32,10 @@ from .kernel_io import KernelIO, share_time
 from .optime import OpTime, op_time
 
 #: The kernels ``scaled_dot_product_attention`` dispatches to (PyTorch's SDPA backends).
-SDPA_BACKENDS = ("flash", "mem_efficient", "math")
+SDPA_BACKENDS = ("flash", "cudnn", "mem_efficient", "math")
+#: The attention library (:data:`mhlo_cost.kernel_model.LIBRARIES`) a backend's kernel is: PyTorch's flash backend
+#: is FlashAttention-2; mem_efficient has no model of its own (the profile's default library prices it).
+BACKEND_LIBRARY = {"flash": "fa2", "cudnn": "cudnn"}
 #: How an attention written out op by op (``q @ k^T``, softmax, ``@ v``) runs in eager: as an SDPA call or op by op.
 WRITTEN_ATTENTION = ("sdpa", "math")
 #: FlashAttention-2 (PyTorch's flash backend) takes f16/bf16 and head dims up to 256.
@@ -59,6 +62,7 @@ class EagerKernel(Kernel):
 
     host_s: float = 0.0
     backend: str = ""  # an attention kernel's SDPA backend
+    path: str = "stream"  # how it moves its bytes (:data:`mhlo_cost.kernel_model.PATHS`, :func:`eager_path`)
 
     @property
     def time_s(self) -> float:
@@ -113,6 +117,88 @@ def _handed_views(rows, times, grp: list[int], consumers) -> set:
                 c not in inside or c in out for c in consumers[i]):
             out.add(i)
     return out
+
+
+#: Ops whose kernels are not TensorIterator's elementwise loops (reductions, indexing, copies with their own
+#: kernels): they keep the streaming rate.
+_NOT_ELEMENTWISE = frozenset({"reduce", "reduce_window", "sort", "scatter", "gather", "concatenate", "pad",
+                              "dynamic_slice", "dynamic_update_slice", "select_and_scatter", "custom_call",
+                              "iota", "rng_bit_generator", "rng", "while", "case", "if", "call", "fft"})
+
+
+def _strided_view(r: Row) -> bool:
+    """A view that hands its reader a broadcast ([B,1,C] read as [B,N,C]) or a permuted (strided) operand."""
+    name = short_name(r.op)
+    if not r.operands or not hasattr(r.result, "nelems"):
+        return False
+    if name in ("broadcast_in_dim", "broadcast"):  # a scalar is a kernel argument, not a broadcast operand
+        return 1 < r.operands[0].nelems < r.result.nelems
+    if name == "transpose":
+        return sum(1 for d in r.result.shape if d > 1) > 1
+    return False
+
+
+def _widening(r: Row) -> bool:
+    """A dtype conversion to a wider type (bf16 -> f32): PyTorch's unrolled elementwise path."""
+    res = r.result
+    if short_name(r.op) != "convert" or not r.operands or not hasattr(res, "nbytes"):
+        return False
+    src = r.operands[0]
+    return src.nelems > 0 and res.nbytes * src.nelems > src.nbytes * res.nelems
+
+
+def _non_unit(shape) -> tuple:
+    return tuple(d for d in shape if d != 1)
+
+
+def _copying_reshape(rows, producers, role, i: int) -> bool:
+    """A reshape of a permuted view that regroups its dimensions (``x.transpose(1, 2).reshape(b, n, h * d)``):
+    PyTorch cannot view it and copies (``.contiguous()``), a kernel on the generic path."""
+    r = rows[i]
+    if short_name(r.op) != "reshape" or not r.operands or not hasattr(r.result, "shape"):
+        return False
+    if _non_unit(r.operands[0].shape) == _non_unit(r.result.shape):
+        return False
+    p, depth = (producers[i][0] if producers[i] else None), 0
+    while isinstance(p, int) and role[p] in ("free", "dup") and depth < 16:
+        name = short_name(rows[p].op)
+        if name == "transpose":
+            return _strided_view(rows[p])
+        if name not in ("reshape", "bitcast", "convert"):
+            return False
+        srcs = [q for q in producers[p] if isinstance(q, int)]
+        p, depth = (srcs[0] if len(srcs) == 1 else None), depth + 1
+    return False
+
+
+def eager_path(rows, producers, role, k) -> str:
+    """How an eager kernel moves its bytes (:data:`mhlo_cost.kernel_model.PATHS`): an elementwise kernel that
+    reads a broadcast or a permuted view (inside its call, or handed to it as a view) runs TensorIterator's
+    generic path; one that widens a dtype its unrolled path; GEMMs, attention, reductions and indexing stream."""
+    if k.attention or k.has_dot or any(short_name(rows[i].op) in _NOT_ELEMENTWISE for i in k.members):
+        return "stream"
+    if any(_copying_reshape(rows, producers, role, i) for i in k.members):
+        return "generic"
+    views = {_input_view(rows, producers, role, set(k.members), i, p) for i in k.members for p in producers[i]}
+    if any(_strided_view(rows[i]) and short_name(rows[i].op) != "transpose" for i in k.members):
+        views.add("broadcast")
+    if "broadcast" in views or ("permuted" in views and "plain" in views):
+        return "generic"  # operands of one layout (all permuted alike) keep the vector loads
+    return "convert" if any(_widening(rows[i]) for i in k.members) else "stream"
+
+
+def _input_view(rows, producers, role, members: set, i: int, p) -> str:
+    """How member ``i`` reads operand producer ``p``: through a ``broadcast``, a ``permuted`` view, or
+    ``plain`` (its storage as it is, or a value of the kernel itself: ``inside``)."""
+    depth = 0
+    if isinstance(p, int) and p in members:
+        return "inside"
+    while isinstance(p, int) and p not in members and role[p] in ("free", "dup") and depth < 16:
+        if _strided_view(rows[p]):
+            return "broadcast" if short_name(rows[p].op) != "transpose" else "permuted"
+        srcs = [q for q in producers[p] if isinstance(q, int)]
+        p, depth = (srcs[0] if len(srcs) == 1 else None), depth + 1
+    return "plain"
 
 
 def _groups(rows, times, preset: dict) -> list[list[int]]:
@@ -170,7 +256,8 @@ def eager(analysis, hw: Hardware, times: list[OpTime] | None = None, producers: 
         g = preset[i]
         if g not in att_kernel:
             att_kernel[g] = len(kernels)
-            kernels.append(EagerKernel([], rows[i].multiplicity, has_dot=True, attention=True, backend=backends[g]))
+            kernels.append(EagerKernel([], rows[i].multiplicity, has_dot=True, attention=True, backend=backends[g],
+                                       library=BACKEND_LIBRARY.get(backends[g], "")))
         kernels[att_kernel[g]].members.append(i)
         row_kernel[i], role[i] = att_kernel[g], "kernel"
     calls: list[tuple[int, int]] = []  # (kernel id or -1 for a view call, executions) in program order
@@ -190,8 +277,11 @@ def eager(analysis, hw: Hardware, times: list[OpTime] | None = None, producers: 
         if all(_is_view(rows[i], times[i]) for i in grp):
             for i in grp:
                 role[i] = "dup" if short_name(rows[i].op) in ("broadcast_in_dim", "broadcast") else "free"
-            calls.append((-1, rows[grp[0]].multiplicity))
-            continue
+            copies = [i for i in grp if _copying_reshape(rows, producers, role, i)]
+            if not copies:
+                calls.append((-1, rows[grp[0]].multiplicity))
+                continue
+            grp = copies  # torch copies a permuted tensor to reshape it: one copy kernel
         k = len(kernels)
         kernels.append(EagerKernel(grp, rows[grp[0]].multiplicity,
                                    has_dot=any(rows[i].kind in ("dot", "conv") for i in grp)))
@@ -201,6 +291,9 @@ def eager(analysis, hw: Hardware, times: list[OpTime] | None = None, producers: 
     io = KernelIO(rows, producers, times, role)
     for k in kernels:
         io.measure(k, hw)
+        k.path = eager_path(rows, producers, role, k)
+        if k.path != "stream":
+            k.memory_s = hw.memory_time(k.bytes_read + k.bytes_written, k.multiplicity, k.path)
         dots = [i for i in k.members if rows[i].kind in ("dot", "conv")]
         if dots:
             k.peak = times[dots[0]].peak

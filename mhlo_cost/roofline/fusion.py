@@ -65,6 +65,7 @@ class Kernel:
     multiplicity: int
     has_dot: bool = False
     attention: bool = False  # a fused attention kernel (:mod:`.attention`)
+    library: str = ""  # the attention library it runs as ("": the profile's default)
     closed: bool = False
     bytes_read: int = 0  # totals over multiplicity
     bytes_written: int = 0

@@ -144,7 +144,7 @@ class KernelIO:
         k.compute_s = math.fsum(times[i].compute_s for i in k.members)
         if k.attention:
             from .attention import kernel_compute_s
-            c = kernel_compute_s(rows, self.producers, times, k.members, hw, m)
+            c = kernel_compute_s(rows, self.producers, times, k.members, hw, m, k.library)
             k.compute_s = k.compute_s if c is None else c
         k.memory_s = hw.memory_time(k.bytes_read + k.bytes_written, m)
         k.overhead_s = hw.kernel_overhead * m

@@ -1,0 +1,84 @@
+"""The eager model's elementwise paths (issue 25): PyTorch eager runs an elementwise op with a broadcast or a
+permuted operand on TensorIterator's generic path and a widening conversion on its unrolled path, both slower
+than its vectorized stream (measured on an H200: benchmarks/data/measured_h200.toml). Expected bytes and times
+are worked out here from the shapes."""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+from mhlo_cost.analysis import analyze_dataflow
+from mhlo_cost.hardware import get_profile
+from mhlo_cost.kernel_model import MemoryModel, parse_memory
+from mhlo_cost.roofline import Roofline
+
+N = 2048
+BF16 = jnp.bfloat16
+
+
+def _kernels(fn, *shapes):
+    args = [jax.ShapeDtypeStruct(s, d) for s, d in shapes]
+    text = jax.jit(fn).lower(*args).as_text(debug_info=True)
+    rf = Roofline(analyze_dataflow(text), get_profile("h200"), execution="eager")
+    return rf.fusion.kernels
+
+
+def _only(kernels):
+    work = [k for k in kernels if k.bytes_read + k.bytes_written > 0]
+    assert len(work) == 1, [(k.members, k.path) for k in work]
+    return work[0]
+
+
+def test_memory_model_rates_are_capped_per_path():
+    m = parse_memory({"efficiency": 0.5, "half_size_mb": 0, "generic_tbps": 1.0, "convert_tbps": 3.0}, "t")
+    peak = 4e12  # streaming: 2 TB/s
+    assert m.rate(peak) == 2e12
+    assert m.rate(peak, "generic") == 1e12
+    assert m.rate(peak, "convert") == 2e12  # a cap above the stream changes nothing
+    assert MemoryModel(0.5).rate(peak, "generic") == 2e12  # no field: the stream on every path
+    with pytest.raises(ValueError, match="generic_tbps"):
+        parse_memory({"generic_tbps": -1}, "t")
+
+
+def test_broadcast_operand_takes_the_generic_path():
+    k = _only(_kernels(lambda x, v: x + v[None, :], ((N, N), BF16), ((N,), BF16)))
+    assert k.path == "generic"
+    nbytes = 2 * N * N + 2 * N + 2 * N * N  # x and v read once, the sum written
+    assert k.bytes_read + k.bytes_written == nbytes
+    hw = get_profile("h200")
+    # fill and drain at the streaming rate, the bytes at generic_tbps = 1.51 [MEAS] (hardware.toml)
+    expected = hw.memory.half_bytes / (hw.hbm_bandwidth * hw.memory.efficiency) + nbytes / 1.51e12
+    assert k.memory_s == pytest.approx(expected, rel=1e-9)
+
+
+def test_contiguous_and_alike_permuted_operands_stream():
+    assert _only(_kernels(lambda x, y: x + y, ((N, N), BF16), ((N, N), BF16))).path == "stream"
+    scalars = _kernels(lambda x: x * 0.5 + 1.0, ((N, N), BF16))  # two calls; a scalar is a kernel argument
+    assert [k.path for k in scalars if k.bytes_read] == ["stream", "stream"]
+    both = _only(_kernels(lambda x, y: x.T + y.T, ((N, N), BF16), ((N, N), BF16)))
+    assert both.path == "stream"  # one layout: TensorIterator keeps its vector loads
+    mixed = _only(_kernels(lambda x, y: x.T + y, ((N, N), BF16), ((N, N), BF16)))
+    assert mixed.path == "generic"
+
+
+def test_widening_conversion_takes_the_unrolled_path():
+    k = _only(_kernels(lambda x: x.astype(jnp.float32), ((N, N), BF16)))
+    assert k.path == "convert"
+    assert k.bytes_read + k.bytes_written == 2 * N * N + 4 * N * N
+    narrowing = _only(_kernels(lambda x: x.astype(BF16), ((N, N), jnp.float32)))
+    assert narrowing.path == "stream"
+
+
+def test_reshape_of_a_permuted_tensor_is_a_copy_kernel():
+    a, b, c = 64, 32, 48
+
+    def regroup(x):  # x.transpose(0, 1).reshape(b, a * c): not a view in PyTorch
+        return jnp.transpose(x, (1, 0, 2)).reshape(b, a * c)
+
+    k = _only(_kernels(regroup, ((a, b, c), BF16)))
+    assert k.path == "generic"
+    assert (k.bytes_read, k.bytes_written) == (2 * a * b * c, 2 * a * b * c)
+    # splitting the last dimension of a plain tensor is a view: no kernel at all
+    assert not [k for k in _kernels(lambda x: x.reshape(a, b, c // 2, 2), ((a, b, c), BF16))
+                if k.bytes_read + k.bytes_written]
