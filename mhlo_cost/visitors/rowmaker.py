@@ -52,11 +52,11 @@ class RowMaker:
         return self._row(op, kind, Cost(bytes_written=facts[1]), facts)
 
     def _row(self, op: ir.Operation, kind: str, cost: Cost, facts: tuple, target: str = "", comm: tuple = ()) -> Row:
-        comm_kind, group_size, num_groups, comm_steps = comm or _NO_COMM
         loc = self._locations(op.location)
         row = Row(op=op.name, kind=kind, loc=loc, scope=loc.scope, result=facts[0], cost=cost, target=target,
-                  comm_kind=comm_kind, group_size=group_size, num_groups=num_groups, comm_steps=comm_steps,
                   operands=facts[3], weights=facts[6], func=self._func_name, values=(facts[5], facts[2]))
+        if comm:
+            row.comm_kind, row.group_size, row.num_groups, row.comm_steps = comm
         self._out.append(row)
         for hook in self._row_hooks:
             hook(op, row)
@@ -111,9 +111,3 @@ class RowMaker:
             infos.append(ti)
             uses.append(h)
         return tuple(infos), read, tuple(uses), found
-
-
-
-
-#: The collective fields of a row that is not a collective.
-_NO_COMM = ("", 0, 0, 0)

@@ -120,12 +120,12 @@ VECTOR = RuleTable("vector")
 
 
 def elementwise(ctx: OpContext) -> Cost:
-    return ctx.io + Cost(vector_flops=ctx.out_elems)
+    return Cost(vector_flops=ctx.out_elems, bytes_read=ctx.bytes_read, bytes_written=ctx.bytes_written)
 
 
 def transcendental(ctx: OpContext) -> Cost:
     n = ctx.out_elems
-    return ctx.io + Cost(vector_flops=n, transcendentals=n)
+    return Cost(vector_flops=n, transcendentals=n, bytes_read=ctx.bytes_read, bytes_written=ctx.bytes_written)
 
 
 def data(ctx: OpContext) -> Cost:
