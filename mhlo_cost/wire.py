@@ -15,10 +15,12 @@ from dataclasses import fields
 from operator import attrgetter
 
 from .visitors.frames import Frame, Recording, Region, Return
+from .visitors.costvalue import METRICS, Cost
 from .visitors.row import LocationInfo, Row
 
-#: Row fields sent as they are (plain values); ``loc``, ``result`` and ``operands`` go through tables.
-_PLAIN = tuple(f.name for f in fields(Row) if f.name not in ("loc", "result", "operands"))
+#: Row fields sent as they are (plain values); ``loc``, ``result`` and ``operands`` go through tables, ``cost`` as
+#: one column per metric.
+_PLAIN = tuple(f.name for f in fields(Row) if f.name not in ("loc", "result", "operands", "cost")) + METRICS
 _ROW_FIELDS = tuple(f.name for f in fields(Row))
 
 
@@ -75,6 +77,7 @@ def decode(blob: bytes):
     values["loc"] = [locs[i] for i in loc_ids]
     values["result"] = [types[i] for i in result_ids]
     values["operands"] = [operand_sets[i] for i in operand_ids]
+    values["cost"] = list(map(Cost, *(columns[m] for m in METRICS)))
     rows_all = list(map(Row, *(values[name] for name in _ROW_FIELDS)))
     row_lists = [rows_all] if ids is None else [[rows_all[i] for i in got] for got in ids]
     frames = _frames_from(frame_table, row_lists)

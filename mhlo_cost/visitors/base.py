@@ -30,6 +30,7 @@ what else the caller asked for.
 """
 from __future__ import annotations
 
+from functools import partial
 
 from jaxlib.mlir import ir
 
@@ -38,12 +39,15 @@ from .callgraph import CallGraph
 from .entry import choose_entry
 from .locations import LocationCache, LocationInfo
 from .row import EMPTY_ENTRY, METRICS, AnalysisError, Row, short_name  # noqa: F401 (imported from here too)
+from .costvalue import Cost
 from .dialects import DialectRules
+from .options import AnalysisOptions
 from .recorder import region_kind, told
+from .rowmaker import RowMaker
 from .ruleset import SHARED_DIALECTS, rule_name, shared_short_name  # noqa: F401 (imported from here too)
 from .trips import trip_count
 
-class IRVisitor(DialectRules):
+class IRVisitor(DialectRules, RowMaker):
     """Walks a module from its entry function, dispatching ops to the method :func:`rule_name` names.
 
     ``self.rows`` is the list of :class:`Row` in program order, each carrying its multiplicity. ``rules``
@@ -76,6 +80,7 @@ class IRVisitor(DialectRules):
         self.external: list[str] = []  # functions declared without a body
         self.recorders = tuple(recorders)
         self._row_hooks = tuple(r.emitted for r in self.recorders if r.wants_rows)
+        self.options = options or AnalysisOptions()
         self.rule_sets = tuple(cls(self, options) for cls in rules)
         fallback = [rs.generic_rule for rs in self.rule_sets if hasattr(rs, "generic_rule")]
         self._fallback = fallback[0] if fallback else self.walk_regions
@@ -175,13 +180,16 @@ class IRVisitor(DialectRules):
         method(op)
 
     def rule_of(self, op_name: str):
-        """The method that visits ops named ``op_name``: the first rule set's, else the walk's own, else
-        :meth:`generic_visit`."""
+        """The method that visits ops named ``op_name``: the first rule set's (its method, else its table's rule
+        counted by :meth:`count`), else the walk's own, else :meth:`generic_visit`."""
         method = rule_name(op_name)
         for rs in self.rule_sets:
             found = getattr(rs, method, None)
             if found is not None:
                 return found
+            rule = rs.table.get(op_name)
+            if rule is not None:
+                return partial(self.count, rule)
         return getattr(self, method, None) or self.generic_visit
 
     def visit_shared(self, name: str, op: ir.Operation) -> None:
@@ -272,17 +280,15 @@ class IRVisitor(DialectRules):
         if not branches:
             return
         n = len(branches)
-        totals = [[sum(getattr(r, m) for r in rows) for m in METRICS] for rows in branches]
-        best = max(range(n), key=lambda i: (totals[i][0] + totals[i][1] + totals[i][2], totals[i][4] + totals[i][5]))
+        totals = [sum((r.cost for r in rows), Cost()) for rows in branches]
+        best = max(range(n), key=lambda i: (totals[i].compute, totals[i].nbytes))
         loc = self.loc(op)
         self.replay(branches[best], 1, loc.scope, f"branch {best}/{n} (max)")
-        extra = [max(t[j] for t in totals) - totals[best][j] for j in range(len(METRICS))]
+        extra = Cost.max(*totals) - totals[best]
         if any(extra):
-            row = Row(op.name, "branch_max", loc, loc.scope, (), *extra[:6], multiplicity=0,
-                      note=f"per-metric maximum over {n} branches, above branch {best}", func=self._func_name,
-                      values=((), ()))
-            row.comm_bytes = extra[6]
-            self._after_op.append(row)
+            self._after_op.append(Row(op=op.name, kind="branch_max", loc=loc, scope=loc.scope, result=(), cost=extra,
+                                      multiplicity=0, func=self._func_name, values=((), ()),
+                                      note=f"per-metric maximum over {n} branches, above branch {best}"))
 
     def visit_case(self, op: ir.Operation) -> None:
         self._visit_branches(op, list(op.regions))
@@ -301,96 +307,3 @@ class IRVisitor(DialectRules):
             where = f" at {self.loc(op).describe()}" if op is not None else ""
             opname = f"{op.name}{where}: " if op is not None else ""
             raise AnalysisError(f"{opname}{e}") from None
-
-    def emit_no_operands(self, op: ir.Operation, kind: str) -> Row:
-        """:meth:`emit` for an op without operands (``constant``, ``iota``): reads only its result."""
-        res = op.result
-        try:
-            result = self._types(res.type)
-        except ValueError as e:
-            raise AnalysisError(f"{op.name} at {self.loc(op).describe()}: {e}") from None
-        loc = self._locations(op.location)
-        row = Row(op.name, kind, loc, loc.scope, result, 0, 0, 0, 0, 0, result.nbytes, 1, "", "", "",
-                  0, 0, 0, 0, (), (), self._func_name, 0, ((), (hash(res),)))
-        self._out.append(row)
-        for hook in self._row_hooks:
-            hook(op, row)
-        return row
-
-    def emit_same_type(self, op: ir.Operation, kind: str) -> Row:
-        """:meth:`emit` for an op whose operands all have its result's type (StableHLO's
-        SameOperandsAndResultType ops: add, multiply, exponential, ...): the operand types are known
-        without reading them, which halves the cost of the most common ops. Weight operands are not
-        looked for on this path."""
-        res = op.result
-        try:
-            result = self._types(res.type)
-        except ValueError as e:
-            raise AnalysisError(f"{op.name} at {self.loc(op).describe()}: {e}") from None
-        uses = tuple(map(hash, op.operands))
-        n = len(uses)
-        loc = self._locations(op.location)
-        row = Row(op.name, kind, loc, loc.scope, result, 0, 0, 0, 0, n * result.nbytes, result.nbytes, 1, "", "", "",
-                  0, 0, 0, 0, (result,) * n, (), self._func_name, 0, (uses, (hash(res),)))
-        self._out.append(row)
-        for hook in self._row_hooks:
-            hook(op, row)
-        return row
-
-    def emit(self, op: ir.Operation, kind: str, target: str = "", weights: bool = False) -> Row:
-        """Append a row for ``op``; bytes read and written come from its operand and result types.
-
-        Rules read the types from the returned row (``row.result``, ``row.operands``) and set its
-        metrics, so that every type is read from the IR once. This is the hot path of the walk.
-        With ``weights`` (the matrix rules ask for it) the operands that are function arguments are
-        recorded in ``row.weights``.
-        """
-        types = self._types
-        known = self._known_type  # the cache's dict lookup, inlined: this runs for every type of every op
-        try:
-            results = op.results
-            if len(results) == 1:
-                r = results[0]
-                t = r.type
-                result = known(hash(t)) or types(t)
-                written = result.nbytes
-                defs = (hash(r),)
-            else:
-                result = tuple(types(r.type) for r in results)
-                written = sum(t.nbytes for t in result)
-                defs = tuple(map(hash, results))
-            operands = op.operands
-            if len(operands) == 1:  # most data movement: broadcast, convert, reshape, transpose, slice
-                v = operands[0]
-                t = v.type
-                ti = known(hash(t)) or types(t)
-                read = ti.nbytes
-                infos = (ti,)
-                uses = (hash(v),)
-                found = (0,) if weights and uses[0] in self._args else ()
-            else:
-                read = 0
-                infos = []
-                uses = []
-                found = ()
-                args = self._args
-                for v in operands:
-                    t = v.type
-                    ti = known(hash(t)) or types(t)
-                    read += ti.nbytes
-                    h = hash(v)
-                    if weights and h in args:
-                        found += (len(infos),)
-                    infos.append(ti)
-                    uses.append(h)
-                infos = tuple(infos)
-                uses = tuple(uses)
-        except ValueError as e:
-            raise AnalysisError(f"{op.name} at {self.loc(op).describe()}: {e}") from None
-        loc = self._locations(op.location)
-        row = Row(op.name, kind, loc, loc.scope, result, 0, 0, 0, 0, read, written, 1, "", target, "", 0, 0, 0, 0,
-                  infos, found, self._func_name, 0, (uses, defs))
-        self._out.append(row)
-        for hook in self._row_hooks:
-            hook(op, row)
-        return row

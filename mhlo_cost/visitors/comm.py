@@ -36,7 +36,8 @@ from __future__ import annotations
 from jaxlib.mlir import ir
 
 from ..types import isa
-from .base import short_name
+from .costvalue import Cost
+from .row import short_name
 from .ruleset import RuleSet
 from .tflops import int_attr
 from .vector import body_flops
@@ -187,13 +188,15 @@ class CommIRVisitor(RuleSet):
         else:
             row.replica_groups = self._device_groups(op, _dense_ids(op, "replica_groups"))
         full_bytes = row.bytes_read if full == "operands" else row.bytes_written
-        row.comm_bytes, row.comm_steps = ring_volume(kind, full_bytes, n)
+        volume, row.comm_steps = ring_volume(kind, full_bytes, n)
         row.comm_kind, row.group_size, row.num_groups = kind, n, groups
+        flops = 0
         if reduces and n > 1:
             # Each device combines (n-1)/n of the buffer (the ring's reduce-scatter phase).
             f, _ = body_flops(op.regions[0]) if len(op.regions) else (1, 0)
             elems = sum(t.nelems for t in row.operands)
-            row.vector_flops = -(-(n - 1) * elems // n) * f
+            flops = -(-(n - 1) * elems // n) * f
+        row.cost += Cost(vector_flops=flops, comm_bytes=volume)
 
     def visit_all_reduce(self, op: ir.Operation) -> None:
         n, groups = self._groups(op)
@@ -213,7 +216,7 @@ class CommIRVisitor(RuleSet):
 
     def visit_all_to_all(self, op: ir.Operation) -> None:
         n, groups = self._groups(op)
-        split = int_attr(op, "split_count", 0)
+        split = int_attr(op.attributes, "split_count", 0)
         self._collective(op, "all_to_all", self._proven(op, n, split if split > 0 else None), groups)
 
     def _proven(self, op: ir.Operation, n: int, proven: int | None) -> int:

@@ -20,6 +20,8 @@ from __future__ import annotations
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import chlo
 
+from .costvalue import Cost, Counted
+from .optable import OpContext, RuleTable
 from .ruleset import RuleSet
 from .tflops import int_list
 
@@ -31,46 +33,56 @@ def fft_flops(operand_elems: int, lengths: list[int]) -> int:
     return 8 * stages * operand_elems
 
 
+MORE = RuleTable("vector")
+
+
+@MORE.rule("fft", kind="fft")
+def fft(ctx: OpContext) -> Cost:
+    return ctx.io + Cost(vector_flops=fft_flops(ctx.operands[0].nelems, int_list(ctx.attrs, "fft_length", []) or []))
+
+
+@MORE.rule("triangular_solve", kind="elementwise")
+def triangular_solve(ctx: OpContext) -> Cost:
+    a, b = ctx.operands[0], ctx.operands[1]
+    n = a.shape[-1] if a.shape else 1
+    return ctx.io + Cost(vector_flops=n * b.nelems)
+
+
+@MORE.rule("top_k", kind="sort")
+def top_k(ctx: OpContext) -> Cost:
+    x = ctx.operands[0]
+    size = x.shape[-1] if x.shape else 1
+    return ctx.io + Cost(vector_flops=x.nelems * max(0, (size - 1).bit_length()))
+
+
+@MORE.rule("infeed", "outfeed", "recv", kind="data")
+def transfer(ctx: OpContext) -> Cost:
+    return ctx.io
+
+
+@MORE.rule("send", kind="collective")
+def send(ctx: OpContext) -> Counted:
+    if "is_host_transfer" in ctx.attrs and ir.BoolAttr(ctx.attrs["is_host_transfer"]).value:
+        return Counted(ctx.io, "data")
+    return Counted(ctx.io + Cost(comm_bytes=ctx.bytes_read), comm=("collective_permute", 2, 1, 1))
+
+
+@MORE.rule("ragged_dot", kind="dot", weights=True)
+def ragged_dot(ctx: OpContext) -> Cost:
+    d = chlo.RaggedDotDimensionNumbers(ctx.attrs["ragged_dot_dimension_numbers"])
+    lhs = ctx.operands[0]
+    k = 1
+    for i in d.lhs_contracting_dimensions:
+        k *= lhs.shape[i]
+    out = ctx.result.nelems
+    if set(d.lhs_ragged_dimensions) & set(d.lhs_contracting_dimensions):
+        sizes = ctx.operands[2]  # group_sizes: [..., groups]
+        out //= max(sizes.shape[-1] if sizes.shape else 1, 1)
+    return ctx.io + Cost(gemm_flops=2 * out * k)
+
+
 class MoreRules(RuleSet):
+    """:data:`MORE`."""
+
     metric = "vector"
-
-    def visit_fft(self, op: ir.Operation) -> None:
-        row = self.emit(op, "fft")
-        row.vector_flops = fft_flops(row.operands[0].nelems, int_list(op, "fft_length", []) or [])
-
-    def visit_triangular_solve(self, op: ir.Operation) -> None:
-        row = self.emit(op, "elementwise")
-        a, b = row.operands[0], row.operands[1]
-        n = a.shape[-1] if a.shape else 1
-        row.vector_flops = n * b.nelems
-
-    def visit_top_k(self, op: ir.Operation) -> None:
-        row = self.emit(op, "sort")
-        x = row.operands[0]
-        size = x.shape[-1] if x.shape else 1
-        row.vector_flops = x.nelems * max(0, (size - 1).bit_length())
-
-    def visit_infeed(self, op: ir.Operation) -> None:
-        self.emit(op, "data")
-
-    visit_outfeed = visit_recv = visit_infeed
-
-    def visit_send(self, op: ir.Operation) -> None:
-        host = "is_host_transfer" in op.attributes and ir.BoolAttr(op.attributes["is_host_transfer"]).value
-        row = self.emit(op, "data" if host else "collective")
-        if not host:
-            row.comm_bytes, row.comm_steps = row.bytes_read, 1
-            row.comm_kind, row.group_size, row.num_groups = "collective_permute", 2, 1
-
-    def visit_ragged_dot(self, op: ir.Operation) -> None:
-        row = self.emit(op, "dot", weights=True)
-        d = chlo.RaggedDotDimensionNumbers(op.attributes["ragged_dot_dimension_numbers"])
-        lhs, rhs = row.operands[0], row.operands[1]
-        k = 1
-        for i in d.lhs_contracting_dimensions:
-            k *= lhs.shape[i]
-        out = row.result.nelems
-        if set(d.lhs_ragged_dimensions) & set(d.lhs_contracting_dimensions):
-            sizes = row.operands[2]  # group_sizes: [..., groups]
-            out //= max(sizes.shape[-1] if sizes.shape else 1, 1)
-        row.gemm_flops = 2 * out * k
+    table = MORE

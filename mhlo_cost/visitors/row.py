@@ -6,8 +6,10 @@ no jaxlib (:mod:`mhlo_cost.wire`).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from operator import attrgetter
 
 from ..tensorinfo import TensorInfo
+from .costvalue import METRICS, ZERO, Cost  # noqa: F401 (METRICS imported from here too)
 
 #: The start of the warning for an entry function without work (an error under ``--strict``).
 EMPTY_ENTRY = "empty entry function"
@@ -80,39 +82,29 @@ class LocationInfo:
         parts = [p for p in (self.file_line, self.name) if p]
         return " ".join(parts) if parts else "unknown location"
 
-# Rows hold exact Python integers. These are the metric columns a call or a loop multiplies.
-METRICS = (
-    "gemm_flops",
-    "conv_flops",
-    "vector_flops",
-    "transcendentals",
-    "bytes_read",
-    "bytes_written",
-    "comm_bytes",
-)
-
+def _metric(name: str) -> property:
+    return property(attrgetter("cost." + name), doc=f"``cost.{name}``")
 
 
 @dataclass(slots=True)
 class Row:
+    """One op occurrence: its identity (what op, where, in which scope, on which values) and its :class:`Cost`.
+
+    Built with keywords (:mod:`mhlo_cost.wire` alone rebuilds rows by field order); the metrics read through
+    (``row.gemm_flops`` is ``row.cost.gemm_flops``)."""
+
     op: str  # full op name, e.g. "stablehlo.dot_general"
     kind: str  # dot, conv, elementwise, transcendental, reduce, data, collective, unknown, ...
     loc: LocationInfo  # where the op is written: scope and (lazily) file:line
     scope: str  # scope path, e.g. "spatial_blocks.3/attn" (the caller's scope in front for callees)
     result: TensorInfo | tuple  # the result type (a tuple of them for several results)
-    gemm_flops: int = 0
-    conv_flops: int = 0
-    vector_flops: int = 0
-    transcendentals: int = 0
-    bytes_read: int = 0
-    bytes_written: int = 0
+    cost: Cost = ZERO  # every execution of the op together (one per multiplicity)
     multiplicity: int = 1
     note: str = ""
     target: str = ""  # custom_call target, unknown op's name
     comm_kind: str = ""
     group_size: int = 0
     num_groups: int = 0
-    comm_bytes: int = 0
     comm_steps: int = 0  # ring steps per execution (latency term of the alpha-beta model)
     operands: tuple = ()  # TensorInfo of each operand
     weights: tuple = ()  # dot / conv: indices of operands that are function arguments (weights, inputs)
@@ -122,26 +114,30 @@ class Row:
     # Collectives: the device ids of each replica group (collective_permute: its (source, target) pairs).
     replica_groups: tuple = ()
 
+    gemm_flops = _metric("gemm_flops")
+    conv_flops = _metric("conv_flops")
+    vector_flops = _metric("vector_flops")
+    transcendentals = _metric("transcendentals")
+    bytes_read = _metric("bytes_read")
+    bytes_written = _metric("bytes_written")
+    comm_bytes = _metric("comm_bytes")
+
     def scaled(self, k: int, scope_prefix: str, note: str) -> "Row":
-        return Row(
-            self.op, self.kind, self.loc, _join_scope(scope_prefix, self.scope), self.result,
-            self.gemm_flops * k, self.conv_flops * k, self.vector_flops * k, self.transcendentals * k,
-            self.bytes_read * k, self.bytes_written * k, self.multiplicity * k,
-            _join_note(note, self.note), self.target, self.comm_kind, self.group_size, self.num_groups,
-            self.comm_bytes * k, self.comm_steps, self.operands, self.weights, self.func, 0,
-            replica_groups=self.replica_groups,
-        )
+        """``k`` executions of this row, in the scope of ``scope_prefix`` (a call site, a loop), noted."""
+        return Row(op=self.op, kind=self.kind, loc=self.loc, scope=_join_scope(scope_prefix, self.scope),
+                   result=self.result, cost=self.cost * k, multiplicity=self.multiplicity * k,
+                   note=_join_note(note, self.note), target=self.target, comm_kind=self.comm_kind,
+                   group_size=self.group_size, num_groups=self.num_groups, comm_steps=self.comm_steps,
+                   operands=self.operands, weights=self.weights, func=self.func, replica_groups=self.replica_groups)
 
     def add_scaled(self, base: "Row", k: int) -> None:
         """Fold ``k`` more executions of ``base`` (the row this one was scaled from) into this row."""
-        self.gemm_flops += base.gemm_flops * k
-        self.conv_flops += base.conv_flops * k
-        self.vector_flops += base.vector_flops * k
-        self.transcendentals += base.transcendentals * k
-        self.bytes_read += base.bytes_read * k
-        self.bytes_written += base.bytes_written * k
-        self.comm_bytes += base.comm_bytes * k
+        self.cost += base.cost * k
         self.multiplicity += base.multiplicity * k
+
+    @property
+    def compute(self) -> int:
+        return self.cost.compute
 
     @property
     def out_elems(self) -> int:
@@ -149,10 +145,6 @@ class Row:
         if isinstance(self.result, TensorInfo):
             return self.result.nelems
         return sum(t.nelems for t in self.result)
-
-    @property
-    def compute(self) -> int:
-        return self.gemm_flops + self.conv_flops + self.vector_flops
 
     # Text views, made only when a table asks for them.
     @property

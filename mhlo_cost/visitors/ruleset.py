@@ -1,8 +1,10 @@
 """Rule sets: what the walk counts per op, as siblings the caller composes (``IRVisitor(module, entry,
 rules=[TFlopsVisitor, VectorVisitor, ...])``), not as base classes of the walk.
 
-A rule set's ``visit_<name>`` methods (:func:`mhlo_cost.visitors.base.rule_name`) count an op; the walk runs
-the first composed rule set's method for each op name (looked up once per name), its own control flow
+A rule set's op rules are pure functions in its :class:`~mhlo_cost.visitors.optable.RuleTable` (``table``), keyed
+by dialect-qualified op name; rules that need the walk (a callee's rows, a shard_map body) are ``visit_<name>``
+methods (:func:`mhlo_cost.visitors.base.rule_name`). The walk runs the first composed rule set's rule for each op
+name (looked up once per name), its own control flow
 (calls, loops, branches) where no rule set has one, and the first ``generic_rule`` of the rule sets for the
 rest. A rule reaches the walk only through the public helpers bound here (``emit``, ``loc``, ``replay``, ...)
 and ``self.walk``'s public methods; its options (the convolution padding convention, ...) are ``self.options``.
@@ -11,10 +13,11 @@ then has its regions walked and makes no row.
 """
 from __future__ import annotations
 
+from .optable import SHARED_DIALECTS as _SHARED, RuleTable
 from .options import AnalysisOptions
 
 #: Dialects whose ops share rules by their name without the dialect (``visit_<name>``).
-SHARED_DIALECTS = frozenset({"stablehlo", "mhlo", "chlo"})
+SHARED_DIALECTS = frozenset(_SHARED)
 
 
 def rule_name(op_name: str) -> str:
@@ -31,9 +34,10 @@ def shared_short_name(op_name: str) -> str | None:
     return name if dialect in SHARED_DIALECTS else None
 
 
-#: The one place rules are found: every ``visit_<name>`` of every rule set with a :attr:`RuleSet.metric`, keyed
-#: by :func:`rule_name` of the dialect-qualified op names it counts (``visit_dot_general``: ``stablehlo.`` /
-#: ``mhlo.`` / ``chlo.dot_general``; ``visit_sdy_all_gather``: ``sdy.all_gather``) -> {metric: rule set}.
+#: The one place rules are found: every op of every rule set with a :attr:`RuleSet.metric` (its table's and its
+#: ``visit_<name>`` methods'), keyed by :func:`rule_name` of the dialect-qualified op names it counts
+#: (``visit_dot_general``: ``stablehlo.`` / ``mhlo.`` / ``chlo.dot_general``; ``visit_sdy_all_gather``:
+#: ``sdy.all_gather``) -> {metric: rule set}. Look an op up with :func:`rules_for`.
 RULES: dict[str, dict[str, type]] = {}
 
 
@@ -57,6 +61,17 @@ def rules_for(op_name: str) -> dict[str, type]:
     return dict(RULES.get(rule_name(op_name), {}))
 
 
+def claimed(rule_set: type) -> list[str]:
+    """The rule names (:func:`rule_name`) of what ``rule_set`` defines itself: its methods and its table's ops."""
+    names = {name for name in vars(rule_set) if name.startswith("visit_")}
+    table = vars(rule_set).get("table")
+    if table:
+        if table.metric != rule_set.metric:
+            raise TypeError(f"{rule_set.__name__}: a {table.metric} table in a {rule_set.metric} rule set")
+        names.update(rule_name(op) for op in table)
+    return sorted(names)
+
+
 class RuleSet:
     """One set of rules, made by the walk it is composed into (one instance per walk: its state is its own).
 
@@ -64,10 +79,12 @@ class RuleSet:
 
     #: The family of figures its rules count ("matrix", "vector", "communication", "row"); None: not registered.
     metric: str | None = None
+    #: Its op rules as pure functions (an empty table: none).
+    table: RuleTable = RuleTable("")
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
-        claim(cls, *(name for name in vars(cls) if name.startswith("visit_")))
+        claim(cls, *claimed(cls))
 
     def __init__(self, walk, options: AnalysisOptions | None = None):
         self.walk = walk

@@ -28,6 +28,7 @@ from __future__ import annotations
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import sdy
 
+from .costvalue import Cost
 from .ruleset import RuleSet
 from .comm import ring_volume
 
@@ -115,16 +116,18 @@ class ShardyRules(RuleSet):
             row.kind, row.target = "unknown", f"{op.name} (shardings not classified)"
             return
         kind, n, s_dims = found
-        row.bytes_read, row.bytes_written = (_local(row.result.nbytes, shape, d) for d in (src[0], dst[0]))
+        read, written = (_local(row.result.nbytes, shape, d) for d in (src[0], dst[0]))
         if kind == "free":
-            row.kind = "data"
+            row.kind, row.cost = "data", Cost(bytes_read=read, bytes_written=written)
             return
-        row.comm_bytes, row.comm_steps = ring_volume(kind, _local(row.result.nbytes, shape, s_dims), n)
+        volume, row.comm_steps = ring_volume(kind, _local(row.result.nbytes, shape, s_dims), n)
         total = dst[1] or src[1] or n
         row.comm_kind, row.group_size, row.num_groups = kind, n, max(total // max(n, 1), 1)
+        flops = 0
         if kind == "all_reduce" and n > 1:
-            elems = row.result.nelems * row.bytes_read // max(row.result.nbytes, 1)
-            row.vector_flops = -(-(n - 1) * elems // n)
+            elems = row.result.nelems * read // max(row.result.nbytes, 1)
+            flops = -(-(n - 1) * elems // n)
+        row.cost = Cost(vector_flops=flops, bytes_read=read, bytes_written=written, comm_bytes=volume)
 
     def visit_sdy_all_gather(self, op):
         self._shardy(op, lambda op, a, b: ("all_gather", _shards(a) // max(_shards(b), 1), b))

@@ -7,7 +7,7 @@ A convolution is counted as XLA's HloCostAnalysis counts it: for every spatial d
 (output position, kernel position) pairs that land on a real input element (not padding, not a hole
 made by lhs dilation); times input features per group, output features and batch per batch group; x2.
 With ``conv_padding="dense"`` padded positions count too, as PyTorch's FlopCounterMode, fvcore and most
-papers count (ResNet-18: 1.814 GMAC); the walk sets it from :class:`mhlo_cost.visitors.options.AnalysisOptions`.
+papers count (ResNet-18: 1.814 GMAC); the rule reads it from :class:`mhlo_cost.visitors.options.AnalysisOptions`.
 A convolution with lhs dilation
 (a transposed convolution, and the dgrad of a strided one) is counted as PyTorch counts a transposed
 convolution: every (input element, kernel element) pair, wherever it lands (so a strided convolution's
@@ -15,11 +15,14 @@ dgrad costs its forward, not the padding of the transposed form around it).
 """
 from __future__ import annotations
 
+from collections import ChainMap
+
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import mhlo, stablehlo
 
 from ..types import isa
-from .base import AnalysisError
+from .costvalue import Cost
+from .optable import OpContext, RuleTable
 from .ruleset import RuleSet
 
 
@@ -97,11 +100,11 @@ def convolution_flops(lhs_shape, rhs_shape, out_shape, dnums: dict, strides, pad
 
 
 # -- attribute access (StableHLO and MHLO spell the same attributes with their own classes) --------------------
-def _dot_dims(attr: ir.Attribute):
+def dot_contracting(attr: ir.Attribute) -> list[int]:
+    """The lhs contracting dimensions of ``dot_dimension_numbers``."""
     for cls in (stablehlo.DotDimensionNumbers, mhlo.DotDimensionNumbers):
         if cls.isinstance(attr):
-            d = cls(attr)
-            return list(d.lhs_contracting_dimensions), list(d.lhs_batching_dimensions)
+            return list(cls(attr).lhs_contracting_dimensions)
     raise ValueError(f"unrecognised dot dimension numbers {attr}")
 
 
@@ -120,11 +123,14 @@ def _conv_dims(attr: ir.Attribute) -> dict:
     raise ValueError(f"unrecognised convolution dimension numbers {attr}")
 
 
-def int_list(op: ir.Operation, name: str, default: list[int] | None = None) -> list[int] | None:
-    """An integer array attribute as a list, whether DenseI64ArrayAttr (StableHLO) or dense<> (MHLO)."""
-    if name not in op.attributes:
+def int_list(attrs, name: str, default: list[int] | None = None) -> list[int] | None:
+    """An integer array attribute of ``attrs`` (an op's attributes, or a mapping) as a list, whether
+    DenseI64ArrayAttr (StableHLO), dense<> (MHLO), or a list already."""
+    if name not in attrs:
         return default
-    attr = op.attributes[name]
+    attr = attrs[name]
+    if isinstance(attr, (list, tuple)):
+        return list(attr)
     if isa(attr, ir.DenseI64ArrayAttr):
         return list(ir.DenseI64ArrayAttr(attr))
     if isa(attr, ir.DenseIntElementsAttr):
@@ -138,36 +144,57 @@ def int_list(op: ir.Operation, name: str, default: list[int] | None = None) -> l
     raise ValueError(f"attribute {name} = {attr} is not an integer array")
 
 
-def int_attr(op: ir.Operation, name: str, default: int) -> int:
-    if name not in op.attributes:
+def int_attr(attrs, name: str, default: int) -> int:
+    """An integer attribute of ``attrs`` (an op's attributes, or a mapping)."""
+    if name not in attrs:
         return default
-    return ir.IntegerAttr(op.attributes[name]).value
+    return ir.IntegerAttr(attrs[name]).value
 
 
-# -- visitor ------------------------------------------------------------------------------------------------------
+# -- the rules ----------------------------------------------------------------------------------------------------
+MATRIX = RuleTable("matrix")
+
+
+@MATRIX.rule("dot_general", kind="dot", weights=True)
+def dot_general(ctx: OpContext) -> Cost:
+    contracting = dot_contracting(ctx.attrs["dot_dimension_numbers"])
+    return ctx.io + Cost(gemm_flops=contraction_flops(ctx.operands[0].shape, ctx.result.nelems, contracting))
+
+
+@MATRIX.rule("dot", kind="dot", weights=True)
+def dot(ctx: OpContext) -> Cost:
+    """Legacy dot: vector.vector, matrix.vector or matrix.matrix; contracts the last dim of lhs."""
+    lhs = ctx.operands[0]
+    return ctx.io + Cost(gemm_flops=contraction_flops(lhs.shape, ctx.result.nelems, [len(lhs.shape) - 1]))
+
+
+@MATRIX.rule("convolution", kind="conv", weights=True)
+def convolution(ctx: OpContext) -> Cost:
+    """``padding`` in ``ctx.attrs`` is the attribute or, for a dynamic_conv, the constant's integers."""
+    lhs, rhs, out = ctx.operands[0], ctx.operands[1], ctx.result
+    dn = _conv_dims(ctx.attrs["dimension_numbers"])
+    n = len(dn["input_spatial"])
+    pad = int_list(ctx.attrs, "padding", [0] * (2 * n))
+    if len(pad) != 2 * n:
+        raise ValueError(f"padding of {len(pad)} values for {n} spatial dimensions")
+    flops = convolution_flops(
+        lhs.shape, rhs.shape, out.shape, dn,
+        int_list(ctx.attrs, "window_strides", [1] * n),
+        [(pad[2 * i], pad[2 * i + 1]) for i in range(n)],
+        int_list(ctx.attrs, "lhs_dilation", [1] * n),
+        int_list(ctx.attrs, "rhs_dilation", [1] * n),
+        int_attr(ctx.attrs, "feature_group_count", 1),
+        int_attr(ctx.attrs, "batch_group_count", 1),
+        ctx.options.conv_padding == "dense",
+    )
+    return ctx.io + Cost(conv_flops=flops)
 
 
 class TFlopsVisitor(RuleSet):
+    """:data:`MATRIX`, and ``dynamic_conv`` (which reads a constant operand: the walk's business)."""
+
     metric = "matrix"
-
-    @property
-    def conv_padding(self) -> str:
-        """"xla": padded positions cost nothing (XLA's HloCostAnalysis); "dense": they count (PyTorch's counters)."""
-        return self.options.conv_padding
-
-    def visit_dot_general(self, op: ir.Operation) -> None:
-        row = self.emit(op, "dot", weights=True)
-        contracting, _ = _dot_dims(op.attributes["dot_dimension_numbers"])
-        row.gemm_flops = contraction_flops(row.operands[0].shape, row.result.nelems, contracting)
-
-    def visit_dot(self, op: ir.Operation) -> None:
-        # Legacy dot: vector.vector, matrix.vector or matrix.matrix; contracts the last dim of lhs.
-        row = self.emit(op, "dot", weights=True)
-        lhs = row.operands[0]
-        row.gemm_flops = contraction_flops(lhs.shape, row.result.nelems, [len(lhs.shape) - 1])
-
-    def visit_convolution(self, op: ir.Operation) -> None:
-        self._convolution(op, None)
+    table = MATRIX
 
     def visit_dynamic_conv(self, op: ir.Operation) -> None:
         """A convolution whose padding is its third operand (``[spatial dims x 2]``): counted as one where
@@ -176,32 +203,7 @@ class TFlopsVisitor(RuleSet):
         if pad is None:
             self.emit(op, "unknown", target=f"{op.name} (padding not a constant)")
             return
-        self._convolution(op, pad)
-
-    def _convolution(self, op: ir.Operation, pad: list[int] | None) -> None:
-        row = self.emit(op, "conv", weights=True)
-        lhs, rhs, out = row.operands[0], row.operands[1], row.result
-        dn = _conv_dims(op.attributes["dimension_numbers"])
-        n = len(dn["input_spatial"])
-        if pad is None:
-            pad = int_list(op, "padding", [0] * (2 * n))
-        if len(pad) != 2 * n:
-            raise AnalysisError(f"{op.name} at {self.loc(op).describe()}: padding of {len(pad)} values for {n} "
-                                "spatial dimensions")
-        padding = [(pad[2 * i], pad[2 * i + 1]) for i in range(n)]
-        try:
-            row.conv_flops = convolution_flops(
-                lhs.shape, rhs.shape, out.shape, dn,
-                int_list(op, "window_strides", [1] * n),
-                padding,
-                int_list(op, "lhs_dilation", [1] * n),
-                int_list(op, "rhs_dilation", [1] * n),
-                int_attr(op, "feature_group_count", 1),
-                int_attr(op, "batch_group_count", 1),
-                self.conv_padding == "dense",
-            )
-        except (ValueError, IndexError, ZeroDivisionError) as e:  # a window too large to count, odd attributes
-            raise AnalysisError(f"{op.name} at {self.loc(op).describe()}: {e}") from None
+        self.walk.count(MATRIX["stablehlo.convolution"], op, ChainMap({"padding": pad}, op.attributes))
 
 
 def _constant_ints(v: ir.Value) -> list[int] | None:

@@ -19,9 +19,9 @@ from __future__ import annotations
 
 from jaxlib.mlir import ir
 
-from ..types import TensorInfo
-from .base import shared_short_name
-from .ruleset import RuleSet, claim
+from .costvalue import Cost, Counted
+from .optable import OpContext, OpRule, RuleTable, qualified
+from .ruleset import RuleSet, shared_short_name
 from .opsets import DATA_MOVEMENT, ELEMENTWISE, KNOWN_CUSTOM_CALLS, TRANSCENDENTAL  # noqa: F401 (imported from here too)
 from .tflops import int_attr, int_list
 
@@ -87,132 +87,143 @@ def _note(unknown: list | None, name: str) -> None:
         unknown.append(name)
 
 
+def body_summary(region: ir.Region, functions: dict) -> tuple[int, int, tuple[str, ...]]:
+    """(FLOPs, transcendentals, ops without a rule) of one application of ``region`` (:func:`body_flops`, calls
+    followed): what a rule reads of a reducer / comparator / update body (``OpContext.bodies``)."""
+    unknown: list = []
+    f, t = body_flops(region, functions, unknown)
+    return f, t, tuple(unknown)
+
+
+def answer(ctx: OpContext, cost: Cost, kind: str = "") -> Cost | Counted:
+    """``cost`` (with ``kind``, where given); an op in a body that no rule knows makes the row ``unknown`` (its
+    FLOPs are then a lower bound), never a silent zero."""
+    unknown = [names for _, _, names in ctx.bodies if names]
+    if unknown:
+        return Counted(cost, "unknown", f"{ctx.name} body: {', '.join(unknown[-1])}")
+    return Counted(cost, kind) if kind else cost
+
+
+def _first_result(ctx: OpContext):
+    return ctx.result[0] if isinstance(ctx.result, tuple) else ctx.result
+
+
+def _window(ctx: OpContext) -> int:
+    w = 1
+    for d in int_list(ctx.attrs, "window_dimensions", []):
+        w *= d
+    return w
+
+
+# -- the rules ----------------------------------------------------------------------------------------------------
+VECTOR = RuleTable("vector")
+
+
+def elementwise(ctx: OpContext) -> Cost:
+    return Cost(vector_flops=ctx.out_elems, bytes_read=ctx.bytes_read, bytes_written=ctx.bytes_written)
+
+
+def transcendental(ctx: OpContext) -> Cost:
+    n = ctx.out_elems
+    return Cost(vector_flops=n, transcendentals=n, bytes_read=ctx.bytes_read, bytes_written=ctx.bytes_written)
+
+
+def data(ctx: OpContext) -> Cost:
+    return ctx.io
+
+
+VECTOR.rule("constant", kind="data", reads="none")(data)  # a constant reads nothing: it has no operands
+VECTOR.rule("rng", "rng_bit_generator", kind="elementwise")(elementwise)
+
+
+@VECTOR.rule("reduce", kind="reduce", body=body_summary)
+def reduce(ctx: OpContext) -> Cost | Counted:
+    f, t, _ = ctx.bodies[0]
+    combines = max(0, ctx.operands[0].nelems - _first_result(ctx).nelems)
+    return answer(ctx, ctx.io + Cost(vector_flops=combines * f, transcendentals=combines * t))
+
+
+@VECTOR.rule("reduce_window", kind="reduce", body=body_summary)
+def reduce_window(ctx: OpContext) -> Cost | Counted:
+    f, t, _ = ctx.bodies[0]
+    combines = _first_result(ctx).nelems * max(0, _window(ctx) - 1)
+    return answer(ctx, ctx.io + Cost(vector_flops=combines * f, transcendentals=combines * t))
+
+
+@VECTOR.rule("select_and_scatter", kind="reduce", body=body_summary)
+def select_and_scatter(ctx: OpContext) -> Cost | Counted:
+    """Selection over each window of the operand, then a scatter-combine per source element."""
+    (sel, _, _), (comb, t, _) = ctx.bodies[0], ctx.bodies[1]
+    src_n = ctx.operands[1].nelems
+    flops = src_n * (max(0, _window(ctx) - 1) * sel + comb)
+    return answer(ctx, ctx.io + Cost(vector_flops=flops, transcendentals=src_n * t))
+
+
+@VECTOR.rule("sort", kind="sort", body=body_summary)
+def sort(ctx: OpContext) -> Cost | Counted:
+    ti = ctx.operands[0]
+    dim = int_attr(ctx.attrs, "dimension", len(ti.shape) - 1)
+    if dim < 0:
+        dim += len(ti.shape)
+    size = ti.shape[dim] if ti.shape else 1
+    depth = max(0, (size - 1).bit_length())  # ceil(log2(size))
+    f, t, _ = ctx.bodies[0]
+    return answer(ctx, ctx.io + Cost(vector_flops=ti.nelems * depth * f, transcendentals=ti.nelems * depth * t))
+
+
+@VECTOR.rule("slice", "dynamic_slice", "gather", "real_dynamic_slice", kind="data")
+def window_read(ctx: OpContext) -> Cost:
+    """Read only the elements they return (plus any indices), as XLA counts them; a scanned layer's weight slice
+    is then one layer's weights, not the whole stack."""
+    return Cost(bytes_read=ctx.bytes_written + sum(t.nbytes for t in ctx.operands[1:]), bytes_written=ctx.bytes_written)
+
+
+@VECTOR.rule("dynamic_update_slice", kind="data")
+def dynamic_update_slice(ctx: OpContext) -> Cost:
+    """In place: reads the update and the indices, writes the update."""
+    return Cost(bytes_read=sum(t.nbytes for t in ctx.operands[1:]), bytes_written=ctx.operands[1].nbytes)
+
+
+@VECTOR.rule("scatter", kind="data", body=body_summary)
+def scatter(ctx: OpContext) -> Cost | Counted:
+    """Update elements x FLOPs of the update body (0 for an overwrite: then a data row)."""
+    f, t, names = ctx.bodies[0]
+    if names or not f:
+        return answer(ctx, ctx.io)
+    updates = sum(t.nelems for t in ctx.operands[len(ctx.results) + 1:])  # inputs, indices, updates
+    return Counted(ctx.io + Cost(vector_flops=updates * f, transcendentals=updates * t), "elementwise")
+
+
+@VECTOR.rule("map", kind="elementwise", body=body_summary)
+def map_(ctx: OpContext) -> Cost | Counted:
+    f, t, _ = ctx.bodies[0]
+    n = ctx.out_elems
+    return answer(ctx, ctx.io + Cost(vector_flops=n * f, transcendentals=n * t))
+
+
+#: The ops of the tables, by the kind of their rule (a later table's entry wins); their rules are
+#: :func:`elementwise`, :func:`transcendental` and :func:`data` where the rules above do not name them.
+TABLE_KINDS = {
+    **{name: "elementwise" for name in ELEMENTWISE},
+    **{name: "transcendental" for name in TRANSCENDENTAL},
+    **{name: "transcendental" if eq in TRANSCENDENTAL else "elementwise" for name, eq in CHLO_EQUIVALENTS.items()},
+    **{name: "data" for name in DATA_MOVEMENT},
+}
+
+
+def _declare_tables() -> None:
+    by_kind = {"elementwise": elementwise, "transcendental": transcendental, "data": data}
+    for name in VECTOR.missing(sorted(TABLE_KINDS)):
+        kind = TABLE_KINDS[name]
+        for op in qualified(name):
+            VECTOR.add((op,), OpRule(by_kind[kind], kind, reads="same_type" if op in _SAME_TYPE_OPS else "operands"))
+
+
+_declare_tables()
+
+
 class VectorVisitor(RuleSet):
+    """:data:`VECTOR`: every rule of the vector unit is a pure function."""
+
     metric = "vector"
-
-    def body(self, row, region: ir.Region) -> tuple[int, int]:
-        """:func:`body_flops` of ``region`` with calls followed; an op there that no rule knows makes the
-        row ``unknown`` (its FLOPs are then a lower bound), never a silent zero."""
-        unknown: list = []
-        f, t = body_flops(region, self.functions, unknown)
-        if unknown:
-            row.kind = "unknown"
-            row.target = f"{row.op} body: {', '.join(unknown)}"
-        return f, t
-
-    def _elementwise(self, op: ir.Operation) -> None:
-        if op.name in _SAME_TYPE_OPS:
-            row = self.emit_same_type(op, "elementwise")
-        else:
-            row = self.emit(op, "elementwise")
-        row.vector_flops = row.out_elems
-
-    def _transcendental(self, op: ir.Operation) -> None:
-        if op.name in _SAME_TYPE_OPS:
-            row = self.emit_same_type(op, "transcendental")
-        else:
-            row = self.emit(op, "transcendental")
-        row.vector_flops = row.transcendentals = row.out_elems
-
-    def _data(self, op: ir.Operation) -> None:
-        self.emit(op, "data")
-
-    def visit_constant(self, op: ir.Operation) -> None:
-        self.emit_no_operands(op, "data")  # a constant reads nothing: it has no operands
-
-    def visit_reduce(self, op: ir.Operation) -> None:
-        row = self.emit(op, "reduce")
-        in_n = row.operands[0].nelems
-        out_n = row.result.nelems if isinstance(row.result, TensorInfo) else row.result[0].nelems
-        f, t = self.body(row, op.regions[0])
-        combines = max(0, in_n - out_n)
-        row.vector_flops, row.transcendentals = combines * f, combines * t
-
-    def visit_reduce_window(self, op: ir.Operation) -> None:
-        row = self.emit(op, "reduce")
-        out_n = row.result.nelems if isinstance(row.result, TensorInfo) else row.result[0].nelems
-        w = 1
-        for d in int_list(op, "window_dimensions", []):
-            w *= d
-        f, t = self.body(row, op.regions[0])
-        combines = out_n * max(0, w - 1)
-        row.vector_flops, row.transcendentals = combines * f, combines * t
-
-    def visit_select_and_scatter(self, op: ir.Operation) -> None:
-        # Selection over each window of the operand, then a scatter-combine per source element.
-        row = self.emit(op, "reduce")
-        src_n = row.operands[1].nelems
-        w = 1
-        for d in int_list(op, "window_dimensions", []):
-            w *= d
-        sel, _ = self.body(row, op.regions[0])
-        comb, t = self.body(row, op.regions[1])
-        row.vector_flops, row.transcendentals = src_n * (max(0, w - 1) * sel + comb), src_n * t
-
-    def visit_sort(self, op: ir.Operation) -> None:
-        row = self.emit(op, "sort")
-        ti = row.operands[0]
-        dim = int_attr(op, "dimension", len(ti.shape) - 1)
-        if dim < 0:
-            dim += len(ti.shape)
-        size = ti.shape[dim] if ti.shape else 1
-        depth = max(0, (size - 1).bit_length())  # ceil(log2(size))
-        f, t = self.body(row, op.regions[0])
-        row.vector_flops, row.transcendentals = ti.nelems * depth * f, ti.nelems * depth * t
-
-    def _window_read(self, op: ir.Operation) -> None:
-        # slice, dynamic_slice, gather: read only the elements they return (plus any indices), as XLA
-        # counts them; a scanned layer's weight slice is then one layer's weights, not the whole stack.
-        row = self.emit(op, "data")
-        row.bytes_read = row.bytes_written + sum(t.nbytes for t in row.operands[1:])
-
-    visit_slice = visit_dynamic_slice = visit_gather = visit_real_dynamic_slice = _window_read
-
-    def visit_dynamic_update_slice(self, op: ir.Operation) -> None:
-        # In place: reads the update and the indices, writes the update.
-        row = self.emit(op, "data")
-        update = row.operands[1].nbytes
-        row.bytes_read = sum(t.nbytes for t in row.operands[1:])
-        row.bytes_written = update
-
-    def visit_scatter(self, op: ir.Operation) -> None:
-        row = self.emit(op, "data")
-        n_inputs = len(op.results)
-        updates = sum(t.nelems for t in row.operands[n_inputs + 1:])  # inputs, indices, updates
-        f, t = self.body(row, op.regions[0])
-        if f and row.kind != "unknown":
-            row.kind = "elementwise"
-            row.vector_flops, row.transcendentals = updates * f, updates * t
-
-    def visit_map(self, op: ir.Operation) -> None:
-        row = self.emit(op, "elementwise")
-        f, t = self.body(row, op.regions[0])
-        row.vector_flops, row.transcendentals = row.out_elems * f, row.out_elems * t
-
-    def visit_rng(self, op: ir.Operation) -> None:
-        self._elementwise(op)
-
-    def visit_rng_bit_generator(self, op: ir.Operation) -> None:
-        self._elementwise(op)
-
-
-def _install() -> None:
-    """``visit_<name>`` for every op of the tables, where the class does not define its own rule."""
-    own = set(vars(VectorVisitor))
-
-    def put(name, method):
-        if "visit_" + name not in own:
-            setattr(VectorVisitor, "visit_" + name, method)
-            claim(VectorVisitor, "visit_" + name)
-
-    for name in ELEMENTWISE:
-        put(name, VectorVisitor._elementwise)
-    for name in TRANSCENDENTAL:
-        put(name, VectorVisitor._transcendental)
-    for chlo_name, equivalent in CHLO_EQUIVALENTS.items():
-        put(chlo_name, VectorVisitor._transcendental if equivalent in TRANSCENDENTAL else VectorVisitor._elementwise)
-    for name in DATA_MOVEMENT:
-        put(name, VectorVisitor._data)
-
-
-_install()
+    table = VECTOR
