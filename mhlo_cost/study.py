@@ -69,12 +69,12 @@ class Study:
         elif fields:
             options = replace(options, **fields)
         self.options = options
-        self._stage = stage or (lambda text: None)
+        self.stage = stage or (lambda text: None)  # told each stage (the progress line)
         self._meanwhile, self._check = meanwhile, check
 
     def on(self, hardware) -> "Study":
         """The same program's study on another profile (the analysis shared, not walked again)."""
-        other = Study(replace(self.options, hardware=hardware), stage=self._stage)
+        other = Study(replace(self.options, hardware=hardware), stage=self.stage)
         if "analysis" in self.__dict__:
             other.__dict__["analysis"] = self.analysis
         return other
@@ -129,14 +129,14 @@ class Study:
         o, options = self.options, self.walk_options()
         if o.isolate or (o.isolate is None and enabled()):
             analysis = analyze_isolated(o.source, options, name=o.name, meanwhile=self._meanwhile)
-            self._stage("counting")
+            self.stage("counting")
             return analysis
         if self._check is not None:
             self._check()
         from .loader import load
 
         loaded = load(o.source, name=o.name)
-        self._stage("counting")
+        self.stage("counting")
         return walk_loaded(loaded, options)
 
     @property
@@ -167,7 +167,7 @@ class Study:
             return None
         from .roofline import Roofline
 
-        self._stage(f"estimating on {hw.name}")
+        self.stage(f"estimating on {hw.name}")
         return Roofline(self.analysis, hw, attention=self.options.attention, execution=self.execution,
                         sdpa=self.options.sdpa or "flash")
 
