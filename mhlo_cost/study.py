@@ -4,7 +4,9 @@ A :class:`Study` goes from :class:`StudyOptions` to the analysis, the blocks, a 
 memory estimate, the roofline estimate (with the network of a system profile) and the summary figures, each
 computed on first use and kept. ``mhlo-cost report``, ``blocks`` and ``plot`` map their arguments onto the
 options and ask a study; a sweep row (:meth:`Study.row`) is read from a study; the HTML
-page is drawn from one; and it is the Python API::
+page is drawn from one; ``serve`` (:class:`mhlo_cost.inference.study.ServeStudy`) and ``train-plan``
+(:class:`mhlo_cost.scale.study.PlanStudy`) estimate each lowered step or layer as a study; and it is the
+Python API::
 
     >>> import mhlo_cost
     >>> s = mhlo_cost.Study("examples/gpt_small.mlir", hardware="h100")  # or Study(StudyOptions(...))
@@ -71,6 +73,13 @@ class Study:
         self.options = options
         self.stage = stage or (lambda text: None)  # told each stage (the progress line)
         self._meanwhile, self._check = meanwhile, check
+
+    @classmethod
+    def of(cls, analysis, **fields) -> "Study":
+        """The study of an analysis already made (``fields``: the other options: the profile, the execution)."""
+        study = cls(StudyOptions(analysis.source, **fields))
+        study.__dict__["analysis"] = analysis
+        return study
 
     def on(self, hardware) -> "Study":
         """The same program's study on another profile (the analysis shared, not walked again)."""
