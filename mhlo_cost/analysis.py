@@ -58,8 +58,6 @@ class Analysis:
         """The record of the declared recorder ``name`` (:mod:`mhlo_cost.visitors.recorder`), None where the
         options did not ask for it; a name no recorder declares is a ValueError (a built-in record is read
         from its attribute: ``liveness``, ``producers``...)."""
-        from .visitors.recorder import declared
-
         cls = declared().get(name)
         if cls is None:
             raise ValueError(f"no recorder is declared for {name!r}")
@@ -214,7 +212,7 @@ def analyze(source: str | bytes | os.PathLike | Loaded, options: AnalysisOptions
     from .visitors.cost import COST_RULES
     from .visitors.recorder import recorders_for
 
-    recorders = recorders_for(options)  # the declared recorders the options ask for
+    recorders = recorders_for(options, declared())  # the declared recorders the options ask for
     found: dict = {"records": {}}
 
     def make(module, entry):
@@ -230,6 +228,15 @@ def analyze(source: str | bytes | os.PathLike | Loaded, options: AnalysisOptions
 
     loaded, visitor = walk(source, make, options.entry, after=after)
     return Analysis(visitor.rows, loaded.name, visitor.entry, visitor.warnings, options=options, **found)
+
+
+def declared() -> dict[str, type]:
+    """Every declared recorder by record name (:mod:`mhlo_cost.visitors.recorder`): the built-in ones, imported
+    here (each module declares its recorder), and any other already imported."""
+    from .visitors import dataflow, liveness, arguments  # noqa: F401 (the built-in recorders, in the walk's order)
+    from .visitors.recorder import DECLARED
+
+    return DECLARED
 
 
 def analyze_dataflow(source, entry: str | None = None, conv_padding: str = "xla") -> Analysis:

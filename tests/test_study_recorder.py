@@ -83,7 +83,7 @@ def test_a_second_class_cannot_take_a_declared_name():
 
 
 def test_the_built_in_records_are_declared_the_same_way():
-    from mhlo_cost.visitors.recorder import declared
+    from mhlo_cost.analysis import declared
 
     known = declared()
     assert {"liveness", "dataflow", "arguments"} <= set(known)

@@ -8,12 +8,11 @@ A new recorder is declared in one place, its class: ``class Tally(Recorder, reco
 is the options flag (``AnalysisOptions(records=("tally",))``), the composition (:func:`recorders_for`: the walk
 of :func:`mhlo_cost.analysis.analyze` gets one, made by :meth:`Recorder.for_options`, where the options ask
 for it) and the analysis' record (what :meth:`Recorder.record` returns is ``Analysis.record("tally")``, None
-where not asked for). A built-in recorder's module is named in :data:`BUILTIN` so that it is imported;
-``fields`` names the typed :class:`~mhlo_cost.analysis.Analysis` attributes a built-in record fills instead.
+where not asked for). A built-in recorder's module is imported by :func:`mhlo_cost.analysis.declared` (the
+walk's composer, above this package: nothing here imports a recorder); ``fields`` names the typed
+:class:`~mhlo_cost.analysis.Analysis` attributes a built-in record fills instead.
 """
 from __future__ import annotations
-
-import importlib
 
 from .row import short_name
 
@@ -50,20 +49,10 @@ def told(walk, kind: str, rule):
 
 #: record name -> the :class:`Recorder` class declared for it, in the order the walk tells them.
 DECLARED: dict[str, type] = {}
-#: The modules (of this package) of the built-in recorders: imported before a walk composes its recorders.
-BUILTIN = ("dataflow", "liveness", "arguments")
 
 
-def declared() -> dict[str, type]:
-    """Every declared recorder (the built-in ones imported first), by record name."""
-    for module in BUILTIN:
-        importlib.import_module(f"{__package__}.{module}")
-    return DECLARED
-
-
-def recorders_for(options) -> list:
-    """A fresh recorder of every declared record ``options`` (an AnalysisOptions) asks for (:attr:`asked`)."""
-    known = declared()
+def recorders_for(options, known: dict[str, type] = DECLARED) -> list:
+    """A fresh recorder of every declared record (``known``) that ``options`` (an AnalysisOptions) asks for."""
     asked = options.asked
     unknown = sorted(asked - set(known))
     if unknown:
