@@ -51,6 +51,19 @@ class Analysis:
     async_done: dict | None = None  # async collective row -> last row before its done (options.dataflow)
     arguments: list[Argument] | None = None  # the entry function's arguments (options.arguments)
     _phases: Phases | None = None
+    #: The records of the other declared recorders the options asked for, by name (:meth:`record`).
+    records: dict = field(default_factory=dict)
+
+    def record(self, name: str) -> object:
+        """The record of the declared recorder ``name`` (:mod:`mhlo_cost.visitors.recorder`), None where the
+        options did not ask for it; a name no recorder declares is a ValueError (a built-in record is read
+        from its attribute: ``liveness``, ``producers``...)."""
+        cls = declared().get(name)
+        if cls is None:
+            raise ValueError(f"no recorder is declared for {name!r}")
+        if cls.fields:
+            raise ValueError(f"the {name} record is Analysis.{', Analysis.'.join(cls.fields)}")
+        return self.records.get(name)
 
     @property
     def param_args(self) -> set | None:
@@ -195,38 +208,35 @@ def analyze(source: str | bytes | os.PathLike | Loaded, options: AnalysisOptions
     if entry is not None or conv_padding is not None:
         options = replace(options, entry=options.entry if entry is None else entry,
                           conv_padding=options.conv_padding if conv_padding is None else conv_padding)
-    found: dict = {}
-    make, after = _walker(options, found)
+    from .visitors.base import IRVisitor
+    from .visitors.cost import COST_RULES
+    from .visitors.recorder import recorders_for
+
+    recorders = recorders_for(options, declared())  # the declared recorders the options ask for
+    found: dict = {"records": {}}
+
+    def make(module, entry):
+        return IRVisitor(module, entry, recorders=recorders, rules=COST_RULES, options=options)
+
+    def after(v):  # each record to its typed attribute(s), or to ``records`` under its name
+        for r in recorders:
+            value = r.record()
+            if not r.fields:
+                found["records"][r.name] = value
+            else:
+                found.update(zip(r.fields, value if len(r.fields) > 1 else (value,)))
+
     loaded, visitor = walk(source, make, options.entry, after=after)
     return Analysis(visitor.rows, loaded.name, visitor.entry, visitor.warnings, options=options, **found)
 
 
-def _walker(options: AnalysisOptions, found: dict):
-    """(the visitor factory for ``options``, what runs after the walk): the rule sets with the recorders the
-    options ask for (:mod:`mhlo_cost.visitors.recorder`); their records go to ``found`` as Analysis fields."""
-    from .visitors.base import IRVisitor
-    from .visitors.cost import COST_RULES
-    from .visitors.dataflow import DataflowRecorder
-    from .visitors.liveness import LivenessRecorder
+def declared() -> dict[str, type]:
+    """Every declared recorder by record name (:mod:`mhlo_cost.visitors.recorder`): the built-in ones, imported
+    here (each module declares its recorder), and any other already imported."""
+    from .visitors import dataflow, liveness, arguments  # noqa: F401 (the built-in recorders, in the walk's order)
+    from .visitors.recorder import DECLARED
 
-    dataflow = DataflowRecorder(see_through_barriers=options.phases) if options.dataflow else None
-    liveness = LivenessRecorder() if options.liveness else None
-
-    def make(module, entry):
-        v = IRVisitor(module, entry, recorders=[r for r in (dataflow, liveness) if r is not None], rules=COST_RULES,
-                      options=options)
-        if options.arguments:
-            from .visitors.arguments import entry_arguments
-
-            found["arguments"] = entry_arguments(v.functions[v.entry], v.tinfo)
-        return v
-
-    def after(v):
-        if liveness is not None:
-            found["liveness"] = liveness.recording()
-        if dataflow is not None:
-            found["producers"], found["async_done"] = dataflow.producers(), dataflow.async_done()
-    return make, after
+    return DECLARED
 
 
 def analyze_dataflow(source, entry: str | None = None, conv_padding: str = "xla") -> Analysis:

@@ -4,7 +4,9 @@ A :class:`Study` goes from :class:`StudyOptions` to the analysis, the blocks, a 
 memory estimate, the roofline estimate (with the network of a system profile) and the summary figures, each
 computed on first use and kept. ``mhlo-cost report``, ``blocks`` and ``plot`` map their arguments onto the
 options and ask a study; a sweep row (:meth:`Study.row`) is read from a study; the HTML
-page is drawn from one; and it is the Python API::
+page is drawn from one; ``serve`` (:class:`mhlo_cost.inference.study.ServeStudy`) and ``train-plan``
+(:class:`mhlo_cost.scale.study.PlanStudy`) estimate each lowered step or layer as a study; and it is the
+Python API::
 
     >>> import mhlo_cost
     >>> s = mhlo_cost.Study("examples/gpt_small.mlir", hardware="h100")  # or Study(StudyOptions(...))
@@ -69,12 +71,19 @@ class Study:
         elif fields:
             options = replace(options, **fields)
         self.options = options
-        self._stage = stage or (lambda text: None)
+        self.stage = stage or (lambda text: None)  # told each stage (the progress line)
         self._meanwhile, self._check = meanwhile, check
+
+    @classmethod
+    def of(cls, analysis, **fields) -> "Study":
+        """The study of an analysis already made (``fields``: the other options: the profile, the execution)."""
+        study = cls(StudyOptions(analysis.source, **fields))
+        study.__dict__["analysis"] = analysis
+        return study
 
     def on(self, hardware) -> "Study":
         """The same program's study on another profile (the analysis shared, not walked again)."""
-        other = Study(replace(self.options, hardware=hardware), stage=self._stage)
+        other = Study(replace(self.options, hardware=hardware), stage=self.stage)
         if "analysis" in self.__dict__:
             other.__dict__["analysis"] = self.analysis
         return other
@@ -129,14 +138,14 @@ class Study:
         o, options = self.options, self.walk_options()
         if o.isolate or (o.isolate is None and enabled()):
             analysis = analyze_isolated(o.source, options, name=o.name, meanwhile=self._meanwhile)
-            self._stage("counting")
+            self.stage("counting")
             return analysis
         if self._check is not None:
             self._check()
         from .loader import load
 
         loaded = load(o.source, name=o.name)
-        self._stage("counting")
+        self.stage("counting")
         return walk_loaded(loaded, options)
 
     @property
@@ -167,7 +176,7 @@ class Study:
             return None
         from .roofline import Roofline
 
-        self._stage(f"estimating on {hw.name}")
+        self.stage(f"estimating on {hw.name}")
         return Roofline(self.analysis, hw, attention=self.options.attention, execution=self.execution,
                         sdpa=self.options.sdpa or "flash")
 

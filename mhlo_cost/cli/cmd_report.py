@@ -2,13 +2,16 @@
 
 The same ``--by`` gives the same rows in every format: ``op`` one row per op occurrence (program order),
 ``opname`` the sum per op name, ``kind``/``scope``/``tree``/``comm`` a TOTAL row last. Several files give one
-table with a ``file`` column first.
+table with a ``file`` column first (:func:`mhlo_cost.views.many.joined`); ``--format html`` of the summary is
+the study's whole report page (the summary view's page). This module maps the arguments onto the study's
+options, a view request and a format, nothing more.
 """
 from __future__ import annotations
 
 import argparse
 
 from ..views.by import view
+from ..views.many import joined
 from ..views.render import render
 from ..views.table import ViewRequest
 from .common import (EXIT_OK, Progress, UserError, add_common, add_estimate, add_filters, add_output, claim_output,
@@ -54,78 +57,14 @@ def cmd_report(args) -> int:
     for path in args.file:
         study = open_study(path, args, progress, hw, training={"block": True, "phase": "always"}.get(by, False))
         study_roofline(study, args)
-        if args.format == "html" and by == "summary":  # the whole report: one page
-            write_output(_html_report(study, args, progress), args.output)
-            progress.done()
-            return EXIT_OK
         progress.stage("grouping")
         tables.append(view(study, request))
-        if by in ("block", "memory"):  # what was found (said once the view is made: a bad --block first)
+        if by in ("block", "memory") or (by, args.format) == ("summary", "html"):  # the blocks shown: what was found
             study_blocks(study, args)
     progress.done()
-    if len(tables) == 1:
-        text = render(tables[0], args.format, args.unit, wide=args.wide)
-    else:
-        if by == "summary":
-            for t in tables:
-                t.frame, t.pairs = _pairs_frame(t.pairs, args), None
-        text = _render_many(tables, args)
-    write_output(text, args.output)
+    table = tables[0] if len(tables) == 1 else joined(tables, request)
+    write_output(render(table, args.format, args.unit, wide=args.wide), args.output)
     return EXIT_OK
-
-
-def _pairs_frame(pairs, args):
-    """Several files' summaries: one frame each, in the unit asked (exact values in JSON)."""
-    import pandas as pd
-
-    from ..views.pairs import in_unit
-
-    if args.format != "json":
-        pairs = in_unit(pairs, args.unit, exact=args.format == "csv")
-    return pd.DataFrame({"metric": [m for m, _ in pairs], "value": pd.Series([v for _, v in pairs], dtype=object)})
-
-
-def _render_many(tables, args) -> str:
-    """Several files: one table, ``file`` first; JSON: the rows with their file, and each file's summary."""
-    import pandas as pd
-
-    from ..views.render import render_frame
-
-    parts = []
-    for t in tables:
-        df = t.frame.copy()
-        df.insert(0, "file", t.meta["source"])
-        parts.append(df)
-    # Columns some files lack (a training step's phase columns) are empty there and exact where present:
-    # integer columns go through as Python ints (a concat would make them float).
-    missing = {c for p in parts for c in p.columns if any(c not in q.columns for q in parts)}
-    for i, p in enumerate(parts):
-        p = p.copy()
-        for c in p.columns:
-            if c in missing and (p[c].dtype.kind in "iu" or str(p[c].dtype) == "Int64"):
-                p[c] = pd.Series([None if v is pd.NA else int(v) for v in p[c]], index=p.index, dtype=object)
-        parts[i] = p
-    df = pd.concat(parts, ignore_index=True)
-    title = f"{len(tables)} files, by {args.by[0]}" + (f":{args.by[1]}" if args.by[1] else "")
-    text = render_frame(df, args.format, args.unit, title=title, wide=args.wide,
-                        meta={"tool": tables[0].meta["tool"], "version": tables[0].meta["version"]})
-    if args.format == "json":
-        import json
-
-        payload = json.loads(text)
-        payload["summaries"] = {t.meta["source"]: {k: int(v) for k, v in t.summary.items()} for t in tables}
-        from ..report import to_json
-
-        text = to_json(payload)
-    return text
-
-
-def _html_report(study, args, progress) -> str:
-    from ..html import study_page
-
-    study_blocks(study, args)
-    page = study_page(study, unit=None if args.unit == "raw" else args.unit, top=args.top or 10, stage=progress.stage)
-    return page
 
 
 def register(sub) -> None:

@@ -129,56 +129,22 @@ def cmd_serve(args) -> int:
         raise UserError("--plot draws a sweep: give --batches and/or --contexts")
     from ..frontends import FrontendError
     from ..frontends.api import LowerFailed
-    from ..inference import grid, render
+    from ..inference.study import ServeOptions, ServeStudy
 
     bar = Progress.of(args)
-    cache = grid.StepCache(None if args.no_cache else (args.cache_dir or grid.default_dir()))
+    study = ServeStudy(ServeOptions(req, hw, tp=args.tp, launch=args.launch, batches=args.batches,
+                                    contexts=args.contexts, tps=args.tps, cache=not args.no_cache,
+                                    cache_dir=args.cache_dir), stage=bar.stage)
+    if sweeping:
+        say(args, f"sweeping {req.describe()} on {hw.name}", note=True)
     try:
-        if sweeping:
-            say(args, f"sweeping {req.describe()} on {hw.name}", note=True)
-            figs = grid.sweep(req, args.batches or [req.batch], args.contexts or [req.context], hw,
-                              tps=args.tps or [args.tp], cache=cache, stage=bar.stage, launch=args.launch)
-            bar.close()
-            return _write_sweep(args, figs, req, hw)
-        bar.stage("lowering the step")
-        step, _ = cache.step(req)
-        bar.stage(f"estimating on {hw.name}")
-        fig = cache.figures(req, hw, args.tp)
-        if fig is None:
-            from ..inference.serve import figures
-
-            fig = figures(step, hw, args.tp, launch=args.launch)
-            cache.put(req, hw, args.tp, fig)
+        study.run()
     except (FrontendError, LowerFailed, ValueError) as e:
         raise UserError(str(e)) from None
     bar.close()
-    if args.format == "json":
-        out = render.as_json(fig, req.describe(), step.layout)
-    elif args.format == "csv":
-        out = grid.table([fig]).to_csv(index=False)
-    else:
-        out = render.text(fig, req.describe(), step.layout)
-    write_output(out, args.output)
-    return EXIT_OK
-
-
-def _write_sweep(args, figs, req, hw) -> int:
-    from ..inference import grid
-
-    df = grid.table(figs)
-    if args.format == "csv":
-        out = df.to_csv(index=False)
-    elif args.format == "json":
-        out = df.to_json(orient="records", indent=2) + "\n"
-    else:
-        shown = df.copy()
-        shown["step_time_ms"] = shown["step_time_ms"].map(lambda v: f"{v:.3f}")
-        shown["tokens_per_s"] = shown["tokens_per_s"].map(lambda v: f"{v:,.1f}")
-        shown["intensity"] = shown["intensity"].map(lambda v: f"{v:.2f}")
-        out = f"{req.mode} of {req.describe().split(':')[0]} on {hw.name}\n" + shown.to_string(index=False) + "\n"
-    write_output(out, args.output)
+    write_output(study.render(args.format), args.output)
     if args.plot:
-        grid.plot(figs, args.plot, f"{req.describe().split(':')[0]} {req.mode} on {hw.name}")
+        study.plot(args.plot)
         if not args.quiet:
             print(f"mhlo-cost: plot written to {args.plot}", file=sys.stderr)
     return EXIT_OK

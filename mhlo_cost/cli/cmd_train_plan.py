@@ -46,44 +46,16 @@ def _split(args, base):
 
 def cmd_train_plan(args) -> int:
     from ..network import resolve_profile
-    from ..views.render import render_frame as render
-    from ..scale.plan import breakdown_frame, facts, plan, sweep
-    from ..scale.stages import stage_frame, stage_rows
+    from ..scale.study import PlanOptions, PlanStudy
 
     hw = resolve_profile(args.hardware, getattr(args, "hardware_file", None))
     cfg = _config(args)
-    if args.sweep:
-        df, skipped = sweep(cfg, args.sweep, hw, args.cache)
-        out = render(df, args.format, "raw", title=f"{args.sweep} GPUs of {hw.name}: splits ranked by "
-                     f"iteration time among those that fit", wide=True)
-        if args.format == "table" and len(skipped):
-            out += f"\n{len(skipped)} split(s) skipped:\n" + render(skipped, "table", "raw", wide=True)
-        write_output(out, args.output)
-        return EXIT_OK
-    why = cfg.invalid()
-    if why:
-        raise UserError(f"invalid training configuration: {why}")
-    p = plan(cfg, hw, args.cache)
-    if args.format == "json":
-        import json
-
-        payload = {"config": p.row(), "counts": p.iteration.counts, "memory": p.memory,
-                   "breakdown": breakdown_frame(p).to_dict(orient="records"), "stages": stage_rows(p)}
-        write_output(json.dumps(payload, indent=1, sort_keys=True, default=str) + "\n", args.output)
-        return EXIT_OK
-    if args.format == "html":
-        from ..scale.html import plan_page
-
-        write_output(plan_page(p, hw.name, breakdown_frame(p), facts(p)), args.output)
-        return EXIT_OK
-    if args.by == "stage":
-        out = render(stage_frame(p), args.format, "raw", title=f"one iteration per pipeline stage on {hw.name} "
-                     f"(each row: every device of the stage)", wide=True)
-    else:
-        out = render(breakdown_frame(p), args.format, "raw", title=f"one iteration per GPU on {hw.name}")
-    if args.format == "table":
-        out += "\n".join(facts(p)) + "\n"
-    write_output(out, args.output)
+    if not args.sweep:
+        why = cfg.invalid()
+        if why:
+            raise UserError(f"invalid training configuration: {why}")
+    study = PlanStudy(PlanOptions(cfg, hw, gpus=args.sweep, cache_dir=args.cache))
+    write_output(study.render(args.format, args.by), args.output)
     return EXIT_OK
 
 

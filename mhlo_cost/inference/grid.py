@@ -103,8 +103,7 @@ def sweep(base: StepRequest, batches, contexts, hw, tps=(1,), cache: StepCache |
           stage=None, launch: str = "stream") -> list[Figures]:
     """Figures of ``base`` at every batch x context x tp, in that order; lowered once per shape; kernels
     launched by ``launch`` (:data:`~mhlo_cost.inference.serve.LAUNCHES`)."""
-    from ..analysis import AnalysisOptions, analyze
-    from .serve import launched
+    from .serve import launched, step_study
 
     hw = launched(hw, launch)
     cache = cache or StepCache(None)
@@ -118,7 +117,7 @@ def sweep(base: StepRequest, batches, contexts, hw, tps=(1,), cache: StepCache |
                 stage(f"lowering batch {b}, context {c}")
                 step, _ = cache.step(req)
                 stage(f"estimating batch {b}, context {c}")
-                analysis = analyze(step.lowered.text, AnalysisOptions.recording("dataflow"))
+                analysis = step_study(step, hw).analysis
                 for tp in tps:
                     if found[tp] is None:
                         found[tp] = figures(step, hw, tp, analysis=analysis, launch=launch)

@@ -80,10 +80,8 @@ def _dominant_dtype(analysis) -> str:
     return max(sorted(by), key=lambda d: by[d]) if by else "bf16"
 
 
-def _blocks(analysis, rf) -> list:
-    from ..collectors import assign_blocks
-
-    df = rf.block_frame(assign_blocks(analysis))
+def _blocks(study) -> list:
+    df = study.roofline.block_frame(study.blocks)
     return [(str(b), float(t), str(bd)) for b, t, bd in zip(df["block"], df["est_time_fused_s"], df["bound"])]
 
 
@@ -137,17 +135,22 @@ def launched(hw, launch: str = "stream"):
     return hw if launch == "stream" else replace(hw, kernel_overhead=0.0)
 
 
+def step_study(step, hw, analysis=None):
+    """The :class:`~mhlo_cost.study.Study` of a lowered step on ``hw``: compiled (elementwise fused, attention
+    one kernel), the data flow recorded; ``analysis``: the step's, where already made."""
+    from ..study import Study
+
+    fields = {"hardware": hw, "execution": "compiled", "dataflow": True}
+    return Study(step.lowered.text, **fields) if analysis is None else Study.of(analysis, **fields)
+
+
 def figures(step, hw, tp: int = 1, analysis=None, blocks: bool = True, launch: str = "stream") -> Figures:
     """The figures of a lowered :class:`~mhlo_cost.inference.Step` on ``hw`` over ``tp`` devices, its kernels
-    launched by ``launch`` (:data:`LAUNCHES`)."""
-    from ..analysis import AnalysisOptions, analyze
-    from ..roofline import Roofline
-
+    launched by ``launch`` (:data:`LAUNCHES`), from the step's study (:func:`step_study`)."""
     hw = launched(hw, launch)
-    if analysis is None:
-        analysis = analyze(step.lowered.text, AnalysisOptions.recording("dataflow"))
+    study = step_study(step, hw, analysis)
+    analysis, rf = study.analysis, study.roofline
     req, layout = step.request, step.layout
-    rf = Roofline(analysis, hw, fuse_mode="elementwise")
     tot = rf.totals()
     mem = analysis.memory
     cache = layout.nbytes
@@ -173,4 +176,4 @@ def figures(step, hw, tp: int = 1, analysis=None, blocks: bool = True, launch: s
         bound="memory" if intensity < ridge else "compute",
         max_batch=max_batch(layout, step.weight_bytes, -(-activations // req.batch), capacity, tp),
         max_context=max_context(layout, step.weight_bytes, activations, capacity, tp),
-        blocks=_blocks(analysis, rf) if blocks else [], launch=launch)
+        blocks=_blocks(study) if blocks else [], launch=launch)

@@ -87,14 +87,15 @@ def layer_cost(cfg: ScaleConfig, hw, cache_dir: str | os.PathLike | None = None,
 
 
 def analyse_layer(cfg: ScaleConfig, hw, key: str = "", chip: str = "", part: str = "layer") -> LayerCost:
-    """Lower, walk and price the layer or the head (no cache)."""
-    from ..roofline.estimate import Roofline
-    from ..analysis import AnalysisOptions, analyze
+    """Lower, walk and price the layer or the head (no cache), as a :class:`~mhlo_cost.study.Study`: a training
+    step's walk, compiled with attention as its separate kernels."""
+    from ..study import Study
     from .layer import lower_head, lower_layer
 
-    a = analyze(lower_head(cfg) if part == "head" else lower_layer(cfg), AnalysisOptions.recording("training"))
+    study = Study(lower_head(cfg) if part == "head" else lower_layer(cfg), training="always", hardware=hw,
+                  execution="compiled", attention="unfused", dataflow=True)
+    a, rf = study.analysis, study.roofline
     ph = a.phases
-    rf = Roofline(a, hw, fuse_mode="elementwise", attention="unfused")
     gemm = {p: 0 for p in PHASES}
     vec = {p: 0 for p in PHASES}
     times = {p: 0.0 for p in PHASES}

@@ -6,6 +6,8 @@ every view shares: the ``--block`` / ``--scope`` filter, the title, the program'
 """
 from __future__ import annotations
 
+from functools import partial
+
 from .frames import (comm_frame, keep_blocks, keep_ops, mark_overhead, op_list, select_rows, sub_roofline, subset,
                      timed_group, tree_frame, with_total)
 from .table import Table, ViewRequest
@@ -14,8 +16,17 @@ UNIT_SIZE = {"K": "1e3", "M": "1e6", "G": "1e9", "T": "1e12"}
 
 
 def summary_view(study, req: ViewRequest, keep, part) -> Table:
-    """The summary's (metric, value) pairs; no pandas unless a profile's estimate is asked for."""
-    return Table(None, pairs=study.summary(keep, part))
+    """The summary's (metric, value) pairs; no pandas unless a profile's estimate is asked for. Its page (the
+    HTML renderer's) is the study's whole report, with the ``top`` (10) slowest ops of each block."""
+    table = Table(None, pairs=study.summary(keep, part))
+    table.page = partial(report_page, study, req.top or 10)
+    return table
+
+
+def report_page(study, top: int, unit: str | None) -> str:
+    from ..html import study_page
+
+    return study_page(study, unit=unit, top=top, stage=study.stage)
 
 
 def memory_view(study, req, keep, part) -> Table:

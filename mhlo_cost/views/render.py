@@ -54,11 +54,15 @@ def _json(table: Table, unit: str, wide: bool) -> str:
     if table.summary is not None:
         payload["summary"] = {k: int(v) for k, v in table.summary.items()}
     payload["rows"] = rows_json(table.frame)
+    payload.update(table.after)
     return to_json(payload)
 
 
 def _html(table: Table, unit: str, wide: bool) -> str:
-    """A page of the table (the whole report, a study's page, is :func:`mhlo_cost.html.study_page`)."""
+    """A page of the table; a table with a ``page`` (the summary view's: the study's whole report,
+    :func:`mhlo_cost.html.study_page`), that page."""
+    if table.page is not None:
+        return table.page(None if unit == "raw" else unit)
     from ..html import table_page
 
     facts = [(k, str(v)) for k, v in table.meta.items() if k in ("source", "entry")]
@@ -70,7 +74,11 @@ RENDERERS = {"table": _text, "csv": _csv, "json": _json, "markdown": _markdown, 
 
 
 def render(table: Table, fmt: str, unit: str = "raw", wide: bool = False) -> str:
-    """``table`` in the format ``fmt`` (a key of :data:`RENDERERS`)."""
+    """``table`` in the format ``fmt`` (a key of :data:`RENDERERS`); several programs' (``parts``) as one."""
+    if table.parts is not None:
+        from .many import stacked
+
+        table = stacked(table, fmt, unit)
     return RENDERERS[fmt](table, unit, wide)
 
 

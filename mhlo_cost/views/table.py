@@ -31,7 +31,12 @@ class Table:
     pandas), its ``title``, ``notes`` (lines under the table), ``meta`` (the JSON's keys before the rows:
     tool, source, the headline, a training step's phases), ``summary`` (the program's counts, in JSON) and
     ``text_frame``: where the aligned text and Markdown show fewer columns (a training step's block table
-    without the sums its phase columns add up to), those; CSV, JSON and HTML hold ``frame`` whole."""
+    without the sums its phase columns add up to), those; CSV, JSON and HTML hold ``frame`` whole.
+
+    Two kinds of table stand for more than rows: ``page(unit)``, where set, is the whole page the HTML renderer
+    writes instead of the rows (the summary view: the study's report page); ``parts``, where set, are several
+    programs' tables of one view, written as one table with a ``file`` column first (:mod:`.many`), ``after``
+    holding the JSON's keys after the rows (each file's counts)."""
 
     title: str | None
     frame: object = None
@@ -40,6 +45,9 @@ class Table:
     meta: dict = field(default_factory=dict)
     summary: dict | None = None
     text_frame: object = None
+    page: object = None
+    parts: list | None = None
+    after: dict = field(default_factory=dict)
 
     @property
     def shown(self):

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..tensorinfo import TensorInfo
+from .recorder import Recorder
 
 
 @dataclass(frozen=True)
@@ -32,3 +33,16 @@ def entry_arguments(fn, tinfo) -> list[Argument]:
         donated = d is not None and ("tf.aliasing_output" in d or "jax.buffer_donor" in d)
         out.append(Argument(f"arg{hash(a)}", i, location_info(a.location).name, donated, tinfo(a.type)))
     return out
+
+
+class ArgumentsRecorder(Recorder, record="arguments", fields=("arguments",)):
+    """The entry function's arguments (``Analysis.arguments``), read as the walk starts."""
+
+    def __init__(self):
+        self.arguments: list[Argument] | None = None
+
+    def started(self, walk) -> None:
+        self.arguments = entry_arguments(walk.functions[walk.entry], walk.tinfo)
+
+    def record(self) -> list[Argument] | None:
+        return self.arguments

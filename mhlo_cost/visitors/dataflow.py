@@ -8,7 +8,7 @@ from .recorder import Recorder
 from .row import Row
 
 
-class DataflowRecorder(Recorder):
+class DataflowRecorder(Recorder, record="dataflow", fields=("producers", "async_done")):
     """Records, per row, the source of each operand: the producing row, a function argument (``("arg", id)``)
     or None (a loop-carried block argument, a call result it cannot follow). Rows replayed by calls, loops and
     branches get their sources remapped to the copies.
@@ -30,6 +30,14 @@ class DataflowRecorder(Recorder):
         self._async: dict[int, tuple] = {}  # hash of an async_start's result -> (its rows, callee)
         self._done_after: dict[int, Row] = {}  # id of an async collective row -> the last row before its done
         self._df_alias: dict[int, object] = {}  # a region's block argument -> the source of what it stands for
+
+    @classmethod
+    def for_options(cls, options):
+        return cls(see_through_barriers=options.phases)
+
+    def record(self) -> tuple:
+        """(:meth:`producers`, :meth:`async_done`): ``Analysis.producers`` and ``.async_done``."""
+        return self.producers(), self.async_done()
 
     def started(self, walk):
         self._walk = walk

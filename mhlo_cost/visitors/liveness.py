@@ -28,7 +28,7 @@ from .recorder import REGION_OPS, Recorder
 from .row import short_name
 
 
-class LivenessRecorder(Recorder):
+class LivenessRecorder(Recorder, record="liveness", fields=("liveness",)):
     """Records :class:`Frame` and :class:`Region` items during the walk; :meth:`recording` returns them."""
 
     def __init__(self):
@@ -44,6 +44,8 @@ class LivenessRecorder(Recorder):
 
     def recording(self) -> Recording:
         return Recording(self._entry_frame, self._entry_args, self._alias, self._local, *self._entry_facts)
+
+    record = recording  # ``Analysis.liveness``
 
     # -- frames ---------------------------------------------------------------------------------------------
     def started(self, walk):

@@ -21,7 +21,9 @@ class AnalysisOptions:
     * ``arguments``: the entry function's arguments, which are donated (``Analysis.arguments``, ``.param_args``);
     * ``phases``: a training step's phases (``Analysis.phases``); implies ``dataflow`` and ``arguments``, and
       the data flow then sees through ``optimization_barrier`` (``jax.checkpoint`` passes a block's inputs
-      through one before recomputing it).
+      through one before recomputing it);
+    * ``records``: the names of further declared recorders (:mod:`mhlo_cost.visitors.recorder`: a
+      ``Recorder`` subclass made with ``record="name"``), each one's record in ``Analysis.record(name)``.
     """
 
     entry: str | None = None
@@ -30,13 +32,22 @@ class AnalysisOptions:
     dataflow: bool = False
     arguments: bool = False
     phases: bool = False
+    records: tuple = ()
 
     def __post_init__(self):
+        records = (self.records,) if isinstance(self.records, str) else self.records
+        object.__setattr__(self, "records", tuple(sorted(set(records))))
         if self.conv_padding not in CONV_PADDING:
             raise ValueError(f"conv_padding must be one of {', '.join(CONV_PADDING)}, got {self.conv_padding!r}")
         if self.phases:
             object.__setattr__(self, "dataflow", True)
             object.__setattr__(self, "arguments", True)
+
+    @property
+    def asked(self) -> frozenset:
+        """The names of the declared records these options ask for (the built-in flags' and ``records``)."""
+        flags = (("liveness", self.liveness), ("dataflow", self.dataflow), ("arguments", self.arguments))
+        return frozenset(name for name, on in flags if on) | frozenset(self.records)
 
     @classmethod
     def recording(cls, record: str, entry: str | None = None, conv_padding: str = "xla") -> AnalysisOptions:

@@ -4,8 +4,13 @@ state, composed by the caller (``IRVisitor(module, entry, recorders=[...])``) ra
 The walk (:class:`mhlo_cost.visitors.base.IRVisitor`) tells every recorder what it does, through the methods of
 :class:`Recorder` (each a no-op here); a recorder reads the walk only through its public face (``walk.out``,
 ``walk.functions``, ``walk.is_argument``, ``walk.nbytes``, ``walk.rows``), never another recorder's state.
-A new recorder goes in its own file as a :class:`Recorder` subclass, and :func:`mhlo_cost.analysis.analyze`
-composes it where an :class:`~mhlo_cost.visitors.options.AnalysisOptions` field asks for it.
+A new recorder is declared in one place, its class: ``class Tally(Recorder, record="tally")``. The declaration
+is the options flag (``AnalysisOptions(records=("tally",))``), the composition (:func:`recorders_for`: the walk
+of :func:`mhlo_cost.analysis.analyze` gets one, made by :meth:`Recorder.for_options`, where the options ask
+for it) and the analysis' record (what :meth:`Recorder.record` returns is ``Analysis.record("tally")``, None
+where not asked for). A built-in recorder's module is imported by :func:`mhlo_cost.analysis.declared` (the
+walk's composer, above this package: nothing here imports a recorder); ``fields`` names the typed
+:class:`~mhlo_cost.analysis.Analysis` attributes a built-in record fills instead.
 """
 from __future__ import annotations
 
@@ -42,11 +47,50 @@ def told(walk, kind: str, rule):
     return visit
 
 
+#: record name -> the :class:`Recorder` class declared for it, in the order the walk tells them.
+DECLARED: dict[str, type] = {}
+
+
+def recorders_for(options, known: dict[str, type] = DECLARED) -> list:
+    """A fresh recorder of every declared record (``known``) that ``options`` (an AnalysisOptions) asks for."""
+    asked = options.asked
+    unknown = sorted(asked - set(known))
+    if unknown:
+        raise ValueError(f"no recorder is declared for {', '.join(unknown)} (declared: {', '.join(known)})")
+    return [cls.for_options(options) for name, cls in known.items() if name in asked]
+
+
 class Recorder:
-    """The walk's notices; override those a record needs. ``op`` is an MLIR operation, ``rows`` a list of rows."""
+    """The walk's notices; override those a record needs. ``op`` is an MLIR operation, ``rows`` a list of rows.
+
+    A subclass made with ``record="name"`` (and, for a built-in one, ``fields=(...)``: the Analysis attributes
+    :meth:`record` fills, a tuple of that many values where several) is declared: see the module's text."""
 
     #: Whether :meth:`emitted` is wanted (it runs for every row: the walk skips it for recorders without it).
     wants_rows = False
+    #: The record's name (the options ask for it by this name), None for a recorder composed by hand.
+    name: str | None = None
+    #: The typed Analysis attributes the record fills; () keeps it in ``Analysis.records`` under :attr:`name`.
+    fields: tuple = ()
+
+    def __init_subclass__(cls, record: str | None = None, fields: tuple = (), **kw):
+        super().__init_subclass__(**kw)
+        if record is None:
+            return
+        before = DECLARED.get(record)
+        if before is not None and (before.__module__, before.__qualname__) != (cls.__module__, cls.__qualname__):
+            raise ValueError(f"record {record!r} is declared twice: {before.__qualname__} and {cls.__qualname__}")
+        cls.name, cls.fields = record, tuple(fields)
+        DECLARED[record] = cls
+
+    @classmethod
+    def for_options(cls, options) -> "Recorder":
+        """The recorder a walk under ``options`` (an AnalysisOptions) uses."""
+        return cls()
+
+    def record(self) -> object:
+        """What the walk recorded, read once it is done (inside the module's context)."""
+        return None
 
     def started(self, walk) -> None:
         """Before the walk, its entry chosen."""

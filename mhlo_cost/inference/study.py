@@ -1,0 +1,121 @@
+"""``mhlo-cost serve`` as a study: from :class:`ServeOptions` to the figures of one step, or of a sweep, and the
+text of each format. The command maps its arguments onto the options; every step is lowered once (on disk
+with a cache), estimated as a :class:`~mhlo_cost.study.Study` (:func:`~.serve.step_study`) and written here."""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Callable
+
+from .steps import StepRequest
+
+
+@dataclass(frozen=True)
+class ServeOptions:
+    """The step (``request``), the profile (``hardware``: a Hardware), ``tp``, ``launch`` (stream or
+    cuda-graphs), a sweep (``batches``, ``contexts``, ``tps``: any given makes one) and the cache of lowerings
+    and results (``cache``: kept at all; ``cache_dir``: where, default ``~/.cache/mhlo-cost/inference``)."""
+
+    request: StepRequest
+    hardware: object
+    tp: int = 1
+    launch: str = "stream"
+    batches: tuple | None = None
+    contexts: tuple | None = None
+    tps: tuple | None = None
+    cache: bool = True
+    cache_dir: str | os.PathLike | None = None
+
+    @property
+    def sweeping(self) -> bool:
+        return bool(self.batches or self.contexts or self.tps)
+
+
+class ServeStudy:
+    """The figures of :class:`ServeOptions`, each computed once, on first use; ``stage(text)`` told each stage."""
+
+    def __init__(self, options: ServeOptions, stage: Callable[[str], None] | None = None):
+        self.options = options
+        self.stage = stage or (lambda text: None)
+
+    @cached_property
+    def hardware(self):
+        """The profile as the step's launch sees it (:func:`~.serve.launched`)."""
+        from .serve import launched
+
+        return launched(self.options.hardware, self.options.launch)
+
+    @cached_property
+    def cache(self):
+        from .grid import StepCache, default_dir
+
+        o = self.options
+        return StepCache((o.cache_dir or default_dir()) if o.cache else None)
+
+    @cached_property
+    def step(self):
+        """The lowered step of one point (its layout: the KV cache's)."""
+        self.stage("lowering the step")
+        return self.cache.step(self.options.request)[0]
+
+    @cached_property
+    def figures(self):
+        """One point's :class:`~.serve.Figures` (from the cache where it holds them)."""
+        from .serve import figures
+
+        o, hw, step = self.options, self.hardware, self.step
+        self.stage(f"estimating on {hw.name}")
+        fig = self.cache.figures(o.request, hw, o.tp)
+        if fig is None:
+            fig = figures(step, hw, o.tp, launch=o.launch)
+            self.cache.put(o.request, hw, o.tp, fig)
+        return fig
+
+    @cached_property
+    def points(self) -> list:
+        """The sweep's figures: every batch x context x tp."""
+        from .grid import sweep
+
+        o = self.options
+        return sweep(o.request, o.batches or [o.request.batch], o.contexts or [o.request.context], self.hardware,
+                     tps=o.tps or [o.tp], cache=self.cache, stage=self.stage, launch=o.launch)
+
+    def run(self):
+        """What the options ask for: the sweep's points, or the one point's figures."""
+        return self.points if self.options.sweeping else self.figures
+
+    def render(self, fmt: str) -> str:
+        """The sweep's table, or the one point's report, in ``fmt`` (table, json, csv)."""
+        from . import grid, render
+
+        req = self.options.request
+        if self.options.sweeping:
+            return sweep_text(grid.table(self.points), fmt, f"{req.mode} of {req.describe().split(':')[0]} on "
+                              f"{self.hardware.name}")
+        fig = self.figures
+        if fmt == "json":
+            return render.as_json(fig, req.describe(), self.step.layout)
+        if fmt == "csv":
+            return grid.table([fig]).to_csv(index=False)
+        return render.text(fig, req.describe(), self.step.layout)
+
+    def plot(self, path: str) -> None:
+        """tokens/s and memory against batch for the sweep (:func:`~.grid.plot`)."""
+        from .grid import plot
+
+        req = self.options.request
+        plot(self.points, path, f"{req.describe().split(':')[0]} {req.mode} on {self.hardware.name}")
+
+
+def sweep_text(df, fmt: str, title: str) -> str:
+    """A sweep's table (:func:`~.grid.table`) in ``fmt``; the text rounded, under ``title``."""
+    if fmt == "csv":
+        return df.to_csv(index=False)
+    if fmt == "json":
+        return df.to_json(orient="records", indent=2) + "\n"
+    shown = df.copy()
+    shown["step_time_ms"] = shown["step_time_ms"].map(lambda v: f"{v:.3f}")
+    shown["tokens_per_s"] = shown["tokens_per_s"].map(lambda v: f"{v:,.1f}")
+    shown["intensity"] = shown["intensity"].map(lambda v: f"{v:.2f}")
+    return f"{title}\n" + shown.to_string(index=False) + "\n"
