@@ -154,14 +154,11 @@ class _Server:
                     "truncated, corrupt or hostile data")
         return f"the MLIR reader crashed on this input ({what}): truncated, corrupt or hostile data"
 
-    def stop(self, wait: bool = True) -> None:
-        """End the child (``wait``: and reap it; at this process's exit it is left to the system, which frees
-        its memory, tens of milliseconds for a large module, without this process waiting for it)."""
+    def stop(self) -> None:
         if self.proc is not None and self.pid == os.getpid():
             try:
                 self.proc.kill()
-                if wait:
-                    self.proc.wait(timeout=5)
+                self.proc.wait(timeout=5)
             except (OSError, subprocess.TimeoutExpired):
                 pass
             for f in (self.proc.stdin, self.proc.stdout, self.err):
@@ -173,7 +170,7 @@ class _Server:
 
 
 _SERVER = _Server()
-atexit.register(_SERVER.stop, wait=False)
+atexit.register(_SERVER.stop)
 
 
 def enabled() -> bool:
