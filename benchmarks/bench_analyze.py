@@ -191,6 +191,11 @@ print(int(_jax.hlo_module_cost_analysis(backend, comp.as_hlo_module())["flops"])
 """
 
 
+#: The folder the measured processes run in: not a checkout (``python -m``/``-c`` put it first on sys.path,
+#: so a checkout there would be measured instead of the one PYTHONPATH names: ``--before`` would not be).
+NEUTRAL = tempfile.gettempdir()
+
+
 def _envs(before: str | None) -> dict:
     """name -> the environment of a process running this checkout's mhlo-cost (and ``before``'s)."""
     import os
@@ -218,7 +223,7 @@ def _whole_processes(path: Path, runs: int, before: str | None = None) -> None:
         for name, (cmd, env) in cmds.items():
             c0 = resource.getrusage(resource.RUSAGE_CHILDREN)
             t0 = time.perf_counter()
-            subprocess.run(cmd, check=True, capture_output=True, env=env)
+            subprocess.run(cmd, check=True, capture_output=True, env=env, cwd=NEUTRAL)
             times[name].append(time.perf_counter() - t0)
             c1 = resource.getrusage(resource.RUSAGE_CHILDREN)
             cpu[name].append(c1.ru_utime - c0.ru_utime + c1.ru_stime - c0.ru_stime)
@@ -276,7 +281,7 @@ def _in_processes(path: Path, rounds: int, repeat: int, before: str | None = Non
     for _ in range(rounds):
         for name, (how, env) in ways.items():
             out = subprocess.run([sys.executable, "-c", IN_PROCESS, str(path), how, str(repeat)], check=True,
-                                 capture_output=True, env=env, text=True).stdout
+                                 capture_output=True, env=env, text=True, cwd=NEUTRAL).stdout
             times[name].append(float(out.split()[-1]))
     med = {k: statistics.median(v) for k, v in times.items()}
     for k, v in times.items():

@@ -61,19 +61,45 @@ class _Server:
                 raise _Failed(f"cannot start the MLIR reader process: {e.strerror or e}") from None
             header = json.dumps([kind, name, memory, len(data), walk]).encode() + b"\n"
             try:
-                self.proc.stdin.write(header + data)
-                self.proc.stdin.flush()
-                if meanwhile is not None:
-                    meanwhile()
+                self._send(header + data, meanwhile, seconds)
                 size = int.from_bytes(self._read(8, time.monotonic() + seconds, seconds), "big")
                 answer = self._read(size, time.monotonic() + seconds, seconds)
             except (_Failed, OSError) as e:
                 message = str(e) if isinstance(e, _Failed) else self._death(memory)
                 self.stop()
                 raise _Failed(message) from None
+            except BaseException:  # (an interrupt) a request half done: its answer must not meet the next one
+                self.stop()
+                raise
             if answer[:1] == b"M":
                 self.stop()  # after running out of memory the child is not trusted again
             return answer
+
+    def _send(self, request: bytes, meanwhile, seconds: float) -> None:
+        """Write ``request`` to the child; with ``meanwhile``, from a thread while ``meanwhile()`` runs here: the
+        pipe holds 64 KiB, so a large input is taken in only once the child has started (jaxlib imported), and
+        the caller's own imports overlap that start instead of following it."""
+        if meanwhile is None:
+            self.proc.stdin.write(request)
+            self.proc.stdin.flush()
+            return
+        failed: list = []
+
+        def write():
+            try:
+                self.proc.stdin.write(request)
+                self.proc.stdin.flush()
+            except (OSError, ValueError) as e:  # the child died (a closed pipe)
+                failed.append(e)
+
+        writer = threading.Thread(target=write, daemon=True)
+        writer.start()
+        meanwhile()  # (an exception here: the caller stops the child, which ends the write)
+        writer.join(seconds)
+        if writer.is_alive():
+            raise _Failed(f"the MLIR reader took no input for {seconds:.0f} s and was stopped")
+        if failed:
+            raise OSError(str(failed[0]))
 
     def ensure(self, walk: bool = False) -> None:
         """A running child of this process: a dead one is reaped (its pipes closed) and started again; after a

@@ -11,8 +11,9 @@ Every row object keeps its identity: a row in several lists is one object after 
 from __future__ import annotations
 
 import pickle
+import sys
 from dataclasses import fields
-from operator import attrgetter
+from operator import attrgetter, is_
 
 from .visitors.frames import Frame, Recording, Region, Return
 from .visitors.costvalue import METRICS, Cost
@@ -50,7 +51,7 @@ def encode(analysis) -> bytes:
         rows_all, ids = row_lists[0], None
     else:
         rows_all, ids = _number(row_lists)
-    columns = {name: list(map(attrgetter(name), rows_all)) for name in _PLAIN}
+    columns = _columns(rows_all)
     locs, loc_ids = _table(map(attrgetter("loc"), rows_all))
     types, result_ids = _table(map(attrgetter("result"), rows_all))
     operand_sets, operand_ids = _table(map(attrgetter("operands"), rows_all))
@@ -74,12 +75,13 @@ def decode(blob: bytes):
     resolved = LocationInfo.resolved
     locs = [resolved(*t) for t in loc_table]
     values = dict(columns)
-    values["loc"] = [locs[i] for i in loc_ids]
-    values["result"] = [types[i] for i in result_ids]
-    values["operands"] = [operand_sets[i] for i in operand_ids]
+    values["loc"] = list(map(locs.__getitem__, loc_ids))
+    values["result"] = list(map(types.__getitem__, result_ids))
+    values["operands"] = list(map(operand_sets.__getitem__, operand_ids))
     values["cost"] = list(map(Cost, *(columns[m] for m in METRICS)))
     rows_all = list(map(Row, *(values[name] for name in _ROW_FIELDS)))
-    row_lists = [rows_all] if ids is None else [[rows_all[i] for i in got] for got in ids]
+    row_lists = [rows_all] if ids is None else [list(rows_all) if got is None else list(map(rows_all.__getitem__, got))
+                                                for got in ids]
     frames = _frames_from(frame_table, row_lists)
     analysis = cls.__new__(cls)
     analysis.__dict__.update(extra)
@@ -126,21 +128,25 @@ def _frames_from(table: list[tuple], row_lists: list[list]) -> list[Frame]:
     return frames
 
 
-def _number(row_lists: list[list]) -> tuple[list, list[list[int]]]:
-    """(every distinct row of ``row_lists``, by identity; each list as the rows' numbers in it)."""
-    number: dict[int, int] = {}
-    rows_all: list = []
-    ids = []
+def _columns(rows: list) -> dict[str, list]:
+    """name -> the values of that plain field of ``rows``, in order (op names interned: sent once each)."""
+    if not rows:
+        return {name: [] for name in _PLAIN}
+    columns = dict(zip(_PLAIN, map(list, zip(*map(attrgetter(*_PLAIN), rows)))))
+    columns["op"] = list(map(sys.intern, columns["op"]))
+    return columns
+
+
+def _number(row_lists: list[list]) -> tuple[list, list[list[int] | None]]:
+    """(every distinct row of ``row_lists``, by identity, in order of first use; each list as the rows' numbers
+    in it, None for a list of exactly those rows in that order: the frames' lists are often the program's)."""
+    first: dict[int, object] = {}
     for rows in row_lists:
-        got = []
-        for r in rows:
-            k = number.get(id(r))
-            if k is None:
-                k = number[id(r)] = len(rows_all)
-                rows_all.append(r)
-            got.append(k)
-        ids.append(got)
-    return rows_all, ids
+        first.update(zip(map(id, rows), rows))
+    rows_all = list(first.values())
+    number = dict(zip(first, range(len(rows_all))))
+    return rows_all, [None if len(rows) == len(rows_all) and all(map(is_, rows, rows_all)) else
+                      list(map(number.__getitem__, map(id, rows))) for rows in row_lists]
 
 
 def _table(objects) -> tuple[list, list[int]]:

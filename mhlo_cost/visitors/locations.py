@@ -91,35 +91,37 @@ def _location_info(loc: ir.Location, memo: dict) -> LocationInfo:
                 stack += [c.caller, c.callee]
             elif tid == _FUSED:
                 stack.extend(reversed(list(ir.FusedLoc(cur).locations)))
-    scope = _SCOPES.get(name)
+    prefix = name.rpartition("/")[0]  # the scope reads the segments before the primitive only: one per prefix
+    scope = _SCOPES.get(prefix)
     if scope is None:
-        scope = _SCOPES[name] = scope_of(name)
+        scope = _SCOPES[prefix] = scope_of(name)
     return LocationInfo(name, scope, loc, memo, READ, site)
 
 
 def call_stack(loc: ir.Location, memo: dict) -> tuple:
     """The Python frames of a location's call-site chain, outermost first: (function, file, line, column) of
-    the call made in each; () where the location has no call-site chain. Memoised per location."""
+    the call made in each; () where the location has no call-site chain. Memoised per subtree: the ops of one
+    call share its callers' frames (the same tuples, which the wire to the parent sends once)."""
     key = ("stack", hash(loc.attr))
     hit = memo.get(key)
     if hit is None:
-        hit = memo[key] = tuple(_frames(loc))
+        hit = memo[key] = _frames(loc, memo)
     return hit
 
 
-def _frames(loc: ir.Location) -> list:
+def _frames(loc: ir.Location, memo: dict) -> tuple:
     tid = loc.typeid
     if tid == _NAME:
         named = ir.NameLoc(loc)
         child = named.child_loc
         if child.typeid == _FILE:
             f = ir.FileLineColLoc(child)
-            return [(named.name_str, f.filename, f.start_line, f.start_col)]
-        return _frames(child)
+            return ((named.name_str, f.filename, f.start_line, f.start_col),)
+        return call_stack(child, memo)
     if tid == _CALLSITE:
         c = ir.CallSiteLoc(loc)
-        return _frames(c.caller) + _frames(c.callee)
-    return []
+        return call_stack(c.caller, memo) + call_stack(c.callee, memo)
+    return ()
 
 
 def _file_line(loc: ir.Location, memo: dict) -> str:
