@@ -228,6 +228,31 @@ def eager_kernels() -> list[tuple[str, int, callable]]:
     return out
 
 
+def reduction_kernels() -> list[tuple[str, int, callable]]:
+    """(name, bytes, call) of PyTorch eager's normalisation and reduction kernels at STDiT3's shapes, and a mean
+    over rows of several lengths (the same 2^27 f32 elements)."""
+    x = _rand(2, 55200, 1152, dtype=torch.bfloat16)
+    n = x.numel()
+    q = _rand(120, 16, 920, 72, dtype=torch.float32)
+    s = _rand(1840, 16, 60, 60, dtype=torch.float32)
+    out = [("layer_norm bf16 [2,55200,1152]", 2 * 2 * n, lambda: F.layer_norm(x, (1152,), eps=1e-6)),
+           ("mean f32 [120,16,920,72] over 72", 4 * q.numel(), lambda: q.mean(-1, keepdim=True)),
+           ("softmax f32 [1840,16,60,60]", 2 * 4 * s.numel(), lambda: s.softmax(-1))]
+    for row in (32, 72, 128, 256, 1024, 4096):
+        r = _rand(2**27 // row, row, dtype=torch.float32)
+        out.append((f"mean f32 rows of {row}", 4 * r.numel(), lambda r=r: r.mean(-1, keepdim=True)))
+    return out
+
+
+def run_reductions(log: Log) -> None:
+    for name, nbytes, fn in reduction_kernels():
+        t = bench(fn)
+        ks = kernels_of(fn)
+        log.put(kind="reduction", name=name, bytes=nbytes, **t, tbps=nbytes / (t["median_ms"] * 1e-3) / 1e12,
+                kernels=len(ks), kernel_names=sorted({k[:90] for k, _ in ks})[:4])
+    torch.cuda.empty_cache()
+
+
 def run_eager_kernels(log: Log) -> None:
     for name, nbytes, fn in eager_kernels():
         t = bench(fn)
@@ -357,11 +382,15 @@ def main(argv=None) -> int:
     ap.add_argument("--skip-compile", action="store_true")
     ap.add_argument("--budget-s", type=float, default=420.0)
     ap.add_argument("--only-eager-kernels", action="store_true", help="only the elementwise patterns")
+    ap.add_argument("--reductions-only", action="store_true", help="only the norm and reduction kernels")
     ap.add_argument("--stdit3-only", metavar="SHAPES", help="only the deployed STDiT3 at these shapes (comma list)")
     args = ap.parse_args(argv)
     log = Log(args.out)
     torch.backends.cuda.matmul.allow_tf32 = True
     env(log)
+    if args.reductions_only:
+        run_reductions(log)
+        return 0
     if args.stdit3_only:
         for shape in args.stdit3_only.split(","):
             run_stdit3(log, shape, True)

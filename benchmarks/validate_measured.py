@@ -5,6 +5,8 @@ profile with the execution model the measured code runs as, estimate / measured 
 * ``eager_kernel``: single elementwise ops of PyTorch eager (contiguous, broadcast, permuted, converting, over
   a size ramp), priced ``--execution eager``; the rows of role ``fit`` are the ones the profile's ``[MEAS]``
   numbers were read off (reported apart), the others are held out;
+* ``reduction``: PyTorch eager's LayerNorm, softmax and mean over rows of 32-4096 elements, priced ``eager``
+  (the mean one ``jnp`` call; LayerNorm and softmax lowered from torch through torchax: one aten call);
 * ``corpus``: the programs of the published corpus (``benchmarks/data/published_gpu.toml``: torch.matmul,
   LayerNorm, RMSNorm, SDPA forward on the flash (FlashAttention-2) and cuDNN backends, gated MLPs), one kernel
   each but the gated MLP (eager, 8 kernels); all held out;
@@ -70,6 +72,33 @@ def eager_program(name: str):
     return table[name]
 
 
+def reduction_program(name: str):
+    """(function, argument specs) of a ``reduction`` row, as gpu_measure.py runs it in torch (one aten call)."""
+    if name.startswith("mean f32 rows of "):
+        row = int(name.split()[-1])
+        return (lambda a: a.mean(-1, keepdims=True)), (_s((2**27 // row, row), jnp.float32),)
+    table = {"mean f32 [120,16,920,72] over 72": (lambda a: a.mean(-1, keepdims=True),
+                                                  (_s((120, 16, 920, 72), jnp.float32),))}
+    return table[name]
+
+
+def torch_call_estimate(name: str, hw) -> float:
+    """A one-aten-call row (``F.layer_norm``, ``softmax``) lowered from torch through torchax, so that its IR ops
+    carry one source position: one eager kernel, as PyTorch runs it."""
+    import torch
+    import torch.nn.functional as F
+
+    from mhlo_cost import lower_model
+
+    class Call(torch.nn.Module):
+        def forward(self, x):
+            return F.layer_norm(x, (x.shape[-1],), eps=1e-6) if "layer_norm" in name else x.softmax(-1)
+
+    spec = "2x55200x1152:bfloat16" if "layer_norm" in name else "1840x16x60x60:float32"
+    text = lower_model(Call(), spec, frontend="torchax").text
+    return Roofline(analyze_dataflow(text), hw, execution="eager").totals()["est_time_fused_s"]
+
+
 def corpus_estimate(m: dict, hw) -> float | None:
     from validate_published import BUILDERS
 
@@ -111,6 +140,11 @@ def rows_of(m: dict, hw, skip_stdit3: bool):
     kind = m["kind"]
     if kind == "eager_kernel":
         fn, args = eager_program(m["name"])
+        yield m["name"], _priced(fn, args, hw, "eager"), m["measured_ms"] * 1e-3
+    elif kind == "reduction" and ("layer_norm" in m["name"] or "softmax" in m["name"]):
+        yield m["name"], torch_call_estimate(m["name"], hw), m["measured_ms"] * 1e-3
+    elif kind == "reduction":
+        fn, args = reduction_program(m["name"])
         yield m["name"], _priced(fn, args, hw, "eager"), m["measured_ms"] * 1e-3
     elif kind == "corpus":
         est = corpus_estimate(m, hw)

@@ -15,6 +15,8 @@ Two optional rates (TB/s) for PyTorch eager's elementwise kernels that do not st
     generic_tbps = 1.51  # TensorIterator's generic path: an operand broadcast ([B,1,C] + [B,N,C]) or strided
                          # (a transposed view copied or read): one element per load, with index arithmetic
     convert_tbps = 2.14  # its unrolled path: a widening dtype conversion (bf16 -> f32), mixed-dtype operands
+    reduce_row_ns = 0.18 # its reduction kernel: a fixed time per row reduced (per output element), beside the
+                         # stream: a mean over rows of 32 f32 elements runs at a seventh of one over rows of 4096
 
 A kernel on such a path streams its bytes at ``min(peak x efficiency, rate)`` after the same fill and drain;
 a profile without the field streams at the full rate on every path.
@@ -42,7 +44,7 @@ LIBRARIES = ("fa2", "fa3", "cudnn")
 #: How an eager elementwise kernel moves its bytes: vector loads (stream), TensorIterator's generic path
 #: (a broadcast or strided operand) or its unrolled path (a widening dtype conversion).
 PATHS = ("stream", "generic", "convert")
-_MEMORY_FIELDS = ("efficiency", "half_size_mb", "generic_tbps", "convert_tbps")
+_MEMORY_FIELDS = ("efficiency", "half_size_mb", "generic_tbps", "convert_tbps", "reduce_row_ns")
 _LIB_FIELDS = ("forward", "backward", "ramp")
 
 
@@ -52,6 +54,7 @@ class MemoryModel:
     half_bytes: float = 0.0
     generic_bw: float = 0.0  # bytes/s of the generic elementwise path; 0: the streaming rate
     convert_bw: float = 0.0  # bytes/s of the unrolled (converting) path; 0: the streaming rate
+    reduce_row_s: float = 0.0  # seconds per row an eager reduction kernel reduces, beside its stream
 
     def rate(self, peak: float, path: str = "stream") -> float:
         """Bytes/s a large kernel on ``path`` (:data:`PATHS`) streams at."""
@@ -74,6 +77,8 @@ class MemoryModel:
         for name, bw in (("generic_tbps", self.generic_bw), ("convert_tbps", self.convert_bw)):
             if bw > 0:
                 out[name] = bw / 1e12
+        if self.reduce_row_s > 0:
+            out["reduce_row_ns"] = self.reduce_row_s * 1e9
         return out
 
 
@@ -117,7 +122,8 @@ def parse_memory(table: Any, where: str) -> MemoryModel:
     half = float(_number(t.get("half_size_mb", 0), "mb", f"{where}.half_size_mb")) * 1e6
     paths = [float(_number(t[k], "tb_s", f"{where}.{k}")) * 1e12 if k in t else 0.0
              for k in ("generic_tbps", "convert_tbps")]
-    return MemoryModel(eff, half, *paths)
+    row = float(_number(t.get("reduce_row_ns", 0), "ns", f"{where}.reduce_row_ns")) * 1e-9
+    return MemoryModel(eff, half, *paths, row)
 
 
 def parse_attention(table: Any, where: str) -> AttentionModel:

@@ -39,6 +39,7 @@ RANGES: dict[str, tuple[Decimal, Decimal, str]] = {
     "gbit_s": (Decimal("0.008"), Decimal("8e6"), "Gb/s"),
     "gb": (Decimal("0.001"), Decimal("1e6"), "GB"),
     "us": (Decimal(0), Decimal("1e6"), "us"),
+    "ns": (Decimal(0), Decimal("1e6"), "ns"),
     "fraction": (Decimal("0.0001"), Decimal(1), "(fraction of peak)"),
     "gflop": (Decimal("1e-9"), Decimal("1e9"), "GFLOP"),
     "mb": (Decimal(0), Decimal("1e6"), "MB"),

@@ -82,3 +82,12 @@ def test_reshape_of_a_permuted_tensor_is_a_copy_kernel():
     # splitting the last dimension of a plain tensor is a view: no kernel at all
     assert not [k for k in _kernels(lambda x: x.reshape(a, b, c // 2, 2), ((a, b, c), BF16))
                 if k.bytes_read + k.bytes_written]
+
+
+def test_a_reduction_pays_a_fixed_time_per_row():
+    rows, width = 1 << 16, 32
+    (k,) = [k for k in _kernels(lambda x: x.sum(-1), ((rows, width), jnp.float32)) if k.bytes_read]
+    hw = get_profile("h200")
+    nbytes = 4 * rows * width + 4 * rows  # read once, one f32 per row written
+    stream = (nbytes + hw.memory.half_bytes) / (hw.hbm_bandwidth * hw.memory.efficiency)
+    assert k.memory_s == pytest.approx(stream + rows * 0.18e-9, rel=1e-9)  # reduce_row_ns = 0.18 [MEAS]

@@ -171,6 +171,17 @@ def _copying_reshape(rows, producers, role, i: int) -> bool:
     return False
 
 
+def reduced_rows(rows, k) -> int:
+    """The rows an eager call's one reduction reduces (its output elements, over the multiplicity): PyTorch's
+    generic reduction kernel (a mean, a sum) pays a fixed time per row beside its stream (``reduce_row_ns``). A
+    call of several reductions is a kernel of its own (softmax, LayerNorm: a warp or a block per row): 0, as for
+    a GEMM or an attention."""
+    if k.attention or k.has_dot:
+        return 0
+    red = [i for i in k.members if short_name(rows[i].op) == "reduce" and hasattr(rows[i].result, "nelems")]
+    return rows[red[0]].result.nelems * k.multiplicity if len(red) == 1 else 0
+
+
 def eager_path(rows, producers, role, k) -> str:
     """How an eager kernel moves its bytes (:data:`mhlo_cost.kernel_model.PATHS`): an elementwise kernel that
     reads a broadcast or a permuted view (inside its call, or handed to it as a view) runs TensorIterator's
@@ -294,6 +305,7 @@ def eager(analysis, hw: Hardware, times: list[OpTime] | None = None, producers: 
         k.path = eager_path(rows, producers, role, k)
         if k.path != "stream":
             k.memory_s = hw.memory_time(k.bytes_read + k.bytes_written, k.multiplicity, k.path)
+        k.memory_s += reduced_rows(rows, k) * (hw.memory.reduce_row_s if hw.memory is not None else 0.0)
         dots = [i for i in k.members if rows[i].kind in ("dot", "conv")]
         if dots:
             k.peak = times[dots[0]].peak
