@@ -173,6 +173,7 @@ class Roofline:
             "latency_us": [ts[i].time_s * 1e6 for i in order],
             "utilisation": [ts[i].utilisation for i in order],
             "bound": [ts[i].bound for i in order],
+            "execution": ["unfused"] * len(order),  # each op its own kernel, whatever --execution says
         }
         df = pd.DataFrame(data)
         df["multiplicity"] = df["multiplicity"].astype("int64")
@@ -205,6 +206,7 @@ class Roofline:
             "latency_us": [k.time_s * 1e6 for k in ks],
             "utilisation": [k.utilisation for k in ks],
             "bound": [k.bound for k in ks],
+            "execution": [self.execution] * len(ks),
         })
 
     # -- blocks ---------------------------------------------------------------------------------------
@@ -253,6 +255,9 @@ class Roofline:
         # Work too small to fill a kernel: launch overhead is more than half of the block's time op by op.
         df["bound"] = ["overhead" if b == "memory" and 2 * o > t else b
                        for b, o, t in zip(df["bound"], df["est_overhead_s"], side)]
+        # The model the ``_fused`` columns describe (``unfused``: none; the plain columns are op by op).
+        df = df.drop(columns=["execution"], errors="ignore")  # block_table's (memory), moved last
+        df["execution"] = self.execution
         return df
 
 
