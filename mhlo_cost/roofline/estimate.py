@@ -11,7 +11,7 @@ from ..network import CollectiveEstimate, Exposure, exposed_comm, resolve_profil
 from ..tensorinfo import TensorInfo
 from ..visitors.row import Row, short_name
 from .fusion import FUSE_MODES, fuse
-from .optime import unit_peaks, op_time
+from .optime import op_time, overhead_bound, unit_peaks
 
 #: Execution models: what a program's time and memory describe (``--execution``).
 #: eager: PyTorch eager, one kernel per framework op; compiled: a fusing compiler (XLA, torch.compile): elementwise
@@ -245,20 +245,28 @@ class Roofline:
         :meth:`exposure`)."""
         from ..blocks import block_table
 
-        df = block_table(self.analysis, blocks, parts=parts, extra=self.block_extra(), memory=memory)
+        ts = self.times
+        extra = self.block_extra() | {_FIXED: lambda r: ts[r.index].fixed_cost_s,
+                                      _GROWING: lambda r: ts[r.index].growing_s}
+        df = block_table(self.analysis, blocks, parts=parts, extra=extra, memory=memory)
         side = df["est_time_s"] - df["comm_time_s"]
         df["est_time_overlap_s"] = side + df["comm_exposed_s"]
         # The block's bound: where most of its (fused, if estimated) device time goes.
         t = df["est_time_fused_s"] - df["comm_time_s"] if self.fusion is not None else side
         c = df["compute_bound_fused_s"] if self.fusion is not None else df["compute_bound_s"]
         df["bound"] = [time_bound(tt, cc, cm) for tt, cc, cm in zip(t, c, df["comm_time_s"])]
-        # Work too small to fill a kernel: launch overhead is more than half of the block's time op by op.
-        df["bound"] = ["overhead" if b == "memory" and 2 * o > t else b
-                       for b, o, t in zip(df["bound"], df["est_overhead_s"], side)]
+        # Work too small to fill a kernel: op by op, the fixed costs (launch overhead, fill and drain) are more
+        # than the work that grows with the size; the op table's rule (OpTime.overhead_bound) over the block's sums.
+        df["bound"] = ["overhead" if b == "memory" and overhead_bound(f, g) else b
+                       for b, f, g in zip(df["bound"], df[_FIXED], df[_GROWING])]
         # The model the ``_fused`` columns describe (``unfused``: none; the plain columns are op by op).
-        df = df.drop(columns=["execution"], errors="ignore")  # block_table's (memory), moved last
+        df = df.drop(columns=[_FIXED, _GROWING, "execution"], errors="ignore")  # execution: block_table's, moved last
         df["execution"] = self.execution
         return df
+
+
+#: Block-table columns used for the overhead bound and dropped before the table is returned.
+_FIXED, _GROWING = "fixed_cost_s", "growing_s"
 
 
 def time_bound(device_s: float, compute_bound_s: float, comm_s: float) -> str:
