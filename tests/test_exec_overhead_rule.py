@@ -37,3 +37,17 @@ def test_block_bound_is_the_op_bound_of_its_one_kernel(tmp_path, capsys, hardwar
         disagreed_before += old != ops[0]["bound"]
     # the sizes reach the band where only the fill-and-drain term makes the op overhead-bound
     assert disagreed_before >= 1
+
+
+@pytest.mark.parametrize("extra", [[], ["--execution", "compiled"], ["--execution", "eager"]])
+def test_the_program_bound_is_the_block_tables_total(tmp_path, capsys, extra):
+    """The sweep's and the summary's whole-program bound (Roofline.program_bound) is the TOTAL row's."""
+    from pathlib import Path
+
+    from mhlo_cost import Study
+
+    gpt = str(Path(__file__).resolve().parents[1] / "examples" / "gpt_small.mlir")
+    blocks = _csv(capsys, "report", gpt, "--by", "block", "--hardware", "h100", *extra)
+    total = [r for r in blocks if r["block"] == "TOTAL"][0]
+    options = {"hardware": "h100"} | ({"execution": extra[1]} if extra else {})
+    assert Study(gpt, **options).roofline.program_bound() == total["bound"]

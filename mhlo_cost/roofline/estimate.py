@@ -239,6 +239,18 @@ class Roofline:
             extra["compute_bound_fused_s"] = lambda r: ft[r.index] if cb[r.index] else 0.0
         return extra
 
+    def program_bound(self) -> str:
+        """The whole program's bound by :func:`span_bound`, the block table's rule (its TOTAL row)."""
+        extra, rows, ts = self.block_extra(), self.analysis.rows, self.times
+
+        def total(name):
+            return math.fsum(extra[name](r) for r in rows)
+        comm = total("comm_time_s")
+        fused = self.fusion is not None
+        return span_bound(total("est_time_fused_s" if fused else "est_time_s") - comm,
+                          total("compute_bound_fused_s" if fused else "compute_bound_s"), comm,
+                          math.fsum(t.fixed_cost_s for t in ts), math.fsum(t.growing_s for t in ts))
+
     def block_frame(self, blocks, parts: bool = False, memory: list | None = None) -> pd.DataFrame:
         """The block table with the estimate columns (and ``memory``'s, see :func:`~mhlo_cost.blocks.block_table`);
         ``est_time_overlap_s`` = the compute side plus the exposed communication (``comm_exposed_s``,
@@ -254,11 +266,7 @@ class Roofline:
         # The block's bound: where most of its (fused, if estimated) device time goes.
         t = df["est_time_fused_s"] - df["comm_time_s"] if self.fusion is not None else side
         c = df["compute_bound_fused_s"] if self.fusion is not None else df["compute_bound_s"]
-        df["bound"] = [time_bound(tt, cc, cm) for tt, cc, cm in zip(t, c, df["comm_time_s"])]
-        # Work too small to fill a kernel: op by op, the fixed costs (launch overhead, fill and drain) are more
-        # than the work that grows with the size; the op table's rule (OpTime.overhead_bound) over the block's sums.
-        df["bound"] = ["overhead" if b == "memory" and overhead_bound(f, g) else b
-                       for b, f, g in zip(df["bound"], df[_FIXED], df[_GROWING])]
+        df["bound"] = [span_bound(*v) for v in zip(t, c, df["comm_time_s"], df[_FIXED], df[_GROWING])]
         # The model the ``_fused`` columns describe (``unfused``: none; the plain columns are op by op).
         df = df.drop(columns=[_FIXED, _GROWING, "execution"], errors="ignore")  # execution: block_table's, moved last
         df["execution"] = self.execution
@@ -267,6 +275,16 @@ class Roofline:
 
 #: Block-table columns used for the overhead bound and dropped before the table is returned.
 _FIXED, _GROWING = "fixed_cost_s", "growing_s"
+
+
+def span_bound(device_s: float, compute_bound_s: float, comm_s: float, fixed_cost_s: float,
+               growing_s: float) -> str:
+    """The bound of a span of ops (a block, the program): :func:`time_bound` of its (fused, if estimated) device
+    time, ``overhead`` instead of ``memory`` where op by op the fixed costs (launch overhead, fill and drain) are
+    more than the work that grows with the size: the op table's rule (:func:`.optime.overhead_bound`) on the
+    span's sums."""
+    b = time_bound(device_s, compute_bound_s, comm_s)
+    return "overhead" if b == "memory" and overhead_bound(fixed_cost_s, growing_s) else b
 
 
 def time_bound(device_s: float, compute_bound_s: float, comm_s: float) -> str:
