@@ -74,6 +74,17 @@ def attention(batch, heads, seq, head_dim, causal, dtype, library):
     return attn, (x, x, x)
 
 
+def attention_bwd(batch, heads, seq, head_dim, causal, dtype, library):
+    """The forward and its VJP (what a training step runs); the backward kernels' time is this program's
+    estimate less the forward's (:func:`estimated_s`)."""
+    fwd, (x, _, _) = attention(batch, heads, seq, head_dim, causal, dtype, library)
+
+    def step(q, k, v, do):  # the output kept, as a training step keeps it: the forward kernel whole
+        o, pull = jax.vjp(fwd, q, k, v)
+        return o, pull(do)
+    return step, (x, x, x, x)
+
+
 def rms_norm(rows, cols, dtype):
     def f(x, w):
         xf = x.astype(F32)
@@ -91,8 +102,9 @@ def layer_norm(rows, cols, dtype):
     return f, (_s((rows, cols), dtype), _s((cols,), dtype), _s((cols,), dtype))
 
 
-BUILDERS = {"matmul": matmul, "gated_mlp": gated_mlp, "attention": attention, "rms_norm": rms_norm,
-            "layer_norm": layer_norm}
+BUILDERS = {"matmul": matmul, "gated_mlp": gated_mlp, "attention": attention, "attention_bwd": attention_bwd,
+            "rms_norm": rms_norm, "layer_norm": layer_norm}
+ATTENTION = ("attention", "attention_bwd")  # builders that take the library (the profile's, not the program's)
 
 
 def _gpt_cfg(p):
@@ -106,7 +118,7 @@ def lowered_text(m) -> str:
     if m["program"] == "gpt_train":
         from mhlo_cost.training import lower_train_step
         return lower_train_step("gpt", _gpt_cfg(p), locations=False).text
-    p.pop("library", None) if m["program"] != "attention" else None
+    p.pop("library", None) if m["program"] not in ATTENTION else None
     fn, args = BUILDERS[m["program"]](**p)
     return jax.jit(fn).lower(*args).as_text()
 
@@ -122,9 +134,10 @@ def counted_flops(m) -> int:
     p, rule = m["params"], m["flops"]
     if rule == "gemm":
         return 2 * p["batch"] * p["m"] * p["n"] * p["k"]
-    if rule == "attention":
+    if rule in ("attention", "attention_bwd"):
         f = 4 * p["batch"] * p["heads"] * p["seq"] ** 2 * p["head_dim"]
-        return f // 2 if p["causal"] else f
+        f = f // 2 if p["causal"] else f
+        return f if rule == "attention" else 5 * f // 2  # the backward: 2.5 x the forward (FlashAttention's count)
     if rule == "megatron":
         s = p["seq"]
         return p["batch"] * (6 * s * _gpt_params(p) + 12 * p["layers"] * p["hidden"] * s * s)
@@ -140,12 +153,18 @@ def measured_s(m) -> float:
 
 
 def estimated_s(m) -> float:
-    analysis = analyze_dataflow(lowered_text(m))
+    """The compiled estimate of the measured call; of an attention backward, the forward + VJP program's less the
+    forward's (the measured call is the backward kernels alone)."""
     hw = get_profile(m["chip"])
     lib = m["params"].get("library")
     if lib and hw.attention is not None and hw.attention.get(lib) is not None:
         hw = dataclasses.replace(hw, attention=dataclasses.replace(hw.attention, library=lib))
-    return Roofline(analysis, hw, fuse_mode="elementwise").totals()["est_time_fused_s"]
+
+    def est(text):
+        return Roofline(analyze_dataflow(text), hw, fuse_mode="elementwise").totals()["est_time_fused_s"]
+    if m["program"] == "attention_bwd":
+        return est(lowered_text(m)) - est(lowered_text(dict(m, program="attention")))
+    return est(lowered_text(m))
 
 
 # -- the statistics -----------------------------------------------------------------------------------------

@@ -81,7 +81,7 @@ def block_table(analysis, blocks, parts: bool = False, extra: dict[str, Callable
     ``memory``: ``(suffix, profile)`` pairs (:class:`mhlo_cost.memory.MemoryProfile`) adding, per row,
     ``peak_bytes<suffix>`` (the highest live total while the block's ops run; every block of a loop gets its
     body's) and ``live_out_bytes<suffix>`` (live once its last op is done); TOTAL: the program's peak and
-    what is live at its end."""
+    what is live at its end; then ``execution``, the model the ``_fused`` columns describe."""
     metrics = dict(ROW_METRICS)
     if extra:
         metrics.update(extra)
@@ -109,6 +109,9 @@ def block_table(analysis, blocks, parts: bool = False, extra: dict[str, Callable
         data["peak_bytes" + suffix] = int_series([peak.get(k, 0) for k in keys] + [prof.peak_bytes])
         end = prof.after[-1] if prof.after else prof.argument_bytes
         data["live_out_bytes" + suffix] = int_series([live_out.get(k, 0) for k in keys] + [end])
+    if memory:  # the execution model of the peak_bytes_fused column (unfused: none)
+        fused = dict(memory).get("_fused")
+        data["execution"] = fused.execution if fused is not None else "unfused"
     return pd.DataFrame(data)
 
 

@@ -92,7 +92,8 @@ def _layers(d: pd.DataFrame, fused: bool) -> tuple[list, str, str]:
     layers = [("GEMM / conv kernels", d[f"gemm_time{suffix}"].astype(float) * scale, 0),
               ("other kernels (vector, memory)", d[f"vector_time{suffix}"].astype(float) * scale, 1),
               ("communication", d["comm_time_s"].astype(float) * scale, 2)]
-    ylabel = f"estimated time per forward ({unit})" + (", fused" if fused else "")
+    model = "eager" if "execution" in d.columns and "eager" in set(d["execution"]) else "fused"
+    ylabel = f"estimated time per forward ({unit})" + (f", {model}" if fused else "")
     kinds = [k for k in dict.fromkeys(d["kind"]) if k]
     if not fused or not kinds:
         return layers, ylabel, ""
@@ -100,7 +101,7 @@ def _layers(d: pd.DataFrame, fused: bool) -> tuple[list, str, str]:
     def mean(col):  # the unfused figure, every op its own kernel: an upper bound, per block kind
         return ", ".join(f"{k} {d[d['kind'] == k][col].astype(float).mean() * scale:.3g}" for k in kinds)
     note = (f"unfused (every op its own kernel), mean per block: {mean('est_time_s')} {unit}; "
-            f"fused: {mean('est_time_fused_s')} {unit}")
+            f"{model}: {mean('est_time_fused_s')} {unit}")
     return layers, ylabel, note
 
 

@@ -276,16 +276,4 @@ class Study:
 
 def program_bound(rf) -> str:
     """The whole program's bound by the rule of ``Roofline.block_frame`` (one block holding every op)."""
-    import math
-
-    from .roofline.estimate import time_bound
-
-    extra, rows = rf.block_extra(), rf.analysis.rows
-
-    def total(name):
-        return math.fsum(extra[name](r) for r in rows)
-
-    comm = total("comm_time_s")
-    fused = rf.fusion is not None
-    return time_bound(total("est_time_fused_s" if fused else "est_time_s") - comm,
-                      total("compute_bound_fused_s" if fused else "compute_bound_s"), comm)
+    return rf.program_bound()

@@ -67,7 +67,10 @@ def test_every_number_equals_report_and_blocks(tmp_path, capsys):
         comm = math.fsum(b["comm_time_s"] for b in blocks)
         t = math.fsum(b["est_time_fused_s"] for b in blocks) - comm
         c = math.fsum(b["compute_bound_fused_s"] for b in blocks)
-        assert row["bound"] == ("comm" if comm > t else "compute" if c >= t / 2 else "memory")
+        rule = "comm" if comm > t else "compute" if c >= t / 2 else "memory"
+        # memory -> overhead where the fixed costs outweigh the growing work (tests/test_exec_overhead_rule.py:
+        # the program's bound is the block table's TOTAL row's)
+        assert row["bound"] in ((rule, "overhead") if rule == "memory" else (rule,))
 
 
 def test_invalid_points_are_skipped_and_failures_are_rows(tmp_path, capsys, monkeypatch):

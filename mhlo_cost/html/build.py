@@ -139,7 +139,8 @@ def _cards(analysis, rf, memory: list | None = None) -> list[tuple[str, str, str
     if rf is not None:
         sm = rf.summary()
         t = sm.get("est_time_fused_s", sm["est_time_s"])
-        cards.append(("estimated time" + (" (fused)" if "est_time_fused_s" in sm else ""), human_time(t), repr(t)))
+        label = {"eager": " (eager)", "compiled": " (fused)"}.get(sm["execution"], "")
+        cards.append(("estimated time" + label, human_time(t), repr(t)))
         u = sm.get("utilisation_fused", sm["utilisation"])
         cards.append(("utilisation of the matrix peak", f"{100 * u:.1f}%", repr(u)))
     return cards

@@ -30,7 +30,9 @@ def bar_layers(d: pd.DataFrame, fused: bool) -> tuple[list[tuple[str, list[float
                    [float(v) for v in d[comm]], 2)]
         top = max((sum(v) for v in zip(*(lay[1] for lay in layers))), default=0.0)
         name, size = time_unit(top)
-        what = "estimated time per block" + (", elementwise fused" if sfx == "_fused_s" else ", op by op")
+        eager = "execution" in d.columns and "eager" in set(d["execution"])
+        what = "estimated time per block" + ((", eager" if eager else ", elementwise fused") if sfx == "_fused_s"
+                                             else ", op by op")
         return layers, what, name, size
     gemm = [int(a) + int(b) for a, b in zip(d["gemm_flops"], d["conv_flops"])]
     layers = [("GEMM / conv FLOPs", gemm, 0), ("vector FLOPs", [int(v) for v in d["vector_flops"]], 1)]

@@ -11,7 +11,7 @@ from ..network import CollectiveEstimate, Exposure, exposed_comm, resolve_profil
 from ..tensorinfo import TensorInfo
 from ..visitors.row import Row, short_name
 from .fusion import FUSE_MODES, fuse
-from .optime import unit_peaks, op_time
+from .optime import op_time, overhead_bound, unit_peaks
 
 #: Execution models: what a program's time and memory describe (``--execution``).
 #: eager: PyTorch eager, one kernel per framework op; compiled: a fusing compiler (XLA, torch.compile): elementwise
@@ -173,6 +173,7 @@ class Roofline:
             "latency_us": [ts[i].time_s * 1e6 for i in order],
             "utilisation": [ts[i].utilisation for i in order],
             "bound": [ts[i].bound for i in order],
+            "execution": ["unfused"] * len(order),  # each op its own kernel, whatever --execution says
         }
         df = pd.DataFrame(data)
         df["multiplicity"] = df["multiplicity"].astype("int64")
@@ -205,6 +206,7 @@ class Roofline:
             "latency_us": [k.time_s * 1e6 for k in ks],
             "utilisation": [k.utilisation for k in ks],
             "bound": [k.bound for k in ks],
+            "execution": [self.execution] * len(ks),
         })
 
     # -- blocks ---------------------------------------------------------------------------------------
@@ -237,23 +239,52 @@ class Roofline:
             extra["compute_bound_fused_s"] = lambda r: ft[r.index] if cb[r.index] else 0.0
         return extra
 
+    def program_bound(self) -> str:
+        """The whole program's bound by :func:`span_bound`, the block table's rule (its TOTAL row)."""
+        extra, rows, ts = self.block_extra(), self.analysis.rows, self.times
+
+        def total(name):
+            return math.fsum(extra[name](r) for r in rows)
+        comm = total("comm_time_s")
+        fused = self.fusion is not None
+        return span_bound(total("est_time_fused_s" if fused else "est_time_s") - comm,
+                          total("compute_bound_fused_s" if fused else "compute_bound_s"), comm,
+                          math.fsum(t.fixed_cost_s for t in ts), math.fsum(t.growing_s for t in ts))
+
     def block_frame(self, blocks, parts: bool = False, memory: list | None = None) -> pd.DataFrame:
         """The block table with the estimate columns (and ``memory``'s, see :func:`~mhlo_cost.blocks.block_table`);
         ``est_time_overlap_s`` = the compute side plus the exposed communication (``comm_exposed_s``,
         :meth:`exposure`)."""
         from ..blocks import block_table
 
-        df = block_table(self.analysis, blocks, parts=parts, extra=self.block_extra(), memory=memory)
+        ts = self.times
+        extra = self.block_extra() | {_FIXED: lambda r: ts[r.index].fixed_cost_s,
+                                      _GROWING: lambda r: ts[r.index].growing_s}
+        df = block_table(self.analysis, blocks, parts=parts, extra=extra, memory=memory)
         side = df["est_time_s"] - df["comm_time_s"]
         df["est_time_overlap_s"] = side + df["comm_exposed_s"]
         # The block's bound: where most of its (fused, if estimated) device time goes.
         t = df["est_time_fused_s"] - df["comm_time_s"] if self.fusion is not None else side
         c = df["compute_bound_fused_s"] if self.fusion is not None else df["compute_bound_s"]
-        df["bound"] = [time_bound(tt, cc, cm) for tt, cc, cm in zip(t, c, df["comm_time_s"])]
-        # Work too small to fill a kernel: launch overhead is more than half of the block's time op by op.
-        df["bound"] = ["overhead" if b == "memory" and 2 * o > t else b
-                       for b, o, t in zip(df["bound"], df["est_overhead_s"], side)]
+        df["bound"] = [span_bound(*v) for v in zip(t, c, df["comm_time_s"], df[_FIXED], df[_GROWING])]
+        # The model the ``_fused`` columns describe (``unfused``: none; the plain columns are op by op).
+        df = df.drop(columns=[_FIXED, _GROWING, "execution"], errors="ignore")  # execution: block_table's, moved last
+        df["execution"] = self.execution
         return df
+
+
+#: Block-table columns used for the overhead bound and dropped before the table is returned.
+_FIXED, _GROWING = "fixed_cost_s", "growing_s"
+
+
+def span_bound(device_s: float, compute_bound_s: float, comm_s: float, fixed_cost_s: float,
+               growing_s: float) -> str:
+    """The bound of a span of ops (a block, the program): :func:`time_bound` of its (fused, if estimated) device
+    time, ``overhead`` instead of ``memory`` where op by op the fixed costs (launch overhead, fill and drain) are
+    more than the work that grows with the size: the op table's rule (:func:`.optime.overhead_bound`) on the
+    span's sums."""
+    b = time_bound(device_s, compute_bound_s, comm_s)
+    return "overhead" if b == "memory" and overhead_bound(fixed_cost_s, growing_s) else b
 
 
 def time_bound(device_s: float, compute_bound_s: float, comm_s: float) -> str:

@@ -63,9 +63,19 @@ class OpTime:
     fixed_s: float = 0.0
 
     @property
+    def fixed_cost_s(self) -> float:
+        """The costs that do not grow with the op's size: launch overhead, each kernel's fill and drain."""
+        return self.overhead_s + self.fixed_s
+
+    @property
+    def growing_s(self) -> float:
+        """The work that grows with the op's size: compute, or the memory time past the fill and drain."""
+        return max(self.compute_s, self.memory_s - self.fixed_s)
+
+    @property
     def overhead_bound(self) -> bool:
         """The fixed costs (launch overhead, fill and drain) outweigh the work that grows with the op's size."""
-        return self.overhead_s + self.fixed_s > max(self.compute_s, self.memory_s - self.fixed_s)
+        return overhead_bound(self.fixed_cost_s, self.growing_s)
 
     @property
     def time_s(self) -> float:
@@ -81,6 +91,12 @@ class OpTime:
     def utilisation(self) -> float:
         t = self.time_s
         return self.flops / (t * self.peak) if t > 0 and self.peak > 0 else 0.0
+
+
+def overhead_bound(fixed_cost_s: float, growing_s: float) -> bool:
+    """The one rule for ``bound = overhead``, of an op or of a block (sums over its ops): the fixed costs
+    (:attr:`OpTime.fixed_cost_s`) are more than the work that grows with the size (:attr:`OpTime.growing_s`)."""
+    return fixed_cost_s > growing_s
 
 
 def is_no_kernel(r: Row) -> bool:

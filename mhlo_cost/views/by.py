@@ -35,6 +35,7 @@ def memory_view(study, req, keep, part) -> Table:
 
     analysis = study.analysis
     df = timeline_frame(analysis, study.blocks, study.fused_memory if keep is None else None)
+    df["execution"] = study.execution  # the model of the _fused columns (unfused: none)
     return Table(None, df if keep is None else df[df["index"].isin({analysis.rows[i].index for i in keep})])
 
 
@@ -99,7 +100,10 @@ def group_view(study, req, keep, part) -> Table:
     df = part.group(key, req.depth)
     if study.roofline is not None:
         df = timed_group(part, sub_roofline(study.roofline, keep), key, req.depth, df)
-    return Table(None, with_total(df.rename(columns={"op": "opname"}) if key == "op" else df))
+    df = with_total(df.rename(columns={"op": "opname"}) if key == "op" else df)
+    if study.roofline is not None:  # the model of the est_time_fused column (unfused: none)
+        df["execution"] = study.roofline.execution
+    return Table(None, df)
 
 
 #: --by NAME -> the view
