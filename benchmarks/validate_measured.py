@@ -17,7 +17,11 @@ profile with the execution model the measured code runs as, estimate / measured 
 Prints one line per row, then per kind the median |error| and the median ratio (> 1: the estimate is slower
 than the measurement); last line ``median |error| = X% (held out)``.
 
-    python benchmarks/validate_measured.py [--skip-stdit3] [--only SUBSTRING]
+    python benchmarks/validate_measured.py [--skip-stdit3] [--only SUBSTRING] [--write-accuracy]
+
+``--write-accuracy`` (a whole run) writes ``mhlo_cost/data/accuracy_eager.toml``: the held-out median |error| of
+the rows priced ``eager`` (``model``: STDiT3's forwards; ``kernels``: single eager ops, reductions, gated MLPs),
+which ``mhlo_cost.accuracy`` prints beside an eager estimate on that chip.
 """
 from __future__ import annotations
 
@@ -42,6 +46,7 @@ from mhlo_cost.hardware import get_profile  # noqa: E402
 from mhlo_cost.roofline import Roofline  # noqa: E402
 
 DATA = os.path.join(ROOT, "benchmarks", "data", "measured_h200.toml")
+ACCURACY = os.path.join(ROOT, "mhlo_cost", "data", "accuracy_eager.toml")
 CHIP = "h200"
 LIBRARY = {"flash": "fa2", "cudnn": "cudnn"}
 B, T, S, C = 2, 60, 920, 1152  # STDiT3's activations at 204_640_360: [2, 60 x 920, 1152]
@@ -158,6 +163,32 @@ def rows_of(m: dict, hw, skip_stdit3: bool):
             yield f"STDiT3 depth {m['depth']} {execution} {m['shape']}", est, m[key] * 1e-3
 
 
+def eager_category(m: dict, label: str) -> str | None:
+    """The accuracy category of a row priced eager (None: priced compiled)."""
+    if m["kind"] == "stdit3" or (m["kind"] == "compiled" and " eager " in label):
+        return "model"
+    if m["kind"] in ("eager_kernel", "reduction") or (m["kind"] == "corpus" and m["program"] == "gated_mlp"):
+        return "kernels"
+    return None
+
+
+def write_accuracy(rows, chip: str, path: str = ACCURACY) -> None:
+    """``rows``: (category, ratio) of the held-out rows priced eager."""
+    out = ["# Written by benchmarks/validate_measured.py --write-accuracy: the held-out median |error| of the eager",
+           "# estimate against what this project measured on a lent GPU (benchmarks/data/measured_h200.toml).",
+           "# Read by mhlo_cost/accuracy.py for the line printed beside an eager estimate.", "",
+           'source = "benchmarks/validate_measured.py on benchmarks/data/measured_h200.toml"',
+           'execution = "eager"', "", f'[chip."{chip}"]']
+    for cat in ("model", "kernels", "overall"):
+        rs = [r for c, r in rows if cat in (c, "overall")]
+        if rs:
+            med = statistics.median(abs(r - 1) for r in rs)
+            out.append(f"{cat} = {{ median_error = {med:.3f}, median_ratio = {statistics.median(rs):.3f}, "
+                       f"n = {len(rs)} }}")
+    with open(path, "w") as f:
+        f.write("\n".join(out) + "\n")
+
+
 def summary(results) -> list[str]:
     lines = []
     for group in sorted({g for g, *_ in results}) + ["all held out"]:
@@ -176,22 +207,29 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--skip-stdit3", action="store_true", help="leave out the STDiT3 rows (minutes of lowering)")
     ap.add_argument("--only", help="only the rows whose label contains this")
+    ap.add_argument("--write-accuracy", action="store_true", help="write mhlo_cost/data/accuracy_eager.toml")
     args = ap.parse_args(argv)
     with open(DATA, "rb") as f:
         data = tomllib.load(f)
     hw = get_profile(CHIP)
     print(f"measured on: {data['machine']['gpu']}, torch {data['machine']['torch']}; priced on {hw.name}")
-    results = []
+    results, eager_rows = [], []
     for m in data["m"]:
         for label, est, meas in rows_of(m, hw, args.skip_stdit3):
             if args.only and args.only not in label:
                 continue
             group = f"{m['kind']} ({m['role']})" if m["role"] == "fit" else m["kind"]
             results.append((group, m["role"], est / meas))
+            if m["role"] == "held_out" and eager_category(m, label):
+                eager_rows.append((eager_category(m, label), est / meas))
             print(f"  {m['role']:8} {label[:70]:70} {est * 1e3:10.3f}ms {meas * 1e3:10.3f}ms {est / meas:6.2f}",
                   flush=True)
     print("per kind (ratio = estimate / measured):")
     print("\n".join(summary(results)))
+    if args.write_accuracy:
+        if args.skip_stdit3 or args.only:
+            raise SystemExit("--write-accuracy needs the whole run (no --skip-stdit3, no --only)")
+        write_accuracy(eager_rows, hw.name)
     held = [r for _, role, r in results if role == "held_out"]
     if held:
         print(f"median |error| = {statistics.median(abs(r - 1) for r in held):.1%} (held out)")

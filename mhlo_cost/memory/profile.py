@@ -46,7 +46,7 @@ def profile(analysis, kernels: list | None = None, eager: bool = False) -> Memor
         raise ValueError("this analysis carries no liveness record")
     n = len(analysis.rows)
     hold = None
-    if eager and getattr(analysis, "producers", None) is not None:
+    if eager and analysis.producers is not None:
         from .eager_hold import holds
 
         hold = holds(analysis.rows, analysis.producers)
