@@ -116,15 +116,22 @@ class Analysis:
         """Whole-program totals as exact Python integers: the counts, the memory figures, ``macs`` (multiply-adds
         of the matrix products and convolutions: half their FLOPs) and ``params`` (elements of the parameter
         arguments, biases, norms and embeddings included: :mod:`mhlo_cost.memory.params`)."""
-        s = {k: 0 for k in SUMMARY_KEYS}
-        for r in self.rows:
-            for k in SUM_COLUMNS:
-                s[k] += getattr(r, k)
-            s["ops"] += r.multiplicity
-            if r.kind == "unknown":
-                s["unknown_ops"] += r.multiplicity
-            elif r.kind == "collective":
-                s["comm_ops"] += r.multiplicity
+        memo = self.__dict__.get("_summary_memo")  # computed once per report (its views all read it)
+        if memo is None or memo[0] != self._summary_key():
+            s = self._summary()
+            memo = self.__dict__["_summary_memo"] = (self._summary_key(), s)
+        return dict(memo[1])
+
+    def _summary_key(self) -> tuple:
+        """What the summary was computed from: another row list (or one grown), liveness or memory recomputes it."""
+        return id(self.rows), len(self.rows), id(self.liveness), id(self._memory)
+
+    def _summary(self) -> dict[str, int]:
+        rows = self.rows
+        s = dict(zip(SUM_COLUMNS, map(sum, zip(*[r.cost for r in rows])))) if rows else {k: 0 for k in SUM_COLUMNS}
+        s["ops"] = sum(r.multiplicity for r in rows)
+        s["unknown_ops"] = sum(r.multiplicity for r in rows if r.kind == "unknown")
+        s["comm_ops"] = sum(r.multiplicity for r in rows if r.kind == "collective")
         if self.liveness is not None:
             s.update(self.memory.summary())
         s["macs"] = (s["gemm_flops"] + s["conv_flops"]) // 2

@@ -60,6 +60,7 @@ def encode(analysis) -> bytes:
     extra.pop("rows")
     extra.pop("_memory", None)
     extra.pop("_ops", None)
+    extra.pop("_summary_memo", None)
     frame_table = _frame_table(frames, lists)
     rec = extra.pop("liveness", None)
     record = None if rec is None else (None if rec.entry is None else 0, rec.args, rec.alias, rec.local,

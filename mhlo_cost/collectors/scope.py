@@ -110,9 +110,10 @@ class ScopeCollector:
     def collect(self, rows) -> Blocks:
         scopes = [row_scope(r) for r in rows]
         cands = [self.candidates(s) for s in scopes]
-        eligible = self._eligible(rows, cands)
+        work = None if self.pattern is not None else [r.gemm_flops + r.conv_flops + r.vector_flops for r in rows]
+        eligible = self._eligible(work, cands)
         if self.pattern is None and not self.stages:
-            eligible -= _groups_of_blocks(rows, cands, eligible)
+            eligible -= _groups_of_blocks(rows, cands, eligible, work)
         names, parts, info, parents = _named_rows(cands, eligible, scopes)
         loop_blocks = _loop_blocks(rows, scopes, names, parts)
         blocks, row_blocks = _numbered(names, info, loop_blocks)
@@ -125,15 +126,24 @@ class ScopeCollector:
         method = "stages" if self.stages and self.pattern is None else "scope"
         return with_towers(Blocks(method, blocks, row_blocks, parts, groups, notes, warnings))
 
-    def _eligible(self, rows, cands) -> set:
+    def _eligible(self, work, cands) -> set:
+        """The candidate families that name blocks (``work``: each row's FLOPs)."""
         if self.pattern is not None:
             return {c.family for cs in cands for c in cs}
         indices: dict[tuple, set] = {}
         has_part: dict[tuple, bool] = {}
         compute: dict[tuple, int] = {}
+        # Rows of one scope share its candidate list (one object): their compute is summed per list, and each
+        # list's families are read once.
+        shared: dict[int, list] = {}  # id(candidate list) -> [the list, the compute of its rows]
+        for w, cs in zip(work, cands):
+            got = shared.get(id(cs))
+            if got is None:
+                shared[id(cs)] = [cs, w]
+            else:
+                got[1] += w
         total = 0
-        for r, cs in zip(rows, cands):
-            w = r.gemm_flops + r.conv_flops + r.vector_flops
+        for cs, w in shared.values():
             total += w
             seen = set()
             for c in cs:
@@ -168,32 +178,32 @@ def _nested(path: str, end: int) -> list[_Cand]:
     return out
 
 
-def _groups_of_blocks(rows, cands, eligible: set) -> set:
+def _groups_of_blocks(rows, cands, eligible: set, work) -> set:
     """Eligible families that are groups of blocks rather than blocks: every member holds a run of inner
     blocks of one family, which carry most of its compute and are either identical (timm's ConvNeXt
     ``stages.1/blocks.2``, a ResNet's stages) or its direct children alike in their matrix products, each
     with one at least: the finest repeated unit that carries weights (Swin's ``layers.1/blocks.0`` and
     its shifted ``blocks.1``, EfficientNet's ``blocks.2.0`` whose stride differs from ``blocks.2.1``).
     Blocks whose inner units differ stay blocks: T5's ``block.0/layer.0`` (attention) and ``layer.1``
-    (MLP)."""
+    (MLP). ``work``: each row's FLOPs."""
     members: dict[tuple, set] = {}  # outer family -> its member names
     outer_compute: dict[tuple, int] = {}
     inner: dict[tuple, dict] = {}  # (outer family, inner base, sep) -> outer member -> inner member -> ops
     inner_compute: dict[tuple, int] = {}
     direct: dict[tuple, bool] = {}  # inner blocks right below the outer one (layers.1/blocks.0, blocks.2.1)
-    for r, cs in zip(rows, cands):
-        el = [c for c in cs if c.family in eligible]
-        if not el:
+    chosen: dict[int, tuple | None] = {}  # id(candidate list) -> (outer, inner key, inner) of its rows
+    for r, cs, w in zip(rows, cands, work):
+        got = chosen.get(id(cs), False)
+        if got is False:
+            got = chosen[id(cs)] = _outer_inner(cs, eligible, members, direct)
+        if got is None:
             continue
-        o, w = el[0], r.gemm_flops + r.conv_flops + r.vector_flops
-        members.setdefault(o.family, set()).add(o.name)
+        o, key, name = got
         outer_compute[o.family] = outer_compute.get(o.family, 0) + w
-        if len(el) > 1:
-            key = (o.family,) + el[1].family[1:]
-            ops = inner.setdefault(key, {}).setdefault(o.name, {}).setdefault(el[1].name, [])
+        if key is not None:
+            ops = inner.setdefault(key, {}).setdefault(o.name, {}).setdefault(name, [])
             ops.append((r.op, r.shape, is_matmul(r)))
             inner_compute[key] = inner_compute.get(key, 0) + w
-            direct[key] = direct.get(key, True) and el[1].start == o.end + 1
     out = set()
     for key, by_outer in inner.items():
         fam = key[0]
@@ -204,6 +214,22 @@ def _groups_of_blocks(rows, cands, eligible: set) -> set:
                 or (direct[key] and all(_alike(v.values()) for v in by_outer.values())):
             out.add(fam)
     return out
+
+
+def _outer_inner(cs, eligible: set, members: dict, direct: dict):
+    """For the rows of one candidate list: None where no candidate is eligible, else the outer candidate, the
+    key of the inner one (None where there is none) and its name. Records the outer member and whether the
+    inner one is right below it."""
+    el = [c for c in cs if c.family in eligible]
+    if not el:
+        return None
+    o = el[0]
+    members.setdefault(o.family, set()).add(o.name)
+    if len(el) == 1:
+        return o, None, ""
+    key = (o.family,) + el[1].family[1:]
+    direct[key] = direct.get(key, True) and el[1].start == o.end + 1
+    return o, key, el[1].name
 
 
 def _alike(units) -> bool:

@@ -179,9 +179,10 @@ class IRVisitor(DialectRules, RowMaker):
             self._dispatch[name] = method
         method(op)
 
-    def rule_of(self, op_name: str):
+    def rule_of(self, op_name: str, named: bool = True):
         """The method that visits ops named ``op_name``: the first rule set's (its method, else its table's rule
-        counted by :meth:`count`), else the walk's own, else :meth:`generic_visit`."""
+        counted by :meth:`count`), else the walk's own, else :meth:`generic_visit`. ``named``: the method is
+        only given ops of that name (it does not read their name again)."""
         method = rule_name(op_name)
         for rs in self.rule_sets:
             found = getattr(rs, method, None)
@@ -189,12 +190,12 @@ class IRVisitor(DialectRules, RowMaker):
                 return found
             rule = rs.table.get(op_name)
             if rule is not None:
-                return partial(self.count, rule)
+                return partial(self.count_named, rule, op_name) if named else partial(self.count, rule)
         return getattr(self, method, None) or self.generic_visit
 
     def visit_shared(self, name: str, op: ir.Operation) -> None:
         """Visit ``op`` (of another dialect) with the rule of the StableHLO op ``name`` (``scf.if`` -> ``if``)."""
-        self.rule_of("stablehlo." + name)(op)
+        self.rule_of("stablehlo." + name, named=False)(op)
 
     def generic_visit(self, op: ir.Operation) -> None:
         """Ops without a rule: the rule sets' ``generic_rule`` (else :meth:`walk_regions`), then the recorders are told."""

@@ -43,7 +43,9 @@ class DataflowRecorder(Recorder, record="dataflow", fields=("producers", "async_
         self._walk = walk
 
     def _source(self, v):
-        h = hash(v)
+        return self._source_of(hash(v))
+
+    def _source_of(self, h: int):
         p = self._def.get(h)
         if p is not None:
             return p
@@ -52,9 +54,10 @@ class DataflowRecorder(Recorder, record="dataflow", fields=("producers", "async_
         return self._df_alias.get(h)
 
     def emitted(self, op, row: Row) -> None:
-        self._src[id(row)] = tuple(self._source(v) for v in op.operands)
-        for res in op.results:
-            self._def[hash(res)] = row
+        uses, defs = row.values  # the keys of its operand and result values, read by the walk already
+        self._src[id(row)] = tuple(map(self._source_of, uses))
+        for h in defs:
+            self._def[h] = row
         self._keep.append(row)
         if self.see_through_barriers and op.name.endswith(".optimization_barrier"):
             for res, v in zip(op.results, op.operands):

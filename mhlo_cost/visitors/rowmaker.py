@@ -15,6 +15,10 @@ from .optable import OpContext, OpRule
 from .row import AnalysisError, Row
 
 
+#: comm_kind, group_size, num_groups, comm_steps of a row that is not a collective's.
+_NO_COMM = ("", 0, 0, 0)
+
+
 class RowMaker:
     """The row-making half of the walk."""
 
@@ -22,17 +26,22 @@ class RowMaker:
         """The row of ``op`` counted by the pure ``rule`` (:mod:`mhlo_cost.visitors.optable`): the walk reads the
         types the rule asks for, gives it an :class:`OpContext` (``attrs``: the op's own attributes unless
         given), and makes the row from the cost it returns and the identity the walk owns."""
+        return self.count_named(rule, op.name, op, attrs)
+
+    def count_named(self, rule: OpRule, name: str, op: ir.Operation, attrs=None) -> Row:
+        """:meth:`count` of an op whose name is known already (the walk dispatches by name: it binds ``rule``
+        and ``name`` once per op name, and the op's name is not read from the IR again)."""
         facts = self._facts(op, rule.reads, rule.weights)
         bodies = tuple(rule.body(r, self.functions) for r in op.regions) if rule.body is not None else ()
-        ctx = OpContext(op.name, facts[3], facts[0], op.attributes if attrs is None else attrs, self.options,
+        ctx = OpContext(name, facts[3], facts[0], op.attributes if attrs is None else attrs, self.options,
                         facts[4], facts[1], bodies)
         try:
             out = rule.fn(ctx)
         except (ValueError, IndexError, ZeroDivisionError) as e:  # a window too large to count, odd attributes
-            raise AnalysisError(f"{op.name} at {self.loc(op).describe()}: {e}") from None
+            raise AnalysisError(f"{name} at {self.loc(op).describe()}: {e}") from None
         if type(out) is Cost:
-            return self._row(op, rule.kind, out, facts)
-        return self._row(op, out.kind or rule.kind, out.cost, facts, out.target, out.comm)
+            return self._row(op, rule.kind, out, facts, name=name)
+        return self._row(op, out.kind or rule.kind, out.cost, facts, out.target, out.comm, name)
 
     def emit(self, op: ir.Operation, kind: str, target: str = "", weights: bool = False) -> Row:
         """Append a row for ``op`` (a rule set's method: it sets what the row says beyond its bytes); bytes read
@@ -51,12 +60,14 @@ class RowMaker:
         facts = self._facts(op, "none", False)
         return self._row(op, kind, Cost(bytes_written=facts[1]), facts)
 
-    def _row(self, op: ir.Operation, kind: str, cost: Cost, facts: tuple, target: str = "", comm: tuple = ()) -> Row:
+    def _row(self, op: ir.Operation, kind: str, cost: Cost, facts: tuple, target: str = "", comm: tuple = (),
+             name: str = "") -> Row:
         loc = self._locations(op.location)
-        row = Row(op=op.name, kind=kind, loc=loc, scope=loc.scope, result=facts[0], cost=cost, target=target,
-                  operands=facts[3], weights=facts[6], func=self._func_name, values=(facts[5], facts[2]))
-        if comm:
-            row.comm_kind, row.group_size, row.num_groups, row.comm_steps = comm
+        # Row's fields by position (the walk's hot path; tests/test_fast_walk.py holds the order to the keywords):
+        # op, kind, loc, scope, result, cost, multiplicity, note, target, comm_kind, group_size, num_groups,
+        # comm_steps, operands, weights, func, index, values.
+        row = Row(name or op.name, kind, loc, loc.scope, facts[0], cost, 1, "", target, *(comm or _NO_COMM),
+                  facts[3], facts[6], self._func_name, 0, (facts[5], facts[2]))
         self._out.append(row)
         for hook in self._row_hooks:
             hook(op, row)
