@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import statistics
 import sys
@@ -244,20 +243,12 @@ def reduction_kernels() -> list[tuple[str, int, callable]]:
     return out
 
 
-def run_reductions(log: Log) -> None:
-    for name, nbytes, fn in reduction_kernels():
+def run_table(log: Log, kind: str, table) -> None:
+    """Time each (name, bytes, call) of ``table``; one row of ``kind`` each, with the bandwidth it reached."""
+    for name, nbytes, fn in table:
         t = bench(fn)
         ks = kernels_of(fn)
-        log.put(kind="reduction", name=name, bytes=nbytes, **t, tbps=nbytes / (t["median_ms"] * 1e-3) / 1e12,
-                kernels=len(ks), kernel_names=sorted({k[:90] for k, _ in ks})[:4])
-    torch.cuda.empty_cache()
-
-
-def run_eager_kernels(log: Log) -> None:
-    for name, nbytes, fn in eager_kernels():
-        t = bench(fn)
-        ks = kernels_of(fn)
-        log.put(kind="eager_kernel", name=name, bytes=nbytes, **t, tbps=nbytes / (t["median_ms"] * 1e-3) / 1e12,
+        log.put(kind=kind, name=name, bytes=nbytes, **t, tbps=nbytes / (t["median_ms"] * 1e-3) / 1e12,
                 kernels=len(ks), kernel_names=sorted({k[:90] for k, _ in ks})[:4])
     torch.cuda.empty_cache()
 
@@ -314,10 +305,7 @@ def run_op_profile(log: Log, shape: str, depth: int) -> None:
     """The deployed module at ``depth``: GPU time per aten op and input shapes (torch.profiler)."""
     from torch.profiler import ProfilerActivity, profile
 
-    from mhlo_cost.models import stdit3_torch
-    cfg = stdit3_cfg(shape, depth)
-    model = stdit3_torch.build(cfg, device="cuda", deployed=True).eval()
-    inputs = stdit3_torch.example_inputs(cfg, device="cuda")
+    model, inputs = deployed_on_gpu(shape, depth)
     with torch.no_grad():
         model(*inputs)
         torch.cuda.synchronize()
@@ -337,11 +325,16 @@ def run_op_profile(log: Log, shape: str, depth: int) -> None:
     torch.cuda.empty_cache()
 
 
-def run_compiled(log: Log, shape: str, depth: int) -> None:
+def deployed_on_gpu(shape: str, depth: int):
+    """(the deployed STDiT3 at ``depth`` on the GPU, random weights; its example inputs there)."""
     from mhlo_cost.models import stdit3_torch
     cfg = stdit3_cfg(shape, depth)
-    model = stdit3_torch.build(cfg, device="cuda", deployed=True).eval()
-    inputs = stdit3_torch.example_inputs(cfg, device="cuda")
+    return (stdit3_torch.build(cfg, device="cuda", deployed=True).eval(),
+            stdit3_torch.example_inputs(cfg, device="cuda"))
+
+
+def run_compiled(log: Log, shape: str, depth: int) -> None:
+    model, inputs = deployed_on_gpu(shape, depth)
     with torch.no_grad():
         eager = bench(lambda: model(*inputs), target_s=1.0, min_reps=3, max_reps=10, flush=False)
         compiled = torch.compile(model)
@@ -389,13 +382,13 @@ def main(argv=None) -> int:
     torch.backends.cuda.matmul.allow_tf32 = True
     env(log)
     if args.reductions_only:
-        run_reductions(log)
+        run_table(log, "reduction", reduction_kernels())
         return 0
     if args.stdit3_only:
         for shape in args.stdit3_only.split(","):
             run_stdit3(log, shape, True)
         return 0
-    run_eager_kernels(log)
+    run_table(log, "eager_kernel", eager_kernels())
     if args.only_eager_kernels:
         run_op_profile(log, "204_640_360", 2)
         return 0
