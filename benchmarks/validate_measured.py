@@ -1,6 +1,7 @@
-"""The estimate against what this project measured on a lent H200 (``benchmarks/data/measured_h200.toml``,
-made by ``benchmarks/gpu_measure.py``): each measured program written from shapes, priced on the ``h200``
-profile with the execution model the measured code runs as, estimate / measured per row.
+"""The estimate against what this project measured on lent GPUs (``benchmarks/data/measured_h200.toml`` and
+``measured_h100.toml``, made by ``benchmarks/gpu_measure.py``): each measured program written from shapes, priced
+on the ``h200`` / ``h100`` profile with the execution model the measured code runs as, estimate / measured per row.
+The H100's rows are all held out: its eager fields were set from the H200 before it was measured.
 
 * ``eager_kernel``: single elementwise ops of PyTorch eager (contiguous, broadcast, permuted, converting, over
   a size ramp), priced ``--execution eager``; the rows of role ``fit`` are the ones the profile's ``[MEAS]``
@@ -45,9 +46,10 @@ from mhlo_cost.analysis import analyze_dataflow  # noqa: E402
 from mhlo_cost.hardware import get_profile  # noqa: E402
 from mhlo_cost.roofline import Roofline  # noqa: E402
 
-DATA = os.path.join(ROOT, "benchmarks", "data", "measured_h200.toml")
+#: (measurements, the profile that prices them): the H200's and the H100's.
+DATA = ((os.path.join(ROOT, "benchmarks", "data", "measured_h200.toml"), "h200"),
+        (os.path.join(ROOT, "benchmarks", "data", "measured_h100.toml"), "h100"))
 ACCURACY = os.path.join(ROOT, "mhlo_cost", "data", "accuracy_eager.toml")
-CHIP = "h200"
 LIBRARY = {"flash": "fa2", "cudnn": "cudnn"}
 B, T, S, C = 2, 60, 920, 1152  # STDiT3's activations at 204_640_360: [2, 60 x 920, 1152]
 
@@ -172,33 +174,36 @@ def eager_category(m: dict, label: str) -> str | None:
     return None
 
 
-def write_accuracy(rows, chip: str, path: str = ACCURACY) -> None:
-    """``rows``: (category, ratio) of the held-out rows priced eager."""
+def write_accuracy(rows, path: str = ACCURACY) -> None:
+    """``rows``: (chip profile name, category, ratio) of the held-out rows priced eager."""
     out = ["# Written by benchmarks/validate_measured.py --write-accuracy: the held-out median |error| of the eager",
-           "# estimate against what this project measured on a lent GPU (benchmarks/data/measured_h200.toml).",
+           "# estimate against what this project measured on lent GPUs (benchmarks/data/measured_*.toml).",
            "# Read by mhlo_cost/accuracy.py for the line printed beside an eager estimate.", "",
-           'source = "benchmarks/validate_measured.py on benchmarks/data/measured_h200.toml"',
-           'execution = "eager"', "", f'[chip."{chip}"]']
-    for cat in ("model", "kernels", "overall"):
-        rs = [r for c, r in rows if cat in (c, "overall")]
-        if rs:
-            med = statistics.median(abs(r - 1) for r in rs)
-            out.append(f"{cat} = {{ median_error = {med:.3f}, median_ratio = {statistics.median(rs):.3f}, "
-                       f"n = {len(rs)} }}")
+           'source = "benchmarks/validate_measured.py on benchmarks/data/measured_h200.toml and measured_h100.toml"',
+           'execution = "eager"']
+    for chip in sorted({c for c, _, _ in rows}):
+        out += ["", f'[chip."{chip}"]']
+        for cat in ("model", "kernels", "overall"):
+            rs = [r for ch, c, r in rows if ch == chip and cat in (c, "overall")]
+            if rs:
+                med = statistics.median(abs(r - 1) for r in rs)
+                out.append(f"{cat} = {{ median_error = {med:.3f}, median_ratio = {statistics.median(rs):.3f}, "
+                           f"n = {len(rs)} }}")
     with open(path, "w") as f:
         f.write("\n".join(out) + "\n")
 
 
 def summary(results) -> list[str]:
     lines = []
-    for group in sorted({g for g, *_ in results}) + ["all held out"]:
+    groups = list(dict.fromkeys(g for g, *_ in results))  # in the order first seen
+    for group in groups + ["all held out"]:
         rs = [r for g, role, r in results if (g == group or group == "all held out") and
               (role == "held_out" or group != "all held out")]
         if group == "all held out":
             rs = [r for _, role, r in results if role == "held_out"]
         if rs:
             errs = [abs(r - 1) for r in rs]
-            lines.append(f"  {group:22} n={len(rs):2}  median |error| {statistics.median(errs):6.1%}  "
+            lines.append(f"  {group:28} n={len(rs):2}  median |error| {statistics.median(errs):6.1%}  "
                          f"max {max(errs):6.1%}  median ratio {statistics.median(rs):.2f}")
     return lines
 
@@ -209,27 +214,28 @@ def main(argv=None) -> int:
     ap.add_argument("--only", help="only the rows whose label contains this")
     ap.add_argument("--write-accuracy", action="store_true", help="write mhlo_cost/data/accuracy_eager.toml")
     args = ap.parse_args(argv)
-    with open(DATA, "rb") as f:
-        data = tomllib.load(f)
-    hw = get_profile(CHIP)
-    print(f"measured on: {data['machine']['gpu']}, torch {data['machine']['torch']}; priced on {hw.name}")
     results, eager_rows = [], []
-    for m in data["m"]:
-        for label, est, meas in rows_of(m, hw, args.skip_stdit3):
-            if args.only and args.only not in label:
-                continue
-            group = f"{m['kind']} ({m['role']})" if m["role"] == "fit" else m["kind"]
-            results.append((group, m["role"], est / meas))
-            if m["role"] == "held_out" and eager_category(m, label):
-                eager_rows.append((eager_category(m, label), est / meas))
-            print(f"  {m['role']:8} {label[:70]:70} {est * 1e3:10.3f}ms {meas * 1e3:10.3f}ms {est / meas:6.2f}",
-                  flush=True)
+    for path, chip in DATA:
+        with open(path, "rb") as f:
+            data = tomllib.load(f)
+        hw = get_profile(chip)
+        print(f"measured on: {data['machine']['gpu']}, torch {data['machine']['torch']}; priced on {hw.name}")
+        for m in data["m"]:
+            for label, est, meas in rows_of(m, hw, args.skip_stdit3):
+                if args.only and args.only not in label:
+                    continue
+                group = f"{chip} {m['kind']} ({m['role']})" if m["role"] == "fit" else f"{chip} {m['kind']}"
+                results.append((group, m["role"], est / meas))
+                if m["role"] == "held_out" and eager_category(m, label):
+                    eager_rows.append((hw.name, eager_category(m, label), est / meas))
+                print(f"  {m['role']:8} {label[:70]:70} {est * 1e3:10.3f}ms {meas * 1e3:10.3f}ms {est / meas:6.2f}",
+                      flush=True)
     print("per kind (ratio = estimate / measured):")
     print("\n".join(summary(results)))
     if args.write_accuracy:
         if args.skip_stdit3 or args.only:
             raise SystemExit("--write-accuracy needs the whole run (no --skip-stdit3, no --only)")
-        write_accuracy(eager_rows, hw.name)
+        write_accuracy(eager_rows)
     held = [r for _, role, r in results if role == "held_out"]
     if held:
         print(f"median |error| = {statistics.median(abs(r - 1) for r in held):.1%} (held out)")
