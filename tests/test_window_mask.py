@@ -29,6 +29,8 @@ def attn(q, k, v, mask=None, kind=""):
         mask = (i[:, None] >= i[None, :]) & (i[:, None] - i[None, :] < W)
     elif kind == "causal":
         mask = i[:, None] >= i[None, :]
+    if kind == "band-inverted":  # the same band, spelled the other way round
+        s = jnp.where(~((i[:, None] >= i[None, :]) & (i[:, None] - i[None, :] < W)), -jnp.inf, s)
     if mask is not None:
         s = jnp.where(mask, s, -jnp.inf)
     return jnp.einsum("bhqk,bhkd->bhqd", jax.nn.softmax(s, -1).astype(q.dtype), v)
@@ -73,6 +75,12 @@ def test_a_band_mask_is_priced_for_the_key_tiles_it_visits():
     assert band / causal == pytest.approx(BAND_TILES / CAUSAL_TILES, rel=1e-9)  # 150 / 528: below causal
 
 
+def test_a_band_spelled_the_other_way_round_is_read_alike():
+    _, inverted = kernel_compute("band-inverted")
+    _, band = kernel_compute("band")
+    assert inverted == band
+
+
 def test_a_causal_mask_is_priced_as_before():
     a, causal = kernel_compute("causal")
     (att,) = find_attention(a.rows, a.producers)
@@ -89,6 +97,21 @@ def test_a_mask_passed_in_is_not_read_and_is_priced_dense():
     assert mask_fraction(a.rows, a.producers, a.record("masks"), att.members, T) is None
     _, dense = kernel_compute("")
     assert given == pytest.approx(dense, rel=1e-12)
+
+
+def test_the_backward_kernel_of_a_band_is_priced_for_its_tiles_too():
+    x = jax.ShapeDtypeStruct((B, H, S, D), BF16)
+    got = {}
+    for kind in ("band", "causal", ""):
+        loss = lambda q, k, v, w: (attn(q, k, v, kind=kind).astype(jnp.float32) ** 2 * w).sum()  # noqa: E731
+        text = jax.jit(jax.grad(loss, argnums=(0, 1, 2))).lower(x, x, x, x).as_text()
+        a = analyze(text, AnalysisOptions(dataflow=True, records=("masks",)))
+        got[kind] = [k.compute_s for k in Roofline(a, A100, fuse_mode="elementwise").fusion.kernels if k.attention]
+        assert len(got[kind]) == 2  # the forward kernel and the backward one
+    for fwd_or_bwd in (0, 1):
+        band, causal, dense = (got[kind][fwd_or_bwd] for kind in ("band", "causal", ""))
+        assert band / dense == pytest.approx(BAND_TILES / N ** 2, rel=1e-9)
+        assert causal / dense == pytest.approx((N + 1) / (2 * N), rel=1e-9)
 
 
 @pytest.mark.parametrize("sq, w, t", [(4096, 512, 128), (1000, 100, 64), (300, 1, 128), (256, 256, 16)])

@@ -41,7 +41,7 @@ def _remap(value, mapping: dict, rank: int):
         return tuple(out)
     if value[0] == "aff":
         return ("aff", move(value[1]), value[2])
-    return ("bool", tuple((move(co), c, d) for co, c, d in value[1]))
+    return (value[0], tuple((move(co), c, d) for co, c, d in value[1]))
 
 
 def _aff(v):
@@ -92,10 +92,13 @@ class _Reader:
         if name == "compare" and fact and fact[0] == "compare" and len(ops) == 2:
             (a, c), (b, e) = _aff(ops[0]), _aff(ops[1])
             return ("bool", ((tuple(x - y for x, y in zip(a, b)), c - e, fact[1]),))
-        if name == "and" and len(ops) == 2 and ops[0][0] == ops[1][0] == "bool":
+        if name == "and" and len(ops) == 2 and ops[0][0] == ops[1][0] == "bool":  # ("nbool": not read)
             return ("bool", ops[0][1] + ops[1][1])
-        if name == "not" and len(ops) == 1 and ops[0][0] == "bool" and len(ops[0][1]) == 1:
-            return ("bool", (negated(ops[0][1][0]),))
+        if name == "not" and len(ops) == 1 and ops[0][0] in ("bool", "nbool"):
+            kind, cons = ops[0]
+            if kind == "bool" and len(cons) == 1:
+                return ("bool", (negated(cons[0]),))
+            return ("nbool" if kind == "bool" else "bool", cons)  # "nbool": not (every constraint)
         raise _Unread
 
     def _layout(self, i, name, fact, rank, depth):
@@ -125,24 +128,41 @@ def negated(con):
     return coeffs, c, _NEGATED[d]
 
 
+def _is_fill(rows, producers, i) -> bool:
+    """Whether row ``i`` is a constant, looking through broadcasts, reshapes and converts."""
+    for _ in range(8):
+        if not isinstance(i, int):
+            return False
+        name = short_name(rows[i].op)
+        if name == "constant":
+            return True
+        if name not in ("broadcast_in_dim", "broadcast", "reshape", "convert") or not producers[i]:
+            return False
+        i = producers[i][0]
+    return False
+
+
 def read_mask(rows, producers, facts, select: int, members) -> tuple | None:
-    """The kept region of ``select`` (a member of an attention: its score on one side, a fill on the other) as
-    constraints ``(a_q, a_k, c, direction)``, or None where the predicate is not an index mask."""
+    """The kept region of ``select`` (a member of an attention: its score on one side, a constant fill or a row
+    outside the attention on the other) as constraints ``(a_q, a_k, c, direction)``, or None where the predicate
+    is not an index mask."""
     ps = producers[select]
     if len(ps) != 3:
         return None
-    inside = set(members)
-    on_true, on_false = ps[1] in inside, ps[2] in inside
-    if on_true == on_false:
-        return None
+    fill = (_is_fill(rows, producers, ps[1]), _is_fill(rows, producers, ps[2]))
+    if fill[0] != fill[1]:  # a constant on one side (-inf, or a gradient's 0): the score on the other
+        on_true = fill[1]
+    else:
+        inside = set(members)
+        on_true = ps[1] in inside
+        if on_true == (ps[2] in inside):
+            return None
     try:
         pred = _Reader(rows, producers, facts).value(ps[0])
     except (_Unread, IndexError, KeyError):
         return None
-    if pred[0] != "bool":
-        return None
-    cons = pred[1]
-    if not on_true:  # the score is kept where the predicate is false
+    kind, cons = pred
+    if (kind == "bool") != on_true:  # the score is kept where the constraints do not all hold
         if len(cons) != 1:
             return None
         cons = (negated(cons[0]),)
