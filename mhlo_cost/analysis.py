@@ -240,7 +240,7 @@ def analyze(source: str | bytes | os.PathLike | Loaded, options: AnalysisOptions
 def declared() -> dict[str, type]:
     """Every declared recorder by record name (:mod:`mhlo_cost.visitors.recorder`): the built-in ones, imported
     here (each module declares its recorder), and any other already imported."""
-    from .visitors import dataflow, liveness, arguments  # noqa: F401 (the built-in recorders, in the walk's order)
+    from .visitors import dataflow, liveness, arguments, masks  # noqa: F401 (the built-in recorders, in the walk's order)
     from .visitors.recorder import DECLARED
 
     return DECLARED

@@ -126,7 +126,7 @@ class Study:
         record = ("training" if o.training == "always" else "training-if-backward" if o.training
                   else "dataflow" if self.dataflow else "counts")
         return WalkOptions(entry=o.entry, conv_padding=o.conv_padding, record=record,
-                           dataflow_if_forward=self.dataflow)
+                           dataflow_if_forward=self.dataflow, records=("masks",) if self.dataflow else ())
 
     # -- the pipeline ----------------------------------------------------------------------------------------
 

@@ -24,6 +24,7 @@ class WalkOptions:
     conv_padding: str = "xla"
     record: str = "counts"
     dataflow_if_forward: bool = False  # training-if-backward: a forward-only program's walk records data flow
+    records: tuple = ()  # further declared records (AnalysisOptions.records: "masks")
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
@@ -131,4 +132,9 @@ def walk_loaded(loaded, options: WalkOptions):
         from .training.analysis import has_backward
 
         record = "training" if has_backward(loaded) else ("dataflow" if options.dataflow_if_forward else "counts")
-    return analyze(loaded, AnalysisOptions.recording(record, options.entry, options.conv_padding))
+    walked = AnalysisOptions.recording(record, options.entry, options.conv_padding)
+    if options.records:
+        from dataclasses import replace
+
+        walked = replace(walked, records=tuple(options.records))
+    return analyze(loaded, walked)

@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..visitors.row import short_name
+from .band import mask_fraction
 
 #: Data ops a fused attention kernel keeps on chip (besides no-kernel ops: reshape, constant, ...).
 _CHAIN_DATA = frozenset({
@@ -299,12 +300,15 @@ def padded_head_dim(d: int, ladder: tuple) -> int:
     return next((k for k in ladder if k >= d), d)
 
 
-def kernel_compute_s(rows, producers, times, members, hw, multiplicity: int, library: str = "") -> float | None:
+def kernel_compute_s(rows, producers, times, members, hw, multiplicity: int, library: str = "",
+                     masks: dict | None = None) -> float | None:
     """The compute time of one fused attention kernel on ``hw`` (totals over its multiplicity): its GEMM FLOPs
     over the blocks it computes at the library's fraction of the matrix peak, beside (not added to) its
     exponentials and its vector work; a backward recomputes the score product; a library's kernel computes on its
     padded head dim (:data:`PADDED_HEAD_DIMS`). ``library``: the kernel's library where the profile has a model
-    of it, else the profile's default. None without a model."""
+    of it, else the profile's default. ``masks``: the walk's ``masks`` record (:mod:`mhlo_cost.roofline.band`): an
+    index mask read from it that leaves fewer key tiles than a causal one (a sliding window) prices the blocks it
+    visits. None without a model."""
     model = getattr(hw, "attention", None)
     if model is None or model.get() is None:
         return None
@@ -321,13 +325,20 @@ def kernel_compute_s(rows, producers, times, members, hw, multiplicity: int, lib
         gemm_flops = gemm_flops * padded_head_dim(d, PADDED_HEAD_DIMS[name]) // d if d else gemm_flops
     sq, sk = _shape(rows[qk].result)[-2:] if backward is False else _score_of(rows, dots)
     tiles = sk / model.tile
-    if is_causal(rows, producers, members) or (backward and _masked(rows, members)):
-        n = max(1.0, -(-sk // model.tile))
+    n = max(1.0, -(-sk // model.tile))
+    band = mask_fraction(rows, producers, masks, members, model.tile)
+    if band is not None and band >= (n + 1) / (2 * n):
+        band = None  # no fewer blocks than a causal mask visits: priced as one, as before
+    if band is not None:  # a window: the blocks it visits (and their exponentials)
+        gemm_flops = gemm_flops * band
+    elif is_causal(rows, producers, members) or (backward and _masked(rows, members)):
         gemm_flops = gemm_flops * (n + 1) / (2 * n)
     peak = times[qk].peak or 1.0
     matrix = gemm_flops / (peak * lib.fraction(backward, tiles))
     trans = sum(rows[i].transcendentals for i in members) / hw.transcendental_rate
     vector = sum(times[i].compute_s for i in members if rows[i].kind != "dot" and times[i].unit == "vector")
+    if band is not None:
+        trans, vector = trans * band, vector * band
     return max(matrix, trans, vector)
 
 

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 from ..hardware import Hardware
 from ..visitors.row import Row, short_name
+from .band import masks_of
 from .fusion import Fusion, Kernel, data_flow
 from .kernel_io import KernelIO, share_time
 from .optime import OpTime, op_time
@@ -299,7 +300,7 @@ def eager(analysis, hw: Hardware, times: list[OpTime] | None = None, producers: 
         for i in grp:
             row_kernel[i], role[i] = k, "kernel"
         calls.append((k, rows[grp[0]].multiplicity))
-    io = KernelIO(rows, producers, times, role)
+    io = KernelIO(rows, producers, times, role, masks=masks_of(analysis))
     for k in kernels:
         io.measure(k, hw)
         k.path = eager_path(rows, producers, role, k)

@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from ..hardware import Hardware
 from ..tensorinfo import TensorInfo
 from ..visitors.row import Row, short_name
+from .band import masks_of
 from .kernel_io import KernelIO, share_time
 from .optime import OpTime, op_time
 
@@ -314,7 +315,7 @@ def fuse(analysis, hw: Hardware, times: list[OpTime] | None = None, producers: l
     grouper = _Grouper(rows, producers, times, preset, getattr(hw, "row_fusion", True))
     for i in range(len(rows)):
         grouper.place(i)
-    io = KernelIO(rows, producers, times, grouper.role, onchip)
+    io = KernelIO(rows, producers, times, grouper.role, onchip, masks=masks_of(analysis))
     for k in grouper.kernels:
         io.measure(k, hw)
     return Fusion(grouper.kernels, grouper.row_kernel, share_time(grouper.kernels, times, len(rows)))

@@ -27,11 +27,12 @@ def _scattered(r) -> int:
 class KernelIO:
     """Inputs and outputs of kernels, from the rows' producers and the roles given by the grouping."""
 
-    def __init__(self, rows, producers, times: list[OpTime], role: list[str], onchip=frozenset()):
+    def __init__(self, rows, producers, times: list[OpTime], role: list[str], onchip=frozenset(),
+                 masks: dict | None = None):
         """``onchip``: score shapes that a flash attention kernel never reads or writes through HBM
-        (:func:`.attention.find_attention_backward`)."""
+        (:func:`.attention.find_attention_backward`); ``masks``: the walk's ``masks`` record (None: not recorded)."""
         self.rows, self.producers, self.times, self.role = rows, producers, times, role
-        self.onchip = onchip
+        self.onchip, self.masks = onchip, masks
         self.consumers: list[list[int]] = [[] for _ in rows]
         for i, ps in enumerate(producers):
             for p in ps:
@@ -144,7 +145,7 @@ class KernelIO:
         k.compute_s = math.fsum(times[i].compute_s for i in k.members)
         if k.attention:
             from .attention import kernel_compute_s
-            c = kernel_compute_s(rows, self.producers, times, k.members, hw, m, k.library)
+            c = kernel_compute_s(rows, self.producers, times, k.members, hw, m, k.library, self.masks)
             k.compute_s = k.compute_s if c is None else c
         k.memory_s = hw.memory_time(k.bytes_read + k.bytes_written, m)
         k.overhead_s = hw.kernel_overhead * m
