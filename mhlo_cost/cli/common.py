@@ -77,6 +77,14 @@ def open_study(path: str, args, progress: Progress, hw=None, training: bool | st
     """The study of ``path`` (``-``: standard input) under the options (``hw``: the profile
     :func:`hardware_from_options` resolved); its analysis made now, its warnings said (``--strict``: refused).
     ``training``: a training step's phases where the IR holds a backward (``"always"``: whatever it holds)."""
+    return open_answer(path, args, progress, hw, training)[0]
+
+
+def open_answer(path: str, args, progress: Progress, hw=None, training: bool | str = False,
+                render=None) -> tuple:
+    """(the study, None) as :func:`open_study`; or, where ``render(study_options)`` gives a spec
+    (:func:`mhlo_cost.child_render.spec`) and the reader's child answers it whole, (the study without its
+    analysis, (text, [[line, is_note], ...]))."""
     from ..guard import enabled, prestart
     from ..study import Study, StudyOptions
 
@@ -93,17 +101,24 @@ def open_study(path: str, args, progress: Progress, hw=None, training: bool | st
         isolate=enabled())
     checked: list = []  # jax's version, read while the child works (its metadata is slow to read)
     study = Study(options, stage=progress.stage, meanwhile=lambda: _meanwhile(checked), check=require_jax)
+    whole = None
     if not options.isolate:  # MHLO_COST_ISOLATE=0: parsed and walked here, the version checked first
         analysis = study.analysis
     else:  # parsed and walked once, in the child: this process imports no jaxlib
+        asked = render and render(options)
         try:
-            analysis = study.analysis
+            whole = study.answer(asked) if asked else None
+            analysis = study.analysis if whole is None else None
         except Exception:
             _jax_ok(checked)  # a jaxlib too old (or none) says so first
             raise
         _jax_ok(checked)
+    if whole is not None:
+        import json
+
+        return study, json.loads(whole)
     _say_warnings(analysis, args)
-    return study
+    return study, None
 
 
 def _say_warnings(analysis, args) -> None:
