@@ -5,7 +5,7 @@ decoding cost more than the view itself on a large program).
 :func:`spec` (the caller's side, standard library only) writes what is asked as JSON, carried by
 :class:`mhlo_cost.worker.WalkOptions`; :func:`render_whole` (the child's side) answers it, or gives None where
 the caller must see the rows: the analysis has warnings or unknown ops to say (``--strict`` may refuse them),
-or the view failed (the caller then makes it again and says why, as it would have without this path).
+or the view failed (a filter no row matches: the caller makes it again and says why, as it would have).
 The answer is JSON: ``[text, [[line, is_note], ...]]``, the lines said on stderr before the text is written.
 """
 from __future__ import annotations
@@ -13,9 +13,10 @@ from __future__ import annotations
 import json
 from dataclasses import asdict
 
-#: The views and formats the child renders whole; the rest go by rows.
-VIEWS = ("summary", "block")
+#: The formats the child renders whole (HTML pages tell the progress line their stages: the caller's).
 FORMATS = ("table", "csv", "json", "markdown")
+#: The views whose blocks the caller says (found, warnings), as :func:`mhlo_cost.cli.common.study_blocks` does.
+SAYS_BLOCKS = ("block", "memory")
 #: The study's options a spec carries (the program, the profile and the isolation stay with the caller).
 STUDY_FIELDS = ("entry", "conv_padding", "training", "execution", "fuse", "attention", "sdpa", "steps", "blocks",
                 "block_pattern", "norms_per_block")
@@ -24,10 +25,9 @@ STUDY_FIELDS = ("entry", "conv_padding", "training", "execution", "fuse", "atten
 def spec(options, request, fmt: str, wide: bool) -> str | None:
     """What the child is asked to render (JSON) for a study's ``options`` (a
     :class:`~mhlo_cost.study.StudyOptions`) and a :class:`~mhlo_cost.views.table.ViewRequest`, or None where
-    the child cannot answer the whole request: a view or format not in :data:`VIEWS` / :data:`FORMATS`, a
-    filter (``block``, ``scope``), ``top``, or a profile."""
-    if (request.by not in VIEWS or fmt not in FORMATS or request.block or request.scope or request.top is not None
-            or options.hardware is not None or options.hardware_file is not None):
+    the child cannot answer the whole request: a format not in :data:`FORMATS`, or a profile (resolved by the
+    caller, from its own folder and environment)."""
+    if fmt not in FORMATS or options.hardware is not None or options.hardware_file is not None:
         return None
     fields = {k: getattr(options, k) for k in STUDY_FIELDS}
     return json.dumps({"study": fields, "request": asdict(request), "format": fmt, "wide": bool(wide)},
@@ -55,7 +55,7 @@ def _render(analysis, asked: dict) -> tuple[str, list]:
     req = ViewRequest(**asked["request"])
     table = view(study, req)
     lines = []
-    if req.by == "block":  # as mhlo_cost.cli.common.study_blocks says them
+    if req.by in SAYS_BLOCKS:  # as mhlo_cost.cli.common.study_blocks says them
         blocks = study.blocks
         lines = [[f"warning: {w}", False] for w in blocks.warnings]
         if blocks.blocks:
