@@ -74,9 +74,10 @@ def cmd_report(args) -> int:
 
 
 def _write_whole(whole, args, progress) -> int:
-    """The child's whole answer: its lines said, its text written."""
-    progress.stage("grouping")
-    text, lines = whole
+    """The child's whole answer: its stages told, its lines said, its text written."""
+    text, lines, stages = whole
+    for stage in stages:
+        progress.stage(stage)
     for line, note in lines:
         say(args, line, note=note)
     progress.done()
