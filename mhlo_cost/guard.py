@@ -205,7 +205,8 @@ def read_guarded(kind: str, data: bytes, name: str) -> tuple[bytes | None, str |
 
 def walk_guarded(kind: str, data: bytes, name: str, options: str, meanwhile=None) -> tuple[bytes, bytes]:
     """The child parses ``data`` and walks it with ``options`` (:class:`mhlo_cost.worker.WalkOptions` as
-    JSON): (``P``, the encoded analysis), (``K``, bytecode: the analysis is too large to send), (``A``, an
+    JSON): (``P``, the encoded analysis), (``K``, bytecode: the analysis is too large to send), (``R``, the
+    whole answer the options' ``render`` asks for: :mod:`mhlo_cost.child_render`), (``A``, an
     analysis error's line), (``X``, an unexpected error's line) or (``E``, the reader's message). ``meanwhile()`` runs once the request is sent, before the answer is read
     (the time limit runs from then on)."""
     try:
@@ -213,4 +214,4 @@ def walk_guarded(kind: str, data: bytes, name: str, options: str, meanwhile=None
     except _Failed as e:
         return b"E", f"{name}: {e}".encode()
     code = answer[:1]
-    return (code if code in (b"P", b"K", b"A", b"X") else b"E"), answer[1:]
+    return (code if code in (b"P", b"K", b"R", b"A", b"X") else b"E"), answer[1:]

@@ -150,6 +150,20 @@ class Study:
         self.stage("counting")
         return walk_loaded(loaded, options)
 
+    def answer(self, render: str):
+        """The reader's child's whole answer to ``render`` (:func:`mhlo_cost.child_render.spec`; the study
+        isolated), or None where the analysis came back instead (kept: :attr:`analysis`)."""
+        from .worker import Rendered, analyze_isolated
+
+        o = self.options
+        got = analyze_isolated(o.source, replace(self.walk_options(), render=render), name=o.name,
+                               meanwhile=self._meanwhile)
+        self.stage("counting")
+        if isinstance(got, Rendered):
+            return bytes(got)
+        self.__dict__["analysis"] = got
+        return None
+
     @property
     def phases(self):
         """A training step's phases, None for a program that is not one."""

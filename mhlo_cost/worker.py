@@ -25,6 +25,7 @@ class WalkOptions:
     record: str = "counts"
     dataflow_if_forward: bool = False  # training-if-backward: a forward-only program's walk records data flow
     records: tuple = ()  # further declared records (AnalysisOptions.records: "masks")
+    render: str | None = None  # the whole answer the child may render (mhlo_cost.child_render.spec)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
@@ -41,6 +42,8 @@ def analyze_isolated(source, options: WalkOptions = WalkOptions(), name: str | N
 
     kind, data, name = prepare(source, name)
     code, payload = walk_guarded(kind, data, name, options.to_json(), meanwhile)
+    if code == b"R":
+        return Rendered(payload)
     if code == b"P":
         return _decode(payload)
     if code == b"K":  # too large to send: walked here, from the bytecode MLIR wrote (jaxlib imported after all)
@@ -53,6 +56,11 @@ def analyze_isolated(source, options: WalkOptions = WalkOptions(), name: str | N
     if code == b"X":
         raise RuntimeError(message)
     raise LoadError(error_message(kind, message, name))
+
+
+class Rendered(bytes):
+    """The child's whole answer to ``WalkOptions.render`` (:func:`mhlo_cost.child_render.render_whole`), in
+    place of the analysis."""
 
 
 def _decode(payload: bytes):
@@ -95,6 +103,12 @@ def answer(module, name: str, options_json: str) -> tuple[bytes, bytes]:
     loaded = Loaded(module, module.context, name, "text")
     try:
         analysis = walk_loaded(loaded, options)
+        if options.render is not None:
+            from .child_render import render_whole
+
+            whole = render_whole(analysis, options.render)
+            if whole is not None:
+                return b"R", whole
         if not worth_sending(analysis):  # the caller walks the module itself, from MLIR's own bytecode
             import io
 

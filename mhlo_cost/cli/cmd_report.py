@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import argparse
 
+from ..child_render import spec
 from ..views.by import view
 from ..views.many import joined
 from ..views.render import render
 from ..views.table import ViewRequest
 from .common import (EXIT_OK, Progress, UserError, add_common, add_estimate, add_filters, add_output, claim_output,
-                     hardware_from_options, open_study, study_blocks, study_roofline, write_output)
+                     hardware_from_options, open_answer, say, study_blocks, study_roofline, write_output)
 
 BY = ("summary", "op", "opname", "kind", "scope", "tree", "block", "comm", "phase", "memory")
 
@@ -53,9 +54,14 @@ def cmd_report(args) -> int:
     progress = Progress.of(args)
     request = ViewRequest(by=by, depth=depth, block=getattr(args, "block", None), scope=getattr(args, "scope", None),
                           top=args.top, parts=args.parts, unit=args.unit)
+    # one file: the reader's child may answer the whole request (mhlo_cost.child_render), not send the rows
+    whole_spec = (lambda o: spec(o, request, args.format, args.wide)) if len(args.file) == 1 else None
     tables = []
     for path in args.file:
-        study = open_study(path, args, progress, hw, training={"block": True, "phase": "always"}.get(by, False))
+        study, whole = open_answer(path, args, progress, hw, training={"block": True, "phase": "always"}.get(by, False),
+                                   render=whole_spec)
+        if whole is not None:
+            return _write_whole(whole, args, progress)
         study_roofline(study, args)
         progress.stage("grouping")
         tables.append(view(study, request))
@@ -64,6 +70,18 @@ def cmd_report(args) -> int:
     progress.done()
     table = tables[0] if len(tables) == 1 else joined(tables, request)
     write_output(render(table, args.format, args.unit, wide=args.wide), args.output)
+    return EXIT_OK
+
+
+def _write_whole(whole, args, progress) -> int:
+    """The child's whole answer: its stages told, its lines said, its text written."""
+    text, lines, stages = whole
+    for stage in stages:
+        progress.stage(stage)
+    for line, note in lines:
+        say(args, line, note=note)
+    progress.done()
+    write_output(text, args.output)
     return EXIT_OK
 
 

@@ -77,6 +77,14 @@ def open_study(path: str, args, progress: Progress, hw=None, training: bool | st
     """The study of ``path`` (``-``: standard input) under the options (``hw``: the profile
     :func:`hardware_from_options` resolved); its analysis made now, its warnings said (``--strict``: refused).
     ``training``: a training step's phases where the IR holds a backward (``"always"``: whatever it holds)."""
+    return open_answer(path, args, progress, hw, training)[0]
+
+
+def open_answer(path: str, args, progress: Progress, hw=None, training: bool | str = False,
+                render=None) -> tuple:
+    """(the study, None) as :func:`open_study`; or, where ``render(study_options)`` gives a spec
+    (:func:`mhlo_cost.child_render.spec`) and the reader's child answers it whole, (the study without its
+    analysis, (text, [[line, is_note], ...]))."""
     from ..guard import enabled, prestart
     from ..study import Study, StudyOptions
 
@@ -92,18 +100,27 @@ def open_study(path: str, args, progress: Progress, hw=None, training: bool | st
         block_pattern=getattr(args, "block_pattern", None), norms_per_block=getattr(args, "norms_per_block", None),
         isolate=enabled())
     checked: list = []  # jax's version, read while the child works (its metadata is slow to read)
-    study = Study(options, stage=progress.stage, meanwhile=lambda: _meanwhile(checked), check=require_jax)
+    asked = render(options) if render is not None and options.isolate else None
+    # (the views are imported meanwhile unless the child is asked to render: then they are rarely needed here)
+    study = Study(options, stage=progress.stage, meanwhile=lambda: _meanwhile(checked, views=not asked),
+                  check=require_jax)
+    whole = None
     if not options.isolate:  # MHLO_COST_ISOLATE=0: parsed and walked here, the version checked first
         analysis = study.analysis
     else:  # parsed and walked once, in the child: this process imports no jaxlib
         try:
-            analysis = study.analysis
+            whole = study.answer(asked) if asked else None
+            analysis = study.analysis if whole is None else None
         except Exception:
             _jax_ok(checked)  # a jaxlib too old (or none) says so first
             raise
         _jax_ok(checked)
+    if whole is not None:
+        import json
+
+        return study, json.loads(whole)
     _say_warnings(analysis, args)
-    return study
+    return study, None
 
 
 def _say_warnings(analysis, args) -> None:
@@ -122,7 +139,7 @@ def _say_warnings(analysis, args) -> None:
         say(args, f"warning: {unknown} op(s) no rule knows, counted as unknown: {names}")
 
 
-def _meanwhile(checked: list) -> None:
+def _meanwhile(checked: list, views: bool = True) -> None:
     """While the reader's child parses and walks: the version check of jax and jaxlib (its error kept in
     ``checked``), and the imports of the views."""
     try:
@@ -130,7 +147,8 @@ def _meanwhile(checked: list) -> None:
         checked.append(None)
     except UserError as e:
         checked.append(e)
-    _import_the_views()
+    if views:
+        _import_the_views()
 
 
 def _jax_ok(checked: list) -> None:
