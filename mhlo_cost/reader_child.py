@@ -7,7 +7,8 @@ and the bytes; each answer on stdout as 8 bytes of length (big-endian) and the a
 ``E`` and a UTF-8 message, ``M`` and a message (out of memory: restart the child), or the walk's answer.
 
 Run as a file (``argv[1]``: the folder that holds the package, so the caller's own copy is the one imported;
-``walk`` after it: import the walk at once). At the top of the house: it imports the reader and the walk.
+``walk`` after it: import the walk at once). At the top of the house: it imports the reader, the walk and the
+renderer of a whole answer (:mod:`mhlo_cost.child_render`), which it hands to the walk.
 """
 from __future__ import annotations
 
@@ -32,10 +33,17 @@ def answer(kind: str, data: bytes, name: str, walk: str | None) -> bytes:
     from mhlo_cost.worker import answer as walk_answer
 
     try:
-        code, payload = walk_answer(module, name, walk)
+        code, payload = walk_answer(module, name, walk, _render_whole)
     except MemoryError:
         return b"M" + f"{name}: the walk ran out of memory on this input: too large or hostile".encode()
     return code + payload
+
+
+def _render_whole(analysis, spec: str):
+    """:func:`mhlo_cost.child_render.render_whole`, imported only when a request asks for a whole answer."""
+    from mhlo_cost.child_render import render_whole
+
+    return render_whole(analysis, spec)
 
 
 def serve(walk: bool = False) -> None:

@@ -88,8 +88,10 @@ def _decode(payload: bytes):
 # -- the child's side ----------------------------------------------------------------------------------------
 
 
-def answer(module, name: str, options_json: str) -> tuple[bytes, bytes]:
-    """(code, payload) for the parsed ``module``: ``P`` and the encoded analysis, ``K`` and the module as
+def answer(module, name: str, options_json: str, render=None) -> tuple[bytes, bytes]:
+    """(code, payload) for the parsed ``module``: ``R`` and the whole answer ``render(analysis, spec)`` made
+    (where ``WalkOptions.render`` asks for one and it could: the reader's child passes
+    :func:`mhlo_cost.child_render.render_whole`), ``P`` and the encoded analysis, ``K`` and the module as
     bytecode (where the walk's record is too large to send: :func:`mhlo_cost.wire.worth_sending`), ``A`` and
     an :class:`AnalysisError`'s line, or ``X`` and an unexpected exception's (a bug: the caller says so)."""
     import gc
@@ -103,10 +105,8 @@ def answer(module, name: str, options_json: str) -> tuple[bytes, bytes]:
     loaded = Loaded(module, module.context, name, "text")
     try:
         analysis = walk_loaded(loaded, options)
-        if options.render is not None:
-            from .child_render import render_whole
-
-            whole = render_whole(analysis, options.render)
+        if options.render is not None and render is not None:
+            whole = render(analysis, options.render)
             if whole is not None:
                 return b"R", whole
         if not worth_sending(analysis):  # the caller walks the module itself, from MLIR's own bytecode
