@@ -8,20 +8,10 @@ from __future__ import annotations
 from jaxlib.mlir import ir
 
 from .recorder import Recorder
+from .trips import comparison_direction
 
 #: The ops whose facts are recorded (the row's op name ends with one of these).
 _WATCHED = (".compare", ".iota", ".broadcast_in_dim", ".constant")
-
-
-def _direction(attr) -> str | None:
-    from jaxlib.mlir.dialects import mhlo, stablehlo
-
-    for cls in (stablehlo.ComparisonDirectionAttr, mhlo.ComparisonDirectionAttr):
-        try:
-            return cls(attr).value
-        except (ValueError, TypeError):
-            continue
-    return None
 
 
 def _ints(attr) -> tuple | None:
@@ -48,7 +38,7 @@ def fact_of(op, name: str):
     ``("dims", (0, 1))``, ``("int", 512)``."""
     attrs = op.attributes
     if name == "compare" and "comparison_direction" in attrs:
-        d = _direction(attrs["comparison_direction"])
+        d = comparison_direction(attrs["comparison_direction"])
         return None if d is None else ("compare", d)
     if name == "iota" and "iota_dimension" in attrs:
         return ("iota", ir.IntegerAttr(attrs["iota_dimension"]).value)

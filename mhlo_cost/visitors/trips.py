@@ -46,7 +46,11 @@ def _through_converts(v: ir.Value) -> ir.Value:
 def _comparison(op: ir.Operation) -> str | None:
     if "comparison_direction" not in op.attributes:
         return None
-    attr = op.attributes["comparison_direction"]
+    return comparison_direction(op.attributes["comparison_direction"])
+
+
+def comparison_direction(attr) -> str | None:
+    """``LT``, ``GE``, ... of a StableHLO or MHLO comparison direction attribute; None for anything else."""
     from jaxlib.mlir.dialects import mhlo, stablehlo
 
     for cls in (stablehlo.ComparisonDirectionAttr, mhlo.ComparisonDirectionAttr):
