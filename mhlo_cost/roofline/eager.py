@@ -191,7 +191,8 @@ def eager_path(rows, producers, role, k) -> str:
         return "stream"
     if any(_copying_reshape(rows, producers, role, i) for i in k.members):
         return "generic"
-    views = {_input_view(rows, producers, role, set(k.members), i, p) for i in k.members for p in producers[i]}
+    members = set(k.members)
+    views = {_input_view(rows, producers, role, members, i, p) for i in k.members for p in producers[i]}
     if any(_strided_view(rows[i]) and short_name(rows[i].op) != "transpose" for i in k.members):
         views.add("broadcast")
     if "broadcast" in views or ("permuted" in views and "plain" in views):
