@@ -32,7 +32,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .stdit3_torch_layers import F32, Attention, Mlp, apply_rope, rope_tables, t2i_modulate
+from .stdit3_torch_layers import F32, Attention, Mlp, MultiHeadCrossAttention, apply_rope, rope_tables, t2i_modulate
 
 
 def layer_norm(x, eps: float = 1e-6):
@@ -68,16 +68,9 @@ class DeployedAttention(Attention):
         return self.proj(o.transpose(1, 2).reshape(b, n, c))
 
 
-class DeployedCrossAttention(nn.Module):
-    """OpenSora's ``MultiHeadCrossAttention`` as xformers runs it: each sample's queries against its own caption."""
-
-    def __init__(self, dim: int, num_heads: int):
-        super().__init__()
-        self.num_heads = num_heads
-        self.head_dim = dim // num_heads
-        self.q_linear = nn.Linear(dim, dim)
-        self.kv_linear = nn.Linear(dim, 2 * dim)
-        self.proj = nn.Linear(dim, dim)
+class DeployedCrossAttention(MultiHeadCrossAttention):
+    """OpenSora's ``MultiHeadCrossAttention`` as xformers runs it: each sample's queries against its own caption
+    (the counting module's weights, its forward as deployed)."""
 
     def forward(self, x, cond):
         b, n, c = x.shape
