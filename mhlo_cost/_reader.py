@@ -6,7 +6,7 @@ jaxlib's bytecode reader trusts its input: one flipped byte can make it abort or
 input is parsed in a child with bounded memory and time, which hands back either MLIR bytecode written by
 MLIR itself (which the parent then parses, fast and safely), the walk's analysis, or one error line.
 
-This file imports only jaxlib and the standard library, and nothing of the package: the child starts in a
+This file imports only jaxlib, the standard library and :mod:`mhlo_cost.mlir_dialects` (jaxlib's): the child starts in a
 fraction of a second, and the package's walk sits above it, not beside it.
 """
 from __future__ import annotations
@@ -16,7 +16,8 @@ import re
 
 from jaxlib.mlir import ir
 from jaxlib.mlir._mlir_libs import _jax_mlir_ext
-from jaxlib.mlir.dialects import chlo, mhlo, sdy, stablehlo
+
+from .mlir_dialects import chlo, mhlo, sdy, stablehlo
 
 
 def make_context(handler: bool = True) -> ir.Context:

@@ -18,8 +18,8 @@
 from __future__ import annotations
 
 from jaxlib.mlir import ir
-from jaxlib.mlir.dialects import chlo
 
+from ..mlir_dialects import chlo
 from .costvalue import Cost, Counted
 from .optable import OpContext, RuleTable
 from .ruleset import RuleSet

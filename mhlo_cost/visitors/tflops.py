@@ -18,8 +18,8 @@ from __future__ import annotations
 from collections import ChainMap
 
 from jaxlib.mlir import ir
-from jaxlib.mlir.dialects import mhlo, stablehlo
 
+from ..mlir_dialects import mhlo, stablehlo
 from ..types import isa
 from .costvalue import Cost
 from .optable import OpContext, RuleTable

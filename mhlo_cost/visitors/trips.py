@@ -51,7 +51,7 @@ def _comparison(op: ir.Operation) -> str | None:
 
 def comparison_direction(attr) -> str | None:
     """``LT``, ``GE``, ... of a StableHLO or MHLO comparison direction attribute; None for anything else."""
-    from jaxlib.mlir.dialects import mhlo, stablehlo
+    from ..mlir_dialects import mhlo, stablehlo
 
     for cls in (stablehlo.ComparisonDirectionAttr, mhlo.ComparisonDirectionAttr):
         try:
