@@ -161,3 +161,25 @@ def test_headings_are_additive_in_the_pairs_renderer():
     assert "section" not in json.loads(render_pairs(plain, "json", "raw", meta={}, title="t"))["rows"][0]
     text = render_pairs(parted, "table", "raw", meta={}, title="t").splitlines()
     assert text[-4:] == ["counts", "  ops         3", "model", "  params     10"]
+
+
+def test_a_step_view_of_figures_made_by_hand():
+    """No lowering: Figures written here; a cache of sliding windows only (no largest context), no blocks."""
+    from mhlo_cost.inference.serve import Figures
+    from mhlo_cost.inference.views import step_view
+    from mhlo_cost.views.render import render
+
+    f = Figures(step="decode", batch=4, context=4096, tokens=1, hardware="h100-sxm", tp=1, kv_cache_bytes=3 * 2**20,
+                kv_cache_layer_bytes=[2**20, 2**19, 2**20, 2**19], weight_bytes=10**9, activation_bytes=2**10,
+                memory_bytes=10**9 + 3 * 2**20 + 2**10, capacity_bytes=80 * 10**9, fits=True, flops=4 * 10**9,
+                bytes_moved=10**9, step_time_s=0.002, comm_time_s=0.0, tokens_per_s=2000.0, intensity=4.0,
+                ridge=295.0, bound="memory", max_batch=100, max_context=None, launch="cuda-graphs")
+    table = step_view(f, "by hand")
+    d = json.loads(render(table, "json"))
+    assert d["summary"]["max_context"] == "unbounded" and d["summary"]["kv_cache_bytes"] == 3 * 2**20
+    assert d["headline"] == ("decode: 2 ms per output token, 2,000.0 tokens/s (500.0 per sequence) on h100-sxm, "
+                             "one CUDA graph | KV cache 3.15 MB | memory 1.00 GB per device of 80.00 GB: fits | "
+                             "memory-bound")
+    text = render(table, "table")
+    assert "  kv_cache_layer_bytes       2 x 1,048,576; 2 x 524,288" in text and "blocks" not in text
+    assert render(table, "csv") == render(step_view(f, "by hand"), "csv")
