@@ -13,7 +13,7 @@ GPT = ["--model", "gpt", "--set", "layers=2", "--set", "hidden=64", "--set", "he
 def test_serve_json_gives_the_exact_cache(capsys, tmp_path):
     assert main(["serve", *GPT, "--decode", "--batch", "2", "--context", "32", "--format", "json",
                  "--cache-dir", str(tmp_path), "-q"]) == 0
-    d = json.loads(capsys.readouterr().out)
+    d = json.loads(capsys.readouterr().out)["summary"]
     assert d["kv_cache_bytes"] == 2 * 2 * 4 * 16 * 32 * 2 * 2
     assert d["kv_cache_layer_bytes"] == [d["kv_cache_bytes"] // 2] * 2
     assert d["tokens_per_s"] == pytest.approx(2 / d["step_time_s"])

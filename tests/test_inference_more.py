@@ -106,8 +106,9 @@ def test_decode_kernels_move_weights_and_cache_once(llama_decode):
 
 @pytestmark_hf
 def test_cuda_graphs_remove_one_host_launch_per_kernel(llama_decode):
-    from mhlo_cost.inference.render import text
     from mhlo_cost.inference.serve import figures, launched
+    from mhlo_cost.inference.views import step_view
+    from mhlo_cost.views.render import render
 
     step, a = llama_decode
     stream = figures(step, H100, analysis=a, blocks=False)
@@ -116,7 +117,7 @@ def test_cuda_graphs_remove_one_host_launch_per_kernel(llama_decode):
     assert graphs.step_time_s == pytest.approx(stream.step_time_s - kernels * H100.kernel_overhead, rel=1e-9)
     assert graphs.bytes_moved == stream.bytes_moved and graphs.launch == "cuda-graphs"
     assert launched(H100, "stream") is H100 and launched(H100, "cuda-graphs").kernel_overhead == 0.0
-    assert "CUDA graph" in text(graphs) and "CUDA graph" not in text(stream)
+    assert "cuda-graphs" in render(step_view(graphs), "table") and "cuda-graphs" not in render(step_view(stream), "table")
     with pytest.raises(ValueError, match="unknown launch"):
         launched(H100, "eager")
 

@@ -62,7 +62,7 @@ def register(sub) -> None:
     o = p.add_argument_group("output")
     o.add_argument("--hardware", default="h100", metavar="NAME", help="chip profile (default h100)")
     o.add_argument("--hardware-file", metavar="FILE", help="TOML file of your own profiles")
-    o.add_argument("--format", choices=("table", "json", "csv"), default="table")
+    o.add_argument("--format", choices=("table", "json", "csv", "markdown"), default="table")
     o.add_argument("-o", "--output", metavar="OUT", help="write to a file instead of stdout")
     o.add_argument("--force", action="store_true", help="replace OUT even if mhlo-cost did not write it")
     o.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")

@@ -7,6 +7,7 @@ they cost on a chip (time to first token, time per output token, tokens/s, the c
 - :mod:`.steps`: :class:`StepRequest` and :func:`lower_step`, one door for both.
 - :mod:`.serve`: the figures of a lowered step on a hardware profile (the roofline of :mod:`mhlo_cost.roofline`).
 - :mod:`.grid`: batch x context (x tensor-parallel degree) sweeps, lowerings and results cached on disk.
+- :mod:`.views`: `serve`'s answer as a view (a step's pairs in sections, a sweep's frame) for the shared renderers.
 """
 from .cache import CacheLayout, LayerCache
 from .steps import MODES, Step, StepRequest, lower_step

@@ -1,6 +1,6 @@
-"""``mhlo-cost serve`` as a study: from :class:`ServeOptions` to the figures of one step, or of a sweep, and the
-text of each format. The command maps its arguments onto the options; every step is lowered once (on disk
-with a cache), estimated as a :class:`~mhlo_cost.study.Study` (:func:`~.serve.step_study`) and written here."""
+"""``mhlo-cost serve`` as a study: from :class:`ServeOptions` to the figures of one step, or of a sweep, as a
+view (:mod:`.views`) that the shared renderers write. The command maps its arguments onto the options; every step
+is lowered once (on disk with a cache) and estimated as a :class:`~mhlo_cost.study.Study` (:func:`~.serve.step_study`)."""
 from __future__ import annotations
 
 import os
@@ -85,20 +85,21 @@ class ServeStudy:
         """What the options ask for: the sweep's points, or the one point's figures."""
         return self.points if self.options.sweeping else self.figures
 
-    def render(self, fmt: str) -> str:
-        """The sweep's table, or the one point's report, in ``fmt`` (table, json, csv)."""
-        from . import grid, render
+    def view(self):
+        """The answer as a :class:`~mhlo_cost.views.table.Table`: the sweep's points (a frame), or the one
+        point's figures (pairs in sections; :mod:`.views`)."""
+        from .views import step_view, sweep_view
 
         req = self.options.request
         if self.options.sweeping:
-            return sweep_text(grid.table(self.points), fmt, f"{req.mode} of {req.describe().split(':')[0]} on "
-                              f"{self.hardware.name}")
-        fig = self.figures
-        if fmt == "json":
-            return render.as_json(fig, req.describe(), self.step.layout)
-        if fmt == "csv":
-            return grid.table([fig]).to_csv(index=False)
-        return render.text(fig, req.describe(), self.step.layout)
+            return sweep_view(self.points, f"{req.mode} of {req.describe().split(':')[0]} on {self.hardware.name}")
+        return step_view(self.figures, req.describe(), self.step.layout)
+
+    def render(self, fmt: str) -> str:
+        """The view in ``fmt`` (table, csv, json, markdown), by the shared renderers (:mod:`mhlo_cost.views.render`)."""
+        from ..views.render import render
+
+        return render(self.view(), fmt, "raw", wide=True)
 
     def plot(self, path: str) -> None:
         """tokens/s and memory against batch for the sweep (:func:`~.grid.plot`)."""
@@ -106,16 +107,3 @@ class ServeStudy:
 
         req = self.options.request
         plot(self.points, path, f"{req.describe().split(':')[0]} {req.mode} on {self.hardware.name}")
-
-
-def sweep_text(df, fmt: str, title: str) -> str:
-    """A sweep's table (:func:`~.grid.table`) in ``fmt``; the text rounded, under ``title``."""
-    if fmt == "csv":
-        return df.to_csv(index=False)
-    if fmt == "json":
-        return df.to_json(orient="records", indent=2) + "\n"
-    shown = df.copy()
-    shown["step_time_ms"] = shown["step_time_ms"].map(lambda v: f"{v:.3f}")
-    shown["tokens_per_s"] = shown["tokens_per_s"].map(lambda v: f"{v:,.1f}")
-    shown["intensity"] = shown["intensity"].map(lambda v: f"{v:.2f}")
-    return f"{title}\n" + shown.to_string(index=False) + "\n"
