@@ -4,9 +4,11 @@
 A rule is a function of one :class:`OpContext` (the op's name, operand and result types, attributes, the analysis
 options, and where it asks for them its regions' summaries) that returns a
 :class:`~mhlo_cost.visitors.costvalue.Cost`, or a :class:`~mhlo_cost.visitors.costvalue.Counted` where the row
-says more (another kind, a target, a collective). It reads nothing else and changes nothing: the walk
-(:meth:`mhlo_cost.visitors.base.IRVisitor.count`) reads the types, calls it, and makes the row from the identity
-it owns (op, location, scope, values).
+says more (another kind, a target, a collective, a warning). What it reads of the module (partitions, replicas,
+Shardy meshes) is the walk's :class:`ModuleFacts`, read once per module (``ctx.module``), and what it reads of
+other ops (a Shardy operand's sharding) its ``extra`` gives, in ``ctx.attrs``. It reads nothing else and changes
+nothing: the walk (:meth:`mhlo_cost.visitors.base.IRVisitor.count`) reads the types, calls it, and makes the row
+from the identity it owns (op, location, scope, values).
 
 A rule set's rules are one :class:`RuleTable` (``MATRIX = RuleTable("matrix")``, filled with
 ``@MATRIX.rule("dot_general", kind="dot")``), declared by the rule set (``table = MATRIX``) and registered with
