@@ -36,6 +36,7 @@ from jaxlib.mlir import ir
 
 from ..types import TensorInfo, TypeCache
 from .callgraph import CallGraph
+from .comm import module_facts
 from .entry import choose_entry
 from .locations import LocationCache, LocationInfo
 from .row import EMPTY_ENTRY, METRICS, AnalysisError, Row, short_name  # noqa: F401 (imported from here too)
@@ -81,6 +82,7 @@ class IRVisitor(DialectRules, RowMaker):
         self.recorders = tuple(recorders)
         self._row_hooks = tuple(r.emitted for r in self.recorders if r.wants_rows)
         self.options = options or AnalysisOptions()
+        self.module_facts = module_facts(module)  # what rules read of the module (OpContext.module)
         self.rule_sets = tuple(cls(self, options) for cls in rules)
         fallback = [rs.generic_rule for rs in self.rule_sets if hasattr(rs, "generic_rule")]
         self._fallback = fallback[0] if fallback else self.walk_regions
@@ -190,6 +192,7 @@ class IRVisitor(DialectRules, RowMaker):
                 return found
             rule = rs.table.get(op_name)
             if rule is not None:
+                named = named and rule.extra is None  # count puts a rule's extra in front of the attributes
                 return partial(self.count_named, rule, op_name) if named else partial(self.count, rule)
         return getattr(self, method, None) or self.generic_visit
 
@@ -290,6 +293,20 @@ class IRVisitor(DialectRules, RowMaker):
             self._after_op.append(Row(op=op.name, kind="branch_max", loc=loc, scope=loc.scope, result=(), cost=extra,
                                       multiplicity=0, func=self._func_name, values=((), ()),
                                       note=f"per-metric maximum over {n} branches, above branch {best}"))
+
+    # Async pairs: the start op names the computation (a function) that holds the collective; its rows are
+    # replayed there, as a call's; update and done add nothing.
+    def visit_async_start(self, op: ir.Operation) -> None:
+        if "called_computation" in op.attributes:
+            callee = ir.FlatSymbolRefAttr(op.attributes["called_computation"]).value
+            self.replay(self._function_rows(callee), 1, self.loc(op).scope)
+        else:
+            self.generic_visit(op)
+
+    def visit_async_update(self, op: ir.Operation) -> None:
+        pass
+
+    visit_async_done = visit_async_update
 
     def visit_case(self, op: ir.Operation) -> None:
         self._visit_branches(op, list(op.regions))

@@ -1,4 +1,4 @@
-"""Collectives: ``CommIRVisitor``.
+"""Collectives: the rules of :data:`COMM`, and ``CommIRVisitor``, the rule set that holds them.
 
 Volume per device follows the ring algorithm and nccl-tests' bus-bandwidth convention, with S the size
 in bytes of the full (unsharded) buffer in its own element type and n the group size:
@@ -30,13 +30,24 @@ partition: without a channel the groups name replicas (one copy per partition); 
 ``use_global_device_ids`` they are device ids; with a channel on all_to_all and collective_permute they
 name partitions (one copy per replica); with a channel and no global ids on the others they name
 replicas, each spanning every partition.
+
+Every rule is a pure function of its :class:`~mhlo_cost.visitors.optable.OpContext`: the module's partitions,
+replicas and Shardy meshes reach it as ``ctx.module`` (:func:`module_facts`, read once per module by the walk),
+and what its row says beyond a cost (the comm kind, group size, groups, steps, device groups, a
+:data:`GROUP_SIZE_MISMATCH` warning) travels in the :class:`~mhlo_cost.visitors.costvalue.Counted` it returns.
+The async start / update / done ops replay a callee's rows: that is the walk's
+(:meth:`mhlo_cost.visitors.base.IRVisitor.visit_async_start`).
 """
 from __future__ import annotations
 
+from types import MappingProxyType
+
 from jaxlib.mlir import ir
+from jaxlib.mlir.dialects import sdy
 
 from ..types import isa
-from .costvalue import Cost
+from .costvalue import Cost, Counted
+from .optable import ModuleFacts, OpContext, RuleTable
 from .row import short_name
 from .ruleset import RuleSet
 from .tflops import int_attr
@@ -47,12 +58,12 @@ from .vector import body_flops
 GROUP_SIZE_MISMATCH = "collective group size"
 
 
-def _dim_ratio(op: ir.Operation, attr: str, gathers: bool) -> int | None:
+def _dim_ratio(ctx: OpContext, attr: str, gathers: bool) -> int | None:
     """result / operand (gathers) or operand / result size of the dimension ``attr`` names, where whole."""
     try:
-        dim = ir.IntegerAttr(op.attributes[attr]).value
-        a = ir.ShapedType(op.operands[0].type).shape[dim]
-        b = ir.ShapedType(op.results[0].type).shape[dim]
+        dim = ir.IntegerAttr(ctx.attrs[attr]).value
+        a = ctx.operands[0].shape[dim]
+        b = ctx.results[0].shape[dim]
     except (KeyError, ValueError, TypeError, IndexError):
         return None
     big, small = (b, a) if gathers else (a, b)
@@ -74,6 +85,7 @@ def ring_volume(kind: str, full_bytes: int, n: int) -> tuple[int, int]:
     raise ValueError(f"no ring volume rule for {kind}")
 
 
+# -- the module's facts, read once per module ---------------------------------------------------------------------
 def _module_int(module: ir.Module, name: str, default: int = 1) -> int:
     attrs = module.operation.attributes
     if name in attrs:
@@ -82,6 +94,23 @@ def _module_int(module: ir.Module, name: str, default: int = 1) -> int:
         except (ValueError, TypeError):
             return default
     return default
+
+
+def mesh_axes(mesh) -> MappingProxyType:
+    """{axis name: size} of a Shardy mesh attribute (``sdy.MeshAttr``), read-only."""
+    return MappingProxyType({sdy.MeshAxisAttr(a).name: sdy.MeshAxisAttr(a).size for a in mesh.axes})
+
+
+def module_facts(module: ir.Module) -> ModuleFacts:
+    """What the rules read of ``module``: ``mhlo.num_partitions``, ``mhlo.num_replicas`` and its ``sdy.mesh``
+    declarations by name."""
+    meshes = {}
+    for op in module.body.operations:
+        op = op.operation
+        if op.name == "sdy.mesh":
+            meshes[ir.StringAttr(op.attributes["sym_name"]).value] = mesh_axes(sdy.MeshAttr(op.attributes["mesh"]))
+    return ModuleFacts(_module_int(module, "mhlo.num_partitions"), _module_int(module, "mhlo.num_replicas"),
+                       MappingProxyType(meshes))
 
 
 def _components(pairs: list[tuple[int, int]]) -> tuple[int, int]:
@@ -121,11 +150,11 @@ def device_groups(ids: list[list[int]], mode: str, replicas: int, partitions: in
     return tuple(tuple(r * P + p for r in g) for p in p_all for g in ids)
 
 
-def _dense_ids(op: ir.Operation, name: str) -> list[list[int]]:
-    """A dense 2-D integer attribute as lists of its rows (empty where absent or empty)."""
-    if name not in op.attributes:
+def _dense_ids(attrs, name: str) -> list[list[int]]:
+    """A dense 2-D integer attribute of ``attrs`` as lists of its rows (empty where absent or empty)."""
+    if name not in attrs:
         return []
-    attr = op.attributes[name]
+    attr = attrs[name]
     if not isa(attr, ir.DenseIntElementsAttr):
         return []
     shape = ir.ShapedType(ir.DenseElementsAttr(attr).type).shape
@@ -135,128 +164,138 @@ def _dense_ids(op: ir.Operation, name: str) -> list[list[int]]:
     return [flat[i:i + shape[1]] for i in range(0, len(flat), shape[1])]
 
 
+# -- the rules ----------------------------------------------------------------------------------------------------
+COMM = RuleTable("communication")
+
+
+def _has_channel(attrs) -> bool:
+    return "channel_handle" in attrs or "channel_id" in attrs
+
+
+def _groups(ctx: OpContext, attr_name: str = "replica_groups") -> tuple[int, int]:
+    """(group size, number of groups).
+
+    In the StableHLO spec's cross_replica_and_partition mode (a channel, no global device ids; not
+    all_to_all / collective_permute) each group of replicas spans every partition: its size is the
+    group's length x the number of partitions (empty groups: every replica)."""
+    attrs = ctx.attrs
+    has_channel = _has_channel(attrs)
+    global_ids = "use_global_device_ids" in attrs
+    partitions, replicas = ctx.module.num_partitions, ctx.module.num_replicas
+    across = has_channel and not global_ids and short_name(ctx.name) not in ("all_to_all", "collective_permute")
+    if attr_name in attrs:
+        attr = attrs[attr_name]
+        if isa(attr, ir.DenseIntElementsAttr):
+            shape = ir.ShapedType(ir.DenseElementsAttr(attr).type).shape
+            if len(shape) == 2 and shape[0] > 0 and shape[1] > 0:
+                return (shape[1] * partitions if across else shape[1]), shape[0]
+    if global_ids:
+        return partitions * replicas, 1
+    if across:
+        return replicas * partitions, 1
+    if has_channel and partitions > 1:
+        return partitions, replicas
+    return replicas, partitions
+
+
+def _device_groups(ctx: OpContext, ids: list[list[int]]) -> tuple:
+    if not _has_channel(ctx.attrs):
+        mode = "replica"
+    elif "use_global_device_ids" in ctx.attrs:
+        mode = "flattened"
+    elif short_name(ctx.name) in ("all_to_all", "collective_permute"):
+        mode = "partition"
+    else:
+        mode = "replica_and_partition"
+    return device_groups(ids, mode, ctx.module.num_replicas, ctx.module.num_partitions)
+
+
+def _collective(ctx: OpContext, kind: str, n: int, groups: int, full: str = "operands", reduces: bool = False,
+                warning: tuple = ()) -> Counted:
+    """The count of one collective; S is the operands' or the results' bytes, as ``full`` says."""
+    if kind == "collective_permute":
+        pairs = [p for p in _dense_ids(ctx.attrs, "source_target_pairs") if p[0] != p[1]]
+        device_ids = _device_groups(ctx, pairs) if pairs else ()
+    else:
+        device_ids = _device_groups(ctx, _dense_ids(ctx.attrs, "replica_groups"))
+    full_bytes = ctx.bytes_read if full == "operands" else ctx.bytes_written
+    volume, steps = ring_volume(kind, full_bytes, n)
+    flops = 0
+    if reduces and n > 1:
+        # Each device combines (n-1)/n of the buffer (the ring's reduce-scatter phase).
+        f = ctx.bodies[0][0] if ctx.bodies else 1
+        elems = sum(t.nelems for t in ctx.operands)
+        flops = -(-(n - 1) * elems // n) * f
+    return Counted(ctx.io + Cost(vector_flops=flops, comm_bytes=volume), comm=(kind, n, groups, steps),
+                   groups=device_ids, warning=warning)
+
+
+def _proven(n: int, proven: int | None) -> tuple[int, tuple]:
+    """The group size the op's shapes prove, where they prove one, and a :data:`GROUP_SIZE_MISMATCH` warning
+    where the module's declarations (replica groups, partitions, replicas) give another."""
+    if proven is None or proven == n:
+        return n, ()
+    return proven, (GROUP_SIZE_MISMATCH, f"the module's declarations give {n} participants, its shapes prove "
+                                         f"{proven}; counted with {proven}")
+
+
+def _reducer(region: ir.Region, functions) -> tuple[int, int]:
+    """(FLOPs, transcendentals) of one application of a reducing collective's body."""
+    return body_flops(region)
+
+
+@COMM.rule("all_reduce", "cross_replica_sum", kind="collective", body=_reducer)
+def all_reduce(ctx: OpContext) -> Counted:
+    n, groups = _groups(ctx)
+    return _collective(ctx, "all_reduce", n, groups, reduces=True)
+
+
+@COMM.rule("all_gather", kind="collective")
+def all_gather(ctx: OpContext) -> Counted:
+    n, groups = _groups(ctx)
+    n, warning = _proven(n, _dim_ratio(ctx, "all_gather_dim", gathers=True))
+    return _collective(ctx, "all_gather", n, groups, full="results", warning=warning)
+
+
+@COMM.rule("reduce_scatter", kind="collective", body=_reducer)
+def reduce_scatter(ctx: OpContext) -> Counted:
+    n, groups = _groups(ctx)
+    n, warning = _proven(n, _dim_ratio(ctx, "scatter_dimension", gathers=False))
+    return _collective(ctx, "reduce_scatter", n, groups, reduces=True, warning=warning)
+
+
+@COMM.rule("all_to_all", kind="collective")
+def all_to_all(ctx: OpContext) -> Counted:
+    n, groups = _groups(ctx)
+    split = int_attr(ctx.attrs, "split_count", 0)
+    n, warning = _proven(n, split if split > 0 else None)
+    return _collective(ctx, "all_to_all", n, groups, warning=warning)
+
+
+@COMM.rule("collective_permute", kind="collective")
+def collective_permute(ctx: OpContext) -> Counted:
+    # Groups are the connected sets of the source->target pairs (a ring over 4 devices: one group of
+    # 4; swaps between 0<->4, 1<->5, ...: four groups of 2).
+    pairs = []
+    if "source_target_pairs" in ctx.attrs:
+        attr = ctx.attrs["source_target_pairs"]
+        if isa(attr, ir.DenseIntElementsAttr):
+            flat = [int(x) for x in ir.DenseIntElementsAttr(attr)]
+            pairs = [(a, b) for a, b in zip(flat[0::2], flat[1::2]) if a != b]  # a self-pair moves nothing
+    if not pairs:
+        return _collective(ctx, "collective_permute", 1, 0)  # ring_volume: n = 1 moves no bytes
+    size, groups = _components(pairs)
+    return _collective(ctx, "collective_permute", size, groups)
+
+
+@COMM.rule("collective_broadcast", kind="collective")
+def collective_broadcast(ctx: OpContext) -> Counted:
+    n, groups = _groups(ctx)
+    return _collective(ctx, "collective_broadcast", n, groups)
+
+
 class CommIRVisitor(RuleSet):
-    """Counts every collective's per-device volume; one row each, kind ``collective``."""
+    """:data:`COMM`: every collective's per-device volume; one row each, kind ``collective``."""
 
     metric = "communication"
-
-    def _groups(self, op: ir.Operation, attr_name: str = "replica_groups") -> tuple[int, int]:
-        """(group size, number of groups).
-
-        In the StableHLO spec's cross_replica_and_partition mode (a channel, no global device ids; not
-        all_to_all / collective_permute) each group of replicas spans every partition: its size is the
-        group's length x the number of partitions (empty groups: every replica)."""
-        has_channel = "channel_handle" in op.attributes or "channel_id" in op.attributes
-        global_ids = "use_global_device_ids" in op.attributes
-        partitions = _module_int(self.module, "mhlo.num_partitions")
-        replicas = _module_int(self.module, "mhlo.num_replicas")
-        across = has_channel and not global_ids and short_name(op.name) not in ("all_to_all", "collective_permute")
-        if attr_name in op.attributes:
-            attr = op.attributes[attr_name]
-            if isa(attr, ir.DenseIntElementsAttr):
-                shape = ir.ShapedType(ir.DenseElementsAttr(attr).type).shape
-                if len(shape) == 2 and shape[0] > 0 and shape[1] > 0:
-                    return (shape[1] * partitions if across else shape[1]), shape[0]
-        if global_ids:
-            return partitions * replicas, 1
-        if across:
-            return replicas * partitions, 1
-        if has_channel and partitions > 1:
-            return partitions, replicas
-        return replicas, partitions
-
-    def _device_groups(self, op: ir.Operation, ids: list[list[int]]) -> tuple:
-        channel = "channel_handle" in op.attributes or "channel_id" in op.attributes
-        if not channel:
-            mode = "replica"
-        elif "use_global_device_ids" in op.attributes:
-            mode = "flattened"
-        elif short_name(op.name) in ("all_to_all", "collective_permute"):
-            mode = "partition"
-        else:
-            mode = "replica_and_partition"
-        return device_groups(ids, mode, _module_int(self.module, "mhlo.num_replicas"),
-                             _module_int(self.module, "mhlo.num_partitions"))
-
-    def _collective(self, op: ir.Operation, kind: str, n: int, groups: int, full: str = "operands",
-                    reduces: bool = False) -> None:
-        """A row for one collective; S is the operands' or the results' bytes, as ``full`` says."""
-        row = self.emit(op, "collective")
-        if kind == "collective_permute":
-            pairs = [p for p in _dense_ids(op, "source_target_pairs") if p[0] != p[1]]
-            row.replica_groups = self._device_groups(op, pairs) if pairs else ()
-        else:
-            row.replica_groups = self._device_groups(op, _dense_ids(op, "replica_groups"))
-        full_bytes = row.bytes_read if full == "operands" else row.bytes_written
-        volume, row.comm_steps = ring_volume(kind, full_bytes, n)
-        row.comm_kind, row.group_size, row.num_groups = kind, n, groups
-        flops = 0
-        if reduces and n > 1:
-            # Each device combines (n-1)/n of the buffer (the ring's reduce-scatter phase).
-            f, _ = body_flops(op.regions[0]) if len(op.regions) else (1, 0)
-            elems = sum(t.nelems for t in row.operands)
-            flops = -(-(n - 1) * elems // n) * f
-        row.cost += Cost(vector_flops=flops, comm_bytes=volume)
-
-    def visit_all_reduce(self, op: ir.Operation) -> None:
-        n, groups = self._groups(op)
-        self._collective(op, "all_reduce", n, groups, reduces=True)
-
-    visit_cross_replica_sum = visit_all_reduce
-
-    def visit_all_gather(self, op: ir.Operation) -> None:
-        n, groups = self._groups(op)
-        n = self._proven(op, n, _dim_ratio(op, "all_gather_dim", gathers=True))
-        self._collective(op, "all_gather", n, groups, full="results")
-
-    def visit_reduce_scatter(self, op: ir.Operation) -> None:
-        n, groups = self._groups(op)
-        n = self._proven(op, n, _dim_ratio(op, "scatter_dimension", gathers=False))
-        self._collective(op, "reduce_scatter", n, groups, reduces=True)
-
-    def visit_all_to_all(self, op: ir.Operation) -> None:
-        n, groups = self._groups(op)
-        split = int_attr(op.attributes, "split_count", 0)
-        self._collective(op, "all_to_all", self._proven(op, n, split if split > 0 else None), groups)
-
-    def _proven(self, op: ir.Operation, n: int, proven: int | None) -> int:
-        """The group size the op's shapes prove, where they prove one; a :data:`GROUP_SIZE_MISMATCH` warning
-        where the module's declarations (replica groups, partitions, replicas) give another."""
-        if proven is None or proven == n:
-            return n
-        self.warnings.append(f"{GROUP_SIZE_MISMATCH}: {op.name} at {self.loc(op).describe()}: the module's "
-                             f"declarations give {n} participants, its shapes prove {proven}; counted with {proven}")
-        return proven
-
-    def visit_collective_permute(self, op: ir.Operation) -> None:
-        # Groups are the connected sets of the source->target pairs (a ring over 4 devices: one group of
-        # 4; swaps between 0<->4, 1<->5, ...: four groups of 2).
-        pairs = []
-        if "source_target_pairs" in op.attributes:
-            attr = op.attributes["source_target_pairs"]
-            if isa(attr, ir.DenseIntElementsAttr):
-                flat = [int(x) for x in ir.DenseIntElementsAttr(attr)]
-                pairs = [(a, b) for a, b in zip(flat[0::2], flat[1::2]) if a != b]  # a self-pair moves nothing
-        size, groups = _components(pairs)
-        if not pairs:
-            self._collective(op, "collective_permute", 1, 0)  # ring_volume: n = 1 moves no bytes
-            return
-        self._collective(op, "collective_permute", size, groups)
-
-    def visit_collective_broadcast(self, op: ir.Operation) -> None:
-        n, groups = self._groups(op)
-        self._collective(op, "collective_broadcast", n, groups)
-
-    # Async pairs: the start op names the computation (a function) that holds the collective.
-    def visit_async_start(self, op: ir.Operation) -> None:
-        if "called_computation" in op.attributes:
-            callee = ir.FlatSymbolRefAttr(op.attributes["called_computation"]).value
-            self.replay(self.walk.function_rows(callee), 1, self.loc(op).scope)
-        else:
-            self.walk.generic_visit(op)
-
-    def visit_async_update(self, op: ir.Operation) -> None:
-        pass
-
-    def visit_async_done(self, op: ir.Operation) -> None:
-        pass
+    table = COMM

@@ -82,9 +82,12 @@ ZERO = Cost()
 class Counted(NamedTuple):
     """A rule's answer where the op's row says more than its cost: a ``kind`` or ``target`` other than the rule's
     own (a reducer body with an op no rule knows: ``unknown``), or a collective (``comm``: its kind, group size,
-    number of groups and ring steps per execution)."""
+    number of groups and ring steps per execution; ``groups``: the device ids of each of its groups), or a
+    ``warning`` the walk gives with the op's name and location."""
 
     cost: Cost
     kind: str = ""  # "": the rule's declared kind
     target: str = ""
     comm: tuple = ()  # (comm_kind, group_size, num_groups, comm_steps) of a collective
+    groups: tuple = ()  # the row's replica_groups: the device ids of each group (collective_permute: its pairs)
+    warning: tuple = ()  # (head, detail): the walk warns "head: <op> at <location>: detail"

@@ -4,9 +4,11 @@
 A rule is a function of one :class:`OpContext` (the op's name, operand and result types, attributes, the analysis
 options, and where it asks for them its regions' summaries) that returns a
 :class:`~mhlo_cost.visitors.costvalue.Cost`, or a :class:`~mhlo_cost.visitors.costvalue.Counted` where the row
-says more (another kind, a target, a collective). It reads nothing else and changes nothing: the walk
-(:meth:`mhlo_cost.visitors.base.IRVisitor.count`) reads the types, calls it, and makes the row from the identity
-it owns (op, location, scope, values).
+says more (another kind, a target, a collective, a warning). What it reads of the module (partitions, replicas,
+Shardy meshes) is the walk's :class:`ModuleFacts`, read once per module (``ctx.module``), and what it reads of
+other ops (a Shardy operand's sharding) its ``extra`` gives, in ``ctx.attrs``. It reads nothing else and changes
+nothing: the walk (:meth:`mhlo_cost.visitors.base.IRVisitor.count`) reads the types, calls it, and makes the row
+from the identity it owns (op, location, scope, values).
 
 A rule set's rules are one :class:`RuleTable` (``MATRIX = RuleTable("matrix")``, filled with
 ``@MATRIX.rule("dot_general", kind="dot")``), declared by the rule set (``table = MATRIX``) and registered with
@@ -16,7 +18,8 @@ Standard library only (the attributes it holds are the bindings' objects, read b
 """
 from __future__ import annotations
 
-from typing import Callable, NamedTuple
+from types import MappingProxyType
+from typing import Callable, Mapping, NamedTuple
 
 from .costvalue import Cost
 
@@ -26,6 +29,14 @@ SHARED_DIALECTS = ("stablehlo", "mhlo", "chlo")
 #: How the walk reads an op's operand types for a rule: all of them; none (``constant``: the op has no
 #: operands); or as its result's type (StableHLO's SameOperandsAndResultType ops: read once, not per operand).
 READS = ("operands", "none", "same_type")
+
+
+class ModuleFacts(NamedTuple):
+    """What a rule may read of the module an op is in: read once per module by the walk, frozen."""
+
+    num_partitions: int = 1  # mhlo.num_partitions (1 where absent or not an integer)
+    num_replicas: int = 1  # mhlo.num_replicas
+    meshes: Mapping = MappingProxyType({})  # Shardy mesh name -> {axis name: size} (read-only)
 
 
 class OpContext(NamedTuple):
@@ -39,6 +50,7 @@ class OpContext(NamedTuple):
     bytes_read: int  # bytes of the operands
     bytes_written: int  # bytes of the results
     bodies: tuple = ()  # per region, where the rule asks for them: what its OpRule.body says of it
+    module: ModuleFacts = ModuleFacts()  # the module's facts (partitions, replicas, meshes): the collectives read them
 
     @property
     def io(self) -> Cost:
@@ -66,6 +78,9 @@ class OpRule(NamedTuple):
     weights: bool = False  # record which operands are function arguments (the matrix rules)
     reads: str = "operands"  # one of READS
     body: Callable | None = None  # (region, functions) -> a summary, for OpContext.bodies
+    # op -> a mapping of what the rule reads of other ops (a Shardy operand's sharding), which the walk puts in
+    # front of the op's own attributes in OpContext.attrs
+    extra: Callable | None = None
 
     def __call__(self, ctx: OpContext):
         return self.fn(ctx)
@@ -83,11 +98,11 @@ class RuleTable(dict):
         super().__init__()
         self.metric = metric
 
-    def rule(self, *names: str, kind: str, weights: bool = False, reads: str = "operands", body=None):
+    def rule(self, *names: str, kind: str, weights: bool = False, reads: str = "operands", body=None, extra=None):
         """Decorator: the function is the rule of ops ``names`` (bare names: every shared dialect)."""
         def declare(fn):
             for name in names:
-                self.add(qualified(name), OpRule(fn, kind, weights, reads, body))
+                self.add(qualified(name), OpRule(fn, kind, weights, reads, body, extra))
             return fn
         return declare
 

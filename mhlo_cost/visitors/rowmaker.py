@@ -8,6 +8,8 @@ function being walked, its output list and recorders' row hooks (all set by ``IR
 """
 from __future__ import annotations
 
+from collections import ChainMap
+
 from jaxlib.mlir import ir
 
 from .costvalue import Cost
@@ -25,7 +27,10 @@ class RowMaker:
     def count(self, rule: OpRule, op: ir.Operation, attrs=None) -> Row:
         """The row of ``op`` counted by the pure ``rule`` (:mod:`mhlo_cost.visitors.optable`): the walk reads the
         types the rule asks for, gives it an :class:`OpContext` (``attrs``: the op's own attributes unless
-        given), and makes the row from the cost it returns and the identity the walk owns."""
+        given; with the rule's ``extra`` in front of them), and makes the row from the cost it returns and the
+        identity the walk owns."""
+        if attrs is None and rule.extra is not None:
+            attrs = ChainMap(rule.extra(op), op.attributes)
         return self.count_named(rule, op.name, op, attrs)
 
     def count_named(self, rule: OpRule, name: str, op: ir.Operation, attrs=None) -> Row:
@@ -34,14 +39,20 @@ class RowMaker:
         facts = self._facts(op, rule.reads, rule.weights)
         bodies = tuple(rule.body(r, self.functions) for r in op.regions) if rule.body is not None else ()
         ctx = OpContext(name, facts[3], facts[0], op.attributes if attrs is None else attrs, self.options,
-                        facts[4], facts[1], bodies)
+                        facts[4], facts[1], bodies, self.module_facts)
         try:
             out = rule.fn(ctx)
         except (ValueError, IndexError, ZeroDivisionError) as e:  # a window too large to count, odd attributes
             raise AnalysisError(f"{name} at {self.loc(op).describe()}: {e}") from None
         if type(out) is Cost:
             return self._row(op, rule.kind, out, facts, name=name)
-        return self._row(op, out.kind or rule.kind, out.cost, facts, out.target, out.comm, name)
+        if out.warning:
+            head, detail = out.warning
+            self.warnings.append(f"{head}: {name} at {self.loc(op).describe()}: {detail}")
+        row = self._row(op, out.kind or rule.kind, out.cost, facts, out.target, out.comm, name)
+        if out.groups:
+            row.replica_groups = out.groups
+        return row
 
     def emit(self, op: ir.Operation, kind: str, target: str = "", weights: bool = False) -> Row:
         """Append a row for ``op`` (a rule set's method: it sets what the row says beyond its bytes); bytes read

@@ -1,4 +1,4 @@
-"""Shardy's explicit collectives: ``ShardyRules``.
+"""Shardy's explicit collectives: the rules of :data:`SHARDY`, and ``ShardyRules``, the rule set that holds them.
 
 Shardy IR has global shapes; a value's sharding (``out_sharding`` / ``sharding`` of the op that makes it,
 ``sdy.sharding`` of an op or a function argument; none: replicated) says over which mesh axes (``sdy.mesh``)
@@ -22,164 +22,198 @@ added (a local slice, free); axes removed, others kept in place (an all_gather o
 buffer before any slicing); axes only moving between dimensions (an all_to_all over them); axes only
 reordered (a collective_permute). Anything else, or a sharding whose mesh is not found, is an ``unknown``
 row, never a zero. These rows' bytes read and written are per device, like their volume.
+
+Every rule is a pure function of its :class:`~mhlo_cost.visitors.optable.OpContext`: the meshes are the module's
+facts (``ctx.module.meshes``), and the sharding of the operand, which the op that makes it declares, is read by
+the rule's ``extra`` (:func:`operand_sharding`) and given to the rule in ``ctx.attrs`` under :data:`OPERAND`.
 """
 from __future__ import annotations
 
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import sdy
 
-from .costvalue import Cost
+from .comm import mesh_axes, ring_volume
+from .costvalue import Cost, Counted
+from .optable import OpContext, RuleTable
 from .ruleset import RuleSet
-from .comm import ring_volume
+
+#: The key of the operand's sharding (an ``sdy`` sharding attribute, or None: replicated) in ``ctx.attrs``.
+OPERAND = "sdy.operand_sharding"
+
+
+# -- shardings ---------------------------------------------------------------------------------------------------
+def _mesh(ctx: OpContext, ref):
+    """{axis: size} of the mesh a sharding names (``@mesh``: the module's) or holds; None where not found."""
+    try:
+        return ctx.module.meshes.get(ir.FlatSymbolRefAttr(ref).value)
+    except (ValueError, TypeError):
+        try:
+            return mesh_axes(sdy.MeshAttr(ref))
+        except (ValueError, TypeError):
+            return None
+
+
+def _dims(ctx: OpContext, attr, rank: int):
+    """(per-dimension lists of (axis key, size), mesh size) of a sharding attribute; None where unreadable.
+    A value without a sharding is replicated."""
+    if attr is None:
+        return [[] for _ in range(rank)], None
+    t = sdy.TensorShardingAttr(attr)
+    mesh = _mesh(ctx, t.mesh_or_ref)
+    if mesh is None:
+        return None
+    dims = []
+    for d in t.dimension_shardings:
+        refs = []
+        for a in sdy.DimensionShardingAttr(d).axes:
+            a = sdy.AxisRefAttr(a)
+            if a.name not in mesh:
+                return None
+            sub = a.sub_axis_info
+            if sub is None:
+                refs.append((a.name, mesh[a.name]))
+            else:
+                sub = sdy.SubAxisInfoAttr(sub)
+                refs.append((f"{a.name}:({sub.pre_size}){sub.size}", sub.size))
+        dims.append(refs)
+    total = 1
+    for size in mesh.values():
+        total *= size
+    return dims, total
+
+
+def _value_sharding(v: ir.Value):
+    owner = v.owner
+    if isinstance(owner, ir.Block):
+        fn = owner.owner.operation
+        if fn.name != "func.func" or "arg_attrs" not in fn.attributes:
+            return None
+        i = ir.BlockArgument(v).arg_number
+        attrs = ir.ArrayAttr(fn.attributes["arg_attrs"])
+        d = ir.DictAttr(attrs[i]) if i < len(attrs) else None
+        return d["sdy.sharding"] if d is not None and "sdy.sharding" in d else None
+    op = owner.operation
+    for name in ("out_sharding", "sharding"):
+        if name in op.attributes:
+            return op.attributes[name]
+    if "sdy.sharding" in op.attributes:
+        per = sdy.TensorShardingPerValueAttr(op.attributes["sdy.sharding"]).shardings
+        k = ir.OpResult(v).result_number
+        return per[k] if k < len(per) else None
+    return None
+
+
+def operand_sharding(op: ir.Operation) -> dict:
+    """{:data:`OPERAND`: the sharding of the op's operand}, as the op (or function argument) that makes it says."""
+    return {OPERAND: _value_sharding(op.operands[0])}
+
+
+# -- the rules ---------------------------------------------------------------------------------------------------
+SHARDY = RuleTable("communication")
+
+
+def _shardy(ctx: OpContext, classify) -> Counted:
+    """The count of one Shardy collective; ``classify(src, dst)`` gives (kind, n, the per-dimension axes of the
+    buffer that is S) or None."""
+    result = ctx.result
+    shape = result.shape
+    attrs = ctx.attrs
+    src = _dims(ctx, attrs[OPERAND], len(shape))
+    dst = _dims(ctx, attrs["out_sharding" if "out_sharding" in attrs else "sharding"], len(shape))
+    found = classify(src[0], dst[0]) if src is not None and dst is not None else None
+    if found is None:
+        return Counted(ctx.io, "unknown", f"{ctx.name} (shardings not classified)")
+    kind, n, s_dims = found
+    read, written = (_local(result.nbytes, shape, d) for d in (src[0], dst[0]))
+    if kind == "free":
+        return Counted(Cost(bytes_read=read, bytes_written=written), "data")
+    volume, steps = ring_volume(kind, _local(result.nbytes, shape, s_dims), n)
+    total = dst[1] or src[1] or n
+    flops = 0
+    if kind == "all_reduce" and n > 1:
+        elems = result.nelems * read // max(result.nbytes, 1)
+        flops = -(-(n - 1) * elems // n)
+    return Counted(Cost(vector_flops=flops, bytes_read=read, bytes_written=written, comm_bytes=volume),
+                   comm=(kind, n, max(total // max(n, 1), 1), steps))
+
+
+def _rule(name: str):
+    """Decorator: the rule of ``sdy.<name>``, given the sharding of the operand (``extra``)."""
+    return SHARDY.rule(f"sdy.{name}", kind="collective", extra=operand_sharding)
+
+
+@_rule("all_gather")
+def all_gather(ctx: OpContext) -> Counted:
+    return _shardy(ctx, lambda a, b: ("all_gather", _shards(a) // max(_shards(b), 1), b))
+
+
+@_rule("reduce_scatter")
+def reduce_scatter(ctx: OpContext) -> Counted:
+    return _shardy(ctx, lambda a, b: ("reduce_scatter", _shards(b) // max(_shards(a), 1), a))
+
+
+@_rule("all_to_all")
+def all_to_all(ctx: OpContext) -> Counted:
+    return _shardy(ctx, lambda a, b: ("all_to_all", _size(_moved(a, b)), a))
+
+
+@_rule("collective_permute")
+def collective_permute(ctx: OpContext) -> Counted:
+    return _shardy(ctx, lambda a, b: ("collective_permute", 1 if a == b else _shards(b), a))
+
+
+@_rule("all_slice")
+def all_slice(ctx: OpContext) -> Counted:
+    return _shardy(ctx, lambda a, b: ("free", 1, a))
+
+
+@_rule("all_reduce")
+def all_reduce(ctx: OpContext) -> Counted:
+    def classify(a, b):
+        axes = _reduction_axes(ctx)
+        return None if axes is None else ("all_reduce", _size(axes), a)
+    return _shardy(ctx, classify)
+
+
+@_rule("reshard")
+def reshard(ctx: OpContext) -> Counted:
+    return _shardy(ctx, reshard_kind)
+
+
+def _reduction_axes(ctx: OpContext):
+    """The axes of ``reduction_axes`` (``#sdy<axis_ref_list{...}>``, which the bindings do not expose), read
+    back by MLIR's parser as the one dimension of a sharding over the op's own mesh."""
+    text = str(ctx.attrs["reduction_axes"])
+    head = "#sdy<axis_ref_list"
+    if not text.startswith(head) or not text.endswith(">"):
+        return None
+    t = sdy.TensorShardingAttr(ctx.attrs["out_sharding"])
+    try:
+        mesh = ir.FlatSymbolRefAttr(t.mesh_or_ref).value
+        attr = ir.Attribute.parse(f"#sdy.sharding<@{mesh}, [{text[len(head):-1]}]>")
+    except (ValueError, TypeError, ir.MLIRError):
+        return None
+    dims = _dims(ctx, attr, 1)
+    return dims[0][0] if dims is not None else None
+
+
+@SHARDY.rule("sdy.sharding_constraint", "sdy.propagation_barrier", "sdy.sharding_group", "sdy.data_flow_edge",
+             kind="data")
+def annotation(ctx: OpContext) -> Cost:
+    """Shardings declared, nothing moved: the op's bytes."""
+    return ctx.io
+
+
+@SHARDY.rule("sdy.constant", kind="data", reads="none")
+def constant(ctx: OpContext) -> Cost:
+    return ctx.io
 
 
 class ShardyRules(RuleSet):
+    """:data:`SHARDY`."""
+
     metric = "communication"
-
-    _meshes: dict | None = None
-
-    # -- shardings -------------------------------------------------------------------------------------------
-    def _mesh(self, ref) -> dict | None:
-        if self._meshes is None:
-            self._meshes = {}
-            for op in self.module.body.operations:
-                op = op.operation
-                if op.name == "sdy.mesh":
-                    name = ir.StringAttr(op.attributes["sym_name"]).value
-                    self._meshes[name] = _axes(sdy.MeshAttr(op.attributes["mesh"]))
-        try:
-            return self._meshes.get(ir.FlatSymbolRefAttr(ref).value)
-        except (ValueError, TypeError):
-            try:
-                return _axes(sdy.MeshAttr(ref))
-            except (ValueError, TypeError):
-                return None
-
-    def _dims(self, attr, rank: int):
-        """(per-dimension lists of (axis key, size), mesh size) of a sharding attribute; None where unreadable.
-        A value without a sharding is replicated."""
-        if attr is None:
-            return [[] for _ in range(rank)], None
-        t = sdy.TensorShardingAttr(attr)
-        mesh = self._mesh(t.mesh_or_ref)
-        if mesh is None:
-            return None
-        dims = []
-        for d in t.dimension_shardings:
-            refs = []
-            for a in sdy.DimensionShardingAttr(d).axes:
-                a = sdy.AxisRefAttr(a)
-                if a.name not in mesh:
-                    return None
-                sub = a.sub_axis_info
-                if sub is None:
-                    refs.append((a.name, mesh[a.name]))
-                else:
-                    sub = sdy.SubAxisInfoAttr(sub)
-                    refs.append((f"{a.name}:({sub.pre_size}){sub.size}", sub.size))
-            dims.append(refs)
-        total = 1
-        for size in mesh.values():
-            total *= size
-        return dims, total
-
-    def _value_sharding(self, v: ir.Value):
-        owner = v.owner
-        if isinstance(owner, ir.Block):
-            fn = owner.owner.operation
-            if fn.name != "func.func" or "arg_attrs" not in fn.attributes:
-                return None
-            i = ir.BlockArgument(v).arg_number
-            attrs = ir.ArrayAttr(fn.attributes["arg_attrs"])
-            d = ir.DictAttr(attrs[i]) if i < len(attrs) else None
-            return d["sdy.sharding"] if d is not None and "sdy.sharding" in d else None
-        op = owner.operation
-        for name in ("out_sharding", "sharding"):
-            if name in op.attributes:
-                return op.attributes[name]
-        if "sdy.sharding" in op.attributes:
-            per = sdy.TensorShardingPerValueAttr(op.attributes["sdy.sharding"]).shardings
-            k = ir.OpResult(v).result_number
-            return per[k] if k < len(per) else None
-        return None
-
-    # -- rows ------------------------------------------------------------------------------------------------
-    def _shardy(self, op: ir.Operation, classify) -> None:
-        """A row for one Shardy collective; ``classify(op, src, dst)`` gives (kind, n, the per-dimension axes of
-        the buffer that is S) or None."""
-        row = self.emit(op, "collective")
-        shape = row.result.shape
-        src = self._dims(self._value_sharding(op.operands[0]), len(shape))
-        dst = self._dims(op.attributes["out_sharding" if "out_sharding" in op.attributes else "sharding"], len(shape))
-        found = classify(op, src[0], dst[0]) if src is not None and dst is not None else None
-        if found is None:
-            row.kind, row.target = "unknown", f"{op.name} (shardings not classified)"
-            return
-        kind, n, s_dims = found
-        read, written = (_local(row.result.nbytes, shape, d) for d in (src[0], dst[0]))
-        if kind == "free":
-            row.kind, row.cost = "data", Cost(bytes_read=read, bytes_written=written)
-            return
-        volume, row.comm_steps = ring_volume(kind, _local(row.result.nbytes, shape, s_dims), n)
-        total = dst[1] or src[1] or n
-        row.comm_kind, row.group_size, row.num_groups = kind, n, max(total // max(n, 1), 1)
-        flops = 0
-        if kind == "all_reduce" and n > 1:
-            elems = row.result.nelems * read // max(row.result.nbytes, 1)
-            flops = -(-(n - 1) * elems // n)
-        row.cost = Cost(vector_flops=flops, bytes_read=read, bytes_written=written, comm_bytes=volume)
-
-    def visit_sdy_all_gather(self, op):
-        self._shardy(op, lambda op, a, b: ("all_gather", _shards(a) // max(_shards(b), 1), b))
-
-    def visit_sdy_reduce_scatter(self, op):
-        self._shardy(op, lambda op, a, b: ("reduce_scatter", _shards(b) // max(_shards(a), 1), a))
-
-    def visit_sdy_all_to_all(self, op):
-        self._shardy(op, lambda op, a, b: ("all_to_all", _size(_moved(a, b)), a))
-
-    def visit_sdy_collective_permute(self, op):
-        self._shardy(op, lambda op, a, b: ("collective_permute", 1 if a == b else _shards(b), a))
-
-    def visit_sdy_all_slice(self, op):
-        self._shardy(op, lambda op, a, b: ("free", 1, a))
-
-    def visit_sdy_all_reduce(self, op):
-        def classify(op, a, b):
-            axes = self._reduction_axes(op)
-            return None if axes is None else ("all_reduce", _size(axes), a)
-        self._shardy(op, classify)
-
-    def visit_sdy_reshard(self, op):
-        self._shardy(op, lambda op, a, b: reshard_kind(a, b))
-
-    def _reduction_axes(self, op):
-        """The axes of ``reduction_axes`` (``#sdy<axis_ref_list{...}>``, which the bindings do not expose), read
-        back by MLIR's parser as the one dimension of a sharding over the op's own mesh."""
-        text = str(op.attributes["reduction_axes"])
-        head = "#sdy<axis_ref_list"
-        if not text.startswith(head) or not text.endswith(">"):
-            return None
-        t = sdy.TensorShardingAttr(op.attributes["out_sharding"])
-        try:
-            mesh = ir.FlatSymbolRefAttr(t.mesh_or_ref).value
-            attr = ir.Attribute.parse(f"#sdy.sharding<@{mesh}, [{text[len(head):-1]}]>")
-        except (ValueError, TypeError, ir.MLIRError):
-            return None
-        dims = self._dims(attr, 1)
-        return dims[0][0] if dims is not None else None
-
-    def visit_sdy_sharding_constraint(self, op):
-        self.emit(op, "data")
-
-    visit_sdy_propagation_barrier = visit_sdy_sharding_group = visit_sdy_data_flow_edge = visit_sdy_sharding_constraint
-
-    def visit_sdy_constant(self, op):
-        self.emit_no_operands(op, "data")
-
-
-def _axes(mesh) -> dict:
-    return {sdy.MeshAxisAttr(a).name: sdy.MeshAxisAttr(a).size for a in mesh.axes}
+    table = SHARDY
 
 
 def _size(refs) -> int:
