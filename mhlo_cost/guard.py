@@ -154,11 +154,14 @@ class _Server:
                     "truncated, corrupt or hostile data")
         return f"the MLIR reader crashed on this input ({what}): truncated, corrupt or hostile data"
 
-    def stop(self) -> None:
+    def stop(self, wait: bool = True) -> None:
+        """Kill the child and close its pipes; ``wait``: reap it too (not at this process's exit, where the
+        child's teardown of a large module would delay the caller's: the system reaps it)."""
         if self.proc is not None and self.pid == os.getpid():
             try:
                 self.proc.kill()
-                self.proc.wait(timeout=5)
+                if wait:
+                    self.proc.wait(timeout=5)
             except (OSError, subprocess.TimeoutExpired):
                 pass
             for f in (self.proc.stdin, self.proc.stdout, self.err):
@@ -170,7 +173,7 @@ class _Server:
 
 
 _SERVER = _Server()
-atexit.register(_SERVER.stop)
+atexit.register(_SERVER.stop, wait=False)
 
 
 def enabled() -> bool:

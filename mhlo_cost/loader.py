@@ -13,7 +13,6 @@ import zlib
 from dataclasses import dataclass
 
 from .files import FileRefused, read_file
-from .guard import enabled as guard_enabled, read_guarded
 
 _BYTECODE_MAGIC = b"ML\xefR"
 _GZIP_MAGIC = b"\x1f\x8b"
@@ -69,7 +68,9 @@ def load(source: str | bytes | os.PathLike, context: ir.Context | None = None,
     kind, data, name = prepare(source, name)
     ctx = context or make_context()
     if isolate is None:
-        isolate = guard_enabled()
+        from .guard import enabled
+
+        isolate = enabled()
     module = _parse(kind, data, name, ctx, isolate)
     return Loaded(module, ctx, name, kind)
 
@@ -93,6 +94,8 @@ def _parse(kind: str, data: bytes, name: str, ctx, isolate: bool):
     from ._reader import parse as parse_here
 
     if isolate:
+        from .guard import read_guarded
+
         blob, message = read_guarded(kind, data, name)
     else:
         module, op, message = parse_here(kind, data, name, ctx)

@@ -43,7 +43,7 @@ from __future__ import annotations
 from types import MappingProxyType
 
 from jaxlib.mlir import ir
-from jaxlib.mlir.dialects import sdy
+from ..mlir_dialects import sdy
 
 from ..types import isa
 from .costvalue import Cost, Counted

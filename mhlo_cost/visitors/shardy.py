@@ -30,7 +30,7 @@ the rule's ``extra`` (:func:`operand_sharding`) and given to the rule in ``ctx.a
 from __future__ import annotations
 
 from jaxlib.mlir import ir
-from jaxlib.mlir.dialects import sdy
+from ..mlir_dialects import sdy
 
 from .comm import mesh_axes, ring_volume
 from .costvalue import Cost, Counted
