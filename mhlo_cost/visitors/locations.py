@@ -74,7 +74,11 @@ def location_info(loc: ir.Location) -> LocationInfo:
 
 def _location_info(loc: ir.Location, memo: dict) -> LocationInfo:
     name, site = "", 0
-    if loc.typeid == _NAME:
+    if type(loc) is ir.NameLoc:  # jaxlib's bindings hand back the location's own class: no cast, no typeid read
+        name = loc.name_str
+        child = loc.child_loc
+        site = hash(child.attr) if type(child) in _SITE_CLASSES else 0
+    elif loc.typeid == _NAME:  # bindings that hand back a plain Location
         named = ir.NameLoc(loc)
         name = named.name_str
         child = named.child_loc
@@ -159,6 +163,8 @@ _NAME = ir.NameLoc.static_typeid
 _FILE = ir.FileLineColLoc.static_typeid
 _CALLSITE = ir.CallSiteLoc.static_typeid
 _FUSED = ir.FusedLoc.static_typeid
+#: The locations under a name that give a framework call's source position (LocationInfo.site).
+_SITE_CLASSES = (ir.FileLineColLoc, ir.CallSiteLoc, ir.FusedLoc)
 
 
 #: How a :class:`LocationInfo` reads its location on first use.
