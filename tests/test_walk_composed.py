@@ -207,7 +207,7 @@ def test_the_registry_names_the_one_rule_set_counting_each_op():
 
     claims: dict = {}
     for rs in COST_RULES:
-        for name in claimed(rs):  # its methods and its table's ops
+        for name in claimed(rs):  # its table's ops
             claims.setdefault(name, []).append(rs.__name__)
     assert {k: v for k, v in claims.items() if len(v) > 1} == {}
 
