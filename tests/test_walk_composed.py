@@ -176,12 +176,13 @@ def test_each_rule_set_runs_alone_and_counts_only_its_own_ops():
 def test_the_first_composed_rule_set_with_a_rule_wins_and_the_walk_keeps_control_flow():
     from mhlo_cost.analysis import walk
     from mhlo_cost.visitors.base import IRVisitor
+    from mhlo_cost.visitors.optable import OpRule, RuleTable, qualified
     from mhlo_cost.visitors.ruleset import RuleSet
     from mhlo_cost.visitors.vector import VectorVisitor
 
     class Tanh(RuleSet):
-        def visit_tanh(self, op):
-            self.emit(op, "mine")
+        table = RuleTable("mine")
+        table.add(qualified("tanh"), OpRule(lambda ctx: ctx.io, "mine"))
 
     rows = walk(LOOP, lambda module, entry: IRVisitor(module, entry, rules=[Tanh, VectorVisitor]))[1].rows
     assert [r.kind for r in rows] == ["mine", "mine"]  # both calls followed by the walk itself
@@ -206,12 +207,13 @@ def test_the_registry_names_the_one_rule_set_counting_each_op():
 
     claims: dict = {}
     for rs in COST_RULES:
-        for name in claimed(rs):  # its methods and its table's ops
+        for name in claimed(rs):  # its table's ops
             claims.setdefault(name, []).append(rs.__name__)
     assert {k: v for k, v in claims.items() if len(v) > 1} == {}
 
 
 def test_a_second_claim_on_an_op_for_the_same_metric_is_refused_at_definition():
+    from mhlo_cost.visitors.optable import OpRule, RuleTable
     from mhlo_cost.visitors.ruleset import RULES, RuleSet, rules_for
     from mhlo_cost.visitors.tflops import TFlopsVisitor
 
@@ -219,8 +221,7 @@ def test_a_second_claim_on_an_op_for_the_same_metric_is_refused_at_definition():
     with pytest.raises(TypeError, match="visit_dot_general: TFlopsVisitor already counts these ops for matrix"):
         class Again(RuleSet):
             metric = "matrix"
-
-            def visit_dot_general(self, op):
-                pass
+            table = RuleTable("matrix")
+            table.add(("mhlo.dot_general",), OpRule(lambda ctx: ctx.io, "dot"))
     assert rules_for("stablehlo.dot_general") == {"matrix": TFlopsVisitor}
     assert {k: dict(v) for k, v in RULES.items()} == before

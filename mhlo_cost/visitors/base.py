@@ -1,13 +1,16 @@
 """The one walk over a module: ``IRVisitor``.
 
-Like :class:`ast.NodeVisitor`, each op goes to the method :func:`rule_name` gives for its dialect-qualified
-name, and to :meth:`IRVisitor.generic_visit` where no such method exists. The one declared place is
+Each op goes to the rule that the first composed rule set's table (:mod:`mhlo_cost.visitors.optable`) holds for
+its dialect-qualified name, the one registry of op rules; else, like :class:`ast.NodeVisitor`, to the walk's own
+method :func:`rule_name` gives (traversal: the control flow below); else to :meth:`IRVisitor.generic_visit`.
+The one declared place is
 :data:`SHARED_DIALECTS`: StableHLO, MHLO and CHLO share rules by the op name without its dialect
 (``stablehlo.dot_general`` and ``mhlo.dot_general`` both reach ``visit_dot_general``); an op of any other
 dialect reaches ``visit_<dialect>_<name>`` (``func.call`` -> ``visit_func_call``, ``scf.for`` ->
-``visit_scf_for``, ``sdy.all_gather`` -> ``visit_sdy_all_gather``; dots in the name become ``_``), never a
-StableHLO rule by coincidence of its short name (``affine.for``, ``scf.reduce``, ``tensor.scatter`` and
-``gpu.all_reduce`` have their own rule or are unknown). The method is looked up once per op name.
+``visit_scf_for``, ``sdy.manual_computation`` -> ``visit_sdy_manual_computation``; dots in the name become
+``_``), never a StableHLO rule by coincidence of its short name (``affine.for``, ``scf.reduce``,
+``tensor.scatter`` and ``gpu.all_reduce`` have their own rule or are unknown). The method is looked up once per
+op name.
 
 Control flow is the base class's business, so that every metric sees it the same way:
 
@@ -22,11 +25,14 @@ Control flow is the base class's business, so that every metric sees it the same
   the loops and launches of other dialects (:mod:`mhlo_cost.visitors.dialects`);
 * ``case`` / ``if`` (and ``scf.if``, ``scf.index_switch``) replay their most expensive branch (rows marked ``branch i/N``) and a ``branch_max``
   row adds what other branches have above it, so every metric is its maximum over the branches;
+* a shard_map body (``sdy.manual_computation``) is walked once, its rows noted ``per device``, with a warning;
+  ``stablehlo.composite`` replays the rows of its decomposition function, as a call;
 * an entry function that only returns gives the warning :data:`EMPTY_ENTRY`.
 
-The walk counts nothing itself: the rule sets composed into it (:mod:`mhlo_cost.visitors.ruleset`) emit
-:class:`Row` objects with :meth:`IRVisitor.emit`, and recorders (:mod:`mhlo_cost.visitors.recorder`) keep
-what else the caller asked for.
+The walk counts nothing itself: the rules of the rule sets composed into it (:mod:`mhlo_cost.visitors.ruleset`)
+give an op's cost, of which the walk makes a :class:`Row` (:meth:`IRVisitor.count`); a rule set's ``generic_rule``
+makes the rows of ops no rule knows; and recorders (:mod:`mhlo_cost.visitors.recorder`) keep what else the
+caller asked for.
 """
 from __future__ import annotations
 
@@ -47,6 +53,9 @@ from .recorder import region_kind, told
 from .rowmaker import RowMaker
 from .ruleset import SHARED_DIALECTS, rule_name, shared_short_name  # noqa: F401 (imported from here too)
 from .trips import trip_count
+
+#: The warning of a walk that counts a shard_map body (once, however many there are).
+MANUAL_WARNING = "ops inside shard_map (sdy.manual_computation) are counted per device"
 
 class IRVisitor(DialectRules, RowMaker):
     """Walks a module from its entry function, dispatching ops to the method :func:`rule_name` names.
@@ -182,19 +191,16 @@ class IRVisitor(DialectRules, RowMaker):
         method(op)
 
     def rule_of(self, op_name: str, named: bool = True):
-        """The method that visits ops named ``op_name``: the first rule set's (its method, else its table's rule
-        counted by :meth:`count`), else the walk's own, else :meth:`generic_visit`. ``named``: the method is
-        only given ops of that name (it does not read their name again)."""
-        method = rule_name(op_name)
+        """The method that visits ops named ``op_name``: the first rule set's table's rule, counted by
+        :meth:`count`; else the walk's own (:func:`rule_name`: traversal, never a count); else
+        :meth:`generic_visit`. ``named``: the method is only given ops of that name (it does not read their
+        name again)."""
         for rs in self.rule_sets:
-            found = getattr(rs, method, None)
-            if found is not None:
-                return found
             rule = rs.table.get(op_name)
             if rule is not None:
                 named = named and rule.extra is None  # count puts a rule's extra in front of the attributes
                 return partial(self.count_named, rule, op_name) if named else partial(self.count, rule)
-        return getattr(self, method, None) or self.generic_visit
+        return getattr(self, rule_name(op_name), None) or self.generic_visit
 
     def visit_shared(self, name: str, op: ir.Operation) -> None:
         """Visit ``op`` (of another dialect) with the rule of the StableHLO op ``name`` (``scf.if`` -> ``if``)."""
@@ -307,6 +313,19 @@ class IRVisitor(DialectRules, RowMaker):
         pass
 
     visit_async_done = visit_async_update
+
+    # Region ops that are the walk's too: a shard_map body, and a composite's decomposition function.
+    def visit_manual_computation(self, op: ir.Operation) -> None:
+        """A shard_map body (``sdy.manual_computation``): its shapes are one device's, and so are its counts (as
+        comm_bytes always are); its rows are noted ``per device``, with one warning per walk."""
+        if MANUAL_WARNING not in self.warnings:
+            self.warnings.append(MANUAL_WARNING)
+        self.replay(self.collect(self.walk_regions, op), 1, "", "per device")
+
+    def visit_composite(self, op: ir.Operation) -> None:
+        """``stablehlo.composite`` carries its meaning in a decomposition function: its rows, as a call's."""
+        callee = ir.FlatSymbolRefAttr(op.attributes["decomposition"]).value
+        self.replay(self._function_rows(callee), 1, self.loc(op).scope)
 
     def visit_case(self, op: ir.Operation) -> None:
         self._visit_branches(op, list(op.regions))

@@ -198,10 +198,9 @@ class DialectRules:
             self.visit_region(region)
 
     visit_scf_execute_region = visit_sdy_named_computation = visit_scf_forall_in_parallel = _inline
-    visit_manual_computation = _inline  # the walk's rule for a shard_map body (the counting visitors' own)
 
     def visit_sdy_manual_computation(self, op: ir.Operation) -> None:
-        self.visit_shared("manual_computation", op)
+        self.visit_shared("manual_computation", op)  # the walk's (IRVisitor.visit_manual_computation)
 
     def visit_scf_if(self, op: ir.Operation) -> None:
         self.visit_shared("if", op)

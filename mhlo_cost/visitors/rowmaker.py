@@ -52,6 +52,8 @@ class RowMaker:
         row = self._row(op, out.kind or rule.kind, out.cost, facts, out.target, out.comm, name)
         if out.groups:
             row.replica_groups = out.groups
+        if out.kind == "unknown":  # an op whose work is unknown claims no weights (a dynamic_conv's padding unread)
+            row.weights = ()
         return row
 
     def emit(self, op: ir.Operation, kind: str, target: str = "", weights: bool = False) -> Row:

@@ -2,12 +2,14 @@
 rules=[TFlopsVisitor, VectorVisitor, ...])``), not as base classes of the walk.
 
 A rule set's op rules are pure functions in its :class:`~mhlo_cost.visitors.optable.RuleTable` (``table``), keyed
-by dialect-qualified op name; rules that need the walk (a callee's rows, a shard_map body) are ``visit_<name>``
-methods (:func:`mhlo_cost.visitors.base.rule_name`). The walk runs the first composed rule set's rule for each op
-name (looked up once per name), its own control flow
-(calls, loops, branches) where no rule set has one, and the first ``generic_rule`` of the rule sets for the
-rest. A rule reaches the walk only through the public helpers bound here (``emit``, ``loc``, ``replay``, ...)
-and ``self.walk``'s public methods; its options (the convolution padding convention, ...) are ``self.options``.
+by dialect-qualified op name: the one place op rules are found. A rule set defines no ``visit_<name>`` method
+(refused as it is defined): what needs the walk (a callee's rows, a shard_map body, a composite's decomposition)
+is traversal, the walk's own ``visit_<name>`` methods (:func:`mhlo_cost.visitors.base.rule_name`). The walk runs
+the first composed rule set's rule for each op name (looked up once per name), its own traversal (calls, loops,
+branches, shard_map bodies, composites) where no rule set has one, and the first ``generic_rule`` of the rule
+sets for the rest. A ``generic_rule`` reaches the walk only through the public helpers bound here (``emit``,
+``loc``, ``replay``, ...) and ``self.walk``'s public methods; its options (the convolution padding convention,
+...) are ``self.options``.
 A rule set runs alone as ``IRVisitor(module, entry, rules=[TFlopsVisitor]).run()``: an op it has no rule for
 then has its regions walked and makes no row.
 """
@@ -34,8 +36,8 @@ def shared_short_name(op_name: str) -> str | None:
     return name if dialect in SHARED_DIALECTS else None
 
 
-#: The one place rules are found: every op of every rule set with a :attr:`RuleSet.metric` (its table's and its
-#: ``visit_<name>`` methods'), keyed by :func:`rule_name` of the dialect-qualified op names it counts
+#: Which rule set counts an op, per metric: every op of the table of every rule set with a :attr:`RuleSet.metric`,
+#: keyed by :func:`rule_name` of the dialect-qualified op names it counts
 #: (``visit_dot_general``: ``stablehlo.`` / ``mhlo.`` / ``chlo.dot_general``; ``visit_sdy_all_gather``:
 #: ``sdy.all_gather``) -> {metric: rule set}. Look an op up with :func:`rules_for`.
 RULES: dict[str, dict[str, type]] = {}
@@ -62,20 +64,29 @@ def rules_for(op_name: str) -> dict[str, type]:
 
 
 def claimed(rule_set: type) -> list[str]:
-    """The rule names (:func:`rule_name`) of what ``rule_set`` defines itself: its methods and its table's ops."""
-    names = {name for name in vars(rule_set) if name.startswith("visit_")}
+    """The rule names (:func:`rule_name`) of the ops of the table ``rule_set`` declares itself."""
     table = vars(rule_set).get("table")
-    if table:
-        if table.metric != rule_set.metric:
-            raise TypeError(f"{rule_set.__name__}: a {table.metric} table in a {rule_set.metric} rule set")
-        names.update(rule_name(op) for op in table)
-    return sorted(names)
+    if not table:
+        return []
+    if rule_set.metric is not None and table.metric != rule_set.metric:
+        raise TypeError(f"{rule_set.__name__}: a {table.metric} table in a {rule_set.metric} rule set")
+    return sorted({rule_name(op) for op in table})
+
+
+def refuse_methods(rule_set: type) -> None:
+    """A ``visit_<name>`` method of a rule set is refused (TypeError): the walk would never call it, as an op's
+    rule is found in the tables and the walk's ``visit_<name>`` methods are its own traversal."""
+    methods = sorted(name for name in vars(rule_set) if name.startswith("visit_"))
+    if methods:
+        raise TypeError(f"{rule_set.__name__}.{methods[0]}: a rule set's op rules are its table's (a RuleTable), "
+                        "and traversal is the walk's (IRVisitor), never a rule set's visit_ method")
 
 
 class RuleSet:
     """One set of rules, made by the walk it is composed into (one instance per walk: its state is its own).
 
-    A subclass with a ``metric`` has its ``visit_*`` rules registered in :data:`RULES` as it is defined."""
+    A subclass with a ``metric`` has its table's ops registered in :data:`RULES` as it is defined; a
+    ``visit_*`` method is refused (:func:`refuse_methods`)."""
 
     #: The family of figures its rules count ("matrix", "vector", "communication", "row"); None: not registered.
     metric: str | None = None
@@ -84,6 +95,7 @@ class RuleSet:
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
+        refuse_methods(cls)
         claim(cls, *claimed(cls))
 
     def __init__(self, walk, options: AnalysisOptions | None = None):

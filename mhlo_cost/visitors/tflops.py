@@ -15,13 +15,11 @@ dgrad costs its forward, not the padding of the transposed form around it).
 """
 from __future__ import annotations
 
-from collections import ChainMap
-
 from jaxlib.mlir import ir
 
 from ..mlir_dialects import mhlo, stablehlo
 from ..types import isa
-from .costvalue import Cost
+from .costvalue import Cost, Counted
 from .optable import OpContext, RuleTable
 from .ruleset import RuleSet
 
@@ -190,20 +188,26 @@ def convolution(ctx: OpContext) -> Cost:
     return ctx.io + Cost(conv_flops=flops)
 
 
+def constant_padding(op: ir.Operation) -> dict:
+    """A ``dynamic_conv``'s padding, its third operand: ``{"padding": its integers}`` where that operand is a
+    constant, else ``{"padding": None}`` (the :class:`~mhlo_cost.visitors.optable.OpRule` ``extra`` of its rule)."""
+    return {"padding": _constant_ints(op.operands[2]) if len(op.operands) > 2 else None}
+
+
+@MATRIX.rule("dynamic_conv", kind="conv", weights=True, extra=constant_padding)
+def dynamic_conv(ctx: OpContext) -> Cost | Counted:
+    """A convolution whose padding is its third operand (``[spatial dims x 2]``): counted as one where that
+    operand is a constant; otherwise the row is unknown (the valid positions depend on it)."""
+    if ctx.attrs["padding"] is None:
+        return Counted(ctx.io, kind="unknown", target=f"{ctx.name} (padding not a constant)")
+    return convolution(ctx)
+
+
 class TFlopsVisitor(RuleSet):
-    """:data:`MATRIX`, and ``dynamic_conv`` (which reads a constant operand: the walk's business)."""
+    """:data:`MATRIX`: ``dot``, ``dot_general``, ``convolution`` and ``dynamic_conv``."""
 
     metric = "matrix"
     table = MATRIX
-
-    def visit_dynamic_conv(self, op: ir.Operation) -> None:
-        """A convolution whose padding is its third operand (``[spatial dims x 2]``): counted as one where
-        that operand is a constant; otherwise the row is unknown (the valid positions depend on it)."""
-        pad = _constant_ints(op.operands[2]) if len(op.operands) > 2 else None
-        if pad is None:
-            self.emit(op, "unknown", target=f"{op.name} (padding not a constant)")
-            return
-        self.walk.count(MATRIX["stablehlo.convolution"], op, ChainMap({"padding": pad}, op.attributes))
 
 
 def _constant_ints(v: ir.Value) -> list[int] | None:
