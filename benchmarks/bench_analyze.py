@@ -17,7 +17,8 @@ included), alternating, the median of ``--processes`` runs each: ``mhlo-cost rep
 process that reads the same text and runs XLA's cost analysis on it (``mlir_module_to_xla_computation`` and
 ``hlo_module_cost_analysis``, what ``Lowered.cost_analysis()`` runs). Target: mhlo-cost <= 1/3 of XLA.
 ``--before TREE`` adds ``report`` from another checkout of mhlo-cost (the code before a change) to the same
-alternation.
+alternation. Each checkout's package is compiled to bytecode first, as an installed package is; the CPU time of
+mhlo-cost's process includes its reader child's, which ends after it (this process reaps it: Linux).
 
 In process (``--in-process``), each in a fresh process, warmed up (imports done, the reader's child started),
 then timed ``--repeat`` times, alternating processes over ``--processes`` rounds (median of the medians):
@@ -217,6 +218,8 @@ def _whole_processes(path: Path, runs: int, before: str | None = None) -> None:
     cmds["xla cost analysis"] = ([sys.executable, "-c", XLA_PROCESS, str(path)], envs[""])
     import resource
 
+    _compiled(_trees(before))
+    reaps = _subreaper()
     times: dict = {k: [] for k in cmds}
     cpu: dict = {k: [] for k in cmds}
     for _ in range(runs):
@@ -225,6 +228,8 @@ def _whole_processes(path: Path, runs: int, before: str | None = None) -> None:
             t0 = time.perf_counter()
             subprocess.run(cmd, check=True, capture_output=True, env=env, cwd=NEUTRAL)
             times[name].append(time.perf_counter() - t0)
+            if reaps:
+                _reap()
             c1 = resource.getrusage(resource.RUSAGE_CHILDREN)
             cpu[name].append(c1.ru_utime - c0.ru_utime + c1.ru_stime - c0.ru_stime)
     med = {k: statistics.median(v) for k, v in times.items()}
@@ -236,6 +241,43 @@ def _whole_processes(path: Path, runs: int, before: str | None = None) -> None:
     for mine in (k for k in cmds if k != xla):
         print(f"ratio {mine}/xla (whole processes) {med[mine] / med[xla]:6.2f} wall, {mcpu[mine] / mcpu[xla]:6.2f} "
               f"CPU   (target <= 0.33)")
+
+
+def _trees(before: str | None) -> list[str]:
+    """The checkouts measured: this one, and ``before``."""
+    here = str(Path(__file__).resolve().parent.parent)
+    return [here] + ([str(Path(before).resolve())] if before else [])
+
+
+def _compiled(trees: list[str]) -> None:
+    """Each checkout's package compiled to bytecode first, as ``pip install`` leaves it (a checkout run from
+    source under PYTHONDONTWRITEBYTECODE would otherwise compile every module in every run)."""
+    import compileall
+
+    for tree in trees:
+        compileall.compile_dir(str(Path(tree) / "mhlo_cost"), quiet=1)
+
+
+def _subreaper() -> bool:
+    """Make this process the reaper of its orphaned descendants (Linux), so that the CPU of mhlo-cost's
+    reader child, which the process does not wait for at its exit, is counted in RUSAGE_CHILDREN."""
+    try:
+        import ctypes
+
+        return ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0) == 0  # PR_SET_CHILD_SUBREAPER
+    except (OSError, AttributeError):
+        return False
+
+
+def _reap() -> None:
+    """Wait for every orphan handed to this process (the reader's child ending after its parent)."""
+    import os
+
+    while True:
+        try:
+            os.waitpid(-1, 0)
+        except ChildProcessError:
+            return
 
 
 #: One process: warm up, then time ``repeat`` runs of one way to analyse FILE; prints the median seconds.
