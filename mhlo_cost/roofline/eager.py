@@ -214,7 +214,7 @@ def _input_view(rows, producers, role, members: set, i: int, p) -> str:
     return "plain"
 
 
-def _groups(rows, times, preset: dict) -> list[list[int]]:
+def _groups(rows, times, preset: set) -> list[list[int]]:
     """Rows grouped into framework calls (program order); collectives, unknown ops and constants (free: a
     call's constants are hoisted between its ops) are left out."""
     groups: list[list[int]] = []
@@ -249,20 +249,34 @@ def eager(analysis, hw: Hardware, times: list[OpTime] | None = None, producers: 
         raise ValueError(f"unknown written attention {written!r}: choose one of {', '.join(WRITTEN_ATTENTION)}")
     if times is None:
         times = [op_time(r, hw) for r in rows]
-    preset: dict[int, int] = {}
-    backends: list[str] = []
-    if sdpa != "math":
-        from .attention import find_attention
-
-        found = find_attention(rows, producers)
-        if written == "math":
-            found = [att for att in found if is_sdpa_call(rows, att)]
-        for g, att in enumerate(found):
-            preset.update((i, g) for i in att.members)
-            backends.append(sdpa_backend(rows, att, sdpa))
     n = len(rows)
     role = ["alone"] * n
     row_kernel: list[int | None] = [None] * n
+    kernels = _attention_kernels(rows, producers, sdpa, written, role, row_kernel)
+    preset = {i for k in kernels for i in k.members}
+    calls = _call_kernels(rows, producers, times, preset, role, row_kernel, kernels)
+    io = KernelIO(rows, producers, times, role, masks=masks_of(analysis))
+    for k in kernels:
+        _measure(k, io, rows, producers, role, times, hw)
+    _host_times(kernels, calls, dispatch_overhead(hw))
+    return Fusion(kernels, row_kernel, share_time(kernels, times, n))
+
+
+def _attention_kernels(rows, producers, sdpa: str, written: str, role: list, row_kernel: list) -> list:
+    """One SDPA kernel per attention found (none with ``sdpa`` math), its members in program order; their rows'
+    ``role`` and ``row_kernel`` set."""
+    if sdpa == "math":
+        return []
+    from .attention import find_attention
+
+    found = find_attention(rows, producers)
+    if written == "math":
+        found = [att for att in found if is_sdpa_call(rows, att)]
+    preset: dict[int, int] = {}
+    backends: list[str] = []
+    for g, att in enumerate(found):
+        preset.update((i, g) for i in att.members)
+        backends.append(sdpa_backend(rows, att, sdpa))
     kernels: list[EagerKernel] = []
     att_kernel: dict[int, int] = {}
     for i in sorted(preset):  # attention kernels first (members in program order)
@@ -273,7 +287,13 @@ def eager(analysis, hw: Hardware, times: list[OpTime] | None = None, producers: 
                                        library=BACKEND_LIBRARY.get(backends[g], "")))
         kernels[att_kernel[g]].members.append(i)
         row_kernel[i], role[i] = att_kernel[g], "kernel"
-    calls: list[tuple[int, int]] = []  # (kernel id or -1 for a view call, executions) in program order
+    return kernels
+
+
+def _call_kernels(rows, producers, times, preset: set, role: list, row_kernel: list, kernels: list) -> list:
+    """A kernel per framework call (appended to ``kernels``), views made only for the next call free; the calls
+    in program order, as (kernel id, or -1 for a call that only makes views; executions)."""
+    calls: list[tuple[int, int]] = []
     for i, r in enumerate(rows):
         if short_name(r.op) == "constant":
             role[i] = "free"
@@ -285,11 +305,11 @@ def eager(analysis, hw: Hardware, times: list[OpTime] | None = None, producers: 
     for grp in _groups(rows, times, preset):
         handed = _handed_views(rows, times, grp, consumers)
         for i in handed:  # views another call reads (its broadcast operand, its mask): not made here
-            role[i] = "dup" if short_name(rows[i].op) in ("broadcast_in_dim", "broadcast") else "free"
+            role[i] = _view_role(rows[i])
         grp = [i for i in grp if i not in handed] or grp
         if all(_is_view(rows[i], times[i]) for i in grp):
             for i in grp:
-                role[i] = "dup" if short_name(rows[i].op) in ("broadcast_in_dim", "broadcast") else "free"
+                role[i] = _view_role(rows[i])
             copies = [i for i in grp if _copying_reshape(rows, producers, role, i)]
             if not copies:
                 calls.append((-1, rows[grp[0]].multiplicity))
@@ -301,18 +321,24 @@ def eager(analysis, hw: Hardware, times: list[OpTime] | None = None, producers: 
         for i in grp:
             row_kernel[i], role[i] = k, "kernel"
         calls.append((k, rows[grp[0]].multiplicity))
-    io = KernelIO(rows, producers, times, role, masks=masks_of(analysis))
-    for k in kernels:
-        io.measure(k, hw)
-        k.path = eager_path(rows, producers, role, k)
-        if k.path != "stream":
-            k.memory_s = hw.memory_time(k.bytes_read + k.bytes_written, k.multiplicity, k.path)
-        k.memory_s += reduced_rows(rows, k) * (hw.memory.reduce_row_s if hw.memory is not None else 0.0)
-        dots = [i for i in k.members if rows[i].kind in ("dot", "conv")]
-        if dots:
-            k.peak = times[dots[0]].peak
-    _host_times(kernels, calls, dispatch_overhead(hw))
-    return Fusion(kernels, row_kernel, share_time(kernels, times, n))
+    return calls
+
+
+def _view_role(r) -> str:
+    """A view's role: a broadcast is made where it is read (``dup``), any other view costs nothing (``free``)."""
+    return "dup" if short_name(r.op) in ("broadcast_in_dim", "broadcast") else "free"
+
+
+def _measure(k: EagerKernel, io, rows, producers, role, times, hw: Hardware) -> None:
+    """A kernel's bytes, its memory time on the path its elementwise work takes, and its matrix peak."""
+    io.measure(k, hw)
+    k.path = eager_path(rows, producers, role, k)
+    if k.path != "stream":
+        k.memory_s = hw.memory_time(k.bytes_read + k.bytes_written, k.multiplicity, k.path)
+    k.memory_s += reduced_rows(rows, k) * (hw.memory.reduce_row_s if hw.memory is not None else 0.0)
+    dots = [i for i in k.members if rows[i].kind in ("dot", "conv")]
+    if dots:
+        k.peak = times[dots[0]].peak
 
 
 def _host_times(kernels, calls, per_call: float) -> None:
