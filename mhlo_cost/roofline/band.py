@@ -227,7 +227,7 @@ def visited_fraction(cons: tuple, sq: int, sk: int, tile: int) -> float | None:
 
 def masks_of(analysis) -> dict | None:
     """The ``masks`` record of ``analysis`` (None where its walk did not record it)."""
-    return (getattr(analysis, "records", None) or {}).get("masks")
+    return analysis.record("masks")
 
 
 def mask_fraction(rows, producers, facts, members, tile: int) -> float | None:
