@@ -238,12 +238,24 @@ def analyze(source: str | bytes | os.PathLike | Loaded, options: AnalysisOptions
 
 
 def declared() -> dict[str, type]:
-    """Every declared recorder by record name (:mod:`mhlo_cost.visitors.recorder`): the built-in ones, imported
-    here (each module declares its recorder), and any other already imported."""
-    from .visitors import dataflow, liveness, arguments, masks  # noqa: F401 (the built-in recorders, in the walk's order)
+    """Every declared recorder by record name (:mod:`mhlo_cost.visitors.recorder`): the built-in ones (each module
+    of :mod:`mhlo_cost.visitors` is imported once, and a recorder declares itself by its class statement: a new
+    one needs nothing but its own file) and any other already imported."""
     from .visitors.recorder import DECLARED
 
+    if not _VISITORS_IMPORTED:
+        import importlib
+        import pkgutil
+
+        from . import visitors
+
+        for m in sorted(pkgutil.iter_modules(visitors.__path__), key=lambda m: m.name):
+            importlib.import_module(f"{visitors.__name__}.{m.name}")
+        _VISITORS_IMPORTED.append(True)
     return DECLARED
+
+
+_VISITORS_IMPORTED: list = []
 
 
 def analyze_dataflow(source, entry: str | None = None, conv_padding: str = "xla") -> Analysis:

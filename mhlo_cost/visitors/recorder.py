@@ -8,8 +8,9 @@ A new recorder is declared in one place, its class: ``class Tally(Recorder, reco
 is the options flag (``AnalysisOptions(records=("tally",))``), the composition (:func:`recorders_for`: the walk
 of :func:`mhlo_cost.analysis.analyze` gets one, made by :meth:`Recorder.for_options`, where the options ask
 for it) and the analysis' record (what :meth:`Recorder.record` returns is ``Analysis.record("tally")``, None
-where not asked for). A built-in recorder's module is imported by :func:`mhlo_cost.analysis.declared` (the
-walk's composer, above this package: nothing here imports a recorder); ``fields`` names the typed
+where not asked for). :func:`mhlo_cost.analysis.declared` (the walk's composer, above this package: nothing here
+imports a recorder) imports every module of this package once, so a built-in recorder in a new file is declared
+by its class alone; ``fields`` names the typed
 :class:`~mhlo_cost.analysis.Analysis` attributes a built-in record fills instead.
 """
 from __future__ import annotations
