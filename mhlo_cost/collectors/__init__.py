@@ -20,16 +20,16 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from itertools import accumulate, compress, islice
-from itertools import repeat as repeat_item  # (the name `repeat` is this package's module .repeat)
-from operator import add, attrgetter, ne, not_
+from itertools import compress
+from operator import attrgetter, not_
 
 from ..visitors.row import METRICS
+from .perrow import fill_nearest
 
 #: Segment names that structure loops rather than name user scopes.
 LOOP_SEGMENTS = ("while", "body", "cond")
 
-_SCOPE, _NOTE, _COST = attrgetter("scope"), attrgetter("note"), attrgetter("cost")
+_SCOPE, _NOTE = attrgetter("scope"), attrgetter("note")
 _WHILE_NOTE = re.compile(r"^while x(\d+)")
 _TRAILING_INDEX = re.compile(r"^(.*?)(?:[._/](\d+)|\[(\d+)\])$")
 
@@ -229,92 +229,12 @@ def row_scopes(rows) -> list[str]:
     return scopes
 
 
-def row_compute(rows) -> list[int]:
-    """GEMM + convolution + vector FLOPs of each row."""
-    try:  # a Row's cost: those are its first three metrics (METRICS), read without three properties
-        return [c[0] + c[1] + c[2] for c in map(_COST, rows)]
-    except AttributeError:  # rows made otherwise (tests' namespaces) carry the metrics themselves
-        return [r.gemm_flops + r.conv_flops + r.vector_flops for r in rows]
-
-
-class ScopeWork:
-    """GEMM + convolution + vector FLOPs of the rows of each scope (``scopes``: each row's), summed on first
-    use, run by run of consecutive rows of one scope: a collector that decides without them sums nothing."""
-
-    def __init__(self, rows, scopes: list[str]):
-        self._rows, self._scopes = rows, scopes
-        self._work: dict[str, int] | None = None
-
-    def of(self, paths) -> int:
-        """FLOPs of the rows of the scopes ``paths``."""
-        work = self.by_scope
-        return sum(work[p] for p in paths)
-
-    @property
-    def total(self) -> int:
-        return sum(self.by_scope.values())
-
-    @property
-    def by_scope(self) -> dict[str, int]:
-        if self._work is None:
-            rows, scopes, n = self._rows, self._scopes, len(self._rows)
-            acc = list(accumulate(row_compute(rows), initial=0))
-            starts = [0, *compress(range(1, n), map(ne, islice(scopes, 1, None), scopes))] if n else []
-            work = self._work = dict.fromkeys(scopes, 0)
-            for s, e in zip(starts, starts[1:] + [n]):
-                work[scopes[s]] += acc[e] - acc[s]
-        return self._work
-
-
 def nearest_groups(rows, scopes: list[str] | None = None) -> list[str]:
     """Group name of every row: its first scope segment, else that of the nearest scoped row, else (top)."""
     if scopes is None:
         scopes = row_scopes(rows)
     group = {s: group_of(s) for s in dict.fromkeys(scopes)}  # few distinct scopes, many rows
     return fill_nearest(list(map(group.__getitem__, scopes)), "(top)")
-
-
-def fill_nearest(values: list, empty, same_only: bool = False) -> list:
-    """Fill falsy entries from their neighbours: both neighbours agreeing, else the nearer (ties: next).
-
-    With ``same_only`` an entry is filled only where its previous and next non-empty neighbours agree.
-    (Gap by gap: it runs on every row of the program, and only the gaps are looked at in Python.)
-    """
-    n = len(values)
-    holes = list(compress(range(n), map(not_, values)))
-    if len(holes) == n:
-        return [empty] * n
-    out = list(values)
-    if not holes:
-        return out
-    # Gaps are runs of consecutive holes: each starts where a hole does not follow the previous one.
-    after = map(add, holes, repeat_item(1))
-    firsts = [0, *compress(range(1, len(holes)), map(ne, islice(holes, 1, None), after))]
-    for k, j in zip(firsts, firsts[1:] + [len(holes)]):
-        a, b = holes[k] - 1, holes[j - 1] + 1  # the gap is out[a + 1:b]; a -1, b n: no neighbour there
-        if b - a == 2 and a >= 0 and b < n:  # one hole between two entries, the common case
-            pa, nb = values[a], values[b]
-            out[a + 1] = pa if pa == nb else empty if same_only else nb
-        else:
-            _fill_gap(out, values, a, b, empty, same_only)
-    return out
-
-
-def _fill_gap(out: list, values: list, a: int, b: int, empty, same_only: bool) -> None:
-    """Fill ``out[a + 1:b]`` from ``values[a]`` and ``values[b]`` (a -1 or b past the end: no such neighbour)."""
-    if a < 0 or b >= len(values):
-        near = values[b] if a < 0 else values[a]
-        out[a + 1:b] = [empty if same_only else near] * (b - a - 1)
-        return
-    pa, nb = values[a], values[b]
-    if pa == nb:
-        out[a + 1:b] = [pa] * (b - a - 1)
-    elif same_only:
-        out[a + 1:b] = [empty] * (b - a - 1)
-    else:  # i takes the previous value while i - a < b - i, i.e. below mid
-        mid = (a + b + 1) // 2
-        out[a + 1:mid] = [pa] * (mid - a - 1)
-        out[mid:b] = [nb] * (b - mid)
 
 
 def while_trips(r) -> int | None:

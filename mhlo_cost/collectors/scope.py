@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from itertools import compress
 from operator import not_
 
-from . import (Block, Blocks, fill_nearest, index_of, is_matmul, kind_of, loop_runs, nearest_groups, row_scopes,
-               ScopeWork)
+from . import Block, Blocks, fill_nearest, index_of, is_matmul, kind_of, loop_runs, nearest_groups, row_scopes
+from .perrow import ScopeWork
 from .towers import with_towers
 
 _B = r"(?:^|(?<=[/.]))"  # start of a path component
