@@ -20,12 +20,16 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from itertools import compress
+from operator import attrgetter, not_
 
 from ..visitors.row import METRICS
+from .perrow import fill_nearest
 
 #: Segment names that structure loops rather than name user scopes.
 LOOP_SEGMENTS = ("while", "body", "cond")
 
+_SCOPE, _NOTE = attrgetter("scope"), attrgetter("note")
 _WHILE_NOTE = re.compile(r"^while x(\d+)")
 _TRAILING_INDEX = re.compile(r"^(.*?)(?:[._/](\d+)|\[(\d+)\])$")
 
@@ -216,42 +220,21 @@ def group_of(scope: str) -> str:
     return first
 
 
+def row_scopes(rows) -> list[str]:
+    """:func:`row_scope` of every row (a location is looked at only for the rows without a scope)."""
+    scopes = list(map(_SCOPE, rows))
+    for i in compress(range(len(scopes)), map(not_, scopes)):
+        if getattr(getattr(rows[i], "loc", None), "name", ""):  # mostly none: a constant's
+            scopes[i] = row_scope(rows[i])
+    return scopes
+
+
 def nearest_groups(rows, scopes: list[str] | None = None) -> list[str]:
     """Group name of every row: its first scope segment, else that of the nearest scoped row, else (top)."""
     if scopes is None:
-        scopes = [row_scope(r) for r in rows]
-    memo: dict[str, str] = {}  # few distinct scopes, many rows
-    own = [memo[s] if s in memo else memo.setdefault(s, group_of(s)) for s in scopes]
-    return fill_nearest(own, "(top)")
-
-
-def fill_nearest(values: list, empty, same_only: bool = False) -> list:
-    """Fill falsy entries from their neighbours: both neighbours agreeing, else the nearer (ties: next).
-
-    With ``same_only`` an entry is filled only where its previous and next non-empty neighbours agree.
-    (Gap by gap, with slices: it runs on every row of the program.)
-    """
-    n = len(values)
-    idx = [i for i, v in enumerate(values) if v]
-    if not idx:
-        return [empty] * n
-    out = list(values)
-    first, last = idx[0], idx[-1]
-    out[:first] = [empty if same_only else values[first]] * first
-    out[last + 1:] = [empty if same_only else values[last]] * (n - 1 - last)
-    for a, b in zip(idx, idx[1:]):
-        if b - a == 1:
-            continue
-        pa, nb = values[a], values[b]
-        if pa == nb:
-            out[a + 1:b] = [pa] * (b - a - 1)
-        elif same_only:
-            out[a + 1:b] = [empty] * (b - a - 1)
-        else:  # i takes the previous value while i - a < b - i, i.e. below mid
-            mid = (a + b + 1) // 2
-            out[a + 1:mid] = [pa] * (mid - a - 1)
-            out[mid:b] = [nb] * (b - mid)
-    return out
+        scopes = row_scopes(rows)
+    group = {s: group_of(s) for s in dict.fromkeys(scopes)}  # few distinct scopes, many rows
+    return fill_nearest(list(map(group.__getitem__, scopes)), "(top)")
 
 
 def while_trips(r) -> int | None:
@@ -282,20 +265,25 @@ def loop_runs(rows, min_compute: bool = True) -> list[tuple[int, int, int]]:
 
     A row belongs to a body when its outermost note is ``while xN`` and its multiplicity and every metric
     divide by N (the loop's condition runs N+1 times and is left out). With ``min_compute`` only runs with
-    GEMM or convolution FLOPs are returned.
+    GEMM or convolution FLOPs are returned. (Only the rows with a note are looked at: a row without one
+    ends a run.)
     """
     runs = []
-    start, trips, note0 = None, None, None
-    for i, r in enumerate(rows + [None]):
-        n = while_trips(r) if r is not None else None
+    start, trips, note0, prev = None, None, None, -2
+    for i in compress(range(len(rows)), map(_NOTE, rows)):
+        r = rows[i]
+        n = while_trips(r)
         ok = (n is not None and n >= 1 and not _in_cond(r.scope)
               and all(getattr(r, m) % n == 0 for m in _SPLIT_METRICS))
         key = r.note.split(";", 1)[0] if ok else None
-        if start is not None and (not ok or key != note0):
-            runs.append((start, i, trips))
+        if start is not None and (i != prev + 1 or not ok or key != note0):
+            runs.append((start, prev + 1, trips))
             start = None
         if ok and start is None:
             start, trips, note0 = i, n, key
+        prev = i
+    if start is not None:
+        runs.append((start, prev + 1, trips))
     if min_compute:
         runs = [(s, e, n) for s, e, n in runs
                 if any(rows[i].gemm_flops or rows[i].conv_flops for i in range(s, e))]

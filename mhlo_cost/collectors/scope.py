@@ -22,8 +22,11 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from itertools import compress
+from operator import not_
 
-from . import Block, Blocks, fill_nearest, is_matmul, kind_of, index_of, loop_runs, nearest_groups, row_scope
+from . import Block, Blocks, fill_nearest, index_of, is_matmul, kind_of, loop_runs, nearest_groups, row_scopes
+from .perrow import ScopeWork
 from .towers import with_towers
 
 _B = r"(?:^|(?<=[/.]))"  # start of a path component
@@ -108,12 +111,14 @@ class ScopeCollector:
 
     # -- collection --------------------------------------------------------------------------------------
     def collect(self, rows) -> Blocks:
-        scopes = [row_scope(r) for r in rows]
-        cands = [self.candidates(s) for s in scopes]
-        work = None if self.pattern is not None else [r.gemm_flops + r.conv_flops + r.vector_flops for r in rows]
+        # Rows of one scope share everything but their position: the scopes' facts are found once each (in
+        # the order they first appear), and the rows read theirs by their scope.
+        scopes = row_scopes(rows)
+        cands = {s: self.candidates(s) for s in dict.fromkeys(scopes)}
+        work = None if self.pattern is not None else ScopeWork(rows, scopes)
         eligible = self._eligible(work, cands)
         if self.pattern is None and not self.stages:
-            eligible -= _groups_of_blocks(rows, cands, eligible, work)
+            eligible -= _groups_of_blocks(rows, scopes, cands, eligible, work)
         names, parts, info, parents = _named_rows(cands, eligible, scopes)
         loop_blocks = _loop_blocks(rows, scopes, names, parts)
         blocks, row_blocks = _numbered(names, info, loop_blocks)
@@ -126,38 +131,27 @@ class ScopeCollector:
         method = "stages" if self.stages and self.pattern is None else "scope"
         return with_towers(Blocks(method, blocks, row_blocks, parts, groups, notes, warnings))
 
-    def _eligible(self, work, cands) -> set:
-        """The candidate families that name blocks (``work``: each row's FLOPs)."""
+    def _eligible(self, work: ScopeWork | None, cands: dict) -> set:
+        """The candidate families that name blocks (``cands``: each scope's candidates; ``work``: their FLOPs,
+        summed only where a family without parts needs them)."""
         if self.pattern is not None:
-            return {c.family for cs in cands for c in cs}
+            return {c.family for cs in cands.values() for c in cs}
         indices: dict[tuple, set] = {}
         has_part: dict[tuple, bool] = {}
-        compute: dict[tuple, int] = {}
-        # Rows of one scope share its candidate list (one object): their compute is summed per list, and each
-        # list's families are read once.
-        shared: dict[int, list] = {}  # id(candidate list) -> [the list, the compute of its rows]
-        for w, cs in zip(work, cands):
-            got = shared.get(id(cs))
-            if got is None:
-                shared[id(cs)] = [cs, w]
-            else:
-                got[1] += w
-        total = 0
-        for cs, w in shared.values():
-            total += w
-            seen = set()
+        paths: dict[tuple, list] = {}  # family -> the scopes with a candidate of it
+        for path, cs in cands.items():
             for c in cs:
                 f = c.family
                 indices.setdefault(f, set()).add(c.index)
                 has_part[f] = has_part.get(f, False) or bool(c.part)
-                if f not in seen:
-                    compute[f] = compute.get(f, 0) + w
-                    seen.add(f)
+                at = paths.setdefault(f, [])
+                if not at or at[-1] != path:  # each scope once
+                    at.append(path)
         out = set()
         for f, idx in indices.items():
             if f[2] == "_" and len(idx) < 2:
                 continue
-            if has_part[f] or (total and compute[f] >= MIN_SHARE * total):
+            if has_part[f] or (work.total and work.of(paths[f]) >= MIN_SHARE * work.total):
                 out.add(f)
         return out
 
@@ -178,37 +172,38 @@ def _nested(path: str, end: int) -> list[_Cand]:
     return out
 
 
-def _groups_of_blocks(rows, cands, eligible: set, work) -> set:
+def _groups_of_blocks(rows, scopes: list[str], cands: dict, eligible: set, work: ScopeWork) -> set:
     """Eligible families that are groups of blocks rather than blocks: every member holds a run of inner
     blocks of one family, which carry most of its compute and are either identical (timm's ConvNeXt
     ``stages.1/blocks.2``, a ResNet's stages) or its direct children alike in their matrix products, each
     with one at least: the finest repeated unit that carries weights (Swin's ``layers.1/blocks.0`` and
     its shifted ``blocks.1``, EfficientNet's ``blocks.2.0`` whose stride differs from ``blocks.2.1``).
     Blocks whose inner units differ stay blocks: T5's ``block.0/layer.0`` (attention) and ``layer.1``
-    (MLP). ``work``: each row's FLOPs."""
+    (MLP). ``cands`` and ``work``: each scope's candidates and FLOPs; ``scopes``: each row's scope."""
     members: dict[tuple, set] = {}  # outer family -> its member names
-    outer_compute: dict[tuple, int] = {}
-    inner: dict[tuple, dict] = {}  # (outer family, inner base, sep) -> outer member -> inner member -> ops
-    inner_compute: dict[tuple, int] = {}
+    outer_paths: dict[tuple, list] = {}  # outer family -> the scopes in its members
+    inner_paths: dict[tuple, list] = {}  # inner key -> the scopes in its members
     direct: dict[tuple, bool] = {}  # inner blocks right below the outer one (layers.1/blocks.0, blocks.2.1)
-    chosen: dict[int, tuple | None] = {}  # id(candidate list) -> (outer, inner key, inner) of its rows
-    for r, cs, w in zip(rows, cands, work):
-        got = chosen.get(id(cs), False)
-        if got is False:
-            got = chosen[id(cs)] = _outer_inner(cs, eligible, members, direct)
+    in_inner: dict[str, tuple] = {}  # scope -> (inner key, outer member, inner member) of its rows
+    for path, cs in cands.items():
+        got = _outer_inner(cs, eligible, members, direct)
         if got is None:
             continue
         o, key, name = got
-        outer_compute[o.family] = outer_compute.get(o.family, 0) + w
+        outer_paths.setdefault(o.family, []).append(path)
         if key is not None:
-            ops = inner.setdefault(key, {}).setdefault(o.name, {}).setdefault(name, [])
-            ops.append((r.op, r.shape, is_matmul(r)))
-            inner_compute[key] = inner_compute.get(key, 0) + w
+            inner_paths.setdefault(key, []).append(path)
+            in_inner[path] = (key, o.name, name)
+    inner: dict[tuple, dict] = {}  # (outer family, inner base, sep) -> outer member -> inner member -> ops
+    for i in compress(range(len(rows)), map(in_inner.__contains__, scopes)):
+        r = rows[i]
+        key, outer, name = in_inner[scopes[i]]
+        inner.setdefault(key, {}).setdefault(outer, {}).setdefault(name, []).append((r.op, r.shape, is_matmul(r)))
     out = set()
     for key, by_outer in inner.items():
         fam = key[0]
         if set(by_outer) != members[fam] or not any(len(v) > 1 for v in by_outer.values()) \
-                or inner_compute[key] < INNER_SHARE * outer_compute[fam]:
+                or work.of(inner_paths[key]) < INNER_SHARE * work.of(outer_paths[fam]):
             continue
         if all(len({tuple(ops) for ops in v.values()}) == 1 for v in by_outer.values()) \
                 or (direct[key] and all(_alike(v.values()) for v in by_outer.values())):
@@ -269,36 +264,33 @@ def _after_body(scope: str) -> list[str]:
     return []
 
 
-def _named_rows(cands, eligible: set, scopes: list[str]):
-    """Each row's block name and part from its first eligible candidate; rows without a scope (constants)
-    between two rows of one block belong to it. Also each name's (kind, index) and the families it came from."""
-    n = len(cands)
-    names: list[str] = [""] * n
-    parts: list[str] = [""] * n
+def _named_rows(cands: dict, eligible: set, scopes: list[str]):
+    """Each row's block name and part from its scope's first eligible candidate; rows without a scope
+    (constants) between two rows of one block belong to it. Also each name's (kind, index) and the families
+    it came from."""
     info: dict[str, tuple[str, int | None]] = {}
     parents: dict[str, set] = {}
-    chosen: dict[str, _Cand | None] = {}  # per scope path (rows share few): its first eligible candidate
-    for i, (path, cs) in enumerate(zip(scopes, cands)):
-        if path in chosen:
-            c = chosen[path]
-        else:
-            c = chosen[path] = next((c for c in cs if c.family in eligible), None)
-            if c is not None:
-                if c.name not in info:
-                    info[c.name] = (kind_of(c.name), c.index)
-                parents.setdefault(c.name, set()).add(c.family[0])
+    name_of: dict[str, str] = {}
+    part_of: dict[str, str] = {}
+    for path, cs in cands.items():
+        c = next((c for c in cs if c.family in eligible), None)
+        name_of[path], part_of[path] = (c.name, c.part) if c is not None else ("", "")
         if c is not None:
-            names[i] = c.name
-            parts[i] = c.part
-    unscoped = [not s for s in scopes]
-    filled = fill_nearest([nm if not u else "" for nm, u in zip(names, unscoped)], "", same_only=True)
-    for i in range(n):
-        if unscoped[i] and filled[i]:
+            if c.name not in info:
+                info[c.name] = (kind_of(c.name), c.index)
+            parents.setdefault(c.name, set()).add(c.family[0])
+    names = list(map(name_of.__getitem__, scopes))
+    parts = list(map(part_of.__getitem__, scopes))
+    unscoped = list(compress(range(len(scopes)), map(not_, scopes)))  # named and parted "" so far
+    if unscoped:
+        filled = fill_nearest(names, "", same_only=True)
+        for i in unscoped:
             names[i] = filled[i]
-    part_filled = fill_nearest([p if names[i] else "" for i, p in enumerate(parts)], "", same_only=True)
-    for i in range(n):
-        if unscoped[i] and names[i]:
-            parts[i] = part_filled[i]
+        # A row without a name has no part: the parts' neighbours are those of the named rows.
+        part_filled = fill_nearest(parts, "", same_only=True)
+        for i in unscoped:
+            if names[i]:
+                parts[i] = part_filled[i]
     return names, parts, info, parents
 
 
@@ -338,29 +330,25 @@ def _loop_blocks(rows, scopes: list[str], names: list[str], parts: list[str]) ->
 def _numbered(names: list[str], info: dict, loop_blocks: list) -> tuple[list[Block], list[tuple[int, ...]]]:
     """Blocks numbered in program order (named blocks at their first row, loop blocks at their loop's), and
     each row's block ids."""
-    first: dict[str, int] = {}
-    for i, nm in enumerate(names):
-        if nm and nm not in first:
-            first[nm] = i
+    first = dict(zip(reversed(names), range(len(names) - 1, -1, -1)))  # the earliest row of each name stays
+    first.pop("", None)
     items = [(pos, 0, ("named", nm)) for nm, pos in first.items()]
     items += [(lb[0], 1, ("loop", lb)) for lb in loop_blocks]
     items.sort(key=lambda t: (t[0], t[1]))
     blocks: list[Block] = []
-    ids: dict[str, int] = {}
-    row_blocks: list[tuple[int, ...]] = [()] * len(names)
+    single: dict[str, tuple] = {"": ()}  # one tuple per block, shared by its rows
+    loops = []
     for _, _, (what, data) in items:
         if what == "named":
-            ids[data] = len(blocks)
+            single[data] = (len(blocks),)
             kind, idx = info.get(data, (kind_of(data), None))
             blocks.append(Block(data, kind, idx))
         else:
             _, bl, rows_here = data
-            base = len(blocks)
+            loops.append((len(blocks), rows_here))
             blocks.extend(bl)
-            for i, bids in rows_here:
-                row_blocks[i] = tuple(base + b for b in bids)
-    single = {nm: (b,) for nm, b in ids.items()}  # one tuple per block, shared by its rows
-    for i, nm in enumerate(names):
-        if nm:
-            row_blocks[i] = single[nm]
+    row_blocks = list(map(single.__getitem__, names))
+    for base, rows_here in loops:  # a loop body's rows have no name
+        for i, bids in rows_here:
+            row_blocks[i] = tuple(base + b for b in bids)
     return blocks, row_blocks

@@ -73,8 +73,9 @@ def backward(sw, ps) -> bool:
     p = ps.p
     rows, cls = p.fr.rows, p.cls
     n = len(rows)
-    vals = list(map(_VALUES, rows))
-    odd = np.flatnonzero(np.fromiter(cls, np.int64, len(cls))[:n] >= ALIAS).tolist()
+    vals = sw.values(rows).copy()  # changed below
+    row_cls = np.fromiter(cls, np.int64, len(cls))[:n]
+    odd = np.flatnonzero(row_cls >= ALIAS).tolist()
     moved, multi, single = [], [], rows
     if odd:
         single = rows.copy()
@@ -105,7 +106,7 @@ def backward(sw, ps) -> bool:
             nbytes[gone] = 0
     for i in multi:
         moved.extend(k for k in rows[i].values[1] if k in alias)
-    last = _last_uses(sw, p, vals, moved)
+    last = _last_uses(sw, p, (row_cls >= ALIAS) & (row_cls != MULTI), moved)  # as vals: _NONE reads nothing
     at = np.arange(n)
     free = _lookup(last, defs, at)
     if sw._local:
@@ -147,13 +148,21 @@ def forward(sw, ps, write: bool, base: int):
     return max(int(during.max()) if m else int(acc[0]), int(acc[0]))
 
 
-def _last_uses(sw, p, vals: list, moved: list) -> LastUse:
-    """Sorted keys read in the frame (re-labellings read as their roots) and the last position reading each."""
-    n = len(vals)
-    uses = list(map(_USES, vals))
-    lens = np.fromiter(map(len, uses), np.intp, n)
-    keys = np.fromiter(chain.from_iterable(uses), np.int64, int(lens.sum()))
-    pos = np.repeat(np.arange(n), lens)
+def reads(vals: list) -> tuple[np.ndarray, np.ndarray]:
+    """The keys rows read (``vals``: the value keys of each), row after row, in one int64 array, and how many
+    each row reads."""
+    uses = list(map(_USES, vals)) if all(vals) else [v[0] if v else () for v in vals]
+    lens = np.fromiter(map(len, uses), np.intp, len(uses))
+    return np.fromiter(chain.from_iterable(uses), np.int64, int(lens.sum())), lens
+
+
+def _last_uses(sw, p, apart: np.ndarray, moved: list) -> LastUse:
+    """Sorted keys read in the frame (re-labellings read as their roots) and the last position reading each;
+    the rows ``apart`` read nothing here."""
+    n = len(apart)
+    keys, lens = sw.reads(p.fr.rows)
+    keep = np.repeat(~apart, lens)
+    keys, pos = keys[keep], np.repeat(np.arange(n), lens)[keep]  # keys: a copy, changed below
     if len(p.seq) > n:  # the return reads last of all
         ret = p.reads[n]
         keys = np.concatenate([keys, np.fromiter(ret, np.int64, len(ret))])

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import re
 
+import numpy as np
+
 #: The pytree roots whose leaves are parameters.
 PARAM_ROOTS = frozenset({"params", "param", "parameters", "state", "weights", "variables"})
 
@@ -101,12 +103,31 @@ def first_readers(sw, rows, params: set) -> dict[int, int]:
         return found
 
     out: dict[int, int] = {}
-    for i, r in enumerate(rows):
-        vals = r.values[0] if r.values else ()
-        for k in vals:
-            p = resolve(k) if k in params or k in up else None
-            if p is not None and p not in out:
-                out[p] = i
-        if len(out) == len(params):
-            break
+    reach = _reaching(up, params)
+    keys, lens = sw.reads(rows)  # every key read, row after row, and how many each row reads
+    among = np.sort(np.fromiter(reach, np.int64, len(reach)))  # only they resolve
+    hit = np.flatnonzero(among[np.minimum(np.searchsorted(among, keys), len(among) - 1)] == keys) if len(among) \
+        else np.zeros(0, np.intp)
+    at = np.searchsorted(np.cumsum(lens), hit, side="right")  # the row of each
+    for k, i in zip(keys[hit].tolist(), at.tolist()):
+        p = resolve(k)
+        if p is not None and p not in out:
+            out[p] = i
+            if len(out) == len(params):
+                break
     return out
+
+
+def _reaching(up: dict, params: set) -> set:
+    """The keys from which ``up`` leads to a parameter (the parameters included): only they resolve to one."""
+    down: dict[int, list] = {}
+    for k, vs in up.items():
+        for v in vs:
+            down.setdefault(v, []).append(k)
+    found, todo = set(params), list(params)
+    while todo:
+        for k in down.get(todo.pop(), ()):
+            if k not in found:
+                found.add(k)
+                todo.append(k)
+    return found

@@ -3,10 +3,13 @@ outside, and (for the parameters) which values carry a weight to a dot."""
 from __future__ import annotations
 
 from itertools import chain
+from operator import attrgetter
 
 from ..visitors.frames import Frame, Recording, Region
 from ..visitors.row import short_name
 from .opclass import ALIAS, CARRY, DOT, DUP, DUP_CARRY, DUS, MAYBE, MULTI, NOVAL, PLAIN, op_class, row_class
+
+_VALUES = attrgetter("values")
 
 
 class Prepared:
@@ -67,6 +70,7 @@ class Preparer:
         self._prepared: dict[int, Prepared] = {}
         self._local: dict[int, int] = {}
         self._rev: dict | None = None
+        self._values: dict[int, tuple] = {}  # id(row list) -> (the list, the value keys of its rows)
 
     def root(self, k: int) -> int:
         alias = self.alias
@@ -141,6 +145,13 @@ class Preparer:
             elif c == DUS and len(v[1]) != 1:
                 c = MULTI
             cls.append(c)
+
+    def values(self, rows: list) -> list:
+        """The value keys of each of ``rows`` (``((operands...), (results...))``), once per row list."""
+        got = self._values.get(id(rows))
+        if got is None:
+            got = self._values[id(rows)] = (rows, list(map(_VALUES, rows)))  # the list kept: its id stays its own
+        return got[1]
 
     def _special(self, r, c: int, v: tuple) -> int:
         u, d = v

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import gc
+from operator import is_
 from dataclasses import dataclass, field
 
 from .params import first_readers, parameters
@@ -67,9 +68,18 @@ def profile(analysis, kernels: list | None = None, eager: bool = False) -> Memor
     params = parameters(sw, rec, set(args))
     elems = dict(zip((k for k, _, _ in rec.args), rec.arg_elems))
     rows: dict[int, int] = {}
-    for k, i in first_readers(sw, analysis.rows, params).items():
+    for k, i in first_readers(sw, _table_rows(analysis.rows, rec), params).items():
         rows[i] = rows.get(i, 0) + elems.get(k, 0)
     return MemoryProfile(sw.during, sw.after, peak, peak_row, sum(args.values()),
                          sum(args[k] for k in params), sum(sw.outputs), kernels is not None,
                          sum(elems.get(k, 0) for k in params), rows,
                          "eager" if eager else "compiled" if kernels is not None else "unfused")
+
+
+def _table_rows(rows: list, rec) -> list:
+    """``rows``, or the entry frame's list of the same rows (what they read is known already where the sweep
+    read it)."""
+    entry = rec.entry.rows if rec.entry is not None else None
+    if entry is not None and entry is not rows and len(entry) == len(rows) and all(map(is_, entry, rows)):
+        return entry
+    return rows

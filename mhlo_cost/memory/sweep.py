@@ -68,6 +68,14 @@ class Sweep(Preparer):
         self.hidden: list[tuple[int, int]] = []  # (row, bytes): peaks of branches not taken
         self.outputs: list[int] = []  # bytes of each value the entry returns
         self._memo: dict[tuple, _Pass] = {}  # (frame, what it is handed) -> its pass, for passes without rows
+        self._reads: dict[int, tuple] = {}  # id(row list) -> (the list, what its rows read)
+
+    def reads(self, rows: list) -> tuple:
+        """The keys ``rows`` read and how many each row reads (:func:`.flat.reads`), once per row list."""
+        got = self._reads.get(id(rows))
+        if got is None:
+            got = self._reads[id(rows)] = (rows, flat.reads(self.values(rows)))  # the list kept: its id stays
+        return got[1]
 
     def run(self) -> int:
         """Sweep the entry frame on top of its arguments (live throughout unless donated); returns the peak."""
