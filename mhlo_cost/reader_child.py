@@ -53,6 +53,14 @@ def serve(walk: bool = False) -> None:
     # No dialect package is looked for when an op is first met: the walk reads ops by name, never through
     # the dialects' generated op classes, and this process runs nothing else (importing them cost 10-15 ms).
     _mlir.globals.dialect_search_modules = []
+    # jaxlib's ir imports numpy where it can, for attribute builders the walk never uses; a one-file report's
+    # answer needs none either (the memory sweep takes its list paths: mhlo_cost.memory.sweep.arrays), so it is
+    # held back here, about 50 ms of the child's start. A view that needs numpy (pandas) imports it as usual.
+    sys.modules["numpy"] = None
+    try:
+        from jaxlib.mlir import ir  # noqa: F401
+    finally:
+        del sys.modules["numpy"]
     from mhlo_cost._reader import limit_memory
 
     if walk:

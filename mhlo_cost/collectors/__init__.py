@@ -127,14 +127,18 @@ def no_locations_hint(rows) -> str | None:
 
 
 def _assign(rows, method: str, pattern: str | None, norms_per_block: int | None) -> Blocks:
-    from .repeat import RepeatCollector
     from .rms import RMSCollector
     from .scope import ScopeCollector
+
+    def repeat() -> Blocks:  # imported where it runs: it needs numpy, which a report found by scope does not
+        from .repeat import RepeatCollector
+
+        return RepeatCollector().collect(rows)
 
     makers = {
         "scope": lambda: ScopeCollector(pattern).collect(rows),
         "stages": lambda: ScopeCollector(pattern, stages=True).collect(rows),
-        "repeat": lambda: RepeatCollector().collect(rows),
+        "repeat": repeat,
         "rms": lambda: RMSCollector(norms_per_block).collect(rows),
     }
     if method in makers:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 
-import numpy as np
+from .sweep import arrays
 
 #: The pytree roots whose leaves are parameters.
 PARAM_ROOTS = frozenset({"params", "param", "parameters", "state", "weights", "variables"})
@@ -103,19 +103,37 @@ def first_readers(sw, rows, params: set) -> dict[int, int]:
         return found
 
     out: dict[int, int] = {}
-    reach = _reaching(up, params)
-    keys, lens = sw.reads(rows)  # every key read, row after row, and how many each row reads
-    among = np.sort(np.fromiter(reach, np.int64, len(reach)))  # only they resolve
-    hit = np.flatnonzero(among[np.minimum(np.searchsorted(among, keys), len(among) - 1)] == keys) if len(among) \
-        else np.zeros(0, np.intp)
-    at = np.searchsorted(np.cumsum(lens), hit, side="right")  # the row of each
-    for k, i in zip(keys[hit].tolist(), at.tolist()):
+    reach = _reaching(up, params)  # only these keys resolve to a parameter
+    found = _reads_of(sw, rows, reach) if arrays() else _reads_in_python(sw, rows, reach)
+    for k, i in found:
         p = resolve(k)
         if p is not None and p not in out:
             out[p] = i
             if len(out) == len(params):
                 break
     return out
+
+
+def _reads_of(sw, rows, reach: set):
+    """(key, row position) of every read of a key in ``reach``, in program order: found among the keys the
+    sweep flattened already (numpy)."""
+    import numpy as np
+
+    keys, lens = sw.reads(rows)  # every key read, row after row, and how many each row reads
+    among = np.sort(np.fromiter(reach, np.int64, len(reach)))
+    hit = np.flatnonzero(among[np.minimum(np.searchsorted(among, keys), len(among) - 1)] == keys) if len(among) \
+        else np.zeros(0, np.intp)
+    at = np.searchsorted(np.cumsum(lens), hit, side="right")  # the row of each
+    return zip(keys[hit].tolist(), at.tolist())
+
+
+def _reads_in_python(sw, rows, reach: set):
+    """:func:`_reads_of` without numpy, row by row."""
+    for i, vals in enumerate(sw.values(rows)):
+        if vals:
+            for k in vals[0]:
+                if k in reach:
+                    yield k, i
 
 
 def _reaching(up: dict, params: set) -> set:
