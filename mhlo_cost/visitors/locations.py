@@ -75,9 +75,7 @@ def location_info(loc: ir.Location) -> LocationInfo:
 def _location_info(loc: ir.Location, memo: dict) -> LocationInfo:
     name, site = "", 0
     if type(loc) is ir.NameLoc:  # jaxlib's bindings hand back the location's own class: no cast, no typeid read
-        name = loc.name_str
-        child = loc.child_loc
-        site = hash(child.attr) if type(child) in _SITE_CLASSES else 0
+        name, site = loc.name_str, None  # the site read where it is asked for (_site)
     elif loc.typeid == _NAME:  # bindings that hand back a plain Location
         named = ir.NameLoc(loc)
         name = named.name_str
@@ -167,5 +165,11 @@ _FUSED = ir.FusedLoc.static_typeid
 _SITE_CLASSES = (ir.FileLineColLoc, ir.CallSiteLoc, ir.FusedLoc)
 
 
+def _site(loc: ir.Location) -> int:
+    """The key of the source position under a name location (:attr:`LocationInfo.site`), 0 where there is none."""
+    child = loc.child_loc if type(loc) is ir.NameLoc else ir.NameLoc(loc).child_loc
+    return hash(child.attr) if type(child) in _SITE_CLASSES or child.typeid in (_FILE, _CALLSITE, _FUSED) else 0
+
+
 #: How a :class:`LocationInfo` reads its location on first use.
-READ = SimpleNamespace(file_line=_file_line, stack=call_stack)
+READ = SimpleNamespace(file_line=_file_line, stack=call_stack, site=_site)

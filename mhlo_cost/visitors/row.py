@@ -25,18 +25,17 @@ def short_name(op_name: str) -> str:
 
 
 class LocationInfo:
-    """Scope of an op from its location name; ``file_line`` and ``stack`` are read from the location on first
-    use, by ``read.file_line(loc, memo)`` and ``read.stack(loc, memo)`` (:data:`mhlo_cost.visitors.locations.READ`),
-    or given (:meth:`resolved`)."""
+    """Scope of an op from its location name; ``site``, ``file_line`` and ``stack`` are read from the location on
+    first use, by ``read.site(loc)``, ``read.file_line(loc, memo)`` and ``read.stack(loc, memo)``
+    (:data:`mhlo_cost.visitors.locations.READ`), or given (:meth:`resolved`)."""
 
-    __slots__ = ("name", "scope", "site", "_loc", "_file_line", "_stack", "_memo", "_read")
+    __slots__ = ("name", "scope", "_site", "_loc", "_file_line", "_stack", "_memo", "_read")
 
-    def __init__(self, name: str, scope: str, loc=None, memo: dict | None = None, read=None, site: int = 0):
+    def __init__(self, name: str, scope: str, loc=None, memo: dict | None = None, read=None,
+                 site: int | None = None):
         self.name = name  # the raw name of the outermost NameLoc, "" where there is none
         self.scope = scope  # the op's scope: its name without the primitive and transform segments
-        # The source position under the name (one framework call: a torch op through torchax, a jnp call), as
-        # a key; 0 where there is none. The eager execution model groups the ops of one call by it.
-        self.site = site
+        self._site = site if site is not None or loc is not None else 0
         self._loc = loc
         self._memo = memo if memo is not None else {}
         self._read = read
@@ -50,6 +49,15 @@ class LocationInfo:
         info._file_line = file_line
         info._stack = stack
         return info
+
+    @property
+    def site(self) -> int:
+        """The source position under the name (one framework call: a torch op through torchax, a jnp call), as a
+        key; 0 where there is none. The eager execution model groups the ops of one call by it."""
+        if self._site is None:
+            self._site = self._read.site(self._loc)
+            self._release()
+        return self._site
 
     @property
     def file_line(self) -> str:
@@ -75,7 +83,8 @@ class LocationInfo:
         return self._stack
 
     def _release(self) -> None:
-        if self._file_line is not None and self._stack is not None:  # both read: the location is not needed
+        if self._file_line is not None and self._stack is not None and self._site is not None:  # all read: the
+            # location is not needed
             self._loc = self._memo = self._read = None
 
     def describe(self) -> str:
