@@ -127,3 +127,13 @@ def test_a_second_claim_on_an_op_for_the_same_metric_is_refused():
     assert {k: dict(v) for k, v in RULES.items()} == before
     with pytest.raises(TypeError, match="a second rule"):
         mine.rule("stablehlo.my_op", kind="dot")(lambda ctx: ZERO)
+
+
+def test_the_walks_fast_constructors_are_the_keyword_forms():
+    """vector_cost and io_cost build the tuple by position: each field lands where its keyword puts it."""
+    from mhlo_cost.visitors.costvalue import io_cost, vector_cost
+
+    assert vector_cost(3, 5, 7, 11) == Cost(vector_flops=3, transcendentals=5, bytes_read=7, bytes_written=11)
+    assert io_cost(7, 11) == Cost(bytes_read=7, bytes_written=11)
+    assert type(vector_cost(1, 0, 0, 0)) is Cost and vector_cost(1, 0, 0, 0).vector_flops == 1
+

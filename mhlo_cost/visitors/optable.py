@@ -21,7 +21,7 @@ from __future__ import annotations
 from types import MappingProxyType
 from typing import Callable, Mapping, NamedTuple
 
-from .costvalue import Cost
+from .costvalue import Cost, io_cost
 
 #: Dialects whose ops share rules by their name without the dialect (``visit_<name>``, a table's bare names).
 SHARED_DIALECTS = ("stablehlo", "mhlo", "chlo")
@@ -55,7 +55,7 @@ class OpContext(NamedTuple):
     @property
     def io(self) -> Cost:
         """The cost of reading every operand and writing every result, and no FLOP."""
-        return Cost(bytes_read=self.bytes_read, bytes_written=self.bytes_written)
+        return io_cost(self.bytes_read, self.bytes_written)
 
     @property
     def results(self) -> tuple:

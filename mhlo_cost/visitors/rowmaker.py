@@ -19,6 +19,7 @@ from .row import AnalysisError, Row
 
 #: comm_kind, group_size, num_groups, comm_steps of a row that is not a collective's.
 _NO_COMM = ("", 0, 0, 0)
+_new = tuple.__new__
 
 
 class RowMaker:
@@ -38,8 +39,8 @@ class RowMaker:
         and ``name`` once per op name, and the op's name is not read from the IR again)."""
         facts = self._facts(op, rule.reads, rule.weights)
         bodies = tuple(rule.body(r, self.functions) for r in op.regions) if rule.body is not None else ()
-        ctx = OpContext(name, facts[3], facts[0], op.attributes if attrs is None else attrs, self.options,
-                        facts[4], facts[1], bodies, self.module_facts)
+        ctx = _new(OpContext, (name, facts[3], facts[0], op.attributes if attrs is None else attrs, self.options,
+                               facts[4], facts[1], bodies, self.module_facts))  # OpContext(...), as a tuple is made
         try:
             out = rule.fn(ctx)
         except (ValueError, IndexError, ZeroDivisionError) as e:  # a window too large to count, odd attributes

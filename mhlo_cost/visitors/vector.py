@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from jaxlib.mlir import ir
 
-from .costvalue import Cost, Counted
+from .costvalue import Cost, Counted, vector_cost
 from .optable import OpContext, OpRule, RuleTable, qualified
 from .ruleset import RuleSet, shared_short_name
 from .opsets import DATA_MOVEMENT, ELEMENTWISE, KNOWN_CUSTOM_CALLS, TRANSCENDENTAL  # noqa: F401 (imported from here too)
@@ -120,12 +120,12 @@ VECTOR = RuleTable("vector")
 
 
 def elementwise(ctx: OpContext) -> Cost:
-    return Cost(vector_flops=ctx.out_elems, bytes_read=ctx.bytes_read, bytes_written=ctx.bytes_written)
+    return vector_cost(ctx.out_elems, 0, ctx.bytes_read, ctx.bytes_written)
 
 
 def transcendental(ctx: OpContext) -> Cost:
     n = ctx.out_elems
-    return Cost(vector_flops=n, transcendentals=n, bytes_read=ctx.bytes_read, bytes_written=ctx.bytes_written)
+    return vector_cost(n, n, ctx.bytes_read, ctx.bytes_written)
 
 
 def data(ctx: OpContext) -> Cost:
