@@ -3,7 +3,7 @@
 A :class:`Study` goes from :class:`StudyOptions` to the analysis, the blocks, a training step's phases, the
 memory estimate, the roofline estimate (with the network of a system profile) and the summary figures, each
 computed on first use and kept. ``mhlo-cost report``, ``blocks`` and ``plot`` map their arguments onto the
-options and ask a study; a sweep row (:meth:`Study.row`) is read from a study; the HTML
+options and ask a study; a sweep row (:func:`mhlo_cost.views.sweep_row.sweep_row`) is read from a study; the HTML
 page is drawn from one; ``serve`` (:class:`mhlo_cost.inference.study.ServeStudy`) and ``train-plan``
 (:class:`mhlo_cost.scale.study.PlanStudy`) estimate each lowered step or layer as a study; and it is the
 Python API::
@@ -251,43 +251,3 @@ class Study:
         fused = self.fused_memory if keep is None else None
         return summary_pairs(part, roofline=self.roofline, fused=fused, hw=self.hardware, blocks=blocks,
                              steps=self.options.steps or 1, filtered=keep is not None, params=params)
-
-    def row(self) -> dict:
-        """The sweep's row: the numbers of the program on the profile, under the report's names (per device;
-        ints exact): the same roofline and memory estimate ``report`` prints."""
-        import math
-
-        rf, hw, analysis, steps = self.roofline, self.hardware, self.analysis, self.options.steps or 1
-        s = rf.summary(steps)
-        c = analysis.summary
-        out = {k: int(c[k]) for k in ("gemm_flops", "conv_flops", "vector_flops", "comm_bytes")}
-        out["flops"] = int(s["flops"])
-        hbm = int(hw.hbm_capacity)
-        peaks = [("", analysis.memory.peak_bytes)]
-        if rf.fusion is not None:
-            peaks.append(("_fused", self.fused_memory.peak_bytes))
-        for suffix, peak in peaks:
-            out["peak_bytes" + suffix] = int(peak)
-        out["hbm_bytes"] = hbm
-        for suffix, peak in peaks:
-            out["fits" + suffix] = "yes" if hbm - peak >= 0 else "no"
-        for k in ("est_time_s", "est_time_overlap_s", "est_time_fused_s", "est_time_fused_overlap_s",
-                  "comm_time_s", "comm_exposed_s", "utilisation", "utilisation_fused"):
-            if k in s:
-                out[k] = s[k]
-        if rf.fusion is not None:  # what compute cannot hide with fused compute times (report --by comm --fuse)
-            out["comm_exposed_fused_s"] = math.fsum(rf.exposure(fused=True).exposed)
-        out["bound"] = program_bound(rf)
-        from .accuracy import median_error
-
-        out["accuracy_error"] = median_error(hw.name, "model", "compiled" if rf.fusion is not None else "unfused")
-        step = s["est_time_fused_overlap_s"] if rf.fusion is not None else s["est_time_overlap_s"]
-        out["steps"] = steps
-        out["time_step_s"] = step
-        out["time_run_s"] = step * steps
-        return out
-
-
-def program_bound(rf) -> str:
-    """The whole program's bound by the rule of ``Roofline.block_frame`` (one block holding every op)."""
-    return rf.program_bound()

@@ -1,6 +1,6 @@
 """One point of a sweep, in a worker: lower it as ``mhlo-cost lower`` does, analyse it as ``mhlo-cost report``
 does (the data-flow analysis: exposed communication and the memory peak), and make its row for every
-hardware profile from that one analysis. The row is the study's (:meth:`mhlo_cost.study.Study.row`), the
+hardware profile from that one analysis. The row is the study's (:func:`mhlo_cost.views.sweep_row.sweep_row`), the
 one ``report --hardware H --steps K`` asks for the point alone, so it equals what the report prints.
 
 Nothing here writes files or prints: a worker may run on another machine (a Dask cluster). A point that
@@ -13,6 +13,7 @@ import os
 import time
 from dataclasses import dataclass, field
 
+from ..views.sweep_row import sweep_row
 from .grid import Point, build_config
 
 
@@ -104,7 +105,7 @@ def compute(task: Task) -> Result:
         sha = hashlib.sha256(text.encode()).hexdigest()
         study = study_of(text, task)
         study.analysis  # noqa: B018 (walked once, for every profile)
-        rows = [study.on(hw).row() for hw in task.profiles()]
+        rows = [sweep_row(study.on(hw)) for hw in task.profiles()]
     except Exception as e:  # noqa: BLE001 - any failure of the point is its row, never the sweep's end
         first = (str(e).strip().splitlines() or [""])[0][:300]
         return Result(task.point, "failed", f"{type(e).__name__}: {first}", seconds=time.perf_counter() - t0)
