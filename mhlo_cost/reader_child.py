@@ -56,11 +56,14 @@ def serve(walk: bool = False) -> None:
     # jaxlib's ir imports numpy where it can, for attribute builders the walk never uses; a one-file report's
     # answer needs none either (the memory sweep takes its list paths: mhlo_cost.memory.sweep.arrays), so it is
     # held back here, about 50 ms of the child's start. A view that needs numpy (pandas) imports it as usual.
-    sys.modules["numpy"] = None
+    held = "numpy" not in sys.modules  # (where a site hook imported it already, it stays as it is)
+    if held:
+        sys.modules["numpy"] = None
     try:
         from jaxlib.mlir import ir  # noqa: F401
     finally:
-        del sys.modules["numpy"]
+        if held:
+            del sys.modules["numpy"]
     from mhlo_cost._reader import limit_memory
 
     if walk:
