@@ -42,7 +42,7 @@ from jaxlib.mlir import ir
 
 from ..types import TensorInfo, TypeCache
 from .callgraph import CallGraph
-from .comm import module_facts
+from .module_facts import module_facts
 from .entry import choose_entry
 from .locations import LocationCache, LocationInfo
 from .row import EMPTY_ENTRY, METRICS, AnalysisError, Row, short_name  # noqa: F401 (imported from here too)

@@ -32,7 +32,7 @@ name partitions (one copy per replica); with a channel and no global ids on the 
 replicas, each spanning every partition.
 
 Every rule is a pure function of its :class:`~mhlo_cost.visitors.optable.OpContext`: the module's partitions,
-replicas and Shardy meshes reach it as ``ctx.module`` (:func:`module_facts`, read once per module by the walk),
+replicas and Shardy meshes reach it as ``ctx.module`` (:func:`mhlo_cost.visitors.module_facts.module_facts`, read once per module by the walk),
 and what its row says beyond a cost (the comm kind, group size, groups, steps, device groups, a
 :data:`GROUP_SIZE_MISMATCH` warning) travels in the :class:`~mhlo_cost.visitors.costvalue.Counted` it returns.
 The async start / update / done ops replay a callee's rows: that is the walk's
@@ -40,14 +40,11 @@ The async start / update / done ops replay a callee's rows: that is the walk's
 """
 from __future__ import annotations
 
-from types import MappingProxyType
-
 from jaxlib.mlir import ir
-from ..mlir_dialects import sdy
 
 from ..types import isa
 from .costvalue import Cost, Counted
-from .optable import ModuleFacts, OpContext, RuleTable
+from .optable import OpContext, RuleTable
 from .row import short_name
 from .ruleset import RuleSet
 from .tflops import int_attr
@@ -83,34 +80,6 @@ def ring_volume(kind: str, full_bytes: int, n: int) -> tuple[int, int]:
     if kind == "collective_broadcast":
         return full_bytes, n - 1
     raise ValueError(f"no ring volume rule for {kind}")
-
-
-# -- the module's facts, read once per module ---------------------------------------------------------------------
-def _module_int(module: ir.Module, name: str, default: int = 1) -> int:
-    attrs = module.operation.attributes
-    if name in attrs:
-        try:
-            return ir.IntegerAttr(attrs[name]).value
-        except (ValueError, TypeError):
-            return default
-    return default
-
-
-def mesh_axes(mesh) -> MappingProxyType:
-    """{axis name: size} of a Shardy mesh attribute (``sdy.MeshAttr``), read-only."""
-    return MappingProxyType({sdy.MeshAxisAttr(a).name: sdy.MeshAxisAttr(a).size for a in mesh.axes})
-
-
-def module_facts(module: ir.Module) -> ModuleFacts:
-    """What the rules read of ``module``: ``mhlo.num_partitions``, ``mhlo.num_replicas`` and its ``sdy.mesh``
-    declarations by name."""
-    meshes = {}
-    for op in module.body.operations:
-        op = op.operation
-        if op.name == "sdy.mesh":
-            meshes[ir.StringAttr(op.attributes["sym_name"]).value] = mesh_axes(sdy.MeshAttr(op.attributes["mesh"]))
-    return ModuleFacts(_module_int(module, "mhlo.num_partitions"), _module_int(module, "mhlo.num_replicas"),
-                       MappingProxyType(meshes))
 
 
 def _components(pairs: list[tuple[int, int]]) -> tuple[int, int]:
