@@ -47,8 +47,9 @@ from .costvalue import Cost, Counted
 from .optable import OpContext, RuleTable
 from .row import short_name
 from .ruleset import RuleSet
-from .tflops import int_attr
-from .vector import body_flops
+from .attrs import int_attr
+from .bodies import body_flops
+from .ring import ring_volume  # noqa: F401 (imported from here too)
 
 
 #: The start of the warning for a collective whose shapes prove another group size than the module declares.
@@ -65,21 +66,6 @@ def _dim_ratio(ctx: OpContext, attr: str, gathers: bool) -> int | None:
         return None
     big, small = (b, a) if gathers else (a, b)
     return big // small if small > 0 and big % small == 0 and big >= small else None
-
-
-def ring_volume(kind: str, full_bytes: int, n: int) -> tuple[int, int]:
-    """(bytes per device, ring steps) of one collective over a group of n devices."""
-    if n <= 1:
-        return 0, 0
-    if kind == "all_reduce":
-        return -(-2 * (n - 1) * full_bytes // n), 2 * (n - 1)
-    if kind in ("all_gather", "reduce_scatter", "all_to_all"):
-        return -(-(n - 1) * full_bytes // n), n - 1
-    if kind == "collective_permute":
-        return full_bytes, 1
-    if kind == "collective_broadcast":
-        return full_bytes, n - 1
-    raise ValueError(f"no ring volume rule for {kind}")
 
 
 def _components(pairs: list[tuple[int, int]]) -> tuple[int, int]:

@@ -14,7 +14,8 @@ from .optable import OpContext, RuleTable
 from .ruleset import RuleSet
 from .shardy import ShardyRules
 from .tflops import TFlopsVisitor
-from .vector import KNOWN_CUSTOM_CALLS, VectorVisitor
+from .opsets import KNOWN_CUSTOM_CALLS
+from .vector import VectorVisitor
 
 
 #: The rules of :class:`CountingRules`: ops counted as a row and their bytes, without FLOPs.

@@ -23,7 +23,7 @@ from ..mlir_dialects import chlo
 from .costvalue import Cost, Counted
 from .optable import OpContext, RuleTable
 from .ruleset import RuleSet
-from .tflops import int_list
+from .attrs import int_list
 
 
 def fft_flops(operand_elems: int, lengths: list[int]) -> int:

@@ -32,7 +32,7 @@ from __future__ import annotations
 from jaxlib.mlir import ir
 from ..mlir_dialects import sdy
 
-from .comm import ring_volume
+from .ring import ring_volume
 from .module_facts import mesh_axes
 from .costvalue import Cost, Counted
 from .optable import OpContext, RuleTable

@@ -21,6 +21,7 @@ from ..mlir_dialects import mhlo, stablehlo
 from ..types import isa
 from .costvalue import Cost, Counted
 from .optable import OpContext, RuleTable
+from .attrs import int_attr, int_list  # noqa: F401 (imported from here too)
 from .ruleset import RuleSet
 
 
@@ -119,34 +120,6 @@ def _conv_dims(attr: ir.Attribute) -> dict:
                 "output_spatial": list(d.output_spatial_dimensions),
             }
     raise ValueError(f"unrecognised convolution dimension numbers {attr}")
-
-
-def int_list(attrs, name: str, default: list[int] | None = None) -> list[int] | None:
-    """An integer array attribute of ``attrs`` (an op's attributes, or a mapping) as a list, whether
-    DenseI64ArrayAttr (StableHLO), dense<> (MHLO), or a list already."""
-    if name not in attrs:
-        return default
-    attr = attrs[name]
-    if isinstance(attr, (list, tuple)):
-        return list(attr)
-    if isa(attr, ir.DenseI64ArrayAttr):
-        return list(ir.DenseI64ArrayAttr(attr))
-    if isa(attr, ir.DenseIntElementsAttr):
-        return [int(x) for x in ir.DenseIntElementsAttr(attr)]
-    if isa(attr, ir.DenseBoolArrayAttr):
-        return [int(x) for x in ir.DenseBoolArrayAttr(attr)]
-    if isa(attr, ir.DenseElementsAttr):  # dense<[true, false]> : tensor<2xi1>
-        return [int(bool(x)) for x in ir.DenseElementsAttr(attr)]
-    if isa(attr, ir.ArrayAttr):
-        return [ir.IntegerAttr(a).value for a in ir.ArrayAttr(attr)]
-    raise ValueError(f"attribute {name} = {attr} is not an integer array")
-
-
-def int_attr(attrs, name: str, default: int) -> int:
-    """An integer attribute of ``attrs`` (an op's attributes, or a mapping)."""
-    if name not in attrs:
-        return default
-    return ir.IntegerAttr(attrs[name]).value
 
 
 # -- the rules ----------------------------------------------------------------------------------------------------
