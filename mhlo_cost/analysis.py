@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
 import os
 import sys
@@ -243,19 +244,20 @@ def declared() -> dict[str, type]:
     one needs nothing but its own file) and any other already imported."""
     from .visitors.recorder import DECLARED
 
-    if not _VISITORS_IMPORTED:
-        import importlib
-        import pkgutil
-
-        from . import visitors
-
-        for m in sorted(pkgutil.iter_modules(visitors.__path__), key=lambda m: m.name):
-            importlib.import_module(f"{visitors.__name__}.{m.name}")
-        _VISITORS_IMPORTED.append(True)
+    _import_visitors()
     return DECLARED
 
 
-_VISITORS_IMPORTED: list = []
+@functools.cache
+def _import_visitors() -> None:
+    """Every module of :mod:`mhlo_cost.visitors`, imported once (sorted by name)."""
+    import importlib
+    import pkgutil
+
+    from . import visitors
+
+    for m in sorted(pkgutil.iter_modules(visitors.__path__), key=lambda m: m.name):
+        importlib.import_module(f"{visitors.__name__}.{m.name}")
 
 
 def analyze_dataflow(source, entry: str | None = None, conv_padding: str = "xla") -> Analysis:
