@@ -116,7 +116,7 @@ def main() -> None:
         return
 
     from mhlo_cost import analyze
-    from mhlo_cost.loader import load
+    from mhlo_cost.ir.loader import load
 
     t0 = time.perf_counter()
     lowered = lower(args.layers)
@@ -161,8 +161,8 @@ def _liveness_cost(path, repeat: int) -> tuple[float, float]:
     without liveness (the cost rules alone: no frame record, no sweep) and with it (``peak_bytes`` in the
     summary). The value keys the walk gives every row are in both."""
     from mhlo_cost.analysis import Analysis, walk
-    from mhlo_cost.loader import load
-    from mhlo_cost.visitors.cost import CostRules, CostVisitor
+    from mhlo_cost.ir.loader import load
+    from mhlo_cost.walk.cost import CostRules, CostVisitor
 
     import gc
 
@@ -294,10 +294,10 @@ if how == "xla":
         return _jax.hlo_module_cost_analysis(backend, comp.as_hlo_module())["flops"]
 else:
     from mhlo_cost.analysis import analyze
-    from mhlo_cost.guard import prestart
+    from mhlo_cost.ir.guard import prestart
     prestart(walk=True)
     if how == "worker":
-        from mhlo_cost.worker import analyze_isolated as analyze
+        from mhlo_cost.analysis.isolated import analyze_isolated as analyze
     def run():
         return analyze(path).summary
 run()
@@ -335,11 +335,11 @@ def _in_processes(path: Path, rounds: int, repeat: int, before: str | None = Non
 
 def _guard_cost(path, repeat: int) -> tuple[float, float, float, float]:
     """Wall seconds (best of ``repeat``, alternating) of the load alone and of load + analysis + summary,
-    with jaxlib's reader in this process and in the child process of :mod:`mhlo_cost.guard` (the default;
+    with jaxlib's reader in this process and in the child process of :mod:`mhlo_cost.ir.guard` (the default;
     started beforehand, as it is after a process's first load): (load in, load guarded, end to end in,
     end to end guarded)."""
     from mhlo_cost import analyze
-    from mhlo_cost.loader import load
+    from mhlo_cost.ir.loader import load
 
     load(path)  # the reader's child process starts once per process
     times = {k: [] for k in ("load0", "load1", "e2e0", "e2e1")}

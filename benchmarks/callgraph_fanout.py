@@ -30,8 +30,8 @@ CASES = (("10^5", 5, 10), ("10^6", 6, 10), ("2^20", 20, 2), ("2^40", 40, 2))
 
 
 def analysis_once(path: Path) -> tuple[float, int, int, int]:
-    from mhlo_cost.hardware import get_profile
-    from mhlo_cost.memory.views import fused_profile
+    from mhlo_cost.machines.hardware import get_profile
+    from mhlo_cost.roofline.memory import fused_profile
     from mhlo_cost.analysis import analyze_dataflow
     from mhlo_cost.roofline import Roofline
 

@@ -1,14 +1,14 @@
 """The eager memory peak (``--execution eager``) against torch's MemTracker on the same module, dtype and inputs.
 
 For each model: the module is lowered through torchax from shapes (the ``meta`` device) and its eager peak
-taken (:func:`mhlo_cost.memory.views.eager_profile`: one kernel per framework op, views sharing storage,
+taken (:func:`mhlo_cost.roofline.memory.eager_profile`: one kernel per framework op, views sharing storage,
 values freed when their last Python reference dies, as far as the IR's call stacks show it); the same module
 is built under ``FakeTensorMode`` and one forward run under
 ``torch.no_grad()`` inside ``torch.distributed._tools.mem_tracker.MemTracker``, whose peak ``Total`` (parameters,
 buffers, inputs and activations, bytes) is the reference. Printed: both peaks, their ratio, the unfused and the
 compiled peaks beside them (labelled), and last the median and worst |ratio - 1|.
 
-The models: the bundled STDiT3 (torch, :mod:`mhlo_cost.models.stdit3_torch`) at depth 1 (one spatial and one
+The models: the bundled STDiT3 (torch, :mod:`mhlo_cost.lower.models.stdit3_torch`) at depth 1 (one spatial and one
 temporal block; the reduced depth keeps the 1280x720 shapes light) at the four published shapes, bf16; and
 transformers / diffusers models of two layers at sequence lengths of 1,024 (f32). STDiT3's torch module writes
 its attention as matmul, softmax, matmul (no ``scaled_dot_product_attention``), so its eager peak is taken with
@@ -36,8 +36,8 @@ SEQ = 1024
 
 
 def _stdit3(shape: str):
-    from mhlo_cost.models import stdit3_torch
-    from mhlo_cost.models.config import STDiT3Config
+    from mhlo_cost.lower.models import stdit3_torch
+    from mhlo_cost.lower.models.config import STDiT3Config
 
     cfg = dataclasses.replace(STDiT3Config().with_shape(shape), depth=1, dtype="bfloat16")
     specs = [(s, d) for s, d in stdit3_torch.input_specs(cfg)]
@@ -121,7 +121,7 @@ def estimated_peaks(build, dtype, specs, kw_specs, sdpa: str) -> dict:
     """The eager, unfused and compiled peaks (bytes) of the module lowered through torchax from shapes."""
     from mhlo_cost import lower_model
     from mhlo_cost.analysis import analyze_dataflow
-    from mhlo_cost.memory.views import eager_profile, fused_profile
+    from mhlo_cost.roofline.memory import eager_profile, fused_profile
 
     old = torch.get_default_dtype()
     torch.set_default_dtype(dtype)

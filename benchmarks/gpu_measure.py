@@ -257,7 +257,7 @@ def run_table(log: Log, kind: str, table) -> None:
 def stdit3_cfg(shape: str, depth: int | None = None):
     from dataclasses import replace
 
-    from mhlo_cost.models.config import STDiT3Config
+    from mhlo_cost.lower.models.config import STDiT3Config
     cfg = STDiT3Config().with_shape(shape)
     return replace(cfg, depth=depth) if depth else cfg
 
@@ -271,7 +271,7 @@ def by_kernel(ks) -> list[tuple[str, float, int]]:
 
 
 def run_stdit3(log: Log, shape: str, deployed: bool, reps: int = 3, profile: bool = True) -> None:
-    from mhlo_cost.models import stdit3_torch
+    from mhlo_cost.lower.models import stdit3_torch
     cfg = stdit3_cfg(shape)
     torch.cuda.empty_cache()
     model = stdit3_torch.build(cfg, device="cuda", deployed=deployed).eval()
@@ -327,7 +327,7 @@ def run_op_profile(log: Log, shape: str, depth: int) -> None:
 
 def deployed_on_gpu(shape: str, depth: int):
     """(the deployed STDiT3 at ``depth`` on the GPU, random weights; its example inputs there)."""
-    from mhlo_cost.models import stdit3_torch
+    from mhlo_cost.lower.models import stdit3_torch
     cfg = stdit3_cfg(shape, depth)
     return (stdit3_torch.build(cfg, device="cuda", deployed=True).eval(),
             stdit3_torch.example_inputs(cfg, device="cuda"))

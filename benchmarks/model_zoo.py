@@ -58,7 +58,7 @@ def _tensors(key: str, model):
     """The model's inputs: meta zeros, or (mixture of experts) real random token ids."""
     import torch
 
-    from mhlo_cost.frontends.inputs import parse_input
+    from mhlo_cost.lower.frontends.inputs import parse_input
 
     def make(spec):
         s = parse_input(spec)
@@ -77,7 +77,7 @@ def _model(key: str):
     """The module FlopCounterMode runs: meta tensors; mixture of experts with eager experts and real weights."""
     import torch
 
-    from mhlo_cost.frontends import hub
+    from mhlo_cost.lower.frontends import hub
 
     lib, name, config, sets, *_ = MODELS[key]
     if key not in MOE:
@@ -124,7 +124,7 @@ def backward_counter(key: str) -> int:
 
 
 def backward_ours(key: str, tmp: str) -> int | str:
-    from mhlo_cost.training.analysis import analyze_training, phase_frame
+    from mhlo_cost.analysis.training import analyze_training, phase_frame
 
     path = os.path.join(tmp, f"{key}.train.mlir")
     err = _lower(key, path, train=True)
@@ -149,7 +149,7 @@ def _per_block(a, blocks, per_module) -> str:
 def run_one(key: str, tmp: str, backward: bool = True) -> dict:
     """One row of the table; a failure anywhere is the row's note, never an exception."""
     from mhlo_cost import analyze
-    from mhlo_cost.collectors import assign_blocks
+    from mhlo_cost.analysis.collectors import assign_blocks
 
     row = {"model": key, "lowered": "n", "ours": "", "counter": "", "diff": "", "blocks": "", "per_block": "",
            "backward": "", "seconds": "", "note": ""}
@@ -183,7 +183,7 @@ def run_one(key: str, tmp: str, backward: bool = True) -> dict:
 
 def _warm(libraries) -> None:
     """Import the libraries, torch and JAX once, so that the first row's seconds are its own."""
-    from mhlo_cost.frontends import hub
+    from mhlo_cost.lower.frontends import hub
 
     for lib in sorted(libraries):
         with contextlib.suppress(Exception):
@@ -191,7 +191,7 @@ def _warm(libraries) -> None:
     with contextlib.suppress(Exception):
         import jax  # noqa: F401
 
-        from mhlo_cost.frontends import torchax_frontend  # noqa: F401
+        from mhlo_cost.lower.frontends import torchax_frontend  # noqa: F401
 
 
 COLUMNS = [("model", "model"), ("lowered", "lowered"), ("ours", "GEMM+conv (ours)"),

@@ -34,8 +34,8 @@ DEVICES = 16
 
 def analysis_of(shape: str, strategy: str):
     """The data-flow analysis of STDiT3 at ``shape`` under ``strategy`` on 16 devices."""
-    from mhlo_cost.models import parallel
-    from mhlo_cost.models.config import STDiT3Config
+    from mhlo_cost.lower.models import parallel
+    from mhlo_cost.lower.models.config import STDiT3Config
     from mhlo_cost.analysis import analyze_dataflow
 
     cfg = STDiT3Config().with_shape(shape)
@@ -78,7 +78,7 @@ def main(argv=None) -> int:
     p.add_argument("--systems", nargs="+", default=list(SYSTEMS))
     args = p.parse_args(argv)
 
-    from mhlo_cost.collectors import assign_blocks
+    from mhlo_cost.analysis.collectors import assign_blocks
 
     print(f"STDiT3-XL/2, bf16, batch 2, one forward on {DEVICES} devices; times in ms per forward "
           "(exposed: with fused compute)")

@@ -48,7 +48,7 @@ def random_params(cfg, seed: int = 0):
     import jax
     import jax.numpy as jnp
 
-    from mhlo_cost.models import stdit3
+    from mhlo_cost.lower.models import stdit3
 
     shapes = stdit3.param_shapes(cfg)
     leaves, treedef = jax.tree_util.tree_flatten(shapes)
@@ -71,7 +71,7 @@ def random_inputs(cfg, seed: int = 1):
     import jax
     import jax.numpy as jnp
 
-    from mhlo_cost.models import stdit3
+    from mhlo_cost.lower.models import stdit3
 
     x, t, y, fps = stdit3.input_shapes(cfg)
     k1, k2 = jax.random.split(jax.random.PRNGKey(seed))
@@ -129,9 +129,9 @@ def main(argv=None) -> int:
 
     import jax
 
-    from mhlo_cost.hardware import get_profile
-    from mhlo_cost.models import stdit3
-    from mhlo_cost.models.config import STDiT3Config
+    from mhlo_cost.machines.hardware import get_profile
+    from mhlo_cost.lower.models import stdit3
+    from mhlo_cost.lower.models.config import STDiT3Config
 
     dev = jax.devices()[0]
     kind = getattr(dev, "device_kind", dev.platform)

@@ -1,7 +1,7 @@
 """STDiT3-XL/2's memory per device beside the published ``alloc_mem(GB)`` column.
 
 For each video shape (default: the four published ones) the bf16 model is lowered from shapes alone on one
-device and under Megatron, 2D, Ulysses and Ring-Attention on 16 devices (``mhlo_cost/models/parallel.py``),
+device and under Megatron, 2D, Ulysses and Ring-Attention on 16 devices (``mhlo_cost/lower/models/parallel.py``),
 then analysed: arguments (parameters and inputs) and the peak of live bytes per device, unfused (every op its
 own kernel: each intermediate stored) and fused (``--fuse elementwise``: values made and used inside one
 fused kernel never stored). The published column (the OpenSora analysis this project reproduces) gives
@@ -32,9 +32,9 @@ def measure(shape: str, strategy: str, small: bool = False) -> dict:
     """The memory figures of STDiT3 (bf16) at ``shape`` under ``strategy`` (16 devices unless 'none')."""
     import dataclasses
 
-    from mhlo_cost.memory.views import fused_profile
-    from mhlo_cost.models import parallel, stdit3
-    from mhlo_cost.models.config import STDiT3Config
+    from mhlo_cost.roofline.memory import fused_profile
+    from mhlo_cost.lower.models import parallel, stdit3
+    from mhlo_cost.lower.models.config import STDiT3Config
     from mhlo_cost.analysis import analyze_dataflow
 
     cfg = STDiT3Config().small() if small else STDiT3Config().with_shape(shape)

@@ -60,13 +60,13 @@ def _estimates(analysis, hw):
 
 def _eager_rooflines(shape: str, hw, small: bool = False, deployed: bool = False) -> list:
     """``--execution eager`` Rooflines of the torch STDiT3 lowered through torchax at depth 1 and 2: as OpenSora
-    1.2 deploys it (``deployed``: :mod:`mhlo_cost.models.stdit3_torch_deployed`, its attention as written:
+    1.2 deploys it (``deployed``: :mod:`mhlo_cost.lower.models.stdit3_torch_deployed`, its attention as written:
     flash where it calls flash, math where it writes the math out), or the counting module (every attention
     taken as flash SDPA)."""
     from mhlo_cost import lower_model
     from mhlo_cost.analysis import analyze_dataflow
-    from mhlo_cost.models import stdit3_torch
-    from mhlo_cost.models.config import STDiT3Config
+    from mhlo_cost.lower.models import stdit3_torch
+    from mhlo_cost.lower.models.config import STDiT3Config
     from mhlo_cost.roofline import Roofline
 
     out = []
@@ -100,7 +100,7 @@ def eager_class(rows, k) -> str:
     """The kind of an eager kernel: attention (spatial, temporal or cross, by scope), GEMM (a dot or convolution:
     a Linear, its bias), norm (a reduction: LayerNorm's and RMSNorm's means, a softmax outside attention),
     conversion (only dtype converts besides views) or elementwise."""
-    from mhlo_cost.visitors.base import short_name
+    from mhlo_cost.walk.base import short_name
 
     names = {short_name(rows[i].op) for i in k.members}
     scope = rows[k.members[0]].scope
@@ -153,9 +153,9 @@ def main(argv=None) -> int:
     p.add_argument("--small", action="store_true", help="the small test configuration (a quick look)")
     args = p.parse_args(argv)
 
-    from mhlo_cost.hardware import get_profile
-    from mhlo_cost.models import stdit3
-    from mhlo_cost.models.config import STDiT3Config
+    from mhlo_cost.machines.hardware import get_profile
+    from mhlo_cost.lower.models import stdit3
+    from mhlo_cost.lower.models.config import STDiT3Config
     from mhlo_cost.analysis import analyze_dataflow
 
     t0 = time.perf_counter()

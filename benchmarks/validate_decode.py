@@ -24,7 +24,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 def _figures(cache, req, hw, tp: int, launch: str):
     """The decode figures of ``req`` on ``hw`` (cached on disk)."""
-    from mhlo_cost.inference.serve import figures, launched
+    from mhlo_cost.studies.serve.serve import figures, launched
 
     hw = launched(hw, launch)
     fig = cache.figures(req, hw, tp)
@@ -41,9 +41,9 @@ def main(argv=None) -> int:
     p.add_argument("--data", default=os.path.join(HERE, "data", "published_decode.toml"))
     p.add_argument("--no-cache", action="store_true")
     args = p.parse_args(argv)
-    from mhlo_cost.hardware import get_profile
-    from mhlo_cost.inference import StepRequest
-    from mhlo_cost.inference.grid import StepCache, default_dir
+    from mhlo_cost.machines.hardware import get_profile
+    from mhlo_cost.studies.serve import StepRequest
+    from mhlo_cost.studies.serve.grid import StepCache, default_dir
 
     with open(args.data, "rb") as f:
         data = tomllib.load(f)["measurement"]

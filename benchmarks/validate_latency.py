@@ -82,7 +82,7 @@ def _train_step(params, x, y):
 
 
 def _gpt():
-    from mhlo_cost.models import gpt
+    from mhlo_cost.lower.models import gpt
 
     cfg = gpt.GPTConfig(vocab=512, hidden=128, heads=4, layers=2, seq=128, batch=2, dtype="float32")
     tokens = jnp.asarray(np.random.default_rng(0).integers(0, cfg.vocab, (cfg.batch, cfg.seq)), jnp.int32)
@@ -90,8 +90,8 @@ def _gpt():
 
 
 def _stdit3():
-    from mhlo_cost.models import stdit3
-    from mhlo_cost.models.config import STDiT3Config
+    from mhlo_cost.lower.models import stdit3
+    from mhlo_cost.lower.models.config import STDiT3Config
 
     cfg = STDiT3Config().small()
     shapes = stdit3.input_shapes(cfg)
@@ -174,7 +174,7 @@ def _summary(errors: list, what: str) -> str:
 
 def _profile(args):
     """round -> profile: the given file's, or a fresh calibration (with ``--statistic``) every round."""
-    from mhlo_cost.hardware import load_profiles
+    from mhlo_cost.machines.hardware import load_profiles
     from mhlo_cost.roofline.calibrate import calibrate, profile_toml
 
     def load(path):

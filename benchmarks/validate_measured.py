@@ -20,9 +20,9 @@ than the measurement); last line ``median |error| = X% (held out)``.
 
     python benchmarks/validate_measured.py [--skip-stdit3] [--only SUBSTRING] [--write-accuracy]
 
-``--write-accuracy`` (a whole run) writes ``mhlo_cost/data/accuracy_eager.toml``: the held-out median |error| of
+``--write-accuracy`` (a whole run) writes ``mhlo_cost/machines/data/accuracy_eager.toml``: the held-out median |error| of
 the rows priced ``eager`` (``model``: STDiT3's forwards; ``kernels``: single eager ops, reductions, gated MLPs),
-which ``mhlo_cost.accuracy`` prints beside an eager estimate on that chip.
+which ``mhlo_cost.machines.accuracy`` prints beside an eager estimate on that chip.
 """
 from __future__ import annotations
 
@@ -43,7 +43,7 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 
 from mhlo_cost.analysis import analyze_dataflow  # noqa: E402
-from mhlo_cost.hardware import get_profile  # noqa: E402
+from mhlo_cost.machines.hardware import get_profile  # noqa: E402
 from mhlo_cost.roofline import Roofline  # noqa: E402
 
 #: (measurements, the profile that prices them): the H200's and the H100's.
@@ -129,8 +129,8 @@ def stdit3_estimate(shape: str, hw, execution: str, depth: int = 28, sdpa: str =
     """Seconds per forward; eager attention on cuDNN, the SDPA backend PyTorch 2.11 ran on the H200 (its kernel
     names in the data file)."""
     from mhlo_cost import lower_model
-    from mhlo_cost.models import stdit3_torch
-    from mhlo_cost.models.config import STDiT3Config
+    from mhlo_cost.lower.models import stdit3_torch
+    from mhlo_cost.lower.models.config import STDiT3Config
 
     times = []
     for d in (1, 2):
@@ -178,7 +178,7 @@ def write_accuracy(rows, path: str = ACCURACY) -> None:
     """``rows``: (chip profile name, category, ratio) of the held-out rows priced eager."""
     out = ["# Written by benchmarks/validate_measured.py --write-accuracy: the held-out median |error| of the eager",
            "# estimate against what this project measured on lent GPUs (benchmarks/data/measured_*.toml).",
-           "# Read by mhlo_cost/accuracy.py for the line printed beside an eager estimate.", "",
+           "# Read by mhlo_cost/machines/accuracy.py for the line printed beside an eager estimate.", "",
            'source = "benchmarks/validate_measured.py on benchmarks/data/measured_h200.toml and measured_h100.toml"',
            'execution = "eager"']
     for chip in sorted({c for c, _, _ in rows}):
@@ -212,7 +212,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--skip-stdit3", action="store_true", help="leave out the STDiT3 rows (minutes of lowering)")
     ap.add_argument("--only", help="only the rows whose label contains this")
-    ap.add_argument("--write-accuracy", action="store_true", help="write mhlo_cost/data/accuracy_eager.toml")
+    ap.add_argument("--write-accuracy", action="store_true", help="write mhlo_cost/machines/data/accuracy_eager.toml")
     args = ap.parse_args(argv)
     results, eager_rows = [], []
     for path, chip in DATA:

@@ -1,4 +1,4 @@
-"""Validate mhlo_cost.scale against Megatron-LM's published runs on Selene (Korthikanti et al. 2022,
+"""Validate mhlo_cost.studies.plan against Megatron-LM's published runs on Selene (Korthikanti et al. 2022,
 "Reducing Activation Recomputation in Large Transformer Models", arXiv 2205.05198).
 
 Table 5: end-to-end iteration time of the 22B, 175B, 530B and 1T GPT models with full recompute, and with
@@ -20,8 +20,8 @@ import argparse
 import time
 
 from mhlo_cost.network import resolve_profile
-from mhlo_cost.scale.config import model_config
-from mhlo_cost.scale.plan import plan
+from mhlo_cost.studies.plan.config import model_config
+from mhlo_cost.studies.plan.plan import plan
 
 RUNS = {  # Table 5 / Figure 1 configurations (Calculon's validation/seqsel/tab5 and fig1)
     "gpt-22b": dict(t=8, p=1, d=1, global_batch=4, micro_batch=4, interleave=1),

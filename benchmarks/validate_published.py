@@ -6,12 +6,12 @@ measured code runs as: ``compiled`` (``--fuse elementwise``, each attention one 
 Prints one line per figure (estimate, measurement, ratio), then per category and overall the median and the
 90th percentile of |error| and the direction (the median of estimate / measured), for the fitting half (even
 rows: the profile numbers that come from measurements were read off these rows only, see
-``mhlo_cost/data/hardware.toml``) and for the held-out half (odd rows); last line
+``mhlo_cost/machines/data/hardware.toml``) and for the held-out half (odd rows); last line
 ``median |error| = X% (held out)``.
 
     python benchmarks/validate_published.py [--only ID-SUBSTRING] [--write-accuracy]
 
-``--write-accuracy`` rewrites ``mhlo_cost/data/accuracy.toml`` (the statement printed beside every estimate)
+``--write-accuracy`` rewrites ``mhlo_cost/machines/data/accuracy.toml`` (the statement printed beside every estimate)
 from the held-out rows. Lowering the four GPT training steps takes a few minutes on a busy CPU.
 """
 from __future__ import annotations
@@ -33,7 +33,7 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 
 from mhlo_cost.analysis import analyze_dataflow  # noqa: E402
-from mhlo_cost.hardware import get_profile  # noqa: E402
+from mhlo_cost.machines.hardware import get_profile  # noqa: E402
 from mhlo_cost.roofline.estimate import Roofline  # noqa: E402
 
 DATA = os.path.join(ROOT, "benchmarks", "data", "published_gpu.toml")
@@ -108,7 +108,7 @@ ATTENTION = ("attention", "attention_bwd")  # builders that take the library (th
 
 
 def _gpt_cfg(p):
-    from mhlo_cost.models.gpt import GPTConfig
+    from mhlo_cost.lower.models.gpt import GPTConfig
     return GPTConfig(vocab=p["vocab"], hidden=p["hidden"], heads=p["heads"], layers=p["layers"], seq=p["seq"],
                      batch=p["batch"], dtype=p["dtype"], scan=True)
 
@@ -116,7 +116,7 @@ def _gpt_cfg(p):
 def lowered_text(m) -> str:
     p = dict(m["params"])
     if m["program"] == "gpt_train":
-        from mhlo_cost.training import lower_train_step
+        from mhlo_cost.lower.training import lower_train_step
         return lower_train_step("gpt", _gpt_cfg(p), locations=False).text
     p.pop("library", None) if m["program"] not in ATTENTION else None
     fn, args = BUILDERS[m["program"]](**p)
@@ -125,7 +125,7 @@ def lowered_text(m) -> str:
 
 # -- the measured side --------------------------------------------------------------------------------------
 def _gpt_params(p) -> int:
-    from mhlo_cost.models.gpt import param_shapes
+    from mhlo_cost.lower.models.gpt import param_shapes
     return sum(math.prod(x.shape) for x in jax.tree_util.tree_leaves(param_shapes(_gpt_cfg(p))))
 
 
@@ -193,10 +193,10 @@ def summary_lines(results, half: str):
 
 
 def write_accuracy(held, path=ACCURACY):
-    """mhlo_cost/data/accuracy.toml: the held-out median |error| per chip and category."""
+    """mhlo_cost/machines/data/accuracy.toml: the held-out median |error| per chip and category."""
     out = ["# Written by benchmarks/validate_published.py --write-accuracy: the held-out (odd rows) median",
            "# |error| of the compiled estimate against published measurements, per chip and category.",
-           "# Read by mhlo_cost/accuracy.py for the line printed beside every estimate.", "",
+           "# Read by mhlo_cost/machines/accuracy.py for the line printed beside every estimate.", "",
            'source = "benchmarks/validate_published.py on benchmarks/data/published_gpu.toml"',
            'execution = "compiled"', ""]
     chips = sorted({chip for chip, _, _, _ in held})

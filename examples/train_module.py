@@ -1,4 +1,4 @@
-"""A model of your own for ``python -m mhlo_cost.training --module examples.train_module:make``.
+"""A model of your own for ``python -m mhlo_cost.lower.training --module examples.train_module:make``.
 
 JAX: ``make()`` returns ``(apply, params)``: ``apply(params, x)`` is a 2-layer MLP classifier under named
 scopes (``layers.0``, ``layers.1``: the blocks), ``params`` its weights as shapes (nothing allocated).

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Creates .venv-torch-xla: torch 2.9.0 + torch-xla 2.9.0 (CPU via PJRT_DEVICE=CPU) + numpy + this package.
 # torch-xla pins torch 2.9.0, whose PyPI wheel pulls the CUDA packages (about 7 GB, a few minutes).
-# The main environment keeps torch 2.13 + torchax; mhlo_cost.frontends.torch_xla_frontend runs the
+# The main environment keeps torch 2.13 + torchax; mhlo_cost.lower.frontends.torch_xla_frontend runs the
 # lowering in this venv as a subprocess (scripts/torch_xla_dump.py).
 # Usage: bash scripts/setup_torch_xla_env.sh [VENV_DIR]   (default: .venv-torch-xla in the repository root)
 set -euo pipefail

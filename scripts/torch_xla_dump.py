@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Lower a torch module to StableHLO with torch-xla; runs inside .venv-torch-xla (torch 2.9 + torch-xla 2.9).
 
-Not meant to be called by hand: ``mhlo_cost.frontends.torch_xla_frontend`` runs it as a subprocess of
+Not meant to be called by hand: ``mhlo_cost.lower.frontends.torch_xla_frontend`` runs it as a subprocess of
 ``.venv-torch-xla/bin/python`` (the main environment has torch 2.13 and jax, this one torch 2.9 and
 torch-xla) and reads back the file it writes. It imports only the torch model files of mhlo_cost, not the
 package (whose ``__init__`` needs jax and pandas), so the venv needs neither.
@@ -41,13 +41,13 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _import_models_without_package():
-    """Make ``mhlo_cost.models.*`` importable without running ``mhlo_cost/__init__.py`` (jax, pandas)."""
+    """Make ``mhlo_cost.lower.models.*`` importable without running ``mhlo_cost/__init__.py`` (jax, pandas)."""
     if "mhlo_cost" not in sys.modules:
         pkg = types.ModuleType("mhlo_cost")
         pkg.__path__ = [os.path.join(ROOT, "mhlo_cost")]
         sys.modules["mhlo_cost"] = pkg
-    return importlib.import_module("mhlo_cost.models.stdit3_torch"), importlib.import_module(
-        "mhlo_cost.models.config")
+    return importlib.import_module("mhlo_cost.lower.models.stdit3_torch"), importlib.import_module(
+        "mhlo_cost.lower.models.config")
 
 
 def _resolve(spec: str):

@@ -69,7 +69,7 @@ def bytecode(text: str) -> bytes | None:
     """MLIR bytecode of ``text`` as MLIR writes it (its strings as they are), or None where it does not parse."""
     from jaxlib.mlir import ir
 
-    from mhlo_cost.loader import make_context
+    from mhlo_cost.ir.loader import make_context
 
     try:
         with make_context():

@@ -39,7 +39,7 @@ def seeds() -> list[tuple[str, bytes]]:
 def _bytecode(text: bytes) -> bytes | None:
     from jaxlib.mlir import ir
 
-    from mhlo_cost.loader import make_context
+    from mhlo_cost.ir.loader import make_context
 
     ctx = make_context()
     try:

@@ -33,7 +33,7 @@ PROGRAM = FIX / "program.mlir"
 HOSTILE = (float("nan"), float("inf"), float("-inf"), 5e-324, 1e-308, 1e308, 1.7976931348623157e308, True,
            False, -1, 0, -0.0, 2 ** 63 - 1, "", "x", "=1+1", [], {}, [[float("nan"), float("nan")]], [0, 0],
            [[1e-320, 0.5]], [["a", 1]],
-           # the edges of the stated ranges (mhlo_cost/limits.py): valid, and must stay finite
+           # the edges of the stated ranges (mhlo_cost/machines/limits.py): valid, and must stay finite
            1e-6, 0.0001, 0.001, 0.008, 1, 1e6, 8e6, 1_000_000, [[1e-9, 0.0001], [1e9, 1]])
 SPEC_SEED = {"model": "stdit3", "hardware": ["h100"], "strategies": ["none:1"], "dtype": ["bf16"], "steps": 1,
              "options": {"small": True, "depth": 1}}

@@ -80,7 +80,7 @@ def gemm_flops(cfg) -> dict:
 
 
 # --------------------------------------------------------------------------------------------------------
-# Collective volumes of the parallel strategies (mhlo_cost/models/parallel.py), per device, in bytes
+# Collective volumes of the parallel strategies (mhlo_cost/lower/models/parallel.py), per device, in bytes
 # --------------------------------------------------------------------------------------------------------
 
 _ELEM_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}

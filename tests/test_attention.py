@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import pytest
 
 from mhlo_cost.cli import main
-from mhlo_cost.hardware import get_profile
+from mhlo_cost.machines.hardware import get_profile
 from mhlo_cost.analysis import analyze_dataflow
 from mhlo_cost.roofline import Roofline
 from mhlo_cost.roofline.attention import find_attention
@@ -68,30 +68,30 @@ def _count(text: str) -> collections.Counter:
 
 
 def _deep():
-    from mhlo_cost.models.config import STDiT3Config
+    from mhlo_cost.lower.models.config import STDiT3Config
 
     return dataclasses.replace(STDiT3Config().small(), depth=28)
 
 
 def test_stdit3_depth_28_through_jax_has_56_self_and_56_cross_attentions():
-    from mhlo_cost.frontends import jax_frontend
+    from mhlo_cost.lower.frontends import jax_frontend
 
     assert _count(jax_frontend.lower("stdit3", _deep()).text) == {"attn": 56, "cross_attn": 56}
 
 
 @pytest.mark.skipif(importlib.util.find_spec("torchax") is None, reason="torchax is not installed")
 def test_stdit3_depth_28_through_torchax_has_56_self_and_56_cross_attentions():
-    from mhlo_cost.frontends._torch_shim import import_torchax
+    from mhlo_cost.lower.frontends._torch_shim import import_torchax
 
     import_torchax()
-    from mhlo_cost.frontends import torchax_frontend as tf
+    from mhlo_cost.lower.frontends import torchax_frontend as tf
 
     assert _count(tf.lower("stdit3", _deep()).text) == {"attn": 56, "cross_attn": 56}
 
 
 def test_stdit3_through_torch_xla_finds_every_attention():
-    from mhlo_cost.frontends import torch_xla_frontend as xf
-    from mhlo_cost.frontends import to_text
+    from mhlo_cost.lower.frontends import torch_xla_frontend as xf
+    from mhlo_cost.lower.frontends import to_text
 
     if not xf.available():
         pytest.skip(f"torch-xla venv missing ({xf.venv_python()})")

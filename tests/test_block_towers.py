@@ -5,10 +5,10 @@ import jax
 import jax.numpy as jnp
 
 from mhlo_cost import analyze
-from mhlo_cost.blocks import block_table
+from mhlo_cost.analysis.blocks import block_table
 from mhlo_cost.cli import main
-from mhlo_cost.collectors import Block, Blocks, assign_blocks, kind_of
-from mhlo_cost.collectors.towers import tower_of, with_towers
+from mhlo_cost.analysis.collectors import Block, Blocks, assign_blocks, kind_of
+from mhlo_cost.analysis.collectors.towers import tower_of, with_towers
 
 F32 = jnp.float32
 N, D = 8, 16  # rows, width

@@ -20,9 +20,9 @@ if _MISSING:
 
 from mhlo_cost import analyze  # noqa: E402
 from mhlo_cost.cli import main  # noqa: E402
-from mhlo_cost.collectors import assign_blocks  # noqa: E402
-from mhlo_cost.frontends import hub  # noqa: E402
-from mhlo_cost.frontends.inputs import parse_input  # noqa: E402
+from mhlo_cost.analysis.collectors import assign_blocks  # noqa: E402
+from mhlo_cost.lower.frontends import hub  # noqa: E402
+from mhlo_cost.lower.frontends.inputs import parse_input  # noqa: E402
 
 _TEXT = {"num_hidden_layers": 2, "hidden_size": 32, "intermediate_size": 64, "num_attention_heads": 2}
 _VISION = dict(_TEXT, num_hidden_layers=3, image_size=16, patch_size=8)

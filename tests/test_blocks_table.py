@@ -7,8 +7,8 @@ import pandas as pd
 import pytest
 
 from mhlo_cost import analyze
-from mhlo_cost.blocks import ROW_METRICS, TOTAL, block_table, block_totals
-from mhlo_cost.collectors import Block, Blocks, assign_blocks
+from mhlo_cost.analysis.blocks import ROW_METRICS, TOTAL, block_table, block_totals
+from mhlo_cost.analysis.collectors import Block, Blocks, assign_blocks
 
 COLUMNS = ["block", "kind", "index", "gemm_flops", "conv_flops", "vector_flops", "transcendentals",
            "bytes_read", "bytes_written", "comm_bytes", "comm_ops", "ops"]
@@ -17,8 +17,8 @@ METRICS = COLUMNS[3:]
 
 @pytest.fixture(scope="module")
 def stdit3_small():
-    stdit3 = pytest.importorskip("mhlo_cost.models.stdit3")
-    from mhlo_cost.models.config import STDiT3Config
+    stdit3 = pytest.importorskip("mhlo_cost.lower.models.stdit3")
+    from mhlo_cost.lower.models.config import STDiT3Config
 
     low = stdit3.lower(STDiT3Config().small())
     return analyze(low.as_text(debug_info=True)), analyze(low.as_text())
@@ -26,7 +26,7 @@ def stdit3_small():
 
 @pytest.fixture(scope="module")
 def gpt_scan():
-    gpt = pytest.importorskip("mhlo_cost.models.gpt")
+    gpt = pytest.importorskip("mhlo_cost.lower.models.gpt")
     cfg = gpt.GPTConfig(vocab=64, hidden=32, heads=2, layers=3, seq=16, batch=2, dtype="float32", scan=True)
     return cfg, analyze(gpt.lower(cfg).as_text(debug_info=True))
 

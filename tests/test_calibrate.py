@@ -3,7 +3,7 @@ benchmark's business: benchmarks/validate_latency.py)."""
 from __future__ import annotations
 
 from mhlo_cost.cli import main
-from mhlo_cost.hardware import load_profiles
+from mhlo_cost.machines.hardware import load_profiles
 
 
 def test_quick_calibration_writes_a_loadable_profile(tmp_path, capsys):

@@ -1,4 +1,4 @@
-"""The reader's child renders a ``report``'s whole answer (mhlo_cost.child_render) where it can: the same bytes
+"""The reader's child renders a ``report``'s whole answer (mhlo_cost.studies.compose) where it can: the same bytes
 as the rows sent back and rendered by the caller, and the rows still sent wherever the caller has more to say."""
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 
 from mhlo_cost.analysis import Analysis
-from mhlo_cost.child_render import spec
-from mhlo_cost.study import StudyOptions
+from mhlo_cost.studies.compose import spec
+from mhlo_cost.studies.study import StudyOptions
 from mhlo_cost.views.table import ViewRequest
-from mhlo_cost.worker import Rendered, WalkOptions, analyze_isolated
+from mhlo_cost.analysis.isolated import Rendered, WalkOptions, analyze_isolated
 
 ROOT = Path(__file__).resolve().parent.parent
 GPT = ROOT / "examples" / "gpt_small.mlir"

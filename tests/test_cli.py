@@ -151,7 +151,7 @@ def test_bad_option_is_one_line(model):
 
 
 def test_units_are_exact_decimal_views():
-    from mhlo_cost.report import scale
+    from mhlo_cost.views.text import scale
 
     assert scale(123456789012345678901, "K") == "123456789012345678.901"
     assert scale(260977523687424, "T") == "260.978"

@@ -146,7 +146,7 @@ def test_tables_fit_120_columns_unless_wide(capsys):
 
 
 def test_bound_can_be_overhead(capsys):
-    from mhlo_cost.hardware import get_profile
+    from mhlo_cost.machines.hardware import get_profile
 
     hw = get_profile("h100")
     # The fixed cost of one kernel: the launch overhead plus the fill and drain of the measured memory model
@@ -293,7 +293,7 @@ def _fill_reference(values, empty, same_only=False):
 def test_fill_nearest_matches_its_definition():
     from hypothesis import given, settings, strategies as st
 
-    from mhlo_cost.collectors import fill_nearest
+    from mhlo_cost.analysis.collectors import fill_nearest
 
     @settings(max_examples=300, deadline=None)
     @given(st.lists(st.sampled_from(["", "", "", "a", "b", "c"]), max_size=40), st.booleans())

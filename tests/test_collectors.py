@@ -12,10 +12,10 @@ import jax.numpy as jnp
 import pytest
 
 from mhlo_cost import analyze
-from mhlo_cost.blocks import block_table
-from mhlo_cost.collectors import Blocks, assign_blocks, index_of, kind_of
-from mhlo_cost.collectors.repeat import RepeatCollector
-from mhlo_cost.collectors.scope import ScopeCollector
+from mhlo_cost.analysis.blocks import block_table
+from mhlo_cost.analysis.collectors import Blocks, assign_blocks, index_of, kind_of
+from mhlo_cost.analysis.collectors.repeat import RepeatCollector
+from mhlo_cost.analysis.collectors.scope import ScopeCollector
 
 
 def per_block(df, column="gemm_flops") -> dict:
@@ -27,7 +27,7 @@ def per_block(df, column="gemm_flops") -> dict:
 # GPT
 # ---------------------------------------------------------------------------------------------------------
 
-gpt = pytest.importorskip("mhlo_cost.models.gpt")
+gpt = pytest.importorskip("mhlo_cost.lower.models.gpt")
 GPT = dict(vocab=64, hidden=32, heads=2, layers=3, seq=16, batch=2, dtype="float32")
 
 
@@ -123,8 +123,8 @@ def stdit3_block_gemm(cfg) -> dict:
 
 @pytest.fixture(scope="module")
 def stdit3_small():
-    stdit3 = pytest.importorskip("mhlo_cost.models.stdit3")
-    from mhlo_cost.models.config import STDiT3Config
+    stdit3 = pytest.importorskip("mhlo_cost.lower.models.stdit3")
+    from mhlo_cost.lower.models.config import STDiT3Config
 
     cfg = STDiT3Config().small()
     low = stdit3.lower(cfg)

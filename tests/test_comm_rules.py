@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from mhlo_cost.tensorinfo import TensorInfo
-from mhlo_cost.visitors.costvalue import ZERO, Cost, Counted
-from mhlo_cost.visitors.optable import ModuleFacts, OpContext, RuleTable
-from mhlo_cost.visitors.options import AnalysisOptions
+from mhlo_cost.ir.tensorinfo import TensorInfo
+from mhlo_cost.walk.costvalue import ZERO, Cost, Counted
+from mhlo_cost.walk.optable import ModuleFacts, OpContext, RuleTable
+from mhlo_cost.walk.options import AnalysisOptions
 
 
 def tensor(shape, dtype="f32", size=4) -> TensorInfo:
@@ -34,7 +34,7 @@ def parsed(**text):
 
 @pytest.fixture
 def mlir():
-    from mhlo_cost.loader import make_context
+    from mhlo_cost.ir.loader import make_context
 
     with make_context() as ctx:
         yield ctx
@@ -42,8 +42,8 @@ def mlir():
 
 # -- one registry -------------------------------------------------------------------------------------------------
 def test_collectives_are_found_in_the_communication_tables_by_qualified_name():
-    from mhlo_cost.visitors import comm, shardy
-    from mhlo_cost.visitors.ruleset import rules_for
+    from mhlo_cost.walk import comm, shardy
+    from mhlo_cost.walk.ruleset import rules_for
 
     for d in ("stablehlo", "mhlo"):
         assert comm.COMM[f"{d}.all_reduce"].fn is comm.all_reduce
@@ -61,9 +61,9 @@ def test_collectives_are_found_in_the_communication_tables_by_qualified_name():
 
 
 def test_a_second_claim_on_a_collective_is_refused():
-    from mhlo_cost.visitors.comm import COMM, CommIRVisitor
-    from mhlo_cost.visitors.ruleset import RULES, RuleSet, rules_for
-    from mhlo_cost.visitors.shardy import SHARDY
+    from mhlo_cost.walk.collective import COMM, CommIRVisitor
+    from mhlo_cost.walk.ruleset import RULES, RuleSet, rules_for
+    from mhlo_cost.walk.shardy import SHARDY
 
     before = {k: dict(v) for k, v in RULES.items()}
     with pytest.raises(TypeError, match="a second rule in the communication table"):
@@ -80,7 +80,7 @@ def test_a_second_claim_on_a_collective_is_refused():
 
 # -- pure rules of a context built by hand ------------------------------------------------------------------------
 def test_all_reduce_is_the_closed_form_ring_of_a_hand_built_context(mlir):
-    from mhlo_cost.visitors.comm import COMM
+    from mhlo_cost.walk.collective import COMM
 
     x = tensor([16, 32])  # S = 16 * 32 * 4 = 2048 bytes, 512 elements
     attrs = parsed(replica_groups="dense<[[0, 1, 2, 3], [4, 5, 6, 7]]> : tensor<2x4xi64>")
@@ -96,7 +96,7 @@ def test_all_reduce_is_the_closed_form_ring_of_a_hand_built_context(mlir):
 
 
 def test_volumes_round_up_to_whole_bytes(mlir):
-    from mhlo_cost.visitors.comm import COMM
+    from mhlo_cost.walk.collective import COMM
 
     x = tensor([5], "i16", 2)  # S = 10 bytes over n = 3: 2 * 2 * 10 / 3 = 13.3 -> 14; (n-1)/n S = 6.7 -> 7
     attrs = parsed(replica_groups="dense<[[0, 1, 2]]> : tensor<1x3xi64>")
@@ -110,7 +110,7 @@ def test_volumes_round_up_to_whole_bytes(mlir):
 
 
 def test_the_module_facts_of_the_context_decide_an_undeclared_group(mlir):
-    from mhlo_cost.visitors.comm import COMM
+    from mhlo_cost.walk.collective import COMM
 
     x, y = tensor([4, 8]), tensor([4, 8])  # all_to_all without split_count: the module gives n
     attrs = parsed(channel_handle="#stablehlo.channel_handle<handle = 1, type = 1>",
@@ -125,7 +125,7 @@ def test_the_module_facts_of_the_context_decide_an_undeclared_group(mlir):
 
 
 def test_a_gather_whose_shapes_disagree_with_the_module_returns_its_warning(mlir):
-    from mhlo_cost.visitors.comm import COMM, GROUP_SIZE_MISMATCH
+    from mhlo_cost.walk.collective import COMM, GROUP_SIZE_MISMATCH
 
     x, y = tensor([4, 8]), tensor([16, 8])  # gathered dimension 4 -> 16: the shapes prove n = 4
     attrs = parsed(all_gather_dim="0 : i64", replica_groups="dense<[[0, 1]]> : tensor<1x2xi64>")
@@ -137,7 +137,7 @@ def test_a_gather_whose_shapes_disagree_with_the_module_returns_its_warning(mlir
 
 
 def test_a_permute_groups_are_the_connected_pairs_and_a_self_pair_moves_nothing(mlir):
-    from mhlo_cost.visitors.comm import COMM
+    from mhlo_cost.walk.collective import COMM
 
     x = tensor([8])
     swaps = parsed(source_target_pairs="dense<[[0, 2], [2, 0], [1, 3], [3, 1]]> : tensor<4x2xi64>")
@@ -150,7 +150,7 @@ def test_a_permute_groups_are_the_connected_pairs_and_a_self_pair_moves_nothing(
 
 
 def test_a_shardy_rule_reads_the_meshes_of_its_context_and_the_operand_sharding_given_it(mlir):
-    from mhlo_cost.visitors.shardy import OPERAND, SHARDY
+    from mhlo_cost.walk.shardy import OPERAND, SHARDY
 
     meshes = {"mesh": {"x": 2, "y": 4}}
     x = tensor([32, 128])  # global: 16384 bytes
@@ -199,7 +199,7 @@ module attributes {mhlo.num_replicas = 4 : i32} {
 
 def test_the_walk_warns_with_the_location_and_records_the_groups():
     from mhlo_cost.analysis import walk
-    from mhlo_cost.visitors.cost import CostRules
+    from mhlo_cost.walk.cost import CostRules
 
     _, v = walk(MISMATCH, CostRules)
     (row,) = v.rows
@@ -212,8 +212,8 @@ def test_the_walk_warns_with_the_location_and_records_the_groups():
 
 def test_an_async_start_replays_its_computation_once_and_done_adds_nothing():
     from mhlo_cost.analysis import walk
-    from mhlo_cost.visitors.base import IRVisitor
-    from mhlo_cost.visitors.cost import CostRules
+    from mhlo_cost.walk.base import IRVisitor
+    from mhlo_cost.walk.cost import CostRules
 
     _, v = walk(ASYNC, CostRules)
     assert [(r.op, r.comm_kind, r.multiplicity) for r in v.rows] == [("mhlo.all_reduce", "all_reduce", 1)]

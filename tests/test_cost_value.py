@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from mhlo_cost.tensorinfo import TensorInfo
-from mhlo_cost.visitors.costvalue import ZERO, Cost, Counted
-from mhlo_cost.visitors.optable import OpContext, RuleTable
-from mhlo_cost.visitors.options import AnalysisOptions
-from mhlo_cost.visitors.row import LocationInfo, Row
+from mhlo_cost.ir.tensorinfo import TensorInfo
+from mhlo_cost.walk.costvalue import ZERO, Cost, Counted
+from mhlo_cost.walk.optable import OpContext, RuleTable
+from mhlo_cost.walk.options import AnalysisOptions
+from mhlo_cost.walk.row import LocationInfo, Row
 
 
 def tensor(shape, dtype="f32", size=4) -> TensorInfo:
@@ -65,8 +65,8 @@ def test_a_row_is_scaled_and_folded_by_its_cost():
 def test_dot_general_rule_is_a_pure_function_of_its_context():
     from jaxlib.mlir import ir
 
-    from mhlo_cost.loader import make_context
-    from mhlo_cost.visitors.tflops import MATRIX
+    from mhlo_cost.ir.loader import make_context
+    from mhlo_cost.walk.matrix import MATRIX
 
     B, M, K, N = 2, 3, 5, 7
     with make_context():
@@ -84,8 +84,8 @@ def test_dot_general_rule_is_a_pure_function_of_its_context():
 
 
 def test_table_rules_read_only_their_context():
-    from mhlo_cost.visitors.more_rules import MORE
-    from mhlo_cost.visitors.vector import VECTOR
+    from mhlo_cost.walk.more_rules import MORE
+    from mhlo_cost.walk.vector import VECTOR
 
     x = tensor([16, 8])
     fft = MORE["stablehlo.fft"](context("stablehlo.fft", [x], x, {"fft_length": [8]}))
@@ -101,10 +101,10 @@ def test_table_rules_read_only_their_context():
 
 # -- one registry, by dialect-qualified name --------------------------------------------------------------------
 def test_rules_are_found_by_dialect_qualified_name():
-    from mhlo_cost.visitors.more_rules import MORE, MoreRules, top_k
-    from mhlo_cost.visitors.ruleset import rules_for
-    from mhlo_cost.visitors.tflops import MATRIX, TFlopsVisitor, dot_general
-    from mhlo_cost.visitors.vector import VECTOR, VectorVisitor, transcendental
+    from mhlo_cost.walk.more_rules import MORE, MoreRules, top_k
+    from mhlo_cost.walk.ruleset import rules_for
+    from mhlo_cost.walk.matrix import MATRIX, TFlopsVisitor, dot_general
+    from mhlo_cost.walk.vector import VECTOR, VectorVisitor, transcendental
 
     assert rules_for("stablehlo.dot_general") == rules_for("mhlo.dot_general") == {"matrix": TFlopsVisitor}
     assert MATRIX["stablehlo.dot_general"].fn is MATRIX["mhlo.dot_general"].fn is dot_general
@@ -114,8 +114,8 @@ def test_rules_are_found_by_dialect_qualified_name():
 
 
 def test_a_second_claim_on_an_op_for_the_same_metric_is_refused():
-    from mhlo_cost.visitors.ruleset import RULES, RuleSet, rules_for
-    from mhlo_cost.visitors.tflops import TFlopsVisitor
+    from mhlo_cost.walk.ruleset import RULES, RuleSet, rules_for
+    from mhlo_cost.walk.matrix import TFlopsVisitor
 
     before = {k: dict(v) for k, v in RULES.items()}
     mine = RuleTable("matrix")
@@ -131,7 +131,7 @@ def test_a_second_claim_on_an_op_for_the_same_metric_is_refused():
 
 def test_the_walks_fast_constructors_are_the_keyword_forms():
     """vector_cost and io_cost build the tuple by position: each field lands where its keyword puts it."""
-    from mhlo_cost.visitors.costvalue import io_cost, vector_cost
+    from mhlo_cost.walk.costvalue import io_cost, vector_cost
 
     assert vector_cost(3, 5, 7, 11) == Cost(vector_flops=3, transcendentals=5, bytes_read=7, bytes_written=11)
     assert io_cost(7, 11) == Cost(bytes_read=7, bytes_written=11)

@@ -14,9 +14,9 @@ import torch.nn.functional as F  # noqa: E402
 
 from mhlo_cost import lower_model  # noqa: E402
 from mhlo_cost.analysis import analyze_dataflow  # noqa: E402
-from mhlo_cost.hardware import get_profile  # noqa: E402
-from mhlo_cost.models import stdit3_torch  # noqa: E402
-from mhlo_cost.models.config import STDiT3Config  # noqa: E402
+from mhlo_cost.machines.hardware import get_profile  # noqa: E402
+from mhlo_cost.lower.models import stdit3_torch  # noqa: E402
+from mhlo_cost.lower.models.config import STDiT3Config  # noqa: E402
 from mhlo_cost.roofline import Roofline  # noqa: E402
 
 B, H, LQ, LK, D = 2, 4, 128, 48, 32

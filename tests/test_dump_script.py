@@ -13,8 +13,8 @@ import pytest
 
 from mhlo_cost import analyze
 from mhlo_cost import frontends
-from mhlo_cost.frontends import FrontendError, dump, make_config
-from mhlo_cost.models import gpt
+from mhlo_cost.lower.frontends import FrontendError, dump, make_config
+from mhlo_cost.lower.models import gpt
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = os.path.join(ROOT, "scripts", "dump_mhlo.py")
@@ -135,7 +135,7 @@ def test_frontend_registry(monkeypatch):
     assert frontends.get_frontend("jax").lower("gpt", None).text
     with pytest.raises(FrontendError, match="unknown frontend"):
         frontends.get_frontend("tf")
-    monkeypatch.setitem(frontends.FRONTENDS, "fake", "mhlo_cost.frontends.no_such_frontend")
+    monkeypatch.setitem(frontends.FRONTENDS, "fake", "mhlo_cost.lower.frontends.no_such_frontend")
     with pytest.raises(FrontendError, match="not available"):
         frontends.get_frontend("fake")
     with pytest.raises(ValueError):
@@ -143,7 +143,7 @@ def test_frontend_registry(monkeypatch):
 
 
 def test_jax_path_does_not_import_torch():
-    code = ("import sys; from mhlo_cost.frontends import dump, make_config; "
+    code = ("import sys; from mhlo_cost.lower.frontends import dump, make_config; "
             "dump('stdit3', make_config('stdit3', small=True)); "
             "assert 'torch' not in sys.modules, 'torch imported'")
     r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=600)
@@ -170,7 +170,7 @@ def test_parallel_dump(tmp_path):
     """--parallel lowers STDiT3 with explicit collectives on an abstract mesh (no devices needed)."""
     from stdit3_formula import comm_bytes
 
-    from mhlo_cost.models import parallel
+    from mhlo_cost.lower.models import parallel
 
     out = tmp_path / "tp.mlir"
     r = run("--model", "stdit3", "--small", "--parallel", "megatron", "--devices", "4", "-o", str(out))

@@ -79,8 +79,8 @@ def memtracker_peak(make) -> int:
 def eager_peak(make) -> tuple[int, int]:
     """(eager peak, unfused peak) of the module lowered through torchax."""
     from mhlo_cost.analysis import analyze_dataflow
-    from mhlo_cost.frontends import torchax_frontend as tf
-    from mhlo_cost.memory.views import eager_profile
+    from mhlo_cost.lower.frontends import torchax_frontend as tf
+    from mhlo_cost.roofline.memory import eager_profile
 
     a = analyze_dataflow(tf.lower_module(make(), [((N,), torch.float32)], dtype=None).text)
     return eager_profile(a).peak_bytes, a.memory.peak_bytes
@@ -117,7 +117,7 @@ def test_report_through_the_guarded_child_holds_the_same(tmp_path, isolate):
     import subprocess
     import sys
 
-    from mhlo_cost.frontends import torchax_frontend as tf
+    from mhlo_cost.lower.frontends import torchax_frontend as tf
 
     path = tmp_path / "named.mlir"
     path.write_text(tf.lower_module(Named(), [((N,), torch.float32)], dtype=None).text)

@@ -9,8 +9,8 @@ import jax.numpy as jnp
 import pytest
 
 from mhlo_cost.analysis import analyze_dataflow
-from mhlo_cost.hardware import get_profile
-from mhlo_cost.kernel_model import MemoryModel, parse_memory
+from mhlo_cost.machines.hardware import get_profile
+from mhlo_cost.machines.kernels import MemoryModel, parse_memory
 from mhlo_cost.roofline import Roofline
 
 N = 2048

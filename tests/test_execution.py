@@ -11,7 +11,7 @@ from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 
 from mhlo_cost import lower_model  # noqa: E402
 from mhlo_cost.analysis import analyze_dataflow  # noqa: E402
-from mhlo_cost.hardware import get_profile  # noqa: E402
+from mhlo_cost.machines.hardware import get_profile  # noqa: E402
 from mhlo_cost.roofline import Roofline  # noqa: E402
 
 

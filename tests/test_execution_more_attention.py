@@ -11,8 +11,8 @@ jax = pytest.importorskip("jax")
 import jax.numpy as jnp  # noqa: E402
 
 from mhlo_cost.analysis import analyze_dataflow  # noqa: E402
-from mhlo_cost.hardware import get_profile  # noqa: E402
-from mhlo_cost.kernel_model import AttentionLibrary, AttentionModel  # noqa: E402
+from mhlo_cost.machines.hardware import get_profile  # noqa: E402
+from mhlo_cost.machines.kernels import AttentionLibrary, AttentionModel  # noqa: E402
 from mhlo_cost.roofline import Roofline  # noqa: E402
 from mhlo_cost.roofline.attention import padded_head_dim  # noqa: E402
 

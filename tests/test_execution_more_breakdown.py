@@ -21,7 +21,7 @@ def _module():
 
 
 def test_kinds_partition_the_eager_estimate():
-    from mhlo_cost.hardware import get_profile
+    from mhlo_cost.machines.hardware import get_profile
 
     mod = _module()
     hw = get_profile("a100")

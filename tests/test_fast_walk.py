@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import fields
 
 from mhlo_cost.analysis import analyze
-from mhlo_cost.visitors.options import AnalysisOptions
-from mhlo_cost.visitors.row import Row
+from mhlo_cost.walk.options import AnalysisOptions
+from mhlo_cost.walk.row import Row
 
 IR = """
 func.func @main(%w: tensor<4x8xf32>, %x: tensor<2x4xf32>) -> tensor<2x8xf32> {

@@ -221,7 +221,7 @@ def test_the_same_model_lowered_from_two_installs_is_the_same_bytes(tmp_path):
         outs.append(out.read_bytes())
     assert outs[0] == outs[1]
     text = outs[0].decode()
-    assert "mhlo_cost/models/gpt.py" in text  # the files are named, relative to their package root
+    assert "mhlo_cost/lower/models/gpt.py" in text  # the files are named, relative to their package root
     for absolute in ('"/', str(tmp_path), str(Path.home()), "site-packages", str(ROOT)):
         assert absolute not in text, absolute
 
@@ -239,9 +239,9 @@ def test_the_command_that_drives_a_lowering_leaves_no_frame_in_the_ir(tmp_path):
     assert a.returncode == 0 and b.returncode == 0, (a.stderr, b.stderr)
     text = (tmp_path / "a.mlir").read_text()
     assert text == (tmp_path / "b.mlir").read_text()
-    for driver in ("mhlo_cost/cli/", "mhlo_cost/frontends/", "mhlo_cost/__main__.py", "runpy", "<string>"):
+    for driver in ("mhlo_cost/cli/", "mhlo_cost/lower/frontends/", "mhlo_cost/__main__.py", "runpy", "<string>"):
         assert driver not in text, driver
-    assert "mhlo_cost/models/gpt.py" in text
+    assert "mhlo_cost/lower/models/gpt.py" in text
 
 
 # -- 6. STDiT3 shapes -----------------------------------------------------------------------------------------

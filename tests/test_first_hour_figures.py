@@ -29,7 +29,7 @@ H100_FUSED = ["--hardware", "h100", "--fuse", "elementwise"]
 def _gpt_params() -> dict[str, int]:
     """The bundled GPT's parameters in closed form, per top-level module: token and position embeddings,
     per layer two LayerNorms (scale, bias), qkv, proj, fc1, fc2 (weight, bias); ln_f; lm_head (weight, bias)."""
-    from mhlo_cost.models.gpt import GPTConfig
+    from mhlo_cost.lower.models.gpt import GPTConfig
 
     c = GPTConfig()
     d, v, s, f = c.hidden, c.vocab, c.seq, c.mlp_ratio * c.hidden
@@ -60,7 +60,10 @@ def test_bundled_gpt_params_closed_form(capsys):
     assert a.summary["param_bytes"] == 2 * total  # bf16: the same parameters, one definition
     assert a.summary["input_bytes"] == 4 * 2 * 128  # the tokens (int32) alone
     assert a.summary["macs"] * 2 == a.summary["gemm_flops"] + a.summary["conv_flops"]
-    assert "params 3.72 M" in a.headline and "MACs 939.52 M" in a.headline
+    from mhlo_cost.views.headline import headline
+
+    line = headline(list(a.summary.items()))
+    assert "params 3.72 M" in line and "MACs 939.52 M" in line
     for block, want in (("lm_head", p["lm_head"]), ("embed", p["embed"]), ("layers.2", p["layer"])):
         s = _csv_pairs(_out(capsys, "report", GPT, "--block", block, "--format", "csv", "-q"))
         assert int(s["params"]) == want, block
@@ -117,7 +120,7 @@ def torch_models(tmp_path_factory):
     missing = [m for m in ("torchax", "transformers", "timm") if importlib.util.find_spec(m) is None]
     if missing:  # (find_spec: timm is imported through mhlo-cost's own shim, as tests/test_zoo.py does)
         pytest.skip(f"{', '.join(missing)} not installed (pip install 'mhlo-cost[models]')")
-    from mhlo_cost.frontends import hub
+    from mhlo_cost.lower.frontends import hub
 
     tmp = tmp_path_factory.mktemp("params")
     gpt2 = dict(n_layer=2, n_embd=64, n_head=4, vocab_size=256, n_positions=64)
@@ -242,7 +245,7 @@ def test_check_counts_its_rows(capsys, tmp_path):
 
 def test_sweep_view_has_digits_for_small_models():
     pd = pytest.importorskip("pandas")
-    from mhlo_cost.sweep.table import to_markdown
+    from mhlo_cost.studies.sweep.table import to_markdown
 
     df = pd.DataFrame({"model": ["gpt"] * 2, "shape": ["a", "b"], "parallel": ["none"] * 2, "devices": [1, 1],
                        "hardware": ["h100"] * 2, "dtype": ["f32"] * 2, "status": ["ok"] * 2,

@@ -1,4 +1,4 @@
-"""The GEMM efficiency model (mhlo_cost/gemm.py): closed forms for large, wave-quantized and curve-priced
+"""The GEMM efficiency model (mhlo_cost/machines/gemm.py): closed forms for large, wave-quantized and curve-priced
 dots, and the TOML table's validation."""
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import jax.numpy as jnp
 import pytest
 
 from mhlo_cost import analyze
-from mhlo_cost.gemm import GemmModel
-from mhlo_cost.hardware import HardwareError, get_profile, load_profiles
+from mhlo_cost.machines.gemm import GemmModel
+from mhlo_cost.machines.hardware import HardwareError, get_profile, load_profiles
 from mhlo_cost.roofline import op_time
 
 H100 = get_profile("h100")

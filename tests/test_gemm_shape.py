@@ -1,4 +1,4 @@
-"""The shape terms of the GEMM efficiency model (mhlo_cost/gemm.py): the small-K depth K / (K + k_half) on
+"""The shape terms of the GEMM efficiency model (mhlo_cost/machines/gemm.py): the small-K depth K / (K + k_half) on
 top of wave quantization, through a profile table and op_time; and k_half's validation."""
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import pytest
 
 from mhlo_cost import analyze
-from mhlo_cost.hardware import HardwareError, load_profiles
+from mhlo_cost.machines.hardware import HardwareError, load_profiles
 from mhlo_cost.roofline import op_time
 
 TOY = ('[profile.toy]\ndescription = "toy"\nhbm_bandwidth_gb_s = 1000000\nhbm_capacity_gb = 8\n'

@@ -9,7 +9,7 @@ import os
 import jax.numpy as jnp
 import pytest
 
-from mhlo_cost.hardware import get_profile, load_profiles
+from mhlo_cost.machines.hardware import get_profile, load_profiles
 from mhlo_cost.roofline.calibrate import STATISTICS, calibrate, profile_toml
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -70,7 +70,7 @@ def test_golden(case, work):
 @pytest.mark.parametrize("name", list(golden.LOWERED))
 def test_lowering_writes_the_stored_input(name, tmp_path):
     """``mhlo-cost lower`` (a child process, in another folder) writes the stored input byte for byte.
-    Op locations carry file:line of mhlo_cost/models/: a change there changes these bytes (README)."""
+    Op locations carry file:line of mhlo_cost/lower/models/: a change there changes these bytes (README)."""
     dest = tmp_path / "elsewhere" / f"{name}.mlir"
     golden.lower(name, dest)
     stored = golden.GOLDEN / "inputs" / f"{name}.mlir"

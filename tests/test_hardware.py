@@ -1,4 +1,4 @@
-"""Tests for mhlo_cost.hardware: shipped profiles, dtype mapping, loading and validation."""
+"""Tests for mhlo_cost.machines.hardware: shipped profiles, dtype mapping, loading and validation."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from importlib import resources
 
 import pytest
 
-from mhlo_cost.hardware import (
+from mhlo_cost.machines.hardware import (
     Hardware,
     HardwareError,
     canonical_dtype,

@@ -14,11 +14,11 @@ import pytest
 from html_pages import ROOT, csv_rows, dump, header_names, read_page, same_value
 from mhlo_cost import analyze, blocks as blocks_mod
 from mhlo_cost.cli import main
-from mhlo_cost.collectors import assign_blocks
-from mhlo_cost.html import report_page
-from mhlo_cost.html.fmt import column, exact, scaled_text
+from mhlo_cost.analysis.collectors import assign_blocks
+from mhlo_cost.views.html import report_page
+from mhlo_cost.views.html.fmt import column, exact, scaled_text
 from mhlo_cost.roofline import Roofline
-from mhlo_cost.hardware import get_profile
+from mhlo_cost.machines.hardware import get_profile
 
 GPT = ROOT / "examples" / "gpt_small.mlir"
 
@@ -154,7 +154,7 @@ def test_memory_appears_when_figures_exist(monkeypatch):
 def test_share_by_phase_when_rows_carry_one():
     from types import SimpleNamespace
 
-    from mhlo_cost.html.build import _share
+    from mhlo_cost.views.html.build import _share
 
     # Training rows as the phase work will mark them: 300 forward FLOPs, 600 backward (1/3 and 2/3).
     rows = [SimpleNamespace(kind="dot", phase=p, gemm_flops=f, conv_flops=0, vector_flops=0)
@@ -202,8 +202,8 @@ def test_bad_output_is_one_line(small, tmp_path, capsys):
 @pytest.mark.slow
 def test_stdit3_xl_page_is_a_few_mb(tmp_path, capsys):
     """The reference case at full size, estimated and fused: the page stays small enough to attach."""
-    from mhlo_cost.models import stdit3
-    from mhlo_cost.models.config import STDiT3Config
+    from mhlo_cost.lower.models import stdit3
+    from mhlo_cost.lower.models.config import STDiT3Config
 
     path = tmp_path / "stdit3.mlir"
     path.write_text(stdit3.lower(STDiT3Config().with_shape("204_640_360")).as_text(debug_info=True))

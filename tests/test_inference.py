@@ -13,8 +13,8 @@ if importlib.util.find_spec("torchax") is None:  # (imported through mhlo-cost's
 pytest.importorskip("transformers")
 
 from mhlo_cost.analysis import analyze_dataflow  # noqa: E402
-from mhlo_cost.inference import StepRequest, lower_step  # noqa: E402
-from mhlo_cost.loader import load  # noqa: E402
+from mhlo_cost.studies.serve import StepRequest, lower_step  # noqa: E402
+from mhlo_cost.ir.loader import load  # noqa: E402
 
 B, CTX, BF16 = 3, 24, 2
 LAYERS, HIDDEN, HEADS, KV, INTER, VOCAB = 2, 64, 4, 2, 128, 128
@@ -111,8 +111,8 @@ def test_bundled_gpt_prefill_and_decode():
 def test_sweep_marks_points_that_do_not_fit(tmp_path):
     from dataclasses import replace
 
-    from mhlo_cost.hardware import get_profile
-    from mhlo_cost.inference.grid import StepCache, sweep, table
+    from mhlo_cost.machines.hardware import get_profile
+    from mhlo_cost.studies.serve.grid import StepCache, sweep, table
 
     hw = get_profile("h100")
     small = replace(hw, hbm_capacity=2_000_000.0)  # 2 MB: the weights fit, a big cache does not

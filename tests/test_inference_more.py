@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import pytest
 
 from mhlo_cost.analysis import analyze_dataflow
-from mhlo_cost.hardware import get_profile
+from mhlo_cost.machines.hardware import get_profile
 from mhlo_cost.roofline import Roofline
 
 H100 = get_profile("h100")
@@ -81,7 +81,7 @@ HD = HIDDEN // HEADS
 
 @pytest.fixture(scope="module")
 def llama_decode():
-    from mhlo_cost.inference import StepRequest, lower_step
+    from mhlo_cost.studies.serve import StepRequest, lower_step
 
     sets = dict(num_hidden_layers=LAYERS, hidden_size=HIDDEN, intermediate_size=INTER, num_attention_heads=HEADS,
                 num_key_value_heads=KV, vocab_size=VOCAB)
@@ -106,8 +106,8 @@ def test_decode_kernels_move_weights_and_cache_once(llama_decode):
 
 @pytestmark_hf
 def test_cuda_graphs_remove_one_host_launch_per_kernel(llama_decode):
-    from mhlo_cost.inference.serve import figures, launched
-    from mhlo_cost.inference.views import step_view
+    from mhlo_cost.studies.serve.serve import figures, launched
+    from mhlo_cost.views.serve import step_view
     from mhlo_cost.views.render import render
 
     step, a = llama_decode

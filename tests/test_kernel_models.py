@@ -7,9 +7,9 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from mhlo_cost.accuracy import median_error, statement
+from mhlo_cost.machines.accuracy import median_error, statement
 from mhlo_cost.analysis import analyze_dataflow
-from mhlo_cost.hardware import HardwareError, get_profile, load_profiles
+from mhlo_cost.machines.hardware import HardwareError, get_profile, load_profiles
 from mhlo_cost.roofline.attention import find_attention, find_attention_backward, is_causal
 from mhlo_cost.roofline.estimate import Roofline
 

@@ -1,4 +1,4 @@
-"""`mhlo-cost lower` and its library (mhlo_cost.frontends.api): inputs, outputs, user modules, jax.export
+"""`mhlo-cost lower` and its library (mhlo_cost.lower.frontends.api): inputs, outputs, user modules, jax.export
 artifacts, locations, block names, the convolution convention, the torchvision stand-in, quiet lowering."""
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ import pytest
 
 from mhlo_cost import analyze
 from mhlo_cost.cli import main
-from mhlo_cost.collectors import assign_blocks
-from mhlo_cost.frontends import FrontendError
-from mhlo_cost.frontends.inputs import TensorSpec, parse_assignments, parse_input, parse_value
+from mhlo_cost.analysis.collectors import assign_blocks
+from mhlo_cost.lower.frontends import FrontendError
+from mhlo_cost.lower.frontends.inputs import TensorSpec, parse_assignments, parse_input, parse_value
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -222,7 +222,7 @@ def test_torchvision_standin_for_timm():
         pytest.skip("timm is not installed")
     if importlib.util.find_spec("torchvision") is not None:
         pytest.skip("a torchvision is installed: it is used as it is")
-    from mhlo_cost.frontends import _torchvision
+    from mhlo_cost.lower.frontends import _torchvision
 
     timm = _torchvision.import_timm()
     assert importlib.util.find_spec("torchvision") is None and "torchvision" not in sys.modules

@@ -11,7 +11,7 @@ from jax import lax
 
 from mhlo_cost import analyze
 from mhlo_cost.cli import main
-from mhlo_cost.memory.views import fused_profile
+from mhlo_cost.roofline.memory import fused_profile
 from mhlo_cost.analysis import analyze_dataflow
 
 S = jax.ShapeDtypeStruct
@@ -162,8 +162,8 @@ def test_arguments_and_outputs_equal_xla(name):
 def test_shard_map_arguments_are_per_device():
     from jax.sharding import PartitionSpec
 
-    from mhlo_cost.models import parallel, stdit3
-    from mhlo_cost.models.config import STDiT3Config
+    from mhlo_cost.lower.models import parallel, stdit3
+    from mhlo_cost.lower.models.config import STDiT3Config
 
     cfg = STDiT3Config().small()
     plan = parallel.make_plan("megatron", 4, cfg=cfg)
@@ -190,8 +190,8 @@ def test_shard_map_arguments_are_per_device():
 
 @pytest.fixture(scope="module")
 def small_file(tmp_path_factory):
-    from mhlo_cost.models import stdit3
-    from mhlo_cost.models.config import STDiT3Config
+    from mhlo_cost.lower.models import stdit3
+    from mhlo_cost.lower.models.config import STDiT3Config
 
     path = tmp_path_factory.mktemp("mem") / "small.mlir"
     path.write_text(stdit3.lower(STDiT3Config().small()).as_text(debug_info=True))

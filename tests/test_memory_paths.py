@@ -16,7 +16,7 @@ import pytest
 from mhlo_cost import analyze
 from mhlo_cost.memory import params
 from mhlo_cost.memory import sweep
-from mhlo_cost.visitors.options import AnalysisOptions
+from mhlo_cost.walk.options import AnalysisOptions
 
 ROOT = Path(__file__).resolve().parent
 INPUTS = sorted((ROOT / "golden" / "inputs").glob("*.mlir")) + [

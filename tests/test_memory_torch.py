@@ -35,8 +35,8 @@ def memtracker_peak(make, inputs) -> int:
 
 
 def ours(module, specs) -> tuple[int, int]:
-    from mhlo_cost.frontends import torchax_frontend as tf
-    from mhlo_cost.memory.views import fused_profile
+    from mhlo_cost.lower.frontends import torchax_frontend as tf
+    from mhlo_cost.roofline.memory import fused_profile
     from mhlo_cost.analysis import analyze_dataflow
 
     a = analyze_dataflow(tf.lower_module(module, specs, dtype=None).text)
@@ -44,8 +44,8 @@ def ours(module, specs) -> tuple[int, int]:
 
 
 def test_stdit3_small_against_memtracker():
-    from mhlo_cost.models import stdit3_torch as st
-    from mhlo_cost.models.config import STDiT3Config
+    from mhlo_cost.lower.models import stdit3_torch as st
+    from mhlo_cost.lower.models.config import STDiT3Config
 
     cfg = dataclasses.replace(STDiT3Config().small(), depth=2)
     ref = memtracker_peak(lambda: st.STDiT3(cfg), lambda: st.example_inputs(cfg, "cpu"))

@@ -21,8 +21,8 @@ if _MISSING:
 
 from mhlo_cost import analyze  # noqa: E402
 from mhlo_cost.cli import main  # noqa: E402
-from mhlo_cost.collectors import assign_blocks  # noqa: E402
-from mhlo_cost.frontends import hub  # noqa: E402
+from mhlo_cost.analysis.collectors import assign_blocks  # noqa: E402
+from mhlo_cost.lower.frontends import hub  # noqa: E402
 
 B, T = 2, 16
 N = B * T  # tokens

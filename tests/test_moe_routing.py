@@ -10,8 +10,8 @@ from fractions import Fraction
 import pytest
 
 from mhlo_cost.cli import main
-from mhlo_cost.frontends import FrontendError
-from mhlo_cost.frontends.moe import Routing, expert_loads
+from mhlo_cost.lower.frontends import FrontendError
+from mhlo_cost.lower.frontends.moe import Routing, expert_loads
 from mhlo_cost.network.expert_parallel import all_to_all_bytes, estimate_expert_parallel, expert_parallel
 from mhlo_cost.network.topology import Link, NetworkError, NodeTopology
 
@@ -63,7 +63,7 @@ needs_models = pytest.mark.skipif(any(importlib.util.find_spec(m) is None for m 
 
 
 def _lower(routing, sets=MIXTRAL3, name="MixtralForCausalLM", config="mixtral"):
-    from mhlo_cost.frontends.api import LowerRequest, lower_request
+    from mhlo_cost.lower.frontends.api import LowerRequest, lower_request
 
     req = LowerRequest(library="hf", name=name, config=config, overrides=dict(sets), inputs=(f"{B}x{T}:int64",),
                        routing=routing)

@@ -8,9 +8,9 @@ from importlib import resources
 import pytest
 
 from mhlo_cost.cli import main
-from mhlo_cost.hardware import Hardware, HardwareError, get_profile, load_profiles
+from mhlo_cost.machines.hardware import Hardware, HardwareError, get_profile, load_profiles
 from mhlo_cost.network import MeshTopology, NetworkError, NodeTopology, SystemProfile, list_systems, resolve_profile
-from mhlo_cost.visitors.comm import device_groups
+from mhlo_cost.walk.collective import device_groups
 from stderr_lines import error_line
 
 TEMPLATE = resources.files("mhlo_cost") / "data" / "system_template.toml"

@@ -1,4 +1,4 @@
-"""STDiT3 under parallel strategies (mhlo_cost/models/parallel.py): same function, explicit collectives.
+"""STDiT3 under parallel strategies (mhlo_cost/lower/models/parallel.py): same function, explicit collectives.
 
 * equivalence: every strategy runs a small model on 4 or 8 host devices with random weights and matches
   the unsharded forward (float32). The devices must exist before jax starts, so these runs happen in one
@@ -21,8 +21,8 @@ sys.path.insert(0, os.path.dirname(__file__))
 from stdit3_formula import comm_bytes  # noqa: E402
 
 from mhlo_cost import analyze  # noqa: E402
-from mhlo_cost.models import parallel  # noqa: E402
-from mhlo_cost.models.config import STDiT3Config  # noqa: E402
+from mhlo_cost.lower.models import parallel  # noqa: E402
+from mhlo_cost.lower.models.config import STDiT3Config  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -55,7 +55,7 @@ def _equivalence_worker() -> None:
     import jax
     import numpy as np
 
-    from mhlo_cost.models import stdit3
+    from mhlo_cost.lower.models import stdit3
 
     cfg = replace(SMALL8, depth=1)  # one spatial and one temporal block
     params = stdit3.init_params(cfg, 0)
@@ -214,7 +214,7 @@ def test_plans_and_errors():
 
 
 def test_jax_frontend_lowers_a_sharded_config():
-    from mhlo_cost.frontends import FrontendError, jax_frontend
+    from mhlo_cost.lower.frontends import FrontendError, jax_frontend
 
     plan = parallel.make_plan("megatron", 4, cfg=SMALL8)
     low = jax_frontend.lower("stdit3", parallel.ShardedConfig(SMALL8, plan))

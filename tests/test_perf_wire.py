@@ -1,16 +1,16 @@
 """What the whole-process speed-ups of ``report`` keep: call stacks memoised per subtree (shared frames, the same
 values), scopes memoised per name prefix, the wire's numbering of the frames' row lists, the request written
-from a thread while the caller works (mhlo_cost/visitors/locations.py, wire.py, guard.py)."""
+from a thread while the caller works (mhlo_cost/walk/locations.py, wire.py, guard.py)."""
 from __future__ import annotations
 
 import pytest
 
 from mhlo_cost import guard
 from mhlo_cost.analysis import analyze
-from mhlo_cost.loader import load
-from mhlo_cost.visitors.locations import scope_of
-from mhlo_cost.wire import decode, encode
-from mhlo_cost.worker import WalkOptions, analyze_isolated
+from mhlo_cost.ir.loader import load
+from mhlo_cost.walk.locations import scope_of
+from mhlo_cost.analysis.wire import decode, encode
+from mhlo_cost.analysis.isolated import WalkOptions, analyze_isolated
 
 # Two ops called from one Python line (a.py:10 calling f) and written at b.py:20 / b.py:21 inside f.
 CALLS = """

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from mhlo_cost import analyze
-from mhlo_cost.baseline import _percent
+from mhlo_cost.studies.baseline import _percent
 from mhlo_cost.cli import main
-from mhlo_cost.loader import LoadError, load
+from mhlo_cost.ir.loader import LoadError, load
 from stderr_lines import error_line
 
 FIX = Path(__file__).parent / "fixtures"

@@ -15,10 +15,10 @@ import pytest
 
 from callgraph_dags import LEAF, VALUE_BYTES, blocks, fanout, inline, random_dag
 from mhlo_cost import analyze
-from mhlo_cost.hardware import get_profile
+from mhlo_cost.machines.hardware import get_profile
 from mhlo_cost.analysis import analyze_dataflow
 from mhlo_cost.roofline import Roofline
-from mhlo_cost.visitors.callgraph import AMPLIFICATION_CAP, FOLDED
+from mhlo_cost.walk.callgraph import AMPLIFICATION_CAP, FOLDED
 
 #: Per leaf execution: dot reads 2 x 64 and writes 64, exponential 64 and 64, add 2 x 64 and 64.
 LEAF_BYTES = {"bytes_read": 5 * VALUE_BYTES, "bytes_written": 3 * VALUE_BYTES}

@@ -12,7 +12,7 @@ import pytest
 
 from mhlo_cost import analyze
 from mhlo_cost.cli import main
-from mhlo_cost.visitors.base import rule_name
+from mhlo_cost.walk.base import rule_name
 
 FIX = Path(__file__).parent / "fixtures"
 DIA = FIX / "reliability3" / "dialects"

@@ -73,7 +73,7 @@ def test_every_fixture_has_its_expectation():
 def test_only_bad_locations_are_rewritten():
     from jaxlib.mlir import ir
 
-    from mhlo_cost._reader import clean_locations, make_context
+    from mhlo_cost.ir.reader import clean_locations, make_context
 
     ctx = make_context()
     with ctx:

@@ -97,7 +97,7 @@ def _chip(**fields) -> str:
     ("efficiency", ["0.0001", "1"], ["0.00009", "1.0000001", "5e-324", "1e-308", "true"]),
 ])
 def test_each_figure_is_finite_and_inside_its_stated_range(tmp_path, field, inside, outside):
-    from mhlo_cost.hardware import HardwareError, load_profiles
+    from mhlo_cost.machines.hardware import HardwareError, load_profiles
 
     p = tmp_path / "t.toml"
     for v in inside:
@@ -112,7 +112,7 @@ def test_each_figure_is_finite_and_inside_its_stated_range(tmp_path, field, insi
 
 def test_the_templates_state_each_range(tmp_path):
     """The ranges the code applies are written in the templates a user copies (and the templates still load)."""
-    from mhlo_cost.hardware import load_profiles
+    from mhlo_cost.machines.hardware import load_profiles
     from mhlo_cost.network.systems import load_systems
 
     hw = (ROOT / "mhlo_cost" / "data" / "hardware_template.toml").read_text()
@@ -173,9 +173,9 @@ def test_the_edges_of_the_ranges_give_finite_times_and_strict_json(tmp_path, cap
 
 def test_json_writers_never_write_infinity_or_nan():
     from mhlo_cost.views.pairs import render_pairs
-    from mhlo_cost.report import to_json
-    from mhlo_cost.sweep.table import frame
-    from mhlo_cost.sweep.table import to_json as sweep_json
+    from mhlo_cost.views.text import to_json
+    from mhlo_cost.studies.sweep.table import frame
+    from mhlo_cost.studies.sweep.table import to_json as sweep_json
 
     inf = float("inf")
     d = strict_json(to_json({"summary": {"a": 1}, "rows": [{"t_s": inf, "u": -inf, "n": float("nan"), "k": 3}]}))
@@ -225,8 +225,8 @@ def test_csv_cells_a_spreadsheet_would_evaluate_are_text(capsys, tmp_path):
 
 def test_csv_numbers_stay_numbers(capsys, tmp_path):
     """A negative number (a diff's delta) is written as it is; a text cell that is a plain number too."""
-    from mhlo_cost.outtext import csv_cell
-    from mhlo_cost.sweep.table import to_csv
+    from mhlo_cost.files.outtext import csv_cell
+    from mhlo_cost.studies.sweep.table import to_csv
 
     assert main(["diff", str(ROOT / "examples" / "gpt_small.mlir"), str(FIX / "program.mlir"), "--format", "csv",
                  "-q"]) in (0, 1)
@@ -235,7 +235,7 @@ def test_csv_numbers_stay_numbers(capsys, tmp_path):
     assert "-436207616" in deltas  # a layer of gpt_small (only in A): 2 x its 218,103,808 MACs, negated
     assert [csv_cell(v) for v in (-5, -1.5, "-5", "-1.5e3", "=1", "\tx", "\rx", "@a", "+a", "-a", "main", "")] == [
         -5, -1.5, "-5", "-1.5e3", "'=1", "'\tx", "'\rx", "'@a", "'+a", "'-a", "main", ""]
-    from mhlo_cost.sweep.table import frame
+    from mhlo_cost.studies.sweep.table import frame
 
     df = frame([{"model": "=evil()", "shape": "-1x2", "parallel": "none", "devices": 1, "hardware": "h",
                  "dtype": "bf16", "status": "ok", "reason": "", "time_step_s": -1.5}], fused=False)
@@ -271,7 +271,7 @@ def test_kept_spec_crashers_are_one_line(capsys, name, words):
     ('hardware = ["h100"]\n[[models]]\nhf = 5\ninputs = [["1x4:f32"]]\n', "key 'models.hf' must be a string"),
 ])
 def test_spec_types_are_checked_before_any_point_runs(tmp_path, capsys, monkeypatch, text, words):
-    from mhlo_cost.sweep import point
+    from mhlo_cost.studies.sweep import point
 
     monkeypatch.setattr(point, "compute", lambda task: pytest.fail("a point ran"))
     spec = tmp_path / "s.toml"

@@ -5,8 +5,8 @@ import numpy as np
 from jax import lax
 
 from mhlo_cost import analyze
-from mhlo_cost.blocks import block_table
-from mhlo_cost.collectors import assign_blocks
+from mhlo_cost.analysis.blocks import block_table
+from mhlo_cost.analysis.collectors import assign_blocks
 
 F32 = jnp.float32
 S = jax.ShapeDtypeStruct

@@ -13,8 +13,8 @@ from jax import lax
 
 from mhlo_cost import analyze
 from mhlo_cost.cli import main
-from mhlo_cost.collectors import assign_blocks
-from mhlo_cost.hardware import get_profile
+from mhlo_cost.analysis.collectors import assign_blocks
+from mhlo_cost.machines.hardware import get_profile
 from mhlo_cost.analysis import analyze_dataflow
 from mhlo_cost.roofline import Roofline, fuse, op_time
 from stderr_lines import error_line
@@ -205,15 +205,15 @@ def test_without_row_fusion_softmax_reads_its_input_per_reduction():
 
 @pytest.fixture(scope="module")
 def stdit3_small():
-    stdit3 = pytest.importorskip("mhlo_cost.models.stdit3")
-    from mhlo_cost.models.config import STDiT3Config
+    stdit3 = pytest.importorskip("mhlo_cost.lower.models.stdit3")
+    from mhlo_cost.lower.models.config import STDiT3Config
 
     return analyze_dataflow(stdit3.lower(STDiT3Config().small()).as_text(debug_info=True))
 
 
 @pytest.fixture(scope="module")
 def gpt_scan():
-    gpt = pytest.importorskip("mhlo_cost.models.gpt")
+    gpt = pytest.importorskip("mhlo_cost.lower.models.gpt")
     cfg = gpt.GPTConfig(vocab=64, hidden=32, heads=2, layers=3, seq=16, batch=2, dtype="float32", scan=True)
     return analyze_dataflow(gpt.lower(cfg).as_text(debug_info=True))
 
@@ -280,8 +280,8 @@ def test_steps_multiply(stdit3_small):
 
 @pytest.fixture(scope="module")
 def small_file(tmp_path_factory, stdit3_small):
-    stdit3 = pytest.importorskip("mhlo_cost.models.stdit3")
-    from mhlo_cost.models.config import STDiT3Config
+    stdit3 = pytest.importorskip("mhlo_cost.lower.models.stdit3")
+    from mhlo_cost.lower.models.config import STDiT3Config
 
     p = tmp_path_factory.mktemp("rf") / "small.mlir"
     p.write_text(stdit3.lower(STDiT3Config().small()).as_text(debug_info=True))
@@ -341,7 +341,7 @@ def test_bad_estimate_options_exit_2(small_file, capsys, argv):
 
 
 def test_hardware_file(small_file, tmp_path, capsys):
-    from mhlo_cost.hardware import template_text
+    from mhlo_cost.machines.hardware import template_text
 
     f = tmp_path / "mine.toml"
     f.write_text(template_text())

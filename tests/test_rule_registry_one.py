@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from mhlo_cost.tensorinfo import TensorInfo
-from mhlo_cost.visitors.costvalue import Cost, Counted
-from mhlo_cost.visitors.optable import OpContext
-from mhlo_cost.visitors.options import AnalysisOptions
+from mhlo_cost.ir.tensorinfo import TensorInfo
+from mhlo_cost.walk.costvalue import Cost, Counted
+from mhlo_cost.walk.optable import OpContext
+from mhlo_cost.walk.options import AnalysisOptions
 
 CONV_DIMS = "#stablehlo.conv<[b, f, 0, 1]x[o, i, 0, 1]->[b, f, 0, 1]>"
 
@@ -28,7 +28,7 @@ def context(name, operands, result, attrs, options=None) -> OpContext:
 
 @pytest.fixture
 def mlir():
-    from mhlo_cost.loader import make_context
+    from mhlo_cost.ir.loader import make_context
 
     with make_context() as ctx:
         yield ctx
@@ -46,8 +46,8 @@ def all_subclasses(cls) -> set:
 
 # -- one registry -------------------------------------------------------------------------------------------------
 def test_no_rule_set_defines_a_visit_method():
-    from mhlo_cost.visitors.cost import COST_RULES
-    from mhlo_cost.visitors.ruleset import RuleSet
+    from mhlo_cost.walk.cost import COST_RULES
+    from mhlo_cost.walk.ruleset import RuleSet
 
     subclasses = {c for c in all_subclasses(RuleSet) if c.__module__.startswith("mhlo_cost.")}  # not tests' own
     assert set(COST_RULES) <= subclasses  # the walk over the subclasses is not vacuous
@@ -56,7 +56,7 @@ def test_no_rule_set_defines_a_visit_method():
 
 
 def test_a_rule_set_with_a_visit_method_is_refused_and_registers_nothing():
-    from mhlo_cost.visitors.ruleset import RULES, RuleSet
+    from mhlo_cost.walk.ruleset import RULES, RuleSet
 
     before = {k: dict(v) for k, v in RULES.items()}
     with pytest.raises(TypeError, match="Stray.visit_my_op: a rule set's op rules are its table's"):
@@ -72,8 +72,8 @@ def test_the_walk_looks_up_no_method_of_a_rule_set():
     """rule_of answers from the tables, then the walk's own methods: a visit_ method put on a rule set instance
     after its definition (past the refusal) is never called."""
     from mhlo_cost.analysis import walk
-    from mhlo_cost.visitors.base import IRVisitor
-    from mhlo_cost.visitors.cost import CountingRules
+    from mhlo_cost.walk.base import IRVisitor
+    from mhlo_cost.walk.cost import CountingRules
 
     text = ("func.func @main(%a: tensor<4xf32>) -> tensor<4xf32> {\n"
             "  %0 = stablehlo.custom_call @my_kernel(%a) : (tensor<4xf32>) -> tensor<4xf32>\n"
@@ -89,8 +89,8 @@ def test_the_walk_looks_up_no_method_of_a_rule_set():
 
 
 def test_custom_call_and_dynamic_conv_are_found_in_their_tables_by_qualified_name():
-    from mhlo_cost.visitors import cost, tflops
-    from mhlo_cost.visitors.ruleset import rules_for
+    from mhlo_cost.walk import cost, tflops
+    from mhlo_cost.walk.ruleset import rules_for
 
     for d in ("stablehlo", "mhlo"):
         assert cost.CountingRules.table[f"{d}.custom_call"].fn is cost.custom_call
@@ -108,7 +108,7 @@ def test_custom_call_and_dynamic_conv_are_found_in_their_tables_by_qualified_nam
 def test_custom_call_of_a_placement_target_moves_data_and_any_other_is_unknown(mlir):
     from jaxlib.mlir import ir
 
-    from mhlo_cost.visitors.cost import ROW
+    from mhlo_cost.walk.cost import ROW
 
     x, w = tensor([4, 4]), tensor([8], "bf16", 2)  # 4 * 4 * 4 = 64 bytes; 8 * 2 = 16 bytes
     rule = ROW["stablehlo.custom_call"]
@@ -143,7 +143,7 @@ def conv_context(padding, options=None, name="stablehlo.dynamic_conv"):
 
 
 def test_dynamic_conv_without_padding_is_two_flops_per_output_kernel_tap_and_input_feature(mlir):
-    from mhlo_cost.visitors.tflops import MATRIX
+    from mhlo_cost.walk.matrix import MATRIX
 
     got = MATRIX["stablehlo.dynamic_conv"](conv_context([0, 0]))
     # 2 x output elements (1 x 8 x 4 x 4 = 128) x kernel spatial size (3 x 3) x input features per group (4 / 2)
@@ -154,7 +154,7 @@ def test_dynamic_conv_without_padding_is_two_flops_per_output_kernel_tap_and_inp
 
 
 def test_dynamic_conv_with_padding_counts_the_taps_on_real_input_or_all_of_them_dense(mlir):
-    from mhlo_cost.visitors.tflops import MATRIX
+    from mhlo_cost.walk.matrix import MATRIX
 
     rule = MATRIX["mhlo.dynamic_conv"]
     # padding 1 on each side: output 6 x 6 = 36 positions per (batch, feature), 1 x 8 x 36 = 288 elements.
@@ -168,7 +168,7 @@ def test_dynamic_conv_with_padding_counts_the_taps_on_real_input_or_all_of_them_
 
 
 def test_dynamic_conv_with_a_padding_not_constant_is_unknown_with_its_bytes(mlir):
-    from mhlo_cost.visitors.tflops import MATRIX
+    from mhlo_cost.walk.matrix import MATRIX
 
     got = MATRIX["stablehlo.dynamic_conv"](conv_context(None))
     assert got == Counted(Cost(bytes_read=576 + 576 + 32, bytes_written=512), kind="unknown",
@@ -178,7 +178,7 @@ def test_dynamic_conv_with_a_padding_not_constant_is_unknown_with_its_bytes(mlir
 def test_the_extra_of_dynamic_conv_reads_a_constant_padding_operand_and_only_that(mlir):
     from jaxlib.mlir import ir
 
-    from mhlo_cost.visitors.tflops import MATRIX
+    from mhlo_cost.walk.matrix import MATRIX
 
     conv = ('"stablehlo.dynamic_conv"(%x, %k, %{p}) {{dimension_numbers = {dims}, feature_group_count = 1 : i64, '
             'batch_group_count = 1 : i64}} : (tensor<1x1x4x4xf32>, tensor<1x1x3x3xf32>, tensor<2x2xi64>) -> '
@@ -198,8 +198,8 @@ def test_the_extra_of_dynamic_conv_reads_a_constant_padding_operand_and_only_tha
 # -- traversal is the walk's, whatever rule sets are composed -----------------------------------------------------
 def test_composites_and_shard_map_bodies_are_walked_by_the_walk_with_any_rule_set():
     from mhlo_cost.analysis import walk
-    from mhlo_cost.visitors.base import MANUAL_WARNING, IRVisitor
-    from mhlo_cost.visitors.tflops import TFlopsVisitor
+    from mhlo_cost.walk.base import MANUAL_WARNING, IRVisitor
+    from mhlo_cost.walk.matrix import TFlopsVisitor
 
     text = """module {
 sdy.mesh @mesh = <["x"=2]>

@@ -1,4 +1,4 @@
-"""Training at scale (mhlo_cost.scale): the composition checked against closed forms worked out here.
+"""Training at scale (mhlo_cost.studies.plan): the composition checked against closed forms worked out here.
 
 Korthikanti et al. 2022 (Table 2) for the activation bytes per layer, the 1F1B / interleaved bubble,
 Megatron's model-FLOPs formula (Narayanan et al. 2021), the ring all_reduce's 2(n-1)/n x size on the link.
@@ -13,10 +13,10 @@ pytest.importorskip("optax")
 
 from mhlo_cost.cli import main
 from mhlo_cost.network import resolve_profile
-from mhlo_cost.scale.compose import compose
-from mhlo_cost.scale.config import ScaleConfig
-from mhlo_cost.scale.costs import LayerCost, layer_cost
-from mhlo_cost.scale.memory import memory
+from mhlo_cost.studies.plan.compose import compose
+from mhlo_cost.studies.plan.config import ScaleConfig
+from mhlo_cost.studies.plan.costs import LayerCost, layer_cost
+from mhlo_cost.studies.plan.memory import memory
 
 TINY = dict(layers=4, hidden=64, heads=4, seq=32, vocab=128)
 SELENE = resolve_profile("selene")
@@ -69,7 +69,7 @@ def _fake(fwd=1.0, bwd=2.0, rec=0.5, opt=0.25) -> LayerCost:
 
 @pytest.mark.parametrize("p,v,m", [(1, 1, 4), (4, 1, 8), (4, 2, 8), (8, 3, 24)])
 def test_pipeline_bubble_and_iteration(p, v, m):
-    from mhlo_cost.hardware import get_profile
+    from mhlo_cost.machines.hardware import get_profile
 
     chip = get_profile("a100")  # a chip: no topology, so no communication
     cfg = ScaleConfig(**{**TINY, "layers": 24}, p=p, interleave=v, micro_batch=1, global_batch=m, recompute="selective")
@@ -83,7 +83,7 @@ def test_pipeline_bubble_and_iteration(p, v, m):
 
 
 def test_full_recompute_reruns_the_forward():
-    from mhlo_cost.hardware import get_profile
+    from mhlo_cost.machines.hardware import get_profile
 
     cfg = ScaleConfig(**TINY, micro_batch=1, global_batch=2, recompute="full")
     it = compose(cfg, _fake(rec=0.1), get_profile("a100"))
@@ -93,7 +93,7 @@ def test_full_recompute_reruns_the_forward():
 def test_model_flops_are_megatrons_formula():
     b, s, h, n, vcb = 2, 32, 64, 4, 128
     cfg = ScaleConfig(**TINY, t=2, sp=True, micro_batch=1, global_batch=b, recompute="selective")
-    from mhlo_cost.scale.plan import plan
+    from mhlo_cost.studies.plan.plan import plan
 
     c = plan(cfg, SELENE).iteration.counts
     formula = 72 * b * s * n * h * h * (1 + Fraction(s, 6 * h) + Fraction(vcb, 12 * h * n))
@@ -141,7 +141,7 @@ def test_train_plan_command(capsys, tmp_path):
 
 
 def test_sweep_ranks_and_skips(tmp_path):
-    from mhlo_cost.scale.plan import sweep
+    from mhlo_cost.studies.plan.plan import sweep
 
     base = ScaleConfig(**TINY, global_batch=8)
     df, skipped = sweep(base, 4, SELENE, tmp_path, micro_batches=(1,), recomputes=("selective",), interleaves=(1, 2))

@@ -16,11 +16,11 @@ pytest.importorskip("optax")
 
 from mhlo_cost.cli import main
 from mhlo_cost.network import resolve_profile
-from mhlo_cost.scale.config import ScaleConfig
-from mhlo_cost.scale.costs import layer_cost
-from mhlo_cost.scale.memory import memory
-from mhlo_cost.scale.plan import plan
-from mhlo_cost.scale.stages import COMPONENTS, stage_frame, stage_rows
+from mhlo_cost.studies.plan.config import ScaleConfig
+from mhlo_cost.studies.plan.costs import layer_cost
+from mhlo_cost.studies.plan.memory import memory
+from mhlo_cost.studies.plan.plan import plan
+from mhlo_cost.studies.plan.stages import COMPONENTS, stage_frame, stage_rows
 
 TINY = dict(layers=12, hidden=64, heads=4, seq=32, vocab=128)
 SELENE = resolve_profile("selene")

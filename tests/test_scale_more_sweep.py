@@ -10,8 +10,8 @@ pytest.importorskip("optax")
 
 from mhlo_cost.cli import main
 from mhlo_cost.network import resolve_profile
-from mhlo_cost.scale.config import ScaleConfig
-from mhlo_cost.scale.plan import sweep
+from mhlo_cost.studies.plan.config import ScaleConfig
+from mhlo_cost.studies.plan.plan import sweep
 
 SPEC = """model = "gpt"
 devices = 8

@@ -165,8 +165,8 @@ def test_headings_are_additive_in_the_pairs_renderer():
 
 def test_a_step_view_of_figures_made_by_hand():
     """No lowering: Figures written here; a cache of sliding windows only (no largest context), no blocks."""
-    from mhlo_cost.inference.serve import Figures
-    from mhlo_cost.inference.views import step_view
+    from mhlo_cost.studies.serve.serve import Figures
+    from mhlo_cost.views.serve import step_view
     from mhlo_cost.views.render import render
 
     f = Figures(step="decode", batch=4, context=4096, tokens=1, hardware="h100-sxm", tp=1, kv_cache_bytes=3 * 2**20,

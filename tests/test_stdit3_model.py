@@ -16,8 +16,8 @@ sys.path.insert(0, os.path.dirname(__file__))
 from stdit3_formula import gemm_flops  # noqa: E402
 
 from mhlo_cost import analyze  # noqa: E402
-from mhlo_cost.models import stdit3  # noqa: E402
-from mhlo_cost.models.config import STDiT3Config  # noqa: E402
+from mhlo_cost.lower.models import stdit3  # noqa: E402
+from mhlo_cost.lower.models.config import STDiT3Config  # noqa: E402
 
 SMALL = STDiT3Config().small()
 EPS = 1e-6

@@ -34,7 +34,7 @@ def test_the_python_api_is_exported_and_lazy():
 
 @pytest.mark.parametrize("fuse", ["none", "elementwise", "eager"])
 def test_a_sweep_row_is_what_report_prints(capsys, fuse):
-    from mhlo_cost.sweep.point import study_of
+    from mhlo_cost.studies.sweep.point import study_of
 
     flags = ["--execution", "eager"] if fuse == "eager" else ["--fuse", fuse]
     summary = report_json(capsys, "--hardware", "h100", "--steps", "3", *flags)["summary"]

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from mhlo_cost.cli import main
-from mhlo_cost.study import Study
+from mhlo_cost.studies.study import Study
 from mhlo_cost.views.by import view
 from mhlo_cost.views.many import joined
 from mhlo_cost.views.render import render

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from mhlo_cost.analysis import analyze
-from mhlo_cost.visitors.options import AnalysisOptions
-from mhlo_cost.visitors.recorder import Recorder
+from mhlo_cost.walk.options import AnalysisOptions
+from mhlo_cost.walk.recorder import Recorder
 
 M, K, N = 4, 8, 16
 #: main calls @layer twice: a dot and a tanh each time (the callee's rows are built once, then replayed).

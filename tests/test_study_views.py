@@ -11,7 +11,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from mhlo_cost.study import Study
+from mhlo_cost.studies.study import Study
 from mhlo_cost.views.by import VIEWS, view
 from mhlo_cost.views.render import RENDERERS, render
 from mhlo_cost.views.table import ViewRequest

@@ -10,7 +10,7 @@ import math
 import pytest
 
 from mhlo_cost.cli import main
-from mhlo_cost.models.config import STDiT3Config
+from mhlo_cost.lower.models.config import STDiT3Config
 from stderr_lines import error_line
 
 SMALL = ["--model", "stdit3", "--small", "--depth", "1", "--dtype", "bf16"]
@@ -74,7 +74,7 @@ def test_every_number_equals_report_and_blocks(tmp_path, capsys):
 
 
 def test_invalid_points_are_skipped_and_failures_are_rows(tmp_path, capsys, monkeypatch):
-    from mhlo_cost.sweep import point
+    from mhlo_cost.studies.sweep import point
 
     real = point.lower_text
 
@@ -164,7 +164,7 @@ def test_spec_file_is_the_grid_of_the_flags(tmp_path):
 
     from mhlo_cost.cli import build_parser
     from mhlo_cost.cli.cmd_sweep import _settings
-    from mhlo_cost.sweep import make_grid
+    from mhlo_cost.studies.sweep import make_grid
 
     spec = Path(__file__).parent.parent / "benchmarks" / "sweep_stdit3.toml"
     flags = ["sweep", "--shape", "204_640_360", "408_640_360", "51_1280_720", "102_1280_720", "--strategies",

@@ -18,14 +18,14 @@ torch = pytest.importorskip("torch")
 if importlib.util.find_spec("torchax") is None:
     pytest.skip("torchax is not installed (pip install 'mhlo-cost[torch]')", allow_module_level=True)
 # torchax 0.0.13 does not import as such on torch 2.13: the frontend's shim does it.
-from mhlo_cost.frontends._torch_shim import import_torchax  # noqa: E402
+from mhlo_cost.lower.frontends._torch_shim import import_torchax  # noqa: E402
 
 import_torchax()
 
 from mhlo_cost import analyze  # noqa: E402
-from mhlo_cost.frontends import torchax_frontend as tf  # noqa: E402
-from mhlo_cost.models import stdit3_torch as st  # noqa: E402
-from mhlo_cost.models.config import STDiT3Config  # noqa: E402
+from mhlo_cost.lower.frontends import torchax_frontend as tf  # noqa: E402
+from mhlo_cost.lower.models import stdit3_torch as st  # noqa: E402
+from mhlo_cost.lower.models.config import STDiT3Config  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).parent))
 from stdit3_formula import gemm_flops  # noqa: E402
@@ -52,7 +52,7 @@ def small_torchax_text() -> str:
 
 @pytest.fixture(scope="module")
 def small_jax_text() -> str:
-    from mhlo_cost.frontends import jax_frontend
+    from mhlo_cost.lower.frontends import jax_frontend
 
     return jax_frontend.lower("stdit3", _small()).text
 
@@ -193,7 +193,7 @@ def test_unknown_model():
 
 
 def test_shim_placeholder_is_inert():
-    from mhlo_cost.frontends._torch_shim import RemovedOverload, _is_named_tensor_overload
+    from mhlo_cost.lower.frontends._torch_shim import RemovedOverload, _is_named_tensor_overload
 
     assert _is_named_tensor_overload("dim_Dimname") and _is_named_tensor_overload("names_dim")
     assert _is_named_tensor_overload("correction_names_out")
@@ -212,8 +212,8 @@ def test_full_204_640_360_through_torchax_on_meta():
     code = textwrap.dedent("""
         import json, resource, sys, time
         t0 = time.perf_counter()
-        from mhlo_cost.frontends import torchax_frontend as tf
-        from mhlo_cost.models.config import STDiT3Config
+        from mhlo_cost.lower.frontends import torchax_frontend as tf
+        from mhlo_cost.lower.models.config import STDiT3Config
         text = tf.lower("stdit3", STDiT3Config().with_shape("204_640_360")).text
         secs = time.perf_counter() - t0
         rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
@@ -244,7 +244,7 @@ def test_full_204_640_360_through_torchax_on_meta():
 
 
 def _torch_xla():
-    from mhlo_cost.frontends import torch_xla_frontend as xf
+    from mhlo_cost.lower.frontends import torch_xla_frontend as xf
 
     if not xf.available():
         pytest.skip(f"torch-xla venv missing ({xf.venv_python()}): {xf.SETUP_HINT}")
@@ -267,8 +267,8 @@ def test_torch_xla_gemm_equals_jax(small_torch_xla, small_jax_text):
 
 
 def _scope_blocks(analysis):
-    from mhlo_cost.blocks import block_table
-    from mhlo_cost.collectors import assign_blocks
+    from mhlo_cost.analysis.blocks import block_table
+    from mhlo_cost.analysis.collectors import assign_blocks
 
     blocks = assign_blocks(analysis)
     table = block_table(analysis, blocks)
@@ -296,7 +296,7 @@ def test_torch_xla_blocks_by_scope_equal_jax(small_torch_xla, small_jax_text):
     assert x_gemm == j_gemm == expected
     # The bytecode is plain StableHLO (not torch-xla's VHLO artifact): its text, as dump_mhlo writes it
     # to a .mlir file, re-parses with the locations.
-    from mhlo_cost.frontends import to_text
+    from mhlo_cost.lower.frontends import to_text
 
     assert _scope_blocks(analyze(to_text(small_torch_xla.bytecode)))[1] == expected
     bt, bj2 = _block_sums(a, "gemm_flops"), _block_sums(aj, "gemm_flops")
@@ -329,7 +329,7 @@ def test_torch_xla_location_names():
 
 
 def test_torch_xla_missing_venv_message(monkeypatch, tmp_path):
-    from mhlo_cost.frontends import torch_xla_frontend as xf
+    from mhlo_cost.lower.frontends import torch_xla_frontend as xf
 
     monkeypatch.setenv("MHLO_COST_TORCH_XLA_PYTHON", str(tmp_path / "nope" / "python"))
     with pytest.raises(Exception, match="setup_torch_xla_env.sh"):
@@ -337,7 +337,7 @@ def test_torch_xla_missing_venv_message(monkeypatch, tmp_path):
 
 
 def test_torch_xla_refuses_huge_real_weights():
-    from mhlo_cost.frontends import torch_xla_frontend as xf
+    from mhlo_cost.lower.frontends import torch_xla_frontend as xf
 
     with pytest.raises(Exception, match="real weights"):
         xf.lower("stdit3", STDiT3Config(), max_param_bytes=1 << 30)

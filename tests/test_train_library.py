@@ -17,15 +17,15 @@ _MISSING = [m for m in ("torchax", "transformers", "timm", "optax") if importlib
 if _MISSING:
     pytest.skip(f"{', '.join(_MISSING)} not installed", allow_module_level=True)
 
-from mhlo_cost.blocks import add_phase_columns, block_table, training_blocks  # noqa: E402
+from mhlo_cost.analysis.blocks import add_phase_columns, block_table, training_blocks  # noqa: E402
 from mhlo_cost.cli import main  # noqa: E402
-from mhlo_cost.collectors import assign_blocks  # noqa: E402
-from mhlo_cost.frontends import hub  # noqa: E402
-from mhlo_cost.frontends.api import LowerRequest  # noqa: E402
-from mhlo_cost.frontends.inputs import parse_input  # noqa: E402
-from mhlo_cost.lowering import lower_request  # noqa: E402
-from mhlo_cost.training import TrainOptions  # noqa: E402
-from mhlo_cost.training.analysis import analyze_training, phase_frame  # noqa: E402
+from mhlo_cost.analysis.collectors import assign_blocks  # noqa: E402
+from mhlo_cost.lower.frontends import hub  # noqa: E402
+from mhlo_cost.lower.frontends.api import LowerRequest  # noqa: E402
+from mhlo_cost.lower.frontends.inputs import parse_input  # noqa: E402
+from mhlo_cost.lower.run import lower_request  # noqa: E402
+from mhlo_cost.lower.training import TrainOptions  # noqa: E402
+from mhlo_cost.analysis.training import analyze_training, phase_frame  # noqa: E402
 
 LLAMA = dict(num_hidden_layers=2, hidden_size=64, intermediate_size=128, num_attention_heads=4,
              num_key_value_heads=2, vocab_size=256, attn_implementation="eager")
@@ -213,7 +213,7 @@ def test_transposed_conv_dense_equals_flop_counter():
     from torch.utils.flop_counter import FlopCounterMode
 
     from mhlo_cost import analyze
-    from mhlo_cost.frontends.api import lower_model
+    from mhlo_cost.lower.frontends.api import lower_model
 
     with torch.device("meta"):
         up = torch.nn.ConvTranspose2d(C, 4, 4, stride=2, padding=1, bias=False)

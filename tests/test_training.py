@@ -9,11 +9,11 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from mhlo_cost.collectors.phases import evidence
-from mhlo_cost.models.gpt import GPTConfig
-from mhlo_cost.training import lower_train_step
-from mhlo_cost.training.analysis import analyze_training, phase_frame, rule_of_thumb
-from mhlo_cost.training.steps import lower_step, model_step
+from mhlo_cost.analysis.collectors.phases import evidence
+from mhlo_cost.lower.models.gpt import GPTConfig
+from mhlo_cost.lower.training import lower_train_step
+from mhlo_cost.analysis.training import analyze_training, phase_frame, rule_of_thumb
+from mhlo_cost.lower.training.steps import lower_step, model_step
 
 B, DIMS = 4, (16, 32, 24, 8)  # batch, and the widths of a 3-layer MLP
 
@@ -127,8 +127,8 @@ def gpt_closed_form(cfg):
 
 
 def test_gpt_per_block_backward_is_twice_forward():
-    from mhlo_cost.blocks import add_phase_columns, block_table, training_blocks
-    from mhlo_cost.collectors import assign_blocks
+    from mhlo_cost.analysis.blocks import add_phase_columns, block_table, training_blocks
+    from mhlo_cost.analysis.collectors import assign_blocks
 
     low = lower_train_step("gpt", GPT)
     a = analyze_training(low.text)
@@ -216,7 +216,7 @@ def test_without_locations_everything_is_forward():
 
 
 def test_user_module_step_with_a_named_loss():
-    from mhlo_cost.training import lower_module_train_step
+    from mhlo_cost.lower.training import lower_module_train_step
 
     def factory():
         return mlp_apply(input_grad=False), mlp_params(input_grad=False)
@@ -230,7 +230,7 @@ def test_user_module_step_with_a_named_loss():
 
 
 def test_memory_by_category():
-    from mhlo_cost.training.analysis import memory_categories
+    from mhlo_cost.analysis.training import memory_categories
 
     n = sum(a * b for a, b in zip(DIMS, DIMS[1:]))
     outs = [B * d * 4 for d in DIMS[1:]]  # f32 outputs of the three layers

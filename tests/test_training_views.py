@@ -8,9 +8,9 @@ import pandas as pd
 import pytest
 
 from mhlo_cost.cli import main
-from mhlo_cost.models.config import STDiT3Config
-from mhlo_cost.models.gpt import GPTConfig
-from mhlo_cost.training import lower_train_step
+from mhlo_cost.lower.models.config import STDiT3Config
+from mhlo_cost.lower.models.gpt import GPTConfig
+from mhlo_cost.lower.training import lower_train_step
 
 GPT = GPTConfig(vocab=128, hidden=64, heads=2, layers=2, seq=16, batch=2, dtype="float32")
 ST = STDiT3Config().small()
@@ -72,7 +72,7 @@ def test_blocks_parts_split_the_phases(gpt_step, capsys):
 
 
 def test_inference_blocks_unchanged(tmp_path, capsys):
-    from mhlo_cost.frontends import lower
+    from mhlo_cost.lower.frontends import lower
 
     p = tmp_path / "gpt.mlir"
     p.write_text(lower("jax", "gpt", GPT).text)
@@ -84,9 +84,9 @@ def test_inference_blocks_unchanged(tmp_path, capsys):
 
 
 def test_stdit3_step_per_block(stdit3_steps):
-    from mhlo_cost.blocks import add_phase_columns, block_table, training_blocks
-    from mhlo_cost.collectors import assign_blocks
-    from mhlo_cost.training.analysis import analyze_training
+    from mhlo_cost.analysis.blocks import add_phase_columns, block_table, training_blocks
+    from mhlo_cost.analysis.collectors import assign_blocks
+    from mhlo_cost.analysis.training import analyze_training
     from tests.stdit3_formula import gemm_flops
 
     frames = {}
@@ -115,7 +115,7 @@ def test_stdit3_step_torchax_equals_jax(stdit3_steps):
 
     if importlib.util.find_spec("torchax") is None:  # imported through mhlo_cost's shim, never directly
         pytest.skip("torchax is not installed")
-    from mhlo_cost.training.analysis import analyze_training, phase_frame
+    from mhlo_cost.analysis.training import analyze_training, phase_frame
 
     tx = lower_train_step("stdit3", ST, frontend="torchax")
     frames = [phase_frame(analyze_training(t)).set_index("phase") for t in (tx.text, stdit3_steps["none"])]
@@ -128,7 +128,7 @@ def test_stdit3_step_torchax_equals_jax(stdit3_steps):
 def test_lower_train_writes_and_refuses(tmp_path, capsys):
     """`mhlo-cost lower --train`: a GPT step whose backward is 2 x its forward (every product's input
     needs a gradient, the closed form of a dense stack), and one-line refusals."""
-    from mhlo_cost.training.analysis import analyze_training, phase_frame
+    from mhlo_cost.analysis.training import analyze_training, phase_frame
 
     out = tmp_path / "t.mlir"
     p = subprocess.run([sys.executable, "-m", "mhlo_cost", "lower", "--model", "gpt", "--layers", "1", "--hidden",

@@ -8,8 +8,8 @@ from dataclasses import fields
 import pytest
 
 from mhlo_cost.analysis import Analysis, analyze
-from mhlo_cost.visitors.options import AnalysisOptions
-from mhlo_cost.worker import WalkOptions, analyze_isolated
+from mhlo_cost.walk.options import AnalysisOptions
+from mhlo_cost.analysis.isolated import WalkOptions, analyze_isolated
 
 M, K, N = 8, 16, 32
 #: x @ w with w donated (a parameter updated in place), as JAX writes a donated argument.
@@ -112,8 +112,8 @@ func.func private @layer(%x: tensor<{M}x{K}xf32>, %w: tensor<{K}x{K}xf32>) -> te
 
 def test_a_recorder_of_its_own_is_told_of_rows_calls_and_returns():
     from mhlo_cost.analysis import walk
-    from mhlo_cost.visitors.cost import CostRules
-    from mhlo_cost.visitors.recorder import Recorder
+    from mhlo_cost.walk.cost import CostRules
+    from mhlo_cost.walk.recorder import Recorder
 
     class Tally(Recorder):
         wants_rows = True
@@ -158,9 +158,9 @@ def test_data_flow_is_the_same_with_or_without_the_liveness_recorder():
 
 def test_each_rule_set_runs_alone_and_counts_only_its_own_ops():
     from mhlo_cost.analysis import walk
-    from mhlo_cost.visitors.base import IRVisitor
-    from mhlo_cost.visitors.tflops import TFlopsVisitor
-    from mhlo_cost.visitors.vector import VectorVisitor
+    from mhlo_cost.walk.base import IRVisitor
+    from mhlo_cost.walk.matrix import TFlopsVisitor
+    from mhlo_cost.walk.vector import VectorVisitor
 
     def alone(rules):
         return walk(LOOP, lambda module, entry: IRVisitor(module, entry, rules=rules))[1].rows
@@ -175,10 +175,10 @@ def test_each_rule_set_runs_alone_and_counts_only_its_own_ops():
 
 def test_the_first_composed_rule_set_with_a_rule_wins_and_the_walk_keeps_control_flow():
     from mhlo_cost.analysis import walk
-    from mhlo_cost.visitors.base import IRVisitor
-    from mhlo_cost.visitors.optable import OpRule, RuleTable, qualified
-    from mhlo_cost.visitors.ruleset import RuleSet
-    from mhlo_cost.visitors.vector import VectorVisitor
+    from mhlo_cost.walk.base import IRVisitor
+    from mhlo_cost.walk.optable import OpRule, RuleTable, qualified
+    from mhlo_cost.walk.ruleset import RuleSet
+    from mhlo_cost.walk.vector import VectorVisitor
 
     class Tanh(RuleSet):
         table = RuleTable("mine")
@@ -190,12 +190,12 @@ def test_the_first_composed_rule_set_with_a_rule_wins_and_the_walk_keeps_control
 
 # -- rules found in one place (issue 23, item 2) ----------------------------------------------------------------
 def test_the_registry_names_the_one_rule_set_counting_each_op():
-    from mhlo_cost.visitors.comm import CommIRVisitor
-    from mhlo_cost.visitors.cost import COST_RULES
-    from mhlo_cost.visitors.ruleset import rules_for
-    from mhlo_cost.visitors.shardy import ShardyRules
-    from mhlo_cost.visitors.tflops import TFlopsVisitor
-    from mhlo_cost.visitors.vector import VectorVisitor
+    from mhlo_cost.walk.collective import CommIRVisitor
+    from mhlo_cost.walk.cost import COST_RULES
+    from mhlo_cost.walk.ruleset import rules_for
+    from mhlo_cost.walk.shardy import ShardyRules
+    from mhlo_cost.walk.matrix import TFlopsVisitor
+    from mhlo_cost.walk.vector import VectorVisitor
 
     assert rules_for("stablehlo.dot_general") == rules_for("mhlo.dot_general") == {"matrix": TFlopsVisitor}
     assert rules_for("stablehlo.tanh") == {"vector": VectorVisitor}  # installed from the op tables
@@ -203,7 +203,7 @@ def test_the_registry_names_the_one_rule_set_counting_each_op():
     assert rules_for("sdy.all_gather") == {"communication": ShardyRules}
     assert rules_for("affine.for") == {}  # control flow: the walk's, no rule set's
     # no op is claimed by two of the composed rule sets, whatever their metric: their order decides nothing
-    from mhlo_cost.visitors.ruleset import claimed
+    from mhlo_cost.walk.ruleset import claimed
 
     claims: dict = {}
     for rs in COST_RULES:
@@ -213,9 +213,9 @@ def test_the_registry_names_the_one_rule_set_counting_each_op():
 
 
 def test_a_second_claim_on_an_op_for_the_same_metric_is_refused_at_definition():
-    from mhlo_cost.visitors.optable import OpRule, RuleTable
-    from mhlo_cost.visitors.ruleset import RULES, RuleSet, rules_for
-    from mhlo_cost.visitors.tflops import TFlopsVisitor
+    from mhlo_cost.walk.optable import OpRule, RuleTable
+    from mhlo_cost.walk.ruleset import RULES, RuleSet, rules_for
+    from mhlo_cost.walk.matrix import TFlopsVisitor
 
     before = {k: dict(v) for k, v in RULES.items()}
     with pytest.raises(TypeError, match="visit_dot_general: TFlopsVisitor already counts these ops for matrix"):

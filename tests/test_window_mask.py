@@ -10,11 +10,11 @@ import pytest
 from mhlo_cost import Study
 from mhlo_cost.analysis import analyze
 from mhlo_cost.cli import main
-from mhlo_cost.hardware import get_profile
+from mhlo_cost.machines.hardware import get_profile
 from mhlo_cost.roofline.attention import find_attention
 from mhlo_cost.roofline.band import mask_fraction, visited_fraction
 from mhlo_cost.roofline.estimate import Roofline
-from mhlo_cost.visitors.options import AnalysisOptions
+from mhlo_cost.walk.options import AnalysisOptions
 
 B, H, S, D, W = 1, 8, 4096, 128, 512
 T = 128  # the profiles' attention tile (asserted below)

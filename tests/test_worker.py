@@ -1,4 +1,4 @@
-"""The walk in the MLIR reader's child process (mhlo_cost/worker.py, wire.py): the input parsed once, the
+"""The walk in the MLIR reader's child process (mhlo_cost/analysis/isolated.py, wire.py): the input parsed once, the
 rows handed back, and a ``report`` whose own process imports no jaxlib."""
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from mhlo_cost.analysis import analyze, analyze_dataflow
-from mhlo_cost.loader import LoadError, load
-from mhlo_cost.training.analysis import analyze_training
-from mhlo_cost.visitors.row import AnalysisError
-from mhlo_cost.worker import WalkOptions, analyze_isolated
+from mhlo_cost.ir.loader import LoadError, load
+from mhlo_cost.analysis.training import analyze_training
+from mhlo_cost.walk.row import AnalysisError
+from mhlo_cost.analysis.isolated import WalkOptions, analyze_isolated
 
 from callgraph_dags import LEAF, fanout
 
@@ -119,7 +119,7 @@ def test_options_reach_the_walk_and_errors_come_back_as_their_own_kind():
 
 
 def test_callee_rows_are_built_once_per_function_however_many_call_paths():
-    from mhlo_cost.visitors.cost import CostVisitor
+    from mhlo_cost.walk.cost import CostVisitor
 
     built = []
 

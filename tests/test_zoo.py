@@ -21,9 +21,9 @@ if _MISSING:  # (find_spec: torchax and timm are imported by mhlo-cost's own shi
 
 from mhlo_cost import analyze  # noqa: E402
 from mhlo_cost.cli import main  # noqa: E402
-from mhlo_cost.collectors import assign_blocks  # noqa: E402
-from mhlo_cost.frontends import hub  # noqa: E402
-from mhlo_cost.frontends.inputs import parse_input  # noqa: E402
+from mhlo_cost.analysis.collectors import assign_blocks  # noqa: E402
+from mhlo_cost.lower.frontends import hub  # noqa: E402
+from mhlo_cost.lower.frontends.inputs import parse_input  # noqa: E402
 
 B, T = 2, 16  # batch, tokens of the text models
 

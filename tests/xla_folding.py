@@ -46,7 +46,7 @@ def _splat(v):
 
 def xla_differences(text: str) -> dict:
     """``convert``, ``folded`` and ``identity`` element counts of the module (every function once)."""
-    from mhlo_cost.loader import make_context
+    from mhlo_cost.ir.loader import make_context
 
     out = {"convert": 0, "folded": 0, "identity": 0}
     constant: set = set()

@@ -36,15 +36,15 @@ def _start_reader(argv: list[str]) -> None:
     """For a command that walks its input in the reader's child, start the child now: its interpreter and
     jaxlib start while this process imports the commands and reads the input."""
     if argv and argv[0] in WALKING and "-h" not in argv and "--help" not in argv:
-        from ..guard import prestart
+        from ..ir.guard import prestart
 
         prestart(walk=True)
 
 
 #: The errors a user's input causes, by module: looked up only where that module is loaded (it cannot have
 #: raised otherwise), so that --version and --help import neither jax nor pandas.
-_INPUT_ERRORS = (("mhlo_cost.baseline", "BaselineError"), ("mhlo_cost.hardware", "HardwareError"),
-                 ("mhlo_cost.loader", "LoadError"), ("mhlo_cost.visitors.row", "AnalysisError"),
+_INPUT_ERRORS = (("mhlo_cost.studies.baseline", "BaselineError"), ("mhlo_cost.machines.hardware", "HardwareError"),
+                 ("mhlo_cost.ir.loader", "LoadError"), ("mhlo_cost.walk.row", "AnalysisError"),
                  ("mhlo_cost.views.table", "ViewError"))
 
 

@@ -5,13 +5,13 @@ import math
 import sys
 from pathlib import Path
 
-from ..files import is_regular
+from ..files.read import is_regular
 from .common import (EXIT_MOVED, EXIT_OK, Progress, UserError, add_common, add_output, add_progress, claim_output,
                      open_study, positive_int, regex, write_output)
 
 def _counts(path: str, args, progress: Progress):
     """Counts of an IR file (analysed, blocks assigned) or of a baseline JSON file."""
-    from ..baseline import counts_from_analysis, read_baseline
+    from ..studies.baseline import counts_from_analysis, read_baseline
 
     if _is_baseline(path):
         return read_baseline(path), None
@@ -33,7 +33,7 @@ def _is_baseline(path: str) -> bool:
 
 
 def _metrics(value: str | None) -> tuple[str, ...]:
-    from ..baseline import METRICS
+    from ..studies.baseline import METRICS
 
     if value is None:
         return METRICS
@@ -49,8 +49,8 @@ def _metrics(value: str | None) -> tuple[str, ...]:
 def cmd_baseline(args) -> int:
     """An existing file is replaced with --force, or with --update where it is a baseline (saying what changed):
     the rule of every -o (see claim_output), stricter since a baseline is a reference to keep."""
-    from ..baseline import BaselineError, compare, read_baseline, to_json
-    from ..report import to_table
+    from ..studies.baseline import BaselineError, compare, read_baseline, to_json
+    from ..views.text import to_table
 
     out, old = Path(args.output), None
     if out.exists() and not args.force:  # before any work
@@ -76,7 +76,7 @@ def cmd_baseline(args) -> int:
 
 
 def cmd_check(args) -> int:
-    from ..baseline import compare, read_baseline
+    from ..studies.baseline import compare, read_baseline
     from ..views.render import render_frame as render
 
     if not (args.rtol >= 0 and math.isfinite(args.rtol)):
@@ -99,7 +99,7 @@ def cmd_check(args) -> int:
 
 
 def cmd_diff(args) -> int:
-    from ..baseline import counts_frame, side_by_side
+    from ..studies.baseline import counts_frame, side_by_side
     from ..views.render import render_frame as render
 
     claim_output(args)

@@ -4,11 +4,11 @@ from __future__ import annotations
 import sys
 
 from .common import EXIT_OK, Progress, UserError, add_force, add_progress, claim_output, say
-from .outputs import record_output
+from ..files.written import record_output
 
 
 def cmd_calibrate(args) -> int:
-    from ..hardware import load_profiles
+    from ..machines.hardware import load_profiles
     from ..roofline.calibrate import calibrate, profile_toml, step_count
 
     claim_output(args)

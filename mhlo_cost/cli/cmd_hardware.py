@@ -8,7 +8,7 @@ from .common import EXIT_OK
 
 def _chips(path):
     """The chips of the user's file ``path`` (first) and the shipped ones, each name once."""
-    from ..hardware import list_profiles
+    from ..machines.hardware import list_profiles
     from ..network.systems import file_profiles
 
     chips, systems = file_profiles(path) if path else ({}, {})
@@ -64,5 +64,5 @@ def register(sub) -> None:
                        description="List the shipped hardware profiles, chips (with their aliases) then systems; "
                                    "with --hardware-file, that file's profiles first.")
     p.add_argument("--hardware-file", metavar="FILE",
-                   help="a TOML file of your own profiles (mhlo_cost/data/hardware_template.toml), listed first")
+                   help="a TOML file of your own profiles (mhlo_cost/machines/data/hardware_template.toml), listed first")
     p.set_defaults(func=cmd_hardware)

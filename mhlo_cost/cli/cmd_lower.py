@@ -3,16 +3,16 @@
 The model is a bundled one (``--model stdit3``), your own (``--module pkg.mod:factory``, resolved from the
 current folder as ``python -m`` does), or a library's, built from a configuration: ``--hf CLASS``
 (transformers), ``--diffusers CLASS``, ``--timm NAME``. The argument parsing lives here; the lowering is
-:mod:`mhlo_cost.frontends.api` (``LowerRequest``), which a sweep or a script can call directly.
+:mod:`mhlo_cost.lower.frontends.api` (``LowerRequest``), which a sweep or a script can call directly.
 """
 from __future__ import annotations
 
 import sys
 
 from .common import EXIT_OK, Progress, UserError, add_progress, claim_output, say
-from .outputs import record_output
+from ..files.written import record_output
 
-#: --parallel choices (the same as mhlo_cost.models.parallel.STRATEGIES; kept here so --help imports no jax)
+#: --parallel choices (the same as mhlo_cost.lower.models.parallel.STRATEGIES; kept here so --help imports no jax)
 PARALLEL = ("none", "megatron", "2d", "ulysses", "ring")
 FRONTENDS = ("jax", "torchax", "torch-xla")
 
@@ -94,8 +94,8 @@ def _bundled_options(p) -> None:
 
 
 def list_models(out=sys.stdout) -> None:
-    from ..frontends import FRONTENDS as known, MODELS
-    from ..models.config import NAMED_SHAPES, STDiT3Config, VideoShape
+    from ..lower.frontends import FRONTENDS as known, MODELS
+    from ..lower.models.config import NAMED_SHAPES, STDiT3Config, VideoShape
 
     print("models: " + ", ".join(MODELS), file=out)
     print("frontends: " + ", ".join(known), file=out)
@@ -116,7 +116,7 @@ def _library(args) -> tuple[str, str] | None:
 
 
 def _inputs(args):
-    from ..frontends.inputs import TensorSpec, parse_input, parse_shape, split_inputs
+    from ..lower.frontends.inputs import TensorSpec, parse_input, parse_shape, split_inputs
 
     specs = [TensorSpec(parse_shape(s)) for s in args.input_shape] + [parse_input(s) for s in args.input]
     return split_inputs(specs)
@@ -131,7 +131,7 @@ def _request(args):
         if given:
             raise UserError(f"{', '.join(given)} go(es) with --train")
         return req, text
-    from ..training import TrainOptions
+    from ..lower.training import TrainOptions
 
     req.train = TrainOptions(remat=args.remat, optimizer=args.optimizer, loss=args.loss)
     return req, f"the training step ({args.optimizer}, remat {args.remat}) of {text}"
@@ -139,9 +139,9 @@ def _request(args):
 
 def _forward_request(args):
     """The LowerRequest of the model's forward, and a one-line description of it."""
-    from ..frontends import DTYPES
-    from ..frontends.api import LowerRequest, bundled_config, describe_request
-    from ..frontends.inputs import dtype_name, parse_assignments
+    from ..lower.frontends import DTYPES
+    from ..lower.frontends.api import LowerRequest, bundled_config, describe_request
+    from ..lower.frontends.inputs import dtype_name, parse_assignments
 
     named = [o for o, v in (("--model", args.model), ("--module", args.module), ("--hf", args.hf),
                             ("--diffusers", args.diffusers), ("--timm", args.timm)) if v]
@@ -171,7 +171,7 @@ def _forward_request(args):
     if args.expert_parallel is not None and args.expert_parallel < 1:
         raise UserError(f"--expert-parallel must be at least 1, got {args.expert_parallel}")
     if args.routing is not None:
-        from ..frontends.moe import Routing
+        from ..lower.frontends.moe import Routing
 
         Routing.parse(args.routing)  # a bad one before a minute of imports
     req = LowerRequest(module=args.module, library=lib and lib[0], name=lib and lib[1], config=args.config,
@@ -222,7 +222,7 @@ def _claim(args) -> None:
 def _shape_note(args) -> None:
     """A STDiT3 shape that is not a published one: a warning (never hidden) with the tokens it means."""
     if args.model == "stdit3" and args.shape:
-        from ..models.config import VideoShape, unpublished_shape_note
+        from ..lower.models.config import VideoShape, unpublished_shape_note
 
         try:
             VideoShape.parse(args.shape)
@@ -234,10 +234,10 @@ def _shape_note(args) -> None:
 
 
 def _lower_step(args, bar) -> int:
-    """``--decode`` / ``--prefill``: the inference step (:mod:`mhlo_cost.inference`), its IR written."""
-    from ..frontends import FrontendError, write
-    from ..frontends.api import LowerFailed
-    from ..inference import lower_step
+    """``--decode`` / ``--prefill``: the inference step (:mod:`mhlo_cost.studies.serve`), its IR written."""
+    from ..lower.frontends import FrontendError, write
+    from ..lower.frontends.api import LowerFailed
+    from ..studies.serve import lower_step
     from .cmd_serve import step_request
 
     req = step_request(args, args.batch, args.tokens)
@@ -289,10 +289,10 @@ def cmd_lower(args) -> int:
     if args.list:
         list_models()
         return EXIT_OK
-    from ..frontends import FrontendError, write
-    from ..frontends.api import LowerFailed
-    from ..frontends.preflight import check_request
-    from ..lowering import lower_request
+    from ..lower.frontends import FrontendError, write
+    from ..lower.frontends.api import LowerFailed
+    from ..lower.frontends.preflight import check_request
+    from ..lower.run import lower_request
 
     bar = Progress.of(args)
     try:

@@ -5,18 +5,18 @@ from pathlib import Path
 
 from .common import (EXIT_OK, Progress, UserError, add_common, add_estimate, add_force, claim_output,
                      hardware_from_options, open_study, say, study_blocks, study_roofline)
-from .outputs import record_output
+from ..files.written import record_output
 
 def cmd_plot(args) -> int:
     try:
         import matplotlib  # noqa: F401  (a clear message before any work)
     except ImportError:
         raise UserError("plot needs matplotlib: pip install 'mhlo-cost[plot]'") from None
-    from ..sweep.table import is_table
+    from ..studies.sweep.table import is_table
 
     if is_table(args.file):  # a table of mhlo-cost sweep: time per strategy, per shape and chip
         return _plot_sweep(args)
-    from ..plot import plot_blocks
+    from ..views.plot import plot_blocks
 
     hw = hardware_from_options(args)
     _check_name(args)
@@ -55,8 +55,8 @@ def _draw(args, draw, progress: Progress | None = None) -> int:
 
 
 def _plot_sweep(args) -> int:
-    from ..sweep.plot import plot_sweep
-    from ..sweep.table import read
+    from ..views.sweep_plot import plot_sweep
+    from ..studies.sweep.table import read
 
     if args.hardware or args.hardware_file or args.memory:
         raise UserError("a sweep table has its estimates already: --hardware and --memory do not apply")
@@ -72,8 +72,8 @@ def _plot_sweep(args) -> int:
 
 
 def _plot_memory(study, args, progress) -> int:
-    from ..memory.views import block_labels
-    from ..plot import plot_memory
+    from ..roofline.memory import block_labels
+    from ..views.plot import plot_memory
 
     analysis, hw, fused = study.analysis, study.hardware, study.fused_memory
     blocks = study_blocks(study, args)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import argparse
 
-from ..child_render import spec
+from ..studies.compose import spec
 from ..views.by import view
 from ..views.many import joined
 from ..views.render import render
@@ -54,7 +54,7 @@ def cmd_report(args) -> int:
     progress = Progress.of(args)
     request = ViewRequest(by=by, depth=depth, block=getattr(args, "block", None), scope=getattr(args, "scope", None),
                           top=args.top, parts=args.parts, unit=args.unit)
-    # one file: the reader's child may answer the whole request (mhlo_cost.child_render), not send the rows
+    # one file: the reader's child may answer the whole request (mhlo_cost.studies.compose), not send the rows
     whole_spec = (lambda o: spec(o, request, args.format, args.wide)) if len(args.file) == 1 else None
     tables = []
     for path in args.file:

@@ -1,6 +1,6 @@
 """``mhlo-cost serve``: what an LLM costs to serve on a chip: the KV cache, time to first token (prefill),
 time per output token and tokens/s (decode), memory per device and what fits; with ``--batches`` /
-``--contexts`` a sweep (table, ``--plot``). The steps are lowered by :mod:`mhlo_cost.inference`; ``lower
+``--contexts`` a sweep (table, ``--plot``). The steps are lowered by :mod:`mhlo_cost.studies.serve`; ``lower
 --decode`` / ``--prefill`` writes their IR. Shared by ``lower``: :func:`add_step_options`, :func:`step_request`.
 """
 from __future__ import annotations
@@ -72,9 +72,9 @@ def register(sub) -> None:
 
 def step_request(args, batch: int | None, tokens: int | None):
     """The StepRequest of --decode / --prefill and the model options (``lower`` and ``serve``)."""
-    from ..frontends import FrontendError
-    from ..frontends.inputs import parse_assignments
-    from ..inference import StepRequest
+    from ..lower.frontends import FrontendError
+    from ..lower.frontends.inputs import parse_assignments
+    from ..studies.serve import StepRequest
 
     if args.decode and args.prefill:
         raise UserError("--decode and --prefill exclude each other: one step at a time")
@@ -92,7 +92,7 @@ def step_request(args, batch: int | None, tokens: int | None):
     tokens = tokens or context
     try:
         sets = parse_assignments(args.set, "--set")
-        from ..frontends.inputs import dtype_name
+        from ..lower.frontends.inputs import dtype_name
 
         dtype = dtype_name(args.dtype) if args.dtype else "bfloat16"
         req = StepRequest(mode=mode, batch=batch or 1, context=context, tokens=tokens, model=args.model, hf=args.hf,
@@ -121,15 +121,15 @@ def cmd_serve(args) -> int:
     if args.output:
         claim_output(args)
     req = step_request(args, args.batch, args.tokens)
-    from ..inference.serve import launched
+    from ..studies.serve.serve import launched
 
     hw = launched(_profile(args), args.launch)
     sweeping = args.batches or args.contexts or args.tps
     if args.plot and not sweeping:
         raise UserError("--plot draws a sweep: give --batches and/or --contexts")
-    from ..frontends import FrontendError
-    from ..frontends.api import LowerFailed
-    from ..inference.study import ServeOptions, ServeStudy
+    from ..lower.frontends import FrontendError
+    from ..lower.frontends.api import LowerFailed
+    from ..studies.serve.study import ServeOptions, ServeStudy
 
     bar = Progress.of(args)
     study = ServeStudy(ServeOptions(req, hw, tp=args.tp, launch=args.launch, batches=args.batches,

@@ -3,17 +3,17 @@
 A grid from flags (``--shape``, ``--parallel``, ``--devices`` or ``--strategies``, ``--hardware``, ``--dtype``)
 or from a TOML spec (``--spec``; flags given override its keys); every model option of ``lower`` applies to
 the whole grid. Each point is lowered and analysed once, every hardware profile applied to that analysis,
-and results cached on disk (``--cache-dir``). The work is in :mod:`mhlo_cost.sweep`.
+and results cached on disk (``--cache-dir``). The work is in :mod:`mhlo_cost.studies.sweep`.
 """
 from __future__ import annotations
 
 import sys
 from pathlib import Path
 
-from ..files import FileRefused, read_settings
+from ..files.read import FileRefused, read_settings
 from .cmd_lower import PARALLEL
 from .common import EXIT_OK, Progress, UserError, add_force, add_progress, claim_output, say
-from .outputs import record_output
+from ..files.written import record_output
 
 
 def register(sub) -> None:
@@ -61,7 +61,7 @@ def register(sub) -> None:
 
 
 def _settings(args) -> dict:
-    from ..sweep import read_spec
+    from ..studies.sweep import read_spec
 
     settings = read_spec(args.spec) if args.spec else {}
     for key in ("model", "shape", "parallel", "devices", "strategies", "hardware", "dtype", "steps", "fuse",
@@ -99,7 +99,7 @@ def _hardware_toml(grid, path) -> str | None:
 
 def _shape_notes(grid, args) -> None:
     """A STDiT3 shape that is not a published one: a warning (never hidden) with the tokens it means."""
-    from ..models.config import VideoShape, unpublished_shape_note
+    from ..lower.models.config import VideoShape, unpublished_shape_note
 
     for shape in sorted({p.shape for p in grid.points if p.model == "stdit3"}):
         try:
@@ -114,9 +114,9 @@ def _shape_notes(grid, args) -> None:
 def cmd_sweep(args) -> int:
     import os
 
-    from ..sweep import GridError, SweepError, make_grid, run_sweep
-    from ..sweep.cache import default_dir
-    from ..sweep.table import best, format_of
+    from ..studies.sweep import GridError, SweepError, make_grid, run_sweep
+    from ..studies.sweep.cache import default_dir
+    from ..studies.sweep.table import best, format_of
 
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
@@ -128,7 +128,7 @@ def cmd_sweep(args) -> int:
         raise UserError(f"--jobs must be a positive integer, got {args.jobs}")
     try:
         settings = _settings(args)
-        if settings.get("training"):  # training configurations: delegated to mhlo_cost.scale
+        if settings.get("training"):  # training configurations: delegated to mhlo_cost.studies.plan
             return _training(args, settings, fmt)
         grid = make_grid(settings)
         _shape_notes(grid, args)
@@ -164,7 +164,7 @@ def cmd_sweep(args) -> int:
 
 def _emit(df, fmt: str, output, settings: dict) -> None:
     """The table on stdout, or written to ``output`` (recorded for the -o rule)."""
-    from ..sweep.table import write
+    from ..studies.sweep.table import write
 
     try:
         text = write(df, fmt, output, settings)
@@ -187,13 +187,13 @@ def _nothing_ran(df) -> str:
 
 
 def _training(args, settings: dict, fmt: str) -> int:
-    """A spec with a [training] table: the splits planned by mhlo_cost.scale, one row each (--best: ranked
+    """A spec with a [training] table: the splits planned by mhlo_cost.studies.plan, one row each (--best: ranked
     by iteration time among those that fit, as train-plan --sweep ranks them)."""
     import time
 
-    from ..sweep.cache import default_dir
-    from ..sweep.table import best
-    from ..sweep.training import training_frame
+    from ..studies.sweep.cache import default_dir
+    from ..studies.sweep.table import best
+    from ..studies.sweep.training import training_frame
 
     t0 = time.perf_counter()
     cache = None if args.no_cache else Path(args.cache_dir or default_dir(), "scale")

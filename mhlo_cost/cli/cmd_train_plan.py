@@ -1,13 +1,13 @@
 """``mhlo-cost train-plan``: one training configuration's iteration breakdown and memory per GPU, or
 (``--sweep GPUS``) every tensor x pipeline x data split of a model ranked by iteration time among those
-that fit. The per-device layer is lowered from shapes once per distinct shape (:mod:`mhlo_cost.scale`)."""
+that fit. The per-device layer is lowered from shapes once per distinct shape (:mod:`mhlo_cost.studies.plan`)."""
 from __future__ import annotations
 
 from .common import EXIT_OK, UserError, positive_int, write_output
 
 
 def _config(args):
-    from ..scale.config import MODELS, ScaleConfig, model_config
+    from ..studies.plan.config import MODELS, ScaleConfig, model_config
 
     dims = {k: getattr(args, k) for k in ("layers", "hidden", "heads", "seq", "vocab") if getattr(args, k)}
     if args.hf:
@@ -20,10 +20,10 @@ def _config(args):
 
 
 def _hf_config(args, dims: dict):
-    """A Llama-family transformers decoder's configuration (mhlo_cost.scale.hf), sizes given overriding it."""
-    from ..frontends import FrontendError
-    from ..frontends.inputs import parse_assignments
-    from ..scale.hf import hf_scale_config
+    """A Llama-family transformers decoder's configuration (mhlo_cost.studies.plan.hf), sizes given overriding it."""
+    from ..lower.frontends import FrontendError
+    from ..lower.frontends.inputs import parse_assignments
+    from ..studies.plan.hf import hf_scale_config
 
     if args.model:
         raise UserError("give --model or --hf, not both")
@@ -35,7 +35,7 @@ def _hf_config(args, dims: dict):
 
 
 def _split(args, base):
-    from ..scale.config import RECOMPUTE
+    from ..studies.plan.config import RECOMPUTE
 
     if args.recompute not in RECOMPUTE:
         raise UserError(f"--recompute must be one of {', '.join(RECOMPUTE)}")
@@ -46,7 +46,7 @@ def _split(args, base):
 
 def cmd_train_plan(args) -> int:
     from ..network import resolve_profile
-    from ..scale.study import PlanOptions, PlanStudy
+    from ..studies.plan.study import PlanOptions, PlanStudy
 
     hw = resolve_profile(args.hardware, getattr(args, "hardware_file", None))
     cfg = _config(args)

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Callable
 
-from .outputs import head, record_output, wrote_before
+from ..files.written import head, record_output, wrote_before
 from .progress import ACTIVE_PROGRESS, Progress, progress_wanted, stop_progress  # noqa: F401 (the commands' names)
 
 EXIT_OK, EXIT_MOVED, EXIT_BAD_INPUT, EXIT_INTERNAL = 0, 1, 2, 70
@@ -62,7 +62,7 @@ def require_jax() -> None:
 def read_input(path: str) -> bytes:
     """The bytes of the file ``path`` (``-``: standard input). A command-line argument is always a path, never
     MLIR text: a regular file, read with a limit; a FIFO, a device or a directory is refused unopened."""
-    from ..files import FileRefused, read_file, read_stream
+    from ..files.read import FileRefused, read_file, read_stream
 
     try:
         data = read_stream(sys.stdin.buffer, "-") if path == "-" else read_file(path)
@@ -83,10 +83,10 @@ def open_study(path: str, args, progress: Progress, hw=None, training: bool | st
 def open_answer(path: str, args, progress: Progress, hw=None, training: bool | str = False,
                 render=None) -> tuple:
     """(the study, None) as :func:`open_study`; or, where ``render(study_options)`` gives a spec
-    (:func:`mhlo_cost.child_render.spec`) and the reader's child answers it whole, (the study without its
+    (:func:`mhlo_cost.studies.compose.spec`) and the reader's child answers it whole, (the study without its
     analysis, (text, [[line, is_note], ...]))."""
-    from ..guard import enabled, prestart
-    from ..study import Study, StudyOptions
+    from ..ir.guard import enabled, prestart
+    from ..studies.study import Study, StudyOptions
 
     prestart(walk=True)  # the reader's child starts (and imports the walk) while this process reads the file
     progress.stage(f"parsing {'standard input' if path == '-' else path}{_size(path)}")
@@ -125,7 +125,7 @@ def open_answer(path: str, args, progress: Progress, hw=None, training: bool | s
 
 def _say_warnings(analysis, args) -> None:
     """The analysis' warnings and unknown ops on stderr (``--strict``: an error)."""
-    from ..visitors.row import EMPTY_ENTRY
+    from ..walk.row import EMPTY_ENTRY
 
     for w in analysis.warnings:  # a fact about the counts (shard_map: per device) is a note
         if w.startswith(EMPTY_ENTRY) and getattr(args, "strict", False):
@@ -163,8 +163,8 @@ def _import_the_views() -> None:
     """What the summary and the block views import, imported while the reader's child parses and walks."""
     import importlib
 
-    for module in ("mhlo_cost.memory.profile", "mhlo_cost.collectors.repeat", "mhlo_cost.collectors.scope",
-                   "mhlo_cost.figures", "mhlo_cost.headline", "mhlo_cost.views.pairs"):
+    for module in ("mhlo_cost.memory.profile", "mhlo_cost.analysis.collectors.repeat", "mhlo_cost.analysis.collectors.scope",
+                   "mhlo_cost.views.figures", "mhlo_cost.views.headline", "mhlo_cost.views.pairs"):
         try:
             importlib.import_module(module)
         except ImportError:  # said where it is needed

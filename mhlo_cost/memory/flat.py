@@ -19,7 +19,7 @@ from operator import attrgetter, itemgetter
 
 import numpy as np
 
-from ..visitors.frames import Return
+from ..walk.frames import Return
 from .opclass import ALIAS, DUS, MULTI, NOVAL
 
 _VALUES, _USES, _DEFS, _NBYTES = attrgetter("values"), itemgetter(0), itemgetter(1), attrgetter("result.nbytes")

@@ -2,8 +2,8 @@
 updates in place, reads a weight, or carries one along. One small table, cached per op name."""
 from __future__ import annotations
 
-from ..tensorinfo import TensorInfo
-from ..visitors.row import short_name
+from ..ir.tensorinfo import TensorInfo
+from ..walk.row import short_name
 
 #: Ops whose result is their operand's buffer, re-labelled: no bytes of their own.
 ALIAS_OPS = frozenset({"reshape", "bitcast", "optimization_barrier", "sharding_constraint", "get_tuple_element"})

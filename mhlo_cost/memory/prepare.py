@@ -5,8 +5,8 @@ from __future__ import annotations
 from itertools import chain
 from operator import attrgetter
 
-from ..visitors.frames import Frame, Recording, Region
-from ..visitors.row import short_name
+from ..walk.frames import Frame, Recording, Region
+from ..walk.row import short_name
 from .opclass import ALIAS, CARRY, DOT, DUP, DUP_CARRY, DUS, MAYBE, MULTI, NOVAL, PLAIN, op_class, row_class
 
 _VALUES = attrgetter("values")

@@ -31,7 +31,7 @@ import sys
 from itertools import accumulate
 from operator import add, sub
 
-from ..visitors.frames import Recording, Region
+from ..walk.frames import Recording, Region
 from . import eager_hold
 from .opclass import ALIAS, DUS, NOVAL
 from .prepare import Prepared, Preparer

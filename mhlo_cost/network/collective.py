@@ -13,7 +13,7 @@ KINDS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "collective
 def estimate(topology, kind: str, nbytes: int, groups) -> CollectiveEstimate:
     """The fastest algorithm for ONE execution of ``kind`` on ``topology``.
 
-    ``nbytes`` is S, the full (unsharded) buffer in bytes as :mod:`mhlo_cost.visitors.comm` defines it
+    ``nbytes`` is S, the full (unsharded) buffer in bytes as :mod:`mhlo_cost.walk.collective` defines it
     (all_gather: its result; the others: their operand); ``groups`` the device ids of each replica group
     (collective_permute: its (source, target) pairs). Groups run at the same time.
     """

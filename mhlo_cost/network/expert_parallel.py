@@ -6,9 +6,9 @@ the device that holds that expert (dispatch) and the expert's output back (combi
 layer, each over ``S = copies x hidden x bytes`` (the device's own token copies: the full buffer of the
 collective, ``tokens x k`` for a dropless router, ``E x capacity`` rows with a capacity factor, padding
 included, as a capacity-based dispatch sends them). Under the even spread of the dropless routing
-(:mod:`mhlo_cost.frontends.moe`) a copy stays on its own device one time in ``e``: each device sends
+(:mod:`mhlo_cost.lower.frontends.moe`) a copy stays on its own device one time in ``e``: each device sends
 ``(e - 1) / e x S`` each way, the all_to_all volume of the ring convention
-(:func:`mhlo_cost.visitors.ring.ring_volume`). The time of each all_to_all is priced by the topology like
+(:func:`mhlo_cost.walk.ring.ring_volume`). The time of each all_to_all is priced by the topology like
 any other collective (:func:`mhlo_cost.network.collective.estimate`).
 """
 from __future__ import annotations

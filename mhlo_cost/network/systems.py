@@ -1,8 +1,8 @@
 """System profiles: a chip and the topology that joins many of them, read from TOML.
 
-The shipped systems are in ``mhlo_cost/data/systems.toml`` (its header is the schema);
+The shipped systems are in ``mhlo_cost/machines/data/systems.toml`` (its header is the schema);
 ``system_template.toml`` is a commented template of a user's own chip and system. A
-:class:`SystemProfile` is a :class:`~mhlo_cost.hardware.Hardware` (the chip's rates, under the system's
+:class:`SystemProfile` is a :class:`~mhlo_cost.machines.hardware.Hardware` (the chip's rates, under the system's
 name) that also carries its ``topology``: everything that prices compute reads it as a chip, and the
 roofline prices its collectives with :mod:`mhlo_cost.network` instead of the chip's flat ring.
 """
@@ -17,9 +17,9 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Mapping
 
-from ..files import FileRefused, read_settings
-from ..hardware import Hardware, HardwareError, check_schema_version, get_profile, load_profiles, profile_names
-from ..limits import MAX_COUNT, checked, checked_count
+from ..files.read import FileRefused, read_settings
+from ..machines.hardware import Hardware, HardwareError, check_schema_version, get_profile, load_profiles, profile_names
+from ..machines.limits import MAX_COUNT, checked, checked_count
 from .topology import Link, MeshTopology, NetworkError, NodeTopology
 
 __all__ = ["SystemProfile", "list_systems", "load_systems", "resolve_profile", "system_names"]
@@ -44,7 +44,7 @@ class SystemProfile(Hardware):
 
 
 def _num(entry: dict, key: str, where: str, kind: str, scale: Decimal = Decimal(1), default: Any = None) -> float:
-    """The figure ``key`` of ``entry`` in SI units, inside its physical range (:mod:`mhlo_cost.limits`)."""
+    """The figure ``key`` of ``entry`` in SI units, inside its physical range (:mod:`mhlo_cost.machines.limits`)."""
     v = entry.get(key, default)
     if v is None:
         raise NetworkError(f"{where}: missing field {key!r}")
@@ -185,8 +185,8 @@ def list_systems() -> list[SystemProfile]:
     """The shipped systems, in file order."""
     global _BUILTIN
     if _BUILTIN is None:
-        res = resources.files("mhlo_cost") / "data" / _DATA_FILE
-        _BUILTIN = _parse(res.read_bytes(), f"mhlo_cost/data/{_DATA_FILE}", None)
+        res = resources.files("mhlo_cost.machines") / "data" / _DATA_FILE
+        _BUILTIN = _parse(res.read_bytes(), f"mhlo_cost/machines/data/{_DATA_FILE}", None)
     return list(_BUILTIN.values())
 
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..hardware import HardwareError
+from ..machines.hardware import HardwareError
 
 __all__ = ["CollectiveEstimate", "Link", "MeshTopology", "NetworkError", "NodeTopology", "volume_factor"]
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..visitors.row import short_name
+from ..walk.row import short_name
 from .band import mask_fraction
 
 #: Data ops a fused attention kernel keeps on chip (besides no-kernel ops: reshape, constant, ...).

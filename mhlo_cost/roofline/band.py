@@ -1,7 +1,7 @@
 """Index masks read from the IR (issue 25): which key tiles a fused attention kernel visits.
 
 A mask built from index comparisons (``i = iota; (i[:, None] >= i[None, :]) & (i[:, None] - i[None, :] < w)``,
-then ``where(mask, s, -inf)``) is read back, through the facts :class:`mhlo_cost.visitors.masks.MaskRecorder`
+then ``where(mask, s, -inf)``) is read back, through the facts :class:`mhlo_cost.walk.masks.MaskRecorder`
 records (compare directions, iota dimensions, broadcast dimensions, integer splat constants), as a conjunction of
 linear constraints ``a_q q + a_k k + c {>=, >, <=, <, ==} 0`` on the score's query index ``q`` (its second-to-last
 dimension) and key index ``k`` (its last). :func:`visited_fraction` counts, for each query tile of ``t`` rows, the
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from ..visitors.row import short_name
+from ..walk.row import short_name
 
 _NEGATED = {"GE": "LT", "GT": "LE", "LE": "GT", "LT": "GE", "EQ": "NE", "NE": "EQ"}
 _MAX_DEPTH = 24  # rows walked back from a select's predicate

@@ -6,7 +6,7 @@ device's rate when nothing else runs beside it; other load on a shared machine o
 with programs' median runs under the same load):
 
 * **matmul** per dtype (f32, bf16) over square sizes: the best achieved FLOP/s is the profile's matrix
-  rate, and achieved / best at each size's FLOPs is the GEMM efficiency curve (:mod:`mhlo_cost.gemm`);
+  rate, and achieved / best at each size's FLOPs is the GEMM efficiency curve (:mod:`mhlo_cost.machines.gemm`);
 * **stream bandwidth**: ``y = 2 x`` over a 16 MB f32 array (1 GiB on an accelerator; read + write bytes /
   time), the profile's ``hbm_bandwidth`` (on a CPU: DRAM, output allocation included, as a program pays it);
 * **vector rate**: 32 multiply-adds per element of a 1 Mi-element array (f32, bf16), fused into one loop;

@@ -2,7 +2,7 @@
 
 A framework op (a torch ``aten`` call lowered through torchax or torch-xla, a ``jnp`` call in a JAX program)
 lowers to several IR ops that share one location: the module path (the scope) and the source position of the
-call (:attr:`~mhlo_cost.visitors.locations.LocationInfo.site`). :func:`eager` groups the rows of one call,
+call (:attr:`~mhlo_cost.walk.locations.LocationInfo.site`). :func:`eager` groups the rows of one call,
 consecutive in program order and of one multiplicity, into one kernel:
 
 * a call made only of view ops (reshape, transpose, slice, broadcast: ``view``, ``permute``, ``expand``,
@@ -25,8 +25,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..hardware import Hardware
-from ..visitors.row import Row, short_name
+from ..machines.hardware import Hardware
+from ..walk.row import Row, short_name
 from .band import masks_of
 from .fusion import Fusion, Kernel, data_flow
 from .kernel_io import KernelIO, share_time
@@ -34,7 +34,7 @@ from .optime import OpTime, op_time
 
 #: The kernels ``scaled_dot_product_attention`` dispatches to (PyTorch's SDPA backends).
 SDPA_BACKENDS = ("flash", "cudnn", "mem_efficient", "math")
-#: The attention library (:data:`mhlo_cost.kernel_model.LIBRARIES`) a backend's kernel is: PyTorch's flash backend
+#: The attention library (:data:`mhlo_cost.machines.kernels.LIBRARIES`) a backend's kernel is: PyTorch's flash backend
 #: is FlashAttention-2; mem_efficient has no model of its own (the profile's default library prices it).
 BACKEND_LIBRARY = {"flash": "fa2", "cudnn": "cudnn"}
 #: How an attention written out op by op (``q @ k^T``, softmax, ``@ v``) runs in eager: as an SDPA call or op by op.
@@ -63,7 +63,7 @@ class EagerKernel(Kernel):
 
     host_s: float = 0.0
     backend: str = ""  # an attention kernel's SDPA backend
-    path: str = "stream"  # how it moves its bytes (:data:`mhlo_cost.kernel_model.PATHS`, :func:`eager_path`)
+    path: str = "stream"  # how it moves its bytes (:data:`mhlo_cost.machines.kernels.PATHS`, :func:`eager_path`)
 
     @property
     def time_s(self) -> float:
@@ -184,7 +184,7 @@ def reduced_rows(rows, k) -> int:
 
 
 def eager_path(rows, producers, role, k) -> str:
-    """How an eager kernel moves its bytes (:data:`mhlo_cost.kernel_model.PATHS`): an elementwise kernel that
+    """How an eager kernel moves its bytes (:data:`mhlo_cost.machines.kernels.PATHS`): an elementwise kernel that
     reads a broadcast or a permuted view (inside its call, or handed to it as a view) runs TensorIterator's
     generic path; one that widens a dtype its unrolled path; GEMMs, attention, reductions and indexing stream."""
     if k.attention or k.has_dot or any(short_name(rows[i].op) in _NOT_ELEMENTWISE for i in k.members):

@@ -6,10 +6,10 @@ import os
 
 import pandas as pd
 
-from ..hardware import Hardware
+from ..machines.hardware import Hardware
 from ..network import CollectiveEstimate, Exposure, exposed_comm, resolve_profile, row_estimate
-from ..tensorinfo import TensorInfo
-from ..visitors.row import Row, short_name
+from ..ir.tensorinfo import TensorInfo
+from ..walk.row import Row, short_name
 from .fusion import FUSE_MODES, fuse
 from .optime import op_time, overhead_bound, unit_peaks
 
@@ -211,7 +211,7 @@ class Roofline:
 
     # -- blocks ---------------------------------------------------------------------------------------
     def block_extra(self) -> dict:
-        """Per-row columns for :func:`mhlo_cost.blocks.block_table`."""
+        """Per-row columns for :func:`mhlo_cost.analysis.blocks.block_table`."""
         ts = self.times
         exposed = self.exposure().exposed
         extra = {
@@ -252,10 +252,10 @@ class Roofline:
                           math.fsum(t.fixed_cost_s for t in ts), math.fsum(t.growing_s for t in ts))
 
     def block_frame(self, blocks, parts: bool = False, memory: list | None = None) -> pd.DataFrame:
-        """The block table with the estimate columns (and ``memory``'s, see :func:`~mhlo_cost.blocks.block_table`);
+        """The block table with the estimate columns (and ``memory``'s, see :func:`~mhlo_cost.analysis.blocks.block_table`);
         ``est_time_overlap_s`` = the compute side plus the exposed communication (``comm_exposed_s``,
         :meth:`exposure`)."""
-        from ..blocks import block_table
+        from ..analysis.blocks import block_table
 
         ts = self.times
         extra = self.block_extra() | {_FIXED: lambda r: ts[r.index].fixed_cost_s,

@@ -36,9 +36,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from ..hardware import Hardware
-from ..tensorinfo import TensorInfo
-from ..visitors.row import Row, short_name
+from ..machines.hardware import Hardware
+from ..ir.tensorinfo import TensorInfo
+from ..walk.row import Row, short_name
 from .band import masks_of
 from .kernel_io import KernelIO, share_time
 from .optime import OpTime, op_time

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import math
 
-from ..hardware import Hardware
-from ..tensorinfo import TensorInfo
-from ..visitors.row import short_name
+from ..machines.hardware import Hardware
+from ..ir.tensorinfo import TensorInfo
+from ..walk.row import short_name
 from .optime import OpTime, vector_dtype
 
 

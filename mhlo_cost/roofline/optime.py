@@ -4,7 +4,7 @@ The rule, per op row (metrics are totals over the row's multiplicity, so the tim
 
 * **dot / convolution**: compute = FLOPs / (``matrix_peak(dtype)`` x efficiency(M, N, K, dtype)) where dtype
   is the *operands'* element type (the slowest of the two where they differ: a bf16 x bf16 -> f32 dot runs
-  at the bf16 rate) and the efficiency is the profile's GEMM model (:mod:`mhlo_cost.gemm`: large-shape
+  at the bf16 rate) and the efficiency is the profile's GEMM model (:mod:`mhlo_cost.machines.gemm`: large-shape
   fraction or calibrated curve, times wave quantization; 1 where the profile has none).
 * **elementwise, transcendental, reduce, sort**: compute = max(FLOPs / ``vector_peak(dtype)``,
   transcendentals / ``transcendental_rate``), dtype the first floating-point operand's (the result's where
@@ -32,11 +32,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..hardware import Hardware, HardwareError, canonical_dtype
+from ..machines.hardware import Hardware, HardwareError, canonical_dtype
 from ..network import row_estimate
-from ..tensorinfo import TensorInfo
-from ..visitors.row import Row, short_name
-from ..visitors.opsets import KNOWN_CUSTOM_CALLS
+from ..ir.tensorinfo import TensorInfo
+from ..walk.row import Row, short_name
+from ..walk.opsets import KNOWN_CUSTOM_CALLS
 
 #: Ops no compiler runs as a kernel: they cost 0 s (short names, any dialect).
 NO_KERNEL = frozenset({
@@ -148,7 +148,7 @@ def gemm_dims(r: Row) -> tuple[int, int, int, int]:
 
 
 def gemm_efficiency(r: Row, hw: Hardware) -> float:
-    """The fraction of the matrix peak a dot reaches on ``hw`` (:mod:`mhlo_cost.gemm`; 1 without a model).
+    """The fraction of the matrix peak a dot reaches on ``hw`` (:mod:`mhlo_cost.machines.gemm`; 1 without a model).
     Convolutions get the large-shape efficiency (no wave quantization)."""
     model = getattr(hw, "gemm", None)
     if model is None:

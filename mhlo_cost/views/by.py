@@ -24,14 +24,14 @@ def summary_view(study, req: ViewRequest, keep, part) -> Table:
 
 
 def report_page(study, top: int, unit: str | None) -> str:
-    from ..html import study_page
+    from .html import study_page
 
     return study_page(study, unit=unit, top=top, stage=study.stage)
 
 
 def memory_view(study, req, keep, part) -> Table:
     """Live bytes per op, in program order."""
-    from ..memory.views import timeline_frame
+    from ..roofline.memory import timeline_frame
 
     analysis = study.analysis
     df = timeline_frame(analysis, study.blocks, study.fused_memory if keep is None else None)
@@ -60,11 +60,11 @@ def block_view(study, req, keep, part) -> Table:
     whole = study.block_frame(req.parts)
     table = Table(None, keep_blocks(whole, req))
     if study.phases is not None:  # the terminal's view: the phase columns, not the sums they add up to
-        from ..blocks import phase_view
+        from ..analysis.blocks import phase_view
 
         table.text_frame = keep_blocks(phase_view(whole), req)
     if req.headline and keep is None and not req.scope:
-        from ..headline import headline
+        from .headline import headline
 
         line = headline(study.summary())
         if line:
@@ -74,7 +74,7 @@ def block_view(study, req, keep, part) -> Table:
 
 def phase_table(study, req, keep, part) -> Table:
     """A training step: forward, backward (dgrad, wgrad), recompute, optimizer."""
-    from ..training.analysis import phase_report
+    from ..analysis.training import phase_report
 
     rf = study.roofline
     df, lines, facts = phase_report(study.analysis, rf.times if rf is not None else None)

@@ -18,7 +18,7 @@ def with_total(df, label: str | None = None):
     import pandas as pd
 
     from ..analysis import int_series
-    from ..report import is_int_column
+    from .text import is_int_column
 
     label = label or str(df.columns[0])
     data = {}
@@ -44,7 +44,7 @@ def select_rows(study, args) -> list[int] | None:
     analysis = study.analysis
     keep = range(len(analysis.rows))
     if name:
-        from ..blocks import row_labels
+        from ..analysis.blocks import row_labels
 
         # every row of the block table: the blocks, and the groups of ops outside them (embed, lm_head, (top))
         labels = row_labels(study.blocks)

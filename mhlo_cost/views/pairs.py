@@ -8,8 +8,8 @@ import csv
 import io
 import math
 
-from ..outtext import csv_cell, json_text
-from ..units import exact_scale, is_time_column, scale, scaled_column, time_unit, unit_name
+from ..files.outtext import csv_cell, json_text
+from .units import exact_scale, is_time_column, scale, scaled_column, time_unit, unit_name
 
 
 class Heading:
@@ -73,11 +73,11 @@ def _json(v):
 
 
 def render_pairs(pairs: list[tuple[str, object]], fmt: str, unit: str, *, meta: dict, title: str) -> str:
-    """The summary (:func:`mhlo_cost.figures.summary_pairs`) as a table, CSV, JSON (exact values, whatever
+    """The summary (:func:`mhlo_cost.views.figures.summary_pairs`) as a table, CSV, JSON (exact values, whatever
     ``unit``) or Markdown: the same figures in each; the headline first in a table, Markdown and JSON (the
     program's, or ``meta["headline"]`` where a view says its own). Sections (:func:`heading`) where the pairs
     have them."""
-    from ..headline import headline
+    from .headline import headline
 
     rows = sectioned(pairs)
     split = len(rows) < len(pairs)

@@ -13,7 +13,7 @@ from .table import Table
 def _text(table: Table, unit: str, wide: bool) -> str:
     if table.pairs is not None:
         return render_pairs(table.pairs, "table", unit, meta=table.meta, title=table.title)
-    from ..report import to_table
+    from .text import to_table
 
     text = (f"{table.title}\n" if table.title else "") + to_table(table.shown, unit, wide=wide)
     return _under_title(text, table.meta.get("headline")) + "".join(f"{line}\n" for line in table.notes)
@@ -22,7 +22,7 @@ def _text(table: Table, unit: str, wide: bool) -> str:
 def _markdown(table: Table, unit: str, wide: bool) -> str:
     if table.pairs is not None:
         return render_pairs(table.pairs, "markdown", unit, meta=table.meta, title=table.title)
-    from ..report import to_markdown
+    from .text import to_markdown
 
     text = (f"### {table.title}\n\n" if table.title else "") + to_markdown(table.shown, unit)
     headline = table.meta.get("headline")
@@ -39,7 +39,7 @@ def _under_title(text: str, line: str | None) -> str:
 def _csv(table: Table, unit: str, wide: bool) -> str:
     if table.pairs is not None:
         return render_pairs(table.pairs, "csv", unit, meta=table.meta, title=table.title)
-    from ..report import to_csv
+    from .text import to_csv
 
     return to_csv(table.frame, unit)
 
@@ -48,7 +48,7 @@ def _json(table: Table, unit: str, wide: bool) -> str:
     """Exact values whatever ``unit`` says."""
     if table.pairs is not None:
         return render_pairs(table.pairs, "json", unit, meta=table.meta, title=table.title)
-    from ..report import rows_json, to_json
+    from .text import rows_json, to_json
 
     payload = dict(table.meta)
     if table.summary is not None:
@@ -60,10 +60,10 @@ def _json(table: Table, unit: str, wide: bool) -> str:
 
 def _html(table: Table, unit: str, wide: bool) -> str:
     """A page of the table; a table with a ``page`` (the summary view's: the study's whole report,
-    :func:`mhlo_cost.html.study_page`), that page."""
+    :func:`mhlo_cost.views.html.study_page`), that page."""
     if table.page is not None:
         return table.page(None if unit == "raw" else unit)
-    from ..html import table_page
+    from .html import table_page
 
     facts = [(k, str(v)) for k, v in table.meta.items() if k in ("source", "entry")]
     return table_page(table.frame, table.title or "mhlo-cost", facts=facts, unit=None if unit == "raw" else unit)

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import math
 
-from ..accuracy import median_error
+from ..machines.accuracy import median_error
 
 
 def sweep_row(study) -> dict:
-    """The sweep's row of ``study`` (a :class:`~mhlo_cost.study.Study` on a profile): the numbers of the program
+    """The sweep's row of ``study`` (a :class:`~mhlo_cost.studies.study.Study` on a profile): the numbers of the program
     on the profile, under the report's names (per device; ints exact): the same roofline and memory estimate
     ``report`` prints, read from the same study."""
     rf, hw, analysis, steps = study.roofline, study.hardware, study.analysis, study.options.steps or 1

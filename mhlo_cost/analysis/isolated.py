@@ -1,0 +1,154 @@
+"""The whole analysis in the MLIR reader's child process (:mod:`mhlo_cost.ir.guard`): parsed once, walked there,
+and handed back as bytes (:mod:`mhlo_cost.analysis.wire`), so that the caller never imports jaxlib and never parses
+the input a second time.
+
+:func:`analyze_isolated` is the caller's side (standard library only); :func:`answer` runs in the child.
+What the walk records travels as :class:`WalkOptions`: the entry, the convolution padding convention, and
+``record``: one of :meth:`mhlo_cost.walk.options.AnalysisOptions.recording`'s (``counts``, ``dataflow``,
+``training``) or ``training-if-backward`` (``training`` where an op's location names a backward, ``counts``
+otherwise). The analysis comes back with the :class:`~mhlo_cost.walk.options.AnalysisOptions` it was
+walked with (``Analysis.options``).
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass
+
+RECORDS = ("counts", "dataflow", "training", "training-if-backward")
+
+
+@dataclass(frozen=True)
+class WalkOptions:
+    entry: str | None = None
+    conv_padding: str = "xla"
+    record: str = "counts"
+    dataflow_if_forward: bool = False  # training-if-backward: a forward-only program's walk records data flow
+    records: tuple = ()  # further declared records (AnalysisOptions.records: "masks")
+    render: str | None = None  # the whole answer the child may render (mhlo_cost.studies.compose.spec)
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True)
+
+
+def analyze_isolated(source, options: WalkOptions = WalkOptions(), name: str | None = None, meanwhile=None):
+    """The analysis of ``source`` (a path, MLIR text or bytes, as :func:`mhlo_cost.ir.loader.load` takes),
+    parsed and walked in the reader's child process. :class:`~mhlo_cost.ir.loader.LoadError` for what is not
+    MLIR, :class:`~mhlo_cost.walk.row.AnalysisError` for IR that cannot be counted, RuntimeError for a
+    bug in the walk. ``meanwhile()`` runs here while the child works (imports the caller needs next)."""
+    from ..ir.guard import walk_guarded
+    from ..ir.loader import LoadError, error_message, prepare
+    from ..walk.row import AnalysisError
+
+    kind, data, name = prepare(source, name)
+    code, payload = walk_guarded(kind, data, name, options.to_json(), meanwhile)
+    if code == b"R":
+        return Rendered(payload)
+    if code == b"P":
+        return _decode(payload)
+    if code == b"K":  # too large to send: walked here, from the bytecode MLIR wrote (jaxlib imported after all)
+        from ..ir.loader import load_written
+
+        return walk_loaded(load_written(payload, name, kind), options)
+    message = payload.decode("utf-8", "replace")
+    if code == b"A":
+        raise AnalysisError(message)
+    if code == b"X":
+        raise RuntimeError(message)
+    raise LoadError(error_message(kind, message, name))
+
+
+class Rendered(bytes):
+    """The child's whole answer to ``WalkOptions.render`` (:func:`mhlo_cost.studies.compose.render_whole`), in
+    place of the analysis."""
+
+
+def _decode(payload: bytes):
+    """The analysis in ``payload``, made with the cyclic collector paused (it would traverse every new row
+    again and again), then moved to its oldest generation at once, as the walk does with its rows
+    (:meth:`mhlo_cost.walk.liveness.LivenessRecorder.finished`)."""
+    import gc
+
+    from . import deep_recursion
+    from .wire import decode
+
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        with deep_recursion():
+            analysis = decode(payload)
+        gc.freeze()
+        gc.unfreeze()
+    finally:
+        if was:
+            gc.enable()
+    return analysis
+
+
+# -- the child's side ----------------------------------------------------------------------------------------
+
+
+def answer(module, name: str, options_json: str, render=None) -> tuple[bytes, bytes]:
+    """(code, payload) for the parsed ``module``: ``R`` and the whole answer ``render(analysis, spec)`` made
+    (where ``WalkOptions.render`` asks for one and it could: the reader's child passes
+    :func:`mhlo_cost.studies.compose.render_whole`), ``P`` and the encoded analysis, ``K`` and the module as
+    bytecode (where the walk's record is too large to send: :func:`mhlo_cost.analysis.wire.worth_sending`), ``A`` and
+    an :class:`AnalysisError`'s line, or ``X`` and an unexpected exception's (a bug: the caller says so)."""
+    import gc
+
+    from . import deep_recursion
+    from ..ir.loader import Loaded
+    from ..walk.row import AnalysisError
+    from .wire import encode, worth_sending
+
+    options = WalkOptions(**json.loads(options_json))
+    loaded = Loaded(module, module.context, name, "text")
+    try:
+        analysis = walk_loaded(loaded, options)
+        if options.render is not None and render is not None:
+            whole = render(analysis, options.render)
+            if whole is not None:
+                return b"R", whole
+        if not worth_sending(analysis):  # the caller walks the module itself, from MLIR's own bytecode
+            import io
+
+            del analysis
+            buf = io.BytesIO()
+            module.operation.write_bytecode(buf)
+            return b"K", buf.getvalue()
+        gc.disable()
+        try:
+            with deep_recursion():
+                return b"P", encode(analysis)
+        finally:
+            gc.enable()
+    except AnalysisError as e:
+        return b"A", str(e).encode("utf-8", "replace")
+    except RecursionError:
+        return b"A", f"{name}: calls or regions nested too deeply to read".encode()
+    except MemoryError:
+        raise  # the reader's child says so, and is started again
+    except Exception as e:  # noqa: BLE001 (a bug in a rule: one line back, as the command line says it)
+        if os.environ.get("MHLO_COST_DEBUG"):
+            import traceback
+
+            traceback.print_exc()
+        return b"X", f"{type(e).__name__}: {e}".encode("utf-8", "replace")
+
+
+def walk_loaded(loaded, options: WalkOptions):
+    """The analysis of a :func:`~mhlo_cost.ir.loader.load`-ed module, walked in this process as ``options`` say."""
+    from . import analyze
+    from ..walk.options import AnalysisOptions
+
+    record = options.record
+    if record == "training-if-backward":
+        from .training import has_backward
+
+        record = "training" if has_backward(loaded) else ("dataflow" if options.dataflow_if_forward else "counts")
+    walked = AnalysisOptions.recording(record, options.entry, options.conv_padding)
+    if options.records:
+        from dataclasses import replace
+
+        walked = replace(walked, records=tuple(options.records))
+    return analyze(loaded, walked)

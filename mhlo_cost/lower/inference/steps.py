@@ -1,0 +1,125 @@
+"""What to lower for inference (:class:`StepRequest`) and the lowering (:func:`lower_step`): the prefill of a
+prompt or one decode step, of the bundled GPT (``model="gpt"``) or a transformers causal LM (``hf=CLASS``,
+built from a model type or config.json with ``--set`` overrides, as :mod:`mhlo_cost.lower.frontends.hub` does).
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from ..frontends import FrontendError, Lowered
+
+MODES = ("decode", "prefill")
+
+
+@dataclass(frozen=True)
+class StepRequest:
+    """One inference step: ``mode`` decode (``batch`` sequences, one token each, against ``context`` cached
+    positions) or prefill (``tokens`` prompt positions per sequence into a cache of ``context``, at least
+    ``tokens``; default the prompt's length)."""
+
+    mode: str = "decode"
+    batch: int = 1
+    context: int = 2048
+    tokens: int = 1
+    model: str | None = None  # "gpt": the bundled GPT
+    hf: str | None = None  # a transformers class name
+    config: str | None = None  # hf: a model type or config.json
+    overrides: tuple = ()  # hf: (key, value) pairs; gpt: GPTConfig fields
+    dtype: str = "bfloat16"
+    locations: bool = True
+    extra: dict = field(default_factory=dict, compare=False, hash=False)
+
+    def check(self) -> None:
+        if self.mode not in MODES:
+            raise FrontendError(f"unknown inference step {self.mode!r} (decode or prefill)")
+        if (self.model is None) == (self.hf is None):
+            raise FrontendError("name one model for the inference step: --model gpt or --hf CLASS")
+        if self.model not in (None, "gpt"):
+            raise FrontendError(f"the inference steps know the bundled gpt, not {self.model!r}")
+        for name, v in (("--batch", self.batch), ("--context", self.context), ("--tokens", self.tokens)):
+            if not isinstance(v, int) or v < 1:
+                raise FrontendError(f"{name} must be a positive integer, got {v!r}")
+        if self.mode == "prefill" and self.tokens > self.context:
+            raise FrontendError(f"the prompt ({self.tokens} tokens) does not fit the cache ({self.context})")
+
+    def describe(self) -> str:
+        what = f"{self.hf} ({self.config or 'default config'})" if self.hf else "the bundled gpt"
+        sets = ", ".join(f"{k}={v}" for k, v in self.overrides)
+        step = (f"decode step, batch {self.batch}, context {self.context}" if self.mode == "decode" else
+                f"prefill of {self.tokens} tokens, batch {self.batch}, cache {self.context}")
+        return f"{what}{' with ' + sets if sets else ''}: {step}, {self.dtype}"
+
+    def key(self) -> dict:
+        """What the lowering depends on (for a cache of lowerings)."""
+        return {"mode": self.mode, "batch": self.batch, "context": self.context,
+                "tokens": self.tokens if self.mode == "prefill" else 1, "model": self.model, "hf": self.hf,
+                "config": self.config, "overrides": [list(kv) for kv in self.overrides], "dtype": self.dtype,
+                "locations": self.locations}
+
+
+@dataclass
+class Step:
+    """A lowered inference step: the IR, the cache it holds, the parameters' bytes and the model's facts
+    (``hidden``, ``layers``) the tensor-parallel estimate needs."""
+
+    lowered: Lowered
+    layout: object  # CacheLayout
+    weight_bytes: int
+    hidden: int
+    layers: int
+    request: StepRequest | None = None
+
+
+def _gpt(req: StepRequest):
+    from dataclasses import replace
+
+    from ..models.gpt import GPTConfig
+    from . import gpt_steps
+
+    try:
+        cfg = replace(GPTConfig(dtype=req.dtype), **dict(req.overrides))
+    except TypeError as e:
+        raise FrontendError(f"the bundled gpt: {e}") from None
+    low, layout, weights = gpt_steps.lower_step(cfg, req.mode, req.batch, req.context, req.tokens)
+    return low, layout, weights, cfg.hidden, cfg.layers
+
+
+def _hf(req: StepRequest):
+    import torch
+
+    from ..frontends import hub
+    from . import hf_steps
+
+    model = hub.build_hf(req.hf, req.config, dict(req.overrides))
+    model = model.to(getattr(torch, req.dtype)).eval()
+    text = model.config.get_text_config(decoder=True)
+    low, layout, weights = hf_steps.lower_step(model, req.mode, req.batch, req.context, req.tokens,
+                                               locations=req.locations)
+    return low, layout, weights, text.hidden_size, text.num_hidden_layers
+
+
+def lower_step(req: StepRequest) -> Step:
+    """Lower ``req``'s step from shapes (no weights). FrontendError for what cannot be."""
+    import os
+
+    os.environ.setdefault("JAX_PLATFORMS", "cpu")
+    req.check()
+    from ..frontends.api import LowerFailed, quiet
+
+    t0 = time.perf_counter()
+    with quiet():
+        try:
+            low, layout, weights, hidden, layers = (_gpt if req.model else _hf)(req)
+        except (FrontendError, LowerFailed):
+            raise
+        except Exception as e:  # the model's code or the frameworks tracing it
+            if os.environ.get("MHLO_COST_DEBUG"):
+                raise
+            first = (str(e).strip().splitlines() or [""])[0][:300]
+            raise LowerFailed(f"lowering the {req.mode} step of {req.hf or req.model} failed: "
+                              f"{type(e).__name__}: {first} (MHLO_COST_DEBUG=1 shows the traceback)") from e
+    text = low.as_text(debug_info=req.locations)
+    info = {"frontend": "torchax" if req.hf else "jax", "model": req.hf or req.model, "step": req.mode,
+            "seconds": time.perf_counter() - t0}
+    return Step(Lowered(text=text, info=info), layout, weights, hidden, layers, req)

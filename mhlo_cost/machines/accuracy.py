@@ -1,0 +1,57 @@
+"""How far the estimate has been from published measurements, for the line printed beside every estimate.
+
+``mhlo_cost/machines/data/accuracy.toml`` is written by ``benchmarks/validate_published.py --write-accuracy``: per
+chip profile and category (gemm, attention_fwd, memory, model, overall), the held-out median |error| of the
+compiled estimate against published GPU measurements, the median ratio estimate / measured, and how many
+figures it rests on. ``mhlo_cost/machines/data/accuracy_eager.toml``, written by ``benchmarks/validate_measured.py
+--write-accuracy``, is the same for the eager estimate against what this project measured on a lent GPU.
+"""
+from __future__ import annotations
+
+import tomllib
+from functools import lru_cache
+from importlib import resources
+
+CATEGORIES = ("gemm", "attention_fwd", "attention_bwd", "memory", "model")
+
+
+#: The accuracy file of each execution model that has one.
+FILES = {"compiled": "accuracy.toml", "eager": "accuracy_eager.toml"}
+
+
+@lru_cache(maxsize=2)
+def table(execution: str = "compiled") -> dict:
+    data = resources.files("mhlo_cost.machines").joinpath("data", FILES[execution]).read_bytes()
+    return tomllib.loads(data.decode())
+
+
+def _entry(chip: str, execution: str) -> dict | None:
+    if execution not in FILES:
+        return None
+    doc = table(execution)
+    return doc.get("chip", {}).get(chip) if execution == doc.get("execution", "compiled") else None
+
+
+def statement(chip: str, category: str = "model", execution: str = "compiled") -> str:
+    """One line: the measured median error of ``category`` (else of every figure) on ``chip``, or that the
+    chip has none."""
+    entry = _entry(chip, execution)
+    if not entry and execution != "compiled":
+        return f"no published measurement validates the {execution} estimate"
+    if not entry:
+        return f"no published measurement of {chip} in the validation (benchmarks/validate_published.py)"
+    cat = category if category in entry else "overall"
+    e = entry[cat]
+    what = "whole-model" if cat == "model" else ("all" if cat == "overall" else cat)
+    way = "slow" if e["median_ratio"] > 1 else "fast"
+    source = "published measurements" if execution == "compiled" else "measurements made on a lent GPU"
+    return (f"{what} estimates on {chip} have been {e['median_error']:.0%} from {source} "
+            f"(held-out median of {e['n']}, {execution}; median estimate {abs(e['median_ratio'] - 1):.0%} too {way})")
+
+
+def median_error(chip: str, category: str = "model", execution: str = "compiled") -> float | None:
+    """The held-out median |error| (a fraction) behind :func:`statement`; None where there is none."""
+    entry = _entry(chip, execution)
+    if not entry:
+        return None
+    return float(entry[category if category in entry else "overall"]["median_error"])

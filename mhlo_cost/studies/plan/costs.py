@@ -1,0 +1,125 @@
+"""The per-device layer step analysed once: exact counts by phase, times on a chip, bytes it keeps.
+
+:func:`layer_cost` lowers :func:`mhlo_cost.studies.plan.layer.lower_layer` for a configuration's layer key, walks it
+with the training analysis (phases: forward, backward with dgrad / wgrad, recompute, optimizer), prices
+every op with the roofline of the chip (elementwise fusion, attention as its separate kernels: Megatron's
+2022 kernels, no flash attention), and keeps the result, so that every configuration sharing the layer's
+shapes shares one lowering (in memory, and on disk under ``cache_dir`` when one is given).
+
+Rows under the scope ``tp_comm`` (the stand-ins of the tensor-parallel collectives) are left out of the
+compute; :mod:`.compose` prices the collectives themselves.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from .config import ScaleConfig
+
+PHASES = ("forward", "backward", "recompute", "optimizer")
+#: Bumped whenever the lowered layer or what is kept of it changes (old cache entries are ignored).
+VERSION = 1
+
+
+@dataclass(frozen=True)
+class LayerCost:
+    """One device, one micro-batch, one layer (flops, bytes: exact ints; times: seconds on ``chip``)."""
+
+    key: str
+    chip: str
+    gemm_flops: dict = field(default_factory=dict)  # phase -> matrix FLOPs
+    vector_flops: dict = field(default_factory=dict)  # phase -> vector FLOPs
+    time_s: dict = field(default_factory=dict)  # phase -> seconds (fused roofline, tp_comm rows left out)
+    dgrad_flops: int = 0
+    wgrad_flops: int = 0
+    saved_bytes: int = 0  # activations the backward reads from the forward (per micro-batch)
+    input_bytes: int = 0  # the layer's input x (what full recompute keeps)
+    weight_elems: int = 0  # the layer's bf16 weights on this device
+    weight_bytes: int = 0
+    master_bytes: int = 0  # fp32 master weights
+    moment_bytes: int = 0  # AdamW's first and second moments (fp32) and its step counter
+    ops: int = 0
+
+    @property
+    def activation_bytes(self) -> int:
+        """Bytes one micro-batch of this layer keeps until its backward: the saved tensors, or with full
+        recompute the layer's input only."""
+        return self.saved_bytes if self.saved_bytes else self.input_bytes
+
+
+_MEMO: dict = {}
+
+
+def _key(cfg: ScaleConfig, chip: str, part: str) -> str:
+    extra = [cfg.vocab] if part == "head" else []
+    raw = json.dumps([VERSION, part, list(cfg.layer_key()) + extra, chip])
+    return hashlib.sha256(raw.encode()).hexdigest()[:20]
+
+
+def layer_cost(cfg: ScaleConfig, hw, cache_dir: str | os.PathLike | None = None,
+               part: str = "layer") -> LayerCost:
+    """The :class:`LayerCost` of ``cfg``'s per-device layer (``part="head"``: the last stage's LM head and
+    loss) on ``hw`` (a chip or system profile)."""
+    chip = getattr(hw, "chip", "") or hw.name
+    key = _key(cfg, chip, part)
+    if key in _MEMO:
+        return _MEMO[key]
+    path = Path(cache_dir) / f"{part}-{key}.json" if cache_dir else None
+    if path is not None and path.is_file():
+        try:
+            cost = LayerCost(**json.loads(path.read_text()))
+        except (ValueError, TypeError):
+            cost = None
+        if cost is not None and cost.key == key:
+            _MEMO[key] = cost
+            return cost
+    cost = analyse_layer(cfg, hw, key, chip, part)
+    _MEMO[key] = cost
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(asdict(cost), sort_keys=True))
+        os.replace(tmp, path)
+    return cost
+
+
+def analyse_layer(cfg: ScaleConfig, hw, key: str = "", chip: str = "", part: str = "layer") -> LayerCost:
+    """Lower, walk and price the layer or the head (no cache), as a :class:`~mhlo_cost.studies.study.Study`: a training
+    step's walk, compiled with attention as its separate kernels."""
+    from ..study import Study
+    from .layer import lower_head, lower_layer
+
+    study = Study(lower_head(cfg) if part == "head" else lower_layer(cfg), training="always", hardware=hw,
+                  execution="compiled", attention="unfused", dataflow=True)
+    a, rf = study.analysis, study.roofline
+    ph = a.phases
+    gemm = {p: 0 for p in PHASES}
+    vec = {p: 0 for p in PHASES}
+    times = {p: 0.0 for p in PHASES}
+    dgrad = wgrad = 0
+    for i, r in enumerate(a.rows):
+        p = ph.phase[i]
+        gemm[p] += r.gemm_flops + r.conv_flops
+        vec[p] += r.vector_flops
+        if "tp_comm" not in r.scope.split("/"):
+            times[p] += rf.fusion.row_time[i]
+        if p == "backward" and ph.grad[i] == "dgrad":
+            dgrad += r.gemm_flops
+        elif p == "backward" and ph.grad[i] == "wgrad":
+            wgrad += r.gemm_flops
+    from ...analysis.training import memory_categories
+
+    mem = memory_categories(a, ph)
+    weights = [x for x in a.arguments if x.donated and x.name.startswith("params")]
+    master = [x for x in a.arguments if x.donated and x.name.startswith("master")]
+    moments = [x for x in a.arguments if x.donated and x.name.startswith("opt_state")]
+    inputs = [x for x in a.arguments if not x.donated and x.name.startswith("x")]
+    return LayerCost(
+        key=key, chip=chip or hw.name, gemm_flops=gemm, vector_flops=vec, time_s=times,
+        dgrad_flops=dgrad, wgrad_flops=wgrad, saved_bytes=mem["saved_activations"],
+        input_bytes=sum(x.type.nbytes for x in inputs), weight_elems=sum(x.type.nelems for x in weights),
+        weight_bytes=sum(x.type.nbytes for x in weights), master_bytes=sum(x.type.nbytes for x in master),
+        moment_bytes=sum(x.type.nbytes for x in moments), ops=len(a.rows))

@@ -1,0 +1,52 @@
+"""The iteration per pipeline stage (and so per device: the ``t x d`` GPUs of a stage run the same program).
+
+Each stage runs ``m`` micro-batches of its ``L/p`` layers; the last stage also runs the LM head and the loss,
+which makes it the slowest and the one that sets the iteration's pace. Every stage ends the iteration at the
+same time (the schedule is synchronous), so a stage's ``idle`` is the iteration time less its own work:
+for the last stage exactly the pipeline bubble of :mod:`.compose`, for the others the bubble plus the time
+they wait for the head. Stage ``s`` holds the ranks ``s t d .. (s + 1) t d - 1`` (Megatron's order: tensor
+fastest, then data, then pipeline) and, under the schedule, :func:`.memory.held_layer_microbatches` of
+``s`` micro-batches of activations.
+"""
+from __future__ import annotations
+
+import pandas as pd
+
+from .memory import CATEGORIES, memory
+
+#: The components of a stage's time, in the order of the breakdown table.
+COMPONENTS = ("forward", "backward", "recompute", "tp_comm", "p2p", "dp_exposed", "optimizer", "idle")
+
+
+def stage_rows(p) -> list[dict]:
+    """One dict per pipeline stage of the :class:`~mhlo_cost.studies.plan.plan.Plan` ``p``: its devices, seconds
+    per component (they add up to the iteration time), and bytes per GPU by memory category."""
+    cfg, it = p.cfg, p.iteration
+    m = cfg.micro_batches
+    head = p.head.time_s if p.head is not None else {"forward": 0.0, "backward": 0.0}
+    per = cfg.t * cfg.d
+    capacity = p.memory.get("capacity")
+    rows = []
+    for s in range(cfg.p):
+        last = s == cfg.p - 1
+        row = {"stage": s, "devices": f"{s * per}-{(s + 1) * per - 1}" if per > 1 else str(s),
+               "forward": it.compute["forward"] - (0.0 if last else m * head["forward"]),
+               "backward": it.compute["backward"] - (0.0 if last else m * head["backward"]),
+               "recompute": it.compute["recompute"], "tp_comm": it.tp_comm, "p2p": it.p2p,
+               "dp_exposed": it.dp_exposed, "optimizer": it.optimizer}
+        busy = sum(row[k] for k in COMPONENTS[:-1])
+        row["idle"] = it.bubble if last else max(0.0, it.total - busy)
+        row["iteration"] = it.total
+        mem = memory(cfg, p.cost, capacity, stage=s) if p.cost is not None else {}
+        row.update({f"mem_{k}": mem.get(k, 0) for k in (*CATEGORIES, "total")})
+        rows.append(row)
+    return rows
+
+
+def stage_frame(p) -> pd.DataFrame:
+    """:func:`stage_rows` as a table: seconds rounded to the microsecond, bytes exact."""
+    df = pd.DataFrame(stage_rows(p))
+    for k in (*COMPONENTS, "iteration"):
+        df[k + "_s"] = [round(v, 6) for v in df.pop(k)]
+    cols = ["stage", "devices", *(k + "_s" for k in (*COMPONENTS, "iteration"))]
+    return df[cols + [c for c in df.columns if c.startswith("mem_")]]

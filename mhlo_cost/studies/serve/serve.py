@@ -1,0 +1,179 @@
+"""What a lowered inference step costs on a chip: the figures hardware teams compare for serving.
+
+Time comes from the project's roofline (:class:`mhlo_cost.roofline.Roofline`, fused elementwise with
+attention as one kernel: the ``compiled`` execution model), on a profile of :mod:`mhlo_cost.machines.hardware`:
+
+- decode: the step's time is the time per output token (each of the ``batch`` sequences gets one token per
+  step); tokens/s = batch / step time. Prefill: the step's time is the time to first token.
+- the arithmetic intensity of the step (FLOPs / bytes its fused kernels move) against the chip's ridge point
+  (matrix peak of the dtype / HBM bandwidth): below it the step is bound by memory.
+- memory per device = weights + KV cache + activations. The cache is an argument of the program, donated:
+  its updated copy aliases it, so it is counted once; activations are the program's peak live bytes less its
+  arguments and that aliased copy. The largest batch that fits at the context (and the largest context at
+  the batch) scale the cache exactly (:meth:`CacheLayout.at`) and the activations in proportion to the batch.
+- tensor parallelism over ``tp`` devices (for a model that does not fit one): weights and cache split ``tp``
+  ways, the step's device time divided by ``tp``, plus two all_reduces of the hidden state per layer (after
+  attention and after the MLP, Megatron-style) priced by the profile's link (ring: 2(tp-1)/tp of the bytes).
+  This scales the one-device program; it is not a sharded lowering.
+- launch (:data:`LAUNCHES`): ``stream`` launches each fused kernel from the host, paying the profile's
+  ``kernel_overhead_us`` per kernel (its datasheet note: the back-to-back launch gap without CUDA graphs);
+  ``cuda-graphs`` replays the whole step as one captured graph (torch.compile ``mode="reduce-overhead"`` or
+  ``"max-autotune"``, vLLM / SGLang / TensorRT-LLM decode), so no kernel pays a host launch. Each kernel
+  still pays its own fill and drain on the device (the profile's memory ramp, ``half_size_mb``, measured on
+  the GPU by events): only the launch is removed, nothing else changes.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field, replace
+
+#: How the step's kernels are launched: one by one from the host, or replayed as one CUDA graph.
+LAUNCHES = ("stream", "cuda-graphs")
+
+
+@dataclass
+class Figures:
+    """One step on one chip (and ``tp`` devices). Byte counts are exact ints."""
+
+    step: str
+    batch: int
+    context: int
+    tokens: int
+    hardware: str
+    tp: int
+    kv_cache_bytes: int
+    kv_cache_layer_bytes: list
+    weight_bytes: int
+    activation_bytes: int
+    memory_bytes: int  # per device
+    capacity_bytes: int
+    fits: bool
+    flops: int
+    bytes_moved: int  # by the fused kernels
+    step_time_s: float
+    comm_time_s: float
+    tokens_per_s: float
+    intensity: float
+    ridge: float
+    bound: str
+    max_batch: int
+    max_context: int | None  # None: unbounded (every layer a sliding window)
+    blocks: list = field(default_factory=list)  # (block, est_time_s, bound)
+    launch: str = "stream"  # one of LAUNCHES
+
+    @property
+    def time_per_token_s(self) -> float:
+        return self.step_time_s
+
+    def row(self) -> dict:
+        d = asdict(self)
+        d.pop("blocks")
+        d.pop("kv_cache_layer_bytes")
+        return d
+
+
+def _dominant_dtype(analysis) -> str:
+    by: dict = {}
+    for r in analysis.rows:
+        if r.gemm_flops:
+            by[r.dtype] = by.get(r.dtype, 0) + r.gemm_flops
+    return max(sorted(by), key=lambda d: by[d]) if by else "bf16"
+
+
+def _blocks(study) -> list:
+    df = study.roofline.block_frame(study.blocks)
+    return [(str(b), float(t), str(bd)) for b, t, bd in zip(df["block"], df["est_time_fused_s"], df["bound"])]
+
+
+def activation_bytes(mem, cache: int) -> int:
+    """The program's peak live bytes less its arguments and less the updated cache where the liveness sweep
+    kept it beside the donated argument instead of in place (what is live at the end beyond the arguments
+    and the other outputs): a donated cache is one buffer."""
+    end = mem.after[-1] if mem.after else mem.argument_bytes
+    twice = min(cache, max(end - mem.argument_bytes - (mem.output_bytes - cache), 0))
+    return max(mem.peak_bytes - mem.argument_bytes - twice, 0)
+
+
+def _allreduce_s(hw, tp: int, batch: int, tokens: int, hidden: int, itemsize: int, layers: int) -> float:
+    if tp <= 1:
+        return 0.0
+    size = batch * tokens * hidden * itemsize
+    return 2 * layers * hw.comm_time(2 * (tp - 1) * size // tp, 2 * (tp - 1))
+
+
+def max_batch(layout, weight_bytes: int, act_per_seq: int, capacity: int, tp: int = 1) -> int:
+    """The largest batch whose weights, cache and activations fit ``capacity`` per device at the context."""
+    per_seq = -(-layout.at(batch=1).nbytes // tp) + act_per_seq
+    room = capacity - -(-weight_bytes // tp)
+    return max(room // per_seq, 0) if per_seq > 0 else 0
+
+
+def max_context(layout, weight_bytes: int, activations: int, capacity: int, tp: int = 1) -> int | None:
+    """The largest context at the layout's batch that fits (None: the cache stops growing: sliding windows)."""
+    if layout.bounded:
+        return None
+
+    def fits(c):
+        return -(-weight_bytes // tp) + -(-layout.at(context=c).nbytes // tp) + activations <= capacity
+
+    if not fits(1):
+        return 0
+    lo, hi = 1, 2
+    while fits(hi):
+        lo, hi = hi, hi * 2
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if fits(mid) else (lo, mid)
+    return lo
+
+
+def launched(hw, launch: str = "stream"):
+    """``hw`` as a step launched by ``launch`` sees it: under ``cuda-graphs`` no kernel pays the host's
+    launch overhead (``kernel_overhead`` 0); every other figure of the profile is unchanged."""
+    if launch not in LAUNCHES:
+        raise ValueError(f"unknown launch {launch!r}: choose one of {', '.join(LAUNCHES)}")
+    return hw if launch == "stream" else replace(hw, kernel_overhead=0.0)
+
+
+def step_study(step, hw, analysis=None):
+    """The :class:`~mhlo_cost.studies.study.Study` of a lowered step on ``hw``: compiled (elementwise fused, attention
+    one kernel), the data flow recorded; ``analysis``: the step's, where already made."""
+    from ..study import Study
+
+    fields = {"hardware": hw, "execution": "compiled", "dataflow": True}
+    return Study(step.lowered.text, **fields) if analysis is None else Study.of(analysis, **fields)
+
+
+def figures(step, hw, tp: int = 1, analysis=None, blocks: bool = True, launch: str = "stream") -> Figures:
+    """The figures of a lowered :class:`~mhlo_cost.studies.serve.Step` on ``hw`` over ``tp`` devices, its kernels
+    launched by ``launch`` (:data:`LAUNCHES`), from the step's study (:func:`step_study`)."""
+    hw = launched(hw, launch)
+    study = step_study(step, hw, analysis)
+    analysis, rf = study.analysis, study.roofline
+    req, layout = step.request, step.layout
+    tot = rf.totals()
+    mem = analysis.memory
+    cache = layout.nbytes
+    activations = activation_bytes(mem, cache)
+    tokens = req.tokens if req.mode == "prefill" else 1
+    itemsize = layout.layers[0].itemsize if layout.layers else 2
+    comm = _allreduce_s(hw, tp, req.batch, tokens, step.hidden, itemsize, step.layers)
+    device = tot["est_time_fused_s"] - tot["comm_time_s"]
+    step_s = device / tp + comm
+    capacity = int(hw.hbm_capacity)
+    memory = -(-step.weight_bytes // tp) + -(-cache // tp) + activations
+    moved = tot["fused_bytes"]
+    dtype = _dominant_dtype(analysis)
+    ridge = hw.matrix_peak(dtype) / hw.hbm_bandwidth
+    intensity = rf.flops / moved if moved else math.inf
+    produced = req.batch * (tokens if req.mode == "prefill" else 1)
+    return Figures(
+        step=req.mode, batch=req.batch, context=req.context, tokens=tokens, hardware=hw.name, tp=tp,
+        kv_cache_bytes=cache, kv_cache_layer_bytes=layout.per_layer_bytes, weight_bytes=step.weight_bytes,
+        activation_bytes=activations, memory_bytes=memory, capacity_bytes=capacity, fits=memory <= capacity,
+        flops=rf.flops, bytes_moved=moved, step_time_s=step_s, comm_time_s=comm,
+        tokens_per_s=produced / step_s if step_s > 0 else math.inf, intensity=intensity, ridge=ridge,
+        bound="memory" if intensity < ridge else "compute",
+        max_batch=max_batch(layout, step.weight_bytes, -(-activations // req.batch), capacity, tp),
+        max_context=max_context(layout, step.weight_bytes, activations, capacity, tp),
+        blocks=_blocks(study) if blocks else [], launch=launch)

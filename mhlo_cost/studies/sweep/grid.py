@@ -1,0 +1,160 @@
+"""The grid of a sweep: points (model, shape, parallel, devices, dtype) from flags or a TOML spec, the
+hardware profiles every point is estimated on, and which points cannot be built (skipped, with why).
+
+A point is lowered and analysed once; each hardware profile is applied to that one analysis. The
+strategies are the product of ``parallel`` and ``devices``, or an explicit list of ``PARALLEL:DEVICES``
+pairs (``strategies``) where only some combinations are wanted (the published STDiT3 table).
+"""
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+
+#: Model options of ``mhlo-cost lower`` that apply to the whole grid (make_config's keywords).
+MODEL_OPTIONS = ("small", "depth", "hidden", "heads", "batch", "tokens", "layers", "scan")
+#: Keys a spec file may hold at its top level (``[options]`` holds MODEL_OPTIONS).
+SPEC_KEYS = ("model", "shape", "parallel", "devices", "strategies", "hardware", "dtype", "steps", "fuse",
+             "conv_padding", "options", "models", "execution")
+#: The sweep's ``fuse`` setting (its cache key) -> the execution model it estimates; ``eager`` is its own.
+EXECUTION_OF_FUSE = {"none": "unfused", "elementwise": "compiled", "eager": "eager"}
+FUSE_OF_EXECUTION = {v: k for k, v in EXECUTION_OF_FUSE.items()}
+#: Keys of a ``[[models]]`` entry of a spec: your own or a library's model, as ``lower`` takes it.
+LIBRARY_KEYS = ("name", "module", "hf", "diffusers", "timm", "config", "set", "kwarg", "inputs")
+DEFAULT_SHAPE = "default"  # the shape column of a model run at its own default shape
+
+
+class GridError(ValueError):
+    """A grid that cannot be built (a bad spec file, an unknown option); one line."""
+
+
+@dataclass(frozen=True)
+class Point:
+    """One lowering: what ``mhlo-cost lower --model M --shape S --parallel P --devices N --dtype D`` makes."""
+
+    model: str
+    shape: str
+    parallel: str
+    devices: int
+    dtype: str
+    source: tuple = ()  # a [[models]] entry's request: (key, value) pairs (module / hf / ..., config, set, kwarg)
+
+    def label(self) -> str:
+        return f"{self.model} {self.shape} {self.parallel}:{self.devices} {self.dtype}"
+
+
+@dataclass
+class Grid:
+    points: list[Point]
+    hardware: list[str]
+    options: dict = field(default_factory=dict)  # MODEL_OPTIONS given (None values dropped)
+    steps: int = 1
+    fuse: str = "none"
+    conv_padding: str = "xla"
+
+
+def parse_strategy(text: str) -> tuple[str, int]:
+    """``ulysses:8`` -> ("ulysses", 8)."""
+    name, sep, n = str(text).partition(":")
+    if not sep or not n.isdigit() or int(n) < 1:
+        raise GridError(f"a strategy is PARALLEL:DEVICES (ulysses:8), got {text!r}")
+    return name, int(n)
+
+
+def library_points(entries: list, pairs: list, dtypes: list) -> list[Point]:
+    """The points of a spec's ``[[models]]``: one per input set (the shape column), strategy and dtype."""
+    points = []
+    for e in entries:
+        kind = next(k for k in ("module", "hf", "diffusers", "timm") if k in e)
+        source = ((kind, e[kind]), ("config", e.get("config")), ("set", tuple(e.get("set", ()))),
+                  ("kwarg", tuple(e.get("kwarg", ()))))
+        name = e.get("name") or (e[kind] if kind == "module" else f"{kind}:{e[kind]}")
+        for inputs, (p, n), d in itertools.product(e["inputs"], pairs, dtypes):
+            points.append(Point(str(name), " ".join(map(str, inputs)), p, int(n), d, source))
+    return points
+
+
+def make_grid(settings: dict) -> Grid:
+    """The grid of ``settings`` (a spec's keys, flags already merged in): points in the order the lists
+    give them (shape, then strategy, then dtype), every one of them, valid or not."""
+    model = settings.get("model") or "stdit3"
+    shapes = settings.get("shape") or [DEFAULT_SHAPE]
+    if settings.get("strategies"):
+        if settings.get("parallel") or settings.get("devices"):
+            raise GridError("give either --strategies PARALLEL:DEVICES or --parallel and --devices, not both")
+        pairs = [parse_strategy(s) for s in settings["strategies"]]
+    else:
+        pairs = list(itertools.product(settings.get("parallel") or ["none"], settings.get("devices") or [1]))
+    for name, n in pairs:
+        if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+            raise GridError(f"devices must be positive integers, got {n!r}")
+    dtypes = [_dtype(d) for d in settings.get("dtype") or ["bf16"]]
+    hardware = list(settings.get("hardware") or [])
+    if not hardware:
+        raise GridError("name at least one hardware profile: --hardware NAME ... (mhlo-cost hardware lists them)")
+    steps = settings.get("steps")
+    steps = 1 if steps is None else steps
+    if not isinstance(steps, int) or isinstance(steps, bool) or steps < 1:
+        raise GridError(f"steps must be a positive integer, got {steps!r}")
+    for key, known in (("fuse", ("none", "elementwise")), ("conv_padding", ("xla", "dense")),
+                       ("execution", tuple(FUSE_OF_EXECUTION))):
+        if settings.get(key) is not None and settings[key] not in known:
+            raise GridError(f"{key} must be one of {', '.join(known)}, got {settings[key]!r}")
+    fuse = settings.get("fuse") or "none"
+    if settings.get("execution") is not None:
+        if settings.get("fuse") not in (None, "none", FUSE_OF_EXECUTION[settings["execution"]]):
+            raise GridError(f"fuse = {settings['fuse']!r} is execution = 'compiled'; it does not go with "
+                            f"execution = {settings['execution']!r}")
+        fuse = FUSE_OF_EXECUTION[settings["execution"]]
+    points = [Point(model, str(s), p, int(n), d) for s, (p, n), d in itertools.product(shapes, pairs, dtypes)]
+    if settings.get("models"):  # your own / library models; the bundled one only where named too
+        points = (points if settings.get("model") else []) + library_points(settings["models"], pairs, dtypes)
+    options = {k: v for k, v in (settings.get("options") or {}).items() if v is not None and v is not False}
+    return Grid(_unique(points), _unique(hardware), options, steps, fuse,
+                settings.get("conv_padding") or "xla")
+
+
+def _unique(items: list) -> list:
+    return list(dict.fromkeys(items))
+
+
+def _dtype(text: str) -> str:
+    """The short name (bf16, f32...) of a dtype as --dtype takes it."""
+    from ...lower.frontends import DTYPES
+    from ...lower.frontends.inputs import dtype_name
+
+    try:
+        full = dtype_name(str(text))
+    except Exception as e:  # noqa: BLE001 - the message of the dtype parser, as one line
+        raise GridError(f"--dtype: {e}") from None
+    short = {v: k for k, v in DTYPES.items()}
+    return short.get(full, full)
+
+
+def build_config(point: Point, options: dict):
+    """(configuration, plan text) of ``point``: what ``lower`` builds. ValueError / FrontendError say why not."""
+    from ...lower.frontends.api import bundled_config
+
+    devices = None if point.parallel == "none" and point.devices == 1 else point.devices
+    shape = None if point.shape == DEFAULT_SHAPE else point.shape
+    return bundled_config(point.model, parallel=point.parallel, devices=devices, shape=shape,
+                          dtype=point.dtype, **options)
+
+
+def skip_reason(point: Point, options: dict) -> str | None:
+    """Why ``point`` cannot be lowered (a strategy on one device, a mesh or head count that does not divide,
+    an option the model does not take), or None where it can."""
+    from ...lower.frontends import FrontendError
+
+    if point.source and (point.parallel, point.devices) != ("none", 1):
+        return "parallel strategies apply to the bundled stdit3 only"
+    if point.source:
+        return None
+    if point.parallel == "none" and point.devices != 1:
+        return f"the unsharded model runs on one device, not {point.devices}"
+    if point.parallel != "none" and point.devices == 1:
+        return f"{point.parallel} on one device is the unsharded model (parallel none)"
+    try:
+        build_config(point, options)
+    except (FrontendError, ValueError) as e:
+        return str(e)
+    return None

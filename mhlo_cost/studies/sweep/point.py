@@ -1,0 +1,112 @@
+"""One point of a sweep, in a worker: lower it as ``mhlo-cost lower`` does, analyse it as ``mhlo-cost report``
+does (the data-flow analysis: exposed communication and the memory peak), and make its row for every
+hardware profile from that one analysis. The row is the study's (:func:`mhlo_cost.views.sweep_row.sweep_row`), the
+one ``report --hardware H --steps K`` asks for the point alone, so it equals what the report prints.
+
+Nothing here writes files or prints: a worker may run on another machine (a Dask cluster). A point that
+fails returns its error as a result; it never raises.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+from dataclasses import dataclass, field
+
+from ...views.sweep_row import sweep_row
+from .grid import Point, build_config
+
+
+@dataclass
+class Task:
+    """What a worker needs for one point: the point, the grid's model options and settings, and the
+    hardware profiles by name with the text of the user's profile file (so a remote worker needs none of
+    this machine's files)."""
+
+    point: Point
+    options: dict
+    hardware: list  # profile names, in the grid's order
+    steps: int = 1
+    fuse: str = "none"
+    conv_padding: str = "xla"
+    hardware_toml: str | None = None  # the text of --hardware-file
+
+    def profiles(self) -> list:
+        """The Hardware objects of ``hardware`` (resolved as ``--hardware NAME --hardware-file FILE``)."""
+        from ...roofline import hardware_from_args
+
+        if self.hardware_toml is None:
+            return [hardware_from_args(name, None) for name in self.hardware]
+        import tempfile
+
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "hardware.toml")
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(self.hardware_toml)
+            return [hardware_from_args(name, path) for name in self.hardware]
+
+
+@dataclass
+class Result:
+    point: Point
+    status: str  # ok | failed
+    reason: str = ""
+    ir_sha256: str = ""
+    rows: list = field(default_factory=list)  # one dict of metrics per hardware profile, the task's order
+    seconds: float = 0.0
+
+
+def lower_text(point: Point, options: dict) -> str:
+    """The MLIR text ``mhlo-cost lower`` writes for ``point`` (with locations)."""
+    from ...lower.frontends import write
+    from ...lower.frontends.api import LowerRequest, lower_request
+
+    if point.source:
+        req = library_request(point)
+    else:
+        cfg, _ = build_config(point, options)
+        req = LowerRequest(model=point.model, config=cfg, frontend="jax")
+    return write(lower_request(req), None).text
+
+
+def library_request(point: Point):
+    """The LowerRequest of a spec's ``[[models]]`` point, as ``lower --hf ... --set ... --input ...`` makes it."""
+    from ...lower.frontends.api import LowerRequest
+    from ...lower.frontends.inputs import dtype_name, parse_assignments, parse_input, split_inputs
+
+    src = dict(point.source)
+    kind = next(k for k in ("module", "hf", "diffusers", "timm") if k in src)
+    positional, keyword = split_inputs([parse_input(s) for s in point.shape.split()])
+    lib = None if kind == "module" else kind
+    return LowerRequest(module=src[kind] if lib is None else None, library=lib, name=src[kind] if lib else None,
+                        config=src["config"], overrides=parse_assignments(src["set"], "set"),
+                        inputs=tuple(positional), input_kwargs=keyword, kwargs=parse_assignments(src["kwarg"]),
+                        dtype=dtype_name(point.dtype))
+
+
+def study_of(text: str, task: Task):
+    """The study ``report --hardware H --steps K`` makes of the text (walked here: a worker is a process of
+    its own); ``on(hw)`` gives it on each profile."""
+    from ..study import Study, StudyOptions
+
+    eager = task.fuse == "eager"
+    return Study(StudyOptions(text, conv_padding=task.conv_padding, execution="eager" if eager else None,
+                              fuse="none" if eager else task.fuse, steps=task.steps, isolate=False,
+                              dataflow=True))
+
+
+def compute(task: Task) -> Result:
+    """Lower, analyse and estimate one point; a failure becomes a ``failed`` result with its message."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    os.environ.setdefault("JAX_PLATFORMS", "cpu")
+    t0 = time.perf_counter()
+    try:
+        text = lower_text(task.point, task.options)
+        sha = hashlib.sha256(text.encode()).hexdigest()
+        study = study_of(text, task)
+        study.analysis  # noqa: B018 (walked once, for every profile)
+        rows = [sweep_row(study.on(hw)) for hw in task.profiles()]
+    except Exception as e:  # noqa: BLE001 - any failure of the point is its row, never the sweep's end
+        first = (str(e).strip().splitlines() or [""])[0][:300]
+        return Result(task.point, "failed", f"{type(e).__name__}: {first}", seconds=time.perf_counter() - t0)
+    return Result(task.point, "ok", "", sha, rows, time.perf_counter() - t0)

@@ -1,0 +1,152 @@
+"""``mhlo-cost sweep`` over training configurations: a spec with a ``[training]`` table, delegated to
+:mod:`mhlo_cost.studies.plan`.
+
+    model = "gpt-175b"          # a scale model (train-plan --model), or "gpt" with layers/hidden/... below
+    devices = 64                # GPU count(s)
+    hardware = "selene"         # system profile(s)
+    [training]
+    global_batch = 64
+    tensor = [4, 8]             # each key optional; a list or one value
+    pipeline = [4, 8, 16]
+    data = 1
+    micro_batch = [1, 2]
+    recompute = ["full", "selective"]
+    interleave = [1, 2, 3]
+
+The configurations are :func:`mhlo_cost.studies.plan.plan.splits` of each GPU count (the ones ``train-plan --sweep``
+ranks; sequence parallelism wherever ``t > 1``), kept where their degrees are among those listed; each is
+planned as ``train-plan`` plans it (one lowering per distinct layer shape, cached under the sweep's cache
+directory, then arithmetic; no worker pool is needed). One row per (configuration, hardware) in the sweep
+table's columns (``parallel``: the split; ``time_step_s``: the iteration; ``peak_bytes``: the first stage's
+memory), so ``--best`` ranks them as ``train-plan --sweep`` does: by iteration time among those that fit.
+"""
+from __future__ import annotations
+
+import pandas as pd
+
+from .grid import GridError
+
+_INT, _TEXT = "a whole number", "a string"
+#: [training] key -> (what one value is, whether it takes a list)
+KEYS = {"tensor": (_INT, True), "pipeline": (_INT, True), "data": (_INT, True), "micro_batch": (_INT, True),
+        "recompute": (_TEXT, True), "interleave": (_INT, True), "global_batch": (_INT, False),
+        "dp_comm": (_TEXT, False), "layers": (_INT, False), "hidden": (_INT, False), "heads": (_INT, False),
+        "seq": (_INT, False), "vocab": (_INT, False), "ffn": (_INT, False)}
+#: Top-level keys a training spec may hold besides [training].
+TOP = ("model", "devices", "hardware", "training")
+DEFAULTS = {"micro_batch": [1, 2, 4], "recompute": ["full", "selective"], "interleave": [1, 2, 3]}
+
+
+def _ok(v, kind: str) -> bool:
+    if kind == _TEXT:
+        return isinstance(v, str)
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 1
+
+
+def check_spec(spec: dict, path: str) -> dict:
+    """A training spec's keys checked by name and type; list keys made lists."""
+    unknown = sorted(set(spec) - set(TOP))
+    if unknown:
+        raise GridError(f"{path}: a [training] spec takes {', '.join(TOP)}; unknown key(s) {', '.join(unknown)}")
+    tr = spec["training"]
+    if not isinstance(tr, dict):
+        raise GridError(f"{path}: key 'training' must be a table ([training]), got {tr!r}")
+    bad = sorted(set(tr) - set(KEYS))
+    if bad:
+        raise GridError(f"{path}: [training]: unknown key(s) {', '.join(bad)} (known: {', '.join(KEYS)})")
+    for key, (kind, many) in KEYS.items():
+        if key not in tr:
+            continue
+        v = tr[key]
+        if many and not isinstance(v, list):
+            v = tr[key] = [v]
+        if not (all(_ok(x, kind) for x in v) and v if many else _ok(v, kind)):
+            want = f"{kind} (positive)" if kind == _INT else kind
+            raise GridError(f"{path}: [training] key {key!r} must be {want}{' or a list of them' if many else ''}, "
+                            f"got {v!r}")
+    for key in ("devices", "hardware"):
+        if key in spec and not isinstance(spec[key], list):
+            spec[key] = [spec[key]]
+    return spec
+
+
+def base_config(settings: dict):
+    """The model's :class:`~mhlo_cost.studies.plan.config.ScaleConfig` (the split left to the grid)."""
+    from ..plan.config import MODELS, ScaleConfig, model_config
+
+    tr = settings["training"]
+    dims = {k: tr[k] for k in ("layers", "hidden", "heads", "seq", "vocab", "ffn") if k in tr}
+    extra = {k: tr[k] for k in ("global_batch", "dp_comm") if k in tr}
+    model = settings.get("model") or "gpt"
+    if model in MODELS:
+        return model_config(model, **dims, **extra)
+    if model != "gpt":
+        raise GridError(f"a training sweep takes model = one of {', '.join(MODELS)}, or \"gpt\" with its sizes "
+                        f"in [training]; got {model!r}")
+    return ScaleConfig(**dims, **extra)
+
+
+def configurations(settings: dict, gpus: int):
+    """(config, reason or None) of ``gpus`` devices: train-plan --sweep's splits, kept where their degrees
+    are among the spec's lists."""
+    from ..plan.plan import splits
+
+    tr = settings["training"]
+    kw = {"micro_batches": tuple(tr.get("micro_batch", DEFAULTS["micro_batch"])),
+          "recomputes": tuple(tr.get("recompute", DEFAULTS["recompute"])),
+          "interleaves": tuple(tr.get("interleave", DEFAULTS["interleave"]))}
+    if "tensor" in tr:
+        kw["max_t"] = max(tr["tensor"])
+    wanted = {"t": tr.get("tensor"), "p": tr.get("pipeline"), "d": tr.get("data")}
+    for cfg, why in splits(base_config(settings), gpus, **kw):
+        if all(v is None or getattr(cfg, k) in v for k, v in wanted.items()):
+            yield cfg, why
+
+
+def training_frame(settings: dict, cache_dir=None) -> pd.DataFrame:
+    """The sweep table of a training spec: one row per (configuration, hardware), grid order."""
+    from ...network import resolve_profile
+    from ..plan.plan import plan
+
+    devices = settings.get("devices") or []
+    hardware = settings.get("hardware") or []
+    if not devices or not hardware:
+        raise GridError("a training sweep names devices (the GPU count) and hardware (a system profile)")
+    try:
+        base_config(settings)
+        profiles = [(name, resolve_profile(name)) for name in hardware]
+    except (TypeError, ValueError) as e:
+        raise GridError(str(e)) from None
+    rows = []
+    model = settings.get("model") or "gpt"
+    for n in devices:
+        for cfg, why in configurations(settings, n):
+            for name, hw in profiles:
+                row = {"model": model, "shape": f"s{cfg.seq} gb{cfg.global_batch}", "parallel": cfg.label(),
+                       "devices": n, "hardware": name, "dtype": "bf16"}
+                if why:
+                    row.update(status="skipped", reason=why)
+                else:
+                    row.update(_numbers(plan(cfg, hw, cache_dir)))
+                rows.append(row)
+    df = pd.DataFrame(rows)
+    for c in df.columns:  # counts stay exact ints beside the skipped rows' blanks
+        if c in INTS or c.startswith("mem_"):
+            df[c] = pd.array([None if v is None or v != v else int(v) for v in df[c]], dtype="Int64")
+    return df
+
+
+INTS = ("devices", "t", "p", "v", "d", "micro_batch", "micro_batches", "steps", "peak_bytes", "hbm_bytes", "flops",
+        "model_flops")
+
+
+def _numbers(p) -> dict:
+    r = p.row()
+    it = p.iteration
+    out = {"status": "ok", "reason": ""}
+    out.update({k: r[k] for k in ("t", "sp", "p", "v", "d", "micro_batch", "micro_batches", "recompute")})
+    out.update(time_step_s=it.total, steps=1, time_run_s=it.total, comm_exposed_s=it.tp_comm + it.p2p + it.dp_exposed,
+               peak_bytes=p.memory["total"], hbm_bytes=p.memory.get("capacity"),
+               fits="yes" if p.memory.get("fits", True) else "no", utilisation=r["mfu"], flops=r["hardware_flops"])
+    out.update({k: r[k] for k in r if k.endswith("_s") or k.startswith("mem_") or k in ("model_flops", "mfu", "hfu")})
+    return out

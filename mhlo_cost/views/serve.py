@@ -1,0 +1,71 @@
+"""``mhlo-cost serve``'s answers as views: one step's figures (:class:`~.serve.Figures`) as (metric, value) pairs
+in sections, a sweep's as a frame; each a :class:`~mhlo_cost.views.table.Table` that the shared renderers
+(:mod:`mhlo_cost.views.render`) write in every format, so the text, CSV, JSON and Markdown carry the same figures.
+
+The metrics are the figures' own names (``kv_cache_bytes``, ``step_time_s``, ...): exact ints, exact seconds."""
+from __future__ import annotations
+
+from .headline import human, human_seconds
+from .pairs import heading
+from .table import Table
+
+
+def _meta(what: str, line: str | None = None) -> dict:
+    from .. import __version__
+
+    return {"tool": "mhlo-cost", "version": __version__, "what": what} | ({"headline": line} if line else {})
+
+
+def step_headline(f) -> str:
+    """One line: the step's time and tokens/s, the cache, the memory per device against the chip, the bound."""
+    if f.step == "decode":
+        time = (f"decode: {human_seconds(f.step_time_s)} per output token, {f.tokens_per_s:,.1f} tokens/s "
+                f"({f.tokens_per_s / f.batch:,.1f} per sequence)")
+    else:
+        time = f"prefill: {human_seconds(f.step_time_s)} to first token, {f.tokens_per_s:,.1f} prompt tokens/s"
+    fits = "fits" if f.fits else "DOES NOT FIT"
+    on = f" on {f.hardware}" + (f" x{f.tp}" if f.tp > 1 else "") + (", one CUDA graph" if f.launch == "cuda-graphs" else "")
+    return " | ".join([time + on,
+                       f"KV cache {human(f.kv_cache_bytes, 'B')}",
+                       f"memory {human(f.memory_bytes, 'B')} per device of {human(f.capacity_bytes, 'B')}: {fits}",
+                       f"{f.bound}-bound"])
+
+
+def step_pairs(f, layout=None) -> list[tuple[str, object]]:
+    """The figures of one step in sections: the step, KV cache, memory per device, time, blocks."""
+    pairs = [heading("step"), ("step", f.step), ("batch", f.batch), ("context", f.context), ("tokens", f.tokens),
+             ("hardware", f.hardware), ("tp", f.tp), ("launch", f.launch), ("execution", "compiled"),
+             heading("KV cache")]
+    if layout is not None:
+        pairs.append(("kv_cache_layout", layout.describe()))
+    pairs += [("kv_cache_layer_bytes", list(f.kv_cache_layer_bytes)), ("kv_cache_bytes", f.kv_cache_bytes),
+              heading("memory per device" + (f" (weights and cache / {f.tp})" if f.tp > 1 else "")),
+              ("weight_bytes", f.weight_bytes), ("activation_bytes", f.activation_bytes),
+              ("memory_bytes", f.memory_bytes), ("capacity_bytes", f.capacity_bytes), ("fits", f.fits),
+              ("max_batch", f.max_batch),
+              ("max_context", "unbounded" if f.max_context is None else f.max_context),
+              heading("time " + ("per output token" if f.step == "decode" else "to first token")),
+              ("step_time_s", f.step_time_s), ("tokens_per_s", f.tokens_per_s)]
+    if f.step == "decode":
+        pairs.append(("tokens_per_s_per_sequence", f.tokens_per_s / f.batch))
+    pairs += [("comm_time_s", f.comm_time_s), ("flops", f.flops), ("bytes_moved", f.bytes_moved),
+              ("intensity", f.intensity), ("ridge", f.ridge), ("bound", f.bound)]
+    if f.blocks:
+        pairs.append(heading("blocks (one device)"))
+        for block, t, bound in f.blocks:
+            pairs += [(f"{block}.est_time_s", t), (f"{block}.bound", bound)]
+    return pairs
+
+
+def step_view(f, what: str = "", layout=None) -> Table:
+    """One step (``what``: the request, the title; ``layout``: its KV cache's) as a table of pairs."""
+    return Table(what or f"{f.step} on {f.hardware}", pairs=step_pairs(f, layout), meta=_meta(what, step_headline(f)))
+
+
+def sweep_view(figs: list, df, title: str) -> Table:
+    """A sweep's points, one row each (``df``: :func:`mhlo_cost.studies.serve.grid.table` of ``figs``), the
+    step's time in exact seconds."""
+    at = list(df.columns).index("step_time_ms")
+    df = df.drop(columns="step_time_ms")
+    df.insert(at, "step_time_s", [f.step_time_s for f in figs])
+    return Table(title, frame=df, meta=_meta(title))

@@ -1,0 +1,138 @@
+"""How the walk makes a row: :class:`RowMaker`, mixed into :class:`mhlo_cost.walk.base.IRVisitor`.
+
+A pure rule (:class:`~mhlo_cost.walk.optable.OpRule`) is applied by :meth:`RowMaker.count`; a rule set's method
+makes its row with :meth:`RowMaker.emit` (or ``emit_same_type`` / ``emit_no_operands``). Either way the walk reads
+the op's types once, and the row is its identity (op, location, scope, function, values) and a
+:class:`~mhlo_cost.walk.costvalue.Cost`. It reads the walk's type and location caches, the arguments of the
+function being walked, its output list and recorders' row hooks (all set by ``IRVisitor.__init__``).
+"""
+from __future__ import annotations
+
+from collections import ChainMap
+
+from jaxlib.mlir import ir
+
+from .costvalue import Cost
+from .optable import OpContext, OpRule
+from .row import AnalysisError, Row
+
+
+#: comm_kind, group_size, num_groups, comm_steps of a row that is not a collective's.
+_NO_COMM = ("", 0, 0, 0)
+_new = tuple.__new__
+
+
+class RowMaker:
+    """The row-making half of the walk."""
+
+    def count(self, rule: OpRule, op: ir.Operation, attrs=None) -> Row:
+        """The row of ``op`` counted by the pure ``rule`` (:mod:`mhlo_cost.walk.optable`): the walk reads the
+        types the rule asks for, gives it an :class:`OpContext` (``attrs``: the op's own attributes unless
+        given; with the rule's ``extra`` in front of them), and makes the row from the cost it returns and the
+        identity the walk owns."""
+        if attrs is None and rule.extra is not None:
+            attrs = ChainMap(rule.extra(op), op.attributes)
+        return self.count_named(rule, op.name, op, attrs)
+
+    def count_named(self, rule: OpRule, name: str, op: ir.Operation, attrs=None) -> Row:
+        """:meth:`count` of an op whose name is known already (the walk dispatches by name: it binds ``rule``
+        and ``name`` once per op name, and the op's name is not read from the IR again)."""
+        facts = self._facts(op, rule.reads, rule.weights)
+        bodies = tuple(rule.body(r, self.functions) for r in op.regions) if rule.body is not None else ()
+        ctx = _new(OpContext, (name, facts[3], facts[0], op.attributes if attrs is None else attrs, self.options,
+                               facts[4], facts[1], bodies, self.module_facts))  # OpContext(...), as a tuple is made
+        try:
+            out = rule.fn(ctx)
+        except (ValueError, IndexError, ZeroDivisionError) as e:  # a window too large to count, odd attributes
+            raise AnalysisError(f"{name} at {self.loc(op).describe()}: {e}") from None
+        if type(out) is Cost:
+            return self._row(op, rule.kind, out, facts, name=name)
+        if out.warning:
+            head, detail = out.warning
+            self.warnings.append(f"{head}: {name} at {self.loc(op).describe()}: {detail}")
+        row = self._row(op, out.kind or rule.kind, out.cost, facts, out.target, out.comm, name)
+        if out.groups:
+            row.replica_groups = out.groups
+        if out.kind == "unknown":  # an op whose work is unknown claims no weights (a dynamic_conv's padding unread)
+            row.weights = ()
+        return row
+
+    def emit(self, op: ir.Operation, kind: str, target: str = "", weights: bool = False) -> Row:
+        """Append a row for ``op`` (a rule set's method: it sets what the row says beyond its bytes); bytes read
+        and written come from its operand and result types. With ``weights`` the operands that are function
+        arguments are recorded in ``row.weights``."""
+        facts = self._facts(op, "operands", weights)
+        return self._row(op, kind, Cost(bytes_read=facts[4], bytes_written=facts[1]), facts, target)
+
+    def emit_same_type(self, op: ir.Operation, kind: str) -> Row:
+        """:meth:`emit` for an op whose operands all have its result's type (reads ``same_type``)."""
+        facts = self._facts(op, "same_type", False)
+        return self._row(op, kind, Cost(bytes_read=facts[4], bytes_written=facts[1]), facts)
+
+    def emit_no_operands(self, op: ir.Operation, kind: str) -> Row:
+        """:meth:`emit` for an op without operands (``constant``, ``iota``): reads only its result."""
+        facts = self._facts(op, "none", False)
+        return self._row(op, kind, Cost(bytes_written=facts[1]), facts)
+
+    def _row(self, op: ir.Operation, kind: str, cost: Cost, facts: tuple, target: str = "", comm: tuple = (),
+             name: str = "") -> Row:
+        loc = self._locations(op.location)
+        # Row's fields by position (the walk's hot path; tests/test_fast_walk.py holds the order to the keywords):
+        # op, kind, loc, scope, result, cost, multiplicity, note, target, comm_kind, group_size, num_groups,
+        # comm_steps, operands, weights, func, index, values.
+        row = Row(name or op.name, kind, loc, loc.scope, facts[0], cost, 1, "", target, *(comm or _NO_COMM),
+                  facts[3], facts[6], self._func_name, 0, (facts[5], facts[2]))
+        self._out.append(row)
+        for hook in self._row_hooks:
+            hook(op, row)
+        return row
+
+    def _facts(self, op: ir.Operation, reads: str, weights: bool) -> tuple:
+        """(result type, bytes written, result keys, operand types, bytes read, operand keys, weight operands) of
+        ``op``, its operands read as ``reads`` says (:data:`mhlo_cost.walk.optable.READS`). This is the hot
+        path of the walk: it runs for every type of every op."""
+        types = self._types
+        known = self._known_type  # the cache's dict lookup, inlined
+        try:
+            results = op.results
+            if len(results) == 1:
+                r = results[0]
+                t = r.type
+                result = known(hash(t)) or types(t)
+                written = result.nbytes
+                defs = (hash(r),)
+            else:
+                result = tuple(types(r.type) for r in results)
+                written = sum(t.nbytes for t in result)
+                defs = tuple(map(hash, results))
+            if reads == "none":
+                return result, written, defs, (), 0, (), ()
+            if reads == "same_type":  # weight operands are not looked for on this path
+                uses = tuple(map(hash, op.operands))
+                return result, written, defs, (result,) * len(uses), len(uses) * written, uses, ()
+            return (result, written, defs) + self._operand_facts(op.operands, weights)
+        except ValueError as e:
+            raise AnalysisError(f"{op.name} at {self.loc(op).describe()}: {e}") from None
+
+    def _operand_facts(self, operands, weights: bool) -> tuple:
+        """(operand types, bytes read, operand keys, weight operands)."""
+        types, known = self._types, self._known_type
+        if len(operands) == 1:  # most data movement: broadcast, convert, reshape, transpose, slice
+            v = operands[0]
+            t = v.type
+            ti = known(hash(t)) or types(t)
+            h = hash(v)
+            return (ti,), ti.nbytes, (h,), ((0,) if weights and h in self._args else ())
+        read = 0
+        infos, uses, found = [], [], ()
+        args = self._args
+        for v in operands:
+            t = v.type
+            ti = known(hash(t)) or types(t)
+            read += ti.nbytes
+            h = hash(v)
+            if weights and h in args:
+                found += (len(infos),)
+            infos.append(ti)
+            uses.append(h)
+        return tuple(infos), read, tuple(uses), found
