@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from mhlo_cost import analyze
-from mhlo_cost import frontends
+from mhlo_cost.lower import frontends
 from mhlo_cost.lower.frontends import FrontendError, dump, make_config
 from mhlo_cost.lower.models import gpt
 

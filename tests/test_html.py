@@ -12,7 +12,8 @@ import pandas as pd
 import pytest
 
 from html_pages import ROOT, csv_rows, dump, header_names, read_page, same_value
-from mhlo_cost import analyze, blocks as blocks_mod
+from mhlo_cost import analyze
+from mhlo_cost.analysis import blocks as blocks_mod
 from mhlo_cost.cli import main
 from mhlo_cost.analysis.collectors import assign_blocks
 from mhlo_cost.views.html import report_page

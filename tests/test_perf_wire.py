@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from mhlo_cost import guard
+from mhlo_cost.ir import guard
 from mhlo_cost.analysis import analyze
 from mhlo_cost.ir.loader import load
 from mhlo_cost.walk.locations import scope_of

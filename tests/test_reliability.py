@@ -65,7 +65,7 @@ def test_gzip_bomb_stops_at_its_limit(monkeypatch, tmp_path, capsys):
     in this process, before it holds the whole: one line, exit 2. Real IR (5-30 x) loads."""
     import gzip
 
-    from mhlo_cost import loader
+    from mhlo_cost.ir import loader
 
     monkeypatch.setattr(loader, "GZIP_MIN_LIMIT", 1 << 20)
     bomb = tmp_path / "bomb.mlir.gz"
@@ -204,7 +204,7 @@ def test_a_dead_reader_is_reaped_and_started_again():
     import os
     import signal
 
-    from mhlo_cost import guard
+    from mhlo_cost.ir import guard
 
     gpt = Path(__file__).resolve().parents[1] / "examples" / "gpt_small.mlir"
     load(gpt, isolate=True)

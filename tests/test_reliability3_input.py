@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 import fuzz_locations
-from mhlo_cost import files
+from mhlo_cost.files import read as files
 from mhlo_cost.cli import main
 from stderr_lines import error_line
 
