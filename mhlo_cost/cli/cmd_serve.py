@@ -17,7 +17,7 @@ def add_step_options(g, lower: bool = False) -> None:
     g.add_argument("--context", type=positive_int, metavar="L",
                    help="positions the static cache holds (default 2048; prefill: the prompt's length)")
     if not lower:
-        g.add_argument("--batch", type=positive_int, default=1, help="sequences (default 1)")
+        g.add_argument("--batch", type=positive_int, help="sequences (default 1)")
         g.add_argument("--tokens", type=positive_int, metavar="P", help="prefill: prompt tokens (default 512)")
 
 
@@ -46,17 +46,19 @@ def register(sub) -> None:
     m.add_argument("--dtype", default="bfloat16", help="weights and cache dtype (default bfloat16)")
     s = p.add_argument_group("the step")
     add_step_options(s)
-    s.add_argument("--tp", type=positive_int, default=1, metavar="N",
+    s.add_argument("--tp", type=positive_int, metavar="N",
                    help="tensor parallel over N devices (weights and cache split, all_reduce per layer)")
     s.add_argument("--launch", choices=("stream", "cuda-graphs"), default="stream",
                    help="stream (default): each fused kernel launched from the host, paying the profile's "
                         "kernel overhead; cuda-graphs: the step replayed as one captured CUDA graph "
                         "(torch.compile reduce-overhead, vLLM, TensorRT-LLM decode): no launch per kernel")
     w = p.add_argument_group("a sweep (a table; --plot)")
-    w.add_argument("--batches", type=_ints, metavar="B1,B2,..", help="e.g. 1,8,32,128")
-    w.add_argument("--contexts", type=_ints, metavar="L1,L2,..", help="e.g. 2048,8192,32768")
-    w.add_argument("--tps", type=_ints, metavar="N1,N2,..", help="tensor-parallel degrees (default --tp)")
-    w.add_argument("--plot", metavar="FILE.png", help="tokens/s and memory against batch (points that do not fit: x)")
+    w.add_argument("--batches", type=_ints, metavar="B1,B2,..", help="e.g. 1,8,32,128 (instead of --batch; a value "
+                                                                      "given twice is one point)")
+    w.add_argument("--contexts", type=_ints, metavar="L1,L2,..", help="e.g. 2048,8192,32768 (instead of --context)")
+    w.add_argument("--tps", type=_ints, metavar="N1,N2,..", help="tensor-parallel degrees (instead of --tp)")
+    w.add_argument("--plot", metavar="FILE.png", help="tokens/s and memory against batch (points that do not fit: x); "
+                                                      ".png, .svg or .pdf")
     w.add_argument("--cache-dir", metavar="DIR", help="lowerings and results (default ~/.cache/mhlo-cost/inference)")
     w.add_argument("--no-cache", action="store_true", help="lower every point again, keep nothing")
     o = p.add_argument_group("output")
@@ -92,10 +94,11 @@ def step_request(args, batch: int | None, tokens: int | None):
     tokens = tokens or context
     try:
         sets = parse_assignments(args.set, "--set")
-        from ..lower.frontends.inputs import dtype_name
+        from ..lower.frontends.inputs import weight_dtype
 
-        dtype = dtype_name(args.dtype) if args.dtype else "bfloat16"
-        req = StepRequest(mode=mode, batch=batch or 1, context=context, tokens=tokens, model=args.model, hf=args.hf,
+        dtype = weight_dtype(args.dtype) if args.dtype else "bfloat16"
+        req = StepRequest(mode=mode, batch=1 if batch is None else batch, context=context, tokens=tokens,
+                          model=args.model, hf=args.hf,
                           config=args.config, overrides=tuple(sorted(sets.items())), dtype=dtype,
                           locations=getattr(args, "locations", True))
         req.check()
@@ -113,11 +116,23 @@ def _profile(args):
     return hw
 
 
+def _check_sweep(args) -> None:
+    """A sweep's list replaces the single value it sweeps; --plot draws a sweep, as a picture file."""
+    for many, one in (("batches", "batch"), ("contexts", "context"), ("tps", "tp")):
+        if getattr(args, many) is not None and getattr(args, one) is not None:
+            raise UserError(f"--{many} sweeps the {one}: give --{many} or --{one}, not both")
+    if args.plot and not (args.batches or args.contexts or args.tps):
+        raise UserError("--plot draws a sweep: give --batches and/or --contexts")
+    if args.plot and not args.plot.lower().endswith((".png", ".svg", ".pdf")):
+        raise UserError(f"--plot {args.plot}: the picture's name must end in .png, .svg or .pdf")
+
+
 def cmd_serve(args) -> int:
     import os
 
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
+    _check_sweep(args)
     if args.output:
         claim_output(args)
     req = step_request(args, args.batch, args.tokens)
@@ -125,14 +140,12 @@ def cmd_serve(args) -> int:
 
     hw = launched(_profile(args), args.launch)
     sweeping = args.batches or args.contexts or args.tps
-    if args.plot and not sweeping:
-        raise UserError("--plot draws a sweep: give --batches and/or --contexts")
     from ..lower.frontends import FrontendError
     from ..lower.frontends.api import LowerFailed
     from ..studies.serve.study import ServeOptions, ServeStudy
 
     bar = Progress.of(args)
-    study = ServeStudy(ServeOptions(req, hw, tp=args.tp, launch=args.launch, batches=args.batches,
+    study = ServeStudy(ServeOptions(req, hw, tp=args.tp or 1, launch=args.launch, batches=args.batches,
                                     contexts=args.contexts, tps=args.tps, cache=not args.no_cache,
                                     cache_dir=args.cache_dir), stage=bar.stage)
     if sweeping:

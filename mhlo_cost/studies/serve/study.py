@@ -15,7 +15,12 @@ from ...lower.inference.steps import StepRequest
 class ServeOptions:
     """The step (``request``), the profile (``hardware``: a Hardware), ``tp``, ``launch`` (stream or
     cuda-graphs), a sweep (``batches``, ``contexts``, ``tps``: any given makes one) and the cache of lowerings
-    and results (``cache``: kept at all; ``cache_dir``: where, default ``~/.cache/mhlo-cost/inference``)."""
+    and results (``cache``: kept at all; ``cache_dir``: where, default ``~/.cache/mhlo-cost/inference``).
+
+    Checked when made (:mod:`mhlo_cost.studies.limits`; ValueError): counts in range, each list's values once
+    (in the order given), a sweep's list replacing the single value it sweeps (``batches`` and a ``request``
+    batch other than 1 do not go together, nor ``tps`` and a ``tp`` other than 1). What needs the model's
+    configuration (layers; ``tp`` dividing the heads) is checked by :meth:`ServeStudy.check`, before lowering."""
 
     request: StepRequest
     hardware: object
@@ -26,6 +31,35 @@ class ServeOptions:
     tps: tuple | None = None
     cache: bool = True
     cache_dir: str | os.PathLike | None = None
+
+    def __post_init__(self):
+        from ..limits import OptionError, check, check_list, count
+        from .serve import LAUNCHES
+
+        req = self.request
+        check("batch", req.batch, "--batch")
+        check("positions", req.context, "--context")
+        check("positions", req.tokens, "--tokens")
+        check("devices", self.tp, "--tp")
+        if self.launch not in LAUNCHES:
+            raise OptionError(f"--launch must be one of {', '.join(LAUNCHES)}, got {self.launch!r}")
+        points = 1
+        for name, limit, single, default in (("batches", "batch", "batch", req.batch),
+                                             ("contexts", "positions", "context", None),
+                                             ("tps", "devices", "tp", self.tp)):
+            values = getattr(self, name)
+            if values is None:
+                continue
+            if default not in (None, 1):
+                raise OptionError(f"--{name} sweeps the {single}: give --{name} or --{single} ({default}), not both")
+            values = check_list(limit, values, f"--{name}")
+            object.__setattr__(self, name, values)
+            points *= len(values)
+        count(points, "points", "the sweep")
+        short = [c for c in self.contexts or () if c < req.tokens] if req.mode == "prefill" else []
+        if short:
+            raise OptionError(f"--contexts: a prefill of {req.tokens} tokens does not fit a cache of {short[0]} "
+                              "positions")
 
     @property
     def sweeping(self) -> bool:
@@ -81,8 +115,24 @@ class ServeStudy:
         return sweep(o.request, o.batches or [o.request.batch], o.contexts or [o.request.context], self.hardware,
                      tps=o.tps or [o.tp], cache=self.cache, stage=self.stage, launch=o.launch)
 
+    def check(self) -> None:
+        """What needs the model's configuration (read, never built), before anything is lowered: its layers
+        within the limit, and every tensor-parallel degree dividing its heads and key/value heads. ValueError
+        (FrontendError where the configuration cannot be read)."""
+        from ..limits import OptionError, check
+
+        facts = self.options.request.facts()
+        check("layers", facts.layers, "the model's layer count")
+        for tp in self.options.tps or (self.options.tp,):
+            for n, what in ((facts.heads, "attention heads"), (facts.kv_heads, "key/value heads")):
+                if n % tp:
+                    raise OptionError(f"tensor parallel degree {tp} does not divide the model's {n} {what}: "
+                                     "its heads (and their KV cache) are split tp ways")
+
     def run(self):
-        """What the options ask for: the sweep's points, or the one point's figures."""
+        """What the options ask for (checked first: :meth:`check`): the sweep's points, or the one point's
+        figures."""
+        self.check()
         return self.points if self.options.sweeping else self.figures
 
     def view(self):
