@@ -6,6 +6,34 @@ from __future__ import annotations
 from .common import EXIT_OK, UserError, positive_int, write_output
 
 
+#: The split's options (-t, -p, ...): a sweep makes every split itself, so none of them goes with --sweep.
+SPLIT = (("-t", "t"), ("-p", "p"), ("-d", "d"), ("--sp", "sp"), ("--interleave", "interleave"),
+         ("--micro-batch", "micro_batch"), ("--recompute", "recompute"))
+#: Their values where not given.
+SPLIT_DEFAULTS = {"t": 1, "p": 1, "d": 1, "sp": False, "interleave": 1, "micro_batch": 1, "recompute": "none"}
+
+
+def _check_options(args) -> None:
+    """Options that cannot mean anything together: one line, before any work."""
+    if args.sweep is not None:
+        given = [opt for opt, dest in SPLIT if getattr(args, dest) not in (None, False)]
+        if args.by is not None:
+            given.append("--by")
+        if given:
+            raise UserError(f"{', '.join(given)} {'does' if len(given) == 1 else 'do'} not go with --sweep, which "
+                            "ranks every tensor x pipeline x data split, micro-batch, recompute and interleaving")
+    if not args.hf:
+        for opt, v in (("--set", args.set), ("--config", args.config)):
+            if v:
+                raise UserError(f"{opt} goes with --hf (a transformers configuration); the bundled sizes are "
+                                "--layers, --hidden, --heads, --seq, --vocab")
+    if args.by is not None and args.format in ("json", "html"):
+        raise UserError(f"--by chooses the table; --format {args.format} holds both tables")
+    for dest, value in SPLIT_DEFAULTS.items():
+        if getattr(args, dest) is None:
+            setattr(args, dest, value)
+
+
 def _config(args):
     from ..studies.plan.config import MODELS, ScaleConfig, model_config
 
@@ -48,14 +76,11 @@ def cmd_train_plan(args) -> int:
     from ..network import resolve_profile
     from ..studies.plan.study import PlanOptions, PlanStudy
 
-    hw = resolve_profile(args.hardware, getattr(args, "hardware_file", None))
+    _check_options(args)
+    hw = resolve_profile(args.hardware, args.hardware_file)
     cfg = _config(args)
-    if not args.sweep:
-        why = cfg.invalid()
-        if why:
-            raise UserError(f"invalid training configuration: {why}")
-    study = PlanStudy(PlanOptions(cfg, hw, gpus=args.sweep, cache_dir=args.cache))
-    write_output(study.render(args.format, args.by), args.output)
+    study = PlanStudy(PlanOptions(cfg, hw, gpus=args.sweep, cache_dir=args.cache))  # checked: OptionError
+    write_output(study.render(args.format, args.by or "component"), args.output)
     return EXIT_OK
 
 
@@ -73,21 +98,22 @@ def register(sub) -> None:
     p.add_argument("--config", metavar="FILE|TYPE", help="with --hf: the configuration (as lower --config)")
     p.add_argument("--set", action="append", metavar="KEY=VALUE", help="with --hf: a configuration field")
     p.add_argument("--hardware", default="selene", help="a system profile (default: selene)")
-    p.add_argument("-t", type=positive_int, default=1, help="tensor degree")
-    p.add_argument("-p", type=positive_int, default=1, help="pipeline degree")
-    p.add_argument("-d", type=positive_int, default=1, help="data degree")
-    p.add_argument("--sp", action="store_true", help="sequence parallelism")
-    p.add_argument("--interleave", type=positive_int, default=1, help="virtual stages per device (1: 1F1B)")
-    p.add_argument("--micro-batch", type=positive_int, default=1)
+    p.add_argument("--hardware-file", metavar="FILE", help="TOML file of your own profiles (searched first)")
+    p.add_argument("-t", type=positive_int, help="tensor degree (default 1)")
+    p.add_argument("-p", type=positive_int, help="pipeline degree (default 1)")
+    p.add_argument("-d", type=positive_int, help="data degree (default 1)")
+    p.add_argument("--sp", action="store_true", default=None, help="sequence parallelism")
+    p.add_argument("--interleave", type=positive_int, help="virtual stages per device (default 1: 1F1B)")
+    p.add_argument("--micro-batch", type=positive_int, help="default 1")
     p.add_argument("--global-batch", type=positive_int, default=1)
-    p.add_argument("--recompute", default="none", help="none, selective, full")
+    p.add_argument("--recompute", choices=("none", "selective", "full"), help="default none")
     p.add_argument("--dp-comm", default="all_reduce", choices=("all_reduce", "zero"))
     p.add_argument("--dp-overlap", action="store_true", help="the gradient reduction overlaps the last backward")
     p.add_argument("--sweep", type=positive_int, metavar="GPUS", help="rank every split of GPUS devices")
     p.add_argument("--cache", metavar="DIR", help="keep each lowered layer's analysis here")
     p.add_argument("--format", default="table", choices=("table", "csv", "json", "markdown", "html"),
                    help="html: a page with a stacked bar per pipeline stage and both tables (-o FILE)")
-    p.add_argument("--by", default="component", choices=("component", "stage"),
-                   help="the table: the busiest device's components, or one row per pipeline stage")
+    p.add_argument("--by", choices=("component", "stage"),
+                   help="the table: the busiest device's components (default), or one row per pipeline stage")
     p.add_argument("-o", "--output", metavar="FILE")
     p.set_defaults(func=cmd_train_plan)

@@ -14,12 +14,33 @@ from .config import ScaleConfig
 @dataclass(frozen=True)
 class PlanOptions:
     """``config`` (the split included), ``hardware`` (a system profile), ``gpus`` (a sweep over every split of
-    that many devices, None: the one plan), ``cache_dir`` (each lowered layer's analysis kept there)."""
+    that many devices, None: the one plan), ``cache_dir`` (each lowered layer's analysis kept there).
+
+    Checked when made (:mod:`mhlo_cost.studies.limits`; OptionError): the configuration valid (with a sweep: the
+    model; the sweep makes the splits), its counts and the sweep's within their limits."""
 
     config: ScaleConfig
     hardware: object
     gpus: int | None = None
     cache_dir: str | os.PathLike | None = None
+
+    def __post_init__(self):
+        from ..limits import OptionError, check, count
+        from .plan import split_count
+
+        cfg = self.config
+        why = cfg.model_invalid() if self.gpus is not None else cfg.invalid()
+        if why:
+            raise OptionError(f"invalid training configuration: {why}")
+        check("layers", cfg.layers, "--layers")
+        check("positions", cfg.seq, "--seq")
+        check("batch", cfg.global_batch, "--global-batch")
+        check("batch", cfg.micro_batch, "--micro-batch")
+        if self.gpus is None:
+            check("devices", cfg.gpus, f"-t x -p x -d ({cfg.t} x {cfg.p} x {cfg.d})")
+            return
+        check("devices", self.gpus, "--sweep GPUS")
+        count(split_count(self.gpus), "points", f"the sweep over the splits of {self.gpus:,} GPUs")
 
 
 class PlanStudy:
@@ -40,8 +61,15 @@ class PlanStudy:
         """(the ranked table of the valid splits, the skipped ones with their reason)."""
         from .plan import sweep
 
+        from ..limits import OptionError
+
         o = self.options
-        return sweep(o.config, o.gpus, o.hardware, o.cache_dir)
+        df, skipped = sweep(o.config, o.gpus, o.hardware, o.cache_dir)
+        if not len(df):
+            first = skipped["reason"].iloc[0] if len(skipped) else "none considered"
+            raise OptionError(f"no split of {o.gpus:,} GPUs is a valid configuration of this model ({len(skipped)} "
+                              f"skipped; the first: {first})")
+        return df, skipped
 
     def render(self, fmt: str, by: str = "component") -> str:
         """The sweep's table, or the plan's (``by``: component, or stage: a row per pipeline stage) in ``fmt``
