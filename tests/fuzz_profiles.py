@@ -41,7 +41,7 @@ SPEC_SEED = {"model": "stdit3", "hardware": ["h100"], "strategies": ["none:1"], 
 
 def seeds() -> list[tuple[str, dict]]:
     """(name, document) of each hardware/system seed."""
-    data = Path(__file__).parent.parent / "mhlo_cost" / "data"
+    data = Path(__file__).parent.parent / "mhlo_cost" / "machines" / "data"
     chip = tomllib.loads((data / "hardware_template.toml").read_text())
     chip["profile"]["my-chip"]["gemm"]["curve"] = {"bf16": [[0.01, 0.3], [1.0, 0.7], [100.0, 0.8]]}
     system = tomllib.loads((data / "system_template.toml").read_text())

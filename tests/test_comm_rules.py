@@ -42,7 +42,7 @@ def mlir():
 
 # -- one registry -------------------------------------------------------------------------------------------------
 def test_collectives_are_found_in_the_communication_tables_by_qualified_name():
-    from mhlo_cost.walk import comm, shardy
+    from mhlo_cost.walk import collective as comm, shardy
     from mhlo_cost.walk.ruleset import rules_for
 
     for d in ("stablehlo", "mhlo"):

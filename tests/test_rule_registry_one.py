@@ -89,7 +89,7 @@ def test_the_walk_looks_up_no_method_of_a_rule_set():
 
 
 def test_custom_call_and_dynamic_conv_are_found_in_their_tables_by_qualified_name():
-    from mhlo_cost.walk import cost, tflops
+    from mhlo_cost.walk import cost, matrix as tflops
     from mhlo_cost.walk.ruleset import rules_for
 
     for d in ("stablehlo", "mhlo"):
