@@ -49,7 +49,7 @@ from mhlo_cost.roofline import Roofline  # noqa: E402
 #: (measurements, the profile that prices them): the H200's and the H100's.
 DATA = ((os.path.join(ROOT, "benchmarks", "data", "measured_h200.toml"), "h200"),
         (os.path.join(ROOT, "benchmarks", "data", "measured_h100.toml"), "h100"))
-ACCURACY = os.path.join(ROOT, "mhlo_cost", "data", "accuracy_eager.toml")
+ACCURACY = os.path.join(ROOT, "mhlo_cost", "machines", "data", "accuracy_eager.toml")
 LIBRARY = {"flash": "fa2", "cudnn": "cudnn"}
 B, T, S, C = 2, 60, 920, 1152  # STDiT3's activations at 204_640_360: [2, 60 x 920, 1152]
 

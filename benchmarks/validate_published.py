@@ -37,7 +37,7 @@ from mhlo_cost.machines.hardware import get_profile  # noqa: E402
 from mhlo_cost.roofline.estimate import Roofline  # noqa: E402
 
 DATA = os.path.join(ROOT, "benchmarks", "data", "published_gpu.toml")
-ACCURACY = os.path.join(ROOT, "mhlo_cost", "data", "accuracy.toml")
+ACCURACY = os.path.join(ROOT, "mhlo_cost", "machines", "data", "accuracy.toml")
 CATEGORIES = ("gemm", "attention_fwd", "attention_bwd", "memory", "model")
 F32 = jnp.float32
 
