@@ -8,9 +8,9 @@ and results cached on disk (``--cache-dir``). The work is in :mod:`mhlo_cost.stu
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 from ..files.read import FileRefused, read_settings
+from .cache import add_cache, cache_note, cache_root
 from .cmd_lower import PARALLEL
 from .common import EXIT_OK, Progress, UserError, add_force, add_progress, claim_output, say
 from ..files.written import record_output
@@ -47,8 +47,7 @@ def register(sub) -> None:
     r.add_argument("--scheduler", metavar="tcp://HOST:8786", help="a Dask distributed scheduler (default: this "
                                                                   "machine, a process per core)")
     r.add_argument("-j", "--jobs", type=int, metavar="N", help="local worker processes (default: the cores)")
-    r.add_argument("--cache-dir", metavar="DIR", help="the result cache (default: ~/.cache/mhlo-cost/sweep)")
-    r.add_argument("--no-cache", action="store_true", help="compute every point, keep nothing")
+    add_cache(r, "each point's IR hash and rows")
     o = p.add_argument_group("output")
     o.add_argument("--best", action="store_true", help="only what fits, ranked per (shape, hardware) by time")
     o.add_argument("--format", choices=("csv", "json", "parquet", "markdown"),
@@ -115,7 +114,6 @@ def cmd_sweep(args) -> int:
     import os
 
     from ..studies.sweep import GridError, SweepError, make_grid, run_sweep
-    from ..studies.sweep.cache import default_dir
     from ..studies.sweep.table import best, format_of
 
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -133,19 +131,13 @@ def cmd_sweep(args) -> int:
         grid = make_grid(settings)
         _shape_notes(grid, args)
         hardware_toml = _hardware_toml(grid, args.hardware_file)
-        cache = None if args.no_cache else (args.cache_dir or default_dir())
-        if cache is not None:
-            try:
-                for sub in ("lowered", "results"):
-                    Path(cache, sub).mkdir(parents=True, exist_ok=True)
-            except OSError as e:
-                raise UserError(f"--cache-dir {cache}: cannot write there: {e.strerror or e} (or --no-cache)") from None
+        cache = cache_root(args)
         if not args.quiet:
             print(f"mhlo-cost: sweep of {len(grid.points)} point(s) x {len(grid.hardware)} hardware profile(s) on "
                   f"{args.scheduler or 'this machine'}", file=sys.stderr, flush=True)
         bar = Progress.of(args)
         df, stats = run_sweep(grid, hardware_toml, cache_dir=cache, scheduler=args.scheduler, jobs=args.jobs,
-                              progress=bar.count if bar.enabled else False)
+                              progress=bar.count if bar.enabled else False, note=cache_note(args))
         bar.close()
     except (GridError, SweepError) as e:
         raise UserError(str(e)) from None
@@ -191,13 +183,11 @@ def _training(args, settings: dict, fmt: str) -> int:
     by iteration time among those that fit, as train-plan --sweep ranks them)."""
     import time
 
-    from ..studies.sweep.cache import default_dir
     from ..studies.sweep.table import best
     from ..studies.sweep.training import training_frame
 
     t0 = time.perf_counter()
-    cache = None if args.no_cache else Path(args.cache_dir or default_dir(), "scale")
-    df = training_frame(settings, cache)
+    df = training_frame(settings, cache_root(args), cache_note(args))
     if args.best:
         df = best(df)
     _emit(df, fmt, args.output, {"training": settings["training"]})

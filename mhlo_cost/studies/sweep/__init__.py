@@ -13,8 +13,10 @@ __all__ = ["Grid", "GridError", "Point", "Stats", "SweepError", "make_grid", "re
 
 
 def run_sweep(grid: Grid, hardware_toml: str | None = None, *, cache_dir=None, scheduler: str | None = None,
-              jobs: int | None = None, progress: bool = True):
-    """(table, stats) of ``grid`` (``hardware_toml``: the text of a user's profile file, searched first)."""
+              jobs: int | None = None, progress: bool = True, note=None):
+    """(table, stats) of ``grid`` (``hardware_toml``: the text of a user's profile file, searched first;
+    ``cache_dir``: the cache root, None: nothing kept; ``note(text)``: told of each cache entry not trusted or
+    not kept)."""
     from .cache import Cache
     from .point import Task
     from .grid import EXECUTION_OF_FUSE
@@ -24,7 +26,7 @@ def run_sweep(grid: Grid, hardware_toml: str | None = None, *, cache_dir=None, s
     valid = [p for p in grid.points if p not in skipped]
     tasks = [Task(p, grid.options, grid.hardware, grid.steps, grid.fuse, grid.conv_padding, hardware_toml)
              for p in valid]
-    results, stats = run_tasks(tasks, Cache(cache_dir), scheduler=scheduler, jobs=jobs, progress=progress)
+    results, stats = run_tasks(tasks, Cache(cache_dir, note), scheduler=scheduler, jobs=jobs, progress=progress)
     rows = make_rows(grid.points, dict(zip(valid, results)), skipped, grid.hardware)
     execution = EXECUTION_OF_FUSE.get(grid.fuse, grid.fuse)
     for row in rows:
