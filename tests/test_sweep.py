@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import math
+import re
 
 import pytest
 
@@ -85,7 +86,7 @@ def test_invalid_points_are_skipped_and_failures_are_rows(tmp_path, capsys, monk
 
     monkeypatch.setattr(point, "lower_text", lower_text)
     text, err = sweep(tmp_path, capsys, "--parallel", "none", "ulysses", "2d", "ring", "--devices", "1", "3",
-                      "--hardware", "h100", "--jobs", "1", "--format", "csv", name="t.csv")
+                      "--hardware", "h100", "--jobs", "1", "--format", "csv", name="t.csv", rc=1)
     lines = text.splitlines()
     status = {tuple(line.split(",")[2:4]): line.split(",")[6:8] for line in lines[1:]}
     assert status[("none", "1")] == ["ok", ""]
@@ -95,6 +96,9 @@ def test_invalid_points_are_skipped_and_failures_are_rows(tmp_path, capsys, monk
     assert status[("ring", "3")] == ["failed", "RuntimeError: the ring broke"]
     assert status[("ulysses", "3")][0] in ("ok", "skipped")  # 4 heads over 3 devices: skipped with its reason
     assert "1 failed" in err
+    # exit 1 says some points failed, in one line with the first one's reason
+    assert re.search(r"^mhlo-cost: sweep: 1 of \d+ point\(s\) failed; first: ring:3: RuntimeError: the ring broke ",
+                     err, re.M)
 
 
 def test_resume_recomputes_only_the_deleted_entry(tmp_path, capsys):
