@@ -5,15 +5,15 @@ layer's shapes and chip) with the schema of what is kept and ONE code hash (:fun
 own source files that can change an answer, and the jax / jaxlib that lower). A changed rule, estimate or
 profile is a new key, never a stale answer; nothing is bumped by hand.
 
-Each entry is one file, ``<root>/<schema name>/<key>.entry``: a line of JSON (``schema``: name and version,
-``key``, ``sha256`` of the payload and the blob, ``blob_bytes``, ``payload``), then the blob's bytes, if any
-(serve's lowered IR). What fails to read or validate is never trusted: a file that is missing, torn, not
-JSON, holds NaN or infinity anywhere, another key's or another schema's entry, a checksum that does not
-match, a payload whose fields break the schema its user declares (:class:`Record`: names, types, ranges:
-no negative count or time), or a folder, a symlink loop or a FIFO where the file should be. It is computed
-again, with a note (where it is more than missing). Writes are atomic (a temporary file in the same folder,
-fsync, :func:`os.replace`), so racing writers and readers never see half an entry: the last writer wins
-with a whole one.
+Each entry is one file, ``<root>/<schema name>/<key>.entry``: a line of JSON (:func:`canonical`: ``schema``,
+its name and version; ``key``; ``sha256``, of the payload's canonical JSON, a NUL byte and the blob;
+``blob_bytes``; ``payload``), then the blob's bytes, if any (serve's lowered IR). What fails to read or
+validate is never trusted: a file that is torn or not JSON, NaN or infinity anywhere, another key's or
+another schema's entry, a checksum that does not match, a payload that breaks the schema its user declares
+(:class:`Record`: names, types, ranges: no negative count or time), a folder, a symlink loop or a FIFO where
+the file should be. It is computed again, with a note (a missing entry without one). Writes are atomic (a
+temporary file in the same folder, fsync, :func:`os.replace`), so racing writers and readers never see half
+an entry: the last writer wins with a whole one.
 
 Standard library only (the bottom wing). The atomic writer here is private; ``files/write.py`` (the ``-o``
 writer) may take it over.

@@ -52,6 +52,9 @@ class StepCache:
         step = _step_of(req, *found) if found is not None else None
         if step is not None:
             return step, True
+        if found is not None:
+            self.steps.note(f"cache: the entry {self.steps.path(req.key())} is not trusted (its IR is not gzipped "
+                            "text); computed again")
         step = lower_step(req)
         info = {k: v for k, v in step.lowered.info.items() if k != "seconds"}
         self.steps.put(req.key(), {"layout": asdict(step.layout), "weight_bytes": step.weight_bytes,
