@@ -12,7 +12,7 @@ import json
 import multiprocessing
 import os
 import shutil
-from dataclasses import asdict, replace
+from dataclasses import replace
 from pathlib import Path
 
 import pytest

@@ -250,18 +250,13 @@ def open_root(root: str | os.PathLike) -> Path:
     return path
 
 
-def say_note(text: str) -> None:
-    """The note of a cache with no command around it: one line on stderr."""
-    print(f"mhlo-cost: {text}", file=sys.stderr)
-
-
 class DiskCache:
     """The entries of one :class:`Schema` under ``root`` (None: a cache that holds nothing and keeps
     nothing); ``note(text)`` is told of every entry not trusted and every entry not kept."""
 
     def __init__(self, root: str | os.PathLike | None, schema: Schema, note: Callable[[str], None] | None = None):
         self.schema = schema
-        self.note = note or say_note
+        self.note = note or (lambda text: print(f"mhlo-cost: {text}", file=sys.stderr))  # no command around it
         self.folder = open_root(root) / schema.name if root is not None else None
 
     def key(self, request: Any) -> str:
@@ -316,8 +311,7 @@ class DiskCache:
 
 
 def _why(e: Exception, path: Path) -> str:
-    text = str(e)
-    prefix = f"{os.fsdecode(path)}: "
+    text, prefix = str(e), f"{os.fsdecode(path)}: "  # (FileRefused names the path: said once)
     return text[len(prefix):] if text.startswith(prefix) else text
 
 

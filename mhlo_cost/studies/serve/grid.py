@@ -12,7 +12,7 @@ from __future__ import annotations
 import gzip
 import os
 import zlib
-from dataclasses import asdict, fields, replace
+from dataclasses import asdict, replace
 from typing import Callable
 
 from ...files.cache import AMOUNT, ANY, COUNT, FLAG, POSITIVE, TEXT, DiskCache, ListOf, MapOf, Maybe, OneOf, \

@@ -118,13 +118,10 @@ class Cache:
         return {"point": asdict(task.point), "ir": ir_sha256, "steps": task.steps, "fuse": task.fuse,
                 "conv_padding": task.conv_padding}
 
-    def result_path(self, task: Task) -> Path | None:
-        """Where the point's rows are (or would be), None where its IR is not known yet."""
-        entry = self.lowered.get(self.lowering_request(task))
-        return self.results.path(self.result_request(entry["ir_sha256"], task)) if entry is not None else None
-
     def _entry(self, task: Task) -> tuple[str, dict] | None:
         """(the IR's sha256, the rows by profile key) kept for the point, or None."""
+        if self.lowered.folder is None:  # nothing kept: nothing to resolve either
+            return None
         lowered = self.lowered.get(self.lowering_request(task))
         if lowered is None:
             return None
@@ -143,7 +140,7 @@ class Cache:
     def put(self, task: Task, result: Result) -> None:
         """Keep an ``ok`` result, beside the rows of other profiles kept for the point (a failure is tried
         again next time)."""
-        if result.status != "ok":
+        if result.status != "ok" or self.lowered.folder is None:
             return
         self.lowered.put(self.lowering_request(task), {"ir_sha256": result.ir_sha256})
         request = self.result_request(result.ir_sha256, task)
