@@ -300,7 +300,7 @@ def test_the_cache_serves_any_list_of_profiles_it_holds(tmp_path, capsys):
         tables.append({r["hardware"]: r for r in strict_json(out.read_text())["rows"]})
     assert tables[1]["a100"] == tables[0]["a100"] and tables[3]["h100"] == tables[0]["h100"]
     assert tables[3]["dgx-h100"] == tables[2]["dgx-h100"]
-    assert len(list((tmp_path / "c" / "results").iterdir())) == 1
+    assert len(list((tmp_path / "c" / "sweep" / "results").iterdir())) == 1
 
 
 # ------------------------------------------------------------------------------ smaller points

@@ -45,7 +45,7 @@ def _start_reader(argv: list[str]) -> None:
 #: raised otherwise), so that --version and --help import neither jax nor pandas.
 _INPUT_ERRORS = (("mhlo_cost.studies.baseline", "BaselineError"), ("mhlo_cost.machines.hardware", "HardwareError"),
                  ("mhlo_cost.ir.loader", "LoadError"), ("mhlo_cost.walk.row", "AnalysisError"),
-                 ("mhlo_cost.views.table", "ViewError"))
+                 ("mhlo_cost.views.table", "ViewError"), ("mhlo_cost.files.cache", "CacheError"))
 
 
 def _input_errors() -> tuple:

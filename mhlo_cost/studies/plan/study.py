@@ -14,7 +14,8 @@ from .config import ScaleConfig
 @dataclass(frozen=True)
 class PlanOptions:
     """``config`` (the split included), ``hardware`` (a system profile), ``gpus`` (a sweep over every split of
-    that many devices, None: the one plan), ``cache_dir`` (each lowered layer's analysis kept there)."""
+    that many devices, None: the one plan), ``cache_dir`` (the cache root: each lowered layer's analysis kept
+    there; None: nothing kept)."""
 
     config: ScaleConfig
     hardware: object
@@ -23,17 +24,19 @@ class PlanOptions:
 
 
 class PlanStudy:
-    """The plan (or the sweep) of :class:`PlanOptions`, computed once, on first use."""
+    """The plan (or the sweep) of :class:`PlanOptions`, computed once, on first use; ``note(text)`` told of each
+    cache entry not trusted or not kept."""
 
-    def __init__(self, options: PlanOptions):
+    def __init__(self, options: PlanOptions, note=None):
         self.options = options
+        self.note = note
 
     @cached_property
     def plan(self):
         """The :class:`~.plan.Plan` of the configuration (ValueError where it is not a valid one)."""
         from .plan import plan
 
-        return plan(self.options.config, self.options.hardware, self.options.cache_dir)
+        return plan(self.options.config, self.options.hardware, self.options.cache_dir, self.note)
 
     @cached_property
     def sweep(self):
@@ -41,7 +44,7 @@ class PlanStudy:
         from .plan import sweep
 
         o = self.options
-        return sweep(o.config, o.gpus, o.hardware, o.cache_dir)
+        return sweep(o.config, o.gpus, o.hardware, o.cache_dir, self.note)
 
     def render(self, fmt: str, by: str = "component") -> str:
         """The sweep's table, or the plan's (``by``: component, or stage: a row per pipeline stage) in ``fmt``
