@@ -41,41 +41,42 @@ def mlir():
 
 
 # -- one registry -------------------------------------------------------------------------------------------------
-def test_collectives_are_found_in_the_communication_tables_by_qualified_name():
-    from mhlo_cost.walk import comm, shardy
-    from mhlo_cost.walk.ruleset import rules_for
+def test_collectives_are_found_in_their_tables_by_qualified_name():
+    from mhlo_cost.walk import collective, shardy
+    from mhlo_cost.walk.registry import RULES, rule_table
 
+    table_of = {e.op: e.table for e in rule_table()}
     for d in ("stablehlo", "mhlo"):
-        assert comm.COMM[f"{d}.all_reduce"].fn is comm.all_reduce
-        assert comm.COMM[f"{d}.collective_permute"].fn is comm.collective_permute
-        assert rules_for(f"{d}.reduce_scatter") == {"communication": comm.CommIRVisitor}
-    assert comm.COMM["mhlo.cross_replica_sum"].fn is comm.all_reduce
-    assert comm.COMM.metric == shardy.SHARDY.metric == "communication"
+        assert collective.COMM[f"{d}.all_reduce"].fn is collective.all_reduce
+        assert collective.COMM[f"{d}.collective_permute"].fn is collective.collective_permute
+        assert RULES[f"{d}.reduce_scatter"] is collective.COMM[f"{d}.reduce_scatter"]
+        assert table_of[f"{d}.reduce_scatter"] == "collective"
+    assert collective.COMM["mhlo.cross_replica_sum"].fn is collective.all_reduce
+    assert (collective.COMM.name, shardy.SHARDY.name) == ("collective", "shardy")
     assert shardy.SHARDY["sdy.reshard"].fn is shardy.reshard and "stablehlo.reshard" not in shardy.SHARDY
-    assert rules_for("sdy.all_to_all") == {"communication": shardy.ShardyRules}
+    assert table_of["sdy.all_to_all"] == "shardy" and RULES["sdy.all_to_all"].fn is shardy.all_to_all
     assert shardy.SHARDY["sdy.all_gather"].extra is shardy.operand_sharding  # the walk reads the operand's sharding
-    # no method of theirs reaches into the walk any more; async start/update/done are the walk's traversal
-    for rs in (comm.CommIRVisitor, shardy.ShardyRules):
-        assert [n for n in vars(rs) if n.startswith("visit_")] == []
-    assert rules_for("stablehlo.async_start") == rules_for("mhlo.async_done") == {}
+    # async start / update / done are the walk's own control flow: no table holds them
+    for op in ("stablehlo.async_start", "mhlo.async_done"):
+        assert op not in RULES and op not in table_of
 
 
 def test_a_second_claim_on_a_collective_is_refused():
-    from mhlo_cost.walk.collective import COMM, CommIRVisitor
-    from mhlo_cost.walk.ruleset import RULES, RuleSet, rules_for
+    from mhlo_cost.walk.collective import COMM
+    from mhlo_cost.walk.optable import compose
+    from mhlo_cost.walk.registry import RULES, TABLES
     from mhlo_cost.walk.shardy import SHARDY
 
-    before = {k: dict(v) for k, v in RULES.items()}
-    with pytest.raises(TypeError, match="a second rule in the communication table"):
+    before = dict(RULES)
+    with pytest.raises(TypeError, match="a second rule in the collective table"):
         COMM.rule("all_reduce", kind="collective")(lambda ctx: ZERO)
     with pytest.raises(TypeError, match="a second rule"):
         SHARDY.rule("sdy.reshard", kind="collective")(lambda ctx: ZERO)
-    mine = RuleTable("communication")
+    mine = RuleTable("mine")
     mine.rule("all_gather", kind="collective")(lambda ctx: ZERO)
-    with pytest.raises(TypeError, match="CommIRVisitor already counts these ops for communication"):
-        type("Again", (RuleSet,), {"metric": "communication", "table": mine})
-    assert rules_for("stablehlo.all_gather") == {"communication": CommIRVisitor}
-    assert {k: dict(v) for k, v in RULES.items()} == before
+    with pytest.raises(TypeError, match="stablehlo.all_gather: a rule in both the collective and the mine tables"):
+        compose(*TABLES, mine)
+    assert dict(RULES) == before and RULES["stablehlo.all_gather"] is COMM["stablehlo.all_gather"]
 
 
 # -- pure rules of a context built by hand ------------------------------------------------------------------------
@@ -199,9 +200,9 @@ module attributes {mhlo.num_replicas = 4 : i32} {
 
 def test_the_walk_warns_with_the_location_and_records_the_groups():
     from mhlo_cost.analysis import walk
-    from mhlo_cost.walk.cost import CostRules
+    from mhlo_cost.walk.base import IRVisitor
 
-    _, v = walk(MISMATCH, CostRules)
+    _, v = walk(MISMATCH, IRVisitor)
     (row,) = v.rows
     assert (row.kind, row.comm_kind, row.group_size, row.num_groups, row.comm_steps) == ("collective", "all_gather",
                                                                                          4, 1, 3)
@@ -213,9 +214,8 @@ def test_the_walk_warns_with_the_location_and_records_the_groups():
 def test_an_async_start_replays_its_computation_once_and_done_adds_nothing():
     from mhlo_cost.analysis import walk
     from mhlo_cost.walk.base import IRVisitor
-    from mhlo_cost.walk.cost import CostRules
 
-    _, v = walk(ASYNC, CostRules)
+    _, v = walk(ASYNC, IRVisitor)
     assert [(r.op, r.comm_kind, r.multiplicity) for r in v.rows] == [("mhlo.all_reduce", "all_reduce", 1)]
     assert v.rows[0].comm_bytes == 2 * 3 * 256 // 4  # 2 (n-1)/n S, S = 64 x 4 bytes, n = 4
     assert v.rule_of("mhlo.async_start").__func__ is IRVisitor.visit_async_start  # the walk's own traversal

@@ -119,11 +119,11 @@ def test_options_reach_the_walk_and_errors_come_back_as_their_own_kind():
 
 
 def test_callee_rows_are_built_once_per_function_however_many_call_paths():
-    from mhlo_cost.walk.cost import CostVisitor
+    from mhlo_cost.walk.base import IRVisitor
 
     built = []
 
-    class Spy(CostVisitor):
+    class Spy(IRVisitor):
         def _function_rows(self, name):
             if name not in self._func_rows:
                 built.append(name)
