@@ -10,7 +10,7 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from mhlo_cost.analysis import analyze_dataflow
+from mhlo_cost.analysis import AnalysisOptions, analyze
 from mhlo_cost.machines.hardware import get_profile
 from mhlo_cost.roofline import Roofline
 
@@ -25,7 +25,7 @@ def lowered(f, *shapes, donate=()) -> str:
 
 
 def fused(text: str) -> Roofline:
-    return Roofline(analyze_dataflow(text), H100, fuse_mode="elementwise")
+    return Roofline(analyze(text, AnalysisOptions(dataflow=True)), H100, fuse_mode="elementwise")
 
 
 def test_scatter_into_a_donated_cache_writes_only_its_updates():
@@ -87,7 +87,7 @@ def llama_decode():
                 num_key_value_heads=KV, vocab_size=VOCAB)
     step = lower_step(StepRequest(mode="decode", batch=BATCH, context=CTX, hf="LlamaForCausalLM", config="llama",
                                   overrides=tuple(sorted(sets.items()))))
-    return step, analyze_dataflow(step.lowered.text)
+    return step, analyze(step.lowered.text, AnalysisOptions(dataflow=True))
 
 
 @pytestmark_hf

@@ -10,9 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from mhlo_cost.analysis import analyze, analyze_dataflow
+from mhlo_cost.analysis import AnalysisOptions, analyze
 from mhlo_cost.ir.loader import LoadError, load
-from mhlo_cost.analysis.training import analyze_training
 from mhlo_cost.walk.row import AnalysisError
 from mhlo_cost.analysis.isolated import WalkOptions, analyze_isolated
 
@@ -80,11 +79,11 @@ def test_the_worker_gives_the_rows_and_memory_of_the_walk_in_process(source):
 
 def test_data_flow_and_a_training_step_travel_with_their_records():
     text = _training_text()
-    here = analyze_dataflow(load(text, isolate=False, name="t.mlir"))
+    here = analyze(load(text, isolate=False, name="t.mlir"), AnalysisOptions(dataflow=True))
     there = analyze_isolated(text, WalkOptions(record="dataflow"), name="t.mlir")
     _same(there, here)
     assert _plain(there.producers) == _plain(here.producers) and there.async_done == here.async_done
-    here = analyze_training(load(text, isolate=False, name="t.mlir"))
+    here = analyze(load(text, isolate=False, name="t.mlir"), AnalysisOptions(phases=True))
     there = analyze_isolated(text, WalkOptions(record="training-if-backward"), name="t.mlir")
     assert there.options == here.options and there.options.phases
     _same(there, here)

@@ -238,8 +238,17 @@ def declared() -> dict[str, type]:
 
 
 def analyze_dataflow(source, entry: str | None = None, conv_padding: str = "xla") -> Analysis:
-    """Deprecated: ``analyze(source, AnalysisOptions(dataflow=True))``."""
+    """Deprecated (removed in 0.3.0): ``analyze(source, AnalysisOptions(dataflow=True))``."""
+    deprecated("mhlo_cost.analysis.analyze_dataflow(source)", "analyze(source, AnalysisOptions(dataflow=True))")
     return analyze(source, AnalysisOptions(entry, conv_padding, dataflow=True))
+
+
+def deprecated(old: str, new: str, stacklevel: int = 3) -> None:
+    """Warn (DeprecationWarning) that ``old`` goes in mhlo-cost 0.3.0 and ``new`` is its replacement."""
+    import warnings
+
+    warnings.warn(f"{old} is deprecated and goes in mhlo-cost 0.3.0: use {new}", DeprecationWarning,
+                  stacklevel=stacklevel)
 
 
 #: Python frames the walk may use: each level of func.call or region nesting takes about five. From
@@ -290,8 +299,14 @@ def walk(source, visitor_class, entry: str | None = None, after=None):
     return loaded, visitor
 
 
-#: Deprecated names of :class:`Analysis` (one type: what was recorded is in its options).
-DataflowAnalysis = Analysis
 
-__all__ = ["Analysis", "AnalysisError", "AnalysisOptions", "DataflowAnalysis", "LoadError", "analyze",
-           "analyze_dataflow", "METRICS"]
+def __getattr__(name: str):
+    """``DataflowAnalysis``: the deprecated name of :class:`Analysis` (one type: what was recorded is in its
+    options), with a warning; it goes in 0.3.0."""
+    if name == "DataflowAnalysis":
+        deprecated("mhlo_cost.analysis.DataflowAnalysis", "mhlo_cost.analysis.Analysis")
+        return Analysis
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = ["Analysis", "AnalysisError", "AnalysisOptions", "LoadError", "analyze", "METRICS"]
