@@ -101,7 +101,7 @@ def eager_class(rows, k) -> str:
     """The kind of an eager kernel: attention (spatial, temporal or cross, by scope), GEMM (a dot or convolution:
     a Linear, its bias), norm (a reduction: LayerNorm's and RMSNorm's means, a softmax outside attention),
     conversion (only dtype converts besides views) or elementwise."""
-    from mhlo_cost.walk.base import short_name
+    from mhlo_cost.walk.row import short_name
 
     names = {short_name(rows[i].op) for i in k.members}
     scope = rows[k.members[0]].scope

@@ -180,7 +180,8 @@ def test_the_extra_of_dynamic_conv_reads_a_constant_padding_operand_and_only_tha
 # -- traversal is the walk's, whatever tables are composed ---------------------------------------------------------
 def test_composites_and_shard_map_bodies_are_walked_by_the_walk_with_any_table():
     from mhlo_cost.analysis import walk
-    from mhlo_cost.walk.base import MANUAL_WARNING, IRVisitor
+    from mhlo_cost.walk.base import IRVisitor
+    from mhlo_cost.walk.control import MANUAL_WARNING
     from mhlo_cost.walk.matrix import MATRIX
 
     text = """module {

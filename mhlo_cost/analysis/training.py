@@ -16,7 +16,6 @@ from . import Analysis, AnalysisOptions, analyze, deprecated
 from .collectors import is_matmul
 from .collectors.phases import BACKWARD, FORWARD, OPTIMIZER, PHASES, RECOMPUTE, Phases, assign_phases
 from ..ir.tensorinfo import TensorInfo
-from ..walk.arguments import Argument  # noqa: F401 (imported from here too)
 
 #: Row order of ``report --by phase``.
 PHASE_KEYS = (FORWARD, "backward/dgrad", "backward/wgrad", "backward/other", RECOMPUTE, OPTIMIZER)

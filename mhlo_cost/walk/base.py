@@ -24,7 +24,7 @@ from jaxlib.mlir import ir
 
 from ..ir.types import TensorInfo, TypeCache
 from .callgraph import CallGraph
-from .control import MANUAL_WARNING, ControlFlow  # noqa: F401 (imported from here too)
+from .control import ControlFlow
 from .entry import choose_entry
 from .locations import LocationCache, LocationInfo
 from .module_facts import module_facts
@@ -32,7 +32,7 @@ from .optable import SHARED_DIALECTS, compose, shared_short_name
 from .options import AnalysisOptions
 from .recorder import region_kind, told
 from .registry import RULES
-from .row import EMPTY_ENTRY, METRICS, AnalysisError, Row, short_name  # noqa: F401 (imported from here too)
+from .row import EMPTY_ENTRY, AnalysisError, Row
 from .rowmaker import RowMaker
 
 _SHARED = frozenset(SHARED_DIALECTS)

@@ -55,7 +55,7 @@ from .optable import OpContext, RuleTable
 from .row import short_name
 from .attrs import int_attr
 from .bodies import body_flops
-from .ring import ring_volume  # noqa: F401 (imported from here too)
+from .ring import ring_volume
 
 
 #: The start of the warning for a collective whose shapes prove another group size than the module declares.

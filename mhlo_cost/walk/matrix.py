@@ -25,7 +25,7 @@ from ..ir.bindings import chlo, mhlo, stablehlo
 from ..ir.types import isa
 from .costvalue import Cost, Counted
 from .optable import OpContext, RuleTable
-from .attrs import int_attr, int_list  # noqa: F401 (imported from here too)
+from .attrs import int_attr, int_list
 
 
 # -- pure rules -------------------------------------------------------------------------------------------------

@@ -21,9 +21,9 @@ from __future__ import annotations
 
 from .costvalue import Cost, Counted, vector_cost
 from .optable import OpContext, OpRule, RuleTable, qualified
-from .opsets import DATA_MOVEMENT, ELEMENTWISE, KNOWN_CUSTOM_CALLS, TRANSCENDENTAL  # noqa: F401 (imported from here too)
+from .opsets import DATA_MOVEMENT, ELEMENTWISE, TRANSCENDENTAL
 from .attrs import int_attr, int_list
-from .bodies import CHLO_EQUIVALENTS, body_flops, body_summary  # noqa: F401 (imported from here too)
+from .bodies import CHLO_EQUIVALENTS, body_summary
 
 
 #: StableHLO / MHLO ops whose operands and result share one type (the spec's SameOperandsAndResultType;
