@@ -16,13 +16,10 @@ from mhlo_cost.analysis import AnalysisOptions, analyze
 from mhlo_cost.roofline import Roofline
 from mhlo_cost.roofline.attention import find_attention
 from stderr_lines import error_line
+from helpers import lowered
 
 H100 = get_profile("h100")
 B, H, S, D = 2, 4, 256, 64
-
-
-def lowered(f, *shapes) -> str:
-    return jax.jit(f).lower(*[jax.ShapeDtypeStruct(s, d) for s, d in shapes]).as_text(debug_info=True)
 
 
 def attention(q, k, v, mask):

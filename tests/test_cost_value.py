@@ -4,24 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from mhlo_cost.ir.tensorinfo import TensorInfo
 from mhlo_cost.walk.costvalue import ZERO, Cost, Counted
-from mhlo_cost.walk.optable import OpContext, RuleTable
-from mhlo_cost.walk.options import AnalysisOptions
+from mhlo_cost.walk.optable import RuleTable
 from mhlo_cost.walk.row import LocationInfo, Row
-
-
-def tensor(shape, dtype="f32", size=4) -> TensorInfo:
-    n = 1
-    for d in shape:
-        n *= d
-    return TensorInfo.make(tuple(shape), dtype, n, n * size)
-
-
-def context(name, operands, result, attrs=None, bodies=()) -> OpContext:
-    results = result if isinstance(result, tuple) else (result,)
-    return OpContext(name, tuple(operands), result, attrs or {}, AnalysisOptions(),
-                     sum(t.nbytes for t in operands), sum(t.nbytes for t in results), bodies)
+from helpers import context, tensor
 
 
 # -- the algebra ------------------------------------------------------------------------------------------------

@@ -13,15 +13,11 @@ import pytest
 from mhlo_cost.analysis import AnalysisOptions, analyze
 from mhlo_cost.machines.hardware import get_profile
 from mhlo_cost.roofline import Roofline
+from helpers import lowered
 
 H100 = get_profile("h100")
 B, H, L, D = 2, 4, 512, 64
 BF16 = 2
-
-
-def lowered(f, *shapes, donate=()) -> str:
-    args = [jax.ShapeDtypeStruct(s, d) for s, d in shapes]
-    return jax.jit(f, donate_argnums=donate).lower(*args).as_text(debug_info=True)
 
 
 def fused(text: str) -> Roofline:

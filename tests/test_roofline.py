@@ -18,13 +18,10 @@ from mhlo_cost.machines.hardware import get_profile
 from mhlo_cost.analysis import AnalysisOptions
 from mhlo_cost.roofline import Roofline, fuse, op_time
 from stderr_lines import error_line
+from helpers import lowered
 
 # The per-op rule at the datasheet peak: the shipped GEMM efficiency model is tested in test_gemm_efficiency.py
 H100 = dataclasses.replace(get_profile("h100"), gemm=None)
-
-
-def lowered(f, *shapes) -> str:
-    return jax.jit(f).lower(*[jax.ShapeDtypeStruct(s, d) for s, d in shapes]).as_text(debug_info=True)
 
 
 def only(a, name):

@@ -1,37 +1,16 @@
-"""Issue 23, item 2 and issue 34, item 4: op rules are found in one place, the registry the rule tables compose into;
-the walk's own ``visit_`` methods are control flow only (calls, loops, branches, shard_map bodies, composites). ``custom_call`` and ``dynamic_conv`` are pure
-rules of a context, checked here on contexts built by hand (no walk) against counts worked out below."""
+"""Issue 23, item 2 and issue 34, item 4: op rules are found in one place, the registry the rule tables compose
+into; the walk's own ``visit_`` methods are control flow only (calls, loops, branches, shard_map bodies,
+composites). ``custom_call`` and ``dynamic_conv`` are pure rules of a context, checked here on contexts built by
+hand (no walk) against counts worked out below."""
 from __future__ import annotations
 
 import pytest
 
-from mhlo_cost.ir.tensorinfo import TensorInfo
 from mhlo_cost.walk.costvalue import Cost, Counted
-from mhlo_cost.walk.optable import OpContext
 from mhlo_cost.walk.options import AnalysisOptions
+from helpers import context, tensor
 
 CONV_DIMS = "#stablehlo.conv<[b, f, 0, 1]x[o, i, 0, 1]->[b, f, 0, 1]>"
-
-
-def tensor(shape, dtype="f32", size=4) -> TensorInfo:
-    n = 1
-    for d in shape:
-        n *= d
-    return TensorInfo.make(tuple(shape), dtype, n, n * size)
-
-
-def context(name, operands, result, attrs, options=None) -> OpContext:
-    """A context built by hand: no module is parsed and no walk exists."""
-    return OpContext(name, tuple(operands), result, attrs, options or AnalysisOptions(),
-                     sum(t.nbytes for t in operands), result.nbytes)
-
-
-@pytest.fixture
-def mlir():
-    from mhlo_cost.ir.loader import make_context
-
-    with make_context() as ctx:
-        yield ctx
 
 
 # -- one registry -------------------------------------------------------------------------------------------------
@@ -45,8 +24,9 @@ def test_the_registry_is_the_tables_together_and_holds_no_control_flow():
     for t in TABLES:
         assert all(RULES[op] is rule for op, rule in t.items())
     # control flow is the walk's: its methods exist, and no table holds their ops
-    for op, method in (("stablehlo.while", "visit_while"), ("mhlo.case", "visit_case"), ("func.call", "visit_func_call"),
-                       ("stablehlo.composite", "visit_composite"), ("scf.for", "visit_scf_for")):
+    for op, method in (("stablehlo.while", "visit_while"), ("mhlo.case", "visit_case"),
+                       ("func.call", "visit_func_call"), ("stablehlo.composite", "visit_composite"),
+                       ("scf.for", "visit_scf_for")):
         assert op not in RULES and callable(getattr(IRVisitor, method))
 
 
@@ -121,7 +101,7 @@ def conv_context(padding, options=None, name="stablehlo.dynamic_conv"):
     attrs = {"dimension_numbers": ir.Attribute.parse(CONV_DIMS),
              "feature_group_count": ir.Attribute.parse("2 : i64"),
              "padding": None if padding is None else list(padding) * 2}  # what constant_padding gives
-    return context(name, [lhs, rhs, pads], out, attrs, options)
+    return context(name, [lhs, rhs, pads], out, attrs, options=options)
 
 
 def test_dynamic_conv_without_padding_is_two_flops_per_output_kernel_tap_and_input_feature(mlir):

@@ -10,6 +10,7 @@ import pytest
 from mhlo_cost.analysis import Analysis, analyze
 from mhlo_cost.walk.options import AnalysisOptions
 from mhlo_cost.analysis.isolated import WalkOptions, analyze_isolated
+from helpers import two_calls
 
 M, K, N = 8, 16, 32
 #: x @ w with w donated (a parameter updated in place), as JAX writes a donated argument.
@@ -96,18 +97,7 @@ def test_the_options_cross_to_the_reader_child_and_back():
 
 
 # -- recorders composed, not inherited (issue 23, item 1) -----------------------------------------------------
-LOOP = f"""
-func.func @main(%x: tensor<{M}x{K}xf32>, %w: tensor<{K}x{K}xf32>) -> tensor<{M}x{K}xf32> {{
-  %0 = func.call @layer(%x, %w) : (tensor<{M}x{K}xf32>, tensor<{K}x{K}xf32>) -> tensor<{M}x{K}xf32>
-  %1 = func.call @layer(%0, %w) : (tensor<{M}x{K}xf32>, tensor<{K}x{K}xf32>) -> tensor<{M}x{K}xf32>
-  return %1 : tensor<{M}x{K}xf32>
-}}
-func.func private @layer(%x: tensor<{M}x{K}xf32>, %w: tensor<{K}x{K}xf32>) -> tensor<{M}x{K}xf32> {{
-  %0 = stablehlo.dot_general %x, %w, contracting_dims = [1] x [0] : (tensor<{M}x{K}xf32>, tensor<{K}x{K}xf32>) -> tensor<{M}x{K}xf32>
-  %1 = stablehlo.tanh %0 : tensor<{M}x{K}xf32>
-  return %1 : tensor<{M}x{K}xf32>
-}}
-"""
+LOOP = two_calls(M, K)
 
 
 def test_a_recorder_of_its_own_is_told_of_rows_calls_and_returns():

@@ -72,7 +72,7 @@ class RowMaker:
     def _row(self, op: ir.Operation, kind: str, cost: Cost, facts: tuple, target: str = "", comm: tuple = (),
              name: str = "") -> Row:
         loc = self._locations(op.location)
-        # Row's fields by position (the walk's hot path; tests/test_fast_walk.py holds the order to the keywords):
+        # Row's fields by position (the walk's hot path; tests/test_walk_fast_paths.py holds the order to the keywords):
         # op, kind, loc, scope, result, cost, multiplicity, note, target, comm_kind, group_size, num_groups,
         # comm_steps, operands, weights, func, index, values.
         row = Row(name or op.name, kind, loc, loc.scope, facts[0], cost, 1, "", target, *(comm or _NO_COMM),
