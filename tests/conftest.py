@@ -18,3 +18,12 @@ def _a_cache_folder_of_the_sessions(tmp_path_factory):
     patch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("xdg-cache")))
     yield
     patch.undo()
+
+
+@pytest.fixture
+def mlir():
+    """An MLIR context with mhlo-cost's dialects, open for the test (attributes parsed by hand need one)."""
+    from mhlo_cost.ir.loader import make_context
+
+    with make_context() as ctx:
+        yield ctx

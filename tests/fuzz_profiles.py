@@ -10,7 +10,7 @@ string, an empty list or table), deletes a key, or adds an unknown one. Each var
   elementwise``), and, for specs, ``mhlo-cost sweep --spec S --format json``;
 
 the exit must be 0 or 2 (never 70, nor any other), an error one line, and JSON output must parse with a strict
-parser (no ``Infinity`` / ``NaN``). Used by tests/test_reliability3_profiles.py (a few seeds) and as a
+parser (no ``Infinity`` / ``NaN``). Used by tests/test_profiles_and_outputs.py (a few seeds) and as a
 campaign: ``python tests/fuzz_profiles.py --variants 1000 --specs 30 --seed 24`` (``PYTHONPATH`` picks the
 mhlo-cost under test; ``--keep DIR`` keeps each failing input).
 """
