@@ -162,7 +162,8 @@ def _liveness_cost(path, repeat: int) -> tuple[float, float]:
     summary). The value keys the walk gives every row are in both."""
     from mhlo_cost.analysis import Analysis, walk
     from mhlo_cost.ir.loader import load
-    from mhlo_cost.walk.cost import CostRules, CostVisitor
+    from mhlo_cost.walk.base import IRVisitor
+    from mhlo_cost.walk.liveness import LivenessRecorder
 
     import gc
 
@@ -172,8 +173,9 @@ def _liveness_cost(path, repeat: int) -> tuple[float, float]:
             module = load(path)
             gc.collect()  # the previous run's rows are freed here, not inside the timing
             t0 = time.process_time()
-            _, v = walk(module, CostVisitor if live else CostRules)
-            a = Analysis(v.rows, "", v.entry, liveness=v.recording() if live else None)
+            recorder = LivenessRecorder()
+            _, v = walk(module, lambda m, entry: IRVisitor(m, entry, recorders=[recorder] if live else []))
+            a = Analysis(v.rows, "", v.entry, liveness=recorder.recording() if live else None)
             a.summary
             times[live].append(time.process_time() - t0)
             del a, v, module

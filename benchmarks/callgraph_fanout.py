@@ -32,11 +32,11 @@ CASES = (("10^5", 5, 10), ("10^6", 6, 10), ("2^20", 20, 2), ("2^40", 40, 2))
 def analysis_once(path: Path) -> tuple[float, int, int, int]:
     from mhlo_cost.machines.hardware import get_profile
     from mhlo_cost.roofline.memory import fused_profile
-    from mhlo_cost.analysis import analyze_dataflow
+    from mhlo_cost.analysis import AnalysisOptions, analyze
     from mhlo_cost.roofline import Roofline
 
     t = time.perf_counter()
-    a = analyze_dataflow(str(path))
+    a = analyze(str(path), AnalysisOptions(dataflow=True))
     s = a.summary
     rf = Roofline(a, get_profile("h100"), "elementwise")
     rf.totals()

@@ -120,7 +120,7 @@ def _spec_text(shape, dtype) -> str:
 def estimated_peaks(build, dtype, specs, kw_specs, sdpa: str) -> dict:
     """The eager, unfused and compiled peaks (bytes) of the module lowered through torchax from shapes."""
     from mhlo_cost import lower_model
-    from mhlo_cost.analysis import analyze_dataflow
+    from mhlo_cost.analysis import AnalysisOptions, analyze
     from mhlo_cost.roofline.memory import eager_profile, fused_profile
 
     old = torch.get_default_dtype()
@@ -132,7 +132,7 @@ def estimated_peaks(build, dtype, specs, kw_specs, sdpa: str) -> dict:
         torch.set_default_dtype(old)
     kwargs = {k: _spec_text(s, d) for k, (s, d) in kw_specs.items()}
     lowered = lower_model(model, *[_spec_text(s, d) for s, d in specs], frontend="torchax", **kwargs)
-    analysis = analyze_dataflow(lowered.text)
+    analysis = analyze(lowered.text, AnalysisOptions(dataflow=True))
     return {"eager": eager_profile(analysis, sdpa=sdpa).peak_bytes, "unfused": analysis.memory.peak_bytes,
             "compiled": fused_profile(analysis, attention="fused").peak_bytes}
 

@@ -124,13 +124,14 @@ def backward_counter(key: str) -> int:
 
 
 def backward_ours(key: str, tmp: str) -> int | str:
-    from mhlo_cost.analysis.training import analyze_training, phase_frame
+    from mhlo_cost.analysis import AnalysisOptions, analyze
+    from mhlo_cost.analysis.training import phase_frame
 
     path = os.path.join(tmp, f"{key}.train.mlir")
     err = _lower(key, path, train=True)
     if err:
         return err
-    a = analyze_training(path, conv_padding="dense")
+    a = analyze(path, AnalysisOptions(conv_padding="dense", phases=True))
     df = phase_frame(a, a.phases).set_index("phase")
     return sum(int(df.loc[k, "gemm_flops"]) + int(df.loc[k, "conv_flops"])
                for k in ("backward/dgrad", "backward/wgrad") if k in df.index)

@@ -36,11 +36,11 @@ def analysis_of(shape: str, strategy: str):
     """The data-flow analysis of STDiT3 at ``shape`` under ``strategy`` on 16 devices."""
     from mhlo_cost.lower.models import parallel
     from mhlo_cost.lower.models.config import STDiT3Config
-    from mhlo_cost.analysis import analyze_dataflow
+    from mhlo_cost.analysis import AnalysisOptions, analyze
 
     cfg = STDiT3Config().with_shape(shape)
     plan = parallel.make_plan(strategy, DEVICES, None, cfg)
-    return analyze_dataflow(parallel.lower(cfg, plan).as_text(debug_info=True))
+    return analyze(parallel.lower(cfg, plan).as_text(debug_info=True), AnalysisOptions(dataflow=True))
 
 
 def figures(analysis, blocks, system: str) -> dict:

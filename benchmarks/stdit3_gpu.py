@@ -103,12 +103,12 @@ def estimate_of(jitted, args, hw):
     """(unfused, fused, FLOPs) of the program ``jitted`` runs on ``args``, lowered again from shapes."""
     import jax
 
-    from mhlo_cost.analysis import analyze_dataflow
+    from mhlo_cost.analysis import AnalysisOptions, analyze
     from mhlo_cost.roofline import Roofline
 
     specs = jax.tree_util.tree_map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), args)
     text = jitted.lower(*specs).as_text(debug_info=True)
-    rf = Roofline(analyze_dataflow(text), hw, fuse_mode="elementwise")
+    rf = Roofline(analyze(text, AnalysisOptions(dataflow=True)), hw, fuse_mode="elementwise")
     tot = rf.totals()
     return tot["est_time_s"], tot["est_time_fused_s"], rf.flops, rf.reference_peak
 

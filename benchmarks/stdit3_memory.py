@@ -35,7 +35,7 @@ def measure(shape: str, strategy: str, small: bool = False) -> dict:
     from mhlo_cost.roofline.memory import fused_profile
     from mhlo_cost.lower.models import parallel, stdit3
     from mhlo_cost.lower.models.config import STDiT3Config
-    from mhlo_cost.analysis import analyze_dataflow
+    from mhlo_cost.analysis import AnalysisOptions, analyze
 
     cfg = STDiT3Config().small() if small else STDiT3Config().with_shape(shape)
     cfg = dataclasses.replace(cfg, dtype="bfloat16")
@@ -44,7 +44,7 @@ def measure(shape: str, strategy: str, small: bool = False) -> dict:
         lowered = stdit3.lower(cfg)
     else:
         lowered = parallel.lower(cfg, parallel.make_plan(strategy, 4 if small else DEVICES, cfg=cfg))
-    analysis = analyze_dataflow(lowered.as_text(debug_info=True))
+    analysis = analyze(lowered.as_text(debug_info=True), AnalysisOptions(dataflow=True))
     mem, fused, flash = analysis.memory, fused_profile(analysis), fused_profile(analysis, attention="fused")
     where, fwhere, awhere = (analysis.rows[p.peak_row].scope if p.peak_row is not None else "(arguments)"
                              for p in (mem, fused, flash))

@@ -64,7 +64,7 @@ def _eager_rooflines(shape: str, hw, small: bool = False, deployed: bool = False
     flash where it calls flash, math where it writes the math out), or the counting module (every attention
     taken as flash SDPA)."""
     from mhlo_cost import lower_model
-    from mhlo_cost.analysis import analyze_dataflow
+    from mhlo_cost.analysis import AnalysisOptions, analyze
     from mhlo_cost.lower.models import stdit3_torch
     from mhlo_cost.lower.models.config import STDiT3Config
     from mhlo_cost.roofline import Roofline
@@ -76,7 +76,8 @@ def _eager_rooflines(shape: str, hw, small: bool = False, deployed: bool = False
         model = stdit3_torch.build(cfg, deployed=deployed)  # meta: nothing allocated
         specs = [(s, str(t).replace("torch.", "")) for s, t in stdit3_torch.input_specs(cfg)]
         text = lower_model(model, *[f"{'x'.join(map(str, s))}:{t}" for s, t in specs], frontend="torchax").text
-        out.append(Roofline(analyze_dataflow(text), hw, execution="eager", written="math" if deployed else "sdpa"))
+        out.append(Roofline(analyze(text, AnalysisOptions(dataflow=True)), hw, execution="eager",
+                            written="math" if deployed else "sdpa"))
     return out
 
 
@@ -100,7 +101,7 @@ def eager_class(rows, k) -> str:
     """The kind of an eager kernel: attention (spatial, temporal or cross, by scope), GEMM (a dot or convolution:
     a Linear, its bias), norm (a reduction: LayerNorm's and RMSNorm's means, a softmax outside attention),
     conversion (only dtype converts besides views) or elementwise."""
-    from mhlo_cost.walk.base import short_name
+    from mhlo_cost.walk.row import short_name
 
     names = {short_name(rows[i].op) for i in k.members}
     scope = rows[k.members[0]].scope
@@ -156,11 +157,11 @@ def main(argv=None) -> int:
     from mhlo_cost.machines.hardware import get_profile
     from mhlo_cost.lower.models import stdit3
     from mhlo_cost.lower.models.config import STDiT3Config
-    from mhlo_cost.analysis import analyze_dataflow
+    from mhlo_cost.analysis import AnalysisOptions, analyze
 
     t0 = time.perf_counter()
     cfg = STDiT3Config().small() if args.small else STDiT3Config().with_shape(args.shape)
-    analysis = analyze_dataflow(stdit3.lower(cfg).as_text(debug_info=True))
+    analysis = analyze(stdit3.lower(cfg).as_text(debug_info=True), AnalysisOptions(dataflow=True))
     hw = get_profile(args.hardware)
     rows = _estimates(analysis, hw)
     new = rows[3][2]

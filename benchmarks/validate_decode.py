@@ -43,11 +43,12 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     from mhlo_cost.machines.hardware import get_profile
     from mhlo_cost.studies.serve import StepRequest
-    from mhlo_cost.studies.serve.grid import StepCache, default_dir
+    from mhlo_cost.files.cache import default_root
+    from mhlo_cost.studies.serve.grid import StepCache
 
     with open(args.data, "rb") as f:
         data = tomllib.load(f)["measurement"]
-    cache = StepCache(None if args.no_cache else default_dir())
+    cache = StepCache(None if args.no_cache else default_root())
     errors = []
     print(f"{'id':<30} {'gpu':<14} {'tp':>2} {'launch':<11} {'measured ms':>11} {'estimated ms':>12} "
           f"{'est/meas':>8} {'stream ms':>9}")

@@ -133,9 +133,10 @@ def corpus() -> list:
 
 def analyses(programs) -> list:
     """The dataflow analysis of each program's lowered IR (lowered once; priced on every round's profile)."""
-    from mhlo_cost.analysis import analyze_dataflow
+    from mhlo_cost.analysis import AnalysisOptions, analyze
 
-    return [analyze_dataflow(jax.jit(fn).lower(*args).as_text(debug_info=True)) for _, fn, args in programs]
+    return [analyze(jax.jit(fn).lower(*args).as_text(debug_info=True), AnalysisOptions(dataflow=True))
+            for _, fn, args in programs]
 
 
 def predict(analysis, hw, attention: str) -> float:

@@ -42,14 +42,14 @@ sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 
-from mhlo_cost.analysis import analyze_dataflow  # noqa: E402
+from mhlo_cost.analysis import AnalysisOptions, analyze  # noqa: E402
 from mhlo_cost.machines.hardware import get_profile  # noqa: E402
 from mhlo_cost.roofline import Roofline  # noqa: E402
 
 #: (measurements, the profile that prices them): the H200's and the H100's.
 DATA = ((os.path.join(ROOT, "benchmarks", "data", "measured_h200.toml"), "h200"),
         (os.path.join(ROOT, "benchmarks", "data", "measured_h100.toml"), "h100"))
-ACCURACY = os.path.join(ROOT, "mhlo_cost", "data", "accuracy_eager.toml")
+ACCURACY = os.path.join(ROOT, "mhlo_cost", "machines", "data", "accuracy_eager.toml")
 LIBRARY = {"flash": "fa2", "cudnn": "cudnn"}
 B, T, S, C = 2, 60, 920, 1152  # STDiT3's activations at 204_640_360: [2, 60 x 920, 1152]
 
@@ -103,7 +103,7 @@ def torch_call_estimate(name: str, hw) -> float:
 
     spec = "2x55200x1152:bfloat16" if "layer_norm" in name else "1840x16x60x60:float32"
     text = lower_model(Call(), spec, frontend="torchax").text
-    return Roofline(analyze_dataflow(text), hw, execution="eager").totals()["est_time_fused_s"]
+    return Roofline(analyze(text, AnalysisOptions(dataflow=True)), hw, execution="eager").totals()["est_time_fused_s"]
 
 
 def corpus_estimate(m: dict, hw) -> float | None:
@@ -122,7 +122,7 @@ def corpus_estimate(m: dict, hw) -> float | None:
 
 def _priced(fn, args, hw, execution: str) -> float:
     text = jax.jit(fn).lower(*args).as_text(debug_info=True)
-    return Roofline(analyze_dataflow(text), hw, execution=execution).totals()["est_time_fused_s"]
+    return Roofline(analyze(text, AnalysisOptions(dataflow=True)), hw, execution=execution).totals()["est_time_fused_s"]
 
 
 def stdit3_estimate(shape: str, hw, execution: str, depth: int = 28, sdpa: str = "cudnn") -> float:
@@ -137,7 +137,7 @@ def stdit3_estimate(shape: str, hw, execution: str, depth: int = 28, sdpa: str =
         cfg = dataclasses.replace(STDiT3Config().with_shape(shape), depth=d, dtype="bfloat16")
         specs = [f"{'x'.join(map(str, s))}:{str(t).replace('torch.', '')}" for s, t in stdit3_torch.input_specs(cfg)]
         text = lower_model(stdit3_torch.build(cfg, deployed=True), *specs, frontend="torchax").text
-        rf = Roofline(analyze_dataflow(text), hw, execution=execution, written="math", sdpa=sdpa)
+        rf = Roofline(analyze(text, AnalysisOptions(dataflow=True)), hw, execution=execution, written="math", sdpa=sdpa)
         times.append(rf.totals()["est_time_fused_s"])
     return times[0] + (depth - 1) * (times[1] - times[0])
 

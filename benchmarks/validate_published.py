@@ -32,12 +32,12 @@ sys.path.insert(0, ROOT)
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 
-from mhlo_cost.analysis import analyze_dataflow  # noqa: E402
+from mhlo_cost.analysis import AnalysisOptions, analyze  # noqa: E402
 from mhlo_cost.machines.hardware import get_profile  # noqa: E402
 from mhlo_cost.roofline.estimate import Roofline  # noqa: E402
 
 DATA = os.path.join(ROOT, "benchmarks", "data", "published_gpu.toml")
-ACCURACY = os.path.join(ROOT, "mhlo_cost", "data", "accuracy.toml")
+ACCURACY = os.path.join(ROOT, "mhlo_cost", "machines", "data", "accuracy.toml")
 CATEGORIES = ("gemm", "attention_fwd", "attention_bwd", "memory", "model")
 F32 = jnp.float32
 
@@ -161,7 +161,8 @@ def estimated_s(m) -> float:
         hw = dataclasses.replace(hw, attention=dataclasses.replace(hw.attention, library=lib))
 
     def est(text):
-        return Roofline(analyze_dataflow(text), hw, fuse_mode="elementwise").totals()["est_time_fused_s"]
+        rf = Roofline(analyze(text, AnalysisOptions(dataflow=True)), hw, fuse_mode="elementwise")
+        return rf.totals()["est_time_fused_s"]
     if m["program"] == "attention_bwd":
         return est(lowered_text(m)) - est(lowered_text(dict(m, program="attention")))
     return est(lowered_text(m))

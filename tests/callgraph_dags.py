@@ -1,4 +1,4 @@
-"""Call graphs that fan out, for tests/test_reliability3_callgraph.py and benchmarks/callgraph_fanout.py.
+"""Call graphs that fan out, for tests/test_callgraph_fanout.py and benchmarks/callgraph_fanout.py.
 
 ``fanout(depth, fan)``: ``@main`` calls ``@f0``; each ``@fi`` calls ``@f(i+1)`` ``fan`` times in a chain
 (each call reads the previous call's result); the leaf ``@f<depth>`` computes ``add(exp(dot(y, y)), y)`` on a

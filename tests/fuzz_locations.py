@@ -1,6 +1,6 @@
 """Location strings for the fuzz suite (issue 24): names and file names with MLIR hex escapes, inside
 name, file, ``fused[...]`` and ``callsite(...)`` locations, and bytecode whose location strings have a byte
-flipped. Used by tests/test_reliability3_input.py and benchmarks/fuzz_locations.py.
+flipped. Used by tests/test_input_files.py and benchmarks/fuzz_locations.py.
 
 A string that is not UTF-8 made jaxlib abort the process (SIGABRT) when the walk read it.
 """

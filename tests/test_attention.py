@@ -12,17 +12,14 @@ import pytest
 
 from mhlo_cost.cli import main
 from mhlo_cost.machines.hardware import get_profile
-from mhlo_cost.analysis import analyze_dataflow
+from mhlo_cost.analysis import AnalysisOptions, analyze
 from mhlo_cost.roofline import Roofline
 from mhlo_cost.roofline.attention import find_attention
 from stderr_lines import error_line
+from helpers import lowered
 
 H100 = get_profile("h100")
 B, H, S, D = 2, 4, 256, 64
-
-
-def lowered(f, *shapes) -> str:
-    return jax.jit(f).lower(*[jax.ShapeDtypeStruct(s, d) for s, d in shapes]).as_text(debug_info=True)
 
 
 def attention(q, k, v, mask):
@@ -34,7 +31,7 @@ def attention(q, k, v, mask):
 @pytest.fixture(scope="module")
 def one_attention():
     qkv = ((B, H, S, D), jnp.bfloat16)
-    return analyze_dataflow(lowered(attention, qkv, qkv, qkv, ((S, S), jnp.bfloat16)))
+    return analyze(lowered(attention, qkv, qkv, qkv, ((S, S), jnp.bfloat16)), AnalysisOptions(dataflow=True))
 
 
 def test_one_attention_is_one_kernel_reading_q_k_v_mask_writing_o(one_attention):
@@ -57,13 +54,13 @@ def test_plain_mlp_has_no_attention():
         h = jax.nn.gelu(x @ w1)
         return jax.nn.softmax(h @ w2, -1)  # a softmax after a dot, but no second dot: not attention
 
-    d = analyze_dataflow(lowered(mlp, ((64, 128), jnp.float32), ((128, 256), jnp.float32),
-                                 ((256, 128), jnp.float32)))
+    d = analyze(lowered(mlp, ((64, 128), jnp.float32), ((128, 256), jnp.float32),
+                                 ((256, 128), jnp.float32)), AnalysisOptions(dataflow=True))
     assert find_attention(d.rows, d.producers) == []
 
 
 def _count(text: str) -> collections.Counter:
-    d = analyze_dataflow(text)
+    d = analyze(text, AnalysisOptions(dataflow=True))
     return collections.Counter(d.rows[a.qk].scope.split("/")[-1] for a in find_attention(d.rows, d.producers))
 
 

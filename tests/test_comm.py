@@ -2,7 +2,7 @@
 import pytest
 
 from mhlo_cost import analyze
-from mhlo_cost.walk.collective import ring_volume
+from mhlo_cost.walk.ring import ring_volume
 
 # nccl-tests doc/PERFORMANCE.md: busbw = algbw x factor; factor 2(n-1)/n for all_reduce, (n-1)/n for
 # all_gather, reduce_scatter and all_to_all; sendrecv / permute moves the buffer once.

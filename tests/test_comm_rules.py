@@ -5,24 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from mhlo_cost.ir.tensorinfo import TensorInfo
 from mhlo_cost.walk.costvalue import ZERO, Cost, Counted
-from mhlo_cost.walk.optable import ModuleFacts, OpContext, RuleTable
-from mhlo_cost.walk.options import AnalysisOptions
-
-
-def tensor(shape, dtype="f32", size=4) -> TensorInfo:
-    n = 1
-    for d in shape:
-        n *= d
-    return TensorInfo.make(tuple(shape), dtype, n, n * size)
-
-
-def context(name, operands, result, attrs, module=ModuleFacts(), bodies=()) -> OpContext:
-    """A context built by hand: no module is parsed and no walk exists."""
-    results = result if isinstance(result, tuple) else (result,)
-    return OpContext(name, tuple(operands), result, attrs, AnalysisOptions(), sum(t.nbytes for t in operands),
-                     sum(t.nbytes for t in results), bodies, module)
+from mhlo_cost.walk.optable import ModuleFacts, RuleTable
+from helpers import context, tensor
 
 
 def parsed(**text):
@@ -32,50 +17,43 @@ def parsed(**text):
     return {k: ir.Attribute.parse(v) for k, v in text.items()}
 
 
-@pytest.fixture
-def mlir():
-    from mhlo_cost.ir.loader import make_context
-
-    with make_context() as ctx:
-        yield ctx
-
-
 # -- one registry -------------------------------------------------------------------------------------------------
-def test_collectives_are_found_in_the_communication_tables_by_qualified_name():
-    from mhlo_cost.walk import comm, shardy
-    from mhlo_cost.walk.ruleset import rules_for
+def test_collectives_are_found_in_their_tables_by_qualified_name():
+    from mhlo_cost.walk import collective, shardy
+    from mhlo_cost.walk.registry import RULES, rule_table
 
+    table_of = {e.op: e.table for e in rule_table()}
     for d in ("stablehlo", "mhlo"):
-        assert comm.COMM[f"{d}.all_reduce"].fn is comm.all_reduce
-        assert comm.COMM[f"{d}.collective_permute"].fn is comm.collective_permute
-        assert rules_for(f"{d}.reduce_scatter") == {"communication": comm.CommIRVisitor}
-    assert comm.COMM["mhlo.cross_replica_sum"].fn is comm.all_reduce
-    assert comm.COMM.metric == shardy.SHARDY.metric == "communication"
+        assert collective.COMM[f"{d}.all_reduce"].fn is collective.all_reduce
+        assert collective.COMM[f"{d}.collective_permute"].fn is collective.collective_permute
+        assert RULES[f"{d}.reduce_scatter"] is collective.COMM[f"{d}.reduce_scatter"]
+        assert table_of[f"{d}.reduce_scatter"] == "collective"
+    assert collective.COMM["mhlo.cross_replica_sum"].fn is collective.all_reduce
+    assert (collective.COMM.name, shardy.SHARDY.name) == ("collective", "shardy")
     assert shardy.SHARDY["sdy.reshard"].fn is shardy.reshard and "stablehlo.reshard" not in shardy.SHARDY
-    assert rules_for("sdy.all_to_all") == {"communication": shardy.ShardyRules}
+    assert table_of["sdy.all_to_all"] == "shardy" and RULES["sdy.all_to_all"].fn is shardy.all_to_all
     assert shardy.SHARDY["sdy.all_gather"].extra is shardy.operand_sharding  # the walk reads the operand's sharding
-    # no method of theirs reaches into the walk any more; async start/update/done are the walk's traversal
-    for rs in (comm.CommIRVisitor, shardy.ShardyRules):
-        assert [n for n in vars(rs) if n.startswith("visit_")] == []
-    assert rules_for("stablehlo.async_start") == rules_for("mhlo.async_done") == {}
+    # async start / update / done are the walk's own control flow: no table holds them
+    for op in ("stablehlo.async_start", "mhlo.async_done"):
+        assert op not in RULES and op not in table_of
 
 
 def test_a_second_claim_on_a_collective_is_refused():
-    from mhlo_cost.walk.collective import COMM, CommIRVisitor
-    from mhlo_cost.walk.ruleset import RULES, RuleSet, rules_for
+    from mhlo_cost.walk.collective import COMM
+    from mhlo_cost.walk.optable import compose
+    from mhlo_cost.walk.registry import RULES, TABLES
     from mhlo_cost.walk.shardy import SHARDY
 
-    before = {k: dict(v) for k, v in RULES.items()}
-    with pytest.raises(TypeError, match="a second rule in the communication table"):
+    before = dict(RULES)
+    with pytest.raises(TypeError, match="a second rule in the collective table"):
         COMM.rule("all_reduce", kind="collective")(lambda ctx: ZERO)
     with pytest.raises(TypeError, match="a second rule"):
         SHARDY.rule("sdy.reshard", kind="collective")(lambda ctx: ZERO)
-    mine = RuleTable("communication")
+    mine = RuleTable("mine")
     mine.rule("all_gather", kind="collective")(lambda ctx: ZERO)
-    with pytest.raises(TypeError, match="CommIRVisitor already counts these ops for communication"):
-        type("Again", (RuleSet,), {"metric": "communication", "table": mine})
-    assert rules_for("stablehlo.all_gather") == {"communication": CommIRVisitor}
-    assert {k: dict(v) for k, v in RULES.items()} == before
+    with pytest.raises(TypeError, match="stablehlo.all_gather: a rule in both the collective and the mine tables"):
+        compose(*TABLES, mine)
+    assert dict(RULES) == before and RULES["stablehlo.all_gather"] is COMM["stablehlo.all_gather"]
 
 
 # -- pure rules of a context built by hand ------------------------------------------------------------------------
@@ -84,7 +62,7 @@ def test_all_reduce_is_the_closed_form_ring_of_a_hand_built_context(mlir):
 
     x = tensor([16, 32])  # S = 16 * 32 * 4 = 2048 bytes, 512 elements
     attrs = parsed(replica_groups="dense<[[0, 1, 2, 3], [4, 5, 6, 7]]> : tensor<2x4xi64>")
-    ctx = context("stablehlo.all_reduce", [x], x, attrs, ModuleFacts(num_replicas=8), bodies=((1, 0),))
+    ctx = context("stablehlo.all_reduce", [x], x, attrs, module=ModuleFacts(num_replicas=8), bodies=((1, 0),))
     rule = COMM["stablehlo.all_reduce"]
     first, second = rule(ctx), rule(ctx)
     # n = 4: each device sends 2 (n-1)/n S = 2 * 3 * 2048 / 4 bytes in 2 (n-1) steps, and adds (n-1)/n of the
@@ -100,12 +78,12 @@ def test_volumes_round_up_to_whole_bytes(mlir):
 
     x = tensor([5], "i16", 2)  # S = 10 bytes over n = 3: 2 * 2 * 10 / 3 = 13.3 -> 14; (n-1)/n S = 6.7 -> 7
     attrs = parsed(replica_groups="dense<[[0, 1, 2]]> : tensor<1x3xi64>")
-    ar = COMM["stablehlo.all_reduce"](context("stablehlo.all_reduce", [x], x, attrs, ModuleFacts(num_replicas=3),
-                                              bodies=((1, 0),)))
+    ar = COMM["stablehlo.all_reduce"](context("stablehlo.all_reduce", [x], x, attrs,
+                                              module=ModuleFacts(num_replicas=3), bodies=((1, 0),)))
     assert ar.cost.comm_bytes == 14 and ar.comm == ("all_reduce", 3, 1, 4)
     assert ar.cost.vector_flops == 4  # ceil(2 * 5 / 3) elements combined, 1 FLOP each
     cb = COMM["stablehlo.collective_broadcast"](context("stablehlo.collective_broadcast", [x], x, attrs,
-                                                        ModuleFacts(num_replicas=3)))
+                                                        module=ModuleFacts(num_replicas=3)))
     assert cb.cost.comm_bytes == 10 and cb.comm == ("collective_broadcast", 3, 1, 2)  # S in n-1 steps
 
 
@@ -116,8 +94,8 @@ def test_the_module_facts_of_the_context_decide_an_undeclared_group(mlir):
     attrs = parsed(channel_handle="#stablehlo.channel_handle<handle = 1, type = 1>",
                    use_global_device_ids="unit")
     rule = COMM["stablehlo.all_to_all"]
-    two = rule(context("stablehlo.all_to_all", [x], y, attrs, ModuleFacts(num_partitions=2, num_replicas=1)))
-    eight = rule(context("stablehlo.all_to_all", [x], y, attrs, ModuleFacts(num_partitions=4, num_replicas=2)))
+    two = rule(context("stablehlo.all_to_all", [x], y, attrs, module=ModuleFacts(num_partitions=2, num_replicas=1)))
+    eight = rule(context("stablehlo.all_to_all", [x], y, attrs, module=ModuleFacts(num_partitions=4, num_replicas=2)))
     # global device ids, no groups written: one group of every device, partitions x replicas
     assert two.comm == ("all_to_all", 2, 1, 1) and two.cost.comm_bytes == 128 // 2
     assert eight.comm == ("all_to_all", 8, 1, 7) and eight.cost.comm_bytes == 128 * 7 // 8
@@ -129,7 +107,8 @@ def test_a_gather_whose_shapes_disagree_with_the_module_returns_its_warning(mlir
 
     x, y = tensor([4, 8]), tensor([16, 8])  # gathered dimension 4 -> 16: the shapes prove n = 4
     attrs = parsed(all_gather_dim="0 : i64", replica_groups="dense<[[0, 1]]> : tensor<1x2xi64>")
-    got = COMM["stablehlo.all_gather"](context("stablehlo.all_gather", [x], y, attrs, ModuleFacts(num_replicas=2)))
+    got = COMM["stablehlo.all_gather"](context("stablehlo.all_gather", [x], y, attrs,
+                                               module=ModuleFacts(num_replicas=2)))
     assert got.comm == ("all_gather", 4, 1, 3) and got.cost.comm_bytes == 512 * 3 // 4  # S: the result's bytes
     assert got.warning == (GROUP_SIZE_MISMATCH, "the module's declarations give 2 participants, its shapes prove "
                                                 "4; counted with 4")
@@ -156,11 +135,11 @@ def test_a_shardy_rule_reads_the_meshes_of_its_context_and_the_operand_sharding_
     x = tensor([32, 128])  # global: 16384 bytes
     attrs = parsed(out_sharding='#sdy.sharding<@mesh, [{}, {"y"}]>')
     attrs[OPERAND] = parsed(s='#sdy.sharding<@mesh, [{"x"}, {"y"}]>')["s"]
-    got = SHARDY["sdy.all_gather"](context("sdy.all_gather", [x], x, attrs, ModuleFacts(meshes=meshes)))
+    got = SHARDY["sdy.all_gather"](context("sdy.all_gather", [x], x, attrs, module=ModuleFacts(meshes=meshes)))
     # n = 8 / 4 = 2 (over "x"); per device it reads 16384 / 8 and writes 16384 / 4 = S, sending (n-1)/n S
     assert got == Counted(Cost(bytes_read=2048, bytes_written=4096, comm_bytes=2048), comm=("all_gather", 2, 4, 1))
     # a mesh the module does not declare: unknown, never a zero
-    lost = SHARDY["sdy.all_gather"](context("sdy.all_gather", [x], x, attrs, ModuleFacts()))
+    lost = SHARDY["sdy.all_gather"](context("sdy.all_gather", [x], x, attrs, module=ModuleFacts()))
     assert (lost.kind, lost.target, lost.cost) == ("unknown", "sdy.all_gather (shardings not classified)",
                                                    Cost(bytes_read=16384, bytes_written=16384))
 
@@ -199,9 +178,9 @@ module attributes {mhlo.num_replicas = 4 : i32} {
 
 def test_the_walk_warns_with_the_location_and_records_the_groups():
     from mhlo_cost.analysis import walk
-    from mhlo_cost.walk.cost import CostRules
+    from mhlo_cost.walk.base import IRVisitor
 
-    _, v = walk(MISMATCH, CostRules)
+    _, v = walk(MISMATCH, IRVisitor)
     (row,) = v.rows
     assert (row.kind, row.comm_kind, row.group_size, row.num_groups, row.comm_steps) == ("collective", "all_gather",
                                                                                          4, 1, 3)
@@ -213,9 +192,8 @@ def test_the_walk_warns_with_the_location_and_records_the_groups():
 def test_an_async_start_replays_its_computation_once_and_done_adds_nothing():
     from mhlo_cost.analysis import walk
     from mhlo_cost.walk.base import IRVisitor
-    from mhlo_cost.walk.cost import CostRules
 
-    _, v = walk(ASYNC, CostRules)
+    _, v = walk(ASYNC, IRVisitor)
     assert [(r.op, r.comm_kind, r.multiplicity) for r in v.rows] == [("mhlo.all_reduce", "all_reduce", 1)]
     assert v.rows[0].comm_bytes == 2 * 3 * 256 // 4  # 2 (n-1)/n S, S = 64 x 4 bytes, n = 4
     assert v.rule_of("mhlo.async_start").__func__ is IRVisitor.visit_async_start  # the walk's own traversal

@@ -4,24 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from mhlo_cost.ir.tensorinfo import TensorInfo
 from mhlo_cost.walk.costvalue import ZERO, Cost, Counted
-from mhlo_cost.walk.optable import OpContext, RuleTable
-from mhlo_cost.walk.options import AnalysisOptions
+from mhlo_cost.walk.optable import RuleTable
 from mhlo_cost.walk.row import LocationInfo, Row
-
-
-def tensor(shape, dtype="f32", size=4) -> TensorInfo:
-    n = 1
-    for d in shape:
-        n *= d
-    return TensorInfo.make(tuple(shape), dtype, n, n * size)
-
-
-def context(name, operands, result, attrs=None, bodies=()) -> OpContext:
-    results = result if isinstance(result, tuple) else (result,)
-    return OpContext(name, tuple(operands), result, attrs or {}, AnalysisOptions(),
-                     sum(t.nbytes for t in operands), sum(t.nbytes for t in results), bodies)
+from helpers import context, tensor
 
 
 # -- the algebra ------------------------------------------------------------------------------------------------
@@ -84,11 +70,11 @@ def test_dot_general_rule_is_a_pure_function_of_its_context():
 
 
 def test_table_rules_read_only_their_context():
-    from mhlo_cost.walk.more_rules import MORE
+    from mhlo_cost.walk.linalg import LINALG
     from mhlo_cost.walk.vector import VECTOR
 
     x = tensor([16, 8])
-    fft = MORE["stablehlo.fft"](context("stablehlo.fft", [x], x, {"fft_length": [8]}))
+    fft = LINALG["stablehlo.fft"](context("stablehlo.fft", [x], x, {"fft_length": [8]}))
     assert fft.vector_flops == 8 * 3 * 128  # 8 x log2(8) x elements (XLA's convention)
     tanh = VECTOR["stablehlo.tanh"](context("stablehlo.tanh", [x], x))
     assert tanh == Cost(vector_flops=128, transcendentals=128, bytes_read=512, bytes_written=512)
@@ -101,32 +87,36 @@ def test_table_rules_read_only_their_context():
 
 # -- one registry, by dialect-qualified name --------------------------------------------------------------------
 def test_rules_are_found_by_dialect_qualified_name():
-    from mhlo_cost.walk.more_rules import MORE, MoreRules, top_k
-    from mhlo_cost.walk.ruleset import rules_for
-    from mhlo_cost.walk.matrix import MATRIX, TFlopsVisitor, dot_general
-    from mhlo_cost.walk.vector import VECTOR, VectorVisitor, transcendental
+    from mhlo_cost.walk.matrix import MATRIX, dot_general, ragged_dot
+    from mhlo_cost.walk.registry import RULES, rule_table
+    from mhlo_cost.walk.vector import VECTOR, top_k, transcendental
 
-    assert rules_for("stablehlo.dot_general") == rules_for("mhlo.dot_general") == {"matrix": TFlopsVisitor}
-    assert MATRIX["stablehlo.dot_general"].fn is MATRIX["mhlo.dot_general"].fn is dot_general
-    assert rules_for("chlo.top_k") == {"vector": MoreRules} and MORE["chlo.top_k"].fn is top_k
-    assert rules_for("chlo.erf") == {"vector": VectorVisitor} and VECTOR["chlo.erf"].fn is transcendental
-    assert "affine.for" not in VECTOR and rules_for("affine.for") == {}
+    table_of = {e.op: e.table for e in rule_table()}
+    assert table_of["stablehlo.dot_general"] == table_of["mhlo.dot_general"] == "matrix"
+    assert RULES["stablehlo.dot_general"].fn is MATRIX["mhlo.dot_general"].fn is dot_general
+    assert table_of["chlo.top_k"] == "vector" and VECTOR["chlo.top_k"].fn is RULES["chlo.top_k"].fn is top_k
+    assert table_of["chlo.ragged_dot"] == "matrix" and RULES["chlo.ragged_dot"].fn is ragged_dot
+    assert table_of["chlo.erf"] == "vector" and VECTOR["chlo.erf"].fn is transcendental
+    assert "affine.for" not in VECTOR and "affine.for" not in RULES
 
 
-def test_a_second_claim_on_an_op_for_the_same_metric_is_refused():
-    from mhlo_cost.walk.ruleset import RULES, RuleSet, rules_for
-    from mhlo_cost.walk.matrix import TFlopsVisitor
+def test_a_second_claim_on_an_op_is_refused_in_a_table_and_across_tables():
+    from mhlo_cost.walk.matrix import MATRIX, dot_general
+    from mhlo_cost.walk.optable import compose
+    from mhlo_cost.walk.registry import RULES, TABLES
 
-    before = {k: dict(v) for k, v in RULES.items()}
-    mine = RuleTable("matrix")
+    before = dict(RULES)
+    mine = RuleTable("mine")
     mine.rule("stablehlo.dot_general", "stablehlo.my_op", kind="dot")(lambda ctx: ZERO)
-    with pytest.raises(TypeError, match="TFlopsVisitor already counts these ops for matrix"):
-        type("Again", (RuleSet,), {"metric": "matrix", "table": mine})
-    assert rules_for("stablehlo.dot_general") == {"matrix": TFlopsVisitor}
-    assert rules_for("stablehlo.my_op") == {}  # nothing of a refused rule set is registered
-    assert {k: dict(v) for k, v in RULES.items()} == before
-    with pytest.raises(TypeError, match="a second rule"):
+    with pytest.raises(TypeError, match="stablehlo.dot_general: a rule in both the matrix and the mine tables"):
+        compose(*TABLES, mine)
+    with pytest.raises(TypeError, match="a rule in both the mine and the matrix tables"):
+        compose(mine, MATRIX)  # whichever comes first: the order decides nothing
+    assert RULES["stablehlo.dot_general"].fn is dot_general and "stablehlo.my_op" not in RULES
+    assert dict(RULES) == before
+    with pytest.raises(TypeError, match="a second rule in the mine table"):
         mine.rule("stablehlo.my_op", kind="dot")(lambda ctx: ZERO)
+    assert compose(mine)["stablehlo.my_op"].kind == "dot"  # a table of one's own, alone, is a registry of its own
 
 
 def test_the_walks_fast_constructors_are_the_keyword_forms():

@@ -13,7 +13,7 @@ from torch import nn  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 from mhlo_cost import lower_model  # noqa: E402
-from mhlo_cost.analysis import analyze_dataflow  # noqa: E402
+from mhlo_cost.analysis import AnalysisOptions, analyze  # noqa: E402
 from mhlo_cost.machines.hardware import get_profile  # noqa: E402
 from mhlo_cost.lower.models import stdit3_torch  # noqa: E402
 from mhlo_cost.lower.models.config import STDiT3Config  # noqa: E402
@@ -26,7 +26,8 @@ def _eager(module, *specs, written="sdpa"):
     with torch.device("meta"):
         m = module()
     text = lower_model(m, *specs, frontend="torchax").text
-    return Roofline(analyze_dataflow(text), get_profile("a100"), execution="eager", written=written)
+    return Roofline(analyze(text, AnalysisOptions(dataflow=True)), get_profile("a100"), execution="eager",
+                    written=written)
 
 
 def _small(dtype="float32"):

@@ -78,11 +78,11 @@ def memtracker_peak(make) -> int:
 
 def eager_peak(make) -> tuple[int, int]:
     """(eager peak, unfused peak) of the module lowered through torchax."""
-    from mhlo_cost.analysis import analyze_dataflow
+    from mhlo_cost.analysis import AnalysisOptions, analyze
     from mhlo_cost.lower.frontends import torchax_frontend as tf
     from mhlo_cost.roofline.memory import eager_profile
 
-    a = analyze_dataflow(tf.lower_module(make(), [((N,), torch.float32)], dtype=None).text)
+    a = analyze(tf.lower_module(make(), [((N,), torch.float32)], dtype=None).text, AnalysisOptions(dataflow=True))
     return eager_profile(a).peak_bytes, a.memory.peak_bytes
 
 

@@ -8,7 +8,7 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from mhlo_cost.analysis import analyze_dataflow
+from mhlo_cost.analysis import AnalysisOptions, analyze
 from mhlo_cost.machines.hardware import get_profile
 from mhlo_cost.machines.kernels import MemoryModel, parse_memory
 from mhlo_cost.roofline import Roofline
@@ -20,7 +20,7 @@ BF16 = jnp.bfloat16
 def _kernels(fn, *shapes):
     args = [jax.ShapeDtypeStruct(s, d) for s, d in shapes]
     text = jax.jit(fn).lower(*args).as_text(debug_info=True)
-    rf = Roofline(analyze_dataflow(text), get_profile("h200"), execution="eager")
+    rf = Roofline(analyze(text, AnalysisOptions(dataflow=True)), get_profile("h200"), execution="eager")
     return rf.fusion.kernels
 
 

@@ -14,7 +14,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
 import validate_published as vp  # noqa: E402
 
-from mhlo_cost.analysis import analyze_dataflow  # noqa: E402
+from mhlo_cost.analysis import AnalysisOptions, analyze  # noqa: E402
 
 
 def _row(**params):
@@ -27,7 +27,7 @@ def _row(**params):
 def test_the_program_is_forward_and_backward_products(causal):
     m = _row(causal=causal)
     b, h, s, d = 2, 3, 128, 32
-    rows = analyze_dataflow(vp.lowered_text(m)).rows
+    rows = analyze(vp.lowered_text(m), AnalysisOptions(dataflow=True)).rows
     dots = sum(r.gemm_flops for r in rows if r.kind == "dot")
     assert dots == 2 * (2 * b * h * s * s * d) + 4 * (2 * b * h * s * s * d)  # a mask changes no product
 

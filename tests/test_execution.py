@@ -10,7 +10,7 @@ from torch import nn  # noqa: E402
 from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 
 from mhlo_cost import lower_model  # noqa: E402
-from mhlo_cost.analysis import analyze_dataflow  # noqa: E402
+from mhlo_cost.analysis import AnalysisOptions, analyze  # noqa: E402
 from mhlo_cost.machines.hardware import get_profile  # noqa: E402
 from mhlo_cost.roofline import Roofline  # noqa: E402
 
@@ -44,7 +44,7 @@ class Counter(TorchDispatchMode):
 def _analysis(module, *inputs):
     with torch.device("meta"):
         m = module()
-    return analyze_dataflow(lower_model(m, *inputs, frontend="torchax").text)
+    return analyze(lower_model(m, *inputs, frontend="torchax").text, AnalysisOptions(dataflow=True))
 
 
 def test_eager_kernels_are_torchs_calls():

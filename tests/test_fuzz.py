@@ -2,7 +2,7 @@
 
 The property: exit code 0, 1 or 2; on exit 2 exactly one `mhlo-cost: error:` line; nothing else on stderr
 but warnings. Bounded (max_examples, deadline) to add well under a minute; benchmarks/fuzz_campaign.py
-runs the larger campaign. Crashers found are kept in tests/fixtures/crashers (test_reliability.py).
+runs the larger campaign. Crashers found are kept in tests/fixtures/crashers (test_hostile_inputs.py).
 """
 from __future__ import annotations
 

@@ -266,7 +266,7 @@ def test_template_is_a_valid_profile(tmp_path):
 
 
 def test_data_files_are_package_resources():
-    data = resources.files("mhlo_cost") / "data"
+    data = resources.files("mhlo_cost.machines") / "data"
     for name in ("hardware.toml", "hardware_template.toml"):
         assert (data / name).is_file()
         tomllib.loads((data / name).read_text(encoding="utf-8"))

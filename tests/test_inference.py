@@ -12,7 +12,7 @@ if importlib.util.find_spec("torchax") is None:  # (imported through mhlo-cost's
     pytest.skip("torchax is not installed", allow_module_level=True)
 pytest.importorskip("transformers")
 
-from mhlo_cost.analysis import analyze_dataflow  # noqa: E402
+from mhlo_cost.analysis import AnalysisOptions, analyze  # noqa: E402
 from mhlo_cost.studies.serve import StepRequest, lower_step  # noqa: E402
 from mhlo_cost.ir.loader import load  # noqa: E402
 
@@ -84,7 +84,7 @@ def test_deepseek_mla_caches_its_latent():
 
 def test_decode_reads_the_closed_form_weights_and_cache():
     step = hf("LlamaForCausalLM", "llama", LLAMA)
-    a = analyze_dataflow(step.lowered.text)
+    a = analyze(step.lowered.text, AnalysisOptions(dataflow=True))
     per_layer = (HIDDEN * HIDDEN * 2 + 2 * HIDDEN * KV * HD + 3 * HIDDEN * INTER + 2 * HIDDEN)
     weights = (2 * VOCAB * HIDDEN + LAYERS * per_layer + HIDDEN) * BF16  # untied embedding and head
     assert step.weight_bytes == weights
@@ -99,7 +99,7 @@ def test_bundled_gpt_prefill_and_decode():
     assert dec.layout.nbytes == 2 * 2 * 4 * 16 * CTX * B * BF16
     assert donated_argument_bytes(dec.lowered.text) == dec.layout.nbytes
     pre = lower_step(StepRequest(mode="prefill", batch=B, context=CTX, tokens=16, model="gpt", overrides=sets))
-    a = analyze_dataflow(pre.lowered.text)
+    a = analyze(pre.lowered.text, AnalysisOptions(dataflow=True))
     # the prompt's projections: 2 x tokens x batch x (qkv 3h^2 + proj h^2 + mlp 8h^2) per layer, and the head
     # on the last position only
     h = 64

@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import pytest
 
 from mhlo_cost.machines.accuracy import median_error, statement
-from mhlo_cost.analysis import analyze_dataflow
+from mhlo_cost.analysis import AnalysisOptions, analyze
 from mhlo_cost.machines.hardware import HardwareError, get_profile, load_profiles
 from mhlo_cost.roofline.attention import find_attention, find_attention_backward, is_causal
 from mhlo_cost.roofline.estimate import Roofline
@@ -72,7 +72,7 @@ def test_causal_mask_is_recognised_and_prices_half_the_blocks():
     shapes = [((b, h, s, d), BF16)] * 3
     times = {}
     for causal in (False, True):
-        a = analyze_dataflow(lowered(lambda q, k, v: attn(q, k, v, causal), *shapes))
+        a = analyze(lowered(lambda q, k, v: attn(q, k, v, causal), *shapes), AnalysisOptions(dataflow=True))
         (att,) = find_attention(a.rows, a.producers)
         assert is_causal(a.rows, a.producers, att.members) is causal
         rf = Roofline(a, A100, fuse_mode="elementwise")
@@ -84,7 +84,7 @@ def test_causal_mask_is_recognised_and_prices_half_the_blocks():
 
 
 def test_the_library_sets_the_attention_speed():
-    a = analyze_dataflow(lowered(attn, *[((2, 16, 4096, 128), BF16)] * 3))
+    a = analyze(lowered(attn, *[((2, 16, 4096, 128), BF16)] * 3), AnalysisOptions(dataflow=True))
     h100 = get_profile("h100")
     t = {}
     for lib in ("fa2", "fa3"):
@@ -97,7 +97,7 @@ def test_the_library_sets_the_attention_speed():
 def test_attention_backward_is_one_kernel_without_scores_in_hbm():
     b, h, s, d = 1, 4, 2048, 64
     loss = lambda q, k, v, w: (attn(q, k, v).astype(F32) ** 2 * w).sum()  # noqa: E731  (needs O itself)
-    a = analyze_dataflow(lowered(jax.grad(loss, argnums=(0, 1, 2)), *[((b, h, s, d), BF16)] * 4))
+    a = analyze(lowered(jax.grad(loss, argnums=(0, 1, 2)), *[((b, h, s, d), BF16)] * 4), AnalysisOptions(dataflow=True))
     fwd = find_attention(a.rows, a.producers)
     bwd, shapes = find_attention_backward(a.rows, a.producers, fwd)
     assert len(fwd) == 1 and len(bwd) == 1 and (b, h, s, s) in shapes
@@ -112,7 +112,8 @@ def test_softmax_cross_entropy_is_not_an_attention():
     def loss(x, w, t):
         logits = (x @ w).astype(F32)
         return -jnp.take_along_axis(jax.nn.log_softmax(logits), t[:, None], 1).mean()
-    a = analyze_dataflow(lowered(jax.grad(loss), ((512, 256), BF16), ((256, 4096), BF16), ((512,), jnp.int32)))
+    a = analyze(lowered(jax.grad(loss), ((512, 256), BF16), ((256, 4096), BF16), ((512,), jnp.int32)),
+                AnalysisOptions(dataflow=True))
     assert find_attention(a.rows, a.producers) == []
 
 
@@ -120,7 +121,7 @@ def test_a_row_reduction_over_any_row_length_is_one_kernel():
     def rms(x):
         xf = x.astype(F32)
         return (xf * jax.lax.rsqrt((xf * xf).mean(-1, keepdims=True) + 1e-6)).astype(x.dtype)
-    a = analyze_dataflow(lowered(rms, ((64, 65536), BF16)))
+    a = analyze(lowered(rms, ((64, 65536), BF16)), AnalysisOptions(dataflow=True))
     rf = Roofline(a, A100, fuse_mode="elementwise")
     assert rf.totals()["fused_kernels"] == 1
     assert 0 <= rf.totals()["fused_bytes"] - 2 * 64 * 65536 * 2 < 64  # read x once, write y once (+ scalars)

@@ -12,7 +12,7 @@ from jax import lax
 from mhlo_cost import analyze
 from mhlo_cost.cli import main
 from mhlo_cost.roofline.memory import fused_profile
-from mhlo_cost.analysis import analyze_dataflow
+from mhlo_cost.analysis import AnalysisOptions
 
 S = jax.ShapeDtypeStruct
 F32 = jnp.float32
@@ -25,7 +25,7 @@ def text(f, *shapes, **jit):
 
 def peaks(f, *shapes, **jit) -> tuple[int, int]:
     """(unfused, fused) peak bytes."""
-    a = analyze_dataflow(text(f, *shapes, **jit))
+    a = analyze(text(f, *shapes, **jit), AnalysisOptions(dataflow=True))
     return a.memory.peak_bytes, fused_profile(a).peak_bytes
 
 
@@ -181,7 +181,7 @@ def test_shard_map_arguments_are_per_device():
     assert a.memory.argument_bytes < analyze(stdit3.lower(cfg).as_text()).memory.argument_bytes
     # The estimate's data-flow walk shares the visitor with liveness: inside a shard_map body both track
     # block arguments, and must not read each other's tables (regression: a crash under --hardware).
-    d = analyze_dataflow(parallel.lower(cfg, plan).as_text())
+    d = analyze(parallel.lower(cfg, plan).as_text(), AnalysisOptions(dataflow=True))
     assert (d.memory.peak_bytes, d.memory.argument_bytes) == (a.memory.peak_bytes, a.memory.argument_bytes)
 
 

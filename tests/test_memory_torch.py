@@ -37,9 +37,9 @@ def memtracker_peak(make, inputs) -> int:
 def ours(module, specs) -> tuple[int, int]:
     from mhlo_cost.lower.frontends import torchax_frontend as tf
     from mhlo_cost.roofline.memory import fused_profile
-    from mhlo_cost.analysis import analyze_dataflow
+    from mhlo_cost.analysis import AnalysisOptions, analyze
 
-    a = analyze_dataflow(tf.lower_module(module, specs, dtype=None).text)
+    a = analyze(tf.lower_module(module, specs, dtype=None).text, AnalysisOptions(dataflow=True))
     return a.memory.peak_bytes, fused_profile(a).peak_bytes
 
 

@@ -14,7 +14,7 @@ from jax.sharding import PartitionSpec as P
 
 from mhlo_cost.cli import main
 from mhlo_cost.network import exposed_comm, resolve_profile
-from mhlo_cost.analysis import analyze_dataflow
+from mhlo_cost.analysis import AnalysisOptions, analyze
 from mhlo_cost.roofline import Roofline
 
 # -- the schedule on literal numbers ------------------------------------------------------------------------
@@ -80,7 +80,7 @@ def _psum_beside_matmul(n: int):
 
 @pytest.mark.parametrize("n", [256, 8192])
 def test_a_matmul_beside_a_psum_hides_it_up_to_its_own_time(n):
-    a = analyze_dataflow(_psum_beside_matmul(n))
+    a = analyze(_psum_beside_matmul(n), AnalysisOptions(dataflow=True))
     rf = Roofline(a, resolve_profile("dgx-h100"))
     (c,) = [r.index for r in a.rows if r.kind == "collective"]
     (d,) = [r.index for r in a.rows if r.kind == "dot"]
@@ -121,7 +121,7 @@ module @m attributes {mhlo.num_partitions = 8 : i32, mhlo.num_replicas = 1 : i32
 
 
 def test_async_pair_hides_behind_the_compute_between_start_and_done():
-    a = analyze_dataflow(ASYNC)
+    a = analyze(ASYNC, AnalysisOptions(dataflow=True))
     assert a.async_done == {0: 1}  # the all_reduce's done comes after row 1, the first dot
     rf = Roofline(a, resolve_profile("dgx-a100"))
     comm, dot = rf.times[0].comm_s, rf.times[1].kernel_s

@@ -13,7 +13,7 @@ from mhlo_cost.network import MeshTopology, NetworkError, NodeTopology, SystemPr
 from mhlo_cost.walk.collective import device_groups
 from stderr_lines import error_line
 
-TEMPLATE = resources.files("mhlo_cost") / "data" / "system_template.toml"
+TEMPLATE = resources.files("mhlo_cost.machines") / "data" / "system_template.toml"
 
 
 def test_shipped_systems_are_chips_with_a_topology():

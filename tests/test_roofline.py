@@ -15,16 +15,13 @@ from mhlo_cost import analyze
 from mhlo_cost.cli import main
 from mhlo_cost.analysis.collectors import assign_blocks
 from mhlo_cost.machines.hardware import get_profile
-from mhlo_cost.analysis import analyze_dataflow
+from mhlo_cost.analysis import AnalysisOptions
 from mhlo_cost.roofline import Roofline, fuse, op_time
 from stderr_lines import error_line
+from helpers import lowered
 
 # The per-op rule at the datasheet peak: the shipped GEMM efficiency model is tested in test_gemm_efficiency.py
 H100 = dataclasses.replace(get_profile("h100"), gemm=None)
-
-
-def lowered(f, *shapes) -> str:
-    return jax.jit(f).lower(*[jax.ShapeDtypeStruct(s, d) for s, d in shapes]).as_text(debug_info=True)
 
 
 def only(a, name):
@@ -130,7 +127,7 @@ MLP_SHAPES = (((256, 512), jnp.bfloat16), ((512, 1024), jnp.bfloat16), ((1024,),
 
 def test_dataflow_rows_equal_analyze_and_producers_point_back():
     text = lowered(mlp, *MLP_SHAPES)
-    a, d = analyze(text), analyze_dataflow(text)
+    a, d = analyze(text), analyze(text, AnalysisOptions(dataflow=True))
     assert [(r.op, r.scope, r.bytes_read, r.multiplicity) for r in a.rows] == \
         [(r.op, r.scope, r.bytes_read, r.multiplicity) for r in d.rows]
     assert len(d.producers) == len(d.rows)
@@ -143,7 +140,7 @@ def test_dataflow_rows_equal_analyze_and_producers_point_back():
 
 
 def test_epilogue_fuses_into_the_gemm_kernel():
-    d = analyze_dataflow(lowered(mlp, *MLP_SHAPES))
+    d = analyze(lowered(mlp, *MLP_SHAPES), AnalysisOptions(dataflow=True))
     f = fuse(d, H100)
     dot_kernels = [k for k in f.kernels if k.has_dot]
     assert len(dot_kernels) == 2
@@ -163,7 +160,7 @@ def test_layernorm_row_reduction_is_one_kernel():
         v = (c * c).mean(-1, keepdims=True)
         return (c * lax.rsqrt(v + 1e-6)).astype(x.dtype)
 
-    d = analyze_dataflow(lowered(ln, ((4096, 1024), jnp.bfloat16)))
+    d = analyze(lowered(ln, ((4096, 1024), jnp.bfloat16)), AnalysisOptions(dataflow=True))
     f = fuse(d, H100)
     big = [k for k in f.kernels if k.bytes_read >= 4096 * 1024 * 2]
     assert len(big) == 1
@@ -181,7 +178,8 @@ def test_softmax_and_rmsnorm_are_one_kernel(name):
         xf = x.astype(jnp.float32)
         return (xf * lax.rsqrt((xf * xf).mean(-1, keepdims=True) + 1e-6)).astype(x.dtype)
 
-    d = analyze_dataflow(lowered({"softmax": softmax, "rmsnorm": rmsnorm}[name], ((2048, 512), jnp.bfloat16)))
+    d = analyze(lowered({"softmax": softmax, "rmsnorm": rmsnorm}[name], ((2048, 512), jnp.bfloat16)),
+                AnalysisOptions(dataflow=True))
     f = fuse(d, H100)
     assert len(f.kernels) == 1
     k = f.kernels[0]
@@ -194,7 +192,7 @@ def test_without_row_fusion_softmax_reads_its_input_per_reduction():
     def softmax(x):
         return jax.nn.softmax(x, -1)
 
-    d = analyze_dataflow(lowered(softmax, ((2048, 512), jnp.float32)))
+    d = analyze(lowered(softmax, ((2048, 512), jnp.float32)), AnalysisOptions(dataflow=True))
     f = fuse(d, dataclasses.replace(H100, row_fusion=False))
     n = 2048 * 512 * 4
     assert len(f.kernels) >= 2
@@ -208,14 +206,14 @@ def stdit3_small():
     stdit3 = pytest.importorskip("mhlo_cost.lower.models.stdit3")
     from mhlo_cost.lower.models.config import STDiT3Config
 
-    return analyze_dataflow(stdit3.lower(STDiT3Config().small()).as_text(debug_info=True))
+    return analyze(stdit3.lower(STDiT3Config().small()).as_text(debug_info=True), AnalysisOptions(dataflow=True))
 
 
 @pytest.fixture(scope="module")
 def gpt_scan():
     gpt = pytest.importorskip("mhlo_cost.lower.models.gpt")
     cfg = gpt.GPTConfig(vocab=64, hidden=32, heads=2, layers=3, seq=16, batch=2, dtype="float32", scan=True)
-    return analyze_dataflow(gpt.lower(cfg).as_text(debug_info=True))
+    return analyze(gpt.lower(cfg).as_text(debug_info=True), AnalysisOptions(dataflow=True))
 
 
 @pytest.mark.parametrize("model", ["stdit3_small", "gpt_scan"])

@@ -7,21 +7,11 @@ import pytest
 from mhlo_cost.analysis import analyze
 from mhlo_cost.walk.options import AnalysisOptions
 from mhlo_cost.walk.recorder import Recorder
+from helpers import two_calls
 
 M, K, N = 4, 8, 16
 #: main calls @layer twice: a dot and a tanh each time (the callee's rows are built once, then replayed).
-PROGRAM = f"""
-func.func @main(%x: tensor<{M}x{K}xf32>, %w: tensor<{K}x{K}xf32>) -> tensor<{M}x{K}xf32> {{
-  %0 = func.call @layer(%x, %w) : (tensor<{M}x{K}xf32>, tensor<{K}x{K}xf32>) -> tensor<{M}x{K}xf32>
-  %1 = func.call @layer(%0, %w) : (tensor<{M}x{K}xf32>, tensor<{K}x{K}xf32>) -> tensor<{M}x{K}xf32>
-  return %1 : tensor<{M}x{K}xf32>
-}}
-func.func private @layer(%x: tensor<{M}x{K}xf32>, %w: tensor<{K}x{K}xf32>) -> tensor<{M}x{K}xf32> {{
-  %0 = stablehlo.dot_general %x, %w, contracting_dims = [1] x [0] : (tensor<{M}x{K}xf32>, tensor<{K}x{K}xf32>) -> tensor<{M}x{K}xf32>
-  %1 = stablehlo.tanh %0 : tensor<{M}x{K}xf32>
-  return %1 : tensor<{M}x{K}xf32>
-}}
-"""
+PROGRAM = two_calls(M, K)
 
 
 class CallTally(Recorder, record="study_test_calls"):

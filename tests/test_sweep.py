@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import math
+import re
 
 import pytest
 
@@ -17,12 +18,12 @@ SMALL = ["--model", "stdit3", "--small", "--depth", "1", "--dtype", "bf16"]
 FUSED_STEPS = ["--steps", "3", "--fuse", "elementwise"]
 
 
-def sweep(tmp_path, capsys, *extra, name="t.json", cache="cache"):
-    """Run the CLI in this process (``--jobs 1``: no pool); (table text, stderr)."""
+def sweep(tmp_path, capsys, *extra, name="t.json", cache="cache", rc=0):
+    """Run the CLI in this process (``--jobs 1``: no pool); (table text, stderr); ``rc``: the exit it must give."""
     out = tmp_path / name
-    rc = main(["sweep", *SMALL, *FUSED_STEPS, "--cache-dir", str(tmp_path / cache), "-o", str(out), *extra])
+    got = main(["sweep", *SMALL, *FUSED_STEPS, "--cache-dir", str(tmp_path / cache), "-o", str(out), *extra])
     err = capsys.readouterr().err
-    assert rc == 0, err
+    assert got == rc, err
     return (out.read_bytes() if name.endswith(".parquet") else out.read_text()), err
 
 
@@ -85,7 +86,7 @@ def test_invalid_points_are_skipped_and_failures_are_rows(tmp_path, capsys, monk
 
     monkeypatch.setattr(point, "lower_text", lower_text)
     text, err = sweep(tmp_path, capsys, "--parallel", "none", "ulysses", "2d", "ring", "--devices", "1", "3",
-                      "--hardware", "h100", "--jobs", "1", "--format", "csv", name="t.csv")
+                      "--hardware", "h100", "--jobs", "1", "--format", "csv", name="t.csv", rc=1)
     lines = text.splitlines()
     status = {tuple(line.split(",")[2:4]): line.split(",")[6:8] for line in lines[1:]}
     assert status[("none", "1")] == ["ok", ""]
@@ -95,19 +96,22 @@ def test_invalid_points_are_skipped_and_failures_are_rows(tmp_path, capsys, monk
     assert status[("ring", "3")] == ["failed", "RuntimeError: the ring broke"]
     assert status[("ulysses", "3")][0] in ("ok", "skipped")  # 4 heads over 3 devices: skipped with its reason
     assert "1 failed" in err
+    # exit 1 says some points failed, in one line with the first one's reason
+    assert re.search(r"^mhlo-cost: sweep: 1 of \d+ point\(s\) failed; first: ring:3: RuntimeError: the ring broke ",
+                     err, re.M)
 
 
 def test_resume_recomputes_only_the_deleted_entry(tmp_path, capsys):
     args = ("--strategies", "none:1", "ulysses:2", "megatron:2", "--hardware", "dgx-h100", "--jobs", "1")
     first, err = sweep(tmp_path, capsys, *args)
     assert "3 computed, 0 cached" in err
-    results = sorted((tmp_path / "cache" / "results").iterdir())
+    results = sorted((tmp_path / "cache" / "sweep" / "results").iterdir())
     assert len(results) == 3
     results[1].unlink()
     again, err = sweep(tmp_path, capsys, *args)
     assert "1 computed, 2 cached" in err
     assert again == first
-    assert len(list((tmp_path / "cache" / "results").iterdir())) == 3
+    assert len(list((tmp_path / "cache" / "sweep" / "results").iterdir())) == 3
     # An option given at its default value (the batch of the bundled model) is the same point: all cached.
     default_batch = str(STDiT3Config().small().batch)
     _, err = sweep(tmp_path, capsys, *args, "--batch", default_batch)

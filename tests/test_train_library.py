@@ -25,7 +25,8 @@ from mhlo_cost.lower.frontends.api import LowerRequest  # noqa: E402
 from mhlo_cost.lower.frontends.inputs import parse_input  # noqa: E402
 from mhlo_cost.lower.run import lower_request  # noqa: E402
 from mhlo_cost.lower.training import TrainOptions  # noqa: E402
-from mhlo_cost.analysis.training import analyze_training, phase_frame  # noqa: E402
+from mhlo_cost.analysis import AnalysisOptions, analyze  # noqa: E402
+from mhlo_cost.analysis.training import phase_frame  # noqa: E402
 
 LLAMA = dict(num_hidden_layers=2, hidden_size=64, intermediate_size=128, num_attention_heads=4,
              num_key_value_heads=2, vocab_size=256, attn_implementation="eager")
@@ -84,7 +85,7 @@ def _ours(key, tmp_path):
     argv += [a for k, v in sets.items() for a in ("--set", f"{k}={v}")]
     argv += [a for p in pos for a in ("--input", p)] + [a for k, v in kw.items() for a in ("--input", f"{k}={v}")]
     assert main(argv) == 0
-    a = analyze_training(str(path), conv_padding="dense")
+    a = analyze(str(path), AnalysisOptions(conv_padding="dense", phases=True))
     blocks = training_blocks(assign_blocks(a), a.phases)
     return a, add_phase_columns(block_table(a, blocks), a, blocks, a.phases).set_index("block")
 
@@ -148,7 +149,7 @@ def _split(module, *inputs, padding="dense"):
     with torch.device("meta"):
         module = module()
     low = lower_request(LowerRequest(module=module, inputs=inputs, train=TrainOptions()))
-    a = analyze_training(low.text, conv_padding=padding)
+    a = analyze(low.text, AnalysisOptions(conv_padding=padding, phases=True))
     df = phase_frame(a, a.phases).set_index("phase")
     return {k: int(df.loc[k, "gemm_flops"]) + int(df.loc[k, "conv_flops"]) if k in df.index else 0
             for k in ("forward", "backward/dgrad", "backward/wgrad")}
@@ -199,7 +200,7 @@ def test_torch_factory_without_frontend(tmp_path, monkeypatch, capsys):
     monkeypatch.syspath_prepend(str(tmp_path))
     out = tmp_path / "step.mlir"
     assert main(["lower", "--module", "mlp_factory:make", "--input", "2x8", "--train", "-q", "-o", str(out)]) == 0
-    df = phase_frame(analyze_training(str(out))).set_index("phase")
+    df = phase_frame(analyze(str(out), AnalysisOptions(phases=True))).set_index("phase")
     assert int(df.loc["backward/wgrad", "gemm_flops"]) == 2 * 2 * 8 * 16 + 2 * 2 * 16 * 4
     assert int(df.loc["backward/dgrad", "gemm_flops"]) == 2 * 2 * 16 * 4
     rc = main(["lower", "--module", "mlp_factory:make", "--input", "2x8", "--train", "--frontend", "jax", "-q",

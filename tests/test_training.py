@@ -12,7 +12,8 @@ import pytest
 from mhlo_cost.analysis.collectors.phases import evidence
 from mhlo_cost.lower.models.gpt import GPTConfig
 from mhlo_cost.lower.training import lower_train_step
-from mhlo_cost.analysis.training import analyze_training, phase_frame, rule_of_thumb
+from mhlo_cost.analysis import AnalysisOptions, analyze
+from mhlo_cost.analysis.training import phase_frame, rule_of_thumb
 from mhlo_cost.lower.training.steps import lower_step, model_step
 
 B, DIMS = 4, (16, 32, 24, 8)  # batch, and the widths of a 3-layer MLP
@@ -54,7 +55,7 @@ def mlp_step(remat_from=None, input_grad=True, tx="adamw"):
 
 
 def by_phase(lo):
-    a = analyze_training(lo.as_text(debug_info=True))
+    a = analyze(lo.as_text(debug_info=True), AnalysisOptions(phases=True))
     df = phase_frame(a, a.phases).set_index("phase")
     get = lambda k, c="gemm_flops": int(df.loc[k, c]) if k in df.index else 0  # noqa: E731
     return a, get
@@ -131,7 +132,7 @@ def test_gpt_per_block_backward_is_twice_forward():
     from mhlo_cost.analysis.collectors import assign_blocks
 
     low = lower_train_step("gpt", GPT)
-    a = analyze_training(low.text)
+    a = analyze(low.text, AnalysisOptions(phases=True))
     blocks = training_blocks(assign_blocks(a), a.phases)
     df = add_phase_columns(block_table(a, blocks), a, blocks, a.phases).set_index("block")
     w, att = gpt_closed_form(GPT)
@@ -169,7 +170,7 @@ def test_scanned_gpt_gives_the_same_phases():
 
 def test_rule_of_thumb_against_the_closed_form():
     low = lower_train_step("gpt", GPT)
-    a = analyze_training(low.text)
+    a = analyze(low.text, AnalysisOptions(phases=True))
     info = rule_of_thumb(a, a.phases)
     c, v = GPT.hidden, GPT.vocab
     n = GPT.layers * 12 * c * c + c * v  # weights that enter matrix products (embeddings are gathers)
@@ -187,7 +188,7 @@ def test_whole_step_equals_xla_cost_analysis():
 
     lo = lower_step(*model_step("gpt", replace(GPT, hidden=32, vocab=64)))
     text = lo.as_text(debug_info=True)
-    s = analyze_training(text).summary
+    s = analyze(text, AnalysisOptions(phases=True)).summary
     diff = xla_differences(text)
     ours = (s["gemm_flops"] + s["conv_flops"] + s["vector_flops"] - s["transcendentals"] + diff["convert"]
             - diff["folded"] - diff["identity"])
@@ -209,7 +210,7 @@ def test_names_decide_the_phase():
 
 def test_without_locations_everything_is_forward():
     low = lower_train_step("gpt", replace(GPT, layers=1), locations=False)
-    a = analyze_training(low.text)
+    a = analyze(low.text, AnalysisOptions(phases=True))
     assert not a.phases.training
     assert set(a.phases.phase) == {"forward"}
     assert "no backward" in a.phases.notes[0]
@@ -239,7 +240,8 @@ def test_memory_by_category():
                 1: outs[0] + outs[1] + outs[0] + diff,  # layer 0 keeps both; blocks 1, 2 keep their input
                 0: outs[0] + outs[1] + diff}  # only the inputs of blocks 1 and 2 (block 0's is the argument)
     for remat_from, saved in expected.items():
-        a = analyze_training(mlp_step(remat_from=remat_from, input_grad=False).as_text(debug_info=True))
+        a = analyze(mlp_step(remat_from=remat_from, input_grad=False).as_text(debug_info=True),
+                    AnalysisOptions(phases=True))
         m = memory_categories(a)
         assert m["parameters"] == m["gradients"] == 4 * n
         assert m["optimizer_state"] == 2 * 4 * n + 4  # mu, nu and the int32 step count

@@ -86,12 +86,12 @@ def test_inference_blocks_unchanged(tmp_path, capsys):
 def test_stdit3_step_per_block(stdit3_steps):
     from mhlo_cost.analysis.blocks import add_phase_columns, block_table, training_blocks
     from mhlo_cost.analysis.collectors import assign_blocks
-    from mhlo_cost.analysis.training import analyze_training
+    from mhlo_cost.analysis import AnalysisOptions, analyze
     from tests.stdit3_formula import gemm_flops
 
     frames = {}
     for remat, text in stdit3_steps.items():
-        a = analyze_training(text)
+        a = analyze(text, AnalysisOptions(phases=True))
         blocks = training_blocks(assign_blocks(a), a.phases)
         frames[remat] = add_phase_columns(block_table(a, blocks), a, blocks, a.phases).set_index("block")
     for kind in ("spatial", "temporal"):
@@ -115,10 +115,12 @@ def test_stdit3_step_torchax_equals_jax(stdit3_steps):
 
     if importlib.util.find_spec("torchax") is None:  # imported through mhlo_cost's shim, never directly
         pytest.skip("torchax is not installed")
-    from mhlo_cost.analysis.training import analyze_training, phase_frame
+    from mhlo_cost.analysis import AnalysisOptions, analyze
+    from mhlo_cost.analysis.training import phase_frame
 
     tx = lower_train_step("stdit3", ST, frontend="torchax")
-    frames = [phase_frame(analyze_training(t)).set_index("phase") for t in (tx.text, stdit3_steps["none"])]
+    frames = [phase_frame(analyze(t, AnalysisOptions(phases=True))).set_index("phase")
+              for t in (tx.text, stdit3_steps["none"])]
     for k in ("forward", "backward/dgrad", "backward/wgrad"):
         for m in ("gemm_flops", "conv_flops"):
             assert frames[0].loc[k, m] == frames[1].loc[k, m]
@@ -128,14 +130,15 @@ def test_stdit3_step_torchax_equals_jax(stdit3_steps):
 def test_lower_train_writes_and_refuses(tmp_path, capsys):
     """`mhlo-cost lower --train`: a GPT step whose backward is 2 x its forward (every product's input
     needs a gradient, the closed form of a dense stack), and one-line refusals."""
-    from mhlo_cost.analysis.training import analyze_training, phase_frame
+    from mhlo_cost.analysis import AnalysisOptions, analyze
+    from mhlo_cost.analysis.training import phase_frame
 
     out = tmp_path / "t.mlir"
     p = subprocess.run([sys.executable, "-m", "mhlo_cost", "lower", "--model", "gpt", "--layers", "1", "--hidden",
                         "32", "--heads", "2", "--train", "-o", str(out)], capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stderr
     assert "training step (adamw, remat none)" in p.stderr and "module @jit_train_step" in out.read_text()
-    a = analyze_training(str(out))
+    a = analyze(str(out), AnalysisOptions(phases=True))
     df = phase_frame(a).set_index("phase")
     fwd = df.loc["forward", "gemm_flops"]
     assert df.loc["backward/dgrad", "gemm_flops"] + df.loc["backward/wgrad", "gemm_flops"] == 2 * fwd

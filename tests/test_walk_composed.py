@@ -10,6 +10,7 @@ import pytest
 from mhlo_cost.analysis import Analysis, analyze
 from mhlo_cost.walk.options import AnalysisOptions
 from mhlo_cost.analysis.isolated import WalkOptions, analyze_isolated
+from helpers import two_calls
 
 M, K, N = 8, 16, 32
 #: x @ w with w donated (a parameter updated in place), as JAX writes a donated argument.
@@ -96,23 +97,12 @@ def test_the_options_cross_to_the_reader_child_and_back():
 
 
 # -- recorders composed, not inherited (issue 23, item 1) -----------------------------------------------------
-LOOP = f"""
-func.func @main(%x: tensor<{M}x{K}xf32>, %w: tensor<{K}x{K}xf32>) -> tensor<{M}x{K}xf32> {{
-  %0 = func.call @layer(%x, %w) : (tensor<{M}x{K}xf32>, tensor<{K}x{K}xf32>) -> tensor<{M}x{K}xf32>
-  %1 = func.call @layer(%0, %w) : (tensor<{M}x{K}xf32>, tensor<{K}x{K}xf32>) -> tensor<{M}x{K}xf32>
-  return %1 : tensor<{M}x{K}xf32>
-}}
-func.func private @layer(%x: tensor<{M}x{K}xf32>, %w: tensor<{K}x{K}xf32>) -> tensor<{M}x{K}xf32> {{
-  %0 = stablehlo.dot_general %x, %w, contracting_dims = [1] x [0] : (tensor<{M}x{K}xf32>, tensor<{K}x{K}xf32>) -> tensor<{M}x{K}xf32>
-  %1 = stablehlo.tanh %0 : tensor<{M}x{K}xf32>
-  return %1 : tensor<{M}x{K}xf32>
-}}
-"""
+LOOP = two_calls(M, K)
 
 
 def test_a_recorder_of_its_own_is_told_of_rows_calls_and_returns():
     from mhlo_cost.analysis import walk
-    from mhlo_cost.walk.cost import CostRules
+    from mhlo_cost.walk.base import IRVisitor
     from mhlo_cost.walk.recorder import Recorder
 
     class Tally(Recorder):
@@ -137,7 +127,7 @@ def test_a_recorder_of_its_own_is_told_of_rows_calls_and_returns():
             self.built.append((name, len(rows)))
 
     t = Tally()
-    _, v = walk(LOOP, lambda module, entry: CostRules(module, entry, recorders=[t]))
+    _, v = walk(LOOP, lambda module, entry: IRVisitor(module, entry, recorders=[t]))
     # the callee's two ops are made once and replayed at the second call; two calls, two function bodies
     assert t.rows == ["stablehlo.dot_general", "stablehlo.tanh"] and t.regions == ["call", "call"]
     assert t.returns == 2 and t.built == [("layer", 2), ("main", 4)] and len(v.rows) == 4
@@ -156,72 +146,51 @@ def test_data_flow_is_the_same_with_or_without_the_liveness_recorder():
     assert alone.summary["gemm_flops"] == 2 * (2 * M * K * K)  # two (M x K) @ (K x K) products
 
 
-def test_each_rule_set_runs_alone_and_counts_only_its_own_ops():
+def test_each_table_runs_alone_and_counts_only_its_own_ops():
     from mhlo_cost.analysis import walk
     from mhlo_cost.walk.base import IRVisitor
-    from mhlo_cost.walk.matrix import TFlopsVisitor
-    from mhlo_cost.walk.vector import VectorVisitor
+    from mhlo_cost.walk.matrix import MATRIX
+    from mhlo_cost.walk.vector import VECTOR
 
-    def alone(rules):
-        return walk(LOOP, lambda module, entry: IRVisitor(module, entry, rules=rules))[1].rows
+    def alone(table, unknown_rows=False):
+        return walk(LOOP, lambda module, entry: IRVisitor(module, entry, rules=[table],
+                                                         unknown_rows=unknown_rows))[1].rows
 
-    matrix = alone([TFlopsVisitor])
+    matrix = alone(MATRIX)
     assert [r.op for r in matrix] == ["stablehlo.dot_general"] * 2
     assert sum(r.gemm_flops for r in matrix) == 2 * (2 * M * K * K)
-    vector = alone([VectorVisitor])
+    vector = alone(VECTOR)
     assert [r.op for r in vector] == ["stablehlo.tanh"] * 2
     assert sum(r.transcendentals for r in vector) == 2 * M * K  # one tanh per element, twice
+    # with unknown rows, what the table does not know is a row of kind unknown, never a silent zero
+    assert [(r.op, r.kind) for r in alone(MATRIX, True)] == [("stablehlo.dot_general", "dot"),
+                                                             ("stablehlo.tanh", "unknown")] * 2
 
 
-def test_the_first_composed_rule_set_with_a_rule_wins_and_the_walk_keeps_control_flow():
+def test_a_table_of_ones_own_composes_with_the_others_only_where_they_do_not_overlap():
     from mhlo_cost.analysis import walk
     from mhlo_cost.walk.base import IRVisitor
+    from mhlo_cost.walk.matrix import MATRIX
     from mhlo_cost.walk.optable import OpRule, RuleTable, qualified
-    from mhlo_cost.walk.ruleset import RuleSet
-    from mhlo_cost.walk.vector import VectorVisitor
+    from mhlo_cost.walk.vector import VECTOR
 
-    class Tanh(RuleSet):
-        table = RuleTable("mine")
-        table.add(qualified("tanh"), OpRule(lambda ctx: ctx.io, "mine"))
-
-    rows = walk(LOOP, lambda module, entry: IRVisitor(module, entry, rules=[Tanh, VectorVisitor]))[1].rows
-    assert [r.kind for r in rows] == ["mine", "mine"]  # both calls followed by the walk itself
-
-
-# -- rules found in one place (issue 23, item 2) ----------------------------------------------------------------
-def test_the_registry_names_the_one_rule_set_counting_each_op():
-    from mhlo_cost.walk.collective import CommIRVisitor
-    from mhlo_cost.walk.cost import COST_RULES
-    from mhlo_cost.walk.ruleset import rules_for
-    from mhlo_cost.walk.shardy import ShardyRules
-    from mhlo_cost.walk.matrix import TFlopsVisitor
-    from mhlo_cost.walk.vector import VectorVisitor
-
-    assert rules_for("stablehlo.dot_general") == rules_for("mhlo.dot_general") == {"matrix": TFlopsVisitor}
-    assert rules_for("stablehlo.tanh") == {"vector": VectorVisitor}  # installed from the op tables
-    assert rules_for("stablehlo.all_reduce") == {"communication": CommIRVisitor}
-    assert rules_for("sdy.all_gather") == {"communication": ShardyRules}
-    assert rules_for("affine.for") == {}  # control flow: the walk's, no rule set's
-    # no op is claimed by two of the composed rule sets, whatever their metric: their order decides nothing
-    from mhlo_cost.walk.ruleset import claimed
-
-    claims: dict = {}
-    for rs in COST_RULES:
-        for name in claimed(rs):  # its table's ops
-            claims.setdefault(name, []).append(rs.__name__)
-    assert {k: v for k, v in claims.items() if len(v) > 1} == {}
+    mine = RuleTable("mine")
+    mine.add(qualified("tanh"), OpRule(lambda ctx: ctx.io, "mine"))
+    with pytest.raises(TypeError, match="stablehlo.tanh: a rule in both the mine and the vector tables"):
+        walk(LOOP, lambda module, entry: IRVisitor(module, entry, rules=[mine, VECTOR]))
+    rows = walk(LOOP, lambda module, entry: IRVisitor(module, entry, rules=[mine, MATRIX]))[1].rows
+    assert [r.kind for r in rows] == ["dot", "mine", "dot", "mine"]  # both calls followed by the walk itself
 
 
-def test_a_second_claim_on_an_op_for_the_same_metric_is_refused_at_definition():
-    from mhlo_cost.walk.optable import OpRule, RuleTable
-    from mhlo_cost.walk.ruleset import RULES, RuleSet, rules_for
-    from mhlo_cost.walk.matrix import TFlopsVisitor
+# -- rules found in one place (issue 23, item 2; issue 34, item 4) ------------------------------------------------
+def test_the_registry_names_the_one_table_counting_each_op():
+    from mhlo_cost.walk.registry import RULES, rule_table
 
-    before = {k: dict(v) for k, v in RULES.items()}
-    with pytest.raises(TypeError, match="visit_dot_general: TFlopsVisitor already counts these ops for matrix"):
-        class Again(RuleSet):
-            metric = "matrix"
-            table = RuleTable("matrix")
-            table.add(("mhlo.dot_general",), OpRule(lambda ctx: ctx.io, "dot"))
-    assert rules_for("stablehlo.dot_general") == {"matrix": TFlopsVisitor}
-    assert {k: dict(v) for k, v in RULES.items()} == before
+    entries = rule_table()
+    table_of = {e.op: e.table for e in entries}
+    assert len(table_of) == len(entries) == len(RULES)  # each op once: no op is claimed by two tables
+    assert table_of["stablehlo.dot_general"] == table_of["mhlo.dot_general"] == "matrix"
+    assert table_of["stablehlo.tanh"] == "vector"  # installed from the op tables
+    assert table_of["stablehlo.all_reduce"] == "collective"
+    assert table_of["sdy.all_gather"] == "shardy"
+    assert "affine.for" not in table_of  # control flow: the walk's, no table's

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import contextlib
-import functools
 import gc
 import os
 import sys
@@ -210,14 +209,13 @@ def analyze(source: str | bytes | os.PathLike | Loaded, options: AnalysisOptions
         options = replace(options, entry=options.entry if entry is None else entry,
                           conv_padding=options.conv_padding if conv_padding is None else conv_padding)
     from ..walk.base import IRVisitor
-    from ..walk.cost import COST_RULES
     from ..walk.recorder import recorders_for
 
     recorders = recorders_for(options, declared())  # the declared recorders the options ask for
     found: dict = {"records": {}}
 
     def make(module, entry):
-        return IRVisitor(module, entry, recorders=recorders, rules=COST_RULES, options=options)
+        return IRVisitor(module, entry, recorders=recorders, options=options)  # every rule (walk.registry)
 
     def after(v):  # each record to its typed attribute(s), or to ``records`` under its name
         for r in recorders:
@@ -232,30 +230,25 @@ def analyze(source: str | bytes | os.PathLike | Loaded, options: AnalysisOptions
 
 
 def declared() -> dict[str, type]:
-    """Every declared recorder by record name (:mod:`mhlo_cost.walk.recorder`): the built-in ones (each module
-    of :mod:`mhlo_cost.walk` is imported once, and a recorder declares itself by its class statement: a new
-    one needs nothing but its own file) and any other already imported."""
-    from ..walk.recorder import DECLARED
+    """Every declared recorder by record name: the built-in ones (:func:`mhlo_cost.walk.registry.recorders` lists
+    them) and any other declared by its class statement."""
+    from ..walk.registry import recorders
 
-    _import_visitors()
-    return DECLARED
-
-
-@functools.cache
-def _import_visitors() -> None:
-    """Every module of :mod:`mhlo_cost.walk`, imported once (sorted by name)."""
-    import importlib
-    import pkgutil
-
-    from .. import walk as visitors
-
-    for m in sorted(pkgutil.iter_modules(visitors.__path__), key=lambda m: m.name):
-        importlib.import_module(f"{visitors.__name__}.{m.name}")
+    return recorders()
 
 
 def analyze_dataflow(source, entry: str | None = None, conv_padding: str = "xla") -> Analysis:
-    """Deprecated: ``analyze(source, AnalysisOptions(dataflow=True))``."""
+    """Deprecated (removed in 0.3.0): ``analyze(source, AnalysisOptions(dataflow=True))``."""
+    deprecated("mhlo_cost.analysis.analyze_dataflow(source)", "analyze(source, AnalysisOptions(dataflow=True))")
     return analyze(source, AnalysisOptions(entry, conv_padding, dataflow=True))
+
+
+def deprecated(old: str, new: str, stacklevel: int = 3) -> None:
+    """Warn (DeprecationWarning) that ``old`` goes in mhlo-cost 0.3.0 and ``new`` is its replacement."""
+    import warnings
+
+    warnings.warn(f"{old} is deprecated and goes in mhlo-cost 0.3.0: use {new}", DeprecationWarning,
+                  stacklevel=stacklevel)
 
 
 #: Python frames the walk may use: each level of func.call or region nesting takes about five. From
@@ -306,8 +299,14 @@ def walk(source, visitor_class, entry: str | None = None, after=None):
     return loaded, visitor
 
 
-#: Deprecated names of :class:`Analysis` (one type: what was recorded is in its options).
-DataflowAnalysis = Analysis
 
-__all__ = ["Analysis", "AnalysisError", "AnalysisOptions", "DataflowAnalysis", "LoadError", "analyze",
-           "analyze_dataflow", "METRICS"]
+def __getattr__(name: str):
+    """``DataflowAnalysis``: the deprecated name of :class:`Analysis` (one type: what was recorded is in its
+    options), with a warning; it goes in 0.3.0."""
+    if name == "DataflowAnalysis":
+        deprecated("mhlo_cost.analysis.DataflowAnalysis", "mhlo_cost.analysis.Analysis")
+        return Analysis
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = ["Analysis", "AnalysisError", "AnalysisOptions", "LoadError", "analyze", "METRICS"]

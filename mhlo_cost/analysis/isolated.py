@@ -15,9 +15,6 @@ import json
 import os
 from dataclasses import asdict, dataclass
 
-RECORDS = ("counts", "dataflow", "training", "training-if-backward")
-
-
 @dataclass(frozen=True)
 class WalkOptions:
     entry: str | None = None

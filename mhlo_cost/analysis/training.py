@@ -1,34 +1,40 @@
 """A training step's IR counted by phase: the walk with its data flow and arguments, the phase table, the
 rule of thumb beside the exact count, and what the step holds in memory by category.
 
-:func:`analyze_training` is :func:`mhlo_cost.analysis.analyze` plus the producers of every operand (the
-data flow of :mod:`mhlo_cost.walk.dataflow`) and the entry function's arguments (which are donated:
-a step's parameters and optimizer state). :func:`phase_frame` sums the op table by phase;
-:func:`rule_of_thumb` sets 6 x N x D (N: parameters that enter matrix products, D: tokens) beside the
-exact forward + backward matrix FLOPs; :func:`memory_categories` gives the bytes of parameters,
+``analyze(source, AnalysisOptions(phases=True))`` is the walk plus the producers of every operand (the data flow of
+:mod:`mhlo_cost.walk.dataflow`), the entry function's arguments (which are donated: a step's parameters and
+optimizer state) and the phases (:func:`analyze_training`, its older name, is deprecated). :func:`phase_frame` sums
+the op table by phase; :func:`rule_of_thumb` sets 6 x N x D (N: parameters that enter matrix products, D: tokens)
+beside the exact forward + backward matrix FLOPs; :func:`memory_categories` gives the bytes of parameters,
 gradients, optimizer state, inputs and the activations the backward reads from the forward.
 """
 from __future__ import annotations
 
 import pandas as pd
 
-from . import Analysis, AnalysisOptions, analyze
+from . import Analysis, AnalysisOptions, analyze, deprecated
 from .collectors import is_matmul
 from .collectors.phases import BACKWARD, FORWARD, OPTIMIZER, PHASES, RECOMPUTE, Phases, assign_phases
 from ..ir.tensorinfo import TensorInfo
-from ..walk.arguments import Argument  # noqa: F401 (imported from here too)
 
 #: Row order of ``report --by phase``.
 PHASE_KEYS = (FORWARD, "backward/dgrad", "backward/wgrad", "backward/other", RECOMPUTE, OPTIMIZER)
 
 
-#: Deprecated name of :class:`mhlo_cost.analysis.Analysis` (one type: what was recorded is in its options).
-TrainingAnalysis = Analysis
-
-
 def analyze_training(source, entry: str | None = None, conv_padding: str = "xla") -> Analysis:
-    """Deprecated: ``analyze(source, AnalysisOptions(phases=True))``, the walk with data flow, arguments and phases."""
+    """Deprecated (removed in 0.3.0): ``analyze(source, AnalysisOptions(phases=True))``, the walk with data flow,
+    arguments and phases."""
+    deprecated("mhlo_cost.analysis.training.analyze_training(source)", "analyze(source, AnalysisOptions(phases=True))")
     return analyze(source, AnalysisOptions(entry, conv_padding, phases=True))
+
+
+def __getattr__(name: str):
+    """``TrainingAnalysis``: the deprecated name of :class:`mhlo_cost.analysis.Analysis` (one type: what was
+    recorded is in its options), with a warning; it goes in 0.3.0."""
+    if name == "TrainingAnalysis":
+        deprecated("mhlo_cost.analysis.training.TrainingAnalysis", "mhlo_cost.analysis.Analysis")
+        return Analysis
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def has_backward(loaded) -> bool:

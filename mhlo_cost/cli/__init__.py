@@ -16,7 +16,7 @@ from .common import ARGV, EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_OK, Parser, UserEr
 #: The command modules (imported by :func:`build_parser`, after the reader's child is started), in the order
 #: ``--help`` lists them; each has ``register(subparsers)``.
 COMMANDS = ("cmd_lower", "cmd_report", "cmd_blocks", "cmd_plot", "cmd_sweep", "cmd_serve", "cmd_train_plan",
-            "cmd_calibrate", "cmd_baseline", "cmd_hardware")
+            "cmd_calibrate", "cmd_baseline", "cmd_hardware", "cmd_rules")
 #: The commands whose input the reader's child parses and walks (:func:`mhlo_cost.cli.common.open_study`).
 WALKING = frozenset({"report", "blocks", "plot", "baseline", "check", "diff"})
 
@@ -46,7 +46,7 @@ def _start_reader(argv: list[str]) -> None:
 _INPUT_ERRORS = (("mhlo_cost.studies.baseline", "BaselineError"), ("mhlo_cost.machines.hardware", "HardwareError"),
                  ("mhlo_cost.studies.limits", "OptionError"),
                  ("mhlo_cost.ir.loader", "LoadError"), ("mhlo_cost.walk.row", "AnalysisError"),
-                 ("mhlo_cost.views.table", "ViewError"))
+                 ("mhlo_cost.views.table", "ViewError"), ("mhlo_cost.files.cache", "CacheError"))
 
 
 def _input_errors() -> tuple:

@@ -69,7 +69,7 @@ def serve(walk: bool = False) -> None:
 
     if walk:
         import mhlo_cost.analysis  # noqa: F401
-        import mhlo_cost.walk.cost  # noqa: F401
+        import mhlo_cost.walk.base  # noqa: F401 (the walk, every rule table)
         import mhlo_cost.analysis.isolated  # noqa: F401
     inp, out = sys.stdin.buffer, sys.stdout.buffer
     while True:

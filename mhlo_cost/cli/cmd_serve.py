@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import sys
 
+from .cache import add_cache, cache_note, cache_root
 from .common import EXIT_OK, Progress, UserError, add_progress, claim_output, positive_int, say, write_output
 
 
@@ -59,8 +60,7 @@ def register(sub) -> None:
     w.add_argument("--tps", type=_ints, metavar="N1,N2,..", help="tensor-parallel degrees (instead of --tp)")
     w.add_argument("--plot", metavar="FILE.png", help="tokens/s and memory against batch (points that do not fit: x); "
                                                       ".png, .svg or .pdf")
-    w.add_argument("--cache-dir", metavar="DIR", help="lowerings and results (default ~/.cache/mhlo-cost/inference)")
-    w.add_argument("--no-cache", action="store_true", help="lower every point again, keep nothing")
+    add_cache(w, "lowered steps and their figures")
     o = p.add_argument_group("output")
     o.add_argument("--hardware", default="h100", metavar="NAME", help="chip profile (default h100)")
     o.add_argument("--hardware-file", metavar="FILE", help="TOML file of your own profiles")
@@ -144,10 +144,11 @@ def cmd_serve(args) -> int:
     from ..lower.frontends.api import LowerFailed
     from ..studies.serve.study import ServeOptions, ServeStudy
 
+    root = cache_root(args)
     bar = Progress.of(args)
     study = ServeStudy(ServeOptions(req, hw, tp=args.tp or 1, launch=args.launch, batches=args.batches,
-                                    contexts=args.contexts, tps=args.tps, cache=not args.no_cache,
-                                    cache_dir=args.cache_dir), stage=bar.stage)
+                                    contexts=args.contexts, tps=args.tps, cache=root is not None,
+                                    cache_dir=root), stage=bar.stage, note=cache_note(args))
     if sweeping:
         say(args, f"sweeping {req.describe()} on {hw.name}", note=True)
     try:

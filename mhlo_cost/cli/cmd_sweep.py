@@ -4,14 +4,19 @@ A grid from flags (``--shape``, ``--parallel``, ``--devices`` or ``--strategies`
 or from a TOML spec (``--spec``; flags given override its keys); every model option of ``lower`` applies to
 the whole grid. Each point is lowered and analysed once, every hardware profile applied to that analysis,
 and results cached on disk (``--cache-dir``). The work is in :mod:`mhlo_cost.studies.sweep`.
+
+Exit 0 when every point that could be built ran; 1 when some failed (the table has their rows and reasons,
+stderr one line saying how many); 2 when none ran, or the grid or its settings are unusable.
 """
 from __future__ import annotations
 
+import argparse
 import sys
-from pathlib import Path
 
 from ..files.read import FileRefused, read_settings
+from .cache import add_cache, cache_note, cache_root
 from .cmd_lower import PARALLEL
+from .common import EXIT_MOVED as EXIT_SOME_FAILED
 from .common import EXIT_OK, Progress, UserError, add_force, add_progress, claim_output, say
 from ..files.written import record_output
 
@@ -47,8 +52,10 @@ def register(sub) -> None:
     r.add_argument("--scheduler", metavar="tcp://HOST:8786", help="a Dask distributed scheduler (default: this "
                                                                   "machine, a process per core)")
     r.add_argument("-j", "--jobs", type=int, metavar="N", help="local worker processes (default: the cores)")
-    r.add_argument("--cache-dir", metavar="DIR", help="the result cache (default: ~/.cache/mhlo-cost/sweep)")
-    r.add_argument("--no-cache", action="store_true", help="compute every point, keep nothing")
+    r.add_argument("--worker-timeout", type=_seconds, metavar="S",
+                   help="with --scheduler: how long the sweep waits with no worker in the cluster before it stops "
+                        "with an error (default 60: mhlo_cost.studies.sweep.run.WORKER_TIMEOUT)")
+    add_cache(r, "each point's IR hash and rows")
     o = p.add_argument_group("output")
     o.add_argument("--best", action="store_true", help="only what fits, ranked per (shape, hardware) by time")
     o.add_argument("--format", choices=("csv", "json", "parquet", "markdown"),
@@ -66,6 +73,18 @@ def _check_where(args) -> None:
         raise UserError(f"--jobs must be a positive integer, got {args.jobs}")
     if args.jobs is not None and args.scheduler:
         raise UserError("--jobs sizes the local pool; with --scheduler the Dask cluster's workers run the points")
+
+
+def _seconds(value: str) -> float:
+    import math
+
+    try:
+        s = float(value)
+    except ValueError:
+        s = math.nan
+    if not (math.isfinite(s) and s > 0):
+        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {value!r}")
+    return s
 
 
 def _settings(args) -> dict:
@@ -123,7 +142,6 @@ def cmd_sweep(args) -> int:
     import os
 
     from ..studies.sweep import GridError, SweepError, make_grid, run_sweep
-    from ..studies.sweep.cache import default_dir
     from ..studies.sweep.table import best, format_of
 
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -141,19 +159,14 @@ def cmd_sweep(args) -> int:
         grid = make_grid(settings)
         _shape_notes(grid, args)
         hardware_toml = _hardware_toml(grid, args.hardware_file)
-        cache = None if args.no_cache else (args.cache_dir or default_dir())
-        if cache is not None:
-            try:
-                for sub in ("lowered", "results"):
-                    Path(cache, sub).mkdir(parents=True, exist_ok=True)
-            except OSError as e:
-                raise UserError(f"--cache-dir {cache}: cannot write there: {e.strerror or e} (or --no-cache)") from None
+        cache = cache_root(args)
         if not args.quiet:
             print(f"mhlo-cost: sweep of {len(grid.points)} point(s) x {len(grid.hardware)} hardware profile(s) on "
                   f"{args.scheduler or 'this machine'}", file=sys.stderr, flush=True)
         bar = Progress.of(args)
         df, stats = run_sweep(grid, hardware_toml, cache_dir=cache, scheduler=args.scheduler, jobs=args.jobs,
-                              progress=bar.count if bar.enabled else False)
+                              progress=bar.count if bar.enabled else False, note=cache_note(args),
+                              **({"worker_timeout": args.worker_timeout} if args.worker_timeout else {}))
         bar.close()
     except (GridError, SweepError) as e:
         raise UserError(str(e)) from None
@@ -167,6 +180,9 @@ def cmd_sweep(args) -> int:
     if not args.quiet:
         print(f"mhlo-cost: sweep done in {stats.seconds:.1f}s: {stats.computed} computed, {stats.cached} cached, "
               f"{stats.failed} failed", file=sys.stderr)
+    if stats.failed:
+        say(args, _some_failed(df, stats))
+        return EXIT_SOME_FAILED
     return EXIT_OK
 
 
@@ -184,6 +200,15 @@ def _emit(df, fmt: str, output, settings: dict) -> None:
         record_output(output)
 
 
+def _some_failed(df, stats) -> str:
+    """One line: how many points failed of those that could be built, and the first one's reason."""
+    failed = df[df["status"] == "failed"]
+    first = f"; first: {failed['parallel'].iloc[0]}:{failed['devices'].iloc[0]}: {failed['reason'].iloc[0]}" \
+        if len(failed) else ""
+    return (f"sweep: {stats.failed} of {stats.total} point(s) failed{first} (their rows say why; exit "
+            f"{EXIT_SOME_FAILED})")
+
+
 def _nothing_ran(df) -> str:
     """One line: no point of the sweep ran, how many were skipped and failed, and the first reason."""
     status = list(df["status"]) if len(df) else []
@@ -198,6 +223,7 @@ def _training_only(args) -> None:
     """A [training] spec is planned here, arithmetic after one lowering per layer shape: no worker pool, no Dask
     scheduler, the shipped system profiles. Options for those are refused, not dropped."""
     given = [o for o, v in (("--scheduler", args.scheduler), ("--jobs", args.jobs is not None),
+                            ("--worker-timeout", args.worker_timeout is not None),
                             ("--hardware-file", args.hardware_file)) if v]
     if given:
         raise UserError(f"{', '.join(given)} {'does' if len(given) == 1 else 'do'} not apply to a [training] spec "
@@ -209,13 +235,11 @@ def _training(args, settings: dict, fmt: str) -> int:
     by iteration time among those that fit, as train-plan --sweep ranks them)."""
     import time
 
-    from ..studies.sweep.cache import default_dir
     from ..studies.sweep.table import best
     from ..studies.sweep.training import training_frame
 
     t0 = time.perf_counter()
-    cache = None if args.no_cache else Path(args.cache_dir or default_dir(), "scale")
-    df = training_frame(settings, cache)
+    df = training_frame(settings, cache_root(args), cache_note(args))
     if args.best:
         df = best(df)
     _emit(df, fmt, args.output, {"training": settings["training"]})

@@ -3,6 +3,7 @@
 that fit. The per-device layer is lowered from shapes once per distinct shape (:mod:`mhlo_cost.studies.plan`)."""
 from __future__ import annotations
 
+from .cache import add_cache, cache_note, cache_root
 from .common import EXIT_OK, UserError, positive_int, write_output
 
 
@@ -79,7 +80,8 @@ def cmd_train_plan(args) -> int:
     _check_options(args)
     hw = resolve_profile(args.hardware, args.hardware_file)
     cfg = _config(args)
-    study = PlanStudy(PlanOptions(cfg, hw, gpus=args.sweep, cache_dir=args.cache))  # checked: OptionError
+    study = PlanStudy(PlanOptions(cfg, hw, gpus=args.sweep, cache_dir=cache_root(args)),  # checked: OptionError
+                      note=cache_note(args))
     write_output(study.render(args.format, args.by or "component"), args.output)
     return EXIT_OK
 
@@ -110,7 +112,7 @@ def register(sub) -> None:
     p.add_argument("--dp-comm", default="all_reduce", choices=("all_reduce", "zero"))
     p.add_argument("--dp-overlap", action="store_true", help="the gradient reduction overlaps the last backward")
     p.add_argument("--sweep", type=positive_int, metavar="GPUS", help="rank every split of GPUS devices")
-    p.add_argument("--cache", metavar="DIR", help="keep each lowered layer's analysis here")
+    add_cache(p, "each lowered layer's analysis")
     p.add_argument("--format", default="table", choices=("table", "csv", "json", "markdown", "html"),
                    help="html: a page with a stacked bar per pipeline stage and both tables (-o FILE)")
     p.add_argument("--by", choices=("component", "stage"),

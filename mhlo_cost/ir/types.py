@@ -39,13 +39,8 @@ def _nbytes(nelems: int, bits: int) -> int:
     return (nelems * bits + 7) // 8  # sub-byte types (i4, f4E2M1FN) are packed
 
 
-def tensor_info(t: ir.Type) -> TensorInfo:
-    """Facts about a ranked, static tensor type (or a token). ValueError, one line, for anything else."""
-    return _tensor_info(t)
-
-
 class TypeCache:
-    """Memoises :func:`tensor_info` for one MLIR context (types are uniqued, so their hash is identity)."""
+    """Memoises :func:`_tensor_info` for one MLIR context (types are uniqued, so their hash is identity)."""
 
     def __init__(self):
         self._map: dict[int, TensorInfo] = {}

@@ -14,8 +14,8 @@ _VALUES = attrgetter("values")
 
 
 class Prepared:
-    """A frame's items in order: ``seq`` holds leaf positions (ints) and :class:`~.record.Region` /
-    :class:`~.record.Return` items; ``cls`` the class of each (:mod:`.opclass`; -1 for items); ``reads`` the
+    """A frame's items in order: ``seq`` holds leaf positions (ints) and :class:`~mhlo_cost.walk.frames.Region` /
+    :class:`~mhlo_cost.walk.frames.Return` items; ``cls`` the class of each (:mod:`.opclass`; -1 for items); ``reads`` the
     roots each item reads (None for leaves: the backward pass reads their operands from the rows)."""
 
     __slots__ = ("fr", "seq", "cls", "reads", "made", "read", "returns", "flat", "_defined", "_externals", "_root")

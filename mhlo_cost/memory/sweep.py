@@ -1,4 +1,4 @@
-"""The liveness sweep: live bytes while and after every row, from a :class:`~.record.Recording`.
+"""The liveness sweep: live bytes while and after every row, from a :class:`~mhlo_cost.walk.frames.Recording`.
 
 Per frame instance, a backward pass over its items finds every value's last use (through aliases) and, at
 each value's definition, books its bytes as made there and freed after its last use; a running sum then gives

@@ -67,17 +67,6 @@ def run_times(fn, *args, runs: int = 5, min_total: float = 0.05) -> list[float]:
     return ts
 
 
-def median_time(fn, *args, runs: int = 5, min_total: float = 0.05) -> float:
-    """Median of :func:`run_times`."""
-    return statistics.median(run_times(fn, *args, runs=runs, min_total=min_total))
-
-
-def best_time(fn, *args, runs: int = 5, min_total: float = 0.05) -> float:
-    """Fastest of :func:`run_times`: what the device can do when nothing else runs beside it (a shared
-    machine's other load only ever adds time)."""
-    return min(run_times(fn, *args, runs=runs, min_total=min_total))
-
-
 STATISTICS = {"fastest": min, "median": statistics.median}
 
 

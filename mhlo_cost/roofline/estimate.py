@@ -145,13 +145,6 @@ class Roofline:
         out["run_flops"] = flops * steps
         return out
 
-    def summary_frame(self, steps: int = 1, counts: dict | None = None) -> pd.DataFrame:
-        """``metric, value``: the analysis counts (``counts``) followed by the estimate."""
-        counts = dict(counts or {})
-        items = list(counts.items()) + [(k, v) for k, v in self.summary(steps).items() if k not in counts]
-        return pd.DataFrame({"metric": [k for k, _ in items], "value": pd.Series([v for _, v in items],
-                                                                                 dtype=object)})
-
     # -- the disassembly table -----------------------------------------------------------------------
     def op_frame(self, top: int | None = None) -> pd.DataFrame:
         """One row per op occurrence, program order (``top``: the N slowest, slowest first)."""

@@ -200,10 +200,3 @@ def rows_json(df: pd.DataFrame) -> list[dict]:
 def to_json(payload: dict) -> str:
     """Strict JSON: a non-finite number is ``null``, with a note (:func:`mhlo_cost.files.outtext.json_text`)."""
     return json_text(payload)
-
-
-def summary_frame(summary: dict[str, int]) -> pd.DataFrame:
-    from ..analysis import int_series
-
-    keys = list(summary)
-    return pd.DataFrame({"metric": keys, "value": int_series([summary[k] for k in keys])})

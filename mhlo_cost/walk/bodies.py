@@ -6,7 +6,7 @@ from __future__ import annotations
 from jaxlib.mlir import ir
 
 from .opsets import DATA_MOVEMENT, ELEMENTWISE, TRANSCENDENTAL
-from .ruleset import shared_short_name
+from .optable import shared_short_name
 
 
 #: CHLO ops whose names differ from the StableHLO op they compute.

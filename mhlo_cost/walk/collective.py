@@ -1,4 +1,4 @@
-"""Collectives: the rules of :data:`COMM`, and ``CommIRVisitor``, the rule set that holds them.
+"""Collectives and transfers: the rules of :data:`COMM`.
 
 Volume per device follows the ring algorithm and nccl-tests' bus-bandwidth convention, with S the size
 in bytes of the full (unsharded) buffer in its own element type and n the group size:
@@ -15,6 +15,13 @@ collective_broadcast operand           S               n-1
 ==================== ================= =============== ============================================
 
 Volumes are whole bytes: where S is not a multiple of n the quotient is rounded up.
+
+Transfers: ``send`` is a point-to-point transfer of its data operands: communication of S = their bytes, as a
+``collective_permute`` (S per device, one step); ``recv`` writes its bytes and has no communication of its own,
+since each transfer is counted once, at its send (in an SPMD program every device runs both, as a
+collective_permute's device sends and receives S and is counted S). With ``is_host_transfer`` both are host
+transfers: bytes, no device-to-device communication; so are ``infeed`` (the bytes it writes) and ``outfeed``
+(the bytes it reads).
 
 The group size comes from ``replica_groups`` (a dense ``groups x size`` array), or, where the groups are
 empty (one group of every participant), from the module's ``mhlo.num_partitions`` when the op has a
@@ -46,10 +53,9 @@ from ..ir.types import isa
 from .costvalue import Cost, Counted
 from .optable import OpContext, RuleTable
 from .row import short_name
-from .ruleset import RuleSet
 from .attrs import int_attr
 from .bodies import body_flops
-from .ring import ring_volume  # noqa: F401 (imported from here too)
+from .ring import ring_volume
 
 
 #: The start of the warning for a collective whose shapes prove another group size than the module declares.
@@ -120,7 +126,7 @@ def _dense_ids(attrs, name: str) -> list[list[int]]:
 
 
 # -- the rules ----------------------------------------------------------------------------------------------------
-COMM = RuleTable("communication")
+COMM = RuleTable("collective")
 
 
 def _has_channel(attrs) -> bool:
@@ -201,12 +207,14 @@ def _reducer(region: ir.Region, functions) -> tuple[int, int]:
 
 @COMM.rule("all_reduce", "cross_replica_sum", kind="collective", body=_reducer)
 def all_reduce(ctx: OpContext) -> Counted:
+    """2(n-1)/n x S of the operands per device, in 2(n-1) ring steps; the reducer's FLOPs on the combines."""
     n, groups = _groups(ctx)
     return _collective(ctx, "all_reduce", n, groups, reduces=True)
 
 
 @COMM.rule("all_gather", kind="collective")
 def all_gather(ctx: OpContext) -> Counted:
+    """(n-1)/n x S of the results per device, n from the groups (or the gathered dimension's ratio)."""
     n, groups = _groups(ctx)
     n, warning = _proven(n, _dim_ratio(ctx, "all_gather_dim", gathers=True))
     return _collective(ctx, "all_gather", n, groups, full="results", warning=warning)
@@ -214,6 +222,7 @@ def all_gather(ctx: OpContext) -> Counted:
 
 @COMM.rule("reduce_scatter", kind="collective", body=_reducer)
 def reduce_scatter(ctx: OpContext) -> Counted:
+    """(n-1)/n x S of the operands per device, n from the groups (or the scattered dimension's ratio)."""
     n, groups = _groups(ctx)
     n, warning = _proven(n, _dim_ratio(ctx, "scatter_dimension", gathers=False))
     return _collective(ctx, "reduce_scatter", n, groups, reduces=True, warning=warning)
@@ -221,6 +230,7 @@ def reduce_scatter(ctx: OpContext) -> Counted:
 
 @COMM.rule("all_to_all", kind="collective")
 def all_to_all(ctx: OpContext) -> Counted:
+    """(n-1)/n x S of the operands per device, n from the groups (or ``split_count``)."""
     n, groups = _groups(ctx)
     split = int_attr(ctx.attrs, "split_count", 0)
     n, warning = _proven(n, split if split > 0 else None)
@@ -229,6 +239,7 @@ def all_to_all(ctx: OpContext) -> Counted:
 
 @COMM.rule("collective_permute", kind="collective")
 def collective_permute(ctx: OpContext) -> Counted:
+    """S of the operands per device, one step, within the groups its source -> target pairs connect."""
     # Groups are the connected sets of the source->target pairs (a ring over 4 devices: one group of
     # 4; swaps between 0<->4, 1<->5, ...: four groups of 2).
     pairs = []
@@ -245,12 +256,22 @@ def collective_permute(ctx: OpContext) -> Counted:
 
 @COMM.rule("collective_broadcast", kind="collective")
 def collective_broadcast(ctx: OpContext) -> Counted:
+    """S of the operands per device, in n-1 steps."""
     n, groups = _groups(ctx)
     return _collective(ctx, "collective_broadcast", n, groups)
 
 
-class CommIRVisitor(RuleSet):
-    """:data:`COMM`: every collective's per-device volume; one row each, kind ``collective``."""
 
-    metric = "communication"
-    table = COMM
+# -- transfers ----------------------------------------------------------------------------------------------------
+@COMM.rule("infeed", "outfeed", "recv", kind="data")
+def transfer(ctx: OpContext) -> Cost:
+    """Data to or from the host, or a receive (counted at its send): the op's bytes, no communication."""
+    return ctx.io
+
+
+@COMM.rule("send", kind="collective")
+def send(ctx: OpContext) -> Counted:
+    """A point-to-point transfer of S = its operands' bytes, as a collective_permute; to the host: bytes only."""
+    if "is_host_transfer" in ctx.attrs and ir.BoolAttr(ctx.attrs["is_host_transfer"]).value:
+        return Counted(ctx.io, "data")
+    return Counted(ctx.io + Cost(comm_bytes=ctx.bytes_read), comm=("collective_permute", 2, 1, 1))

@@ -22,7 +22,7 @@ import gc
 
 from jaxlib.mlir import ir
 
-from .frames import Frame, Recording, Region, Return  # noqa: F401 (imported from here too)
+from .frames import Frame, Recording, Region, Return
 from .locations import location_info
 from .recorder import REGION_OPS, Recorder
 from .row import short_name

@@ -1,7 +1,11 @@
-"""Matrix-unit FLOPs: ``dot``, ``dot_general`` (column ``gemm_flops``) and ``convolution`` (``conv_flops``).
+"""Matrix-unit FLOPs: the rules of :data:`MATRIX`: ``dot``, ``dot_general``, ``chlo.ragged_dot`` (column
+``gemm_flops``), ``convolution`` and ``dynamic_conv`` (``conv_flops``).
 
 A contraction costs 2 x (elements of the result) x (product of the contracting dimensions): one multiply
 and one add per term. Batch dimensions are part of the result, so they are counted once through it.
+``chlo.ragged_dot`` is such a contraction of the lhs contracting dimensions; where its ragged dimension is
+contracted (the result has a group dimension) each group sums over its own part of it, so the result
+elements count once per group: divided by the groups.
 
 A convolution is counted as XLA's HloCostAnalysis counts it: for every spatial dimension, the number of
 (output position, kernel position) pairs that land on a real input element (not padding, not a hole
@@ -17,12 +21,11 @@ from __future__ import annotations
 
 from jaxlib.mlir import ir
 
-from ..ir.bindings import mhlo, stablehlo
+from ..ir.bindings import chlo, mhlo, stablehlo
 from ..ir.types import isa
 from .costvalue import Cost, Counted
 from .optable import OpContext, RuleTable
-from .attrs import int_attr, int_list  # noqa: F401 (imported from here too)
-from .ruleset import RuleSet
+from .attrs import int_attr, int_list
 
 
 # -- pure rules -------------------------------------------------------------------------------------------------
@@ -128,6 +131,7 @@ MATRIX = RuleTable("matrix")
 
 @MATRIX.rule("dot_general", kind="dot", weights=True)
 def dot_general(ctx: OpContext) -> Cost:
+    """2 x result elements x the product of the lhs contracting dimensions."""
     contracting = dot_contracting(ctx.attrs["dot_dimension_numbers"])
     return ctx.io + Cost(gemm_flops=contraction_flops(ctx.operands[0].shape, ctx.result.nelems, contracting))
 
@@ -141,7 +145,8 @@ def dot(ctx: OpContext) -> Cost:
 
 @MATRIX.rule("convolution", kind="conv", weights=True)
 def convolution(ctx: OpContext) -> Cost:
-    """``padding`` in ``ctx.attrs`` is the attribute or, for a dynamic_conv, the constant's integers."""
+    """2 x the (output, kernel tap) pairs on real input x input features per group (``conv_padding="dense"``: every
+    pair). ``padding`` in ``ctx.attrs`` is the attribute or, for a dynamic_conv, the constant's integers."""
     lhs, rhs, out = ctx.operands[0], ctx.operands[1], ctx.result
     dn = _conv_dims(ctx.attrs["dimension_numbers"])
     n = len(dn["input_spatial"])
@@ -176,11 +181,20 @@ def dynamic_conv(ctx: OpContext) -> Cost | Counted:
     return convolution(ctx)
 
 
-class TFlopsVisitor(RuleSet):
-    """:data:`MATRIX`: ``dot``, ``dot_general``, ``convolution`` and ``dynamic_conv``."""
-
-    metric = "matrix"
-    table = MATRIX
+@MATRIX.rule("ragged_dot", kind="dot", weights=True)
+def ragged_dot(ctx: OpContext) -> Cost:
+    """A grouped GEMM: 2 x result elements x the lhs contracting dimensions, over the groups where the ragged
+    dimension is contracted."""
+    d = chlo.RaggedDotDimensionNumbers(ctx.attrs["ragged_dot_dimension_numbers"])
+    lhs = ctx.operands[0]
+    k = 1
+    for i in d.lhs_contracting_dimensions:
+        k *= lhs.shape[i]
+    out = ctx.result.nelems
+    if set(d.lhs_ragged_dimensions) & set(d.lhs_contracting_dimensions):
+        sizes = ctx.operands[2]  # group_sizes: [..., groups]
+        out //= max(sizes.shape[-1] if sizes.shape else 1, 1)
+    return ctx.io + Cost(gemm_flops=2 * out * k)
 
 
 def _constant_ints(v: ir.Value) -> list[int] | None:

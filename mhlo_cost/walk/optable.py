@@ -10,9 +10,11 @@ other ops (a Shardy operand's sharding) its ``extra`` gives, in ``ctx.attrs``. I
 nothing: the walk (:meth:`mhlo_cost.walk.base.IRVisitor.count`) reads the types, calls it, and makes the row
 from the identity it owns (op, location, scope, values).
 
-A rule set's rules are one :class:`RuleTable` (``MATRIX = RuleTable("matrix")``, filled with
-``@MATRIX.rule("dot_general", kind="dot")``), declared by the rule set (``table = MATRIX``) and registered with
-it (:func:`mhlo_cost.walk.ruleset.claim`): a second claim on an op for the same metric is refused.
+A subject's rules are one :class:`RuleTable` (``MATRIX = RuleTable("matrix")``, filled with
+``@MATRIX.rule("dot_general", kind="dot")``), in the module named for that subject (:mod:`.matrix`,
+:mod:`.vector`, :mod:`.linalg`, :mod:`.collective`, :mod:`.shardy`, :mod:`.custom_call`). The walk finds an op's
+rule in one registry, the tables :func:`compose`-d into one mapping (:data:`mhlo_cost.walk.registry.RULES`: every
+built-in table), where an op that two tables claim is refused, so which rule counts an op is never decided by order.
 
 Standard library only (the attributes it holds are the bindings' objects, read by the rules themselves).
 """
@@ -25,6 +27,7 @@ from .costvalue import Cost, io_cost
 
 #: Dialects whose ops share rules by their name without the dialect (``visit_<name>``, a table's bare names).
 SHARED_DIALECTS = ("stablehlo", "mhlo", "chlo")
+_SHARED = frozenset(SHARED_DIALECTS)
 
 #: How the walk reads an op's operand types for a rule: all of them; none (``constant``: the op has no
 #: operands); or as its result's type (StableHLO's SameOperandsAndResultType ops: read once, not per operand).
@@ -91,12 +94,18 @@ def qualified(name: str) -> tuple[str, ...]:
     return (name,) if "." in name else tuple(f"{d}.{name}" for d in SHARED_DIALECTS)
 
 
-class RuleTable(dict):
-    """One rule set's rules: dialect-qualified op name -> :class:`OpRule`."""
+def shared_short_name(op_name: str) -> str | None:
+    """The short name of a StableHLO / MHLO / CHLO op (the name its rules are keyed by); None for other dialects."""
+    dialect, _, name = op_name.partition(".")
+    return name if dialect in _SHARED else None
 
-    def __init__(self, metric: str):
+
+class RuleTable(dict):
+    """One subject's rules (``name``: matrix, vector, ...): dialect-qualified op name -> :class:`OpRule`."""
+
+    def __init__(self, name: str):
         super().__init__()
-        self.metric = metric
+        self.name = name
 
     def rule(self, *names: str, kind: str, weights: bool = False, reads: str = "operands", body=None, extra=None):
         """Decorator: the function is the rule of ops ``names`` (bare names: every shared dialect)."""
@@ -112,9 +121,22 @@ class RuleTable(dict):
             raise ValueError(f"reads must be one of {', '.join(READS)}, got {rule.reads!r}")
         for op in ops:
             if op in self:
-                raise TypeError(f"{op}: a second rule in the {self.metric} table")
+                raise TypeError(f"{op}: a second rule in the {self.name} table")
             self[op] = rule
 
     def missing(self, names) -> list[str]:
         """The bare names of ``names`` this table has no rule for yet (a declared table fills the rest)."""
         return [n for n in names if qualified(n)[0] not in self]
+
+
+def compose(*tables: RuleTable) -> Mapping[str, OpRule]:
+    """The rules of ``tables`` as one read-only mapping, dialect-qualified op name -> :class:`OpRule`; an op that
+    two of them claim is refused (TypeError naming both), so the order of ``tables`` decides nothing."""
+    found: dict[str, OpRule] = {}
+    owner: dict[str, str] = {}
+    for table in tables:
+        for op, rule in table.items():
+            if op in found:
+                raise TypeError(f"{op}: a rule in both the {owner[op]} and the {table.name} tables")
+            found[op], owner[op] = rule, table.name
+    return MappingProxyType(found)

@@ -8,9 +8,8 @@ A new recorder is declared in one place, its class: ``class Tally(Recorder, reco
 is the options flag (``AnalysisOptions(records=("tally",))``), the composition (:func:`recorders_for`: the walk
 of :func:`mhlo_cost.analysis.analyze` gets one, made by :meth:`Recorder.for_options`, where the options ask
 for it) and the analysis' record (what :meth:`Recorder.record` returns is ``Analysis.record("tally")``, None
-where not asked for). :func:`mhlo_cost.analysis.declared` (the walk's composer, above this package: nothing here
-imports a recorder) imports every module of this package once, so a built-in recorder in a new file is declared
-by its class alone; ``fields`` names the typed
+where not asked for). The built-in recorders are listed in one place, :data:`mhlo_cost.walk.registry.RECORDERS`
+(:func:`mhlo_cost.walk.registry.recorders` gives them and every other declared one); ``fields`` names the typed
 :class:`~mhlo_cost.analysis.Analysis` attributes a built-in record fills instead.
 """
 from __future__ import annotations
@@ -19,7 +18,7 @@ from .row import short_name
 
 #: The region ops: their rows come from sub-walks (a callee, a loop's body, the branch taken, a shard_map body).
 REGION_OPS = ("call", "while", "case", "if", "manual_computation", "composite", "async_start")
-#: Ops of other dialects whose rule is a region op's (:mod:`mhlo_cost.walk.dialects`).
+#: Ops of other dialects whose rule is a region op's (:mod:`mhlo_cost.walk.control`).
 _OTHER_DIALECTS = {"func.call": "call", "sdy.manual_computation": "manual_computation", "scf.if": "if",
                    "affine.if": "if", "scf.index_switch": "case"}
 _SHARED = ("stablehlo.", "mhlo.", "chlo.")

@@ -1,7 +1,8 @@
 """How the walk makes a row: :class:`RowMaker`, mixed into :class:`mhlo_cost.walk.base.IRVisitor`.
 
-A pure rule (:class:`~mhlo_cost.walk.optable.OpRule`) is applied by :meth:`RowMaker.count`; a rule set's method
-makes its row with :meth:`RowMaker.emit` (or ``emit_same_type`` / ``emit_no_operands``). Either way the walk reads
+A pure rule (:class:`~mhlo_cost.walk.optable.OpRule`) is applied by :meth:`RowMaker.count`; the walk's own rows
+(an unknown op, a call without a body, ``arith.constant``) are made by :meth:`RowMaker.emit` (or
+``emit_no_operands``). Either way the walk reads
 the op's types once, and the row is its identity (op, location, scope, function, values) and a
 :class:`~mhlo_cost.walk.costvalue.Cost`. It reads the walk's type and location caches, the arguments of the
 function being walked, its output list and recorders' row hooks (all set by ``IRVisitor.__init__``).
@@ -57,17 +58,11 @@ class RowMaker:
             row.weights = ()
         return row
 
-    def emit(self, op: ir.Operation, kind: str, target: str = "", weights: bool = False) -> Row:
-        """Append a row for ``op`` (a rule set's method: it sets what the row says beyond its bytes); bytes read
-        and written come from its operand and result types. With ``weights`` the operands that are function
-        arguments are recorded in ``row.weights``."""
-        facts = self._facts(op, "operands", weights)
+    def emit(self, op: ir.Operation, kind: str, target: str = "") -> Row:
+        """Append a row of kind ``kind`` for ``op`` (the walk's own: an unknown op, a call without a body), its
+        bytes read and written from its operand and result types."""
+        facts = self._facts(op, "operands", False)
         return self._row(op, kind, Cost(bytes_read=facts[4], bytes_written=facts[1]), facts, target)
-
-    def emit_same_type(self, op: ir.Operation, kind: str) -> Row:
-        """:meth:`emit` for an op whose operands all have its result's type (reads ``same_type``)."""
-        facts = self._facts(op, "same_type", False)
-        return self._row(op, kind, Cost(bytes_read=facts[4], bytes_written=facts[1]), facts)
 
     def emit_no_operands(self, op: ir.Operation, kind: str) -> Row:
         """:meth:`emit` for an op without operands (``constant``, ``iota``): reads only its result."""
@@ -77,7 +72,7 @@ class RowMaker:
     def _row(self, op: ir.Operation, kind: str, cost: Cost, facts: tuple, target: str = "", comm: tuple = (),
              name: str = "") -> Row:
         loc = self._locations(op.location)
-        # Row's fields by position (the walk's hot path; tests/test_fast_walk.py holds the order to the keywords):
+        # Row's fields by position (the walk's hot path; tests/test_walk_fast_paths.py holds the order to the keywords):
         # op, kind, loc, scope, result, cost, multiplicity, note, target, comm_kind, group_size, num_groups,
         # comm_steps, operands, weights, func, index, values.
         row = Row(name or op.name, kind, loc, loc.scope, facts[0], cost, 1, "", target, *(comm or _NO_COMM),

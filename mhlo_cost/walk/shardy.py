@@ -1,4 +1,4 @@
-"""Shardy's explicit collectives: the rules of :data:`SHARDY`, and ``ShardyRules``, the rule set that holds them.
+"""Shardy's explicit collectives: the rules of :data:`SHARDY`.
 
 Shardy IR has global shapes; a value's sharding (``out_sharding`` / ``sharding`` of the op that makes it,
 ``sdy.sharding`` of an op or a function argument; none: replicated) says over which mesh axes (``sdy.mesh``)
@@ -36,7 +36,6 @@ from .ring import ring_volume
 from .module_facts import mesh_axes
 from .costvalue import Cost, Counted
 from .optable import OpContext, RuleTable
-from .ruleset import RuleSet
 
 #: The key of the operand's sharding (an ``sdy`` sharding attribute, or None: replicated) in ``ctx.attrs``.
 OPERAND = "sdy.operand_sharding"
@@ -110,7 +109,7 @@ def operand_sharding(op: ir.Operation) -> dict:
 
 
 # -- the rules ---------------------------------------------------------------------------------------------------
-SHARDY = RuleTable("communication")
+SHARDY = RuleTable("shardy")
 
 
 def _shardy(ctx: OpContext, classify) -> Counted:
@@ -145,31 +144,37 @@ def _rule(name: str):
 
 @_rule("all_gather")
 def all_gather(ctx: OpContext) -> Counted:
+    """(n-1)/n x S of the result per device, n the operand's shards over the result's."""
     return _shardy(ctx, lambda a, b: ("all_gather", _shards(a) // max(_shards(b), 1), b))
 
 
 @_rule("reduce_scatter")
 def reduce_scatter(ctx: OpContext) -> Counted:
+    """(n-1)/n x S of the operand per device, n the result's shards over the operand's."""
     return _shardy(ctx, lambda a, b: ("reduce_scatter", _shards(b) // max(_shards(a), 1), a))
 
 
 @_rule("all_to_all")
 def all_to_all(ctx: OpContext) -> Counted:
+    """(n-1)/n x S of the operand per device, n the axes that change dimension."""
     return _shardy(ctx, lambda a, b: ("all_to_all", _size(_moved(a, b)), a))
 
 
 @_rule("collective_permute")
 def collective_permute(ctx: OpContext) -> Counted:
+    """S of the operand per device, over the result's shards (nothing where unchanged)."""
     return _shardy(ctx, lambda a, b: ("collective_permute", 1 if a == b else _shards(b), a))
 
 
 @_rule("all_slice")
 def all_slice(ctx: OpContext) -> Counted:
+    """A local slice: its bytes per device, no communication."""
     return _shardy(ctx, lambda a, b: ("free", 1, a))
 
 
 @_rule("all_reduce")
 def all_reduce(ctx: OpContext) -> Counted:
+    """2(n-1)/n x S of the operand per device, n its reduction axes."""
     def classify(a, b):
         axes = _reduction_axes(ctx)
         return None if axes is None else ("all_reduce", _size(axes), a)
@@ -178,6 +183,7 @@ def all_reduce(ctx: OpContext) -> Counted:
 
 @_rule("reshard")
 def reshard(ctx: OpContext) -> Counted:
+    """Classified from the two shardings: free, an all_gather, an all_to_all or a collective_permute."""
     return _shardy(ctx, reshard_kind)
 
 
@@ -207,14 +213,8 @@ def annotation(ctx: OpContext) -> Cost:
 
 @SHARDY.rule("sdy.constant", kind="data", reads="none")
 def constant(ctx: OpContext) -> Cost:
+    """No FLOP: the bytes it writes."""
     return ctx.io
-
-
-class ShardyRules(RuleSet):
-    """:data:`SHARDY`."""
-
-    metric = "communication"
-    table = SHARDY
 
 
 def _size(refs) -> int:

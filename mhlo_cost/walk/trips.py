@@ -1,4 +1,6 @@
-"""Trip counts of loops: ``while`` (from its condition) and ``scf.for`` (from constant bounds).
+"""Trip counts of loops: ``while`` (from its condition), ``scf.for`` (from constant bounds), and the loops and
+launches of other dialects (``affine.for``, ``affine.parallel``, ``scf.parallel``, ``scf.forall``: constant
+bounds; ``gpu.launch``: constant grid and block sizes).
 
 A count is returned only where it is proven: an induction variable with a constant start and step,
 compared with a constant, whose values never leave the range of its integer type before the loop ends
@@ -211,3 +213,119 @@ def _iterations(init: int, bound: int, step: int, direction: str) -> int | None:
 def index_constant(v: ir.Value) -> int | None:
     """The integer of an ``arith.constant`` (through ``index_cast`` / ``extsi``) or of a StableHLO constant."""
     return _arith_constant(v)
+
+
+_DYNAMIC = -(1 << 63)  # MLIR's marker of a dynamic entry in a static array
+
+
+def _ceil_trips(lo: int, hi: int, step: int) -> int | None:
+    if step <= 0:
+        return None
+    return max(0, -((lo - hi) // step))
+
+
+def _map_constants(attr: ir.Attribute) -> list[int] | None:
+    """The results of an affine map without inputs, all constants; None otherwise."""
+    amap = ir.AffineMapAttr(attr).value
+    if amap.n_dims or amap.n_symbols:
+        return None
+    out = []
+    for e in amap.results:
+        try:
+            out.append(ir.AffineConstantExpr(e).value)
+        except (ValueError, TypeError):  # not a constant expression
+            return None
+    return out
+
+
+def affine_for_trips(op: ir.Operation) -> int | None:
+    """``affine.for``: constant bound maps (lower: the max of its results, upper: the min)."""
+    try:
+        lo, hi = _map_constants(op.attributes["lowerBoundMap"]), _map_constants(op.attributes["upperBoundMap"])
+        step = ir.IntegerAttr(op.attributes["step"]).value
+    except (KeyError, ValueError, TypeError):
+        return None
+    if not lo or not hi:
+        return None
+    return _ceil_trips(max(lo), min(hi), step)
+
+
+def _groups(values: list[int], attr: ir.Attribute, pick) -> list[int]:
+    sizes = [int(x) for x in ir.DenseIntElementsAttr(attr)]
+    out, i = [], 0
+    for n in sizes:
+        out.append(pick(values[i:i + n]))
+        i += n
+    return out
+
+
+def affine_parallel_trips(op: ir.Operation) -> int | None:
+    """``affine.parallel``: the product over its dimensions of each one's trips (constant bound maps)."""
+    try:
+        lo = _map_constants(op.attributes["lowerBoundsMap"])
+        hi = _map_constants(op.attributes["upperBoundsMap"])
+        if lo is None or hi is None:
+            return None
+        lo = _groups(lo, op.attributes["lowerBoundsGroups"], max)
+        hi = _groups(hi, op.attributes["upperBoundsGroups"], min)
+        steps = [ir.IntegerAttr(s).value for s in ir.ArrayAttr(op.attributes["steps"])]
+    except (KeyError, ValueError, TypeError):
+        return None
+    return _product([_ceil_trips(a, b, s) for a, b, s in zip(lo, hi, steps)]) if len(lo) == len(hi) == len(steps) \
+        else None
+
+
+def _product(trips: list) -> int | None:
+    n = 1
+    for t in trips:
+        if t is None:
+            return None
+        n *= t
+    return n
+
+
+def scf_parallel_trips(op: ir.Operation) -> int | None:
+    """``scf.parallel (ivs) = (lbs) to (ubs) step (steps)``: constant bounds."""
+    blocks = op.regions[0].blocks
+    n = len(blocks[0].arguments) if len(blocks) else 0
+    if not n or len(op.operands) < 3 * n:
+        return None
+    vals = [index_constant(op.operands[i]) for i in range(3 * n)]
+    return _product([_ceil_trips(vals[i], vals[n + i], vals[2 * n + i]) if None not in (vals[i], vals[n + i],
+                     vals[2 * n + i]) else None for i in range(n)])
+
+
+def scf_forall_trips(op: ir.Operation) -> int | None:
+    """``scf.forall``: static bounds, or dynamic ones that are ``arith.constant``."""
+    try:
+        arrays = [list(ir.DenseI64ArrayAttr(op.attributes[a]))
+                  for a in ("staticLowerBound", "staticUpperBound", "staticStep")]
+    except (KeyError, ValueError, TypeError):
+        return None
+    operands, k = op.operands, 0
+    resolved = []
+    for arr in arrays:
+        vals = []
+        for v in arr:
+            if v == _DYNAMIC:
+                if k >= len(operands):
+                    return None
+                v = index_constant(operands[k])
+                k += 1
+            vals.append(v)
+        resolved.append(vals)
+    lo, hi, step = resolved
+    return _product([None if None in (a, b, s) else _ceil_trips(a, b, s) for a, b, s in zip(lo, hi, step)])
+
+
+def gpu_launch_count(op: ir.Operation) -> int | None:
+    """``gpu.launch``: grid x block sizes (threads), all constants; its operands follow the async
+    dependencies (the first segment of ``operandSegmentSizes``)."""
+    try:
+        segments = list(ir.DenseI32ArrayAttr(op.attributes["operandSegmentSizes"]))
+    except (KeyError, ValueError, TypeError):
+        return None
+    start = segments[0] if segments else 0
+    if len(segments) < 7 or any(s != 1 for s in segments[1:7]) or len(op.operands) < start + 6:
+        return None
+    return _product([index_constant(op.operands[start + i]) for i in range(6)])

@@ -1,4 +1,5 @@
-"""Vector-unit work: elementwise ops, reductions, and the zero-FLOP data movement.
+"""Vector-unit work: the rules of :data:`VECTOR`: elementwise ops, reductions, sorts, and the zero-FLOP data
+movement.
 
 Conventions (op names without dialect; StableHLO, MHLO and CHLO share them):
 
@@ -9,7 +10,8 @@ Conventions (op names without dialect; StableHLO, MHLO and CHLO share them):
 * ``reduce``: (input elements - output elements) x (FLOPs of the reducer body), i.e. n-1 combines per
   output. ``reduce_window`` follows XLA: output elements x (window elements - 1) x reducer FLOPs, which is
   the same number for non-overlapping windows and the right one for overlapping ones.
-* ``sort``: elements x ceil(log2(sorted dimension)) x comparator FLOPs (a comparison sort's depth).
+* ``sort``: elements x ceil(log2(sorted dimension)) x comparator FLOPs (a comparison sort's depth);
+  ``chlo.top_k`` as a sort of the last dimension: elements x ceil(log2(last dim)).
 * ``scatter``: update elements x FLOPs of its update body, as XLA counts it: 0 for a plain overwrite, one
   per element for a scatter-add.
 * ``DATA_MOVEMENT``: 0 FLOPs; their bytes still count. ``slice``, ``dynamic_slice`` and ``gather`` read
@@ -19,10 +21,9 @@ from __future__ import annotations
 
 from .costvalue import Cost, Counted, vector_cost
 from .optable import OpContext, OpRule, RuleTable, qualified
-from .ruleset import RuleSet
-from .opsets import DATA_MOVEMENT, ELEMENTWISE, KNOWN_CUSTOM_CALLS, TRANSCENDENTAL  # noqa: F401 (imported from here too)
+from .opsets import DATA_MOVEMENT, ELEMENTWISE, TRANSCENDENTAL
 from .attrs import int_attr, int_list
-from .bodies import CHLO_EQUIVALENTS, body_flops, body_summary  # noqa: F401 (imported from here too)
+from .bodies import CHLO_EQUIVALENTS, body_summary
 
 
 #: StableHLO / MHLO ops whose operands and result share one type (the spec's SameOperandsAndResultType;
@@ -62,15 +63,18 @@ VECTOR = RuleTable("vector")
 
 
 def elementwise(ctx: OpContext) -> Cost:
+    """One FLOP per result element."""
     return vector_cost(ctx.out_elems, 0, ctx.bytes_read, ctx.bytes_written)
 
 
 def transcendental(ctx: OpContext) -> Cost:
+    """One FLOP and one transcendental per result element."""
     n = ctx.out_elems
     return vector_cost(n, n, ctx.bytes_read, ctx.bytes_written)
 
 
 def data(ctx: OpContext) -> Cost:
+    """No FLOP: the bytes of the operands and results."""
     return ctx.io
 
 
@@ -80,6 +84,7 @@ VECTOR.rule("rng", "rng_bit_generator", kind="elementwise")(elementwise)
 
 @VECTOR.rule("reduce", kind="reduce", body=body_summary)
 def reduce(ctx: OpContext) -> Cost | Counted:
+    """(input elements - output elements) combines x the reducer body's FLOPs."""
     f, t, _ = ctx.bodies[0]
     combines = max(0, ctx.operands[0].nelems - _first_result(ctx).nelems)
     return answer(ctx, ctx.io + Cost(vector_flops=combines * f, transcendentals=combines * t))
@@ -87,6 +92,7 @@ def reduce(ctx: OpContext) -> Cost | Counted:
 
 @VECTOR.rule("reduce_window", kind="reduce", body=body_summary)
 def reduce_window(ctx: OpContext) -> Cost | Counted:
+    """Output elements x (window elements - 1) combines x the reducer body's FLOPs, as XLA counts it."""
     f, t, _ = ctx.bodies[0]
     combines = _first_result(ctx).nelems * max(0, _window(ctx) - 1)
     return answer(ctx, ctx.io + Cost(vector_flops=combines * f, transcendentals=combines * t))
@@ -103,6 +109,7 @@ def select_and_scatter(ctx: OpContext) -> Cost | Counted:
 
 @VECTOR.rule("sort", kind="sort", body=body_summary)
 def sort(ctx: OpContext) -> Cost | Counted:
+    """Elements x ceil(log2(sorted dimension)) x the comparator's FLOPs."""
     ti = ctx.operands[0]
     dim = int_attr(ctx.attrs, "dimension", len(ti.shape) - 1)
     if dim < 0:
@@ -111,6 +118,14 @@ def sort(ctx: OpContext) -> Cost | Counted:
     depth = max(0, (size - 1).bit_length())  # ceil(log2(size))
     f, t, _ = ctx.bodies[0]
     return answer(ctx, ctx.io + Cost(vector_flops=ti.nelems * depth * f, transcendentals=ti.nelems * depth * t))
+
+
+@VECTOR.rule("top_k", kind="sort")
+def top_k(ctx: OpContext) -> Cost:
+    """A comparison sort of the last dimension: elements x ceil(log2(last dimension))."""
+    x = ctx.operands[0]
+    size = x.shape[-1] if x.shape else 1
+    return ctx.io + Cost(vector_flops=x.nelems * max(0, (size - 1).bit_length()))
 
 
 @VECTOR.rule("slice", "dynamic_slice", "gather", "real_dynamic_slice", kind="data")
@@ -138,6 +153,7 @@ def scatter(ctx: OpContext) -> Cost | Counted:
 
 @VECTOR.rule("map", kind="elementwise", body=body_summary)
 def map_(ctx: OpContext) -> Cost | Counted:
+    """Result elements x the body's FLOPs."""
     f, t, _ = ctx.bodies[0]
     n = ctx.out_elems
     return answer(ctx, ctx.io + Cost(vector_flops=n * f, transcendentals=n * t))
@@ -163,9 +179,3 @@ def _declare_tables() -> None:
 
 _declare_tables()
 
-
-class VectorVisitor(RuleSet):
-    """:data:`VECTOR`: every rule of the vector unit is a pure function."""
-
-    metric = "vector"
-    table = VECTOR

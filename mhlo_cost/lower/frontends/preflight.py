@@ -105,9 +105,10 @@ def driver_frames() -> list[str]:
     """The files of the command that drives a lowering (this package's command line, frontends and
     :mod:`mhlo_cost.lower.run`, ``python -m``'s runpy, the console script): frames of theirs say how the tool was started, not what the model
     computes, so they are kept out of op locations (the same file from ``mhlo-cost`` and ``python -m``)."""
-    pkg = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    paths = [os.path.join(pkg, "cli") + os.sep, os.path.join(pkg, "frontends") + os.sep,
-             os.path.join(pkg, "lowering.py"), os.path.join(pkg, "__main__.py"), "<frozen runpy>", "<string>"]
+    lower = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    pkg = os.path.dirname(lower)
+    paths = [os.path.join(pkg, "cli") + os.sep, os.path.join(lower, "frontends") + os.sep,
+             os.path.join(lower, "run.py"), os.path.join(pkg, "__main__.py"), "<frozen runpy>", "<string>"]
     script = os.path.abspath(sys.argv[0]) if sys.argv and sys.argv[0] else ""
     if script and os.path.isfile(script) and not script.endswith(".py"):  # a console script
         paths.append(script)

@@ -33,7 +33,7 @@ from . import FrontendError, Lowered
 
 MODELS = ("stdit3",)
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 DUMP_SCRIPT = ROOT / "scripts" / "torch_xla_dump.py"
 VENV = ROOT / ".venv-torch-xla"
 SETUP_HINT = "run scripts/setup_torch_xla_env.sh"

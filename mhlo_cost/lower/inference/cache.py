@@ -31,10 +31,6 @@ class LayerCache:
         k, v = self.key, self.value
         return replace(self, key=(batch, k[1], length, k[3]), value=(batch, v[1], length, v[3]))
 
-    @property
-    def per_token_bytes(self) -> int:
-        """Bytes one position of one sequence takes in this layer."""
-        return (self.key[1] * self.key[3] + self.value[1] * self.value[3]) * self.itemsize
 
 
 @dataclass(frozen=True)

@@ -4,24 +4,25 @@
 with the training analysis (phases: forward, backward with dgrad / wgrad, recompute, optimizer), prices
 every op with the roofline of the chip (elementwise fusion, attention as its separate kernels: Megatron's
 2022 kernels, no flash attention), and keeps the result, so that every configuration sharing the layer's
-shapes shares one lowering (in memory, and on disk under ``cache_dir`` when one is given).
+shapes shares one lowering (in memory, and on disk as a ``plan/layers`` entry of the one cache,
+:mod:`mhlo_cost.files.cache`, under the cache root ``cache_dir`` when one is given: keyed by the layer's
+shapes, the chip's figures and the code hash, so a changed rule is never served a stale cost).
 
 Rows under the scope ``tp_comm`` (the stand-ins of the tensor-parallel collectives) are left out of the
 compute; :mod:`.compose` prices the collectives themselves.
 """
 from __future__ import annotations
 
-import hashlib
-import json
+import dataclasses
 import os
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
+from typing import Callable
 
+from ...files.cache import AMOUNT, COUNT, TEXT, DiskCache, Record, Schema, digest
+from ...machines.hardware import Hardware
 from .config import ScaleConfig
 
 PHASES = ("forward", "backward", "recompute", "optimizer")
-#: Bumped whenever the lowered layer or what is kept of it changes (old cache entries are ignored).
-VERSION = 1
 
 
 @dataclass(frozen=True)
@@ -50,39 +51,43 @@ class LayerCost:
         return self.saved_bytes if self.saved_bytes else self.input_bytes
 
 
+_BY_PHASE = Record({p: COUNT for p in PHASES})
+#: What a layer's entry holds: the fields of :class:`LayerCost`.
+LAYERS = Schema("plan/layers", 1, Record({
+    "key": TEXT, "chip": TEXT, "gemm_flops": _BY_PHASE, "vector_flops": _BY_PHASE,
+    "time_s": Record({p: AMOUNT for p in PHASES}), "dgrad_flops": COUNT, "wgrad_flops": COUNT,
+    "saved_bytes": COUNT, "input_bytes": COUNT, "weight_elems": COUNT, "weight_bytes": COUNT, "master_bytes": COUNT,
+    "moment_bytes": COUNT, "ops": COUNT}))
+#: Fields of a profile that name or describe it: a chip's cost does not depend on them.
+_NAMING = ("name", "aliases", "vendor", "description", "source")
+
 _MEMO: dict = {}
 
 
-def _key(cfg: ScaleConfig, chip: str, part: str) -> str:
+def _request(cfg: ScaleConfig, hw, chip: str, part: str) -> dict:
+    """What the layer's cost depends on: the part, the layer's shapes, the chip and its figures."""
     extra = [cfg.vocab] if part == "head" else []
-    raw = json.dumps([VERSION, part, list(cfg.layer_key()) + extra, chip])
-    return hashlib.sha256(raw.encode()).hexdigest()[:20]
+    figures = {f.name: getattr(hw, f.name) for f in dataclasses.fields(Hardware) if f.name not in _NAMING}
+    return {"part": part, "layer": list(cfg.layer_key()) + extra, "chip": chip, "figures": repr(figures)}
 
 
-def layer_cost(cfg: ScaleConfig, hw, cache_dir: str | os.PathLike | None = None,
-               part: str = "layer") -> LayerCost:
+def layer_cost(cfg: ScaleConfig, hw, cache_dir: str | os.PathLike | None = None, part: str = "layer",
+               note: Callable[[str], None] | None = None) -> LayerCost:
     """The :class:`LayerCost` of ``cfg``'s per-device layer (``part="head"``: the last stage's LM head and
-    loss) on ``hw`` (a chip or system profile)."""
+    loss) on ``hw`` (a chip or system profile); kept under the cache root ``cache_dir`` (``note(text)``: told
+    of an entry not trusted or not kept)."""
     chip = getattr(hw, "chip", "") or hw.name
-    key = _key(cfg, chip, part)
+    request = _request(cfg, hw, chip, part)
+    key = digest(request)[:20]  # the layer's name (this process's code is the code of every cost it holds)
     if key in _MEMO:
         return _MEMO[key]
-    path = Path(cache_dir) / f"{part}-{key}.json" if cache_dir else None
-    if path is not None and path.is_file():
-        try:
-            cost = LayerCost(**json.loads(path.read_text()))
-        except (ValueError, TypeError):
-            cost = None
-        if cost is not None and cost.key == key:
-            _MEMO[key] = cost
-            return cost
-    cost = analyse_layer(cfg, hw, key, chip, part)
+    cache = DiskCache(cache_dir, LAYERS, note)
+    kept = cache.get(request)
+    cost = LayerCost(**kept) if kept is not None and kept["key"] == key else None
+    if cost is None:
+        cost = analyse_layer(cfg, hw, key, chip, part)
+        cache.put(request, asdict(cost))
     _MEMO[key] = cost
-    if path is not None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(asdict(cost), sort_keys=True))
-        os.replace(tmp, path)
     return cost
 
 

@@ -51,17 +51,3 @@ def memory(cfg: ScaleConfig, cost: LayerCost, capacity: float | None = None, sta
         out["capacity"] = int(capacity)
         out["fits"] = out["total"] <= capacity
     return out
-
-
-def korthikanti_layer_bytes(cfg: ScaleConfig) -> Fraction:
-    """Korthikanti et al. 2022's activation bytes per layer per micro-batch (their Table 2), for checks:
-    ``sbh (10 + 24/t + 5as/(ht))`` (tensor parallel), ``sbh/t (34 + 5as/h)`` (with sequence parallelism),
-    the ``5as/h`` term dropped under selective recompute, ``2sbh`` (``/t`` with sequence parallel) under full."""
-    s, b, h, a, t = cfg.seq, cfg.micro_batch, cfg.hidden, cfg.heads, cfg.t
-    sbh = Fraction(s * b * h)
-    if cfg.recompute == "full":
-        return 2 * sbh / (t if cfg.sp else 1)
-    attn = Fraction(5 * a * s, h) if cfg.recompute == "none" else 0
-    if cfg.sp:
-        return sbh / t * (34 + attn)
-    return sbh * (10 + Fraction(24, t) + attn / t)

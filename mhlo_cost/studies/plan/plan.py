@@ -35,12 +35,14 @@ class Plan:
         return r
 
 
-def plan(cfg: ScaleConfig, hw, cache_dir: str | os.PathLike | None = None) -> Plan:
+def plan(cfg: ScaleConfig, hw, cache_dir: str | os.PathLike | None = None, note=None) -> Plan:
+    """The plan of ``cfg`` on ``hw``, its layers' costs kept under the cache root ``cache_dir`` (``note``: see
+    :func:`~.costs.layer_cost`)."""
     why = cfg.invalid()
     if why:
         raise ValueError(f"invalid training configuration: {why}")
-    cost = layer_cost(cfg, hw, cache_dir)
-    head = layer_cost(cfg, hw, cache_dir, part="head")
+    cost = layer_cost(cfg, hw, cache_dir, note=note)
+    head = layer_cost(cfg, hw, cache_dir, part="head", note=note)
     it = compose(cfg, cost, hw, head)
     return Plan(cfg, it, memory(cfg, cost, getattr(hw, "hbm_capacity", None)), cost, head)
 
@@ -123,14 +125,14 @@ def splits(base: ScaleConfig, gpus: int, *, micro_batches=(1, 2, 4), recomputes=
             yield cfg, why
 
 
-def sweep(base: ScaleConfig, gpus: int, hw, cache_dir=None, **kw) -> tuple[pd.DataFrame, pd.DataFrame]:
+def sweep(base: ScaleConfig, gpus: int, hw, cache_dir=None, note=None, **kw) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(ranked table of the valid splits, table of the skipped ones with their reason)."""
     rows, skipped = [], []
     for cfg, why in splits(base, gpus, **kw):
         if why:
             skipped.append({"config": cfg.label(), "reason": why})
             continue
-        rows.append(plan(cfg, hw, cache_dir).row())
+        rows.append(plan(cfg, hw, cache_dir, note).row())
     df = pd.DataFrame(rows)
     if len(df):
         df = df.sort_values(["fits", "iteration_s", "config"], ascending=[False, True, True], kind="stable")

@@ -14,7 +14,8 @@ from .config import ScaleConfig
 @dataclass(frozen=True)
 class PlanOptions:
     """``config`` (the split included), ``hardware`` (a system profile), ``gpus`` (a sweep over every split of
-    that many devices, None: the one plan), ``cache_dir`` (each lowered layer's analysis kept there).
+    that many devices, None: the one plan), ``cache_dir`` (the cache root: each lowered layer's analysis kept
+    there; None: nothing kept).
 
     Checked when made (:mod:`mhlo_cost.studies.limits`; OptionError): the configuration valid (with a sweep: the
     model; the sweep makes the splits), its counts and the sweep's within their limits."""
@@ -44,27 +45,28 @@ class PlanOptions:
 
 
 class PlanStudy:
-    """The plan (or the sweep) of :class:`PlanOptions`, computed once, on first use."""
+    """The plan (or the sweep) of :class:`PlanOptions`, computed once, on first use; ``note(text)`` told of each
+    cache entry not trusted or not kept."""
 
-    def __init__(self, options: PlanOptions):
+    def __init__(self, options: PlanOptions, note=None):
         self.options = options
+        self.note = note
 
     @cached_property
     def plan(self):
         """The :class:`~.plan.Plan` of the configuration (ValueError where it is not a valid one)."""
         from .plan import plan
 
-        return plan(self.options.config, self.options.hardware, self.options.cache_dir)
+        return plan(self.options.config, self.options.hardware, self.options.cache_dir, self.note)
 
     @cached_property
     def sweep(self):
         """(the ranked table of the valid splits, the skipped ones with their reason)."""
+        from ..limits import OptionError
         from .plan import sweep
 
-        from ..limits import OptionError
-
         o = self.options
-        df, skipped = sweep(o.config, o.gpus, o.hardware, o.cache_dir)
+        df, skipped = sweep(o.config, o.gpus, o.hardware, o.cache_dir, self.note)
         if not len(df):
             first = skipped["reason"].iloc[0] if len(skipped) else "none considered"
             raise OptionError(f"no split of {o.gpus:,} GPUs is a valid configuration of this model ({len(skipped)} "

@@ -1,102 +1,94 @@
 """Sweeps of an inference step over batch x context (x tensor-parallel degree), with lowerings and results
 cached on disk so that a second sweep over the same shapes reads them instead of lowering again.
 
-The cache (default ``$XDG_CACHE_HOME/mhlo-cost/inference``, else ``~/.cache/mhlo-cost/inference``) holds per
-lowered step ``<K>.mlir.gz`` and ``<K>.json`` (the cache layout and the model's facts), K a hash of the request
-and of mhlo-cost's own source files and version (a changed rule is a new key, never a stale file); per
-(step, profile, tp) ``<R>.result.json``, the figures. Points that do not fit the device are kept and marked.
+The cache is the one of :mod:`mhlo_cost.files.cache` (under the cache root, ``--cache-dir``): per lowered step
+a ``serve/steps`` entry (:data:`STEPS`: the cache layout and the model's facts, the IR gzipped as its blob),
+keyed by the request; per (step, profile, tp) a ``serve/figures`` entry (:data:`FIGURES`), the figures. Every
+key holds the code hash: a changed rule is a new key, never a stale figure. Points that do not fit the device
+are kept and marked.
 """
 from __future__ import annotations
 
 import gzip
-import hashlib
-import json
 import os
+import zlib
 from dataclasses import asdict, replace
-from pathlib import Path
+from typing import Callable
 
+from ...files.cache import AMOUNT, ANY, COUNT, FLAG, POSITIVE, TEXT, DiskCache, ListOf, MapOf, Maybe, OneOf, \
+    Record, Schema, TupleOf
 from ...lower.inference.cache import CacheLayout, LayerCache
-from .serve import Figures, figures
+from .serve import LAUNCHES, Figures, figures
 from ...lower.inference.steps import Step, StepRequest, lower_step
 
-FORMAT = 1
-
-
-def default_dir() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "mhlo-cost" / "inference"
-
-
-def code_hash() -> str:
-    from ... import __version__
-
-    root = Path(__file__).resolve().parent.parent
-    h = hashlib.sha256(f"{__version__}/{FORMAT}".encode())
-    for f in sorted(root.rglob("*.py")):
-        h.update(str(f.relative_to(root)).encode())
-        h.update(f.read_bytes())
-    return h.hexdigest()
-
-
-def _hash(obj) -> str:
-    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=repr).encode()).hexdigest()[:32]
+_SHAPE = ListOf(COUNT)
+#: A lowered step's facts (its IR is the entry's blob, gzipped).
+STEPS = Schema("serve/steps", 1, Record({
+    "layout": Record({"layers": ListOf(Record({"key": _SHAPE, "value": _SHAPE, "itemsize": POSITIVE,
+                                               "window": Maybe(POSITIVE)})),
+                      "batch": POSITIVE, "context": POSITIVE, "dtype": TEXT}),
+    "weight_bytes": COUNT, "hidden": POSITIVE, "layers": POSITIVE, "info": MapOf(ANY)}), blob=True)
+#: One step's :class:`~.serve.Figures` on one profile and tp.
+FIGURES = Schema("serve/figures", 1, Record({
+    "step": TEXT, "batch": POSITIVE, "context": POSITIVE, "tokens": POSITIVE, "hardware": TEXT, "tp": POSITIVE,
+    "kv_cache_bytes": COUNT, "kv_cache_layer_bytes": ListOf(COUNT), "weight_bytes": COUNT,
+    "activation_bytes": COUNT, "memory_bytes": COUNT, "capacity_bytes": COUNT, "fits": FLAG, "flops": COUNT,
+    "bytes_moved": COUNT, "step_time_s": AMOUNT, "comm_time_s": AMOUNT, "tokens_per_s": AMOUNT,
+    "intensity": AMOUNT, "ridge": AMOUNT, "bound": TEXT, "max_batch": COUNT, "max_context": Maybe(COUNT),
+    "blocks": ListOf(TupleOf((TEXT, AMOUNT, TEXT))), "launch": OneOf(LAUNCHES)}))
 
 
 class StepCache:
-    """Lowered steps and their figures on disk (``root`` None: nothing is kept)."""
+    """Lowered steps and their figures under the cache root ``root`` (None: nothing is kept); ``note(text)``:
+    told of an entry not trusted or not kept."""
 
-    def __init__(self, root: str | os.PathLike | None):
-        self.root = Path(root) if root is not None else None
-        self._code = code_hash() if root is not None else ""
-
-    def _key(self, req: StepRequest) -> str:
-        return _hash({"request": req.key(), "code": self._code})
+    def __init__(self, root: str | os.PathLike | None, note: Callable[[str], None] | None = None):
+        self.steps = DiskCache(root, STEPS, note)
+        self.figures_kept = DiskCache(root, FIGURES, note)
 
     def step(self, req: StepRequest) -> tuple[Step, bool]:
         """The lowered step (and whether it came from the cache)."""
-        from ...lower.frontends import Lowered
-
-        if self.root is None:
-            return lower_step(req), False
-        k = self._key(req)
-        ir, meta = self.root / f"{k}.mlir.gz", self.root / f"{k}.json"
-        if ir.is_file() and meta.is_file():
-            try:
-                m = json.loads(meta.read_text())
-                layers = tuple(LayerCache(tuple(x["key"]), tuple(x["value"]), x["itemsize"], x["window"])
-                               for x in m["layout"]["layers"])
-                layout = CacheLayout(layers, m["layout"]["batch"], m["layout"]["context"], m["layout"]["dtype"])
-                text = gzip.decompress(ir.read_bytes()).decode()
-                return Step(Lowered(text=text, info=m["info"]), layout, m["weight_bytes"], m["hidden"],
-                            m["layers"], req), True
-            except (OSError, ValueError, KeyError, TypeError, EOFError):
-                pass  # a damaged entry is lowered again
+        found = self.steps.get_blob(req.key())
+        step = _step_of(req, *found) if found is not None else None
+        if step is not None:
+            return step, True
+        if found is not None:
+            self.steps.note(f"cache: the entry {self.steps.path(req.key())} is not trusted (its IR is not gzipped "
+                            "text); computed again")
         step = lower_step(req)
-        self.root.mkdir(parents=True, exist_ok=True)
-        ir.write_bytes(gzip.compress(step.lowered.text.encode(), mtime=0))
-        meta.write_text(json.dumps({"layout": asdict(step.layout), "weight_bytes": step.weight_bytes,
-                                    "hidden": step.hidden, "layers": step.layers,
-                                    "info": {k: v for k, v in step.lowered.info.items() if k != "seconds"}}))
+        info = {k: v for k, v in step.lowered.info.items() if k != "seconds"}
+        self.steps.put(req.key(), {"layout": asdict(step.layout), "weight_bytes": step.weight_bytes,
+                                   "hidden": step.hidden, "layers": step.layers, "info": info},
+                       gzip.compress(step.lowered.text.encode(), mtime=0))
         return step, False
 
-    def result_path(self, req: StepRequest, hw, tp: int) -> Path | None:
-        if self.root is None:
-            return None
-        return self.root / f"{_hash({'step': self._key(req), 'hw': hw.as_dict(), 'tp': tp})}.result.json"
+    def _figures_request(self, req: StepRequest, hw, tp: int) -> dict:
+        return {"step": req.key(), "hw": hw.as_dict(), "tp": tp}
 
     def figures(self, req: StepRequest, hw, tp: int) -> Figures | None:
-        p = self.result_path(req, hw, tp)
-        if p is None or not p.is_file():
+        kept = self.figures_kept.get(self._figures_request(req, hw, tp))
+        if kept is None:
             return None
-        try:
-            return Figures(**json.loads(p.read_text()))
-        except (OSError, ValueError, TypeError):
-            return None
+        kept["blocks"] = [tuple(b) for b in kept["blocks"]]
+        return Figures(**kept)
 
     def put(self, req: StepRequest, hw, tp: int, fig: Figures) -> None:
-        p = self.result_path(req, hw, tp)
-        if p is not None:
-            p.write_text(json.dumps(asdict(fig)))
+        self.figures_kept.put(self._figures_request(req, hw, tp), asdict(fig))
+
+
+def _step_of(req: StepRequest, meta: dict, blob: bytes) -> Step | None:
+    """The :class:`Step` of a kept entry (None where its blob is not the gzip of a text)."""
+    from ...lower.frontends import Lowered
+
+    try:
+        text = gzip.decompress(blob).decode("utf-8")
+    except (OSError, EOFError, zlib.error, UnicodeDecodeError):
+        return None
+    m = meta["layout"]
+    layers = tuple(LayerCache(tuple(x["key"]), tuple(x["value"]), x["itemsize"], x["window"]) for x in m["layers"])
+    layout = CacheLayout(layers, m["batch"], m["context"], m["dtype"])
+    return Step(Lowered(text=text, info=meta["info"]), layout, meta["weight_bytes"], meta["hidden"], meta["layers"],
+                req)
 
 
 def sweep(base: StepRequest, batches, contexts, hw, tps=(1,), cache: StepCache | None = None,

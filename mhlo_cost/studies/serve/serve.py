@@ -61,10 +61,6 @@ class Figures:
     blocks: list = field(default_factory=list)  # (block, est_time_s, bound)
     launch: str = "stream"  # one of LAUNCHES
 
-    @property
-    def time_per_token_s(self) -> float:
-        return self.step_time_s
-
     def row(self) -> dict:
         d = asdict(self)
         d.pop("blocks")

@@ -15,7 +15,8 @@ from ...lower.inference.steps import StepRequest
 class ServeOptions:
     """The step (``request``), the profile (``hardware``: a Hardware), ``tp``, ``launch`` (stream or
     cuda-graphs), a sweep (``batches``, ``contexts``, ``tps``: any given makes one) and the cache of lowerings
-    and results (``cache``: kept at all; ``cache_dir``: where, default ``~/.cache/mhlo-cost/inference``).
+    and results (``cache``: kept at all; ``cache_dir``: the cache root, default
+    :func:`mhlo_cost.files.cache.default_root`).
 
     Checked when made (:mod:`mhlo_cost.studies.limits`; ValueError): counts in range, each list's values once
     (in the order given), a sweep's list replacing the single value it sweeps (``batches`` and a ``request``
@@ -67,11 +68,14 @@ class ServeOptions:
 
 
 class ServeStudy:
-    """The figures of :class:`ServeOptions`, each computed once, on first use; ``stage(text)`` told each stage."""
+    """The figures of :class:`ServeOptions`, each computed once, on first use; ``stage(text)`` told each stage,
+    ``note(text)`` each cache entry not trusted or not kept."""
 
-    def __init__(self, options: ServeOptions, stage: Callable[[str], None] | None = None):
+    def __init__(self, options: ServeOptions, stage: Callable[[str], None] | None = None,
+                 note: Callable[[str], None] | None = None):
         self.options = options
         self.stage = stage or (lambda text: None)
+        self.note = note
 
     @cached_property
     def hardware(self):
@@ -82,10 +86,11 @@ class ServeStudy:
 
     @cached_property
     def cache(self):
-        from .grid import StepCache, default_dir
+        from ...files.cache import default_root
+        from .grid import StepCache
 
         o = self.options
-        return StepCache((o.cache_dir or default_dir()) if o.cache else None)
+        return StepCache((o.cache_dir or default_root()) if o.cache else None, self.note)
 
     @cached_property
     def step(self):

@@ -5,16 +5,18 @@ cluster; :mod:`.table` makes and writes the table."""
 from __future__ import annotations
 
 from .grid import Grid, GridError, Point, make_grid, skip_reason
-from .run import Stats, SweepError, run_tasks
+from .run import RETRIES, WORKER_TIMEOUT, Stats, SweepError, run_tasks
 from .spec import read_spec
 
-__all__ = ["Grid", "GridError", "Point", "Stats", "SweepError", "make_grid", "read_spec", "run_sweep",
-           "skip_reason"]
+__all__ = ["Grid", "GridError", "Point", "RETRIES", "Stats", "SweepError", "WORKER_TIMEOUT", "make_grid", "read_spec",
+           "run_sweep", "skip_reason"]
 
 
 def run_sweep(grid: Grid, hardware_toml: str | None = None, *, cache_dir=None, scheduler: str | None = None,
-              jobs: int | None = None, progress: bool = True):
-    """(table, stats) of ``grid`` (``hardware_toml``: the text of a user's profile file, searched first)."""
+              jobs: int | None = None, progress: bool = True, note=None, worker_timeout: float = WORKER_TIMEOUT):
+    """(table, stats) of ``grid`` (``hardware_toml``: the text of a user's profile file, searched first;
+    ``cache_dir``: the cache root, None: nothing kept; ``note(text)``: told of each cache entry not trusted or
+    not kept; ``worker_timeout``: see :func:`~.run.run_tasks`)."""
     from .cache import Cache
     from .point import Task
     from .grid import EXECUTION_OF_FUSE
@@ -24,7 +26,8 @@ def run_sweep(grid: Grid, hardware_toml: str | None = None, *, cache_dir=None, s
     valid = [p for p in grid.points if p not in skipped]
     tasks = [Task(p, grid.options, grid.hardware, grid.steps, grid.fuse, grid.conv_padding, hardware_toml)
              for p in valid]
-    results, stats = run_tasks(tasks, Cache(cache_dir), scheduler=scheduler, jobs=jobs, progress=progress)
+    results, stats = run_tasks(tasks, Cache(cache_dir, note), scheduler=scheduler, jobs=jobs, progress=progress,
+                               worker_timeout=worker_timeout)
     rows = make_rows(grid.points, dict(zip(valid, results)), skipped, grid.hardware)
     execution = EXECUTION_OF_FUSE.get(grid.fuse, grid.fuse)
     for row in rows:

@@ -6,16 +6,33 @@ no data to move, so a pool needs no scheduler, starts in a second and adds no de
 tcp://HOST:8786`` sends the same :func:`~mhlo_cost.studies.sweep.point.compute` calls to an existing Dask cluster
 (``dask.distributed``, the optional extra ``sweep``); nothing else changes. The cache is read and written
 here, by the process that runs the sweep, so remote workers need no shared disk.
+
+A point whose worker is lost (a pool process killed, or out of memory: the pool breaks, and every point it
+was running is lost with it) is run again, alone in a fresh worker, up to :data:`RETRIES` more times; then
+it is ``failed``, with why. Points running beside it are run again alone, so they are not charged with its
+loss. On Dask the scheduler itself runs a task whose worker died on another worker (its
+``distributed.scheduler.allowed-failures``, default 3, then ``KilledWorker``: the point's failure); a
+cluster with no worker left for ``worker_timeout`` seconds (:data:`WORKER_TIMEOUT`) is a
+:class:`SweepError`, never a wait for ever.
 """
 from __future__ import annotations
 
 import os
 import sys
 import time
+from collections import Counter, deque
 from dataclasses import dataclass
+from typing import Callable
 
 from .cache import Cache
 from .point import Result, Task, compute
+
+#: How many more times a point whose local worker process was lost is run (alone, in a fresh worker).
+RETRIES = 2
+#: How long (seconds) a Dask sweep waits with no worker in the cluster before it stops with an error.
+WORKER_TIMEOUT = 60.0
+#: How often (seconds) a Dask sweep with nothing finished looks at the cluster's workers.
+POLL_S = 1.0
 
 
 @dataclass
@@ -54,9 +71,11 @@ class Progress:
 
 
 def run_tasks(tasks: list[Task], cache: Cache, *, scheduler: str | None = None, jobs: int | None = None,
-              progress=True) -> tuple[list[Result], Stats]:
-    """The results of ``tasks`` in their order: cached ones read, the others computed (``scheduler``: on
-    that Dask cluster; else a pool of ``jobs`` processes, 1: in this process)."""
+              progress=True, work: Callable[[Task], Result] = compute,
+              worker_timeout: float = WORKER_TIMEOUT) -> tuple[list[Result], Stats]:
+    """The results of ``tasks`` in their order: cached ones read, the others computed by ``work`` (a
+    module-level function, sent to the workers) (``scheduler``: on that Dask cluster, ``worker_timeout``:
+    the longest it may have no worker; else a pool of ``jobs`` processes, 1: in this process)."""
     t0 = time.perf_counter()
     stats = Stats(total=len(tasks))
     bar = Progress(stats, progress)
@@ -84,38 +103,77 @@ def run_tasks(tasks: list[Task], cache: Cache, *, scheduler: str | None = None, 
 
     if todo:
         if scheduler:
-            _run_dask(tasks, todo, scheduler, stats, finished)
+            _run_dask(tasks, todo, scheduler, finished, work, worker_timeout)
         else:
-            _run_local(tasks, todo, jobs, stats, finished)
+            _run_local(tasks, todo, jobs, finished, work)
     stats.seconds = time.perf_counter() - t0
     return results, stats
 
 
-def _run_local(tasks, todo, jobs, stats, finished) -> None:
+def _run_local(tasks, todo, jobs, finished, work) -> None:
     jobs = max(1, min(jobs or os.cpu_count() or 1, len(todo)))
     if jobs == 1:
         for i in todo:
-            finished(i, compute(tasks[i]), 0)
+            finished(i, work(tasks[i]), 0)
         return
     import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor, as_completed
+    from concurrent.futures import ProcessPoolExecutor
 
-    pool = ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn"))
+    fresh, suspects, lost = deque(todo), deque(), Counter()
+    while fresh or suspects:
+        pool = ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn"))
+        try:
+            gone = _drain(pool, tasks, fresh, suspects, jobs, finished, work)
+        except BaseException:  # interrupted: drop what has not started (what finished is cached already)
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
+        pool.shutdown(wait=True, cancel_futures=True)
+        for i in gone:
+            lost[i] += 1
+            if lost[i] > RETRIES:
+                finished(i, Result(tasks[i].point, "failed", f"its worker process was lost {lost[i]} times (killed, "
+                                                             "or out of memory)"), 0)
+            else:
+                suspects.append(i)
+
+
+def _drain(pool, tasks, fresh: deque, suspects: deque, jobs: int, finished, work) -> list[int]:
+    """Run points on ``pool`` until none is left (``[]``) or the pool breaks: then the points it was running
+    (lost with it). ``jobs`` points run at once; a suspect (a point lost before) only alone."""
+    from concurrent.futures import FIRST_COMPLETED, wait
+    from concurrent.futures.process import BrokenProcessPool
+
+    running: dict = {}
+
+    def submit() -> None:
+        if suspects:
+            if not running:
+                i = suspects.popleft()
+                running[pool.submit(work, tasks[i])] = i
+            return
+        while fresh and len(running) < jobs:
+            i = fresh.popleft()
+            running[pool.submit(work, tasks[i])] = i
+
+    submit()
+    while running:
+        done, _ = wait(running, return_when=FIRST_COMPLETED)
+        gone = []
+        for f in done:
+            i = running.pop(f)
+            if isinstance(f.exception(), BrokenProcessPool):
+                gone.append(i)
+            else:
+                finished(i, _outcome(f, tasks[i]), len(running))
+        if gone:
+            return gone + list(running.values())
+        submit()
+    return []
+
+
+def _run_dask(tasks, todo, scheduler, finished, work, worker_timeout: float) -> None:
     try:
-        futures = {pool.submit(compute, tasks[i]): i for i in todo}
-        left = len(todo)
-        for f in as_completed(futures):
-            left -= 1
-            finished(futures[f], _outcome(f, tasks[futures[f]]), min(jobs, left))
-    except BaseException:  # interrupted: drop what has not started (what finished is cached already)
-        pool.shutdown(wait=False, cancel_futures=True)
-        raise
-    pool.shutdown()
-
-
-def _run_dask(tasks, todo, scheduler, stats, finished) -> None:
-    try:
-        from distributed import Client, as_completed
+        from distributed import Client, wait
     except ImportError:
         raise SweepError("--scheduler needs dask.distributed: pip install 'mhlo-cost[sweep]'") from None
     try:
@@ -123,14 +181,49 @@ def _run_dask(tasks, todo, scheduler, stats, finished) -> None:
     except (OSError, TimeoutError, ValueError) as e:  # (ValueError: an address that is not one)
         raise SweepError(f"cannot reach the Dask scheduler {scheduler}: {e}") from None
     try:
-        futures = {client.submit(compute, tasks[i], pure=False): i for i in todo}
-        workers = max(1, sum(w.get("nthreads", 1) for w in client.scheduler_info()["workers"].values()))
-        left = len(todo)
-        for f in as_completed(futures):
-            left -= 1
-            finished(futures[f], _outcome(f, tasks[futures[f]]), min(workers, left))
+        futures = {client.submit(work, tasks[i], pure=False): i for i in todo}
+        watch = _Workers(client, scheduler, worker_timeout)
+        pending = set(futures)
+        while pending:
+            try:
+                wait(pending, timeout=POLL_S, return_when="FIRST_COMPLETED")
+            except Exception:  # noqa: BLE001 - (a timeout, a cancelled future): the statuses below say
+                pass
+            done = {f for f in pending if f.status != "pending"}
+            if not done:
+                watch.check(len(pending))
+            pending -= done
+            for f in done:
+                finished(futures[f], _outcome(f, tasks[futures[f]]), min(watch.threads, len(pending)))
     finally:
         client.close()
+
+
+class _Workers:
+    """The cluster's workers, looked at while nothing finishes: none for ``timeout`` seconds is an error."""
+
+    def __init__(self, client, scheduler: str, timeout: float):
+        self.client, self.scheduler, self.timeout = client, scheduler, timeout
+        self.since: float | None = None
+        self.threads = max(1, self._threads())
+
+    def _threads(self) -> int:
+        try:
+            return sum(self.client.nthreads().values())
+        except Exception:  # noqa: BLE001 - a scheduler that does not answer has no worker for us
+            return 0
+
+    def check(self, left: int) -> None:
+        threads = self._threads()
+        if threads:
+            self.threads, self.since = threads, None
+            return
+        now = time.monotonic()
+        self.since = now if self.since is None else self.since
+        if now - self.since >= self.timeout:
+            raise SweepError(f"the Dask cluster at {self.scheduler} has had no worker for {self.timeout:g} s: "
+                             f"{left} point(s) not run (the points that ran are cached: run the sweep again "
+                             "once the cluster has workers; --worker-timeout S waits longer)")
 
 
 def _outcome(future, task: Task) -> Result:
@@ -143,4 +236,4 @@ def _outcome(future, task: Task) -> Result:
 
 
 class SweepError(RuntimeError):
-    """The sweep cannot run (no Dask, no scheduler); one line."""
+    """The sweep cannot run (no Dask, no scheduler, no worker left); one line."""

@@ -15,9 +15,9 @@
 
 The configurations are :func:`mhlo_cost.studies.plan.plan.splits` of each GPU count (the ones ``train-plan --sweep``
 ranks; sequence parallelism wherever ``t > 1``), kept where their degrees are among those listed; each is
-planned as ``train-plan`` plans it (one lowering per distinct layer shape, cached under the sweep's cache
-directory, then arithmetic; no worker pool is needed). One row per (configuration, hardware) in the sweep
-table's columns (``parallel``: the split; ``time_step_s``: the iteration; ``peak_bytes``: the first stage's
+planned as ``train-plan`` plans it (one lowering per distinct layer shape, kept in the cache as
+``train-plan`` keeps it, then arithmetic; no worker pool is needed). One row per (configuration, hardware) in
+the sweep table's columns (``parallel``: the split; ``time_step_s``: the iteration; ``peak_bytes``: the first stage's
 memory), so ``--best`` ranks them as ``train-plan --sweep`` does: by iteration time among those that fit.
 """
 from __future__ import annotations
@@ -154,8 +154,9 @@ def configurations(settings: dict, gpus: int):
     yield from splits(base_config(settings), gpus, **_split_options(settings["training"]))
 
 
-def training_frame(settings: dict, cache_dir=None) -> pd.DataFrame:
-    """The sweep table of a training spec: one row per (configuration, hardware), grid order."""
+def training_frame(settings: dict, cache_dir=None, note=None) -> pd.DataFrame:
+    """The sweep table of a training spec: one row per (configuration, hardware), grid order; the layers' costs
+    kept under the cache root ``cache_dir`` (``note``: :func:`~mhlo_cost.studies.plan.costs.layer_cost`'s)."""
     from ...network import resolve_profile
     from ..plan.plan import plan
 
@@ -179,7 +180,7 @@ def training_frame(settings: dict, cache_dir=None) -> pd.DataFrame:
                 if why:
                     row.update(status="skipped", reason=why)
                 else:
-                    row.update(_numbers(plan(cfg, hw, cache_dir)))
+                    row.update(_numbers(plan(cfg, hw, cache_dir, note)))
                 rows.append(row)
     df = pd.DataFrame(rows)
     for c in df.columns:  # counts stay exact ints beside the skipped rows' blanks

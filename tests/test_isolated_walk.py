@@ -10,9 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from mhlo_cost.analysis import analyze, analyze_dataflow
+from mhlo_cost.analysis import AnalysisOptions, analyze
 from mhlo_cost.ir.loader import LoadError, load
-from mhlo_cost.analysis.training import analyze_training
 from mhlo_cost.walk.row import AnalysisError
 from mhlo_cost.analysis.isolated import WalkOptions, analyze_isolated
 
@@ -80,11 +79,11 @@ def test_the_worker_gives_the_rows_and_memory_of_the_walk_in_process(source):
 
 def test_data_flow_and_a_training_step_travel_with_their_records():
     text = _training_text()
-    here = analyze_dataflow(load(text, isolate=False, name="t.mlir"))
+    here = analyze(load(text, isolate=False, name="t.mlir"), AnalysisOptions(dataflow=True))
     there = analyze_isolated(text, WalkOptions(record="dataflow"), name="t.mlir")
     _same(there, here)
     assert _plain(there.producers) == _plain(here.producers) and there.async_done == here.async_done
-    here = analyze_training(load(text, isolate=False, name="t.mlir"))
+    here = analyze(load(text, isolate=False, name="t.mlir"), AnalysisOptions(phases=True))
     there = analyze_isolated(text, WalkOptions(record="training-if-backward"), name="t.mlir")
     assert there.options == here.options and there.options.phases
     _same(there, here)
@@ -119,11 +118,11 @@ def test_options_reach_the_walk_and_errors_come_back_as_their_own_kind():
 
 
 def test_callee_rows_are_built_once_per_function_however_many_call_paths():
-    from mhlo_cost.walk.cost import CostVisitor
+    from mhlo_cost.walk.base import IRVisitor
 
     built = []
 
-    class Spy(CostVisitor):
+    class Spy(IRVisitor):
         def _function_rows(self, name):
             if name not in self._func_rows:
                 built.append(name)

@@ -11,17 +11,11 @@ from pathlib import Path
 import pytest
 
 from mhlo_cost import analyze
-from mhlo_cost.cli import main
 from mhlo_cost.walk.base import rule_name
+from helpers import run_cli
 
 FIX = Path(__file__).parent / "fixtures"
 DIA = FIX / "reliability3" / "dialects"
-
-
-def run_cli(args, capsys):
-    code = main([str(a) for a in args])
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def total(a, metric):

@@ -16,7 +16,7 @@ import pytest
 from callgraph_dags import LEAF, VALUE_BYTES, blocks, fanout, inline, random_dag
 from mhlo_cost import analyze
 from mhlo_cost.machines.hardware import get_profile
-from mhlo_cost.analysis import analyze_dataflow
+from mhlo_cost.analysis import AnalysisOptions
 from mhlo_cost.roofline import Roofline
 from mhlo_cost.walk.callgraph import AMPLIFICATION_CAP, FOLDED
 
@@ -92,9 +92,9 @@ def test_memory_of_a_folded_dag_is_that_of_the_program_without_calls(scopes):
 def test_estimate_scales_with_call_paths(fuse_mode):
     """The estimate of 8 call paths is that of the program without calls; of 2**40 paths, 2**37 times it."""
     h100 = get_profile("h100")
-    small = Roofline(analyze_dataflow(fanout(3)), h100, fuse_mode).totals()
-    flat = Roofline(analyze_dataflow(inline(8)), h100, fuse_mode).totals()
-    big = Roofline(analyze_dataflow(fanout(40)), h100, fuse_mode).totals()
+    small = Roofline(analyze(fanout(3), AnalysisOptions(dataflow=True)), h100, fuse_mode).totals()
+    flat = Roofline(analyze(inline(8), AnalysisOptions(dataflow=True)), h100, fuse_mode).totals()
+    big = Roofline(analyze(fanout(40), AnalysisOptions(dataflow=True)), h100, fuse_mode).totals()
     assert small["kernels"] == flat["kernels"] == 8 * 3  # dot, exponential, add
     assert big["kernels"] == 2**37 * small["kernels"]
     assert big["est_time_s"] == pytest.approx(2**37 * flat["est_time_s"], rel=1e-9)

@@ -18,6 +18,7 @@ from mhlo_cost.studies.baseline import _percent
 from mhlo_cost.cli import main
 from mhlo_cost.ir.loader import LoadError, load
 from stderr_lines import error_line
+from helpers import run_cli
 
 FIX = Path(__file__).parent / "fixtures"
 CRASHERS = sorted((FIX / "crashers").iterdir())
@@ -26,12 +27,6 @@ ADD = """func.func @main(%a: tensor<4xf32>) -> tensor<4xf32> {
   return %0 : tensor<4xf32>
 }
 """
-
-
-def run_cli(args, capsys):
-    code = main([str(a) for a in args])
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def one_error_line(err: str) -> str:

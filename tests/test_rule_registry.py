@@ -1,87 +1,49 @@
-"""Issue 23, item 2: op rules are found in one place, the rule sets' tables; the walk's own ``visit_`` methods are
-traversal only (calls, loops, branches, shard_map bodies, composites). ``custom_call`` and ``dynamic_conv`` are pure
-rules of a context, checked here on contexts built by hand (no walk) against counts worked out below."""
+"""Issue 23, item 2 and issue 34, item 4: op rules are found in one place, the registry the rule tables compose
+into; the walk's own ``visit_`` methods are control flow only (calls, loops, branches, shard_map bodies,
+composites). ``custom_call`` and ``dynamic_conv`` are pure rules of a context, checked here on contexts built by
+hand (no walk) against counts worked out below."""
 from __future__ import annotations
 
 import pytest
 
-from mhlo_cost.ir.tensorinfo import TensorInfo
 from mhlo_cost.walk.costvalue import Cost, Counted
-from mhlo_cost.walk.optable import OpContext
 from mhlo_cost.walk.options import AnalysisOptions
+from helpers import context, tensor
 
 CONV_DIMS = "#stablehlo.conv<[b, f, 0, 1]x[o, i, 0, 1]->[b, f, 0, 1]>"
 
 
-def tensor(shape, dtype="f32", size=4) -> TensorInfo:
-    n = 1
-    for d in shape:
-        n *= d
-    return TensorInfo.make(tuple(shape), dtype, n, n * size)
-
-
-def context(name, operands, result, attrs, options=None) -> OpContext:
-    """A context built by hand: no module is parsed and no walk exists."""
-    return OpContext(name, tuple(operands), result, attrs, options or AnalysisOptions(),
-                     sum(t.nbytes for t in operands), result.nbytes)
-
-
-@pytest.fixture
-def mlir():
-    from mhlo_cost.ir.loader import make_context
-
-    with make_context() as ctx:
-        yield ctx
-
-
-def all_subclasses(cls) -> set:
-    found, todo = set(), [cls]
-    while todo:
-        for sub in todo.pop().__subclasses__():
-            if sub not in found:
-                found.add(sub)
-                todo.append(sub)
-    return found
-
-
 # -- one registry -------------------------------------------------------------------------------------------------
-def test_no_rule_set_defines_a_visit_method():
-    from mhlo_cost.walk.cost import COST_RULES
-    from mhlo_cost.walk.ruleset import RuleSet
+def test_the_registry_is_the_tables_together_and_holds_no_control_flow():
+    from mhlo_cost.walk.base import IRVisitor
+    from mhlo_cost.walk.registry import RULES, TABLES
 
-    subclasses = {c for c in all_subclasses(RuleSet) if c.__module__.startswith("mhlo_cost.")}  # not tests' own
-    assert set(COST_RULES) <= subclasses  # the walk over the subclasses is not vacuous
-    assert {c.__name__: [n for n in dir(c) if n.startswith("visit_")] for c in subclasses
-            if any(n.startswith("visit_") for n in dir(c))} == {}
-
-
-def test_a_rule_set_with_a_visit_method_is_refused_and_registers_nothing():
-    from mhlo_cost.walk.ruleset import RULES, RuleSet
-
-    before = {k: dict(v) for k, v in RULES.items()}
-    with pytest.raises(TypeError, match="Stray.visit_my_op: a rule set's op rules are its table's"):
-        class Stray(RuleSet):
-            metric = "stray"
-
-            def visit_my_op(self, op):
-                pass
-    assert {k: dict(v) for k, v in RULES.items()} == before
+    names = [t.name for t in TABLES]
+    assert names == ["matrix", "vector", "linalg", "collective", "shardy", "custom_call"]
+    assert sum(len(t) for t in TABLES) == len(RULES)  # no op in two tables: each rule is counted once
+    for t in TABLES:
+        assert all(RULES[op] is rule for op, rule in t.items())
+    # control flow is the walk's: its methods exist, and no table holds their ops
+    for op, method in (("stablehlo.while", "visit_while"), ("mhlo.case", "visit_case"),
+                       ("func.call", "visit_func_call"), ("stablehlo.composite", "visit_composite"),
+                       ("scf.for", "visit_scf_for")):
+        assert op not in RULES and callable(getattr(IRVisitor, method))
 
 
-def test_the_walk_looks_up_no_method_of_a_rule_set():
-    """rule_of answers from the tables, then the walk's own methods: a visit_ method put on a rule set instance
-    after its definition (past the refusal) is never called."""
+def test_the_walk_finds_a_rule_in_its_tables_before_any_method_of_its_own():
+    """rule_of answers from the tables, then the walk's own methods: a visit_ method put on the walk after it was
+    made is never called for an op a table knows."""
     from mhlo_cost.analysis import walk
     from mhlo_cost.walk.base import IRVisitor
-    from mhlo_cost.walk.cost import CountingRules
+    from mhlo_cost.walk.custom_call import CUSTOM_CALL
 
     text = ("func.func @main(%a: tensor<4xf32>) -> tensor<4xf32> {\n"
             "  %0 = stablehlo.custom_call @my_kernel(%a) : (tensor<4xf32>) -> tensor<4xf32>\n"
             "  return %0 : tensor<4xf32>\n}\n")
 
     def make(module, entry):
-        v = IRVisitor(module, entry, rules=[CountingRules])
-        v.rule_sets[0].visit_custom_call = lambda op: pytest.fail("a rule set's method was looked up")
+        v = IRVisitor(module, entry, rules=[CUSTOM_CALL])
+        v.visit_custom_call = lambda op: pytest.fail("a method was looked up before the table")
         return v
 
     (row,) = walk(text, make)[1].rows
@@ -89,29 +51,29 @@ def test_the_walk_looks_up_no_method_of_a_rule_set():
 
 
 def test_custom_call_and_dynamic_conv_are_found_in_their_tables_by_qualified_name():
-    from mhlo_cost.walk import cost, tflops
-    from mhlo_cost.walk.ruleset import rules_for
+    from mhlo_cost.walk import custom_call, matrix
+    from mhlo_cost.walk.registry import RULES, rule_table
 
+    table_of = {e.op: e.table for e in rule_table()}
     for d in ("stablehlo", "mhlo"):
-        assert cost.CountingRules.table[f"{d}.custom_call"].fn is cost.custom_call
-        assert tflops.TFlopsVisitor.table[f"{d}.dynamic_conv"].fn is tflops.dynamic_conv
-        assert rules_for(f"{d}.custom_call") == {"row": cost.CountingRules}
-        assert rules_for(f"{d}.dynamic_conv") == {"matrix": tflops.TFlopsVisitor}
-    rule = tflops.MATRIX["stablehlo.dynamic_conv"]
-    assert (rule.kind, rule.weights, rule.extra) == ("conv", True, tflops.constant_padding)
+        assert custom_call.CUSTOM_CALL[f"{d}.custom_call"].fn is RULES[f"{d}.custom_call"].fn is custom_call.custom_call
+        assert matrix.MATRIX[f"{d}.dynamic_conv"].fn is RULES[f"{d}.dynamic_conv"].fn is matrix.dynamic_conv
+        assert (table_of[f"{d}.custom_call"], table_of[f"{d}.dynamic_conv"]) == ("custom_call", "matrix")
+    rule = matrix.MATRIX["stablehlo.dynamic_conv"]
+    assert (rule.kind, rule.weights, rule.extra) == ("conv", True, matrix.constant_padding)
     # traversal is the walk's: no table holds it
     for op in ("stablehlo.composite", "stablehlo.manual_computation", "sdy.manual_computation"):
-        assert rules_for(op) == {}
+        assert op not in RULES
 
 
 # -- custom_call: a pure rule of a hand-built context -------------------------------------------------------------
 def test_custom_call_of_a_placement_target_moves_data_and_any_other_is_unknown(mlir):
     from jaxlib.mlir import ir
 
-    from mhlo_cost.walk.cost import ROW
+    from mhlo_cost.walk.custom_call import CUSTOM_CALL
 
     x, w = tensor([4, 4]), tensor([8], "bf16", 2)  # 4 * 4 * 4 = 64 bytes; 8 * 2 = 16 bytes
-    rule = ROW["stablehlo.custom_call"]
+    rule = CUSTOM_CALL["stablehlo.custom_call"]
     assert rule.kind == "unknown"
 
     def counted(target, operands=(x,), name="stablehlo.custom_call"):
@@ -139,7 +101,7 @@ def conv_context(padding, options=None, name="stablehlo.dynamic_conv"):
     attrs = {"dimension_numbers": ir.Attribute.parse(CONV_DIMS),
              "feature_group_count": ir.Attribute.parse("2 : i64"),
              "padding": None if padding is None else list(padding) * 2}  # what constant_padding gives
-    return context(name, [lhs, rhs, pads], out, attrs, options)
+    return context(name, [lhs, rhs, pads], out, attrs, options=options)
 
 
 def test_dynamic_conv_without_padding_is_two_flops_per_output_kernel_tap_and_input_feature(mlir):
@@ -195,11 +157,12 @@ def test_the_extra_of_dynamic_conv_reads_a_constant_padding_operand_and_only_tha
     assert [extra(op) for op in ops] == [{"padding": [1, 2, 0, 1]}, {"padding": None}]  # row-major
 
 
-# -- traversal is the walk's, whatever rule sets are composed -----------------------------------------------------
-def test_composites_and_shard_map_bodies_are_walked_by_the_walk_with_any_rule_set():
+# -- traversal is the walk's, whatever tables are composed ---------------------------------------------------------
+def test_composites_and_shard_map_bodies_are_walked_by_the_walk_with_any_table():
     from mhlo_cost.analysis import walk
-    from mhlo_cost.walk.base import MANUAL_WARNING, IRVisitor
-    from mhlo_cost.walk.matrix import TFlopsVisitor
+    from mhlo_cost.walk.base import IRVisitor
+    from mhlo_cost.walk.control import MANUAL_WARNING
+    from mhlo_cost.walk.matrix import MATRIX
 
     text = """module {
 sdy.mesh @mesh = <["x"=2]>
@@ -220,7 +183,7 @@ func.func @main(%a: tensor<8x16xf32>) -> tensor<8x16xf32> {
   return %4 : tensor<8x16xf32>
 }
 }"""
-    _, v = walk(text, lambda module, entry: IRVisitor(module, entry, rules=[TFlopsVisitor]))
+    _, v = walk(text, lambda module, entry: IRVisitor(module, entry, rules=[MATRIX], unknown_rows=False))
     # each composite: its decomposition's 8 x 8 outputs x 16 terms x 2; the shard_map body: one device's 4 x 4 x 16 x 2
     assert [(r.gemm_flops, r.note) for r in v.rows] == [(2048, ""), (2048, ""), (512, "per device")]
     assert v.warnings == [MANUAL_WARNING]  # once, for two shard_map bodies

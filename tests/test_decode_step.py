@@ -10,22 +10,18 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from mhlo_cost.analysis import analyze_dataflow
+from mhlo_cost.analysis import AnalysisOptions, analyze
 from mhlo_cost.machines.hardware import get_profile
 from mhlo_cost.roofline import Roofline
+from helpers import lowered
 
 H100 = get_profile("h100")
 B, H, L, D = 2, 4, 512, 64
 BF16 = 2
 
 
-def lowered(f, *shapes, donate=()) -> str:
-    args = [jax.ShapeDtypeStruct(s, d) for s, d in shapes]
-    return jax.jit(f, donate_argnums=donate).lower(*args).as_text(debug_info=True)
-
-
 def fused(text: str) -> Roofline:
-    return Roofline(analyze_dataflow(text), H100, fuse_mode="elementwise")
+    return Roofline(analyze(text, AnalysisOptions(dataflow=True)), H100, fuse_mode="elementwise")
 
 
 def test_scatter_into_a_donated_cache_writes_only_its_updates():
@@ -87,7 +83,7 @@ def llama_decode():
                 num_key_value_heads=KV, vocab_size=VOCAB)
     step = lower_step(StepRequest(mode="decode", batch=BATCH, context=CTX, hf="LlamaForCausalLM", config="llama",
                                   overrides=tuple(sorted(sets.items()))))
-    return step, analyze_dataflow(step.lowered.text)
+    return step, analyze(step.lowered.text, AnalysisOptions(dataflow=True))
 
 
 @pytestmark_hf

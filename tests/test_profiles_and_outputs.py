@@ -115,16 +115,16 @@ def test_the_templates_state_each_range(tmp_path):
     from mhlo_cost.machines.hardware import load_profiles
     from mhlo_cost.network.systems import load_systems
 
-    hw = (ROOT / "mhlo_cost" / "data" / "hardware_template.toml").read_text()
-    sys_ = (ROOT / "mhlo_cost" / "data" / "system_template.toml").read_text()
+    hw = (ROOT / "mhlo_cost" / "machines" / "data" / "hardware_template.toml").read_text()
+    sys_ = (ROOT / "mhlo_cost" / "machines" / "data" / "system_template.toml").read_text()
     for line in ("1e-06 .. 1e+06 TFLOP/s", "0.001 .. 1e+06 GB/s", "0.001 .. 1e+06 GB ", "0 .. 1e+06 us",
                  "0.0001 .. 1", "1e-09 .. 1e+09 GFLOP", "true/false are not numbers"):
         assert line in hw, line
     for line in ("0.001 .. 1e+06 GB/s", "0.008 .. 8e+06 Gb/s", "0.0001 .. 1", "0 .. 1e+06 us", "1 .. 1000000"):
         assert line in sys_, line
-    load_profiles(ROOT / "mhlo_cost" / "data" / "hardware_template.toml")
-    load_systems(ROOT / "mhlo_cost" / "data" / "system_template.toml", load_profiles(
-        ROOT / "mhlo_cost" / "data" / "system_template.toml"))
+    load_profiles(ROOT / "mhlo_cost" / "machines" / "data" / "hardware_template.toml")
+    load_systems(ROOT / "mhlo_cost" / "machines" / "data" / "system_template.toml", load_profiles(
+        ROOT / "mhlo_cost" / "machines" / "data" / "system_template.toml"))
 
 
 @pytest.mark.parametrize("text, key", [
@@ -300,7 +300,7 @@ def test_the_cache_serves_any_list_of_profiles_it_holds(tmp_path, capsys):
         tables.append({r["hardware"]: r for r in strict_json(out.read_text())["rows"]})
     assert tables[1]["a100"] == tables[0]["a100"] and tables[3]["h100"] == tables[0]["h100"]
     assert tables[3]["dgx-h100"] == tables[2]["dgx-h100"]
-    assert len(list((tmp_path / "c" / "results").iterdir())) == 1
+    assert len(list((tmp_path / "c" / "sweep" / "results").iterdir())) == 1
 
 
 # ------------------------------------------------------------------------------ smaller points

@@ -10,7 +10,7 @@ import pytest
 jax = pytest.importorskip("jax")
 import jax.numpy as jnp  # noqa: E402
 
-from mhlo_cost.analysis import analyze_dataflow  # noqa: E402
+from mhlo_cost.analysis import AnalysisOptions, analyze  # noqa: E402
 from mhlo_cost.machines.hardware import get_profile  # noqa: E402
 from mhlo_cost.machines.kernels import AttentionLibrary, AttentionModel  # noqa: E402
 from mhlo_cost.roofline import Roofline  # noqa: E402
@@ -31,7 +31,7 @@ def _kernel(d: int, library: str = "fa2"):
     hw = get_profile("a100")
     model = AttentionModel(library, ((library, AttentionLibrary(FRACTION, FRACTION, 0.0)),), 128)
     hw = dataclasses.replace(hw, attention=model, transcendental_rate=1e30)
-    rf = Roofline(analyze_dataflow(text), hw, fuse_mode="elementwise")
+    rf = Roofline(analyze(text, AnalysisOptions(dataflow=True)), hw, fuse_mode="elementwise")
     (k,) = [k for k in rf.fusion.kernels if k.attention]
     return k, hw
 

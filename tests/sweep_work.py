@@ -1,0 +1,30 @@
+"""Work functions for sweeps in tests (tests/test_sweep_workers.py): module-level, so that a spawned pool
+worker imports them by name. Each run appends the point's label to the file ``$SWEEP_WORK_LOG``; a point
+whose parallel is ``kill-once`` kills its own worker process the first time (``$SWEEP_WORK_LOG.killed`` marks
+it), ``kill-always`` every time, ``slow`` sleeps ``$SWEEP_WORK_SLEEP`` seconds."""
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+from mhlo_cost.studies.sweep.point import Result
+
+
+def _log(task) -> str:
+    path = os.environ["SWEEP_WORK_LOG"]
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(f"{task.point.parallel}:{task.point.devices}\n")
+    return path
+
+
+def work(task):
+    """The point's row is its device count (no lowering): what a test can check came back."""
+    path = _log(task)
+    kind = task.point.parallel
+    if kind == "kill-always" or (kind == "kill-once" and not os.path.exists(path + ".killed")):
+        open(path + ".killed", "w").close()
+        os.kill(os.getpid(), signal.SIGKILL)
+    if kind == "slow":
+        time.sleep(float(os.environ.get("SWEEP_WORK_SLEEP", "1")))
+    return Result(task.point, "ok", "", "0" * 64, [{"devices": task.point.devices}], 0.0)
