@@ -39,8 +39,8 @@ class ServeOptions:
 
         req = self.request
         check("batch", req.batch, "--batch")
+        check("positions", req.tokens, "--tokens")  # (first: a prefill's cache is its prompt by default)
         check("positions", req.context, "--context")
-        check("positions", req.tokens, "--tokens")
         check("devices", self.tp, "--tp")
         if self.launch not in LAUNCHES:
             raise OptionError(f"--launch must be one of {', '.join(LAUNCHES)}, got {self.launch!r}")
