@@ -14,10 +14,10 @@ _os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
 
 #: name -> the module that defines it
 _LAZY = {"Analysis": "analysis", "analyze": "analysis", "LoadError": "ir.loader", "load": "ir.loader",
-         "AnalysisError": "walk.row", "lower_model": "lower.frontends.api",
+         "AnalysisError": "walk.row", "AnalysisOptions": "walk.options", "lower_model": "lower.frontends.api",
          "Study": "studies.study", "StudyOptions": "studies.study"}
 
-__all__ = ["Analysis", "AnalysisError", "LoadError", "Study", "StudyOptions", "analyze", "load", "lower_model",
+__all__ = ["Analysis", "AnalysisError", "AnalysisOptions", "LoadError", "Study", "StudyOptions", "analyze", "load", "lower_model",
            "__version__"]
 
 #: Modules that moved into the wings in 0.2.0 (CHANGELOG.md): old name (and everything under it) -> new name.
