@@ -11,14 +11,15 @@ from __future__ import annotations
 import argparse
 
 from ..studies.compose import spec
-from ..views.by import view
+from ..views.by import VIEWS, view
 from ..views.many import joined
 from ..views.render import render
 from ..views.table import ViewRequest
 from .common import (EXIT_OK, Progress, UserError, add_common, add_estimate, add_filters, add_output, claim_output,
                      hardware_from_options, open_answer, say, study_blocks, study_roofline, write_output)
 
-BY = ("summary", "op", "opname", "kind", "scope", "tree", "block", "comm", "phase", "memory")
+#: --by's names: the views' (:data:`mhlo_cost.views.by.VIEWS`, the one place a view is chosen)
+BY = tuple(VIEWS)
 
 
 def _parse_by(value: str) -> tuple[str, int | None]:

@@ -249,14 +249,6 @@ def study_roofline(study, args):
     return rf
 
 
-def execution(args) -> str:
-    """The execution model the options name: ``--execution``, else the one ``--fuse`` maps onto (none:
-    unfused, elementwise: compiled)."""
-    from ..roofline.estimate import execution_of
-
-    return execution_of(getattr(args, "fuse", "none") or "none", getattr(args, "execution", None))
-
-
 # -- roofline options (--hardware, --hardware-file, --fuse, --steps, --top) ------------------------------------
 
 
@@ -279,12 +271,15 @@ def hardware_from_options(args, top_needs_hardware: bool = True):
         v = getattr(args, opt, None)
         if v is not None and v < 1:
             raise UserError(f"--{opt} must be a positive integer, got {v}")
+    from ..machines.execution import execution_of
+
     ex = getattr(args, "execution", None)
     if ex is not None and getattr(args, "fuse", "none") not in (None, "none") and ex != "compiled":
         raise UserError(f"--fuse elementwise is --execution compiled; it does not go with --execution {ex}")
-    if getattr(args, "attention", None) and execution(args) != "compiled":
+    model = execution_of(getattr(args, "fuse", None), ex)
+    if getattr(args, "attention", None) and model != "compiled":
         raise UserError("--attention goes with --fuse elementwise")  # (= --execution compiled)
-    if getattr(args, "sdpa", None) and execution(args) != "eager":
+    if getattr(args, "sdpa", None) and model != "eager":
         raise UserError("--sdpa goes with --execution eager")
     return hw
 

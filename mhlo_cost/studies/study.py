@@ -94,11 +94,9 @@ class Study:
     def execution(self) -> str:
         """The execution model: ``execution``, else the one ``fuse`` maps onto (none: unfused, elementwise:
         compiled)."""
-        if self.options.execution is None and (self.options.fuse or "none") == "none":
-            return "unfused"  # execution_of's default, without importing the roofline (and pandas) before the walk
-        from ..roofline.estimate import execution_of
+        from ..machines.execution import execution_of
 
-        return execution_of(self.options.fuse or "none", self.options.execution)
+        return execution_of(self.options.fuse, self.options.execution)
 
     @property
     def dataflow(self) -> bool:
