@@ -25,7 +25,7 @@ class WalkOptions:
     record: str = "counts"
     dataflow_if_forward: bool = False  # training-if-backward: a forward-only program's walk records data flow
     records: tuple = ()  # further declared records (AnalysisOptions.records: "masks")
-    render: str | None = None  # the whole answer the child may render (mhlo_cost.studies.compose.spec)
+    render: str | None = None  # the whole answer the child may render (mhlo_cost.studies.compose.wire)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
@@ -60,7 +60,7 @@ def analyze_isolated(source, options: WalkOptions = WalkOptions(), name: str | N
 
 
 class Rendered(bytes):
-    """The child's whole answer to ``WalkOptions.render`` (:func:`mhlo_cost.studies.compose.render_whole`), in
+    """The child's whole answer to ``WalkOptions.render`` (:func:`mhlo_cost.studies.compose.answer_in_child`), in
     place of the analysis."""
 
 
@@ -91,7 +91,7 @@ def _decode(payload: bytes):
 
 def answer(module, name: str, options_json: str, render=None) -> tuple[bytes, bytes]:
     """(code, payload) for the parsed ``module`` (codes: :class:`mhlo_cost.ir.codes.Answer`): ``RENDERED`` and
-    the whole answer ``render(analysis, spec)`` made (where ``WalkOptions.render`` asks for one and it could:
+    the whole answer ``render(analysis, asked)`` made (where ``WalkOptions.render`` asks for one and it could:
     the reader's child passes :func:`mhlo_cost.studies.compose.answer_in_child`), ``ANALYSIS`` and the encoded
     analysis, ``BYTECODE`` and the module as bytecode (where the walk's record is too large to send:
     :func:`mhlo_cost.analysis.wire.worth_sending`), ``ANALYSIS_ERROR`` and an :class:`AnalysisError`'s line, or

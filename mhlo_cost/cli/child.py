@@ -9,7 +9,7 @@ message, ``OUT_OF_MEMORY`` and a message: restart the child; or the walk's answe
 
 Run as a file (``argv[1]``: the folder that holds the package, so the caller's own copy is the one imported;
 ``walk`` after it: import the walk at once). At the top of the house: it imports the reader, the walk and the
-renderer of a whole answer (:mod:`mhlo_cost.studies.compose`), which it hands to the walk.
+one composition (:mod:`mhlo_cost.studies.compose`), which it hands to the walk for a whole answer.
 """
 from __future__ import annotations
 
@@ -35,17 +35,18 @@ def answer(kind: str, data: bytes, name: str, walk: str | None) -> bytes:
     from mhlo_cost.analysis.isolated import answer as walk_answer
 
     try:
-        code, payload = walk_answer(module, name, walk, _render_whole)
+        code, payload = walk_answer(module, name, walk, _answer_whole)
     except MemoryError:
         return Answer.OUT_OF_MEMORY + f"{name}: the walk ran out of memory on this input: too large or hostile".encode()
     return bytes(code + payload)
 
 
-def _render_whole(analysis, spec: str):
-    """:func:`mhlo_cost.studies.compose.render_whole`, imported only when a request asks for a whole answer."""
-    from mhlo_cost.studies.compose import render_whole
+def _answer_whole(analysis, asked: str):
+    """:func:`mhlo_cost.studies.compose.answer_in_child` (the one composition), imported only when a request asks
+    for a whole answer."""
+    from mhlo_cost.studies.compose import answer_in_child
 
-    return render_whole(analysis, spec)
+    return answer_in_child(analysis, asked)
 
 
 def serve(walk: bool = False) -> None:

@@ -12,8 +12,7 @@ from pathlib import Path
 
 from ..files.read import FileRefused, read_settings
 from .cmd_lower import PARALLEL
-from .common import EXIT_OK, Progress, UserError, add_force, add_progress, claim_output, say
-from ..files.written import record_output
+from .common import EXIT_OK, UserError, add_force, add_progress, add_quiet, claim_output
 
 
 def register(sub) -> None:
@@ -55,7 +54,7 @@ def register(sub) -> None:
                    help="default: from -o's extension (.csv .json .parquet .md), else markdown")
     o.add_argument("-o", "--output", metavar="FILE", help="write the table here (default stdout)")
     add_force(o)
-    o.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
+    add_quiet(o)
     add_progress(o)
     p.set_defaults(func=cmd_sweep)
 
@@ -97,7 +96,7 @@ def _hardware_toml(grid, path) -> str | None:
         raise UserError(str(e)) from None
 
 
-def _shape_notes(grid, args) -> None:
+def _shape_notes(grid, console) -> None:
     """A STDiT3 shape that is not a published one: a warning (never hidden) with the tokens it means."""
     from ..lower.models.config import VideoShape, unpublished_shape_note
 
@@ -108,10 +107,10 @@ def _shape_notes(grid, args) -> None:
             continue
         note = unpublished_shape_note(shape)
         if note:
-            say(args, f"warning: {note}")
+            console.say(f"warning: {note}")
 
 
-def cmd_sweep(args) -> int:
+def cmd_sweep(args, console) -> int:
     import os
 
     from ..studies.sweep import GridError, SweepError, make_grid, run_sweep
@@ -121,7 +120,7 @@ def cmd_sweep(args) -> int:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
     fmt = format_of(args.output, args.format)
-    claim_output(args)
+    claim_output(args, console)
     if fmt == "parquet" and args.output in (None, "", "-"):
         raise UserError("--format parquet needs -o FILE")
     if args.jobs is not None and args.jobs < 1:
@@ -129,9 +128,9 @@ def cmd_sweep(args) -> int:
     try:
         settings = _settings(args)
         if settings.get("training"):  # training configurations: delegated to mhlo_cost.studies.plan
-            return _training(args, settings, fmt)
+            return _training(args, console, settings, fmt)
         grid = make_grid(settings)
-        _shape_notes(grid, args)
+        _shape_notes(grid, console)
         hardware_toml = _hardware_toml(grid, args.hardware_file)
         cache = None if args.no_cache else (args.cache_dir or default_dir())
         if cache is not None:
@@ -140,10 +139,9 @@ def cmd_sweep(args) -> int:
                     Path(cache, sub).mkdir(parents=True, exist_ok=True)
             except OSError as e:
                 raise UserError(f"--cache-dir {cache}: cannot write there: {e.strerror or e} (or --no-cache)") from None
-        if not args.quiet:
-            print(f"mhlo-cost: sweep of {len(grid.points)} point(s) x {len(grid.hardware)} hardware profile(s) on "
-                  f"{args.scheduler or 'this machine'}", file=sys.stderr, flush=True)
-        bar = Progress.of(args)
+        console.say(f"sweep of {len(grid.points)} point(s) x {len(grid.hardware)} hardware profile(s) on "
+                    f"{args.scheduler or 'this machine'}", note=True)
+        bar = console.progress()
         df, stats = run_sweep(grid, hardware_toml, cache_dir=cache, scheduler=args.scheduler, jobs=args.jobs,
                               progress=bar.count if bar.enabled else False)
         bar.close()
@@ -156,24 +154,21 @@ def cmd_sweep(args) -> int:
     _emit(df, fmt, args.output, settings)
     if nothing is not None:  # the table (written) says why, point by point
         raise UserError(nothing)
-    if not args.quiet:
-        print(f"mhlo-cost: sweep done in {stats.seconds:.1f}s: {stats.computed} computed, {stats.cached} cached, "
-              f"{stats.failed} failed", file=sys.stderr)
+    console.say(f"sweep done in {stats.seconds:.1f}s: {stats.computed} computed, {stats.cached} cached, "
+                f"{stats.failed} failed", note=True)
     return EXIT_OK
 
 
 def _emit(df, fmt: str, output, settings: dict) -> None:
-    """The table on stdout, or written to ``output`` (recorded for the -o rule)."""
+    """The table on stdout, or written to ``output`` through the one writer."""
     from ..studies.sweep.table import write
 
     try:
         text = write(df, fmt, output, settings)
-    except OSError as e:
+    except OSError as e:  # (pyarrow missing)
         raise UserError(f"{output}: cannot write: {e.strerror or e}") from None
     if text is not None:
         sys.stdout.write(text)
-    else:
-        record_output(output)
 
 
 def _nothing_ran(df) -> str:
@@ -186,7 +181,7 @@ def _nothing_ran(df) -> str:
             + (f"; first reason: {first}" if first else ""))
 
 
-def _training(args, settings: dict, fmt: str) -> int:
+def _training(args, console, settings: dict, fmt: str) -> int:
     """A spec with a [training] table: the splits planned by mhlo_cost.studies.plan, one row each (--best: ranked
     by iteration time among those that fit, as train-plan --sweep ranks them)."""
     import time
@@ -201,7 +196,5 @@ def _training(args, settings: dict, fmt: str) -> int:
     if args.best:
         df = best(df)
     _emit(df, fmt, args.output, {"training": settings["training"]})
-    if not args.quiet:
-        print(f"mhlo-cost: training sweep of {len(df)} row(s) done in {time.perf_counter() - t0:.1f}s",
-              file=sys.stderr)
+    console.say(f"training sweep of {len(df)} row(s) done in {time.perf_counter() - t0:.1f}s", note=True)
     return EXIT_OK
