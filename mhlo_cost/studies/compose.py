@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, fields
-from typing import Callable, Sequence
+from typing import Callable
 
 from ..files.console import silent
 from ..views.table import ViewRequest
@@ -216,7 +216,3 @@ def _answered(analysis, asked: dict) -> list:
     table = answer(study, request, fmt, lambda line, note: lines.append([line, note]))
     return [render(table, fmt, request.unit, wide=asked["wide"]), lines, stages]
 
-
-def programs_of(sources: Sequence, **fields) -> list[StudyOptions]:
-    """One :class:`StudyOptions` per source, each with the other ``fields``."""
-    return [StudyOptions(s, **fields) for s in sources]
