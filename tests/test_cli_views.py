@@ -44,7 +44,7 @@ def test_layer_gemm_closed_form_matches():
 # -- 1. jax requirement ----------------------------------------------------------------------------------------
 
 def test_pyproject_requires_the_jax_the_code_checks():
-    from mhlo_cost.cli.common import MIN_JAX
+    from mhlo_cost.ir.loader import MIN_JAX
 
     deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
     want = ".".join(map(str, MIN_JAX))

@@ -4,7 +4,8 @@ that fit. The per-device layer is lowered from shapes once per distinct shape (:
 from __future__ import annotations
 
 from .cache import add_cache, cache_note, cache_root
-from .common import EXIT_OK, UserError, positive_int, write_output
+from .common import (EXIT_OK, UserError, add_force, add_progress, add_quiet, claim_output, positive_int,
+                     write_output)
 
 
 def _config(args):
@@ -45,18 +46,26 @@ def _split(args, base):
                            recompute=args.recompute, dp_comm=args.dp_comm, dp_overlap=args.dp_overlap)
 
 
-def cmd_train_plan(args) -> int:
+def cmd_train_plan(args, console) -> int:
     from ..network import resolve_profile
     from ..studies.plan.study import PlanOptions, PlanStudy
+    from ..views.render import render
+    from ..views.table import ViewRequest
 
+    claim_output(args, console)
     hw = resolve_profile(args.hardware, getattr(args, "hardware_file", None))
     cfg = _config(args)
     if not args.sweep:
         why = cfg.invalid()
         if why:
             raise UserError(f"invalid training configuration: {why}")
-    study = PlanStudy(PlanOptions(cfg, hw, gpus=args.sweep, cache_dir=cache_root(args)), note=cache_note(args))
-    write_output(study.render(args.format, args.by), args.output)
+    progress = console.progress()
+    progress.stage(f"planning {cfg.label()} on {hw.name}" if not args.sweep else f"sweeping {args.sweep} GPUs")
+    study = PlanStudy(PlanOptions(cfg, hw, gpus=args.sweep, cache_dir=cache_root(args, console)),
+                      note=cache_note(console))
+    table = study.view(ViewRequest(by=args.by))
+    progress.done()
+    write_output(render(table, args.format, "raw", wide=True), args.output)
     return EXIT_OK
 
 
@@ -90,5 +99,8 @@ def register(sub) -> None:
                    help="html: a page with a stacked bar per pipeline stage and both tables (-o FILE)")
     p.add_argument("--by", default="component", choices=("component", "stage"),
                    help="the table: the busiest device's components, or one row per pipeline stage")
-    p.add_argument("-o", "--output", metavar="FILE")
+    p.add_argument("-o", "--output", metavar="FILE", help="write to a file instead of stdout")
+    add_force(p)
+    add_quiet(p)
+    add_progress(p)
     p.set_defaults(func=cmd_train_plan)

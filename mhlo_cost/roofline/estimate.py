@@ -6,27 +6,13 @@ import os
 
 import pandas as pd
 
+from ..machines.execution import EXECUTIONS, execution_of  # noqa: F401 (the estimate's names too)
 from ..machines.hardware import Hardware
 from ..network import CollectiveEstimate, Exposure, exposed_comm, resolve_profile, row_estimate
 from ..ir.tensorinfo import TensorInfo
 from ..walk.row import Row, short_name
 from .fusion import FUSE_MODES, fuse
 from .optime import op_time, overhead_bound, unit_peaks
-
-#: Execution models: what a program's time and memory describe (``--execution``).
-#: eager: PyTorch eager, one kernel per framework op; compiled: a fusing compiler (XLA, torch.compile): elementwise
-#: chains fused, attention one kernel; unfused: every IR op its own kernel.
-EXECUTIONS = ("eager", "compiled", "unfused")
-
-
-def execution_of(fuse_mode: str = "none", execution: str | None = None) -> str:
-    """The execution model named by ``execution``, else the one ``--fuse`` maps onto (none: unfused,
-    elementwise: compiled)."""
-    if execution is not None:
-        if execution not in EXECUTIONS:
-            raise ValueError(f"unknown execution model {execution!r}: choose one of {', '.join(EXECUTIONS)}")
-        return execution
-    return "compiled" if fuse_mode == "elementwise" else "unfused"
 
 
 class Roofline:

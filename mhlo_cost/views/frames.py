@@ -35,19 +35,19 @@ def with_total(df, label: str | None = None):
     return pd.DataFrame(data)
 
 
-def select_rows(study, args) -> list[int] | None:
-    """Positions of the rows of the study's analysis ``--block NAME`` and ``--scope REGEX`` keep (None: no
+def select_rows(fig, args) -> list[int] | None:
+    """Positions of the rows of the figures' analysis ``--block NAME`` and ``--scope REGEX`` keep (None: no
     filter)."""
     name, pattern = getattr(args, "block", None), getattr(args, "scope", None)
     if not name and not pattern:
         return None
-    analysis = study.analysis
+    analysis = fig.analysis
     keep = range(len(analysis.rows))
     if name:
         from ..analysis.blocks import row_labels
 
         # every row of the block table: the blocks, and the groups of ops outside them (embed, lm_head, (top))
-        labels = row_labels(study.blocks)
+        labels = row_labels(fig.blocks)
         if not any(name in lab for lab in labels):
             names = list(dict.fromkeys(n for lab in labels for n in lab))
             shown = ", ".join(names[:12]) + (" ..." if len(names) > 12 else "")

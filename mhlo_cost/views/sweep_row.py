@@ -1,5 +1,6 @@
-"""The sweep's row: one view of a study on one hardware profile (:func:`sweep_row`), made from the same study a
-``report`` of the program renders, so that a sweep row and ``report``'s figures agree by construction."""
+"""The sweep's row: one view of a program's figures on one hardware profile (:func:`sweep_row`), made from the
+same figures a ``report`` of the program renders, so that a sweep row and ``report``'s figures agree by
+construction."""
 from __future__ import annotations
 
 import math
@@ -7,11 +8,11 @@ import math
 from ..machines.accuracy import median_error
 
 
-def sweep_row(study) -> dict:
-    """The sweep's row of ``study`` (a :class:`~mhlo_cost.studies.study.Study` on a profile): the numbers of the program
-    on the profile, under the report's names (per device; ints exact): the same roofline and memory estimate
-    ``report`` prints, read from the same study."""
-    rf, hw, analysis, steps = study.roofline, study.hardware, study.analysis, study.options.steps or 1
+def sweep_row(fig) -> dict:
+    """The sweep's row of ``fig`` (a program's :class:`~mhlo_cost.views.figures.Figures` on a profile): the
+    numbers of the program on the profile, under the report's names (per device; ints exact): the same roofline
+    and memory estimate ``report`` prints, read from the same figures."""
+    rf, hw, analysis, steps = fig.roofline, fig.hardware, fig.analysis, fig.steps or 1
     s = rf.summary(steps)
     c = analysis.summary
     out = {k: int(c[k]) for k in ("gemm_flops", "conv_flops", "vector_flops", "comm_bytes")}
@@ -19,7 +20,7 @@ def sweep_row(study) -> dict:
     hbm = int(hw.hbm_capacity)
     peaks = [("", analysis.memory.peak_bytes)]
     if rf.fusion is not None:
-        peaks.append(("_fused", study.fused_memory.peak_bytes))
+        peaks.append(("_fused", fig.fused_memory.peak_bytes))
     for suffix, peak in peaks:
         out["peak_bytes" + suffix] = int(peak)
     out["hbm_bytes"] = hbm

@@ -140,38 +140,3 @@ def table(figs: list) -> "pd.DataFrame":  # noqa: F821
               "max_batch"):
         df[c] = int_series(data[c])
     return df
-
-
-def plot(figs: list, path: str, title: str = "") -> None:
-    """tokens/s and memory per device against batch, one line per context (and tp); points that do not fit
-    drawn as red crosses, the device's capacity as a dashed line."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.2))
-    series: dict = {}
-    for f in figs:
-        series.setdefault((f.context, f.tp), []).append(f)
-    for (ctx, tp), pts in series.items():
-        label = f"context {ctx}" + (f", tp {tp}" if tp > 1 else "")
-        xs = [p.batch for p in pts]
-        line, = ax1.plot(xs, [p.tokens_per_s for p in pts], marker="o", label=label)
-        ax2.plot(xs, [p.memory_bytes / 1e9 for p in pts], marker="o", color=line.get_color(), label=label)
-        bad = [p for p in pts if not p.fits]
-        for ax, val in ((ax1, lambda p: p.tokens_per_s), (ax2, lambda p: p.memory_bytes / 1e9)):
-            ax.scatter([p.batch for p in bad], [val(p) for p in bad], marker="x", s=80, color="red", zorder=3)
-    if figs:
-        ax2.axhline(figs[0].capacity_bytes / 1e9, linestyle="--", color="grey", label="device memory")
-    for ax, ylabel in ((ax1, "tokens/s"), (ax2, "memory per device (GB)")):
-        ax.set_xscale("log", base=2)
-        ax.set_yscale("log")
-        ax.set_xlabel("batch")
-        ax.set_ylabel(ylabel)
-        ax.grid(True, alpha=0.3)
-    ax2.legend(fontsize=8)
-    fig.suptitle(title + " (x: does not fit)" if title else "x: does not fit", fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110, metadata={"Software": None} if path.endswith(".png") else None)
-    plt.close(fig)

@@ -36,15 +36,14 @@ CONVENTIONS = (
 )
 
 
-def study_page(study, *, unit: str | None = None, top: int = 10, stage=None) -> str:
-    """The HTML report of a :class:`mhlo_cost.studies.study.Study`: its blocks, estimate, memory and summary.
-    ``stage(text)``: told when the page is written."""
-    memory = study.memory
+def figures_page(fig, *, unit: str | None = None, top: int = 10) -> str:
+    """The HTML report of a program's :class:`~mhlo_cost.views.figures.Figures`: its blocks, estimate, memory
+    and summary (``fig.stage`` told when the page is written)."""
+    memory = fig.memory
     timeline = {f"during_bytes{suffix}": prof.during for suffix, prof in memory}
-    summary = study.summary()
-    if stage is not None:
-        stage("writing the page")
-    return report_page(study.analysis, study.blocks, roofline=study.roofline, unit=unit, top=top,
+    summary = fig.summary()
+    fig.stage("writing the page")
+    return report_page(fig.analysis, fig.blocks, roofline=fig.roofline, unit=unit, top=top,
                        timeline=timeline, memory=memory, summary=summary)
 
 
