@@ -27,7 +27,7 @@ import one_figure_places as P
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EXAMPLES = os.path.join(ROOT, "examples")
-TEMPLATES = os.path.join(ROOT, "mhlo_cost", "data")
+TEMPLATES = os.path.join(ROOT, "mhlo_cost", "machines", "data")
 
 BASE = ("gemm_flops", "conv_flops", "vector_flops", "transcendentals", "bytes_read", "bytes_written", "comm_bytes",
         "ops", "comm_ops", "flops", "macs", "params", "param_bytes", "peak_bytes", "est_time_s", "est_time_overlap_s",
@@ -218,8 +218,6 @@ def test_lower_decode_honours_layers_or_refuses(tmp_path):
     assert rc == 2 or "params['layers'][1]" not in out.read_text()
 
 
-@pytest.mark.xfail(strict=True, reason="issue 43 one-figure: with --unit T, peak_bytes_fused and "
-                                       "live_out_bytes_fused stay raw beside peak_bytes[TB]")
 def test_unit_names_every_byte_and_flop_column(studies):
     study = studies("stdit3_mesh_fused")
     header = P.run(study.tmp, "blocks", study.path, *study.estimate, "--unit", "T").splitlines()[0].split(",")
@@ -245,14 +243,9 @@ def examples(tmp_path_factory, studies):  # (studies: XDG_STATE_HOME set for the
             "train_module": _train_module(tmp_path_factory.mktemp("examples"))}
 
 
-NO_INT_RATE = pytest.mark.xfail(strict=True, reason="issue 43 one-figure: the template's chip has no int32 vector "
-                                                    "rate ('no vector rate for dtype i1/i32')")
-
-
 @pytest.mark.parametrize("example", ["gpt_small", "train_module"])
-@pytest.mark.parametrize("template,system", [("hardware_template", None),
-                                             pytest.param("system_template", "my-mesh", marks=NO_INT_RATE),
-                                             pytest.param("system_template", "my-cluster", marks=NO_INT_RATE)])
+@pytest.mark.parametrize("template,system", [("hardware_template", None), ("system_template", "my-mesh"),
+                                             ("system_template", "my-cluster")])
 def test_shipped_templates_estimate_the_examples(examples, tmp_path, template, system, example):
     argv = ["report", str(examples[example]), "--hardware-file", os.path.join(TEMPLATES, f"{template}.toml"),
             "--fuse", "elementwise", "-o", str(tmp_path / "s.txt"), "-q"] + (["--hardware", system] if system else [])
