@@ -96,9 +96,6 @@ SCENARIOS = {
 }
 REFERENCE = {"bound": "by_block"}  # the summary has no bound: the block table's TOTAL is the program's (README)
 
-COMM_EXPOSED = ("the fused estimate's exposure is 0.742 ms (--by comm, the sweep's comm_exposed_fused_s, what "
-                "est_time_fused_overlap_s adds); the summary's and the block table's comm_exposed_s hold the unfused "
-                "one, 0.0985 ms, and no comm_exposed_fused_s is shown")
 STEP = ("the headline's time is est_time{_fused}_s, no overlap; the step is compute + exposed comm "
         "(est_time{_fused}_overlap_s, the sweep's time_step_s)")
 TREE = "the tree's (all) row has 26,565,120 parameters, the summary 102,347,744: those read in shard_map are left out"
@@ -107,10 +104,8 @@ SERVE_PEAK = ("serve's memory_bytes (5,417,984) is weights + cache + activations
               "compiled peak, peak_bytes_fused, is 5,398,540")
 SERVE_BOUND = "serve's bound is the intensity against the ridge (memory); the block table's TOTAL says overhead"
 STDIT3_BOTH = ("stdit3_mesh", "stdit3_mesh_fused")
-SUMMARIES = ("summary_json", "summary_csv", "summary_table", "html_summary")
 # (scenarios, figure, places, what differs today)
 KNOWN = [
-    (("stdit3_mesh_fused",), "comm_exposed", SUMMARIES + ("by_block", "blocks_csv", "html_blocks"), COMM_EXPOSED),
     (STDIT3_BOTH, "time", ("headline", "html_headline", "html_cards"), STEP),
     (STDIT3_BOTH, "params", ("by_tree",), TREE),
     (("stdit3_mesh_fused",), "est_time_fused_s", ("by_kernel",), KERNELS),

@@ -83,7 +83,11 @@ def phase_table(study, req, keep, part) -> Table:
 
 def comm_view(study, req, keep, part) -> Table:
     """Every collective, TOTAL last."""
-    return Table(None, with_total(comm_frame(part, study.roofline), "op"))
+    rf = study.roofline
+    df = with_total(comm_frame(part, rf), "op")
+    if rf is not None:  # the model of the comm_exposed_fused_s column (unfused: none)
+        df["execution"] = rf.execution
+    return Table(None, df)
 
 
 def tree_view(study, req, keep, part) -> Table:

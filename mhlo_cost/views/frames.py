@@ -186,9 +186,12 @@ def comm_frame(analysis, rf):
         details = [rf.comm_detail(i) for i in idx]
         df.insert(4, "tier", [d.tier for d in details])
         df.insert(5, "algorithm", [d.algorithm for d in details])
-        exposed = rf.exposure(fused=rf.fusion is not None).exposed
         df["comm_time_s"] = pd.Series([rf.times[i].comm_s for i in idx], dtype="float64")
-        df["comm_exposed_s"] = pd.Series([exposed[i] for i in idx], dtype="float64")
+        # what compute cannot hide, with op-by-op compute times and (--fuse, eager) the fused kernels' times:
+        # the block table's and the summary's names
+        for suffix, fused in (("", False), ("_fused", True))[:2 if rf.fusion is not None else 1]:
+            exposed = rf.exposure(fused=fused).exposed
+            df[f"comm_exposed{suffix}_s"] = pd.Series([exposed[i] for i in idx], dtype="float64")
     return df
 
 
