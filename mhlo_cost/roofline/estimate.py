@@ -137,23 +137,31 @@ class Roofline:
     def reference_peak(self) -> float:
         return unit_peaks(self.analysis.rows, self.times) or self.hw.vector_peak("f32")
 
+    @property
+    def step_name(self) -> str:
+        """The summary figure that is one step of the execution described: compute plus the communication it
+        cannot hide, ``est_time_fused_overlap_s`` where the estimate fuses (or is eager), else
+        ``est_time_overlap_s``. The headline, the page's cards, utilisation, the run's time and the sweep's
+        ``time_step_s`` all read it."""
+        return "est_time_fused_overlap_s" if self.fusion is not None else "est_time_overlap_s"
+
     def summary(self, steps: int = 1) -> dict:
         """Totals for one forward, and for ``steps`` of them (a run), with achieved utilisation:
-        all FLOPs / (time x the matrix peak of the dtype that carries most GEMM FLOPs)."""
+        all FLOPs / (step x the matrix peak of the dtype that carries most GEMM FLOPs); the step of each
+        execution is its compute plus the communication it cannot hide (``est_time[_fused]_overlap_s``)."""
         tot = self.totals()
         peak = self.reference_peak
         flops = self.flops
         out = {"hardware": self.hw.name, "execution": self.execution, "reference_peak_tflops": peak / 1e12,
                "flops": flops}
         out.update(tot)
-        out["utilisation"] = flops / (tot["est_time_s"] * peak) if tot["est_time_s"] > 0 else 0.0
-        if "est_time_fused_s" in tot:
-            t = tot["est_time_fused_s"]
-            out["utilisation_fused"] = flops / (t * peak) if t > 0 else 0.0
+        twins = ("", "_fused") if self.fusion is not None else ("",)
+        for sfx in twins:
+            t = tot[f"est_time{sfx}_overlap_s"]
+            out[f"utilisation{sfx}"] = flops / (t * peak) if t > 0 else 0.0
         out["steps"] = steps
-        out["run_time_s"] = tot["est_time_s"] * steps
-        if "est_time_fused_s" in tot:
-            out["run_time_fused_s"] = tot["est_time_fused_s"] * steps
+        for sfx in twins:
+            out[f"run_time{sfx}_s"] = tot[f"est_time{sfx}_overlap_s"] * steps
         out["run_flops"] = flops * steps
         return out
 
