@@ -187,6 +187,24 @@ def test_one_figure(studies, scenario, figure, place):
     assert shown[figure].agrees(ref), f"{figure}: {place} shows {shown[figure].value!r}, the reference {ref.value!r}"
 
 
+# -- a TOTAL row is the summary's figure to the last bit, not a re-sum in another order ---------------------------
+
+EXACT = ("est_time_s", "est_time_overlap_s", "est_time_fused_s", "est_time_fused_overlap_s", "comm_time_s",
+         "comm_exposed")
+
+
+@pytest.mark.parametrize("scenario", ["stdit3_mesh_fused", "gpt_train"])
+@pytest.mark.parametrize("place", ["by_block", "blocks_csv", "html_blocks", "by_kind", "by_opname", "by_scope",
+                                   "by_comm"])
+def test_total_rows_are_the_summarys_times(studies, scenario, place):
+    study = studies(scenario)
+    summary = P.summary_figures(json.loads(study.text("summary_json"))["summary"])
+    shown = study.figures(place)
+    both = [f for f in EXACT if f in shown and f in summary]
+    assert both, f"{place} shows none of {EXACT}"
+    assert {f: shown[f].value for f in both} == {f: summary[f].value for f in both}
+
+
 # -- the other disagreements of the issue: one figure, said two ways ------------------------------------------------
 
 def _positions(ir: str) -> int:

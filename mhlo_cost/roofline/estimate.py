@@ -87,8 +87,8 @@ class Roofline:
 
     def comm_exposed(self, fused: bool = False) -> float:
         """The program's exposed communication (seconds) with the unfused (or ``fused``) compute times: the
-        one figure the summary (``comm_exposed_s``, ``comm_exposed_fused_s``), the step times and the sweep
-        read."""
+        one figure the summary (``comm_exposed_s``, ``comm_exposed_fused_s``), the block table's TOTAL, the
+        step times and the sweep read."""
         key = bool(fused)
         if key not in self._exposed:
             self._exposed[key] = math.fsum(self.exposure(fused).exposed)
@@ -261,15 +261,16 @@ class Roofline:
         return extra
 
     def program_bound(self) -> str:
-        """The whole program's bound by :func:`span_bound`, the block table's rule (its TOTAL row)."""
-        extra, rows, ts = self.block_extra(), self.analysis.rows, self.times
-
-        def total(name):
-            return math.fsum(extra[name](r) for r in rows)
-        comm = total("comm_time_s")
-        fused = self.fusion is not None
-        return span_bound(total("est_time_fused_s" if fused else "est_time_s") - comm,
-                          total("compute_bound_fused_s" if fused else "compute_bound_s"), comm,
+        """The whole program's bound by :func:`span_bound`, the block table's rule (its TOTAL row): the
+        summary's times, the compute-bound kernels' time and the fixed and growing costs of every op."""
+        tot, ts, fused = self.totals(), self.times, self.fusion is not None
+        if fused:
+            ks, rk, ft = self.fusion.kernels, self.fusion.row_kernel, self.fusion.row_time
+            compute = math.fsum(ft[i] for i in range(len(ts)) if rk[i] is not None and ks[rk[i]].bound == "compute")
+        else:
+            compute = tot["compute_bound_s"]
+        comm = tot["comm_time_s"]
+        return span_bound(tot["est_time_fused_s" if fused else "est_time_s"] - comm, compute, comm,
                           math.fsum(t.fixed_cost_s for t in ts), math.fsum(t.growing_s for t in ts))
 
     def block_frame(self, blocks, parts: bool = False, memory: list | None = None) -> pd.DataFrame:
@@ -282,10 +283,10 @@ class Roofline:
         extra = self.block_extra() | {_FIXED: lambda r: ts[r.index].fixed_cost_s,
                                       _GROWING: lambda r: ts[r.index].growing_s}
         df = block_table(self.analysis, blocks, parts=parts, extra=extra, memory=memory)
-        side = df["est_time_s"] - df["comm_time_s"]
-        df["est_time_overlap_s"] = side + df["comm_exposed_s"]
+        df["est_time_overlap_s"] = df["est_time_s"] - df["comm_time_s"] + df["comm_exposed_s"]
+        _total_from(df, self.totals())
         # The block's bound: where most of its (fused, if estimated) device time goes.
-        t = df["est_time_fused_s"] - df["comm_time_s"] if self.fusion is not None else side
+        t = df["est_time_fused_s" if self.fusion is not None else "est_time_s"] - df["comm_time_s"]
         c = df["compute_bound_fused_s"] if self.fusion is not None else df["compute_bound_s"]
         df["bound"] = [span_bound(*v) for v in zip(t, c, df["comm_time_s"], df[_FIXED], df[_GROWING])]
         # The model the ``_fused`` columns describe (``unfused``: none; the plain columns are op by op).
@@ -296,6 +297,15 @@ class Roofline:
 
 #: Block-table columns used for the overhead bound and dropped before the table is returned.
 _FIXED, _GROWING = "fixed_cost_s", "growing_s"
+
+
+def _total_from(df: pd.DataFrame, totals: dict) -> None:
+    """The TOTAL row's times are the summary's (``totals``), not a sum of the blocks' sums taken in another
+    order: one figure, one value, to the last bit."""
+    at = df.index[df["block"] == "TOTAL"]
+    for c in df.columns:
+        if c in totals and str(c).endswith("_s"):
+            df.loc[at, c] = totals[c]
 
 
 def span_bound(device_s: float, compute_bound_s: float, comm_s: float, fixed_cost_s: float,

@@ -82,9 +82,10 @@ def phase_table(study, req, keep, part) -> Table:
 
 
 def comm_view(study, req, keep, part) -> Table:
-    """Every collective, TOTAL last."""
+    """Every collective, TOTAL last (the summary's times where the whole program is shown)."""
     rf = study.roofline
-    df = with_total(comm_frame(part, rf), "op")
+    totals = rf.totals() if rf is not None and keep is None else None
+    df = with_total(comm_frame(part, rf), "op", totals)
     if rf is not None:  # the model of the comm_exposed_fused_s column (unfused: none)
         df["execution"] = rf.execution
     return Table(None, df)
@@ -104,7 +105,8 @@ def group_view(study, req, keep, part) -> Table:
     df = part.group(key, req.depth)
     if study.roofline is not None:
         df = timed_group(part, sub_roofline(study.roofline, keep), key, req.depth, df)
-    df = with_total(df.rename(columns={"op": "opname"}) if key == "op" else df)
+    totals = study.roofline.totals() if study.roofline is not None and keep is None else None
+    df = with_total(df.rename(columns={"op": "opname"}) if key == "op" else df, totals=totals)
     if study.roofline is not None:  # the model of the est_time_fused column (unfused: none)
         df["execution"] = study.roofline.execution
     return Table(None, df)
