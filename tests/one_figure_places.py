@@ -204,11 +204,12 @@ def by_memory(text):
 
 
 def by_op(text):
-    """The disassembly table: op occurrences (unfused) or fused kernels; their latencies add up to the time."""
+    """The disassembly table: op occurrences (unfused) or fused kernels and the ops no kernel holds
+    (collectives, unknown ops); their latencies add up to the time."""
     rows = list(csv.DictReader(io.StringIO(text)))
-    n = sum(int(r["multiplicity"]) for r in rows)
-    t = math.fsum(float(r["latency_us"]) for r in rows) * 1e-6  # a row's latency covers its multiplicity
     fused = rows[0]["execution"] != "unfused"
+    n = sum(int(r["multiplicity"]) for r in rows if not fused or r["kind"] == "kernel")
+    t = math.fsum(float(r["latency_us"]) for r in rows) * 1e-6  # a row's latency covers its multiplicity
     return {"fused_kernels" if fused else "ops": Shown(n), "est_time_fused_s" if fused else "est_time_s": Shown(t)}
 
 

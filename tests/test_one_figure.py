@@ -97,7 +97,6 @@ SCENARIOS = {
 REFERENCE = {"bound": "by_block"}  # the summary has no bound: the block table's TOTAL is the program's (README)
 
 TREE = "the tree's (all) row has 26,565,120 parameters, the summary 102,347,744: those read in shard_map are left out"
-KERNELS = "the fused kernel table leaves out the collectives: its latencies add to est_time_fused_s - comm_time_s"
 SERVE_PEAK = ("serve's memory_bytes (5,417,984) is weights + cache + activations from the unfused peak; the "
               "compiled peak, peak_bytes_fused, is 5,398,540")
 SERVE_BOUND = "serve's bound is the intensity against the ridge (memory); the block table's TOTAL says overhead"
@@ -105,7 +104,6 @@ STDIT3_BOTH = ("stdit3_mesh", "stdit3_mesh_fused")
 # (scenarios, figure, places, what differs today)
 KNOWN = [
     (STDIT3_BOTH, "params", ("by_tree",), TREE),
-    (("stdit3_mesh_fused",), "est_time_fused_s", ("by_kernel",), KERNELS),
     (("gpt_decode",), "peak", ("serve_json", "serve_table"), SERVE_PEAK),
     (("gpt_decode",), "fits", ("serve_json", "serve_table"), "serve says True, report (and serve's sweep) yes"),
     (("gpt_decode",), "bound", ("serve_json", "serve_table"), SERVE_BOUND),

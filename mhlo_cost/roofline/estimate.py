@@ -201,33 +201,45 @@ class Roofline:
         return df
 
     def kernel_frame(self, top: int | None = None) -> pd.DataFrame:
-        """One row per fused kernel (``--fuse``), program order of their heads."""
+        """One row per fused kernel (``--fuse``), and one per collective and per unknown op (no kernel holds
+        them: a collective's time is its communication), in program order of their heads (``top``: the N
+        slowest, slowest first): their latencies add up to ``est_time_fused_s``. ``kind``: ``kernel``, or
+        the op's kind."""
         if self.fusion is None:
             raise ValueError("kernel_frame() needs fuse_mode='elementwise'")
-        rows = self.analysis.rows
-        ks = list(self.fusion.kernels)
+        rows, ts, rk = self.analysis.rows, self.times, self.fusion.row_kernel
+        alone = [i for i, r in enumerate(rows) if rk[i] is None and r.kind in ("collective", "unknown")]
+        items = [(k.head, k.time_s, self._kernel_cells(k)) for k in self.fusion.kernels]
+        items += [(i, ts[i].time_s, self._alone_cells(i)) for i in alone]
+        items.sort(key=lambda it: it[0])
         if top is not None:
-            ks = sorted(ks, key=lambda k: (-k.time_s, k.head))[:top]
-        weights = []
-        for k in ks:
-            w = []
-            for i in k.members:
-                w += [rows[i].operands[j].pretty for j in rows[i].weights]
-            weights.append(" ".join(w))
-        return pd.DataFrame({
-            "index": pd.Series([rows[k.head].index for k in ks], dtype="int64"),
-            "operation": [_kernel_name(rows[k.head], k) for k in ks],
-            "ops": [" ".join(short_name(rows[i].op) for i in k.members) for k in ks],
-            "inputs": [" ".join(t.pretty for t in k.inputs) for k in ks],
-            "weights": weights,
-            "output": [" ".join(t.pretty for t in k.outputs) for k in ks],
-            "multiplicity": pd.Series([k.multiplicity for k in ks], dtype="int64"),
-            "gflops": [k.flops / 1e9 for k in ks],
-            "latency_us": [k.time_s * 1e6 for k in ks],
-            "utilisation": [k.utilisation for k in ks],
-            "bound": [k.bound for k in ks],
-            "execution": [self.execution] * len(ks),
-        })
+            items = sorted(items, key=lambda it: (-it[1], it[0]))[:top]
+        cells = [c for _, _, c in items]
+        df = pd.DataFrame({name: [c[name] for c in cells] for name in _KERNEL_COLUMNS})
+        for c in ("index", "multiplicity"):
+            df[c] = df[c].astype("int64")
+        df["execution"] = self.execution
+        return df
+
+    def _kernel_cells(self, k) -> dict:
+        """The kernel table's cells of one fused kernel."""
+        rows = self.analysis.rows
+        weights = [rows[i].operands[j].pretty for i in k.members for j in rows[i].weights]
+        return {"index": rows[k.head].index, "operation": _kernel_name(rows[k.head], k), "kind": "kernel",
+                "ops": " ".join(short_name(rows[i].op) for i in k.members),
+                "inputs": " ".join(t.pretty for t in k.inputs), "weights": " ".join(weights),
+                "output": " ".join(t.pretty for t in k.outputs), "multiplicity": k.multiplicity,
+                "gflops": k.flops / 1e9, "latency_us": k.time_s * 1e6, "utilisation": k.utilisation,
+                "bound": k.bound}
+
+    def _alone_cells(self, i: int) -> dict:
+        """The kernel table's cells of an op no kernel holds (a collective, an unknown op), as op_frame has it."""
+        r, t = self.analysis.rows[i], self.times[i]
+        return {"index": r.index, "operation": _operation(r), "kind": r.kind, "ops": short_name(r.op),
+                "inputs": " ".join(x.pretty for j, x in enumerate(r.operands) if j not in r.weights),
+                "weights": " ".join(r.operands[j].pretty for j in r.weights), "output": _pretty(r.result),
+                "multiplicity": r.multiplicity, "gflops": t.flops / 1e9, "latency_us": t.time_s * 1e6,
+                "utilisation": t.utilisation, "bound": t.bound}
 
     # -- blocks ---------------------------------------------------------------------------------------
     def block_extra(self) -> dict:
@@ -295,6 +307,9 @@ class Roofline:
         return df
 
 
+#: Columns of the fused kernel table (:meth:`Roofline.kernel_frame`), ``execution`` last.
+_KERNEL_COLUMNS = ("index", "operation", "kind", "ops", "inputs", "weights", "output", "multiplicity", "gflops",
+                   "latency_us", "utilisation", "bound")
 #: Block-table columns used for the overhead bound and dropped before the table is returned.
 _FIXED, _GROWING = "fixed_cost_s", "growing_s"
 
