@@ -96,14 +96,11 @@ SCENARIOS = {
 }
 REFERENCE = {"bound": "by_block"}  # the summary has no bound: the block table's TOTAL is the program's (README)
 
-TREE = "the tree's (all) row has 26,565,120 parameters, the summary 102,347,744: those read in shard_map are left out"
 SERVE_PEAK = ("serve's memory_bytes (5,417,984) is weights + cache + activations from the unfused peak; the "
               "compiled peak, peak_bytes_fused, is 5,398,540")
 SERVE_BOUND = "serve's bound is the intensity against the ridge (memory); the block table's TOTAL says overhead"
-STDIT3_BOTH = ("stdit3_mesh", "stdit3_mesh_fused")
 # (scenarios, figure, places, what differs today)
 KNOWN = [
-    (STDIT3_BOTH, "params", ("by_tree",), TREE),
     (("gpt_decode",), "peak", ("serve_json", "serve_table"), SERVE_PEAK),
     (("gpt_decode",), "fits", ("serve_json", "serve_table"), "serve says True, report (and serve's sweep) yes"),
     (("gpt_decode",), "bound", ("serve_json", "serve_table"), SERVE_BOUND),
@@ -183,6 +180,18 @@ def test_one_figure(studies, scenario, figure, place):
     shown = study.figures(place)
     assert figure in shown, f"{place} does not show {figure}"
     assert shown[figure].agrees(ref), f"{figure}: {place} shows {shown[figure].value!r}, the reference {ref.value!r}"
+
+
+def test_tree_counts_the_parameters_read_in_a_loop(tmp_path, studies):  # (studies: XDG_STATE_HOME set)
+    """``--by tree``'s (all) row counts the parameters read only inside a loop's body (``--scan``: the layers'
+    stacked weights, sliced in the while body) as the model holds them, in closed form."""
+    out = tmp_path / "scan.mlir"
+    assert P.main(["lower", "--model", "gpt", "--layers", "2", "--scan", "-o", str(out), "-q"]) == 0
+    v, s, h, n = 1024, 128, 256, 2  # the bundled GPT's vocabulary, positions, width; --layers 2
+    layer = 2 * 2 * h + (3 * h * h + 3 * h) + (h * h + h) + (4 * h * h + 4 * h) + (4 * h * h + h)  # ln1, ln2, qkv,
+    params = v * h + s * h + n * layer + 2 * h + (h * v + v)  # proj, fc, out; embeddings, ln_f, lm_head
+    tree = P.by_tree(P.run(tmp_path, "report", out, "--by", "tree", "--format", "csv"))
+    assert tree["params"].value == params
 
 
 # -- a TOTAL row is the summary's figure to the last bit, not a re-sum in another order ---------------------------
