@@ -102,7 +102,6 @@ SERVE_BOUND = "serve's bound is the intensity against the ridge (memory); the bl
 # (scenarios, figure, places, what differs today)
 KNOWN = [
     (("gpt_decode",), "peak", ("serve_json", "serve_table"), SERVE_PEAK),
-    (("gpt_decode",), "fits", ("serve_json", "serve_table"), "serve says True, report (and serve's sweep) yes"),
     (("gpt_decode",), "bound", ("serve_json", "serve_table"), SERVE_BOUND),
 ]
 
