@@ -98,11 +98,9 @@ REFERENCE = {"bound": "by_block"}  # the summary has no bound: the block table's
 
 SERVE_PEAK = ("serve's memory_bytes (5,417,984) is weights + cache + activations from the unfused peak; the "
               "compiled peak, peak_bytes_fused, is 5,398,540")
-SERVE_BOUND = "serve's bound is the intensity against the ridge (memory); the block table's TOTAL says overhead"
 # (scenarios, figure, places, what differs today)
 KNOWN = [
     (("gpt_decode",), "peak", ("serve_json", "serve_table"), SERVE_PEAK),
-    (("gpt_decode",), "bound", ("serve_json", "serve_table"), SERVE_BOUND),
 ]
 
 

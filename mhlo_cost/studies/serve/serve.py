@@ -6,7 +6,9 @@ attention as one kernel: the ``compiled`` execution model), on a profile of :mod
 - decode: the step's time is the time per output token (each of the ``batch`` sequences gets one token per
   step); tokens/s = batch / step time. Prefill: the step's time is the time to first token.
 - the arithmetic intensity of the step (FLOPs / bytes its fused kernels move) against the chip's ridge point
-  (matrix peak of the dtype / HBM bandwidth): below it the step is bound by memory.
+  (matrix peak of the dtype / HBM bandwidth); the step's ``bound`` is the block table's rule for the whole
+  program (:meth:`~mhlo_cost.roofline.Roofline.program_bound`: ``overhead`` where fixed kernel costs outweigh
+  the work, as ``report`` and the sweep say).
 - memory per device = weights + KV cache + activations. The cache is an argument of the program, donated:
   its updated copy aliases it, so it is counted once; activations are the program's peak live bytes less its
   arguments and that aliased copy. The largest batch that fits at the context (and the largest context at
@@ -173,7 +175,7 @@ def figures(step, hw, tp: int = 1, analysis=None, blocks: bool = True, launch: s
         activation_bytes=activations, memory_bytes=memory, capacity_bytes=capacity, fits=memory <= capacity,
         flops=rf.flops, bytes_moved=moved, step_time_s=step_s, comm_time_s=comm,
         tokens_per_s=produced / step_s if step_s > 0 else math.inf, intensity=intensity, ridge=ridge,
-        bound="memory" if intensity < ridge else "compute",
+        bound=rf.program_bound(),  # the block table's TOTAL and the sweep's rule; intensity and ridge beside it
         max_batch=max_batch(layout, step.weight_bytes, -(-activations // req.batch), capacity, tp),
         max_context=max_context(layout, step.weight_bytes, activations, capacity, tp),
         blocks=_blocks(study) if blocks else [], launch=launch)
