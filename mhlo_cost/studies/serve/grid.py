@@ -126,12 +126,12 @@ def sweep(base: StepRequest, batches, contexts, hw, tps=(1,), cache: StepCache |
     return out
 
 
-COLUMNS = ("batch", "context", "tp", "kv_cache_bytes", "weight_bytes", "activation_bytes", "memory_bytes",
-           "fits", "step_time_ms", "tokens_per_s", "intensity", "bound", "max_batch")
+COLUMNS = ("batch", "context", "tp", "kv_cache_bytes", "weight_bytes", "input_bytes", "activation_bytes",
+           "memory_bytes", "fits", "step_time_ms", "tokens_per_s", "intensity", "bound", "max_batch")
 
 
 def table(figs: list) -> "pd.DataFrame":  # noqa: F821
-    """One row per point; ``fits`` is ``no`` where weights + cache + activations exceed the device."""
+    """One row per point; ``fits`` is ``no`` where weights + cache + inputs + activations exceed the device."""
     import pandas as pd
 
     from ...analysis.series import int_series
@@ -144,8 +144,8 @@ def table(figs: list) -> "pd.DataFrame":  # noqa: F821
         for c in COLUMNS:
             data[c].append(d[c])
     df = pd.DataFrame(data)
-    for c in ("batch", "context", "tp", "kv_cache_bytes", "weight_bytes", "activation_bytes", "memory_bytes",
-              "max_batch"):
+    for c in ("batch", "context", "tp", "kv_cache_bytes", "weight_bytes", "input_bytes", "activation_bytes",
+              "memory_bytes", "max_batch"):
         df[c] = int_series(data[c])
     return df
 

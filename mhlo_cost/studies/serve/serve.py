@@ -9,10 +9,12 @@ attention as one kernel: the ``compiled`` execution model), on a profile of :mod
   (matrix peak of the dtype / HBM bandwidth); the step's ``bound`` is the block table's rule for the whole
   program (:meth:`~mhlo_cost.roofline.Roofline.program_bound`: ``overhead`` where fixed kernel costs outweigh
   the work, as ``report`` and the sweep say).
-- memory per device = weights + KV cache + activations. The cache is an argument of the program, donated:
-  its updated copy aliases it, so it is counted once; activations are the program's peak live bytes less its
-  arguments and that aliased copy. The largest batch that fits at the context (and the largest context at
-  the batch) scale the cache exactly (:meth:`CacheLayout.at`) and the activations in proportion to the batch.
+- memory per device = weights + KV cache + the step's other inputs (token ids, positions) + activations, of
+  the compiled execution it is priced as (the fused liveness: ``report --fuse elementwise``'s
+  ``peak_bytes_fused``). The cache is an argument of the program, donated: its updated copy aliases it, so it
+  is counted once; activations are the program's peak live bytes less its arguments and that aliased copy.
+  The largest batch that fits at the context (and the largest context at the batch) scale the cache exactly
+  (:meth:`CacheLayout.at`) and the activations and inputs in proportion to the batch.
 - tensor parallelism over ``tp`` devices (for a model that does not fit one): weights and cache split ``tp``
   ways, the step's device time divided by ``tp``, plus two all_reduces of the hidden state per layer (after
   attention and after the MLP, Megatron-style) priced by the profile's link (ring: 2(tp-1)/tp of the bytes).
@@ -62,6 +64,7 @@ class Figures:
     max_context: int | None  # None: unbounded (every layer a sliding window)
     blocks: list = field(default_factory=list)  # (block, est_time_s, bound)
     launch: str = "stream"  # one of LAUNCHES
+    input_bytes: int = 0  # the step's arguments beyond weights and cache (token ids, positions), not split by tp
 
     @property
     def time_per_token_s(self) -> float:
@@ -154,16 +157,17 @@ def figures(step, hw, tp: int = 1, analysis=None, blocks: bool = True, launch: s
     analysis, rf = study.analysis, study.roofline
     req, layout = step.request, step.layout
     tot = rf.totals()
-    mem = analysis.memory
+    mem = study.fused_memory  # the liveness of the execution priced (compiled), as report --fuse's peak
     cache = layout.nbytes
     activations = activation_bytes(mem, cache)
+    inputs = max(mem.argument_bytes - step.weight_bytes - cache, 0)
     tokens = req.tokens if req.mode == "prefill" else 1
     itemsize = layout.layers[0].itemsize if layout.layers else 2
     comm = _allreduce_s(hw, tp, req.batch, tokens, step.hidden, itemsize, step.layers)
     device = tot["est_time_fused_s"] - tot["comm_time_s"]
     step_s = device / tp + comm
     capacity = int(hw.hbm_capacity)
-    memory = -(-step.weight_bytes // tp) + -(-cache // tp) + activations
+    memory = -(-step.weight_bytes // tp) + -(-cache // tp) + inputs + activations
     moved = tot["fused_bytes"]
     dtype = _dominant_dtype(analysis)
     ridge = hw.matrix_peak(dtype) / hw.hbm_bandwidth
@@ -176,6 +180,6 @@ def figures(step, hw, tp: int = 1, analysis=None, blocks: bool = True, launch: s
         flops=rf.flops, bytes_moved=moved, step_time_s=step_s, comm_time_s=comm,
         tokens_per_s=produced / step_s if step_s > 0 else math.inf, intensity=intensity, ridge=ridge,
         bound=rf.program_bound(),  # the block table's TOTAL and the sweep's rule; intensity and ridge beside it
-        max_batch=max_batch(layout, step.weight_bytes, -(-activations // req.batch), capacity, tp),
-        max_context=max_context(layout, step.weight_bytes, activations, capacity, tp),
-        blocks=_blocks(study) if blocks else [], launch=launch)
+        max_batch=max_batch(layout, step.weight_bytes, -(-(activations + inputs) // req.batch), capacity, tp),
+        max_context=max_context(layout, step.weight_bytes, activations + inputs, capacity, tp),
+        blocks=_blocks(study) if blocks else [], launch=launch, input_bytes=inputs)
