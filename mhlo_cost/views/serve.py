@@ -46,6 +46,7 @@ def step_pairs(f, layout=None) -> list[tuple[str, object]]:
               ("fits", "yes" if f.fits else "no"),
               ("max_batch", f.max_batch),
               ("max_context", "unbounded" if f.max_context is None else f.max_context),
+              ("max_context_bound", f.max_context_bound),
               heading("time " + ("per output token" if f.step == "decode" else "to first token")),
               ("step_time_s", f.step_time_s), ("tokens_per_s", f.tokens_per_s)]
     if f.step == "decode":

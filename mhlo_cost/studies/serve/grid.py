@@ -68,14 +68,14 @@ class StepCache:
                 layout = CacheLayout(layers, m["layout"]["batch"], m["layout"]["context"], m["layout"]["dtype"])
                 text = gzip.decompress(ir.read_bytes()).decode()
                 return Step(Lowered(text=text, info=m["info"]), layout, m["weight_bytes"], m["hidden"],
-                            m["layers"], req), True
+                            m["layers"], req, m["positions"]), True
             except (OSError, ValueError, KeyError, TypeError, EOFError):
                 pass  # a damaged entry is lowered again
         step = lower_step(req)
         self.root.mkdir(parents=True, exist_ok=True)
         ir.write_bytes(gzip.compress(step.lowered.text.encode(), mtime=0))
         meta.write_text(json.dumps({"layout": asdict(step.layout), "weight_bytes": step.weight_bytes,
-                                    "hidden": step.hidden, "layers": step.layers,
+                                    "hidden": step.hidden, "layers": step.layers, "positions": step.positions,
                                     "info": {k: v for k, v in step.lowered.info.items() if k != "seconds"}}))
         return step, False
 

@@ -14,7 +14,8 @@ attention as one kernel: the ``compiled`` execution model), on a profile of :mod
   ``peak_bytes_fused``). The cache is an argument of the program, donated: its updated copy aliases it, so it
   is counted once; activations are the program's peak live bytes less its arguments and that aliased copy.
   The largest batch that fits at the context (and the largest context at the batch) scale the cache exactly
-  (:meth:`CacheLayout.at`) and the activations and inputs in proportion to the batch.
+  (:meth:`CacheLayout.at`) and the activations and inputs in proportion to the batch; the largest context is
+  also no longer than the model's positions (``max_context_bound`` says which bound it is).
 - tensor parallelism over ``tp`` devices (for a model that does not fit one): weights and cache split ``tp``
   ways, the step's device time divided by ``tp``, plus two all_reduces of the hidden state per layer (after
   attention and after the MLP, Megatron-style) priced by the profile's link (ring: 2(tp-1)/tp of the bytes).
@@ -65,6 +66,7 @@ class Figures:
     blocks: list = field(default_factory=list)  # (block, est_time_s, bound)
     launch: str = "stream"  # one of LAUNCHES
     input_bytes: int = 0  # the step's arguments beyond weights and cache (token ids, positions), not split by tp
+    max_context_bound: str = "memory"  # what bounds max_context: memory, positions (the model's), none
 
     @property
     def time_per_token_s(self) -> float:
@@ -132,6 +134,14 @@ def max_context(layout, weight_bytes: int, activations: int, capacity: int, tp: 
     return lo
 
 
+def context_limit(by_memory: int | None, positions: int | None) -> tuple[int | None, str]:
+    """The longest context and what bounds it: the memory's bound (None: the cache stops growing) or the
+    model's positions (None: it declares none), the smaller; ``none`` where neither bounds it."""
+    if positions is not None and (by_memory is None or positions < by_memory):
+        return positions, "positions"
+    return by_memory, "memory" if by_memory is not None else "none"
+
+
 def launched(hw, launch: str = "stream"):
     """``hw`` as a step launched by ``launch`` sees it: under ``cuda-graphs`` no kernel pays the host's
     launch overhead (``kernel_overhead`` 0); every other figure of the profile is unchanged."""
@@ -173,6 +183,8 @@ def figures(step, hw, tp: int = 1, analysis=None, blocks: bool = True, launch: s
     ridge = hw.matrix_peak(dtype) / hw.hbm_bandwidth
     intensity = rf.flops / moved if moved else math.inf
     produced = req.batch * (tokens if req.mode == "prefill" else 1)
+    longest, bound = context_limit(max_context(layout, step.weight_bytes, activations + inputs, capacity, tp),
+                                   step.positions)
     return Figures(
         step=req.mode, batch=req.batch, context=req.context, tokens=tokens, hardware=hw.name, tp=tp,
         kv_cache_bytes=cache, kv_cache_layer_bytes=layout.per_layer_bytes, weight_bytes=step.weight_bytes,
@@ -181,5 +193,5 @@ def figures(step, hw, tp: int = 1, analysis=None, blocks: bool = True, launch: s
         tokens_per_s=produced / step_s if step_s > 0 else math.inf, intensity=intensity, ridge=ridge,
         bound=rf.program_bound(),  # the block table's TOTAL and the sweep's rule; intensity and ridge beside it
         max_batch=max_batch(layout, step.weight_bytes, -(-(activations + inputs) // req.batch), capacity, tp),
-        max_context=max_context(layout, step.weight_bytes, activations + inputs, capacity, tp),
-        blocks=_blocks(study) if blocks else [], launch=launch, input_bytes=inputs)
+        max_context=longest, blocks=_blocks(study) if blocks else [], launch=launch, input_bytes=inputs,
+        max_context_bound=bound)
