@@ -275,13 +275,25 @@ def llama(tmp_path_factory, studies):  # (studies: XDG_STATE_HOME set for the mo
     return tmp, cfg
 
 
-@pytest.mark.xfail(strict=True, reason="issue 43 one-figure: lower --hf builds the model in float32 although its "
-                                       "config says bfloat16 (serve uses bfloat16), and does not say so")
-def test_lower_hf_takes_the_configs_dtype(llama):
+def test_lower_hf_takes_the_configs_dtype(llama, capsys):
     tmp, cfg = llama
-    ir = P.run(tmp, "lower", "--hf", "LlamaForCausalLM", "--config", cfg, "--input", "1x16:int64")
-    weights = re.findall(r"tensor<[\dx]*x(\w+)> loc\(\"state\[", ir)  # the parameters, as the entry takes them
+    out = tmp / "llama.mlir"
+    assert P.main(["lower", "--hf", "LlamaForCausalLM", "--config", str(cfg), "--input", "1x16:int64", "-o",
+                   str(out)]) == 0
+    assert "mhlo-cost: lowered in bfloat16 (the configuration's dtype)" in capsys.readouterr().err.splitlines()
+    # the parameters, as the entry takes them
+    weights = re.findall(r"tensor<[\dx]*x(\w+)> loc\(\"state\[", out.read_text())
     assert weights and set(weights) == {"bf16"}, sorted(set(weights))
+
+
+def test_serve_hf_takes_the_configs_dtype(llama):
+    """Without --dtype, serve lowers in the dtype the configuration names (float32 here), as lower --hf does."""
+    tmp, _ = llama
+    cfg = tmp / "config_f32.json"
+    cfg.write_text(json.dumps(LLAMA | {"torch_dtype": "float32"}))
+    out = json.loads(P.run(tmp, "serve", "--hf", "LlamaForCausalLM", "--config", cfg, "--decode", "--context",
+                           "16", "--no-cache", "--format", "json"))["summary"]
+    assert out["kv_cache_layout"].endswith(", float32")
 
 
 def test_serve_hf_max_context_within_the_positions(llama):

@@ -328,4 +328,6 @@ def cmd_lower(args) -> int:
                   f"{moe['layers']} expert layers: {moe['text']}", file=sys.stderr)
         if ep_line:
             print(f"mhlo-cost: {ep_line}", file=sys.stderr)
+        if "dtype" in low.info:
+            print(f"mhlo-cost: lowered in {low.info['dtype']}", file=sys.stderr)
     return EXIT_OK

@@ -26,7 +26,7 @@ class StepRequest:
     hf: str | None = None  # a transformers class name
     config: str | None = None  # hf: a model type or config.json
     overrides: tuple = ()  # hf: (key, value) pairs; gpt: GPTConfig fields
-    dtype: str = "bfloat16"
+    dtype: str | None = None  # None: the configuration's (hf), else bfloat16
     locations: bool = True
     extra: dict = field(default_factory=dict, compare=False, hash=False)
 
@@ -48,7 +48,8 @@ class StepRequest:
         sets = ", ".join(f"{k}={v}" for k, v in self.overrides)
         step = (f"decode step, batch {self.batch}, context {self.context}" if self.mode == "decode" else
                 f"prefill of {self.tokens} tokens, batch {self.batch}, cache {self.context}")
-        return f"{what}{' with ' + sets if sets else ''}: {step}, {self.dtype}{self._grown()}"
+        dtype = self.dtype or ("the configuration's dtype (else bfloat16)" if self.hf else "bfloat16")
+        return f"{what}{' with ' + sets if sets else ''}: {step}, {dtype}{self._grown()}"
 
     def _grown(self) -> str:
         """The bundled GPT's position table grown to the context, said (``--set seq=N`` sets it)."""
@@ -92,7 +93,7 @@ def _gpt(req: StepRequest):
     from . import gpt_steps
 
     try:
-        cfg = replace(GPTConfig(dtype=req.dtype), **dict(req.overrides))
+        cfg = replace(GPTConfig(dtype=req.dtype or "bfloat16"), **dict(req.overrides))
     except TypeError as e:
         raise FrontendError(f"the bundled gpt: {e}") from None
     low, layout, weights = gpt_steps.lower_step(cfg, req.mode, req.batch, req.context, req.tokens)
@@ -105,8 +106,9 @@ def _hf(req: StepRequest):
     from ..frontends import hub
     from . import hf_steps
 
-    model = hub.build_hf(req.hf, req.config, dict(req.overrides))
-    model = model.to(getattr(torch, req.dtype)).eval()
+    model = hub.build_hf(req.hf, req.config, dict(req.overrides))  # in the configuration's dtype, if it names one
+    dtype = req.dtype or (None if hub.config_dtype(model.config) else "bfloat16")
+    model = (model.to(getattr(torch, dtype)) if dtype else model).eval()
     text = model.config.get_text_config(decoder=True)
     low, layout, weights = hf_steps.lower_step(model, req.mode, req.batch, req.context, req.tokens,
                                                locations=req.locations)
