@@ -61,7 +61,7 @@ PLACES = {
     "by_op": (("report", "--by", "op", "--format", "csv"), P.by_op, ("ops", "est_time_s")),
     "by_kernel": (("report", "--by", "op", "--format", "csv"), P.by_op, ("fused_kernels", "est_time_fused_s")),
     "by_phase": (("report", "--by", "phase", "--format", "json"), P.by_phase,
-                 COUNTED + ("est_time_s", "peak_bytes", "param_bytes")),
+                 COUNTED + ("est_time_s", "est_time_fused_s", "execution", "peak_bytes", "param_bytes")),
     "html_summary": (("report", "--format", "html"), P.html_summary, SUMMARY),
     "html_headline": (("report", "--format", "html"), P.html_headline, ("flops", "macs", "params", "peak", "time")),
     "html_cards": (("report", "--format", "html"), P.html_cards,
@@ -193,9 +193,8 @@ EXACT = ("est_time_s", "est_time_overlap_s", "est_time_fused_s", "est_time_fused
          "comm_exposed")
 
 
-@pytest.mark.parametrize("scenario", ["stdit3_mesh_fused", "gpt_train"])
-@pytest.mark.parametrize("place", ["by_block", "blocks_csv", "html_blocks", "by_kind", "by_opname", "by_scope",
-                                   "by_comm"])
+@pytest.mark.parametrize("scenario,place", [(s, p) for s in ("stdit3_mesh_fused", "gpt_train") for p in (
+    "by_block", "blocks_csv", "html_blocks", "by_kind", "by_opname", "by_scope", "by_comm")] + [("gpt_train", "by_phase")])
 def test_total_rows_are_the_summarys_times(studies, scenario, place):
     study = studies(scenario)
     summary = P.summary_figures(json.loads(study.text("summary_json"))["summary"])

@@ -77,7 +77,12 @@ def phase_table(study, req, keep, part) -> Table:
     from ..analysis.training import phase_report
 
     rf = study.roofline
-    df, lines, facts = phase_report(study.analysis, rf.times if rf is not None else None)
+    if rf is None:
+        df, lines, facts = phase_report(study.analysis)
+    else:  # op by op, and the fused (eager) execution's share of each row; the TOTAL row the summary's
+        fused = None if rf.fusion is None else [f + t.comm_s for f, t in zip(rf.fusion.row_time, rf.times)]
+        df, lines, facts = phase_report(study.analysis, rf.times, fused, rf.totals())
+        df["execution"] = rf.execution  # the model of the est_time_fused_s column (unfused: none)
     return Table(None, df, notes=list(lines), meta={"phases": facts})
 
 
