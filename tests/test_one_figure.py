@@ -204,6 +204,17 @@ def test_total_rows_are_the_summarys_times(studies, scenario, place):
     assert {f: shown[f].value for f in both} == {f: summary[f].value for f in both}
 
 
+def test_a_training_steps_input_bytes_are_its_optimizer_state_and_batch(studies):
+    """One name, one figure: the summary's input_bytes (every argument that is not a parameter) is the phase
+    view's optimizer state plus its batch (the arguments not donated); no figure of the phase view is called
+    inputs."""
+    study = studies("gpt_train")
+    summary = json.loads(study.text("summary_json"))["summary"]
+    held = json.loads(study.text("by_phase"))["phases"]["memory"]
+    assert "inputs" not in held and held["batch"] > 0
+    assert summary["input_bytes"] == held["optimizer_state"] + held["batch"]
+
+
 # -- the other disagreements of the issue: one figure, said two ways ------------------------------------------------
 
 def _positions(ir: str) -> int:

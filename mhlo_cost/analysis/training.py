@@ -191,7 +191,9 @@ def memory_categories(analysis, phases: Phases | None = None) -> dict:
 
     * ``parameters`` and ``optimizer_state``: the donated arguments, told apart by their names where the
       step's own (``params[...]``, ``opt_state[...]``: what :mod:`mhlo_cost.lower.training` lowers), else by
-      the data flow (parameters are what forward ops read); ``inputs``: the arguments not donated;
+      the data flow (parameters are what forward ops read); ``batch``: the arguments not donated (what the
+      step trains on; the summary's ``input_bytes``, every argument that is not a parameter, is the optimizer
+      state and the batch);
     * ``gradients``: values the backward makes and the optimizer reads (each once);
     * ``saved_activations``: values forward ops make and backward or recompute ops read: what crosses the
       forward/backward boundary (with ``remat block``, mostly the blocks' inputs).
@@ -227,7 +229,7 @@ def memory_categories(analysis, phases: Phases | None = None) -> dict:
         "parameters": sum(a.type.nbytes for a in params),
         "gradients": sum(_result_bytes(rows[i]) for i in grads),
         "optimizer_state": sum(a.type.nbytes for a in state),
-        "inputs": sum(a.type.nbytes for a in args.values() if not a.donated),
+        "batch": sum(a.type.nbytes for a in args.values() if not a.donated),
         "saved_activations": sum(_result_bytes(rows[i]) for i in saved),
         "loop_values_unfollowed": unfollowed,
     }
