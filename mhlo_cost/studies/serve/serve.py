@@ -79,14 +79,6 @@ class Figures:
         return d
 
 
-def _dominant_dtype(analysis) -> str:
-    by: dict = {}
-    for r in analysis.rows:
-        if r.gemm_flops:
-            by[r.dtype] = by.get(r.dtype, 0) + r.gemm_flops
-    return max(sorted(by), key=lambda d: by[d]) if by else "bf16"
-
-
 def _blocks(study) -> list:
     df = study.roofline.block_frame(study.blocks)
     return [(str(b), float(t), str(bd)) for b, t, bd in zip(df["block"], df["est_time_fused_s"], df["bound"])]
@@ -164,7 +156,7 @@ def figures(step, hw, tp: int = 1, analysis=None, blocks: bool = True, launch: s
     launched by ``launch`` (:data:`LAUNCHES`), from the step's study (:func:`step_study`)."""
     hw = launched(hw, launch)
     study = step_study(step, hw, analysis)
-    analysis, rf = study.analysis, study.roofline
+    rf = study.roofline
     req, layout = step.request, step.layout
     tot = rf.totals()
     mem = study.fused_memory  # the liveness of the execution priced (compiled), as report --fuse's peak
@@ -179,8 +171,7 @@ def figures(step, hw, tp: int = 1, analysis=None, blocks: bool = True, launch: s
     capacity = int(hw.hbm_capacity)
     memory = -(-step.weight_bytes // tp) + -(-cache // tp) + inputs + activations
     moved = tot["fused_bytes"]
-    dtype = _dominant_dtype(analysis)
-    ridge = hw.matrix_peak(dtype) / hw.hbm_bandwidth
+    ridge = rf.reference_peak / hw.hbm_bandwidth  # the peak of report's utilisation (reference_peak_tflops)
     intensity = rf.flops / moved if moved else math.inf
     produced = req.batch * (tokens if req.mode == "prefill" else 1)
     longest, bound = context_limit(max_context(layout, step.weight_bytes, activations + inputs, capacity, tp),
