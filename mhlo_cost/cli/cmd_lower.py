@@ -319,15 +319,21 @@ def cmd_lower(args) -> int:
     if args.output is None:
         sys.stdout.write(res.text)
     if not args.quiet:
-        where = f" written to {args.output}" if args.output else ""
-        print(f"mhlo-cost: {res.format} {res.nbytes / 1e6:.2f} MB{where} in {res.seconds:.2f} s, "
-              f"peak RSS {res.peak_rss_mb:.0f} MiB", file=sys.stderr)
-        if "moe" in low.info:
-            moe = low.info["moe"]
-            print(f"mhlo-cost: mixture of experts, routing {moe['routing']} ({moe['assumption']}), "
-                  f"{moe['layers']} expert layers: {moe['text']}", file=sys.stderr)
-        if ep_line:
-            print(f"mhlo-cost: {ep_line}", file=sys.stderr)
-        if "dtype" in low.info:
-            print(f"mhlo-cost: lowered in {low.info['dtype']}", file=sys.stderr)
+        _lowered_lines(args, res, low.info, ep_line)
     return EXIT_OK
+
+
+def _lowered_lines(args, res, info: dict, ep_line: str) -> None:
+    """What was written and how long it took; the mixture of experts, expert parallelism and the dtype lowered
+    in where they apply (stderr)."""
+    where = f" written to {args.output}" if args.output else ""
+    print(f"mhlo-cost: {res.format} {res.nbytes / 1e6:.2f} MB{where} in {res.seconds:.2f} s, "
+          f"peak RSS {res.peak_rss_mb:.0f} MiB", file=sys.stderr)
+    if "moe" in info:
+        moe = info["moe"]
+        print(f"mhlo-cost: mixture of experts, routing {moe['routing']} ({moe['assumption']}), "
+              f"{moe['layers']} expert layers: {moe['text']}", file=sys.stderr)
+    if ep_line:
+        print(f"mhlo-cost: {ep_line}", file=sys.stderr)
+    if "dtype" in info:
+        print(f"mhlo-cost: lowered in {info['dtype']}", file=sys.stderr)
