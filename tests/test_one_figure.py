@@ -7,13 +7,16 @@ and (c) a GPT decode step (two layers) on ``h100``, fused. For each, the referen
 reads one figure from one place (the summary in CSV, in the table, the headline, ``--by block`` / ``comm`` /
 ``kind`` / ``opname`` / ``scope`` / ``tree`` / ``memory`` / ``op`` / ``phase``, ``blocks``, the sweep's row for
 the same point, the HTML page's summary, headline, cards and block table, ``serve``'s JSON and table) and asserts
-they agree: integers equal; floats printed in full equal to 12 significant digits (a TOTAL row re-sums its blocks
-and differs from the summary in the last bit or two); values printed rounded (the terminal's tables, the
+they agree: integers equal; floats printed in full equal to 12 significant digits (a sum over the rows of a
+table, taken in another order, differs in the last bit or two; a TOTAL row is the summary's own value, checked
+exactly by :func:`test_total_rows_are_the_summarys_times`); values printed rounded (the terminal's tables, the
 headlines) within half a unit of their last printed digit; booleans and words spelled the same.
 
-The tests after those check the issue's other cases of one figure said two ways (serve's ``max_context`` beyond
-the model's positions, ``lower --hf``'s dtype, ``--unit`` columns left raw, the shipped templates). What differs
-today is a strict xfail saying what (:data:`KNOWN`); docs/issue43_one_figure.md has the diagnosis.
+The tests after those check the issue's other cases of one figure said two ways (``--by tree``'s parameters,
+a training step's input bytes, serve's ``max_context`` beyond the model's positions, the dtype of ``lower --hf``
+and ``serve``, ``--unit`` columns left raw, the shipped templates). What differs today is a strict xfail saying
+what (:data:`KNOWN`, empty now; ``lower --decode --layers``, item 12, is another engineer's); the lead's notes
+(issue43_one_figure.md) have the diagnosis.
 """
 from __future__ import annotations
 
