@@ -291,13 +291,21 @@ def cmd_lower(args, console) -> int:
     bar.close()
     if args.output is None:
         sys.stdout.write(res.text)
+    _lowered_lines(console, args, res, low.info, ep_line)
+    return EXIT_OK
+
+
+def _lowered_lines(console, args, res, info: dict, ep_line: str) -> None:
+    """What was written and how long it took; the mixture of experts, expert parallelism and the dtype lowered
+    in where they apply (notes on stderr)."""
     where = f" written to {args.output}" if args.output else ""
     console.say(f"{res.format} {res.nbytes / 1e6:.2f} MB{where} in {res.seconds:.2f} s, peak RSS "
                 f"{res.peak_rss_mb:.0f} MiB", note=True)
-    if "moe" in low.info:
-        moe = low.info["moe"]
+    if "moe" in info:
+        moe = info["moe"]
         console.say(f"mixture of experts, routing {moe['routing']} ({moe['assumption']}), {moe['layers']} expert "
                     f"layers: {moe['text']}", note=True)
     if ep_line:
         console.say(ep_line, note=True)
-    return EXIT_OK
+    if "dtype" in info:
+        console.say(f"lowered in {info['dtype']}", note=True)

@@ -42,7 +42,7 @@ def register(sub) -> None:
     m.add_argument("--hf", metavar="CLASS", help="a transformers causal LM (LlamaForCausalLM, MistralForCausalLM...)")
     m.add_argument("--config", metavar="FILE|TYPE", help="--hf: a config.json or a model type (llama, mistral...)")
     m.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="a configuration field (repeat)")
-    m.add_argument("--dtype", default="bfloat16", help="weights and cache dtype (default bfloat16)")
+    m.add_argument("--dtype", help="weights and cache dtype (default: the configuration's, else bfloat16)")
     s = p.add_argument_group("the step")
     add_step_options(s)
     s.add_argument("--tp", type=positive_int, default=1, metavar="N",
@@ -93,7 +93,7 @@ def step_request(args, batch: int | None, tokens: int | None):
         sets = parse_assignments(args.set, "--set")
         from ..lower.frontends.inputs import dtype_name
 
-        dtype = dtype_name(args.dtype) if args.dtype else "bfloat16"
+        dtype = dtype_name(args.dtype) if args.dtype else None  # the configuration's (--hf), else bfloat16
         req = StepRequest(mode=mode, batch=batch or 1, context=context, tokens=tokens, model=args.model, hf=args.hf,
                           config=args.config, overrides=tuple(sorted(sets.items())), dtype=dtype,
                           locations=getattr(args, "locations", True))

@@ -78,13 +78,23 @@ def phase_table(fig, req, keep, part) -> Table:
     from ..analysis.training import phase_report
 
     rf = fig.roofline
-    df, lines, facts = phase_report(fig.analysis, rf.times if rf is not None else None)
+    if rf is None:
+        df, lines, facts = phase_report(fig.analysis)
+    else:  # op by op, and the fused (eager) execution's share of each row; the TOTAL row the summary's
+        fused = None if rf.fusion is None else [f + t.comm_s for f, t in zip(rf.fusion.row_time, rf.times)]
+        df, lines, facts = phase_report(fig.analysis, rf.times, fused, rf.totals())
+        df["execution"] = rf.execution  # the model of the est_time_fused_s column (unfused: none)
     return Table(None, df, notes=list(lines), meta={"phases": facts})
 
 
 def comm_view(fig, req, keep, part) -> Table:
-    """Every collective, TOTAL last."""
-    return Table(None, with_total(comm_frame(part, fig.roofline), "op"))
+    """Every collective, TOTAL last (the summary's times where the whole program is shown)."""
+    rf = fig.roofline
+    totals = rf.totals() if rf is not None and keep is None else None
+    df = with_total(comm_frame(part, rf), "op", totals)
+    if rf is not None:  # the model of the comm_exposed_fused_s column (unfused: none)
+        df["execution"] = rf.execution
+    return Table(None, df)
 
 
 def tree_view(fig, req, keep, part) -> Table:
@@ -101,7 +111,8 @@ def group_view(fig, req, keep, part) -> Table:
     df = part.group(key, req.depth)
     if fig.roofline is not None:
         df = timed_group(part, sub_roofline(fig.roofline, keep), key, req.depth, df)
-    df = with_total(df.rename(columns={"op": "opname"}) if key == "op" else df)
+    totals = fig.roofline.totals() if fig.roofline is not None and keep is None else None
+    df = with_total(df.rename(columns={"op": "opname"}) if key == "op" else df, totals=totals)
     if fig.roofline is not None:  # the model of the est_time_fused column (unfused: none)
         df["execution"] = fig.roofline.execution
     return Table(None, df)

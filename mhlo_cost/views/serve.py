@@ -41,10 +41,13 @@ def step_pairs(f, layout=None) -> list[tuple[str, object]]:
         pairs.append(("kv_cache_layout", layout.describe()))
     pairs += [("kv_cache_layer_bytes", list(f.kv_cache_layer_bytes)), ("kv_cache_bytes", f.kv_cache_bytes),
               heading("memory per device" + (f" (weights and cache / {f.tp})" if f.tp > 1 else "")),
-              ("weight_bytes", f.weight_bytes), ("activation_bytes", f.activation_bytes),
-              ("memory_bytes", f.memory_bytes), ("capacity_bytes", f.capacity_bytes), ("fits", f.fits),
+              ("weight_bytes", f.weight_bytes), ("input_bytes", f.input_bytes),
+              ("activation_bytes", f.activation_bytes), ("memory_bytes", f.memory_bytes),
+              ("capacity_bytes", f.capacity_bytes),
+              ("fits", "yes" if f.fits else "no"),
               ("max_batch", f.max_batch),
               ("max_context", "unbounded" if f.max_context is None else f.max_context),
+              ("max_context_bound", f.max_context_bound),
               heading("time " + ("per output token" if f.step == "decode" else "to first token")),
               ("step_time_s", f.step_time_s), ("tokens_per_s", f.tokens_per_s)]
     if f.step == "decode":

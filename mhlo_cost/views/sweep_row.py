@@ -3,8 +3,6 @@ same figures a ``report`` of the program renders, so that a sweep row and ``repo
 construction."""
 from __future__ import annotations
 
-import math
-
 from ..machines.accuracy import median_error
 
 
@@ -27,15 +25,12 @@ def sweep_row(fig) -> dict:
     for suffix, peak in peaks:
         out["fits" + suffix] = "yes" if hbm - peak >= 0 else "no"
     for k in ("est_time_s", "est_time_overlap_s", "est_time_fused_s", "est_time_fused_overlap_s",
-              "comm_time_s", "comm_exposed_s", "utilisation", "utilisation_fused"):
-        if k in s:
+              "comm_time_s", "comm_exposed_s", "utilisation", "utilisation_fused", "comm_exposed_fused_s"):
+        if k in s:  # comm_exposed_fused_s: what compute cannot hide with fused compute times
             out[k] = s[k]
-    if rf.fusion is not None:  # what compute cannot hide with fused compute times (report --by comm --fuse)
-        out["comm_exposed_fused_s"] = math.fsum(rf.exposure(fused=True).exposed)
     out["bound"] = rf.program_bound()  # the rule of Roofline.block_frame: one block holding every op
     out["accuracy_error"] = median_error(hw.name, "model", "compiled" if rf.fusion is not None else "unfused")
-    step = s["est_time_fused_overlap_s"] if rf.fusion is not None else s["est_time_overlap_s"]
     out["steps"] = steps
-    out["time_step_s"] = step
-    out["time_run_s"] = step * steps
+    out["time_step_s"] = s[rf.step_name]  # the summary's step: compute + exposed communication
+    out["time_run_s"] = s["run_time_fused_s" if rf.fusion is not None else "run_time_s"]
     return out

@@ -26,7 +26,7 @@ class StepRequest:
     hf: str | None = None  # a transformers class name
     config: str | None = None  # hf: a model type or config.json
     overrides: tuple = ()  # hf: (key, value) pairs; gpt: GPTConfig fields
-    dtype: str = "bfloat16"
+    dtype: str | None = None  # None: the configuration's (hf), else bfloat16
     locations: bool = True
     extra: dict = field(default_factory=dict, compare=False, hash=False)
 
@@ -48,7 +48,19 @@ class StepRequest:
         sets = ", ".join(f"{k}={v}" for k, v in self.overrides)
         step = (f"decode step, batch {self.batch}, context {self.context}" if self.mode == "decode" else
                 f"prefill of {self.tokens} tokens, batch {self.batch}, cache {self.context}")
-        return f"{what}{' with ' + sets if sets else ''}: {step}, {self.dtype}"
+        dtype = self.dtype or ("the configuration's dtype (else bfloat16)" if self.hf else "bfloat16")
+        return f"{what}{' with ' + sets if sets else ''}: {step}, {dtype}{self._grown()}"
+
+    def _grown(self) -> str:
+        """The bundled GPT's position table grown to the context, said (``--set seq=N`` sets it)."""
+        if self.model != "gpt":
+            return ""
+        from ..models.gpt import GPTConfig
+
+        seq = dict(self.overrides).get("seq", GPTConfig.seq)
+        if not isinstance(seq, int) or self.context <= seq:
+            return ""
+        return f" (the position table grown from {seq} to {self.context} rows to hold the context; --set seq=N)"
 
     def key(self) -> dict:
         """What the lowering depends on (for a cache of lowerings)."""
@@ -61,7 +73,9 @@ class StepRequest:
 @dataclass
 class Step:
     """A lowered inference step: the IR, the cache it holds, the parameters' bytes and the model's facts
-    (``hidden``, ``layers``) the tensor-parallel estimate needs."""
+    (``hidden``, ``layers``) the tensor-parallel estimate needs; ``positions``: the longest context the model
+    takes (the bundled GPT's position table, a configuration's ``max_position_embeddings``; None: none
+    declared)."""
 
     lowered: Lowered
     layout: object  # CacheLayout
@@ -69,6 +83,7 @@ class Step:
     hidden: int
     layers: int
     request: StepRequest | None = None
+    positions: int | None = None
 
 
 def _gpt(req: StepRequest):
@@ -78,11 +93,11 @@ def _gpt(req: StepRequest):
     from . import gpt_steps
 
     try:
-        cfg = replace(GPTConfig(dtype=req.dtype), **dict(req.overrides))
+        cfg = replace(GPTConfig(dtype=req.dtype or "bfloat16"), **dict(req.overrides))
     except TypeError as e:
         raise FrontendError(f"the bundled gpt: {e}") from None
     low, layout, weights = gpt_steps.lower_step(cfg, req.mode, req.batch, req.context, req.tokens)
-    return low, layout, weights, cfg.hidden, cfg.layers
+    return low, layout, weights, cfg.hidden, cfg.layers, gpt_steps.gpt_config(cfg, req.context).seq
 
 
 def _hf(req: StepRequest):
@@ -91,12 +106,15 @@ def _hf(req: StepRequest):
     from ..frontends import hub
     from . import hf_steps
 
-    model = hub.build_hf(req.hf, req.config, dict(req.overrides))
-    model = model.to(getattr(torch, req.dtype)).eval()
+    model = hub.build_hf(req.hf, req.config, dict(req.overrides))  # in the configuration's dtype, if it names one
+    dtype = req.dtype or (None if hub.config_dtype(model.config) else "bfloat16")
+    model = (model.to(getattr(torch, dtype)) if dtype else model).eval()
     text = model.config.get_text_config(decoder=True)
     low, layout, weights = hf_steps.lower_step(model, req.mode, req.batch, req.context, req.tokens,
                                                locations=req.locations)
-    return low, layout, weights, text.hidden_size, text.num_hidden_layers
+    positions = getattr(text, "max_position_embeddings", None)  # none declared: rotary models without a limit
+    positions = positions if isinstance(positions, int) and not isinstance(positions, bool) else None
+    return low, layout, weights, text.hidden_size, text.num_hidden_layers, positions
 
 
 def lower_step(req: StepRequest) -> Step:
@@ -110,7 +128,7 @@ def lower_step(req: StepRequest) -> Step:
     t0 = time.perf_counter()
     with quiet():
         try:
-            low, layout, weights, hidden, layers = (_gpt if req.model else _hf)(req)
+            low, layout, weights, hidden, layers, positions = (_gpt if req.model else _hf)(req)
         except (FrontendError, LowerFailed):
             raise
         except Exception as e:  # the model's code or the frameworks tracing it
@@ -122,4 +140,4 @@ def lower_step(req: StepRequest) -> Step:
     text = low.as_text(debug_info=req.locations)
     info = {"frontend": "torchax" if req.hf else "jax", "model": req.hf or req.model, "step": req.mode,
             "seconds": time.perf_counter() - t0}
-    return Step(Lowered(text=text, info=info), layout, weights, hidden, layers, req)
+    return Step(Lowered(text=text, info=info), layout, weights, hidden, layers, req, positions)

@@ -23,19 +23,21 @@ from ...lower.inference.steps import Step, StepRequest, lower_step
 
 _SHAPE = ListOf(COUNT)
 #: A lowered step's facts (its IR is the entry's blob, gzipped).
-STEPS = Schema("serve/steps", 1, Record({
+STEPS = Schema("serve/steps", 2, Record({
     "layout": Record({"layers": ListOf(Record({"key": _SHAPE, "value": _SHAPE, "itemsize": POSITIVE,
                                                "window": Maybe(POSITIVE)})),
                       "batch": POSITIVE, "context": POSITIVE, "dtype": TEXT}),
-    "weight_bytes": COUNT, "hidden": POSITIVE, "layers": POSITIVE, "info": MapOf(ANY)}), blob=True)
+    "weight_bytes": COUNT, "hidden": POSITIVE, "layers": POSITIVE, "positions": Maybe(POSITIVE),
+    "info": MapOf(ANY)}), blob=True)
 #: One step's :class:`~.serve.Figures` on one profile and tp.
-FIGURES = Schema("serve/figures", 1, Record({
+FIGURES = Schema("serve/figures", 2, Record({
     "step": TEXT, "batch": POSITIVE, "context": POSITIVE, "tokens": POSITIVE, "hardware": TEXT, "tp": POSITIVE,
     "kv_cache_bytes": COUNT, "kv_cache_layer_bytes": ListOf(COUNT), "weight_bytes": COUNT,
     "activation_bytes": COUNT, "memory_bytes": COUNT, "capacity_bytes": COUNT, "fits": FLAG, "flops": COUNT,
     "bytes_moved": COUNT, "step_time_s": AMOUNT, "comm_time_s": AMOUNT, "tokens_per_s": AMOUNT,
     "intensity": AMOUNT, "ridge": AMOUNT, "bound": TEXT, "max_batch": COUNT, "max_context": Maybe(COUNT),
-    "blocks": ListOf(TupleOf((TEXT, AMOUNT, TEXT))), "launch": OneOf(LAUNCHES)}))
+    "blocks": ListOf(TupleOf((TEXT, AMOUNT, TEXT))), "launch": OneOf(LAUNCHES), "input_bytes": COUNT,
+    "max_context_bound": OneOf(("memory", "positions", "none"))}))
 
 
 class StepCache:
@@ -58,7 +60,8 @@ class StepCache:
         step = lower_step(req)
         info = {k: v for k, v in step.lowered.info.items() if k != "seconds"}
         self.steps.put(req.key(), {"layout": asdict(step.layout), "weight_bytes": step.weight_bytes,
-                                   "hidden": step.hidden, "layers": step.layers, "info": info},
+                                   "hidden": step.hidden, "layers": step.layers, "positions": step.positions,
+                                   "info": info},
                        gzip.compress(step.lowered.text.encode(), mtime=0))
         return step, False
 
@@ -88,7 +91,7 @@ def _step_of(req: StepRequest, meta: dict, blob: bytes) -> Step | None:
     layers = tuple(LayerCache(tuple(x["key"]), tuple(x["value"]), x["itemsize"], x["window"]) for x in m["layers"])
     layout = CacheLayout(layers, m["batch"], m["context"], m["dtype"])
     return Step(Lowered(text=text, info=meta["info"]), layout, meta["weight_bytes"], meta["hidden"], meta["layers"],
-                req)
+                req, meta["positions"])
 
 
 def sweep(base: StepRequest, batches, contexts, hw, tps=(1,), cache: StepCache | None = None,
@@ -118,12 +121,12 @@ def sweep(base: StepRequest, batches, contexts, hw, tps=(1,), cache: StepCache |
     return out
 
 
-COLUMNS = ("batch", "context", "tp", "kv_cache_bytes", "weight_bytes", "activation_bytes", "memory_bytes",
-           "fits", "step_time_ms", "tokens_per_s", "intensity", "bound", "max_batch")
+COLUMNS = ("batch", "context", "tp", "kv_cache_bytes", "weight_bytes", "input_bytes", "activation_bytes",
+           "memory_bytes", "fits", "step_time_ms", "tokens_per_s", "intensity", "bound", "max_batch")
 
 
 def table(figs: list) -> "pd.DataFrame":  # noqa: F821
-    """One row per point; ``fits`` is ``no`` where weights + cache + activations exceed the device."""
+    """One row per point; ``fits`` is ``no`` where weights + cache + inputs + activations exceed the device."""
     import pandas as pd
 
     from ...analysis.series import int_series
@@ -136,7 +139,7 @@ def table(figs: list) -> "pd.DataFrame":  # noqa: F821
         for c in COLUMNS:
             data[c].append(d[c])
     df = pd.DataFrame(data)
-    for c in ("batch", "context", "tp", "kv_cache_bytes", "weight_bytes", "activation_bytes", "memory_bytes",
-              "max_batch"):
+    for c in ("batch", "context", "tp", "kv_cache_bytes", "weight_bytes", "input_bytes", "activation_bytes",
+              "memory_bytes", "max_batch"):
         df[c] = int_series(data[c])
     return df
