@@ -14,11 +14,12 @@ _os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
 
 #: name -> the module that defines it
 _LAZY = {"Analysis": "analysis", "analyze": "analysis", "LoadError": "ir.loader", "load": "ir.loader",
-         "AnalysisError": "walk.row", "lower_model": "lower.frontends.api",
-         "Study": "studies.study", "StudyOptions": "studies.study"}
+         "AnalysisError": "walk.row", "AnalysisOptions": "walk.options", "lower_model": "lower.frontends.api",
+         "Study": "studies.study", "StudyOptions": "studies.study", "compose": "studies.compose",
+         "ViewRequest": "views.table"}
 
-__all__ = ["Analysis", "AnalysisError", "LoadError", "Study", "StudyOptions", "analyze", "load", "lower_model",
-           "__version__"]
+__all__ = ["Analysis", "AnalysisError", "AnalysisOptions", "LoadError", "Study", "StudyOptions", "ViewRequest",
+           "analyze", "compose", "load", "lower_model", "__version__"]
 
 #: Modules that moved into the wings in 0.2.0 (CHANGELOG.md): old name (and everything under it) -> new name.
 #: Importing an old name warns (DeprecationWarning) and gives the new module; the old names go in 0.3.0.

@@ -23,6 +23,8 @@ def test_quick_calibration_writes_a_loadable_profile(tmp_path, capsys):
 
 def test_calibrate_bad_name_and_unwritable_output_exit_2(tmp_path, capsys):
     assert main(["calibrate", "--quick", "--name", "Bad Name"]) == 2
-    assert main(["calibrate", "--quick", "-q", "-o", str(tmp_path / "no" / "such" / "dir.toml")]) == 2
+    (tmp_path / "a_file").write_text("")  # a folder that cannot be made (a missing one is made: the output rule)
+    out = tmp_path / "a_file" / "dir.toml"
+    assert main(["calibrate", "--quick", "-q", "-o", str(out)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert err[-1].startswith("mhlo-cost: error: cannot write")
+    assert err[-1].startswith(f"mhlo-cost: error: {out}: cannot write")

@@ -1,5 +1,6 @@
-"""The reader's child renders a ``report``'s whole answer (mhlo_cost.studies.compose) where it can: the same bytes
-as the rows sent back and rendered by the caller, and the rows still sent wherever the caller has more to say."""
+"""The reader's child answers a ``report`` whole (mhlo_cost.studies.compose, the one composition) where it can: the
+same bytes as the rows sent back and composed by the caller, and the rows still sent wherever the caller has more
+to say."""
 from __future__ import annotations
 
 import json
@@ -12,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from mhlo_cost.analysis import Analysis
-from mhlo_cost.studies.compose import spec
+from mhlo_cost.studies.compose import wire
 from mhlo_cost.studies.study import StudyOptions
 from mhlo_cost.views.table import ViewRequest
 from mhlo_cost.analysis.isolated import Rendered, WalkOptions, analyze_isolated
@@ -41,7 +42,7 @@ def _untimed(err: bytes) -> str:
 
 
 def _summary_spec(by="summary", fmt="table", **request):
-    return spec(StudyOptions(b"", training=by == "block"), ViewRequest(by=by, **request), fmt, False)
+    return wire(StudyOptions(b"", training=by == "block"), ViewRequest(by=by, **request), fmt, False)
 
 
 @pytest.mark.parametrize("argv", [(), ("--format", "json"), ("--by", "block"),
@@ -72,7 +73,8 @@ def test_the_child_answers_whole_where_it_can():
     assert text.startswith("block,") and [note for _, note in lines] == [True]
     got = analyze_isolated(GPT, WalkOptions(render=_summary_spec(fmt="html")))
     text, lines, stages = json.loads(got)
-    assert text.startswith("<!DOCTYPE html>") and stages == ["grouping"] and [n for _, n in lines] == [True]
+    assert text.startswith("<!DOCTYPE html>") and stages == ["grouping", "writing the page"]
+    assert [n for _, n in lines] == [True]
 
 
 def test_rows_come_back_where_the_caller_has_more_to_say(tmp_path):
@@ -92,10 +94,10 @@ def test_a_view_that_fails_in_the_child_sends_the_rows():
     assert isinstance(got, Analysis) and got.summary["ops"] > 0
 
 
-def test_spec_is_none_for_a_profile():
-    assert spec(StudyOptions(b"", hardware="h100"), ViewRequest(), "table", False) is None
-    assert spec(StudyOptions(b"", hardware_file="p.toml"), ViewRequest(), "table", False) is None
-    assert spec(StudyOptions(b""), ViewRequest(), "table", False) is not None
+def test_nothing_is_asked_of_the_child_for_a_profile():
+    assert wire(StudyOptions(b"", hardware="h100"), ViewRequest(), "table", False) is None
+    assert wire(StudyOptions(b"", hardware_file="p.toml"), ViewRequest(), "table", False) is None
+    assert wire(StudyOptions(b""), ViewRequest(), "table", False) is not None
 
 
 def test_bad_input_is_still_one_line(tmp_path):

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from mhlo_cost.cli import build_parser, main
-from mhlo_cost.cli.progress import Progress, progress_wanted, stop_progress
+from mhlo_cost.files.console import Console, Progress, progress_wanted
 from stderr_lines import error_line
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -87,9 +87,11 @@ def test_the_error_line_is_the_last_even_with_progress(tmp_path):
 
 
 def test_a_timer_that_fires_after_the_error_prints_nothing(capsys):
-    p = Progress(enabled=True, delay=0.2, tty=False)
+    console = Console(progress=True)
+    p = console.progress()
+    p.tty, p.delay = False, 0.2
     p.stage("parsing a big file")  # would print at 0.2 s
-    stop_progress()  # what main() does before an error line
+    console.stop()  # what main() does before an error line
     time.sleep(0.5)
     assert capsys.readouterr().err == ""
     assert p.closed

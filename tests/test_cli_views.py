@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import subprocess
 import sys
 import tomllib
@@ -44,7 +45,7 @@ def test_layer_gemm_closed_form_matches():
 # -- 1. jax requirement ----------------------------------------------------------------------------------------
 
 def test_pyproject_requires_the_jax_the_code_checks():
-    from mhlo_cost.cli.common import MIN_JAX
+    from mhlo_cost.ir.loader import MIN_JAX
 
     deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
     want = ".".join(map(str, MIN_JAX))
@@ -178,6 +179,24 @@ def test_version_is_fast_and_imports_no_pandas_or_jax():
             "print(rc, 'pandas' in sys.modules, 'jax' in sys.modules)")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
     assert r.stdout.split() == ["mhlo-cost", "0.1.0", "0", "False", "False"]
+
+
+def test_the_summary_needs_neither_numpy_nor_pandas(tmp_path):
+    """The reader's child renders a one-file summary itself and starts without numpy (about 50 ms): the summary's
+    path, walk to text in every format, must import neither (run here with the walk in process and both blocked)."""
+    code = ("import sys\n"
+            "class Block:\n"
+            "    def find_spec(self, name, path=None, target=None):\n"
+            "        if name.split('.')[0] in ('numpy', 'pandas'):\n"
+            "            raise ImportError(name + ' blocked')\n"
+            "sys.meta_path.insert(0, Block())\n"
+            "from mhlo_cost.cli import main\n"
+            f"print([main(['report', {str(GPT)!r}, '-q', '--format', f, '-o', f'out.{{f}}']) "
+            "for f in ('table', 'csv', 'json', 'markdown')])\n")
+    env = dict(os.environ, MHLO_COST_ISOLATE="0", XDG_STATE_HOME=str(tmp_path))
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600, cwd=tmp_path, env=env)
+    assert r.stdout.split() == ["[0,", "0,", "0,", "0]"], r.stderr
+    assert "FLOPs 1.90 G" in (tmp_path / "out.table").read_text()
 
 
 def test_stdin(tmp_path):

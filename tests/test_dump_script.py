@@ -99,7 +99,7 @@ def test_errors_are_one_line(tmp_path):
     assert r.returncode == 2 and "unrecognized" in one_line(r.stderr)
     (tmp_path / "a_file").write_text("")
     r = run("--model", "gpt", "-o", str(tmp_path / "a_file" / "x.mlir"))  # a folder that cannot be made
-    assert r.returncode != 0 and "cannot make the folder" in r.stderr.splitlines()[-1] and "Traceback" not in r.stderr
+    assert r.returncode == 2 and "is not a folder" in r.stderr.splitlines()[-1] and "Traceback" not in r.stderr
 
 
 def test_dump_in_process_bytecode_and_formats(tmp_path):

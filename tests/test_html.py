@@ -192,7 +192,8 @@ def test_other_groupings_are_a_table_page(small, capsys):
 
 
 def test_bad_output_is_one_line(small, tmp_path, capsys):
-    out = tmp_path / "nowhere" / "r.html"
+    (tmp_path / "a_file").write_text("")  # a folder that cannot be made (a missing one is made: the output rule)
+    out = tmp_path / "a_file" / "r.html"
     assert main(["report", str(small), "--format", "html", "-o", str(out), "-q"]) == 2
     err = capsys.readouterr().err
     assert "Traceback" not in err

@@ -122,13 +122,14 @@ def test_sweep_marks_points_that_do_not_fit(tmp_path):
     df = table(figs)
     assert list(df["batch"]) == [1, 1, 64, 64]
     for f, fits in zip(figs, df["fits"]):
-        assert (fits == "yes") == (f.weight_bytes + f.kv_cache_bytes + f.activation_bytes <= 2_000_000)
+        need = f.weight_bytes + f.kv_cache_bytes + f.input_bytes + f.activation_bytes
+        assert f.memory_bytes == need and (fits == "yes") == (need <= 2_000_000)
     assert set(df["fits"]) == {"yes", "no"}
     big = figs[-1]  # batch 64, context 256: 64 x 256 x 2 x 2 x 4 x 16 x 2 bytes of cache
     assert big.kv_cache_bytes == 64 * 256 * 2 * 2 * 4 * 16 * 2 and not big.fits
     # the largest batch that fits really fits, one more does not (cache exact, activations per sequence)
     f = figs[1]
-    per_seq = f.kv_cache_bytes // f.batch + -(-f.activation_bytes // f.batch)
+    per_seq = f.kv_cache_bytes // f.batch + -(-(f.activation_bytes + f.input_bytes) // f.batch)
     assert f.weight_bytes + f.max_batch * per_seq <= 2_000_000 < f.weight_bytes + (f.max_batch + 1) * per_seq
     again = sweep(base, [1, 64], [16, 256], small, cache=StepCache(tmp_path))  # read back, not lowered again
     assert [x.tokens_per_s for x in again] == [x.tokens_per_s for x in figs]

@@ -17,7 +17,8 @@ def test_serve_json_gives_the_exact_cache(capsys, tmp_path):
     assert d["kv_cache_bytes"] == 2 * 2 * 4 * 16 * 32 * 2 * 2
     assert d["kv_cache_layer_bytes"] == [d["kv_cache_bytes"] // 2] * 2
     assert d["tokens_per_s"] == pytest.approx(2 / d["step_time_s"])
-    assert d["fits"] is True and d["bound"] == "memory"
+    assert d["fits"] == "yes"  # as report, the sweep and serve's own sweep spell it
+    assert d["intensity"] < d["ridge"] and d["bound"] == "overhead"  # a tiny step: fixed kernel costs outweigh it
 
 
 @pytest.mark.parametrize("argv, words", [

@@ -50,7 +50,7 @@ def test_errors_are_one_line_exit_2(capsys, tmp_path):
         (["lower", "--module", "x:y", "--depth", "3"], "bundled models"),
         (["lower", "--module", "no_such_pkg_h13.mod:make", "--input", "2x3"], "cannot load"),
         (["lower", "--model", "gpt", "--dtype", "f7"], "unknown dtype"),
-        (["lower", "--model", "gpt", "-o", str(tmp_path / "a_file" / "x.mlir")], "cannot make the folder"),
+        (["lower", "--model", "gpt", "-o", str(tmp_path / "a_file" / "x.mlir")], "is not a folder"),
     ]
     for argv, text in cases:
         assert main(argv) == 2, argv

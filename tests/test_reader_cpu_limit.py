@@ -23,7 +23,7 @@ ROOT = str(Path(guard.__file__).resolve().parents[2])
 def _stub(tmp_path, body: str) -> Path:
     """A child that answers the guard's protocol as ``body`` says (the header read, ``h`` its fields)."""
     path = tmp_path / "stub_child.py"
-    path.write_text(textwrap.dedent(f"""
+    path.write_text(textwrap.dedent("""
         import json, sys, time
         sys.path.insert(0, sys.argv[1])
         from mhlo_cost.ir.reader import limit_cpu

@@ -109,7 +109,8 @@ def test_the_figures_worked_out_by_hand(outputs):
     kv = 2 * LAYERS * KV_HEADS * HEAD_DIM * 32 * 2 * BF16  # K and V x layers x heads x head_dim x context x batch
     assert type(s["kv_cache_bytes"]) is int and s["kv_cache_bytes"] == kv == 32_768
     assert s["kv_cache_layer_bytes"] == [kv // LAYERS] * LAYERS
-    assert s["memory_bytes"] == s["weight_bytes"] + kv + s["activation_bytes"]
+    assert s["input_bytes"] == 2 * 1 * 4 + 4  # token ids (batch 2 x 1, int32) and the position (an int32)
+    assert s["memory_bytes"] == s["weight_bytes"] + kv + s["input_bytes"] + s["activation_bytes"]
     assert s["tokens_per_s"] == pytest.approx(2 / s["step_time_s"], rel=1e-12)
     assert s["tokens_per_s_per_sequence"] == pytest.approx(s["tokens_per_s"] / 2, rel=1e-12)
     assert s["TOTAL.est_time_s"] == pytest.approx(s["step_time_s"], rel=1e-9)
@@ -118,7 +119,8 @@ def test_the_figures_worked_out_by_hand(outputs):
     p = json.loads(outputs["prefill_tp2", "json"])["summary"]
     kv = 2 * LAYERS * KV_HEADS * HEAD_DIM * 16 * 1 * BF16  # the prompt's 16 positions, batch 1
     assert p["kv_cache_bytes"] == kv and p["tp"] == 2 and p["tokens"] == 16
-    assert p["memory_bytes"] == -(-p["weight_bytes"] // 2) + kv // 2 + p["activation_bytes"]
+    assert p["input_bytes"] == 1 * 16 * 4  # the prompt's token ids (batch 1 x 16, int32), not split by tp
+    assert p["memory_bytes"] == -(-p["weight_bytes"] // 2) + kv // 2 + p["input_bytes"] + p["activation_bytes"]
     assert p["tokens_per_s"] == pytest.approx(16 / p["step_time_s"], rel=1e-12)
     assert "tokens_per_s_per_sequence" not in p and p["comm_time_s"] > 0
     assert "time to first token" in outputs["prefill_tp2", "table"]

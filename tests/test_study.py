@@ -40,7 +40,7 @@ def test_a_sweep_row_is_what_report_prints(capsys, fuse):
     summary = report_json(capsys, "--hardware", "h100", "--steps", "3", *flags)["summary"]
     task = SimpleNamespace(fuse=fuse, conv_padding="xla", steps=3)
     study = study_of(Path(GPT).read_text(), task)
-    row = sweep_row(study.on("h100"))
+    row = sweep_row(study.on("h100").figures)
     fused = fuse != "none"
     # the counts, exact ints, and the figures of the estimate: the same numbers under the same names
     for k in ("gemm_flops", "conv_flops", "vector_flops", "comm_bytes", "flops", "peak_bytes", "est_time_s",

@@ -7,7 +7,6 @@ from pathlib import Path
 
 from mhlo_cost.cli import main
 from mhlo_cost.studies.study import Study
-from mhlo_cost.views.by import view
 from mhlo_cost.views.many import joined
 from mhlo_cost.views.render import render
 from mhlo_cost.views.table import ViewRequest
@@ -25,7 +24,7 @@ def cli(tmp_path, *argv) -> str:
 
 def test_two_files_by_block_are_one_table_with_the_file_first(tmp_path):
     req = ViewRequest(by="block")
-    tables = [view(Study(p, training=True), req) for p in (SMALL, STEP)]
+    tables = [Study(p, training=True).view(req) for p in (SMALL, STEP)]
     both = joined(tables, req)
     payload = json.loads(render(both, "json"))
     assert payload["rows"][0]["file"] == SMALL and payload["rows"][-1]["file"] == STEP
@@ -41,7 +40,7 @@ def test_two_files_by_block_are_one_table_with_the_file_first(tmp_path):
 
 def test_two_summaries_are_the_metric_pairs_of_each_file(tmp_path):
     req = ViewRequest(by="summary")
-    tables = [view(Study(p), req) for p in (SMALL, STEP)]
+    tables = [Study(p).view(req) for p in (SMALL, STEP)]
     lines = render(joined(tables, req), "csv").splitlines()
     assert lines[0] == "file,metric,value"
     assert f"{SMALL},gemm_flops,{tables[0].summary['gemm_flops']}" in lines
@@ -50,9 +49,9 @@ def test_two_summaries_are_the_metric_pairs_of_each_file(tmp_path):
 
 def test_the_summary_in_html_is_the_whole_report_page(tmp_path):
     study = Study(SMALL)
-    page = render(view(study, ViewRequest(by="summary")), "html")
+    page = render(study.view(ViewRequest(by="summary")), "html")
     assert page.lstrip().lower().startswith("<!doctype html") and "<table" in page
     assert page == cli(tmp_path, SMALL, "--format", "html")
     # another view's HTML is that view's table, not the page
-    kind = render(view(study, ViewRequest(by="kind")), "html")
+    kind = render(study.view(ViewRequest(by="kind")), "html")
     assert kind != page and "TOTAL" in kind

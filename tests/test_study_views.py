@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from mhlo_cost.studies.study import Study
-from mhlo_cost.views.by import VIEWS, view
+from mhlo_cost.views.by import VIEWS
 from mhlo_cost.views.render import RENDERERS, render
 from mhlo_cost.views.table import ViewRequest
 
@@ -47,7 +47,7 @@ def cases():
 
 @pytest.mark.parametrize("by,path,hw", list(cases()))
 def test_every_format_carries_the_tables_figures(studies, by, path, hw):
-    table = view(studies[(path, hw)], ViewRequest(by=by, depth=1 if by in ("scope", "tree") else None))
+    table = studies[(path, hw)].view(ViewRequest(by=by, depth=1 if by in ("scope", "tree") else None))
     if table.pairs is not None:
         columns = ["metric", "value"]
         rows = [[m, v] for m, v in table.pairs]
@@ -82,7 +82,7 @@ def test_every_format_carries_the_tables_figures(studies, by, path, hw):
 
 
 def test_a_training_step_shows_fewer_columns_as_text_only(studies):
-    table = view(studies[(STEP, "h100")], ViewRequest(by="block"))
+    table = studies[(STEP, "h100")].view(ViewRequest(by="block"))
     assert table.text_frame is not None
     assert "gemm_flops" in table.frame.columns and "gemm_flops" not in table.text_frame.columns
     assert "fwd_gemm_flops" in table.text_frame.columns  # the phases, which add up to the sum left out

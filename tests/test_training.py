@@ -245,12 +245,12 @@ def test_memory_by_category():
         m = memory_categories(a)
         assert m["parameters"] == m["gradients"] == 4 * n
         assert m["optimizer_state"] == 2 * 4 * n + 4  # mu, nu and the int32 step count
-        assert m["inputs"] == 4 * B * (DIMS[0] + DIMS[-1])
+        assert m["batch"] == 4 * B * (DIMS[0] + DIMS[-1])
         assert m["saved_activations"] == saved, remat_from
         # Joined with liveness: once the forward is done, what is live is what the step holds across the
         # boundary (parameters, optimizer state, inputs, saved activations) and the loss's two f32 scalars;
         # the peak comes in the optimizer, where gradients, old and new state meet.
-        held = m["parameters"] + m["optimizer_state"] + m["inputs"] + saved
+        held = m["parameters"] + m["optimizer_state"] + m["batch"] + saved
         assert held < m["live_after_forward"] <= held + 2 * 4, remat_from
         assert m["peak_phase"] == "optimizer"
         assert m["peak"] > held - saved + m["gradients"]

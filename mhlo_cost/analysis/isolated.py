@@ -22,7 +22,7 @@ class WalkOptions:
     record: str = "counts"
     dataflow_if_forward: bool = False  # training-if-backward: a forward-only program's walk records data flow
     records: tuple = ()  # further declared records (AnalysisOptions.records: "masks")
-    render: str | None = None  # the whole answer the child may render (mhlo_cost.studies.compose.spec)
+    render: str | None = None  # the whole answer the child may render (mhlo_cost.studies.compose.wire)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
@@ -33,30 +33,31 @@ def analyze_isolated(source, options: WalkOptions = WalkOptions(), name: str | N
     parsed and walked in the reader's child process. :class:`~mhlo_cost.ir.loader.LoadError` for what is not
     MLIR, :class:`~mhlo_cost.walk.row.AnalysisError` for IR that cannot be counted, RuntimeError for a
     bug in the walk. ``meanwhile()`` runs here while the child works (imports the caller needs next)."""
+    from ..ir.codes import Answer
     from ..ir.guard import walk_guarded
     from ..ir.loader import LoadError, error_message, prepare
     from ..walk.row import AnalysisError
 
     kind, data, name = prepare(source, name)
     code, payload = walk_guarded(kind, data, name, options.to_json(), meanwhile)
-    if code == b"R":
+    if code is Answer.RENDERED:
         return Rendered(payload)
-    if code == b"P":
+    if code is Answer.ANALYSIS:
         return _decode(payload)
-    if code == b"K":  # too large to send: walked here, from the bytecode MLIR wrote (jaxlib imported after all)
+    if code is Answer.BYTECODE:  # too large to send: walked here, from the bytecode MLIR wrote (jaxlib imported)
         from ..ir.loader import load_written
 
         return walk_loaded(load_written(payload, name, kind), options)
     message = payload.decode("utf-8", "replace")
-    if code == b"A":
+    if code is Answer.ANALYSIS_ERROR:
         raise AnalysisError(message)
-    if code == b"X":
+    if code is Answer.BUG:
         raise RuntimeError(message)
     raise LoadError(error_message(kind, message, name))
 
 
 class Rendered(bytes):
-    """The child's whole answer to ``WalkOptions.render`` (:func:`mhlo_cost.studies.compose.render_whole`), in
+    """The child's whole answer to ``WalkOptions.render`` (:func:`mhlo_cost.studies.compose.answer_in_child`), in
     place of the analysis."""
 
 
@@ -86,14 +87,16 @@ def _decode(payload: bytes):
 
 
 def answer(module, name: str, options_json: str, render=None) -> tuple[bytes, bytes]:
-    """(code, payload) for the parsed ``module``: ``R`` and the whole answer ``render(analysis, spec)`` made
-    (where ``WalkOptions.render`` asks for one and it could: the reader's child passes
-    :func:`mhlo_cost.studies.compose.render_whole`), ``P`` and the encoded analysis, ``K`` and the module as
-    bytecode (where the walk's record is too large to send: :func:`mhlo_cost.analysis.wire.worth_sending`), ``A`` and
-    an :class:`AnalysisError`'s line, or ``X`` and an unexpected exception's (a bug: the caller says so)."""
+    """(code, payload) for the parsed ``module`` (codes: :class:`mhlo_cost.ir.codes.Answer`): ``RENDERED`` and
+    the whole answer ``render(analysis, asked)`` made (where ``WalkOptions.render`` asks for one and it could:
+    the reader's child passes :func:`mhlo_cost.studies.compose.answer_in_child`), ``ANALYSIS`` and the encoded
+    analysis, ``BYTECODE`` and the module as bytecode (where the walk's record is too large to send:
+    :func:`mhlo_cost.analysis.wire.worth_sending`), ``ANALYSIS_ERROR`` and an :class:`AnalysisError`'s line, or
+    ``BUG`` and an unexpected exception's (the caller says so)."""
     import gc
 
     from . import deep_recursion
+    from ..ir.codes import Answer
     from ..ir.loader import Loaded
     from ..walk.row import AnalysisError
     from .wire import encode, worth_sending
@@ -105,24 +108,24 @@ def answer(module, name: str, options_json: str, render=None) -> tuple[bytes, by
         if options.render is not None and render is not None:
             whole = render(analysis, options.render)
             if whole is not None:
-                return b"R", whole
+                return Answer.RENDERED, whole
         if not worth_sending(analysis):  # the caller walks the module itself, from MLIR's own bytecode
             import io
 
             del analysis
             buf = io.BytesIO()
             module.operation.write_bytecode(buf)
-            return b"K", buf.getvalue()
+            return Answer.BYTECODE, buf.getvalue()
         gc.disable()
         try:
             with deep_recursion():
-                return b"P", encode(analysis)
+                return Answer.ANALYSIS, encode(analysis)
         finally:
             gc.enable()
     except AnalysisError as e:
-        return b"A", str(e).encode("utf-8", "replace")
+        return Answer.ANALYSIS_ERROR, str(e).encode("utf-8", "replace")
     except RecursionError:
-        return b"A", f"{name}: calls or regions nested too deeply to read".encode()
+        return Answer.ANALYSIS_ERROR, f"{name}: calls or regions nested too deeply to read".encode()
     except MemoryError:
         raise  # the reader's child says so, and is started again
     except Exception as e:  # noqa: BLE001 (a bug in a rule: one line back, as the command line says it)
@@ -130,7 +133,7 @@ def answer(module, name: str, options_json: str, render=None) -> tuple[bytes, by
             import traceback
 
             traceback.print_exc()
-        return b"X", f"{type(e).__name__}: {e}".encode("utf-8", "replace")
+        return Answer.BUG, f"{type(e).__name__}: {e}".encode("utf-8", "replace")
 
 
 def walk_loaded(loaded, options: WalkOptions):

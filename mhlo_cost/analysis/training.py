@@ -10,6 +10,8 @@ gradients, optimizer state, inputs and the activations the backward reads from t
 """
 from __future__ import annotations
 
+import math
+
 import pandas as pd
 
 from . import Analysis, AnalysisOptions, analyze, deprecated
@@ -58,8 +60,12 @@ def has_backward(loaded) -> bool:
 # -- views ------------------------------------------------------------------------------------------------
 
 
-def phase_frame(analysis, phases: Phases | None = None, times=None) -> pd.DataFrame:
-    """The op table summed by phase (rows of :data:`PHASE_KEYS` that occur), with ``TOTAL`` last."""
+def phase_frame(analysis, phases: Phases | None = None, times=None, fused: list | None = None,
+                totals: dict | None = None) -> pd.DataFrame:
+    """The op table summed by phase (rows of :data:`PHASE_KEYS` that occur), with ``TOTAL`` last; with the
+    estimate's op times (``times``) ``est_time_s`` per phase, with each row's share of the fused (or eager)
+    time (``fused``, its communication included) ``est_time_fused_s``; the TOTAL row's times are the
+    summary's (``totals``) where given."""
     from . import SUM_COLUMNS, group_rows, int_series
 
     phases = phases or assign_phases(analysis)
@@ -73,12 +79,14 @@ def phase_frame(analysis, phases: Phases | None = None, times=None) -> pd.DataFr
     df = pd.concat([df, pd.DataFrame([total])], ignore_index=True)
     for c in list(SUM_COLUMNS) + ["ops"]:
         df[c] = int_series([int(v) for v in df[c]])
-    if times is not None:
-        acc: dict = {}
-        for k, t in zip(keys, times):
-            acc[k] = acc.get(k, 0.0) + t.time_s
-        est = [acc.get(k, 0.0) for k in df["phase"][:-1]]
-        df["est_time_s"] = est + [sum(est)]
+    for name, values in (("est_time_s", None if times is None else [t.time_s for t in times]),
+                         ("est_time_fused_s", fused)):
+        if values is not None:
+            acc: dict = {}
+            for k, v in zip(keys, values):
+                acc.setdefault(k, []).append(v)
+            est = [math.fsum(acc.get(k, ())) for k in df["phase"][:-1]]
+            df[name] = est + [(totals or {}).get(name, math.fsum(est))]
     return df
 
 
@@ -129,10 +137,12 @@ def rule_of_thumb(analysis, phases: Phases | None = None, tokens: int | None = N
             "forward_flops": by[FORWARD], "backward_flops": by[BACKWARD], "recompute_flops": by[RECOMPUTE]}
 
 
-def phase_report(analysis, times=None) -> tuple[pd.DataFrame, list[str], dict]:
-    """``report --by phase``: the phase table, the lines under it, and the same facts for JSON."""
+def phase_report(analysis, times=None, fused: list | None = None,
+                 totals: dict | None = None) -> tuple[pd.DataFrame, list[str], dict]:
+    """``report --by phase``: the phase table (:func:`phase_frame`), the lines under it, and the same facts for
+    JSON."""
     phases = analysis.phases or assign_phases(analysis)
-    df = phase_frame(analysis, phases, times)
+    df = phase_frame(analysis, phases, times, fused, totals)
     info = rule_of_thumb(analysis, phases)
     lines = list(phases.notes)
     if phases.training:
@@ -187,7 +197,9 @@ def memory_categories(analysis, phases: Phases | None = None) -> dict:
 
     * ``parameters`` and ``optimizer_state``: the donated arguments, told apart by their names where the
       step's own (``params[...]``, ``opt_state[...]``: what :mod:`mhlo_cost.lower.training` lowers), else by
-      the data flow (parameters are what forward ops read); ``inputs``: the arguments not donated;
+      the data flow (parameters are what forward ops read); ``batch``: the arguments not donated (what the
+      step trains on; the summary's ``input_bytes``, every argument that is not a parameter, is the optimizer
+      state and the batch);
     * ``gradients``: values the backward makes and the optimizer reads (each once);
     * ``saved_activations``: values forward ops make and backward or recompute ops read: what crosses the
       forward/backward boundary (with ``remat block``, mostly the blocks' inputs).
@@ -223,7 +235,7 @@ def memory_categories(analysis, phases: Phases | None = None) -> dict:
         "parameters": sum(a.type.nbytes for a in params),
         "gradients": sum(_result_bytes(rows[i]) for i in grads),
         "optimizer_state": sum(a.type.nbytes for a in state),
-        "inputs": sum(a.type.nbytes for a in args.values() if not a.donated),
+        "batch": sum(a.type.nbytes for a in args.values() if not a.donated),
         "saved_activations": sum(_result_bytes(rows[i]) for i in saved),
         "loop_values_unfollowed": unfollowed,
     }

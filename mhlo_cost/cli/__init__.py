@@ -11,7 +11,7 @@ import os
 import sys
 
 from .. import __version__
-from .common import ARGV, EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_OK, Parser, UserError, stop_progress
+from .common import EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_OK, Parser, UserError
 
 #: The command modules (imported by :func:`build_parser`, after the reader's child is started), in the order
 #: ``--help`` lists them; each has ``register(subparsers)``.
@@ -21,11 +21,14 @@ COMMANDS = ("cmd_lower", "cmd_report", "cmd_blocks", "cmd_plot", "cmd_sweep", "c
 WALKING = frozenset({"report", "blocks", "plot", "baseline", "check", "diff"})
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
+    """The command line's parser; ``argv``: the arguments it will parse (for its hints)."""
+    from functools import partial
+
     parser = Parser(prog="mhlo-cost", description="What a model costs, transformer block by transformer block, "
-                                                  "from its MLIR (MHLO or StableHLO).")
+                                                  "from its MLIR (MHLO or StableHLO).", argv=argv)
     parser.add_argument("--version", action="version", version=f"mhlo-cost {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=partial(Parser, argv=argv))
     sub.required = True
     for name in COMMANDS:
         importlib.import_module(f"{__name__}.{name}").register(sub)
@@ -46,7 +49,8 @@ def _start_reader(argv: list[str]) -> None:
 _INPUT_ERRORS = (("mhlo_cost.studies.baseline", "BaselineError"), ("mhlo_cost.machines.hardware", "HardwareError"),
                  ("mhlo_cost.studies.limits", "OptionError"),
                  ("mhlo_cost.ir.loader", "LoadError"), ("mhlo_cost.walk.row", "AnalysisError"),
-                 ("mhlo_cost.views.table", "ViewError"), ("mhlo_cost.files.cache", "CacheError"))
+                 ("mhlo_cost.views.table", "ViewError"), ("mhlo_cost.files.cache", "CacheError"),
+                 ("mhlo_cost.files.write", "OutputError"))
 
 
 def _input_errors() -> tuple:
@@ -70,17 +74,18 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(argv: list[str] | None) -> int:
-    from .common import SAID
+    from ..files.console import Console
 
-    SAID.clear()
-    ARGV[:] = sys.argv[1:] if argv is None else [str(a) for a in argv]
-    _start_reader(ARGV)
+    given = sys.argv[1:] if argv is None else [str(a) for a in argv]
+    _start_reader(given)
+    console = Console()  # this run's stderr, made again from the options once they are parsed
     try:
         try:
-            args = build_parser().parse_args(argv)
-            return args.func(args)
+            args = build_parser(given).parse_args(given)
+            console = Console.of(args)
+            return args.func(args, console)
         finally:  # before any error line below: no progress line (nor a timer's) ever follows one
-            stop_progress()
+            console.stop()
     except SystemExit as e:  # --help, --version
         return int(e.code or 0)
     except UserError as e:

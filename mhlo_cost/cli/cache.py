@@ -9,7 +9,7 @@ import argparse
 from pathlib import Path
 from typing import Callable
 
-from .common import UserError, say
+from .common import UserError
 
 
 class _OldSpelling(argparse.Action):
@@ -29,14 +29,15 @@ def add_cache(group, what: str) -> None:
     group.add_argument("--cache", dest="cache_dir", action=_OldSpelling, metavar="DIR", help=argparse.SUPPRESS)
 
 
-def cache_root(args) -> Path | None:
+def cache_root(args, console) -> Path | None:
     """The cache folder the options name, made where missing (None: ``--no-cache``); one line and exit 2 where
-    it exists and is not a folder, or cannot be made."""
+    it exists and is not a folder, or cannot be made (``console``: the run's stderr, for the old spelling's
+    warning)."""
     from ..files.cache import CacheError, default_root, open_root
 
     old = getattr(args, "cache_old_spelling", None)
     if old:
-        say(args, f"warning: {old} is the old spelling of --cache-dir (same meaning); it goes in 0.3.0")
+        console.say(f"warning: {old} is the old spelling of --cache-dir (same meaning); it goes in 0.3.0")
     if args.no_cache:
         if args.cache_dir:
             raise UserError("--no-cache keeps nothing: give it or --cache-dir, not both")
@@ -47,7 +48,7 @@ def cache_root(args) -> Path | None:
         raise UserError(f"{e}: give another with --cache-dir DIR, or --no-cache") from None
 
 
-def cache_note(args) -> Callable[[str], None]:
+def cache_note(console) -> Callable[[str], None]:
     """How the cache tells of an entry it does not trust or cannot keep: a note (``mhlo-cost: ...`` on
     stderr, not under ``-q``)."""
-    return lambda text: say(args, text, note=True)
+    return lambda text: console.say(text, note=True)

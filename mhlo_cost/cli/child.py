@@ -4,12 +4,14 @@
 
 Protocol: requests on stdin, one JSON header line ``[kind, name, extra_memory, size, walk options or null,
 cpu_seconds]`` and the bytes (the request may use ``extra_memory`` more bytes of address space and
-``cpu_seconds`` more of CPU time: :func:`mhlo_cost.ir.reader.limit_cpu`); each answer on stdout as 8 bytes of length (big-endian) and the answer: ``K`` and bytecode,
-``E`` and a UTF-8 message, ``M`` and a message (out of memory: restart the child), or the walk's answer.
+``cpu_seconds`` more of CPU time: :func:`mhlo_cost.ir.reader.limit_cpu`); each answer on stdout as 8 bytes of
+length (big-endian) and the answer: a code of :class:`mhlo_cost.ir.codes.Answer` and its payload (``BYTECODE``
+and bytecode, ``READ_ERROR`` and a UTF-8 message, ``OUT_OF_MEMORY`` and a message: restart the child; or the
+walk's answer).
 
 Run as a file (``argv[1]``: the folder that holds the package, so the caller's own copy is the one imported;
 ``walk`` after it: import the walk at once). At the top of the house: it imports the reader, the walk and the
-renderer of a whole answer (:mod:`mhlo_cost.studies.compose`), which it hands to the walk.
+one composition (:mod:`mhlo_cost.studies.compose`), which it hands to the walk for a whole answer.
 """
 from __future__ import annotations
 
@@ -19,13 +21,14 @@ import sys
 
 def answer(kind: str, data: bytes, name: str, walk: str | None) -> bytes:
     """The answer to one request (see the module docstring); ``walk``: the walk's options as JSON."""
+    from mhlo_cost.ir.codes import Answer
     from mhlo_cost.ir.reader import bytecode, parsed
 
     module, op = parsed(kind, data, name)
     if module is None:
         return op  # the error answer
     if walk is None:
-        return b"K" + bytecode(op)
+        return Answer.BYTECODE + bytecode(op)
     if op != module.operation:  # the one module nested in the file: a module of its own
         from jaxlib.mlir import ir
 
@@ -34,17 +37,18 @@ def answer(kind: str, data: bytes, name: str, walk: str | None) -> bytes:
     from mhlo_cost.analysis.isolated import answer as walk_answer
 
     try:
-        code, payload = walk_answer(module, name, walk, _render_whole)
+        code, payload = walk_answer(module, name, walk, _answer_whole)
     except MemoryError:
-        return b"M" + f"{name}: the walk ran out of memory on this input: too large or hostile".encode()
-    return code + payload
+        return Answer.OUT_OF_MEMORY + f"{name}: the walk ran out of memory on this input: too large or hostile".encode()
+    return bytes(code + payload)
 
 
-def _render_whole(analysis, spec: str):
-    """:func:`mhlo_cost.studies.compose.render_whole`, imported only when a request asks for a whole answer."""
-    from mhlo_cost.studies.compose import render_whole
+def _answer_whole(analysis, asked: str):
+    """:func:`mhlo_cost.studies.compose.answer_in_child` (the one composition), imported only when a request asks
+    for a whole answer."""
+    from mhlo_cost.studies.compose import answer_in_child
 
-    return render_whole(analysis, spec)
+    return answer_in_child(analysis, asked)
 
 
 def serve(walk: bool = False) -> None:

@@ -6,16 +6,17 @@ import sys
 from pathlib import Path
 
 from ..files.read import is_regular
-from .common import (EXIT_MOVED, EXIT_OK, Progress, UserError, add_common, add_output, add_progress, claim_output,
-                     open_study, positive_int, regex, write_output)
+from .common import (EXIT_MOVED, EXIT_OK, UserError, add_common, add_force, add_output, add_progress, add_quiet,
+                     claim_output, open_study, positive_int, regex, write_output)
 
-def _counts(path: str, args, progress: Progress):
+
+def _counts(path: str, args, console, progress):
     """Counts of an IR file (analysed, blocks assigned) or of a baseline JSON file."""
     from ..studies.baseline import counts_from_analysis, read_baseline
 
     if _is_baseline(path):
         return read_baseline(path), None
-    study = open_study(path, args, progress)
+    study = open_study(path, args, console, progress)
     df = study.block_frame(memory=False)
     return counts_from_analysis(study.analysis, df, study.blocks.method), study.analysis
 
@@ -46,9 +47,10 @@ def _metrics(value: str | None) -> tuple[str, ...]:
     return chosen
 
 
-def cmd_baseline(args) -> int:
-    """An existing file is replaced with --force, or with --update where it is a baseline (saying what changed):
-    the rule of every -o (see claim_output), stricter since a baseline is a reference to keep."""
+def cmd_baseline(args, console) -> int:
+    """The one output rule (see :func:`mhlo_cost.files.write.claim`), and more, since a baseline is a reference
+    to keep: an existing file is replaced with --force, or with --update where it reads whole as a baseline
+    (--update names the file to replace and says what changed: consent, not a guess from its first bytes)."""
     from ..studies.baseline import BaselineError, compare, read_baseline, to_json
     from ..views.text import to_table
 
@@ -60,45 +62,56 @@ def cmd_baseline(args) -> int:
             old = read_baseline(out)
         except BaselineError as e:
             raise UserError(f"{out}: not a baseline ({e}); --force replaces it") from None
-    claim_output(args, ours=lambda head: True, what="a baseline, --update")  # (a folder: refused)
-    progress = Progress.of(args)
-    counts, _ = _counts(args.file, args, progress)
+    if old is None:
+        claim_output(args, console)
+    else:
+        _claim_update(args, console)
+    progress = console.progress()
+    counts, _ = _counts(args.file, args, console, progress)
     progress.done()
     if old is not None:
         moved = compare(old, counts)
         if len(moved):
-            print(f"mhlo-cost: {out}: {len(moved)} count(s) changed:", file=sys.stderr)
+            console.say(f"{out}: {len(moved)} count(s) changed:")
             sys.stderr.write(to_table(moved))
         else:
-            print(f"mhlo-cost: {out}: no count changed", file=sys.stderr)
+            console.say(f"{out}: no count changed")
     write_output(to_json(counts), str(out))
     return EXIT_OK
 
 
-def cmd_check(args) -> int:
+def _claim_update(args, console) -> None:
+    """--update of a file that reads as a baseline: the output rule's checks (a folder, a folder that cannot be
+    written), the file itself replaced as --update says."""
+    from ..files.write import claim
+
+    claim(args.output, force=True)
+    console.say(f"replacing {args.output} (a baseline, --update)", note=True)
+
+
+def cmd_check(args, console) -> int:
     from ..studies.baseline import compare, read_baseline
     from ..views.render import render_frame as render
 
     if not (args.rtol >= 0 and math.isfinite(args.rtol)):
         raise UserError(f"--rtol must be a finite number >= 0, got {args.rtol}")
+    claim_output(args, console)
     base = read_baseline(args.baseline)
-    claim_output(args)
-    progress = Progress.of(args)
-    now, _ = _counts(args.file, args, progress)
+    progress = console.progress()
+    now, _ = _counts(args.file, args, console, progress)
     progress.done()
     moved = compare(base, now, _metrics(args.metrics), args.rtol)
     if len(moved) == 0:
-        print(f"mhlo-cost: {args.file}: every metric of {len(now.blocks)} blocks matches {args.baseline}",
-              file=sys.stderr)
+        console.say(f"{args.file}: every metric of {len(now.blocks)} blocks matches {args.baseline}")
         return EXIT_OK
     blocks = sorted(set(moved.block))
-    print(f"mhlo-cost: {args.file}: {len(moved)} count(s) moved against {args.baseline} "
-          f"(blocks: {', '.join(blocks[:6])}{' ...' if len(blocks) > 6 else ''})", file=sys.stderr)
+    console.say(f"{args.file}: {len(moved)} count(s) moved against {args.baseline} "
+                f"(blocks: {', '.join(blocks[:6])}{' ...' if len(blocks) > 6 else ''})")
     write_output(render(moved, args.format, args.unit, wide=args.wide), args.output)
     return EXIT_MOVED
 
 
-def cmd_diff(args) -> int:
+def cmd_diff(args, console) -> int:
     from ..studies.baseline import counts_frame, side_by_side
     from ..views.render import render_frame as render
 
@@ -106,12 +119,12 @@ def cmd_diff(args) -> int:
                             ("--norms-per-block", args.norms_per_block)) if v]
     if given and args.by != "block":
         raise UserError(f"{', '.join(given)} find(s) the blocks of --by block; --by {args.by} groups no blocks")
-    claim_output(args)
-    progress = Progress.of(args)
+    claim_output(args, console)
+    progress = console.progress()
     frames = []
     for path in (args.a, args.b):
-        counts, analysis = _counts(path, args, progress) if args.by == "block" or _is_baseline(path) else (
-            None, open_study(path, args, progress).analysis)
+        counts, analysis = _counts(path, args, console, progress) if args.by == "block" or _is_baseline(path) else (
+            None, open_study(path, args, console, progress).analysis)
         if args.by == "block":
             frames.append(counts_frame(counts))
         elif analysis is None:
@@ -129,13 +142,12 @@ def cmd_diff(args) -> int:
     return EXIT_OK
 
 
-
 def register(sub) -> None:
     p = sub.add_parser("baseline", help="write per-block FLOP counts as a baseline JSON for CI")
     add_common(p)
     p.add_argument("-o", "--output", required=True, metavar="OUT", help="baseline file to write (.flops.json)")
     p.add_argument("--update", action="store_true", help="rewrite an existing baseline, saying what changed")
-    p.add_argument("--force", action="store_true", help="overwrite an existing file silently, a baseline or not")
+    add_force(p)
     p.set_defaults(func=cmd_baseline)
 
     p = sub.add_parser("check", help="exit 1 when a block's counts moved from the baseline")
@@ -156,7 +168,7 @@ def register(sub) -> None:
     p.add_argument("--metrics", metavar="LIST", help="comma-separated metrics (default: all)")
     p.add_argument("--entry", metavar="NAME", help="function to start from (default: main, or the only public one)")
     p.add_argument("--strict", action="store_true", help="fail when an op no rule knows is found")
-    p.add_argument("-q", "--quiet", action="store_true", help="nothing on stderr but errors and warnings")
+    add_quiet(p)
     add_progress(p)
     p.add_argument("--blocks", choices=("auto", "scope", "rms", "repeat", "stages"), default="auto",
                    help="how ops are grouped into blocks (default: auto)")

@@ -1,18 +1,15 @@
 """``mhlo-cost calibrate``: measure the local default device and write a hardware profile."""
 from __future__ import annotations
 
-import sys
-
-from .common import EXIT_OK, Progress, UserError, add_force, add_progress, claim_output, say
-from ..files.written import record_output
+from .common import EXIT_OK, UserError, add_force, add_progress, add_quiet, claim_output, write_output
 
 
-def cmd_calibrate(args) -> int:
-    from ..machines.hardware import load_profiles
+def cmd_calibrate(args, console) -> int:
+    from ..machines.hardware import HardwareError, parse_profiles
     from ..roofline.calibrate import calibrate, profile_toml, step_count
 
-    claim_output(args)
-    bar, total, done = Progress.of(args), step_count(args.quick), [0]
+    claim_output(args, console)
+    bar, total, done = console.progress(), step_count(args.quick), [0]
 
     def progress(msg: str) -> None:
         bar.count(done[0], total, "calibrate", msg)
@@ -21,17 +18,13 @@ def cmd_calibrate(args) -> int:
     cal = calibrate(quick=args.quick, progress=progress)
     bar.done()
     text = profile_toml(cal, args.name)
-    if args.output in (None, "-"):
-        sys.stdout.write(text)
-        return EXIT_OK
     try:
-        with open(args.output, "w", encoding="utf-8") as f:
-            f.write(text)
-    except OSError as e:
-        raise UserError(f"cannot write {args.output}: {e.strerror}") from None
-    load_profiles(args.output)  # what we wrote must load
-    record_output(args.output)
-    say(args, f"wrote {args.output}: --hardware-file {args.output} --hardware {args.name}", note=True)
+        parse_profiles(text)  # what is written must load
+    except HardwareError as e:
+        raise UserError(f"the measured profile does not load: {e}") from None
+    write_output(text, args.output)
+    if args.output not in (None, "-"):
+        console.say(f"wrote {args.output}: --hardware-file {args.output} --hardware {args.name}", note=True)
     return EXIT_OK
 
 
@@ -44,7 +37,7 @@ def register(sub) -> None:
     p.add_argument("--name", default="calibrated", type=_name, help="the profile's name (default: calibrated)")
     p.add_argument("--quick", action="store_true", help="tiny sizes, a few seconds (a smoke test, not a calibration)")
     add_force(p)
-    p.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
+    add_quiet(p)
     add_progress(p)
     p.set_defaults(func=cmd_calibrate)
 

@@ -16,7 +16,7 @@ def _chips(path):
     return list(chips.values()) + [p for p in list_profiles() if p.name not in seen], systems
 
 
-def cmd_hardware(args) -> int:
+def cmd_hardware(args, console) -> int:
     import pandas as pd
 
     from ..network import list_systems

@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import sys
 
-from .common import EXIT_OK, Progress, UserError, add_progress, claim_output, positive_int, say
-from ..files.written import record_output
+from .common import EXIT_OK, UserError, add_force, add_progress, add_quiet, claim_output, positive_int
 
 #: --parallel choices (the same as mhlo_cost.lower.models.parallel.STRATEGIES; kept here so --help imports no jax)
 PARALLEL = ("none", "megatron", "2d", "ulysses", "ring")
@@ -55,9 +54,9 @@ def register(sub) -> None:
     how.add_argument("--no-locations", dest="locations", action="store_false",
                      help="omit op locations (scope names) from the output")
     how.add_argument("-o", "--output", metavar="FILE", help=".mlir / .mlirbc, optionally .gz (default: stdout)")
-    how.add_argument("--force", action="store_true", help="replace FILE even if mhlo-cost did not write it")
+    add_force(how)
     how.add_argument("-v", "--verbose", action="store_true", help="let the libraries' warnings through")
-    how.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")
+    add_quiet(how)
     add_progress(how)
     # Options that change *what* is lowered: a training step around the forward.
     train = p.add_argument_group("a training step instead of the forward (any model; torch modules through torchax)")
@@ -244,28 +243,7 @@ def _refuse_bundled(args, what: str) -> None:
                         f"not to {what}: use --set KEY=VALUE for a library model's configuration")
 
 
-def _is_ir(head: bytes) -> bool:
-    """MLIR text, bytecode or gzip: what a lowering writes (re-running a command replaces its output)."""
-    return head[:2] == b"\x1f\x8b" or head[:4] == b"ML\xefR" or head.lstrip().startswith((b"module", b"#loc", b"func"))
-
-
-def _claim(args) -> None:
-    """``-o``: the rule of every command (a file mhlo-cost did not write needs --force), where any IR counts as
-    written by a lowering before; a missing folder is made (``-o out/model.mlir``)."""
-    import os
-
-    if not args.output:
-        return
-    claim_output(args, ours=_is_ir, what="IR written before; other files need --force")
-    folder = os.path.dirname(os.path.abspath(args.output))
-    if not os.path.isdir(folder):
-        try:
-            os.makedirs(folder)
-        except OSError as e:
-            raise UserError(f"{folder}: cannot make the folder: {e.strerror or e}") from None
-
-
-def _shape_note(args) -> None:
+def _shape_note(args, console) -> None:
     """A STDiT3 shape that is not a published one: a warning (never hidden) with the tokens it means."""
     if args.model == "stdit3" and args.shape:
         from ..lower.models.config import VideoShape, unpublished_shape_note
@@ -276,10 +254,10 @@ def _shape_note(args) -> None:
             return  # the request says so, as an error
         note = unpublished_shape_note(args.shape)
         if note:
-            say(args, f"warning: {note}")
+            console.say(f"warning: {note}")
 
 
-def _lower_step(args, bar) -> int:
+def _lower_step(args, console, bar) -> int:
     """``--decode`` / ``--prefill``: the inference step (:mod:`mhlo_cost.studies.serve`), its IR written."""
     from ..lower.frontends import FrontendError, write
     from ..lower.frontends.api import LowerFailed
@@ -288,7 +266,7 @@ def _lower_step(args, bar) -> int:
 
     _step_only(args)
     req = step_request(args, args.batch, args.tokens)
-    say(args, f"lowering {req.describe()} -> {args.output or 'stdout'}", note=True)
+    console.say(f"lowering {req.describe()} -> {args.output or 'stdout'}", note=True)
     bar.stage("lowering the step")
     try:
         from ..studies.limits import check
@@ -299,12 +277,10 @@ def _lower_step(args, bar) -> int:
     except (FrontendError, LowerFailed, ValueError) as e:
         raise UserError(str(e)) from None
     bar.close()
-    record_output(args.output)
     if args.output is None:
         sys.stdout.write(res.text)
-    if not args.quiet:
-        print(f"mhlo-cost: KV cache {step.layout.nbytes:,} B ({step.layout.describe()}), "
-              f"weights {step.weight_bytes:,} B", file=sys.stderr)
+    console.say(f"KV cache {step.layout.nbytes:,} B ({step.layout.describe()}), weights {step.weight_bytes:,} B",
+                note=True)
     return EXIT_OK
 
 
@@ -330,7 +306,7 @@ def _expert_parallel_line(args, info: dict) -> str:
             f"over the forward")
 
 
-def cmd_lower(args) -> int:
+def cmd_lower(args, console) -> int:
     import os
 
     if not args.verbose:  # before jax is first imported: XLA's C++ start-up lines
@@ -345,38 +321,42 @@ def cmd_lower(args) -> int:
     from ..lower.frontends.preflight import check_request
     from ..lower.run import lower_request
 
-    bar = Progress.of(args)
+    bar = console.progress()
     try:
         bar.stage("checking the options")
-        _claim(args)  # the output first: it costs nothing
+        claim_output(args, console)  # the output first: it costs nothing (a missing folder is made when written)
         if args.decode or args.prefill:
-            return _lower_step(args, bar)
+            return _lower_step(args, console, bar)
         if args.context:
             raise UserError("--context goes with --decode or --prefill")
         req, text = _request(args)  # shapes, dtypes, configuration: before any heavy import
         check_request(req)  # the extras installed, a library's class name
-        _shape_note(args)
-        say(args, f"lowering {text} -> {args.output or 'stdout'}", note=True)
+        _shape_note(args, console)
+        console.say(f"lowering {text} -> {args.output or 'stdout'}", note=True)
         low = lower_request(req, stage=bar.stage)
         ep_line = _expert_parallel_line(args, low.info)
         bar.stage(f"writing {args.output or 'stdout'}")
         res = write(low, args.output, locations=args.locations)
-    except (FrontendError, LowerFailed, FileExistsError, FileNotFoundError, ValueError) as e:
+    except (FrontendError, LowerFailed, ValueError) as e:
         raise UserError(str(e)) from None
-    except OSError as e:
-        raise UserError(f"{args.output}: cannot write: {e.strerror or e}") from None
     bar.close()
-    record_output(args.output)
     if args.output is None:
         sys.stdout.write(res.text)
-    if not args.quiet:
-        where = f" written to {args.output}" if args.output else ""
-        print(f"mhlo-cost: {res.format} {res.nbytes / 1e6:.2f} MB{where} in {res.seconds:.2f} s, "
-              f"peak RSS {res.peak_rss_mb:.0f} MiB", file=sys.stderr)
-        if "moe" in low.info:
-            moe = low.info["moe"]
-            print(f"mhlo-cost: mixture of experts, routing {moe['routing']} ({moe['assumption']}), "
-                  f"{moe['layers']} expert layers: {moe['text']}", file=sys.stderr)
-        if ep_line:
-            print(f"mhlo-cost: {ep_line}", file=sys.stderr)
+    _lowered_lines(console, args, res, low.info, ep_line)
     return EXIT_OK
+
+
+def _lowered_lines(console, args, res, info: dict, ep_line: str) -> None:
+    """What was written and how long it took; the mixture of experts, expert parallelism and the dtype lowered
+    in where they apply (notes on stderr)."""
+    where = f" written to {args.output}" if args.output else ""
+    console.say(f"{res.format} {res.nbytes / 1e6:.2f} MB{where} in {res.seconds:.2f} s, peak RSS "
+                f"{res.peak_rss_mb:.0f} MiB", note=True)
+    if "moe" in info:
+        moe = info["moe"]
+        console.say(f"mixture of experts, routing {moe['routing']} ({moe['assumption']}), {moe['layers']} expert "
+                    f"layers: {moe['text']}", note=True)
+    if ep_line:
+        console.say(ep_line, note=True)
+    if "dtype" in info:
+        console.say(f"lowered in {info['dtype']}", note=True)

@@ -10,21 +10,20 @@ from __future__ import annotations
 
 import argparse
 
-from ..studies.compose import spec
-from ..views.by import view
-from ..views.many import joined
-from ..views.render import render
+from ..studies.compose import compose
+from ..views.by import VIEWS
 from ..views.table import ViewRequest
-from .common import (EXIT_OK, Progress, UserError, add_common, add_estimate, add_filters, add_output, claim_output,
-                     hardware_from_options, open_answer, say, study_blocks, study_roofline, write_output)
+from .common import (EXIT_OK, UserError, add_common, add_estimate, add_filters, add_output, claim_output,
+                     hardware_from_options, study_options, write_output)
 
-BY = ("summary", "op", "opname", "kind", "scope", "tree", "block", "comm", "phase", "memory")
+#: --by's names: the views' (:data:`mhlo_cost.views.by.VIEWS`, the one place a view is chosen)
+BY = tuple(VIEWS)
 
 
 def _parse_by(value: str) -> tuple[str, int | None]:
     by, _, depth = value.partition(":")
-    if by not in BY:
-        raise argparse.ArgumentTypeError(f"--by must be one of {', '.join(BY)} (scope:DEPTH, tree:DEPTH), "
+    if by not in VIEWS:
+        raise argparse.ArgumentTypeError(f"--by must be one of {', '.join(VIEWS)} (scope:DEPTH, tree:DEPTH), "
                                          f"got {value!r}")
     if depth:
         if by not in ("scope", "tree") or not depth.isdigit() or int(depth) < 1:
@@ -33,7 +32,7 @@ def _parse_by(value: str) -> tuple[str, int | None]:
     return by, None
 
 
-def cmd_report(args) -> int:
+def cmd_report(args, console) -> int:
     hw = hardware_from_options(args, top_needs_hardware=False)
     by, depth = args.by
     if args.top is not None and by != "op" and args.format != "html":
@@ -50,36 +49,14 @@ def cmd_report(args) -> int:
                         "shows the whole program")
     if filtered and args.steps is not None:
         raise UserError("--steps is a whole run of the program: it does not go with --block or --scope")
-    claim_output(args)
-    progress = Progress.of(args)
+    claim_output(args, console)
+    progress = console.progress()
     request = ViewRequest(by=by, depth=depth, block=getattr(args, "block", None), scope=getattr(args, "scope", None),
                           top=args.top, parts=args.parts, unit=args.unit)
-    # one file: the reader's child may answer the whole request (mhlo_cost.studies.compose), not send the rows
-    whole_spec = (lambda o: spec(o, request, args.format, args.wide)) if len(args.file) == 1 else None
-    tables = []
-    for path in args.file:
-        study, whole = open_answer(path, args, progress, hw, training={"block": True, "phase": "always"}.get(by, False),
-                                   render=whole_spec)
-        if whole is not None:
-            return _write_whole(whole, args, progress)
-        study_roofline(study, args)
-        progress.stage("grouping")
-        tables.append(view(study, request))
-        if by in ("block", "memory") or (by, args.format) == ("summary", "html"):  # the blocks shown: what was found
-            study_blocks(study, args)
-    progress.done()
-    table = tables[0] if len(tables) == 1 else joined(tables, request)
-    write_output(render(table, args.format, args.unit, wide=args.wide), args.output)
-    return EXIT_OK
-
-
-def _write_whole(whole, args, progress) -> int:
-    """The child's whole answer: its stages told, its lines said, its text written."""
-    text, lines, stages = whole
-    for stage in stages:
-        progress.stage(stage)
-    for line, note in lines:
-        say(args, line, note=note)
+    training = {"block": True, "phase": "always"}.get(by, False)
+    programs = [study_options(args, path, progress, hw, training) for path in args.file]
+    text = compose(programs, request, args.format, wide=args.wide, strict=args.strict, stage=progress.stage,
+                   say=console.say)
     progress.done()
     write_output(text, args.output)
     return EXIT_OK

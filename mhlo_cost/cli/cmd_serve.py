@@ -5,10 +5,8 @@ time per output token and tokens/s (decode), memory per device and what fits; wi
 """
 from __future__ import annotations
 
-import sys
-
 from .cache import add_cache, cache_note, cache_root
-from .common import EXIT_OK, Progress, UserError, add_progress, claim_output, positive_int, say, write_output
+from .common import EXIT_OK, UserError, add_force, add_progress, add_quiet, claim_output, positive_int, write_output
 
 
 def add_step_options(g, lower: bool = False) -> None:
@@ -44,7 +42,7 @@ def register(sub) -> None:
     m.add_argument("--hf", metavar="CLASS", help="a transformers causal LM (LlamaForCausalLM, MistralForCausalLM...)")
     m.add_argument("--config", metavar="FILE|TYPE", help="--hf: a config.json or a model type (llama, mistral...)")
     m.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="a configuration field (repeat)")
-    m.add_argument("--dtype", default="bfloat16", help="weights and cache dtype (default bfloat16)")
+    m.add_argument("--dtype", help="weights and cache dtype (default: the configuration's, else bfloat16)")
     s = p.add_argument_group("the step")
     add_step_options(s)
     s.add_argument("--tp", type=positive_int, metavar="N",
@@ -59,15 +57,15 @@ def register(sub) -> None:
     w.add_argument("--contexts", type=_ints, metavar="L1,L2,..", help="e.g. 2048,8192,32768 (instead of --context)")
     w.add_argument("--tps", type=_ints, metavar="N1,N2,..", help="tensor-parallel degrees (instead of --tp)")
     w.add_argument("--plot", metavar="FILE.png", help="tokens/s and memory against batch (points that do not fit: x); "
-                                                      ".png, .svg or .pdf")
+                                                      ".png, .svg or .pdf, under the -o rule")
     add_cache(w, "lowered steps and their figures")
     o = p.add_argument_group("output")
     o.add_argument("--hardware", default="h100", metavar="NAME", help="chip profile (default h100)")
     o.add_argument("--hardware-file", metavar="FILE", help="TOML file of your own profiles")
     o.add_argument("--format", choices=("table", "json", "csv", "markdown"), default="table")
     o.add_argument("-o", "--output", metavar="OUT", help="write to a file instead of stdout")
-    o.add_argument("--force", action="store_true", help="replace OUT even if mhlo-cost did not write it")
-    o.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")
+    add_force(o)
+    add_quiet(o)
     add_progress(o)
     p.set_defaults(func=cmd_serve, verbose=False)
 
@@ -96,7 +94,7 @@ def step_request(args, batch: int | None, tokens: int | None):
         sets = parse_assignments(args.set, "--set")
         from ..lower.frontends.inputs import weight_dtype
 
-        dtype = weight_dtype(args.dtype) if args.dtype else "bfloat16"
+        dtype = weight_dtype(args.dtype) if args.dtype else None  # the configuration's (--hf), else bfloat16
         req = StepRequest(mode=mode, batch=1 if batch is None else batch, context=context, tokens=tokens,
                           model=args.model, hf=args.hf,
                           config=args.config, overrides=tuple(sorted(sets.items())), dtype=dtype,
@@ -127,38 +125,49 @@ def _check_sweep(args) -> None:
         raise UserError(f"--plot {args.plot}: the picture's name must end in .png, .svg or .pdf")
 
 
-def cmd_serve(args) -> int:
+def cmd_serve(args, console) -> int:
     import os
 
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
     _check_sweep(args)
-    if args.output:
-        claim_output(args)
+    sweeping = args.batches or args.contexts or args.tps
+    claim_output(args, console)
+    if args.plot:
+        claim_output(args, console, args.plot)
     req = step_request(args, args.batch, args.tokens)
     from ..studies.serve.serve import launched
 
     hw = launched(_profile(args), args.launch)
-    sweeping = args.batches or args.contexts or args.tps
     from ..lower.frontends import FrontendError
     from ..lower.frontends.api import LowerFailed
     from ..studies.serve.study import ServeOptions, ServeStudy
 
-    root = cache_root(args)
-    bar = Progress.of(args)
+    root = cache_root(args, console)
+    bar = console.progress()
     study = ServeStudy(ServeOptions(req, hw, tp=args.tp or 1, launch=args.launch, batches=args.batches,
                                     contexts=args.contexts, tps=args.tps, cache=root is not None,
-                                    cache_dir=root), stage=bar.stage, note=cache_note(args))
+                                    cache_dir=root), stage=bar.stage, note=cache_note(console))
     if sweeping:
-        say(args, f"sweeping {req.describe()} on {hw.name}", note=True)
+        console.say(f"sweeping {req.describe()} on {hw.name}", note=True)
     try:
-        study.run()
+        table = study.view()
     except (FrontendError, LowerFailed, ValueError) as e:
         raise UserError(str(e)) from None
     bar.close()
-    write_output(study.render(args.format), args.output)
+    from ..views.render import render
+
+    write_output(render(table, args.format, "raw", wide=True), args.output)
     if args.plot:
-        study.plot(args.plot)
-        if not args.quiet:
-            print(f"mhlo-cost: plot written to {args.plot}", file=sys.stderr)
+        _plot(study, args.plot)
+        console.say(f"plot written to {args.plot}", note=True)
     return EXIT_OK
+
+
+def _plot(study, path: str) -> None:
+    """The sweep's picture (:func:`mhlo_cost.views.serve.sweep_plot`) through the one writer."""
+    from ..files.write import replacing
+    from ..views.serve import sweep_plot
+
+    with replacing(path) as tmp:
+        sweep_plot(study.points, tmp, study.plot_title)

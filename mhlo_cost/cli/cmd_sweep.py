@@ -17,8 +17,7 @@ from ..files.read import FileRefused, read_settings
 from .cache import add_cache, cache_note, cache_root
 from .cmd_lower import PARALLEL
 from .common import EXIT_MOVED as EXIT_SOME_FAILED
-from .common import EXIT_OK, Progress, UserError, add_force, add_progress, claim_output, say
-from ..files.written import record_output
+from .common import EXIT_OK, UserError, add_force, add_progress, add_quiet, claim_output
 
 
 def register(sub) -> None:
@@ -62,7 +61,7 @@ def register(sub) -> None:
                    help="default: from -o's extension (.csv .json .parquet .md), else markdown")
     o.add_argument("-o", "--output", metavar="FILE", help="write the table here (default stdout)")
     add_force(o)
-    o.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
+    add_quiet(o)
     add_progress(o)
     p.set_defaults(func=cmd_sweep)
 
@@ -124,7 +123,7 @@ def _hardware_toml(grid, path) -> str | None:
         raise UserError(str(e)) from None
 
 
-def _shape_notes(grid, args) -> None:
+def _shape_notes(grid, console) -> None:
     """A STDiT3 shape that is not a published one: a warning (never hidden) with the tokens it means."""
     from ..lower.models.config import VideoShape, unpublished_shape_note
 
@@ -135,10 +134,10 @@ def _shape_notes(grid, args) -> None:
             continue
         note = unpublished_shape_note(shape)
         if note:
-            say(args, f"warning: {note}")
+            console.say(f"warning: {note}")
 
 
-def cmd_sweep(args) -> int:
+def cmd_sweep(args, console) -> int:
     import os
 
     from ..studies.sweep import GridError, SweepError, make_grid, run_sweep
@@ -147,7 +146,7 @@ def cmd_sweep(args) -> int:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
     fmt = format_of(args.output, args.format)
-    claim_output(args)
+    claim_output(args, console)
     if fmt == "parquet" and args.output in (None, "", "-"):
         raise UserError("--format parquet needs -o FILE")
     _check_where(args)
@@ -155,17 +154,16 @@ def cmd_sweep(args) -> int:
         settings = _settings(args)
         if settings.get("training"):  # training configurations: delegated to mhlo_cost.studies.plan
             _training_only(args)
-            return _training(args, settings, fmt)
+            return _training(args, console, settings, fmt)
         grid = make_grid(settings)
-        _shape_notes(grid, args)
+        _shape_notes(grid, console)
         hardware_toml = _hardware_toml(grid, args.hardware_file)
-        cache = cache_root(args)
-        if not args.quiet:
-            print(f"mhlo-cost: sweep of {len(grid.points)} point(s) x {len(grid.hardware)} hardware profile(s) on "
-                  f"{args.scheduler or 'this machine'}", file=sys.stderr, flush=True)
-        bar = Progress.of(args)
+        cache = cache_root(args, console)
+        console.say(f"sweep of {len(grid.points)} point(s) x {len(grid.hardware)} hardware profile(s) on "
+                    f"{args.scheduler or 'this machine'}", note=True)
+        bar = console.progress()
         df, stats = run_sweep(grid, hardware_toml, cache_dir=cache, scheduler=args.scheduler, jobs=args.jobs,
-                              progress=bar.count if bar.enabled else False, note=cache_note(args),
+                              progress=bar.count if bar.enabled else False, note=cache_note(console),
                               **({"worker_timeout": args.worker_timeout} if args.worker_timeout else {}))
         bar.close()
     except (GridError, SweepError) as e:
@@ -177,27 +175,24 @@ def cmd_sweep(args) -> int:
     _emit(df, fmt, args.output, settings)
     if nothing is not None:  # the table (written) says why, point by point
         raise UserError(nothing)
-    if not args.quiet:
-        print(f"mhlo-cost: sweep done in {stats.seconds:.1f}s: {stats.computed} computed, {stats.cached} cached, "
-              f"{stats.failed} failed", file=sys.stderr)
+    console.say(f"sweep done in {stats.seconds:.1f}s: {stats.computed} computed, {stats.cached} cached, "
+                f"{stats.failed} failed", note=True)
     if stats.failed:
-        say(args, _some_failed(df, stats))
+        console.say(_some_failed(df, stats))
         return EXIT_SOME_FAILED
     return EXIT_OK
 
 
 def _emit(df, fmt: str, output, settings: dict) -> None:
-    """The table on stdout, or written to ``output`` (recorded for the -o rule)."""
+    """The table on stdout, or written to ``output`` through the one writer."""
     from ..studies.sweep.table import write
 
     try:
         text = write(df, fmt, output, settings)
-    except OSError as e:
+    except OSError as e:  # (pyarrow missing)
         raise UserError(f"{output}: cannot write: {e.strerror or e}") from None
     if text is not None:
         sys.stdout.write(text)
-    else:
-        record_output(output)
 
 
 def _some_failed(df, stats) -> str:
@@ -230,7 +225,7 @@ def _training_only(args) -> None:
                         "(planned in this process, on the shipped system profiles)")
 
 
-def _training(args, settings: dict, fmt: str) -> int:
+def _training(args, console, settings: dict, fmt: str) -> int:
     """A spec with a [training] table: the splits planned by mhlo_cost.studies.plan, one row each (--best: ranked
     by iteration time among those that fit, as train-plan --sweep ranks them)."""
     import time
@@ -239,11 +234,9 @@ def _training(args, settings: dict, fmt: str) -> int:
     from ..studies.sweep.training import training_frame
 
     t0 = time.perf_counter()
-    df = training_frame(settings, cache_root(args), cache_note(args))
+    df = training_frame(settings, cache_root(args, console), cache_note(console))
     if args.best:
         df = best(df)
     _emit(df, fmt, args.output, {"training": settings["training"]})
-    if not args.quiet:
-        print(f"mhlo-cost: training sweep of {len(df)} row(s) done in {time.perf_counter() - t0:.1f}s",
-              file=sys.stderr)
+    console.say(f"training sweep of {len(df)} row(s) done in {time.perf_counter() - t0:.1f}s", note=True)
     return EXIT_OK

@@ -4,7 +4,8 @@ that fit. The per-device layer is lowered from shapes once per distinct shape (:
 from __future__ import annotations
 
 from .cache import add_cache, cache_note, cache_root
-from .common import EXIT_OK, UserError, positive_int, write_output
+from .common import (EXIT_OK, UserError, add_force, add_progress, add_quiet, claim_output, positive_int,
+                     write_output)
 
 
 #: The split's options (-t, -p, ...): a sweep makes every split itself, so none of them goes with --sweep.
@@ -73,16 +74,23 @@ def _split(args, base):
                            recompute=args.recompute, dp_comm=args.dp_comm, dp_overlap=args.dp_overlap)
 
 
-def cmd_train_plan(args) -> int:
+def cmd_train_plan(args, console) -> int:
     from ..network import resolve_profile
     from ..studies.plan.study import PlanOptions, PlanStudy
+    from ..views.render import render
+    from ..views.table import ViewRequest
 
     _check_options(args)
+    claim_output(args, console)
     hw = resolve_profile(args.hardware, args.hardware_file)
     cfg = _config(args)
-    study = PlanStudy(PlanOptions(cfg, hw, gpus=args.sweep, cache_dir=cache_root(args)),  # checked: OptionError
-                      note=cache_note(args))
-    write_output(study.render(args.format, args.by or "component"), args.output)
+    progress = console.progress()
+    progress.stage(f"planning {cfg.label()} on {hw.name}" if not args.sweep else f"sweeping {args.sweep} GPUs")
+    study = PlanStudy(PlanOptions(cfg, hw, gpus=args.sweep, cache_dir=cache_root(args, console)),  # checked
+                      note=cache_note(console))
+    table = study.view(ViewRequest(by=args.by or "component"))
+    progress.done()
+    write_output(render(table, args.format, "raw", wide=True), args.output)
     return EXIT_OK
 
 
@@ -117,5 +125,8 @@ def register(sub) -> None:
                    help="html: a page with a stacked bar per pipeline stage and both tables (-o FILE)")
     p.add_argument("--by", choices=("component", "stage"),
                    help="the table: the busiest device's components (default), or one row per pipeline stage")
-    p.add_argument("-o", "--output", metavar="FILE")
+    p.add_argument("-o", "--output", metavar="FILE", help="write to a file instead of stdout")
+    add_force(p)
+    add_quiet(p)
+    add_progress(p)
     p.set_defaults(func=cmd_train_plan)

@@ -1,4 +1,5 @@
-"""What every command shares: the one-line error, progress on stderr, loading, -o, option helpers."""
+"""What every command shares: the one-line error, loading, -o, option helpers. Nothing here is global: a run's
+stderr is its :class:`~mhlo_cost.files.console.Console`, handed to each command with its options."""
 from __future__ import annotations
 
 import argparse
@@ -6,15 +7,10 @@ import os
 import re
 import sys
 from pathlib import Path
-from typing import Callable
 
-from ..files.written import head, record_output, wrote_before
-from .progress import ACTIVE_PROGRESS, Progress, progress_wanted, stop_progress  # noqa: F401 (the commands' names)
+from ..files.console import Console, Progress  # noqa: F401 (the commands' names)
 
 EXIT_OK, EXIT_MOVED, EXIT_BAD_INPUT, EXIT_INTERNAL = 0, 1, 2, 70
-#: The oldest jax / jaxlib whose MLIR bindings the loader works with (pyproject says the same): 0.6 has no
-#: ``_jax_mlir_ext``, 0.7.2 to 0.10.0 no ``ir.NameLoc``.
-MIN_JAX = (0, 10, 1)
 
 
 class UserError(Exception):
@@ -27,36 +23,6 @@ def _size(path: str) -> str:
     except OSError:
         return ""
     return f", {n / 1e6:.1f} MB" if n >= 1e5 else ""
-
-
-SAID: set = set()  # the lines said this run: each once
-
-
-def say(args, text: str, note: bool = False) -> None:
-    """``mhlo-cost: text`` on stderr, once per run; a ``note`` (what was found, what was written, facts
-    that change no figure) never under ``-q``."""
-    if (note and getattr(args, "quiet", False)) or text in SAID:
-        return
-    SAID.add(text)
-    for p in ACTIVE_PROGRESS:  # a line drawn in place on a terminal ends first
-        p.clear()
-    print(f"mhlo-cost: {text}", file=sys.stderr)
-
-
-def require_jax() -> None:
-    """A one-line error, before any import of the bindings, where the installed jaxlib is too old."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    want = ".".join(map(str, MIN_JAX))
-    for dist in ("jax", "jaxlib"):
-        try:
-            found = version(dist)
-        except PackageNotFoundError:
-            raise UserError(f"{dist} is not installed: pip install 'jax>={want}' 'jaxlib>={want}'") from None
-        nums = tuple(int(p) if p.isdigit() else 0 for p in found.split(".")[:3])
-        if nums < MIN_JAX:
-            raise UserError(f"{dist} {found} is too old (its MLIR bindings lack what the loader needs): "
-                            f"pip install -U 'jax>={want}' 'jaxlib>={want}'")
 
 
 def read_input(path: str) -> bytes:
@@ -73,102 +39,33 @@ def read_input(path: str) -> bytes:
     return data
 
 
-def open_study(path: str, args, progress: Progress, hw=None, training: bool | str = False):
-    """The study of ``path`` (``-``: standard input) under the options (``hw``: the profile
-    :func:`hardware_from_options` resolved); its analysis made now, its warnings said (``--strict``: refused).
-    ``training``: a training step's phases where the IR holds a backward (``"always"``: whatever it holds)."""
-    return open_answer(path, args, progress, hw, training)[0]
-
-
-def open_answer(path: str, args, progress: Progress, hw=None, training: bool | str = False,
-                render=None) -> tuple:
-    """(the study, None) as :func:`open_study`; or, where ``render(study_options)`` gives a spec
-    (:func:`mhlo_cost.studies.compose.spec`) and the reader's child answers it whole, (the study without its
-    analysis, (text, [[line, is_note], ...]))."""
-    from ..ir.guard import enabled, prestart
-    from ..studies.study import Study, StudyOptions
+def study_options(args, path: str, progress: Progress, hw=None, training: bool | str = False):
+    """The :class:`~mhlo_cost.studies.study.StudyOptions` the options ask of the file ``path`` (``-``: standard
+    input), read now (``hw``: the profile :func:`hardware_from_options` resolved; ``training``: a training
+    step's phases where the IR holds a backward, ``"always"``: whatever it holds)."""
+    from ..ir.guard import prestart
+    from ..studies.study import StudyOptions
 
     prestart(walk=True)  # the reader's child starts (and imports the walk) while this process reads the file
     progress.stage(f"parsing {'standard input' if path == '-' else path}{_size(path)}")
-    data = read_input(path)
-    options = StudyOptions(
-        data, name="<stdin>" if path == "-" else path, entry=getattr(args, "entry", None),
+    return StudyOptions(
+        read_input(path), name="<stdin>" if path == "-" else path, entry=getattr(args, "entry", None),
         conv_padding=getattr(args, "conv_padding", "xla"), training=training, hardware=hw,
         execution=getattr(args, "execution", None), fuse=getattr(args, "fuse", "none") or "none",
         attention=getattr(args, "attention", None), sdpa=getattr(args, "sdpa", None),
         steps=getattr(args, "steps", None), blocks=getattr(args, "blocks", "auto"),
         block_pattern=getattr(args, "block_pattern", None), norms_per_block=getattr(args, "norms_per_block", None),
-        isolate=enabled())
-    checked: list = []  # jax's version, read while the child works (its metadata is slow to read)
-    asked = render(options) if render is not None and options.isolate else None
-    # (the views are imported meanwhile unless the child is asked to render: then they are rarely needed here)
-    study = Study(options, stage=progress.stage, meanwhile=lambda: _meanwhile(checked, views=not asked),
-                  check=require_jax)
-    whole = None
-    if not options.isolate:  # MHLO_COST_ISOLATE=0: parsed and walked here, the version checked first
-        analysis = study.analysis
-    else:  # parsed and walked once, in the child: this process imports no jaxlib
-        try:
-            whole = study.answer(asked) if asked else None
-            analysis = study.analysis if whole is None else None
-        except Exception:
-            _jax_ok(checked)  # a jaxlib too old (or none) says so first
-            raise
-        _jax_ok(checked)
-    if whole is not None:
-        import json
-
-        return study, json.loads(whole)
-    _say_warnings(analysis, args)
-    return study, None
+        isolate=None)
 
 
-def _say_warnings(analysis, args) -> None:
-    """The analysis' warnings and unknown ops on stderr (``--strict``: an error)."""
-    from ..walk.row import EMPTY_ENTRY
+def open_study(path: str, args, console: Console, progress: Progress, hw=None, training: bool | str = False):
+    """The study of ``path`` under the options, its analysis made now and its warnings said (``--strict``:
+    refused): the first half of the one composition (:func:`mhlo_cost.studies.compose.open_study`)."""
+    from ..studies import compose
 
-    for w in analysis.warnings:  # a fact about the counts (shard_map: per device) is a note
-        if w.startswith(EMPTY_ENTRY) and getattr(args, "strict", False):
-            raise UserError(f"{analysis.source}: {w} (--strict)")
-        say(args, f"note: {w}" if "per device" in w else f"warning: {w}", note="per device" in w)
-    unknown = sum(r.multiplicity for r in analysis.rows if r.kind == "unknown")
-    if unknown:
-        names = ", ".join(analysis.unknown[:5]) + (" ..." if len(analysis.unknown) > 5 else "")
-        if getattr(args, "strict", False):
-            raise UserError(f"{analysis.source}: {unknown} op(s) no rule knows: {names} (--strict)")
-        say(args, f"warning: {unknown} op(s) no rule knows, counted as unknown: {names}")
-
-
-def _meanwhile(checked: list, views: bool = True) -> None:
-    """While the reader's child parses and walks: the version check of jax and jaxlib (its error kept in
-    ``checked``), and the imports of the views."""
-    try:
-        require_jax()
-        checked.append(None)
-    except UserError as e:
-        checked.append(e)
-    if views:
-        _import_the_views()
-
-
-def _jax_ok(checked: list) -> None:
-    """Raise the version check's error (made now where it was not made meanwhile)."""
-    if not checked:
-        require_jax()
-    elif checked[0] is not None:
-        raise checked[0]
-
-
-def _import_the_views() -> None:
-    """What the summary and the block views import, imported while the reader's child parses and walks."""
-    import importlib
-
-    for module in ("mhlo_cost.memory.profile", "mhlo_cost.analysis.collectors.repeat", "mhlo_cost.analysis.collectors.scope",
-                   "mhlo_cost.views.figures", "mhlo_cost.views.headline", "mhlo_cost.views.pairs"):
-        try:
-            importlib.import_module(module)
-        except ImportError:  # said where it is needed
-            pass
+    options = study_options(args, path, progress, hw, training)
+    return compose.open_study(options, strict=getattr(args, "strict", False), stage=progress.stage,
+                              say=console.say)[0]
 
 
 def positive_int(value: str) -> int:
@@ -192,69 +89,44 @@ def regex(value: str) -> str:
 
 
 
-def write_output(text: str, out: str | None) -> None:
-    """``text`` to ``out`` (recorded as mhlo-cost's, see :func:`claim_output`), or to stdout."""
+def write_output(text: str | bytes, out: str | None) -> None:
+    """``text`` to the file ``out`` (through the one writer: :func:`mhlo_cost.files.write.write`), or to stdout
+    (None or ``-``)."""
     if out and out != "-":
-        try:
-            Path(out).write_text(text, encoding="utf-8")
-        except OSError as e:
-            raise UserError(f"{out}: cannot write: {e.strerror or e}") from None
-        record_output(out)
+        from ..files.write import write
+
+        write(out, text)
     else:
         sys.stdout.write(text)
 
 
-def claim_output(args, path: str | None = None, ours: Callable[[bytes], bool] | None = None,
-                 what: str = "") -> None:
-    """Before any work: refuse ``path`` (default ``args.output``) where it is a file mhlo-cost did not write and
-    ``--force`` is not given; ``ours(first bytes)``: a file this command may replace as its own."""
+def claim_output(args, console: Console, path: str | None = None) -> None:
+    """Before any work: the one output rule (:func:`mhlo_cost.files.write.claim`) for ``path`` (default
+    ``args.output``; None or ``-``: stdout, nothing to claim) under ``--force``; mhlo-cost's own file replaced
+    with a note."""
     path = getattr(args, "output", None) if path is None else path
-    if not path or path == "-" or not os.path.lexists(path):
+    if not path or path == "-":
         return
-    if os.path.isdir(path):
-        raise UserError(f"{path}: is a folder; -o names a file")
-    if getattr(args, "force", False):
-        return
-    if wrote_before(path) or (ours is not None and ours(head(path))):
-        say(args, f"replacing {path} ({what or 'written by mhlo-cost before'})", note=True)
-        return
-    raise UserError(f"{path} exists and mhlo-cost did not write it: add --force to replace it")
+    from ..files.write import claim
+
+    note = claim(path, force=bool(getattr(args, "force", False)))
+    if note:
+        console.say(note, note=True)
 
 
 def add_force(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--force", action="store_true", help="replace -o's file even if mhlo-cost did not write it")
+    p.add_argument("--force", action="store_true",
+                   help="replace an output file (-o, --plot) even if mhlo-cost did not write it")
+
+
+def add_quiet(p: argparse.ArgumentParser) -> None:
+    p.add_argument("-q", "--quiet", action="store_true",
+                   help="no progress and no notes on stderr (warnings and errors still show)")
 
 
 def add_progress(p: argparse.ArgumentParser) -> None:
     p.add_argument("--progress", action="store_true",
                    help="stages and bars on stderr even when it is not a terminal (default: on a terminal only)")
-
-
-def study_blocks(study, args, quiet: bool = False):
-    """The study's blocks, their warnings and what was found said (not when ``quiet``)."""
-    blocks = study.blocks
-    if not quiet:
-        for w in blocks.warnings:
-            say(args, f"warning: {w}")
-        if blocks.blocks:  # where none was found, the table's rows say so (grouped by scope)
-            say(args, blocks.found(), note=True)
-    return blocks
-
-
-def study_roofline(study, args):
-    """The study's estimate (None without a profile), its unknown ops said."""
-    rf = study.roofline
-    if rf is not None and rf.unknown_ops:
-        say(args, f"warning: {rf.unknown_ops} unknown op(s) are estimated at 0 s")
-    return rf
-
-
-def execution(args) -> str:
-    """The execution model the options name: ``--execution``, else the one ``--fuse`` maps onto (none:
-    unfused, elementwise: compiled)."""
-    from ..roofline.estimate import execution_of
-
-    return execution_of(getattr(args, "fuse", "none") or "none", getattr(args, "execution", None))
 
 
 # -- roofline options (--hardware, --hardware-file, --fuse, --steps, --top) ------------------------------------
@@ -279,12 +151,15 @@ def hardware_from_options(args, top_needs_hardware: bool = True):
         v = getattr(args, opt, None)
         if v is not None and v < 1:
             raise UserError(f"--{opt} must be a positive integer, got {v}")
+    from ..machines.execution import execution_of
+
     ex = getattr(args, "execution", None)
     if ex is not None and getattr(args, "fuse", "none") not in (None, "none") and ex != "compiled":
         raise UserError(f"--fuse elementwise is --execution compiled; it does not go with --execution {ex}")
-    if getattr(args, "attention", None) and execution(args) != "compiled":
+    model = execution_of(getattr(args, "fuse", None), ex)
+    if getattr(args, "attention", None) and model != "compiled":
         raise UserError("--attention goes with --fuse elementwise")  # (= --execution compiled)
-    if getattr(args, "sdpa", None) and execution(args) != "eager":
+    if getattr(args, "sdpa", None) and model != "eager":
         raise UserError("--sdpa goes with --execution eager")
     return hw
 
@@ -294,8 +169,7 @@ def add_common(p: argparse.ArgumentParser, blocks: bool = True, many: bool = Fal
     p.add_argument("file", nargs="+" if many else None, help=what + ("; several give one table" if many else ""))
     p.add_argument("--entry", metavar="NAME", help="function to start from (default: main, or the only public one)")
     p.add_argument("--strict", action="store_true", help="fail when an op no rule knows is found")
-    p.add_argument("-q", "--quiet", action="store_true",
-                   help="nothing on stderr but errors (no progress, no blocks found, no warnings)")
+    add_quiet(p)
     add_progress(p)
     p.add_argument("--conv-padding", choices=("xla", "dense"), default="xla",
                    help="convolution FLOPs: xla (default) skips padded positions as XLA does; dense counts them "
@@ -349,13 +223,16 @@ def add_estimate(p: argparse.ArgumentParser, steps: bool = False, top: bool = Fa
                        help="--by op: the N slowest ops, slowest first (without --hardware: the N with most FLOPs)")
 
 
-#: The arguments main() was given (for the hints below).
-ARGV: list[str] = []
-
-
 class Parser(argparse.ArgumentParser):
-    def error(self, message):  # one line and exit 2, like every other bad input
-        raise UserError(message + dash_hint(message, ARGV, self._option_string_actions, self.prog))
+    """One line and exit 2 for a bad command line, like every other bad input; ``argv``: the arguments parsed
+    (for the hints of :func:`dash_hint`), handed on to the commands' parsers."""
+
+    def __init__(self, *a, argv: list[str] | None = None, **kw):
+        super().__init__(*a, **kw)
+        self.argv = list(argv or [])
+
+    def error(self, message):
+        raise UserError(message + dash_hint(message, self.argv, self._option_string_actions, self.prog))
 
 
 def dash_hint(message: str, argv: list[str], options, prog: str = "mhlo-cost COMMAND") -> str:

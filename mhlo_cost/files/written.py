@@ -1,20 +1,18 @@
-"""``-o FILE``, one rule for every command: a file mhlo-cost did not write is replaced only with ``--force``.
+"""The ledger of the files mhlo-cost wrote: how the one output rule (:func:`mhlo_cost.files.write.claim`) knows its
+own files.
 
-How a command knows it wrote a file: when it writes one, it records the file's SHA-256 under its path in a
-small ledger (``$XDG_STATE_HOME/mhlo-cost/written``, one entry per output path); a file whose content still
-has that hash is its own output, replaced when the command runs again (a note says so). A file edited since,
-one written by anything else, or one copied from another machine is refused before any work, in one line
-naming ``--force`` (:func:`mhlo_cost.cli.common.claim_output`). A command may know more of its own files (``lower``: any MLIR text, bytecode or gzip of
-them; ``baseline --update``: a baseline): ``ours`` says so from the file's first bytes.
+When the writer (:mod:`.write`) writes a file, it records the file's SHA-256 under its real path (links
+resolved) in a small ledger (``$XDG_STATE_HOME/mhlo-cost/written``, one entry per output path, each entry
+replaced atomically); a file whose content still has that hash is mhlo-cost's own output, replaced when a
+command writes there again (a note says so). A file edited since, one written by anything else, or one copied
+from another machine is not: replacing it takes ``--force``. Nothing else (a name, a format, first bytes) makes a
+file mhlo-cost's.
 """
 from __future__ import annotations
 
 import hashlib
 import os
 from pathlib import Path
-
-#: the first bytes of a file, enough for ``ours`` to recognise a format
-HEAD = 64
 
 
 def ledger_dir() -> Path:
@@ -46,26 +44,20 @@ def wrote_before(path: str) -> bool:
     return bool(recorded) and recorded == _digest(path)
 
 
-def head(path: str) -> bytes:
-    try:
-        with open(path, "rb") as f:
-            return f.read(HEAD)
-    except OSError:
-        return b""
-
-
-def record_output(path: str | None) -> None:
-    """After writing ``path``: remember its hash, so that running the command again may replace it."""
-    if not path or path == "-":
-        return
-    digest = _digest(path)
-    if digest is None:
-        return
+def record(path: str, digest: str) -> None:
+    """After writing ``path`` (whose content has the SHA-256 ``digest``): remember it, so that a command may
+    replace it again. The entry is written beside itself, synced, and put in place by one rename."""
     entry = _entry(path)
+    tmp = entry.with_name(f"{entry.name}.{os.getpid()}")
     try:
         entry.parent.mkdir(parents=True, exist_ok=True)
-        tmp = entry.with_name(f"{entry.name}.{os.getpid()}")
-        tmp.write_text(digest + "\n", encoding="ascii")
+        with open(tmp, "w", encoding="ascii") as f:
+            f.write(digest + "\n")
+            f.flush()
+            os.fsync(f.fileno())
         os.replace(tmp, entry)
     except OSError:  # no ledger (a read-only home): the next run asks for --force
-        pass
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass

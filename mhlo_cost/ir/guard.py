@@ -24,6 +24,8 @@ import threading
 import time
 from pathlib import Path
 
+from .codes import WALK_ANSWERS, Answer
+
 #: The child's loop, the package's second front door (run as a file: the package's wings are not imported for it).
 _READER = Path(__file__).resolve().parents[1] / "cli" / "child.py"
 #: The folder that holds the package: the child imports the walk (:mod:`mhlo_cost.analysis.isolated`) from there.
@@ -79,7 +81,7 @@ class _Server:
             except BaseException:  # (an interrupt) a request half done: its answer must not meet the next one
                 self.stop()
                 raise
-            if answer[:1] == b"M":
+            if answer[:1] == Answer.OUT_OF_MEMORY:
                 self.stop()  # after running out of memory the child is not trusted again
             return answer
 
@@ -212,20 +214,22 @@ def read_guarded(kind: str, data: bytes, name: str) -> tuple[bytes | None, str |
         answer = _SERVER.request(kind, data, name)
     except _Failed as e:
         return None, f"{name}: {e}"
-    if answer[:1] == b"K":
-        return answer[1:], None
-    return None, answer[1:].decode("utf-8", "replace")
+    code, payload = Answer.split(answer)
+    if code is Answer.BYTECODE:
+        return payload, None
+    return None, payload.decode("utf-8", "replace")
 
 
-def walk_guarded(kind: str, data: bytes, name: str, options: str, meanwhile=None) -> tuple[bytes, bytes]:
+def walk_guarded(kind: str, data: bytes, name: str, options: str, meanwhile=None) -> tuple[Answer, bytes]:
     """The child parses ``data`` and walks it with ``options`` (:class:`mhlo_cost.analysis.isolated.WalkOptions` as
-    JSON): (``P``, the encoded analysis), (``K``, bytecode: the analysis is too large to send), (``R``, the
-    whole answer the options' ``render`` asks for: :mod:`mhlo_cost.studies.compose`), (``A``, an
-    analysis error's line), (``X``, an unexpected error's line) or (``E``, the reader's message). ``meanwhile()`` runs once the request is sent, before the answer is read
-    (the time limit runs from then on)."""
+    JSON): (:attr:`~Answer.ANALYSIS`, the encoded analysis), (:attr:`~Answer.BYTECODE`: the analysis is too large
+    to send), (:attr:`~Answer.RENDERED`, the whole answer the options' ``render`` asks for:
+    :mod:`mhlo_cost.studies.compose`), (:attr:`~Answer.ANALYSIS_ERROR`, an analysis error's line),
+    (:attr:`~Answer.BUG`, an unexpected error's line) or (:attr:`~Answer.READ_ERROR`, the reader's message).
+    ``meanwhile()`` runs once the request is sent, before the answer is read (the time limit runs from then on)."""
     try:
         answer = _SERVER.request(kind, data, name, options, meanwhile)
     except _Failed as e:
-        return b"E", f"{name}: {e}".encode()
-    code = answer[:1]
-    return (code if code in (b"P", b"K", b"R", b"A", b"X") else b"E"), answer[1:]
+        return Answer.READ_ERROR, f"{name}: {e}".encode()
+    code, payload = Answer.split(answer)
+    return (code if code in WALK_ANSWERS else Answer.READ_ERROR), payload

@@ -22,6 +22,28 @@ class LoadError(Exception):
     """The input cannot be read as MLIR; ``str(err)`` is one line meant for a user."""
 
 
+#: The oldest jax / jaxlib whose MLIR bindings the loader works with (pyproject says the same): 0.6 has no
+#: ``_jax_mlir_ext``, 0.7.2 to 0.10.0 no ``ir.NameLoc``.
+MIN_JAX = (0, 10, 1)
+
+
+def require_jax() -> None:
+    """A one-line :class:`LoadError`, before any import of the bindings, where the installed jax or jaxlib is
+    missing or too old."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    want = ".".join(map(str, MIN_JAX))
+    for dist in ("jax", "jaxlib"):
+        try:
+            found = version(dist)
+        except PackageNotFoundError:
+            raise LoadError(f"{dist} is not installed: pip install 'jax>={want}' 'jaxlib>={want}'") from None
+        nums = tuple(int(p) if p.isdigit() else 0 for p in found.split(".")[:3])
+        if nums < MIN_JAX:
+            raise LoadError(f"{dist} {found} is too old (its MLIR bindings lack what the loader needs): "
+                            f"pip install -U 'jax>={want}' 'jaxlib>={want}'")
+
+
 @dataclass
 class Loaded:
     module: object  # ir.Module

@@ -6,8 +6,9 @@ jaxlib's bytecode reader trusts its input: one flipped byte can make it abort or
 input is parsed in a child with bounded memory and time, which hands back either MLIR bytecode written by
 MLIR itself (which the parent then parses, fast and safely), the walk's analysis, or one error line.
 
-This file imports only jaxlib, the standard library and :mod:`mhlo_cost.ir.bindings` (jaxlib's): the child starts in a
-fraction of a second, and the package's walk sits above it, not beside it.
+This file imports only jaxlib, the standard library, :mod:`mhlo_cost.ir.bindings` (jaxlib's) and the answer
+codes (:mod:`mhlo_cost.ir.codes`): the child starts in a fraction of a second, and the package's walk sits above
+it, not beside it.
 """
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from jaxlib.mlir import ir
 from jaxlib.mlir._mlir_libs import _jax_mlir_ext
 
 from .bindings import chlo, mhlo, sdy, stablehlo
+from .codes import Answer
 
 
 def make_context(handler: bool = True) -> ir.Context:
@@ -262,11 +264,11 @@ def limit_cpu(seconds: float) -> None:
 
 
 def parsed(kind: str, data: bytes, name: str):
-    """The module and its one top-level module op, or ``(None, answer)``: ``E`` and a message, or ``M`` and a
-    message (out of memory: restart the child)."""
+    """The module and its one top-level module op, or ``(None, answer)``: :attr:`Answer.READ_ERROR` and a
+    message, or :attr:`Answer.OUT_OF_MEMORY` and a message (restart the child)."""
     module, op, message = parse(kind, data, name, make_context(handler=False))
     if op is None:
-        code = b"M" if "ran out of memory" in message else b"E"
+        code = Answer.OUT_OF_MEMORY if "ran out of memory" in message else Answer.READ_ERROR
         return None, code + message.encode("utf-8", "replace")
     return module, op
 

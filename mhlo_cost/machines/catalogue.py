@@ -172,6 +172,11 @@ def _parse(data: bytes, origin: str) -> dict[str, Hardware]:
     return out
 
 
+def parse_profiles(text: str, origin: str = "<text>") -> dict[str, Hardware]:
+    """Every ``[profile.<name>]`` of TOML ``text`` (``origin`` names it in messages), as :func:`load_profiles`."""
+    return _parse(text.encode("utf-8"), origin)
+
+
 def load_profiles(path: str | PathLike[str]) -> dict[str, Hardware]:
     """Load every ``[profile.<name>]`` of a TOML file, keyed by profile name.
 

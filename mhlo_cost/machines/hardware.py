@@ -8,7 +8,8 @@ lookup by name or alias in :mod:`mhlo_cost.machines.catalogue`. Import both from
 from __future__ import annotations
 
 from .profile import DTYPE_KEYS, Hardware, HardwareError, canonical_dtype
-from .catalogue import check_schema_version, get_profile, list_profiles, load_profiles, profile_names, template_text
+from .catalogue import (check_schema_version, get_profile, list_profiles, load_profiles, parse_profiles, profile_names,
+                        template_text)
 
 __all__ = [
     "Hardware",
@@ -19,6 +20,7 @@ __all__ = [
     "list_profiles",
     "get_profile",
     "load_profiles",
+    "parse_profiles",
     "profile_names",
     "template_text",
 ]

@@ -13,7 +13,10 @@ reshapes, converts, slices and calls); biases and norm scales cannot be told fro
 from __future__ import annotations
 
 import re
+from heapq import merge
+from operator import itemgetter
 
+from ..walk.frames import Region
 from .sweep import arrays
 
 #: The pytree roots whose leaves are parameters.
@@ -76,9 +79,10 @@ def parameters(sw, rec, args: set) -> set:
     return named if named is not None else weight_arguments(sw, args)
 
 
-def first_readers(sw, rows, params: set) -> dict[int, int]:
+def first_readers(sw, rows, params: set, entry=None) -> dict[int, int]:
     """Parameter key -> the position of the first row that reads it (directly, or inside a callee or a loop
-    it is passed to); a parameter no row reads is left out."""
+    it is passed to); a parameter no row reads is left out. ``entry``: the entry frame, whose regions (a
+    loop's body, a ``shard_map`` body, a callee) hold their rows' reads in frames of their own."""
     up: dict[int, list] = {}
     for k, v in sw.alias.items():
         up.setdefault(k, []).append(v)
@@ -104,7 +108,11 @@ def first_readers(sw, rows, params: set) -> dict[int, int]:
 
     out: dict[int, int] = {}
     reach = _reaching(up, params)  # only these keys resolve to a parameter
-    found = _reads_of(sw, rows, reach) if arrays() else _reads_in_python(sw, rows, reach)
+    read = _reads_of if arrays() else _reads_in_python
+    found = read(sw, rows, reach)
+    nested = sorted(_nested_reads(sw, entry, 0, reach, read), key=itemgetter(1)) if entry is not None else ()
+    if nested:  # in program order with the entry's own rows
+        found = merge(found, nested, key=itemgetter(1))
     for k, i in found:
         p = resolve(k)
         if p is not None and p not in out:
@@ -125,6 +133,25 @@ def _reads_of(sw, rows, reach: set):
         else np.zeros(0, np.intp)
     at = np.searchsorted(np.cumsum(lens), hit, side="right")  # the row of each
     return zip(keys[hit].tolist(), at.tolist())
+
+
+def _nested_reads(sw, fr, offset: int, reach: set, read):
+    """(key, row position in the table) of the reads of keys in ``reach`` by the rows of the frames that the
+    regions of frame ``fr`` (its first row at ``offset``) replay, nested ones included. A read of a child's
+    argument is a read of the operand this region passes for it (a callee called at several sites reads each
+    site's own); a folded replay (its rows an earlier call's) reads at the region's first row."""
+    for it in fr.items:
+        if not isinstance(it, Region):
+            continue
+        for child, start, k in it.children:
+            if child is None:
+                continue
+            at = offset + start if k else offset + it.start
+            inner = merge(read(sw, child.rows, reach), sorted(_nested_reads(sw, child, 0, reach, read),
+                                                             key=itemgetter(1)), key=itemgetter(1))
+            for key, i in inner:
+                j = it.argpos.get(key)
+                yield (key if j is None else it.uses[j]), (at + i if k else at)
 
 
 def _reads_in_python(sw, rows, reach: set):

@@ -68,7 +68,7 @@ def profile(analysis, kernels: list | None = None, eager: bool = False) -> Memor
     params = parameters(sw, rec, set(args))
     elems = dict(zip((k for k, _, _ in rec.args), rec.arg_elems))
     rows: dict[int, int] = {}
-    for k, i in first_readers(sw, _table_rows(analysis.rows, rec), params).items():
+    for k, i in first_readers(sw, _table_rows(analysis.rows, rec), params, rec.entry).items():
         rows[i] = rows.get(i, 0) + elems.get(k, 0)
     return MemoryProfile(sw.during, sw.after, peak, peak_row, sum(args.values()),
                          sum(args[k] for k in params), sum(sw.outputs), kernels is not None,

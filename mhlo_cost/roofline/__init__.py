@@ -3,7 +3,8 @@
 * :mod:`.optime`: the time of one op row (compute, memory, overhead, communication; its bound);
 * :mod:`.fusion`: rows grouped into fused kernels from the data flow (``--fuse elementwise``);
   :mod:`.kernel_io`: what one kernel reads, writes and costs;
-* :mod:`.eager`: one kernel per framework op, as PyTorch eager runs it (``--execution eager``);
+* :mod:`.eager`: one kernel per framework op, as PyTorch eager runs it (``--execution eager``; its function is
+  :func:`.eager.eager`);
 * :mod:`.attention`: dot -> softmax -> dot found in the data flow, one kernel (``--attention fused``);
 * :mod:`.calibrate`: microbenchmarks on the local JAX device, written as a profile (``mhlo-cost calibrate``);
 * :mod:`.estimate`: :class:`Roofline`, a program's totals, its disassembly table and its blocks.
@@ -11,12 +12,23 @@
 The data flow the fusion reads comes from :func:`mhlo_cost.analysis.analyze` with
 ``AnalysisOptions(dataflow=True)``.
 """
-from .eager import SDPA_BACKENDS, eager
-from .estimate import EXECUTIONS, Roofline, execution_of, hardware_from_args
-from .fusion import ATTENTION_MODES, FUSE_MODES, Fusion, Kernel, fuse
-from .optime import BOUNDS, NO_KERNEL, OpTime, is_no_kernel, op_time
+from __future__ import annotations
 
-__all__ = [
-    "ATTENTION_MODES", "BOUNDS", "EXECUTIONS", "SDPA_BACKENDS", "eager", "execution_of", "FUSE_MODES", "Fusion", "Kernel", "NO_KERNEL", "OpTime", "Roofline",
-    "fuse", "hardware_from_args", "is_no_kernel", "op_time",
-]
+#: name -> the module of this package that defines it, imported on first use (PEP 562): a view that needs only
+#: :mod:`.memory` (the reader's child rendering a summary) imports neither the estimate nor pandas.
+_NAMES = {"SDPA_BACKENDS": "eager", "EXECUTIONS": "estimate", "Roofline": "estimate", "execution_of": "estimate",
+          "hardware_from_args": "estimate", "ATTENTION_MODES": "fusion", "FUSE_MODES": "fusion", "Fusion": "fusion",
+          "Kernel": "fusion", "fuse": "fusion", "BOUNDS": "optime", "NO_KERNEL": "optime", "OpTime": "optime",
+          "is_no_kernel": "optime", "op_time": "optime"}
+
+__all__ = sorted(_NAMES)
+
+
+def __getattr__(name: str):
+    if name in _NAMES:
+        import importlib
+
+        value = getattr(importlib.import_module(f".{_NAMES[name]}", __name__), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

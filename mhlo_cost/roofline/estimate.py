@@ -6,27 +6,13 @@ import os
 
 import pandas as pd
 
+from ..machines.execution import EXECUTIONS, execution_of  # noqa: F401 (the estimate's names too)
 from ..machines.hardware import Hardware
 from ..network import CollectiveEstimate, Exposure, exposed_comm, resolve_profile, row_estimate
 from ..ir.tensorinfo import TensorInfo
 from ..walk.row import Row, short_name
 from .fusion import FUSE_MODES, fuse
 from .optime import op_time, overhead_bound, unit_peaks
-
-#: Execution models: what a program's time and memory describe (``--execution``).
-#: eager: PyTorch eager, one kernel per framework op; compiled: a fusing compiler (XLA, torch.compile): elementwise
-#: chains fused, attention one kernel; unfused: every IR op its own kernel.
-EXECUTIONS = ("eager", "compiled", "unfused")
-
-
-def execution_of(fuse_mode: str = "none", execution: str | None = None) -> str:
-    """The execution model named by ``execution``, else the one ``--fuse`` maps onto (none: unfused,
-    elementwise: compiled)."""
-    if execution is not None:
-        if execution not in EXECUTIONS:
-            raise ValueError(f"unknown execution model {execution!r}: choose one of {', '.join(EXECUTIONS)}")
-        return execution
-    return "compiled" if fuse_mode == "elementwise" else "unfused"
 
 
 class Roofline:
@@ -57,6 +43,7 @@ class Roofline:
         else:
             self.fusion = None
         self._exposure: dict = {}
+        self._exposed: dict = {}
 
     # -- communication: algorithm and tier per collective, and what compute cannot hide ---------------------
     def comm_detail(self, i: int):
@@ -84,6 +71,15 @@ class Roofline:
                                                self.analysis.async_done)
         return self._exposure[key]
 
+    def comm_exposed(self, fused: bool = False) -> float:
+        """The program's exposed communication (seconds) with the unfused (or ``fused``) compute times: the
+        one figure the summary (``comm_exposed_s``, ``comm_exposed_fused_s``), the block table's TOTAL, the
+        step times and the sweep read."""
+        key = bool(fused)
+        if key not in self._exposed:
+            self._exposed[key] = math.fsum(self.exposure(fused).exposed)
+        return self._exposed[key]
+
     # -- totals -----------------------------------------------------------------------------------------
     @property
     def unknown_ops(self) -> int:
@@ -98,7 +94,7 @@ class Roofline:
             "est_memory_s": math.fsum(t.memory_s for t in ts),
             "est_overhead_s": math.fsum(t.overhead_s for t in ts),
             "comm_time_s": comm,
-            "comm_exposed_s": math.fsum(self.exposure().exposed),
+            "comm_exposed_s": self.comm_exposed(),
             "est_time_s": kernel + comm,
         }
         out["est_time_overlap_s"] = kernel + out["comm_exposed_s"]
@@ -111,7 +107,9 @@ class Roofline:
         if self.fusion is not None:
             f = self.fusion
             out["est_time_fused_s"] = f.time_s + comm
-            out["est_time_fused_overlap_s"] = f.time_s + math.fsum(self.exposure(fused=True).exposed)
+            # what the fused kernels cannot hide (unfused, each broadcast is a kernel a collective can hide under)
+            out["comm_exposed_fused_s"] = self.comm_exposed(fused=True)
+            out["est_time_fused_overlap_s"] = f.time_s + out["comm_exposed_fused_s"]
             out["fused_kernels"] = sum(k.multiplicity for k in f.kernels)
             out["attention_kernels"] = sum(k.multiplicity for k in f.kernels if k.attention)
             out["fused_bytes"] = sum(k.bytes_read + k.bytes_written for k in f.kernels)
@@ -125,23 +123,31 @@ class Roofline:
     def reference_peak(self) -> float:
         return unit_peaks(self.analysis.rows, self.times) or self.hw.vector_peak("f32")
 
+    @property
+    def step_name(self) -> str:
+        """The summary figure that is one step of the execution described: compute plus the communication it
+        cannot hide, ``est_time_fused_overlap_s`` where the estimate fuses (or is eager), else
+        ``est_time_overlap_s``. The headline, the page's cards, utilisation, the run's time and the sweep's
+        ``time_step_s`` all read it."""
+        return "est_time_fused_overlap_s" if self.fusion is not None else "est_time_overlap_s"
+
     def summary(self, steps: int = 1) -> dict:
         """Totals for one forward, and for ``steps`` of them (a run), with achieved utilisation:
-        all FLOPs / (time x the matrix peak of the dtype that carries most GEMM FLOPs)."""
+        all FLOPs / (step x the matrix peak of the dtype that carries most GEMM FLOPs); the step of each
+        execution is its compute plus the communication it cannot hide (``est_time[_fused]_overlap_s``)."""
         tot = self.totals()
         peak = self.reference_peak
         flops = self.flops
         out = {"hardware": self.hw.name, "execution": self.execution, "reference_peak_tflops": peak / 1e12,
                "flops": flops}
         out.update(tot)
-        out["utilisation"] = flops / (tot["est_time_s"] * peak) if tot["est_time_s"] > 0 else 0.0
-        if "est_time_fused_s" in tot:
-            t = tot["est_time_fused_s"]
-            out["utilisation_fused"] = flops / (t * peak) if t > 0 else 0.0
+        twins = ("", "_fused") if self.fusion is not None else ("",)
+        for sfx in twins:
+            t = tot[f"est_time{sfx}_overlap_s"]
+            out[f"utilisation{sfx}"] = flops / (t * peak) if t > 0 else 0.0
         out["steps"] = steps
-        out["run_time_s"] = tot["est_time_s"] * steps
-        if "est_time_fused_s" in tot:
-            out["run_time_fused_s"] = tot["est_time_fused_s"] * steps
+        for sfx in twins:
+            out[f"run_time{sfx}_s"] = tot[f"est_time{sfx}_overlap_s"] * steps
         out["run_flops"] = flops * steps
         return out
 
@@ -174,33 +180,45 @@ class Roofline:
         return df
 
     def kernel_frame(self, top: int | None = None) -> pd.DataFrame:
-        """One row per fused kernel (``--fuse``), program order of their heads."""
+        """One row per fused kernel (``--fuse``), and one per collective and per unknown op (no kernel holds
+        them: a collective's time is its communication), in program order of their heads (``top``: the N
+        slowest, slowest first): their latencies add up to ``est_time_fused_s``. ``kind``: ``kernel``, or
+        the op's kind."""
         if self.fusion is None:
             raise ValueError("kernel_frame() needs fuse_mode='elementwise'")
-        rows = self.analysis.rows
-        ks = list(self.fusion.kernels)
+        rows, ts, rk = self.analysis.rows, self.times, self.fusion.row_kernel
+        alone = [i for i, r in enumerate(rows) if rk[i] is None and r.kind in ("collective", "unknown")]
+        items = [(k.head, k.time_s, self._kernel_cells(k)) for k in self.fusion.kernels]
+        items += [(i, ts[i].time_s, self._alone_cells(i)) for i in alone]
+        items.sort(key=lambda it: it[0])
         if top is not None:
-            ks = sorted(ks, key=lambda k: (-k.time_s, k.head))[:top]
-        weights = []
-        for k in ks:
-            w = []
-            for i in k.members:
-                w += [rows[i].operands[j].pretty for j in rows[i].weights]
-            weights.append(" ".join(w))
-        return pd.DataFrame({
-            "index": pd.Series([rows[k.head].index for k in ks], dtype="int64"),
-            "operation": [_kernel_name(rows[k.head], k) for k in ks],
-            "ops": [" ".join(short_name(rows[i].op) for i in k.members) for k in ks],
-            "inputs": [" ".join(t.pretty for t in k.inputs) for k in ks],
-            "weights": weights,
-            "output": [" ".join(t.pretty for t in k.outputs) for k in ks],
-            "multiplicity": pd.Series([k.multiplicity for k in ks], dtype="int64"),
-            "gflops": [k.flops / 1e9 for k in ks],
-            "latency_us": [k.time_s * 1e6 for k in ks],
-            "utilisation": [k.utilisation for k in ks],
-            "bound": [k.bound for k in ks],
-            "execution": [self.execution] * len(ks),
-        })
+            items = sorted(items, key=lambda it: (-it[1], it[0]))[:top]
+        cells = [c for _, _, c in items]
+        df = pd.DataFrame({name: [c[name] for c in cells] for name in _KERNEL_COLUMNS})
+        for c in ("index", "multiplicity"):
+            df[c] = df[c].astype("int64")
+        df["execution"] = self.execution
+        return df
+
+    def _kernel_cells(self, k) -> dict:
+        """The kernel table's cells of one fused kernel."""
+        rows = self.analysis.rows
+        weights = [rows[i].operands[j].pretty for i in k.members for j in rows[i].weights]
+        return {"index": rows[k.head].index, "operation": _kernel_name(rows[k.head], k), "kind": "kernel",
+                "ops": " ".join(short_name(rows[i].op) for i in k.members),
+                "inputs": " ".join(t.pretty for t in k.inputs), "weights": " ".join(weights),
+                "output": " ".join(t.pretty for t in k.outputs), "multiplicity": k.multiplicity,
+                "gflops": k.flops / 1e9, "latency_us": k.time_s * 1e6, "utilisation": k.utilisation,
+                "bound": k.bound}
+
+    def _alone_cells(self, i: int) -> dict:
+        """The kernel table's cells of an op no kernel holds (a collective, an unknown op), as op_frame has it."""
+        r, t = self.analysis.rows[i], self.times[i]
+        return {"index": r.index, "operation": _operation(r), "kind": r.kind, "ops": short_name(r.op),
+                "inputs": " ".join(x.pretty for j, x in enumerate(r.operands) if j not in r.weights),
+                "weights": " ".join(r.operands[j].pretty for j in r.weights), "output": _pretty(r.result),
+                "multiplicity": r.multiplicity, "gflops": t.flops / 1e9, "latency_us": t.time_s * 1e6,
+                "utilisation": t.utilisation, "bound": t.bound}
 
     # -- blocks ---------------------------------------------------------------------------------------
     def block_extra(self) -> dict:
@@ -227,21 +245,23 @@ class Roofline:
             extra["vector_time_fused_s"] = lambda r: 0.0 if gemm[r.index] else ft[r.index]
             extra["est_time_fused_s"] = lambda r: ft[r.index] + ts[r.index].comm_s
             fexp = self.exposure(fused=True).exposed
+            extra["comm_exposed_fused_s"] = lambda r: fexp[r.index]
             extra["est_time_fused_overlap_s"] = lambda r: ft[r.index] + fexp[r.index]
             cb = [rk[i] is not None and ks[rk[i]].bound == "compute" for i in range(len(ts))]
             extra["compute_bound_fused_s"] = lambda r: ft[r.index] if cb[r.index] else 0.0
         return extra
 
     def program_bound(self) -> str:
-        """The whole program's bound by :func:`span_bound`, the block table's rule (its TOTAL row)."""
-        extra, rows, ts = self.block_extra(), self.analysis.rows, self.times
-
-        def total(name):
-            return math.fsum(extra[name](r) for r in rows)
-        comm = total("comm_time_s")
-        fused = self.fusion is not None
-        return span_bound(total("est_time_fused_s" if fused else "est_time_s") - comm,
-                          total("compute_bound_fused_s" if fused else "compute_bound_s"), comm,
+        """The whole program's bound by :func:`span_bound`, the block table's rule (its TOTAL row): the
+        summary's times, the compute-bound kernels' time and the fixed and growing costs of every op."""
+        tot, ts, fused = self.totals(), self.times, self.fusion is not None
+        if fused:
+            ks, rk, ft = self.fusion.kernels, self.fusion.row_kernel, self.fusion.row_time
+            compute = math.fsum(ft[i] for i in range(len(ts)) if rk[i] is not None and ks[rk[i]].bound == "compute")
+        else:
+            compute = tot["compute_bound_s"]
+        comm = tot["comm_time_s"]
+        return span_bound(tot["est_time_fused_s" if fused else "est_time_s"] - comm, compute, comm,
                           math.fsum(t.fixed_cost_s for t in ts), math.fsum(t.growing_s for t in ts))
 
     def block_frame(self, blocks, parts: bool = False, memory: list | None = None) -> pd.DataFrame:
@@ -254,10 +274,10 @@ class Roofline:
         extra = self.block_extra() | {_FIXED: lambda r: ts[r.index].fixed_cost_s,
                                       _GROWING: lambda r: ts[r.index].growing_s}
         df = block_table(self.analysis, blocks, parts=parts, extra=extra, memory=memory)
-        side = df["est_time_s"] - df["comm_time_s"]
-        df["est_time_overlap_s"] = side + df["comm_exposed_s"]
+        df["est_time_overlap_s"] = df["est_time_s"] - df["comm_time_s"] + df["comm_exposed_s"]
+        _total_from(df, self.totals())
         # The block's bound: where most of its (fused, if estimated) device time goes.
-        t = df["est_time_fused_s"] - df["comm_time_s"] if self.fusion is not None else side
+        t = df["est_time_fused_s" if self.fusion is not None else "est_time_s"] - df["comm_time_s"]
         c = df["compute_bound_fused_s"] if self.fusion is not None else df["compute_bound_s"]
         df["bound"] = [span_bound(*v) for v in zip(t, c, df["comm_time_s"], df[_FIXED], df[_GROWING])]
         # The model the ``_fused`` columns describe (``unfused``: none; the plain columns are op by op).
@@ -266,8 +286,20 @@ class Roofline:
         return df
 
 
+#: Columns of the fused kernel table (:meth:`Roofline.kernel_frame`), ``execution`` last.
+_KERNEL_COLUMNS = ("index", "operation", "kind", "ops", "inputs", "weights", "output", "multiplicity", "gflops",
+                   "latency_us", "utilisation", "bound")
 #: Block-table columns used for the overhead bound and dropped before the table is returned.
 _FIXED, _GROWING = "fixed_cost_s", "growing_s"
+
+
+def _total_from(df: pd.DataFrame, totals: dict) -> None:
+    """The TOTAL row's times are the summary's (``totals``), not a sum of the blocks' sums taken in another
+    order: one figure, one value, to the last bit."""
+    at = df.index[df["block"] == "TOTAL"]
+    for c in df.columns:
+        if c in totals and str(c).endswith("_s"):
+            df.loc[at, c] = totals[c]
 
 
 def span_bound(device_s: float, compute_bound_s: float, comm_s: float, fixed_cost_s: float,

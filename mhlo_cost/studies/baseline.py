@@ -20,6 +20,7 @@ from pathlib import Path
 import pandas as pd
 
 from .. import __version__
+from ..files.outtext import json_text
 from ..files.read import FileRefused, read_settings
 
 SCHEMA = "mhlo-cost/flops-baseline"
@@ -68,7 +69,7 @@ def to_json(c: Counts) -> str:
         "summary": {m: c.summary[m] for m in METRICS if m in c.summary},
         "blocks": [{"block": name, **{m: v[m] for m in METRICS if m in v}} for name, v in c.blocks.items()],
     }
-    return json.dumps(payload, indent=2) + "\n"
+    return json_text(payload, indent=2, ensure_ascii=True)
 
 
 def read_baseline(path: str | Path) -> Counts:

@@ -13,7 +13,8 @@ Python API::
     >>> s.analysis.summary["gemm_flops"], s.roofline.summary()["est_time_s"]  # doctest: +SKIP
 
 Nothing here prints or reads the command line: ``stage`` (a callable, the progress line) hears what is being
-done, and warnings stay on the objects they belong to (``analysis.warnings``, ``blocks.warnings``).
+done, and warnings stay on the objects they belong to (``analysis.warnings``, ``blocks.warnings``). What a study
+hands the views is its :class:`~mhlo_cost.views.figures.Figures`, never itself.
 """
 from __future__ import annotations
 
@@ -21,6 +22,8 @@ import os
 from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import Callable
+
+from ..files.console import silent
 
 
 @dataclass(frozen=True)
@@ -76,27 +79,23 @@ the estimate or the memory estimate needs them). ``isolate``: parsed and walked 
             whole(self.steps, "--steps")
 
 
-def phases_of(analysis):
-    """A training step's phases (None for an analysis that does not record them: a declared part of
-    :class:`~mhlo_cost.analysis.Analysis`)."""
-    return analysis.phases
-
-
 class Study:
-    """The figures of one program under :class:`StudyOptions`, each computed once, on first use."""
+    """The figures of one program under :class:`StudyOptions`: the walk made once, on first use, and its
+    :class:`~mhlo_cost.views.figures.Figures` (blocks, phases, the estimate, the memory estimate), which the
+    views read; :meth:`view` answers a :class:`~mhlo_cost.views.table.ViewRequest` with a Table."""
 
     def __init__(self, options, *, stage: Callable[[str], None] | None = None,
-                 meanwhile: Callable[[], None] | None = None, check: Callable[[], None] | None = None, **fields):
+                 meanwhile: Callable[[], None] | None = None, **fields):
         """``options``: a :class:`StudyOptions`, or the source with the other ``fields`` as keywords
         (``Study("model.mlir", hardware="h100")``). ``stage(text)``: told each stage; ``meanwhile()``: run
-        while the reader's child walks; ``check()``: run before the bindings are imported in this process."""
+        while the reader's child walks."""
         if not isinstance(options, StudyOptions):
             options = StudyOptions(options, **fields)
         elif fields:
             options = replace(options, **fields)
         self.options = options
-        self.stage = stage or (lambda text: None)  # told each stage (the progress line)
-        self._meanwhile, self._check = meanwhile, check
+        self.stage = stage or silent  # told each stage (the progress line)
+        self._meanwhile = meanwhile
 
     @classmethod
     def of(cls, analysis, **fields) -> "Study":
@@ -116,13 +115,10 @@ class Study:
 
     @property
     def execution(self) -> str:
-        """The execution model: ``execution``, else the one ``fuse`` maps onto (none: unfused, elementwise:
-        compiled)."""
-        if self.options.execution is None and (self.options.fuse or "none") == "none":
-            return "unfused"  # execution_of's default, without importing the roofline (and pandas) before the walk
-        from ..roofline.estimate import execution_of
+        """The execution model (:func:`mhlo_cost.machines.execution.execution_of` of the options)."""
+        from ..machines.execution import execution_of
 
-        return execution_of(self.options.fuse or "none", self.options.execution)
+        return execution_of(self.options.fuse, self.options.execution)
 
     @property
     def dataflow(self) -> bool:
@@ -152,30 +148,35 @@ class Study:
         return WalkOptions(entry=o.entry, conv_padding=o.conv_padding, record=record,
                            dataflow_if_forward=self.dataflow, records=("masks",) if self.dataflow else ())
 
-    # -- the pipeline ----------------------------------------------------------------------------------------
+    # -- the walk --------------------------------------------------------------------------------------------
+
+    def isolated(self) -> bool:
+        """Whether the program is parsed and walked in the reader's child process."""
+        from ..ir.guard import enabled
+
+        o = self.options
+        return bool(o.isolate or (o.isolate is None and enabled()))
 
     @cached_property
     def analysis(self):
         """The walk's analysis, in the reader's child where ``isolate`` says so (this process then imports
-        no jaxlib), else here."""
-        from ..ir.guard import enabled
+        no jaxlib), else here (the installed jaxlib checked first: :func:`mhlo_cost.ir.loader.require_jax`)."""
         from ..analysis.isolated import analyze_isolated, walk_loaded
 
         o, options = self.options, self.walk_options()
-        if o.isolate or (o.isolate is None and enabled()):
+        if self.isolated():
             analysis = analyze_isolated(o.source, options, name=o.name, meanwhile=self._meanwhile)
             self.stage("counting")
             return analysis
-        if self._check is not None:
-            self._check()
-        from ..ir.loader import load
+        from ..ir.loader import load, require_jax
 
+        require_jax()
         loaded = load(o.source, name=o.name)
         self.stage("counting")
         return walk_loaded(loaded, options)
 
     def answer(self, render: str):
-        """The reader's child's whole answer to ``render`` (:func:`mhlo_cost.studies.compose.spec`; the study
+        """The reader's child's whole answer to ``render`` (:func:`mhlo_cost.studies.compose.wire`; the study
         isolated), or None where the analysis came back instead (kept: :attr:`analysis`)."""
         from ..analysis.isolated import Rendered, analyze_isolated
 
@@ -188,90 +189,55 @@ class Study:
         self.__dict__["analysis"] = got
         return None
 
+    # -- the figures, and the views of them ------------------------------------------------------------------
+
+    @cached_property
+    def figures(self):
+        """What the views read: :class:`~mhlo_cost.views.figures.Figures` of the analysis under the options."""
+        from ..views.figures import Figures
+
+        o = self.options
+        return Figures(self.analysis, hardware=self.hardware, execution=self.execution, attention=o.attention,
+                       sdpa=o.sdpa, steps=o.steps, blocks=o.blocks, block_pattern=o.block_pattern,
+                       norms_per_block=o.norms_per_block, stage=self.stage)
+
+    def view(self, request=None):
+        """The :class:`~mhlo_cost.views.table.Table` that answers ``request`` (a
+        :class:`~mhlo_cost.views.table.ViewRequest`; default: the summary), by :func:`mhlo_cost.views.by.view`."""
+        from ..views.by import view
+        from ..views.table import ViewRequest
+
+        return view(self.figures, request if request is not None else ViewRequest())
+
     @property
     def phases(self):
         """A training step's phases, None for a program that is not one."""
-        phases = phases_of(self.analysis)
-        return phases if phases is not None and phases.training else None
+        return self.figures.phases
 
-    @cached_property
+    @property
     def blocks(self):
         """The blocks by the options; a training step's optimizer its own block."""
-        from ..analysis.collectors import assign_blocks
+        return self.figures.blocks
 
-        o = self.options
-        blocks = assign_blocks(self.analysis, method=o.blocks, pattern=o.block_pattern,
-                               norms_per_block=o.norms_per_block)
-        if self.phases is not None:
-            from ..analysis.blocks import training_blocks
-
-            blocks = training_blocks(blocks, self.phases)
-        return blocks
-
-    @cached_property
+    @property
     def roofline(self):
         """The estimate on the profile (None without one)."""
-        hw = self.hardware
-        if hw is None:
-            return None
-        from ..roofline import Roofline
+        return self.figures.roofline
 
-        self.stage(f"estimating on {hw.name}")
-        return Roofline(self.analysis, hw, attention=self.options.attention, execution=self.execution,
-                        sdpa=self.options.sdpa or "flash")
-
-    @cached_property
+    @property
     def fused_memory(self):
         """The memory estimate of the execution model where it is not ``unfused``, None otherwise."""
-        ex, analysis, rf = self.execution, self.analysis, self.roofline
-        if ex == "unfused" or analysis.liveness is None:
-            return None
-        from ..roofline.memory import eager_profile, fused_profile
-
-        if ex == "eager":
-            return eager_profile(analysis, rf.fusion if rf is not None else None, sdpa=self.options.sdpa or "flash")
-        if rf is not None:
-            return fused_profile(analysis, rf.fusion)
-        # as the estimate fuses with --fuse elementwise: attention as one kernel unless --attention unfused
-        return fused_profile(analysis, attention=self.options.attention or "fused")
+        return self.figures.fused_memory
 
     @property
     def memory(self) -> list | None:
         """(column suffix, profile) pairs: the unfused memory profile and the fused one (None without liveness)."""
-        if self.analysis.liveness is None:
-            return None
-        from ..roofline.memory import profiles
-
-        return profiles(self.analysis, self.fused_memory)
+        return self.figures.memory
 
     def block_frame(self, parts: bool = False, memory: bool = True):
-        """The block table: counts, the estimate's columns, memory (unless not ``memory``), a training step's
-        phase columns."""
-        from ..analysis.blocks import block_table
-
-        rf, memory = self.roofline, self.memory if memory else None
-        if rf is None:
-            df = block_table(self.analysis, self.blocks, parts=parts, memory=memory)
-        else:
-            df = rf.block_frame(self.blocks, parts=parts, memory=memory)
-        if self.phases is not None:
-            from ..analysis.blocks import add_phase_columns
-
-            df = add_phase_columns(df, self.analysis, self.blocks, self.phases, parts=parts)
-        return df
+        """The block table (:meth:`mhlo_cost.views.figures.Figures.block_frame`)."""
+        return self.figures.block_frame(parts, memory)
 
     def summary(self, keep: list[int] | None = None, part=None) -> list[tuple[str, object]]:
-        """The summary pairs (:func:`mhlo_cost.views.figures.summary_pairs`); ``keep``: the positions of a filtered
-        part of the program (``part``: its analysis), whose parameters are those first read there."""
-        from ..views.figures import summary_pairs
-
-        analysis = self.analysis
-        part = analysis if part is None else part
-        params = None
-        if keep is not None and analysis.liveness is not None:
-            rows = analysis.memory.param_rows
-            params = sum(rows.get(i, 0) for i in keep)
-        blocks = self.blocks if part.liveness is not None else None
-        fused = self.fused_memory if keep is None else None
-        return summary_pairs(part, roofline=self.roofline, fused=fused, hw=self.hardware, blocks=blocks,
-                             steps=self.options.steps or 1, filtered=keep is not None, params=params)
+        """The summary pairs (:meth:`mhlo_cost.views.figures.Figures.summary`)."""
+        return self.figures.summary(keep, part)

@@ -1,5 +1,6 @@
-"""One view per question (``report --by NAME``): each a function of the study, the request and the rows kept
-(``keep``: positions, None for all; ``part``: their analysis) that returns one :class:`~.table.Table`.
+"""One view per question (``report --by NAME``): each a function of a program's figures (:class:`.figures.Figures`,
+which a study makes; never the study itself), the request and the rows kept (``keep``: positions, None for all;
+``part``: their analysis) that returns one :class:`~.table.Table`.
 
 :data:`VIEWS` is the one place a view is chosen (and the one place a new view goes); :func:`view` adds what
 every view shares: the ``--block`` / ``--scope`` filter, the title, the program's counts.
@@ -15,33 +16,33 @@ from .table import Table, ViewRequest
 UNIT_SIZE = {"K": "1e3", "M": "1e6", "G": "1e9", "T": "1e12"}
 
 
-def summary_view(study, req: ViewRequest, keep, part) -> Table:
+def summary_view(fig, req: ViewRequest, keep, part) -> Table:
     """The summary's (metric, value) pairs; no pandas unless a profile's estimate is asked for. Its page (the
-    HTML renderer's) is the study's whole report, with the ``top`` (10) slowest ops of each block."""
-    table = Table(None, pairs=study.summary(keep, part))
-    table.page = partial(report_page, study, req.top or 10)
+    HTML renderer's) is the program's whole report, with the ``top`` (10) slowest ops of each block."""
+    table = Table(None, pairs=fig.summary(keep, part))
+    table.page = partial(report_page, fig, req.top or 10)
     return table
 
 
-def report_page(study, top: int, unit: str | None) -> str:
-    from .html import study_page
+def report_page(fig, top: int, unit: str | None) -> str:
+    from .html import figures_page
 
-    return study_page(study, unit=unit, top=top, stage=study.stage)
+    return figures_page(fig, unit=unit, top=top)
 
 
-def memory_view(study, req, keep, part) -> Table:
+def memory_view(fig, req, keep, part) -> Table:
     """Live bytes per op, in program order."""
     from ..roofline.memory import timeline_frame
 
-    analysis = study.analysis
-    df = timeline_frame(analysis, study.blocks, study.fused_memory if keep is None else None)
-    df["execution"] = study.execution  # the model of the _fused columns (unfused: none)
+    analysis = fig.analysis
+    df = timeline_frame(analysis, fig.blocks, fig.fused_memory if keep is None else None)
+    df["execution"] = fig.execution  # the model of the _fused columns (unfused: none)
     return Table(None, df if keep is None else df[df["index"].isin({analysis.rows[i].index for i in keep})])
 
 
-def op_view(study, req, keep, part) -> Table:
+def op_view(fig, req, keep, part) -> Table:
     """Every op occurrence (every kernel where the estimate fuses), or the ``top`` slowest."""
-    rf, analysis = study.roofline, study.analysis
+    rf, analysis = fig.roofline, fig.analysis
     if rf is None:
         return Table(None, op_list(part, req.top))
     top = req.top if keep is None else None
@@ -55,54 +56,65 @@ def op_view(study, req, keep, part) -> Table:
     return Table(None, df)
 
 
-def block_view(study, req, keep, part) -> Table:
+def block_view(fig, req, keep, part) -> Table:
     """One row per block (per block part), TOTAL last; the whole program's headline over it."""
-    whole = study.block_frame(req.parts)
+    whole = fig.block_frame(req.parts)
     table = Table(None, keep_blocks(whole, req))
-    if study.phases is not None:  # the terminal's view: the phase columns, not the sums they add up to
+    if fig.phases is not None:  # the terminal's view: the phase columns, not the sums they add up to
         from ..analysis.blocks import phase_view
 
         table.text_frame = keep_blocks(phase_view(whole), req)
-    if req.headline and keep is None and not req.scope:
+    if req.headline and not req.bare and keep is None and not req.scope:
         from .headline import headline
 
-        line = headline(study.summary())
+        line = headline(fig.summary())
         if line:
             table.meta["headline"] = line
     return table
 
 
-def phase_table(study, req, keep, part) -> Table:
+def phase_table(fig, req, keep, part) -> Table:
     """A training step: forward, backward (dgrad, wgrad), recompute, optimizer."""
     from ..analysis.training import phase_report
 
-    rf = study.roofline
-    df, lines, facts = phase_report(study.analysis, rf.times if rf is not None else None)
+    rf = fig.roofline
+    if rf is None:
+        df, lines, facts = phase_report(fig.analysis)
+    else:  # op by op, and the fused (eager) execution's share of each row; the TOTAL row the summary's
+        fused = None if rf.fusion is None else [f + t.comm_s for f, t in zip(rf.fusion.row_time, rf.times)]
+        df, lines, facts = phase_report(fig.analysis, rf.times, fused, rf.totals())
+        df["execution"] = rf.execution  # the model of the est_time_fused_s column (unfused: none)
     return Table(None, df, notes=list(lines), meta={"phases": facts})
 
 
-def comm_view(study, req, keep, part) -> Table:
-    """Every collective, TOTAL last."""
-    return Table(None, with_total(comm_frame(part, study.roofline), "op"))
+def comm_view(fig, req, keep, part) -> Table:
+    """Every collective, TOTAL last (the summary's times where the whole program is shown)."""
+    rf = fig.roofline
+    totals = rf.totals() if rf is not None and keep is None else None
+    df = with_total(comm_frame(part, rf), "op", totals)
+    if rf is not None:  # the model of the comm_exposed_fused_s column (unfused: none)
+        df["execution"] = rf.execution
+    return Table(None, df)
 
 
-def tree_view(study, req, keep, part) -> Table:
+def tree_view(fig, req, keep, part) -> Table:
     """Scopes as an indented tree with subtotals and percent."""
-    analysis = study.analysis
+    analysis = fig.analysis
     rows = analysis.memory.param_rows if analysis.liveness is not None else None
     params = None if rows is None else [rows.get(i, 0) for i in (keep or range(len(analysis.rows)))]
     return Table(None, tree_frame(part, req.depth, params))
 
 
-def group_view(study, req, keep, part) -> Table:
+def group_view(fig, req, keep, part) -> Table:
     """Summed per kind, scope (to a depth) or op name, TOTAL last."""
     key = "op" if req.by == "opname" else req.by
     df = part.group(key, req.depth)
-    if study.roofline is not None:
-        df = timed_group(part, sub_roofline(study.roofline, keep), key, req.depth, df)
-    df = with_total(df.rename(columns={"op": "opname"}) if key == "op" else df)
-    if study.roofline is not None:  # the model of the est_time_fused column (unfused: none)
-        df["execution"] = study.roofline.execution
+    if fig.roofline is not None:
+        df = timed_group(part, sub_roofline(fig.roofline, keep), key, req.depth, df)
+    totals = fig.roofline.totals() if fig.roofline is not None and keep is None else None
+    df = with_total(df.rename(columns={"op": "opname"}) if key == "op" else df, totals=totals)
+    if fig.roofline is not None:  # the model of the est_time_fused column (unfused: none)
+        df["execution"] = fig.roofline.execution
     return Table(None, df)
 
 
@@ -111,22 +123,22 @@ VIEWS = {"summary": summary_view, "op": op_view, "opname": group_view, "kind": g
          "tree": tree_view, "block": block_view, "comm": comm_view, "phase": phase_table, "memory": memory_view}
 
 
-def view(study, req: ViewRequest) -> Table:
-    """The table that answers ``req`` about ``study``."""
+def view(fig, req: ViewRequest) -> Table:
+    """The table that answers ``req`` about the figures ``fig`` (:class:`.figures.Figures`)."""
     from .table import meta
 
-    analysis = study.analysis
-    keep = select_rows(study, req)
-    table = VIEWS[req.by](study, req, keep, subset(analysis, keep))
-    table.title = title(study, req)
+    analysis = fig.analysis
+    keep = None if req.bare else select_rows(fig, req)
+    table = VIEWS[req.by](fig, req, keep, subset(analysis, keep))
+    table.title = None if req.bare else title(fig, req)
     table.meta = meta(analysis) | table.meta
     if table.summary is None:
         table.summary = analysis.summary
     return table
 
 
-def title(study, req: ViewRequest) -> str:
-    analysis, rf = study.analysis, study.roofline
+def title(fig, req: ViewRequest) -> str:
+    analysis, rf = fig.analysis, fig.roofline
     text = f"{analysis.source} (entry @{analysis.entry}), by {req.by}" + (f":{req.depth}" if req.depth else "")
     if rf is not None:
         text += f", on {rf.hw.name}" + {"compiled": ", fused elementwise", "eager": ", eager"}.get(rf.execution, "")

@@ -13,8 +13,10 @@ TOTAL = "TOTAL"
 NOT_SUMMED = ("index", "group_size", "num_groups", "utilisation", "percent", "comm_steps", "depth", "live_bytes")
 
 
-def with_total(df, label: str | None = None):
-    """``df`` with a ``TOTAL`` row: integer columns summed exactly, seconds with ``math.fsum``, the rest empty."""
+def with_total(df, label: str | None = None, totals: dict | None = None):
+    """``df`` with a ``TOTAL`` row: integer columns summed exactly, seconds with ``math.fsum``, the rest empty;
+    a column of seconds that ``totals`` (the summary's figures of the whole program) names takes its value
+    there, not a re-sum of the rows taken in another order."""
     import pandas as pd
 
     from ..analysis import int_series
@@ -29,25 +31,27 @@ def with_total(df, label: str | None = None):
         elif c not in NOT_SUMMED and is_int_column(col):
             data[c] = int_series([int(v) for v in col] + [sum(int(v) for v in col)])
         elif c not in NOT_SUMMED and pd.api.types.is_float_dtype(col.dtype) and str(c).endswith("_s"):
-            data[c] = pd.Series(list(col) + [math.fsum(v for v in col if not math.isnan(v))], dtype="float64")
+            total = (totals or {}).get(c)
+            total = math.fsum(v for v in col if not math.isnan(v)) if total is None else total
+            data[c] = pd.Series(list(col) + [total], dtype="float64")
         else:
             data[c] = pd.Series(list(col) + [None], dtype=object if not is_int_column(col) else "Int64")
     return pd.DataFrame(data)
 
 
-def select_rows(study, args) -> list[int] | None:
-    """Positions of the rows of the study's analysis ``--block NAME`` and ``--scope REGEX`` keep (None: no
+def select_rows(fig, args) -> list[int] | None:
+    """Positions of the rows of the figures' analysis ``--block NAME`` and ``--scope REGEX`` keep (None: no
     filter)."""
     name, pattern = getattr(args, "block", None), getattr(args, "scope", None)
     if not name and not pattern:
         return None
-    analysis = study.analysis
+    analysis = fig.analysis
     keep = range(len(analysis.rows))
     if name:
         from ..analysis.blocks import row_labels
 
         # every row of the block table: the blocks, and the groups of ops outside them (embed, lm_head, (top))
-        labels = row_labels(study.blocks)
+        labels = row_labels(fig.blocks)
         if not any(name in lab for lab in labels):
             names = list(dict.fromkeys(n for lab in labels for n in lab))
             shown = ", ".join(names[:12]) + (" ..." if len(names) > 12 else "")
@@ -186,9 +190,12 @@ def comm_frame(analysis, rf):
         details = [rf.comm_detail(i) for i in idx]
         df.insert(4, "tier", [d.tier for d in details])
         df.insert(5, "algorithm", [d.algorithm for d in details])
-        exposed = rf.exposure(fused=rf.fusion is not None).exposed
         df["comm_time_s"] = pd.Series([rf.times[i].comm_s for i in idx], dtype="float64")
-        df["comm_exposed_s"] = pd.Series([exposed[i] for i in idx], dtype="float64")
+        # what compute cannot hide, with op-by-op compute times and (--fuse, eager) the fused kernels' times:
+        # the block table's and the summary's names
+        for suffix, fused in (("", False), ("_fused", True))[:2 if rf.fusion is not None else 1]:
+            exposed = rf.exposure(fused=fused).exposed
+            df[f"comm_exposed{suffix}_s"] = pd.Series([exposed[i] for i in idx], dtype="float64")
     return df
 
 

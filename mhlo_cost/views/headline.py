@@ -30,16 +30,28 @@ def human_seconds(seconds: float) -> str:
     return f"{seconds / 1e-9:.3g} ns"
 
 
+#: The summary's figures of one step's time, the first present taken: compute plus the communication it cannot
+#: hide, of the execution described (:attr:`mhlo_cost.roofline.Roofline.step_name`); the plain sums where a
+#: summary has no overlap figure.
+STEP = ("est_time_fused_overlap_s", "est_time_overlap_s", "est_time_fused_s", "est_time_s")
+
+
+def step_time(s: dict):
+    """One step's time in the summary ``s`` (a dict of its pairs), None without an estimate."""
+    return next((s[k] for k in STEP if k in s), None)
+
+
 def headline(pairs: list[tuple[str, object]]) -> str:
     """One line: FLOPs (all, and of the matrix products), MACs, parameters, peak memory and, with an estimate,
-    the time; the chosen execution's figures (fused where there is a fused estimate)."""
+    the step's time (:func:`step_time`); the chosen execution's figures (fused where there is a fused
+    estimate)."""
     s = dict(pairs)
     mm = int(s.get("gemm_flops", 0)) + int(s.get("conv_flops", 0))
     total = mm + int(s.get("vector_flops", 0))
     parts = [f"FLOPs {human(total)} (matmul/conv {human(mm)})", f"MACs {human(int(s.get('macs', mm // 2)))}"]
     if "params" in s:
         parts.append(f"params {human(int(s['params']))}")
-    t = s.get("est_time_fused_s", s.get("est_time_s"))
+    t = step_time(s)
     timed = isinstance(t, float) and math.isfinite(t)
     peak = s.get("peak_bytes_fused", s.get("peak_bytes"))
     if peak is not None:

@@ -16,7 +16,8 @@ def _text(table: Table, unit: str, wide: bool) -> str:
     from .text import to_table
 
     text = (f"{table.title}\n" if table.title else "") + to_table(table.shown, unit, wide=wide)
-    return _under_title(text, table.meta.get("headline")) + "".join(f"{line}\n" for line in table.notes)
+    text = _under_title(text, table.meta.get("headline")) + "".join(f"{line}\n" for line in table.notes)
+    return text + "".join(f"\n{heading}\n" + _text(t, unit, wide) for heading, t in table.appendix)
 
 
 def _markdown(table: Table, unit: str, wide: bool) -> str:
@@ -26,7 +27,8 @@ def _markdown(table: Table, unit: str, wide: bool) -> str:
 
     text = (f"### {table.title}\n\n" if table.title else "") + to_markdown(table.shown, unit)
     headline = table.meta.get("headline")
-    return _under_title(text, headline and f"\n**{headline}**") + "".join(f"- {line}\n" for line in table.notes)
+    text = _under_title(text, headline and f"\n**{headline}**") + "".join(f"- {line}\n" for line in table.notes)
+    return text + "".join(f"\n**{heading}**\n\n" + _markdown(t, unit, wide) for heading, t in table.appendix)
 
 
 def _under_title(text: str, line: str | None) -> str:
@@ -59,8 +61,8 @@ def _json(table: Table, unit: str, wide: bool) -> str:
 
 
 def _html(table: Table, unit: str, wide: bool) -> str:
-    """A page of the table; a table with a ``page`` (the summary view's: the study's whole report,
-    :func:`mhlo_cost.views.html.study_page`), that page."""
+    """A page of the table; a table with a ``page`` (the summary view's: the program's whole report,
+    :func:`mhlo_cost.views.html.figures_page`), that page."""
     if table.page is not None:
         return table.page(None if unit == "raw" else unit)
     from .html import table_page

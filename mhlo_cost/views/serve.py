@@ -2,7 +2,8 @@
 in sections, a sweep's as a frame; each a :class:`~mhlo_cost.views.table.Table` that the shared renderers
 (:mod:`mhlo_cost.views.render`) write in every format, so the text, CSV, JSON and Markdown carry the same figures.
 
-The metrics are the figures' own names (``kv_cache_bytes``, ``step_time_s``, ...): exact ints, exact seconds."""
+The metrics are the figures' own names (``kv_cache_bytes``, ``step_time_s``, ...): exact ints, exact seconds.
+:func:`sweep_plot` draws a sweep's points (``--plot``) into a path the one writer gives."""
 from __future__ import annotations
 
 from .headline import human, human_seconds
@@ -40,10 +41,13 @@ def step_pairs(f, layout=None) -> list[tuple[str, object]]:
         pairs.append(("kv_cache_layout", layout.describe()))
     pairs += [("kv_cache_layer_bytes", list(f.kv_cache_layer_bytes)), ("kv_cache_bytes", f.kv_cache_bytes),
               heading("memory per device" + (f" (weights and cache / {f.tp})" if f.tp > 1 else "")),
-              ("weight_bytes", f.weight_bytes), ("activation_bytes", f.activation_bytes),
-              ("memory_bytes", f.memory_bytes), ("capacity_bytes", f.capacity_bytes), ("fits", f.fits),
+              ("weight_bytes", f.weight_bytes), ("input_bytes", f.input_bytes),
+              ("activation_bytes", f.activation_bytes), ("memory_bytes", f.memory_bytes),
+              ("capacity_bytes", f.capacity_bytes),
+              ("fits", "yes" if f.fits else "no"),
               ("max_batch", f.max_batch),
               ("max_context", "unbounded" if f.max_context is None else f.max_context),
+              ("max_context_bound", f.max_context_bound),
               heading("time " + ("per output token" if f.step == "decode" else "to first token")),
               ("step_time_s", f.step_time_s), ("tokens_per_s", f.tokens_per_s)]
     if f.step == "decode":
@@ -69,3 +73,38 @@ def sweep_view(figs: list, df, title: str) -> Table:
     df = df.drop(columns="step_time_ms")
     df.insert(at, "step_time_s", [f.step_time_s for f in figs])
     return Table(title, frame=df, meta=_meta(title))
+
+
+def sweep_plot(figs: list, path: str, title: str = "") -> None:
+    """tokens/s and memory per device against batch, one line per context (and tp); points that do not fit
+    drawn as red crosses, the device's capacity as a dashed line."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.2))
+    series: dict = {}
+    for f in figs:
+        series.setdefault((f.context, f.tp), []).append(f)
+    for (ctx, tp), pts in series.items():
+        label = f"context {ctx}" + (f", tp {tp}" if tp > 1 else "")
+        xs = [p.batch for p in pts]
+        line, = ax1.plot(xs, [p.tokens_per_s for p in pts], marker="o", label=label)
+        ax2.plot(xs, [p.memory_bytes / 1e9 for p in pts], marker="o", color=line.get_color(), label=label)
+        bad = [p for p in pts if not p.fits]
+        for ax, val in ((ax1, lambda p: p.tokens_per_s), (ax2, lambda p: p.memory_bytes / 1e9)):
+            ax.scatter([p.batch for p in bad], [val(p) for p in bad], marker="x", s=80, color="red", zorder=3)
+    if figs:
+        ax2.axhline(figs[0].capacity_bytes / 1e9, linestyle="--", color="grey", label="device memory")
+    for ax, ylabel in ((ax1, "tokens/s"), (ax2, "memory per device (GB)")):
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("batch")
+        ax.set_ylabel(ylabel)
+        ax.grid(True, alpha=0.3)
+    ax2.legend(fontsize=8)
+    fig.suptitle(title + " (x: does not fit)" if title else "x: does not fit", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110, metadata={"Software": None} if path.endswith(".png") else None)
+    plt.close(fig)

@@ -13,7 +13,8 @@ class ViewRequest:
     """Which view (``by``, a ``--by`` name; ``depth`` for scope and tree), which rows (``block``: a block's
     name; ``scope``: a regex of scope paths; ``top``: the N slowest ops), ``parts`` (blocks split into their
     parts), ``unit`` (the display unit the title names), ``headline`` (the block view: the program's
-    headline above the table)."""
+    headline above the table), ``bare`` (the ``blocks`` command's table: no title, no headline, and ``block`` /
+    ``scope`` name the block rows kept, not the ops')."""
 
     by: str = "summary"
     depth: int | None = None
@@ -23,6 +24,7 @@ class ViewRequest:
     parts: bool = False
     unit: str = "raw"
     headline: bool = True
+    bare: bool = False
 
 
 @dataclass
@@ -36,7 +38,8 @@ class Table:
     Two kinds of table stand for more than rows: ``page(unit)``, where set, is the whole page the HTML renderer
     writes instead of the rows (the summary view: the study's report page); ``parts``, where set, are several
     programs' tables of one view, written as one table with a ``file`` column first (:mod:`.many`), ``after``
-    holding the JSON's keys after the rows (each file's counts)."""
+    holding the JSON's keys after the rows (each file's counts). ``appendix``: (heading, Table) pairs the text and
+    Markdown show after the table (a sweep's skipped splits; JSON carries them in ``after``)."""
 
     title: str | None
     frame: object = None
@@ -48,6 +51,7 @@ class Table:
     page: object = None
     parts: list | None = None
     after: dict = field(default_factory=dict)
+    appendix: list = field(default_factory=list)
 
     @property
     def shown(self):

@@ -41,11 +41,13 @@ def exact_scale(value, unit: str) -> str | int:
 
 def scaled_column(name: str) -> bool:
     """Whether a column holds FLOPs or bytes (``--unit`` applies): the named ones and any ``*_flops``,
-    ``*_bytes`` (the per-phase columns of a training step: ``fwd_gemm_flops``, ...)."""
+    ``*_bytes`` (the per-phase columns of a training step: ``fwd_gemm_flops``, ...), and the ``_fused`` twin of
+    each (``peak_bytes_fused``, ``during_bytes_fused``)."""
     for suffix in ("_a", "_b", "_delta"):  # diff's columns: gemm_flops_a, gemm_flops_b, gemm_flops_delta
         if name.endswith(suffix) and name[:-len(suffix)] not in ("ops", "comm_ops"):
             name = name[:-len(suffix)]
             break
+    name = name.removesuffix("_fused")  # the fused execution's twin of a figure: the same unit
     return name in SCALED or name.endswith(("_flops", "_bytes"))
 
 

@@ -280,13 +280,10 @@ def write(low: Lowered, path: str | None, *, locations: bool = True, keep_text: 
     else:
         text = low.text if low.text is not None else to_text(low.bytecode, locations=locations)
         data = text.encode()
-    if path is not None:
-        if gz:
-            with gzip.open(path, "wb", compresslevel=6) as f:
-                f.write(data)
-        else:
-            with open(path, "wb") as f:
-                f.write(data)
+    if path is not None:  # through the one writer (atomic, recorded as mhlo-cost's); gzip without a time stamp
+        from ...files.write import write as write_file
+
+        write_file(path, gzip.compress(data, compresslevel=6, mtime=0) if gz else data)
     spent = (low.info.get("seconds", 0.0) if seconds is None else seconds) + time.perf_counter() - t0
     return DumpResult(path=path, format=fmt, nbytes=len(data), seconds=spent, peak_rss_mb=peak_rss_mb(),
                       text=text if (keep_text or path is None) else None)

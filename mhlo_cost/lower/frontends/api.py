@@ -172,6 +172,9 @@ def traceable(req: LowerRequest, obj):
 
         fn = wrap(fn, module, None if req.routing is None else Routing.parse(req.routing), info)
         info.update(frontend="torchax", model_class=type(obj).__name__)
+        dtype = lowered_dtype(req, module)
+        if dtype:
+            info["dtype"] = dtype
         return fn, args, info
     if (req.frontend or "jax") != "jax":
         raise FrontendError(f"{info['model']} is not a torch.nn.Module: it lowers with the jax frontend")
@@ -181,6 +184,32 @@ def traceable(req: LowerRequest, obj):
                             dtype=req.dtype or "float32")
     info.update(frontend="jax")
     return fn, args, info
+
+
+def lowered_dtype(req: LowerRequest, module) -> str:
+    """The dtype a torch module is lowered in (that of most of its floating parameters) and why:
+    ``bfloat16 (the configuration's dtype)``; "" for a module without floating parameters."""
+    counts: dict[str, int] = {}
+    for p in module.parameters():
+        if p.is_floating_point():
+            name = str(p.dtype).removeprefix("torch.")
+            counts[name] = counts.get(name, 0) + p.numel()
+    if not counts:
+        return ""
+    name = max(sorted(counts), key=counts.get)
+    if req.dtype is not None:
+        why = "--dtype"
+    elif req.library == "hf" and _config_dtype(module) is not None:
+        why = "the configuration's dtype"
+    else:
+        why = "as the model is built; --dtype casts it"
+    return f"{name} ({why})"
+
+
+def _config_dtype(module):
+    from .hub import config_dtype
+
+    return config_dtype(getattr(module, "config", None))
 
 
 def lower_request(req: LowerRequest, stage: Callable[[str], None] | None = None) -> Lowered:

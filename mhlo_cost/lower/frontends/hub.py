@@ -163,13 +163,35 @@ def _one_line(e: Exception) -> str:
     return text[:300] or "no reason given"
 
 
+def config_dtype(cfg) -> str | None:
+    """The floating dtype a transformers configuration names (``dtype``, formerly ``torch_dtype``:
+    ``"bfloat16"``), None where it names none (or ``"auto"``)."""
+    d = getattr(cfg, "dtype", None) if hasattr(cfg, "dtype") else getattr(cfg, "torch_dtype", None)
+    name = str(d).removeprefix("torch.") if d is not None else ""
+    return name if name in ("float32", "float16", "bfloat16", "float64") else None
+
+
 def build_hf(name: str, config: str | None = None, overrides: dict | None = None):
-    """A transformers model (``LlamaForCausalLM``, ``AutoModelForCausalLM``...) on the meta device."""
+    """A transformers model (``LlamaForCausalLM``, ``AutoModelForCausalLM``...) on the meta device, in the dtype
+    its configuration names (as ``from_pretrained`` builds it), else torch's default."""
     overrides = dict(overrides or {})
     cls = _class("transformers", name)
     cfg = hf_config(cls, config, overrides)
     import torch  # (after the class and configuration are checked)
     chosen = {k: overrides[k] for k in _SPECIAL if overrides.get(k)}
+    dtype = config_dtype(cfg)
+    default = torch.get_default_dtype()
+    if dtype is not None:
+        torch.set_default_dtype(getattr(torch, dtype))
+    try:
+        return _instantiate(cls, cfg, chosen)
+    finally:
+        torch.set_default_dtype(default)
+
+
+def _instantiate(cls, cfg, chosen: dict):
+    import torch
+
     with torch.device("meta"):
         if getattr(cls, "config_class", None) is None and hasattr(cls, "from_config"):  # Auto* classes
             model = cls.from_config(cfg, **chosen)

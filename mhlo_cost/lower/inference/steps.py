@@ -42,7 +42,7 @@ class StepRequest:
     hf: str | None = None  # a transformers class name
     config: str | None = None  # hf: a model type or config.json
     overrides: tuple = ()  # hf: (key, value) pairs; gpt: GPTConfig fields
-    dtype: str = "bfloat16"
+    dtype: str | None = None  # None: the configuration's (hf), else bfloat16
     locations: bool = True
     extra: dict = field(default_factory=dict, compare=False, hash=False)
 
@@ -60,7 +60,8 @@ class StepRequest:
             raise FrontendError(f"the prompt ({self.tokens} tokens) does not fit the cache ({self.context})")
         from ..frontends.inputs import weight_dtype
 
-        weight_dtype(self.dtype)
+        if self.dtype is not None:
+            weight_dtype(self.dtype)
         if self.model:
             gpt_config(self)  # the --set fields, checked without building anything
 
@@ -89,7 +90,19 @@ class StepRequest:
         sets = ", ".join(f"{k}={v}" for k, v in self.overrides)
         step = (f"decode step, batch {self.batch}, context {self.context}" if self.mode == "decode" else
                 f"prefill of {self.tokens} tokens, batch {self.batch}, cache {self.context}")
-        return f"{what}{' with ' + sets if sets else ''}: {step}, {self.dtype}"
+        dtype = self.dtype or ("the configuration's dtype (else bfloat16)" if self.hf else "bfloat16")
+        return f"{what}{' with ' + sets if sets else ''}: {step}, {dtype}{self._grown()}"
+
+    def _grown(self) -> str:
+        """The bundled GPT's position table grown to the context, said (``--set seq=N`` sets it)."""
+        if self.model != "gpt":
+            return ""
+        from ..models.gpt import GPTConfig
+
+        seq = dict(self.overrides).get("seq", GPTConfig.seq)
+        if not isinstance(seq, int) or self.context <= seq:
+            return ""
+        return f" (the position table grown from {seq} to {self.context} rows to hold the context; --set seq=N)"
 
     def key(self) -> dict:
         """What the lowering depends on (for a cache of lowerings)."""
@@ -102,7 +115,9 @@ class StepRequest:
 @dataclass
 class Step:
     """A lowered inference step: the IR, the cache it holds, the parameters' bytes and the model's facts
-    (``hidden``, ``layers``) the tensor-parallel estimate needs."""
+    (``hidden``, ``layers``) the tensor-parallel estimate needs; ``positions``: the longest context the model
+    takes (the bundled GPT's position table, a configuration's ``max_position_embeddings``; None: none
+    declared)."""
 
     lowered: Lowered
     layout: object  # CacheLayout
@@ -110,6 +125,7 @@ class Step:
     hidden: int
     layers: int
     request: StepRequest | None = None
+    positions: int | None = None
 
 
 def gpt_config(req: StepRequest):
@@ -126,7 +142,7 @@ def gpt_config(req: StepRequest):
                                 f"{', '.join(GPT_FIELDS)})")
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise FrontendError(f"--set {key}={value!r}: must be a positive whole number")
-    cfg = GPTConfig(dtype=req.dtype, **sets)
+    cfg = GPTConfig(dtype=req.dtype or "bfloat16", **sets)
     if cfg.hidden % cfg.heads:
         raise FrontendError(f"the bundled gpt: heads {cfg.heads} do not divide hidden {cfg.hidden}")
     return cfg
@@ -137,7 +153,7 @@ def _gpt(req: StepRequest):
 
     cfg = gpt_config(req)
     low, layout, weights = gpt_steps.lower_step(cfg, req.mode, req.batch, req.context, req.tokens)
-    return low, layout, weights, cfg.hidden, cfg.layers
+    return low, layout, weights, cfg.hidden, cfg.layers, gpt_steps.gpt_config(cfg, req.context).seq
 
 
 def _hf(req: StepRequest):
@@ -146,12 +162,15 @@ def _hf(req: StepRequest):
     from ..frontends import hub
     from . import hf_steps
 
-    model = hub.build_hf(req.hf, req.config, dict(req.overrides))
-    model = model.to(getattr(torch, req.dtype)).eval()
+    model = hub.build_hf(req.hf, req.config, dict(req.overrides))  # in the configuration's dtype, if it names one
+    dtype = req.dtype or (None if hub.config_dtype(model.config) else "bfloat16")
+    model = (model.to(getattr(torch, dtype)) if dtype else model).eval()
     text = model.config.get_text_config(decoder=True)
     low, layout, weights = hf_steps.lower_step(model, req.mode, req.batch, req.context, req.tokens,
                                                locations=req.locations)
-    return low, layout, weights, text.hidden_size, text.num_hidden_layers
+    positions = getattr(text, "max_position_embeddings", None)  # none declared: rotary models without a limit
+    positions = positions if isinstance(positions, int) and not isinstance(positions, bool) else None
+    return low, layout, weights, text.hidden_size, text.num_hidden_layers, positions
 
 
 def lower_step(req: StepRequest) -> Step:
@@ -165,7 +184,7 @@ def lower_step(req: StepRequest) -> Step:
     t0 = time.perf_counter()
     with quiet():
         try:
-            low, layout, weights, hidden, layers = (_gpt if req.model else _hf)(req)
+            low, layout, weights, hidden, layers, positions = (_gpt if req.model else _hf)(req)
         except (FrontendError, LowerFailed):
             raise
         except Exception as e:  # the model's code or the frameworks tracing it
@@ -177,4 +196,4 @@ def lower_step(req: StepRequest) -> Step:
     text = low.as_text(debug_info=req.locations)
     info = {"frontend": "torchax" if req.hf else "jax", "model": req.hf or req.model, "step": req.mode,
             "seconds": time.perf_counter() - t0}
-    return Step(Lowered(text=text, info=info), layout, weights, hidden, layers, req)
+    return Step(Lowered(text=text, info=info), layout, weights, hidden, layers, req, positions)

@@ -1,7 +1,7 @@
 """``mhlo-cost train-plan`` as a study: from a configuration, a system profile and what is asked (one plan, or
-``gpus`` for the sweep over splits) to the plan and the text of each format. The command maps its arguments
-onto these; each distinct layer is lowered once and estimated as a :class:`~mhlo_cost.studies.study.Study`
-(:func:`~.costs.analyse_layer`)."""
+``gpus`` for the sweep over splits) to the plan and its figures, answered as a Table (:mod:`mhlo_cost.views.plan`)
+that the shared renderers write. The command maps its arguments onto these; each distinct layer is lowered once
+and estimated as a :class:`~mhlo_cost.studies.study.Study` (:func:`~.costs.analyse_layer`)."""
 from __future__ import annotations
 
 import os
@@ -73,45 +73,30 @@ class PlanStudy:
                               f"skipped; the first: {first})")
         return df, skipped
 
-    def render(self, fmt: str, by: str = "component") -> str:
-        """The sweep's table, or the plan's (``by``: component, or stage: a row per pipeline stage) in ``fmt``
-        (table, csv, json, markdown, html: a page with the stage bars and both tables)."""
-        return self._sweep_text(fmt) if self.options.gpus else self._plan_text(fmt, by)
-
-    def _sweep_text(self, fmt: str) -> str:
-        from ...views.render import render_frame as render
-
-        df, skipped = self.sweep
-        name = self.options.hardware.name
-        out = render(df, fmt, "raw", title=f"{self.options.gpus} GPUs of {name}: splits ranked by "
-                     f"iteration time among those that fit", wide=True)
-        if fmt == "table" and len(skipped):
-            out += f"\n{len(skipped)} split(s) skipped:\n" + render(skipped, "table", "raw", wide=True)
-        return out
-
-    def _plan_text(self, fmt: str, by: str) -> str:
-        from ...views.render import render_frame as render
+    @cached_property
+    def figures(self):
+        """What the plan's views read (:class:`mhlo_cost.views.plan.PlanFigures`): plain values and frames."""
+        from ...views.plan import PlanFigures
         from .plan import breakdown_frame, facts
-        from .stages import stage_frame, stage_rows
+        from .stages import COMPONENTS, stage_frame, stage_rows
 
-        p, name = self.plan, self.options.hardware.name
-        if fmt == "json":
-            import json
+        p = self.plan
+        cfg = p.cfg
+        cards = {k: getattr(cfg, k) for k in ("t", "p", "d", "layers", "hidden", "heads", "seq", "vocab",
+                                                 "global_batch")}
+        cards["gpus"] = cfg.gpus
+        return PlanFigures(self.options.hardware.name, p.row(), p.iteration.counts, p.memory, breakdown_frame(p),
+                           stage_rows(p), stage_frame(p), facts(p), COMPONENTS, cards)
 
-            payload = {"config": p.row(), "counts": p.iteration.counts, "memory": p.memory,
-                       "breakdown": breakdown_frame(p).to_dict(orient="records"), "stages": stage_rows(p)}
-            return json.dumps(payload, indent=1, sort_keys=True, default=str) + "\n"
-        if fmt == "html":
-            from ...views.html.plan import plan_page
+    def view(self, request=None):
+        """The answer as a :class:`~mhlo_cost.views.table.Table`: the sweep's ranked splits (``gpus``), or the
+        plan's table (``request.by``: ``component``, default, or ``stage``: a row per pipeline stage), which the
+        shared renderers write in every format (HTML: the plan's page)."""
+        from ...views import plan as views
 
-            from .stages import COMPONENTS
-
-            return plan_page(p, name, breakdown_frame(p), facts(p), (stage_rows(p), stage_frame(p), COMPONENTS))
-        if by == "stage":
-            out = render(stage_frame(p), fmt, "raw", title=f"one iteration per pipeline stage on {name} "
-                         f"(each row: every device of the stage)", wide=True)
-        else:
-            out = render(breakdown_frame(p), fmt, "raw", title=f"one iteration per GPU on {name}")
-        if fmt == "table":
-            out += "\n".join(facts(p)) + "\n"
-        return out
+        if self.options.gpus:
+            df, skipped = self.sweep
+            return views.sweep_view(df, skipped, f"{self.options.gpus} GPUs of {self.options.hardware.name}: "
+                                                 "splits ranked by iteration time among those that fit")
+        by = getattr(request, "by", None) or "component"
+        return views.plan_view(self.figures, by)

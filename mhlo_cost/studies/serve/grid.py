@@ -23,19 +23,21 @@ from ...lower.inference.steps import Step, StepRequest, lower_step
 
 _SHAPE = ListOf(COUNT)
 #: A lowered step's facts (its IR is the entry's blob, gzipped).
-STEPS = Schema("serve/steps", 1, Record({
+STEPS = Schema("serve/steps", 2, Record({
     "layout": Record({"layers": ListOf(Record({"key": _SHAPE, "value": _SHAPE, "itemsize": POSITIVE,
                                                "window": Maybe(POSITIVE)})),
                       "batch": POSITIVE, "context": POSITIVE, "dtype": TEXT}),
-    "weight_bytes": COUNT, "hidden": POSITIVE, "layers": POSITIVE, "info": MapOf(ANY)}), blob=True)
+    "weight_bytes": COUNT, "hidden": POSITIVE, "layers": POSITIVE, "positions": Maybe(POSITIVE),
+    "info": MapOf(ANY)}), blob=True)
 #: One step's :class:`~.serve.Figures` on one profile and tp.
-FIGURES = Schema("serve/figures", 1, Record({
+FIGURES = Schema("serve/figures", 2, Record({
     "step": TEXT, "batch": POSITIVE, "context": POSITIVE, "tokens": POSITIVE, "hardware": TEXT, "tp": POSITIVE,
     "kv_cache_bytes": COUNT, "kv_cache_layer_bytes": ListOf(COUNT), "weight_bytes": COUNT,
     "activation_bytes": COUNT, "memory_bytes": COUNT, "capacity_bytes": COUNT, "fits": FLAG, "flops": COUNT,
     "bytes_moved": COUNT, "step_time_s": AMOUNT, "comm_time_s": AMOUNT, "tokens_per_s": AMOUNT,
     "intensity": AMOUNT, "ridge": AMOUNT, "bound": TEXT, "max_batch": COUNT, "max_context": Maybe(COUNT),
-    "blocks": ListOf(TupleOf((TEXT, AMOUNT, TEXT))), "launch": OneOf(LAUNCHES)}))
+    "blocks": ListOf(TupleOf((TEXT, AMOUNT, TEXT))), "launch": OneOf(LAUNCHES), "input_bytes": COUNT,
+    "max_context_bound": OneOf(("memory", "positions", "none"))}))
 
 
 class StepCache:
@@ -58,7 +60,8 @@ class StepCache:
         step = lower_step(req)
         info = {k: v for k, v in step.lowered.info.items() if k != "seconds"}
         self.steps.put(req.key(), {"layout": asdict(step.layout), "weight_bytes": step.weight_bytes,
-                                   "hidden": step.hidden, "layers": step.layers, "info": info},
+                                   "hidden": step.hidden, "layers": step.layers, "positions": step.positions,
+                                   "info": info},
                        gzip.compress(step.lowered.text.encode(), mtime=0))
         return step, False
 
@@ -88,7 +91,7 @@ def _step_of(req: StepRequest, meta: dict, blob: bytes) -> Step | None:
     layers = tuple(LayerCache(tuple(x["key"]), tuple(x["value"]), x["itemsize"], x["window"]) for x in m["layers"])
     layout = CacheLayout(layers, m["batch"], m["context"], m["dtype"])
     return Step(Lowered(text=text, info=meta["info"]), layout, meta["weight_bytes"], meta["hidden"], meta["layers"],
-                req)
+                req, meta["positions"])
 
 
 def sweep(base: StepRequest, batches, contexts, hw, tps=(1,), cache: StepCache | None = None,
@@ -118,12 +121,12 @@ def sweep(base: StepRequest, batches, contexts, hw, tps=(1,), cache: StepCache |
     return out
 
 
-COLUMNS = ("batch", "context", "tp", "kv_cache_bytes", "weight_bytes", "activation_bytes", "memory_bytes",
-           "fits", "step_time_ms", "tokens_per_s", "intensity", "bound", "max_batch")
+COLUMNS = ("batch", "context", "tp", "kv_cache_bytes", "weight_bytes", "input_bytes", "activation_bytes",
+           "memory_bytes", "fits", "step_time_ms", "tokens_per_s", "intensity", "bound", "max_batch")
 
 
 def table(figs: list) -> "pd.DataFrame":  # noqa: F821
-    """One row per point; ``fits`` is ``no`` where weights + cache + activations exceed the device."""
+    """One row per point; ``fits`` is ``no`` where weights + cache + inputs + activations exceed the device."""
     import pandas as pd
 
     from ...analysis.series import int_series
@@ -136,42 +139,7 @@ def table(figs: list) -> "pd.DataFrame":  # noqa: F821
         for c in COLUMNS:
             data[c].append(d[c])
     df = pd.DataFrame(data)
-    for c in ("batch", "context", "tp", "kv_cache_bytes", "weight_bytes", "activation_bytes", "memory_bytes",
-              "max_batch"):
+    for c in ("batch", "context", "tp", "kv_cache_bytes", "weight_bytes", "input_bytes", "activation_bytes",
+              "memory_bytes", "max_batch"):
         df[c] = int_series(data[c])
     return df
-
-
-def plot(figs: list, path: str, title: str = "") -> None:
-    """tokens/s and memory per device against batch, one line per context (and tp); points that do not fit
-    drawn as red crosses, the device's capacity as a dashed line."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.2))
-    series: dict = {}
-    for f in figs:
-        series.setdefault((f.context, f.tp), []).append(f)
-    for (ctx, tp), pts in series.items():
-        label = f"context {ctx}" + (f", tp {tp}" if tp > 1 else "")
-        xs = [p.batch for p in pts]
-        line, = ax1.plot(xs, [p.tokens_per_s for p in pts], marker="o", label=label)
-        ax2.plot(xs, [p.memory_bytes / 1e9 for p in pts], marker="o", color=line.get_color(), label=label)
-        bad = [p for p in pts if not p.fits]
-        for ax, val in ((ax1, lambda p: p.tokens_per_s), (ax2, lambda p: p.memory_bytes / 1e9)):
-            ax.scatter([p.batch for p in bad], [val(p) for p in bad], marker="x", s=80, color="red", zorder=3)
-    if figs:
-        ax2.axhline(figs[0].capacity_bytes / 1e9, linestyle="--", color="grey", label="device memory")
-    for ax, ylabel in ((ax1, "tokens/s"), (ax2, "memory per device (GB)")):
-        ax.set_xscale("log", base=2)
-        ax.set_yscale("log")
-        ax.set_xlabel("batch")
-        ax.set_ylabel(ylabel)
-        ax.grid(True, alpha=0.3)
-    ax2.legend(fontsize=8)
-    fig.suptitle(title + " (x: does not fit)" if title else "x: does not fit", fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110, metadata={"Software": None} if path.endswith(".png") else None)
-    plt.close(fig)

@@ -6,11 +6,16 @@ attention as one kernel: the ``compiled`` execution model), on a profile of :mod
 - decode: the step's time is the time per output token (each of the ``batch`` sequences gets one token per
   step); tokens/s = batch / step time. Prefill: the step's time is the time to first token.
 - the arithmetic intensity of the step (FLOPs / bytes its fused kernels move) against the chip's ridge point
-  (matrix peak of the dtype / HBM bandwidth): below it the step is bound by memory.
-- memory per device = weights + KV cache + activations. The cache is an argument of the program, donated:
-  its updated copy aliases it, so it is counted once; activations are the program's peak live bytes less its
-  arguments and that aliased copy. The largest batch that fits at the context (and the largest context at
-  the batch) scale the cache exactly (:meth:`CacheLayout.at`) and the activations in proportion to the batch.
+  (matrix peak of the dtype / HBM bandwidth); the step's ``bound`` is the block table's rule for the whole
+  program (:meth:`~mhlo_cost.roofline.Roofline.program_bound`: ``overhead`` where fixed kernel costs outweigh
+  the work, as ``report`` and the sweep say).
+- memory per device = weights + KV cache + the step's other inputs (token ids, positions) + activations, of
+  the compiled execution it is priced as (the fused liveness: ``report --fuse elementwise``'s
+  ``peak_bytes_fused``). The cache is an argument of the program, donated: its updated copy aliases it, so it
+  is counted once; activations are the program's peak live bytes less its arguments and that aliased copy.
+  The largest batch that fits at the context (and the largest context at the batch) scale the cache exactly
+  (:meth:`CacheLayout.at`) and the activations and inputs in proportion to the batch; the largest context is
+  also no longer than the model's positions (``max_context_bound`` says which bound it is).
 - tensor parallelism over ``tp`` devices (for a model that does not fit one): weights and cache split ``tp``
   ways, the step's device time divided by ``tp``, plus two all_reduces of the hidden state per layer (after
   attention and after the MLP, Megatron-style) priced by the profile's link (ring: 2(tp-1)/tp of the bytes).
@@ -60,20 +65,14 @@ class Figures:
     max_context: int | None  # None: unbounded (every layer a sliding window)
     blocks: list = field(default_factory=list)  # (block, est_time_s, bound)
     launch: str = "stream"  # one of LAUNCHES
+    input_bytes: int = 0  # the step's arguments beyond weights and cache (token ids, positions), not split by tp
+    max_context_bound: str = "memory"  # what bounds max_context: memory, positions (the model's), none
 
     def row(self) -> dict:
         d = asdict(self)
         d.pop("blocks")
         d.pop("kv_cache_layer_bytes")
         return d
-
-
-def _dominant_dtype(analysis) -> str:
-    by: dict = {}
-    for r in analysis.rows:
-        if r.gemm_flops:
-            by[r.dtype] = by.get(r.dtype, 0) + r.gemm_flops
-    return max(sorted(by), key=lambda d: by[d]) if by else "bf16"
 
 
 def _blocks(study) -> list:
@@ -123,6 +122,14 @@ def max_context(layout, weight_bytes: int, activations: int, capacity: int, tp: 
     return lo
 
 
+def context_limit(by_memory: int | None, positions: int | None) -> tuple[int | None, str]:
+    """The longest context and what bounds it: the memory's bound (None: the cache stops growing) or the
+    model's positions (None: it declares none), the smaller; ``none`` where neither bounds it."""
+    if positions is not None and (by_memory is None or positions < by_memory):
+        return positions, "positions"
+    return by_memory, "memory" if by_memory is not None else "none"
+
+
 def launched(hw, launch: str = "stream"):
     """``hw`` as a step launched by ``launch`` sees it: under ``cuda-graphs`` no kernel pays the host's
     launch overhead (``kernel_overhead`` 0); every other figure of the profile is unchanged."""
@@ -145,31 +152,33 @@ def figures(step, hw, tp: int = 1, analysis=None, blocks: bool = True, launch: s
     launched by ``launch`` (:data:`LAUNCHES`), from the step's study (:func:`step_study`)."""
     hw = launched(hw, launch)
     study = step_study(step, hw, analysis)
-    analysis, rf = study.analysis, study.roofline
+    rf = study.roofline
     req, layout = step.request, step.layout
     tot = rf.totals()
-    mem = analysis.memory
+    mem = study.fused_memory  # the liveness of the execution priced (compiled), as report --fuse's peak
     cache = layout.nbytes
     activations = activation_bytes(mem, cache)
+    inputs = max(mem.argument_bytes - step.weight_bytes - cache, 0)
     tokens = req.tokens if req.mode == "prefill" else 1
     itemsize = layout.layers[0].itemsize if layout.layers else 2
     comm = _allreduce_s(hw, tp, req.batch, tokens, step.hidden, itemsize, step.layers)
     device = tot["est_time_fused_s"] - tot["comm_time_s"]
     step_s = device / tp + comm
     capacity = int(hw.hbm_capacity)
-    memory = -(-step.weight_bytes // tp) + -(-cache // tp) + activations
+    memory = -(-step.weight_bytes // tp) + -(-cache // tp) + inputs + activations
     moved = tot["fused_bytes"]
-    dtype = _dominant_dtype(analysis)
-    ridge = hw.matrix_peak(dtype) / hw.hbm_bandwidth
+    ridge = rf.reference_peak / hw.hbm_bandwidth  # the peak of report's utilisation (reference_peak_tflops)
     intensity = rf.flops / moved if moved else math.inf
     produced = req.batch * (tokens if req.mode == "prefill" else 1)
+    longest, bound = context_limit(max_context(layout, step.weight_bytes, activations + inputs, capacity, tp),
+                                   step.positions)
     return Figures(
         step=req.mode, batch=req.batch, context=req.context, tokens=tokens, hardware=hw.name, tp=tp,
         kv_cache_bytes=cache, kv_cache_layer_bytes=layout.per_layer_bytes, weight_bytes=step.weight_bytes,
         activation_bytes=activations, memory_bytes=memory, capacity_bytes=capacity, fits=memory <= capacity,
         flops=rf.flops, bytes_moved=moved, step_time_s=step_s, comm_time_s=comm,
         tokens_per_s=produced / step_s if step_s > 0 else math.inf, intensity=intensity, ridge=ridge,
-        bound="memory" if intensity < ridge else "compute",
-        max_batch=max_batch(layout, step.weight_bytes, -(-activations // req.batch), capacity, tp),
-        max_context=max_context(layout, step.weight_bytes, activations, capacity, tp),
-        blocks=_blocks(study) if blocks else [], launch=launch)
+        bound=rf.program_bound(),  # the block table's TOTAL and the sweep's rule; intensity and ridge beside it
+        max_batch=max_batch(layout, step.weight_bytes, -(-(activations + inputs) // req.batch), capacity, tp),
+        max_context=longest, blocks=_blocks(study) if blocks else [], launch=launch, input_bytes=inputs,
+        max_context_bound=bound)

@@ -1,6 +1,7 @@
 """``mhlo-cost serve`` as a study: from :class:`ServeOptions` to the figures of one step, or of a sweep, as a
-view (:mod:`.views`) that the shared renderers write. The command maps its arguments onto the options; every step
-is lowered once (on disk with a cache) and estimated as a :class:`~mhlo_cost.studies.study.Study` (:func:`~.serve.step_study`)."""
+view (:mod:`mhlo_cost.views.serve`) that the shared renderers write (no study renders itself). The command maps
+its arguments onto the options; every step is lowered once (on disk with a cache) and estimated as a
+:class:`~mhlo_cost.studies.study.Study` (:func:`~.serve.step_study`)."""
 from __future__ import annotations
 
 import os
@@ -8,6 +9,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Callable
 
+from ...files.console import silent
 from ...lower.inference.steps import StepRequest
 
 
@@ -74,7 +76,7 @@ class ServeStudy:
     def __init__(self, options: ServeOptions, stage: Callable[[str], None] | None = None,
                  note: Callable[[str], None] | None = None):
         self.options = options
-        self.stage = stage or (lambda text: None)
+        self.stage = stage or silent
         self.note = note
 
     @cached_property
@@ -94,7 +96,8 @@ class ServeStudy:
 
     @cached_property
     def step(self):
-        """The lowered step of one point (its layout: the KV cache's)."""
+        """The lowered step of one point (its layout: the KV cache's), once :meth:`check` passes."""
+        self.check()
         self.stage("lowering the step")
         return self.cache.step(self.options.request)[0]
 
@@ -113,17 +116,18 @@ class ServeStudy:
 
     @cached_property
     def points(self) -> list:
-        """The sweep's figures: every batch x context x tp."""
+        """The sweep's figures: every batch x context x tp, once :meth:`check` passes."""
         from .grid import sweep
 
+        self.check()
         o = self.options
         return sweep(o.request, o.batches or [o.request.batch], o.contexts or [o.request.context], self.hardware,
                      tps=o.tps or [o.tp], cache=self.cache, stage=self.stage, launch=o.launch)
 
     def check(self) -> None:
-        """What needs the model's configuration (read, never built), before anything is lowered: its layers
-        within the limit, and every tensor-parallel degree dividing its heads and key/value heads. ValueError
-        (FrontendError where the configuration cannot be read)."""
+        """What needs the model's configuration (read, never built), before anything is lowered (:attr:`step`
+        and :attr:`points` run it first): its layers within the limit, and every tensor-parallel degree dividing
+        its heads and key/value heads. OptionError (FrontendError where the configuration cannot be read)."""
         from ..limits import OptionError, check
 
         facts = self.options.request.facts()
@@ -132,35 +136,27 @@ class ServeStudy:
             for n, what in ((facts.heads, "attention heads"), (facts.kv_heads, "key/value heads")):
                 if n % tp:
                     raise OptionError(f"tensor parallel degree {tp} does not divide the model's {n} {what}: "
-                                     "its heads (and their KV cache) are split tp ways")
+                                      "its heads (and their KV cache) are split tp ways")
 
-    def run(self):
-        """What the options ask for (checked first: :meth:`check`): the sweep's points, or the one point's
-        figures."""
-        self.check()
-        return self.points if self.options.sweeping else self.figures
-
-    def view(self):
-        """The answer as a :class:`~mhlo_cost.views.table.Table`: the sweep's points (a frame), or the one
-        point's figures (pairs in sections; :mod:`.views`)."""
+    def view(self, request=None):
+        """The answer as a :class:`~mhlo_cost.views.table.Table` (``request``: none is needed, the options say
+        it): the sweep's points (a frame), or the one point's figures (pairs in sections;
+        :mod:`mhlo_cost.views.serve`). The command writes it through the shared renderers."""
         from ...views.serve import step_view, sweep_view
 
         req = self.options.request
         if self.options.sweeping:
             from .grid import table
 
-            return sweep_view(self.points, table(self.points), f"{req.mode} of {req.describe().split(':')[0]} on {self.hardware.name}")
+            return sweep_view(self.points, table(self.points), f"{req.mode} of {self.model} on {self.hardware.name}")
         return step_view(self.figures, req.describe(), self.step.layout)
 
-    def render(self, fmt: str) -> str:
-        """The view in ``fmt`` (table, csv, json, markdown), by the shared renderers (:mod:`mhlo_cost.views.render`)."""
-        from ...views.render import render
+    @property
+    def model(self) -> str:
+        """The model in words (the request's description up to its shapes)."""
+        return self.options.request.describe().split(":")[0]
 
-        return render(self.view(), fmt, "raw", wide=True)
-
-    def plot(self, path: str) -> None:
-        """tokens/s and memory against batch for the sweep (:func:`~.grid.plot`)."""
-        from .grid import plot
-
-        req = self.options.request
-        plot(self.points, path, f"{req.describe().split(':')[0]} {req.mode} on {self.hardware.name}")
+    @property
+    def plot_title(self) -> str:
+        """The title of the sweep's picture (:func:`mhlo_cost.views.serve.sweep_plot`)."""
+        return f"{self.model} {self.options.request.mode} on {self.hardware.name}"

@@ -105,7 +105,7 @@ def compute(task: Task) -> Result:
         sha = hashlib.sha256(text.encode()).hexdigest()
         study = study_of(text, task)
         study.analysis  # noqa: B018 (walked once, for every profile)
-        rows = [sweep_row(study.on(hw)) for hw in task.profiles()]
+        rows = [sweep_row(study.on(hw).figures) for hw in task.profiles()]
     except Exception as e:  # noqa: BLE001 - any failure of the point is its row, never the sweep's end
         first = (str(e).strip().splitlines() or [""])[0][:300]
         return Result(task.point, "failed", f"{type(e).__name__}: {first}", seconds=time.perf_counter() - t0)

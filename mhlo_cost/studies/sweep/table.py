@@ -153,7 +153,10 @@ def _cell(col: str, v, rec: dict, shown: tuple | None = None) -> str:
 
 
 def write(df: pd.DataFrame, fmt: str, out: str | None, settings: dict) -> str | None:
-    """Write the table; returns the text for stdout where there is no ``out`` (parquet needs a file)."""
+    """Write the table through the one writer (:mod:`mhlo_cost.files.write`); returns the text for stdout where
+    there is no ``out`` (parquet needs a file)."""
+    from ...files.write import replacing, write as write_file
+
     if fmt == "parquet":
         try:
             import pyarrow as pa
@@ -161,12 +164,12 @@ def write(df: pd.DataFrame, fmt: str, out: str | None, settings: dict) -> str | 
         except ImportError:
             raise OSError("Parquet needs pyarrow: pip install 'mhlo-cost[sweep]'") from None
 
-        pq.write_table(pa.Table.from_pandas(df, preserve_index=False), out)
+        with replacing(out) as tmp:
+            pq.write_table(pa.Table.from_pandas(df, preserve_index=False), tmp)
         return None
     text = {"csv": to_csv, "markdown": to_markdown}[fmt](df) if fmt != "json" else to_json(df, settings)
     if out and out != "-":
-        with open(out, "w", encoding="utf-8", newline="") as f:
-            f.write(text)
+        write_file(out, text)
         return None
     return text
 

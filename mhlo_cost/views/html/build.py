@@ -14,7 +14,7 @@ import pandas as pd
 from ... import __version__
 from ...analysis.blocks import TOTAL, block_table, row_labels
 from ..figures import summary_pairs
-from ..headline import headline
+from ..headline import headline, step_time
 from ..plot import block_label
 from .charts import block_bars, block_lines, kind_colours, memory_timeline, share_bars
 from .details import block_details
@@ -36,15 +36,14 @@ CONVENTIONS = (
 )
 
 
-def study_page(study, *, unit: str | None = None, top: int = 10, stage=None) -> str:
-    """The HTML report of a :class:`mhlo_cost.studies.study.Study`: its blocks, estimate, memory and summary.
-    ``stage(text)``: told when the page is written."""
-    memory = study.memory
+def figures_page(fig, *, unit: str | None = None, top: int = 10) -> str:
+    """The HTML report of a program's :class:`~mhlo_cost.views.figures.Figures`: its blocks, estimate, memory
+    and summary (``fig.stage`` told when the page is written)."""
+    memory = fig.memory
     timeline = {f"during_bytes{suffix}": prof.during for suffix, prof in memory}
-    summary = study.summary()
-    if stage is not None:
-        stage("writing the page")
-    return report_page(study.analysis, study.blocks, roofline=study.roofline, unit=unit, top=top,
+    summary = fig.summary()
+    fig.stage("writing the page")
+    return report_page(fig.analysis, fig.blocks, roofline=fig.roofline, unit=unit, top=top,
                        timeline=timeline, memory=memory, summary=summary)
 
 
@@ -88,7 +87,7 @@ def report_page(analysis, blocks, *, roofline=None, unit: str | None = None, top
     ]
     name = title or f"{_base(analysis.source)}"
     head = header(f"mhlo-cost report: {name}", _subtitle(analysis, rf) + f'<br><b class="headline">'
-                  f"{esc(headline(summary))}</b>", _cards(analysis, rf, memory),
+                  f"{esc(headline(summary))}</b>", _cards(analysis, rf, memory, summary),
                   _facts(analysis, blocks, rf), CONVENTIONS)
     return document(f"mhlo-cost: {name}", head, [(sid, t, body) for sid, t, body in sections])
 
@@ -117,7 +116,8 @@ def _subtitle(analysis, rf) -> str:
     return " · ".join(parts)
 
 
-def _cards(analysis, rf, memory: list | None = None) -> list[tuple[str, str, str]]:
+def _cards(analysis, rf, memory: list | None = None, summary: list = ()) -> list[tuple[str, str, str]]:
+    """The page's cards: counts, memory, and with an estimate the summary's step time and utilisation."""
     s = dict(analysis.summary)
     for suffix, prof in memory or ():  # the fused peak beside the unfused one
         if suffix:
@@ -137,8 +137,8 @@ def _cards(analysis, rf, memory: list | None = None) -> list[tuple[str, str, str
     cards.append(("ops" + (f" ({s['unknown_ops']} unknown)" if s["unknown_ops"] else ""), f"{s['ops']:,}",
                   f"{s['ops']:,} op executions"))
     if rf is not None:
-        sm = rf.summary()
-        t = sm.get("est_time_fused_s", sm["est_time_s"])
+        sm = dict(summary)
+        t = step_time(sm)
         label = {"eager": " (eager)", "compiled": " (fused)"}.get(sm["execution"], "")
         cards.append(("estimated time" + label, human_time(t), repr(t)))
         u = sm.get("utilisation_fused", sm["utilisation"])

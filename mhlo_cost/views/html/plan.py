@@ -50,28 +50,28 @@ def stage_bars(rows: list[dict], components: tuple) -> str:
     return "".join(out)
 
 
-def plan_page(p, system: str, breakdown, facts: list[str], stages: tuple) -> str:
-    """The whole page of the :class:`~mhlo_cost.studies.plan.plan.Plan` ``p`` on ``system`` (``breakdown``: its
-    breakdown table; ``facts``: the lines under it; ``stages``: (rows, frame, components) of its stages)."""
-    it, cfg, mem = p.iteration, p.cfg, p.memory
+def plan_page(fig) -> str:
+    """The whole page of a plan's figures (:class:`mhlo_cost.views.plan.PlanFigures`): the header's cards, the
+    stage bars and table, the breakdown of the busiest device."""
+    c, mem, cards = fig.config, fig.memory, fig.cards
     gib = 2 ** 30
-    cards = [("iteration", f"{it.total:.4g} s", repr(it.total)),
-             ("MFU", f"{it.counts['mfu']:.1%}", repr(it.counts["mfu"])),
-             ("memory per GPU (first stage)", f"{mem['total'] / gib:.2f} GiB", f"{mem['total']:,} bytes"),
-             ("GPUs", f"{cfg.gpus}", f"t {cfg.t} x p {cfg.p} x d {cfg.d}")]
-    title = f"train-plan: {cfg.label()} on {system}"
-    head = header(title, esc(f"{cfg.layers} layers, hidden {cfg.hidden}, {cfg.heads} heads, sequence {cfg.seq}, "
-                             f"vocabulary {cfg.vocab}, global batch {cfg.global_batch}"), cards,
-                  list(zip(("schedule", "FLOPs", "utilisation", "memory"), map(esc, facts))))
-    rows, frame, components = stages
-    stages = stage_bars(rows, components) + table_html(frame, "stages")
+    head_cards = [("iteration", f"{c['iteration_s']:.4g} s", repr(c["iteration_s"])),
+                  ("MFU", f"{fig.counts['mfu']:.1%}", repr(fig.counts["mfu"])),
+                  ("memory per GPU (first stage)", f"{mem['total'] / gib:.2f} GiB", f"{mem['total']:,} bytes"),
+                  ("GPUs", f"{cards['gpus']}", f"t {cards['t']} x p {cards['p']} x d {cards['d']}")]
+    title = f"train-plan: {c['config']} on {fig.system}"
+    head = header(title, esc(f"{cards['layers']} layers, hidden {cards['hidden']}, {cards['heads']} heads, "
+                             f"sequence {cards['seq']}, vocabulary {cards['vocab']}, global batch "
+                             f"{cards['global_batch']}"), head_cards,
+                  list(zip(("schedule", "FLOPs", "utilisation", "memory"), map(esc, fig.facts))))
+    stages = stage_bars(fig.stages, fig.components) + table_html(fig.stage_frame, "stages")
     sections = [
         ("stages", "Per stage", section("stages", "Per stage", stages,
                                         "Every device of a stage (its t x d GPUs) runs the same program; the bars "
                                         "add up to the iteration time. idle: the pipeline bubble, and on the "
                                         "stages before the last the wait for the LM head.")),
         ("breakdown", "Breakdown", section("breakdown", "Breakdown of the busiest device (the last stage)",
-                                           table_html(breakdown, "breakdown"))),
+                                           table_html(fig.breakdown, "breakdown"))),
     ]
     return document(title, head, sections)
 

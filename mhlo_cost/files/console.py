@@ -1,12 +1,15 @@
-"""Progress on stderr, only where a person watches: a terminal, or ``--progress``; never in pipes, files or CI
-logs unless asked. Stage names say what a command does, a bar how far where the total is known."""
+"""What one run of a command says on stderr: a :class:`Console` per run (the lines said, each once; its progress
+displays, closed before any error line), and :class:`Progress`, the stages and bars a person watches.
+
+Progress shows only where a person watches: a terminal, or ``--progress``; never in pipes, files or CI logs
+unless asked, never under ``-q``. Nothing here is global: the command line makes one console per run and hands
+it along (the studies hear stages through ``console.progress().stage``). Standard library only.
+"""
 from __future__ import annotations
 
 import sys
 import threading
 import time
-
-ACTIVE_PROGRESS: list["Progress"] = []  # closed by main() before any error line, however a command ends
 
 
 def progress_wanted(args) -> bool:
@@ -23,22 +26,57 @@ def _stderr_is_tty() -> bool:
         return False
 
 
-def stop_progress() -> None:
-    """Close every progress display (its timer too): called before an error line, so none follows it."""
-    while ACTIVE_PROGRESS:
-        ACTIVE_PROGRESS.pop().close()
+def silent(text: str) -> None:
+    """A stage nobody hears (the default of a study's ``stage``)."""
+
+
+class Console:
+    """One run's stderr: :meth:`say` (``mhlo-cost: text``, each line once; a note never under ``quiet``),
+    :meth:`progress` (a display, closed by :meth:`stop` before an error line, however the command ends)."""
+
+    def __init__(self, quiet: bool = False, progress: bool = False):
+        self.quiet = quiet
+        self.wanted = progress  # whether progress is shown (progress_wanted)
+        self.said: set[str] = set()
+        self.displays: list[Progress] = []
+
+    @classmethod
+    def of(cls, args) -> "Console":
+        """The console of a command's parsed options (``-q``, ``--progress``)."""
+        return cls(quiet=bool(getattr(args, "quiet", False)), progress=progress_wanted(args))
+
+    def say(self, text: str, note: bool = False) -> None:
+        """``mhlo-cost: text`` on stderr, once per run; a ``note`` (what was found, what was written, facts that
+        change no figure) never under ``-q``."""
+        if (note and self.quiet) or text in self.said:
+            return
+        self.said.add(text)
+        for p in self.displays:  # a line drawn in place on a terminal ends first
+            p.clear()
+        print(f"mhlo-cost: {text}", file=sys.stderr)
+
+    def progress(self) -> "Progress":
+        """A progress display of this run (shown where :func:`progress_wanted` said so)."""
+        return Progress(enabled=self.wanted, displays=self.displays)
+
+    def stop(self) -> None:
+        """Close every progress display (its timer too): before an error line, so that none follows it."""
+        while self.displays:
+            self.displays.pop().close()
 
 
 class Progress:
-    """Stage messages and bars on stderr where a person watches (:func:`progress_wanted`).
+    """Stage messages and bars on stderr where a person watches.
 
     On a terminal one line is redrawn in place, and only once work has taken more than ``delay`` seconds;
     with ``--progress`` into a pipe or file, every stage is a line of its own, at once. A timer thread
-    prints the delayed line; once closed (:meth:`done`, or :func:`stop_progress` before an error line)
-    nothing more is printed, even by a timer that already fired.
+    prints the delayed line; once closed (:meth:`done`, or :meth:`Console.stop` before an error line)
+    nothing more is printed, even by a timer that already fired. ``displays``: the run's list of open
+    displays (:attr:`Console.displays`), which this one joins until it is closed.
     """
 
-    def __init__(self, enabled: bool = True, delay: float | None = None, tty: bool | None = None):
+    def __init__(self, enabled: bool = True, delay: float | None = None, tty: bool | None = None,
+                 displays: list | None = None):
         self.enabled = enabled
         self.tty = _stderr_is_tty() if tty is None else tty
         self.delay = (1.0 if self.tty else 0.0) if delay is None else delay
@@ -49,11 +87,8 @@ class Progress:
         self._stage = ""
         self._timer: threading.Timer | None = None
         self._lock = threading.RLock()
-        ACTIVE_PROGRESS.append(self)
-
-    @classmethod
-    def of(cls, args) -> "Progress":
-        return cls(enabled=progress_wanted(args))
+        self._displays = displays if displays is not None else []
+        self._displays.append(self)
 
     def stage(self, text: str) -> None:
         """What the command does now (``parsing FILE``, ``tracing``)."""
@@ -113,8 +148,8 @@ class Progress:
             self.clear()
             if report and was_open and self.shown and self.enabled:
                 print(f"mhlo-cost: done in {time.perf_counter() - self.t0:.1f}s", file=sys.stderr, flush=True)
-        if self in ACTIVE_PROGRESS:
-            ACTIVE_PROGRESS.remove(self)
+        if self in self._displays:
+            self._displays.remove(self)
 
     def done(self) -> None:
         self.close(report=True)

@@ -1,0 +1,20 @@
+"""Execution models: what a program's time and memory describe (``--execution``), worked out here only.
+
+``eager``: PyTorch eager, one kernel per framework op; ``compiled``: a fusing compiler (XLA, torch.compile):
+elementwise chains fused, attention one kernel; ``unfused``: every IR op its own kernel. The older ``--fuse``
+names two of them (``none``: unfused, ``elementwise``: compiled). Standard library only: a study asks for its
+execution model before the walk, without importing the estimate (and pandas).
+"""
+from __future__ import annotations
+
+EXECUTIONS = ("eager", "compiled", "unfused")
+
+
+def execution_of(fuse_mode: str | None = "none", execution: str | None = None) -> str:
+    """The execution model named by ``execution``, else the one ``--fuse`` maps onto (none: unfused,
+    elementwise: compiled)."""
+    if execution is not None:
+        if execution not in EXECUTIONS:
+            raise ValueError(f"unknown execution model {execution!r}: choose one of {', '.join(EXECUTIONS)}")
+        return execution
+    return "compiled" if (fuse_mode or "none") == "elementwise" else "unfused"
