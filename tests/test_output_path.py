@@ -129,6 +129,9 @@ COMMANDS = {
     "sweep": ["sweep", "--model", "gpt", "--no-cache", "-o", "{out}"],
     "plot": ["plot", str(GPT), "-o", "{out}"],
     "calibrate": ["calibrate", "--quick", "-o", "{out}"],
+    "baseline": ["baseline", str(GPT), "-o", "{out}"],
+    "baseline-update": ["baseline", str(GPT), "--update", "-o", "{out}"],
+    "rules": ["rules", "-o", "{out}"],
 }
 NAMES = {"report-html": "mine.html", "serve-plot": "mine.png", "plot": "mine.png", "lower": "mine.mlir",
          "lower-step": "mine.mlir", "sweep": "mine.csv", "calibrate": "mine.toml"}

@@ -2,17 +2,17 @@
 rule counts), in the shared formats."""
 from __future__ import annotations
 
-from .common import EXIT_OK, add_force, claim_output, regex, write_output
+from .common import EXIT_OK, add_force, add_quiet, claim_output, regex, write_output
 
 #: The rule tables (mhlo_cost.walk.registry.TABLES' names), listed here so that --help imports no jaxlib.
 TABLE_NAMES = ("matrix", "vector", "linalg", "collective", "shardy", "custom_call")
 
 
-def cmd_rules(args) -> int:
+def cmd_rules(args, console) -> int:
     from ..views.render import render
     from ..views.rules import rules_table
 
-    claim_output(args)
+    claim_output(args, console)
     table = rules_table(op=args.op, table=args.table)
     write_output(render(table, args.format, wide=True), args.output)  # the summary is what the table is for
     return EXIT_OK
@@ -28,4 +28,5 @@ def register(sub) -> None:
     p.add_argument("--format", choices=("table", "csv", "json", "markdown"), default="table")
     p.add_argument("-o", "--output", metavar="OUT", help="write to a file instead of stdout")
     add_force(p)
+    add_quiet(p)
     p.set_defaults(func=cmd_rules)

@@ -26,11 +26,11 @@ import json
 import math
 import os
 import sys
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
+from .atomic import write_bytes
 from .read import FileRefused, read_file
 
 #: The package whose files the code hash reads.
@@ -288,7 +288,7 @@ class DiskCache:
             self.schema.payload.check(plain)
             data = _entry_bytes(self.schema, path.name[:-len(".entry")], plain, blob or b"")
             self.folder.mkdir(parents=True, exist_ok=True)
-            write_atomic(path, data)
+            write_bytes(path, data)
         except (OSError, ValueError) as e:  # (Invalid, NaN are ValueErrors)
             self.note(f"cache: cannot keep {path}: {getattr(e, 'strerror', None) or e}")
 
@@ -378,21 +378,3 @@ def _strict_json(line: bytes) -> Any:
         raise
     except (ValueError, RecursionError) as e:  # (UnicodeDecodeError, JSONDecodeError, int digits limit)
         raise Invalid(f"not JSON: {str(e).splitlines()[0][:80]}") from None
-
-
-def write_atomic(path: Path, data: bytes) -> None:
-    """``data`` to ``path`` as one step: a temporary file in the same folder, written, fsynced, renamed over
-    ``path`` (:func:`os.replace`); a reader sees the old file or the new one, never half of one."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise

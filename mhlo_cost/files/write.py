@@ -20,9 +20,9 @@ import contextlib
 import hashlib
 import os
 import stat
-import tempfile
 from typing import Iterator
 
+from .atomic import replaced
 from .written import record, wrote_before
 
 
@@ -97,21 +97,10 @@ def replacing(path: str | os.PathLike) -> Iterator[str]:
         with _one_line(name):
             yield real
         return
-    with _one_line(name):
-        folder, base = os.path.split(real)
-        os.makedirs(folder, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{base}.", suffix=os.path.splitext(base)[1] or ".part")
-        os.close(fd)
-    try:
-        with _one_line(name):  # (an OSError of the caller's writing too: a full disk)
+    with _one_line(name):  # (an OSError of the caller's writing too: a full disk)
+        with replaced(real, os.path.splitext(real)[1] or None) as tmp:
             yield tmp
             digest = _settle(tmp, real)
-            os.replace(tmp, real)
-            _sync_folder(folder)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
     record(real, digest)
 
 
@@ -124,15 +113,12 @@ def _one_line(name: str) -> Iterator[None]:
 
 
 def _settle(tmp: str, real: str) -> str:
-    """Sync the written temporary file to disk with the mode the target has (a new file: the umask's); its
-    SHA-256."""
+    """The written temporary file given the mode the target has (a new file: the umask's); its SHA-256."""
     h = hashlib.sha256()
-    with open(tmp, "rb+") as f:
+    with open(tmp, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             h.update(chunk)
         os.fchmod(f.fileno(), _mode(real))
-        f.flush()
-        os.fsync(f.fileno())
     return h.hexdigest()
 
 
@@ -143,17 +129,3 @@ def _mode(real: str) -> int:
         mask = os.umask(0o022)
         os.umask(mask)
         return 0o666 & ~mask
-
-
-def _sync_folder(folder: str) -> None:
-    """The rename itself made durable (where the system lets a folder be opened)."""
-    try:
-        fd = os.open(folder, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)

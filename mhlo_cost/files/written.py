@@ -14,6 +14,8 @@ import hashlib
 import os
 from pathlib import Path
 
+from .atomic import write_bytes
+
 
 def ledger_dir() -> Path:
     base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
@@ -47,17 +49,7 @@ def wrote_before(path: str) -> bool:
 def record(path: str, digest: str) -> None:
     """After writing ``path`` (whose content has the SHA-256 ``digest``): remember it, so that a command may
     replace it again. The entry is written beside itself, synced, and put in place by one rename."""
-    entry = _entry(path)
-    tmp = entry.with_name(f"{entry.name}.{os.getpid()}")
     try:
-        entry.parent.mkdir(parents=True, exist_ok=True)
-        with open(tmp, "w", encoding="ascii") as f:
-            f.write(digest + "\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, entry)
+        write_bytes(_entry(path), (digest + "\n").encode("ascii"))
     except OSError:  # no ledger (a read-only home): the next run asks for --force
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
+        pass

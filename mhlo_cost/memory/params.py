@@ -110,7 +110,7 @@ def first_readers(sw, rows, params: set, entry=None) -> dict[int, int]:
     reach = _reaching(up, params)  # only these keys resolve to a parameter
     read = _reads_of if arrays() else _reads_in_python
     found = read(sw, rows, reach)
-    nested = sorted(_nested_reads(sw, entry, 0, reach, read), key=itemgetter(1)) if entry is not None else ()
+    nested = _nested_reads(sw, entry, reach, read) if entry is not None else ()
     if nested:  # in program order with the entry's own rows
         found = merge(found, nested, key=itemgetter(1))
     for k, i in found:
@@ -135,23 +135,60 @@ def _reads_of(sw, rows, reach: set):
     return zip(keys[hit].tolist(), at.tolist())
 
 
-def _nested_reads(sw, fr, offset: int, reach: set, read):
-    """(key, row position in the table) of the reads of keys in ``reach`` by the rows of the frames that the
-    regions of frame ``fr`` (its first row at ``offset``) replay, nested ones included. A read of a child's
-    argument is a read of the operand this region passes for it (a callee called at several sites reads each
-    site's own); a folded replay (its rows an earlier call's) reads at the region's first row."""
+def _nested_reads(sw, entry, reach: set, read) -> list:
+    """(key, row position in the table) of the first read of each key in ``reach`` by the rows of the frames that
+    the regions of ``entry`` replay, nested ones included, in program order. A read of a child's argument is a
+    read of the operand the region passes for it (a callee called at several sites reads each site's own); a
+    folded replay (its rows an earlier call's) reads at the region's first row. Each frame is looked at once,
+    however often it is called (a call graph that fans out stays linear), without recursion (a chain of calls
+    as deep as the walk follows)."""
+    own: dict[int, dict] = {}  # frame -> key -> the first of its own rows to read it
+    under: dict[int, dict] = {}  # frame -> key -> the first read by the frames its regions replay (positions its)
+    stack, entered = [(entry, False)], set()
+    while stack:
+        fr, ready = stack.pop()
+        if id(fr) in under:
+            continue
+        kids = [c for it in fr.items if isinstance(it, Region) for c, _, _ in it.children if c is not None]
+        if not ready:
+            if id(fr) in entered:  # (a cycle: the frame is being looked at below itself)
+                continue
+            entered.add(id(fr))
+            stack.append((fr, True))
+            stack.extend((c, False) for c in kids if id(c) not in under)
+            continue
+        under[id(fr)] = _replayed(fr, own, under, lambda f: _first(read(sw, f.rows, reach)))
+    return sorted(under.get(id(entry), {}).items(), key=itemgetter(1))
+
+
+def _replayed(fr, own: dict, under: dict, first_of) -> dict:
+    """key -> the first read by the frames the regions of ``fr`` replay (their own rows' reads ``own``, made by
+    ``first_of``, and theirs ``under``), keys and positions as ``fr`` sees them."""
+    out: dict = {}
     for it in fr.items:
         if not isinstance(it, Region):
             continue
         for child, start, k in it.children:
             if child is None:
                 continue
-            at = offset + start if k else offset + it.start
-            inner = merge(read(sw, child.rows, reach), sorted(_nested_reads(sw, child, 0, reach, read),
-                                                             key=itemgetter(1)), key=itemgetter(1))
-            for key, i in inner:
-                j = it.argpos.get(key)
-                yield (key if j is None else it.uses[j]), (at + i if k else at)
+            if id(child) not in own:
+                own[id(child)] = first_of(child)
+            at = start if k else it.start
+            for inner in (own[id(child)], under.get(id(child), {})):
+                for key, i in inner.items():
+                    j = it.argpos.get(key)
+                    kk, pos = (key if j is None else it.uses[j]), (at + i if k else at)
+                    if out.get(kk, pos + 1) > pos:
+                        out[kk] = pos
+    return out
+
+
+def _first(reads) -> dict:
+    """key -> its first position, of (key, position) pairs in program order."""
+    out: dict = {}
+    for key, i in reads:
+        out.setdefault(key, i)
+    return out
 
 
 def _reads_in_python(sw, rows, reach: set):
