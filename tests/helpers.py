@@ -53,3 +53,16 @@ func.func private @layer(%x: tensor<{m}x{k}xf32>, %w: tensor<{k}x{k}xf32>) -> te
   return %1 : tensor<{m}x{k}xf32>
 }}
 """
+
+
+def call_chain(n: int) -> str:
+    """``@main`` calls ``@f0``, each ``@fi`` adds its argument to itself (4 elements) and calls ``@f(i+1)``: every
+    function's table holds its callees' rows (quadratic in ``n`` over all of them)."""
+    t = "tensor<4xf32>"
+    lines = ["module {", f"  func.func @main(%a: {t}) -> {t} {{", f"    %r = func.call @f0(%a) : ({t}) -> {t}",
+             f"    return %r : {t}", "  }"]
+    for i in range(n):
+        lines += [f"  func.func private @f{i}(%x: {t}) -> {t} {{", f"    %y = stablehlo.add %x, %x : {t}",
+                  f"    %r = func.call @f{i + 1}(%y) : ({t}) -> {t}", f"    return %r : {t}", "  }"]
+    lines += [f"  func.func private @f{n}(%x: {t}) -> {t} {{", f"    return %x : {t}", "  }", "}"]
+    return "\n".join(lines) + "\n"

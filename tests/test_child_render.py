@@ -17,6 +17,7 @@ from mhlo_cost.studies.compose import wire
 from mhlo_cost.studies.study import StudyOptions
 from mhlo_cost.views.table import ViewRequest
 from mhlo_cost.analysis.isolated import Rendered, WalkOptions, analyze_isolated
+from helpers import call_chain
 
 ROOT = Path(__file__).resolve().parent.parent
 GPT = ROOT / "examples" / "gpt_small.mlir"
@@ -110,15 +111,9 @@ def test_bad_input_is_still_one_line(tmp_path):
 def test_a_program_too_large_to_send_is_rendered_in_the_child(tmp_path):
     """A chain of 600 calls: every function's table holds its callees' rows (too many to send: the row path
     sends bytecode); the child renders the answer instead, the same as in process."""
-    t, n = "tensor<4xf32>", 600
-    lines = ["module {", f"  func.func @main(%a: {t}) -> {t} {{", f"    %r = func.call @f0(%a) : ({t}) -> {t}",
-             f"    return %r : {t}", "  }"]
-    for i in range(n):
-        lines += [f"  func.func private @f{i}(%x: {t}) -> {t} {{", f"    %y = stablehlo.add %x, %x : {t}",
-                  f"    %r = func.call @f{i + 1}(%y) : ({t}) -> {t}", f"    return %r : {t}", "  }"]
-    lines += [f"  func.func private @f{n}(%x: {t}) -> {t} {{", f"    return %x : {t}", "  }", "}"]
+    n = 600
     f = tmp_path / "chain.mlir"
-    f.write_text("\n".join(lines) + "\n")
+    f.write_text(call_chain(n))
     got = analyze_isolated(f, WalkOptions(render=_summary_spec(fmt="json")))
     assert isinstance(got, Rendered)
     assert json.loads(json.loads(got)[0])["summary"]["vector_flops"] == 4 * n  # one add of 4 elements each

@@ -16,6 +16,7 @@ from mhlo_cost.walk.row import AnalysisError
 from mhlo_cost.analysis.isolated import WalkOptions, analyze_isolated
 
 from callgraph_dags import LEAF, fanout
+from helpers import call_chain
 
 ROOT = Path(__file__).resolve().parent.parent
 GPT = ROOT / "examples" / "gpt_small.mlir"
@@ -176,23 +177,10 @@ def test_an_error_in_the_walk_is_one_line_and_exit_2(tmp_path):
     assert "no function named 'nope'" in p.stderr and "Traceback" not in p.stderr
 
 
-def _chain(n: int) -> str:
-    """``@main`` calls ``@f0``, each ``@fi`` adds and calls ``@f(i+1)``: every function's table holds its
-    callees' rows (quadratic in ``n`` over all of them)."""
-    t = "tensor<4xf32>"
-    lines = ["module {", f"  func.func @main(%a: {t}) -> {t} {{", f"    %r = func.call @f0(%a) : ({t}) -> {t}",
-             f"    return %r : {t}", "  }"]
-    for i in range(n):
-        lines += [f"  func.func private @f{i}(%x: {t}) -> {t} {{", f"    %y = stablehlo.add %x, %x : {t}",
-                  f"    %r = func.call @f{i + 1}(%y) : ({t}) -> {t}", f"    return %r : {t}", "  }"]
-    lines += [f"  func.func private @f{n}(%x: {t}) -> {t} {{", f"    return %x : {t}", "  }", "}"]
-    return "\n".join(lines) + "\n"
-
-
 def test_a_deep_call_chain_too_large_to_send_is_walked_by_the_caller(tmp_path):
     n = 600
     f = tmp_path / "chain.mlir"
-    f.write_text(_chain(n))
+    f.write_text(call_chain(n))
     a, b = tmp_path / "a.csv", tmp_path / "b.csv"
     view = ("--by", "op", "--format", "csv", "--hardware", "a100")  # (a profile: the child renders no answer whole)
     p = _run("report", f, *view, "-o", a)
