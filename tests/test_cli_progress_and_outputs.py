@@ -58,14 +58,18 @@ def cli(*argv, cwd=None, env=None, pre=""):
 
 
 def test_progress_only_on_a_terminal_or_when_asked(monkeypatch):
+    def wanted(argv):
+        args = build_parser().parse_args(argv)
+        return progress_wanted(args.quiet, args.progress)
+
     parse = build_parser().parse_args
     monkeypatch.setattr(sys.stderr, "isatty", lambda: False)
-    assert not progress_wanted(parse(["report", str(GPT)]))  # a pipe, a file, a CI log
-    assert progress_wanted(parse(["report", str(GPT), "--progress"]))
-    assert not progress_wanted(parse(["report", str(GPT), "--progress", "-q"]))
+    assert not wanted(["report", str(GPT)])  # a pipe, a file, a CI log
+    assert wanted(["report", str(GPT), "--progress"])
+    assert not wanted(["report", str(GPT), "--progress", "-q"])
     monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
-    assert progress_wanted(parse(["report", str(GPT)]))
-    assert not progress_wanted(parse(["report", str(GPT), "-q"]))
+    assert wanted(["report", str(GPT)])
+    assert not wanted(["report", str(GPT), "-q"])
     for argv in (["blocks", str(GPT)], ["plot", str(GPT), "-o", "x.png"], ["sweep"], ["calibrate"], ["lower"],
                  ["baseline", str(GPT), "-o", "b.json"], ["check", str(GPT), "--baseline", "b"], ["diff", "a", "b"]):
         assert parse([*argv, "--progress"]).progress, argv

@@ -82,7 +82,7 @@ def _run(argv: list[str] | None) -> int:
     try:
         try:
             args = build_parser(given).parse_args(given)
-            console = Console.of(args)
+            console = Console.of(bool(getattr(args, "quiet", False)), bool(getattr(args, "progress", False)))
             return args.func(args, console)
         finally:  # before any error line below: no progress line (nor a timer's) ever follows one
             console.stop()

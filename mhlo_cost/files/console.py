@@ -12,11 +12,12 @@ import threading
 import time
 
 
-def progress_wanted(args) -> bool:
-    """Progress only where a person watches: ``--progress``, or stderr a terminal; never under ``-q``."""
-    if getattr(args, "quiet", False):
+def progress_wanted(quiet: bool, asked: bool) -> bool:
+    """Progress only where a person watches: ``asked`` (``--progress``), or stderr a terminal; never ``quiet``
+    (``-q``)."""
+    if quiet:
         return False
-    return bool(getattr(args, "progress", False)) or _stderr_is_tty()
+    return asked or _stderr_is_tty()
 
 
 def _stderr_is_tty() -> bool:
@@ -41,9 +42,9 @@ class Console:
         self.displays: list[Progress] = []
 
     @classmethod
-    def of(cls, args) -> "Console":
-        """The console of a command's parsed options (``-q``, ``--progress``)."""
-        return cls(quiet=bool(getattr(args, "quiet", False)), progress=progress_wanted(args))
+    def of(cls, quiet: bool, asked: bool) -> "Console":
+        """The console of a run that is ``quiet`` (``-q``) or ``asked`` for progress (``--progress``)."""
+        return cls(quiet=quiet, progress=progress_wanted(quiet, asked))
 
     def say(self, text: str, note: bool = False) -> None:
         """``mhlo-cost: text`` on stderr, once per run; a ``note`` (what was found, what was written, facts that

@@ -39,10 +39,10 @@ def with_total(df, label: str | None = None, totals: dict | None = None):
     return pd.DataFrame(data)
 
 
-def select_rows(fig, args) -> list[int] | None:
-    """Positions of the rows of the figures' analysis ``--block NAME`` and ``--scope REGEX`` keep (None: no
-    filter)."""
-    name, pattern = getattr(args, "block", None), getattr(args, "scope", None)
+def select_rows(fig, req) -> list[int] | None:
+    """Positions of the rows of the figures' analysis the request's ``block`` (``--block NAME``) and ``scope``
+    (``--scope REGEX``) keep (None: no filter)."""
+    name, pattern = req.block, req.scope
     if not name and not pattern:
         return None
     analysis = fig.analysis
@@ -207,14 +207,15 @@ def keep_ops(df, analysis, keep, top):
     return df.reset_index(drop=True)
 
 
-def keep_blocks(df, args):
-    """The rows of the block named by --block, or whose names --scope matches (the program's TOTAL left out)."""
-    if getattr(args, "block", None):
-        df = df[df["block"] == args.block]
+def keep_blocks(df, req):
+    """The rows of the block the request names (``--block``), or whose names its ``scope`` matches (``--scope``;
+    the program's TOTAL left out)."""
+    if req.block:
+        df = df[df["block"] == req.block]
         if len(df) == 0:
-            raise ViewError(f"no block named {args.block!r}")
-    if getattr(args, "scope", None):
-        rx = re.compile(args.scope)
+            raise ViewError(f"no block named {req.block!r}")
+    if req.scope:
+        rx = re.compile(req.scope)
         df = df[[bool(rx.search(str(b))) and b != "TOTAL" for b in df["block"]]]
     return df.reset_index(drop=True)
 
