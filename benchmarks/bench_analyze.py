@@ -317,8 +317,7 @@ def _in_processes(path: Path, rounds: int, repeat: int, before: str | None = Non
     the medians of the per-process medians and their ratios to XLA's."""
     envs = _envs(before)
     ways = {"xla in process": ("xla", envs[""]), "mhlo-cost analyze()": ("api", envs[""])}
-    if (Path(__file__).resolve().parent.parent / "mhlo_cost" / "worker.py").exists():  # the walk in the child
-        ways["mhlo-cost worker"] = ("worker", envs[""])
+    ways["mhlo-cost worker"] = ("worker", envs[""])  # the walk in the reader's child, the rows back
     if before:
         ways["mhlo-cost analyze() (before)"] = ("api", envs[" (before)"])
     times: dict = {k: [] for k in ways}
