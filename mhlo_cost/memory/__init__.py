@@ -1,4 +1,4 @@
-"""Memory: peak live bytes per op, per block and per device, from the IR (see README, "Memory").
+"""Memory: peak live bytes per op, per block and per device, from the IR (see docs/memory.md).
 
 The walk records frames (:class:`mhlo_cost.walk.liveness.LivenessRecorder`, into a
 :class:`mhlo_cost.walk.frames.Recording`); :mod:`.prepare` and :mod:`.sweep` turn them into live bytes per row

@@ -1,6 +1,6 @@
 """Exposed communication: how much of each collective's time the compute around it cannot hide.
 
-The model (documented in README, "Communication on real systems"):
+The model (documented in docs/network.md, "Communication on real systems"):
 
 * compute runs on ONE stream, one op at a time, each for its estimated time;
 * a collective runs beside the stream from the moment its operands are ready until its time has

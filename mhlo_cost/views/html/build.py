@@ -32,7 +32,7 @@ CONVENTIONS = (
     "+ results written by each op; collectives move the ring volume per device (nccl-tests bus-bandwidth "
     "convention). Times are a roofline estimate: max(FLOPs / (peak x GEMM efficiency), bytes / HBM bandwidth) + "
     "launch overhead per kernel (with --fuse elementwise, per fused kernel, each attention one kernel). The full "
-    "table: README.md, section &ldquo;Counting conventions&rdquo;."
+    "table: docs/conventions.md, &ldquo;Counting conventions&rdquo;."
 )
 
 
