@@ -140,5 +140,7 @@ def test_lower_says_the_expert_parallel_all_to_all(tmp_path, capsys):
     assert "routing dropless" in err and "22-21 per expert" not in err and "21-22 per expert" in err
     assert f"over 3 devices: a dispatch and a combine all_to_all per expert layer, {each:,} bytes sent per " \
            f"device each, {2 * 2 * each:,} bytes per device over the forward" in err
-    assert main(["lower", "--model", "gpt", "--expert-parallel", "0"]) == 2
+    assert main(["lower", "--model", "gpt", "--expert-parallel", "2"]) == 2
     assert "--expert-parallel does not apply to --model" in error_line(capsys.readouterr().err)
+    assert main(["lower", "--model", "gpt", "--expert-parallel", "0"]) == 2
+    assert "--expert-parallel: must be a positive integer, got '0'" in error_line(capsys.readouterr().err)

@@ -178,8 +178,6 @@ def _forward_request(args):
     lib = _library(args)
     if lib is None:
         _refuse(args, ("--config", args.config), why="--module (configure your factory instead)")
-    if args.expert_parallel is not None and args.expert_parallel < 1:
-        raise UserError(f"--expert-parallel must be at least 1, got {args.expert_parallel}")
     if args.routing is not None:
         from ..lower.frontends.moe import Routing
 

@@ -12,7 +12,8 @@ from .common import (EXIT_OK, UserError, add_force, add_progress, add_quiet, cla
 SPLIT = (("-t", "t"), ("-p", "p"), ("-d", "d"), ("--sp", "sp"), ("--interleave", "interleave"),
          ("--micro-batch", "micro_batch"), ("--recompute", "recompute"))
 #: Their values where not given.
-SPLIT_DEFAULTS = {"t": 1, "p": 1, "d": 1, "sp": False, "interleave": 1, "micro_batch": 1, "recompute": "none"}
+SPLIT_DEFAULTS = (("t", 1), ("p", 1), ("d", 1), ("sp", False), ("interleave", 1), ("micro_batch", 1),
+                  ("recompute", "none"))
 
 
 def _check_options(args) -> None:
@@ -31,7 +32,7 @@ def _check_options(args) -> None:
                                 "--layers, --hidden, --heads, --seq, --vocab")
     if args.by is not None and args.format in ("json", "html"):
         raise UserError(f"--by chooses the table; --format {args.format} holds both tables")
-    for dest, value in SPLIT_DEFAULTS.items():
+    for dest, value in SPLIT_DEFAULTS:
         if getattr(args, dest) is None:
             setattr(args, dest, value)
 
