@@ -9,8 +9,9 @@ from __future__ import annotations
 import os
 import random
 import shutil
-import stat
+import subprocess
 from collections import Counter
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -192,6 +193,7 @@ class DamagedCache:
                 raise RuntimeError(f"{cmd}: {' '.join(o.argv)}: exit {o.rc}: {o.last_line()}")
             if v == 0:
                 mine = fs.entries(self.base)
+                self.answer = o.stdout  # A's answer from an empty cache: the cold one
         kinds = fs.CACHES[cmd][2]
         theirs = fs.entries(self.base) - mine
         self.files = {}
@@ -261,21 +263,37 @@ def full_disk(lab: Lab, cmd: str, limit: int = 200) -> tuple:
     return o, state
 
 
+@contextmanager
+def read_only(folder: Path):
+    """``folder`` made one that no file can be created in, renamed into or removed from (as root, whom modes do not
+    stop: ``chattr +i``, where the file system has it), for the ``with`` block."""
+    if os.geteuid() == 0:
+        if subprocess.run(["chattr", "+i", str(folder)], capture_output=True).returncode:
+            raise OSError(f"chattr +i {folder} failed: cannot make a folder read-only for root here")
+        try:
+            yield
+        finally:
+            subprocess.run(["chattr", "-i", str(folder)], capture_output=True)
+        return
+    folder.chmod(0o555)
+    try:
+        yield
+    finally:
+        folder.chmod(0o755)
+
+
 def read_only_folder(lab: Lab, cmd: str, existing: bool) -> tuple:
-    """Variant A into a folder the command may not write (as root: run as nobody), over B's file or a new
-    name: (outcome, the old file's state or 'none')."""
+    """Variant A into a read-only folder, over B's file (itself writable) or under a new name: (outcome, the
+    old file's state, or 'none' / 'created' for a new name)."""
     w = Writer(lab, cmd)
     w.prepare()
-    for p in (lab.root, lab.root / "state", lab.root / cmd):
-        for q in [p, *p.rglob("*")] if p != lab.root else [p]:
-            q.chmod(q.stat().st_mode | stat.S_IRWXO if q.is_dir() else q.stat().st_mode | 0o006)
+    old = w.current
     if not existing:
         w.out.unlink()
-    w.folder.chmod(0o555)
-    try:
-        o = lab.run(w.argv[1 - w.current], before=fk.unprivileged())
-    finally:
-        w.folder.chmod(0o755)
-    state = fk.file_state(w.out, w.bytes[w.current], w.bytes[1 - w.current]) if existing else (
-        "none" if not w.out.exists() else "created")
-    return o, state
+    with read_only(w.folder):
+        o = lab.run(w.argv[1 - old])
+    if existing:
+        state = fk.file_state(w.out, w.bytes[old], w.bytes[1 - old])
+        w.after(o, 1 - old)
+        return o, state
+    return o, "none" if not w.out.exists() else "created"

@@ -299,17 +299,6 @@ def limit_file_size(nbytes: int) -> Callable[[], None]:
     return before
 
 
-def unprivileged() -> Callable[[], None]:
-    """A ``before`` hook: as root, become ``nobody`` (so that a folder's permissions hold)."""
-    def before() -> None:
-        if os.geteuid() == 0:
-            os.setgroups([])
-            os.setgid(65534)
-            os.setuid(65534)
-
-    return before
-
-
 # -- what a file holds after a fault --------------------------------------------------------------------------
 
 
