@@ -1,6 +1,6 @@
 """Section (d) of the fault campaign: sweeps that lose their workers (issue 43: "sweeps survive their workers").
 
-A local pool (``-j 2``, 12 points of the small STDiT3) with one worker process SIGKILLed while it computes; a
+A local pool (``-j 2``, 12 points of the small STDiT3) with one worker process SIGKILLed once a point is done; a
 Dask cluster (a scheduler and two workers without nannies, as separate processes) whose workers are all killed.
 What should happen: the lost worker's points retried (a bounded number of times) and every point ok, or an
 exit code saying that some did not run; a cluster with no worker left an error within a stated time.
@@ -52,15 +52,17 @@ def _statuses(out: bytes) -> dict:
 
 
 def local_pool(lab) -> str:
-    """Kill one of the pool's workers 3 s after the pool started."""
-    run = lab.start([*POINTS, "-j", "2"])
-    workers, t0 = [], time.monotonic()
-    while not workers and time.monotonic() - t0 < 60 and run.poll() is None:
-        time.sleep(0.1)
-        workers = [p for p, cmd in children(run.pid) if "spawn_main" in cmd]
-    if not workers:
-        return f"no pool worker seen (exit {run.finish(600).rc})"
-    time.sleep(3.0)
+    """Kill one of the pool's workers once the first point is done (the progress line says 1/12)."""
+    import re
+
+    run = lab.start([*POINTS, "-j", "2", "--progress"])
+    t0, done = time.monotonic(), False
+    while not done and time.monotonic() - t0 < 600 and run.poll() is None:
+        time.sleep(0.2)
+        done = bool(re.search(r"\b([1-9]\d*)/12\b", run.err.read_text(errors="replace") if run.err.exists() else ""))
+    workers = [p for p, cmd in children(run.pid) if "spawn_main" in cmd]
+    if not done or not workers:
+        return f"no worker to kill after the first point (exit {run.finish(600).rc})"
     os.kill(workers[0], signal.SIGKILL)
     o = run.finish(600)
     return (f"exit {o.rc}, rows by status {_statuses(o.stdout)}, last line: {o.last_line()[:160]} "

@@ -203,6 +203,7 @@ def _child(argv, cwd, env, out, err, before) -> None:
         sys.stdout = sys.__stdout__ = open(1, "w", closefd=False, encoding="utf-8", errors="backslashreplace")
         sys.stderr = sys.__stderr__ = open(2, "w", closefd=False, encoding="utf-8", errors="backslashreplace")
         _hide_harness_frames()
+        _plain_main()
         if before is not None:
             before()
         from mhlo_cost.cli import main
@@ -221,6 +222,15 @@ def _child(argv, cwd, env, out, err, before) -> None:
             sys.stderr.flush()
         finally:
             os._exit(code if isinstance(code, int) else 1)
+
+
+def _plain_main() -> None:
+    """A ``__main__`` with neither file nor spec, as a console script's is to a process pool's ``spawn`` (which
+    would otherwise import the harness's script, or fail on a standard-input one, in every worker)."""
+    import types
+
+    sys.modules["__main__"] = types.ModuleType("__main__")
+    sys.argv = ["mhlo-cost"]
 
 
 def _hide_harness_frames() -> None:
