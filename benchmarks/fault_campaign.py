@@ -94,6 +94,9 @@ def section_races(lab: fc.Lab, commands: list, pairs: int) -> dict:
     table("  answers (right / wrong answer / failures; 'after': the reader of what the pair left)", rows,
           ["right", "wrong answer", "exit 70", "traceback", "refused", "after: right", "after: wrong answer",
            "seconds"])
+    for line in lab.notes:
+        say(f"  {line}")
+    lab.notes.clear()
     return rows
 
 

@@ -227,8 +227,22 @@ STEP = [
     setkv("heads", [("2", "any"), ("3", "refuse")]),
 ]
 
+STDIT_BASE = ["lower", "--model", "stdit3", "--small", "-q", "-o", "{tmp}/s.mlir"]
+STDIT = [
+    opt("--dtype", DTYPES), opt("--depth", ints([1, 2], huge="refuse")), opt("--batch", ints([1, 2])),
+    opt("--tokens", ints([8])),
+    opt("--shape", [("16_64_64", "any"), ("bogus", "refuse"), ("0_0_0", "refuse"), ("", "refuse"), ("1_1_1", "any")]),
+    add(["--parallel", "ulysses", "--devices", "2"], "any", "valid", group="par"),
+    add(["--parallel", "2d", "--devices", "3"], "refuse", "2d on an odd count", group="par"),
+    add(["--parallel", "megatron", "--devices", HUGE], "refuse", "10**12 devices", group="par"),
+    add(["--devices", "2"], "refuse", "--devices without --parallel", group="par"),
+    add(["--mesh", "2x2"], "refuse", "--mesh without 2d", group="par"),
+    add(["--layers", "2"], "refuse", "gpt only"), add(["--scan"], "refuse", "gpt only"),
+    add(["--decode"], "refuse", "stdit3 has no decode step"),
+]
+
 TABLES = {"serve": (SERVE_BASE, SERVE), "train-plan": (PLAN_BASE, PLAN), "lower": (LOWER_BASE, LOWER),
-          "lower-step": (STEP_BASE, STEP)}
+          "lower-step": (STEP_BASE, STEP), "lower-stdit3": (STDIT_BASE, STDIT)}
 
 
 def _mutated(rng: random.Random, base: list, table: list, hf: bool) -> tuple:
@@ -256,7 +270,7 @@ def generate(seed: int, n: int, commands=COMMANDS, hf: bool = True) -> list:
         if cmd == "sweep":
             cases.append(sweep_case(rng))
             continue
-        name = "lower-step" if cmd == "lower" and rng.random() < 0.3 else cmd
+        name = cmd if cmd != "lower" else rng.choices(("lower", "lower-step", "lower-stdit3"), (6, 3, 1))[0]
         base, table = TABLES[name]
         argv, expect, what = _mutated(rng, base, table, hf and cmd in ("serve", "train-plan") and rng.random() < 0.05)
         files = HF_FILES if "--hf" in argv else ()

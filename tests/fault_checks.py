@@ -32,6 +32,7 @@ class Lab:
         self.root.mkdir(parents=True, exist_ok=True)
         self.env = fk.run_env(self.root / "state", self.root / "cache-home")
         self._n = 0
+        self.notes: list = []  # what went wrong, one line each (the campaign prints them)
 
     def logs(self) -> Path:
         self._n += 1
@@ -174,10 +175,14 @@ def race_pair(lab: Lab, cmd: str, i: int, answers: list) -> list:
     shutil.rmtree(cache, ignore_errors=True)
     variants = (0, i % 2)
     runs = [lab.start(cache_argv(cmd, v, cache)) for v in variants]
-    seen = [answer_class(r.finish(lab.timeout), answers[v]) for r, v in zip(runs, variants)]
-    after = answer_class(lab.run(cache_argv(cmd, 0, cache)), answers[0])
+    outcomes = [r.finish(lab.timeout) for r in runs]
+    outcomes.append(lab.run(cache_argv(cmd, 0, cache)))
+    seen = [answer_class(o, answers[v]) for o, v in zip(outcomes, (*variants, 0))]
+    for o, c in zip(outcomes, seen):
+        if c != "right":
+            lab.notes.append(f"{cmd} pair {i}: {c}: exit {o.rc} {o.last_line()[:200]}")
     shutil.rmtree(cache, ignore_errors=True)
-    return seen + [f"after: {after}"]
+    return seen[:2] + [f"after: {seen[2]}"]
 
 
 class DamagedCache:
