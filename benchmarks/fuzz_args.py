@@ -9,11 +9,13 @@ The generators are ``tests/arg_fuzz.py`` and ``tests/fuzz_specs.py``. Each case 
 process, which imported jax, pandas, torch and the commands once (``--spawn``: a fresh interpreter per case);
 each command shares one cache, so accepted cases are cheap. The same argument vector is run once (a case that
 repeats one is counted with the first one's class). It prints counts per command and class, the first failing
-argument vector of each (command, class), and ``--list N`` distinct failing vectors of each; then the time.
+argument vector of each (command, class) (``--list N``: N of them), the failures by mutation (the distinct
+list), failing combinations no single mutation explains, refusals that show internals; then the time.
 """
 from __future__ import annotations
 
 import argparse
+import re
 import shutil
 import sys
 import tempfile
@@ -45,7 +47,50 @@ def report(results: list, listing: int) -> None:
         for case, o in items:
             print(f"  {case.shown()}")
             print(f"    mutations: {'; '.join(case.what)}")
-            print(f"    exit {o.rc}: {o.last_line()[:240]}")
+            print(f"    exit {o.rc}: {o.message()[:240]}")
+
+
+INTERNAL = re.compile(r"\b[A-Z][A-Za-z]*(Error|Exception)\b|got multiple values for keyword|has no attribute")
+
+
+def by_mutation(results: list) -> None:
+    """The distinct failures: per (command, class), the single mutations that give it (count, a vector, the
+    message); then failing combinations that no single mutation explains; then refusals whose message shows
+    the internals (a Python exception's name)."""
+    single: dict = defaultdict(list)
+    alone: set = set()
+    for case, cls, o in results:
+        if len(case.what) == 1:
+            single[(case.command, cls, case.what[0])].append((case, o))
+            alone.add((case.command, cls, case.what[0]))
+    print("\nfailures by mutation (cases with one mutation):")
+    for (cmd, cls, what), items in sorted(single.items()):
+        if cls in fk.FAILING:
+            case, o = items[0]
+            print(f"  {cmd} | {cls} | {what} | {len(items)} case(s)\n      {case.shown()[:260]}\n      exit {o.rc}: "
+                  f"{o.message()[:260]}")
+    print("\nfailing combinations that no single mutation explains:")
+    shown = set()
+    for case, cls, o in results:
+        if (cls in fk.FAILING and len(case.what) > 1 and not any((case.command, cls, w) in alone for w in case.what)
+                and (case.command, cls, case.what) not in shown):
+            shown.add((case.command, cls, case.what))
+            print(f"  {case.command} | {cls} | {'; '.join(case.what)}\n      {case.shown()[:260]}\n      exit {o.rc}: "
+                  f"{o.message()[:260]}")
+    print("\nrefusals whose message shows the internals:")
+    for (cmd, cls, what), items in sorted(single.items()):
+        if cls == "refused" and INTERNAL.search(items[0][1].message()):
+            print(f"  {cmd} | {what} | {len(items)} case(s): {items[0][1].message()[:260]}")
+
+
+def save(results: list, path: Path) -> None:
+    import json
+
+    with open(path, "w", encoding="utf-8") as f:
+        for case, cls, o in results:
+            f.write(json.dumps({"command": case.command, "argv": case.argv, "files": case.files, "expect": case.expect,
+                                "what": case.what, "class": cls, "rc": o.rc, "message": o.message(),
+                                "seconds": round(o.seconds, 3)}) + "\n")
 
 
 def slow(results: list) -> None:
@@ -75,6 +120,7 @@ def main() -> None:
     ap.add_argument("--no-hf", action="store_true", help="no --hf cases (torch and transformers stay unloaded)")
     ap.add_argument("--spawn", action="store_true", help="a fresh interpreter per case instead of a fork")
     ap.add_argument("--list", type=int, default=1, help="failing vectors shown per (command, class)")
+    ap.add_argument("--save", type=Path, help="every case and its class as JSON lines")
     args = ap.parse_args()
     commands = tuple(c for c in args.commands.split(",") if c)
     if set(commands) - set(af.COMMANDS):
@@ -101,6 +147,9 @@ def main() -> None:
     print(f"{len(cases)} cases (seed {args.seed}; {len(seen)} distinct argument vectors run), "
           f"{'spawned' if args.spawn else 'forked'} runs, limit {args.timeout:.0f} s each")
     report(results, args.list)
+    by_mutation(results)
+    if args.save:
+        save(results, args.save)
     print(f"\nelapsed {time.monotonic() - t0:.0f} s")
 
 

@@ -59,6 +59,18 @@ class Outcome:
     def error_lines(self) -> list:
         return [ln for ln in self.stderr.splitlines() if ln.startswith(ERROR)]
 
+    def message(self) -> str:
+        """The error as the user sees it: the first ``mhlo-cost: (internal) error`` line (or the traceback's first
+        line), and the last line where more follow it."""
+        lines = [ln for ln in self.stderr.splitlines() if ln.strip()]
+        first = next((i for i, ln in enumerate(lines) if ln.startswith(("mhlo-cost: error", "mhlo-cost: internal",
+                                                                        "Traceback"))), None)
+        if first is None:
+            return self.last_line()
+        text = lines[first] + (f" [...{len(lines) - first - 1} more line(s)] {lines[-1]}" if first < len(lines) - 1
+                               else "")
+        return text[:400]
+
     def last_line(self) -> str:
         lines = [ln for ln in self.stderr.splitlines() if ln.strip()]
         return lines[-1][:300] if lines else ""
