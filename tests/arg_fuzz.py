@@ -138,7 +138,8 @@ SERVE = [
     opt("--hardware", [("a100", "any"), ("h200", "any"), ("dgx-h100", "any")] + NAMES_BAD),
     add(["--launch", "cuda-graphs"], "any", "valid"), opt("--format", [("json", "any"), ("csv", "any"),
                                                                         ("html", "refuse"), ("", "refuse")]),
-    add(["--hf", "LlamaForCausalLM"], "refuse", "two models"), add(["--config", "llama"], "refuse", "gpt has no config"),
+    add(["--hf", "LlamaForCausalLM"], "refuse", "two models"),
+    add(["--config", "llama"], "refuse", "gpt has no config"),
 ]
 
 
@@ -169,7 +170,8 @@ HF_FILES = (("bad.json", BAD_JSON), ("notjson.json", "{num_hidden_layers: 2,"))
 
 PLAN_BASE = fs.PLAN
 PLAN = [
-    opt("--layers", ints([2, 4], huge="refuse")), opt("--hidden", ints([64, 128], extra=[("63", "refuse")]), group="shape"),
+    opt("--layers", ints([2, 4], huge="refuse")),
+    opt("--hidden", ints([64, 128], extra=[("63", "refuse")]), group="shape"),
     opt("--heads", ints([2, 4], extra=[("3", "refuse")]), group="shape"), opt("--seq", ints([32, 64])),
     opt("--vocab", ints([128, 256])),
     opt("-t", ints([1, 2], huge="refuse", extra=[("3", "refuse"), ("4", "refuse")]), group="shape"),
@@ -179,7 +181,8 @@ PLAN = [
     add(["--interleave", "2"], "refuse", "interleaving with p = 1", group="pipe"),
     opt("--micro-batch", ints([1], extra=[("2", "refuse")]), group="batch"),
     opt("--global-batch", ints([1, 2, 4]), group="batch"),
-    opt("--recompute", [("selective", "any"), ("full", "any"), ("bogus", "refuse"), ("", "refuse"), ("FULL", "refuse")]),
+    opt("--recompute", [("selective", "any"), ("full", "any"), ("bogus", "refuse"), ("", "refuse"),
+                        ("FULL", "refuse")]),
     add(["--dp-comm", "zero"], "any", "valid"), add(["--dp-overlap"], "any", "valid"),
     opt("--sweep", [("2", "any"), ("0", "refuse"), ("-4", "refuse"), ("1099511627776", "refuse"), (HUGE, "refuse"),
                     ("2.5", "refuse")]),

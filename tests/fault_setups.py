@@ -27,7 +27,8 @@ SWEEP = ["sweep", "--model", "gpt", "--layers", "1", "--hidden", "64", "--heads"
 WRITERS = {
     "report": ("r.txt", ["report", EXAMPLE, "--by", "block", "-q", "-o", "{out}"],
                ["report", EXAMPLE, "--by", "kind", "-q", "-o", "{out}"]),
-    "blocks": ("b.csv", ["blocks", EXAMPLE, "-q", "-o", "{out}"], ["blocks", EXAMPLE, "--unit", "G", "-q", "-o", "{out}"]),
+    "blocks": ("b.csv", ["blocks", EXAMPLE, "-q", "-o", "{out}"],
+               ["blocks", EXAMPLE, "--unit", "G", "-q", "-o", "{out}"]),
     "lower": ("l.mlir", [*LOWER, "--layers", "1", "-o", "{out}"], [*LOWER, "--layers", "2", "-o", "{out}"]),
     "serve": ("s.txt", [*SERVE, "--context", "32", "-o", "{out}"], [*SERVE, "--context", "64", "-o", "{out}"]),
     "train-plan": ("t.txt", [*PLAN, "-o", "{out}"], [*PLAN, "-t", "2", "-o", "{out}"]),

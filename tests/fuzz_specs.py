@@ -90,7 +90,8 @@ POINT = {
 FLAGS = [
     (["--scheduler", "tcp://127.0.0.1:9"], "refuse", "a training sweep runs here: --scheduler ignored"),
     (["--strategies", "none:1"], "refuse", "point sweeps only"), (["--steps", "3"], "refuse", "point sweeps only"),
-    (["--fuse", "elementwise"], "refuse", "point sweeps only"), (["--execution", "eager"], "refuse", "point sweeps only"),
+    (["--fuse", "elementwise"], "refuse", "point sweeps only"),
+    (["--execution", "eager"], "refuse", "point sweeps only"),
     (["--layers", "4"], "refuse", "sizes are in [training]"), (["--dtype", "f32"], "refuse", "training is bf16"),
     (["--shape", "16_64_64"], "refuse", "stdit3 shapes"), (["--parallel", "none"], "refuse", "point sweeps only"),
     (["--conv-padding", "dense"], "refuse", "point sweeps only"), (["--devices", "4"], "any", "overrides the spec"),
