@@ -11,7 +11,8 @@ other of two variants, so old and new differ) and SIGKILLed at a moment drawn un
 each command just after each write operation in the output's folder in turn (deterministic).
 (b) races: ``--pairs`` pairs per cache (sweep ``--cache-dir``, serve ``--cache-dir``, train-plan ``--cache``)
 started together on one empty cache, each answer compared with a cold single-process one, then a third run
-reading what they left. (c) damage: every kind of damaged entry planted in each entry category of a warmed
+reading what they left; and, deterministically, a first writer stopped after each of its cache writes in turn
+while a second runs to its end. (c) damage: every kind of damaged entry planted in each entry category of a warmed
 cache. (e) the -o rule: a user's file, a symlink to one, (lower) a user's gzip or ``module`` text. (d) workers:
 a local pool worker killed mid-sweep; a Dask cluster whose workers are all killed.
 
@@ -97,7 +98,25 @@ def section_races(lab: fc.Lab, commands: list, pairs: int) -> dict:
     for line in lab.notes:
         say(f"  {line}")
     lab.notes.clear()
+    section_interleaved(lab, commands)
     return rows
+
+
+def section_interleaved(lab: fc.Lab, commands: list) -> None:
+    say("  interleaved: the first writer stopped just after its k-th cache write, a second run to its end, the "
+        "first resumed, then a reader (classes of the three)")
+    for cmd in commands:
+        answers = fc.cold(lab, cmd)
+        seen = []
+        for k in range(1, 13):
+            got = fc.interleaved(lab, cmd, k, answers)
+            if got is None:
+                break
+            seen.append(f"k={k}: {'/'.join(got)}")
+        say(f"    {cmd:<11} " + "; ".join(seen))
+    for line in lab.notes:
+        say(f"    {line}")
+    lab.notes.clear()
 
 
 def section_damage(lab: fc.Lab, commands: list) -> dict:

@@ -185,6 +185,29 @@ def race_pair(lab: Lab, cmd: str, i: int, answers: list) -> list:
     return seen[:2] + [f"after: {seen[2]}"]
 
 
+def interleaved(lab: Lab, cmd: str, k: int, answers: list) -> list | None:
+    """Two writers of one key on one empty cache, interleaved: the first stopped just after its ``k``-th write in
+    the cache, the second run to its end meanwhile, the first resumed; then a reader. Each run's class (right,
+    wrong answer, exit 70, ...); None where the first writer ends before its ``k``-th write."""
+    cache = lab.root / "interleaved" / cmd / str(k)
+    shutil.rmtree(cache, ignore_errors=True)
+    cache.mkdir(parents=True)
+    first = lab.start(cache_argv(cmd, 0, cache), before=fk.pause_at_write(cache, k))
+    if not first.stopped(lab.timeout):
+        first.finish(lab.timeout)
+        return None
+    outcomes = [lab.run(cache_argv(cmd, 0, cache))]
+    first.resume()
+    outcomes.insert(0, first.finish(lab.timeout))
+    outcomes.append(lab.run(cache_argv(cmd, 0, cache)))
+    seen = [answer_class(o, answers[0]) for o in outcomes]
+    for o, c in zip(outcomes, seen):
+        if c != "right":
+            lab.notes.append(f"{cmd} interleaved at write {k}: {c}: exit {o.rc} {o.message()[:200]}")
+    shutil.rmtree(cache, ignore_errors=True)
+    return seen
+
+
 class DamagedCache:
     """A cache warmed with A and B; per entry category, one of A's files and one of B's."""
 

@@ -125,6 +125,22 @@ class Run:
                     self.status = os.waitstatus_to_exitcode(st)
         return self.status
 
+    def stopped(self, timeout: float) -> bool:
+        """Whether it stopped itself (SIGSTOP, :func:`pause_at_write`) within ``timeout`` s; False where it ended."""
+        end = time.monotonic() + timeout
+        while self.status is None and time.monotonic() < end:
+            pid, st = os.waitpid(self.pid, os.WNOHANG | os.WUNTRACED)
+            if pid and os.WIFSTOPPED(st):
+                return True
+            if pid:
+                self.status = os.waitstatus_to_exitcode(st)
+                return False
+            time.sleep(0.01)
+        return False
+
+    def resume(self) -> None:
+        os.kill(self.pid, signal.SIGCONT)
+
     def kill(self) -> None:
         """SIGKILL to the whole group (the command, its reader's child, its workers)."""
         self.killed = self.killed or self.poll() is None
@@ -273,6 +289,17 @@ def kill_at_write(folder: str | os.PathLike, k: int) -> Callable[[], None]:
     """A ``before`` hook: SIGKILL the child just after the ``k``-th write operation (opening a file for writing,
     a rename, a removal, a truncation) on a path inside ``folder`` has completed. Deterministic: run with
     k = 1, 2, ... until the command ends without reaching k, and every intermediate state is seen."""
+    return at_write(folder, k, signal.SIGKILL)
+
+
+def pause_at_write(folder: str | os.PathLike, k: int) -> Callable[[], None]:
+    """A ``before`` hook: the child stops itself (SIGSTOP) just after its ``k``-th write operation in ``folder``,
+    until :meth:`Run.resume`: another writer can then be run to its end in between, deterministically."""
+    return at_write(folder, k, signal.SIGSTOP)
+
+
+def at_write(folder: str | os.PathLike, k: int, sig: int) -> Callable[[], None]:
+    """A ``before`` hook: the signal ``sig`` to the child itself just after its ``k``-th write in ``folder``."""
     folder = os.path.realpath(folder)
 
     def before() -> None:
@@ -287,7 +314,8 @@ def kill_at_write(folder: str | os.PathLike, k: int) -> Callable[[], None]:
 
         def profile(frame, event, arg):
             if frame.f_code not in hook_code:  # the operation returned: now
-                os.kill(os.getpid(), signal.SIGKILL)
+                sys.setprofile(None)
+                os.kill(os.getpid(), sig)
 
         def hook(event, args):
             if event == "open":

@@ -57,11 +57,27 @@ def test_kill_at_every_write_leaves_old_or_new(lab, cmd):
 # -- caches: racing writers, damaged entries, a path that is not a folder ---------------------------------------
 
 
-@pytest.mark.parametrize("cmd", tuple(fs.CACHES))
-def test_two_writers_racing_on_one_cache_answer_right(lab, cmd):
+@pytest.mark.parametrize("cmd", params(tuple(fs.CACHES), {"train-plan": "train-plan --cache: two writers of one "
+                                                           "entry share one temporary name: exit 70"}))
+def test_two_writers_interleaved_at_each_cache_write_answer_right(lab, cmd):
+    """The first writer stopped after each of its cache writes in turn while a second runs to its end."""
+    answers = fc.cold(lab, cmd)
+    for k in range(1, 5):
+        seen = fc.interleaved(lab, cmd, k, answers)
+        if seen is None:
+            break
+        assert seen == ["right"] * 3, (k, seen, lab.notes)
+
+
+@pytest.mark.parametrize("cmd", [pytest.param(c, marks=pytest.mark.xfail(strict=False, reason=(
+    "issue 43: train-plan --cache: the shared temporary name fails about 1 run in 60 (timing; the interleaved "
+    "test is the strict one)")) if c == "train-plan" else ()) for c in fs.CACHES])
+def test_two_writers_started_together_answer_right(lab, cmd):
+    """Started together, A with A then A with B; a third reads what they left. (Timing decides the interleaving
+    here: a failure is a real one, a pass proves little; the test above is the deterministic one.)"""
     answers = fc.cold(lab, cmd)
     seen = fc.race_pair(lab, cmd, 0, answers) + fc.race_pair(lab, cmd, 1, answers)
-    assert set(seen) == {"right", "after: right"}, seen
+    assert set(seen) == {"right", "after: right"}, (seen, lab.notes)
 
 
 #: (command, entry category, damage) that fail today, and how
