@@ -15,7 +15,7 @@ headlines) within half a unit of their last printed digit; booleans and words sp
 The tests after those check the issue's other cases of one figure said two ways (``--by tree``'s parameters,
 a training step's input bytes, serve's ``max_context`` beyond the model's positions, the dtype of ``lower --hf``
 and ``serve``, ``--unit`` columns left raw, the shipped templates). What differs today is a strict xfail saying
-what (:data:`KNOWN`, empty now; ``lower --decode --layers``, item 12, is another engineer's); the lead's notes
+what (:data:`KNOWN`, empty now; ``lower --decode --layers``, item 12, is refused now); the lead's notes
 (issue43_one_figure.md) have the diagnosis.
 """
 from __future__ import annotations
@@ -232,9 +232,8 @@ def test_serve_max_context_within_the_positions(studies):
     assert summary["max_context"] == limit and summary["max_context_bound"] == "positions"  # memory allows more
 
 
-@pytest.mark.xfail(strict=True, reason="issue 43 one-figure: lower --decode takes its layers from --set; "
-                                       "--layers 1 is ignored without a word (4 layers lowered)")
 def test_lower_decode_honours_layers_or_refuses(tmp_path):
+    """--decode takes the bundled gpt's layers from --set; --layers is refused (it was ignored: 4 layers)."""
     out = tmp_path / "d.mlir"
     rc = P.main(["lower", "--model", "gpt", "--layers", "1", "--decode", "--context", "64", "-o", str(out), "-q"])
     assert rc == 2 or "params['layers'][1]" not in out.read_text()

@@ -47,6 +47,7 @@ def _start_reader(argv: list[str]) -> None:
 #: The errors a user's input causes, by module: looked up only where that module is loaded (it cannot have
 #: raised otherwise), so that --version and --help import neither jax nor pandas.
 _INPUT_ERRORS = (("mhlo_cost.studies.baseline", "BaselineError"), ("mhlo_cost.machines.hardware", "HardwareError"),
+                 ("mhlo_cost.studies.limits", "OptionError"),
                  ("mhlo_cost.ir.loader", "LoadError"), ("mhlo_cost.walk.row", "AnalysisError"),
                  ("mhlo_cost.views.table", "ViewError"), ("mhlo_cost.files.cache", "CacheError"),
                  ("mhlo_cost.files.write", "OutputError"))

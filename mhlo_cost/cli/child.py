@@ -2,10 +2,12 @@
 :mod:`mhlo_cost.ir.reader` and answer with MLIR bytecode, or, for a walk request, walk the module here
 (:mod:`mhlo_cost.analysis.isolated`) and hand back the analysis: the input is parsed once.
 
-Protocol: requests on stdin, one JSON header line ``[kind, name, extra_memory, size, walk options or null]``
-and the bytes; each answer on stdout as 8 bytes of length (big-endian) and the answer: a code of
-:class:`mhlo_cost.ir.codes.Answer` and its payload (``BYTECODE`` and bytecode, ``READ_ERROR`` and a UTF-8
-message, ``OUT_OF_MEMORY`` and a message: restart the child; or the walk's answer).
+Protocol: requests on stdin, one JSON header line ``[kind, name, extra_memory, size, walk options or null,
+cpu_seconds]`` and the bytes (the request may use ``extra_memory`` more bytes of address space and
+``cpu_seconds`` more of CPU time: :func:`mhlo_cost.ir.reader.limit_cpu`); each answer on stdout as 8 bytes of
+length (big-endian) and the answer: a code of :class:`mhlo_cost.ir.codes.Answer` and its payload (``BYTECODE``
+and bytecode, ``READ_ERROR`` and a UTF-8 message, ``OUT_OF_MEMORY`` and a message: restart the child; or the
+walk's answer).
 
 Run as a file (``argv[1]``: the folder that holds the package, so the caller's own copy is the one imported;
 ``walk`` after it: import the walk at once). At the top of the house: it imports the reader, the walk and the
@@ -67,7 +69,7 @@ def serve(walk: bool = False) -> None:
     finally:
         if held:
             del sys.modules["numpy"]
-    from mhlo_cost.ir.reader import limit_memory
+    from mhlo_cost.ir.reader import limit_cpu, limit_memory
 
     if walk:
         import mhlo_cost.analysis  # noqa: F401
@@ -78,10 +80,11 @@ def serve(walk: bool = False) -> None:
         header = inp.readline()
         if not header:
             return
-        kind, name, extra, size, *more = json.loads(header)
+        kind, name, extra, size, walk, seconds = json.loads(header)
         data = inp.read(size)
         limit_memory(extra)
-        reply = answer(kind, data, name, more[0] if more else None)
+        limit_cpu(seconds)
+        reply = answer(kind, data, name, walk)
         out.write(len(reply).to_bytes(8, "big") + reply)
         out.flush()
 

@@ -115,6 +115,10 @@ def cmd_diff(args, console) -> int:
     from ..studies.baseline import counts_frame, side_by_side
     from ..views.render import render_frame as render
 
+    given = [o for o, v in (("--blocks", args.blocks != "auto"), ("--block-pattern", args.block_pattern),
+                            ("--norms-per-block", args.norms_per_block)) if v]
+    if given and args.by != "block":
+        raise UserError(f"{', '.join(given)} find(s) the blocks of --by block; --by {args.by} groups no blocks")
     claim_output(args, console)
     progress = console.progress()
     frames = []

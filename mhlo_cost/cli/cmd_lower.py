@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sys
 
-from .common import EXIT_OK, UserError, add_force, add_progress, add_quiet, claim_output
+from .common import EXIT_OK, UserError, add_force, add_progress, add_quiet, claim_output, positive_int
 
 #: --parallel choices (the same as mhlo_cost.lower.models.parallel.STRATEGIES; kept here so --help imports no jax)
 PARALLEL = ("none", "megatron", "2d", "ulysses", "ring")
@@ -36,7 +36,7 @@ def register(sub) -> None:
     cfg.add_argument("--routing", metavar="dropless|capacity:F",
                      help="mixture of experts: the routing assumed (default dropless: every token to k experts, "
                           "spread evenly; capacity:1.25: ceil(F x tokens x k / E) rows per expert, the rest dropped)")
-    cfg.add_argument("--expert-parallel", type=int, metavar="N",
+    cfg.add_argument("--expert-parallel", type=positive_int, metavar="N",
                      help="mixture of experts: say the all_to_all bytes of splitting the experts over N devices")
     inp = p.add_argument_group("inputs (--module, --hf, --diffusers, --timm)")
     inp.add_argument("--input", action="append", default=[], metavar="[NAME=]SHAPE[:DTYPE]",
@@ -78,17 +78,18 @@ def register(sub) -> None:
 def _bundled_options(p) -> None:
     g = p.add_argument_group("bundled models (--model)")
     g.add_argument("--shape", help="stdit3 video shape FRAMES_WIDTH_HEIGHT (default 204_640_360)")
-    g.add_argument("--batch", type=int, help="batch size (default 2)")
-    g.add_argument("--tokens", type=int, help="caption tokens (stdit3, default 300) / sequence length (gpt)")
-    g.add_argument("--depth", type=int, help="stdit3: spatial (= temporal) blocks (default 28)")
-    g.add_argument("--hidden", type=int, help="hidden size")
-    g.add_argument("--heads", type=int, help="attention heads")
-    g.add_argument("--layers", type=int, help="gpt: layers")
+    g.add_argument("--batch", type=positive_int, help="batch size (default 2; --decode / --prefill: 1)")
+    g.add_argument("--tokens", type=positive_int,
+                   help="caption tokens (stdit3, default 300) / sequence length (gpt) / --prefill: prompt tokens")
+    g.add_argument("--depth", type=positive_int, help="stdit3: spatial (= temporal) blocks (default 28)")
+    g.add_argument("--hidden", type=positive_int, help="hidden size")
+    g.add_argument("--heads", type=positive_int, help="attention heads")
+    g.add_argument("--layers", type=positive_int, help="gpt: layers")
     g.add_argument("--scan", action="store_true", help="gpt: run the layers as one lax.scan")
     g.add_argument("--small", action="store_true", help="stdit3: the reduced test configuration")
     g.add_argument("--parallel", choices=PARALLEL, default="none",
                    help="stdit3: lower under a parallel strategy with explicit collectives (default none)")
-    g.add_argument("--devices", type=int, metavar="N", help="devices of the parallel strategy (e.g. 16)")
+    g.add_argument("--devices", type=positive_int, metavar="N", help="devices of the parallel strategy (e.g. 16)")
     g.add_argument("--mesh", metavar="NXxNY", help="2d: the mesh, N_x (batch) x N_y (default 2 x N/2)")
 
 
@@ -105,6 +106,15 @@ def list_models(out=sys.stdout) -> None:
         c = STDiT3Config().with_shape(VideoShape.parse(name))
         print(f"  {name:<14} latent {c.latent_t}x{c.latent_h}x{c.latent_w}  T={c.tokens_t}  S={c.tokens_s}  "
               f"tokens/sample={c.tokens_t * c.tokens_s}", file=out)
+
+
+def _list_alone(args) -> None:
+    """--list lists; a model, a step or an output given with it would be dropped, so it is refused."""
+    given = [o for o, d in (("--model", "model"), ("--module", "module"), ("--hf", "hf"), ("--diffusers", "diffusers"),
+                            ("--timm", "timm"), ("--decode", "decode"), ("--prefill", "prefill"), ("--train", "train"),
+                            ("-o", "output")) if getattr(args, d)]
+    if given:
+        raise UserError(f"--list lists the bundled models and shapes; it does not go with {', '.join(given)}")
 
 
 def _library(args) -> tuple[str, str] | None:
@@ -140,14 +150,15 @@ def _forward_request(args):
     """The LowerRequest of the model's forward, and a one-line description of it."""
     from ..lower.frontends import DTYPES
     from ..lower.frontends.api import LowerRequest, bundled_config, describe_request
-    from ..lower.frontends.inputs import dtype_name, parse_assignments
+    from ..lower.frontends.inputs import parse_assignments, weight_dtype
 
     named = [o for o, v in (("--model", args.model), ("--module", args.module), ("--hf", args.hf),
                             ("--diffusers", args.diffusers), ("--timm", args.timm)) if v]
     if len(named) != 1:
         raise UserError("name one model: --model, --module, --hf, --diffusers or --timm (or --list)"
                         if not named else f"{' and '.join(named)} exclude each other: name one model")
-    dtype = dtype_name(args.dtype) if args.dtype else None
+    dtype = weight_dtype(args.dtype) if args.dtype else None
+    _bounded(args)
     if args.model:
         _refuse(args, ("--input", args.input or args.input_shape), ("--kwarg", args.kwarg), ("--set", args.set),
                 ("--config", args.config), ("--routing", args.routing),
@@ -178,6 +189,41 @@ def _forward_request(args):
                        input_kwargs=keyword, kwargs=parse_assignments(args.kwarg), frontend=args.frontend,
                        dtype=dtype, locations=args.locations, verbose=args.verbose, routing=args.routing)
     return req, describe_request(req)
+
+
+def _bounded(args) -> None:
+    """The counts of a bundled model within the studies' limits (:mod:`mhlo_cost.studies.limits`)."""
+    from ..studies.limits import check
+
+    for opt, limit in (("layers", "layers"), ("depth", "layers"), ("batch", "batch"), ("tokens", "positions"),
+                       ("devices", "devices"), ("expert_parallel", "devices")):
+        if getattr(args, opt) is not None:
+            check(limit, getattr(args, opt), f"--{opt.replace('_', '-')}")
+
+
+#: What an inference step (--decode / --prefill) is not made of: the options of a forward or a training step.
+_NOT_A_STEP = (("--train", "train"), ("--module", "module"), ("--diffusers", "diffusers"), ("--timm", "timm"),
+               ("--input", "input"), ("--input-shape", "input_shape"), ("--kwarg", "kwarg"), ("--routing", "routing"),
+               ("--expert-parallel", "expert_parallel"), ("--frontend", "frontend"), ("--shape", "shape"),
+               ("--depth", "depth"), ("--hidden", "hidden"), ("--heads", "heads"), ("--layers", "layers"),
+               ("--scan", "scan"), ("--small", "small"), ("--devices", "devices"), ("--mesh", "mesh"))
+
+
+def _step_only(args) -> None:
+    """--decode / --prefill: every option given is one the step takes (the bundled gpt is configured with --set,
+    a transformers model with --config and --set), or it is refused, never dropped."""
+    given = [opt for opt, dest in _NOT_A_STEP if getattr(args, dest) not in (None, False, [])]
+    given += [o for o, v in (("--parallel", args.parallel != "none"), ("--remat", args.remat != "none"),
+                             ("--optimizer", args.optimizer != "adamw"), ("--loss", args.loss != "mse")) if v]
+    if given:
+        step = "--decode" if args.decode else "--prefill"
+        raise UserError(f"{', '.join(given)} {'does' if len(given) == 1 else 'do'} not apply to {step} (an "
+                        "inference step of --model gpt, configured with --set, or of --hf CLASS with --config and --set)")
+    from ..studies.limits import check
+
+    for opt, limit in (("batch", "batch"), ("tokens", "positions"), ("context", "positions")):
+        if getattr(args, opt) is not None:
+            check(limit, getattr(args, opt), f"--{opt}")
 
 
 def _refuse(args, *given, why: str) -> None:
@@ -218,10 +264,14 @@ def _lower_step(args, console, bar) -> int:
     from ..studies.serve import lower_step
     from .cmd_serve import step_request
 
+    _step_only(args)
     req = step_request(args, args.batch, args.tokens)
     console.say(f"lowering {req.describe()} -> {args.output or 'stdout'}", note=True)
     bar.stage("lowering the step")
     try:
+        from ..studies.limits import check
+
+        check("layers", req.facts().layers, "the model's layer count")
         step = lower_step(req)
         res = write(step.lowered, args.output, locations=args.locations)
     except (FrontendError, LowerFailed, ValueError) as e:
@@ -263,6 +313,7 @@ def cmd_lower(args, console) -> int:
         os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     os.environ.setdefault("JAX_PLATFORMS", "cpu")  # lowering needs no accelerator
     if args.list:
+        _list_alone(args)
         list_models()
         return EXIT_OK
     from ..lower.frontends import FrontendError, write

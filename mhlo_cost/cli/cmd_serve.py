@@ -16,7 +16,7 @@ def add_step_options(g, lower: bool = False) -> None:
     g.add_argument("--context", type=positive_int, metavar="L",
                    help="positions the static cache holds (default 2048; prefill: the prompt's length)")
     if not lower:
-        g.add_argument("--batch", type=positive_int, default=1, help="sequences (default 1)")
+        g.add_argument("--batch", type=positive_int, help="sequences (default 1)")
         g.add_argument("--tokens", type=positive_int, metavar="P", help="prefill: prompt tokens (default 512)")
 
 
@@ -45,18 +45,19 @@ def register(sub) -> None:
     m.add_argument("--dtype", help="weights and cache dtype (default: the configuration's, else bfloat16)")
     s = p.add_argument_group("the step")
     add_step_options(s)
-    s.add_argument("--tp", type=positive_int, default=1, metavar="N",
+    s.add_argument("--tp", type=positive_int, metavar="N",
                    help="tensor parallel over N devices (weights and cache split, all_reduce per layer)")
     s.add_argument("--launch", choices=("stream", "cuda-graphs"), default="stream",
                    help="stream (default): each fused kernel launched from the host, paying the profile's "
                         "kernel overhead; cuda-graphs: the step replayed as one captured CUDA graph "
                         "(torch.compile reduce-overhead, vLLM, TensorRT-LLM decode): no launch per kernel")
     w = p.add_argument_group("a sweep (a table; --plot)")
-    w.add_argument("--batches", type=_ints, metavar="B1,B2,..", help="e.g. 1,8,32,128")
-    w.add_argument("--contexts", type=_ints, metavar="L1,L2,..", help="e.g. 2048,8192,32768")
-    w.add_argument("--tps", type=_ints, metavar="N1,N2,..", help="tensor-parallel degrees (default --tp)")
+    w.add_argument("--batches", type=_ints, metavar="B1,B2,..", help="e.g. 1,8,32,128 (instead of --batch; a value "
+                                                                      "given twice is one point)")
+    w.add_argument("--contexts", type=_ints, metavar="L1,L2,..", help="e.g. 2048,8192,32768 (instead of --context)")
+    w.add_argument("--tps", type=_ints, metavar="N1,N2,..", help="tensor-parallel degrees (instead of --tp)")
     w.add_argument("--plot", metavar="FILE.png", help="tokens/s and memory against batch (points that do not fit: x); "
-                                                     ".png, .svg or .pdf, under the -o rule")
+                                                      ".png, .svg or .pdf, under the -o rule")
     add_cache(w, "lowered steps and their figures")
     o = p.add_argument_group("output")
     o.add_argument("--hardware", default="h100", metavar="NAME", help="chip profile (default h100)")
@@ -91,10 +92,11 @@ def step_request(args, batch: int | None, tokens: int | None):
     tokens = tokens or context
     try:
         sets = parse_assignments(args.set, "--set")
-        from ..lower.frontends.inputs import dtype_name
+        from ..lower.frontends.inputs import weight_dtype
 
-        dtype = dtype_name(args.dtype) if args.dtype else None  # the configuration's (--hf), else bfloat16
-        req = StepRequest(mode=mode, batch=batch or 1, context=context, tokens=tokens, model=args.model, hf=args.hf,
+        dtype = weight_dtype(args.dtype) if args.dtype else None  # the configuration's (--hf), else bfloat16
+        req = StepRequest(mode=mode, batch=1 if batch is None else batch, context=context, tokens=tokens,
+                          model=args.model, hf=args.hf,
                           config=args.config, overrides=tuple(sorted(sets.items())), dtype=dtype,
                           locations=getattr(args, "locations", True))
         req.check()
@@ -112,16 +114,24 @@ def _profile(args):
     return hw
 
 
+def _check_sweep(args) -> None:
+    """A sweep's list replaces the single value it sweeps; --plot draws a sweep, as a picture file."""
+    for many, one in (("batches", "batch"), ("contexts", "context"), ("tps", "tp")):
+        if getattr(args, many) is not None and getattr(args, one) is not None:
+            raise UserError(f"--{many} sweeps the {one}: give --{many} or --{one}, not both")
+    if args.plot and not (args.batches or args.contexts or args.tps):
+        raise UserError("--plot draws a sweep: give --batches and/or --contexts")
+    if args.plot and not args.plot.lower().endswith((".png", ".svg", ".pdf")):
+        raise UserError(f"--plot {args.plot}: the picture's name must end in .png, .svg or .pdf")
+
+
 def cmd_serve(args, console) -> int:
     import os
 
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
+    _check_sweep(args)
     sweeping = args.batches or args.contexts or args.tps
-    if args.plot and not sweeping:
-        raise UserError("--plot draws a sweep: give --batches and/or --contexts")
-    if args.plot and not args.plot.lower().endswith((".png", ".svg", ".pdf")):
-        raise UserError(f"{args.plot}: the picture's name must end in .png, .svg or .pdf")
     claim_output(args, console)
     if args.plot:
         claim_output(args, console, args.plot)
@@ -135,7 +145,7 @@ def cmd_serve(args, console) -> int:
 
     root = cache_root(args, console)
     bar = console.progress()
-    study = ServeStudy(ServeOptions(req, hw, tp=args.tp, launch=args.launch, batches=args.batches,
+    study = ServeStudy(ServeOptions(req, hw, tp=args.tp or 1, launch=args.launch, batches=args.batches,
                                     contexts=args.contexts, tps=args.tps, cache=root is not None,
                                     cache_dir=root), stage=bar.stage, note=cache_note(console))
     if sweeping:

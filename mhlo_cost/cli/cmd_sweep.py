@@ -66,6 +66,14 @@ def register(sub) -> None:
     p.set_defaults(func=cmd_sweep)
 
 
+def _check_where(args) -> None:
+    """Where the sweep runs: a local pool of --jobs processes, or a Dask cluster (whose workers are its own)."""
+    if args.jobs is not None and args.jobs < 1:
+        raise UserError(f"--jobs must be a positive integer, got {args.jobs}")
+    if args.jobs is not None and args.scheduler:
+        raise UserError("--jobs sizes the local pool; with --scheduler the Dask cluster's workers run the points")
+
+
 def _seconds(value: str) -> float:
     import math
 
@@ -141,11 +149,11 @@ def cmd_sweep(args, console) -> int:
     claim_output(args, console)
     if fmt == "parquet" and args.output in (None, "", "-"):
         raise UserError("--format parquet needs -o FILE")
-    if args.jobs is not None and args.jobs < 1:
-        raise UserError(f"--jobs must be a positive integer, got {args.jobs}")
+    _check_where(args)
     try:
         settings = _settings(args)
         if settings.get("training"):  # training configurations: delegated to mhlo_cost.studies.plan
+            _training_only(args)
             return _training(args, console, settings, fmt)
         grid = make_grid(settings)
         _shape_notes(grid, console)
@@ -204,6 +212,17 @@ def _nothing_ran(df) -> str:
     first = (str(first).splitlines() or [""])[0]
     return (f"no point of the sweep ran ({skipped} row(s) skipped, {failed} failed)"
             + (f"; first reason: {first}" if first else ""))
+
+
+def _training_only(args) -> None:
+    """A [training] spec is planned here, arithmetic after one lowering per layer shape: no worker pool, no Dask
+    scheduler, the shipped system profiles. Options for those are refused, not dropped."""
+    given = [o for o, v in (("--scheduler", args.scheduler), ("--jobs", args.jobs is not None),
+                            ("--worker-timeout", args.worker_timeout is not None),
+                            ("--hardware-file", args.hardware_file)) if v]
+    if given:
+        raise UserError(f"{', '.join(given)} {'does' if len(given) == 1 else 'do'} not apply to a [training] spec "
+                        "(planned in this process, on the shipped system profiles)")
 
 
 def _training(args, console, settings: dict, fmt: str) -> int:

@@ -8,6 +8,34 @@ from .common import (EXIT_OK, UserError, add_force, add_progress, add_quiet, cla
                      write_output)
 
 
+#: The split's options (-t, -p, ...): a sweep makes every split itself, so none of them goes with --sweep.
+SPLIT = (("-t", "t"), ("-p", "p"), ("-d", "d"), ("--sp", "sp"), ("--interleave", "interleave"),
+         ("--micro-batch", "micro_batch"), ("--recompute", "recompute"))
+#: Their values where not given.
+SPLIT_DEFAULTS = {"t": 1, "p": 1, "d": 1, "sp": False, "interleave": 1, "micro_batch": 1, "recompute": "none"}
+
+
+def _check_options(args) -> None:
+    """Options that cannot mean anything together: one line, before any work."""
+    if args.sweep is not None:
+        given = [opt for opt, dest in SPLIT if getattr(args, dest) not in (None, False)]
+        if args.by is not None:
+            given.append("--by")
+        if given:
+            raise UserError(f"{', '.join(given)} {'does' if len(given) == 1 else 'do'} not go with --sweep, which "
+                            "ranks every tensor x pipeline x data split, micro-batch, recompute and interleaving")
+    if not args.hf:
+        for opt, v in (("--set", args.set), ("--config", args.config)):
+            if v:
+                raise UserError(f"{opt} goes with --hf (a transformers configuration); the bundled sizes are "
+                                "--layers, --hidden, --heads, --seq, --vocab")
+    if args.by is not None and args.format in ("json", "html"):
+        raise UserError(f"--by chooses the table; --format {args.format} holds both tables")
+    for dest, value in SPLIT_DEFAULTS.items():
+        if getattr(args, dest) is None:
+            setattr(args, dest, value)
+
+
 def _config(args):
     from ..studies.plan.config import MODELS, ScaleConfig, model_config
 
@@ -52,18 +80,15 @@ def cmd_train_plan(args, console) -> int:
     from ..views.render import render
     from ..views.table import ViewRequest
 
+    _check_options(args)
     claim_output(args, console)
-    hw = resolve_profile(args.hardware, getattr(args, "hardware_file", None))
+    hw = resolve_profile(args.hardware, args.hardware_file)
     cfg = _config(args)
-    if not args.sweep:
-        why = cfg.invalid()
-        if why:
-            raise UserError(f"invalid training configuration: {why}")
     progress = console.progress()
     progress.stage(f"planning {cfg.label()} on {hw.name}" if not args.sweep else f"sweeping {args.sweep} GPUs")
-    study = PlanStudy(PlanOptions(cfg, hw, gpus=args.sweep, cache_dir=cache_root(args, console)),
+    study = PlanStudy(PlanOptions(cfg, hw, gpus=args.sweep, cache_dir=cache_root(args, console)),  # checked
                       note=cache_note(console))
-    table = study.view(ViewRequest(by=args.by))
+    table = study.view(ViewRequest(by=args.by or "component"))
     progress.done()
     write_output(render(table, args.format, "raw", wide=True), args.output)
     return EXIT_OK
@@ -83,22 +108,23 @@ def register(sub) -> None:
     p.add_argument("--config", metavar="FILE|TYPE", help="with --hf: the configuration (as lower --config)")
     p.add_argument("--set", action="append", metavar="KEY=VALUE", help="with --hf: a configuration field")
     p.add_argument("--hardware", default="selene", help="a system profile (default: selene)")
-    p.add_argument("-t", type=positive_int, default=1, help="tensor degree")
-    p.add_argument("-p", type=positive_int, default=1, help="pipeline degree")
-    p.add_argument("-d", type=positive_int, default=1, help="data degree")
-    p.add_argument("--sp", action="store_true", help="sequence parallelism")
-    p.add_argument("--interleave", type=positive_int, default=1, help="virtual stages per device (1: 1F1B)")
-    p.add_argument("--micro-batch", type=positive_int, default=1)
+    p.add_argument("--hardware-file", metavar="FILE", help="TOML file of your own profiles (searched first)")
+    p.add_argument("-t", type=positive_int, help="tensor degree (default 1)")
+    p.add_argument("-p", type=positive_int, help="pipeline degree (default 1)")
+    p.add_argument("-d", type=positive_int, help="data degree (default 1)")
+    p.add_argument("--sp", action="store_true", default=None, help="sequence parallelism")
+    p.add_argument("--interleave", type=positive_int, help="virtual stages per device (default 1: 1F1B)")
+    p.add_argument("--micro-batch", type=positive_int, help="default 1")
     p.add_argument("--global-batch", type=positive_int, default=1)
-    p.add_argument("--recompute", default="none", help="none, selective, full")
+    p.add_argument("--recompute", choices=("none", "selective", "full"), help="default none")
     p.add_argument("--dp-comm", default="all_reduce", choices=("all_reduce", "zero"))
     p.add_argument("--dp-overlap", action="store_true", help="the gradient reduction overlaps the last backward")
     p.add_argument("--sweep", type=positive_int, metavar="GPUS", help="rank every split of GPUS devices")
     add_cache(p, "each lowered layer's analysis")
     p.add_argument("--format", default="table", choices=("table", "csv", "json", "markdown", "html"),
                    help="html: a page with a stacked bar per pipeline stage and both tables (-o FILE)")
-    p.add_argument("--by", default="component", choices=("component", "stage"),
-                   help="the table: the busiest device's components, or one row per pipeline stage")
+    p.add_argument("--by", choices=("component", "stage"),
+                   help="the table: the busiest device's components (default), or one row per pipeline stage")
     p.add_argument("-o", "--output", metavar="FILE", help="write to a file instead of stdout")
     add_force(p)
     add_quiet(p)

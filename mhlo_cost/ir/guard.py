@@ -3,7 +3,10 @@ child process: a crash, a hang or a memory bomb in the reader ends the child, ne
 
 One child serves every load of a process (it starts once, in a fraction of a second, and is started
 again after a failure). Each request gets a memory allowance (address space) and a time limit that grow
-with the input; the parent gets back bytecode that MLIR wrote, or one error line. A walk request
+with the input; the parent gets back bytecode that MLIR wrote, or one error line. The time limit counts the
+child's own CPU time (``RLIMIT_CPU``, set by the child for each request: the kernel stops it with SIGXCPU), so a
+loaded machine, which slows the child's wall clock but not its work, does not fail a small file; a wall-clock
+backstop, :data:`WALL_FACTOR` times as long, still ends a child that is blocked and uses no CPU at all. A walk request
 (:func:`walk_guarded`, for :mod:`mhlo_cost.analysis.isolated`) has the child walk the module it parsed too, under the
 same limits, and hand back the analysis: then the input is parsed once, and the caller needs no jaxlib.
 """
@@ -31,9 +34,12 @@ _ROOT = str(Path(__file__).resolve().parents[2])
 #: Address space a request may add to the child: a floor plus room that grows with the input.
 BASE_MEMORY = 1 << 30
 MEMORY_PER_INPUT_BYTE = 64
-#: Seconds: a floor (which includes the child's start), plus time that grows with the input.
+#: Seconds of the child's CPU time: a floor, plus time that grows with the input.
 BASE_SECONDS = 20.0
 SECONDS_PER_MB = 4.0
+#: The wall-clock backstop: a request (or the child's start) that takes this many times its CPU allowance in
+#: wall time is stopped, used CPU or not (a child blocked for ever, or one starved on a machine far beyond loaded).
+WALL_FACTOR = 10.0
 
 # Runs the reader file without putting its folder (which holds a ``types.py``) on sys.path.
 _BOOT = "import runpy, sys; del sys.path[0]; sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')"
@@ -44,7 +50,7 @@ class _Failed(Exception):
 
 
 def limits(n_bytes: int) -> tuple[int, float]:
-    """(memory in bytes, seconds) a request for an input of ``n_bytes`` may use."""
+    """(memory in bytes, seconds of CPU time) a request for an input of ``n_bytes`` may use."""
     return BASE_MEMORY + MEMORY_PER_INPUT_BYTE * n_bytes, BASE_SECONDS + SECONDS_PER_MB * n_bytes / 1e6
 
 
@@ -62,13 +68,14 @@ class _Server:
                 self.ensure(walk is not None)
             except OSError as e:
                 raise _Failed(f"cannot start the MLIR reader process: {e.strerror or e}") from None
-            header = json.dumps([kind, name, memory, len(data), walk]).encode() + b"\n"
+            header = json.dumps([kind, name, memory, len(data), walk, seconds]).encode() + b"\n"
+            wall = seconds * WALL_FACTOR  # the backstop; the child's CPU time is limited by the child itself
             try:
-                self._send(header + data, meanwhile, seconds)
-                size = int.from_bytes(self._read(8, time.monotonic() + seconds, seconds), "big")
-                answer = self._read(size, time.monotonic() + seconds, seconds)
+                self._send(header + data, meanwhile, wall)
+                size = int.from_bytes(self._read(8, time.monotonic() + wall, wall), "big")
+                answer = self._read(size, time.monotonic() + wall, wall)
             except (_Failed, OSError) as e:
-                message = str(e) if isinstance(e, _Failed) else self._death(memory)
+                message = str(e) if isinstance(e, _Failed) else self._death(memory, seconds)
                 self.stop()
                 raise _Failed(message) from None
             except BaseException:  # (an interrupt) a request half done: its answer must not meet the next one
@@ -100,7 +107,7 @@ class _Server:
         meanwhile()  # (an exception here: the caller stops the child, which ends the write)
         writer.join(seconds)
         if writer.is_alive():
-            raise _Failed(f"the MLIR reader took no input for {seconds:.0f} s and was stopped")
+            raise _Failed(f"the MLIR reader took no input for {seconds:.0f} s (wall clock) and was stopped")
         if failed:
             raise OSError(str(failed[0]))
 
@@ -130,8 +137,8 @@ class _Server:
             while got < n:
                 left = deadline - time.monotonic()
                 if left <= 0 or not sel.select(left):
-                    raise _Failed(f"the MLIR reader ran past {seconds:.0f} s on this input and was stopped "
-                                  "(a hostile or broken file?)")
+                    raise _Failed(f"the MLIR reader gave no answer in {seconds:.0f} s (wall clock) on this input "
+                                  "and was stopped (blocked, or a machine far beyond loaded)")
                 chunk = os.read(fd, min(n - got, 1 << 20))
                 if not chunk:
                     raise OSError("the reader closed its output")
@@ -139,7 +146,7 @@ class _Server:
                 got += len(chunk)
         return b"".join(chunks)
 
-    def _death(self, memory: int) -> str:
+    def _death(self, memory: int, seconds: float) -> str:
         try:
             code = self.proc.wait(timeout=5)
         except subprocess.TimeoutExpired:
@@ -152,6 +159,9 @@ class _Server:
                 what = signal.Signals(-code).name
             except ValueError:
                 what = f"signal {-code}"
+        if code == -getattr(signal, "SIGXCPU", -1):
+            return (f"the MLIR reader used {seconds:.0f} s of CPU time on this input and was stopped "
+                    "(a hostile or broken file?)")
         if "MemoryError" in text or "bad_alloc" in text or "unable to grow" in text:
             return (f"the MLIR reader ran out of memory on this input (limit {memory >> 20} MiB more): "
                     "truncated, corrupt or hostile data")

@@ -245,6 +245,24 @@ def limit_memory(extra: int) -> None:
         pass
 
 
+def limit_cpu(seconds: float) -> None:
+    """CPU time: what the process has used so far plus ``seconds`` (rounded up to a whole second, the limit's
+    unit), after which the kernel stops it (SIGXCPU; no core file is written). POSIX; elsewhere no limit."""
+    try:
+        import math
+        import resource
+
+        used = resource.getrusage(resource.RUSAGE_SELF)
+        soft = int(used.ru_utime + used.ru_stime) + max(1, math.ceil(seconds))
+        hard = resource.getrlimit(resource.RLIMIT_CPU)[1]
+        if hard != resource.RLIM_INFINITY:
+            soft = min(soft, hard)
+        resource.setrlimit(resource.RLIMIT_CORE, (0, resource.getrlimit(resource.RLIMIT_CORE)[1]))
+        resource.setrlimit(resource.RLIMIT_CPU, (soft, hard))
+    except (ImportError, ValueError, OSError):
+        pass
+
+
 def parsed(kind: str, data: bytes, name: str):
     """The module and its one top-level module op, or ``(None, answer)``: :attr:`Answer.READ_ERROR` and a
     message, or :attr:`Answer.OUT_OF_MEMORY` and a message (restart the child)."""

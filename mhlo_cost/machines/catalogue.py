@@ -36,9 +36,14 @@ _SCALARS: dict[str, tuple[str, Decimal, str]] = {
     "kernel_overhead_us": ("kernel_overhead", Decimal(10) ** -6, "us"),
     "transcendental_tops": ("transcendental_rate", Decimal(10) ** 12, "tops"),
 }
+# optional: the eager model's host time per framework op (:func:`mhlo_cost.roofline.eager.dispatch_overhead`)
+_OPTIONAL_SCALARS: dict[str, tuple[str, Decimal, str]] = {
+    "dispatch_overhead_us": ("dispatch_overhead", Decimal(10) ** -6, "us"),
+}
 _TFLOPS = Decimal(10) ** 12
 _REQUIRED = ("description", "matrix_tflops", "vector_tflops", *_SCALARS)
-_OPTIONAL = ("aliases", "vendor", "source", "f32_matmul", "gemm", "row_fusion", "memory", "attention")
+_OPTIONAL = ("aliases", "vendor", "source", "f32_matmul", "gemm", "row_fusion", "memory", "attention",
+             *_OPTIONAL_SCALARS)
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 _DATA_FILE = "hardware.toml"
@@ -112,7 +117,7 @@ def _build(name: str, entry: Any, origin: str) -> Hardware:
     if not isinstance(row_fusion, bool):
         raise HardwareError(f"{where}: field 'row_fusion' must be true or false, got {row_fusion!r}")
     scalars = {hw_field: _si(entry[k], scale, f"{where}: field {k!r}", kind)
-               for k, (hw_field, scale, kind) in _SCALARS.items()}
+               for k, (hw_field, scale, kind) in {**_SCALARS, **_OPTIONAL_SCALARS}.items() if k in entry}
     return Hardware(
         name=name,
         description=text("description", ""),

@@ -15,7 +15,8 @@ bandwidth_gb_s (systems)
 nic_gbit_s (systems)                        [0.008, 8e+06]    Gb/s (the same range in bits)
 hbm_capacity_gb                             [0.001, 1e+06]    GB (1 MB to 1 PB)
 hop_latency_us, kernel_overhead_us,         [0, 1e+06]        us (0 to one second)
-latency_us, base_latency_us (systems)
+dispatch_overhead_us, latency_us,
+base_latency_us (systems)
 efficiency (gemm, links), gemm curve        [0.0001, 1]       fraction of peak
 gemm curve GFLOP                            [1e-09, 1e+09]    GFLOP of one dot (1 FLOP to 1 EFLOP)
 memory.efficiency, attention.*.forward,     [0.0001, 1]       fraction of peak

@@ -153,6 +153,7 @@ class Hardware:
     row_fusion: bool = True  # whether the compiler runs a row reduction and its consumers as one kernel
     memory: MemoryModel | None = None  # achievable HBM bandwidth by kernel size (None: the datasheet figure)
     attention: AttentionModel | None = None  # fused attention kernels per library (None: at the GEMM model)
+    dispatch_overhead: float | None = None  # host seconds per framework op in eager mode (None: the model's estimate)
 
     def __post_init__(self) -> None:
         # Freeze the rate tables so that a shared profile cannot be edited in place.

@@ -7,6 +7,7 @@ from operator import attrgetter
 
 from ..walk.frames import Frame, Recording, Region
 from ..walk.row import short_name
+from .nested import run
 from .opclass import ALIAS, CARRY, DOT, DUP, DUP_CARRY, DUS, MAYBE, MULTI, NOVAL, PLAIN, op_class, row_class
 
 _VALUES = attrgetter("values")
@@ -98,6 +99,12 @@ class Preparer:
         return self._rev.get(r0, [])
 
     def prepare(self, fr: Frame) -> Prepared:
+        """Frame ``fr`` made ready (once), and every frame it runs, however deeply they nest (no recursion)."""
+        p = self._prepared.get(id(fr))
+        return p if p is not None else run(self._prepare(fr))
+
+    def _prepare(self, fr: Frame):
+        """:meth:`prepare` as a generator (:mod:`.nested`): ``yield`` a child frame's, for its result."""
         p = self._prepared.get(id(fr))
         if p is not None:
             return p
@@ -109,7 +116,7 @@ class Preparer:
                 it = items[j]
                 j += 1
                 if isinstance(it, Region):
-                    self._region(p, it)
+                    yield from self._region(p, it)
                     pos = max(pos, it.end)
                 else:
                     p.returns = it.uses
@@ -177,13 +184,15 @@ class Preparer:
         p.reads.append(tuple(reads))
         p.read.update(reads)
 
-    def _region(self, p: Prepared, it: Region) -> None:
+    def _region(self, p: Prepared, it: Region):
+        """A region item (a generator, :mod:`.nested`: its child frames are prepared first)."""
         root = self.root
         p.flat = False
         reads = {root(u) for u in it.uses}
         for cf in [c[0] for c in it.children] + it.branches:
             if cf is not None:
-                reads |= self.prepare(cf).externals
+                child = self._prepared.get(id(cf))
+                reads |= (child if child is not None else (yield self._prepare(cf))).externals
         for a, j in it.argpos.items():  # a child's argument stands for its operand (at every call site)
             self.passed.setdefault(a, []).append(it.uses[j])
         for j, d in enumerate(it.defs):

@@ -34,6 +34,7 @@ from operator import add, sub
 from ..walk.frames import Recording, Region
 from . import eager_hold
 from .opclass import ALIAS, DUS, NOVAL
+from .nested import run
 from .prepare import Prepared, Preparer
 
 
@@ -86,8 +87,8 @@ class Sweep(Preparer):
         p = self.prepare(rec.entry)
         self.localise()
         args = {k: self.size(k, b) for k, b, _ in rec.args}
-        ps = self._pass(p, 0, {k: args[k] for k, _, d in rec.args if d})  # donated: freed after their last use
-        peak = self._forward(ps, True, sum(args.values()))
+        ps = run(self._pass(p, 0, {k: args[k] for k, _, d in rec.args if d}))  # donated: freed after last use
+        peak = run(self._forward(ps, True, sum(args.values())))
         self.outputs = [self._bytes_of(ps, r, args) for r in map(self.root, p.returns)]  # each output once
         return peak
 
@@ -103,19 +104,20 @@ class Sweep(Preparer):
                 return self.size(key, res.nbytes)
         return 0
 
-    def _pass(self, p: Prepared, off, owned: dict) -> _Pass:
+    def _pass(self, p: Prepared, off, owned: dict):
         """The backward pass of a frame instance (rows from ``off``; None: not in the table) and of its
         children's, with what each region hands over settled. ``owned``: arguments the frame may free or
-        update in place (key -> bytes it brings; 0 for a loop's carried values, which the loop counts)."""
+        update in place (key -> bytes it brings; 0 for a loop's carried values, which the loop counts).
+        A generator (:mod:`.nested`): nested frames are followed without recursion."""
         if off is None:
             key = (id(p), tuple(sorted(owned.items())))
             ps = self._memo.get(key)
             if ps is None:
-                ps = self._memo[key] = self._new_pass(p, off, owned)
+                ps = self._memo[key] = yield from self._new_pass(p, off, owned)
             return ps
-        return self._new_pass(p, off, owned)
+        return (yield from self._new_pass(p, off, owned))
 
-    def _new_pass(self, p: Prepared, off, owned: dict) -> _Pass:
+    def _new_pass(self, p: Prepared, off, owned: dict):
         ps = _Pass(p, off, owned, self.kernel is not None and off is not None)
         self._backward(ps)
         if self.hold is not None and off == 0 and p is self._prepared.get(id(self.rec.entry)):
@@ -125,7 +127,7 @@ class Sweep(Preparer):
         if not p.flat:
             for idx, it in enumerate(p.seq):
                 if type(it) is Region:
-                    self._settle(ps, idx, it)
+                    yield from self._settle(ps, idx, it)
         return ps
 
     # -- backward ---------------------------------------------------------------------------------------------
@@ -259,14 +261,14 @@ class Sweep(Preparer):
         self.alias[d] = r0
 
     # -- what regions hand over -------------------------------------------------------------------------------
-    def _settle(self, ps: _Pass, idx: int, it: Region) -> None:
+    def _settle(self, ps: _Pass, idx: int, it: Region):
         """The children's passes of a region op, with what it hands them; a returned buffer that was handed
         in keeps the bytes it came with."""
         give = self._handed(ps, idx, it)
         kids = []
         for cf, start, k in it.children:
             o = ps.off + start if ps.off is not None and k else None  # k 0: folded, the rows are another call's
-            cps = self._pass(self.prepare(cf), o, give) if cf is not None else None
+            cps = (yield self._pass(self.prepare(cf), o, give)) if cf is not None else None
             kids.append((cps, o, start))
             if cps is None or it.name == "while":
                 continue
@@ -277,7 +279,9 @@ class Sweep(Preparer):
                     ps.sizes[d] += delta
                     ps.new[idx] += delta
                     ps.freed[ps.last.get(d, idx)] += delta
-        branches = [self._pass(self.prepare(cf), None, {}) for cf in it.branches]
+        branches = []
+        for cf in it.branches:
+            branches.append((yield self._pass(self.prepare(cf), None, {})))
         ps.kids[idx] = (sum(give.values()), kids, branches)
 
     def _handed(self, ps: _Pass, idx: int, it: Region) -> dict:
@@ -298,16 +302,17 @@ class Sweep(Preparer):
         return give
 
     # -- forward ----------------------------------------------------------------------------------------------
-    def _forward(self, ps: _Pass, write: bool, base: int) -> int:
+    def _forward(self, ps: _Pass, write: bool, base: int):
         """Live bytes before and after every item from ``base`` (a running sum); region ops run their children
-        on top. Writes the rows' ``during`` and ``after`` where ``write``; returns the peak."""
+        on top. Writes the rows' ``during`` and ``after`` where ``write``; returns the peak. A generator
+        (:mod:`.nested`)."""
         if ps.off is not None:
-            return self._forward_once(ps, write, base)
+            return (yield from self._forward_once(ps, write, base))
         if ps.rel is None:  # nothing to write: the peak above ``base`` is the same wherever it runs
-            ps.rel = self._forward_once(ps, False, 0)
+            ps.rel = yield from self._forward_once(ps, False, 0)
         return base + ps.rel
 
-    def _forward_once(self, ps: _Pass, write: bool, base: int) -> int:
+    def _forward_once(self, ps: _Pass, write: bool, base: int):
         p, off = ps.p, ps.off
         if type(ps.new) is not list:  # a flat pass made in arrays
             peak = _flat().forward(self, ps, write, base)
@@ -317,7 +322,7 @@ class Sweep(Preparer):
         acc = list(accumulate(map(sub, ps.new, ps.freed), initial=base - ps.freed[m]))
         during = list(map(add, acc, ps.new))
         for idx, (give, kids, branches) in ps.kids.items():
-            during[idx] = self._region_forward(ps, idx, acc[idx] - give, kids, branches, write)
+            during[idx] = yield from self._region_forward(ps, idx, acc[idx] - give, kids, branches, write)
         peak = max(during, default=acc[0])
         if write and off is not None:
             if p.flat:  # leaf positions 0..n-1, then at most a return
@@ -331,7 +336,7 @@ class Sweep(Preparer):
                         self.after[off + e] = acc[idx + 1]
         return max(peak, acc[0])
 
-    def _region_forward(self, ps: _Pass, idx: int, top: int, kids: list, branches: list, write: bool) -> int:
+    def _region_forward(self, ps: _Pass, idx: int, top: int, kids: list, branches: list, write: bool):
         it = ps.p.seq[idx]
         if it.name == "while":
             top += ps.new[idx]  # the loop's carried values, held while it runs
@@ -341,7 +346,7 @@ class Sweep(Preparer):
                 if write and o is not None:
                     self._lift(o, it.end - start, top, opaque=True)
                 continue
-            kp = self._forward(cps, write, sum(cps.owned.values()))
+            kp = yield self._forward(cps, write, sum(cps.owned.values()))
             peak = max(peak, kp)
             if write and o is not None:
                 self._lift(o, len(cps.p.fr.rows), top)
@@ -352,7 +357,7 @@ class Sweep(Preparer):
                     self.during[i] = top + kp
         during = top + peak
         for bps in branches:  # a branch not taken: its peak counts, its rows are not in the table
-            bp = top + self._forward(bps, False, 0)
+            bp = top + (yield self._forward(bps, False, 0))
             if bp > during:
                 during = bp
                 if write and ps.off is not None and it.end > it.start:

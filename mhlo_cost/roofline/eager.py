@@ -46,12 +46,12 @@ FLASH_DTYPES = ("bf16", "f16")
 VIEW_OPS = frozenset({"reshape", "bitcast", "transpose", "broadcast_in_dim", "broadcast", "slice", "constant"})
 #: ESTIMATE: host time per framework op in PyTorch eager (Python, the dispatcher, the launch call): about
 #: 5-10 us on a current server CPU (PyTorch's operator-overhead benchmarks); a profile may set
-#: ``dispatch_overhead`` (seconds) instead.
+#: ``dispatch_overhead_us`` instead (:attr:`~mhlo_cost.machines.hardware.Hardware.dispatch_overhead`, seconds).
 DISPATCH_S = 8e-6
 
 
 def dispatch_overhead(hw: Hardware) -> float:
-    """Seconds of host time per framework op: the profile's ``dispatch_overhead`` where it has one."""
+    """Seconds of host time per framework op: the profile's ``dispatch_overhead_us`` where it has one."""
     v = getattr(hw, "dispatch_overhead", None)
     return DISPATCH_S if v is None else float(v)
 

@@ -168,15 +168,19 @@ class _Grouper:
 
     # -- where a row may go ---------------------------------------------------------------------------
     def candidates(self, i: int, out: set) -> set:
-        """Kernels that produced row i's operands, looking through free/duplicated producers."""
-        for p in self.producers[i]:
-            if not isinstance(p, int):
-                continue
-            k = self.row_kernel[p]
-            if k is not None:
-                out.add(k)
-            elif self.role[p] in ("free", "dup"):
-                self.candidates(p, out)
+        """Kernels that produced row i's operands, looking through free/duplicated producers (each once,
+        however long the chain: no recursion)."""
+        todo, seen = [i], set()
+        while todo:
+            for p in self.producers[todo.pop()]:
+                if not isinstance(p, int):
+                    continue
+                k = self.row_kernel[p]
+                if k is not None:
+                    out.add(k)
+                elif p not in seen and self.role[p] in ("free", "dup"):
+                    seen.add(p)
+                    todo.append(p)
         return out
 
     def _outside_operands(self, i: int, k: int) -> list[int]:

@@ -58,13 +58,20 @@ class KernelIO:
         return n
 
     def readers(self, i: int) -> list[int]:
-        """Rows reading row i's value, looking through free and duplicated consumers (-1: a program output)."""
-        out = []
-        for c in self.consumers[i]:
-            if self.role[c] in ("free", "dup"):
-                out.extend(self.readers(c) if self.consumers[c] else [-1])
-            else:
+        """Rows reading row i's value, looking through free and duplicated consumers (-1: a program output);
+        each free or duplicated consumer looked through once, however long the chain (no recursion)."""
+        out, seen, stack = [], set(), [iter(self.consumers[i])]
+        while stack:
+            c = next(stack[-1], None)
+            if c is None:
+                stack.pop()
+            elif self.role[c] not in ("free", "dup"):
                 out.append(c)
+            elif not self.consumers[c]:
+                out.append(-1)
+            elif c not in seen:
+                seen.add(c)
+                stack.append(iter(self.consumers[c]))
         return out
 
     def inputs(self, members: set, order: list[int]) -> list[TensorInfo]:

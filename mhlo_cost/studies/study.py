@@ -54,6 +54,30 @@ the estimate or the memory estimate needs them). ``isolate``: parsed and walked 
     isolate: bool | None = False
     dataflow: bool | None = None
 
+    def __post_init__(self):
+        """Block options that mean nothing under the block method (:class:`~mhlo_cost.studies.limits.OptionError`):
+        ``block_pattern`` names blocks in scope paths (methods auto, scope, stages); ``norms_per_block`` counts
+        normalisations (methods auto and rms), and a pattern makes auto look at scopes alone."""
+        from ..analysis.collectors import METHODS
+        from .limits import OptionError, whole
+
+        b = self.blocks
+        if b not in METHODS:
+            raise OptionError(f"--blocks must be one of {', '.join(METHODS)}, got {b!r}")
+        if self.block_pattern is not None and b in ("rms", "repeat"):
+            raise OptionError(f"--block-pattern names blocks in scope paths: it goes with --blocks auto, scope or "
+                              f"stages, not {b}")
+        if self.norms_per_block is not None:
+            whole(self.norms_per_block, "--norms-per-block")
+            if b not in ("auto", "rms"):
+                raise OptionError(f"--norms-per-block counts the normalisations the rms method cuts at: it goes with "
+                                  f"--blocks auto or rms, not {b}")
+            if self.block_pattern is not None:
+                raise OptionError("--norms-per-block does not go with --block-pattern (a pattern finds blocks by "
+                                  "scope alone)")
+        if self.steps is not None:
+            whole(self.steps, "--steps")
+
 
 class Study:
     """The figures of one program under :class:`StudyOptions`: the walk made once, on first use, and its

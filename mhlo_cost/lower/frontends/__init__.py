@@ -106,7 +106,9 @@ def make_config(model: str, *, shape: str | None = None, small: bool = False, ba
     """A model configuration from the command-line style overrides (None: keep the default)."""
     cfg = default_config(model)
     if dtype is not None:
-        dtype = DTYPES.get(dtype, dtype)
+        from .inputs import weight_dtype
+
+        dtype = weight_dtype(DTYPES.get(dtype, dtype))
     if model == "stdit3":
         if layers is not None:
             raise FrontendError("--layers applies to gpt; use --depth for stdit3")

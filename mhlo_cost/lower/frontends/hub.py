@@ -17,6 +17,7 @@ import difflib
 import importlib
 import json
 import os
+import re
 
 from . import FrontendError
 
@@ -62,6 +63,11 @@ def _class(lib: str, name: str):
         if isinstance(e, AttributeError):
             return _unknown_class(lib, mod, name)
         raise FrontendError(f"{lib}.{name} cannot be imported: {str(e).splitlines()[0]}") from None
+
+
+def hf_class(name: str):
+    """The transformers class ``name``; FrontendError where transformers has none."""
+    return _class("transformers", name)
 
 
 def _unknown_class(lib: str, mod, name: str):
@@ -136,11 +142,25 @@ def hf_config(cls, config: str | None, overrides: dict):
     for key in flat:
         if key not in known:
             raise FrontendError(f"{config_class.__name__} has no field {key!r}{_closest(key, known)}")
-    cfg = config_class.from_dict({**data, **flat})
-    for key, value in overrides.items():
-        if "." in key:
-            _set_nested(cfg, key, value, type(cfg).__name__)
+    try:
+        cfg = config_class.from_dict({**data, **flat})
+        for key, value in overrides.items():
+            if "." in key:
+                _set_nested(cfg, key, value, type(cfg).__name__)
+    except FrontendError:
+        raise
+    except Exception as e:  # noqa: BLE001 - transformers' own checks of a configuration, as one line
+        raise FrontendError(f"{config_class.__name__}: transformers refuses this configuration: {_one_line(e)}") \
+            from None
     return cfg
+
+
+def _one_line(e: Exception) -> str:
+    """What a library's exception says, in one line: its last line (transformers' validation errors say where
+    first, then the cause), without the name of the exception type it quotes."""
+    lines = [part.strip() for part in str(e).splitlines() if part.strip()]
+    text = re.sub(r"^\w*(Error|Exception|Warning): ", "", lines[-1]) if lines else ""
+    return text[:300] or "no reason given"
 
 
 def config_dtype(cfg) -> str | None:

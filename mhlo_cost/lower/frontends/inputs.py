@@ -53,6 +53,20 @@ def dtype_name(text: str) -> str:
     raise FrontendError(f"unknown dtype {text!r} (known: {', '.join(sorted(set(DTYPE_ALIASES.values())))})")
 
 
+#: The dtypes a model's weights may be cast to (``--dtype`` of lower and serve): an integer or boolean model
+#: cannot be differentiated, normalised or attended over.
+WEIGHT_DTYPES = ("bfloat16", "float16", "float32", "float64")
+
+
+def weight_dtype(text: str, what: str = "--dtype") -> str:
+    """A dtype for a model's weights (:data:`WEIGHT_DTYPES`, any spelling :func:`dtype_name` takes); FrontendError
+    otherwise, naming ``what``."""
+    name = dtype_name(text)
+    if name not in WEIGHT_DTYPES:
+        raise FrontendError(f"{what} {text}: a model's weights take a floating dtype ({', '.join(WEIGHT_DTYPES)})")
+    return name
+
+
 def parse_shape(text: str) -> tuple[int, ...]:
     """``2x128`` (also ``2,128``) -> (2, 128); ``scalar``, ``()`` or nothing -> ()."""
     t = text.strip()

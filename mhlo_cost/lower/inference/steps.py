@@ -10,6 +10,22 @@ from dataclasses import dataclass, field
 from ..frontends import FrontendError, Lowered
 
 MODES = ("decode", "prefill")
+#: GPTConfig fields a step takes from ``--set`` (the batch is ``batch``, the dtype ``dtype``; the layers are
+#: never scanned in a step), each a positive whole number.
+GPT_FIELDS = ("vocab", "hidden", "heads", "layers", "seq", "mlp_ratio")
+#: What the other GPTConfig fields are given as instead.
+GPT_OTHER = {"batch": "--batch", "dtype": "--dtype", "scan": "nothing: a step runs its layers one by one"}
+
+
+@dataclass(frozen=True)
+class ModelFacts:
+    """What a step's checks read of its model before it is lowered: layers, attention heads and key/value heads
+    (grouped-query attention: fewer), hidden size."""
+
+    layers: int
+    heads: int
+    kv_heads: int
+    hidden: int
 
 
 @dataclass(frozen=True)
@@ -42,6 +58,32 @@ class StepRequest:
                 raise FrontendError(f"{name} must be a positive integer, got {v!r}")
         if self.mode == "prefill" and self.tokens > self.context:
             raise FrontendError(f"the prompt ({self.tokens} tokens) does not fit the cache ({self.context})")
+        from ..frontends.inputs import weight_dtype
+
+        if self.dtype is not None:
+            weight_dtype(self.dtype)
+        if self.model:
+            gpt_config(self)  # the --set fields, checked without building anything
+
+    def facts(self) -> ModelFacts:
+        """The model's layers, heads and hidden size, from its configuration (a transformers model's is read,
+        its weights never built). FrontendError where the configuration is not one the step can lower."""
+        self.check()
+        if self.model:
+            cfg = gpt_config(self)
+            return ModelFacts(cfg.layers, cfg.heads, cfg.heads, cfg.hidden)
+        from ..frontends import hub
+
+        cfg = hub.hf_config(hub.hf_class(self.hf), self.config, dict(self.overrides))
+        text = cfg.get_text_config(decoder=True)
+        heads = getattr(text, "num_attention_heads", None)
+        kv = getattr(text, "num_key_value_heads", None) or heads
+        layers, hidden = getattr(text, "num_hidden_layers", None), getattr(text, "hidden_size", None)
+        for name, v in (("num_hidden_layers", layers), ("num_attention_heads", heads),
+                        ("num_key_value_heads", kv), ("hidden_size", hidden)):
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                raise FrontendError(f"{self.hf}: {name} must be a positive whole number, got {v!r}")
+        return ModelFacts(layers, heads, kv, hidden)
 
     def describe(self) -> str:
         what = f"{self.hf} ({self.config or 'default config'})" if self.hf else "the bundled gpt"
@@ -86,16 +128,30 @@ class Step:
     positions: int | None = None
 
 
-def _gpt(req: StepRequest):
-    from dataclasses import replace
-
+def gpt_config(req: StepRequest):
+    """The bundled GPT's configuration of ``req`` (its ``--set`` fields: :data:`GPT_FIELDS`, each a positive whole
+    number; heads dividing hidden). FrontendError names the field."""
     from ..models.gpt import GPTConfig
+
+    sets = dict(req.overrides)
+    for key, value in sets.items():
+        if key in GPT_OTHER:
+            raise FrontendError(f"--set {key}: the bundled gpt's step takes it as {GPT_OTHER[key]}")
+        if key not in GPT_FIELDS:
+            raise FrontendError(f"--set {key}: the bundled gpt has no field {key!r} (its fields: "
+                                f"{', '.join(GPT_FIELDS)})")
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise FrontendError(f"--set {key}={value!r}: must be a positive whole number")
+    cfg = GPTConfig(dtype=req.dtype or "bfloat16", **sets)
+    if cfg.hidden % cfg.heads:
+        raise FrontendError(f"the bundled gpt: heads {cfg.heads} do not divide hidden {cfg.hidden}")
+    return cfg
+
+
+def _gpt(req: StepRequest):
     from . import gpt_steps
 
-    try:
-        cfg = replace(GPTConfig(dtype=req.dtype or "bfloat16"), **dict(req.overrides))
-    except TypeError as e:
-        raise FrontendError(f"the bundled gpt: {e}") from None
+    cfg = gpt_config(req)
     low, layout, weights = gpt_steps.lower_step(cfg, req.mode, req.batch, req.context, req.tokens)
     return low, layout, weights, cfg.hidden, cfg.layers, gpt_steps.gpt_config(cfg, req.context).seq
 

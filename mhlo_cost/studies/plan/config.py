@@ -71,23 +71,36 @@ class ScaleConfig:
         """Layers of one virtual stage (a model chunk): layers / (p x interleave)."""
         return self.layers // (self.p * self.interleave)
 
-    def invalid(self) -> str | None:
-        """Why this configuration cannot run, in one sentence; None where it can."""
+    def model_invalid(self) -> str | None:
+        """Why the model itself (whatever its split) cannot run, in one sentence; None where it can."""
         for k in ("layers", "hidden", "heads", "seq", "vocab", "t", "p", "d", "interleave", "micro_batch",
                   "global_batch"):
             v = getattr(self, k)
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                 return f"{k} must be a positive integer, got {v!r}"
+        for k in ("ffn", "kv_heads"):
+            v = getattr(self, k)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+                return f"{k} must be a positive integer (0: the default), got {v!r}"
         if self.recompute not in RECOMPUTE:
             return f"recompute must be one of {', '.join(RECOMPUTE)}, got {self.recompute!r}"
         if self.dp_comm not in DP_COMM:
             return f"dp_comm must be one of {', '.join(DP_COMM)}, got {self.dp_comm!r}"
         if self.hidden % self.heads:
             return f"heads {self.heads} do not divide hidden {self.hidden}"
-        if self.heads % self.t:
-            return f"tensor degree {self.t} does not divide heads {self.heads}"
         if self.mlp_kind not in ("gelu", "swiglu"):
             return f"mlp_kind must be gelu or swiglu, got {self.mlp_kind!r}"
+        if self.heads % self.kv:
+            return f"key/value heads {self.kv} must divide heads {self.heads}"
+        return None
+
+    def invalid(self) -> str | None:
+        """Why this configuration cannot run, in one sentence; None where it can."""
+        why = self.model_invalid()
+        if why:
+            return why
+        if self.heads % self.t:
+            return f"tensor degree {self.t} does not divide heads {self.heads}"
         if self.heads % self.kv or self.kv % self.t:
             return (f"key/value heads {self.kv} must divide heads {self.heads} and be divisible by the tensor "
                     f"degree {self.t}")
@@ -137,6 +150,7 @@ MODELS = {
 
 
 def model_config(name: str, **split) -> ScaleConfig:
+    """Model ``name`` of :data:`MODELS`; ``split`` (and sizes given) replacing its fields."""
     if name not in MODELS:
         raise ValueError(f"unknown model {name!r} (known: {', '.join(MODELS)})")
-    return ScaleConfig(**MODELS[name], **split)
+    return ScaleConfig(**{**MODELS[name], **split})

@@ -79,24 +79,50 @@ def facts(p: Plan) -> list[str]:
     return lines
 
 
-def splits(base: ScaleConfig, gpus: int, *, micro_batches=(1, 2, 4), recomputes=("full", "selective"),
-           interleaves=(1, 2, 3), max_t: int = 8):
-    """(config, reason or None) for every tensor x pipeline x data split of ``gpus`` (t a power of two up to
-    ``max_t``, sequence parallelism on where t > 1), micro-batch, recompute and interleaving."""
+def _divisors(n: int) -> list[int]:
+    """The divisors of ``n``, ascending (found up to its square root: a count of devices is never walked)."""
+    low, high, i = [], [], 1
+    while i * i <= n:
+        if n % i == 0:
+            low.append(i)
+            if i * i != n:
+                high.append(n // i)
+        i += 1
+    return low + high[::-1]
+
+
+def _degrees(gpus: int, max_t: int, only=None):
+    """(t, p, d) of every tensor x pipeline x data split of ``gpus`` that :func:`splits` considers (``only(t, p,
+    d)``: those it is true of)."""
     for t in (1, 2, 4, 8, 16, 32, 64):
         if gpus % t or t > max_t and t > 8:
             continue
-        for pp in range(1, gpus // t + 1):
-            if (gpus // t) % pp:
+        for pp in _divisors(gpus // t):
+            if only is None or only(t, pp, gpus // (t * pp)):
+                yield t, pp, gpus // (t * pp)
+
+
+def split_count(gpus: int, *, micro_batches=(1, 2, 4), recomputes=("full", "selective"), interleaves=(1, 2, 3),
+                max_t: int = 8, only=None) -> int:
+    """How many configurations :func:`splits` yields (valid or not), counted without making them."""
+    per = len(micro_batches) * len(recomputes)
+    flat = sum(1 for v in interleaves if not v > 1)
+    return sum(per * (len(interleaves) if pp > 1 else flat) for _, pp, _ in _degrees(gpus, max_t, only))
+
+
+def splits(base: ScaleConfig, gpus: int, *, micro_batches=(1, 2, 4), recomputes=("full", "selective"),
+           interleaves=(1, 2, 3), max_t: int = 8, only=None):
+    """(config, reason or None) for every tensor x pipeline x data split of ``gpus`` (t a power of two up to
+    ``max_t``, sequence parallelism on where t > 1; ``only(t, p, d)``: those it is true of), micro-batch,
+    recompute and interleaving."""
+    for t, pp, d in _degrees(gpus, max_t, only):
+        for mb, rc, v in product(micro_batches, recomputes, interleaves):
+            if v > 1 and pp == 1:
                 continue
-            d = gpus // (t * pp)
-            for mb, rc, v in product(micro_batches, recomputes, interleaves):
-                if v > 1 and pp == 1:
-                    continue
-                cfg = base.with_split(t=t, p=pp, d=d, sp=t > 1, micro_batch=mb, recompute=rc, interleave=v)
-                why = cfg.invalid() or (f"tensor degree {t} above {max_t} (beyond one node's NVLink)"
-                                        if t > max_t else None)
-                yield cfg, why
+            cfg = base.with_split(t=t, p=pp, d=d, sp=t > 1, micro_batch=mb, recompute=rc, interleave=v)
+            why = cfg.invalid() or (f"tensor degree {t} above {max_t} (beyond one node's NVLink)"
+                                    if t > max_t else None)
+            yield cfg, why
 
 
 def sweep(base: ScaleConfig, gpus: int, hw, cache_dir=None, note=None, **kw) -> tuple[pd.DataFrame, pd.DataFrame]:

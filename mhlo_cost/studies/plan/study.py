@@ -15,12 +15,33 @@ from .config import ScaleConfig
 class PlanOptions:
     """``config`` (the split included), ``hardware`` (a system profile), ``gpus`` (a sweep over every split of
     that many devices, None: the one plan), ``cache_dir`` (the cache root: each lowered layer's analysis kept
-    there; None: nothing kept)."""
+    there; None: nothing kept).
+
+    Checked when made (:mod:`mhlo_cost.studies.limits`; OptionError): the configuration valid (with a sweep: the
+    model; the sweep makes the splits), its counts and the sweep's within their limits."""
 
     config: ScaleConfig
     hardware: object
     gpus: int | None = None
     cache_dir: str | os.PathLike | None = None
+
+    def __post_init__(self):
+        from ..limits import OptionError, check, count
+        from .plan import split_count
+
+        cfg = self.config
+        why = cfg.model_invalid() if self.gpus is not None else cfg.invalid()
+        if why:
+            raise OptionError(f"invalid training configuration: {why}")
+        check("layers", cfg.layers, "--layers")
+        check("positions", cfg.seq, "--seq")
+        check("batch", cfg.global_batch, "--global-batch")
+        check("batch", cfg.micro_batch, "--micro-batch")
+        if self.gpus is None:
+            check("devices", cfg.gpus, f"-t x -p x -d ({cfg.t} x {cfg.p} x {cfg.d})")
+            return
+        check("devices", self.gpus, "--sweep GPUS")
+        count(split_count(self.gpus), "points", f"the sweep over the splits of {self.gpus:,} GPUs")
 
 
 class PlanStudy:
@@ -41,10 +62,16 @@ class PlanStudy:
     @cached_property
     def sweep(self):
         """(the ranked table of the valid splits, the skipped ones with their reason)."""
+        from ..limits import OptionError
         from .plan import sweep
 
         o = self.options
-        return sweep(o.config, o.gpus, o.hardware, o.cache_dir, self.note)
+        df, skipped = sweep(o.config, o.gpus, o.hardware, o.cache_dir, self.note)
+        if not len(df):
+            first = skipped["reason"].iloc[0] if len(skipped) else "none considered"
+            raise OptionError(f"no split of {o.gpus:,} GPUs is a valid configuration of this model ({len(skipped)} "
+                              f"skipped; the first: {first})")
+        return df, skipped
 
     @cached_property
     def figures(self):

@@ -18,7 +18,12 @@ class ServeOptions:
     """The step (``request``), the profile (``hardware``: a Hardware), ``tp``, ``launch`` (stream or
     cuda-graphs), a sweep (``batches``, ``contexts``, ``tps``: any given makes one) and the cache of lowerings
     and results (``cache``: kept at all; ``cache_dir``: the cache root, default
-    :func:`mhlo_cost.files.cache.default_root`)."""
+    :func:`mhlo_cost.files.cache.default_root`).
+
+    Checked when made (:mod:`mhlo_cost.studies.limits`; ValueError): counts in range, each list's values once
+    (in the order given), a sweep's list replacing the single value it sweeps (``batches`` and a ``request``
+    batch other than 1 do not go together, nor ``tps`` and a ``tp`` other than 1). What needs the model's
+    configuration (layers; ``tp`` dividing the heads) is checked by :meth:`ServeStudy.check`, before lowering."""
 
     request: StepRequest
     hardware: object
@@ -29,6 +34,35 @@ class ServeOptions:
     tps: tuple | None = None
     cache: bool = True
     cache_dir: str | os.PathLike | None = None
+
+    def __post_init__(self):
+        from ..limits import OptionError, check, check_list, count
+        from .serve import LAUNCHES
+
+        req = self.request
+        check("batch", req.batch, "--batch")
+        check("positions", req.tokens, "--tokens")  # (first: a prefill's cache is its prompt by default)
+        check("positions", req.context, "--context")
+        check("devices", self.tp, "--tp")
+        if self.launch not in LAUNCHES:
+            raise OptionError(f"--launch must be one of {', '.join(LAUNCHES)}, got {self.launch!r}")
+        points = 1
+        for name, limit, single, default in (("batches", "batch", "batch", req.batch),
+                                             ("contexts", "positions", "context", None),
+                                             ("tps", "devices", "tp", self.tp)):
+            values = getattr(self, name)
+            if values is None:
+                continue
+            if default not in (None, 1):
+                raise OptionError(f"--{name} sweeps the {single}: give --{name} or --{single} ({default}), not both")
+            values = check_list(limit, values, f"--{name}")
+            object.__setattr__(self, name, values)
+            points *= len(values)
+        count(points, "points", "the sweep")
+        short = [c for c in self.contexts or () if c < req.tokens] if req.mode == "prefill" else []
+        if short:
+            raise OptionError(f"--contexts: a prefill of {req.tokens} tokens does not fit a cache of {short[0]} "
+                              "positions")
 
     @property
     def sweeping(self) -> bool:
@@ -62,7 +96,8 @@ class ServeStudy:
 
     @cached_property
     def step(self):
-        """The lowered step of one point (its layout: the KV cache's)."""
+        """The lowered step of one point (its layout: the KV cache's), once :meth:`check` passes."""
+        self.check()
         self.stage("lowering the step")
         return self.cache.step(self.options.request)[0]
 
@@ -81,12 +116,27 @@ class ServeStudy:
 
     @cached_property
     def points(self) -> list:
-        """The sweep's figures: every batch x context x tp."""
+        """The sweep's figures: every batch x context x tp, once :meth:`check` passes."""
         from .grid import sweep
 
+        self.check()
         o = self.options
         return sweep(o.request, o.batches or [o.request.batch], o.contexts or [o.request.context], self.hardware,
                      tps=o.tps or [o.tp], cache=self.cache, stage=self.stage, launch=o.launch)
+
+    def check(self) -> None:
+        """What needs the model's configuration (read, never built), before anything is lowered (:attr:`step`
+        and :attr:`points` run it first): its layers within the limit, and every tensor-parallel degree dividing
+        its heads and key/value heads. OptionError (FrontendError where the configuration cannot be read)."""
+        from ..limits import OptionError, check
+
+        facts = self.options.request.facts()
+        check("layers", facts.layers, "the model's layer count")
+        for tp in self.options.tps or (self.options.tp,):
+            for n, what in ((facts.heads, "attention heads"), (facts.kv_heads, "key/value heads")):
+                if n % tp:
+                    raise OptionError(f"tensor parallel degree {tp} does not divide the model's {n} {what}: "
+                                      "its heads (and their KV cache) are split tp ways")
 
     def view(self, request=None):
         """The answer as a :class:`~mhlo_cost.views.table.Table` (``request``: none is needed, the options say

@@ -73,22 +73,38 @@ def library_points(entries: list, pairs: list, dtypes: list) -> list[Point]:
     return points
 
 
+def _listed(settings: dict, key: str, default: list) -> list:
+    """The values of list key ``key`` (``default`` where none), each once in the order given, no more than the
+    ``values`` limit (:mod:`mhlo_cost.studies.limits`)."""
+    from ..limits import count
+
+    values = _unique(list(settings.get(key) or default))
+    count(len(values), "values", key)
+    return values
+
+
 def make_grid(settings: dict) -> Grid:
     """The grid of ``settings`` (a spec's keys, flags already merged in): points in the order the lists
-    give them (shape, then strategy, then dtype), every one of them, valid or not."""
+    give them (shape, then strategy, then dtype), every one of them, valid or not; each list and the
+    grid within the limits of :mod:`mhlo_cost.studies.limits` (counted before any point is made)."""
+    from ..limits import check, count
+
     model = settings.get("model") or "stdit3"
-    shapes = settings.get("shape") or [DEFAULT_SHAPE]
+    shapes = _listed(settings, "shape", [DEFAULT_SHAPE])
     if settings.get("strategies"):
         if settings.get("parallel") or settings.get("devices"):
             raise GridError("give either --strategies PARALLEL:DEVICES or --parallel and --devices, not both")
-        pairs = [parse_strategy(s) for s in settings["strategies"]]
+        pairs = [parse_strategy(s) for s in _listed(settings, "strategies", [])]
     else:
-        pairs = list(itertools.product(settings.get("parallel") or ["none"], settings.get("devices") or [1]))
+        parallel, devices = _listed(settings, "parallel", ["none"]), _listed(settings, "devices", [1])
+        count(len(parallel) * len(devices), "values", "parallel x devices")
+        pairs = list(itertools.product(parallel, devices))
     for name, n in pairs:
         if not isinstance(n, int) or isinstance(n, bool) or n < 1:
             raise GridError(f"devices must be positive integers, got {n!r}")
-    dtypes = [_dtype(d) for d in settings.get("dtype") or ["bf16"]]
-    hardware = list(settings.get("hardware") or [])
+        check("devices", n, "devices")
+    dtypes = [_dtype(d) for d in _listed(settings, "dtype", ["bf16"])]
+    hardware = _listed(settings, "hardware", [])
     if not hardware:
         raise GridError("name at least one hardware profile: --hardware NAME ... (mhlo-cost hardware lists them)")
     steps = settings.get("steps")
@@ -105,10 +121,16 @@ def make_grid(settings: dict) -> Grid:
             raise GridError(f"fuse = {settings['fuse']!r} is execution = 'compiled'; it does not go with "
                             f"execution = {settings['execution']!r}")
         fuse = FUSE_OF_EXECUTION[settings["execution"]]
+    inputs = sum(len(e.get("inputs") or ()) for e in settings.get("models") or ())
+    count((len(shapes) + inputs) * len(pairs) * len(dtypes) * max(1, len(hardware)), "points",
+          "the sweep (points x hardware profiles)")
     points = [Point(model, str(s), p, int(n), d) for s, (p, n), d in itertools.product(shapes, pairs, dtypes)]
     if settings.get("models"):  # your own / library models; the bundled one only where named too
         points = (points if settings.get("model") else []) + library_points(settings["models"], pairs, dtypes)
     options = {k: v for k, v in (settings.get("options") or {}).items() if v is not None and v is not False}
+    for key, limit in (("layers", "layers"), ("depth", "layers"), ("batch", "batch"), ("tokens", "positions")):
+        if key in options:
+            check(limit, options[key], key)
     return Grid(_unique(points), _unique(hardware), options, steps, fuse,
                 settings.get("conv_padding") or "xla")
 

@@ -34,6 +34,8 @@ KEYS = {"tensor": (_INT, True), "pipeline": (_INT, True), "data": (_INT, True), 
         "seq": (_INT, False), "vocab": (_INT, False), "ffn": (_INT, False)}
 #: Top-level keys a training spec may hold besides [training].
 TOP = ("model", "devices", "hardware", "training")
+#: Top-level key -> (what one value is, whether it takes a list).
+TOP_TYPES = {"model": (_TEXT, False), "devices": (_INT, True), "hardware": (_TEXT, True)}
 DEFAULTS = {"micro_batch": [1, 2, 4], "recompute": ["full", "selective"], "interleave": [1, 2, 3]}
 
 
@@ -44,7 +46,8 @@ def _ok(v, kind: str) -> bool:
 
 
 def check_spec(spec: dict, path: str) -> dict:
-    """A training spec's keys checked by name and type; list keys made lists."""
+    """A training spec's keys checked by name and type (``devices = "8"`` and ``8.0`` are not whole numbers);
+    list keys made lists, each value once."""
     unknown = sorted(set(spec) - set(TOP))
     if unknown:
         raise GridError(f"{path}: a [training] spec takes {', '.join(TOP)}; unknown key(s) {', '.join(unknown)}")
@@ -55,19 +58,76 @@ def check_spec(spec: dict, path: str) -> dict:
     if bad:
         raise GridError(f"{path}: [training]: unknown key(s) {', '.join(bad)} (known: {', '.join(KEYS)})")
     for key, (kind, many) in KEYS.items():
-        if key not in tr:
-            continue
-        v = tr[key]
-        if many and not isinstance(v, list):
-            v = tr[key] = [v]
-        if not (all(_ok(x, kind) for x in v) and v if many else _ok(v, kind)):
-            want = f"{kind} (positive)" if kind == _INT else kind
-            raise GridError(f"{path}: [training] key {key!r} must be {want}{' or a list of them' if many else ''}, "
-                            f"got {v!r}")
-    for key in ("devices", "hardware"):
-        if key in spec and not isinstance(spec[key], list):
-            spec[key] = [spec[key]]
+        if key in tr:
+            tr[key] = _typed(tr[key], kind, many, f"{path}: [training] key {key!r}", LIMIT_OF.get(key))
+    for key, (kind, many) in TOP_TYPES.items():
+        if key in spec:
+            spec[key] = _typed(spec[key], kind, many, f"{path}: key {key!r}", LIMIT_OF.get(key))
     return spec
+
+
+def _typed(v, kind: str, many: bool, what: str, limit: str | None = None):
+    """``v`` checked to be one ``kind`` (or, ``many``, a non-empty list of them: made a list, each value once),
+    each no more than ``limit`` (:mod:`mhlo_cost.studies.limits`)."""
+    from ..limits import check, count
+
+    if many and not isinstance(v, list):
+        v = [v]
+    if not (all(_ok(x, kind) for x in v) and v if many else _ok(v, kind)):
+        want = f"{kind} (positive)" if kind == _INT else kind
+        shown = repr(v[0] if many and len(v) == 1 else v)
+        raise GridError(f"{what} must be {want}{' or a list of them' if many else ''}, got {shown}")
+    for x in v if many else [v]:
+        if limit is not None:
+            check(limit, x, what)
+    if many:
+        v = list(dict.fromkeys(v))
+        count(len(v), "values", what)
+    return v
+
+
+#: The limit of each whole-number key's values (:mod:`mhlo_cost.studies.limits`).
+LIMIT_OF = {"devices": "devices", "tensor": "devices", "pipeline": "devices", "data": "devices",
+            "micro_batch": "batch", "global_batch": "batch", "layers": "layers", "interleave": "layers",
+            "seq": "positions"}
+
+
+#: What a training sweep reads of the settings; a flag setting anything else would be dropped, so it is refused.
+TRAINING_SETTINGS = ("model", "devices", "hardware", "training")
+
+
+def check_settings(settings: dict) -> None:
+    """The settings of a training spec with the flags merged in: nothing given that a training sweep would not
+    read (a grid's shape, strategies, dtype, steps, execution; model options), and its counts within the limits
+    (:mod:`mhlo_cost.studies.limits`: devices per configuration, configurations in all)."""
+    from ...studies.limits import check, count
+    from ..plan.plan import split_count
+
+    unread = sorted(k for k, v in settings.items() if k not in TRAINING_SETTINGS and v not in (None, {}, [], False))
+    if unread:
+        raise GridError(f"a [training] spec plans training configurations; {', '.join(unread)} "
+                        f"{'does' if len(unread) == 1 else 'do'} not apply to it (it takes "
+                        f"{', '.join(TRAINING_SETTINGS)})")
+    devices = settings.get("devices") or []
+    for n in devices:
+        check("devices", n, "devices")
+    kw = _split_options(settings["training"])
+    total = sum(split_count(n, **kw) for n in devices) * len(settings.get("hardware") or [1])
+    count(total, "points", "the training sweep (configurations x hardware)")
+
+
+def _split_options(tr: dict) -> dict:
+    """The keywords of :func:`mhlo_cost.studies.plan.plan.splits` a [training] table sets: the lists of
+    micro-batches, recomputes and interleavings, and the degrees kept (``only``)."""
+    kw = {"micro_batches": tuple(tr.get("micro_batch", DEFAULTS["micro_batch"])),
+          "recomputes": tuple(tr.get("recompute", DEFAULTS["recompute"])),
+          "interleaves": tuple(tr.get("interleave", DEFAULTS["interleave"]))}
+    if "tensor" in tr:
+        kw["max_t"] = max(tr["tensor"])
+    wanted = {"t": tr.get("tensor"), "p": tr.get("pipeline"), "d": tr.get("data")}
+    if any(v is not None for v in wanted.values()):
+        kw["only"] = lambda t, p, d: all(v is None or x in v for x, v in zip((t, p, d), wanted.values()))
+    return kw
 
 
 def base_config(settings: dict):
@@ -91,16 +151,7 @@ def configurations(settings: dict, gpus: int):
     are among the spec's lists."""
     from ..plan.plan import splits
 
-    tr = settings["training"]
-    kw = {"micro_batches": tuple(tr.get("micro_batch", DEFAULTS["micro_batch"])),
-          "recomputes": tuple(tr.get("recompute", DEFAULTS["recompute"])),
-          "interleaves": tuple(tr.get("interleave", DEFAULTS["interleave"]))}
-    if "tensor" in tr:
-        kw["max_t"] = max(tr["tensor"])
-    wanted = {"t": tr.get("tensor"), "p": tr.get("pipeline"), "d": tr.get("data")}
-    for cfg, why in splits(base_config(settings), gpus, **kw):
-        if all(v is None or getattr(cfg, k) in v for k, v in wanted.items()):
-            yield cfg, why
+    yield from splits(base_config(settings), gpus, **_split_options(settings["training"]))
 
 
 def training_frame(settings: dict, cache_dir=None, note=None) -> pd.DataFrame:
@@ -113,6 +164,7 @@ def training_frame(settings: dict, cache_dir=None, note=None) -> pd.DataFrame:
     hardware = settings.get("hardware") or []
     if not devices or not hardware:
         raise GridError("a training sweep names devices (the GPU count) and hardware (a system profile)")
+    check_settings(settings)
     try:
         base_config(settings)
         profiles = [(name, resolve_profile(name)) for name in hardware]
