@@ -166,10 +166,12 @@ def training_frame(settings: dict, cache_dir=None, note=None) -> pd.DataFrame:
         raise GridError("a training sweep names devices (the GPU count) and hardware (a system profile)")
     check_settings(settings)
     try:
-        base_config(settings)
+        why = base_config(settings).model_invalid()  # (what no split can mend: refused, not a table of skips)
         profiles = [(name, resolve_profile(name)) for name in hardware]
     except (TypeError, ValueError) as e:
         raise GridError(str(e)) from None
+    if why:
+        raise GridError(f"[training]: {why}")
     rows = []
     model = settings.get("model") or "gpt"
     for n in devices:
