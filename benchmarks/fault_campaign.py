@@ -4,17 +4,17 @@ lost sweep workers. It prints counts (a benchmark, not a test: ``tests/test_faul
     python benchmarks/fault_campaign.py [--kills 1000] [--pairs 100] [--seed 43] [--commands report,serve,...]
                                         [--sections points,kills,races,damage,rule,workers] [--spawn]
 
-(a) kills: ``--kills`` runs spread over the commands (``report``, ``blocks``, ``lower``, ``serve``,
-``train-plan``, ``sweep``; ``serve-plot`` on request), each writing over an earlier output of its own (the
-other of two variants, so old and new differ) and SIGKILLed at a moment drawn uniformly over its run time
-(measured first); the file must then be the old or the new one, byte for byte. Before that, "points" kills
-each command just after each write operation in the output's folder in turn (deterministic).
-(b) races: ``--pairs`` pairs per cache (sweep ``--cache-dir``, serve ``--cache-dir``, train-plan ``--cache``)
-started together on one empty cache, each answer compared with a cold single-process one, then a third run
-reading what they left; and, deterministically, a first writer stopped after each of its cache writes in turn
-while a second runs to its end. (c) damage: every kind of damaged entry planted in each entry category of a warmed
-cache. (e) the -o rule: a user's file, a symlink to one, (lower) a user's gzip or ``module`` text. (d) workers:
-a local pool worker killed mid-sweep; a Dask cluster whose workers are all killed.
+(a) kills: ``--kills`` runs spread over the commands (``report``, ``blocks``, ``lower``, ``serve``, ``train-plan``,
+``sweep``; ``serve-plot``, ``plot``, ``baseline``, ``rules``, ``calibrate`` on request), each writing over an
+earlier output of its own (the other of two variants, so old and new differ) and SIGKILLed at a moment drawn
+uniformly over its run time (measured first); the file must then be the old or the new one, byte for byte. Before
+that, "points" kills each command just after each write operation in the output's folder in turn (deterministic).
+(b) races: ``--pairs`` pairs per cache (sweep, serve, train-plan: each ``--cache-dir``) started together on one
+empty cache, each answer compared with a cold single-process one, then a third run reading what they left; and,
+deterministically, a first writer stopped after each of its cache writes in turn while a second runs to its end. (c)
+damage: every kind of damaged entry planted in every entry (``*.entry``) of each schema folder of a warmed cache.
+(e) the -o rule: a user's file, a symlink to one, (lower) a user's gzip or ``module`` text. (d) workers: a local
+pool worker killed mid-sweep; a Dask cluster whose workers are all killed.
 
 Runs are forked children of this process, which imported jax and the commands once (``--spawn``: a fresh
 interpreter per run, as a user runs it). Every figure is a count; the elapsed time is printed at the end.
@@ -130,15 +130,17 @@ def section_damage(lab: fc.Lab, commands: list) -> dict:
             for kind in fs.DAMAGES:
                 got[kind] = c = cache.check(cat, kind, answers[0])
                 if c != "recomputed" and not c.startswith("n/a"):
-                    notes.append(f"{cmd} {kind} in {cat} ({cache.files[cat][0]}): {c}: exit {cache.last.rc} "
+                    notes.append(f"{cmd} {kind} in {cat} ({len(cache.files[cat][0])} entries): {c}: "
+                                 f"exit {cache.last.rc} "
                                  f"{cache.last.last_line()[:160]}")
         o = fc.cache_is_a_file(lab, cmd)
         results[f"{cmd}/cache-is-a-file"] = {"cache path is a file": fk.classify(o)}
         if fk.classify(o) != "refused":
             notes.append(f"{cmd} cache path is a file: exit {o.rc} {o.last_line()[:160]}")
     rows = {name: Counter(c.split(":")[0] for c in got.values()) for name, got in results.items()}
-    table("  per entry category (9 kinds of damage each)", rows,
-          ["recomputed", "trusted (wrong answer)", "refused", "exit 70", "traceback", "n/a"])
+    table(f"  per schema folder ({len(fs.DAMAGES)} kinds of damage each)", rows,
+          ["recomputed", "trusted (wrong answer)", "dropped without a note", "refused", "exit 70", "traceback",
+           "n/a"])
     say("  per kind:")
     for name, got in results.items():
         say(f"    {name}: " + ", ".join(f"{k} {c}" for k, c in got.items()))

@@ -190,7 +190,7 @@ PLAN = [
     add(["--config", "llama"], "refuse", "--config without --hf"),
     opt("--model", [("gpt-22b", "any"), ("nosuch", "refuse"), ("", "refuse"), ("GPT-22B", "any")], group="model"),
     opt("--hardware", [("dgx-a100", "any"), ("h100", "any")] + NAMES_BAD),
-    add(["--cache", "{file}"], "refuse", "a file, not a folder"),
+    add(["--cache-dir", "{file}"], "refuse", "a file, not a folder"),
     opt("--format", [("html", "any"), ("json", "any"), ("csv", "any"), ("pdf", "refuse")]),
     add(["--by", "stage"], "any", "valid"),
     add(["-o", ""], "refuse", "empty output name", group="-o"), add(["-o", "{tmp}"], "refuse", "a folder", group="-o"),

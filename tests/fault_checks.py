@@ -61,6 +61,11 @@ class Writer:
         self.argv = [fs.fill(a, out=self.out, cache=cache), fs.fill(b, out=self.out, cache=cache)]
         self.bytes: list = [b"", b""]
         self.current = None  # which variant the file holds
+        self.same = fs.FINGERPRINT.get(cmd)
+
+    def state(self, old: int | None, new: int) -> str:
+        """The file's state: the bytes of variant ``old`` (None: none), of ``new``, or empty, torn..."""
+        return fk.file_state(self.out, None if old is None else self.bytes[old], self.bytes[new], self.same)
 
     def prepare(self, rounds: int = 1) -> list:
         """Run both variants to the end, ``rounds`` times (the first warms the caches); keep their bytes; the
@@ -72,7 +77,7 @@ class Writer:
                 if o.rc != 0:
                     raise RuntimeError(f"{self.cmd}: {' '.join(o.argv)}: exit {o.rc}: {o.last_line()}")
                 self.bytes[v], seconds[v], self.current = self.out.read_bytes(), o.seconds, v
-        if self.bytes[0] == self.bytes[1]:
+        if self.bytes[0] == self.bytes[1] or self.state(0, 1) != "new":
             raise RuntimeError(f"{self.cmd}: both variants write the same bytes")
         return seconds
 
@@ -80,13 +85,14 @@ class Writer:
         """The file's state after run ``o`` of variant ``new``; the file put back whole (old bytes, which the
         ledger knows) where the run left it otherwise; what the folder holds besides."""
         old = self.current
-        state = fk.file_state(self.out, self.bytes[old], self.bytes[new])
+        state = self.state(old, new)
         extra = fk.leftovers(self.folder, {self.out.name})
         for name in extra:
             p = self.folder / name
             shutil.rmtree(p) if p.is_dir() and not p.is_symlink() else p.unlink()
         if state == "new":
             self.current = new
+            self.bytes[new] = self.out.read_bytes()  # (a measured profile: this run's figures)
         elif state != "old":
             if self.out.is_dir() and not self.out.is_symlink():
                 shutil.rmtree(self.out)
@@ -96,7 +102,9 @@ class Writer:
         if fk.classify(o) == "refused" and "--force" in o.stderr:
             state = "refused-after-kill"
             self.lab.run(self.argv[new] + ["--force"])  # the way out a user has; the file is then new
-            self.current = new if fk.file_state(self.out, None, self.bytes[new]) == "new" else old
+            self.current = new if self.state(None, new) == "new" else old
+            if self.current == new:
+                self.bytes[new] = self.out.read_bytes()
         return state, extra
 
 
@@ -110,7 +118,7 @@ def write_points(lab: Lab, cmd: str, limit: int = 50) -> list:
     for k in range(1, limit + 1):
         new = 1 - w.current
         o = lab.run(w.argv[new], before=fk.kill_at_write(w.folder, k))
-        state = fk.file_state(w.out, w.bytes[w.current], w.bytes[new])
+        state = w.state(w.current, new)
         if state not in ("old", "new"):
             again = lab.run(w.argv[new])
             c = fk.classify(again)
@@ -209,7 +217,7 @@ def interleaved(lab: Lab, cmd: str, k: int, answers: list) -> list | None:
 
 
 class DamagedCache:
-    """A cache warmed with A and B; per entry category, one of A's files and one of B's."""
+    """A cache warmed with A and B; per schema folder of the command, A's entries and B's (``*.entry``)."""
 
     def __init__(self, lab: Lab, cmd: str):
         self.lab, self.cmd = lab, cmd
@@ -222,28 +230,38 @@ class DamagedCache:
             if v == 0:
                 mine = fs.entries(self.base)
                 self.answer = o.stdout  # A's answer from an empty cache: the cold one
-        kinds = fs.CACHES[cmd][2]
         theirs = fs.entries(self.base) - mine
+        self.found = {fs.category(f) for f in mine | theirs}  # the schema folders the command wrote
         self.files = {}
-        for cat in kinds:
-            a = sorted(f for f in mine if fs.category(f, kinds) == cat)
-            b = sorted(f for f in theirs if fs.category(f, kinds) == cat)
+        for cat in fs.CACHES[cmd][2]:
+            a = sorted(f for f in mine if fs.category(f) == cat)
+            b = sorted(f for f in theirs if fs.category(f) == cat)
             if a:
-                self.files[cat] = (a[0], b[0] if b else None)
+                self.files[cat] = (a, b)
 
     def check(self, cat: str, kind: str, expected: bytes) -> str:
-        """Plant ``kind`` in A's ``cat`` entry of a copy of the cache and run A: recomputed (the cold answer,
-        exit 0), trusted (exit 0, another answer), refused, exit 70, ...; or ``n/a: why``."""
+        """Plant ``kind`` (or ``resealed``: no damage, the control) in every one of A's entries of the schema folder
+        ``cat`` in a copy of the cache and run A (without -q, which hides the notes):
+        recomputed (the cold answer, exit 0, and each damaged entry noted), trusted (exit 0, another answer),
+        silently dropped (right, but no note), refused, exit 70, ...; or ``n/a: why``."""
         scratch = self.lab.root / "damage" / self.cmd / "scratch"
         shutil.rmtree(scratch, ignore_errors=True)
         shutil.copytree(self.base, scratch, symlinks=True)
+        if cat not in self.files:
+            return f"n/a: A wrote no entry in {cat}"
         mine, theirs = self.files[cat]
-        why = fs.DAMAGES[kind](scratch / mine, scratch / theirs if theirs else None)
-        if why:
-            return f"n/a: {why}"
-        o = self.lab.run(cache_argv(self.cmd, 0, scratch))
+        damage = fs.resealed if kind == "resealed" else fs.DAMAGES[kind]
+        for i, f in enumerate(mine):
+            why = damage(scratch / f, scratch / theirs[i % len(theirs)] if theirs else None)
+            if why:
+                return f"n/a: {why}"
+        o = self.lab.run([a for a in cache_argv(self.cmd, 0, scratch) if a != "-q"])  # (-q: no notes)
         c = answer_class(o, expected)
         self.last = o
+        if c == "right" and kind == "resealed":
+            return "trusted" if "computed again" not in o.stderr else "computed again"
+        if c == "right" and o.stderr.count("computed again") < len(mine):
+            return "dropped without a note"
         return {"right": "recomputed", "wrong answer": "trusted (wrong answer)"}.get(c, c)
 
 
@@ -286,7 +304,7 @@ def full_disk(lab: Lab, cmd: str, limit: int = 200) -> tuple:
     w.prepare()
     old = w.current
     o = lab.run(w.argv[1 - old], before=fk.limit_file_size(limit))
-    state = fk.file_state(w.out, w.bytes[old], w.bytes[1 - old])
+    state = w.state(old, 1 - old)
     w.after(o, 1 - old)
     return o, state
 
@@ -321,7 +339,7 @@ def read_only_folder(lab: Lab, cmd: str, existing: bool) -> tuple:
     with read_only(w.folder):
         o = lab.run(w.argv[1 - old])
     if existing:
-        state = fk.file_state(w.out, w.bytes[old], w.bytes[1 - old])
+        state = w.state(old, 1 - old)
         w.after(o, 1 - old)
         return o, state
     return o, "none" if not w.out.exists() else "created"

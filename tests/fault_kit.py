@@ -37,7 +37,8 @@ def preimport(hf: bool = False) -> None:
     import mhlo_cost.cli as cli
 
     cli.build_parser()
-    for name in ("mhlo_cost.inference.study", "mhlo_cost.scale.study", "mhlo_cost.sweep", "mhlo_cost.study"):
+    for name in ("mhlo_cost.studies.serve.study", "mhlo_cost.studies.plan.study", "mhlo_cost.studies.sweep",
+                 "mhlo_cost.studies.study"):
         __import__(name)
     if hf:
         import torch  # noqa: F401
@@ -352,18 +353,25 @@ def limit_file_size(nbytes: int) -> Callable[[], None]:
 # -- what a file holds after a fault --------------------------------------------------------------------------
 
 
-def file_state(path: Path, old: bytes | None, new: bytes) -> str:
-    """``old``, ``new``, ``empty``, ``missing`` or ``torn`` (anything else)."""
+def file_state(path: Path, old: bytes | None, new: bytes, same: Callable | None = None) -> str:
+    """``old``, ``new``, ``empty``, ``missing`` or ``torn`` (anything else); ``same``: what bytes are compared by
+    (a fingerprint, None for torn ones), where they differ from run to run."""
     if path.is_symlink() or not path.exists():
         return "missing" if not path.is_symlink() else "symlink"
     if path.is_dir():
         return "folder"
     data = path.read_bytes()
+    if not data:
+        return "empty"
+    if same is not None:
+        data, old, new = same(data), None if old is None else same(old), same(new)
+        if data is None:
+            return "torn"
     if old is not None and data == old:
         return "old"
     if data == new:
         return "new"
-    return "empty" if not data else "torn"
+    return "torn"
 
 
 def leftovers(folder: Path, keep: set) -> list:
