@@ -1,14 +1,13 @@
 """The ledger of the files mhlo-cost wrote: how the one output rule (:func:`mhlo_cost.files.write.claim`) knows its
 own files.
 
-When the writer (:mod:`.write`) writes a file, it records the file's SHA-256 under its real path (links
-resolved) in a small ledger (``$XDG_STATE_HOME/mhlo-cost/written``, one entry per output path, each entry
-replaced atomically); a file whose content still has that hash is mhlo-cost's own output, replaced when a
-command writes there again (a note says so). Just before the new file is renamed into place the entry holds
-both hashes, the old file's and the new one's (:func:`expect`), so that a writer killed between the rename and
-the entry's last update leaves a file the ledger knows either way. A file edited since, one written by anything else, or one copied
-from another machine is not: replacing it takes ``--force``. Nothing else (a name, a format, first bytes) makes a
-file mhlo-cost's.
+When the writer (:mod:`.write`) writes a file, it records the file's SHA-256 under its real path (links resolved) in
+a small ledger (``$XDG_STATE_HOME/mhlo-cost/written``, one entry per output path, each entry replaced atomically); a
+file whose content still has that hash is mhlo-cost's own output, replaced when a command writes there again (a note
+says so). Just before the new file is renamed into place the entry holds both hashes, the old file's and the new
+one's (:func:`expect`), so that a writer killed between the rename and the entry's last update leaves a file the
+ledger knows either way. A file edited since, one written by anything else, or one copied from another machine is
+not: replacing it takes ``--force``. Nothing else (a name, a format, first bytes) makes a file mhlo-cost's.
 """
 from __future__ import annotations
 
