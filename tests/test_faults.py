@@ -176,6 +176,11 @@ KNOWN = {
                                 "an empty table, exit 0 (with --best: exit 70)"),
     "plan-output-empty": ([*fs.PLAN[:-2], "-o", ""], None, "-o '' taken as standard output"),
     "serve-output-empty": (SERVE + ["-o", ""], None, "-o '' taken as standard output"),
+    "plan-model-empty": ([*fs.PLAN[:-2], "--model", ""], None, "--model '' dropped: the sizes planned"),
+    "lower-dtype-empty": (STEP + ["--dtype", ""], None, "--dtype '' dropped: the default dtype"),
+    "serve-dtype-empty": (SERVE + ["--dtype", ""], None, "--dtype '' dropped: the default dtype"),
+    "sweep-model-empty": (["sweep", "--model", "", "--hardware", "h100", "--no-cache", "-q"], None,
+                          "--model '' dropped: stdit3 swept"),
 }
 
 

@@ -94,7 +94,7 @@ def step_request(args, batch: int | None, tokens: int | None):
         sets = parse_assignments(args.set, "--set")
         from ..lower.frontends.inputs import weight_dtype
 
-        dtype = weight_dtype(args.dtype) if args.dtype else None  # the configuration's (--hf), else bfloat16
+        dtype = weight_dtype(args.dtype) if args.dtype is not None else None  # None: the configuration's, else bf16
         req = StepRequest(mode=mode, batch=1 if batch is None else batch, context=context, tokens=tokens,
                           model=args.model, hf=args.hf,
                           config=args.config, overrides=tuple(sorted(sets.items())), dtype=dtype,
