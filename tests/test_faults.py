@@ -5,8 +5,9 @@ read-only folder are one line, exit 2, the old file kept; every kind of damaged 
 -o rule holds for every writer; arguments that cannot be honoured are refused in one line.
 
 Every case passes on today's code (the 63 that failed when the harness was written were marked
-``xfail(strict=True)``, each mark removed with its fix: the ledger across the rename, serve's empty --plot, a
-[training] spec's model that no split can mend). A case that fails to be fixed later is marked
+``xfail(strict=True)``; their marks went as main's one writer, one cache and argument checks landed, and with
+this branch's fixes: the ledger across the rename, empty values (-o '', --plot '', --model '', --dtype '')
+refused, a [training] sweep with a bad dp_comm or no split that ran refused). A case that fails to be fixed later is marked
 ``xfail(strict=True, reason="issue 43: ...")`` (:func:`xfail`), so that its fix shows as XPASS. Runs are forked
 children of this process (``tests/fault_kit.py``); no test depends on the wall clock (limits are hang
 protection only) or on progress output.
