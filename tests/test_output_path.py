@@ -77,6 +77,35 @@ def test_a_failed_write_leaves_the_old_file_and_no_temporary_one(tmp_path, monke
     assert claim(out) is not None  # still recorded as mhlo-cost's (the old content's hash)
 
 
+def test_a_writer_killed_between_the_rename_and_the_ledger_leaves_a_file_it_knows(tmp_path, monkeypatch):
+    """Killed just after the rename, before the ledger's last update (record never runs): the new file is still
+    mhlo-cost's; killed just before the rename (the ledger told of the new file already): the old one is."""
+    out = tmp_path / "out.txt"
+    write(out, "old\n")
+    record = writer.record
+    monkeypatch.setattr(writer, "record", lambda path, digest: None)
+    write(out, "new\n")
+    assert out.read_text() == "new\n" and claim(out) is not None
+    monkeypatch.setattr(writer, "record", record)
+
+    rename = os.replace
+
+    def killed(src, dst):
+        if os.fspath(dst) == str(out):
+            raise KeyboardInterrupt  # (as a kill: nothing after it runs)
+        rename(src, dst)  # (the ledger's own)
+    monkeypatch.setattr(os, "replace", killed)
+    with pytest.raises(KeyboardInterrupt):
+        write(out, "newer\n")
+    monkeypatch.setattr(os, "replace", rename)
+    assert out.read_text() == "new\n" and claim(out) is not None
+    out.write_text("newer\n")  # the bytes the killed writer meant to write, put there by hand: the ledger knew
+    assert claim(out) is not None  # them as what was about to be written, so they pass too
+    out.write_text("the user's\n")
+    with pytest.raises(OutputError, match="did not write it"):
+        claim(out)
+
+
 def test_a_link_is_the_file_it_points_to(tmp_path):
     target = tmp_path / "real" / "table.csv"
     target.parent.mkdir()

@@ -157,7 +157,7 @@ def _forward_request(args):
     if len(named) != 1:
         raise UserError("name one model: --model, --module, --hf, --diffusers or --timm (or --list)"
                         if not named else f"{' and '.join(named)} exclude each other: name one model")
-    dtype = weight_dtype(args.dtype) if args.dtype else None
+    dtype = weight_dtype(args.dtype) if args.dtype is not None else None  # ('' refused, not the default)
     _bounded(args)
     if args.model:
         _refuse(args, ("--input", args.input or args.input_shape), ("--kwarg", args.kwarg), ("--set", args.set),

@@ -94,7 +94,7 @@ def step_request(args, batch: int | None, tokens: int | None):
         sets = parse_assignments(args.set, "--set")
         from ..lower.frontends.inputs import weight_dtype
 
-        dtype = weight_dtype(args.dtype) if args.dtype else None  # the configuration's (--hf), else bfloat16
+        dtype = weight_dtype(args.dtype) if args.dtype is not None else None  # None: the configuration's, else bf16
         req = StepRequest(mode=mode, batch=1 if batch is None else batch, context=context, tokens=tokens,
                           model=args.model, hf=args.hf,
                           config=args.config, overrides=tuple(sorted(sets.items())), dtype=dtype,
@@ -119,10 +119,10 @@ def _check_sweep(args) -> None:
     for many, one in (("batches", "batch"), ("contexts", "context"), ("tps", "tp")):
         if getattr(args, many) is not None and getattr(args, one) is not None:
             raise UserError(f"--{many} sweeps the {one}: give --{many} or --{one}, not both")
-    if args.plot and not (args.batches or args.contexts or args.tps):
+    if args.plot is not None and not (args.batches or args.contexts or args.tps):
         raise UserError("--plot draws a sweep: give --batches and/or --contexts")
-    if args.plot and not args.plot.lower().endswith((".png", ".svg", ".pdf")):
-        raise UserError(f"--plot {args.plot}: the picture's name must end in .png, .svg or .pdf")
+    if args.plot is not None and not args.plot.lower().endswith((".png", ".svg", ".pdf")):
+        raise UserError(f"--plot {args.plot or repr(args.plot)}: the picture's name must end in .png, .svg or .pdf")
 
 
 def cmd_serve(args, console) -> int:
@@ -133,7 +133,7 @@ def cmd_serve(args, console) -> int:
     _check_sweep(args)
     sweeping = args.batches or args.contexts or args.tps
     claim_output(args, console)
-    if args.plot:
+    if args.plot is not None:  # ('' too: refused above, never ignored)
         claim_output(args, console, args.plot)
     req = step_request(args, args.batch, args.tokens)
     from ..studies.serve.serve import launched

@@ -235,8 +235,14 @@ def _training(args, console, settings: dict, fmt: str) -> int:
 
     t0 = time.perf_counter()
     df = training_frame(settings, cache_root(args, console), cache_note(console))
-    if args.best:
+    if not len(df):  # no split of the devices the spec allows: nothing to show
+        raise UserError("no point of the sweep ran: no split of the spec's devices has the degrees its [training] "
+                        "table lists")
+    nothing = _nothing_ran(df) if not (df["status"] == "ok").any() else None
+    if args.best and nothing is None:  # (nothing to rank where nothing ran)
         df = best(df)
     _emit(df, fmt, args.output, {"training": settings["training"]})
+    if nothing is not None:  # every split skipped: the table (written) says why, row by row; as a grid sweep
+        raise UserError(nothing)
     console.say(f"training sweep of {len(df)} row(s) done in {time.perf_counter() - t0:.1f}s", note=True)
     return EXIT_OK

@@ -44,7 +44,7 @@ def _config(args):
     if args.hf:
         return _hf_config(args, dims)
     try:
-        base = model_config(args.model, **dims) if args.model else ScaleConfig(**dims)
+        base = model_config(args.model, **dims) if args.model is not None else ScaleConfig(**dims)
     except (TypeError, ValueError) as e:
         raise UserError(f"{e}; models: {', '.join(MODELS)}") from None
     return _split(args, base)
@@ -56,7 +56,7 @@ def _hf_config(args, dims: dict):
     from ..lower.frontends.inputs import parse_assignments
     from ..studies.plan.hf import hf_scale_config
 
-    if args.model:
+    if args.model is not None:
         raise UserError("give --model or --hf, not both")
     try:
         base = hf_scale_config(args.hf, args.config, parse_assignments(args.set, "--set"), dims.get("seq"))

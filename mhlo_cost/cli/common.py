@@ -105,8 +105,10 @@ def claim_output(args, console: Console, path: str | None = None) -> None:
     ``args.output``; None or ``-``: stdout, nothing to claim) under ``--force``; mhlo-cost's own file replaced
     with a note."""
     path = getattr(args, "output", None) if path is None else path
-    if not path or path == "-":
+    if path is None or path == "-":
         return
+    if not path:  # (an empty name is not standard output: refused, never taken as none given)
+        raise UserError("-o '': the output's name is empty; give a file, or - for standard output")
     from ..files.write import claim
 
     note = claim(path, force=bool(getattr(args, "force", False)))

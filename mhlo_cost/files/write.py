@@ -23,7 +23,7 @@ import stat
 from typing import Iterator
 
 from .atomic import replaced
-from .written import record, wrote_before
+from .written import expect, record, wrote_before
 
 
 class OutputError(Exception):
@@ -101,6 +101,7 @@ def replacing(path: str | os.PathLike) -> Iterator[str]:
         with replaced(real, os.path.splitext(real)[1] or None) as tmp:
             yield tmp
             digest = _settle(tmp, real)
+            expect(real, digest)  # (the rename follows: the ledger knows the old file and the new)
     record(real, digest)
 
 

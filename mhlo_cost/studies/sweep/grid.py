@@ -89,7 +89,7 @@ def make_grid(settings: dict) -> Grid:
     grid within the limits of :mod:`mhlo_cost.studies.limits` (counted before any point is made)."""
     from ..limits import check, count
 
-    model = settings.get("model") or "stdit3"
+    model = "stdit3" if settings.get("model") is None else settings["model"]  # ('' refused, not the default)
     shapes = _listed(settings, "shape", [DEFAULT_SHAPE])
     if settings.get("strategies"):
         if settings.get("parallel") or settings.get("devices"):

@@ -137,7 +137,7 @@ def base_config(settings: dict):
     tr = settings["training"]
     dims = {k: tr[k] for k in ("layers", "hidden", "heads", "seq", "vocab", "ffn") if k in tr}
     extra = {k: tr[k] for k in ("global_batch", "dp_comm") if k in tr}
-    model = settings.get("model") or "gpt"
+    model = "gpt" if settings.get("model") is None else settings["model"]  # ('' refused, not the default)
     if model in MODELS:
         return model_config(model, **dims, **extra)
     if model != "gpt":
@@ -166,12 +166,14 @@ def training_frame(settings: dict, cache_dir=None, note=None) -> pd.DataFrame:
         raise GridError("a training sweep names devices (the GPU count) and hardware (a system profile)")
     check_settings(settings)
     try:
-        base_config(settings)
+        why = base_config(settings).model_invalid()  # (what no split can mend: refused, not a table of skips)
         profiles = [(name, resolve_profile(name)) for name in hardware]
     except (TypeError, ValueError) as e:
         raise GridError(str(e)) from None
+    if why:
+        raise GridError(f"[training]: {why}")
     rows = []
-    model = settings.get("model") or "gpt"
+    model = "gpt" if settings.get("model") is None else settings["model"]  # ('' refused, not the default)
     for n in devices:
         for cfg, why in configurations(settings, n):
             for name, hw in profiles:
