@@ -41,6 +41,16 @@ def test_plot_other_block_methods_and_svg(small, tmp_path):
     assert out.read_text().lstrip().startswith(("<?xml", "<svg"))
 
 
+@pytest.mark.parametrize("suffix", ["png", "svg", "pdf"])
+def test_the_same_plot_is_the_same_bytes(small, tmp_path, suffix):
+    """Output is deterministic: matplotlib writes the date into an SVG and a PDF and draws an SVG's element ids
+    from a random salt, unless told not to."""
+    files = [tmp_path / f"{k}.{suffix}" for k in "ab"]
+    for f in files:
+        assert main(["plot", str(small), "-o", str(f), "-q", "--hardware", "h100"]) == 0
+    assert files[0].read_bytes() == files[1].read_bytes()
+
+
 def test_plot_bad_output_name_and_hardware(small, tmp_path, capsys):
     assert main(["plot", str(small), "-o", str(tmp_path / "blocks.txt"), "-q"]) == 2
     assert main(["plot", str(small), "-o", str(tmp_path / "b.png"), "--hardware", "nope", "-q"]) == 2

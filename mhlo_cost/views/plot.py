@@ -27,6 +27,22 @@ _COMM = "#c0392b"
 _HATCHES = ["", "//", "..", "xx"]
 
 
+#: Metadata that would change from run to run, left out per format: the same figure, the same bytes.
+_STEADY = {".png": {"Software": None}, ".svg": {"Date": None}, ".pdf": {"CreationDate": None}}
+
+
+def save_figure(fig, path: str, **kw) -> None:
+    """``fig.savefig(path)``, byte-identical for the same figure: no date in an SVG or PDF, no software version
+    in a PNG, and the SVG's element ids from a fixed salt (matplotlib draws a random one otherwise)."""
+    import os
+
+    import matplotlib
+
+    meta = _STEADY.get(os.path.splitext(str(path))[1].lower())
+    with matplotlib.rc_context({"svg.hashsalt": "mhlo-cost"}):
+        fig.savefig(path, metadata=meta, **kw)
+
+
 def block_label(block: str, kind: str, index) -> str:
     if kind and index is not None and not pd.isna(index):
         return f"{kind[:1].upper()}{int(index)}"
@@ -75,7 +91,7 @@ def plot_blocks(df: pd.DataFrame, path: str, title: str = "", fused: bool = Fals
     ax.legend(handles=_legend(d, layers, kinds, family, hatch), fontsize=8, loc="upper left",
               bbox_to_anchor=(1.0, 1.0), frameon=False)
     fig.tight_layout()
-    fig.savefig(path)
+    save_figure(fig, path)
     plt.close(fig)
 
 
@@ -215,5 +231,5 @@ def plot_memory(path: str, labels: list[str], kinds: dict, unfused, fused=None, 
         handles.append(Patch(facecolor=GREYS[1], alpha=0.5, label="outside blocks"))
     ax.legend(handles=handles, fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
     fig.tight_layout()
-    fig.savefig(path)
+    save_figure(fig, path)
     plt.close(fig)

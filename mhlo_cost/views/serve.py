@@ -82,6 +82,7 @@ def sweep_plot(figs: list, path: str, title: str = "") -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from .plot import save_figure
 
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.2))
     series: dict = {}
@@ -106,5 +107,5 @@ def sweep_plot(figs: list, path: str, title: str = "") -> None:
     ax2.legend(fontsize=8)
     fig.suptitle(title + " (x: does not fit)" if title else "x: does not fit", fontsize=10)
     fig.tight_layout()
-    fig.savefig(path, dpi=110, metadata={"Software": None} if path.endswith(".png") else None)
+    save_figure(fig, path, dpi=110)
     plt.close(fig)

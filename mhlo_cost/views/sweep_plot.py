@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import pandas as pd
 
+from .plot import save_figure
+
 
 def plot_sweep(df: pd.DataFrame, path: str, title: str = "") -> None:
     import matplotlib
@@ -29,7 +31,7 @@ def plot_sweep(df: pd.DataFrame, path: str, title: str = "") -> None:
             axes[i][j].set_title(f"{shape} on {chip}", fontsize=9)
     fig.suptitle(title or "estimated time per step by strategy (diamond: peak memory per device)", fontsize=10)
     fig.tight_layout()
-    fig.savefig(path, metadata={"Software": None} if path.lower().endswith(".png") else None)
+    save_figure(fig, path)
     plt.close(fig)
 
 
