@@ -122,9 +122,11 @@ def test_serve_layers_that_are_not_a_model(capsys, value):
 
 @pytest.mark.parametrize("sets, words", [(["hidden=0"], "hidden"), (["heads=3"], "heads 3 do not divide"),
                                          (["foo=1"], "no field 'foo'"), (["batch=4"], "--batch"),
-                                         (["dtype=float32"], "--dtype")])
+                                         (["dtype=float32"], "--dtype"),
+                                         (["vocab=1000000000000"], "int32, so its vocabulary holds at most")])
 def test_serve_gpt_fields_in_the_users_terms(capsys, sets, words):
-    """--set hidden=0 was 'ZeroDivisionError: 0.0 cannot be raised to a negative power'."""
+    """--set hidden=0 was 'ZeroDivisionError: 0.0 cannot be raised to a negative power'; vocab=10**12 was
+    'OverflowError: Python integer ... out of bounds for int32'."""
     line = refused(capsys, "serve", "--model", "gpt", "--decode", *[a for s in sets for a in ("--set", s)])
     assert words in line
 

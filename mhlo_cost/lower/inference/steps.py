@@ -145,6 +145,9 @@ def gpt_config(req: StepRequest):
     cfg = GPTConfig(dtype=req.dtype or "bfloat16", **sets)
     if cfg.hidden % cfg.heads:
         raise FrontendError(f"the bundled gpt: heads {cfg.heads} do not divide hidden {cfg.hidden}")
+    if cfg.vocab > 2**31 - 1:  # its token ids are int32
+        raise FrontendError(f"--set vocab={cfg.vocab}: the bundled gpt's token ids are int32, so its vocabulary "
+                            "holds at most 2,147,483,647 tokens")
     return cfg
 
 
