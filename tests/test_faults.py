@@ -182,6 +182,9 @@ KNOWN = {
     "serve-dtype-empty": (SERVE + ["--dtype", ""], None, "--dtype '' dropped: the default dtype"),
     "sweep-model-empty": (["sweep", "--model", "", "--hardware", "h100", "--no-cache", "-q"], None,
                           "--model '' dropped: stdit3 swept"),
+    "lower-shape-empty": (["lower", "--model", "stdit3", "--small", "--shape", "", "-q", "-o", "s.mlir", "--force"],
+                          None, "--shape '' dropped: the default shape lowered"),
+    "serve-vocab-1e12": (SERVE + ["--set", "vocab=1000000000000"], None, "says OverflowError"),
 }
 
 

@@ -120,7 +120,7 @@ def make_config(model: str, *, shape: str | None = None, small: bool = False, ba
             from ..models.config import VideoShape
 
             try:
-                cfg = cfg.with_shape(VideoShape.parse(shape or "204_640_360"))
+                cfg = cfg.with_shape(VideoShape.parse("204_640_360" if shape is None else shape))  # ("" refused)
             except ValueError as e:
                 raise FrontendError(str(e)) from None
         over = {"batch": batch, "caption_tokens": tokens, "dtype": dtype, "depth": depth, "hidden": hidden,
