@@ -1,5 +1,5 @@
 """The fault campaign of issue 43: kills during writes, racing cache writers, damaged cache entries, the -o rule,
-lost sweep workers. It prints counts (a benchmark, not a test: ``tests/test_faults.py`` is the small subset CI runs).
+lost sweep workers. It prints counts (a benchmark, not a test: ``tests/fault_cases.py`` is the small subset CI runs).
 
     python benchmarks/fault_campaign.py [--kills 1000] [--pairs 100] [--seed 43] [--commands report,serve,...]
                                         [--sections points,kills,races,damage,rule,workers] [--spawn]

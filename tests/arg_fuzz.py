@@ -6,7 +6,7 @@ different groups: values out of range, zero, negative, huge (10**12), non-intege
 contradictory combinations, unknown names, empty strings, odd unicode. Each mutation says what it expects:
 ``refuse`` (the argument cannot be honoured: exit 2 with one ``mhlo-cost: error:`` line; exit 0 is
 "accepted-and-ignored") or ``any`` (exit 0 or such an exit 2). A case expects ``refuse`` where any of its
-mutations does. Shared by ``tests/test_faults.py`` (a few, fixed seed) and ``benchmarks/fuzz_args.py``.
+mutations does. Shared by ``tests/fault_cases.py`` (a few, fixed seed) and ``benchmarks/fuzz_args.py``.
 """
 from __future__ import annotations
 

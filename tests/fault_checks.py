@@ -1,4 +1,4 @@
-"""The fault checks of issue 43, each one procedure returning what it saw, shared by ``tests/test_faults.py``
+"""The fault checks of issue 43, each one procedure returning what it saw, shared by ``tests/fault_cases.py``
 (a few of each, asserted) and ``benchmarks/fault_campaign.py`` (many, counted).
 
 Each check works in its own folder under a :class:`Lab` (one ledger of written files per lab, as one user has).

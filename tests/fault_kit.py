@@ -1,7 +1,7 @@
 """Running ``mhlo-cost`` under faults (issue 43): a command in a forked child of a process that imported the
 heavy modules once (or in a fresh interpreter), killed at a moment or at a write, and what came back classified.
 
-Shared by ``tests/test_faults.py``, ``tests/arg_fuzz.py``, ``benchmarks/fault_campaign.py`` and
+Shared by ``tests/fault_cases.py``, ``tests/arg_fuzz.py``, ``benchmarks/fault_campaign.py`` and
 ``benchmarks/fuzz_args.py``. Only the command line is driven (``mhlo_cost.cli.main(argv)``), nothing below it.
 
 A forked child: its own process group (so that a kill reaches the reader's child and a sweep's workers), standard
@@ -193,6 +193,7 @@ def start(argv: list, cwd: str | os.PathLike, env: dict, logs: str | os.PathLike
     out, err = logs / "out", logs / "err"
     argv = [str(a) for a in argv]
     if fork if fork is not None else _FORK:
+        _forkable()
         sys.stdout.flush()
         sys.stderr.flush()
         t0 = time.monotonic()
@@ -233,6 +234,7 @@ def _child(argv, cwd, env, out, err, before) -> None:
         sys.stderr = sys.__stderr__ = open(2, "w", closefd=False, encoding="utf-8", errors="backslashreplace")
         _hide_harness_frames()
         _plain_main()
+        _fresh_pools()
         if before is not None:
             before()
         from mhlo_cost.cli import main
@@ -251,6 +253,30 @@ def _child(argv, cwd, env, out, err, before) -> None:
             sys.stderr.flush()
         finally:
             os._exit(code if isinstance(code, int) else 1)
+
+
+#: What a forked child inherited and must never destroy (see :func:`_fresh_pools`).
+_KEPT: list = []
+
+
+def _fresh_pools() -> None:
+    """A fork of a process that has lowered with JAX inherits the MLIR context's thread pool without its threads:
+    a lowering in the child would wait on it for ever. The child gets a new pool; the old one is kept, never
+    destroyed (its destructor would wait for threads that are not there). A process whose JAX has made a backend
+    (the CPU client) is not forked at all (:func:`_forkable`)."""
+    mlir = sys.modules.get("jax._src.interpreters.mlir")
+    if mlir is not None:
+        _KEPT.append(mlir.global_thread_pool)
+        mlir.global_thread_pool = mlir.ir.ThreadPool()
+
+
+def _forkable() -> None:
+    """RuntimeError where this process has made a JAX backend: its client's threads and locks come to a forked
+    child broken (a computation there aborts on an inherited mutex). Run the cases in a fresh process."""
+    xb = sys.modules.get("jax._src.xla_bridge")
+    if xb is not None and xb.backends_are_initialized():
+        raise RuntimeError("this process has made a JAX backend and cannot fork commands safely: run the fault "
+                           "cases in a fresh process (tests/test_faults.py does)")
 
 
 def _plain_main() -> None:
