@@ -189,12 +189,17 @@ def _forward_request(args):
     return req, describe_request(req)
 
 
-def _bounded(args) -> None:
-    """The counts of a bundled model within the studies' limits (:mod:`mhlo_cost.studies.limits`)."""
+#: (option's dest, the limit it counts against) of a forward or training lowering, and of an inference step.
+_MODEL_COUNTS = (("layers", "layers"), ("depth", "layers"), ("batch", "batch"), ("tokens", "positions"),
+                 ("devices", "devices"), ("expert_parallel", "devices"))
+_STEP_COUNTS = (("batch", "batch"), ("tokens", "positions"), ("context", "positions"))
+
+
+def _bounded(args, counts=_MODEL_COUNTS) -> None:
+    """The counts given within the studies' limits (:mod:`mhlo_cost.studies.limits`)."""
     from ..studies.limits import check
 
-    for opt, limit in (("layers", "layers"), ("depth", "layers"), ("batch", "batch"), ("tokens", "positions"),
-                       ("devices", "devices"), ("expert_parallel", "devices")):
+    for opt, limit in counts:
         if getattr(args, opt) is not None:
             check(limit, getattr(args, opt), f"--{opt.replace('_', '-')}")
 
@@ -217,11 +222,7 @@ def _step_only(args) -> None:
         step = "--decode" if args.decode else "--prefill"
         raise UserError(f"{', '.join(given)} {'does' if len(given) == 1 else 'do'} not apply to {step} (an "
                         "inference step of --model gpt, configured with --set, or of --hf CLASS with --config and --set)")
-    from ..studies.limits import check
-
-    for opt, limit in (("batch", "batch"), ("tokens", "positions"), ("context", "positions")):
-        if getattr(args, opt) is not None:
-            check(limit, getattr(args, opt), f"--{opt}")
+    _bounded(args, _STEP_COUNTS)
 
 
 def _refuse(args, *given, why: str) -> None:

@@ -61,7 +61,9 @@ def expect(path: str, digest: str) -> None:
     """Just before ``path`` is replaced by a file whose SHA-256 is ``digest``: the entry knows both the file
     there now (where it is mhlo-cost's) and the new one, so that a kill between the rename and :func:`record`
     leaves a file the ledger knows."""
-    _keep(path, ([_digest(path)] if wrote_before(path) else []) + [digest])
+    recorded = _recorded(path)
+    old = _digest(path) if recorded else None  # (the file there read once: an output may be large)
+    _keep(path, ([old] if old in recorded else []) + [digest])
 
 
 def _keep(path: str, digests: list[str]) -> None:
