@@ -8,8 +8,17 @@ writes ``blocks.2.1``, block 1 of ``blocks.2``. The outermost match of an eligib
 family (the same name under the same prefix) is eligible when its members contain parts (deeper scopes)
 or hold a large share of the compute, and, for ``name_{i}`` (which flax also gives to every
 ``Dense_0``), when it has several indices. A family whose members are groups of repeated blocks
-(stages of blocks: ConvNeXt's, Swin's, EfficientNet's) gives way to those blocks, the finest repeated
-unit that carries weights; ``stages=True`` keeps the outermost families (``--blocks stages``).
+(stages of blocks: ConvNeXt's, Swin's, EfficientNet's, NFNet's) gives way to those blocks, the finest
+repeated unit that carries weights, where they carry most of its compute and are identical, or direct
+children alike in their matrix products: all of them, or those after each group's first (which may
+downsample: NFNet's ``stages.1.0``), two such at least in one group. ``stages=True`` keeps the outermost
+families (``--blocks stages``).
+
+Blocks numbered without a separator, as timm's RegNet names them (``s1/b1`` ... ``s4/b7``; ``s1.b1`` as a
+torch module path): a component ``name{i}`` whose name ends in a letter, no index after it. Such names are
+as often single layers (``conv1``, ``fc2``), so a family of them (indices in the path above ignored: ``s3/b2``
+and ``s4/b5`` are one) names blocks only where it has two members at least, each with deeper scopes and two
+matrix products at least (:mod:`.numbered`); RegNet's stages ``s1`` ... ``s4`` give way to their 13 units.
 
 A user ``pattern`` (regular expression) overrides the defaults: its first group, or the whole match,
 names the block.
@@ -26,8 +35,8 @@ from itertools import compress
 from operator import not_
 
 from . import Block, Blocks, fill_nearest, index_of, is_matmul, kind_of, loop_runs, nearest_groups, row_scopes
+from .numbered import NUMBERED, numbered_matches, numbered_ok, with_numbered_towers
 from .perrow import ScopeWork
-from .towers import with_towers
 
 _B = r"(?:^|(?<=[/.]))"  # start of a path component
 _E = r"(?=$|[/.\[])"  # end of a path component
@@ -105,6 +114,7 @@ class ScopeCollector:
                                      _part_after(path, m.end()), m.end()))
                     if tag != "under":
                         out.extend(_nested(path, m.end()))
+            out.extend(_numbered_cands(path))
             out.sort(key=lambda c: c.start)
         self._cache[path] = out
         return out
@@ -116,7 +126,7 @@ class ScopeCollector:
         scopes = row_scopes(rows)
         cands = {s: self.candidates(s) for s in dict.fromkeys(scopes)}
         work = None if self.pattern is not None else ScopeWork(rows, scopes)
-        eligible = self._eligible(work, cands)
+        eligible = self._eligible(work, cands, numbered_ok(rows, scopes, cands))
         if self.pattern is None and not self.stages:
             eligible -= _groups_of_blocks(rows, scopes, cands, eligible, work)
         names, parts, info, parents = _named_rows(cands, eligible, scopes)
@@ -129,11 +139,13 @@ class ScopeCollector:
                          "iterations")
         warnings = _merged(parents, self.pattern.pattern) if self.pattern is not None else []
         method = "stages" if self.stages and self.pattern is None else "scope"
-        return with_towers(Blocks(method, blocks, row_blocks, parts, groups, notes, warnings))
+        numbered = {c.name for cs in cands.values() for c in cs if c.family[2] == NUMBERED and c.family in eligible}
+        return with_numbered_towers(Blocks(method, blocks, row_blocks, parts, groups, notes, warnings), numbered)
 
-    def _eligible(self, work: ScopeWork | None, cands: dict) -> set:
+    def _eligible(self, work: ScopeWork | None, cands: dict, numbered_ok: dict) -> set:
         """The candidate families that name blocks (``cands``: each scope's candidates; ``work``: their FLOPs,
-        summed only where a family without parts needs them)."""
+        summed only where a family without parts needs them; ``numbered_ok``: numbered families whose members
+        all hold enough matrix products)."""
         if self.pattern is not None:
             return {c.family for cs in cands.values() for c in cs}
         indices: dict[tuple, set] = {}
@@ -149,6 +161,10 @@ class ScopeCollector:
                     at.append(path)
         out = set()
         for f, idx in indices.items():
+            if f[2] == NUMBERED:
+                if has_part[f] and numbered_ok.get(f):
+                    out.add(f)
+                continue
             if f[2] == "_" and len(idx) < 2:
                 continue
             if has_part[f] or (work.total and work.of(paths[f]) >= MIN_SHARE * work.total):
@@ -170,6 +186,12 @@ def _nested(path: str, end: int) -> list[_Cand]:
                          int(m.group(2)), _part_after(path, m.end()), m.end()))
         m = _NESTED.match(path, m.end())
     return out
+
+
+def _numbered_cands(path: str) -> list[_Cand]:
+    """Candidates for the components numbered without a separator (``s1/b1``; see :mod:`.numbered`)."""
+    return [_Cand(start, _clean(path[:end]), family, idx, _part_after(path, end), end)
+            for start, end, family, idx in numbered_matches(path)]
 
 
 def _groups_of_blocks(rows, scopes: list[str], cands: dict, eligible: set, work: ScopeWork) -> set:
@@ -205,10 +227,23 @@ def _groups_of_blocks(rows, scopes: list[str], cands: dict, eligible: set, work:
         if set(by_outer) != members[fam] or not any(len(v) > 1 for v in by_outer.values()) \
                 or work.of(inner_paths[key]) < INNER_SHARE * work.of(outer_paths[fam]):
             continue
-        if all(len({tuple(ops) for ops in v.values()}) == 1 for v in by_outer.values()) \
-                or (direct[key] and all(_alike(v.values()) for v in by_outer.values())):
+        if _is_group(by_outer, direct[key], NUMBERED in (fam[2], key[-1])):
             out.add(fam)
     return out
+
+
+def _is_group(by_outer: dict, direct: bool, numbered: bool) -> bool:
+    """Whether the inner units of each outer member (``by_outer``: outer member -> inner member -> its ops)
+    make the outer ones groups of blocks: identical units; or direct children alike in their matrix
+    products, all of them or those after each group's first (which may downsample: NFNet's ``stages.1.0``,
+    RegNet's ``s3/b1``), two of them at least in one group. Where either family is numbered (``s1/b1``),
+    only the latter: a transformer block's ``attn1`` and ``attn2`` are no blocks of it."""
+    rest = [list(v.values())[1:] for v in by_outer.values()]
+    after_first = direct and any(len(r) > 1 for r in rest) and all(_alike(r) for r in rest if r)
+    if numbered:
+        return after_first
+    return after_first or all(len({tuple(ops) for ops in v.values()}) == 1 for v in by_outer.values()) \
+        or (direct and all(_alike(v.values()) for v in by_outer.values()))
 
 
 def _outer_inner(cs, eligible: set, members: dict, direct: dict):
@@ -277,7 +312,7 @@ def _named_rows(cands: dict, eligible: set, scopes: list[str]):
         name_of[path], part_of[path] = (c.name, c.part) if c is not None else ("", "")
         if c is not None:
             if c.name not in info:
-                info[c.name] = (kind_of(c.name), c.index)
+                info[c.name] = (kind_of(c.family[1] if c.family[2] == NUMBERED else c.name), c.index)
             parents.setdefault(c.name, set()).add(c.family[0])
     names = list(map(name_of.__getitem__, scopes))
     parts = list(map(part_of.__getitem__, scopes))
