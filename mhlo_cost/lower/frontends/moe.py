@@ -19,6 +19,9 @@ choice of experts is left unused (its probabilities still weigh the outputs). In
 named for the routing (``dropless``, ``capacity_1p25``) holds the steps ``dispatch``, ``gate_up_proj``
 (or ``up_proj``), ``down_proj`` and ``combine``; each projection is one batched GEMM over the experts
 (``dot_general`` with the experts as batch dimension).
+
+Llama 4's expert layer takes no routing (its holder runs every expert on every token): it is routed the same
+way by replacing its holder's forward (:mod:`.moe_llama4`).
 """
 from __future__ import annotations
 
@@ -29,6 +32,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from . import FrontendError
+from . import moe_llama4
 
 ROUTINGS = ("dropless", "capacity:F")
 
@@ -109,10 +113,11 @@ def expert_loads(tokens: int, top_k: int, experts: int, routing: Routing) -> Loa
 
 
 def is_experts(mod) -> bool:
-    """A transformers expert layer (``use_experts_implementation``): 3-D expert weights, a routed call."""
+    """A transformers expert layer (``use_experts_implementation``: 3-D expert weights, a routed call), or
+    Llama 4's (:mod:`.moe_llama4`)."""
     down = getattr(mod, "down_proj", None)
-    return hasattr(mod, "_is_expert_parallel") and isinstance(getattr(mod, "num_experts", None), int) \
-        and getattr(down, "ndim", 0) == 3
+    return moe_llama4.is_experts(mod) or hasattr(mod, "_is_expert_parallel") \
+        and isinstance(getattr(mod, "num_experts", None), int) and getattr(down, "ndim", 0) == 3
 
 
 def experts_layers(module) -> list[tuple[str, object]]:
@@ -166,9 +171,10 @@ def _grouped(mod, x, cap: int):
     return y.transpose(0, 1).reshape(cap * e, -1)
 
 
-def static_forward(mod, routing: Routing, record: list):
+def static_forward(mod, routing: Routing, record: list, weigh_inputs: bool = False):
     """A forward for expert layer ``mod`` with static shapes under ``routing`` (see the module docstring);
-    each call appends its :class:`Load` to ``record``."""
+    each call appends its :class:`Load` to ``record``. ``weigh_inputs``: each token copy is scaled by its
+    routing weight before the experts and the copies summed after them (Llama 4), else the outputs are weighed."""
     import jax
     import torch
 
@@ -184,6 +190,8 @@ def static_forward(mod, routing: Routing, record: list):
         copies = tokens * k
         with jax.named_scope("dispatch"):
             x = hidden_states[:, None, :].expand(tokens, k, h).reshape(copies, h)
+            if weigh_inputs:
+                x = x * top_k_weights.reshape(copies, 1).to(x.dtype)
         if routing.factor is None:
             even, rest = copies // e, copies % e
             parts = [_grouped(mod, x[:even * e], even)] if even else []
@@ -199,8 +207,9 @@ def static_forward(mod, routing: Routing, record: list):
             if load.dropped:
                 y = torch.cat([y, y.new_zeros(load.dropped, y.shape[-1])], dim=0)
         with jax.named_scope("combine"):
-            w = top_k_weights.reshape(copies, 1).to(y.dtype)
-            out = (y * w).reshape(tokens, k, -1).sum(dim=1)
+            if not weigh_inputs:
+                y = y * top_k_weights.reshape(copies, 1).to(y.dtype)
+            out = y.reshape(tokens, k, -1).sum(dim=1)
         return out.to(hidden_states.dtype)
 
     return forward
@@ -209,13 +218,21 @@ def static_forward(mod, routing: Routing, record: list):
 @contextlib.contextmanager
 def static_experts(module, routing: Routing, record: list):
     """While active, every expert layer under ``module`` runs :func:`static_forward` (restored on exit)."""
-    layers = experts_layers(module)
-    for _, mod in layers:
-        mod.forward = static_forward(mod, routing, record)
+    patched = []
+    mods = dict(module.named_modules())
+    for path, mod in experts_layers(module):
+        if moe_llama4.is_experts(mod):  # routed by its holder, which runs every expert on every token
+            holder = mods[path.rpartition(".")[0]]
+            mod.forward = static_forward(moe_llama4.ExpertsView(mod), routing, record, weigh_inputs=True)
+            holder.forward = moe_llama4.holder_forward(holder)
+            patched += [mod, holder]
+        else:
+            mod.forward = static_forward(mod, routing, record)
+            patched.append(mod)
     try:
         yield
     finally:
-        for _, mod in layers:
+        for mod in patched:
             vars(mod).pop("forward", None)
 
 
