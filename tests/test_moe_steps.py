@@ -197,3 +197,51 @@ def test_llama4_forward_takes_a_capacity_routing(tmp_path, capsys):
     a, err = lower(tmp_path, capsys, "llama4_text", "--input", f"{B}x{T}:int64", "--routing", "capacity:1.5")
     assert expert_gemm(a) == routed("llama4_text", N, 1.5) == 2 * 48 * expert_row(32)
     assert "routing capacity:1.5" in err and "12 rows computed per expert (capacity)" in err
+
+
+# -- expert layers the static routing does not know ----------------------------------------------------------
+
+
+class DenseExperts(torch.nn.Module):
+    """Named like an expert layer, but not one the static routing knows (as DBRX's or JetMoE's)."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.zeros(4, 8, 8))
+
+
+class Block(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.experts = DenseExperts()
+        self.shared = type("FooSharedExperts", (torch.nn.Module,), {})()
+
+
+def test_unrouted_expert_layers_are_named_never_passed_over():
+    from mhlo_cost.lower.frontends import FrontendError
+    from mhlo_cost.lower.frontends.moe import Routing, unrouted, wrap
+
+    block = Block()
+    assert unrouted(block) == [("experts", "DenseExperts")]  # shared experts are dense by design
+    info: dict = {}
+    assert wrap(lambda x: x + 1, block, None, info)(1) == 2
+    assert info["unrouted"] == ["DenseExperts (experts)"]
+
+    def fails(x):
+        raise ValueError("data-dependent shape\nmore")
+
+    with pytest.raises(FrontendError, match=r"Block: its expert layers DenseExperts \(experts\) are not ones "
+                                            r"mhlo-cost routes .* ValueError: data-dependent shape \("):
+        wrap(fails, block, None, {})(1)
+    with pytest.raises(FrontendError, match=r"Block's \(DenseExperts\) are not among them"):
+        wrap(fails, block, Routing(), {})
+
+
+def test_a_model_whose_experts_escape_is_one_error_line(tmp_path, capsys):
+    """JetMoE's experts (JetMoeParallelExperts) dispatch by data-dependent shapes: one line that names them."""
+    sets = dict(num_hidden_layers=2, hidden_size=64, vocab_size=256, num_attention_heads=4)
+    argv = ["lower", "--hf", "JetMoeForCausalLM", "--config", "jetmoe", "--input", "2x16:int64",
+            "-o", str(tmp_path / "j.mlir")] + [a for k, v in sets.items() for a in ("--set", f"{k}={v}")]
+    assert main(argv) == 2
+    line = error_line(capsys.readouterr().err)
+    assert "JetMoeForCausalLM: its expert layers JetMoeParallelExperts (model.layers.0.mlp.input_linear and" in line

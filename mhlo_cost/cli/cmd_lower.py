@@ -347,11 +347,15 @@ def cmd_lower(args, console) -> int:
 
 
 def _moe_line(console, info: dict) -> None:
-    """A mixture of experts' routing assumption and expert loads, as lowered (a note; none without experts)."""
+    """A mixture of experts' routing assumption and expert loads, as lowered (a note; none without experts), or a
+    warning naming expert layers that ran as the library wrote them."""
     moe = info.get("moe")
     if moe is not None:
         console.say(f"mixture of experts, routing {moe['routing']} ({moe['assumption']}), {moe['layers']} expert "
                     f"layers: {moe['text']}", note=True)
+    if info.get("unrouted"):
+        console.say(f"warning: {len(info['unrouted'])} expert layers not routed with static shapes, counted as the "
+                    f"library computes them (no routing assumption): {', '.join(info['unrouted'])}")
 
 
 def _lowered_lines(console, args, res, info: dict, ep_line: str) -> None:

@@ -236,14 +236,53 @@ def static_experts(module, routing: Routing, record: list):
             vars(mod).pop("forward", None)
 
 
+def unrouted(module) -> list[tuple[str, str]]:
+    """(path, class name) of the modules under ``module`` named like an expert layer (``...Experts``, shared
+    experts aside) that :func:`static_experts` does not route (DBRX's, JetMoE's, ...): they run as the library
+    wrote them, a data-dependent dispatch or every expert on every token."""
+    return [(p, type(m).__name__) for p, m in module.named_modules() if type(m).__name__.endswith("Experts")
+            and "Shared" not in type(m).__name__ and not is_experts(m)]
+
+
+def _unrouted_said(fn, module, escaped: list, info: dict):
+    """``fn`` where ``module``'s expert layers are not routed: ``info["unrouted"]`` names them once traced, and a
+    failed trace is one FrontendError that names them."""
+    name = type(module).__name__
+    layers = f"{escaped[0][1]} ({escaped[0][0]}{f' and {len(escaped) - 1} more' if len(escaped) > 1 else ''})"
+
+    @functools.wraps(fn)
+    def traced(*args, **kwargs):
+        import os
+
+        try:
+            out = fn(*args, **kwargs)
+        except Exception as e:  # the library's dispatch, most likely: data-dependent shapes
+            if os.environ.get("MHLO_COST_DEBUG"):
+                raise
+            first = (str(e).strip().splitlines() or [""])[0][:300]
+            raise FrontendError(f"{name}: its expert layers {layers} are not ones mhlo-cost routes with static "
+                                "shapes (transformers' use_experts_implementation layers and Llama 4's are), and "
+                                f"lowering the model failed: {type(e).__name__}: {first} (MHLO_COST_DEBUG=1 shows "
+                                "the traceback)") from e
+        info["unrouted"] = [f"{c} ({p})" for p, c in escaped]
+        return out
+
+    return traced
+
+
 def wrap(fn, module, routing: Routing | None, info: dict):
     """``fn`` (a JAX function tracing ``module``) run with :func:`static_experts`; ``info["moe"]`` gets the
-    routing and the loads once traced. ``fn`` itself where ``module`` has no expert layer."""
+    routing and the loads once traced. ``fn`` itself where ``module`` has no expert layer; where its expert
+    layers are not ones this module routes (:func:`unrouted`), ``fn`` saying so."""
     if not experts_layers(module):
+        escaped = unrouted(module)
+        name = type(module).__name__
+        if routing is not None and escaped:
+            raise FrontendError("--routing applies to the expert layers mhlo-cost routes with static shapes; "
+                                f"{name}'s ({escaped[0][1]}) are not among them")
         if routing is not None:
-            raise FrontendError(f"--routing applies to mixture-of-experts models; {type(module).__name__} "
-                                "has no expert layer")
-        return fn
+            raise FrontendError(f"--routing applies to mixture-of-experts models; {name} has no expert layer")
+        return _unrouted_said(fn, module, escaped, info) if escaped else fn
     routing = routing or Routing()
     record: list = []
 

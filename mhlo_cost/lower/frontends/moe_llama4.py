@@ -16,8 +16,9 @@ CLASS = "Llama4TextExperts"
 
 def is_experts(mod) -> bool:
     """Llama 4's expert layer: 3-D ``gate_up_proj`` [E, h, 2f] and ``down_proj`` [E, f, h] weights."""
-    return type(mod).__name__ == CLASS and getattr(getattr(mod, "gate_up_proj", None), "ndim", 0) == 3 \
-        and getattr(getattr(mod, "down_proj", None), "ndim", 0) == 3 and isinstance(getattr(mod, "num_experts", None), int)
+    weights = (getattr(mod, "gate_up_proj", None), getattr(mod, "down_proj", None))
+    return type(mod).__name__ == CLASS and all(getattr(w, "ndim", 0) == 3 for w in weights) \
+        and isinstance(getattr(mod, "num_experts", None), int)
 
 
 class ExpertsView:
