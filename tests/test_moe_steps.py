@@ -199,6 +199,21 @@ def test_llama4_forward_takes_a_capacity_routing(tmp_path, capsys):
     assert "routing capacity:1.5" in err and "12 rows computed per expert (capacity)" in err
 
 
+# -- training steps -----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("key, capacity", [("olmoe", 1.25), ("llama4_text", None)])
+def test_training_step_experts_count_three_routed_forwards(tmp_path, capsys, key, capacity):
+    """--train: each expert GEMM of the forward (rows x in -> out) has two of the same size in the backward,
+    the input's gradient (rows x out -> in) and the weight's (in x rows -> out): three times the routed closed
+    form of 2 x 16 tokens (OLMoE at capacity 1.25: ceil(1.25 x 32 x 2 / 8) = 10 rows per expert)."""
+    routing = ("--routing", f"capacity:{capacity}") if capacity else ()
+    a, err = lower(tmp_path, capsys, key, "--input", f"{B}x{T}:int64", "--train", *routing)
+    assert expert_gemm(a) == 3 * routed(key, N, capacity)
+    assert a.summary["unknown_ops"] == 0
+    assert f"routing {'capacity:1.25' if capacity else 'dropless'} (" in err
+
+
 # -- expert layers the static routing does not know ----------------------------------------------------------
 
 
