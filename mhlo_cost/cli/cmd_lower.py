@@ -206,7 +206,7 @@ def _bounded(args, counts=_MODEL_COUNTS) -> None:
 
 #: What an inference step (--decode / --prefill) is not made of: the options of a forward or a training step.
 _NOT_A_STEP = (("--train", "train"), ("--module", "module"), ("--diffusers", "diffusers"), ("--timm", "timm"),
-               ("--input", "input"), ("--input-shape", "input_shape"), ("--kwarg", "kwarg"), ("--routing", "routing"),
+               ("--input", "input"), ("--input-shape", "input_shape"), ("--kwarg", "kwarg"),
                ("--expert-parallel", "expert_parallel"), ("--frontend", "frontend"), ("--shape", "shape"),
                ("--depth", "depth"), ("--hidden", "hidden"), ("--heads", "heads"), ("--layers", "layers"),
                ("--scan", "scan"), ("--small", "small"), ("--devices", "devices"), ("--mesh", "mesh"))
@@ -280,6 +280,7 @@ def _lower_step(args, console, bar) -> int:
         sys.stdout.write(res.text)
     console.say(f"KV cache {step.layout.nbytes:,} B ({step.layout.describe()}), weights {step.weight_bytes:,} B",
                 note=True)
+    _moe_line(console, step.lowered.info)
     return EXIT_OK
 
 
@@ -345,16 +346,25 @@ def cmd_lower(args, console) -> int:
     return EXIT_OK
 
 
+def _moe_line(console, info: dict) -> None:
+    """A mixture of experts' routing assumption and expert loads, as lowered (a note; none without experts), or a
+    warning naming expert layers that ran as the library wrote them."""
+    moe = info.get("moe")
+    if moe is not None:
+        console.say(f"mixture of experts, routing {moe['routing']} ({moe['assumption']}), {moe['layers']} expert "
+                    f"layers: {moe['text']}", note=True)
+    if info.get("unrouted"):
+        console.say(f"warning: {len(info['unrouted'])} expert layers not routed with static shapes, counted as the "
+                    f"library computes them (no routing assumption): {', '.join(info['unrouted'])}")
+
+
 def _lowered_lines(console, args, res, info: dict, ep_line: str) -> None:
     """What was written and how long it took; the mixture of experts, expert parallelism and the dtype lowered
     in where they apply (notes on stderr)."""
     where = f" written to {args.output}" if args.output else ""
     console.say(f"{res.format} {res.nbytes / 1e6:.2f} MB{where} in {res.seconds:.2f} s, peak RSS "
                 f"{res.peak_rss_mb:.0f} MiB", note=True)
-    if "moe" in info:
-        moe = info["moe"]
-        console.say(f"mixture of experts, routing {moe['routing']} ({moe['assumption']}), {moe['layers']} expert "
-                    f"layers: {moe['text']}", note=True)
+    _moe_line(console, info)
     if ep_line:
         console.say(ep_line, note=True)
     if "dtype" in info:

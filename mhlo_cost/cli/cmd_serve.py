@@ -43,6 +43,9 @@ def register(sub) -> None:
     m.add_argument("--config", metavar="FILE|TYPE", help="--hf: a config.json or a model type (llama, mistral...)")
     m.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="a configuration field (repeat)")
     m.add_argument("--dtype", help="weights and cache dtype (default: the configuration's, else bfloat16)")
+    m.add_argument("--routing", metavar="dropless|capacity:F",
+                   help="--hf mixture of experts: the routing assumed (default dropless: every token to k experts, "
+                        "spread evenly; capacity:1.25: ceil(F x tokens x k / E) rows per expert, the rest dropped)")
     s = p.add_argument_group("the step")
     add_step_options(s)
     s.add_argument("--tp", type=positive_int, metavar="N",
@@ -98,7 +101,7 @@ def step_request(args, batch: int | None, tokens: int | None):
         req = StepRequest(mode=mode, batch=1 if batch is None else batch, context=context, tokens=tokens,
                           model=args.model, hf=args.hf,
                           config=args.config, overrides=tuple(sorted(sets.items())), dtype=dtype,
-                          locations=getattr(args, "locations", True))
+                          locations=getattr(args, "locations", True), routing=args.routing)
         req.check()
     except (FrontendError, ValueError) as e:
         raise UserError(str(e)) from None

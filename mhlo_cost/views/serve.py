@@ -32,11 +32,21 @@ def step_headline(f) -> str:
                        f"{f.bound}-bound"])
 
 
-def step_pairs(f, layout=None) -> list[tuple[str, object]]:
-    """The figures of one step in sections: the step, KV cache, memory per device, time, blocks."""
+def moe_pairs(moe: dict | None) -> list[tuple[str, object]]:
+    """A mixture of experts' routing assumption and expert loads as lowered (``Lowered.info["moe"]``; none
+    without experts)."""
+    if not moe:
+        return []
+    return [heading("mixture of experts"), ("routing", moe["routing"]), ("routing_assumption", moe["assumption"]),
+            ("expert_layers", moe["layers"]), ("expert_loads", moe["text"]), ("dropped_copies", moe["dropped"])]
+
+
+def step_pairs(f, layout=None, moe: dict | None = None) -> list[tuple[str, object]]:
+    """The figures of one step in sections: the step, a mixture of experts' routing (``moe``), KV cache, memory
+    per device, time, blocks."""
     pairs = [heading("step"), ("step", f.step), ("batch", f.batch), ("context", f.context), ("tokens", f.tokens),
              ("hardware", f.hardware), ("tp", f.tp), ("launch", f.launch), ("execution", "compiled"),
-             heading("KV cache")]
+             *moe_pairs(moe), heading("KV cache")]
     if layout is not None:
         pairs.append(("kv_cache_layout", layout.describe()))
     pairs += [("kv_cache_layer_bytes", list(f.kv_cache_layer_bytes)), ("kv_cache_bytes", f.kv_cache_bytes),
@@ -61,9 +71,11 @@ def step_pairs(f, layout=None) -> list[tuple[str, object]]:
     return pairs
 
 
-def step_view(f, what: str = "", layout=None) -> Table:
-    """One step (``what``: the request, the title; ``layout``: its KV cache's) as a table of pairs."""
-    return Table(what or f"{f.step} on {f.hardware}", pairs=step_pairs(f, layout), meta=_meta(what, step_headline(f)))
+def step_view(f, what: str = "", layout=None, moe: dict | None = None) -> Table:
+    """One step (``what``: the request, the title; ``layout``: its KV cache's; ``moe``: a mixture of experts'
+    routing and loads) as a table of pairs."""
+    return Table(what or f"{f.step} on {f.hardware}", pairs=step_pairs(f, layout, moe),
+                 meta=_meta(what, step_headline(f)))
 
 
 def sweep_view(figs: list, df, title: str) -> Table:

@@ -19,6 +19,9 @@ choice of experts is left unused (its probabilities still weigh the outputs). In
 named for the routing (``dropless``, ``capacity_1p25``) holds the steps ``dispatch``, ``gate_up_proj``
 (or ``up_proj``), ``down_proj`` and ``combine``; each projection is one batched GEMM over the experts
 (``dot_general`` with the experts as batch dimension).
+
+Llama 4's expert layer takes no routing (its holder runs every expert on every token): it is routed the same
+way by replacing its holder's forward (:mod:`.moe_llama4`).
 """
 from __future__ import annotations
 
@@ -29,6 +32,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from . import FrontendError
+from . import moe_llama4
 
 ROUTINGS = ("dropless", "capacity:F")
 
@@ -109,10 +113,11 @@ def expert_loads(tokens: int, top_k: int, experts: int, routing: Routing) -> Loa
 
 
 def is_experts(mod) -> bool:
-    """A transformers expert layer (``use_experts_implementation``): 3-D expert weights, a routed call."""
+    """A transformers expert layer (``use_experts_implementation``: 3-D expert weights, a routed call), or
+    Llama 4's (:mod:`.moe_llama4`)."""
     down = getattr(mod, "down_proj", None)
-    return hasattr(mod, "_is_expert_parallel") and isinstance(getattr(mod, "num_experts", None), int) \
-        and getattr(down, "ndim", 0) == 3
+    return moe_llama4.is_experts(mod) or hasattr(mod, "_is_expert_parallel") \
+        and isinstance(getattr(mod, "num_experts", None), int) and getattr(down, "ndim", 0) == 3
 
 
 def experts_layers(module) -> list[tuple[str, object]]:
@@ -166,9 +171,10 @@ def _grouped(mod, x, cap: int):
     return y.transpose(0, 1).reshape(cap * e, -1)
 
 
-def static_forward(mod, routing: Routing, record: list):
+def static_forward(mod, routing: Routing, record: list, weigh_inputs: bool = False):
     """A forward for expert layer ``mod`` with static shapes under ``routing`` (see the module docstring);
-    each call appends its :class:`Load` to ``record``."""
+    each call appends its :class:`Load` to ``record``. ``weigh_inputs``: each token copy is scaled by its
+    routing weight before the experts and the copies summed after them (Llama 4), else the outputs are weighed."""
     import jax
     import torch
 
@@ -184,6 +190,8 @@ def static_forward(mod, routing: Routing, record: list):
         copies = tokens * k
         with jax.named_scope("dispatch"):
             x = hidden_states[:, None, :].expand(tokens, k, h).reshape(copies, h)
+            if weigh_inputs:
+                x = x * top_k_weights.reshape(copies, 1).to(x.dtype)
         if routing.factor is None:
             even, rest = copies // e, copies % e
             parts = [_grouped(mod, x[:even * e], even)] if even else []
@@ -199,8 +207,9 @@ def static_forward(mod, routing: Routing, record: list):
             if load.dropped:
                 y = torch.cat([y, y.new_zeros(load.dropped, y.shape[-1])], dim=0)
         with jax.named_scope("combine"):
-            w = top_k_weights.reshape(copies, 1).to(y.dtype)
-            out = (y * w).reshape(tokens, k, -1).sum(dim=1)
+            if not weigh_inputs:
+                y = y * top_k_weights.reshape(copies, 1).to(y.dtype)
+            out = y.reshape(tokens, k, -1).sum(dim=1)
         return out.to(hidden_states.dtype)
 
     return forward
@@ -209,24 +218,71 @@ def static_forward(mod, routing: Routing, record: list):
 @contextlib.contextmanager
 def static_experts(module, routing: Routing, record: list):
     """While active, every expert layer under ``module`` runs :func:`static_forward` (restored on exit)."""
-    layers = experts_layers(module)
-    for _, mod in layers:
-        mod.forward = static_forward(mod, routing, record)
+    patched = []
+    mods = dict(module.named_modules())
+    for path, mod in experts_layers(module):
+        if moe_llama4.is_experts(mod):  # routed by its holder, which runs every expert on every token
+            holder = mods[path.rpartition(".")[0]]
+            mod.forward = static_forward(moe_llama4.ExpertsView(mod), routing, record, weigh_inputs=True)
+            holder.forward = moe_llama4.holder_forward(holder)
+            patched += [mod, holder]
+        else:
+            mod.forward = static_forward(mod, routing, record)
+            patched.append(mod)
     try:
         yield
     finally:
-        for _, mod in layers:
+        for mod in patched:
             vars(mod).pop("forward", None)
+
+
+def unrouted(module) -> list[tuple[str, str]]:
+    """(path, class name) of the modules under ``module`` named like an expert layer (``...Experts``, shared
+    experts aside) that :func:`static_experts` does not route (DBRX's, JetMoE's, ...): they run as the library
+    wrote them, a data-dependent dispatch or every expert on every token."""
+    return [(p, type(m).__name__) for p, m in module.named_modules() if type(m).__name__.endswith("Experts")
+            and "Shared" not in type(m).__name__ and not is_experts(m)]
+
+
+def _unrouted_said(fn, module, escaped: list, info: dict):
+    """``fn`` where ``module``'s expert layers are not routed: ``info["unrouted"]`` names them once traced, and a
+    failed trace is one FrontendError that names them."""
+    name = type(module).__name__
+    layers = f"{escaped[0][1]} ({escaped[0][0]}{f' and {len(escaped) - 1} more' if len(escaped) > 1 else ''})"
+
+    @functools.wraps(fn)
+    def traced(*args, **kwargs):
+        import os
+
+        try:
+            out = fn(*args, **kwargs)
+        except Exception as e:  # the library's dispatch, most likely: data-dependent shapes
+            if os.environ.get("MHLO_COST_DEBUG"):
+                raise
+            first = (str(e).strip().splitlines() or [""])[0][:300]
+            raise FrontendError(f"{name}: its expert layers {layers} are not ones mhlo-cost routes with static "
+                                "shapes (transformers' use_experts_implementation layers and Llama 4's are), and "
+                                f"lowering the model failed: {type(e).__name__}: {first} (MHLO_COST_DEBUG=1 shows "
+                                "the traceback)") from e
+        info["unrouted"] = [f"{c} ({p})" for p, c in escaped]
+        return out
+
+    return traced
 
 
 def wrap(fn, module, routing: Routing | None, info: dict):
     """``fn`` (a JAX function tracing ``module``) run with :func:`static_experts`; ``info["moe"]`` gets the
-    routing and the loads once traced. ``fn`` itself where ``module`` has no expert layer."""
+    routing and the loads once traced. ``fn`` itself where ``module`` has no expert layer; where its expert
+    layers are not ones this module routes (:func:`unrouted`), ``fn`` saying so."""
     if not experts_layers(module):
+        escaped = unrouted(module)
+        name = type(module).__name__
+        if routing is not None and escaped:
+            raise FrontendError("--routing applies to the expert layers mhlo-cost routes with static shapes; "
+                                f"{name}'s ({escaped[0][1]}) are not among them")
         if routing is not None:
-            raise FrontendError(f"--routing applies to mixture-of-experts models; {type(module).__name__} "
-                                "has no expert layer")
-        return fn
+            raise FrontendError(f"--routing applies to mixture-of-experts models; {name} has no expert layer")
+        return _unrouted_said(fn, module, escaped, info) if escaped else fn
     routing = routing or Routing()
     record: list = []
 

@@ -123,10 +123,16 @@ def step_function(model, mode: str, context: int, tokens: int, locations: bool =
     return step
 
 
-def lower_step(model, mode: str, batch: int, context: int, tokens: int = 1, locations: bool = True):
+def lower_step(model, mode: str, batch: int, context: int, tokens: int = 1, locations: bool = True,
+               routing=None, info: dict | None = None):
     """``(jax.stages.Lowered, CacheLayout, weight bytes)``: the prefill of ``tokens`` prompt positions into a
-    cache of ``context`` positions, or one decode step of ``batch`` sequences against it (the cache donated)."""
+    cache of ``context`` positions, or one decode step of ``batch`` sequences against it (the cache donated).
+    A mixture-of-experts model's expert layers run the static dispatch of :mod:`..frontends.moe` under
+    ``routing`` (a :class:`~..frontends.moe.Routing`; None: dropless), as its forward does; ``info["moe"]``
+    gets the routing and the loads (``info``: a dict to fill, or None)."""
     import jax.numpy as jnp
+
+    from ..frontends import moe
 
     layout = probe_layout(model, batch, context)
     specs = tf.state_specs(model)
@@ -138,6 +144,6 @@ def lower_step(model, mode: str, batch: int, context: int, tokens: int = 1, loca
     n = tokens if mode == "prefill" else 1
     ids = jax.ShapeDtypeStruct((batch, n), jnp.int32)
     pos = jax.ShapeDtypeStruct((), jnp.int32)
-    fn = step_function(model, mode, context, n, locations)
+    fn = moe.wrap(step_function(model, mode, context, n, locations), model, routing, {} if info is None else info)
     low = jax.jit(fn, donate_argnums=(2,)).lower(state, bufs, cache, ids, pos)
     return low, layout, weight_bytes(model)

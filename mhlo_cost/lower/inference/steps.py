@@ -44,6 +44,7 @@ class StepRequest:
     overrides: tuple = ()  # hf: (key, value) pairs; gpt: GPTConfig fields
     dtype: str | None = None  # None: the configuration's (hf), else bfloat16
     locations: bool = True
+    routing: str | None = None  # hf: a mixture of experts' routing assumption (None: dropless; see frontends.moe)
     extra: dict = field(default_factory=dict, compare=False, hash=False)
 
     def check(self) -> None:
@@ -64,6 +65,12 @@ class StepRequest:
             weight_dtype(self.dtype)
         if self.model:
             gpt_config(self)  # the --set fields, checked without building anything
+            if self.routing is not None:
+                raise FrontendError("--routing applies to mixture-of-experts models (--hf), not to the bundled gpt")
+        if self.routing is not None:
+            from ..frontends.moe import Routing
+
+            Routing.parse(self.routing)
 
     def facts(self) -> ModelFacts:
         """The model's layers, heads and hidden size, from its configuration (a transformers model's is read,
@@ -91,7 +98,8 @@ class StepRequest:
         step = (f"decode step, batch {self.batch}, context {self.context}" if self.mode == "decode" else
                 f"prefill of {self.tokens} tokens, batch {self.batch}, cache {self.context}")
         dtype = self.dtype or ("the configuration's dtype (else bfloat16)" if self.hf else "bfloat16")
-        return f"{what}{' with ' + sets if sets else ''}: {step}, {dtype}{self._grown()}"
+        routing = f", routing {self.routing}" if self.routing is not None else ""
+        return f"{what}{' with ' + sets if sets else ''}: {step}, {dtype}{routing}{self._grown()}"
 
     def _grown(self) -> str:
         """The bundled GPT's position table grown to the context, said (``--set seq=N`` sets it)."""
@@ -109,7 +117,7 @@ class StepRequest:
         return {"mode": self.mode, "batch": self.batch, "context": self.context,
                 "tokens": self.tokens if self.mode == "prefill" else 1, "model": self.model, "hf": self.hf,
                 "config": self.config, "overrides": [list(kv) for kv in self.overrides], "dtype": self.dtype,
-                "locations": self.locations}
+                "locations": self.locations, "routing": self.routing}
 
 
 @dataclass
@@ -151,7 +159,7 @@ def gpt_config(req: StepRequest):
     return cfg
 
 
-def _gpt(req: StepRequest):
+def _gpt(req: StepRequest, info: dict):
     from . import gpt_steps
 
     cfg = gpt_config(req)
@@ -159,18 +167,22 @@ def _gpt(req: StepRequest):
     return low, layout, weights, cfg.hidden, cfg.layers, gpt_steps.gpt_config(cfg, req.context).seq
 
 
-def _hf(req: StepRequest):
+def _hf(req: StepRequest, info: dict):
+    """The step of a transformers model; ``info`` gets what the lowering says of it (``moe``: the routing and the
+    expert loads of a mixture of experts)."""
     import torch
 
     from ..frontends import hub
+    from ..frontends.moe import Routing
     from . import hf_steps
 
     model = hub.build_hf(req.hf, req.config, dict(req.overrides))  # in the configuration's dtype, if it names one
     dtype = req.dtype or (None if hub.config_dtype(model.config) else "bfloat16")
     model = (model.to(getattr(torch, dtype)) if dtype else model).eval()
     text = model.config.get_text_config(decoder=True)
+    routing = None if req.routing is None else Routing.parse(req.routing)
     low, layout, weights = hf_steps.lower_step(model, req.mode, req.batch, req.context, req.tokens,
-                                               locations=req.locations)
+                                               locations=req.locations, routing=routing, info=info)
     positions = getattr(text, "max_position_embeddings", None)  # none declared: rotary models without a limit
     positions = positions if isinstance(positions, int) and not isinstance(positions, bool) else None
     return low, layout, weights, text.hidden_size, text.num_hidden_layers, positions
@@ -185,9 +197,10 @@ def lower_step(req: StepRequest) -> Step:
     from ..frontends.api import LowerFailed, quiet
 
     t0 = time.perf_counter()
+    said: dict = {}
     with quiet():
         try:
-            low, layout, weights, hidden, layers, positions = (_gpt if req.model else _hf)(req)
+            low, layout, weights, hidden, layers, positions = (_gpt if req.model else _hf)(req, said)
         except (FrontendError, LowerFailed):
             raise
         except Exception as e:  # the model's code or the frameworks tracing it
@@ -198,5 +211,5 @@ def lower_step(req: StepRequest) -> Step:
                               f"{type(e).__name__}: {first} (MHLO_COST_DEBUG=1 shows the traceback)") from e
     text = low.as_text(debug_info=req.locations)
     info = {"frontend": "torchax" if req.hf else "jax", "model": req.hf or req.model, "step": req.mode,
-            "seconds": time.perf_counter() - t0}
+            "seconds": time.perf_counter() - t0} | said
     return Step(Lowered(text=text, info=info), layout, weights, hidden, layers, req, positions)

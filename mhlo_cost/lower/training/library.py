@@ -122,6 +122,10 @@ def _torch_step(req, module) -> Lowered:
         return tensor
 
     forward, params, buffers = module_forward(module, kwargs=req.kwargs, pick=choose)
+    from ..frontends.moe import Routing, wrap
+
+    said: dict = {}  # a mixture of experts: its expert layers dispatched statically, as the forward's are
+    forward = wrap(forward, module, None if req.routing is None else Routing.parse(req.routing), said)
     if not params:
         raise FrontendError(f"{req.source()} has no trainable parameter: nothing to take a gradient of")
     inputs, kw = _inputs(req, module_dtype(module) or torch.float32)
@@ -137,6 +141,7 @@ def _torch_step(req, module) -> Lowered:
     low = lower_step(step_loss, params, (buffers, inputs, kw, target), req.train.optimizer)
     info = _info(req, "torchax", params, req.train.loss, picked.get("name", "output"))
     info["model_class"] = type(module).__name__
+    info.update(said)
     return Lowered(text=low.as_text(debug_info=req.locations), info=info)
 
 

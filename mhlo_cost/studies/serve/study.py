@@ -149,7 +149,7 @@ class ServeStudy:
             from .grid import table
 
             return sweep_view(self.points, table(self.points), f"{req.mode} of {self.model} on {self.hardware.name}")
-        return step_view(self.figures, req.describe(), self.step.layout)
+        return step_view(self.figures, req.describe(), self.step.layout, self.step.lowered.info.get("moe"))
 
     @property
     def model(self) -> str:
