@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import copy
 import io
 import json
 import os
@@ -34,7 +35,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from model_zoo_models import MODELS, MOE, NOTES, TRAIN  # noqa: E402
+from model_zoo_models import MODELS, MOE, NOTES, REAL, TRAIN  # noqa: E402
 
 
 def _argv(key: str, out: str, train: bool = False) -> list[str]:
@@ -60,8 +61,9 @@ def _lower(key: str, out: str, train: bool = False) -> str | None:
     return (lines[-1].removeprefix("mhlo-cost: error: ") if lines else f"exit {rc}")[:160]
 
 
-def _tensors(key: str, model, device: str = "meta"):
-    """The model's inputs: zeros (on ``device``), or (mixture of experts) real random token ids."""
+def _tensors(key: str, model, device: str | None = None):
+    """The model's inputs: zeros (on ``device``; by default where the counter's model is), or (mixture of
+    experts) real random token ids."""
     import torch
 
     from mhlo_cost.lower.frontends.inputs import parse_input
@@ -71,7 +73,7 @@ def _tensors(key: str, model, device: str = "meta"):
         dtype = getattr(torch, s.dtype or "float32")
         if key in MOE:
             return torch.randint(0, model.config.vocab_size, s.shape, dtype=dtype)
-        return torch.zeros(s.shape, dtype=dtype, device=device)
+        return torch.zeros(s.shape, dtype=dtype, device=device or ("cpu" if key in REAL else "meta"))
 
     inputs = MODELS[key][4]
     pos = [make(i) for i in inputs if "=" not in i]
@@ -80,12 +82,16 @@ def _tensors(key: str, model, device: str = "meta"):
 
 
 def _model(key: str):
-    """The module FlopCounterMode runs: meta tensors; mixture of experts with eager experts and real weights."""
+    """The module FlopCounterMode runs: meta tensors; mixture of experts with eager experts and real weights;
+    the models of ``REAL`` (whose forward reads a value: ``.item()``) with real weights."""
     import torch
 
     from mhlo_cost.lower.frontends import hub
 
     lib, name, config, sets, *_ = MODELS[key]
+    if key in REAL:
+        torch.manual_seed(0)
+        return _cpu_model(key)
     if key not in MOE:
         return hub.build(lib, name, config, sets)
     cls = getattr(hub.import_library("hf"), name)
@@ -96,8 +102,8 @@ def _model(key: str):
     return cls(cfg)
 
 
-def _fake_model(key: str):
-    """The model built in the current (fake) mode on the CPU: the library calls ``lower`` makes on ``meta``."""
+def _cpu_model(key: str):
+    """The model built on the CPU with real (initialised) weights: the library calls ``lower`` makes on ``meta``."""
     from mhlo_cost.lower.frontends import hub
 
     lib, name, config, sets, *_ = MODELS[key]
@@ -175,14 +181,16 @@ def memtracker_peak(key: str) -> int:
     forward of the same model, configuration and inputs, built under ``FakeTensorMode`` (nothing allocated);
     expert layers run the static dropless dispatch ``lower`` traces (a fake router's choice has no data)."""
     import torch
-    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch._subclasses.fake_tensor import FakeCopyMode, FakeTensorMode
     from torch.distributed._tools.mem_tracker import MemTracker
 
     from mhlo_cost.lower.frontends.moe import Routing, static_experts
 
-    fake = FakeTensorMode()
-    with fake:
-        model = _fake_model(key).eval()
+    fake = FakeTensorMode(allow_non_fake_inputs=True)  # a plain tensor kept as an attribute joins in
+    with FakeCopyMode(fake):  # built for real (initialisers read values), copied into fake tensors
+        model = copy.deepcopy(_cpu_model(key)).eval()
+    for p in model.parameters():  # MemTracker hooks every parameter (Whisper freezes its positions)
+        p.requires_grad_(True)
     with fake:
         pos, kw = _tensors(key, model, device="cpu")
         mt = MemTracker()
