@@ -135,3 +135,9 @@ NOTES = {
                      "repetition; in up_blocks.0 the upsampler holds 49%); each mid_block gives its 2 resnets and "
                      "its attention",
 }
+
+from model_zoo_new import NEW, NEW_MOE, NEW_NOTES, REAL  # noqa: E402, F401 - the held-out and 2025-2026 families
+
+MODELS.update(NEW)
+MOE += NEW_MOE
+NOTES.update(NEW_NOTES)
