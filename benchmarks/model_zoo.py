@@ -218,8 +218,10 @@ def _measure(row: dict, key: str, path: str) -> None:
                params=f"{a.summary['params']:,} / {numel:,}" + ("" if a.summary["params"] == numel else " (!)"))
     row["_diff0"], row["_blocks_ok"] = ours == per_module[""], blocks.count == expected
     row["_params_ok"] = a.summary["params"] == numel
-    if blocks.count != expected:
-        row["note"] = NOTES.get(key, f"blocks found: {', '.join(b.name for b in blocks.blocks)}"[:200])
+    if key in NOTES:
+        row["note"] = NOTES[key]
+    elif blocks.count != expected:
+        row["note"] = f"blocks found: {', '.join(b.name for b in blocks.blocks)}"[:200]
     row["_eager"] = eager_profile(a).peak_bytes
 
 

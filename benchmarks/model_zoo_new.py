@@ -95,7 +95,7 @@ NEW = {
     "jamba": ("hf", "JambaForCausalLM", "jamba", JAMBA, TOK, {"use_cache": False}, layers),
     "gemma3": ("hf", "Gemma3ForCausalLM", "gemma3_text", GEMMA3, TOK, {}, layers),
     "qwen3": ("hf", "Qwen3ForCausalLM", None, QWEN3, TOK, {}, layers),
-    "qwen3_next": ("hf", "Qwen3NextForCausalLM", "qwen3_next", QWEN3_NEXT, TOK, {}, layers),
+    "qwen3_next": ("hf", "Qwen3NextForCausalLM", "qwen3_next", QWEN3_NEXT, TOK, {"use_cache": False}, layers),
     "smollm3": ("hf", "SmolLM3ForCausalLM", None, SMOLLM3, TOK, {}, layers),
     "glm4_moe": ("hf", "Glm4MoeForCausalLM", "glm4_moe", GLM4_MOE, TOK, {}, layers),
     "cohere2": ("hf", "Cohere2ForCausalLM", None, COHERE2, TOK, {}, layers),
@@ -117,4 +117,13 @@ NEW_MOE = ("olmoe", "gpt_oss", "llama4_text", "jamba", "qwen3_next", "glm4_moe")
 #: counted on real tensors (the forward reads a value: Falcon-H1's and LFM2's ``.item()``; meta tensors hold none)
 REAL = ("falcon_h1", "lfm2")
 #: why a column differs (measured with this configuration)
-NEW_NOTES = {}
+NEW_NOTES = {
+    "qwen2_vl_text": "text only (no pixel_values): the vision tower's parameters are no argument of the lowered "
+                     "function, so params and the peak leave them out; MemTracker's model holds them",
+    "cogview4": "difference: the last block's feed-forward on the text tokens (ff on encoder_hidden_states, "
+                "2 x 49,152) feeds an output the model drops; the lowered program has no dead code, eager runs it",
+    "qwen3_next": "difference: the gated delta rule's last recurrent-state update (key^T @ v_new, 262,144) feeds "
+                  "only the cache (use_cache=False): the lowered program drops it, eager runs it",
+    "regnety": "blocks: timm's RegNet names its blocks s1..s4 / b1..bn (no numeric index); the collector does "
+               "not take them as units and groups repetitions instead",
+}
