@@ -77,6 +77,14 @@ def regnet_blocks(m):  # RegNet: stages s1..s4 of blocks b1..bn
     return sum(len(list(getattr(m, f"s{i}").children())) for i in range(1, 5))
 
 
+def stage_blocks(m):  # timm: blocks per stage, summed
+    return sum(len(s.blocks) for s in m.stages)
+
+
+def csat_blocks(m):  # CSATv2: each stage a Sequential of Blocks (then norms, attention)
+    return sum(type(c).__name__ == "Block" for s in m.stages for c in s)
+
+
 def lumina2_blocks(m):  # the noise and context refiners, then the layers
     return len(m.noise_refiner) + len(m.context_refiner) + len(m.layers)
 
@@ -111,6 +119,9 @@ NEW = {
                 "encoder_hidden_states=1x6x24", "encoder_attention_mask=1x6:bool"], {}, lumina2_blocks),
     "cogview4": ("diffusers", "CogView4Transformer2DModel", None, COGVIEW4, ["1x4x8x8", "encoder_hidden_states=1x6x24",
                  "timestep=1:int64", "original_size=1x2", "target_size=1x2", "crop_coords=1x2"], {}, num_layers),
+    "csatv2": ("timm", "csatv2", None, {}, ["1x3x64x64"], {}, csat_blocks),
+    "fastvit_mci0": ("timm", "fastvit_mci0", None, {}, ["1x3x64x64"], {}, stage_blocks),
+    "mambaout": ("timm", "mambaout_femto", None, {}, ["1x3x64x64"], {}, stage_blocks),
 }
 #: counted with eager experts on real tensors
 NEW_MOE = ("olmoe", "gpt_oss", "llama4_text", "jamba", "qwen3_next", "glm4_moe")
@@ -124,6 +135,10 @@ NEW_NOTES = {
                 "2 x 49,152) feeds an output the model drops; the lowered program has no dead code, eager runs it",
     "qwen3_next": "difference: the gated delta rule's last recurrent-state update (key^T @ v_new, 262,144) feeds "
                   "only the cache (use_cache=False): the lowered program drops it, eager runs it",
+    "fastvit_mci0": "blocks: besides the stages' 20 blocks the collector takes the stem's 3 MobileOne blocks, each "
+                    "downsample's proj.0 / proj.1 and final_conv's conv_kxk.0 as units (indexed siblings)",
+    "csatv2": "blocks: each stage is a Sequential of Blocks, then a norm (and attention in the later stages): the "
+              "collector keeps each stage whole",
     "regnety": "blocks: timm's RegNet names its blocks s1..s4 / b1..bn (no numeric index); the collector does "
                "not take them as units and groups repetitions instead",
 }

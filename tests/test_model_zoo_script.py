@@ -56,7 +56,7 @@ def test_unknown_name_is_refused(capsys):
 
 def test_models_cover_the_issue():
     models = model_zoo_models.MODELS
-    assert len(models) == 52 and set(model_zoo_models.MOE) <= set(models) and set(model_zoo_models.REAL) <= set(models)
+    assert len(models) == 55 and set(model_zoo_models.MOE) <= set(models) and set(model_zoo_models.REAL) <= set(models)
     held_out = {"OlmoeForCausalLM", "GptOssForCausalLM", "Llama4ForCausalLM", "Qwen2VLForConditionalGeneration",
                 "eva02_tiny_patch14_224", "regnety_002", "ModernBertModel", "Gemma2ForCausalLM", "WanTransformer3DModel",
                 "JambaForCausalLM"}
