@@ -1,8 +1,9 @@
-"""The model zoo of issue 26 as one table: real models from transformers, diffusers and timm at small sizes
-(configurations only, nothing downloaded), each lowered by ``mhlo-cost lower`` in this process, against torch's
-FlopCounterMode on the same module and inputs.
+"""The model zoo of issues 26 and 42 as one table: real models from transformers, diffusers and timm at small
+sizes (configurations only, nothing downloaded), each lowered by ``mhlo-cost lower`` in this process, against
+torch's FlopCounterMode and MemTracker on the same module and inputs. The models: issue 26's 27
+(:mod:`model_zoo_models`), then issue 42's held-out families and 2024-2026 releases (:mod:`model_zoo_new`).
 
-    python benchmarks/model_zoo.py                 # every model (a few minutes on 2 cores)
+    python benchmarks/model_zoo.py                 # every model (about ten minutes on 2 cores)
     python benchmarks/model_zoo.py --only mixtral  # one (or several: --only llama,bert)
 
 Columns: lowered (y, or n and the one-line reason); ours: GEMM + conv FLOPs of the report's summary
