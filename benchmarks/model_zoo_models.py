@@ -131,7 +131,15 @@ NOTES = {
     "unet2d": "blocks: each down_blocks.i / up_blocks.i is kept whole (its resnets hold 38-60% of its compute, "
               "attentions and samplers the rest; a stage splits only where one family of like blocks holds 80%); "
               "the unindexed mid_block gives its resnets.0, attentions.0, resnets.1",
+    "wav2vec2": "params: masked_spec_embed (hidden_size elements) is used only when training masks time steps; "
+                "the inference forward never reads it, so it is no argument of the lowered function",
     "autoencoderkl": "blocks: each encoder down / decoder up block is kept whole (one resnet per down block: no "
                      "repetition; in up_blocks.0 the upsampler holds 49%); each mid_block gives its 2 resnets and "
                      "its attention",
 }
+
+from model_zoo_new import NEW, NEW_MOE, NEW_NOTES, REAL  # noqa: E402, F401 - the held-out and 2025-2026 families
+
+MODELS.update(NEW)
+MOE += NEW_MOE
+NOTES.update(NEW_NOTES)

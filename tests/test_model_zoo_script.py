@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import sys
 
 import pytest
@@ -25,7 +26,8 @@ def test_failing_model_is_a_row(tmp_path, monkeypatch):
     assert row["lowered"] == "n" and "no class 'NoSuchModelForCausalLM'" in row["note"]
     assert "\n" not in row["note"]
     text = model_zoo.table([row])
-    assert text.splitlines()[-1] == "0 of 1 lowered, 0 with difference 0, blocks found = expected for 0"
+    assert text.splitlines()[-1] == ("0 of 1 lowered, 0 with difference 0, blocks found = expected for 0, "
+                                     "params = numel for 0, eager peak within 10% of MemTracker for 0")
 
 
 def test_one_model_row_and_last_line(capsys):
@@ -37,8 +39,14 @@ def test_one_model_row_and_last_line(capsys):
     n, d = 2 * 16, 64
     per_layer = 2 * n * d * d * 4 + 2 * 2 * n * d * 128 + 2 * 2 * 2 * 16 * 16 * d
     total = 2 * per_layer + 2 * 2 * d * d
-    assert f"| {total:,} | {total:,} | +0 | 2/2 | 2/2 |" in row
-    assert out[-1] == "1 of 1 lowered, 1 with difference 0, blocks found = expected for 1"
+    # parameters (closed form): word (256), position (512) and token-type (2) embeddings and their norm; per
+    # layer q, k, v, o, the MLP's two and two norms; the pooler
+    params = (256 + 512 + 2) * d + 2 * d + 2 * (4 * (d * d + d) + 2 * d * 128 + 128 + d + 4 * d) + d * d + d
+    assert f"| {total:,} | {total:,} | +0 | 2/2 | 2/2 | {params:,} / {params:,} | " in row
+    ours, ref, ratio = re.search(r"\| ([\d,]+) / ([\d,]+) \(([\d.]+)\) \|", row).groups()
+    assert abs(int(ours.replace(",", "")) / int(ref.replace(",", "")) - 1) <= 0.10 and float(ratio) > 0
+    assert out[-1] == ("1 of 1 lowered, 1 with difference 0, blocks found = expected for 1, params = numel for 1, "
+                       "eager peak within 10% of MemTracker for 1")
 
 
 def test_unknown_name_is_refused(capsys):
@@ -47,4 +55,9 @@ def test_unknown_name_is_refused(capsys):
 
 
 def test_models_cover_the_issue():
-    assert len(model_zoo_models.MODELS) == 27 and set(model_zoo_models.MOE) <= set(model_zoo_models.MODELS)
+    models = model_zoo_models.MODELS
+    assert len(models) == 55 and set(model_zoo_models.MOE) <= set(models) and set(model_zoo_models.REAL) <= set(models)
+    held_out = {"OlmoeForCausalLM", "GptOssForCausalLM", "Llama4ForCausalLM", "Qwen2VLForConditionalGeneration",
+                "eva02_tiny_patch14_224", "regnety_002", "ModernBertModel", "Gemma2ForCausalLM", "WanTransformer3DModel",
+                "JambaForCausalLM"}
+    assert held_out <= {m[1] for m in models.values()}
