@@ -274,6 +274,8 @@ def _lower_object(req: LowerRequest, stage: Callable[[str], None]) -> Lowered:
 
 def failure_message(req: LowerRequest, e: Exception) -> str:
     """One line: what failed, the exception's first line, and what to do where that is known."""
+    from .attributes import meta_hint
+
     first = (str(e).strip().splitlines() or [""])[0]
     if len(first) > 300:
         first = first[:300] + "..."
@@ -282,8 +284,8 @@ def failure_message(req: LowerRequest, e: Exception) -> str:
         msg += " (no input was given: --input SHAPE:DTYPE, by keyword --input NAME=SHAPE:DTYPE)"
     elif isinstance(e, TypeError) and ("required positional argument" in first or "missing" in first):
         msg += " (give the model's inputs with --input SHAPE:DTYPE, by keyword with --input NAME=SHAPE:DTYPE)"
-    elif "meta" in first.lower() and "tensor" in first.lower():
-        msg += " (the model is built on the meta device: it must not read parameter values while it is built)"
+    elif meta_hint(first):
+        msg += f" ({meta_hint(first)})"
     return msg + " (MHLO_COST_DEBUG=1 shows the traceback)"
 
 

@@ -24,6 +24,7 @@ import numpy as np
 
 from . import FrontendError, Lowered
 from ._torch_shim import import_torchax
+from .attributes import attribute_specs, bound, split
 
 MODELS = ("stdit3",)
 
@@ -257,6 +258,7 @@ def traceable(module, input_specs: Sequence, *, input_kwargs: dict | None = None
     buffer_names = {n for n, _ in module.named_buffers()}
     state = {k: v for k, v in specs.items() if k not in buffer_names}
     buffers = {k: v for k, v in specs.items() if k in buffer_names}
+    buffers.update(attribute_specs(module))  # plain tensor attributes on meta, as buffers
     args = tuple(as_spec(s, default) for s in input_specs)
     kw_specs = {k: as_spec(v, default) for k, v in (input_kwargs or {}).items()}
     static_kwargs = dict(kwargs or {})
@@ -266,11 +268,12 @@ def traceable(module, input_specs: Sequence, *, input_kwargs: dict | None = None
 
     def forward(state, buffers, inputs, kw_inputs):
         state_t, inputs_t, kw_t = env.j2t_iso(({**state, **buffers}, inputs, kw_inputs))
+        state_t, attrs = split(state_t, module)
         scopes = module_scopes(module) if locations else contextlib.nullcontext()
         # Default device "jax": tensors the forward creates without a device (torch.arange(n)) become JAX
         # values too, instead of CPU tensors that torchax refuses to mix with its own.
         with env, torch.device("jax"), scopes, mute_aten_scopes(not aten_scopes), \
-                fold_unit_alpha(env, fold_alpha), torch.no_grad():
+                fold_unit_alpha(env, fold_alpha), torch.no_grad(), bound(module, attrs):
             out = torch.func.functional_call(module, state_t, tuple(inputs_t), {**static_kwargs, **kw_t},
                                              strict=False)
         return env.t2j_iso(tensor_leaves(out))

@@ -26,6 +26,7 @@ def module_forward(module, *, kwargs: dict | None = None, pick=None):
     import torch
 
     from ..frontends._torch_shim import import_torchax
+    from ..frontends.attributes import attribute_specs, bound, split
     from ..frontends.torchax_frontend import (exclude_from_source_locations, fold_unit_alpha, mute_aten_scopes,
                                               state_specs, module_scopes)
 
@@ -36,12 +37,14 @@ def module_forward(module, *, kwargs: dict | None = None, pick=None):
     trainable = {n for n, p in module.named_parameters(remove_duplicate=False) if p.requires_grad}
     params = {k: v for k, v in state.items() if k in trainable}
     buffers = {k: v for k, v in state.items() if k not in trainable}
+    buffers.update(attribute_specs(module))  # plain tensor attributes on meta, as buffers
     static = dict(kwargs or {})
 
     def forward(params, buffers, inputs, kw_inputs):
         state_t, inputs_t, kw_t = env.j2t_iso(({**params, **buffers}, inputs, kw_inputs))
+        state_t, attrs = split(state_t, module)
         with env, torch.device("jax"), module_scopes(module), mute_aten_scopes(True), \
-                fold_unit_alpha(env, True), torch.no_grad():
+                fold_unit_alpha(env, True), torch.no_grad(), bound(module, attrs):
             out = torch.func.functional_call(module, state_t, tuple(inputs_t), {**static, **kw_t}, strict=False)
             if pick is not None:
                 out = pick(out)
