@@ -49,6 +49,11 @@ def _attributes(module) -> list:
     return list(found.values())
 
 
+def tensor_attributes(module) -> dict[str, list[str]]:
+    """First dotted name -> every dotted name of each plain meta tensor attribute (see the module)."""
+    return {holders[0][0]: [h[0] for h in holders] for holders, _ in _attributes(module)}
+
+
 def attribute_specs(module) -> dict:
     """First name -> ``jax.ShapeDtypeStruct`` of each plain meta tensor attribute (see the module)."""
     import jax
@@ -61,7 +66,7 @@ def attribute_specs(module) -> dict:
 
 def split(state: dict, module) -> tuple[dict, dict]:
     """``state`` (name -> tensor) as (what ``functional_call`` takes, the plain attributes' tensors)."""
-    names = {holders[0][0] for holders, _ in _attributes(module)}
+    names = set(tensor_attributes(module))
     return ({k: v for k, v in state.items() if k not in names}, {k: v for k, v in state.items() if k in names})
 
 
