@@ -38,6 +38,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from model_zoo_models import MODELS, MOE, NOTES, REAL, TRAIN  # noqa: E402
 
+#: an input given by its value (``lower --input-value``): ``value:NAME=JSON:DTYPE``
+VALUE = "value:"
+
 
 def _argv(key: str, out: str, train: bool = False) -> list[str]:
     lib, name, config, sets, inputs, kwargs, _ = MODELS[key]
@@ -45,7 +48,8 @@ def _argv(key: str, out: str, train: bool = False) -> list[str]:
     argv += ["--train"] if train else []
     for k, v in sets.items():
         argv += ["--set", f"{k}={v if isinstance(v, str) else json.dumps(v, separators=(',', ':'))}"]
-    argv += [a for i in inputs for a in ("--input", i)]
+    argv += [a for i in inputs for a in (("--input-value", i.removeprefix(VALUE)) if i.startswith(VALUE)
+                                          else ("--input", i))]
     return argv + [a for k, v in kwargs.items() for a in ("--kwarg", f"{k}={json.dumps(v)}")]
 
 
@@ -70,6 +74,9 @@ def _tensors(key: str, model, device: str | None = None):
     from mhlo_cost.lower.frontends.inputs import parse_input
 
     def make(spec):
+        if spec.startswith(VALUE):  # NAME=JSON:DTYPE, given by value
+            value, _, dtype = spec.partition("=")[2].rpartition(":")
+            return torch.tensor(json.loads(value), dtype=getattr(torch, dtype), device=device or "cpu")
         s = parse_input(spec)
         dtype = getattr(torch, s.dtype or "float32")
         if key in MOE:
@@ -78,7 +85,8 @@ def _tensors(key: str, model, device: str | None = None):
 
     inputs = MODELS[key][4]
     pos = [make(i) for i in inputs if "=" not in i]
-    kw = {k: make(v) for k, v in (i.split("=", 1) for i in inputs if "=" in i)}
+    kw = {k.removeprefix(VALUE): make(i) if i.startswith(VALUE) else make(v)
+          for i in inputs if "=" in i for k, v in [i.split("=", 1)]}
     return pos, {**kw, **MODELS[key][5]}
 
 

@@ -116,7 +116,8 @@ NEW = {
     "qwenimage": ("diffusers", "QwenImageTransformer2DModel", None, QWENIMAGE, ["1x16x16",
                   "encoder_hidden_states=1x6x24", "timestep=1"], {"img_shapes": [[[1, 4, 4]]]}, num_layers),
     "lumina2": ("diffusers", "Lumina2Transformer2DModel", None, LUMINA2, ["1x4x8x8", "timestep=1",
-                "encoder_hidden_states=1x6x24", "encoder_attention_mask=1x6:bool"], {}, lumina2_blocks),
+                "encoder_hidden_states=1x6x24", "value:encoder_attention_mask=[[true,true,true,true,true,true]]:bool"], {},
+                lumina2_blocks),
     "cogview4": ("diffusers", "CogView4Transformer2DModel", None, COGVIEW4, ["1x4x8x8", "encoder_hidden_states=1x6x24",
                  "timestep=1:int64", "original_size=1x2", "target_size=1x2", "crop_coords=1x2"], {}, num_layers),
     "csatv2": ("timm", "csatv2", None, {}, ["1x3x64x64"], {}, csat_blocks),
@@ -125,8 +126,9 @@ NEW = {
 }
 #: counted with eager experts on real tensors
 NEW_MOE = ("olmoe", "gpt_oss", "llama4_text", "jamba", "qwen3_next", "glm4_moe")
-#: counted on real tensors (the forward reads a value: Falcon-H1's and LFM2's ``.item()``; meta tensors hold none)
-REAL = ("falcon_h1", "lfm2")
+#: counted on real tensors (the forward reads a value: Falcon-H1's and LFM2's ``.item()``, Lumina2's
+#: ``encoder_attention_mask.sum(dim=1).tolist()``; meta tensors hold none)
+REAL = ("falcon_h1", "lfm2", "lumina2")
 #: why a column differs (measured with this configuration)
 NEW_NOTES = {
     "qwen2_vl_text": "text only (no pixel_values): the vision tower's parameters are no argument of the lowered "
@@ -136,9 +138,16 @@ NEW_NOTES = {
     "qwen3_next": "difference: the gated delta rule's last recurrent-state update (key^T @ v_new, 262,144) feeds "
                   "only the cache (use_cache=False): the lowered program drops it, eager runs it",
     "fastvit_mci0": "blocks: besides the stages' 20 blocks the collector takes the stem's 3 MobileOne blocks, each "
-                    "downsample's proj.0 / proj.1 and final_conv's conv_kxk.0 as units (indexed siblings)",
-    "csatv2": "blocks: each stage is a Sequential of Blocks, then a norm (and attention in the later stages): the "
-              "collector keeps each stage whole",
-    "regnety": "blocks: timm's RegNet names its blocks s1..s4 / b1..bn (no numeric index); the collector does "
-               "not take them as units and groups repetitions instead",
+                    "downsample's proj.0 / proj.1 and final_conv's conv_kxk.0 as units: indexed siblings with "
+                    "deeper scopes, which the collector's rule makes blocks",
+    "csatv2": "blocks: each stage is kept whole: its children are not alike (stage 0: Block, Block, LayerNorm2d; "
+              "later ones open with a Conv2d downsample, stages 2-3 end with TransformerBlocks whose matrix "
+              "products differ from the conv Blocks'), and the collector splits a stage only into identical units "
+              "or units alike in their matrix products",
+    "qwenimage": "difference: the last block's text stream after attention (attn.to_add_out and txt_mlp on "
+                 "encoder_hidden_states, 12,288 + 98,304) feeds an output the model drops; the lowered program has "
+                 "no dead code, eager runs it; params: their weights (9,408) are no argument of the lowered function",
+    "lumina2": "the mask is given by value (lower --input-value): the forward reads its sequence lengths "
+               "(encoder_attention_mask.sum(dim=1).tolist()); eager peak: MemTracker runs on fake tensors, which "
+               "hold no such values",
 }

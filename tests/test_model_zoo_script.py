@@ -61,3 +61,18 @@ def test_models_cover_the_issue():
                 "eva02_tiny_patch14_224", "regnety_002", "ModernBertModel", "Gemma2ForCausalLM", "WanTransformer3DModel",
                 "JambaForCausalLM"}
     assert held_out <= {m[1] for m in models.values()}
+
+
+def test_an_input_by_value_is_passed_by_value_and_counted_with_its_values():
+    """Lumina2's mask is given by value (its forward reads the sequence lengths): ``lower --input-value`` and, for
+    the counter, a tensor holding those values."""
+    import torch
+
+    argv = model_zoo._argv("lumina2", "out.mlir")
+    i = argv.index("--input-value")
+    assert argv[i + 1] == "encoder_attention_mask=[[true,true,true,true,true,true]]:bool"
+    assert "encoder_attention_mask=1x6:bool" not in argv and "lumina2" in model_zoo_models.REAL
+    pos, kw = model_zoo._tensors("lumina2", None)
+    assert [tuple(t.shape) for t in pos] == [(1, 4, 8, 8)] and set(kw) >= {"timestep", "encoder_attention_mask"}
+    mask = kw["encoder_attention_mask"]
+    assert mask.dtype == torch.bool and mask.device.type == "cpu" and mask.tolist() == [[True] * 6]
