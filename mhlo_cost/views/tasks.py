@@ -118,7 +118,8 @@ def overlap_view(fig, req, keep, part):
         b = p.binding[first] if first is not None else None
         rows.append({"block": name, "tasks": len(ids), "serial_s": sum(g.tasks[i].time_s for i in ids),
                      "critical_s": sum(g.tasks[i].time_s for i in crit), "slack_min_s": min(slack[i] for i in ids),
-                     f"start_{STREAMS}s_s": min(s.start[i] for i in ids), f"end_{STREAMS}s_s": max(s.end[i] for i in ids),
+                     f"start_{STREAMS}s_s": min(s.start[i] for i in ids),
+                     f"end_{STREAMS}s_s": max(s.end[i] for i in ids),
                      "set_by": "" if b is None else (g.tasks[b].block or "(top)")})
     table = Table(None, pd.DataFrame(rows), notes=bound_notes(t))
     table.exports = _exports(t)
