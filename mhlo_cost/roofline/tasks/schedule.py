@@ -90,6 +90,7 @@ def list_schedule(g: TaskGraph, k: int) -> Schedule:
     level, succs = bottom_levels(g), g.succs
     need = [len(p) for p in g.preds]
     uses = [t.use() for t in g.tasks]
+    dur = [t.time_s for t in g.tasks]
     link = [t.compute_s == 0 and t.memory_s == 0 and t.comm_s > 0 for t in g.tasks]
     start, end, stream = [0.0] * n, [0.0] * n, [-1] * n
     ready: list = []  # (-level, node): the nodes that wait for a stream
@@ -99,7 +100,7 @@ def list_schedule(g: TaskGraph, k: int) -> Schedule:
 
     def release(i: int) -> None:
         if link[i]:  # a collective starts at once, on the link
-            start[i], left[i] = now, g.tasks[i].time_s
+            start[i], left[i] = now, dur[i]
         else:
             heapq.heappush(ready, (-level[i], i))
 
@@ -110,7 +111,7 @@ def list_schedule(g: TaskGraph, k: int) -> Schedule:
         while ready and free:
             _, i = heapq.heappop(ready)
             stream[i] = free.pop(0)
-            start[i], left[i] = now, g.tasks[i].time_s
+            start[i], left[i] = now, dur[i]
         now = _advance(left, uses, now, end)
         for i in sorted(i for i in list(left) if left[i] <= 0.0):
             del left[i]
@@ -127,12 +128,12 @@ def list_schedule(g: TaskGraph, k: int) -> Schedule:
 def _advance(left: dict, uses: list, now: float, end: list) -> float:
     """Run the nodes in ``left`` to the next end of one (or several): the time then; ends written."""
     load = [math.fsum(uses[i][r] for i in left) for r in range(3)]
-    rate = {i: 1.0 / max([1.0] + [load[r] for r in range(3) if uses[i][r] > 0]) for i in left}
-    step = min(left[i] / rate[i] for i in left)
+    slow = {i: max([1.0] + [load[r] for r in range(3) if uses[i][r] > 0]) for i in left}
+    step = min(left[i] * slow[i] for i in left)
     for i in list(left):
-        if left[i] / rate[i] <= step * (1 + 1e-12):
+        if left[i] * slow[i] <= step * (1 + 1e-12):
             left[i] = 0.0
             end[i] = now + step
         else:
-            left[i] -= step * rate[i]
+            left[i] -= step / slow[i]
     return now + step
