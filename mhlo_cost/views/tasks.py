@@ -48,7 +48,7 @@ class Tasks:
         g = self.graph
         if not any(t.phase == "optimizer" for t in g.tasks):
             return []
-        return scenarios(g, STREAMS, token_wise(self.fig.analysis), chunks=2)
+        return scenarios(g, STREAMS, token_wise(self.fig.analysis), chunks=2, own=self.schedule.makespan_s)
 
 
 def tasks_of(fig) -> Tasks:

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 RESOURCES = ("compute", "memory", "link")
 
 
-@dataclass
+@dataclass(slots=True)
 class Task:
     """One node: a kernel (or a collective) with its time when it runs alone (seconds, totals over its
     multiplicity) split into the work each resource does: ``compute_s`` at the units' peak, ``memory_s`` at
@@ -52,6 +52,12 @@ class Task:
         if self.comm_s > 0 and self.comm_s >= max(self.compute_s, self.memory_s):
             return "link"
         return "compute" if self.compute_s >= self.memory_s and self.compute_s > 0 else "memory"
+
+    def copy(self, id: int, part: int = 1) -> "Task":
+        """The same task as node ``id``; ``part`` > 1: one of that many equal chunks of its work (each paying
+        the whole overhead)."""
+        return Task(id, self.name, self.rows, self.compute_s / part, self.memory_s / part, self.overhead_s,
+                    self.comm_s / part, self.block, self.phase, self.multiplicity, self.floor_s / part)
 
     def use(self) -> tuple[float, float, float]:
         """The fraction of the chip's compute, bandwidth and link it takes while it runs alone."""

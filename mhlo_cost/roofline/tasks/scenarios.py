@@ -28,18 +28,19 @@ class Scenario:
     note: str
 
 
-def scenarios(g: TaskGraph, k: int = 2, chunkable=None, chunks: int = 2) -> list[Scenario]:
+def scenarios(g: TaskGraph, k: int = 2, chunkable=None, chunks: int = 2, own: float | None = None) -> list[Scenario]:
     """The scenarios of the training step ``g`` on ``k`` streams (none where ``g`` has no optimizer phase);
-    ``chunkable(task)``: whether a node treats each token alone (None: no chunk scenario)."""
+    ``chunkable(task)``: whether a node treats each token alone (None: no chunk scenario); ``own``: ``g``'s
+    own schedule's time on ``k`` streams, where it is known."""
     phases = {t.phase for t in g.tasks}
     if "optimizer" not in phases:
         return []
-    own = list_schedule(g, k).makespan_s
+    own = list_schedule(g, k).makespan_s if own is None else own
     out = [Scenario("optimizer after backward", list_schedule(barrier(g, "optimizer"), k).makespan_s,
                     "every update waits for the whole backward (the fork-join loop)"),
            Scenario("per-layer updates", own, "a layer's update waits only for its own gradient")]
     zeros = [t.id for t in g.tasks if not g.preds[t.id] and _fills(t)]
-    out.append(Scenario("fills folded", list_schedule(free(g, zeros), k).makespan_s,
+    out.append(Scenario("fills folded", list_schedule(free(g, zeros), k).makespan_s if zeros else own,
                         f"{len(zeros)} kernel(s) that only fill a buffer from a constant (zero-grad) folded into "
                         "their readers" if zeros else "no kernel only fills a buffer (a functional step makes "
                         "its gradients, it does not zero and accumulate them)"))
@@ -85,7 +86,7 @@ def barrier(g: TaskGraph, phase: str) -> TaskGraph:
             tasks.append(Task(i, "barrier"))
             preds.append(list(range(len(before))))
             continue
-        tasks.append(replace(g.tasks[old], id=i))
+        tasks.append(g.tasks[old].copy(i))
         ps = [new[p] for p in g.preds[old]]
         if g.tasks[old].phase == phase:
             ps.append(len(before))
@@ -98,7 +99,7 @@ def barrier(g: TaskGraph, phase: str) -> TaskGraph:
 def twice(g: TaskGraph) -> TaskGraph:
     """Two steps of ``g``: the second's readers of a donated argument after the first's update of it."""
     n = len(g.tasks)
-    tasks = list(g.tasks) + [replace(t, id=t.id + n) for t in g.tasks]
+    tasks = list(g.tasks) + [t.copy(t.id + n) for t in g.tasks]
     preds = [list(p) for p in g.preds] + [[q + n for q in p] for p in g.preds]
     for key, update in g.updates.items():
         for r in g.readers.get(key, []):
@@ -113,8 +114,7 @@ def chunked(g: TaskGraph, k: int, chunkable) -> TaskGraph:
         cut = k if chunkable(t) else 1
         ids[t.id] = list(range(len(tasks), len(tasks) + cut))
         for j in range(cut):
-            c = replace(t, id=len(tasks), compute_s=t.compute_s / cut, memory_s=t.memory_s / cut,
-                        comm_s=t.comm_s / cut, floor_s=t.floor_s / cut)
+            c = t.copy(len(tasks), cut)
             ps = set()
             for p in g.preds[t.id]:
                 src = ids[p]

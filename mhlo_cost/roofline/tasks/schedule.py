@@ -60,11 +60,12 @@ def critical_path(g: TaskGraph) -> Path:
     return Path(length, start, latest, binding, chain[::-1])
 
 
-def bottom_levels(g: TaskGraph) -> list[float]:
-    """Each node's longest path to the end, itself included."""
-    succs, out = g.succs, [0.0] * len(g.tasks)
+def bottom_levels(g: TaskGraph, succs: list | None = None) -> list[float]:
+    """Each node's longest path to the end, itself included (``succs``: ``g.succs``, where made already)."""
+    succs, out = succs or g.succs, [t.time_s for t in g.tasks]
     for i in range(len(g.tasks) - 1, -1, -1):
-        out[i] = g.tasks[i].time_s + max((out[j] for j in succs[i]), default=0.0)
+        if succs[i]:
+            out[i] += max([out[j] for j in succs[i]])
     return out
 
 
@@ -87,7 +88,8 @@ def list_schedule(g: TaskGraph, k: int) -> Schedule:
     if k < 1:
         raise ValueError(f"streams must be at least 1, got {k}")
     n = len(g.tasks)
-    level, succs = bottom_levels(g), g.succs
+    succs = g.succs
+    level = bottom_levels(g, succs)
     need = [len(p) for p in g.preds]
     uses = [t.use() for t in g.tasks]
     dur = [t.time_s for t in g.tasks]
@@ -127,9 +129,17 @@ def list_schedule(g: TaskGraph, k: int) -> Schedule:
 
 def _advance(left: dict, uses: list, now: float, end: list) -> float:
     """Run the nodes in ``left`` to the next end of one (or several): the time then; ends written."""
-    load = [math.fsum(uses[i][r] for i in left) for r in range(3)]
-    slow = {i: max([1.0] + [load[r] for r in range(3) if uses[i][r] > 0]) for i in left}
-    step = min(left[i] * slow[i] for i in left)
+    lc = lm = ll = 0.0
+    for i in left:
+        c, m, k = uses[i]
+        lc, lm, ll = lc + c, lm + m, ll + k
+    slow, step = {}, math.inf
+    for i, rest in left.items():
+        c, m, k = uses[i]
+        s = max(1.0, lc if c > 0 else 0.0, lm if m > 0 else 0.0, ll if k > 0 else 0.0)
+        slow[i] = s
+        if rest * s < step:
+            step = rest * s
     for i in list(left):
         if left[i] * slow[i] <= step * (1 + 1e-12):
             left[i] = 0.0
