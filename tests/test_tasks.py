@@ -263,3 +263,41 @@ def _reordered(ops, node_rows) -> list[int]:
     for i in range(len(ops)):  # ops no node reads (dead, or read only by the return)
         place(i)
     return out
+
+
+def test_report_views_and_their_refusals(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))
+    path = tmp_path / "mlp.mlir"
+    path.write_text(mlp_text())
+    code, out, err = run_cli(["report", path, "--hardware", "h100", "--by", "critical-path"], capsys)
+    assert code == 0, err
+    for start in ("serial ", "critical path ", "2-stream ", "scenario optimizer after backward",
+                  "scenario next forward early", "scenario chunks of 2"):
+        assert any(line.startswith(start) for line in out.splitlines()), start
+    code, out, err = run_cli(["report", path, "--hardware", "h100", "--by", "overlap", "--format", "csv"], capsys)
+    assert code == 0 and out.splitlines()[0].startswith("block,tasks,serial_s,critical_s,slack_min_s")
+    for argv, says in ((["--by", "critical-path"], "needs a profile"),
+                       (["--by", "overlap", "--hardware", "h100", "--scope", "x"], "does not go with --block"),
+                       ([path, "--by", "critical-path", "--hardware", "h100"], "takes one file")):
+        code, out, err = run_cli(["report", path, *argv], capsys)
+        assert code == 2 and out == ""
+        assert len(err.splitlines()) == 1 and err.startswith("mhlo-cost: error: ") and says in err
+
+
+def test_dot_export_names_every_node_and_marks_the_critical_path(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))
+    path = tmp_path / "mlp.mlir"
+    path.write_text(mlp_text())
+    for name in ("g.dot", "g.json"):
+        code, _, err = run_cli(["report", path, "--hardware", "h100", "--by", "critical-path", "-o",
+                                tmp_path / name], capsys)
+        assert code == 0, err
+    dot = (tmp_path / "g.dot").read_text()
+    graph = json.loads((tmp_path / "g.json").read_text())
+    assert dot.startswith("digraph tasks {") and dot.rstrip().endswith("}")
+    assert dot.count("[label=") == len(graph["nodes"])
+    assert dot.count(" -> ") == len(graph["edges"])
+    critical = [n["id"] for n in graph["nodes"] if n["critical"]]
+    assert dot.count(", color=red];") == len(critical)  # the nodes
+    assert dot.count("[color=red]") == len(critical) - 1  # the chain's edges
+    assert graph["critical_path_s"] == pytest.approx(sum(graph["nodes"][i]["time_s"] for i in critical))
