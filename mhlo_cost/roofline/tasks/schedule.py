@@ -114,8 +114,8 @@ def list_schedule(g: TaskGraph, k: int) -> Schedule:
             _, i = heapq.heappop(ready)
             stream[i] = free.pop(0)
             start[i], left[i] = now, dur[i]
-        now = _advance(left, uses, now, end)
-        for i in sorted(i for i in list(left) if left[i] <= 0.0):
+        now, done = _advance(left, uses, now, end)
+        for i in done:
             del left[i]
             if stream[i] >= 0:
                 free.append(stream[i])
@@ -127,8 +127,13 @@ def list_schedule(g: TaskGraph, k: int) -> Schedule:
     return Schedule(k, start, end, stream)
 
 
-def _advance(left: dict, uses: list, now: float, end: list) -> float:
-    """Run the nodes in ``left`` to the next end of one (or several): the time then; ends written."""
+def _advance(left: dict, uses: list, now: float, end: list) -> tuple[float, list]:
+    """Run the nodes in ``left`` to the next end of one (or several): the time then and the nodes that ended
+    (in order); their ends written."""
+    if len(left) == 1:  # alone: nothing shared
+        (i, rest), = left.items()
+        end[i] = now + rest
+        return now + rest, [i]
     lc = lm = ll = 0.0
     for i in left:
         c, m, k = uses[i]
@@ -140,10 +145,11 @@ def _advance(left: dict, uses: list, now: float, end: list) -> float:
         slow[i] = s
         if rest * s < step:
             step = rest * s
-    for i in list(left):
+    done = []
+    for i in left:
         if left[i] * slow[i] <= step * (1 + 1e-12):
-            left[i] = 0.0
             end[i] = now + step
+            done.append(i)
         else:
             left[i] -= step / slow[i]
-    return now + step
+    return now + step, sorted(done)
