@@ -301,3 +301,19 @@ def test_dot_export_names_every_node_and_marks_the_critical_path(tmp_path, capsy
     assert dot.count(", color=red];") == len(critical)  # the nodes
     assert dot.count("[color=red]") == len(critical) - 1  # the chain's edges
     assert graph["critical_path_s"] == pytest.approx(sum(graph["nodes"][i]["time_s"] for i in critical))
+
+
+def test_html_page_draws_the_schedule(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))
+    path = tmp_path / "mlp.mlir"
+    path.write_text(mlp_text())
+    code, _, err = run_cli(["report", path, "--hardware", "h100", "--by", "critical-path", "--format", "html",
+                            "-o", tmp_path / "cp.html"], capsys)
+    assert code == 0, err
+    page = (tmp_path / "cp.html").read_text()
+    run_cli(["report", path, "--hardware", "h100", "--by", "critical-path", "-o", tmp_path / "g.json"], capsys)
+    graph = json.loads((tmp_path / "g.json").read_text())
+    timeline = page[page.index('<section id="timeline">'):page.index('<section id="bounds">')]
+    assert timeline.count("<rect") - timeline.count('class="swatch"') == len(graph["nodes"])  # a bar per task
+    critical = sum(n["critical"] for n in graph["nodes"])
+    assert timeline.count('stroke="#000"') == critical

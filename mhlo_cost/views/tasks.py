@@ -95,7 +95,21 @@ def critical_path_view(fig, req, keep, part):
                      "ops": len(task.rows)})
     table = Table(None, pd.DataFrame(rows), notes=bound_notes(t))
     table.exports = _exports(t)
+    table.page = lambda unit: _page(t, table, unit)
     return table
+
+
+def _page(t: Tasks, table, unit: str | None) -> str:
+    """The HTML page: the chain's table, the k-stream schedule's timeline and the bounds."""
+    from .html import table_page
+    from .html.fmt import esc
+    from .html.timeline import timeline_svg
+
+    notes = "".join(f"<p>{esc(line)}</p>" for line in table.notes)
+    facts = [(k, str(v)) for k, v in table.meta.items() if k in ("source", "entry")]
+    return table_page(table.frame, table.title or "mhlo-cost", facts=facts, unit=unit, sections=[
+        ("timeline", f"The {STREAMS}-stream schedule", timeline_svg(t.graph, t.schedule, t.path.chain)),
+        ("bounds", "Bounds and scenarios", notes)])
 
 
 def overlap_view(fig, req, keep, part):
