@@ -317,3 +317,26 @@ def test_html_page_draws_the_schedule(tmp_path, capsys, monkeypatch):
     assert timeline.count("<rect") - timeline.count('class="swatch"') == len(graph["nodes"])  # a bar per task
     critical = sum(n["critical"] for n in graph["nodes"])
     assert timeline.count('stroke="#000"') == critical
+
+
+def loop_program(x, w):
+    import jax
+    import jax.numpy as jnp
+
+    y = jnp.sin(x)
+    z = jax.lax.fori_loop(0, 3, lambda i, c: jnp.tanh(c @ w), x)
+    return z + y
+
+
+def test_a_value_the_walk_cannot_follow_waits_for_everything_before_it():
+    # the loop's carried value has no producer the walk can name: its readers (the loop's ops, and the sum
+    # after it) wait for every task before them, so no order but the program's is left
+    from mhlo_cost import Study
+    from mhlo_cost.roofline.tasks import build
+
+    s = Study(lowered(loop_program, ((8, 8), np.float32), ((8, 8), np.float32)), hardware="h100", isolate=False)
+    g = build(s.roofline)
+    assert g.barriers >= 2
+    n = len(g.tasks)
+    assert g.topological(latest_first=True) == list(range(n))
+    assert critical_path(g).length_s == approx(g.serial_s)

@@ -73,6 +73,9 @@ def bound_notes(t: Tasks) -> list[str]:
     ]
     if g.barriers:
         lines.append(f"{g.barriers} task(s) wait for every task before them (a source the walk could not follow)")
+    if g.unversioned:
+        lines.append(f"{g.unversioned} reader(s) of a weight's old version come after its update: not ordered "
+                     "before it")
     for s in t.scenarios:
         lines.append(f"scenario {s.name}: {s.step_s:.6g} s on {STREAMS} streams ({s.note})")
     return lines

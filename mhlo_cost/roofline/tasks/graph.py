@@ -77,6 +77,7 @@ class TaskGraph:
     updates: dict = field(default_factory=dict)  # donated argument key -> nodes that make its new version
     readers: dict = field(default_factory=dict)  # argument key -> nodes that read it
     barriers: int = 0  # nodes made to wait for everything before them (an operand the walk could not follow)
+    unversioned: int = 0  # readers of a donated argument's old version that come after its update
 
     @classmethod
     def of(cls, tasks: list[Task], edges) -> "TaskGraph":

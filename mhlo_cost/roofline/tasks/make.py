@@ -25,8 +25,10 @@ def build(rf, labels: list | None = None) -> TaskGraph:
         preds.append(nodes | ({UNKNOWN} if barrier else set()))
         reads.append(args)
     tasks, preds, reads = _merge_cycles(tasks, preds, reads)
+    barriers = sum(UNKNOWN in p for p in preds)
     order = _order(tasks, preds)
     graph = _renumbered(tasks, preds, reads, order, rf.execution)
+    graph.barriers = barriers
     phases = analysis.phases if getattr(analysis.options, "phases", False) else None
     if phases is not None and phases.training:
         _version(graph, {a.key for a in analysis.arguments or () if a.donated})
@@ -233,7 +235,6 @@ def _renumbered(tasks, preds, reads, order, execution) -> TaskGraph:
         t.id = new[old]
         out.append(t)
     graph = TaskGraph(out, [sorted(new[p] for p in preds[old]) for old in order], execution=execution)
-    graph.barriers = 0
     for old in order:
         for a in reads[old]:
             graph.readers.setdefault(a, []).append(new[old])
@@ -258,5 +259,9 @@ def _version(graph: TaskGraph, donated: set) -> None:
         graph.updates[key] = sorted(update)
         last = max(update)
         for r in readers:
-            if r not in update and r < last and r not in graph.preds[last]:
+            if r in update or r in graph.preds[last]:
+                continue
+            if r < last:
                 graph.preds[last] = sorted(set(graph.preds[last]) | {r})
+            else:  # a reader of the old version after its update in every order: said, not ordered
+                graph.unversioned += 1
