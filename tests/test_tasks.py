@@ -340,3 +340,15 @@ def test_a_value_the_walk_cannot_follow_waits_for_everything_before_it():
     n = len(g.tasks)
     assert g.topological(latest_first=True) == list(range(n))
     assert critical_path(g).length_s == approx(g.serial_s)
+
+
+def test_a_barrier_that_cannot_be_drawn_is_said_not_guessed():
+    from mhlo_cost.roofline.tasks.scenarios import scenarios
+
+    # an update the backward reads: no barrier can put every update after the whole backward
+    g = TaskGraph.of([T(0, c=1, phase="backward"), T(1, m=1, phase="optimizer"), T(2, c=1, phase="backward")],
+                     [(0, 1), (1, 2)])
+    with pytest.raises(ValueError):
+        barrier(g, "optimizer")
+    first = scenarios(g, 2)[0]
+    assert first.step_s is None and first.note.startswith("not computed")

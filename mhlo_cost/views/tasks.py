@@ -77,7 +77,8 @@ def bound_notes(t: Tasks) -> list[str]:
         lines.append(f"{g.unversioned} reader(s) of a weight's old version come after its update: not ordered "
                      "before it")
     for s in t.scenarios:
-        lines.append(f"scenario {s.name}: {s.step_s:.6g} s on {STREAMS} streams ({s.note})")
+        figure = "-" if s.step_s is None else f"{s.step_s:.6g} s on {STREAMS} streams"
+        lines.append(f"scenario {s.name}: {figure} ({s.note})")
     return lines
 
 

@@ -73,7 +73,7 @@ def _nodes(rf, labels) -> tuple[list[Task], list]:
 def _copied(rf) -> set:
     """Rows a fusing execution recomputes in each consumer (a broadcast, an iota, a slice, a widening convert):
     a kernel reading one waits for what it reads, not for the kernel it was placed in."""
-    if rf.fusion is None:
+    if rf.execution != "compiled":  # (eager: a broadcast is a kernel of its own)
         return set()
     from ..fusion import DUPLICATED
 
