@@ -34,7 +34,7 @@ def _parse_by(value: str) -> tuple[str, int | None]:
 
 #: The task graph's views: with ``-o NAME.dot`` / ``-o NAME.json`` they write the graph (DOT, node/edge list).
 TASK_VIEWS = ("critical-path", "overlap")
-GRAPH_FORMATS = {".dot": "dot", ".json": "graph"}
+GRAPH_FORMATS = ((".dot", "dot"), (".json", "graph"))  # (a tuple: the command line keeps no state)
 
 
 def _graph_format(args, hw, by: str, filtered) -> str:
@@ -51,7 +51,7 @@ def _graph_format(args, hw, by: str, filtered) -> str:
     import os
 
     suffix = os.path.splitext(args.output or "")[1].lower()
-    return GRAPH_FORMATS.get(suffix, args.format)
+    return dict(GRAPH_FORMATS).get(suffix, args.format)
 
 
 def cmd_report(args, console) -> int:
