@@ -44,6 +44,13 @@ def register(sub) -> None:
                           "timestep=scalar:int64 (dtype default: the model's)")
     inp.add_argument("--input-shape", action="append", default=[], metavar="D0,D1,...",
                      help="a positional input's shape (the same as --input D0xD1...)")
+    inp.add_argument("--input-value", action="append", default=[], metavar="NAME=VALUE[:DTYPE]",
+                     help="a keyword input the model reads in Python, given by its value (a JSON list; a constant of "
+                          "the lowered program): image_grid_thw=[[1,16,16]]:int64. Qwen2-VL / Qwen2.5-VL with a "
+                          "T x H x W grid of patches take pixel_values=(T*H*W)x(C*tp*p*p) (a 224x224 image, patch p=14, "
+                          "temporal patch tp=2, C=3: grid [[1,16,16]], pixel_values=256x1176), input_ids by value "
+                          "holding T*H*W/4 image tokens (spatial merge 2), and mm_token_type_ids by value "
+                          "(1 on those tokens, else 0)")
     inp.add_argument("--kwarg", action="append", default=[], metavar="KEY=VALUE",
                      help="a plain keyword argument of forward: return_dict=false, use_cache=false")
     _bundled_options(p)
@@ -125,10 +132,18 @@ def _library(args) -> tuple[str, str] | None:
 
 
 def _inputs(args):
-    from ..lower.frontends.inputs import TensorSpec, parse_input, parse_shape, split_inputs
+    from ..lower.frontends import FrontendError
+    from ..lower.frontends.inputs import TensorSpec, parse_input, parse_input_value, parse_shape, split_inputs
 
     specs = [TensorSpec(parse_shape(s)) for s in args.input_shape] + [parse_input(s) for s in args.input]
-    return split_inputs(specs)
+    positional, keyword = split_inputs(specs)
+    values = {}
+    for text in args.input_value:
+        v = parse_input_value(text)
+        if v.name in values or v.name in keyword:
+            raise FrontendError(f"{v.name} is given twice (--input / --input-value)")
+        values[v.name] = v
+    return positional, keyword, values
 
 
 def _request(args):
@@ -160,7 +175,8 @@ def _forward_request(args):
     dtype = weight_dtype(args.dtype) if args.dtype is not None else None  # ('' refused, not the default)
     _bounded(args)
     if args.model:
-        _refuse(args, ("--input", args.input or args.input_shape), ("--kwarg", args.kwarg), ("--set", args.set),
+        _refuse(args, ("--input", args.input or args.input_shape), ("--input-value", args.input_value),
+                ("--kwarg", args.kwarg), ("--set", args.set),
                 ("--config", args.config), ("--routing", args.routing),
                 ("--expert-parallel", args.expert_parallel is not None),
                 why="--model (a bundled model has its own inputs)")
@@ -174,7 +190,7 @@ def _forward_request(args):
                            verbose=args.verbose)
         return req, describe_request(req) + plan
     _refuse_bundled(args, "--module, --hf, --diffusers and --timm")
-    positional, keyword = _inputs(args)
+    positional, keyword, values = _inputs(args)
     lib = _library(args)
     if lib is None:
         _refuse(args, ("--config", args.config), why="--module (configure your factory instead)")
@@ -184,7 +200,8 @@ def _forward_request(args):
         Routing.parse(args.routing)  # a bad one before a minute of imports
     req = LowerRequest(module=args.module, library=lib and lib[0], name=lib and lib[1], config=args.config,
                        overrides=parse_assignments(args.set, "--set"), inputs=tuple(positional),
-                       input_kwargs=keyword, kwargs=parse_assignments(args.kwarg), frontend=args.frontend,
+                       input_kwargs=keyword, input_values=values, kwargs=parse_assignments(args.kwarg),
+                       frontend=args.frontend,
                        dtype=dtype, locations=args.locations, verbose=args.verbose, routing=args.routing)
     return req, describe_request(req)
 
@@ -206,7 +223,8 @@ def _bounded(args, counts=_MODEL_COUNTS) -> None:
 
 #: What an inference step (--decode / --prefill) is not made of: the options of a forward or a training step.
 _NOT_A_STEP = (("--train", "train"), ("--module", "module"), ("--diffusers", "diffusers"), ("--timm", "timm"),
-               ("--input", "input"), ("--input-shape", "input_shape"), ("--kwarg", "kwarg"), ("--routing", "routing"),
+               ("--input", "input"), ("--input-shape", "input_shape"), ("--input-value", "input_value"),
+               ("--kwarg", "kwarg"), ("--routing", "routing"),
                ("--expert-parallel", "expert_parallel"), ("--frontend", "frontend"), ("--shape", "shape"),
                ("--depth", "depth"), ("--hidden", "hidden"), ("--heads", "heads"), ("--layers", "layers"),
                ("--scan", "scan"), ("--small", "small"), ("--devices", "devices"), ("--mesh", "mesh"))
