@@ -1,7 +1,8 @@
-"""Vision-language inputs (issue 42, parts 2 and 5): a model lowered with an image, its vision tower included,
+"""Vision-language inputs (issue 42, parts 2 and 5): a model lowered with images, its vision tower included,
 and ``--set`` keys that a configuration takes through ``**kwargs``.
 
-Qwen2-VL reads ``image_grid_thw`` (and the image tokens of ``input_ids``) in Python while it runs, so those are
+Qwen2-VL (and Qwen2.5-VL, whose vision tower attends within windows laid out from the grid) reads
+``image_grid_thw`` (and the image tokens of ``input_ids``) in Python while it runs, so those are
 given by value (``--input-value``); the patches (``pixel_values``) by shape. The references are not this code:
 the parameter count is ``sum(p.numel())`` of the same built model, the GEMM + conv FLOPs are torch's
 FlopCounterMode on the same model (real small weights, the same values, math attention).
@@ -43,14 +44,23 @@ QWEN2_VL = {
     "text_config.rope_parameters": {"rope_theta": 1e6, "rope_type": "default", "mrope_section": [2, 3, 3]},
 }
 
+QWEN2_5_VL = {**{k: v for k, v in QWEN2_VL.items() if not k.startswith("vision_config.")},
+              "vision_config.depth": 2, "vision_config.hidden_size": 32, "vision_config.intermediate_size": 64,
+              "vision_config.num_heads": 2, "vision_config.out_hidden_size": 32,
+              "vision_config.fullatt_block_indexes": [1]}  # block 0 attends within windows, block 1 globally
+# name: (class, model type, --set)
+VLMS = {"qwen2_vl": ("Qwen2VLForConditionalGeneration", "qwen2_vl", QWEN2_VL),
+        "qwen2_5_vl": ("Qwen2_5_VLForConditionalGeneration", "qwen2_5_vl", QWEN2_5_VL)}
+
 
 def _compact(v) -> str:
     return json.dumps(v, separators=(",", ":"))
 
 
-def _argv(out) -> list[str]:
-    argv = ["lower", "--hf", "Qwen2VLForConditionalGeneration", "--config", "qwen2_vl", "-q", "-o", str(out)]
-    for k, v in QWEN2_VL.items():
+def _argv(out, key="qwen2_vl") -> list[str]:
+    name, model_type, sets = VLMS[key]
+    argv = ["lower", "--hf", name, "--config", model_type, "-q", "-o", str(out)]
+    for k, v in sets.items():
         argv += ["--set", f"{k}={_compact(v)}"]
     return argv + ["--input", f"pixel_values={PATCHES}x{PATCH_WIDTH}",
                    "--input-value", f"image_grid_thw={_compact(GRID)}:int64",
@@ -58,25 +68,27 @@ def _argv(out) -> list[str]:
                    "--kwarg", "use_cache=false"]
 
 
-@pytest.fixture(scope="module")
-def qwen2_vl(tmp_path_factory):
-    """(analysis, blocks) of the small Qwen2-VL with two images, lowered by `mhlo-cost lower`."""
-    path = tmp_path_factory.mktemp("vlm") / "qwen2_vl.mlir"
-    assert main(_argv(path)) == 0
+@pytest.fixture(scope="module", params=list(VLMS))
+def qwen2_vl(request, tmp_path_factory):
+    """(analysis, blocks, key) of a small Qwen2-VL / Qwen2.5-VL with two images, lowered by `mhlo-cost lower`."""
+    path = tmp_path_factory.mktemp("vlm") / f"{request.param}.mlir"
+    assert main(_argv(path, request.param)) == 0
     a = analyze(path, conv_padding="dense")
-    return a, assign_blocks(a)
+    return a, assign_blocks(a), request.param
 
 
-def _real_model():
-    cls = hub.hf_class("Qwen2VLForConditionalGeneration")
-    cfg = hub.hf_config(cls, "qwen2_vl", QWEN2_VL)
+def _real_model(key):
+    name, model_type, sets = VLMS[key]
+    cls = hub.hf_class(name)
+    cfg = hub.hf_config(cls, model_type, sets)
     torch.manual_seed(0)
     return cls(cfg).eval()
 
 
 def test_qwen2_vl_params_include_the_vision_tower(qwen2_vl):
-    a, _ = qwen2_vl
-    model = hub.build("hf", "Qwen2VLForConditionalGeneration", "qwen2_vl", QWEN2_VL)
+    a, _, key = qwen2_vl
+    name, model_type, sets = VLMS[key]
+    model = hub.build("hf", name, model_type, sets)
     vision = sum(p.numel() for p in model.model.visual.parameters())
     assert vision > 0
     assert a.summary["params"] == sum(p.numel() for p in model.parameters())
@@ -86,8 +98,8 @@ def test_qwen2_vl_flops_equal_flop_counter(qwen2_vl):
     from torch.nn.attention import SDPBackend, sdpa_kernel
     from torch.utils.flop_counter import FlopCounterMode
 
-    a, blocks = qwen2_vl
-    model = _real_model()
+    a, blocks, key = qwen2_vl
+    model = _real_model(key)
     inputs = dict(pixel_values=torch.randn(PATCHES, PATCH_WIDTH), image_grid_thw=torch.tensor(GRID),
                   input_ids=torch.tensor(IDS), mm_token_type_ids=torch.tensor(TYPES), use_cache=False)
     with FlopCounterMode(display=False) as fc, sdpa_kernel(SDPBackend.MATH), torch.no_grad():
@@ -101,7 +113,7 @@ def test_qwen2_vl_flops_equal_flop_counter(qwen2_vl):
 
 
 def test_qwen2_vl_vision_tower_is_a_block_kind_of_its_own(qwen2_vl):
-    _, blocks = qwen2_vl
+    _, blocks, _ = qwen2_vl
     assert blocks.kinds() == {"visual/blocks": 2, "layers": 1}
     assert [b.name for b in blocks.blocks if b.kind == "visual/blocks"] == ["model/visual/blocks.0",
                                                                            "model/visual/blocks.1"]

@@ -8,9 +8,11 @@ is active:
 
 - an operation whose tensor operands are all concrete (not JAX tracers: derived from the values alone) is
   computed at trace time (``jax.ensure_compile_time_eval``), so its result stays concrete; so is a tensor
-  built from Python data (``torch.tensor([2])``, ``torch.as_tensor``). Operations that touch a traced tensor
-  (a weight, an input given by shape) are staged as before, and an ``arange`` or ``zeros`` is staged too,
-  so masks built from them stay operations, not constants;
+  built from Python data (``torch.tensor([2])``, ``torch.as_tensor``), and a factory (``arange``, ``zeros``,
+  ``full``...) of at most :data:`SMALL` elements (Qwen2.5-VL selects window indices of ``arange`` by a
+  boolean mask). Operations that touch a traced tensor (a weight, an input given by shape) are staged as
+  before, and so is a result of more than :data:`SMALL` elements (a causal mask stays operations, not a
+  dense constant), unless the operation works in place;
 - ``.tolist()`` of a torchax view of a concrete tensor reads it (torchax refuses ``tolist`` on views);
 - ``aten._is_all_true`` (what ``torch._check_tensor_all`` asks, transformers' shape checks) is ``jnp.all``.
 
@@ -24,7 +26,7 @@ import contextlib
 
 import jax
 
-#: torch factories that make a tensor from Python data (made concrete; arange, zeros... stay staged)
+#: torch factories that make a tensor from Python data (always made concrete)
 _FROM_DATA_NAMES = ("tensor", "as_tensor")
 
 
@@ -74,20 +76,11 @@ def concrete_values(env, enabled: bool = True):
     from torchax.view import View as view
 
     own_dispatch = vars(env).get("dispatch")
-    dispatch = env.dispatch
-    from_data = {getattr(torch, n) for n in _FROM_DATA_NAMES}
-
-    def eager_where_concrete(func, types, args, kwargs=None):
-        if (func in from_data and not _has_tensor(args, kwargs)) or _all_concrete(args, kwargs, tx):
-            with jax.ensure_compile_time_eval():
-                return dispatch(func, types, args, kwargs)
-        return dispatch(func, types, args, kwargs)
-
     had_tolist = "tolist" in vars(view)
     saved_tolist = vars(view).get("tolist")
     is_all_true = torch.ops.aten._is_all_true.default
     saved_op = env._ops.get(is_all_true)
-    env.dispatch = eager_where_concrete
+    env.dispatch = _Eager(env.dispatch, tx)
     view.tolist = _view_tolist
     env._ops[is_all_true] = _all_true_operator(is_all_true)
     try:
@@ -105,6 +98,52 @@ def concrete_values(env, enabled: bool = True):
             env._ops.pop(is_all_true, None)
         else:
             env._ops[is_all_true] = saved_op
+
+
+#: The most elements a result computed at trace time may have: a factory (``arange``...) or an operation on
+#: concrete tensors whose result is larger is staged (a causal mask stays operations, not a dense constant).
+SMALL = 1 << 16
+#: torch factories of values that depend on their arguments alone (no randomness)
+_FACTORY_NAMES = ("arange", "zeros", "ones", "full", "empty", "eye", "linspace", "logspace")
+
+
+class _Eager:
+    """torchax's ``dispatch`` computing at trace time what depends on concrete values alone (see above)."""
+
+    def __init__(self, dispatch, tx):
+        import torch
+
+        self.dispatch, self.tx = dispatch, tx
+        self.from_data = {getattr(torch, n) for n in _FROM_DATA_NAMES}
+        self.factories = {getattr(torch, n) for n in _FACTORY_NAMES}
+
+    def eager(self, func, types, args, kwargs):
+        with jax.ensure_compile_time_eval():
+            return self.dispatch(func, types, args, kwargs)
+
+    def __call__(self, func, types, args, kwargs=None):
+        if not _has_tensor(args, kwargs) and func in self.from_data:
+            return self.eager(func, types, args, kwargs)
+        if not _has_tensor(args, kwargs) and func in self.factories:
+            staged = self.dispatch(func, types, args, kwargs)  # its shape; unused if made again below
+            return self.eager(func, types, args, kwargs) if _numel(staged) <= SMALL else staged
+        if _all_concrete(args, kwargs, self.tx):
+            out = self.eager(func, types, args, kwargs)
+            if _numel(out) <= SMALL or _in_place(func):
+                return out
+        return self.dispatch(func, types, args, kwargs)
+
+
+def _numel(out) -> int:
+    import torch
+
+    return sum(t.numel() for t in torch.utils._pytree.tree_flatten(out)[0] if isinstance(t, torch.Tensor))
+
+
+def _in_place(func) -> bool:
+    """``add_``, ``masked_fill_``, ``__setitem__``: done once, never again staged."""
+    name = str(getattr(func, "__name__", "")).split(".")[0]
+    return name.endswith("_")
 
 
 def _has_tensor(args, kwargs) -> bool:
