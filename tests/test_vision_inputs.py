@@ -125,7 +125,58 @@ def test_without_values_the_grid_is_refused_in_one_line(tmp_path, capsys):
     i = argv.index("--input-value")
     argv[i:i + 2] = ["--input", "image_grid_thw=2x3:int64"]
     line = _refused(capsys, argv)
-    assert "Qwen2VLForConditionalGeneration" in line
+    assert "Qwen2VLForConditionalGeneration" in line and "--input-value" in line
+
+
+# -- other vision-language models: the image tokens of input_ids given by value -------------------------------
+
+SMALL_TOWERS = {"vision_config.image_size": 28, "vision_config.patch_size": 14, "vision_config.hidden_size": 32,
+                "vision_config.intermediate_size": 64, "vision_config.num_hidden_layers": 2,
+                "vision_config.num_attention_heads": 2, "text_config.hidden_size": 32,
+                "text_config.num_hidden_layers": 1, "text_config.num_attention_heads": 2,
+                "text_config.num_key_value_heads": 1, "text_config.intermediate_size": 64,
+                "text_config.vocab_size": 256, "image_token_id": IMAGE}
+# name: (class, model type, --set, vision module path); a 28 x 28 image of 2 x 2 patches is 4 image tokens
+OTHERS = {"llava": ("LlavaForConditionalGeneration", "llava", SMALL_TOWERS, "vision_tower"),
+          "paligemma": ("PaliGemmaForConditionalGeneration", "paligemma",
+                        {**SMALL_TOWERS, "text_config.head_dim": 16, "projection_dim": 32,
+                         "text_config.num_image_tokens": 4}, "vision_tower"),
+          "gemma3": ("Gemma3ForConditionalGeneration", "gemma3",
+                     {**SMALL_TOWERS, "text_config.head_dim": 16, "mm_tokens_per_image": 4}, "vision_tower")}
+OTHER_IDS = [[IMAGE] * 4 + [2, 3, 4, 5]]
+#: built, run by eager PyTorch, unused: LLaVA takes the vision features before CLIP's post_layernorm (only its
+#: pooled output goes through it); Gemma 3 does not use SigLIP's attention-pooling head
+UNUSED = {"llava": ("model.vision_tower.post_layernorm",), "gemma3": ("model.vision_tower.head",)}
+
+
+@pytest.mark.parametrize("key", list(OTHERS))
+def test_other_vlms_with_an_image(tmp_path, key):
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from torch.utils.flop_counter import FlopCounterMode
+
+    name, model_type, sets, vision = OTHERS[key]
+    path = tmp_path / f"{key}.mlir"
+    argv = ["lower", "--hf", name, "--config", model_type, "-q", "-o", str(path), "--input", "pixel_values=1x3x28x28",
+            "--input-value", f"input_ids={_compact(OTHER_IDS)}", "--kwarg", "use_cache=false"]
+    assert main(argv + [a for k, v in sets.items() for a in ("--set", f"{k}={_compact(v)}")]) == 0
+    a = analyze(path, conv_padding="dense")
+    cls = hub.hf_class(name)
+    torch.manual_seed(0)
+    model = cls(hub.hf_config(cls, model_type, sets)).eval()
+    inputs = dict(pixel_values=torch.randn(1, 3, 28, 28), input_ids=torch.tensor(OTHER_IDS), use_cache=False)
+    with FlopCounterMode(display=False) as fc, sdpa_kernel(SDPBackend.MATH), torch.no_grad():
+        model(**inputs)
+    # Modules the model builds and eager PyTorch runs, but whose result nothing uses: the lowered program has
+    # neither their operations nor their parameters (JAX drops unused work and unused arguments)
+    unused = UNUSED.get(key, ())
+    per_module = {k.split(".", 1)[1] if "." in k else "": sum(v.values()) for k, v in fc.get_flop_counts().items()}
+    assert a.summary["gemm_flops"] + a.summary["conv_flops"] == \
+        fc.get_total_flops() - sum(per_module.get(m, 0) for m in unused)
+    dropped = sum(p.numel() for n, p in model.named_parameters() if n.startswith(tuple(m + "." for m in unused)))
+    assert a.summary["params"] == sum(p.numel() for p in model.parameters()) - dropped
+    assert sum(p.numel() for p in getattr(model.model, vision).parameters()) > dropped
+    kinds = assign_blocks(a).kinds()
+    assert any(k.startswith(vision + "/") for k in kinds), kinds
 
 
 # -- --set through **kwargs ----------------------------------------------------------------------------------

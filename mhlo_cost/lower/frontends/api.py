@@ -286,9 +286,17 @@ def failure_message(req: LowerRequest, e: Exception) -> str:
         msg += " (no input was given: --input SHAPE:DTYPE, by keyword --input NAME=SHAPE:DTYPE)"
     elif isinstance(e, TypeError) and ("required positional argument" in first or "missing" in first):
         msg += " (give the model's inputs with --input SHAPE:DTYPE, by keyword with --input NAME=SHAPE:DTYPE)"
+    elif type(e).__name__ in _READS_VALUES or "_is_all_true" in first:
+        msg += " (the model reads an input in Python: give it by value, --input-value NAME=[[...]]:DTYPE; a " \
+               "vision-language model's image grid, the token ids that place an image)"
     elif "meta" in first.lower() and "tensor" in first.lower():
         msg += " (the model is built on the meta device: it must not read parameter values while it is built)"
     return msg + " (MHLO_COST_DEBUG=1 shows the traceback)"
+
+
+#: JAX's errors for a traced value read in Python (a tensor the model's code needs concrete)
+_READS_VALUES = ("ConcretizationTypeError", "NonConcreteBooleanIndexError", "TracerBoolConversionError",
+                 "TracerIntegerConversionError", "TracerArrayConversionError")
 
 
 def describe_request(req: LowerRequest) -> str:
