@@ -64,7 +64,8 @@ def _argv(out, key="qwen2_vl") -> list[str]:
         argv += ["--set", f"{k}={_compact(v)}"]
     return argv + ["--input", f"pixel_values={PATCHES}x{PATCH_WIDTH}",
                    "--input-value", f"image_grid_thw={_compact(GRID)}:int64",
-                   "--input-value", f"input_ids={_compact(IDS)}", "--input-value", f"mm_token_type_ids={_compact(TYPES)}",
+                   "--input-value", f"input_ids={_compact(IDS)}",
+                   "--input-value", f"mm_token_type_ids={_compact(TYPES)}",
                    "--kwarg", "use_cache=false"]
 
 

@@ -32,7 +32,9 @@ def register(sub) -> None:
     cfg.add_argument("--config", metavar="FILE|TYPE",
                      help="a local config.json (or its folder); for --hf also a model type (llama, t5, ...)")
     cfg.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                     help="override one configuration field (repeat): num_hidden_layers=2, depths=[2,2,6,2]")
+                     help="override one configuration field (repeat): num_hidden_layers=2, depths=[2,2,6,2]; for "
+                          "--hf also a keyword the configuration class reads from **kwargs "
+                          "(global_attn_every_n_layers=2); other keys are refused")
     cfg.add_argument("--routing", metavar="dropless|capacity:F",
                      help="mixture of experts: the routing assumed (default dropless: every token to k experts, "
                           "spread evenly; capacity:1.25: ceil(F x tokens x k / E) rows per expert, the rest dropped)")
@@ -45,12 +47,12 @@ def register(sub) -> None:
     inp.add_argument("--input-shape", action="append", default=[], metavar="D0,D1,...",
                      help="a positional input's shape (the same as --input D0xD1...)")
     inp.add_argument("--input-value", action="append", default=[], metavar="NAME=VALUE[:DTYPE]",
-                     help="a keyword input the model reads in Python, given by its value (a JSON list; a constant of "
-                          "the lowered program): image_grid_thw=[[1,16,16]]:int64. Qwen2-VL / Qwen2.5-VL with a "
-                          "T x H x W grid of patches take pixel_values=(T*H*W)x(C*tp*p*p) (a 224x224 image, patch p=14, "
-                          "temporal patch tp=2, C=3: grid [[1,16,16]], pixel_values=256x1176), input_ids by value "
-                          "holding T*H*W/4 image tokens (spatial merge 2), and mm_token_type_ids by value "
-                          "(1 on those tokens, else 0)")
+                     help="a keyword input the model reads in Python, given by its value (a JSON list; a constant "
+                          "of the lowered program): image_grid_thw=[[1,16,16]]:int64. Qwen2-VL / Qwen2.5-VL with a "
+                          "T x H x W grid of patches take pixel_values=(T*H*W)x(C*tp*p*p) (a 224x224 image, patch "
+                          "p=14, temporal patch tp=2, C=3: grid [[1,16,16]], pixel_values=256x1176), input_ids by "
+                          "value holding T*H*W/4 image tokens (spatial merge 2), and mm_token_type_ids by value "
+                          "(1 on those tokens, else 0); LLaVA, PaliGemma, Gemma 3 take input_ids by value")
     inp.add_argument("--kwarg", action="append", default=[], metavar="KEY=VALUE",
                      help="a plain keyword argument of forward: return_dict=false, use_cache=false")
     _bundled_options(p)

@@ -247,7 +247,8 @@ def traceable(module, input_specs: Sequence, *, input_kwargs: dict | None = None
     ``input_specs`` are the positional inputs, ``input_kwargs`` the keyword ones (name -> spec), as
     ShapeDtypeStructs or anything :func:`as_spec` reads; ``kwargs`` are plain (static) keyword values;
     ``values`` keyword inputs given by value (name -> ``inputs.ValueSpec``), concrete tensors while the
-    forward is traced (see :mod:`.values`). The function returns the tensors of the output as a flat list (:func:`tensor_leaves`).
+    forward is traced (see :mod:`.values`). The function returns the tensors of the output as a flat list
+    (:func:`tensor_leaves`).
     """
     import torch
 
