@@ -237,8 +237,12 @@ def test_an_input_given_twice_is_refused(tmp_path, capsys, argv):
                       "-o", str(tmp_path / "x.mlir")])
 
 
-def test_input_value_does_not_apply_to_a_bundled_model(capsys):
-    assert "--input-value" in _refused(capsys, ["lower", "--model", "gpt", "--input-value", "g=[1]"])
+@pytest.mark.parametrize("extra", [["--model", "gpt"], ["--hf", "BertModel", "--train"],
+                                   ["--hf", "BertModel", "--decode"],
+                                   ["--module", "mhlo_cost:nothing", "--frontend", "torch-xla"]])
+def test_input_value_is_refused_where_it_would_be_dropped(tmp_path, capsys, extra):
+    line = _refused(capsys, ["lower", *extra, "--input-value", "g=[1]", "-o", str(tmp_path / "x.mlir")])
+    assert "--input-value" in line or "torch-xla" in line, line
 
 
 def test_values_leave_torchax_as_they_found_it():

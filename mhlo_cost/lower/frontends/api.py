@@ -331,7 +331,7 @@ def _lower_by_frontend(req: LowerRequest) -> Lowered:
 
         cfg = req.config if req.config is not None else default_config(req.model)
         return get_frontend(frontend).lower(req.model, cfg, locations=req.locations)
-    if not isinstance(req.module, str) or req.input_kwargs or req.kwargs:
+    if not isinstance(req.module, str) or req.input_kwargs or req.kwargs or req.input_values:
         raise FrontendError("torch-xla lowers a 'package.module:factory' with positional inputs only")
     if any(getattr(s, "dtype", None) not in (None, req.dtype) for s in req.inputs):
         raise FrontendError("torch-xla makes random inputs of --dtype (default float32): give shapes without "
