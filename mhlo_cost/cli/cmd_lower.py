@@ -40,21 +40,7 @@ def register(sub) -> None:
                           "spread evenly; capacity:1.25: ceil(F x tokens x k / E) rows per expert, the rest dropped)")
     cfg.add_argument("--expert-parallel", type=positive_int, metavar="N",
                      help="mixture of experts: say the all_to_all bytes of splitting the experts over N devices")
-    inp = p.add_argument_group("inputs (--module, --hf, --diffusers, --timm)")
-    inp.add_argument("--input", action="append", default=[], metavar="[NAME=]SHAPE[:DTYPE]",
-                     help="one input, positional in order or by keyword: 2x128:int64, attention_mask=2x128:int64, "
-                          "timestep=scalar:int64 (dtype default: the model's)")
-    inp.add_argument("--input-shape", action="append", default=[], metavar="D0,D1,...",
-                     help="a positional input's shape (the same as --input D0xD1...)")
-    inp.add_argument("--input-value", action="append", default=[], metavar="NAME=VALUE[:DTYPE]",
-                     help="a keyword input the model reads in Python, given by its value (a JSON list; a constant "
-                          "of the lowered program): image_grid_thw=[[1,16,16]]:int64. Qwen2-VL / Qwen2.5-VL with a "
-                          "T x H x W grid of patches take pixel_values=(T*H*W)x(C*tp*p*p) (a 224x224 image, patch "
-                          "p=14, temporal patch tp=2, C=3: grid [[1,16,16]], pixel_values=256x1176), input_ids by "
-                          "value holding T*H*W/4 image tokens (spatial merge 2), and mm_token_type_ids by value "
-                          "(1 on those tokens, else 0); LLaVA, PaliGemma, Gemma 3 take input_ids by value")
-    inp.add_argument("--kwarg", action="append", default=[], metavar="KEY=VALUE",
-                     help="a plain keyword argument of forward: return_dict=false, use_cache=false")
+    _input_options(p)
     _bundled_options(p)
     how = p.add_argument_group("how")
     how.add_argument("--frontend", choices=FRONTENDS,
@@ -82,6 +68,24 @@ def register(sub) -> None:
     add_step_options(p.add_argument_group("an inference step instead of the forward (--model gpt, --hf; see "
                                           "serve)"), lower=True)
     p.set_defaults(func=cmd_lower)
+
+
+def _input_options(p) -> None:
+    inp = p.add_argument_group("inputs (--module, --hf, --diffusers, --timm)")
+    inp.add_argument("--input", action="append", default=[], metavar="[NAME=]SHAPE[:DTYPE]",
+                     help="one input, positional in order or by keyword: 2x128:int64, attention_mask=2x128:int64, "
+                          "timestep=scalar:int64 (dtype default: the model's)")
+    inp.add_argument("--input-shape", action="append", default=[], metavar="D0,D1,...",
+                     help="a positional input's shape (the same as --input D0xD1...)")
+    inp.add_argument("--input-value", action="append", default=[], metavar="NAME=VALUE[:DTYPE]",
+                     help="a keyword input the model reads in Python, given by its value (a JSON list; a constant "
+                          "of the lowered program): image_grid_thw=[[1,16,16]]:int64. Qwen2-VL / Qwen2.5-VL with a "
+                          "T x H x W grid of patches take pixel_values=(T*H*W)x(C*tp*p*p) (a 224x224 image, patch "
+                          "p=14, temporal patch tp=2, C=3: grid [[1,16,16]], pixel_values=256x1176), input_ids by "
+                          "value holding T*H*W/4 image tokens (spatial merge 2), and mm_token_type_ids by value "
+                          "(1 on those tokens, else 0); LLaVA, PaliGemma, Gemma 3 take input_ids by value")
+    inp.add_argument("--kwarg", action="append", default=[], metavar="KEY=VALUE",
+                     help="a plain keyword argument of forward: return_dict=false, use_cache=false")
 
 
 def _bundled_options(p) -> None:
