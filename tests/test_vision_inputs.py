@@ -205,6 +205,8 @@ def test_set_an_unknown_key_is_refused_with_close_names(capsys):
 def test_set_a_typo_the_base_class_would_store_is_refused():
     with pytest.raises(FrontendError, match="num_hidden_layers"):
         hub.hf_config(hub.hf_class("ModernBertModel"), None, {"num_hiden_layers": 2})
+    with pytest.raises(FrontendError, match="cache_dir"):  # read from **kwargs by from_pretrained, not a build
+        hub.hf_config(hub.hf_class("ModernBertModel"), None, {"cache_dir": "x"})
 
 
 # -- --input-value spellings ----------------------------------------------------------------------------------

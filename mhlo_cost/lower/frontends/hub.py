@@ -120,20 +120,17 @@ def _set_nested(cfg, key: str, value, owner: str) -> None:
 def settable_keys(config_class) -> set:
     """The keys ``--set`` takes for a transformers configuration class: its fields (those of its default
     instance, and the aliases of ``attribute_map``), the parameters its ``__init__`` names, and the keywords
-    its code (or a base's) reads from ``**kwargs`` by name (ModernBERT's ``global_attn_every_n_layers``, read
-    in ``__post_init__`` to lay out ``layer_types``). Any other key is refused: the base class would store it
+    its construction (its own code or a base's) reads from ``**kwargs`` by name (ModernBERT's
+    ``global_attn_every_n_layers``, read in ``__post_init__`` to lay out ``layer_types``). Any other key is refused: the base class would store it
     as an attribute that nothing reads (a typo such as ``num_hiden_layers`` changes nothing)."""
     import inspect
 
-    from ._kwargs_keys import kwargs_read
+    from ._kwargs_keys import construction_reads
 
     keys = set(config_class().to_dict()) | set(getattr(config_class, "attribute_map", {}))
     params = inspect.signature(config_class.__init__).parameters.values()
     keys |= {p.name for p in params if p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL) and p.name != "self"}
-    for klass in config_class.__mro__:
-        if klass is not object:
-            keys |= kwargs_read(klass)
-    return keys
+    return keys | construction_reads(config_class)
 
 
 
