@@ -32,20 +32,15 @@ def register(sub) -> None:
     cfg.add_argument("--config", metavar="FILE|TYPE",
                      help="a local config.json (or its folder); for --hf also a model type (llama, t5, ...)")
     cfg.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                     help="override one configuration field (repeat): num_hidden_layers=2, depths=[2,2,6,2]")
+                     help="override one configuration field (repeat): num_hidden_layers=2, depths=[2,2,6,2]; for "
+                          "--hf also a keyword the configuration class reads from **kwargs "
+                          "(global_attn_every_n_layers=2); other keys are refused")
     cfg.add_argument("--routing", metavar="dropless|capacity:F",
                      help="mixture of experts: the routing assumed (default dropless: every token to k experts, "
                           "spread evenly; capacity:1.25: ceil(F x tokens x k / E) rows per expert, the rest dropped)")
     cfg.add_argument("--expert-parallel", type=positive_int, metavar="N",
                      help="mixture of experts: say the all_to_all bytes of splitting the experts over N devices")
-    inp = p.add_argument_group("inputs (--module, --hf, --diffusers, --timm)")
-    inp.add_argument("--input", action="append", default=[], metavar="[NAME=]SHAPE[:DTYPE]",
-                     help="one input, positional in order or by keyword: 2x128:int64, attention_mask=2x128:int64, "
-                          "timestep=scalar:int64 (dtype default: the model's)")
-    inp.add_argument("--input-shape", action="append", default=[], metavar="D0,D1,...",
-                     help="a positional input's shape (the same as --input D0xD1...)")
-    inp.add_argument("--kwarg", action="append", default=[], metavar="KEY=VALUE",
-                     help="a plain keyword argument of forward: return_dict=false, use_cache=false")
+    _input_options(p)
     _bundled_options(p)
     how = p.add_argument_group("how")
     how.add_argument("--frontend", choices=FRONTENDS,
@@ -73,6 +68,24 @@ def register(sub) -> None:
     add_step_options(p.add_argument_group("an inference step instead of the forward (--model gpt, --hf; see "
                                           "serve)"), lower=True)
     p.set_defaults(func=cmd_lower)
+
+
+def _input_options(p) -> None:
+    inp = p.add_argument_group("inputs (--module, --hf, --diffusers, --timm)")
+    inp.add_argument("--input", action="append", default=[], metavar="[NAME=]SHAPE[:DTYPE]",
+                     help="one input, positional in order or by keyword: 2x128:int64, attention_mask=2x128:int64, "
+                          "timestep=scalar:int64 (dtype default: the model's)")
+    inp.add_argument("--input-shape", action="append", default=[], metavar="D0,D1,...",
+                     help="a positional input's shape (the same as --input D0xD1...)")
+    inp.add_argument("--input-value", action="append", default=[], metavar="NAME=VALUE[:DTYPE]",
+                     help="a keyword input the model reads in Python, given by its value (a JSON list; a constant "
+                          "of the lowered program): image_grid_thw=[[1,16,16]]:int64. Qwen2-VL / Qwen2.5-VL with a "
+                          "T x H x W grid of patches take pixel_values=(T*H*W)x(C*tp*p*p) (a 224x224 image, patch "
+                          "p=14, temporal patch tp=2, C=3: grid [[1,16,16]], pixel_values=256x1176), input_ids by "
+                          "value holding T*H*W/4 image tokens (spatial merge 2), and mm_token_type_ids by value "
+                          "(1 on those tokens, else 0); LLaVA, PaliGemma, Gemma 3 take input_ids by value")
+    inp.add_argument("--kwarg", action="append", default=[], metavar="KEY=VALUE",
+                     help="a plain keyword argument of forward: return_dict=false, use_cache=false")
 
 
 def _bundled_options(p) -> None:
@@ -125,10 +138,18 @@ def _library(args) -> tuple[str, str] | None:
 
 
 def _inputs(args):
-    from ..lower.frontends.inputs import TensorSpec, parse_input, parse_shape, split_inputs
+    from ..lower.frontends import FrontendError
+    from ..lower.frontends.inputs import TensorSpec, parse_input, parse_input_value, parse_shape, split_inputs
 
     specs = [TensorSpec(parse_shape(s)) for s in args.input_shape] + [parse_input(s) for s in args.input]
-    return split_inputs(specs)
+    positional, keyword = split_inputs(specs)
+    values = {}
+    for text in args.input_value:
+        v = parse_input_value(text)
+        if v.name in values or v.name in keyword:
+            raise FrontendError(f"{v.name} is given twice (--input / --input-value)")
+        values[v.name] = v
+    return positional, keyword, values
 
 
 def _request(args):
@@ -160,7 +181,8 @@ def _forward_request(args):
     dtype = weight_dtype(args.dtype) if args.dtype is not None else None  # ('' refused, not the default)
     _bounded(args)
     if args.model:
-        _refuse(args, ("--input", args.input or args.input_shape), ("--kwarg", args.kwarg), ("--set", args.set),
+        _refuse(args, ("--input", args.input or args.input_shape), ("--input-value", args.input_value),
+                ("--kwarg", args.kwarg), ("--set", args.set),
                 ("--config", args.config), ("--routing", args.routing),
                 ("--expert-parallel", args.expert_parallel is not None),
                 why="--model (a bundled model has its own inputs)")
@@ -174,7 +196,7 @@ def _forward_request(args):
                            verbose=args.verbose)
         return req, describe_request(req) + plan
     _refuse_bundled(args, "--module, --hf, --diffusers and --timm")
-    positional, keyword = _inputs(args)
+    positional, keyword, values = _inputs(args)
     lib = _library(args)
     if lib is None:
         _refuse(args, ("--config", args.config), why="--module (configure your factory instead)")
@@ -184,7 +206,8 @@ def _forward_request(args):
         Routing.parse(args.routing)  # a bad one before a minute of imports
     req = LowerRequest(module=args.module, library=lib and lib[0], name=lib and lib[1], config=args.config,
                        overrides=parse_assignments(args.set, "--set"), inputs=tuple(positional),
-                       input_kwargs=keyword, kwargs=parse_assignments(args.kwarg), frontend=args.frontend,
+                       input_kwargs=keyword, input_values=values, kwargs=parse_assignments(args.kwarg),
+                       frontend=args.frontend,
                        dtype=dtype, locations=args.locations, verbose=args.verbose, routing=args.routing)
     return req, describe_request(req)
 
@@ -206,7 +229,8 @@ def _bounded(args, counts=_MODEL_COUNTS) -> None:
 
 #: What an inference step (--decode / --prefill) is not made of: the options of a forward or a training step.
 _NOT_A_STEP = (("--train", "train"), ("--module", "module"), ("--diffusers", "diffusers"), ("--timm", "timm"),
-               ("--input", "input"), ("--input-shape", "input_shape"), ("--kwarg", "kwarg"),
+               ("--input", "input"), ("--input-shape", "input_shape"), ("--input-value", "input_value"),
+               ("--kwarg", "kwarg"),
                ("--expert-parallel", "expert_parallel"), ("--frontend", "frontend"), ("--shape", "shape"),
                ("--depth", "depth"), ("--hidden", "hidden"), ("--heads", "heads"), ("--layers", "layers"),
                ("--scan", "scan"), ("--small", "small"), ("--devices", "devices"), ("--mesh", "mesh"))

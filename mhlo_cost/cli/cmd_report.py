@@ -32,6 +32,28 @@ def _parse_by(value: str) -> tuple[str, int | None]:
     return by, None
 
 
+#: The task graph's views: with ``-o NAME.dot`` / ``-o NAME.json`` they write the graph (DOT, node/edge list).
+TASK_VIEWS = ("critical-path", "overlap")
+GRAPH_FORMATS = ((".dot", "dot"), (".json", "graph"))  # (a tuple: the command line keeps no state)
+
+
+def _graph_format(args, hw, by: str, filtered) -> str:
+    """The format to render: ``--format``, or the task graph's export where a task view writes to a file
+    named ``.dot`` or ``.json``; the task views' own checks."""
+    if by not in TASK_VIEWS:
+        return args.format
+    if hw is None:
+        raise UserError(f"--by {by} needs a profile (--hardware NAME): a task's time is its estimate")
+    if filtered:
+        raise UserError(f"--by {by} is the whole program's task graph: it does not go with --block or --scope")
+    if len(args.file) > 1:
+        raise UserError(f"--by {by} takes one file")
+    import os
+
+    suffix = os.path.splitext(args.output or "")[1].lower()
+    return dict(GRAPH_FORMATS).get(suffix, args.format)
+
+
 def cmd_report(args, console) -> int:
     hw = hardware_from_options(args, top_needs_hardware=False)
     by, depth = args.by
@@ -49,13 +71,14 @@ def cmd_report(args, console) -> int:
                         "shows the whole program")
     if filtered and args.steps is not None:
         raise UserError("--steps is a whole run of the program: it does not go with --block or --scope")
+    fmt = _graph_format(args, hw, by, filtered)
     claim_output(args, console)
     progress = console.progress()
     request = ViewRequest(by=by, depth=depth, block=getattr(args, "block", None), scope=getattr(args, "scope", None),
                           top=args.top, parts=args.parts, unit=args.unit)
-    training = {"block": True, "phase": "always"}.get(by, False)
+    training = {"block": True, "phase": "always"}.get(by, by in TASK_VIEWS)
     programs = [study_options(args, path, progress, hw, training) for path in args.file]
-    text = compose(programs, request, args.format, wide=args.wide, strict=args.strict, stage=progress.stage,
+    text = compose(programs, request, fmt, wide=args.wide, strict=args.strict, stage=progress.stage,
                    say=console.say)
     progress.done()
     write_output(text, args.output)
@@ -70,7 +93,10 @@ def register(sub) -> None:
     p.add_argument("--by", type=_parse_by, default=("summary", None),
                    help="summary (default); op: every op occurrence in program order; opname: summed per op name; "
                         "kind; scope[:DEPTH]; tree[:DEPTH]: scopes as an indented tree with subtotals and percent; "
-                        "block; comm: every collective; phase (a training step); memory: live bytes per op")
+                        "block; comm: every collective; phase (a training step); memory: live bytes per op; "
+                        "critical-path: the chain of tasks that sets the time, with the serial, critical-path and "
+                        "2-stream times (and a training step's task-based scenarios); overlap: the same per block "
+                        "(both need --hardware; -o NAME.dot or NAME.json writes the task graph)")
     p.add_argument("--parts", action="store_true", help="--by block: one row per block part (attn, mlp, ...)")
     add_filters(p)
     add_estimate(p, steps=True, top=True)

@@ -8,11 +8,15 @@ told apart from a temporary that dies at the end of its statement:
 * **an argument**: a value read by a call made in frame F (the deepest frame the producer's and the reader's
   stacks share) is referenced by F's call expression until that call returns: it lives until the last op of
   the callee's invocation (a block's input lives while the block runs, although its last reader is the first
-  norm);
+  norm; a loop's block reads the previous trip's output as its argument);
 * **a name**: a value made by one statement of F and read by another statement of F was bound to a name (or
   stored in an object) in between: it lives until F returns, i.e. until the last op of F's invocation (a
   module's ``attn_output`` or a model's ``inputs_embeds``). A name re-bound before F returns frees its value
   earlier; the stacks do not say which name a value had, so the figure may hold a value longer than eager.
+  A statement re-binds the name it reads where it makes a value of its shape and dtype (``x = f(x)``), a view
+  of it (``x = x.unflatten(...)``), or runs again at once reading its own value (``h = block(h)`` in a loop);
+  the value is then freed when that statement's run ends (its last row with a stack: a constant hoisted
+  into it does not end it; a loop's next trip, the same call on another module, does).
 
 An invocation is the run of consecutive rows whose stacks share the frames down to it and whose module
 path (the scope) stays within the invocation's module: two calls of one block from a loop (``for block in
@@ -21,6 +25,13 @@ result may be freed at the earliest (None: no reference beyond its last use is s
 stack, as from a JAX program, get none).
 """
 from __future__ import annotations
+
+from ..walk.row import short_name
+from .opclass import ALIAS_OPS
+
+#: Ops that PyTorch eager runs as views of their operand's storage (and the IR's re-labellings).
+VIEWS = ALIAS_OPS | {"transpose", "slice", "broadcast_in_dim", "broadcast"}
+
 
 def _tagged(stack: tuple, scope: str) -> tuple:
     """The frames with the module path each runs in: a module's ``forward`` frame opens the next scope
@@ -57,6 +68,22 @@ def _dtype(r) -> str:
     return "" if isinstance(t, tuple) else getattr(t, "dtype", "")
 
 
+def _rebinds(rows, producers, stmt: int, q: int) -> bool:
+    """Whether the statement ending at row ``stmt`` re-binds the name of row ``q``'s value, as far as the IR
+    tells: it makes a value like it (``x = f(x)``), or a view of it (``x = x.unflatten(...)``: whatever the
+    name, the view keeps the storage alive as long as it is referenced itself)."""
+    a, b = rows[stmt], rows[q]
+    if a.shape == b.shape and _dtype(a) == _dtype(b):
+        return True
+    j = stmt
+    while j > q and short_name(rows[j].op) in VIEWS:
+        ps = [p for p in producers[j] if isinstance(p, int)]
+        if len(ps) != 1:
+            return False
+        j = ps[0]
+    return j == q and j != stmt
+
+
 def holds(rows, producers) -> list:
     """Per row, the last row (program order) its result is referenced until, or None (see the module)."""
     stacks = [() if r.op.endswith(".constant") else  # hoisted: located at the program, not at a call
@@ -64,44 +91,96 @@ def holds(rows, producers) -> list:
     out: list = [None] * len(rows)
     ends: dict = {}
     for i, ps in enumerate(producers):
-        si = stacks[i]
+        if not stacks[i]:
+            continue
         for q in ps:
-            if not isinstance(q, int) or q >= i or not si or not stacks[q]:
+            if not isinstance(q, int) or q >= i or not stacks[q]:
                 continue
-            sq = stacks[q]
-            d = _common(sq, si)
-            if d == 0 or d >= len(sq) or d >= len(si) or _fn(sq[d]) != _fn(si[d]):
-                continue  # F (frame d) must be one function both calls are made in
-            end = i
-            if sq[d][2] != si[d][2]:  # another statement of F: a name, held until F returns ...
-                stmt = _end(stacks, i, si[:d], _fn(si[d]) + (si[d][2],), ends)
-                rebound = rows[stmt].shape == rows[q].shape and _dtype(rows[stmt]) == _dtype(rows[q])
-                # ... unless the statement reading it makes a value like it (``x = f(x)``: the name re-bound)
-                end = stmt if rebound else _end(stacks, i, si[:d], _fn(si[d]), ends)
-            elif len(si) > d + 1:  # an argument of the call F makes: held until that call returns
-                end = _end(stacks, i, si[:d + 1], (), ends)
+            end = _held(rows, producers, stacks, ends, q, i)
             if end > i and (out[q] is None or end > out[q]):
                 out[q] = end
     return out
 
 
+def _held(rows, producers, stacks, ends: dict, q: int, i: int) -> int:
+    """The last row row ``q``'s value is referenced until, as row ``i`` reads it (``i``: no reference seen)."""
+    sq, si = stacks[q], stacks[i]
+    d = _common(sq, si)
+    if d == 0 or d >= len(sq) or d >= len(si):
+        return i
+    if _fn(sq[d]) != _fn(si[d]):
+        if sq[d][:2] == si[d][:2]:  # one function on two modules from one statement (``h = block(h)`` in a
+            return _end(stacks, i, si[:d], _fn(si[d]), ends)  # loop): an argument until the call returns
+        return i  # F (frame d) must be one function both calls are made in
+    if sq[d][2] != si[d][2]:  # another statement of F: a name, held until F returns ...
+        key = _fn(si[d]) + (si[d][2],)
+        stmt = _end(stacks, i, si[:d], key, ends)
+        # ... unless the statement reading it re-binds the name (``x = f(x)``, ``h = block(h)`` in a loop)
+        if _rebinds(rows, producers, stmt, q) or _carried(producers, stacks, ends, stmt, si[:d], key):
+            return stmt
+        return _end(stacks, i, si[:d], _fn(si[d]), ends)
+    if len(si) > d + 1:  # an argument of the call F makes: held until that call returns
+        return _end(stacks, i, si[:d + 1], (), ends)
+    return i
+
+
+def _carried(producers, stacks, ends: dict, stmt: int, head: tuple, key: tuple) -> bool:
+    """Whether the statement (``key``, in the frame under ``head``) whose run ends at row ``stmt`` runs again
+    at once and its next run reads this run's value: a loop's ``h = block(h)``, which re-binds its name."""
+    memo = ("carried", stmt, head, key)
+    hit = ends.get(memo)
+    if hit is None:
+        n, j = len(stacks), stmt + 1
+        while j < n and not stacks[j]:
+            j += 1
+        s, d = stacks[j] if j < n else (), len(head)
+        hit = ends[memo] = (len(s) > d and s[:d] == head and _frame_key(s[d], len(key)) == key and
+                            any(stmt in producers[k] for k in range(j, _end(stacks, j, head, key, ends) + 1)))
+    return hit
+
+
 def _end(stacks, start: int, head: tuple, fn: tuple, memo: dict) -> int:
     """The last row of the run from ``start`` whose stacks begin with ``head`` and then (where ``fn`` is
     given) a frame of that function (:func:`_fn`: one invocation) or of that statement (:func:`_frame_key`
-    with its line)."""
+    with its line). Rows without a stack (constants hoisted to the program) inside the run do not break it,
+    but the run ends at its last row with one: a statement ``x = f(x)`` followed by a hoisted constant still
+    ends at the op that makes its value, so the re-binding is seen."""
     key = (start, head, fn)
     hit = memo.get(key)
     if hit is not None:
         return hit
-    j, n, d = start, len(stacks), len(head)
+    j, last, n, d = start, start, len(stacks), len(head)
+    call = _call(stacks[start], d) if len(fn) == 4 else None
     while j + 1 < n:
-        s = stacks[j + 1]
-        if s:  # rows without a stack stay in the run
-            if len(s) < d + (1 if fn else 0) or s[:d] != head or (fn and _frame_key(s[d], len(fn)) != fn):
-                break
         j += 1
-    memo[key] = j
-    return j
+        s = stacks[j]
+        if not s:  # rows without a stack (hoisted constants) stay in the run but do not end it
+            continue
+        if len(s) < d + (1 if fn else 0) or s[:d] != head or (fn and _frame_key(s[d], len(fn)) != fn):
+            break
+        if call is not None and _again(call, s, d):
+            break
+        last = j
+    memo[key] = last
+    return last
+
+
+def _call(s: tuple, d: int) -> tuple | None:
+    """The call a statement (frame ``d`` of stack ``s``) is running: the call expression's column, and the
+    function called with the module it runs in; None where the row runs in the statement's own frame."""
+    if len(s) <= d + 1:
+        return None
+    f = s[d + 1]
+    return s[d][3], f[0], f[1], f[4]
+
+
+def _again(call: tuple, s: tuple, d: int) -> bool:
+    """Whether stack ``s`` runs the call expression of ``call`` again on another module: the next trip of a
+    loop (``for block in self.blocks: h = block(h)``), a new execution of the statement."""
+    if len(s) <= d + 1:
+        return False
+    f = s[d + 1]
+    return s[d][3] == call[0] and f[0] == call[1] and f[1] == call[2] and f[4] != call[3]
 
 
 def extend(sw, ps, hold: list) -> None:

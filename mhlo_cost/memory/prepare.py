@@ -139,6 +139,8 @@ class Preparer:
             if c is None:
                 c = op_class(r.op)
                 c = classes[r.op] = PLAIN if c == DUP and not fused else c  # unfused, a broadcast is stored
+                if self.eager and short_name(r.op) == "scatter":
+                    c = classes[r.op] = DUS  # eager: ``out[..., 0::2] = v`` writes into out's storage
             v = r.values
             if not v:
                 c = NOVAL
@@ -162,6 +164,8 @@ class Preparer:
 
     def _special(self, r, c: int, v: tuple) -> int:
         u, d = v
+        if c == DUS and self.eager and u and u[0] in self.alias:
+            return PLAIN  # eager: a write into a view (``torch.empty_like``: a broadcast) makes a buffer of its own
         if c == DUP_CARRY and self.eager and short_name(r.op) not in EAGER_VIEWS:
             c = CARRY  # eager: a widening convert is a kernel of its own, its result stored
         if c == ALIAS or (self.fused and (c == DUP or c == DUP_CARRY)) or (

@@ -20,8 +20,10 @@ The fused estimate (``kernel`` given) changes three things: a value made and use
 kernel never materialises; a value read by a kernel lives until the kernel's last member; broadcasts, iotas
 and widening converts, which a fusing compiler recomputes in every consumer, are aliases of their operand.
 The eager estimate (``eager``: kernels are framework calls) keeps the first two; there broadcasts, transposes
-and slices are views (aliases of their operand's storage), a widening convert is stored, and an entry
-value Python still references is freed no earlier than that reference dies (``hold``, :mod:`.eager_hold`).
+and slices are views (aliases of their operand's storage), a widening convert is stored, a ``scatter`` (a
+strided write, ``out[..., 0::2] = v``) updates in place as a ``dynamic_update_slice`` does, unless its buffer is
+a view (``torch.empty_like``: a broadcast scalar), and an entry value Python still references is freed no
+earlier than that reference dies (``hold``, :mod:`.eager_hold`).
 
 Counts are exact Python integers.
 """

@@ -118,9 +118,17 @@ def group_view(fig, req, keep, part) -> Table:
     return Table(None, df)
 
 
+def _tasks_view(name: str, fig, req, keep, part) -> Table:
+    """The task graph's views (:mod:`.tasks`: the critical path, the per-block overlap table)."""
+    from . import tasks
+
+    return getattr(tasks, name)(fig, req, keep, part)
+
+
 #: --by NAME -> the view
 VIEWS = {"summary": summary_view, "op": op_view, "opname": group_view, "kind": group_view, "scope": group_view,
-         "tree": tree_view, "block": block_view, "comm": comm_view, "phase": phase_table, "memory": memory_view}
+         "tree": tree_view, "block": block_view, "comm": comm_view, "phase": phase_table, "memory": memory_view,
+         "critical-path": partial(_tasks_view, "critical_path_view"), "overlap": partial(_tasks_view, "overlap_view")}
 
 
 def view(fig, req: ViewRequest) -> Table:

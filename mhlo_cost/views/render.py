@@ -71,8 +71,19 @@ def _html(table: Table, unit: str, wide: bool) -> str:
     return table_page(table.frame, table.title or "mhlo-cost", facts=facts, unit=None if unit == "raw" else unit)
 
 
+def _exported(fmt: str):
+    """The renderer of a format only some tables have (``dot``, ``graph``: the task graph's export)."""
+    def renderer(table: Table, unit: str, wide: bool) -> str:
+        if fmt not in table.exports:
+            raise ValueError(f"this view has no {fmt} export")
+        return table.exports[fmt]()
+
+    return renderer
+
+
 #: format -> renderer(table, unit, wide)
-RENDERERS = {"table": _text, "csv": _csv, "json": _json, "markdown": _markdown, "html": _html}
+RENDERERS = {"table": _text, "csv": _csv, "json": _json, "markdown": _markdown, "html": _html,
+             "dot": _exported("dot"), "graph": _exported("graph")}
 
 
 def render(table: Table, fmt: str, unit: str = "raw", wide: bool = False) -> str:

@@ -39,7 +39,9 @@ class Table:
     writes instead of the rows (the summary view: the study's report page); ``parts``, where set, are several
     programs' tables of one view, written as one table with a ``file`` column first (:mod:`.many`), ``after``
     holding the JSON's keys after the rows (each file's counts). ``appendix``: (heading, Table) pairs the text and
-    Markdown show after the table (a sweep's skipped splits; JSON carries them in ``after``)."""
+    Markdown show after the table (a sweep's skipped splits; JSON carries them in ``after``). ``exports``: the
+formats (``dot``, ``graph``) of what a view stands for beside its rows (the task graph), each a function of
+nothing."""
 
     title: str | None
     frame: object = None
@@ -52,6 +54,7 @@ class Table:
     parts: list | None = None
     after: dict = field(default_factory=dict)
     appendix: list = field(default_factory=list)
+    exports: dict = field(default_factory=dict)  # format -> the text of what the table stands for (a graph)
 
     @property
     def shown(self):

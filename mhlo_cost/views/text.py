@@ -96,7 +96,8 @@ def _text_view(df: pd.DataFrame, unit: str) -> tuple[list[str], list[list[str]],
         is_num = is_int_column(col) or pd.api.types.is_float_dtype(col.dtype)
         if is_time_column(name) and pd.api.types.is_float_dtype(col.dtype):
             headers.append(f"{name[:-2]}[{tu}]")
-            columns.append([_fixed(v, size, decimals_for(values, size)) for v in values])
+            decimals = decimals_for(values, size)  # (once per column: per cell it was quadratic in the rows)
+            columns.append([_fixed(v, size, decimals) for v in values])
         elif name == "percent":
             headers.append(name)
             columns.append([_fixed(v, 1.0) for v in values])

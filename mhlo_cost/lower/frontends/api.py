@@ -46,6 +46,7 @@ class LowerRequest:
     overrides: dict = field(default_factory=dict)  # --set key=value on the library configuration
     inputs: tuple = ()  # positional inputs: TensorSpec, shapes, (shape, dtype), tensors, ShapeDtypeStructs
     input_kwargs: dict = field(default_factory=dict)  # keyword inputs (traced), name -> spec
+    input_values: dict = field(default_factory=dict)  # keyword inputs by value, name -> ValueSpec (torch modules)
     kwargs: dict = field(default_factory=dict)  # plain keyword values (static)
     frontend: str | None = None  # None: torchax for torch modules, jax for JAX functions and bundled models
     dtype: str | None = None  # cast the model (and bare-shape inputs) to this dtype
@@ -151,9 +152,10 @@ def build_factory(factory):
 
 def traceable(req: LowerRequest, obj):
     """``(fn, args, info)`` of the object: its JAX function and abstract arguments."""
-    from .inputs import TensorSpec, parse_input
+    from .inputs import TensorSpec, parse_input, parse_input_value
 
     inputs = [parse_input(s) if isinstance(s, str) else s for s in req.inputs]
+    values = {k: parse_input_value(f"{k}={v}") if isinstance(v, str) else v for k, v in req.input_values.items()}
     if any(isinstance(s, TensorSpec) and s.name for s in inputs):
         raise FrontendError("keyword inputs go in input_kwargs, not among the positional inputs")
     kw_inputs = {k: parse_input(v) if isinstance(v, str) else v for k, v in req.input_kwargs.items()}
@@ -167,7 +169,7 @@ def traceable(req: LowerRequest, obj):
 
         module = obj if req.dtype is None else obj.to(tf._torch_dtype(req.dtype))
         fn, args = tf.traceable(module.eval(), inputs, input_kwargs=kw_inputs, kwargs=req.kwargs,
-                                locations=req.locations)
+                                locations=req.locations, values=values)
         from .moe import Routing, wrap
 
         fn = wrap(fn, module, None if req.routing is None else Routing.parse(req.routing), info)
@@ -178,6 +180,8 @@ def traceable(req: LowerRequest, obj):
         return fn, args, info
     if (req.frontend or "jax") != "jax":
         raise FrontendError(f"{info['model']} is not a torch.nn.Module: it lowers with the jax frontend")
+    if values:
+        raise FrontendError("--input-value applies to torch modules (a JAX function reads a plain --kwarg)")
     from . import jax_frontend as jf
 
     fn, args = jf.traceable(obj, inputs, input_kwargs=kw_inputs, kwargs=req.kwargs, locations=req.locations,
@@ -280,13 +284,21 @@ def failure_message(req: LowerRequest, e: Exception) -> str:
     if len(first) > 300:
         first = first[:300] + "..."
     msg = f"lowering {req.source()} failed: {type(e).__name__}: {first}"
-    if not req.inputs and not req.input_kwargs:
+    if not req.inputs and not req.input_kwargs and not req.input_values:
         msg += " (no input was given: --input SHAPE:DTYPE, by keyword --input NAME=SHAPE:DTYPE)"
     elif isinstance(e, TypeError) and ("required positional argument" in first or "missing" in first):
         msg += " (give the model's inputs with --input SHAPE:DTYPE, by keyword with --input NAME=SHAPE:DTYPE)"
+    elif type(e).__name__ in _READS_VALUES or "_is_all_true" in first:
+        msg += " (the model reads an input in Python: give it by value, --input-value NAME=[[...]]:DTYPE; a " \
+               "vision-language model's image grid, the token ids that place an image)"
     elif meta_hint(first):
         msg += f" ({meta_hint(first)})"
     return msg + " (MHLO_COST_DEBUG=1 shows the traceback)"
+
+
+#: JAX's errors for a traced value read in Python (a tensor the model's code needs concrete)
+_READS_VALUES = ("ConcretizationTypeError", "NonConcreteBooleanIndexError", "TracerBoolConversionError",
+                 "TracerIntegerConversionError", "TracerArrayConversionError")
 
 
 def describe_request(req: LowerRequest) -> str:
@@ -304,6 +316,7 @@ def describe_request(req: LowerRequest) -> str:
         return f"{name + '=' if name else ''}{'x'.join(str(d) for d in shape) if shape != () else 'scalar'}"
 
     parts = [text(s) for s in req.inputs] + [text(v, k) for k, v in req.input_kwargs.items()]
+    parts += [f"{k}={v}" if isinstance(v, str) else v.describe() for k, v in req.input_values.items()]
     parts += [f"{k}={v!r}" for k, v in req.kwargs.items()]
     what = f"{req.name} ({req.library})" if req.library else req.source()
     frontend = req.frontend or ("torchax" if req.library else "its framework's frontend")
@@ -320,7 +333,7 @@ def _lower_by_frontend(req: LowerRequest) -> Lowered:
 
         cfg = req.config if req.config is not None else default_config(req.model)
         return get_frontend(frontend).lower(req.model, cfg, locations=req.locations)
-    if not isinstance(req.module, str) or req.input_kwargs or req.kwargs:
+    if not isinstance(req.module, str) or req.input_kwargs or req.kwargs or req.input_values:
         raise FrontendError("torch-xla lowers a 'package.module:factory' with positional inputs only")
     if any(getattr(s, "dtype", None) not in (None, req.dtype) for s in req.inputs):
         raise FrontendError("torch-xla makes random inputs of --dtype (default float32): give shapes without "

@@ -5,8 +5,9 @@ weights), on the ``meta`` device: transformers (``--hf CLASS``), diffusers (``--
 Configurations: transformers and diffusers take a local ``config.json`` (or a folder holding one); for
 transformers also the name of a model type the library ships a configuration class for (``llama``,
 ``t5``: its defaults); without either, the class's default configuration. ``--set key=value`` overrides
-single fields (``num_hidden_layers=2``; dotted for nested configs: ``text_config.hidden_size=64``); an
-unknown key is an error, with the closest known ones. timm builds a model by name with ``--set`` as
+single fields (``num_hidden_layers=2``; dotted for nested configs: ``text_config.hidden_size=64``) or passes
+a keyword the configuration class reads from its ``**kwargs`` (:func:`settable_keys`); any other key is an
+error, with the closest known ones. timm builds a model by name with ``--set`` as
 ``timm.create_model`` keyword arguments (``depths=[2,2,6,2]``, ``num_classes=10``).
 
 Nothing is downloaded: no hub name is looked up, no weight is read.
@@ -116,6 +117,24 @@ def _set_nested(cfg, key: str, value, owner: str) -> None:
 # -- transformers ---------------------------------------------------------------------------------------------
 
 
+def settable_keys(config_class) -> set:
+    """The keys ``--set`` takes for a transformers configuration class: its fields (those of its default
+    instance, and the aliases of ``attribute_map``), the parameters its ``__init__`` names, and the keywords
+    its construction (its own code or a base's) reads from ``**kwargs`` by name (ModernBERT's
+    ``global_attn_every_n_layers``, read in ``__post_init__`` to lay out ``layer_types``). Any other key is refused: the base class would store it
+    as an attribute that nothing reads (a typo such as ``num_hiden_layers`` changes nothing)."""
+    import inspect
+
+    from ._kwargs_keys import construction_reads
+
+    keys = set(config_class().to_dict()) | set(getattr(config_class, "attribute_map", {}))
+    params = inspect.signature(config_class.__init__).parameters.values()
+    keys |= {p.name for p in params if p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL) and p.name != "self"}
+    return keys | construction_reads(config_class)
+
+
+
+
 def hf_config(cls, config: str | None, overrides: dict):
     """The configuration of a transformers model class: from a config.json, a model type, or the default,
     built with the overrides (so that fields derived in the configuration's ``__init__``, like a
@@ -138,10 +157,11 @@ def hf_config(cls, config: str | None, overrides: dict):
     elif config_class is None:
         raise FrontendError(f"{cls.__name__} needs --config (a config.json or a model type such as llama)")
     flat = {k: v for k, v in overrides.items() if "." not in k and k not in _SPECIAL}
-    known = set(config_class().to_dict()) | set(getattr(config_class, "attribute_map", {}))
+    known = settable_keys(config_class)
     for key in flat:
         if key not in known:
-            raise FrontendError(f"{config_class.__name__} has no field {key!r}{_closest(key, known)}")
+            raise FrontendError(f"{config_class.__name__} has no field {key!r}{_closest(key, known)} (--set takes a "
+                                "field of the configuration or a keyword its __init__ reads)")
     try:
         cfg = config_class.from_dict({**data, **flat})
         for key, value in overrides.items():

@@ -6,6 +6,11 @@ the dtype may be left out (the model's dtype, else float32). ``--kwarg return_di
 Python value (``true``/``false``, ``none``, integers, floats, anything else a string; JSON lists and
 objects too). The same value syntax serves ``--set key=value`` configuration overrides.
 
+``--input-value image_grid_thw=[[1,16,16]]:int64`` is a keyword input given by its value (a number or a
+rectangular JSON list of numbers; dtype default int64 for integers, bool for true/false, else float32): the
+model's Python reads it while tracing (a grid of patches, token ids that place an image), so it is a
+constant of the lowered program, never an argument (:class:`ValueSpec`).
+
 What comes out is framework-neutral: :class:`TensorSpec` (a shape and a numpy dtype name), which each
 frontend turns into its own abstract value (``jax.ShapeDtypeStruct``, a meta tensor).
 """
@@ -143,3 +148,102 @@ def split_inputs(specs) -> tuple[list[TensorSpec], dict[str, TensorSpec]]:
         else:
             keyword[s.name] = s
     return positional, keyword
+
+
+@dataclass(frozen=True)
+class ValueSpec:
+    """A keyword input given by its value: ``data`` nested tuples of numbers (rectangular), ``dtype`` a numpy
+    dtype name. Frontends make it a concrete tensor the model's code can read while it is traced."""
+
+    name: str
+    data: object
+    dtype: str
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        shape, d = [], self.data
+        while isinstance(d, tuple):
+            shape.append(len(d))
+            d = d[0] if d else None
+        return tuple(shape)
+
+    def array(self):
+        """The value as a numpy array of its dtype."""
+        import numpy as np
+
+        if self.dtype == "bfloat16":  # numpy's own dtypes lack it; ml_dtypes (a JAX dependency) has it
+            import ml_dtypes
+
+            return np.array(self.data, dtype=ml_dtypes.bfloat16)
+        return np.array(self.data, dtype=self.dtype)
+
+    def describe(self) -> str:
+        """``image_grid_thw=[[1,16,16]]:int64``; a long value by its shape: ``input_ids=<1x300 value>:int64``."""
+        text = json.dumps(self.data, separators=(",", ":"))
+        if len(text) > 40:
+            text = f"<{'x'.join(str(d) for d in self.shape)} value>"
+        return f"{self.name}={text}:{self.dtype}"
+
+
+#: The most elements one --input-value may hold (it is written into the lowered program as a constant).
+MAX_VALUE_ELEMENTS = 1 << 20
+
+
+def parse_input_value(text: str) -> ValueSpec:
+    """``NAME=VALUE[:DTYPE]`` -> ValueSpec (``image_grid_thw=[[1,16,16]]:int64``, ``input_ids=[[1,2,3]]``)."""
+    name, sep, body = text.partition("=")
+    name = name.strip()
+    if not sep or not _NAME.match(name):
+        raise FrontendError(f"--input-value wants NAME=VALUE[:DTYPE] (image_grid_thw=[[1,16,16]]:int64), got {text!r}")
+    value_text, dtype = body.strip(), None
+    head, colon, tail = value_text.rpartition(":")
+    if colon and head.strip() and not tail.strip().endswith(("]", "}")):
+        try:
+            value_text, dtype = head.strip(), dtype_name(tail)
+        except FrontendError as e:
+            raise FrontendError(f"--input-value {name}: {e}") from None
+    try:
+        data = json.loads(value_text)
+    except json.JSONDecodeError as e:
+        raise FrontendError(f"--input-value {name}: {value_text!r} is not a number or a JSON list ({e})") from None
+    data, kinds = _nested(data, name), set()
+    _kinds(data, kinds)
+    if dtype is None:
+        dtype = "bool" if kinds == {bool} else "int64" if kinds <= {int, bool} and kinds else "float32"
+    if float in kinds and not dtype.startswith(("float", "bfloat")):
+        raise FrontendError(f"--input-value {name}: a fraction does not fit dtype {dtype}")
+    spec = ValueSpec(name, data, dtype)
+    if _count(spec.shape) > MAX_VALUE_ELEMENTS:
+        raise FrontendError(f"--input-value {name}: more than {MAX_VALUE_ELEMENTS:,} elements")
+    return spec
+
+
+def _nested(data, name: str):
+    """JSON -> nested tuples, checked: numbers only, rectangular, no empty list."""
+    if isinstance(data, (bool, int, float)):
+        return data
+    if not isinstance(data, list):
+        raise FrontendError(f"--input-value {name}: a value is a number or a list of numbers, not "
+                            f"{type(data).__name__}")
+    if not data:
+        raise FrontendError(f"--input-value {name}: an empty list has no shape to take")
+    items = tuple(_nested(d, name) for d in data)
+    shapes = {ValueSpec(name, i, "int64").shape for i in items}
+    if len(shapes) != 1:
+        raise FrontendError(f"--input-value {name}: rows of different lengths (a value must be rectangular)")
+    return items
+
+
+def _kinds(data, out: set) -> None:
+    if isinstance(data, tuple):
+        for d in data:
+            _kinds(d, out)
+    else:
+        out.add(type(data))
+
+
+def _count(shape) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n

@@ -25,6 +25,7 @@ import numpy as np
 from . import FrontendError, Lowered
 from ._torch_shim import import_torchax
 from .attributes import attribute_specs, bound, split
+from .values import concrete, concrete_values
 
 MODELS = ("stdit3",)
 
@@ -238,15 +239,17 @@ def _torch_dtype(dtype):
 
 def traceable(module, input_specs: Sequence, *, input_kwargs: dict | None = None, kwargs: dict | None = None,
               locations: bool = True, aten_scopes: bool = False, fold_alpha: bool = True,
-              name: str = "forward"):
+              name: str = "forward", values: dict | None = None):
     """``(fn, args)``: a JAX function of ``(state, buffers, inputs, keyword inputs)`` that runs
     ``module.forward`` through torchax, and the abstract arguments to lower it with (``jax.jit(fn).lower(*args)``).
     ``state`` holds the parameters, ``buffers`` the buffers (batch-norm statistics): the lowered arguments are
     named ``state['fc.weight']``, ``buffers['bn1.running_mean']``, so that the analysis tells them apart.
 
     ``input_specs`` are the positional inputs, ``input_kwargs`` the keyword ones (name -> spec), as
-    ShapeDtypeStructs or anything :func:`as_spec` reads; ``kwargs`` are plain (static) keyword values.
-    The function returns the tensors of the output as a flat list (:func:`tensor_leaves`).
+    ShapeDtypeStructs or anything :func:`as_spec` reads; ``kwargs`` are plain (static) keyword values;
+    ``values`` keyword inputs given by value (name -> ``inputs.ValueSpec``), concrete tensors while the
+    forward is traced (see :mod:`.values`). The function returns the tensors of the output as a flat list
+    (:func:`tensor_leaves`).
     """
     import torch
 
@@ -262,18 +265,18 @@ def traceable(module, input_specs: Sequence, *, input_kwargs: dict | None = None
     args = tuple(as_spec(s, default) for s in input_specs)
     kw_specs = {k: as_spec(v, default) for k, v in (input_kwargs or {}).items()}
     static_kwargs = dict(kwargs or {})
-    clash = sorted(set(kw_specs) & set(static_kwargs))
-    if clash:
-        raise FrontendError(f"{', '.join(clash)} given both as an input and as a plain keyword value")
+    values = dict(values or {})
+    _no_clash(kw_specs, static_kwargs, values)
 
     def forward(state, buffers, inputs, kw_inputs):
-        state_t, inputs_t, kw_t = env.j2t_iso(({**state, **buffers}, inputs, kw_inputs))
+        state_t, inputs_t, kw_t = env.j2t_iso(({**state, **buffers}, inputs, {**kw_inputs, **concrete(values)}))
         state_t, attrs = split(state_t, module)
         scopes = module_scopes(module) if locations else contextlib.nullcontext()
         # Default device "jax": tensors the forward creates without a device (torch.arange(n)) become JAX
         # values too, instead of CPU tensors that torchax refuses to mix with its own.
         with env, torch.device("jax"), scopes, mute_aten_scopes(not aten_scopes), \
-                fold_unit_alpha(env, fold_alpha), torch.no_grad(), bound(module, attrs):
+                fold_unit_alpha(env, fold_alpha), concrete_values(env, bool(values)), torch.no_grad(), \
+                bound(module, attrs):
             out = torch.func.functional_call(module, state_t, tuple(inputs_t), {**static_kwargs, **kw_t},
                                              strict=False)
         return env.t2j_iso(tensor_leaves(out))
@@ -281,6 +284,16 @@ def traceable(module, input_specs: Sequence, *, input_kwargs: dict | None = None
     forward.__name__ = name
     forward.__qualname__ = name
     return forward, (state, buffers, args, kw_specs)
+
+
+def _no_clash(kw_specs: dict, static_kwargs: dict, values: dict) -> None:
+    """A keyword given one way only: as an input by shape, by value, or as a plain keyword value."""
+    for (a, a_what), (b, b_what) in (((kw_specs, "an input"), (static_kwargs, "a plain keyword value")),
+                                     ((values, "an input by value"), (kw_specs, "an input by shape")),
+                                     ((values, "an input by value"), (static_kwargs, "a plain keyword value"))):
+        clash = sorted(set(a) & set(b))
+        if clash:
+            raise FrontendError(f"{', '.join(clash)} given both as {a_what} and as {b_what}")
 
 
 def lower_jax(module, input_specs: Sequence, *, locations: bool = True, aten_scopes: bool = False,

@@ -65,6 +65,8 @@ def lower_object_step(req) -> Lowered:
 
     if req.frontend == "torch-xla":
         raise FrontendError("--train lowers torch modules through torchax, not torch-xla: drop --frontend")
+    if req.input_values:
+        raise FrontendError("--input-value does not go with --train yet (a training step takes inputs by shape)")
     if req.library is not None:
         from ..frontends import hub
 
