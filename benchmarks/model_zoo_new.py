@@ -137,6 +137,9 @@ NEW_NOTES = {
                 "2 x 49,152) feeds an output the model drops; the lowered program has no dead code, eager runs it",
     "qwen3_next": "difference: the gated delta rule's last recurrent-state update (key^T @ v_new, 262,144) feeds "
                   "only the cache (use_cache=False): the lowered program drops it, eager runs it",
+    "llama4_text": "difference: transformers' Llama4TextMoe runs every expert on every token (E/k = 4 times the "
+                   "routed work: 3 x 393,216 more); lower routes each token to its top-k experts, as a deployment "
+                   "does (frontends/moe_llama4.py), the counter runs the library's dense code",
     "fastvit_mci0": "blocks: besides the stages' 20 blocks the collector takes the stem's 3 MobileOne blocks, each "
                     "downsample's proj.0 / proj.1 and final_conv's conv_kxk.0 as units: indexed siblings with "
                     "deeper scopes, which the collector's rule makes blocks",
