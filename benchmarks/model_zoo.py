@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import copy
+import inspect
 import io
 import json
 import os
@@ -187,7 +188,8 @@ def _per_block(a, blocks, per_module) -> str:
 
 def memtracker_peak(key: str) -> int:
     """torch's MemTracker peak (bytes, all categories: parameters, buffers, inputs, activations) of one no-grad
-    forward of the same model, configuration and inputs, built under ``FakeTensorMode`` (nothing allocated);
+    forward of the same model, configuration and inputs (``use_cache=False`` where the forward takes it), built
+    under ``FakeTensorMode`` (nothing allocated);
     expert layers run the static dropless dispatch ``lower`` traces (a fake router's choice has no data)."""
     import torch
     from torch._subclasses.fake_tensor import FakeCopyMode, FakeTensorMode
@@ -202,6 +204,8 @@ def memtracker_peak(key: str) -> int:
         p.requires_grad_(True)
     with fake:
         pos, kw = _tensors(key, model, device="cpu")
+        if "use_cache" in inspect.signature(model.forward).parameters:  # the lowering keeps no cache object:
+            kw.setdefault("use_cache", False)  # with one, MemTracker alone would hold every layer's keys and values
         mt = MemTracker()
         mt.track_external(model, *pos, *[v for v in kw.values() if isinstance(v, torch.Tensor)])
         with mt, torch.no_grad(), static_experts(model, Routing(), []):
