@@ -189,7 +189,8 @@ def _per_block(a, blocks, per_module) -> str:
 def memtracker_peak(key: str) -> int:
     """torch's MemTracker peak (bytes, all categories: parameters, buffers, inputs, activations) of one no-grad
     forward of the same model, configuration and inputs (``use_cache=False`` where the forward takes it), built
-    under ``FakeTensorMode`` (nothing allocated);
+    under ``FakeTensorMode`` (nothing allocated; the models of ``REAL``, whose forward reads values, for real on
+    the CPU);
     expert layers run the static dropless dispatch ``lower`` traces (a fake router's choice has no data)."""
     import torch
     from torch._subclasses.fake_tensor import FakeCopyMode, FakeTensorMode
@@ -197,9 +198,13 @@ def memtracker_peak(key: str) -> int:
 
     from mhlo_cost.lower.frontends.moe import Routing, static_experts
 
-    fake = FakeTensorMode(allow_non_fake_inputs=True)  # a plain tensor kept as an attribute joins in
-    with FakeCopyMode(fake):  # built for real (initialisers read values), copied into fake tensors
-        model = copy.deepcopy(_cpu_model(key)).eval()
+    if key in REAL:  # the forward reads values (.item(), .tolist()): fake tensors hold none; the model is small
+        fake = contextlib.nullcontext()
+        model = _cpu_model(key).eval()
+    else:
+        fake = FakeTensorMode(allow_non_fake_inputs=True)  # a plain tensor kept as an attribute joins in
+        with FakeCopyMode(fake):  # built for real (initialisers read values), copied into fake tensors
+            model = copy.deepcopy(_cpu_model(key)).eval()
     for p in model.parameters():  # MemTracker hooks every parameter (Whisper freezes its positions)
         p.requires_grad_(True)
     with fake:

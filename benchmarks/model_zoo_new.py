@@ -1,4 +1,4 @@
-"""The zoo's second half (issue 42): the held-out families (OLMoE, GPT-OSS, Llama 4 text, Qwen2-VL text, EVA-02,
+"""The zoo's second half (issue 42): the held-out families (OLMoE, GPT-OSS, Llama 4 text, Qwen2-VL with an image, EVA-02,
 RegNetY, ModernBERT, Gemma 2, Wan, Jamba) and families released in 2025-2026 that transformers 5.24, diffusers
 0.42 and timm 1.0.31 carry, at small configurations; entries as in :mod:`model_zoo_models`.
 """
@@ -61,8 +61,8 @@ def layers(m):
     return m.config.num_hidden_layers
 
 
-def text_layers(m):
-    return m.config.text_config.num_hidden_layers
+def vl_blocks(m):  # the vision tower's blocks, then the language model's layers
+    return m.config.vision_config.depth + m.config.text_config.num_hidden_layers
 
 
 def num_layers(m):
@@ -93,7 +93,12 @@ NEW = {
     "olmoe": ("hf", "OlmoeForCausalLM", "olmoe", OLMOE, TOK, {}, layers),
     "gpt_oss": ("hf", "GptOssForCausalLM", "gpt_oss", GPT_OSS, TOK, {}, layers),
     "llama4_text": ("hf", "Llama4ForCausalLM", "llama4_text", LLAMA4, TOK, {}, layers),
-    "qwen2_vl_text": ("hf", "Qwen2VLForConditionalGeneration", "qwen2_vl", QWEN2_VL, TOK, {}, text_layers),
+    # one image of 4 x 4 patches (t = 1): 16 rows of pixel_values (3 x 2 x 14 x 14 = 1,176 wide), 16 / (2 x 2) = 4
+    # image tokens; the grid, the token ids and their types by value (the forward reads them in Python)
+    "qwen2_vl": ("hf", "Qwen2VLForConditionalGeneration", "qwen2_vl", dict(QWEN2_VL, image_token_id=250),
+                 ["pixel_values=16x1176", "value:image_grid_thw=[[1,4,4]]:int64",
+                  "value:input_ids=[[1,250,250,250,250,2,3]]:int64",
+                  "value:mm_token_type_ids=[[0,1,1,1,1,0,0]]:int64"], {"use_cache": False}, vl_blocks),
     "eva02": ("timm", "eva02_tiny_patch14_224", None, EVA02, ["1x3x28x28"], {}, timm_blocks),
     "regnety": ("timm", "regnety_002", None, {}, ["1x3x32x32"], {}, regnet_blocks),
     "modernbert": ("hf", "ModernBertModel", None, MODERNBERT, TOK, {}, layers),
@@ -126,13 +131,11 @@ NEW = {
 }
 #: counted with eager experts on real tensors
 NEW_MOE = ("olmoe", "gpt_oss", "llama4_text", "jamba", "qwen3_next", "glm4_moe")
-#: counted on real tensors (the forward reads a value: Falcon-H1's and LFM2's ``.item()``, Lumina2's
-#: ``encoder_attention_mask.sum(dim=1).tolist()``; meta tensors hold none)
-REAL = ("falcon_h1", "lfm2", "lumina2")
+#: counted and measured on real tensors (the forward reads a value: Falcon-H1's and LFM2's ``.item()``, Lumina2's
+#: ``encoder_attention_mask.sum(dim=1).tolist()``, Qwen2-VL's image grid and token ids; meta tensors hold none)
+REAL = ("falcon_h1", "lfm2", "lumina2", "qwen2_vl")
 #: why a column differs (measured with this configuration)
 NEW_NOTES = {
-    "qwen2_vl_text": "text only (no pixel_values): the vision tower's parameters are no argument of the lowered "
-                     "function, so params and the peak leave them out; MemTracker's model holds them",
     "cogview4": "difference: the last block's feed-forward on the text tokens (ff on encoder_hidden_states, "
                 "2 x 49,152) feeds an output the model drops; the lowered program has no dead code, eager runs it",
     "qwen3_next": "difference: the gated delta rule's last recurrent-state update (key^T @ v_new, 262,144) feeds "
@@ -151,6 +154,5 @@ NEW_NOTES = {
                  "encoder_hidden_states, 12,288 + 98,304) feeds an output the model drops; the lowered program has "
                  "no dead code, eager runs it; params: their weights (9,408) are no argument of the lowered function",
     "lumina2": "the mask is given by value (lower --input-value): the forward reads its sequence lengths "
-               "(encoder_attention_mask.sum(dim=1).tolist()); eager peak: MemTracker runs on fake tensors, which "
-               "hold no such values",
+               "(encoder_attention_mask.sum(dim=1).tolist())",
 }
