@@ -164,3 +164,43 @@ def test_library_models_within_ten_percent_of_memtracker(name):
         model = make().eval()
     peak = eager_peak(lower_model(model, *inputs, frontend="torchax", **kwargs).text)
     assert abs(peak / ref - 1) < 0.10, (peak, ref)
+
+
+class Named(torch.nn.Module):
+    """``p`` is bound to a name and read by two later statements: the first of them makes a value of its shape
+    and dtype but cannot have re-bound ``p`` (the second reads it still), so ``p`` lives until ``forward``
+    returns (GPT-OSS's and Qwen3-Next's ``pairwise_decay``, read by ``ut_system = ...`` and again)."""
+
+    def forward(self, x):
+        p = torch.exp(x)
+        u = p * x
+        v = p + x
+        return u * v
+
+
+class Clamped(torch.nn.Module):
+    """``torch.clamp`` is a function call in the IR (``func.call``), whose ops carry the callee's locations
+    without the call's stack: its result, bound to ``c``, is held as the call's result (GPT-OSS's clamped
+    SwiGLU gate, an embedding's ``take``, a mask's ``where``)."""
+
+    def forward(self, x):
+        c = (x * 2).clamp(max=1.0)
+        u = torch.cat([c, c])
+        return u * 2
+
+
+def test_name_read_again_is_not_rebound():
+    """x (S); p = exp(x) (S); u = p * x (S); v = p + x (S); u * v (S): the last op runs with x, p, u, v and its
+    result: 5 S (before: p freed after ``v``'s statement, taken as re-binding it, 4 S)."""
+    assert memtracker_peak(Named, [((N,), torch.float32)]) == 5 * S
+    text = lowered(Named, (N,))
+    assert 5 * S <= eager_peak(text) <= 5 * S + scalars(text)
+
+
+def test_call_result_held_by_its_name():
+    """x (S); x * 2 (S, a temporary) and c (S); u = cat([c, c]) (2 S); u * 2 (2 S): the last op runs with x,
+    c, u and its result: 6 S (before: c, made inside the call, freed at its last use, 5 S)."""
+    assert memtracker_peak(Clamped, [((N,), torch.float32)]) == 6 * S
+    text = lowered(Clamped, (N,))
+    assert "call @" in text  # the clamp is a called function in the IR
+    assert 6 * S <= eager_peak(text) <= 6 * S + scalars(text)

@@ -16,7 +16,14 @@ told apart from a temporary that dies at the end of its statement:
   A statement re-binds the name it reads where it makes a value of its shape and dtype (``x = f(x)``), a view
   of it (``x = x.unflatten(...)``), or runs again at once reading its own value (``h = block(h)`` in a loop);
   the value is then freed when that statement's run ends (its last row with a stack: a constant hoisted
-  into it does not end it; a loop's next trip, the same call on another module, does).
+  into it does not end it; a loop's next trip, the same call on another module, does). A statement that
+  makes a value like it is not taken to re-bind the name where a later statement reads the value still.
+
+A value made by frames the stacks do not show (a library helper) and read by a function that helper calls
+is that call's argument: held until the call returns. The ops of a function the IR calls (``func.call``:
+``torch.clamp``, an embedding's ``take``, a mask's ``where``) carry the callee's locations without a stack:
+they are taken to run in the statement of the row with a stack before them, and a hold of a value the callee
+returns holds the call's result.
 
 An invocation is the run of consecutive rows whose stacks share the frames down to it and whose module
 path (the scope) stays within the invocation's module: two calls of one block from a loop (``for block in
@@ -86,26 +93,54 @@ def _rebinds(rows, producers, stmt: int, q: int) -> bool:
 
 def holds(rows, producers) -> list:
     """Per row, the last row (program order) its result is referenced until, or None (see the module)."""
-    stacks = [() if r.op.endswith(".constant") else  # hoisted: located at the program, not at a call
-              _tagged(r.loc.stack, r.scope) for r in rows]
+    stacks = _borrowed([() if r.op.endswith(".constant") else  # hoisted: located at the program, not at a call
+                        _tagged(r.loc.stack, r.scope) for r in rows], rows)
     out: list = [None] * len(rows)
     ends: dict = {}
+    last = [-1] * len(rows)  # per row, its value's last reader
+    for i, ps in enumerate(producers):
+        for q in ps:
+            if isinstance(q, int) and q < i:
+                last[q] = i
     for i, ps in enumerate(producers):
         if not stacks[i]:
             continue
         for q in ps:
             if not isinstance(q, int) or q >= i or not stacks[q]:
                 continue
-            end = _held(rows, producers, stacks, ends, q, i)
+            end = _held(rows, producers, stacks, ends, q, i, last[q])
             if end > i and (out[q] is None or end > out[q]):
                 out[q] = end
     return out
 
 
-def _held(rows, producers, stacks, ends: dict, q: int, i: int) -> int:
-    """The last row row ``q``'s value is referenced until, as row ``i`` reads it (``i``: no reference seen)."""
+def _borrowed(stacks: list, rows) -> list:
+    """``stacks`` with the rows of a called function (a ``func.call`` of the IR: a framework call lowered as
+    one, ``torch.clamp``, an embedding's ``take``, a mask's ``where``) given a stack: the callee's ops carry
+    their own locations, without the call's; they run in the statement of the row with a stack before them
+    (the first rows: after them), which is the statement that made the call."""
+    out, prev = list(stacks), None
+    for j, r in enumerate(rows):
+        if stacks[j]:
+            prev = stacks[j]
+        elif prev is not None and not r.op.endswith(".constant"):
+            out[j] = prev
+    first = next((s for s in stacks if s), ())
+    for j, r in enumerate(rows):
+        if stacks[j]:
+            break
+        if not r.op.endswith(".constant"):
+            out[j] = first
+    return out
+
+
+def _held(rows, producers, stacks, ends: dict, q: int, i: int, last: int) -> int:
+    """The last row row ``q``'s value is referenced until, as row ``i`` reads it (``i``: no reference seen);
+    ``last``: the value's last reader."""
     sq, si = stacks[q], stacks[i]
     d = _common(sq, si)
+    if d == len(sq) and len(si) > d:  # made by the statement (frames the stacks do not show: a library's
+        return _end(stacks, i, si[:d], _fn(si[d]), ends)  # helper) whose call reads it: an argument
     if d == 0 or d >= len(sq) or d >= len(si):
         return i
     if _fn(sq[d]) != _fn(si[d]):
@@ -115,8 +150,10 @@ def _held(rows, producers, stacks, ends: dict, q: int, i: int) -> int:
     if sq[d][2] != si[d][2]:  # another statement of F: a name, held until F returns ...
         key = _fn(si[d]) + (si[d][2],)
         stmt = _end(stacks, i, si[:d], key, ends)
-        # ... unless the statement reading it re-binds the name (``x = f(x)``, ``h = block(h)`` in a loop)
-        if _rebinds(rows, producers, stmt, q) or _carried(producers, stacks, ends, stmt, si[:d], key):
+        # ... unless the statement reading it re-binds the name (``x = f(x)``, ``h = block(h)`` in a loop;
+        # not where a later statement reads the value still: ``y = f(x)`` then ``z = g(x)``)
+        if (last <= stmt and _rebinds(rows, producers, stmt, q)
+                or _carried(producers, stacks, ends, stmt, si[:d], key)):
             return stmt
         return _end(stacks, i, si[:d], _fn(si[d]), ends)
     if len(si) > d + 1:  # an argument of the call F makes: held until that call returns
@@ -188,17 +225,20 @@ def extend(sw, ps, hold: list) -> None:
     a value (through its views: a view's reference keeps its storage) is freed no earlier than that."""
     seq, rows = ps.p.seq, ps.p.fr.rows
     at = {}  # table row -> the item position of the frame running it
+    calls = {}  # table row -> the results of the function call running it
     for idx, e in enumerate(seq):
         if type(e) is int:
             at[e] = idx
         elif hasattr(e, "end"):
             for j in range(e.start, e.end):
                 at[j] = idx
+                if e.name == "call":
+                    calls[j] = e.defs
     want: dict = {}
     for e, h in enumerate(hold):
-        if h is None or e >= len(rows) or not rows[e].values or h not in at:
+        if h is None or e >= len(rows) or h not in at:
             continue
-        for k in rows[e].values[1]:
+        for k in (rows[e].values[1] if rows[e].values else calls.get(e, ())):
             r = sw.root(k)
             if want.get(r, -1) < at[h]:
                 want[r] = at[h]
@@ -212,3 +252,4 @@ def extend(sw, ps, hold: list) -> None:
         ps.freed[cur] -= b
         ps.freed[idx] += b
         ps.last[r] = idx
+
