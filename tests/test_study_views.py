@@ -40,7 +40,7 @@ def same(a, b) -> bool:
 def cases():
     for by in VIEWS:
         path = STEP if by == "phase" else COMM if by == "comm" else GPT
-        for hw in (None, "h100"):
+        for hw in (("h100",) if by in ("critical-path", "overlap") else (None, "h100")):  # tasks need times
             yield pytest.param(by, path, hw, id=f"{by}-{Path(path).stem}-{hw or 'counts'}")
     yield pytest.param("block", STEP, "h100", id="block-train-step")
 
@@ -93,5 +93,6 @@ def test_a_training_step_shows_fewer_columns_as_text_only(studies):
 def test_a_format_and_a_view_are_each_chosen_in_one_table():
     from mhlo_cost.cli.cmd_report import BY
 
-    assert set(RENDERERS) == {"table", "csv", "json", "markdown", "html"}
+    # the five formats, and the task graph's two exports (only the task views have them: -o NAME.dot / .json)
+    assert set(RENDERERS) == {"table", "csv", "json", "markdown", "html", "dot", "graph"}
     assert set(VIEWS) == set(BY)
