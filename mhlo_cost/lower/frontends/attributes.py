@@ -58,9 +58,9 @@ def attribute_specs(module) -> dict:
     """First name -> ``jax.ShapeDtypeStruct`` of each plain meta tensor attribute (see the module)."""
     import jax
 
-    from .torchax_frontend import _jax_dtype
+    from .inputs import jax_dtype
 
-    return {holders[0][0]: jax.ShapeDtypeStruct(tuple(t.shape), _jax_dtype(t.dtype))
+    return {holders[0][0]: jax.ShapeDtypeStruct(tuple(t.shape), jax_dtype(t.dtype))
             for holders, t in _attributes(module)}
 
 

@@ -247,3 +247,14 @@ def _count(shape) -> int:
     for d in shape:
         n *= d
     return n
+
+
+def jax_dtype(dtype):
+    """A torch dtype, a numpy/jax dtype or a name -> the numpy dtype JAX lowers it as (64-bit types become
+    32-bit unless ``jax_enable_x64`` is on, as everywhere in JAX)."""
+    import jax
+    import torch
+
+    if isinstance(dtype, torch.dtype):
+        dtype = str(dtype).removeprefix("torch.")
+    return jax.dtypes.canonicalize_dtype(jax.numpy.dtype(dtype))

@@ -25,6 +25,7 @@ import numpy as np
 from . import FrontendError, Lowered
 from ._torch_shim import import_torchax
 from .attributes import attribute_specs, bound, split
+from .inputs import jax_dtype
 from .values import concrete, concrete_values
 
 MODELS = ("stdit3",)
@@ -137,32 +138,22 @@ def fold_unit_alpha(env, enabled: bool):
 # ---------------------------------------------------------------------------------------------------------
 
 
-def _jax_dtype(dtype):
-    """A torch dtype, a numpy/jax dtype or a name -> the numpy dtype JAX lowers it as (64-bit types become
-    32-bit unless ``jax_enable_x64`` is on, as everywhere in JAX)."""
-    import torch
-
-    if isinstance(dtype, torch.dtype):
-        dtype = str(dtype).removeprefix("torch.")
-    return jax.dtypes.canonicalize_dtype(jax.numpy.dtype(dtype))
-
-
 def as_spec(x, default_dtype):
     """Shape-like -> ShapeDtypeStruct: a ShapeDtypeStruct, a tensor or array, an ``inputs.TensorSpec``, a
     (shape, dtype) pair, or a bare shape (tuple of ints, given ``default_dtype``)."""
     from .inputs import TensorSpec
 
     if isinstance(x, jax.ShapeDtypeStruct):
-        return jax.ShapeDtypeStruct(x.shape, _jax_dtype(x.dtype))
+        return jax.ShapeDtypeStruct(x.shape, jax_dtype(x.dtype))
     if isinstance(x, TensorSpec):
-        return jax.ShapeDtypeStruct(x.shape, _jax_dtype(x.dtype or default_dtype))
+        return jax.ShapeDtypeStruct(x.shape, jax_dtype(x.dtype or default_dtype))
     if hasattr(x, "shape") and hasattr(x, "dtype"):
-        return jax.ShapeDtypeStruct(tuple(x.shape), _jax_dtype(x.dtype))
+        return jax.ShapeDtypeStruct(tuple(x.shape), jax_dtype(x.dtype))
     if isinstance(x, (tuple, list)) and len(x) == 2 and isinstance(x[0], (tuple, list)) \
             and not isinstance(x[1], (int, np.integer)):
-        return jax.ShapeDtypeStruct(tuple(int(d) for d in x[0]), _jax_dtype(x[1]))
+        return jax.ShapeDtypeStruct(tuple(int(d) for d in x[0]), jax_dtype(x[1]))
     if isinstance(x, (tuple, list)) and all(isinstance(d, (int, np.integer)) for d in x):
-        return jax.ShapeDtypeStruct(tuple(int(d) for d in x), _jax_dtype(default_dtype))
+        return jax.ShapeDtypeStruct(tuple(int(d) for d in x), jax_dtype(default_dtype))
     raise TypeError(f"cannot read an input shape from {x!r}")
 
 
@@ -172,7 +163,7 @@ def state_specs(module) -> dict:
     specs = {}
     for name, t in list(module.named_parameters()) + list(module.named_buffers()):
         if t is not None:
-            specs[name] = jax.ShapeDtypeStruct(tuple(t.shape), _jax_dtype(t.dtype))
+            specs[name] = jax.ShapeDtypeStruct(tuple(t.shape), jax_dtype(t.dtype))
     return specs
 
 
@@ -336,7 +327,7 @@ def _stdit3(cfg):
 
     cfg = cfg or STDiT3Config()
     module = st.build(cfg, "meta")
-    specs = [jax.ShapeDtypeStruct(shape, _jax_dtype(dt)) for shape, dt in st.input_specs(cfg)]
+    specs = [jax.ShapeDtypeStruct(shape, jax_dtype(dt)) for shape, dt in st.input_specs(cfg)]
     return module, specs
 
 
