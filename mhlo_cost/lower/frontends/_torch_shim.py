@@ -134,9 +134,8 @@ def _torch_signature(fn):
     if not schemas:
         return None
     method = not isinstance(fn, types.BuiltinFunctionType)  # a Tensor method (a method descriptor)
-    kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
     return inspect.Signature([inspect.Parameter("input" if a.name == "self" and not method else a.name,
-                                                kinds[bool(a.kwarg_only)]) for a in schemas[0].arguments])
+                                                _NAMED[bool(a.kwarg_only)]) for a in schemas[0].arguments])
 
 
 def _positional_names(sig) -> list[str]:

@@ -17,6 +17,7 @@ frontend turns into its own abstract value (``jax.ShapeDtypeStruct``, a meta ten
 from __future__ import annotations
 
 import json
+import math
 import re
 from dataclasses import dataclass
 
@@ -213,7 +214,7 @@ def parse_input_value(text: str) -> ValueSpec:
     if float in kinds and not dtype.startswith(("float", "bfloat")):
         raise FrontendError(f"--input-value {name}: a fraction does not fit dtype {dtype}")
     spec = ValueSpec(name, data, dtype)
-    if _count(spec.shape) > MAX_VALUE_ELEMENTS:
+    if math.prod(spec.shape) > MAX_VALUE_ELEMENTS:
         raise FrontendError(f"--input-value {name}: more than {MAX_VALUE_ELEMENTS:,} elements")
     return spec
 
@@ -240,13 +241,6 @@ def _kinds(data, out: set) -> None:
             _kinds(d, out)
     else:
         out.add(type(data))
-
-
-def _count(shape) -> int:
-    n = 1
-    for d in shape:
-        n *= d
-    return n
 
 
 def jax_dtype(dtype):

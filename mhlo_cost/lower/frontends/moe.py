@@ -256,6 +256,8 @@ def _unrouted_said(fn, module, escaped: list, info: dict):
 
         try:
             out = fn(*args, **kwargs)
+        except FrontendError:  # already one line, with its own hint
+            raise
         except Exception as e:  # the library's dispatch, most likely: data-dependent shapes
             if os.environ.get("MHLO_COST_DEBUG"):
                 raise

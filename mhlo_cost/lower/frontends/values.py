@@ -143,6 +143,8 @@ def _numel(out) -> int:
 def _in_place(func) -> bool:
     """``add_``, ``masked_fill_``, ``__setitem__``: done once, never again staged."""
     name = str(getattr(func, "__name__", "")).split(".")[0]
+    if name.startswith("__"):  # a dunder: only item assignment and the augmented operators write in place
+        return name == "__setitem__" or name.startswith("__i") and name not in ("__index__", "__int__", "__invert__")
     return name.endswith("_")
 
 

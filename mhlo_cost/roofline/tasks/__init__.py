@@ -5,8 +5,9 @@
 * :mod:`.make`: :func:`~.make.build`, the graph of a :class:`~mhlo_cost.roofline.estimate.Roofline` under its
   execution model, from the walk's data flow (weights and optimizer state versioned in a training step);
 * :mod:`.schedule`: the critical path, slack, and a list schedule on ``k`` streams that share the chip;
-* :mod:`.scenarios`: a training step run task by task (two iterations overlapped, ops cut into chunks);
-* :mod:`.export`: the graph as DOT and as a JSON node/edge list.
+* :mod:`.scenarios`: a training step run task by task (two iterations overlapped, ops cut into chunks).
+
+The graph's export (DOT, a JSON node/edge list) is a view: :mod:`mhlo_cost.views.tasks`.
 """
 from __future__ import annotations
 

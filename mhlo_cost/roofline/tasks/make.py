@@ -75,15 +75,9 @@ def _copied(rf) -> set:
     a kernel reading one waits for what it reads, not for the kernel it was placed in."""
     if rf.execution != "compiled":  # (eager: a broadcast is a kernel of its own)
         return set()
-    from ..fusion import DUPLICATED
+    from ..fusion import _duplicated
 
-    out = set()
-    for i, r in enumerate(rf.analysis.rows):
-        name = short_name(r.op)
-        widening = (name == "convert" and r.operands and getattr(r.result, "nbytes", 0) > r.operands[0].nbytes)
-        if name in DUPLICATED or widening:
-            out.add(i)
-    return out
+    return {i for i, r in enumerate(rf.analysis.rows) if _duplicated(r)}
 
 
 class _Sources:
