@@ -261,3 +261,30 @@ def test_loads_of_a_lowered_program_keep_its_totals(lowered, system):
     streamed = price_blocks(loads, tiny)
     assert sum(p.weight_dram_bytes for p in streamed) == mem.param_bytes
     assert all(p.spill_bytes == b.working_bytes for p, b in zip(streamed, loads))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The published table's data file
+# ---------------------------------------------------------------------------------------------------------
+
+
+def test_published_file_shapes_and_columns():
+    import tomllib
+
+    from mhlo_cost.lower.models.config import STDiT3Config
+
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks", "data",
+                        "published_stdit3_mesh.toml")
+    with open(path, "rb") as f:
+        pub = tomllib.load(f)
+    assert pub["source"]["url"].startswith("https://")
+    # the shapes as the analysis states them (S tokens per frame, T frames) are the model's
+    for shape in pub["shape"]:
+        cfg = STDiT3Config().with_shape(shape["name"])
+        assert (cfg.tokens_s, cfg.tokens_t) == (shape["S"], shape["T"]), shape["name"]
+    assert {s["name"] for s in pub["shape"]} == {"204_640_360", "408_640_360", "51_1280_720", "102_1280_720"}
+    for fig in pub["figure"]:
+        assert set(fig) == {"shape", "strategy", "chip", "column", "value", "unit", "note"}, fig
+    cols = {c["name"]: c for c in pub["column"]}
+    assert {n for n, c in cols.items() if c["reproduced"] == "yes"} == {"GEMM FLOPs", "vector FLOPs", "comm volume"}
+    assert all(c["needs"] for c in cols.values())
