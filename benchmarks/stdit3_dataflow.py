@@ -13,7 +13,9 @@ figure an ESTIMATE, ``mhlo_cost/machines/data/dataflow.toml``). Printed per devi
 * from the chip's figures: the blocks whose weights stay in SRAM (resident / all), the blocks that spill
   activations, the DRAM traffic, the longest collective path in chip hops, the SRAM policy the least DRAM
   traffic chose (w-first: weights first; a-first: activations first), the latency of one forward and of a
-  30-step run, what bounds the most time, and utilisation (GEMM FLOPs / (latency x the bf16 matrix peak)).
+  30-step run, what bounds the most time, and utilisation (GEMM FLOPs / (latency x the bf16 matrix peak));
+  beside it, ``as GPU``: the same chip priced as a GPU would be (its DRAM as HBM, every fused kernel's bytes
+  through it, collectives by the alpha-beta model of one link: ``Roofline(..., fuse_mode="elementwise")``), ms.
 
 The published figures we can source are in ``benchmarks/data/published_stdit3_mesh.toml`` (printed at the end);
 that file says which of the published columns the IR reproduces and what each other column needs.
@@ -50,6 +52,7 @@ def point(cfg, strategy: str, devices: int, system) -> dict:
     from mhlo_cost.analysis import AnalysisOptions, analyze
     from mhlo_cost.analysis.collectors import assign_blocks
     from mhlo_cost.lower.models import parallel
+    from mhlo_cost.roofline import Roofline
     from mhlo_cost.roofline.dataflow import block_loads, price_blocks
     from mhlo_cost.roofline.memory import fused_profile
 
@@ -59,6 +62,7 @@ def point(cfg, strategy: str, devices: int, system) -> dict:
     loads = block_loads(analysis, assign_blocks(analysis), memory, system.chip)
     prices = price_blocks(loads, system)
     policy = "w-first" if prices == price_blocks(loads, system, "weights-first") else "a-first"
+    as_gpu = Roofline(analysis, system.chip.as_hardware(), fuse_mode="elementwise").totals()["est_time_fused_s"]
     s = analysis.summary
     gemm = s["gemm_flops"] + s["conv_flops"]
     latency = sum(p.time_s for p in prices)
@@ -74,7 +78,7 @@ def point(cfg, strategy: str, devices: int, system) -> dict:
         "resident": sum(p.weights == "resident" for p in weighted), "weighted": len(weighted),
         "spilling": sum(p.spill_bytes > 0 for p in prices), "blocks": len(prices),
         "dram": sum(p.dram_bytes for p in prices), "hops": max((p.hops for p in prices), default=0),
-        "policy": policy, "latency": latency, "bound": bound.most_common(1)[0][0] if bound else "-",
+        "policy": policy, "latency": latency, "as_gpu": as_gpu, "bound": bound.most_common(1)[0][0] if bound else "-",
         "util": gemm / (latency * system.chip.matrix_flops["bf16"]) if latency else 0.0,
     }
 
@@ -91,7 +95,7 @@ def _header(system) -> str:
     print("IR: exact counts, any chip | chip: the profile's figures (ESTIMATE where the profile says so)")
     head = (f"{'shape':<13}{'strategy':<9}{'GEMM TF':>9}{'vec TF':>8}{'n x/f':>7}{'comm GB':>9}{'/f':>6}"
             f"{'mem GB':>8}{'wts GB':>8}{'wts in SRAM':>13}{'spill':>7}{'DRAM GB':>9}{'hops':>5}"
-            f"{'SRAM':>8}{'fwd ms':>9}{'30-step s':>10}{'util':>7}  bound")
+            f"{'SRAM':>8}{'fwd ms':>9}{'30-step s':>10}{'util':>7}{'as GPU':>9}  bound")
     return head
 
 
@@ -124,7 +128,8 @@ def main(argv=None) -> int:
                   f"{f['comm'] / 1e9:>9.2f}{f['comm_ratio']:>6.2f}{f['peak'] / 1e9:>8.2f}{f['weights'] / 1e9:>8.2f}"
                   f"{f['resident']:>6d} / {f['weighted']:<4d}{f['spilling']:>7d}{f['dram'] / 1e9:>9.2f}"
                   f"{f['hops']:>5d}{f['policy']:>8}"
-                  f"{f['latency'] * 1e3:>9.1f}{f['latency'] * STEPS:>10.2f}{100 * f['util']:>6.1f}%  {f['bound']}",
+                  f"{f['latency'] * 1e3:>9.1f}{f['latency'] * STEPS:>10.2f}{100 * f['util']:>6.1f}%"
+                  f"{f['as_gpu'] * 1e3:>9.1f}  {f['bound']}",
                   flush=True)
     print(f"\n{len(shapes) * len(args.strategy)} points in {time.perf_counter() - t0:.0f} s")
     pub = published()

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..analysis.blocks import row_labels
 from ..machines.dataflow import DataflowChip, DataflowSystem
 from ..network.collective import estimate, full_bytes, row_groups
 from ..network.mesh import mesh_traffic
@@ -189,9 +190,8 @@ def _collective(r) -> Collective:
 def block_loads(analysis, blocks, memory, chip: DataflowChip) -> list[BlockLoad]:
     """Per block of ``blocks`` (and per group of ops outside them), in program order, what ``analysis`` (made
     with ``AnalysisOptions(dataflow=True)``) says of it; ``memory``: the memory profile whose peak and
-    parameter rows are read (:func:`mhlo_cost.roofline.memory.fused_profile`)."""
-    from ..analysis.blocks import row_labels
-
+    parameter rows are read (:func:`mhlo_cost.roofline.memory.fused_profile`). An op row that belongs to
+    several blocks counts whole in the first (the totals stay exact)."""
     hw = chip.as_hardware()
     labels = [ls[0] for ls in row_labels(blocks)]
     acc: dict[str, dict] = {}
