@@ -21,7 +21,6 @@ import argparse
 import datetime
 import os
 import re
-import statistics
 import sys
 import tomllib
 from collections import defaultdict
