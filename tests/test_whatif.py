@@ -12,7 +12,7 @@ from helpers import lowered, run_cli
 from mhlo_cost.machines.hardware import HardwareError, get_profile
 from mhlo_cost.machines.whatif import Change, apply, gain, parse_change
 from mhlo_cost.studies.study import Study
-from mhlo_cost.studies.whatif import pareto_table, whatif_table
+from mhlo_cost.studies.whatif import Pricing, compare_table, pareto_table, whatif_table
 
 N = 4096 * 4096  # elements of the elementwise block's tensor
 M = 8192  # the matmul's M = N = K
@@ -152,6 +152,62 @@ def test_pareto_table(study):
     assert pareto == {"h100-sxm": False, "h100-sxm (what-if)": True, "a100-sxm-80gb": True, "h200-sxm": False}
 
 
+def _two_chips(tmp_path):
+    """Two made-up chips, no launch overhead and no memory or GEMM model: ``fast`` has twice ``slow``'s bandwidth."""
+    body = """
+[profile.{name}]
+description = "made-up"
+hbm_bandwidth_gb_s = {bw}
+hbm_capacity_gb = 80
+link_bandwidth_gb_s = 100
+hop_latency_us = 1.0
+kernel_overhead_us = 0
+transcendental_tops = 1.0
+[profile.{name}.matrix_tflops]
+bf16 = 500
+[profile.{name}.vector_tflops]
+f32 = 50
+bf16 = 100
+"""
+    path = tmp_path / "chips.toml"
+    path.write_text("schema_version = 1\n" + body.format(name="slow", bw=1000) + body.format(name="fast", bw=2000))
+    return path
+
+
+@pytest.mark.parametrize("command", ["blocks", "report"])
+def test_compare_ratio_of_a_memory_bound_block(program, tmp_path, capsys, command):
+    chips = _two_chips(tmp_path)
+    code, out, err = run_cli([command, program, "--hardware", "slow,fast", "--hardware-file", chips, "--format",
+                              "json"], capsys)
+    assert code == 0, err
+    rows = {r["block"]: r for r in json.loads(out)["rows"]}
+    assert rows["blocks.0"]["fast_ratio"] == pytest.approx(2.0, rel=1e-12)  # memory-bound: twice as fast
+    assert rows["blocks.1"]["fast_ratio"] == pytest.approx(1.0, rel=1e-12)  # compute-bound: no faster
+    assert rows["blocks.0"]["slow_ratio"] == 1.0
+    assert rows["blocks.0"]["slow_bound"] == rows["blocks.0"]["fast_bound"] == "memory"
+
+
+def test_compare_table_every_format_and_html(program, tmp_path, capsys):
+    base = ["report", program, "--hardware", "h100,a100"]
+    for fmt in ("table", "csv", "markdown"):
+        code, out, err = run_cli(base + ["--format", fmt], capsys)
+        assert code == 0 and "a100-sxm-80gb_ratio" in out, err
+    page = tmp_path / "c.html"
+    code, _, err = run_cli(base + ["--format", "html", "-o", page], capsys)
+    assert code == 0, err
+    html = page.read_text()
+    assert "Blocks across chips" in html and html.count("<h3>blocks.") == 2
+
+
+def test_compare_is_the_single_chip_estimate(study):
+    h100, a100 = get_profile("h100"), get_profile("a100")
+    df = compare_table(study, [h100, a100]).frame
+    alone = study.on(a100).block_frame(memory=False)
+    assert list(df["a100-sxm-80gb_time_s"]) == list(alone["est_time_overlap_s"])
+    assert list(df["a100-sxm-80gb_bound"]) == list(alone["bound"])
+    assert Pricing(study).frame(h100)[1] == list(df["h100-sxm_time_s"])
+
+
 def test_whatif_cli_formats_and_plot(program, tmp_path, capsys):
     base = ["whatif", program, "--hardware", "h100", "--set", "hbm_bw=x2"]
     code, out, err = run_cli(base + ["--format", "json", "--compare", "a100,h200"], capsys)
@@ -179,11 +235,21 @@ def test_whatif_cli_formats_and_plot(program, tmp_path, capsys):
     (["whatif", "{p}", "--hardware", "h100", "--scale", "peak.fp6=2"], "no rate 'peak.fp6' to scale"),
     (["whatif", "{p}", "--hardware", "h100", "--compare", "nochip"], "unknown hardware 'nochip'"),
     (["whatif", "{p}", "--hardware", "dgx-h100", "--scale", "link_bw=2"], "is a system"),
+    (["report", "{p}", "--hardware", "h100,a100", "--by", "op"], "goes with --by block"),
+    (["blocks", "{p}", "--hardware", "h100,h100"], "names a chip twice"),
+    (["blocks", "{p}", "--hardware", "h100,", "--block", "x"], "names separated by commas"),
+    (["blocks", "{p}", "--hardware", "h100,a100", "--block", "x"], "does not go with --block"),
 ])
 def test_errors_are_one_line_exit_2(program, capsys, args, words):
     code, out, err = run_cli([a.format(p=program) for a in args], capsys)
     assert code == 2 and out == ""
     assert err.startswith("mhlo-cost: error: ") and err.count("\n") == 1 and words in err, err
+
+
+def test_single_hardware_name_is_unchanged(program, capsys):
+    """One name still takes the one-chip path (the golden tests hold its bytes)."""
+    code, out, err = run_cli(["blocks", program, "--hardware", "h100", "--format", "csv"], capsys)
+    assert code == 0 and "h100-sxm_ratio" not in out and "est_time_s" in out
 
 
 def test_whatif_on_stdit3_prints_bound_and_top_per_block(tmp_path, capsys):
