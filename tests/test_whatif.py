@@ -10,7 +10,7 @@ import pytest
 
 from helpers import lowered, run_cli
 from mhlo_cost.machines.hardware import HardwareError, get_profile
-from mhlo_cost.machines.whatif import Change, apply, gain, parse_change
+from mhlo_cost.machines.whatif import Change, apply, gain, parse_change, unpriced
 from mhlo_cost.studies.study import Study
 from mhlo_cost.studies.whatif import Pricing, compare_table, pareto_table, whatif_table
 
@@ -128,6 +128,9 @@ def test_changes_and_units():
     assert apply(h100, [parse_change("sram=256MB")]) == h100 or hasattr(h100, "sram_mb")  # not priced on a GPU
     assert str(parse_change("hbm_bw=4.8TB/s")) == "hbm_bw=4.8TB/s" and str(Change("hbm_bw", factor=2)) == "hbm_bw x2"
     assert h100.hbm_bandwidth == 3.35e12  # the shared profile untouched
+    notes = unpriced([parse_change("sram=256MB"), parse_change("hbm_bw=x2"), parse_change("hbm=x2")])
+    assert notes[0] == "sram=256MB: not used by the GPU pricing (no time moves with it)"
+    assert len(notes) == 2 and notes[1].startswith("hbm x2: a capacity moves no time")
 
 
 @pytest.mark.parametrize("text, words", [

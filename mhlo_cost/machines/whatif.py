@@ -13,7 +13,7 @@ key                    what it changes                            units of a val
 ``vector``             every vector-unit peak                      (a factor only)
 ``transcendental``     special-function results per second         1/s: ``2.4T/s``, ``2.4e12``
 ``hbm_bw``             HBM bandwidth                               B/s: ``4.8TB/s``, ``3350GB/s``
-``hbm``                HBM capacity                                B: ``141GB``, ``96GiB``
+``hbm``                HBM capacity (what fits; no time moves)     B: ``141GB``, ``96GiB``
 ``link_bw``            link bandwidth per device, one direction    B/s (chip profiles: a system's links
                                                                    are its topology's)
 ``hop_latency``        per-hop latency of a collective step        s: ``3us``, ``500ns``
@@ -84,7 +84,7 @@ def params() -> dict[str, Param]:
     out |= {f"vector.{k}": Param(f"vector.{k}", "flops") for k in DTYPE_KEYS}
     out |= {"peak": Param("peak", "flops"), "vector": Param("vector", "flops"),
             "transcendental": Param("transcendental", "rate"), "hbm_bw": Param("hbm_bw", "bandwidth"),
-            "hbm": Param("hbm", "bytes"), "link_bw": Param("link_bw", "bandwidth"),
+            "hbm": Param("hbm", "bytes", priced=False), "link_bw": Param("link_bw", "bandwidth"),
             "hop_latency": Param("hop_latency", "seconds", gain_up=False),
             "kernel_overhead": Param("kernel_overhead", "seconds", gain_up=False),
             "dispatch_overhead": Param("dispatch_overhead", "seconds", gain_up=False),
@@ -230,10 +230,16 @@ def _apply_one(hw: Hardware, c: Change) -> Hardware:
     return dataclasses.replace(hw, **{field: _in_range(c.key, value, hw.name)})
 
 
+#: Why a change moves no time, per key.
+_UNPRICED = {"sram": "not used by the GPU pricing (no time moves with it)",
+             "hbm": "a capacity moves no time (it decides what fits: the memory figures of report)"}
+
+
 def unpriced(changes) -> list[str]:
-    """The notes of changes no time moves with (``sram``: the GPU pricing reads no SRAM size)."""
+    """The notes of changes no time moves with (``sram``: the GPU pricing reads no SRAM size; ``hbm``: a
+    capacity)."""
     known = params()
-    return [f"{c}: not used by the GPU pricing (no time moves with it)" for c in changes if not known[c.key].priced]
+    return [f"{c}: {_UNPRICED[c.key]}" for c in changes if not known[c.key].priced]
 
 
 def gain(hw: Hardware, key: str, fraction: float = 0.1) -> Hardware:
