@@ -43,13 +43,29 @@ def sensitivity_keys(hw, analysis, execution: str) -> list[str]:
     """The parameters whose 10% gain is tried: each matrix peak the profile states, the vector and special
     function rates, HBM bandwidth, the launch overhead; the link (chip profiles, programs with collectives);
     eager mode's dispatch overhead where the profile states one."""
-    keys = [f"peak.{k}" for k in sorted(hw.matrix_flops)] + ["vector", "transcendental", "hbm_bw",
-                                                              "kernel_overhead"]
+    keys = [f"peak.{k}" for k in _matrix_keys(hw, analysis)] + ["vector", "transcendental", "hbm_bw",
+                                                                 "kernel_overhead"]
     if getattr(hw, "topology", None) is None and any(r.kind == "collective" for r in analysis.rows):
         keys += ["link_bw", "hop_latency"]
     if execution == "eager" and hw.dispatch_overhead is not None:
         keys.append("dispatch_overhead")
     return keys
+
+
+def _matrix_keys(hw, analysis) -> list[str]:
+    """The matrix peaks some dot or convolution of ``analysis`` is priced at on ``hw`` (a dtype without a rate
+    of its own falls back along its chain: the key whose gain moves its peak)."""
+    from ..machines.hardware import HardwareError, canonical_dtype
+
+    dtypes = set()
+    for r in analysis.rows:
+        for t in r.operands[:2] if r.kind in ("dot", "conv") else ():
+            try:
+                dtypes.add(canonical_dtype(t.dtype))
+            except HardwareError:  # (priced at the vector dtype: the vector key covers it)
+                pass
+    return [k for k in sorted(hw.matrix_flops)
+            if any(gain(hw, f"peak.{k}").matrix_peak(d) != hw.matrix_peak(d) for d in dtypes)]
 
 
 def _fraction(before: float, after: float) -> float:
