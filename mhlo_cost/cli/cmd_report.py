@@ -14,7 +14,7 @@ from ..studies.compose import compose
 from ..views.by import VIEWS
 from ..views.table import ViewRequest
 from .common import (EXIT_OK, UserError, add_common, add_estimate, add_filters, add_output, claim_output,
-                     hardware_from_options, study_options, write_output)
+                     compare_chips, compare_output, hardware_from_options, study_options, write_output)
 
 #: --by's names: the views' (:data:`mhlo_cost.views.by.VIEWS`, the one place a view is chosen)
 BY = tuple(VIEWS)
@@ -55,6 +55,9 @@ def _graph_format(args, hw, by: str, filtered) -> str:
 
 
 def cmd_report(args, console) -> int:
+    chips = compare_chips(args)
+    if chips is not None:
+        return _compare(args, console, chips)
     hw = hardware_from_options(args, top_needs_hardware=False)
     by, depth = args.by
     if args.top is not None and by != "op" and args.format != "html":
@@ -85,6 +88,19 @@ def cmd_report(args, console) -> int:
     return EXIT_OK
 
 
+def _compare(args, console, chips) -> int:
+    """``--hardware a,b,c``: the blocks across chips (``--by summary`` or ``block``)."""
+    if args.by[0] not in ("summary", "block"):
+        raise UserError(f"--hardware a,b,c gives the blocks across chips: it goes with --by block (or the "
+                        f"summary), not --by {args.by[0]}")
+    claim_output(args, console)
+    progress = console.progress()
+    text = compare_output(args, console, progress, chips)
+    progress.done()
+    write_output(text, args.output)
+    return EXIT_OK
+
+
 def register(sub) -> None:
     p = sub.add_parser("report", help="what a model costs: summary, or grouped by op, kind, scope, tree or block",
                        description="What a model costs: the summary, or the ops grouped. FILE may be '-' (standard "
@@ -99,6 +115,6 @@ def register(sub) -> None:
                         "(both need --hardware; -o NAME.dot or NAME.json writes the task graph)")
     p.add_argument("--parts", action="store_true", help="--by block: one row per block part (attn, mlp, ...)")
     add_filters(p)
-    add_estimate(p, steps=True, top=True)
+    add_estimate(p, steps=True, top=True, many=True)
     add_output(p, formats=("table", "csv", "json", "markdown", "html"))
     p.set_defaults(func=cmd_report)

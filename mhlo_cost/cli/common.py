@@ -166,6 +166,44 @@ def hardware_from_options(args, top_needs_hardware: bool = True):
     return hw
 
 
+def compare_chips(args) -> list | None:
+    """The profiles ``--hardware a,b,c`` names (one table across chips), None for one name or none."""
+    name = getattr(args, "hardware", None)
+    if name is None or "," not in name:
+        return None
+    names = [n.strip() for n in name.split(",")]
+    if not all(names):
+        raise UserError(f"--hardware takes names separated by commas, got {name!r}")
+    if len(set(names)) != len(names):
+        raise UserError(f"--hardware names a chip twice: {name!r}")
+    for opt in ("block", "scope", "steps", "top"):
+        if getattr(args, opt, None) is not None:
+            raise UserError(f"--hardware a,b,c compares every block across chips: it does not go with --{opt}")
+    if getattr(args, "parts", False):
+        raise UserError("--hardware a,b,c compares every block across chips: it does not go with --parts")
+    from ..roofline import hardware_from_args
+
+    single = argparse.Namespace(**{**vars(args), "hardware": names[0]})
+    chips = [hardware_from_options(single)]
+    return chips + [hardware_from_args(n, getattr(args, "hardware_file", None)) for n in names[1:]]
+
+
+def compare_output(args, console, progress, chips) -> str:
+    """The text of ``report`` / ``blocks --hardware a,b,c``: one program's blocks across ``chips`` (walked once)."""
+    from ..studies.whatif import compare_table
+    from ..views.render import render
+
+    if len(args.file) > 1:
+        raise UserError("--hardware a,b,c takes one file")
+    study = open_study(args.file[0], args, console, progress, chips[0], training=True)
+    table = compare_table(study, chips)
+    if args.format == "html":
+        from ..views.html.compare import compare_page
+
+        return compare_page(table, None if args.unit == "raw" else args.unit)
+    return render(table, args.format, args.unit, wide=args.wide)
+
+
 def add_common(p: argparse.ArgumentParser, blocks: bool = True, many: bool = False) -> None:
     what = "MLIR file: .mlir text, .mlirbc bytecode or StableHLO artifact, optionally .gz; - reads standard input"
     p.add_argument("file", nargs="+" if many else None, help=what + ("; several give one table" if many else ""))
@@ -199,9 +237,11 @@ def add_filters(p: argparse.ArgumentParser) -> None:
     g.add_argument("--scope", metavar="REGEX", type=regex, help="only ops whose scope path matches (re.search)")
 
 
-def add_estimate(p: argparse.ArgumentParser, steps: bool = False, top: bool = False) -> None:
+def add_estimate(p: argparse.ArgumentParser, steps: bool = False, top: bool = False, many: bool = False) -> None:
     g = p.add_argument_group("roofline estimate")
-    g.add_argument("--hardware", metavar="NAME", help="estimate time on this profile (mhlo-cost hardware lists them)")
+    g.add_argument("--hardware", metavar="NAME", help="estimate time on this profile (mhlo-cost hardware lists them)"
+                   + ("; A,B,C: each block's time, bound and ratio to the first chip, per chip (walked once)"
+                      if many else ""))
     g.add_argument("--hardware-file", metavar="FILE", help="TOML file of your own profiles (searched first)")
     g.add_argument("--execution", choices=("eager", "compiled", "unfused"),
                    help="how the program is run, for time and memory: eager = PyTorch eager (one kernel per "
