@@ -77,3 +77,15 @@ def static_text(name: str, point: dict) -> str:
     fn, args, spec = PROGRAMS[name]
     values = [point[s.strip()] for s in spec.split(",")]
     return jax.jit(fn).lower(*args(*values)).as_text(debug_info=True)
+
+
+def stdit3_symbolic_text(cfg) -> str:
+    """STDiT3 (the bundled JAX model, ``cfg`` at depth 1) exported with symbolic batch ``b`` and latent frames
+    ``t``: the model's code is shape-polymorphic in both as it stands."""
+    from mhlo_cost.lower.models import stdit3
+
+    b, t = export.symbolic_shape("b, t")
+    x, ts, y, fps = stdit3.input_shapes(cfg)
+    args = (jax.ShapeDtypeStruct((b, x.shape[1], t) + x.shape[3:], x.dtype), jax.ShapeDtypeStruct((b,), ts.dtype),
+            jax.ShapeDtypeStruct((b,) + y.shape[1:], y.dtype), jax.ShapeDtypeStruct((b,), fps.dtype))
+    return export.export(jax.jit(stdit3.make_forward(cfg)))(stdit3.param_shapes(cfg), *args).mlir_module()

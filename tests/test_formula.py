@@ -193,6 +193,36 @@ def test_a_fit_that_fails_its_check_is_never_given():
     assert "no formula is given" in str(e.value)
 
 
+# -- STDiT3 exported with symbolic dimensions ---------------------------------------------------------------
+
+
+def test_stdit3_exported_in_b_and_t_counts_the_static_lowerings_flops():
+    """The bundled STDiT3 (reduced configuration, depth 1) exported with symbolic batch and frames: its FLOP
+    formulas give the static lowerings' FLOPs exactly at five shapes, block by block, and the GEMM FLOPs of
+    tests/stdit3_formula.py. Bytes and op counts are not compared: with a symbolic batch jax lowers the
+    modulation's indexing as gathers where the static lowering has slices and reshapes (another program)."""
+    from dataclasses import replace
+
+    from stdit3_formula import gemm_flops
+
+    from formula_programs import stdit3_symbolic_text
+    from mhlo_cost.lower.models import stdit3
+    from mhlo_cost.lower.models.config import STDiT3Config
+
+    cfg = replace(STDiT3Config().small(), depth=1)
+    f = fit(symbolic_program(StudyOptions(stdit3_symbolic_text(cfg), isolate=False)))
+    assert f.symbols == ("b", "t")
+    flops = ("gemm_flops", "conv_flops", "vector_flops", "transcendentals")
+    for point in (dict(b=2, t=2), dict(b=2, t=9), dict(b=3, t=5), dict(b=5, t=3), dict(b=7, t=8)):
+        at = replace(cfg, batch=point["b"], latent_t=point["t"])
+        want = block_counts(stdit3.lower(at).as_text(debug_info=True))
+        got = f.at(point)
+        assert {k: got[k] for k in want if k[1] in flops} == {k: v for k, v in want.items() if k[1] in flops}, point
+        closed = gemm_flops(at)
+        assert got[("spatial_blocks.0", "gemm_flops")] == closed["spatial_block"]
+        assert got[("TOTAL", "gemm_flops")] == closed["total"]
+
+
 # -- STDiT3: formulas from static lowerings -----------------------------------------------------------------
 
 
