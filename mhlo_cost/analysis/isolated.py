@@ -173,8 +173,10 @@ def bind_symbols(loaded, point: dict):
     try:
         if not point:
             found = symbolic.symbols(loaded.module)
+            asked = ",".join(f"{n}=N" for n in found.names)
             raise AnalysisError(f"{loaded.name}: a symbolic program in {symbolic.describe(found)}: give their "
-                                f"values (--shapes {','.join(f'{n}=N' for n in found.names)}) or ask for --formula")
+                                f"values (--shapes {asked}), or see its counts as formulas in them (mhlo-cost "
+                                "report --formula)")
         return Loaded(refine(loaded.module, point, loaded.context), loaded.context, loaded.name,
                       loaded.format)
     except symbolic.SymbolicError as e:

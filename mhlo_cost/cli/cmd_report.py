@@ -14,7 +14,7 @@ from ..studies.compose import compose
 from ..views.by import VIEWS
 from ..views.table import ViewRequest
 from .common import (EXIT_OK, UserError, add_common, add_estimate, add_filters, add_output, claim_output,
-                     hardware_from_options, shape_point, study_options, write_output)
+                     hardware_from_options, study_options, write_output)
 
 #: --by's names: the views' (:data:`mhlo_cost.views.by.VIEWS`, the one place a view is chosen)
 BY = tuple(VIEWS)
@@ -127,16 +127,12 @@ def register(sub) -> None:
                         "2-stream times (and a training step's task-based scenarios); overlap: the same per block "
                         "(both need --hardware; -o NAME.dot or NAME.json writes the task graph)")
     p.add_argument("--parts", action="store_true", help="--by block: one row per block part (attn, mlp, ...)")
-    p.add_argument("--shapes", type=shape_point, metavar="NAME=N,...",
-                   help="a symbolic program (jax.export with symbolic dimensions): the value of each of its shape "
-                        "symbols, named as the module names them (b=8,s=4096); the program is refined at that "
-                        "point by jaxlib's shape refinement and counted as the static program it becomes; with "
-                        "--formula, where the grid of points starts (default 2 for each symbol)")
     p.add_argument("--formula", action="store_true",
                    help="a symbolic program's counts per block (and in total) as exact polynomials in its shape "
                         "symbols: fitted from the program refined on a grid of points (nodes per symbol above a "
                         "degree bound read from the program) and checked at two points off the grid; a count that "
-                        "fails its check is an error, never a formula")
+                        "fails its check is an error, never a formula; --shapes: where the grid starts (default 2 "
+                        "for each symbol)")
     add_filters(p)
     add_estimate(p, steps=True, top=True)
     add_output(p, formats=("table", "csv", "json", "markdown", "html"))

@@ -189,6 +189,10 @@ def add_common(p: argparse.ArgumentParser, blocks: bool = True, many: bool = Fal
     p.add_argument("--strict", action="store_true", help="fail when an op no rule knows is found")
     add_quiet(p)
     add_progress(p)
+    p.add_argument("--shapes", type=shape_point, metavar="NAME=N,...",
+                   help="a symbolic program (jax.export with symbolic dimensions): the value of each of its shape "
+                        "symbols, named as the module names them (b=8,s=4096); the program is refined at that point "
+                        "by StableHLO's shape refinement and counted as the static program it becomes")
     p.add_argument("--conv-padding", choices=("xla", "dense"), default="xla",
                    help="convolution FLOPs: xla (default) skips padded positions as XLA does; dense counts them "
                         "as PyTorch's counters and papers do")

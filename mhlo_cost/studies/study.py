@@ -64,6 +64,8 @@ the estimate or the memory estimate needs them). ``isolate``: parsed and walked 
         from ..analysis.collectors import METHODS
         from .limits import OptionError, whole
 
+        shapes = self.shapes.items() if isinstance(self.shapes, dict) else self.shapes or ()
+        object.__setattr__(self, "shapes", tuple((str(n), int(v)) for n, v in shapes))  # (JSON gives lists)
         b = self.blocks
         if b not in METHODS:
             raise OptionError(f"--blocks must be one of {', '.join(METHODS)}, got {b!r}")
