@@ -257,3 +257,32 @@ def test_lower_formula_refuses_what_it_cannot_fit(capsys):
     assert rc == 2 and "does not go with --shape" in error_line(err)
     rc, _, err = run(capsys, "lower", "--model", "gpt", "--formula")
     assert rc == 2 and "--formula goes with --model stdit3" in error_line(err)
+
+
+# -- symbols the module does not name, and dimensions that are no symbol ------------------------------------
+
+PLAIN = """
+func.func @main(%a: tensor<?x4xf32>, %b: tensor<4x8xf32>) -> tensor<?x8xf32> {
+  %0 = stablehlo.dot_general %a, %b, contracting_dims = [1] x [0] : (tensor<?x4xf32>, tensor<4x8xf32>) -> tensor<?x8xf32>
+  return %0 : tensor<?x8xf32>
+}
+"""
+
+
+def test_a_dimension_no_producer_names_is_named_by_its_place(tmp_path, capsys):
+    path = tmp_path / "plain.mlir"
+    path.write_text(PLAIN)
+    rc, _, err = run(capsys, "report", str(path))
+    assert rc == 2 and "arg0_0 (main's ?-dimensions, named arg<I>_<D>)" in error_line(err)
+    f = fit(symbolic_program(StudyOptions(PLAIN, isolate=False)))
+    assert f.named_by == "position" and f.polys[("TOTAL", "gemm_flops")] == 2 * 4 * 8 * Poly.symbol("arg0_0")
+
+
+def test_a_dimension_that_is_an_expression_is_refused(tmp_path, capsys):
+    b, s = jax.export.symbolic_shape("b, s")
+    text = jax.export.export(jax.jit(lambda x: (x @ x.T).sum()))(
+        jax.ShapeDtypeStruct((2 * b, s), jnp.float32)).mlir_module()
+    path = tmp_path / "expr.mlir"
+    path.write_text(text)
+    rc, _, err = run(capsys, "report", "--shapes", "b=2,s=3", str(path))
+    assert rc == 2 and "shape symbol 'b' is not the size of one of main's dimensions" in error_line(err)

@@ -81,6 +81,7 @@ def _fold_dimension_arguments(module, point: dict) -> None:
     folded = {}
     for fn in module.body.operations:
         dims = _global_constants(fn) if fn.operation.name == "func.func" else {}
+        dims = {i: n for i, n in dims.items() if n}  # (anonymous ones, jax's divmod and the like: refinement's)
         if not dims:
             continue
         missing = [n for n in dims.values() if n not in point]

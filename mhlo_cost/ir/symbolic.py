@@ -115,10 +115,12 @@ def symbols(module) -> Symbols:
         callee = _lookup(module, ir.FlatSymbolRefAttr(op.attributes["callee"]).value)
         names = _global_constants(callee) if callee is not None else {}
         for i, name in names.items():
+            if not name:  # (jax's helpers of dimension arithmetic, divmod and the like: anonymous)
+                continue
             place = _source(op.operands[i])
             if place is None:
                 raise SymbolicError(f"shape symbol {name!r} is not the size of one of main's dimensions (an "
-                                    "expression such as 2*{name}?): cannot bind it from --shapes")
+                                    f"expression such as 2*{name}?): cannot bind it from --shapes")
             places.setdefault(name, [])
             if place not in places[name]:
                 places[name].append(place)
