@@ -131,8 +131,9 @@ def register(sub) -> None:
                    help="a symbolic program's counts per block (and in total) as exact polynomials in its shape "
                         "symbols: fitted from the program refined on a grid of points (nodes per symbol above a "
                         "degree bound read from the program) and checked at two points off the grid; a count that "
-                        "fails its check is an error, never a formula; --shapes: where the grid starts (default 2 "
-                        "for each symbol)")
+                        "fails its check is an error, never a formula. Shown with the common factor of the terms "
+                        "taken out (2*b*s*(64*s + 8192)); csv and json also give the expanded form. --shapes: where "
+                        "the grid starts (default 2 for each symbol)")
     add_filters(p)
     add_estimate(p, steps=True, top=True)
     add_output(p, formats=("table", "csv", "json", "markdown", "html"))
