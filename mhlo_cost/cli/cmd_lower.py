@@ -104,6 +104,10 @@ def _bundled_options(p) -> None:
                    help="stdit3: lower under a parallel strategy with explicit collectives (default none)")
     g.add_argument("--devices", type=positive_int, metavar="N", help="devices of the parallel strategy (e.g. 16)")
     g.add_argument("--mesh", metavar="NXxNY", help="2d: the mesh, N_x (batch) x N_y (default 2 x N/2)")
+    g.add_argument("--formula", nargs="?", const="table", choices=("table", "csv", "json", "markdown"),
+                   dest="formula_format", help="stdit3: print the counts per block as polynomials in B, T, S (fitted "
+                                               "from lowerings at a grid of shapes) instead of the IR, as a table "
+                                               "or csv, json, markdown")
 
 
 def list_models(out=sys.stdout) -> None:
@@ -340,6 +344,10 @@ def cmd_lower(args, console) -> int:
         _list_alone(args)
         list_models()
         return EXIT_OK
+    if args.formula_format:
+        from .cmd_formula import lower_formula
+
+        return lower_formula(args, console)
     from ..lower.frontends import FrontendError, write
     from ..lower.frontends.api import LowerFailed
     from ..lower.frontends.preflight import check_request

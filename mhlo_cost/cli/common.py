@@ -55,7 +55,7 @@ def study_options(args, path: str, progress: Progress, hw=None, training: bool |
         attention=getattr(args, "attention", None), sdpa=getattr(args, "sdpa", None),
         steps=getattr(args, "steps", None), blocks=getattr(args, "blocks", "auto"),
         block_pattern=getattr(args, "block_pattern", None), norms_per_block=getattr(args, "norms_per_block", None),
-        isolate=None)
+        isolate=None, shapes=tuple(getattr(args, "shapes", None) or ()))
 
 
 def open_study(path: str, args, console: Console, progress: Progress, hw=None, training: bool | str = False):
@@ -76,6 +76,22 @@ def positive_int(value: str) -> int:
     if n < 1:
         raise argparse.ArgumentTypeError(f"must be a positive integer, got {value!r}")
     return n
+
+
+def shape_point(value: str) -> tuple:
+    """``b=8,s=4096`` -> (("b", 8), ("s", 4096)): a symbolic program's point (--shapes); names are identifiers,
+    values positive integers, each name once."""
+    out = {}
+    for item in value.split(","):
+        name, eq, number = item.strip().partition("=")
+        name = name.strip()
+        if not eq or not name.isidentifier() or not number.strip().isdigit() or int(number) < 1:
+            raise argparse.ArgumentTypeError(f"--shapes takes NAME=N pairs (N a positive integer), separated by "
+                                             f"commas: got {item.strip()!r}")
+        if name in out:
+            raise argparse.ArgumentTypeError(f"--shapes names {name} twice")
+        out[name] = int(number)
+    return tuple(out.items())
 
 
 def regex(value: str) -> str:
@@ -211,6 +227,10 @@ def add_common(p: argparse.ArgumentParser, blocks: bool = True, many: bool = Fal
     p.add_argument("--strict", action="store_true", help="fail when an op no rule knows is found")
     add_quiet(p)
     add_progress(p)
+    p.add_argument("--shapes", type=shape_point, metavar="NAME=N,...",
+                   help="a symbolic program (jax.export with symbolic dimensions): the value of each of its shape "
+                        "symbols, named as the module names them (b=8,s=4096); the program is refined at that point "
+                        "by StableHLO's shape refinement and counted as the static program it becomes")
     p.add_argument("--conv-padding", choices=("xla", "dense"), default="xla",
                    help="convolution FLOPs: xla (default) skips padded positions as XLA does; dense counts them "
                         "as PyTorch's counters and papers do")
