@@ -25,7 +25,7 @@ _SHAPE = ListOf(COUNT)
 #: A lowered step's facts (its IR is the entry's blob, gzipped).
 STEPS = Schema("serve/steps", 2, Record({
     "layout": Record({"layers": ListOf(Record({"key": _SHAPE, "value": _SHAPE, "itemsize": POSITIVE,
-                                               "window": Maybe(POSITIVE)})),
+                                               "window": Maybe(POSITIVE)}, {"scale_bytes": COUNT})),
                       "batch": POSITIVE, "context": POSITIVE, "dtype": TEXT}),
     "weight_bytes": COUNT, "hidden": POSITIVE, "layers": POSITIVE, "positions": Maybe(POSITIVE),
     "info": MapOf(ANY)}), blob=True)
@@ -88,7 +88,8 @@ def _step_of(req: StepRequest, meta: dict, blob: bytes) -> Step | None:
     except (OSError, EOFError, zlib.error, UnicodeDecodeError):
         return None
     m = meta["layout"]
-    layers = tuple(LayerCache(tuple(x["key"]), tuple(x["value"]), x["itemsize"], x["window"]) for x in m["layers"])
+    layers = tuple(LayerCache(tuple(x["key"]), tuple(x["value"]), x["itemsize"], x["window"],
+                              x.get("scale_bytes", 0)) for x in m["layers"])
     layout = CacheLayout(layers, m["batch"], m["context"], m["dtype"])
     return Step(Lowered(text=text, info=meta["info"]), layout, meta["weight_bytes"], meta["hidden"], meta["layers"],
                 req, meta["positions"])
