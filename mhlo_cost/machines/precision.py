@@ -189,10 +189,26 @@ def dtype_hint(text: str) -> str | None:
     key = text.strip().lower().removeprefix("torch.").removeprefix("jnp.")
     if key in QUANTISED_SPELLINGS or key.startswith(("float8", "float4", "f8e", "f4e")):
         return (f"--dtype {text}: a model's weights and activations take one floating dtype (bf16, f16, f32); "
-                f"{key} runs through a precision recipe: --precision NAME ({names()})")
+                f"{key} runs through a precision recipe: serve / lower --decode / --prefill --precision NAME "
+                f"({names()})")
     return None
 
 
 def bits(dtype: str) -> int:
     """Bits of storage of one element of a vocabulary dtype."""
     return BITS[dtype]
+
+
+def upcast_note(hw, precision: str) -> str | None:
+    """What ``hw`` does with a dot in ``precision`` (a key: fp8, fp4, int8, ...) when its matrix unit has no rate
+    for it: the rate it is priced at instead (the format upcast, as XLA and the libraries run fp8 on Ampere),
+    said in one line; None where the chip has the precision."""
+    from .profile import _CHAINS
+
+    if precision in hw.matrix_flops:
+        return None
+    for k in _CHAINS[precision][1:]:
+        if k in hw.matrix_flops or k == "f32":
+            return (f"{hw.name} has no {precision} matrix rate: {precision} dots are priced at its {k} rate "
+                    f"(upcast to {k}, as the libraries run them there)")
+    return f"{hw.name} has no {precision} matrix rate: {precision} dots are priced on its vector unit"

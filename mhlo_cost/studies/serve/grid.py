@@ -37,7 +37,8 @@ FIGURES = Schema("serve/figures", 2, Record({
     "bytes_moved": COUNT, "step_time_s": AMOUNT, "comm_time_s": AMOUNT, "tokens_per_s": AMOUNT,
     "intensity": AMOUNT, "ridge": AMOUNT, "bound": TEXT, "max_batch": COUNT, "max_context": Maybe(COUNT),
     "blocks": ListOf(TupleOf((TEXT, AMOUNT, TEXT))), "launch": OneOf(LAUNCHES), "input_bytes": COUNT,
-    "max_context_bound": OneOf(("memory", "positions", "none"))}))
+    "max_context_bound": OneOf(("memory", "positions", "none"))},
+    {"precision": TEXT, "flops_by_precision": MapOf(COUNT), "precision_note": TEXT}))
 
 
 class StepCache:
