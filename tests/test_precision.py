@@ -164,3 +164,45 @@ def test_bad_recipes_are_one_line(capsys, argv, words):
     assert main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("mhlo-cost: error:") and words in err[0], err
+
+
+def test_fp8_training_runs_every_linear_gemm_in_fp8_and_keeps_fp32_state():
+    """train-plan's per-device layer under fp8-rowwise: the forward, dgrad and wgrad GEMMs of the four linears are
+    fp8 (3 x 2 m n k each, m = micro-batch x sequence); the attention's stay bf16; the weights are bf16 arguments,
+    the master weights and AdamW's two moments float32, as in bf16 training."""
+    from mhlo_cost.studies.plan.config import ScaleConfig
+    from mhlo_cost.studies.plan.layer import lower_layer
+
+    h, seq = 256, 128
+    for precision in ("fp8-rowwise", "fp8-tensorwise"):
+        cfg = ScaleConfig(layers=2, hidden=h, heads=4, seq=seq, precision=precision)
+        a = analyze(lower_layer(cfg))
+        m = 1 * seq
+        assert a.summary["gemm_flops_fp8"] == sum(3 * 2 * m * i * o for i, o in ((h, 3 * h), (h, h), (h, 4 * h),
+                                                                                 (4 * h, h)))
+        from mhlo_cost.analysis import AnalysisOptions
+
+        b = analyze(lower_layer(cfg), AnalysisOptions(arguments=True))
+        params = 3 * h * h + 3 * h + h * h + h + 4 * h * h + 4 * h + 4 * h * h + h + 4 * h
+        by: dict = {}
+        for arg in b.arguments:
+            root = arg.name.split("[")[0]
+            by[root] = by.get(root, 0) + arg.type.nbytes
+        assert by["params"] == 2 * params and by["master"] == 4 * params
+
+
+def test_train_plan_takes_the_training_recipes_and_refuses_the_others(capsys):
+    base = ["train-plan", "--layers", "2", "--hidden", "256", "--heads", "4", "--seq", "128", "--hardware",
+            "dgx-h100", "--no-cache", "--format", "json", "-q"]
+    assert main([*base, "--precision", "fp8-rowwise"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["config"]["precision"] == "fp8-rowwise"
+    assert main([*base]) == 0
+    bf16 = json.loads(capsys.readouterr().out)
+    assert "precision" not in bf16["config"] and bf16["memory"] == d["memory"]  # fp8 casts are never stored
+    for bad in ("w4a16-awq", "nvfp4", "kv-fp8"):
+        assert main([*base, "--precision", bad]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "a training step runs bf16, fp8-tensorwise, fp8-rowwise" in err[0]
+    assert main([*base, "--dtype", "int8"]) == 2  # train-plan takes no --dtype: one line
+    assert len(capsys.readouterr().err.strip().splitlines()) == 1

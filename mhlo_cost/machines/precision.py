@@ -145,6 +145,12 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in (
            source="vLLM --kv-cache-dtype fp8 (k_scale / v_scale per attention layer)"),
 )}
 
+#: Recipes a training step runs (``train-plan --precision``): the float8 training of torchao (``Float8Linear``,
+#: tensorwise or rowwise) and Transformer Engine: the linears' three GEMMs (forward, dgrad, wgrad) in fp8; the
+#: weights kept in bf16, the master weights and AdamW's moments in float32, as bf16 mixed-precision training
+#: keeps them (the fp8 casts are made at each use and never stored).
+TRAINING = ("bf16", "fp8-tensorwise", "fp8-rowwise")
+
 #: Recipes that set only the KV cache (they combine with one that sets the linears).
 KV_ONLY = ("kv-fp8",)
 
@@ -197,6 +203,15 @@ def dtype_hint(text: str) -> str | None:
 def bits(dtype: str) -> int:
     """Bits of storage of one element of a vocabulary dtype."""
     return BITS[dtype]
+
+
+def training_recipe(text: str | None) -> Recipe:
+    """A recipe a training step runs (:data:`TRAINING`); PrecisionError says which do."""
+    recipe = parse(text)
+    if recipe.name not in TRAINING:
+        raise PrecisionError(f"--precision {recipe.name}: a training step runs {', '.join(TRAINING)} (the float8 "
+                             "training of torchao and Transformer Engine); the others are inference recipes (serve)")
+    return recipe
 
 
 def upcast_note(hw, precision: str) -> str | None:

@@ -177,3 +177,52 @@ def kv_quantise(x, scale, dtype: str):
 def kv_dequantise(c, scale, dtype):
     """Cache entries read back in the compute dtype, times the scale."""
     return c.astype(dtype) * scale.astype(dtype)
+
+
+QMAX["float8_e5m2"] = 57344.0
+
+
+def _cast(t, axis, dtype: str):
+    """``t`` scaled by its amax (over ``axis``, kept; None: the whole tensor) into ``dtype``, and that scale."""
+    tf = t.astype(F32)
+    amax = jnp.max(jnp.abs(tf)) if axis is None else jnp.max(jnp.abs(tf), axis=axis, keepdims=True)
+    scale = jnp.maximum(amax, TINY) / QMAX[dtype]
+    return (tf / scale).astype(jnp.dtype(dtype)), scale
+
+
+def training_dense(recipe: Recipe):
+    """``dense(x (b, n, k), w (k, o), b (o,))`` whose forward and both backward GEMMs run in fp8 with a float32
+    accumulator, each operand scaled along its contraction (rowwise) or as a whole (tensorwise), as torchao's
+    ``Float8Linear`` runs them (gradients in e5m2 under tensorwise, e4m3 under rowwise: torchao's recipes).
+    The residuals kept for the backward are the bf16 input and weight (the fp8 casts are made again)."""
+    row = recipe.activation_scaling.scheme == "row"
+    e4, grad = "float8_e4m3fn", ("float8_e4m3fn" if row else "float8_e5m2")
+
+    def ax(a):
+        return a if row else None
+
+    def dot(a, b, dims):
+        return lax.dot_general(a, b, (dims, ((), ())), preferred_element_type=F32)
+
+    @jax.custom_vjp
+    def dense(x, w, b):
+        xq, xs = _cast(x, ax(-1), e4)
+        wq, ws = _cast(w, ax(0), e4)
+        return (dot(xq, wq, ((2,), (0,))) * xs * ws).astype(x.dtype) + b
+
+    def fwd(x, w, b):
+        return dense(x, w, b), (x, w)
+
+    def bwd(res, dy):
+        x, w = res
+        dq, ds = _cast(dy, ax(-1), grad)  # dgrad: dy (b, n, o) @ w^T, contracting o
+        wq, ws = _cast(w, ax(1), e4)
+        dx = dot(dq, wq, ((2,), (1,))) * ds * jnp.swapaxes(ws, 0, 1) if row else dot(dq, wq, ((2,), (1,))) * ds * ws
+        xq, xs = _cast(x, ax((0, 1)), e4)  # wgrad: x^T @ dy, contracting the tokens
+        gq, gs = _cast(dy, ax((0, 1)), grad)
+        dw = dot(xq, gq, ((0, 1), (0, 1)))
+        dw = dw * xs.reshape(-1, 1) * gs.reshape(1, -1) if row else dw * xs * gs
+        return dx.astype(x.dtype), dw.astype(w.dtype), jnp.sum(dy, axis=(0, 1))
+
+    dense.defvjp(fwd, bwd)
+    return dense
