@@ -84,8 +84,9 @@ class StepRequest:
         except PrecisionError as e:
             raise FrontendError(str(e)) from None
         if self.hf and recipe.name != "bf16":
-            raise FrontendError(f"--precision {recipe.name}: transformers models (--hf, through torchax) are "
-                                "lowered in one dtype; the bundled gpt (--model gpt) lowers the recipes")
+            raise FrontendError(f"--precision {recipe.name}: transformers models (--hf) go through torchax, which "
+                                "has no lowering of torch._scaled_mm (torchax 0.0.13), so they are lowered in one "
+                                "dtype; the bundled gpt (--model gpt) lowers the recipes")
         return recipe
 
     def facts(self) -> ModelFacts:
