@@ -84,7 +84,7 @@ def _write(cache, new, start, scale):
 
 
 def _layer(p, x, kv, cfg, start, attend, recipe=None):
-    """One block; ``attend(q, k_cache, v_cache, k_new, v_new)`` is the step's attention."""
+    """One block; ``attend(q, k_cache, v_cache, k_new, v_new, cache scales or None)`` is the step's attention."""
     scales = kv[2:] if len(kv) == 4 else (None, None)
     with scope("ln1"):
         h = gpt.layer_norm(p["ln1"], x)
@@ -93,11 +93,7 @@ def _layer(p, x, kv, cfg, start, attend, recipe=None):
         q, k, v = (_heads(t, cfg) for t in jnp.split(qkv, 3, axis=-1))
         with scope("cache_update"):
             kc, vc = _write(kv[0], k, start, scales[0]), _write(kv[1], v, start, scales[1])
-        if scales[0] is not None:  # read back in the compute dtype (the attention's dots run in it)
-            o = attend(q, quant.kv_dequantise(kc, scales[0], x.dtype), quant.kv_dequantise(vc, scales[1], x.dtype),
-                       k, v)
-        else:
-            o = attend(q, kc, vc, k, v)
+        o = attend(q, kc, vc, k, v, None if scales[0] is None else scales)
         b, n = x.shape[:2]
         x = x + quant.dense(p["attn"]["proj"], o.reshape(b, n, cfg.hidden), recipe)
     with scope("ln2"):
@@ -125,7 +121,7 @@ def _run(params, cache, tokens, start, cfg, attend, recipe=None):
 
 def make_prefill(cfg: gpt.GPTConfig, recipe: Recipe | None = None):
     def prefill(params, cache, tokens):
-        def attend(q, kc, vc, k, v):  # the prompt attends to itself (causal); the cache is only written
+        def attend(q, kc, vc, k, v, scales):  # the prompt attends to itself (causal); the cache is only written
             return dot_product_attention(q, k, v, gpt.causal_mask(q.shape[1]))
 
         return _run(params, cache, tokens, 0, cfg, attend, recipe)
@@ -145,10 +141,29 @@ def cached_attention(q, kc, vc, pos):
     return jnp.transpose(o, (0, 2, 1, 3))
 
 
+def fp8_cached_attention(q, kc, vc, pos, scales):
+    """:func:`cached_attention` against an fp8 cache as FlashAttention-3's fp8 path runs it (vLLM's fp8 KV cache
+    on Hopper): the query cast to e4m3 with a per-tensor scale from its amax, both dots on e4m3 operands with a
+    float32 accumulator, the key and value scales multiplied into the scores and the output, the probabilities
+    cast to e4m3 (they lie in [0, 1]: no scale). No copy of the cache is made in another dtype."""
+    f8 = kc.dtype
+    qs = jnp.maximum(jnp.max(jnp.abs(q.astype(jnp.float32))), 1e-12) / quant.QMAX[f8.name]
+    qq = ((q.astype(jnp.float32) / qs) * (q.shape[-1] ** -0.5)).astype(f8)
+    s = lax.dot_general(qq, kc, (((3,), (3,)), ((0, 2), (0, 1))), preferred_element_type=jnp.float32)
+    s = s * (qs * scales[0])  # (B, H, 1, L)
+    mask = jnp.broadcast_to((lax.iota(jnp.int32, kc.shape[2]) <= pos)[None, None, None, :], s.shape)
+    s = lax.select(mask, s, jnp.full(s.shape, -1e30, s.dtype))
+    p = softmax(s, axis=-1).astype(f8)
+    o = lax.dot_general(p, vc, (((3,), (2,)), ((0, 1), (0, 1))), preferred_element_type=jnp.float32)
+    return jnp.transpose(o * scales[1], (0, 2, 1, 3)).astype(q.dtype)
+
+
 def make_decode(cfg: gpt.GPTConfig, recipe: Recipe | None = None):
     def decode(params, cache, tokens, pos):
-        def attend(q, kc, vc, k, v):  # the new token attends to every cached position up to ``pos``
-            return cached_attention(q, kc, vc, pos)
+        def attend(q, kc, vc, k, v, scales):  # the new token attends to every cached position up to ``pos``
+            if scales is None:
+                return cached_attention(q, kc, vc, pos)
+            return fp8_cached_attention(q, kc, vc, pos, scales)
 
         return _run(params, cache, tokens, pos, cfg, attend, recipe)
 

@@ -174,10 +174,6 @@ def kv_quantise(x, scale, dtype: str):
     return (x.astype(F32) / scale).astype(jnp.dtype(dtype))
 
 
-def kv_dequantise(c, scale, dtype):
-    """Cache entries read back in the compute dtype, times the scale."""
-    return c.astype(dtype) * scale.astype(dtype)
-
 
 QMAX["float8_e5m2"] = 57344.0
 
