@@ -211,3 +211,22 @@ def test_train_plan_takes_the_training_recipes_and_refuses_the_others(capsys):
         assert len(err) == 1 and "a training step runs bf16, fp8-tensorwise, fp8-rowwise" in err[0]
     assert main([*base, "--dtype", "int8"]) == 2  # train-plan takes no --dtype: one line
     assert len(capsys.readouterr().err.strip().splitlines()) == 1
+
+
+def test_the_block_table_has_each_blocks_fp8_flops(capsys, tmp_path):
+    c, batch, context = 256, 2, 128
+    widths = (("heads", 4), ("hidden", c), ("layers", LAYERS), ("vocab", 512))
+    for precision, column in (("fp8-rowwise", True), (None, False)):
+        src = tmp_path / f"{precision}.mlir"
+        src.write_text(_step(precision, batch, context, widths).lowered.text)
+        assert main(["blocks", str(src), "-q"]) == 0
+        lines = capsys.readouterr().out.strip().splitlines()
+        header = lines[0].split(",")
+        assert ("gemm_flops_fp8" in header) is column
+        if not column:
+            continue
+        assert header.index("gemm_flops_fp8") == header.index("gemm_flops") + 1
+        per = {ln.split(",")[0]: int(ln.split(",")[header.index("gemm_flops_fp8")]) for ln in lines[1:]}
+        layer = sum(2 * batch * i * o for i, o in ((c, 3 * c), (c, c), (c, 4 * c), (4 * c, c)))
+        assert per == {"embed": 0, "layers.0": layer, "layers.1": layer, "ln_f": 0, "lm_head": 0,
+                       "TOTAL": LAYERS * layer}

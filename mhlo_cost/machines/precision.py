@@ -54,10 +54,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-#: Element type names of the vocabulary -> bits of storage.
-BITS = {"float32": 32, "bfloat16": 16, "float16": 16, "float8_e4m3fn": 8, "float8_e8m0fnu": 8,
-        "float4_e2m1fn": 4, "int8": 8, "int4": 4, "int32": 32}
-
 #: Scaling schemes.
 SCHEMES = ("none", "tensor", "row", "block", "group", "mx", "nvfp4")
 
@@ -105,13 +101,6 @@ class Recipe:
     def quantised(self) -> bool:
         """Whether the linears' weights are stored in another dtype than the model's."""
         return self.weight is not None
-
-    def matmul_dtype(self, model: str = "bfloat16") -> str:
-        """The element type the linears' matmul runs in."""
-        return model if self.weight_only or self.activation is None else self.activation
-
-    def describe(self) -> str:
-        return self.name
 
 
 _F8 = "float8_e4m3fn"
@@ -198,11 +187,6 @@ def dtype_hint(text: str) -> str | None:
                 f"{key} runs through a precision recipe: serve / lower --decode / --prefill --precision NAME "
                 f"({names()})")
     return None
-
-
-def bits(dtype: str) -> int:
-    """Bits of storage of one element of a vocabulary dtype."""
-    return BITS[dtype]
 
 
 def training_recipe(text: str | None) -> Recipe:
