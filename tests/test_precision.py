@@ -117,9 +117,11 @@ def test_each_recipe_stores_and_counts_its_width(recipe, key, weight, scales):
 
 
 def test_prefill_in_fp8_counts_its_prompt():
+    """The prompt's linears in fp8; its attention reads the new bf16 keys and values (the fp8 cache is written)."""
     c, batch, tokens = 256, 2, 64
     widths = (("heads", 4), ("hidden", c), ("layers", 1), ("vocab", 512))
-    step = _step("fp8-rowwise", batch, tokens, widths, mode="prefill")
+    step = _step("fp8-rowwise,kv-fp8", batch, tokens, widths, mode="prefill")
+    assert step.layout.nbytes == 2 * batch * 4 * tokens * (c // 4) * 1 + 2 * 4  # one layer's e4m3 K, V and scales
     s = analyze(step.lowered.text).summary
     assert s["gemm_flops_fp8"] == sum(2 * batch * tokens * i * o for i, o in ((c, 3 * c), (c, c), (c, 4 * c),
                                                                               (4 * c, c)))
