@@ -112,6 +112,7 @@ def test_each_recipe_stores_and_counts_its_width(recipe, key, weight, scales):
     assert step.weight_bytes == (LAYERS * sum(weight(i, o) + scales(i, o) + 2 * o for i, o in linears)
                                  + _other_params_bytes(context, c, 512))
     s = analyze(step.lowered.text).summary
+    assert s["unknown_ops"] == 0  # every op of the recipe (casts to e8m0 and e2m1, shifts, ands) has a rule
     low = {k: v for k, v in s.items() if k.startswith("gemm_flops_")}
     assert low == ({key: LAYERS * sum(2 * batch * i * o for i, o in linears)} if key else {})
 
