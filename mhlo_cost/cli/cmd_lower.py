@@ -183,6 +183,10 @@ def _forward_request(args):
         raise UserError("name one model: --model, --module, --hf, --diffusers or --timm (or --list)"
                         if not named else f"{' and '.join(named)} exclude each other: name one model")
     dtype = weight_dtype(args.dtype) if args.dtype is not None else None  # ('' refused, not the default)
+    if args.precision is not None:
+        raise UserError(f"--precision {args.precision}: the recipes are lowered for the bundled gpt's inference "
+                        "steps (lower --model gpt --decode / --prefill, serve); the forward and training lowerings "
+                        "run in one --dtype")
     _bounded(args)
     if args.model:
         _refuse(args, ("--input", args.input or args.input_shape), ("--input-value", args.input_value),

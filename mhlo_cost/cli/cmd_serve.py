@@ -15,6 +15,10 @@ def add_step_options(g, lower: bool = False) -> None:
     g.add_argument("--prefill", action="store_true", help="the prefill of a prompt of --tokens P into the cache")
     g.add_argument("--context", type=positive_int, metavar="L",
                    help="positions the static cache holds (default 2048; prefill: the prompt's length)")
+    g.add_argument("--precision", metavar="RECIPE[,kv-fp8]",
+                   help="--model gpt: the precision recipe of the layers' linears and the KV cache: bf16 (default), "
+                        "fp8-tensorwise, fp8-rowwise, fp8-blockwise-128, mxfp8, nvfp4, w4a16-awq, w8a8-int8, "
+                        "w8a16, kv-fp8 (combine one with kv-fp8: fp8-rowwise,kv-fp8)")
     if not lower:
         g.add_argument("--batch", type=positive_int, help="sequences (default 1)")
         g.add_argument("--tokens", type=positive_int, metavar="P", help="prefill: prompt tokens (default 512)")
@@ -101,7 +105,8 @@ def step_request(args, batch: int | None, tokens: int | None):
         req = StepRequest(mode=mode, batch=1 if batch is None else batch, context=context, tokens=tokens,
                           model=args.model, hf=args.hf,
                           config=args.config, overrides=tuple(sorted(sets.items())), dtype=dtype,
-                          locations=getattr(args, "locations", True), routing=args.routing)
+                          locations=getattr(args, "locations", True), routing=args.routing,
+                          precision=args.precision)
         req.check()
     except (FrontendError, ValueError) as e:
         raise UserError(str(e)) from None
