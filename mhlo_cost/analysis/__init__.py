@@ -6,6 +6,7 @@ import gc
 import os
 import sys
 from dataclasses import dataclass, field, replace
+from operator import itemgetter
 from typing import TYPE_CHECKING
 
 from ..ir.loader import LoadError, Loaded, load
@@ -128,7 +129,11 @@ class Analysis:
 
     def _summary(self) -> dict[str, int]:
         rows = self.rows
-        s = dict(zip(SUM_COLUMNS, map(sum, zip(*[r.cost for r in rows])))) if rows else {k: 0 for k in SUM_COLUMNS}
+        # One metric at a time, by item: no object the cyclic collector tracks is made per row (``zip(*costs)``
+        # made an iterator per row, and on a large program that alone set off a full collection of the heap the
+        # walk left: 0.37 s at 10^5 ops).
+        costs = [r.cost for r in rows]
+        s = {k: sum(map(itemgetter(i), costs)) for i, k in enumerate(SUM_COLUMNS)}
         s["ops"] = sum(r.multiplicity for r in rows)
         s["unknown_ops"] = sum(r.multiplicity for r in rows if r.kind == "unknown")
         s["comm_ops"] = sum(r.multiplicity for r in rows if r.kind == "collective")
