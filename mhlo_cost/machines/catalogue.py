@@ -209,7 +209,8 @@ def _parse(data: bytes, origin: str) -> dict[str, Hardware]:
     except tomllib.TOMLDecodeError as e:
         raise HardwareError(f"{origin}: not valid TOML: {e}") from None
     check_schema_version(doc, origin)
-    extra = [k for k in doc if k not in ("profile", "schema_version", "system", "sources")]  # systems: mhlo_cost.network
+    # systems: mhlo_cost.network; sources: the documents that the profiles' notes cite by tag
+    extra = [k for k in doc if k not in ("profile", "schema_version", "system", "sources")]
     if extra:
         raise HardwareError(f"{origin}: unknown top-level key {extra[0]!r} (profiles go under [profile.<name>])")
     table = doc.get("profile")
