@@ -154,12 +154,21 @@ class Hardware:
     memory: MemoryModel | None = None  # achievable HBM bandwidth by kernel size (None: the datasheet figure)
     attention: AttentionModel | None = None  # fused attention kernels per library (None: at the GEMM model)
     dispatch_overhead: float | None = None  # host seconds per framework op in eager mode (None: the model's estimate)
+    # Datasheet facts shown by `mhlo-cost hardware show` that price nothing (no estimate reads them):
+    sram: float | None = None  # on-chip SRAM, bytes (L2 / Infinity Cache / SRAM / SBUF, as the datasheet names it)
+    tdp: float | None = None  # board power, watts
+    link_generation: str = ""  # the interconnect's name and generation (NVLink 5, Infinity Fabric 4, ICI, ...)
+    link_count: int | None = None  # links per device that link_bandwidth is the sum of
+    notes: Mapping[str, str] = dataclasses.field(default_factory=dict)  # file key -> its source or ESTIMATE text
+    references: Mapping[str, str] = dataclasses.field(default_factory=dict)  # source tag -> the document it names
 
     def __post_init__(self) -> None:
         # Freeze the rate tables so that a shared profile cannot be edited in place.
         object.__setattr__(self, "matrix_flops", MappingProxyType(dict(self.matrix_flops)))
         object.__setattr__(self, "vector_flops", MappingProxyType(dict(self.vector_flops)))
         object.__setattr__(self, "aliases", tuple(self.aliases))
+        object.__setattr__(self, "notes", MappingProxyType(dict(self.notes)))
+        object.__setattr__(self, "references", MappingProxyType(dict(self.references)))
         if self.f32_matmul not in ("f32", "tf32"):
             raise HardwareError(
                 f"hardware {self.name!r}: f32_matmul must be 'f32' or 'tf32', got {self.f32_matmul!r}"
@@ -238,6 +247,8 @@ class Hardware:
         d["matrix_flops"] = dict(self.matrix_flops)
         d["vector_flops"] = dict(self.vector_flops)
         d["aliases"] = list(self.aliases)
+        d["notes"] = dict(self.notes)
+        d["references"] = dict(self.references)
         d["gemm"] = self.gemm.as_toml() if self.gemm is not None else None
         d["memory"] = self.memory.as_toml() if self.memory is not None else None
         d["attention"] = self.attention.as_toml() if self.attention is not None else None
