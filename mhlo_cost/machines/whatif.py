@@ -175,14 +175,14 @@ def _rates(table, key: str, change: Change, name: str) -> dict:
 #: (what-if key -> the profile's field) for the plain numbers.
 _FIELDS = {"transcendental": "transcendental_rate", "hbm_bw": "hbm_bandwidth", "hbm": "hbm_capacity",
            "link_bw": "link_bandwidth", "hop_latency": "hop_latency", "kernel_overhead": "kernel_overhead",
-           "dispatch_overhead": "dispatch_overhead", "sram": "sram_mb"}
+           "dispatch_overhead": "dispatch_overhead", "sram": "sram"}
 
 
 #: (the profile file's range kind, SI per file unit) per key: a changed figure stays inside the physical
 #: range a profile's own figure must be in (:mod:`mhlo_cost.machines.limits`).
 _RANGE = {"peak": ("tflops", 1e12), "vector": ("tflops", 1e12), "transcendental": ("tops", 1e12),
           "hbm_bw": ("gb_s", 1e9), "hbm": ("gb", 1e9), "link_bw": ("gb_s", 1e9), "hop_latency": ("us", 1e-6),
-          "kernel_overhead": ("us", 1e-6), "dispatch_overhead": ("us", 1e-6), "sram": ("mb", 1.0)}
+          "kernel_overhead": ("us", 1e-6), "dispatch_overhead": ("us", 1e-6), "sram": ("mb", 1e6)}
 
 
 def _in_range(key: str, si: float, name: str) -> float:
@@ -212,14 +212,12 @@ def _apply_one(hw: Hardware, c: Change) -> Hardware:
         raise HardwareError(f"{c.key} is a chip profile's flat ring: {hw.name!r} is a system, whose collectives "
                             "run on its topology's links (what-if takes its chip, or a chip profile)")
     field = _FIELDS[c.key]
-    if c.key == "sram":  # a profile holds MB; the field is there only where the catalogue gives it
-        if not any(f.name == field for f in dataclasses.fields(hw)):
-            return hw  # not used by the GPU pricing: said by the study (:func:`unpriced`)
-        now = getattr(hw, field)
+    if c.key == "sram":  # bytes, as the catalogue's ``sram_mb`` is loaded
+        now = hw.sram
         if c.factor is not None and now is None:
             raise HardwareError(f"hardware {hw.name!r} states no SRAM to scale; set one with --set sram=VALUE")
-        mb = now * c.factor if c.factor is not None else c.value / 1e6
-        return dataclasses.replace(hw, **{field: _in_range("sram", mb, hw.name)})
+        value = now * c.factor if c.factor is not None else c.value
+        return dataclasses.replace(hw, sram=_in_range("sram", value, hw.name))
     now = getattr(hw, field)
     if c.factor is not None:
         if now is None:

@@ -134,7 +134,7 @@ def pareto_table(study, chips, changes=()) -> Table:
         rows.append((f"{study.hardware.name} (what-if)", apply(study.hardware, changes)))
     rows += [(hw.name, hw) for hw in chips if hw.name != study.hardware.name]
     times = [pricing.frame(hw)[1][-1] for _, hw in rows]
-    tdp = [getattr(hw, "tdp_w", None) for _, hw in rows]
+    tdp = [hw.tdp for _, hw in rows]
     peak = [hw.matrix_peak("bf16") for _, hw in rows]
     cost = tdp if all(t is not None for t in tdp) else peak
     df = pd.DataFrame({"chip": [n for n, _ in rows], "time_s": times,
