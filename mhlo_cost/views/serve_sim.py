@@ -1,0 +1,46 @@
+"""A serving simulation's answer (``mhlo-cost serve --isl .. --osl .. --concurrency ..``) as a view: the setup and
+the figures (:mod:`mhlo_cost.studies.serve.simstats`) as (metric, value) pairs in sections, for the shared
+renderers (table, CSV, JSON, Markdown): exact ints, exact seconds. The batch sizes run are an appendix table."""
+from __future__ import annotations
+
+from .headline import human_seconds
+from .pairs import heading
+from .table import Table
+
+
+def sim_headline(fig: dict) -> str:
+    """One line: output tokens/s, requests/s, TTFT and TPOT medians, KV utilisation, preemptions."""
+    t, lat, kv = fig["throughput"], fig["latency"], fig["kv_cache"]
+
+    def sec(v):
+        return "n/a" if v is None else human_seconds(v)
+
+    return " | ".join([f"{t['output_tokens_per_s']:,.1f} output tokens/s, {t['requests_per_s']:,.2f} requests/s",
+                       f"TTFT p50 {sec(lat['ttft_p50_s'])}, p99 {sec(lat['ttft_p99_s'])}",
+                       f"TPOT p50 {sec(lat['tpot_p50_s'])}, p99 {sec(lat['tpot_p99_s'])}",
+                       f"KV cache {kv['kv_utilisation_mean']:.0%} used (max {kv['kv_utilisation_max']:.0%})",
+                       f"{kv['preemptions']} preemptions"])
+
+
+def sim_pairs(setup: dict, fig: dict) -> list[tuple[str, object]]:
+    """The setup, then each section of the figures, in order."""
+    pairs = [heading("setup"), *setup.items()]
+    for section, values in fig.items():
+        pairs.append(heading(section.replace("_", " ")))
+        pairs += [(k, "n/a" if v is None else v) for k, v in values.items()]
+    return pairs
+
+
+def sim_view(setup: dict, fig: dict, histogram: list, title: str) -> Table:
+    """The simulation as a table of pairs; ``histogram``: (sequences per step, steps), an appendix (text and
+    Markdown) and the JSON's ``batch_sizes``."""
+    import pandas as pd
+
+    from .. import __version__
+
+    hist = pd.DataFrame({"sequences": [h[0] for h in histogram], "steps": [h[1] for h in histogram]})
+    line = sim_headline(fig)
+    return Table(title, pairs=sim_pairs(setup, fig),
+                 meta={"tool": "mhlo-cost", "version": __version__, "what": title, "headline": line},
+                 appendix=[("batch sizes run (sequences per step)", Table(None, frame=hist))],
+                 after={"batch_sizes": [{"sequences": s, "steps": n} for s, n in histogram]})
