@@ -1,6 +1,7 @@
 """A serving simulation's answer (``mhlo-cost serve --isl .. --osl .. --concurrency ..``) as a view: the setup and
 the figures (:mod:`mhlo_cost.studies.serve.simstats`) as (metric, value) pairs in sections, for the shared
-renderers (table, CSV, JSON, Markdown): exact ints, exact seconds. The batch sizes run are an appendix table."""
+renderers (table, CSV, JSON, Markdown): exact ints, exact seconds; the batch sizes run as one pair (and a list in
+the JSON)."""
 from __future__ import annotations
 
 from .headline import human_seconds
@@ -32,15 +33,12 @@ def sim_pairs(setup: dict, fig: dict) -> list[tuple[str, object]]:
 
 
 def sim_view(setup: dict, fig: dict, histogram: list, title: str) -> Table:
-    """The simulation as a table of pairs; ``histogram``: (sequences per step, steps), an appendix (text and
-    Markdown) and the JSON's ``batch_sizes``."""
-    import pandas as pd
-
+    """The simulation as a table of pairs; ``histogram``: (sequences per step, steps), one pair of the batches
+    (``batch_sizes_run``: ``sequences x steps``, ascending) and the JSON's ``batch_sizes`` (a key before the rows)."""
     from .. import __version__
 
-    hist = pd.DataFrame({"sequences": [h[0] for h in histogram], "steps": [h[1] for h in histogram]})
-    line = sim_headline(fig)
-    return Table(title, pairs=sim_pairs(setup, fig),
-                 meta={"tool": "mhlo-cost", "version": __version__, "what": title, "headline": line},
-                 appendix=[("batch sizes run (sequences per step)", Table(None, frame=hist))],
-                 after={"batch_sizes": [{"sequences": s, "steps": n} for s, n in histogram]})
+    run = ", ".join(f"{s} x {n}" for s, n in histogram)
+    pairs = sim_pairs(setup, {k: (v | {"batch_sizes_run": run} if k == "batches" else v) for k, v in fig.items()})
+    return Table(title, pairs=pairs,
+                 meta={"tool": "mhlo-cost", "version": __version__, "what": title, "headline": sim_headline(fig),
+                       "batch_sizes": [{"sequences": s, "steps": n} for s, n in histogram]})
