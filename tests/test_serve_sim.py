@@ -71,7 +71,7 @@ def test_preemption_when_the_blocks_run_out():
     assert trace.preemptions == 1
     assert trace.step_seqs == [2, 1, 1, 1, 1] and trace.step_tokens == [4, 1, 1, 3, 1]
     assert list(trace.first) == [1.0, 1.0] and list(trace.finish) == [3.0, 5.0]
-    assert sorted(trace.gaps) == [1.0, 1.0, 1.0, 3.0]  # request 1: 1 -> 4 (preempted), 4 -> 5
+    assert sorted(trace.itl.tolist()) == [1.0, 1.0, 1.0, 3.0]  # request 1: 1 -> 4 (preempted), 4 -> 5
     assert trace.step_blocks == [2, 2, 2, 2, 2]
 
 
@@ -86,6 +86,33 @@ def test_poisson_arrivals_follow_the_seed():
     t2 = simulate(b, lambda n, *_: 0.01 + 0.001 * n, ServerConfig(), 1000)
     assert np.array_equal(t1.finish, t2.finish) and t1.step_s == t2.step_s
     assert np.all(t1.first > t1.arrival)
+
+
+@pytest.mark.parametrize("load", [dict(concurrency=6), dict(rate=40.0)])
+def test_decode_stretches_run_the_same_steps(load):
+    """Decode-only stretches run at once give the very steps, tokens and times of the scheduler run step by step
+    (drawn lengths, a small cache that preempts, a token budget that chunks)."""
+    work = make(Lengths.parse("uniform:5:40"), Lengths.parse("uniform:1:30"), 60, seed=5, **load)
+    cfg = ServerConfig(max_num_batched_tokens=32, block_size=4)
+
+    def step(tokens, cf, cb, longest):
+        return 0.001 + 1e-4 * tokens + 1e-6 * cf + 3e-7 * longest
+
+    stretched = []
+
+    def many(tokens, cf, cb, longest):  # the vectorised door: each step's time the same expression
+        stretched.append(len(cf))
+        return [step(tokens, int(f), int(b), int(m)) for f, b, m in zip(cf, cb, longest)]
+
+    step.many = many
+    a = simulate(work, step, cfg, blocks=30)
+    assert stretched and max(stretched) > 1  # some steps ran as a stretch
+    b = simulate(work, step, cfg, blocks=30, stretches=False)
+    assert a.preemptions == b.preemptions > 0
+    for name in ("step_s", "step_seqs", "step_tokens", "step_blocks"):
+        assert getattr(a, name) == getattr(b, name), name
+    assert np.array_equal(a.first, b.first) and np.array_equal(a.finish, b.finish)
+    assert sorted(a.itl.tolist()) == sorted(b.itl.tolist())
 
 
 def test_drawn_lengths():

@@ -95,32 +95,39 @@ class Trace:
     arrival: np.ndarray
     first: np.ndarray
     finish: np.ndarray
-    gaps: list = field(default_factory=list)  # inter-token gaps (s), every request's
+    gaps: list = field(default_factory=list)  # arrays of inter-token gaps (s), every request's (:attr:`itl`)
     step_s: list = field(default_factory=list)
     step_seqs: list = field(default_factory=list)
     step_tokens: list = field(default_factory=list)
     step_blocks: list = field(default_factory=list)  # blocks in use during the step
     preemptions: int = 0
 
+    @property
+    def itl(self) -> np.ndarray:
+        return np.concatenate(self.gaps) if self.gaps else np.zeros(0)
+
 
 class _State:
-    def __init__(self, work: Workload, blocks: int):
+    """Per request (numpy arrays indexed by request): tokens so far, computed, produced, blocks held, the last
+    token's time; the running order (a list) and the waiting queue; the free blocks."""
+
+    def __init__(self, work: Workload, blocks: int, block_size: int):
         n = len(work)
-        self.prompt = work.inputs.astype(np.int64)
         self.target = work.outputs.astype(np.int64)
-        self.num_tokens = [int(x) for x in self.prompt]
-        self.computed = [0] * n
-        self.made = [0] * n
-        self.held = [0] * n
+        self.num_tokens = work.inputs.astype(np.int64).copy()
+        self.computed = np.zeros(n, dtype=np.int64)
+        self.made = np.zeros(n, dtype=np.int64)
+        self.held = np.zeros(n, dtype=np.int64)
         self.free = blocks
-        self.last = [0.0] * n
+        self.block_size = block_size
+        self.last = np.zeros(n)
         self.running: list = []
         self.waiting: deque = deque()
 
 
 def _preempt(s: _State, trace: Trace) -> int:
     victim = s.running.pop()
-    s.free += s.held[victim]
+    s.free += int(s.held[victim])
     s.held[victim] = 0
     s.computed[victim] = 0
     s.waiting.appendleft(victim)
@@ -128,14 +135,33 @@ def _preempt(s: _State, trace: Trace) -> int:
     return victim
 
 
-def schedule(s: _State, cfg: ServerConfig, trace: Trace) -> list:
-    """One step's (request, new tokens), as the module says."""
-    budget, bs, out, preempted = cfg.max_num_batched_tokens, cfg.block_size, [], False
+def _running_fast(s: _State, cfg: ServerConfig):
+    """The running requests' tokens, all at once, where the free blocks cover every one (no preemption): the
+    same as :func:`_running_slow` then; None otherwise."""
+    if not s.running:
+        return [], [], cfg.max_num_batched_tokens
+    r = np.array(s.running, dtype=np.int64)
+    rem = s.num_tokens[r] - s.computed[r]
+    before = np.cumsum(rem) - rem
+    n = np.minimum(rem, np.maximum(cfg.max_num_batched_tokens - before, 0))
+    need = np.where(n > 0, -(-(s.computed[r] + n) // cfg.block_size) - s.held[r], 0)
+    total = int(need.sum())
+    if total > s.free:
+        return None
+    s.free -= total
+    s.held[r] += need
+    keep = n > 0
+    return r[keep].tolist(), n[keep].tolist(), cfg.max_num_batched_tokens - int(n.sum())
+
+
+def _running_slow(s: _State, cfg: ServerConfig, trace: Trace):
+    """The running requests one by one, preempting the last running request while the blocks do not suffice."""
+    budget, bs, ids, ns, preempted = cfg.max_num_batched_tokens, cfg.block_size, [], [], False
     i = 0
     while i < len(s.running) and budget > 0:
         r = s.running[i]
-        n = min(s.num_tokens[r] - s.computed[r], budget)
-        need = -(-(s.computed[r] + n) // bs) - s.held[r]
+        n = int(min(s.num_tokens[r] - s.computed[r], budget))
+        need = int(-(-(s.computed[r] + n) // bs) - s.held[r])
         while need > s.free:
             preempted = True
             if _preempt(s, trace) == r:
@@ -143,76 +169,148 @@ def schedule(s: _State, cfg: ServerConfig, trace: Trace) -> list:
         else:
             s.free -= need
             s.held[r] += need
-            out.append((r, n))
+            ids.append(r)
+            ns.append(n)
             budget -= n
             i += 1
             continue
         break
+    return ids, ns, budget, preempted
+
+
+def schedule(s: _State, cfg: ServerConfig, trace: Trace) -> tuple[np.ndarray, np.ndarray]:
+    """One step's requests and their new tokens, as the module says."""
+    fast = _running_fast(s, cfg)
+    ids, ns, budget, preempted = (*fast, False) if fast is not None else _running_slow(s, cfg, trace)
     while not preempted and s.waiting and budget > 0 and len(s.running) < cfg.max_num_seqs:
         r = s.waiting[0]
-        n = min(s.num_tokens[r] - s.computed[r], budget)
-        need = -(-n // bs)
+        n = int(min(s.num_tokens[r] - s.computed[r], budget))
+        need = -(-n // cfg.block_size)
         if need > s.free:
             break
         s.waiting.popleft()
         s.running.append(r)
         s.free -= need
         s.held[r] += need
-        out.append((r, n))
+        ids.append(r)
+        ns.append(n)
         budget -= n
-    return out
+    return np.array(ids, dtype=np.int64), np.array(ns, dtype=np.int64)
 
 
-def _composition(s: _State, batch: list) -> tuple[int, int, int, int]:
-    tokens = cf = cb = longest = 0
-    for r, n in batch:
-        p = s.computed[r]
-        tokens += n
-        cf += n * p + n * (n + 1) // 2
-        cb += p + n
-        longest = max(longest, p + n)
-    return tokens, cf, cb, longest
+def _composition(s: _State, ids: np.ndarray, ns: np.ndarray) -> tuple[int, int, int, int]:
+    p = s.computed[ids]
+    return (int(ns.sum()), int((ns * p + ns * (ns + 1) // 2).sum()), int((p + ns).sum()), int((p + ns).max()))
 
 
-def _advance(s: _State, batch: list, now: float, trace: Trace) -> list:
-    """After a step ending at ``now``: computed tokens, tokens produced, finished requests (returned, their
-    blocks freed)."""
-    finished = []
-    for r, k in batch:
-        s.computed[r] += k
-        if s.computed[r] < s.num_tokens[r]:
-            continue
-        s.num_tokens[r] += 1
-        s.made[r] += 1
-        if s.made[r] == 1:
-            trace.first[r] = now
-        else:
-            trace.gaps.append(now - s.last[r])
-        s.last[r] = now
-        if s.made[r] >= s.target[r]:
-            trace.finish[r] = now
-            s.running.remove(r)
-            s.free += s.held[r]
-            s.held[r] = 0
-            finished.append(r)
-    return finished
+def _advance(s: _State, ids: np.ndarray, ns: np.ndarray, now: float, trace: Trace) -> list:
+    """After a step ending at ``now``: computed tokens, tokens produced, finished requests (returned in the
+    step's order, their blocks freed)."""
+    s.computed[ids] += ns
+    hit = ids[s.computed[ids] == s.num_tokens[ids]]
+    s.num_tokens[hit] += 1
+    s.made[hit] += 1
+    made = s.made[hit]
+    trace.first[hit[made == 1]] = now
+    later = hit[made > 1]
+    if later.size:
+        trace.gaps.append(now - s.last[later])
+    s.last[hit] = now
+    fin = hit[made >= s.target[hit]]
+    if fin.size:
+        trace.finish[fin] = now
+        s.free += int(s.held[fin].sum())
+        s.held[fin] = 0
+        gone = set(fin.tolist())
+        s.running = [r for r in s.running if r not in gone]
+    return fin.tolist()
+
+
+def _stretch(s: _State, cfg: ServerConfig, limit: float, now: float):
+    """Where every running request decodes, none waits and no block is short: the steps up to the first that
+    finishes a request (and none starting after ``limit``, the next arrival), run at once: the same steps the
+    loop would run one by one. (ids, computed before, steps) or None."""
+    if s.waiting or not s.running or len(s.running) > cfg.max_num_batched_tokens:
+        return None
+    r = np.array(s.running, dtype=np.int64)
+    if np.any(s.num_tokens[r] - s.computed[r] != 1) or np.any(s.made[r] < 1):  # (a prompt's last token: no)
+        return None
+    k = int(np.min(s.target[r] - s.made[r]))
+    if k < 2 or now >= limit:
+        return None
+    p = s.computed[r]
+    need = -(-(p + k) // cfg.block_size) - s.held[r]
+    if int(need.sum()) > s.free:
+        return None
+    return r, p, k
+
+
+def _run_stretch(s: _State, stretch, now: float, limit: float, step_time, trace: Trace, blocks: int):
+    """Run a stretch's steps (those starting before ``limit``): the time after them and the finished ids."""
+    r, p, k = stretch
+    j = np.arange(1, k + 1)
+    ctx = int((p + 1).sum()) + r.size * (j - 1)  # decodes score and read p + 1 positions, one more each step
+    longest = int(p.max()) + j
+    many = getattr(step_time, "many", None)
+    dts = (np.asarray(many(int(r.size), ctx, ctx, longest), dtype=float) if many is not None else
+           np.array([float(step_time(int(r.size), int(c), int(c), int(m))) for c, m in zip(ctx, longest)]))
+    ends = np.cumsum(np.concatenate([[now], dts]))[1:]  # added one by one, as the loop adds them
+    starts = np.concatenate([[now], ends[:-1]])
+    k = max(int(np.searchsorted(starts, limit, side="left")), 1)
+    dts, ends, j = dts[:k], ends[:k], j[:k]
+    need = -(-(p[:, None] + j[None, :]) // s.block_size) - s.held[r][:, None]  # blocks per request, per step
+    trace.step_blocks.extend((blocks - s.free + need.sum(axis=0)).tolist())
+    trace.step_s.extend(dts.tolist())
+    trace.step_seqs.extend([int(r.size)] * k)
+    trace.step_tokens.extend([int(r.size)] * k)
+    s.free -= int(need[:, -1].sum())
+    s.held[r] += need[:, -1]
+    trace.gaps.append(ends[0] - s.last[r])
+    if k > 1:
+        trace.gaps.append(np.tile(np.diff(ends), r.size))
+    s.computed[r] += k
+    s.num_tokens[r] += k
+    s.made[r] += k
+    now = float(ends[-1])
+    s.last[r] = now
+    fin = r[s.made[r] >= s.target[r]]
+    if fin.size:
+        trace.finish[fin] = now
+        s.free += int(s.held[fin].sum())
+        s.held[fin] = 0
+        gone = set(fin.tolist())
+        s.running = [x for x in s.running if x not in gone]
+    return now, fin.tolist()
 
 
 def simulate(work: Workload, step_time: Callable[[int, int, int, int], float], cfg: ServerConfig,
-             blocks: int) -> Trace:
-    """Run ``work`` to the end on a server of ``blocks`` KV blocks; ``step_time`` prices each step."""
+             blocks: int, stretches: bool = True) -> Trace:
+    """Run ``work`` to the end on a server of ``blocks`` KV blocks; ``step_time`` prices each step (where it has
+    a ``many(tokens, context_flops, context_bytes, longest)`` taking arrays, a stretch of decode steps at once).
+    ``stretches``: run decode-only stretches at once (:func:`_stretch`; False: every step through the
+    scheduler, the same figures, slower)."""
     n = len(work)
     most = int(np.max(work.inputs + work.outputs))
     if -(-(most - 1) // cfg.block_size) > blocks:
         raise LoadError(f"a request of {most - 1} tokens in the cache needs more than the {blocks} KV blocks of "
                         f"{cfg.block_size} tokens the server holds")
-    s = _State(work, blocks)
+    s = _State(work, blocks, cfg.block_size)
     closed = work.arrivals is None
     arrival = np.zeros(n) if closed else np.asarray(work.arrivals, dtype=float)
     trace = Trace(arrival, np.full(n, np.nan), np.full(n, np.nan))
     sent = min(work.concurrency, n) if closed else 0
     s.waiting.extend(range(sent))
     now, done = 0.0, 0
+
+    def finished(ids: list, at: float) -> None:  # the closed loop sends the next request as one finishes
+        nonlocal done, sent
+        done += len(ids)
+        for _ in ids:
+            if closed and sent < n:
+                arrival[sent] = at
+                s.waiting.append(sent)
+                sent += 1
+
     while done < n:
         if not closed:
             while sent < n and arrival[sent] <= now:
@@ -221,22 +319,23 @@ def simulate(work: Workload, step_time: Callable[[int, int, int, int], float], c
             if not s.running and not s.waiting:
                 now = float(arrival[sent])
                 continue
+        limit = float(arrival[sent]) if not closed and sent < n else np.inf
+        stretch = _stretch(s, cfg, limit, now) if stretches else None
+        if stretch is not None:
+            now, fin = _run_stretch(s, stretch, now, limit, step_time, trace, blocks)
+            finished(fin, now)
+            continue
         before = trace.preemptions
-        batch = schedule(s, cfg, trace)
-        if not batch:  # its only request preempted itself: the next step admits it again (an empty step)
+        ids, ns = schedule(s, cfg, trace)
+        if not ids.size:  # its only request preempted itself: the next step admits it again (an empty step)
             if trace.preemptions == before:
                 raise LoadError("the scheduler could not run any request (a bug: every request fits the cache)")
             continue
-        dt = float(step_time(*_composition(s, batch)))
+        dt = float(step_time(*_composition(s, ids, ns)))
         now += dt
         trace.step_s.append(dt)
-        trace.step_seqs.append(len(batch))
-        trace.step_tokens.append(sum(k for _, k in batch))
+        trace.step_seqs.append(int(ids.size))
+        trace.step_tokens.append(int(ns.sum()))
         trace.step_blocks.append(blocks - s.free)
-        for r in _advance(s, batch, now, trace):
-            done += 1
-            if closed and sent < n:
-                arrival[sent] = now
-                s.waiting.append(sent)
-                sent += 1
+        finished(_advance(s, ids, ns, now, trace), now)
     return trace

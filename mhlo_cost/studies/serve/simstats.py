@@ -45,7 +45,7 @@ def figures(trace, work, mem, cfg, gpus: int = 1) -> dict:
                          "output_tokens_per_s_per_gpu": outs / dur / gpus,
                          "total_tokens_per_s_per_gpu": (ins + outs) / dur / gpus}
     out["latency"] = (_spread(trace.first - trace.arrival, "ttft") | _spread(tpot, "tpot")
-                      | _spread(trace.gaps, "itl") | _spread(trace.finish - trace.arrival, "e2e"))
+                      | _spread(trace.itl, "itl") | _spread(trace.finish - trace.arrival, "e2e"))
     total = blocks if blocks is not None else max(int(used.max()), 1)
     out["kv_cache"] = {"kv_blocks": total, "block_size": cfg.block_size,
                        "kv_utilisation_mean": float((used * steps).sum() / steps.sum() / total),

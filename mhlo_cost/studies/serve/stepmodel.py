@@ -82,17 +82,23 @@ def _rate(work: np.ndarray, seconds: np.ndarray) -> np.ndarray:
 
 
 class Rates:
-    """One lowered node's per-kernel prices (see the module)."""
+    """One lowered node's per-kernel prices (see the module), applied to the fitted coefficients: ``flop_s``
+    and ``byte_s`` (4 x kernels): the seconds of each monomial's count (1, b, c, b*c) at the kernel's rates."""
 
-    def __init__(self, node: Kernels):
-        self.flop = _rate(np.array(node.flops, float), np.array(node.compute_s))
-        self.fixed = np.array(node.fixed_s)
-        self.byte = _rate(np.array(node.bytes, float), np.maximum(np.array(node.memory_s) - self.fixed, 0.0))
+    def __init__(self, node: Kernels, flops: list, moved: list):
+        flop = _rate(np.array(node.flops, float), np.array(node.compute_s))
+        fixed = np.array(node.fixed_s)
+        byte = _rate(np.array(node.bytes, float), np.maximum(np.array(node.memory_s) - fixed, 0.0))
+        self.flop_s = np.stack([c / flop for c in flops])
+        self.byte_s = np.stack([c / byte for c in moved])
+        self.fixed = np.where(np.any(np.stack(moved) != 0, axis=0), fixed, 0.0)[:, None]
         self.overhead = float(np.sum(node.overhead_s))
 
-    def time_s(self, flops: np.ndarray, moved: np.ndarray) -> float:
-        memory = np.where(moved > 0, self.fixed + moved / self.byte, 0.0)
-        return float(np.sum(np.maximum(flops / self.flop, memory))) + self.overhead
+    def time_s(self, flop_terms: np.ndarray, byte_terms: np.ndarray) -> np.ndarray:
+        """Seconds of steps whose monomials are the columns of ``flop_terms`` / ``byte_terms`` (4 x steps)."""
+        compute = self.flop_s.T @ flop_terms
+        memory = self.fixed + self.byte_s.T @ byte_terms
+        return np.maximum(compute, memory).sum(axis=0) + self.overhead
 
 
 class StepModel:
@@ -120,8 +126,9 @@ class StepModel:
 
         self._terms = [term(0, 0), term(1, 0), term(0, 1), term(1, 1)]
         self._k = k
-        self._batches = np.array(sorted(nodes), float)
-        self._rates = [Rates(nodes[b]) for b in sorted(nodes)]
+        self._batches = np.log(np.array(sorted(nodes), float))
+        self._rates = [Rates(nodes[b], [t[:k] for t in self._terms], [t[k:] for t in self._terms])
+                       for b in sorted(nodes)]
 
     def counts(self, tokens: int, context_flops: int, context_bytes: int, longest: int):
         """Per-kernel (FLOPs, bytes) arrays of a step (floats; :meth:`exact` for the ints)."""
@@ -133,9 +140,16 @@ class StepModel:
 
     def time_s(self, tokens: int, context_flops: int, context_bytes: int, longest: int) -> float:
         """The step's seconds: every kernel at its own rates, plus the launches."""
-        flops, moved = self.counts(tokens, context_flops, context_bytes, longest)
-        near = int(np.argmin(np.abs(np.log(self._batches) - np.log(max(tokens, 1)))))
-        return self._rates[near].time_s(flops, moved)
+        return float(self.many(tokens, [context_flops], [context_bytes], [longest])[0])
+
+    def many(self, tokens: int, context_flops, context_bytes, longest) -> np.ndarray:
+        """The seconds of several steps of ``tokens`` query tokens each (the other three: one value per step)."""
+        near = int(np.argmin(np.abs(self._batches - np.log(max(tokens, 1)))))
+        longest = np.asarray(longest, dtype=float)
+        ones, toks = np.ones_like(longest), np.full_like(longest, float(tokens))
+        f = np.stack([ones, toks, longest, np.asarray(context_flops, dtype=float)])
+        b = np.stack([ones, toks, longest, np.asarray(context_bytes, dtype=float)])
+        return self._rates[near].time_s(f, b)
 
     def decode_time_s(self, batch: int, context: int) -> float:
         """A decode step of ``batch`` sequences each at ``context`` cached positions (as lowered)."""
