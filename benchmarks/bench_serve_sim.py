@@ -25,6 +25,9 @@ def main() -> None:
     ap.add_argument("--concurrency", type=int, default=64)
     ap.add_argument("--hardware", default="h100")
     ap.add_argument("--cache-dir", default=None, help="the step cache (default: a fresh temporary folder)")
+    ap.add_argument("--check-prefill", type=int, default=0, metavar="P",
+                    help="also lower the prefill of P tokens and print the roofline's time beside the step model's "
+                         "(the model prices a prefill through the decode step's kernels; see stepmodel)")
     a = ap.parse_args()
 
     from mhlo_cost.lower.inference.steps import StepRequest
@@ -54,6 +57,23 @@ def main() -> None:
           f"TTFT mean {fig['latency']['ttft_mean_s'] * 1e3:.1f} ms; TPOT mean {fig['latency']['tpot_mean_s'] * 1e3:.2f} ms")
     print(f"step model: decode batch 64 context 1024 {model.decode_time_s(64, 1024) * 1e3:.2f} ms; "
           f"prefill of 1024 tokens {model.prefill_time_s(1024) * 1e3:.2f} ms")
+    if a.check_prefill:
+        _check_prefill(study, req, a.check_prefill)
+
+
+def _check_prefill(study, req, tokens: int) -> None:
+    from dataclasses import replace
+
+    from mhlo_cost.studies.serve.grid import StepCache
+    from mhlo_cost.studies.serve.serve import figures
+
+    cache = StepCache(study.options.cache_dir)
+    t0 = time.perf_counter()
+    step, _ = cache.step(replace(req, mode="prefill", batch=1, context=tokens, tokens=tokens))
+    want = figures(step, study.hardware, launch=study.options.launch, blocks=False).step_time_s
+    got = study.model.prefill_time_s(tokens)
+    print(f"prefill of {tokens} tokens: roofline of the lowered prefill {want * 1e3:.2f} ms, step model "
+          f"{got * 1e3:.2f} ms (ratio {got / want:.3f}; lowered in {time.perf_counter() - t0:.0f} s)")
 
 
 if __name__ == "__main__":

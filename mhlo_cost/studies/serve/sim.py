@@ -283,6 +283,23 @@ def _run_stretch(s: _State, stretch, now: float, limit: float, step_time, trace:
     return now, fin.tolist()
 
 
+def _one_step(s: _State, cfg: ServerConfig, step_time, trace: Trace, blocks: int, now: float):
+    """One step through the scheduler: the time after it and the finished ids."""
+    before = trace.preemptions
+    ids, ns = schedule(s, cfg, trace)
+    if not ids.size:  # its only request preempted itself: the next step admits it again (an empty step)
+        if trace.preemptions == before:
+            raise LoadError("the scheduler could not run any request (a bug: every request fits the cache)")
+        return now, []
+    dt = float(step_time(*_composition(s, ids, ns)))
+    now += dt
+    trace.step_s.append(dt)
+    trace.step_seqs.append(int(ids.size))
+    trace.step_tokens.append(int(ns.sum()))
+    trace.step_blocks.append(blocks - s.free)
+    return now, _advance(s, ids, ns, now, trace)
+
+
 def simulate(work: Workload, step_time: Callable[[int, int, int, int], float], cfg: ServerConfig,
              blocks: int, stretches: bool = True) -> Trace:
     """Run ``work`` to the end on a server of ``blocks`` KV blocks; ``step_time`` prices each step (where it has
@@ -325,17 +342,6 @@ def simulate(work: Workload, step_time: Callable[[int, int, int, int], float], c
             now, fin = _run_stretch(s, stretch, now, limit, step_time, trace, blocks)
             finished(fin, now)
             continue
-        before = trace.preemptions
-        ids, ns = schedule(s, cfg, trace)
-        if not ids.size:  # its only request preempted itself: the next step admits it again (an empty step)
-            if trace.preemptions == before:
-                raise LoadError("the scheduler could not run any request (a bug: every request fits the cache)")
-            continue
-        dt = float(step_time(*_composition(s, ids, ns)))
-        now += dt
-        trace.step_s.append(dt)
-        trace.step_seqs.append(int(ids.size))
-        trace.step_tokens.append(int(ns.sum()))
-        trace.step_blocks.append(blocks - s.free)
-        finished(_advance(s, ids, ns, now, trace), now)
+        now, fin = _one_step(s, cfg, step_time, trace, blocks, now)
+        finished(fin, now)
     return trace
