@@ -177,7 +177,10 @@ def test_cli_prints_the_metrics(tmp_path, capsys):
     out = tmp_path / "sim.json"
     argv = ["serve", *GPT, "--isl", "64", "--osl", "8", "--concurrency", "4", "--num-requests", "12",
             "--cache-dir", str(tmp_path / "cache"), "-q"]
-    assert main([*argv, "--format", "json", "-o", str(out)]) == 0
+    assert main([*argv, "--format", "json", "-o", str(out), "--plot", str(tmp_path / "sim.png")]) == 0
+    assert (tmp_path / "sim.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert main([*argv, "--format", "json", "-o", str(tmp_path / "again.json")]) == 0
+    assert (tmp_path / "again.json").read_bytes() == out.read_bytes()  # deterministic
     got = json.loads(out.read_text())
     rows = {(r["section"], r["metric"]): r["value"] for r in got["rows"]}
     assert rows["workload", "requests"] == 12 and rows["workload", "output_tokens"] == 96
@@ -199,6 +202,8 @@ def test_cli_prints_the_metrics(tmp_path, capsys):
     (["--isl", "64", "--osl", "8", "--concurrency", "4", "--decode"], "--decode"),
     (["--trace", "/nonexistent/t.csv"], "cannot read"),
     (["--isl", "64", "--osl", "8", "--request-rate", "0"], "positive number"),
+    (["--isl", "64", "--osl", "8", "--concurrency", "2", "--plot", "x.gif"], ".png"),
+    (["--trace", "t.csv", "--isl", "64"], "--trace gives"),
 ])
 def test_cli_bad_input_is_one_line(tmp_path, capsys, extra, what):
     assert main(["serve", *GPT, *extra, "--no-cache", "-q"]) == 2

@@ -11,7 +11,7 @@ from .common import EXIT_OK, UserError, claim_output, positive_int, write_output
 #: The options that ask for a simulation (any one).
 SIM_FLAGS = ("isl", "osl", "concurrency", "request_rate", "trace")
 #: serve's one-step and sweep options, which a simulation does not take.
-STEP_ONLY = ("decode", "prefill", "batch", "tokens", "context", "batches", "contexts", "tps", "plot")
+STEP_ONLY = ("decode", "prefill", "batch", "tokens", "context", "batches", "contexts", "tps")
 
 
 def _rate(value: str) -> float:
@@ -97,7 +97,11 @@ def cmd_simulate(args, console, profile) -> int:
     from .cmd_serve import step_request
 
     _check(args)
+    if args.plot is not None and not args.plot.lower().endswith((".png", ".svg", ".pdf")):
+        raise UserError(f"--plot {args.plot or repr(args.plot)}: the picture's name must end in .png, .svg or .pdf")
     claim_output(args, console)
+    if args.plot is not None:
+        claim_output(args, console, args.plot)
     req = step_request(args, None, None)
     try:
         server = ServerConfig(args.max_num_batched_tokens, args.max_num_seqs, args.block_size,
@@ -119,4 +123,10 @@ def cmd_simulate(args, console, profile) -> int:
         raise UserError(str(e)) from None
     bar.close()
     write_output(render(table, args.format, "raw", wide=True), args.output)
+    if args.plot:
+        from ..files.write import replacing
+
+        with replacing(args.plot) as tmp:
+            study.plot(tmp)
+        console.say(f"plot written to {args.plot}", note=True)
     return EXIT_OK

@@ -42,3 +42,26 @@ def sim_view(setup: dict, fig: dict, histogram: list, title: str) -> Table:
     return Table(title, pairs=pairs,
                  meta={"tool": "mhlo-cost", "version": __version__, "what": title, "headline": sim_headline(fig),
                        "batch_sizes": [{"sequences": s, "steps": n} for s, n in histogram]})
+
+
+def sim_plot(ends, used, seqs, blocks: int, path: str, title: str = "") -> None:
+    """KV utilisation and sequences per step against time (each step at its end), one panel each."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from .plot import save_figure
+
+    fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(9, 5.5), sharex=True)
+    ax1.step(ends, [100.0 * u / blocks for u in used], where="post", linewidth=0.8)
+    ax1.set_ylabel("KV blocks in use (%)")
+    ax1.set_ylim(0, 100)
+    ax2.step(ends, seqs, where="post", linewidth=0.8, color="tab:orange")
+    ax2.set_ylabel("sequences per step")
+    ax2.set_xlabel("time (s)")
+    for ax in (ax1, ax2):
+        ax.grid(True, alpha=0.3)
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    save_figure(fig, path, dpi=110)
+    plt.close(fig)

@@ -124,6 +124,16 @@ class SimStudy:
         return sim_view(setup, self.figures, batch_histogram(self.trace), f"serving {setup['model']} on "
                         f"{self.hardware.name}: {self.workload.describe}")
 
+    def plot(self, path: str) -> None:
+        """KV utilisation and batch sizes over time (:func:`mhlo_cost.views.serve_sim.sim_plot`) into ``path``."""
+        import numpy as np
+
+        from ...views.serve_sim import sim_plot
+
+        t = self.trace
+        sim_plot(np.cumsum(t.step_s), t.step_blocks, t.step_seqs, self.memory.blocks, path,
+                 f"{self.options.request.describe().split(':')[0]} on {self.hardware.name}: {self.workload.describe}")
+
     def _check_text(self) -> str:
         c = self.model.checked
         b, ctx = c["point"]
