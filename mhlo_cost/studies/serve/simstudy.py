@@ -137,5 +137,6 @@ class SimStudy:
     def _check_text(self) -> str:
         c = self.model.checked
         b, ctx = c["point"]
-        return (f"counts exact at batch {b}, context {ctx} (not fitted); time {c['model_s']:.6g} s vs the "
-                f"roofline's {c['roofline_s']:.6g} s")
+        at = "; ".join(f"batch {x}, context {y}" for x, y in c["exact_at"])
+        return (f"counts exact at {at} (not fitted); time at batch {b}, context {ctx}: {c['model_s']:.6g} s vs "
+                f"the roofline's {c['roofline_s']:.6g} s")

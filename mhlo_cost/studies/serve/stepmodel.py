@@ -21,7 +21,8 @@ The decode lowering attends over its whole static cache (positions after ``pos``
 lowered at mixed contexts; the per-sequence split above is the assumption, stated.
 
 Pricing is the roofline's (:func:`mhlo_cost.studies.serve.serve.step_study`, compiled): at each lowered batch
-(at the largest context) every kernel's compute time, memory time and launch overhead are read, giving the
+(at the largest context; :data:`RATE_BATCHES` adds a larger one, so that a prefill chunk's GEMMs are priced at
+the efficiency of many rows) every kernel's compute time, memory time and launch overhead are read, giving the
 kernel's own rates: FLOPs/s (the dtype's peak and the GEMM efficiency at that shape in it) and, the profile's
 memory time being affine in the bytes (:meth:`mhlo_cost.machines.profile.Hardware.memory_time`: a fill and
 drain per kernel plus the bytes at the path's rate), a fixed part and bytes/s. A step's kernel costs
@@ -40,6 +41,9 @@ import numpy as np
 BATCHES = (8, 32)
 CONTEXTS = (256, 1024)
 CHECK = (16, 512)
+#: Larger batches lowered (at the largest context) for their kernels' rates only: a step of many tokens (a
+#: prefill chunk) runs its GEMMs at the efficiency of that many rows; each is a second check of the fit.
+RATE_BATCHES = (256,)
 
 
 class FitError(ValueError):
@@ -165,10 +169,12 @@ class StepModel:
         return sum(vals[:self._k]), sum(vals[self._k:])
 
 
-def fit(base, hw, cache=None, stage=None, batches=BATCHES, contexts=CONTEXTS, check=CHECK) -> StepModel:
+def fit(base, hw, cache=None, stage=None, batches=BATCHES, contexts=CONTEXTS, check=CHECK,
+        rate_batches=RATE_BATCHES) -> StepModel:
     """The :class:`StepModel` of ``base`` (a decode :class:`~mhlo_cost.lower.inference.StepRequest`) on ``hw``:
-    lowered at ``batches`` x ``contexts`` and at ``check`` (through ``cache``, a :class:`~.grid.StepCache`).
-    FitError where the check point's counts differ from the fit's by a single FLOP or byte."""
+    lowered at ``batches`` x ``contexts``, at ``check`` and at ``rate_batches`` x the largest context (through
+    ``cache``, a :class:`~.grid.StepCache`). FitError where a point not fitted (``check``, ``rate_batches``) has
+    counts that differ from the fit's by a single FLOP or byte."""
     from ...walk.polyfit import fit_grid
     from .grid import StepCache
     from .serve import activation_bytes, step_study
@@ -186,7 +192,8 @@ def fit(base, hw, cache=None, stage=None, batches=BATCHES, contexts=CONTEXTS, ch
         return seen[(b, c)]
 
     grid = fit_grid(lambda p: lowered(p["b"], p["c"])[2].counts(), {"b": list(batches), "c": list(contexts)})
-    bad = grid.mismatches(lambda p: lowered(p["b"], p["c"])[2].counts(), [{"b": check[0], "c": check[1]}])
+    checks = [{"b": check[0], "c": check[1]}] + [{"b": b, "c": max(contexts)} for b in rate_batches]
+    bad = grid.mismatches(lambda p: lowered(p["b"], p["c"])[2].counts(), checks)
     if bad:
         point, j, got, want = bad[0]
         raise FitError(f"the step's cost is not linear in batch and context: at {point} a kernel's count is "
@@ -194,9 +201,9 @@ def fit(base, hw, cache=None, stage=None, batches=BATCHES, contexts=CONTEXTS, ch
     step, study, _ = lowered(max(batches), max(contexts))
     cache_one = step.layout.at(batch=1, context=1).nbytes
     acts = activation_bytes(study.fused_memory, step.layout.nbytes)
-    nodes = {b: lowered(b, max(contexts))[2] for b in batches}
+    nodes = {b: lowered(b, max(contexts))[2] for b in (*batches, *rate_batches)}
     model = StepModel(grid, nodes, step.weight_bytes, cache_one, -(-acts // max(batches)))
     cstep, cstudy, ckern = lowered(*check)
     model.checked = {"point": check, "roofline_s": ckern.time_s, "model_s": model.decode_time_s(*check),
-                     "counts_exact": True}
+                     "counts_exact": True, "exact_at": [tuple(c.values()) for c in checks]}
     return model
