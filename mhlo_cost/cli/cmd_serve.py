@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from .cache import add_cache, cache_note, cache_root
 from .common import EXIT_OK, UserError, add_force, add_progress, add_quiet, claim_output, positive_int, write_output
+from .cmd_serve_sim import add_sim_options, cmd_simulate, simulating
 
 
 def add_step_options(g, lower: bool = False) -> None:
@@ -54,18 +55,21 @@ def register(sub) -> None:
     add_step_options(s)
     s.add_argument("--tp", type=positive_int, metavar="N",
                    help="tensor parallel over N devices (weights and cache split, all_reduce per layer)")
-    s.add_argument("--launch", choices=("stream", "cuda-graphs"), default="stream",
-                   help="stream (default): each fused kernel launched from the host, paying the profile's "
-                        "kernel overhead; cuda-graphs: the step replayed as one captured CUDA graph "
-                        "(torch.compile reduce-overhead, vLLM, TensorRT-LLM decode): no launch per kernel")
+    s.add_argument("--launch", choices=("stream", "cuda-graphs"), default=None,
+                   help="stream (default for one step): each fused kernel launched from the host, paying the "
+                        "profile's kernel overhead; cuda-graphs (default for a simulation): the step replayed as "
+                        "one captured CUDA graph (torch.compile reduce-overhead, vLLM, TensorRT-LLM decode): no "
+                        "launch per kernel")
     w = p.add_argument_group("a sweep (a table; --plot)")
     w.add_argument("--batches", type=_ints, metavar="B1,B2,..", help="e.g. 1,8,32,128 (instead of --batch; a value "
                                                                       "given twice is one point)")
     w.add_argument("--contexts", type=_ints, metavar="L1,L2,..", help="e.g. 2048,8192,32768 (instead of --context)")
     w.add_argument("--tps", type=_ints, metavar="N1,N2,..", help="tensor-parallel degrees (instead of --tp)")
     w.add_argument("--plot", metavar="FILE.png", help="tokens/s and memory against batch (points that do not fit: x); "
+                                                      "a simulation: KV utilisation and batch sizes over time; "
                                                       ".png, .svg or .pdf, under the -o rule")
     add_cache(w, "lowered steps and their figures")
+    add_sim_options(p)
     o = p.add_argument_group("output")
     o.add_argument("--hardware", default="h100", metavar="NAME", help="chip profile (default h100)")
     o.add_argument("--hardware-file", metavar="FILE", help="TOML file of your own profiles")
@@ -138,6 +142,9 @@ def cmd_serve(args, console) -> int:
 
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
+    if simulating(args):
+        return cmd_simulate(args, console, _profile)
+    args.launch = args.launch or "stream"
     _check_sweep(args)
     sweeping = args.batches or args.contexts or args.tps
     claim_output(args, console)
