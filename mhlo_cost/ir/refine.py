@@ -14,8 +14,8 @@ plain symbol (``2*b``) is refused.
 from __future__ import annotations
 
 from .degree import all_ops
-from .symbolic import (POLY_ATTR, SymbolicError, Symbols, _dynamic, _global_constants, _main, _ranked, _show,
-                       describe, symbols)
+from .symbolic import (POLY_ATTR, SymbolicError, Symbols, any_dynamic, describe, global_constants, main_function,
+                       ranked_type, show_point, symbols)
 
 
 def refine(module, point: dict, context):
@@ -44,7 +44,7 @@ def refine(module, point: dict, context):
             _refine_pipeline().run(work.operation)
         except Exception as e:  # noqa: BLE001 (MLIR's diagnostic says why; one line of it)
             text = " ".join(str(e).split())
-            raise SymbolicError(f"shape refinement at {_show(point)} failed: {text[:300]}") from None
+            raise SymbolicError(f"shape refinement at {show_point(point)} failed: {text[:300]}") from None
         _check_assertions(work, point)
         _drop_identity_converts(work)
         _drop_dead(work)
@@ -52,7 +52,7 @@ def refine(module, point: dict, context):
         if POLY_ATTR in work.operation.attributes:  # (static now: walked as the static program it is)
             del work.operation.attributes[POLY_ATTR]
     if _dynamic_anywhere(work):
-        raise SymbolicError(f"shapes are still dynamic after refinement at {_show(point)}: a dimension the "
+        raise SymbolicError(f"shapes are still dynamic after refinement at {show_point(point)}: a dimension the "
                             "symbols do not decide")
     return work
 
@@ -80,7 +80,7 @@ def _fold_dimension_arguments(module, point: dict) -> None:
 
     folded = {}
     for fn in module.body.operations:
-        dims = _global_constants(fn) if fn.operation.name == "func.func" else {}
+        dims = global_constants(fn) if fn.operation.name == "func.func" else {}
         dims = {i: n for i, n in dims.items() if n}  # (anonymous ones, jax's divmod and the like: refinement's)
         if not dims:
             continue
@@ -131,7 +131,7 @@ def _check_assertions(module, point: dict) -> None:
     """Erase main's shape assertions that hold at ``point``; SymbolicError for one that fails or is not decided."""
     from jaxlib.mlir import ir
 
-    block = _main(module).regions[0].blocks[0]
+    block = main_function(module).regions[0].blocks[0]
     for op in list(block.operations):
         op = op.operation
         if op.name != "stablehlo.custom_call" or "shape_assertion" not in str(op.attributes["call_target_name"]):
@@ -141,14 +141,14 @@ def _check_assertions(module, point: dict) -> None:
             message = ir.StringAttr(op.attributes["error_message"]).value if "error_message" in op.attributes else ""
             said = message.split(". ")[1] if message.count(". ") > 1 else message
             why = "fails" if holds is False else "is not decided by the symbols"
-            raise SymbolicError(f"the program's shape assertion {why} at {_show(point)}: {said}")
+            raise SymbolicError(f"the program's shape assertion {why} at {show_point(point)}: {said}")
         op.erase()
 
 
 def _drop_dead(module) -> None:
     """Erase ops in main whose results nothing reads (the dimension variables' arithmetic refinement made
     constant): main of a jax export is a wrapper; the program's own ops are in the function it calls."""
-    block = _main(module).regions[0].blocks[0]
+    block = main_function(module).regions[0].blocks[0]
     changed = True
     while changed:
         changed = False
@@ -194,18 +194,18 @@ def _shape_arithmetic(t) -> bool:
     """An integer or boolean scalar or vector: the type of a dimension variable's arithmetic."""
     from jaxlib.mlir import ir
 
-    r = _ranked(t)
+    r = ranked_type(t)
     return r is not None and r.rank <= 1 and isinstance(r.element_type.maybe_downcast(), ir.IntegerType)
 
 
 def _dynamic_anywhere(module) -> bool:
-    return any(_dynamic([v.type for v in list(op.operands) + list(op.results)]) for op in all_ops(module))
+    return any(any_dynamic([v.type for v in list(op.operands) + list(op.results)]) for op in all_ops(module))
 
 
 def _drop_identity_converts(module) -> None:
     """Erase the converts :func:`_bind_main` put on ``main``'s arguments, identities once refined (a static
     lowering has none: they would count as ops)."""
-    main = _main(module)
+    main = main_function(module)
     block = main.regions[0].blocks[0]
     args = {a.get_name() for a in block.arguments}  # (values compare by name within one block)
     for op in list(block.operations):
@@ -222,15 +222,15 @@ def _bind_main(module, found: Symbols, point: dict) -> None:
     from jaxlib.mlir.dialects import stablehlo
 
     size = {place: point[name] for name, places in found.places.items() for place in places}
-    main = _main(module)
+    main = main_function(module)
     ftype = ir.FunctionType(ir.TypeAttr(main.attributes["function_type"]).value)
     block = main.regions[0].blocks[0]
     inputs = []
     for i, t in enumerate(ftype.inputs):
-        if not _dynamic([t]):
+        if not any_dynamic([t]):
             inputs.append(t)
             continue
-        t = _ranked(t)
+        t = ranked_type(t)
         dims = []
         for d in range(t.rank):
             if not t.is_dynamic_dim(d):
