@@ -190,6 +190,15 @@ def test_compare_ratio_of_a_memory_bound_block(program, tmp_path, capsys, comman
     assert rows["blocks.0"]["slow_bound"] == rows["blocks.0"]["fast_bound"] == "memory"
 
 
+def test_whatif_compare_reads_the_hardware_file(program, tmp_path, capsys):
+    """--compare finds chips in --hardware-file as --hardware does (it looked in the catalogue alone)."""
+    chips = _two_chips(tmp_path)
+    code, out, err = run_cli(["whatif", program, "--hardware", "slow", "--hardware-file", chips, "--compare",
+                              "fast", "--format", "json"], capsys)
+    assert code == 0, err
+    assert [r["chip"] for r in json.loads(out)["pareto"]] == ["slow", "fast"]
+
+
 def test_compare_table_every_format_and_html(program, tmp_path, capsys):
     base = ["report", program, "--hardware", "h100,a100"]
     for fmt in ("table", "csv", "markdown"):
@@ -237,6 +246,8 @@ def test_whatif_cli_formats_and_plot(program, tmp_path, capsys):
     (["whatif", "{p}", "--hardware", "h100,a100"], "whatif takes one --hardware"),
     (["whatif", "{p}", "--hardware", "h100", "--scale", "peak.fp6=2"], "no rate 'peak.fp6' to scale"),
     (["whatif", "{p}", "--hardware", "h100", "--compare", "nochip"], "unknown hardware 'nochip'"),
+    (["whatif", "{p}", "--hardware", "h100", "--compare", "a100,a100"], "--compare names a chip twice"),
+    (["whatif", "{p}", "--hardware", "h100", "--compare", "a100,"], "--compare takes names separated by commas"),
     (["whatif", "{p}", "--hardware", "dgx-h100", "--scale", "link_bw=2"], "is a system"),
     (["report", "{p}", "--hardware", "h100,a100", "--by", "op"], "goes with --by block"),
     (["blocks", "{p}", "--hardware", "h100,h100"], "names a chip twice"),
