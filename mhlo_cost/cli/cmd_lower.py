@@ -130,7 +130,7 @@ def _list_alone(args) -> None:
     """--list lists; a model, a step or an output given with it would be dropped, so it is refused."""
     given = [o for o, d in (("--model", "model"), ("--module", "module"), ("--hf", "hf"), ("--diffusers", "diffusers"),
                             ("--timm", "timm"), ("--decode", "decode"), ("--prefill", "prefill"), ("--train", "train"),
-                            ("-o", "output")) if getattr(args, d)]
+                            ("--formula", "formula_format"), ("-o", "output")) if getattr(args, d)]
     if given:
         raise UserError(f"--list lists the bundled models and shapes; it does not go with {', '.join(given)}")
 
