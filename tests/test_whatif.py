@@ -125,7 +125,11 @@ def test_changes_and_units():
     assert apply(h100, [parse_change("peak=x2")]).matrix_flops == {k: 2 * v for k, v in h100.matrix_flops.items()}
     assert gain(h100, "kernel_overhead").kernel_overhead == pytest.approx(h100.kernel_overhead / 1.1)
     assert gain(h100, "hbm_bw").hbm_bandwidth == pytest.approx(h100.hbm_bandwidth * 1.1)
-    assert apply(h100, [parse_change("sram=256MB")]) == h100 or hasattr(h100, "sram_mb")  # not priced on a GPU
+    sram = apply(h100, [parse_change("sram=256MB")])  # (it was `== h100 or hasattr(...)`: true either way)
+    if hasattr(h100, "sram_mb"):  # a profile that states its SRAM takes the new size, in MB
+        assert sram.sram_mb == 256
+    else:  # a GPU profile without the field is not changed (the pricing reads no SRAM size)
+        assert sram == h100
     assert str(parse_change("hbm_bw=4.8TB/s")) == "hbm_bw=4.8TB/s" and str(Change("hbm_bw", factor=2)) == "hbm_bw x2"
     assert h100.hbm_bandwidth == 3.35e12  # the shared profile untouched
     notes = unpriced([parse_change("sram=256MB"), parse_change("hbm_bw=x2"), parse_change("hbm=x2")])
