@@ -134,6 +134,10 @@ def test_shapes_refused_where_they_do_not_fit(gpt_file, tmp_path, capsys):
     assert rc == 2 and "positive integer" in error_line(err)
     rc, _, err = run(capsys, "report", "--formula", str(static))
     assert rc == 2 and "static" in error_line(err)
+    # a value past MLIR's 64-bit dimensions was a TypeError from the bindings (exit 70)
+    for argv in (["--shapes", f"b=2,s={2 ** 63}"], ["--formula", "--shapes", f"b={10 ** 30}"]):
+        rc, _, err = run(capsys, "report", *argv, gpt_file)
+        assert rc == 2 and "a dimension is a whole number in [1, 2**63 - 1]" in error_line(err), argv
 
 
 @pytest.mark.parametrize("fmt", ["table", "csv", "json", "markdown"])

@@ -18,6 +18,10 @@ from .symbolic import (POLY_ATTR, SymbolicError, Symbols, any_dynamic, describe,
                        ranked_type, show_point, symbols)
 
 
+#: The largest dimension an MLIR tensor type holds (int64).
+MAX_DIMENSION = 2 ** 63 - 1
+
+
 def refine(module, point: dict, context):
     """The static module ``module`` becomes at ``point`` ({symbol: int}), parsed in ``context``; SymbolicError
     where a symbol lacks a value, a name is not the module's, a dimension is no plain symbol, or jaxlib's
@@ -34,6 +38,11 @@ def refine(module, point: dict, context):
     if missing:
         raise SymbolicError(f"no value for shape symbol(s) {', '.join(missing)}: the program's symbols are "
                             f"{describe(found)}")
+    bad = [n for n in found.names if isinstance(point[n], bool) or not isinstance(point[n], int)
+           or not 1 <= point[n] <= MAX_DIMENSION]
+    if bad:
+        raise SymbolicError(f"shape symbol {bad[0]}={point[bad[0]]}: a dimension is a whole number in [1, 2**63 - 1] "
+                            "(MLIR's dimensions are 64-bit)")
     buf = io.BytesIO()
     module.operation.write_bytecode(buf)
     with context, ir.Location.unknown():
