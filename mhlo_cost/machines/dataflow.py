@@ -201,11 +201,18 @@ def parse_dataflow(data: bytes, origin: str) -> tuple[dict, dict]:
         raise HardwareError(f"{origin}: not valid TOML: {e}") from None
     check_schema_version(doc, origin)
     _known(doc, ("schema_version", "chip", "system"), origin)
-    chip_tables = _known(doc.get("chip", {}), tuple(doc.get("chip", {}) or ()), f"{origin}: [chip]")
-    chips = {n: _chip(n, t, origin) for n, t in chip_tables.items()}
-    sys_tables = _known(doc.get("system", {}), tuple(doc.get("system", {}) or ()), f"{origin}: [system]")
-    systems = {n: _system(n, t, origin, chips) for n, t in sys_tables.items()}
+    chips = {n: _chip(n, t, origin) for n, t in _tables(doc, "chip", origin).items()}
+    systems = {n: _system(n, t, origin, chips) for n, t in _tables(doc, "system", origin).items()}
     return chips, systems
+
+
+def _tables(doc: dict, key: str, origin: str) -> dict:
+    """``doc[key]`` (``[chip]``, ``[system]``): a table of named tables, or HardwareError (``chip = 5`` was a
+    TypeError)."""
+    tables = doc.get(key, {})
+    if not isinstance(tables, dict):
+        raise HardwareError(f"{origin}: [{key}] must be a table")
+    return tables
 
 
 def load_dataflow(path=None) -> tuple[dict, dict]:
