@@ -124,6 +124,9 @@ def test_changes_and_units():
     assert apply(h100, [parse_change("link_bw=2", scale=True)]).link_bandwidth == 2 * h100.link_bandwidth
     assert apply(h100, [parse_change("peak=x2")]).matrix_flops == {k: 2 * v for k, v in h100.matrix_flops.items()}
     assert gain(h100, "kernel_overhead").kernel_overhead == pytest.approx(h100.kernel_overhead / 1.1)
+    # no launch overhead, no hop latency: a profile may state 0 (it was refused as 'expected a positive number')
+    assert apply(h100, [parse_change("kernel_overhead=0us"), parse_change("hop_latency=x0")]).hop_latency == 0
+    assert apply(h100, [parse_change("kernel_overhead=0us")]).kernel_overhead == 0
     assert gain(h100, "hbm_bw").hbm_bandwidth == pytest.approx(h100.hbm_bandwidth * 1.1)
     sram = apply(h100, [parse_change("sram=256MB")])  # (it was `== h100 or hasattr(...)`: true either way)
     if hasattr(h100, "sram_mb"):  # a profile that states its SRAM takes the new size, in MB
@@ -141,6 +144,8 @@ def test_changes_and_units():
     ("foo=2", "unknown what-if key 'foo' (accepted: peak, peak.<dtype>"),
     ("hbm_bw=3PB", "unknown unit 'PB' (accepted: TB/s, GB/s"),
     ("hbm_bw=-1TB/s", "expected a positive number"),
+    ("hbm_bw=0TB/s", "expected a positive number"),
+    ("hop_latency=-1us", "expected a non-negative number"),
     ("peak=2PFLOPS", "every peak rate takes a factor"),
     ("hbm_bw", "takes KEY=VALUE"),
 ])
