@@ -289,3 +289,11 @@ def test_whatif_on_stdit3_prints_bound_and_top_per_block(tmp_path, capsys):
         assert rows[block]["bound_after"] in ("compute", "memory", "overhead", "comm")
         assert rows[block]["top"] and rows[block]["top_saves"] > 0
         assert rows[block]["top_saves"] == max(v for k, v in rows[block].items() if k.startswith("gain10_"))
+
+
+def test_a_chip_with_no_time_shows_no_ratio_in_the_page():
+    """A block that takes no time on a chip has no ratio (NaN in the table, null in JSON): its bar said 'xnan'."""
+    from mhlo_cost.views.html.compare import chip_bars
+
+    svg = chip_bars("b", [("a", 1e-3, "memory", 1.0), ("c", 0.0, "free", math.nan)])
+    assert "nan" not in svg and "memory  x1" in svg
