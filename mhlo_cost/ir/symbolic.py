@@ -127,15 +127,25 @@ def symbols(module) -> Symbols:
             places.setdefault(name, [])
             if place not in places[name]:
                 places[name].append(place)
-        for a, b in _equalities(main):  # further places of the same symbol (checked by a shape assertion)
-            pa, pb = _source(a), _source(b)
-            for name, where in places.items():
-                for p, q in ((pa, pb), (pb, pa)):
-                    if p in where and q is not None and q not in where:
-                        where.append(q)
+    _spread(places, main)
     if places:
         return Symbols({k: tuple(v) for k, v in places.items()}, "module")
     return _by_position(main)
+
+
+def _spread(places: dict, main) -> None:
+    """Add to each symbol's places the dimensions main's shape assertions say are equal to one of them, until
+    none is added (a chain ``a == b``, ``b == c`` in any order)."""
+    pairs = [(_source(a), _source(b)) for a, b in _equalities(main)]
+    grown = True
+    while grown:
+        grown = False
+        for pa, pb in pairs:
+            for where in places.values():
+                for p, q in ((pa, pb), (pb, pa)):
+                    if p in where and q is not None and q not in where:
+                        where.append(q)
+                        grown = True
 
 
 def _by_position(main) -> Symbols:
