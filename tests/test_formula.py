@@ -138,6 +138,9 @@ def test_shapes_refused_where_they_do_not_fit(gpt_file, tmp_path, capsys):
     for argv in (["--shapes", f"b=2,s={2 ** 63}"], ["--formula", "--shapes", f"b={10 ** 30}"]):
         rc, _, err = run(capsys, "report", *argv, gpt_file)
         assert rc == 2 and "a dimension is a whole number in [1, 2**63 - 1]" in error_line(err), argv
+    # past the program's i32 dimension variables: it wrapped to a negative size and refinement said so cryptically
+    rc, _, err = run(capsys, "report", "--shapes", f"b=2,s={2 ** 31}", gpt_file)
+    assert rc == 2 and "s=2147483648 does not fit the program's i32 dimension variables" in error_line(err)
 
 
 @pytest.mark.parametrize("fmt", ["table", "csv", "json", "markdown"])

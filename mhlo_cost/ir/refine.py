@@ -99,6 +99,10 @@ def _fold_dimension_arguments(module, point: dict) -> None:
         block = fn.regions[0].blocks[0]
         for i in sorted(dims, reverse=True):
             scalar = ir.RankedTensorType(block.arguments[i].type)
+            width = ir.IntegerType(scalar.element_type).width
+            if point[dims[i]] >= 1 << (width - 1):  # (it wrapped to a negative size: a cryptic refinement error)
+                raise SymbolicError(f"shape symbol {dims[i]}={point[dims[i]]} does not fit the program's i{width} "
+                                    f"dimension variables (at most {(1 << (width - 1)) - 1:,})")
             with ir.InsertionPoint.at_block_begin(block):
                 const = stablehlo.ConstantOp(ir.DenseElementsAttr.get_splat(
                     scalar, ir.IntegerAttr.get(scalar.element_type, int(point[dims[i]]))))
@@ -111,7 +115,7 @@ def _fold_dimension_arguments(module, point: dict) -> None:
         attrs = list(ir.ArrayAttr(fn.attributes["arg_attrs"]))
         fn.attributes["arg_attrs"] = ir.ArrayAttr.get([attrs[j] for j in keep])
         folded[ir.StringAttr(fn.attributes["sym_name"]).value] = keep
-    
+
     for op in all_ops(module):
         if op.name != "func.call" or ir.FlatSymbolRefAttr(op.attributes["callee"]).value not in folded:
             continue
@@ -173,7 +177,7 @@ def _unshare_constants(module) -> None:
     """One constant op per using op, placed just before it: shape refinement's rewriter merges equal constants and
     hoists them to the top of their function, where jax's lowering makes one at each use (they count as ops and
     bytes written, and live from where they are made)."""
-    
+
     for op in all_ops(module):
         if op.name != "stablehlo.constant":
             continue
