@@ -271,6 +271,8 @@ def test_lower_formula_refuses_what_it_cannot_fit(capsys):
         assert rc == 2 and f"does not go with {extra[0]}" in error_line(err), extra
     rc, _, err = run(capsys, "lower", "--model", "stdit3", "--formula", "--hidden", "100", "--heads", "16")
     assert rc == 2 and "mhlo-cost: error:" in err
+    rc, _, err = run(capsys, "lower", "--model", "stdit3", "--formula", "--depth", "100000")  # lower's own limit
+    assert rc == 2 and "above the limit of 4,096 layers" in error_line(err)
     rc, _, err = run(capsys, "lower", "--list", "--formula")
     assert rc == 2 and "does not go with --formula" in error_line(err)
 

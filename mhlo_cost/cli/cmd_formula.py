@@ -40,7 +40,12 @@ def lower_formula(args, console) -> int:
     if args.model != "stdit3":
         raise UserError("--formula goes with --model stdit3 (a symbolic program's formulas: report --formula FILE)")
     _refuse_others(args)
-    try:  # the forward lowering's configuration (--dtype honoured; hidden and heads checked)
+    try:  # the forward lowering's configuration and limits (--dtype honoured; hidden and heads checked)
+        from ..studies.limits import check
+
+        for opt, limit in (("depth", "layers"), ("tokens", "positions")):
+            if getattr(args, opt) is not None:
+                check(limit, getattr(args, opt), f"--{opt}")
         cfg = make_config("stdit3", small=args.small, tokens=args.tokens, dtype=args.dtype, depth=args.depth,
                           hidden=args.hidden, heads=args.heads)
     except (FrontendError, ValueError) as e:
