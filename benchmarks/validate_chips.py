@@ -29,6 +29,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import validate_published as vp  # noqa: E402  (sets the environment and the import path first)
 
+from mhlo_cost.files.atomic import write_bytes  # noqa: E402
 from mhlo_cost.machines.catalogue import HardwareError, get_profile, load_profiles  # noqa: E402
 
 DATA = os.path.join(vp.ROOT, "benchmarks", "data", "published_chips.toml")
@@ -133,15 +134,20 @@ def accuracy_section(table, data_path, hardware_file, date) -> str:
     return "\n".join(out)
 
 
+def replace_from(path, marker: str, tail: str) -> None:
+    """``path`` with everything from ``marker`` on (or, without one, appended after its text) replaced by ``tail``
+    (which begins with the marker), in one step (:func:`mhlo_cost.files.atomic.write_bytes`)."""
+    with open(path) as f:
+        text = f.read()
+    at = text.find(marker)
+    head = (text if at < 0 else text[:at]).rstrip("\n") + "\n\n"
+    write_bytes(path, (head + tail).encode())
+
+
 def write_accuracy(table, data_path, hardware_file, path=vp.ACCURACY, date=None) -> None:
     """Replace the per-chip part of ``path`` (keeping validate_published.py's part above it)."""
     date = date or datetime.date.today().isoformat()
-    with open(path) as f:
-        text = f.read()
-    at = text.find(vp.CHIPS_MARKER)
-    head = (text if at < 0 else text[:at]).rstrip("\n") + "\n\n"
-    with open(path, "w") as f:
-        f.write(head + accuracy_section(table, data_path, hardware_file, date))
+    replace_from(path, vp.CHIPS_MARKER, accuracy_section(table, data_path, hardware_file, date))
 
 
 def _profiles(hardware_file) -> str:
@@ -162,12 +168,7 @@ def docs_table(table, unpriced, date, hardware_file=None) -> str:
 def write_docs(table, unpriced, hardware_file=None, path=DOCS, date=None) -> None:
     """Replace the table of ``path`` (from :data:`DOCS_MARKER` to the end) and keep the prose above it."""
     date = date or datetime.date.today().isoformat()
-    with open(path) as f:
-        text = f.read()
-    at = text.find(DOCS_MARKER)
-    head = (text if at < 0 else text[:at]).rstrip("\n") + "\n\n"
-    with open(path, "w") as f:
-        f.write(head + docs_table(table, unpriced, date, hardware_file))
+    replace_from(path, DOCS_MARKER, docs_table(table, unpriced, date, hardware_file))
 
 
 def main(argv=None) -> int:

@@ -62,6 +62,8 @@ def test_shipped_system_and_template(system):
     ('[chip.a]\ncores = [4, 4]\n', "missing field"),
     ('[system.s]\nchip = "nope"\ndims = [2, 2]\n', "unknown chip 'nope'"),
     ('[chip.a\n', "not valid TOML"),
+    ('chip = 5\n', "[chip] must be a table"),  # (was a TypeError)
+    ('system = "s"\n', "[system] must be a table"),
 ])
 def test_malformed_file_is_one_line(text, words):
     with pytest.raises(HardwareError) as e:

@@ -134,6 +134,13 @@ def test_shapes_refused_where_they_do_not_fit(gpt_file, tmp_path, capsys):
     assert rc == 2 and "positive integer" in error_line(err)
     rc, _, err = run(capsys, "report", "--formula", str(static))
     assert rc == 2 and "static" in error_line(err)
+    # a value past MLIR's 64-bit dimensions was a TypeError from the bindings (exit 70)
+    for argv in (["--shapes", f"b=2,s={2 ** 63}"], ["--formula", "--shapes", f"b={10 ** 30}"]):
+        rc, _, err = run(capsys, "report", *argv, gpt_file)
+        assert rc == 2 and "a dimension is a whole number in [1, 2**63 - 1]" in error_line(err), argv
+    # past the program's i32 dimension variables: it wrapped to a negative size and refinement said so cryptically
+    rc, _, err = run(capsys, "report", "--shapes", f"b=2,s={2 ** 31}", gpt_file)
+    assert rc == 2 and "s=2147483648 does not fit the program's i32 dimension variables" in error_line(err)
 
 
 @pytest.mark.parametrize("fmt", ["table", "csv", "json", "markdown"])
@@ -257,6 +264,30 @@ def test_lower_formula_refuses_what_it_cannot_fit(capsys):
     assert rc == 2 and "does not go with --shape" in error_line(err)
     rc, _, err = run(capsys, "lower", "--model", "gpt", "--formula")
     assert rc == 2 and "--formula goes with --model stdit3" in error_line(err)
+    # options the formula does not apply were dropped without a word (--dtype was: the counts were bf16's)
+    for extra in (["--devices", "4"], ["--precision", "fp8-rowwise"], ["--remat", "block"], ["--layers", "2"],
+                  ["--no-locations"], ["--set", "depth=2"]):
+        rc, _, err = run(capsys, "lower", "--model", "stdit3", "--formula", *extra)
+        assert rc == 2 and f"does not go with {extra[0]}" in error_line(err), extra
+    rc, _, err = run(capsys, "lower", "--model", "stdit3", "--formula", "--hidden", "100", "--heads", "16")
+    assert rc == 2 and "mhlo-cost: error:" in err
+    rc, _, err = run(capsys, "lower", "--model", "stdit3", "--formula", "--depth", "100000")  # lower's own limit
+    assert rc == 2 and "above the limit of 4,096 layers" in error_line(err)
+    rc, _, err = run(capsys, "lower", "--list", "--formula")
+    assert rc == 2 and "does not go with --formula" in error_line(err)
+
+
+def test_lower_formula_honours_dtype(capsys):
+    """--dtype f32 lowers every point in float32 (it was dropped: the formulas were bf16's whatever --dtype said):
+    a block's bytes move with the dtype, its FLOPs do not."""
+    rows = {}
+    for dtype in ("bf16", "f32"):
+        rc, out, err = run(capsys, "lower", "--model", "stdit3", "--small", "--depth", "1", "--formula", "json",
+                           "--dtype", dtype, "-q")
+        assert rc == 0, err
+        rows[dtype] = {(r["block"], r["count"]): r["expanded"] for r in json.loads(out)["rows"]}
+    assert rows["bf16"][("spatial_blocks.0", "gemm_flops")] == rows["f32"][("spatial_blocks.0", "gemm_flops")]
+    assert rows["bf16"][("spatial_blocks.0", "bytes_read")] != rows["f32"][("spatial_blocks.0", "bytes_read")]
 
 
 # -- symbols the module does not name, and dimensions that are no symbol ------------------------------------

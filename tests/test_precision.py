@@ -143,6 +143,21 @@ def test_a_chip_without_the_precision_prices_it_upcast_and_says_so(capsys, tmp_p
         assert (note in d["precision_note"]) if note else "precision_note" not in d
 
 
+def test_the_upcast_note_names_the_rate_the_dot_is_priced_at():
+    """A chip with only a tf32 matrix rate and f32_matmul = tf32 prices an fp8 dot at tf32 (the chain reaches f32,
+    which runs as tf32): the note says tf32 (it said f32); with no matrix rate on the chain, the vector unit."""
+    import dataclasses
+
+    from mhlo_cost.machines.hardware import get_profile
+    from mhlo_cost.machines.precision import upcast_note
+
+    tf32 = dataclasses.replace(get_profile("a100"), matrix_flops={"tf32": 1.0e14}, f32_matmul="tf32")
+    assert "priced at its tf32 rate" in upcast_note(tf32, "fp8") and tf32.matrix_peak("fp8") == 1.0e14
+    f64 = dataclasses.replace(tf32, matrix_flops={"f64": 2.0e13}, f32_matmul="f32")
+    assert upcast_note(f64, "fp8").endswith("priced on its vector unit")
+    assert f64.matrix_peak("fp8") == f64.vector_peak("f32")
+
+
 GPT = ["--model", "gpt", "--set", "layers=1", "--set", "hidden=64", "--set", "heads=4", "--set", "vocab=128"]
 SPELLINGS = ("int8", "fp8", "float8_e4m3fn", "torch.float8_e5m2", "int4", "fp4", "nvfp4", "uint8", "e4m3")
 

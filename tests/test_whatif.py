@@ -124,6 +124,9 @@ def test_changes_and_units():
     assert apply(h100, [parse_change("link_bw=2", scale=True)]).link_bandwidth == 2 * h100.link_bandwidth
     assert apply(h100, [parse_change("peak=x2")]).matrix_flops == {k: 2 * v for k, v in h100.matrix_flops.items()}
     assert gain(h100, "kernel_overhead").kernel_overhead == pytest.approx(h100.kernel_overhead / 1.1)
+    # no launch overhead, no hop latency: a profile may state 0 (it was refused as 'expected a positive number')
+    assert apply(h100, [parse_change("kernel_overhead=0us"), parse_change("hop_latency=x0")]).hop_latency == 0
+    assert apply(h100, [parse_change("kernel_overhead=0us")]).kernel_overhead == 0
     assert gain(h100, "hbm_bw").hbm_bandwidth == pytest.approx(h100.hbm_bandwidth * 1.1)
     assert h100.sram == 50e6 and apply(h100, [parse_change("sram=256MB")]).sram == 256e6  # 50 MB L2, datasheet
     assert apply(h100, [parse_change("sram=x2")]).sram == 100e6
@@ -138,6 +141,8 @@ def test_changes_and_units():
     ("foo=2", "unknown what-if key 'foo' (accepted: peak, peak.<dtype>"),
     ("hbm_bw=3PB", "unknown unit 'PB' (accepted: TB/s, GB/s"),
     ("hbm_bw=-1TB/s", "expected a positive number"),
+    ("hbm_bw=0TB/s", "expected a positive number"),
+    ("hop_latency=-1us", "expected a non-negative number"),
     ("peak=2PFLOPS", "every peak rate takes a factor"),
     ("hbm_bw", "takes KEY=VALUE"),
 ])
@@ -191,6 +196,15 @@ def test_compare_ratio_of_a_memory_bound_block(program, tmp_path, capsys, comman
     assert rows["blocks.0"]["slow_bound"] == rows["blocks.0"]["fast_bound"] == "memory"
 
 
+def test_whatif_compare_reads_the_hardware_file(program, tmp_path, capsys):
+    """--compare finds chips in --hardware-file as --hardware does (it looked in the catalogue alone)."""
+    chips = _two_chips(tmp_path)
+    code, out, err = run_cli(["whatif", program, "--hardware", "slow", "--hardware-file", chips, "--compare",
+                              "fast", "--format", "json"], capsys)
+    assert code == 0, err
+    assert [r["chip"] for r in json.loads(out)["pareto"]] == ["slow", "fast"]
+
+
 def test_compare_table_every_format_and_html(program, tmp_path, capsys):
     base = ["report", program, "--hardware", "h100,a100"]
     for fmt in ("table", "csv", "markdown"):
@@ -238,6 +252,8 @@ def test_whatif_cli_formats_and_plot(program, tmp_path, capsys):
     (["whatif", "{p}", "--hardware", "h100,a100"], "whatif takes one --hardware"),
     (["whatif", "{p}", "--hardware", "h100", "--scale", "peak.fp6=2"], "no rate 'peak.fp6' to scale"),
     (["whatif", "{p}", "--hardware", "h100", "--compare", "nochip"], "unknown hardware 'nochip'"),
+    (["whatif", "{p}", "--hardware", "h100", "--compare", "a100,a100"], "--compare names a chip twice"),
+    (["whatif", "{p}", "--hardware", "h100", "--compare", "a100,"], "--compare takes names separated by commas"),
     (["whatif", "{p}", "--hardware", "dgx-h100", "--scale", "link_bw=2"], "is a system"),
     (["report", "{p}", "--hardware", "h100,a100", "--by", "op"], "goes with --by block"),
     (["blocks", "{p}", "--hardware", "h100,h100"], "names a chip twice"),
@@ -270,3 +286,11 @@ def test_whatif_on_stdit3_prints_bound_and_top_per_block(tmp_path, capsys):
         assert rows[block]["bound_after"] in ("compute", "memory", "overhead", "comm")
         assert rows[block]["top"] and rows[block]["top_saves"] > 0
         assert rows[block]["top_saves"] == max(v for k, v in rows[block].items() if k.startswith("gain10_"))
+
+
+def test_a_chip_with_no_time_shows_no_ratio_in_the_page():
+    """A block that takes no time on a chip has no ratio (NaN in the table, null in JSON): its bar said 'xnan'."""
+    from mhlo_cost.views.html.compare import chip_bars
+
+    svg = chip_bars("b", [("a", 1e-3, "memory", 1.0), ("c", 0.0, "free", math.nan)])
+    assert "nan" not in svg and "memory  x1" in svg

@@ -5,19 +5,19 @@ re-price it (:mod:`mhlo_cost.studies.whatif`). The keys and their units: :mod:`m
 """
 from __future__ import annotations
 
-from .common import (EXIT_OK, UserError, add_common, add_estimate, add_output, claim_output, hardware_from_options,
-                     open_study, write_output)
+from .common import (EXIT_OK, UserError, add_common, add_estimate, add_output, chip_names, claim_output,
+                     hardware_from_options, open_study, write_output)
 
 PICTURES = (".png", ".svg", ".pdf")
 
 
-def _chips(value: str | None) -> list:
+def _chips(args) -> list:
+    """The profiles --compare names (found in --hardware-file first, as --hardware's)."""
+    if args.compare is None:
+        return []
     from ..roofline import hardware_from_args
 
-    names = [n.strip() for n in (value or "").split(",") if n.strip()]
-    if value is not None and not names:
-        raise UserError("--compare takes chip names separated by commas, got none")
-    return [hardware_from_args(n, None) for n in names]
+    return [hardware_from_args(n, args.hardware_file) for n in chip_names(args.compare, "--compare")]
 
 
 def cmd_whatif(args, console) -> int:
@@ -30,7 +30,7 @@ def cmd_whatif(args, console) -> int:
     if hw is None:
         raise UserError("whatif needs a profile to change: --hardware NAME (mhlo-cost hardware lists them)")
     apply(hw, changes)  # a change the profile cannot take is refused before any work
-    chips = _chips(args.compare)
+    chips = _chips(args)
     picture = (args.output or "").lower().endswith(PICTURES)
     claim_output(args, console)
     progress = console.progress()

@@ -182,16 +182,22 @@ def hardware_from_options(args, top_needs_hardware: bool = True):
     return hw
 
 
+def chip_names(value: str, opt: str) -> list[str]:
+    """``a,b,c`` (the value of ``opt``) as a list of chip names: none empty, none twice."""
+    names = [n.strip() for n in value.split(",")]
+    if not all(names):
+        raise UserError(f"{opt} takes names separated by commas, got {value!r}")
+    if len(set(names)) != len(names):
+        raise UserError(f"{opt} names a chip twice: {value!r}")
+    return names
+
+
 def compare_chips(args) -> list | None:
     """The profiles ``--hardware a,b,c`` names (one table across chips), None for one name or none."""
     name = getattr(args, "hardware", None)
     if name is None or "," not in name:
         return None
-    names = [n.strip() for n in name.split(",")]
-    if not all(names):
-        raise UserError(f"--hardware takes names separated by commas, got {name!r}")
-    if len(set(names)) != len(names):
-        raise UserError(f"--hardware names a chip twice: {name!r}")
+    names = chip_names(name, "--hardware")
     for opt in ("block", "scope", "steps", "top"):
         if getattr(args, opt, None) is not None:
             raise UserError(f"--hardware a,b,c compares every block across chips: it does not go with --{opt}")

@@ -14,8 +14,12 @@ plain symbol (``2*b``) is refused.
 from __future__ import annotations
 
 from .degree import all_ops
-from .symbolic import (POLY_ATTR, SymbolicError, Symbols, _dynamic, _global_constants, _main, _ranked, _show,
-                       describe, symbols)
+from .symbolic import (POLY_ATTR, SymbolicError, Symbols, any_dynamic, describe, global_constants, main_function,
+                       ranked_type, show_point, symbols)
+
+
+#: The largest dimension an MLIR tensor type holds (int64).
+MAX_DIMENSION = 2 ** 63 - 1
 
 
 def refine(module, point: dict, context):
@@ -34,6 +38,11 @@ def refine(module, point: dict, context):
     if missing:
         raise SymbolicError(f"no value for shape symbol(s) {', '.join(missing)}: the program's symbols are "
                             f"{describe(found)}")
+    bad = [n for n in found.names if isinstance(point[n], bool) or not isinstance(point[n], int)
+           or not 1 <= point[n] <= MAX_DIMENSION]
+    if bad:
+        raise SymbolicError(f"shape symbol {bad[0]}={point[bad[0]]}: a dimension is a whole number in [1, 2**63 - 1] "
+                            "(MLIR's dimensions are 64-bit)")
     buf = io.BytesIO()
     module.operation.write_bytecode(buf)
     with context, ir.Location.unknown():
@@ -44,7 +53,7 @@ def refine(module, point: dict, context):
             _refine_pipeline().run(work.operation)
         except Exception as e:  # noqa: BLE001 (MLIR's diagnostic says why; one line of it)
             text = " ".join(str(e).split())
-            raise SymbolicError(f"shape refinement at {_show(point)} failed: {text[:300]}") from None
+            raise SymbolicError(f"shape refinement at {show_point(point)} failed: {text[:300]}") from None
         _check_assertions(work, point)
         _drop_identity_converts(work)
         _drop_dead(work)
@@ -52,7 +61,7 @@ def refine(module, point: dict, context):
         if POLY_ATTR in work.operation.attributes:  # (static now: walked as the static program it is)
             del work.operation.attributes[POLY_ATTR]
     if _dynamic_anywhere(work):
-        raise SymbolicError(f"shapes are still dynamic after refinement at {_show(point)}: a dimension the "
+        raise SymbolicError(f"shapes are still dynamic after refinement at {show_point(point)}: a dimension the "
                             "symbols do not decide")
     return work
 
@@ -80,7 +89,7 @@ def _fold_dimension_arguments(module, point: dict) -> None:
 
     folded = {}
     for fn in module.body.operations:
-        dims = _global_constants(fn) if fn.operation.name == "func.func" else {}
+        dims = global_constants(fn) if fn.operation.name == "func.func" else {}
         dims = {i: n for i, n in dims.items() if n}  # (anonymous ones, jax's divmod and the like: refinement's)
         if not dims:
             continue
@@ -90,6 +99,10 @@ def _fold_dimension_arguments(module, point: dict) -> None:
         block = fn.regions[0].blocks[0]
         for i in sorted(dims, reverse=True):
             scalar = ir.RankedTensorType(block.arguments[i].type)
+            width = ir.IntegerType(scalar.element_type).width
+            if point[dims[i]] >= 1 << (width - 1):  # (it wrapped to a negative size: a cryptic refinement error)
+                raise SymbolicError(f"shape symbol {dims[i]}={point[dims[i]]} does not fit the program's i{width} "
+                                    f"dimension variables (at most {(1 << (width - 1)) - 1:,})")
             with ir.InsertionPoint.at_block_begin(block):
                 const = stablehlo.ConstantOp(ir.DenseElementsAttr.get_splat(
                     scalar, ir.IntegerAttr.get(scalar.element_type, int(point[dims[i]]))))
@@ -102,7 +115,7 @@ def _fold_dimension_arguments(module, point: dict) -> None:
         attrs = list(ir.ArrayAttr(fn.attributes["arg_attrs"]))
         fn.attributes["arg_attrs"] = ir.ArrayAttr.get([attrs[j] for j in keep])
         folded[ir.StringAttr(fn.attributes["sym_name"]).value] = keep
-    
+
     for op in all_ops(module):
         if op.name != "func.call" or ir.FlatSymbolRefAttr(op.attributes["callee"]).value not in folded:
             continue
@@ -131,7 +144,7 @@ def _check_assertions(module, point: dict) -> None:
     """Erase main's shape assertions that hold at ``point``; SymbolicError for one that fails or is not decided."""
     from jaxlib.mlir import ir
 
-    block = _main(module).regions[0].blocks[0]
+    block = main_function(module).regions[0].blocks[0]
     for op in list(block.operations):
         op = op.operation
         if op.name != "stablehlo.custom_call" or "shape_assertion" not in str(op.attributes["call_target_name"]):
@@ -141,14 +154,14 @@ def _check_assertions(module, point: dict) -> None:
             message = ir.StringAttr(op.attributes["error_message"]).value if "error_message" in op.attributes else ""
             said = message.split(". ")[1] if message.count(". ") > 1 else message
             why = "fails" if holds is False else "is not decided by the symbols"
-            raise SymbolicError(f"the program's shape assertion {why} at {_show(point)}: {said}")
+            raise SymbolicError(f"the program's shape assertion {why} at {show_point(point)}: {said}")
         op.erase()
 
 
 def _drop_dead(module) -> None:
     """Erase ops in main whose results nothing reads (the dimension variables' arithmetic refinement made
     constant): main of a jax export is a wrapper; the program's own ops are in the function it calls."""
-    block = _main(module).regions[0].blocks[0]
+    block = main_function(module).regions[0].blocks[0]
     changed = True
     while changed:
         changed = False
@@ -164,7 +177,7 @@ def _unshare_constants(module) -> None:
     """One constant op per using op, placed just before it: shape refinement's rewriter merges equal constants and
     hoists them to the top of their function, where jax's lowering makes one at each use (they count as ops and
     bytes written, and live from where they are made)."""
-    
+
     for op in all_ops(module):
         if op.name != "stablehlo.constant":
             continue
@@ -194,18 +207,18 @@ def _shape_arithmetic(t) -> bool:
     """An integer or boolean scalar or vector: the type of a dimension variable's arithmetic."""
     from jaxlib.mlir import ir
 
-    r = _ranked(t)
+    r = ranked_type(t)
     return r is not None and r.rank <= 1 and isinstance(r.element_type.maybe_downcast(), ir.IntegerType)
 
 
 def _dynamic_anywhere(module) -> bool:
-    return any(_dynamic([v.type for v in list(op.operands) + list(op.results)]) for op in all_ops(module))
+    return any(any_dynamic([v.type for v in list(op.operands) + list(op.results)]) for op in all_ops(module))
 
 
 def _drop_identity_converts(module) -> None:
     """Erase the converts :func:`_bind_main` put on ``main``'s arguments, identities once refined (a static
     lowering has none: they would count as ops)."""
-    main = _main(module)
+    main = main_function(module)
     block = main.regions[0].blocks[0]
     args = {a.get_name() for a in block.arguments}  # (values compare by name within one block)
     for op in list(block.operations):
@@ -222,15 +235,15 @@ def _bind_main(module, found: Symbols, point: dict) -> None:
     from jaxlib.mlir.dialects import stablehlo
 
     size = {place: point[name] for name, places in found.places.items() for place in places}
-    main = _main(module)
+    main = main_function(module)
     ftype = ir.FunctionType(ir.TypeAttr(main.attributes["function_type"]).value)
     block = main.regions[0].blocks[0]
     inputs = []
     for i, t in enumerate(ftype.inputs):
-        if not _dynamic([t]):
+        if not any_dynamic([t]):
             inputs.append(t)
             continue
-        t = _ranked(t)
+        t = ranked_type(t)
         dims = []
         for d in range(t.rank):
             if not t.is_dynamic_dim(d):

@@ -38,11 +38,12 @@ def is_symbolic(module) -> bool:
 
     if POLY_ATTR in module.operation.attributes:
         return True
-    main = _main(module)
-    return main is not None and _dynamic(ir.FunctionType(ir.TypeAttr(main.attributes["function_type"]).value).inputs)
+    main = main_function(module)
+    return main is not None and any_dynamic(
+        ir.FunctionType(ir.TypeAttr(main.attributes["function_type"]).value).inputs)
 
 
-def _ranked(t):
+def ranked_type(t):
     """``t`` as a RankedTensorType, None for another type."""
     from jaxlib.mlir import ir
 
@@ -52,11 +53,13 @@ def _ranked(t):
         return None
 
 
-def _dynamic(types) -> bool:
-    return any((r := _ranked(t)) is not None and not r.has_static_shape for t in types)
+def any_dynamic(types) -> bool:
+    """Whether any of ``types`` is a ranked tensor with a dynamic (``?``) dimension."""
+    return any((r := ranked_type(t)) is not None and not r.has_static_shape for t in types)
 
 
-def _main(module):
+def main_function(module):
+    """The module's ``func.func @main``, None where it has none."""
     for op in module.body.operations:
         if op.operation.name == "func.func" and "sym_name" in op.attributes:
             from jaxlib.mlir import ir
@@ -103,7 +106,7 @@ def symbols(module) -> Symbols:
     """The symbols of a symbolic ``module`` and the places of ``main``'s arguments each one sizes."""
     from jaxlib.mlir import ir
 
-    main = _main(module)
+    main = main_function(module)
     if main is None:
         raise SymbolicError("a symbolic program without a function named main: cannot bind its dimensions")
     body = main.regions[0].blocks[0]
@@ -113,7 +116,7 @@ def symbols(module) -> Symbols:
         if op.name != "func.call":
             continue
         callee = _lookup(module, ir.FlatSymbolRefAttr(op.attributes["callee"]).value)
-        names = _global_constants(callee) if callee is not None else {}
+        names = global_constants(callee) if callee is not None else {}
         for i, name in names.items():
             if not name:  # (jax's helpers of dimension arithmetic, divmod and the like: anonymous)
                 continue
@@ -124,15 +127,25 @@ def symbols(module) -> Symbols:
             places.setdefault(name, [])
             if place not in places[name]:
                 places[name].append(place)
-        for a, b in _equalities(main):  # further places of the same symbol (checked by a shape assertion)
-            pa, pb = _source(a), _source(b)
-            for name, where in places.items():
-                for p, q in ((pa, pb), (pb, pa)):
-                    if p in where and q is not None and q not in where:
-                        where.append(q)
+    _spread(places, main)
     if places:
         return Symbols({k: tuple(v) for k, v in places.items()}, "module")
     return _by_position(main)
+
+
+def _spread(places: dict, main) -> None:
+    """Add to each symbol's places the dimensions main's shape assertions say are equal to one of them, until
+    none is added (a chain ``a == b``, ``b == c`` in any order)."""
+    pairs = [(_source(a), _source(b)) for a, b in _equalities(main)]
+    grown = True
+    while grown:
+        grown = False
+        for pa, pb in pairs:
+            for where in places.values():
+                for p, q in ((pa, pb), (pb, pa)):
+                    if p in where and q is not None and q not in where:
+                        where.append(q)
+                        grown = True
 
 
 def _by_position(main) -> Symbols:
@@ -141,7 +154,7 @@ def _by_position(main) -> Symbols:
     ftype = ir.FunctionType(ir.TypeAttr(main.attributes["function_type"]).value)
     places = {}
     for i, t in enumerate(ftype.inputs):
-        t = _ranked(t)
+        t = ranked_type(t)
         if t is not None:
             for d in range(t.rank):
                 if t.is_dynamic_dim(d):
@@ -158,7 +171,7 @@ def _lookup(module, name: str):
     return None
 
 
-def _global_constants(func) -> dict:
+def global_constants(func) -> dict:
     """{argument number: symbol name} of a function's ``jax.global_constant`` arguments."""
     from jaxlib.mlir import ir
 
@@ -178,5 +191,6 @@ def describe(found: Symbols) -> str:
     return f"{', '.join(found.names)} ({how})"
 
 
-def _show(point: dict) -> str:
+def show_point(point: dict) -> str:
+    """``b=2,s=128``: a point of the symbols, for a message."""
     return ",".join(f"{k}={v}" for k, v in point.items())

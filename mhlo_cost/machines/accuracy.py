@@ -43,11 +43,17 @@ def chip_entry(chip: str, execution: str = "compiled") -> dict | None:
     return table("compiled").get("chips", {}).get("chip", {}).get(chip)
 
 
-def _chip_line(chip: str, entry: dict, category: str) -> str:
+def _figure(entry: dict, category: str) -> tuple[str, dict, str]:
+    """(what the line speaks of, the figures of ``category`` (else of every figure), which way the estimate
+    errs) of one chip's entry."""
     cat = category if category in entry else "overall"
     e = entry[cat]
     what = "whole-model" if cat == "model" else ("all" if cat == "overall" else cat)
-    way = "slow" if e["median_ratio"] > 1 else "fast"
+    return what, e, "slow" if e["median_ratio"] > 1 else "fast"
+
+
+def _chip_line(chip: str, entry: dict, category: str) -> str:
+    what, e, way = _figure(entry, category)
     meta = table("compiled").get("chips", {})
     return (f"{what} estimates on {chip} have been {e['median_error']:.0%} from published measurements "
             f"(median of {e['n']}, every one held out, compiled; median estimate {abs(e['median_ratio'] - 1):.0%} "
@@ -67,10 +73,7 @@ def statement(chip: str, category: str = "model", execution: str = "compiled") -
             return _chip_line(chip, own, category)
         return (f"no published measurement validates {chip} "
                 f"(benchmarks/validate_published.py, benchmarks/validate_chips.py)")
-    cat = category if category in entry else "overall"
-    e = entry[cat]
-    what = "whole-model" if cat == "model" else ("all" if cat == "overall" else cat)
-    way = "slow" if e["median_ratio"] > 1 else "fast"
+    what, e, way = _figure(entry, category)
     source = "published measurements" if execution == "compiled" else "measurements made on a lent GPU"
     return (f"{what} estimates on {chip} have been {e['median_error']:.0%} from {source} "
             f"(held-out median of {e['n']}, {execution}; median estimate {abs(e['median_ratio'] - 1):.0%} too {way})")

@@ -60,7 +60,7 @@ def _norm(name: str) -> str:
     return re.sub(r"[\s_]+", "-", name.strip().lower())
 
 
-def _si(value: Any, scale: Decimal, where: str, kind: str) -> float:
+def si_value(value: Any, scale: Decimal, where: str, kind: str) -> float:
     """Exact decimal -> SI float conversion of a figure in its physical range (mhlo_cost.machines.limits)."""
     try:
         return float(checked(value, kind) * scale)
@@ -68,14 +68,15 @@ def _si(value: Any, scale: Decimal, where: str, kind: str) -> float:
         raise HardwareError(f"{where} {e}") from None
 
 
-def _rates(table: Any, where: str) -> dict[str, float]:
+def dtype_rates(table: Any, where: str) -> dict[str, float]:
+    """A ``{dtype key: TFLOP/s}`` table of a profile as FLOP/s per key; HardwareError naming ``where`` if bad."""
     if not isinstance(table, dict) or not table:
         raise HardwareError(f"{where} must be a non-empty table of dtype = TFLOP/s")
     out = {}
     for k, v in table.items():
         if k not in DTYPE_KEYS:
             raise HardwareError(f"{where}: unknown dtype key {k!r} (known: {', '.join(DTYPE_KEYS)})")
-        out[k] = _si(v, _TFLOPS, f"{where}.{k}", "tflops")
+        out[k] = si_value(v, _TFLOPS, f"{where}.{k}", "tflops")
     return out
 
 
@@ -144,8 +145,8 @@ def _build(name: str, entry: Any, origin: str, refs: Mapping[str, str] | None = 
     f32_matmul = text("f32_matmul", "f32")
     if f32_matmul not in ("f32", "tf32"):
         raise HardwareError(f"{where}: field 'f32_matmul' must be \"f32\" or \"tf32\", got {f32_matmul!r}")
-    matrix = _rates(entry["matrix_tflops"], f"{where}: field 'matrix_tflops'")
-    vector = _rates(entry["vector_tflops"], f"{where}: field 'vector_tflops'")
+    matrix = dtype_rates(entry["matrix_tflops"], f"{where}: field 'matrix_tflops'")
+    vector = dtype_rates(entry["vector_tflops"], f"{where}: field 'vector_tflops'")
     if "f32" not in vector:
         raise HardwareError(f"{where}: field 'vector_tflops' needs an 'f32' rate")
     if f32_matmul == "tf32" and "tf32" not in matrix:
@@ -160,7 +161,7 @@ def _build(name: str, entry: Any, origin: str, refs: Mapping[str, str] | None = 
     row_fusion = entry.get("row_fusion", True)
     if not isinstance(row_fusion, bool):
         raise HardwareError(f"{where}: field 'row_fusion' must be true or false, got {row_fusion!r}")
-    scalars = {hw_field: _si(entry[k], scale, f"{where}: field {k!r}", kind)
+    scalars = {hw_field: si_value(entry[k], scale, f"{where}: field {k!r}", kind)
                for k, (hw_field, scale, kind) in {**_SCALARS, **_OPTIONAL_SCALARS}.items() if k in entry}
     notes, cited = field_notes(entry, where, refs or {})
     return Hardware(

@@ -25,7 +25,8 @@ from importlib import resources
 from typing import Any
 
 from ..files.read import FileRefused, read_settings
-from .catalogue import _rates, _si, check_schema_version
+from .catalogue import check_schema_version, dtype_rates, si_value
+from .limits import known_table
 from .profile import Hardware, HardwareError
 
 _GB = Decimal(10) ** 9
@@ -118,12 +119,10 @@ def _text(entry: dict, key: str, where: str, default: str = "") -> str:
 
 
 def _known(entry: Any, fields: tuple, where: str) -> dict:
-    if not isinstance(entry, dict):
-        raise HardwareError(f"{where} must be a table")
-    unknown = [k for k in entry if k not in fields]
-    if unknown:
-        raise HardwareError(f"{where}: unknown field {unknown[0]!r} (known: {', '.join(fields)})")
-    return entry
+    try:
+        return known_table(entry, where, fields)
+    except ValueError as e:
+        raise HardwareError(str(e)) from None
 
 
 def _need(entry: dict, key: str, where: str) -> Any:
@@ -149,9 +148,10 @@ def _aliases(entry: dict, where: str) -> tuple:
 
 def _link(entry: Any, where: str) -> MeshLink:
     e = _known(entry, ("bandwidth_gb_s", "latency_us", "efficiency"), where)
-    return MeshLink(bandwidth=_si(_need(e, "bandwidth_gb_s", where), _GB, f"{where}: field 'bandwidth_gb_s'", "gb_s"),
-                    latency=_si(e.get("latency_us", 0), _US, f"{where}: field 'latency_us'", "us"),
-                    efficiency=_si(e.get("efficiency", 1), Decimal(1), f"{where}: field 'efficiency'", "fraction"))
+    return MeshLink(
+        bandwidth=si_value(_need(e, "bandwidth_gb_s", where), _GB, f"{where}: field 'bandwidth_gb_s'", "gb_s"),
+        latency=si_value(e.get("latency_us", 0), _US, f"{where}: field 'latency_us'", "us"),
+        efficiency=si_value(e.get("efficiency", 1), Decimal(1), f"{where}: field 'efficiency'", "fraction"))
 
 
 def _chip(name: str, entry: Any, origin: str) -> DataflowChip:
@@ -159,9 +159,9 @@ def _chip(name: str, entry: Any, origin: str) -> DataflowChip:
     e = _known(entry, _CHIP_FIELDS, where)
 
     def num(key: str, scale: Decimal, kind: str) -> float:
-        return _si(_need(e, key, where), scale, f"{where}: field {key!r}", kind)
+        return si_value(_need(e, key, where), scale, f"{where}: field {key!r}", kind)
 
-    vector = _rates(_need(e, "vector_tflops", where), f"{where}: field 'vector_tflops'")
+    vector = dtype_rates(_need(e, "vector_tflops", where), f"{where}: field 'vector_tflops'")
     if "f32" not in vector:
         raise HardwareError(f"{where}: field 'vector_tflops' needs an 'f32' rate")
     return DataflowChip(
@@ -169,7 +169,7 @@ def _chip(name: str, entry: Any, origin: str) -> DataflowChip:
         cores=_grid(_need(e, "cores", where), where, "cores"),
         sram_per_core=num("sram_per_core_mb", _MB, "mb"),
         sram_bandwidth_per_core=num("sram_bandwidth_per_core_gb_s", _GB, "gb_s"),
-        matrix_flops=_rates(_need(e, "matrix_tflops", where), f"{where}: field 'matrix_tflops'"),
+        matrix_flops=dtype_rates(_need(e, "matrix_tflops", where), f"{where}: field 'matrix_tflops'"),
         vector_flops=vector, transcendental_rate=num("transcendental_tops", _TERA, "tops"),
         dram_capacity=num("dram_capacity_gb", _GB, "gb"), dram_bandwidth=num("dram_bandwidth_gb_s", _GB, "gb_s"),
         core_link=_link(_need(e, "core_link", where), f"{where}.core_link"),
@@ -189,7 +189,7 @@ def _system(name: str, entry: Any, origin: str, chips: dict) -> DataflowSystem:
     return DataflowSystem(
         name=name, description=_text(e, "description", where), source=_text(e, "source", where, origin),
         chip=chips[chip], dims=_grid(_need(e, "dims", where), where, "dims"), wraparound=wrap,
-        base_latency=_si(e.get("base_latency_us", 0), _US, f"{where}: field 'base_latency_us'", "us"),
+        base_latency=si_value(e.get("base_latency_us", 0), _US, f"{where}: field 'base_latency_us'", "us"),
         aliases=_aliases(e, where))
 
 
@@ -201,11 +201,18 @@ def parse_dataflow(data: bytes, origin: str) -> tuple[dict, dict]:
         raise HardwareError(f"{origin}: not valid TOML: {e}") from None
     check_schema_version(doc, origin)
     _known(doc, ("schema_version", "chip", "system"), origin)
-    chip_tables = _known(doc.get("chip", {}), tuple(doc.get("chip", {}) or ()), f"{origin}: [chip]")
-    chips = {n: _chip(n, t, origin) for n, t in chip_tables.items()}
-    sys_tables = _known(doc.get("system", {}), tuple(doc.get("system", {}) or ()), f"{origin}: [system]")
-    systems = {n: _system(n, t, origin, chips) for n, t in sys_tables.items()}
+    chips = {n: _chip(n, t, origin) for n, t in _tables(doc, "chip", origin).items()}
+    systems = {n: _system(n, t, origin, chips) for n, t in _tables(doc, "system", origin).items()}
     return chips, systems
+
+
+def _tables(doc: dict, key: str, origin: str) -> dict:
+    """``doc[key]`` (``[chip]``, ``[system]``): a table of named tables, or HardwareError (``chip = 5`` was a
+    TypeError)."""
+    tables = doc.get(key, {})
+    if not isinstance(tables, dict):
+        raise HardwareError(f"{origin}: [{key}] must be a table")
+    return tables
 
 
 def load_dataflow(path=None) -> tuple[dict, dict]:

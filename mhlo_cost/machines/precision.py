@@ -202,12 +202,14 @@ def upcast_note(hw, precision: str) -> str | None:
     """What ``hw`` does with a dot in ``precision`` (a key: fp8, fp4, int8, ...) when its matrix unit has no rate
     for it: the rate it is priced at instead (the format upcast, as XLA and the libraries run fp8 on Ampere),
     said in one line; None where the chip has the precision."""
-    from .profile import _CHAINS
+    from .profile import FALLBACK_CHAINS
 
     if precision in hw.matrix_flops:
         return None
-    for k in _CHAINS[precision][1:]:
-        if k in hw.matrix_flops or k == "f32":
+    for k in FALLBACK_CHAINS[precision][1:]:
+        if k == "f32" and hw.f32_matmul == "tf32" and "tf32" in hw.matrix_flops:
+            k = "tf32"  # (an upcast to f32 runs as f32 dots do: Hardware.matrix_peak)
+        if k in hw.matrix_flops:
             return (f"{hw.name} has no {precision} matrix rate: {precision} dots are priced at its {k} rate "
                     f"(upcast to {k}, as the libraries run them there)")
     return f"{hw.name} has no {precision} matrix rate: {precision} dots are priced on its vector unit"

@@ -64,7 +64,8 @@ class HardwareError(ValueError):
 #: Profile keys of the per-dtype rate tables.
 DTYPE_KEYS = ("bf16", "f16", "tf32", "f32", "f64", "fp8", "fp6", "fp4", "int8", "int4", "int32")
 
-_CHAINS: dict[str, tuple[str, ...]] = {
+#: Per dtype key, the keys whose rate a dot / an elementwise op in it is priced at, first stated first (an upcast).
+FALLBACK_CHAINS: dict[str, tuple[str, ...]] = {
     "fp4": ("fp4", "fp6", "fp8", "f16", "bf16", "f32"),
     "fp6": ("fp6", "fp8", "f16", "bf16", "f32"),
     "fp8": ("fp8", "f16", "bf16", "f32"),
@@ -192,7 +193,7 @@ class Hardware:
             if "f32" in self.matrix_flops:
                 return self.matrix_flops["f32"]
             return self.vector_peak("f32")
-        for k in _CHAINS[key]:
+        for k in FALLBACK_CHAINS[key]:
             if k == "f32":
                 # An upcast to f32 obeys the f32 rule above.
                 return self.matrix_peak("f32")
@@ -203,7 +204,7 @@ class Hardware:
     def vector_peak(self, dtype: str) -> float:
         """Peak vector-unit (non-matrix) FLOP/s for elementwise work in ``dtype``."""
         key = canonical_dtype(dtype)
-        chain = _CHAINS[key]
+        chain = FALLBACK_CHAINS[key]
         for k in chain:
             if k in self.vector_flops:
                 return self.vector_flops[k]

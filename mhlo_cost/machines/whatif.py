@@ -115,13 +115,15 @@ class Change:
         return f"{self.key}={self.given or format(self.value, 'g')}"
 
 
-def _number(text: str, what: str) -> Decimal:
+def _number(text: str, what: str, zero: bool = False) -> Decimal:
+    """``text`` as a positive number (``zero``: or 0, for a latency or an overhead, which a profile may state as
+    0); HardwareError naming ``what`` otherwise."""
     try:
         d = Decimal(text)
     except InvalidOperation:
         d = Decimal("NaN")
-    if not d.is_finite() or d <= 0:
-        raise HardwareError(f"{what}: expected a positive number, got {text!r}")
+    if not d.is_finite() or d < 0 or (d == 0 and not zero):
+        raise HardwareError(f"{what}: expected a {'non-negative' if zero else 'positive'} number, got {text!r}")
     return d
 
 
@@ -146,8 +148,10 @@ def parse_change(text: str, scale: bool = False) -> Change:
         raise HardwareError(f"{opt} takes KEY={'FACTOR' if scale else 'VALUE'}, got {text!r}")
     p = _key(key)
     value = value.strip()
+    zero = p.kind == "seconds"  # (no latency, no overhead: a what-if a profile may state too)
     if scale or value[:1] in "xX":
-        return Change(p.key, factor=float(_number(value[1:] if value[:1] in "xX" else value, f"{opt} {p.key}")))
+        number = value[1:] if value[:1] in "xX" else value
+        return Change(p.key, factor=float(_number(number, f"{opt} {p.key}", zero)))
     if p.key in ("peak", "vector"):
         raise HardwareError(f"{opt} {p.key}: every {p.key} rate takes a factor (x2); a value goes with "
                             f"{p.key}.<dtype>")
@@ -157,7 +161,7 @@ def parse_change(text: str, scale: bool = False) -> Change:
         unit = m.group(2) if m else value
         raise HardwareError(f"{opt} {p.key}: unknown unit {unit!r} (accepted: {_SHOWN[p.kind]}; a bare number "
                             "is in SI units; xF scales)")
-    return Change(p.key, value=float(_number(m.group(1), f"{opt} {p.key}") * units[m.group(2)]), given=value)
+    return Change(p.key, value=float(_number(m.group(1), f"{opt} {p.key}", zero) * units[m.group(2)]), given=value)
 
 
 def _rates(table, key: str, change: Change, name: str) -> dict:

@@ -36,7 +36,7 @@ from ..machines.dataflow import DataflowChip, DataflowSystem
 from ..network.collective import estimate, full_bytes, row_groups
 from ..network.mesh import mesh_traffic
 from ..network.topology import Link, MeshTopology
-from .optime import matrix_peak, vector_dtype
+from .optime import op_time
 
 __all__ = ["BlockLoad", "BlockPrice", "Collective", "block_loads", "collective_time", "mesh_link",
            "mesh_topology", "POLICIES", "price_blocks", "row_compute_s"]
@@ -174,13 +174,9 @@ def _price(loads: list[BlockLoad], system: DataflowSystem, reserve: int) -> list
 
 
 def row_compute_s(r, hw) -> float:
-    """One op row's compute seconds at the datasheet peak of ``hw`` (a chip's :meth:`as_hardware`)."""
-    if r.kind in ("dot", "conv") or r.gemm_flops or r.conv_flops:
-        return (r.gemm_flops + r.conv_flops) / matrix_peak(r, hw)
-    if not (r.vector_flops or r.transcendentals):
-        return 0.0
-    vec = r.vector_flops / hw.vector_peak(vector_dtype(r)) if r.vector_flops else 0.0
-    return max(vec, r.transcendentals / hw.transcendental_rate)
+    """One op row's compute seconds at the datasheet peak of ``hw`` (a chip's :meth:`as_hardware`, which has no
+    GEMM efficiency model): the GPU roofline's own compute time of the row (:func:`~.optime.op_time`)."""
+    return op_time(r, hw).compute_s
 
 
 def _collective(r) -> Collective:

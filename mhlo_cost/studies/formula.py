@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Callable
 
+from ..ir.symbolic import show_point
 from ..walk.poly import Poly
 
 #: the block table's counts a formula is fitted for
@@ -89,13 +90,9 @@ def bounds(program: Program) -> dict:
         try:
             out[s] = degree_bound(program.at(base).module, program.at(other).module)
         except GraphChanged as e:
-            raise FitRefused(f"{program.name}: no formula in {s}: {e} (between {_show(base)} and {_show(other)})"
-                             ) from None
+            raise FitRefused(f"{program.name}: no formula in {s}: {e} (between {show_point(base)} and "
+                             f"{show_point(other)})") from None
     return out
-
-
-def _show(point: dict) -> str:
-    return ",".join(f"{k}={v}" for k, v in point.items())
 
 
 def check_points(program: Program, degrees: dict) -> list[dict]:
@@ -116,13 +113,14 @@ def fit(program: Program, stage: Callable[[str], None] = lambda _: None) -> "For
     first = {}
 
     def sample(point):
-        stage(f"counting at {_show(point)}")
+        stage(f"counting at {show_point(point)}")
         keys, values = block_counts(program, point)
         if not first:
             first.update(point=point, keys=keys)
         elif keys != first["keys"]:
-            raise FitRefused(f"{program.name}: the blocks change with the shape (at {_show(first['point'])}: "
-                             f"{_rows(first['keys'])}; at {_show(point)}: {_rows(keys)}): no one formula per block")
+            raise FitRefused(f"{program.name}: the blocks change with the shape (at {show_point(first['point'])}: "
+                             f"{_rows(first['keys'])}; at {show_point(point)}: {_rows(keys)}): no one formula per "
+                             "block")
         return values
 
     grid = fit_grid(sample, nodes)
@@ -131,9 +129,9 @@ def fit(program: Program, stage: Callable[[str], None] = lambda _: None) -> "For
     if bad:
         point, j, fitted, actual = bad[0]
         row, metric = first["keys"][j]
-        raise FitRefused(f"{program.name}: the fit of {metric} of {row} failed its check at {_show(point)} "
+        raise FitRefused(f"{program.name}: the fit of {metric} of {row} failed its check at {show_point(point)} "
                          f"(fitted {fitted:,}, counted {actual:,}; {len(bad)} count(s) failed): the degree bound "
-                         f"({_show(degrees)}) is too low or the count is no polynomial in the symbols (a loop's "
+                         f"({show_point(degrees)}) is too low or the count is no polynomial in the symbols (a loop's "
                          "trip count, a maximum): no formula is given")
     polys = dict(zip(first["keys"], grid.polys()))
     return Formulas(program.symbols, polys, degrees, nodes, checks, program.named_by, program.name)
@@ -181,10 +179,10 @@ class Formulas:
         records = [{"block": r, "count": m, "formula": factored(self.polys[(r, m)]),
                     "expanded": str(self.polys[(r, m)])} for r in self.rows for m in METRICS if m not in zero]
         frame = pd.DataFrame(records, columns=["block", "count", "formula", "expanded"])
-        notes = [f"symbols: {', '.join(self.symbols)} ({self._named()}); degree bounds {_show(self.degrees)}; "
+        notes = [f"symbols: {', '.join(self.symbols)} ({self._named()}); degree bounds {show_point(self.degrees)}; "
                  f"fitted on {math.prod(len(v) for v in self.nodes.values())} points "
                  f"({'; '.join(f'{s} in {v}' for s, v in self.nodes.items())}), checked at "
-                 f"{' and '.join(_show(c) for c in self.checks)}"]
+                 f"{' and '.join(show_point(c) for c in self.checks)}"]
         if zero:
             notes.append(f"zero at every point: {', '.join(zero)}")
         notes.append("peak memory is a maximum over ops, not a polynomial: not fitted")

@@ -40,9 +40,9 @@ class Pricing:
 
 
 def sensitivity_keys(hw, analysis, execution: str) -> list[str]:
-    """The parameters whose 10% gain is tried: each matrix peak the profile states, the vector and special
-    function rates, HBM bandwidth, the launch overhead; the link (chip profiles, programs with collectives);
-    eager mode's dispatch overhead where the profile states one."""
+    """The parameters whose 10% gain is tried: each matrix peak some dot or convolution of the program is priced
+    at (:func:`_matrix_keys`), the vector and special function rates, HBM bandwidth, the launch overhead; the link
+    (chip profiles, programs with collectives); eager mode's dispatch overhead where the profile states one."""
     keys = [f"peak.{k}" for k in _matrix_keys(hw, analysis)] + ["vector", "transcendental", "hbm_bw",
                                                                  "kernel_overhead"]
     if getattr(hw, "topology", None) is None and any(r.kind == "collective" for r in analysis.rows):

@@ -24,7 +24,7 @@ from ...machines.precision import Recipe
 
 F32 = jnp.float32
 #: Largest finite magnitude of each element type, the target of a scale (amax / max).
-QMAX = {"float8_e4m3fn": 448.0, "float4_e2m1fn": 6.0, "int8": 127.0, "int4": 7.0}
+QMAX = {"float8_e4m3fn": 448.0, "float8_e5m2": 57344.0, "float4_e2m1fn": 6.0, "int8": 127.0, "int4": 7.0}
 TINY = 1e-12
 
 
@@ -174,16 +174,11 @@ def kv_quantise(x, scale, dtype: str):
     return (x.astype(F32) / scale).astype(jnp.dtype(dtype))
 
 
-
-QMAX["float8_e5m2"] = 57344.0
-
-
 def _cast(t, axis, dtype: str):
     """``t`` scaled by its amax (over ``axis``, kept; None: the whole tensor) into ``dtype``, and that scale."""
     tf = t.astype(F32)
     amax = jnp.max(jnp.abs(tf)) if axis is None else jnp.max(jnp.abs(tf), axis=axis, keepdims=True)
-    scale = jnp.maximum(amax, TINY) / QMAX[dtype]
-    return (tf / scale).astype(jnp.dtype(dtype)), scale
+    return _quantise(tf, dtype, amax)
 
 
 def training_dense(recipe: Recipe):

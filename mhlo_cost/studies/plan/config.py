@@ -43,7 +43,7 @@ class ScaleConfig:
     dp_overlap: bool = False  # the data-parallel reduction overlaps the last micro-batch's backward
     dropout: bool = True  # Megatron's attention and hidden dropouts (their masks are activations)
     dtype: str = "bfloat16"
-    precision: str = "bf16"  # the linears' recipe (mhlo_cost.lower.models.quant.TRAINING): bf16 or fp8
+    precision: str = "bf16"  # the linears' recipe (mhlo_cost.machines.precision.TRAINING): bf16 or fp8
 
     @property
     def mlp(self) -> int:

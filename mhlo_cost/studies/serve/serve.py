@@ -145,12 +145,6 @@ def launched(hw, launch: str = "stream"):
     return hw if launch == "stream" else replace(hw, kernel_overhead=0.0)
 
 
-def precision_flops(rows) -> dict:
-    from ...analysis import precision_flops as by_precision
-
-    return by_precision(rows)
-
-
 def step_study(step, hw, analysis=None):
     """The :class:`~mhlo_cost.studies.study.Study` of a lowered step on ``hw``: compiled (elementwise fused, attention
     one kernel), the data flow recorded; ``analysis``: the step's, where already made."""
@@ -163,6 +157,8 @@ def step_study(step, hw, analysis=None):
 def figures(step, hw, tp: int = 1, analysis=None, blocks: bool = True, launch: str = "stream") -> Figures:
     """The figures of a lowered :class:`~mhlo_cost.studies.serve.Step` on ``hw`` over ``tp`` devices, its kernels
     launched by ``launch`` (:data:`LAUNCHES`), from the step's study (:func:`step_study`)."""
+    from ...analysis import precision_flops
+
     hw = launched(hw, launch)
     study = step_study(step, hw, analysis)
     rf = study.roofline
@@ -194,5 +190,6 @@ def figures(step, hw, tp: int = 1, analysis=None, blocks: bool = True, launch: s
         bound=rf.program_bound(),  # the block table's TOTAL and the sweep's rule; intensity and ridge beside it
         max_batch=max_batch(layout, step.weight_bytes, -(-(activations + inputs) // req.batch), capacity, tp),
         max_context=longest, blocks=_blocks(study) if blocks else [], launch=launch, input_bytes=inputs,
-        max_context_bound=bound, precision=req.recipe().name, flops_by_precision=precision_flops(study.analysis.rows),
+        max_context_bound=bound, precision=req.recipe().name,
+        flops_by_precision=precision_flops(study.analysis.rows),
         precision_note="; ".join(rf.precision_notes()))

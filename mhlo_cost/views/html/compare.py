@@ -3,6 +3,8 @@ then a chart per block, one bar per chip (its time, its bound and its ratio to t
 own SVG (:mod:`.svg`)."""
 from __future__ import annotations
 
+import math
+
 from .build import table_page
 from .fmt import esc, human_time
 from .svg import KIND_COLOURS, Scale, open_svg, rect, text, tip
@@ -23,7 +25,7 @@ def chip_bars(block: str, bars: list[tuple[str, float, str, float]]) -> str:
     out = [open_svg(W, 16 + row_h * len(bars), f"{block} across chips", "chart share")]
     for i, (chip, t, bound, ratio) in enumerate(bars):
         y = 8 + i * row_h
-        shown = f"{human_time(t)}  {bound}  x{ratio:.3g}"
+        shown = f"{human_time(t)}  {bound}" + (f"  x{ratio:.3g}" if math.isfinite(ratio) else "")  # (no time: no ratio)
         out.append(f'<g{tip(f"{block} on {chip}: {shown}")}>')
         out.append(rect(left, y + 3, xs(t) - left, row_h - 7, BOUND_COLOURS.get(bound, "#9a9a9a")))
         out.append(text(left - 8, y + row_h / 2 + 4, chip, "end", "label"))
