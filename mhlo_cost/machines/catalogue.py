@@ -104,7 +104,7 @@ def field_notes(entry: dict, where: str, refs: Mapping[str, str]) -> tuple[dict[
 
 def _facts(entry: dict, where: str) -> dict[str, Any]:
     """The datasheet facts of a profile that price nothing (SRAM, TDP, the links' generation and count)."""
-    out: dict[str, Any] = {hw_field: _si(entry[k], scale, f"{where}: field {k!r}", kind)
+    out: dict[str, Any] = {hw_field: si_value(entry[k], scale, f"{where}: field {k!r}", kind)
                            for k, (hw_field, scale, kind) in _FACTS.items() if k in entry}
     generation = entry.get("link_generation", "")
     if not isinstance(generation, str):
