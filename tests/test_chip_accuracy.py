@@ -162,7 +162,7 @@ def test_the_script_on_a_subset_prints_chip_lines_and_fills_the_tables(tmp_path,
     assert doc["chips"]["date"] == "2026-01-02" and list(doc["chips"]["chip"]) == ["b200"]
     med, ratio, n = table["b200"]["overall"]
     assert doc["chips"]["chip"]["b200"]["overall"]["n"] == n == 2
-    assert docs.read_text().startswith("# Chips\n\nprose\n") and f"| b200 | 2 | {med:.1%} |" in docs.read_text()
+    assert docs.read_text().startswith("# Chips\n\nprose\n") and f"| b200 | 2 | 0 | {med:.1%} |" in docs.read_text()
     held = [("a100", "gemm", "x", 0.9)]
     vp.write_accuracy(held, path=str(acc))  # and validate_published.py keeps the per-chip part
     assert tomllib.loads(acc.read_text())["chips"]["chip"]["b200"]["overall"]["n"] == 2

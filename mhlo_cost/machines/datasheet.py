@@ -53,8 +53,8 @@ _SCALARS: tuple[tuple[str, str, Callable[[Hardware], Any]], ...] = (
     ("f32_matmul", "", lambda h: h.f32_matmul),
 )
 _TABLE_UNITS = {"efficiency": "fraction", "compute_units": "units", "tile": "rows x cols", "k_half": "steps",
-                "half_size_mb": "MB", "generic_tbps": "TB/s", "convert_tbps": "TB/s", "reduce_row_ns": "ns",
-                "library": ""}
+                "split_k": "", "half_size_mb": "MB", "generic_tbps": "TB/s", "convert_tbps": "TB/s",
+                "reduce_row_ns": "ns", "library": ""}
 
 
 def _rates(hw: Hardware) -> list[Row]:
