@@ -143,7 +143,7 @@ def cmd_serve(args, console) -> int:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
     if simulating(args):
-        return cmd_simulate(args, console, _profile)
+        return cmd_simulate(args, console, _profile, step_request)
     args.launch = args.launch or "stream"
     _check_sweep(args)
     sweeping = args.batches or args.contexts or args.tps

@@ -85,8 +85,9 @@ def _check(args) -> None:
         raise UserError("--tp: the serving simulation runs on one device (tensor-parallel serving is not built yet)")
 
 
-def cmd_simulate(args, console, profile) -> int:
-    """The simulation's command; ``profile(args)``: the chip."""
+def cmd_simulate(args, console, profile, step_request) -> int:
+    """The simulation's command; ``profile(args)``: the chip; ``step_request(args, batch, tokens)``: the model's
+    step (``serve``'s own, passed in so that this module does not import the one that imports it)."""
     from ..lower.frontends import FrontendError
     from ..lower.frontends.api import LowerFailed
     from ..studies.serve.sim import ServerConfig
@@ -94,7 +95,6 @@ def cmd_simulate(args, console, profile) -> int:
     from ..studies.serve.simstudy import SimOptions, SimStudy
     from ..views.render import render
     from .cache import cache_note, cache_root
-    from .cmd_serve import step_request
 
     _check(args)
     if args.plot is not None and not args.plot.lower().endswith((".png", ".svg", ".pdf")):
