@@ -317,3 +317,21 @@ def test_a_dimension_that_is_an_expression_is_refused(tmp_path, capsys):
     path.write_text(text)
     rc, _, err = run(capsys, "report", "--shapes", "b=2,s=3", str(path))
     assert rc == 2 and "shape symbol 'b' is not the size of one of main's dimensions" in error_line(err)
+
+
+def test_a_static_export_is_not_symbolic(tmp_path):
+    """jax writes ``jax.uses_shape_polymorphism = false`` on every static export: such a program counts without
+    --shapes (it was refused as 'a symbolic program in ()')."""
+    import jax
+    import jax.numpy as jnp
+    from jax import export
+
+    from mhlo_cost.ir import symbolic
+    from mhlo_cost.ir.loader import load
+
+    e = export.export(jax.jit(lambda x, w: jnp.tanh(x @ w)))(jax.ShapeDtypeStruct((8, 16), "float32"),
+                                                           jax.ShapeDtypeStruct((16, 4), "float32"))
+    path = tmp_path / "f.jaxexport"
+    path.write_bytes(e.serialize())
+    assert "jax.uses_shape_polymorphism = false" in e.mlir_module()
+    assert not symbolic.is_symbolic(load(str(path)).module)

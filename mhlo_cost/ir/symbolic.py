@@ -36,11 +36,22 @@ def is_symbolic(module) -> bool:
     """Whether the module's entry has a ``?`` dimension (or jax marked it shape-polymorphic)."""
     from jaxlib.mlir import ir
 
-    if POLY_ATTR in module.operation.attributes:
-        return True
+    attrs = module.operation.attributes
+    if POLY_ATTR in attrs and _true(attrs[POLY_ATTR]):
+        return True  # (jax writes ``jax.uses_shape_polymorphism = false`` on every static export)
     main = main_function(module)
     return main is not None and any_dynamic(
         ir.FunctionType(ir.TypeAttr(main.attributes["function_type"]).value).inputs)
+
+
+def _true(attr) -> bool:
+    """Whether a module attribute is a true BoolAttr (anything else: not a mark of shape polymorphism)."""
+    from jaxlib.mlir import ir
+
+    try:
+        return bool(ir.BoolAttr(attr).value)
+    except ValueError:
+        return False
 
 
 def ranked_type(t):
