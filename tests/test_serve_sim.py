@@ -202,6 +202,8 @@ def test_cli_prints_the_metrics(tmp_path, capsys):
     (["--isl", "64", "--osl", "8", "--concurrency", "4", "--decode"], "--decode"),
     (["--trace", "/nonexistent/t.csv"], "cannot read"),
     (["--isl", "64", "--osl", "8", "--request-rate", "0"], "positive number"),
+    (["--isl", "64", "--osl", "8", "--request-rate", "1e400"], "positive number"),
+    (["--isl", "64", "--osl", "8", "--concurrency", "2", "--graph-reserve-gib", "inf"], "GiB >= 0"),
     (["--isl", "64", "--osl", "8", "--concurrency", "2", "--plot", "x.gif"], ".png"),
     (["--trace", "t.csv", "--isl", "64"], "--trace gives"),
 ])
@@ -209,3 +211,15 @@ def test_cli_bad_input_is_one_line(tmp_path, capsys, extra, what):
     assert main(["serve", *GPT, *extra, "--no-cache", "-q"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("mhlo-cost: error") and what in err[0], err
+
+
+def test_graph_reserve_is_exact_bytes_and_any_size_is_one_line(tmp_path, capsys):
+    from mhlo_cost.cli.cmd_serve_sim import _gib
+
+    assert _gib("0.1") == 107374182  # 0.1 x 2**30 = 107374182.4, from the decimal, not a float product
+    assert _gib("1.5") == 3 * 2 ** 29
+    # 1e300 GiB overflowed a float into a traceback (OverflowError); now it is a reserve no memory leaves room for
+    assert main(["serve", *GPT, "--isl", "64", "--osl", "8", "--concurrency", "2", "--graph-reserve-gib", "1e300",
+                 "--no-cache", "-q"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("mhlo-cost: error") and "no KV cache fits" in err[0], err
