@@ -110,11 +110,13 @@ def answer(module, name: str, options_json: str, render=None) -> tuple[bytes, by
             # The cyclic collector paused meanwhile: the view's allocations would set off a full collection of
             # every row the walk left (0.3 s at 10^5 ops, each time), and what the view makes is freed as it
             # ends (its cycles, if any, at the next collection).
+            was = gc.isenabled()
             gc.disable()
             try:
                 whole = render(analysis, options.render)
             finally:
-                gc.enable()
+                if was:  # (as _decode: a caller that had paused the collector keeps it paused)
+                    gc.enable()
             if whole is not None:
                 return Answer.RENDERED, whole
         if not worth_sending(analysis):  # the caller walks the module itself, from MLIR's own bytecode
