@@ -223,3 +223,17 @@ def test_graph_reserve_is_exact_bytes_and_any_size_is_one_line(tmp_path, capsys)
                  "--no-cache", "-q"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("mhlo-cost: error") and "no KV cache fits" in err[0], err
+
+
+def test_a_run_of_no_duration_has_no_rates_and_no_division_by_zero():
+    from mhlo_cost.views.serve_sim import sim_headline
+
+    work = make(Lengths.parse("4"), Lengths.parse("3"), 4, concurrency=2)
+    cfg = ServerConfig()
+    trace = simulate(work, lambda *a: 0.0, cfg, blocks=1000)
+    fig = figures(trace, work, None, cfg)  # was ZeroDivisionError: the duration is 0
+    assert fig["workload"]["duration_s"] == 0.0
+    assert all(v is None for v in fig["throughput"].values())
+    # 4 requests of at most 6 cached tokens, 2 at a time: a block each; every step alike: 2 blocks of 2 in use
+    assert fig["kv_cache"]["kv_utilisation_mean"] == 1.0
+    assert sim_headline(fig).startswith("no duration | ")
