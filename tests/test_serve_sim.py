@@ -146,7 +146,8 @@ def test_trace_files(tmp_path):
         w = read_trace(str(path))
         assert w.arrivals.tolist() == [0.25, 0.5] and w.inputs.tolist() == [20, 10] and w.outputs.tolist() == [4, 3]
     for text, what in (("arrival_s,input_tokens\n1,2\n", "header"), ("arrival_s,input_tokens,output_tokens\n1,2,0\n",
-                                                                    ">= 1"), ('{"arrival_s": 1}\n', "missing")):
+                                                                    ">= 1"), ('{"arrival_s": 1}\n', "missing"),
+                      ('{"arrival_s": 0, "input_tokens": true, "output_tokens": 4}\n', "true/false")):
         bad = tmp_path / "bad.txt"
         bad.write_text(text)
         with pytest.raises(LoadError, match=what):
