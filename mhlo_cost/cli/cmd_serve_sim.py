@@ -92,12 +92,9 @@ def _check(args) -> None:
 def cmd_simulate(args, console, profile, step_request) -> int:
     """The simulation's command; ``profile(args)``: the chip; ``step_request(args, batch, tokens)``: the model's
     step (``serve``'s own, passed in so that this module does not import the one that imports it)."""
-    from ..lower.frontends import FrontendError
-    from ..lower.frontends.api import LowerFailed
     from ..studies.serve.sim import ServerConfig
     from ..studies.serve.simload import Lengths, LoadError
     from ..studies.serve.simstudy import SimOptions, SimStudy
-    from ..views.render import render
     from .cache import cache_note, cache_root
 
     _check(args)
@@ -122,15 +119,27 @@ def cmd_simulate(args, console, profile, step_request) -> int:
     study = SimStudy(opts, stage=bar.stage, note=cache_note(console))
     try:
         study.workload  # a bad trace or workload: said before anything is lowered
+    except LoadError as e:
+        raise UserError(str(e)) from None
+    return write_view(study, bar, args, console, study.plot)
+
+
+def write_view(study, bar, args, console, draw) -> int:
+    """``study.view()`` rendered in ``args.format`` to ``args.output``; with ``args.plot``, ``draw(path)`` makes
+    the picture through the one writer. Serve's step, sweep and simulation all end here."""
+    from ..files.write import replacing
+    from ..lower.frontends import FrontendError
+    from ..lower.frontends.api import LowerFailed
+    from ..views.render import render
+
+    try:
         table = study.view()
     except (FrontendError, LowerFailed, ValueError) as e:
         raise UserError(str(e)) from None
     bar.close()
     write_output(render(table, args.format, "raw", wide=True), args.output)
     if args.plot:
-        from ..files.write import replacing
-
         with replacing(args.plot) as tmp:
-            study.plot(tmp)
+            draw(tmp)
         console.say(f"plot written to {args.plot}", note=True)
     return EXIT_OK
