@@ -248,3 +248,14 @@ def test_the_block_table_has_each_blocks_fp8_flops(capsys, tmp_path):
         layer = sum(2 * batch * i * o for i, o in ((c, 3 * c), (c, c), (c, 4 * c), (4 * c, c)))
         assert per == {"embed": 0, "layers.0": layer, "layers.1": layer, "ln_f": 0, "lm_head": 0,
                        "TOTAL": LAYERS * layer}
+
+
+def test_an_f64_dot_is_not_counted_as_fp6():
+    # f64 begins with "f6": the precision classes are the f8E*/f6E*/f4E* element types, not a prefix of f64.
+    text = """func.func @main(%a: tensor<4x8xf64>, %b: tensor<8x2xf64>) -> tensor<4x2xf64> {
+  %0 = stablehlo.dot_general %a, %b, contracting_dims = [1] x [0] : (tensor<4x8xf64>, tensor<8x2xf64>) -> tensor<4x2xf64>
+  return %0 : tensor<4x2xf64>
+}"""
+    s = analyze(text).summary
+    assert s["gemm_flops"] == 2 * 4 * 8 * 2
+    assert not any(k.startswith("gemm_flops_") for k in s)

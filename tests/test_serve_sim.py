@@ -146,7 +146,8 @@ def test_trace_files(tmp_path):
         w = read_trace(str(path))
         assert w.arrivals.tolist() == [0.25, 0.5] and w.inputs.tolist() == [20, 10] and w.outputs.tolist() == [4, 3]
     for text, what in (("arrival_s,input_tokens\n1,2\n", "header"), ("arrival_s,input_tokens,output_tokens\n1,2,0\n",
-                                                                    ">= 1"), ('{"arrival_s": 1}\n', "missing")):
+                                                                    ">= 1"), ('{"arrival_s": 1}\n', "missing"),
+                      ('{"arrival_s": 0, "input_tokens": true, "output_tokens": 4}\n', "true/false")):
         bad = tmp_path / "bad.txt"
         bad.write_text(text)
         with pytest.raises(LoadError, match=what):
@@ -202,6 +203,8 @@ def test_cli_prints_the_metrics(tmp_path, capsys):
     (["--isl", "64", "--osl", "8", "--concurrency", "4", "--decode"], "--decode"),
     (["--trace", "/nonexistent/t.csv"], "cannot read"),
     (["--isl", "64", "--osl", "8", "--request-rate", "0"], "positive number"),
+    (["--isl", "64", "--osl", "8", "--request-rate", "1e400"], "positive number"),
+    (["--isl", "64", "--osl", "8", "--concurrency", "2", "--graph-reserve-gib", "inf"], "GiB >= 0"),
     (["--isl", "64", "--osl", "8", "--concurrency", "2", "--plot", "x.gif"], ".png"),
     (["--trace", "t.csv", "--isl", "64"], "--trace gives"),
 ])
@@ -209,3 +212,29 @@ def test_cli_bad_input_is_one_line(tmp_path, capsys, extra, what):
     assert main(["serve", *GPT, *extra, "--no-cache", "-q"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("mhlo-cost: error") and what in err[0], err
+
+
+def test_graph_reserve_is_exact_bytes_and_any_size_is_one_line(tmp_path, capsys):
+    from mhlo_cost.cli.cmd_serve_sim import _gib
+
+    assert _gib("0.1") == 107374182  # 0.1 x 2**30 = 107374182.4, from the decimal, not a float product
+    assert _gib("1.5") == 3 * 2 ** 29
+    # 1e300 GiB overflowed a float into a traceback (OverflowError); now it is a reserve no memory leaves room for
+    assert main(["serve", *GPT, "--isl", "64", "--osl", "8", "--concurrency", "2", "--graph-reserve-gib", "1e300",
+                 "--no-cache", "-q"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("mhlo-cost: error") and "no KV cache fits" in err[0], err
+
+
+def test_a_run_of_no_duration_has_no_rates_and_no_division_by_zero():
+    from mhlo_cost.views.serve_sim import sim_headline
+
+    work = make(Lengths.parse("4"), Lengths.parse("3"), 4, concurrency=2)
+    cfg = ServerConfig()
+    trace = simulate(work, lambda *a: 0.0, cfg, blocks=1000)
+    fig = figures(trace, work, None, cfg)  # was ZeroDivisionError: the duration is 0
+    assert fig["workload"]["duration_s"] == 0.0
+    assert all(v is None for v in fig["throughput"].values())
+    # 4 requests of at most 6 cached tokens, 2 at a time: a block each; every step alike: 2 blocks of 2 in use
+    assert fig["kv_cache"]["kv_utilisation_mean"] == 1.0
+    assert sim_headline(fig).startswith("no duration | ")

@@ -54,3 +54,14 @@ def test_the_childs_whole_answer_is_made_with_the_collector_paused():
     assert (code, payload) == (Answer.RENDERED, b"whole")
     assert seen == [(False, "{}", 8)]
     assert gc.isenabled()
+
+
+def test_the_childs_answer_leaves_a_paused_collector_paused():
+    loaded = load(_chain(8))
+    gc.disable()
+    try:
+        code, _ = answer(loaded.module, "chain", WalkOptions(render="{}").to_json(), lambda a, asked: b"whole")
+        assert code == Answer.RENDERED
+        assert not gc.isenabled()  # the render's pause turned the collector on where the caller had it off
+    finally:
+        gc.enable()

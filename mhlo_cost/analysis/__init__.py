@@ -184,7 +184,7 @@ def element_precision(dtype: str) -> str | None:
     """The low-precision class of an MLIR element type (``f8E4M3FN`` -> fp8, ``ui4`` -> int4); None for the
     others (bf16, f16, f32, wider integers...)."""
     d = dtype.lower()
-    for prefix, cls in (("f8", "fp8"), ("f6", "fp6"), ("f4", "fp4")):
+    for prefix, cls in (("f8e", "fp8"), ("f6e", "fp6"), ("f4e", "fp4")):  # f8E4M3FN, f6E2M3FN, f4E2M1FN: not f64
         if d.startswith(prefix):
             return cls
     bits = d.removeprefix("ui").removeprefix("si").removeprefix("i") if d.startswith(("i", "ui", "si")) else ""

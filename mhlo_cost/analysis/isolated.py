@@ -87,6 +87,21 @@ def _decode(payload: bytes):
 # -- the child's side ----------------------------------------------------------------------------------------
 
 
+def _render_paused(render, analysis, asked):
+    """``render(analysis, asked)`` with the cyclic collector paused: the view's allocations would set off a full
+    collection of every row the walk left (0.3 s at 10^5 ops, each time), and what the view makes is freed as it
+    ends (its cycles, if any, at the next collection). A caller that had paused the collector keeps it paused."""
+    import gc
+
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        return render(analysis, asked)
+    finally:
+        if was:
+            gc.enable()
+
+
 def answer(module, name: str, options_json: str, render=None) -> tuple[bytes, bytes]:
     """(code, payload) for the parsed ``module`` (codes: :class:`mhlo_cost.ir.codes.Answer`): ``RENDERED`` and
     the whole answer ``render(analysis, asked)`` made (where ``WalkOptions.render`` asks for one and it could:
@@ -107,14 +122,7 @@ def answer(module, name: str, options_json: str, render=None) -> tuple[bytes, by
     try:
         analysis = walk_loaded(loaded, options)
         if options.render is not None and render is not None:
-            # The cyclic collector paused meanwhile: the view's allocations would set off a full collection of
-            # every row the walk left (0.3 s at 10^5 ops, each time), and what the view makes is freed as it
-            # ends (its cycles, if any, at the next collection).
-            gc.disable()
-            try:
-                whole = render(analysis, options.render)
-            finally:
-                gc.enable()
+            whole = _render_paused(render, analysis, options.render)
             if whole is not None:
                 return Answer.RENDERED, whole
         if not worth_sending(analysis):  # the caller walks the module itself, from MLIR's own bytecode

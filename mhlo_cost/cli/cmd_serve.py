@@ -6,8 +6,8 @@ time per output token and tokens/s (decode), memory per device and what fits; wi
 from __future__ import annotations
 
 from .cache import add_cache, cache_note, cache_root
-from .common import EXIT_OK, UserError, add_force, add_progress, add_quiet, claim_output, positive_int, write_output
-from .cmd_serve_sim import add_sim_options, cmd_simulate, simulating
+from .common import UserError, add_force, add_progress, add_quiet, claim_output, positive_int
+from .cmd_serve_sim import add_sim_options, cmd_simulate, simulating, write_view
 
 
 def add_step_options(g, lower: bool = False) -> None:
@@ -154,9 +154,8 @@ def cmd_serve(args, console) -> int:
     from ..studies.serve.serve import launched
 
     hw = launched(_profile(args), args.launch)
-    from ..lower.frontends import FrontendError
-    from ..lower.frontends.api import LowerFailed
     from ..studies.serve.study import ServeOptions, ServeStudy
+    from ..views.serve import sweep_plot
 
     root = cache_root(args, console)
     bar = console.progress()
@@ -165,24 +164,4 @@ def cmd_serve(args, console) -> int:
                                     cache_dir=root), stage=bar.stage, note=cache_note(console))
     if sweeping:
         console.say(f"sweeping {req.describe()} on {hw.name}", note=True)
-    try:
-        table = study.view()
-    except (FrontendError, LowerFailed, ValueError) as e:
-        raise UserError(str(e)) from None
-    bar.close()
-    from ..views.render import render
-
-    write_output(render(table, args.format, "raw", wide=True), args.output)
-    if args.plot:
-        _plot(study, args.plot)
-        console.say(f"plot written to {args.plot}", note=True)
-    return EXIT_OK
-
-
-def _plot(study, path: str) -> None:
-    """The sweep's picture (:func:`mhlo_cost.views.serve.sweep_plot`) through the one writer."""
-    from ..files.write import replacing
-    from ..views.serve import sweep_plot
-
-    with replacing(path) as tmp:
-        sweep_plot(study.points, tmp, study.plot_title)
+    return write_view(study, bar, args, console, lambda path: sweep_plot(study.points, path, study.plot_title))

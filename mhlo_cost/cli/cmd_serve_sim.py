@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import argparse
-import math
+from fractions import Fraction
 
 from .common import EXIT_OK, UserError, claim_output, positive_int, write_output
 
@@ -14,34 +14,38 @@ SIM_FLAGS = ("isl", "osl", "concurrency", "request_rate", "trace")
 STEP_ONLY = ("decode", "prefill", "batch", "tokens", "context", "batches", "contexts", "tps")
 
 
-def _rate(value: str) -> float:
+def _number(value: str) -> Fraction | None:
+    """``value`` as an exact fraction (``0.1`` is 1/10, ``1e300`` a whole number); None where it is no finite number."""
     try:
-        r = float(value)
-    except ValueError:
-        r = math.nan
-    if not (math.isfinite(r) and r > 0):
+        return Fraction(value.strip())
+    except (ValueError, ZeroDivisionError):
+        return None
+
+
+def _rate(value: str) -> float:
+    r = _number(value)
+    try:
+        rate = float(r) if r is not None and r > 0 else 0.0  # (an underflow: 0)
+    except OverflowError:
+        rate = 0.0
+    if not rate > 0:
         raise argparse.ArgumentTypeError(f"must be a positive number of requests per second, got {value!r}")
-    return r
+    return rate
 
 
 def _fraction(value: str) -> float:
-    try:
-        r = float(value)
-    except ValueError:
-        r = math.nan
-    if not (0 < r <= 1):
+    r = _number(value)
+    if r is None or not 0 < r <= 1:
         raise argparse.ArgumentTypeError(f"must be a fraction in (0, 1], got {value!r}")
-    return r
+    return float(r)
 
 
 def _gib(value: str) -> int:
-    try:
-        r = float(value)
-    except ValueError:
-        r = math.nan
-    if not (math.isfinite(r) and r >= 0):
+    """GiB as whole bytes, exactly (half a byte rounds to even)."""
+    r = _number(value)
+    if r is None or r < 0:
         raise argparse.ArgumentTypeError(f"must be a number of GiB >= 0, got {value!r}")
-    return int(round(r * (1 << 30)))
+    return round(r * (1 << 30))
 
 
 def add_sim_options(p) -> None:
@@ -88,12 +92,9 @@ def _check(args) -> None:
 def cmd_simulate(args, console, profile, step_request) -> int:
     """The simulation's command; ``profile(args)``: the chip; ``step_request(args, batch, tokens)``: the model's
     step (``serve``'s own, passed in so that this module does not import the one that imports it)."""
-    from ..lower.frontends import FrontendError
-    from ..lower.frontends.api import LowerFailed
     from ..studies.serve.sim import ServerConfig
     from ..studies.serve.simload import Lengths, LoadError
     from ..studies.serve.simstudy import SimOptions, SimStudy
-    from ..views.render import render
     from .cache import cache_note, cache_root
 
     _check(args)
@@ -118,15 +119,27 @@ def cmd_simulate(args, console, profile, step_request) -> int:
     study = SimStudy(opts, stage=bar.stage, note=cache_note(console))
     try:
         study.workload  # a bad trace or workload: said before anything is lowered
+    except LoadError as e:
+        raise UserError(str(e)) from None
+    return write_view(study, bar, args, console, study.plot)
+
+
+def write_view(study, bar, args, console, draw) -> int:
+    """``study.view()`` rendered in ``args.format`` to ``args.output``; with ``args.plot``, ``draw(path)`` makes
+    the picture through the one writer. Serve's step, sweep and simulation all end here."""
+    from ..files.write import replacing
+    from ..lower.frontends import FrontendError
+    from ..lower.frontends.api import LowerFailed
+    from ..views.render import render
+
+    try:
         table = study.view()
     except (FrontendError, LowerFailed, ValueError) as e:
         raise UserError(str(e)) from None
     bar.close()
     write_output(render(table, args.format, "raw", wide=True), args.output)
     if args.plot:
-        from ..files.write import replacing
-
         with replacing(args.plot) as tmp:
-            study.plot(tmp)
+            draw(tmp)
         console.say(f"plot written to {args.plot}", note=True)
     return EXIT_OK

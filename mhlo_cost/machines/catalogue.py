@@ -118,13 +118,8 @@ def _facts(entry: dict, where: str) -> dict[str, Any]:
     return out
 
 
-def _build(name: str, entry: Any, origin: str, refs: Mapping[str, str] | None = None) -> Hardware:
-    where = f"{origin}: profile {name!r}"
-    if not _NAME_RE.match(name):
-        raise HardwareError(f"{where}: bad profile name (use letters, digits, '-', '_', '.')")
-    if not isinstance(entry, dict):
-        raise HardwareError(f"{where}: must be a table [profile.{name}]")
-    # Unknown fields first: a misspelt field would otherwise show up as a missing one.
+def _check_fields(entry: Mapping, where: str) -> None:
+    """Unknown fields first (a misspelt field would otherwise show up as a missing one), then missing ones."""
     unknown = [k for k in entry if k not in _REQUIRED and k not in _OPTIONAL]
     if unknown:
         raise HardwareError(f"{where}: unknown field {unknown[0]!r} (known: {', '.join(_REQUIRED + _OPTIONAL)})")
@@ -132,6 +127,27 @@ def _build(name: str, entry: Any, origin: str, refs: Mapping[str, str] | None = 
     if missing:
         raise HardwareError(f"{where}: missing field {missing[0]!r}"
                             + (f" (also {', '.join(map(repr, missing[1:]))})" if missing[1:] else ""))
+
+
+def _models(entry: Mapping, where: str) -> tuple:
+    """The profile's optional efficiency tables (gemm, memory, attention; None where absent)."""
+    try:
+        gemm = parse_gemm(entry["gemm"], f"{where}: field 'gemm'", DTYPE_KEYS) if "gemm" in entry else None
+        memory = parse_memory(entry["memory"], f"{where}: field 'memory'") if "memory" in entry else None
+        attention = (parse_attention(entry["attention"], f"{where}: field 'attention'") if "attention" in entry
+                     else None)
+    except ValueError as e:
+        raise HardwareError(str(e)) from None
+    return gemm, memory, attention
+
+
+def _build(name: str, entry: Any, origin: str, refs: Mapping[str, str] | None = None) -> Hardware:
+    where = f"{origin}: profile {name!r}"
+    if not _NAME_RE.match(name):
+        raise HardwareError(f"{where}: bad profile name (use letters, digits, '-', '_', '.')")
+    if not isinstance(entry, dict):
+        raise HardwareError(f"{where}: must be a table [profile.{name}]")
+    _check_fields(entry, where)
 
     def text(key: str, default: str) -> str:
         v = entry.get(key, default)
@@ -151,13 +167,7 @@ def _build(name: str, entry: Any, origin: str, refs: Mapping[str, str] | None = 
         raise HardwareError(f"{where}: field 'vector_tflops' needs an 'f32' rate")
     if f32_matmul == "tf32" and "tf32" not in matrix:
         raise HardwareError(f"{where}: f32_matmul = \"tf32\" needs a 'tf32' rate in 'matrix_tflops'")
-    try:
-        gemm = parse_gemm(entry["gemm"], f"{where}: field 'gemm'", DTYPE_KEYS) if "gemm" in entry else None
-        memory = parse_memory(entry["memory"], f"{where}: field 'memory'") if "memory" in entry else None
-        attention = (parse_attention(entry["attention"], f"{where}: field 'attention'") if "attention" in entry
-                     else None)
-    except ValueError as e:
-        raise HardwareError(str(e)) from None
+    gemm, memory, attention = _models(entry, where)
     row_fusion = entry.get("row_fusion", True)
     if not isinstance(row_fusion, bool):
         raise HardwareError(f"{where}: field 'row_fusion' must be true or false, got {row_fusion!r}")

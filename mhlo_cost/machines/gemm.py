@@ -59,8 +59,8 @@ class GemmModel:
         return pts[-1][1]
 
     def wave(self, batch: int, m: int, n: int) -> float:
-        """tiles / (waves x compute units); 1 without compute units."""
-        if self.compute_units <= 0 or m <= 0 or n <= 0:
+        """tiles / (waves x compute units); 1 without compute units or for an empty output."""
+        if self.compute_units <= 0 or batch <= 0 or m <= 0 or n <= 0:
             return 1.0
         tiles = batch * -(-m // self.tile[0]) * -(-n // self.tile[1])
         if self.split_k and tiles < self.compute_units:

@@ -16,7 +16,9 @@ def sim_headline(fig: dict) -> str:
     def sec(v):
         return "n/a" if v is None else human_seconds(v)
 
-    return " | ".join([f"{t['output_tokens_per_s']:,.1f} output tokens/s, {t['requests_per_s']:,.2f} requests/s",
+    rates = ("no duration" if t["requests_per_s"] is None else
+             f"{t['output_tokens_per_s']:,.1f} output tokens/s, {t['requests_per_s']:,.2f} requests/s")
+    return " | ".join([rates,
                        f"TTFT p50 {sec(lat['ttft_p50_s'])}, p99 {sec(lat['ttft_p99_s'])}",
                        f"TPOT p50 {sec(lat['tpot_p50_s'])}, p99 {sec(lat['tpot_p99_s'])}",
                        f"KV cache {kv['kv_utilisation_mean']:.0%} used (max {kv['kv_utilisation_max']:.0%})",

@@ -203,6 +203,17 @@ def _composition(s: _State, ids: np.ndarray, ns: np.ndarray) -> tuple[int, int, 
     return (int(ns.sum()), int((ns * p + ns * (ns + 1) // 2).sum()), int((p + ns).sum()), int((p + ns).max()))
 
 
+def _finish(s: _State, fin: np.ndarray, now: float, trace: Trace) -> list:
+    """Requests ``fin`` finish at ``now``: their blocks freed, out of the running list; their ids, in order."""
+    if fin.size:
+        trace.finish[fin] = now
+        s.free += int(s.held[fin].sum())
+        s.held[fin] = 0
+        gone = set(fin.tolist())
+        s.running = [r for r in s.running if r not in gone]
+    return fin.tolist()
+
+
 def _advance(s: _State, ids: np.ndarray, ns: np.ndarray, now: float, trace: Trace) -> list:
     """After a step ending at ``now``: computed tokens, tokens produced, finished requests (returned in the
     step's order, their blocks freed)."""
@@ -216,14 +227,7 @@ def _advance(s: _State, ids: np.ndarray, ns: np.ndarray, now: float, trace: Trac
     if later.size:
         trace.gaps.append(now - s.last[later])
     s.last[hit] = now
-    fin = hit[made >= s.target[hit]]
-    if fin.size:
-        trace.finish[fin] = now
-        s.free += int(s.held[fin].sum())
-        s.held[fin] = 0
-        gone = set(fin.tolist())
-        s.running = [r for r in s.running if r not in gone]
-    return fin.tolist()
+    return _finish(s, hit[made >= s.target[hit]], now, trace)
 
 
 def _stretch(s: _State, cfg: ServerConfig, limit: float, now: float):
@@ -273,14 +277,7 @@ def _run_stretch(s: _State, stretch, now: float, limit: float, step_time, trace:
     s.made[r] += k
     now = float(ends[-1])
     s.last[r] = now
-    fin = r[s.made[r] >= s.target[r]]
-    if fin.size:
-        trace.finish[fin] = now
-        s.free += int(s.held[fin].sum())
-        s.held[fin] = 0
-        gone = set(fin.tolist())
-        s.running = [x for x in s.running if x not in gone]
-    return now, fin.tolist()
+    return now, _finish(s, r[s.made[r] >= s.target[r]], now, trace)
 
 
 def _one_step(s: _State, cfg: ServerConfig, step_time, trace: Trace, blocks: int, now: float):

@@ -102,6 +102,8 @@ def _row(values: dict, where: str) -> tuple[float, int, int]:
     missing = [k for k in TRACE_FIELDS if k not in values]
     if missing:
         raise LoadError(f"{where}: missing {', '.join(missing)} (a trace row has {', '.join(TRACE_FIELDS)})")
+    if any(isinstance(values[k], bool) for k in TRACE_FIELDS):  # (JSON's true is no count: float(True) is 1.0)
+        raise LoadError(f"{where}: arrival_s must be a number and the token counts whole numbers, not true/false")
     try:
         t = float(values["arrival_s"])
         n_in, n_out = (values[k] for k in TRACE_FIELDS[1:])

@@ -3,11 +3,12 @@ KV utilisation and the batches run, as one ordered dict per section (the view wr
 :mod:`mhlo_cost.views.serve_sim`).
 
 - throughput over the run's duration (from 0 to the last request's finish): requests/s, input and output
-  tokens/s, in total and per GPU;
+  tokens/s, in total and per GPU (None for a run of no duration);
 - TTFT (first token - arrival), TPOT (per request: (finish - first token) / (output tokens - 1), requests of
   more than one output token), inter-token latency (every gap between two tokens of a request), end-to-end
   latency: mean, p50, p90, p99 (numpy's linear percentiles);
-- KV utilisation: blocks in use / blocks, weighted by each step's time (mean) and its maximum;
+- KV utilisation: blocks in use / blocks, weighted by each step's time (mean; every step alike where none takes
+  time) and its maximum;
 - batches: sequences and tokens per step (mean, p50, max), steps, preemptions;
 - memory: the server's accounting (:func:`.sim.memory`) and ``max_concurrency``, the requests of the longest
   length (input + output) whose KV blocks fit at once.
@@ -40,15 +41,19 @@ def figures(trace, work, mem, cfg, gpus: int = 1) -> dict:
     seqs, toks = np.asarray(trace.step_seqs), np.asarray(trace.step_tokens)
     out = {"workload": {"requests": n, "input_tokens": ins, "output_tokens": outs, "gpus": gpus,
                         "duration_s": dur}}
-    out["throughput"] = {"requests_per_s": n / dur, "input_tokens_per_s": ins / dur,
-                         "output_tokens_per_s": outs / dur, "total_tokens_per_s": (ins + outs) / dur,
-                         "output_tokens_per_s_per_gpu": outs / dur / gpus,
-                         "total_tokens_per_s_per_gpu": (ins + outs) / dur / gpus}
+    def per_s(count, per_gpu=1):  # None where the run took no time (a step function of zero seconds)
+        return count / dur / per_gpu if dur > 0 else None
+
+    out["throughput"] = {"requests_per_s": per_s(n), "input_tokens_per_s": per_s(ins),
+                         "output_tokens_per_s": per_s(outs), "total_tokens_per_s": per_s(ins + outs),
+                         "output_tokens_per_s_per_gpu": per_s(outs, gpus),
+                         "total_tokens_per_s_per_gpu": per_s(ins + outs, gpus)}
     out["latency"] = (_spread(trace.first - trace.arrival, "ttft") | _spread(tpot, "tpot")
                       | _spread(trace.itl, "itl") | _spread(trace.finish - trace.arrival, "e2e"))
     total = blocks if blocks is not None else max(int(used.max()), 1)
     out["kv_cache"] = {"kv_blocks": total, "block_size": cfg.block_size,
-                       "kv_utilisation_mean": float((used * steps).sum() / steps.sum() / total),
+                       "kv_utilisation_mean": float(((used * steps).sum() / steps.sum() if steps.sum() > 0
+                                                     else used.mean()) / total),
                        "kv_utilisation_max": float(used.max() / total), "preemptions": trace.preemptions}
     out["batches"] = {"steps": int(steps.size), "batch_mean": float(seqs.mean()),
                       "batch_p50": float(np.percentile(seqs, 50)), "batch_max": int(seqs.max()),

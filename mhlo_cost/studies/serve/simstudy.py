@@ -7,12 +7,11 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Callable
 
-from ...files.console import silent
 from ...lower.inference.steps import StepRequest
 from .sim import ServerConfig
 from .simload import Lengths
+from .study import StepCacheStudy
 
 
 @dataclass(frozen=True)
@@ -49,20 +48,8 @@ class SimOptions:
             raise LoadError("the simulation needs --isl and --osl (input and output tokens per request)")
 
 
-class SimStudy:
-    """The simulation of :class:`SimOptions`, each part computed once; ``stage(text)`` told each stage."""
-
-    def __init__(self, options: SimOptions, stage: Callable[[str], None] | None = None,
-                 note: Callable[[str], None] | None = None):
-        self.options = options
-        self.stage = stage or silent
-        self.note = note
-
-    @cached_property
-    def hardware(self):
-        from .serve import launched
-
-        return launched(self.options.hardware, self.options.launch)
+class SimStudy(StepCacheStudy):
+    """The simulation of :class:`SimOptions`, each part computed once (see :class:`~.study.StepCacheStudy`)."""
 
     @cached_property
     def workload(self):
@@ -77,13 +64,9 @@ class SimStudy:
     @cached_property
     def model(self):
         """The fitted :class:`~.stepmodel.StepModel` (lowerings through the step cache)."""
-        from ...files.cache import default_root
-        from .grid import StepCache
         from .stepmodel import fit
 
-        o = self.options
-        cache = StepCache((o.cache_dir or default_root()) if o.cache else None, self.note)
-        return fit(o.request, self.hardware, cache, self.stage)
+        return fit(self.options.request, self.hardware, self.cache, self.stage)
 
     @cached_property
     def memory(self):
