@@ -103,10 +103,9 @@ def _check_run(r: dict, data: dict) -> list[str]:
     elif deg["tp"] * deg["pp"] * deg["cp"] * deg["dp"] != r.get("gpus"):
         out.append(f"run {rid}: tp x pp x cp x dp = {deg['tp'] * deg['pp'] * deg['cp'] * deg['dp']}, "
                    f"not gpus {r.get('gpus')}")
-    for k in ("assumed",):
-        bad = [a for a in r.get(k, []) if a not in r and a not in ("vp", "layers_per_stage")]
-        if bad:
-            out.append(f"run {rid}: assumed names fields it does not give: {', '.join(bad)}")
+    bad = [a for a in r.get("assumed", []) if a not in r and a not in ("vp", "layers_per_stage")]
+    if bad:  # (an assumed default, vp 1 or even stages, may be left unwritten)
+        out.append(f"run {rid}: assumed names fields it does not give: {', '.join(bad)}")
     return out
 
 
@@ -149,6 +148,12 @@ def why_not(run: dict, model: dict, fields: set | None = None) -> str | None:
     return None
 
 
+def modern(run: dict, model: dict) -> bool:
+    """Whether the run uses what issue 38's target counts: FSDP, context parallelism, fp8 or uneven stages."""
+    uneven = "layers_per_stage" in run or model["layers"] % (run.get("pp", 1) * run.get("vp", 1)) != 0
+    return run.get("fsdp", 0) > 0 or run.get("cp", 1) > 1 or run["precision"].startswith("fp8") or uneven
+
+
 def approximations(run: dict, model: dict) -> list[str]:
     """What the priced row stands for only approximately."""
     out = []
@@ -188,7 +193,8 @@ def price(run: dict, data: dict, cache_dir=None) -> dict:
     from mhlo_cost.studies.plan.study import PlanOptions, PlanStudy
 
     model, source = data["model"][run["model"]], data["source"][run["source"]]
-    out = {"id": run["id"], "source": run["source"], "published_s": published_seconds(run, model, source)}
+    out = {"id": run["id"], "source": run["source"], "published_s": published_seconds(run, model, source),
+           "modern": modern(run, model)}
     why = why_not(run, model)
     if why:
         return out | {"reason": why}
@@ -223,6 +229,10 @@ def summary(rows: list[dict]) -> list[str]:
         lines.append(f"held out (nothing fitted on any source): median |error| {statistics.median(errs):.2%}, "
                      f"max {max(errs):.2%} over {len(errs)} priced rows; {len(rows) - len(priced)} rows not "
                      "expressible yet")
+        target = [abs(r["ratio"] - 1) for r in priced if r["modern"]]
+        lines.append(f"rows using FSDP, CP, fp8 or uneven stages: {len(target)} priced of "
+                     f"{sum(r['modern'] for r in rows)}" + (f", median |error| {statistics.median(target):.2%}, max "
+                                                            f"{max(target):.2%}" if target else ""))
     return lines
 
 

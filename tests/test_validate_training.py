@@ -96,6 +96,14 @@ def test_rows_train_plan_cannot_express_say_why_and_slot_in_when_it_can(data):
     assert vt.why_not(_run(data, "narayanan2021/gpt-1.7b"), data["model"]["gpt-1.7b"], fields) is None
 
 
+def test_the_issue_target_counts_fsdp_cp_fp8_and_uneven_rows(data):
+    m = data["model"]
+    assert vt.modern(_run(data, "torchtitan2412/t1-8b-fsdp"), m["llama3-8b"])  # FSDP, bf16
+    assert vt.modern(_run(data, "nemo2407/llama2-7b"), m["llama2-7b"])  # fp8
+    assert vt.modern(_run(data, "bridge2511/llama3.1-405b-h100"), m["llama3.1-405b"])  # CP, uneven
+    assert not vt.modern(_run(data, "narayanan2021/gpt-1008b"), m["gpt-1008b"])
+
+
 def test_the_row_becomes_train_plans_configuration(data):
     run = _run(data, "nemo2407/llama2-70b")
     cfg = vt.scale_config(run, data["model"]["llama2-70b"])
@@ -171,3 +179,4 @@ def test_the_script_runs_on_a_small_data_file(tmp_path, capsys):
     assert "s/fsdp" in out and "NOT PRICED: FSDP (ZeRO-3): not an option yet" in out
     assert "held out (nothing fitted on any source): median |error|" in out
     assert "1 rows not expressible yet" in out
+    assert "rows using FSDP, CP, fp8 or uneven stages: 0 priced of 1" in out
