@@ -39,7 +39,7 @@ RUN_FIELDS = ("id", "source", "model", "table", "gpus", "seq", "global_batch", "
               "recompute")
 MODEL_FIELDS = ("layers", "hidden", "heads", "vocab", "mlp", "source")
 SOURCE_FIELDS = ("title", "url", "where", "year", "gpu", "system", "metric")
-METRICS = ("tokens_per_s_per_gpu", "tflops_per_gpu", "mfu")
+METRICS = ("iteration_s", "tokens_per_s_per_gpu", "tflops_per_gpu", "mfu")
 DEGREES = ("tp", "pp", "dp", "cp", "ep", "vp")
 MLPS = ("gelu", "swiglu", "squared_relu", "moe")
 RECOMPUTES = ("none", "selective", "full")
@@ -103,6 +103,10 @@ def _check_run(r: dict, data: dict) -> list[str]:
     elif deg["tp"] * deg["pp"] * deg["cp"] * deg["dp"] != r.get("gpus"):
         out.append(f"run {rid}: tp x pp x cp x dp = {deg['tp'] * deg['pp'] * deg['cp'] * deg['dp']}, "
                    f"not gpus {r.get('gpus')}")
+    stages, model = r.get("layers_per_stage"), data.get("model", {}).get(r.get("model"), {})
+    if stages is not None and (len(stages) != r.get("pp", 1) or sum(stages) != model.get("layers")):
+        out.append(f"run {rid}: layers_per_stage must give one count per pipeline stage ({r.get('pp', 1)}) adding "
+                   f"up to the model's layers ({model.get('layers')})")
     bad = [a for a in r.get("assumed", []) if a not in r and a not in ("vp", "layers_per_stage")]
     if bad:  # (an assumed default, vp 1 or even stages, may be left unwritten)
         out.append(f"run {rid}: assumed names fields it does not give: {', '.join(bad)}")
@@ -110,9 +114,11 @@ def _check_run(r: dict, data: dict) -> list[str]:
 
 
 def published_seconds(run: dict, model: dict, source: dict) -> float:
-    """The iteration time the published figure implies: global batch x seq tokens over (tokens/s/GPU x GPUs),
-    or the source's FLOPs per iteration over (TFLOP/s per GPU x GPUs)."""
+    """The iteration time the published figure implies: the measured one, global batch x seq tokens over
+    (tokens/s/GPU x GPUs), or the source's FLOPs per iteration over (TFLOP/s per GPU x GPUs)."""
     tokens = run["global_batch"] * run["seq"]
+    if "iteration_s" in run:
+        return float(run["iteration_s"])
     if "tokens_per_s_per_gpu" in run:
         return tokens / (run["tokens_per_s_per_gpu"] * run["gpus"])
     if "tflops_per_gpu" in run and source.get("flops") == "narayanan_eq3":

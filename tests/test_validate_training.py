@@ -55,7 +55,10 @@ def test_check_finds_a_broken_row(data):
     row["dp"] = row["dp"] + 1  # the degrees no longer multiply to the GPUs
     del row["micro_batch"]
     broken["run"].append(copy.deepcopy(broken["run"][1]))  # a repeated id
+    bloom = next(r for r in broken["run"] if r["id"] == "bloom2022/gbs2048")
+    bloom["layers_per_stage"] = bloom["layers_per_stage"][:-1]  # 11 stages of 12
     problems = " | ".join(vt.check(broken))
+    assert "layers_per_stage must give one count per pipeline stage" in problems
     assert "not gpus" in problems and "no micro_batch" in problems and "id repeated" in problems
     assert vt.check(data) == []
 
@@ -77,6 +80,12 @@ def test_narayanan_tflops_convert_by_their_equation_3(data):
     assert round(502.0e3 / 3072) == 163
 
 
+def test_a_measured_iteration_is_taken_as_it_is(data):
+    run = _run(data, "bloom2022/gbs2048")
+    assert vt.published_seconds(run, data["model"]["bloom-176b"], data["source"]["bloom2022"]) == 104.70
+    assert sum(run["layers_per_stage"]) == 70 and len(run["layers_per_stage"]) == run["pp"] == 12
+
+
 def test_tokens_per_second_convert_to_an_iteration(data):
     run = _run(data, "bridge2511/llama3-70b-h100")  # GBS 128 x 8192 tokens, 1602 tokens/s/GPU on 64 GPUs
     got = vt.published_seconds(run, data["model"]["llama3-70b"], data["source"]["bridge2511"])
@@ -91,6 +100,8 @@ def test_rows_train_plan_cannot_express_say_why_and_slot_in_when_it_can(data):
     assert vt.why_not(cp, data["model"]["llama3-8b"], fields | {"cp"}) is None  # the option, once it exists
     moe = _run(data, "bridge2511/deepseek-v3-b200")
     assert "expert parallelism" in vt.why_not(moe, data["model"]["deepseek-v3"], fields)
+    bloom = _run(data, "bloom2022/gbs2048")  # 5 + 10 x 6 + 5 layers, the tied embedding on the first and last
+    assert vt.why_not(bloom, data["model"]["bloom-176b"], fields) == "uneven pipeline stages: not an option yet"
     uneven = dict(_run(data, "nemo2407/llama2-7b"), pp=3)  # 32 layers on 3 stages
     assert "uneven pipeline" in vt.why_not(uneven, data["model"]["llama2-7b"], fields)
     assert vt.why_not(_run(data, "narayanan2021/gpt-1.7b"), data["model"]["gpt-1.7b"], fields) is None
