@@ -45,7 +45,8 @@ class Roofline:
         elif self.execution == "inductor":
             from .inductor import inductor
 
-            self.fusion = inductor(analysis, hw, self.times, attention=self.attention, cudagraphs=cudagraphs)
+            self.fusion = inductor(analysis, hw, self.times, attention=self.attention, cudagraphs=cudagraphs,
+                                    sdpa=sdpa)
             from .gain import CompileGain
 
             self.gain = CompileGain(self)

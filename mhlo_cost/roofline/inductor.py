@@ -218,7 +218,7 @@ class _InductorGrouper(_Grouper):
             self.new_kernel(i, closed=True, extern=name in ("sort", "custom_call", "fft", "scatter"))
 
 
-def _attention_preset(rows, producers, attention: str) -> tuple[dict, set, list]:
+def _attention_preset(rows, producers, attention: str, sdpa: str) -> tuple[dict, set, list]:
     """Rows of each attention Inductor's SDPA rewrite makes one kernel (none with ``attention="unfused"``), the
     score shapes kept on chip, and each attention's SDPA backend."""
     if attention == "unfused":
@@ -231,21 +231,22 @@ def _attention_preset(rows, producers, attention: str) -> tuple[dict, set, list]
     preset = {}
     for g, att in enumerate(forward + backward):
         preset.update((i, g) for i in att.members)
-    backends = [sdpa_backend(rows, att, "flash") for att in forward]
+    backends = [sdpa_backend(rows, att, sdpa) for att in forward]
     return preset, onchip, backends + [""] * len(backward)
 
 
 def inductor(analysis, hw: Hardware, times: list[OpTime] | None = None, producers: list | None = None,
-             attention: str = "fused", cudagraphs: bool = False) -> Fusion:
+             attention: str = "fused", cudagraphs: bool = False, sdpa: str = "flash") -> Fusion:
     """The kernels of ``analysis`` as Inductor compiles it (see the module docstring), timed on ``hw``;
-    ``cudagraphs``: replayed from a CUDA graph (``mode="reduce-overhead"``)."""
+    ``cudagraphs``: replayed from a CUDA graph (``mode="reduce-overhead"``); ``sdpa``: the SDPA backend asked
+    (flash falls back to mem_efficient where the dtype or head dim does not allow it)."""
     rows = analysis.rows
     producers = data_flow(analysis, producers, "inductor()")
     if attention not in ATTENTION_MODES:
         raise ValueError(f"unknown attention mode {attention!r}: choose one of {', '.join(ATTENTION_MODES)}")
     if times is None:
         times = [op_time(r, hw) for r in rows]
-    preset, onchip, backends = _attention_preset(rows, producers, attention)
+    preset, onchip, backends = _attention_preset(rows, producers, attention, sdpa)
     grouper = _InductorGrouper(rows, producers, times, preset)
     for i in range(len(rows)):
         grouper.place(i)
