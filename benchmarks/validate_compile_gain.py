@@ -68,7 +68,25 @@ def _texts_train(p: dict) -> dict[int, str]:
     return out
 
 
-TEXTS = {"stdit3": _texts_stdit3, "decode": _texts_decode, "train": _texts_train}
+def _texts_hf(p: dict) -> dict[int, str]:
+    """{0: IR} of a whole transformers model from its configuration (``mhlo-cost lower --hf``; no weights)."""
+    import json
+    import tempfile
+
+    from mhlo_cost.cli import main as cli
+
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "model.mlir")
+        argv = ["lower", "--hf", p["hf"], "--input", p["input"], "-o", out, "-q"]
+        for k, v in p.get("set", {}).items():
+            argv += ["--set", f"{k}={json.dumps(v, separators=(',', ':'))}"]
+        if cli(argv) != 0:
+            raise SystemExit(f"{p['id']}: lowering failed")
+        with open(out, encoding="utf-8") as f:
+            return {0: f.read()}
+
+
+TEXTS = {"stdit3": _texts_stdit3, "decode": _texts_decode, "train": _texts_train, "hf": _texts_hf}
 
 
 def _times(text: str, hw, p: dict) -> tuple[float, float]:
@@ -82,27 +100,29 @@ def _times(text: str, hw, p: dict) -> tuple[float, float]:
     return tot["est_time_eager_overlap_s"], tot["est_time_fused_overlap_s"]
 
 
-def predicted(p: dict) -> float:
-    """The predicted gain of a pair: its eager and Inductor steps scaled to its layer count."""
+def predicted(p: dict) -> tuple[float, float]:
+    """The predicted (eager, Inductor) seconds of a pair's step, scaled to its layer count."""
     from mhlo_cost.machines.hardware import get_profile
 
     hw = get_profile(p["gpu"])
     texts = TEXTS[p["kind"]](p)
     times = {n: _times(t, hw, p) for n, t in texts.items()}
     if len(times) == 1:
-        (e, i), = times.values()
-        return e / i
+        return next(iter(times.values()))
     layers = p["set"]["num_hidden_layers"]
     e = times[1][0] + (layers - 1) * (times[2][0] - times[1][0])
     i = times[1][1] + (layers - 1) * (times[2][1] - times[1][1])
-    return e / i
+    return e, i
 
 
-def measured(p: dict) -> float:
-    """The measured gain: eager time / compiled time (a throughput's inverse)."""
+def measured(p: dict) -> tuple[float, float]:
+    """The measured (eager, compiled) seconds of one step: a time as given, a throughput as the tokens of one
+    step (decode: the batch; training: batch x sequence, per GPU) over it."""
     if p["unit"] in ("ms", "s"):
-        return p["eager"] / p["compiled"]
-    return p["compiled"] / p["eager"]
+        scale = 1e-3 if p["unit"] == "ms" else 1.0
+        return p["eager"] * scale, p["compiled"] * scale
+    tokens = p["batch"] * p.get("seq", 1)
+    return tokens / p["eager"], tokens / p["compiled"]
 
 
 def main(argv=None) -> int:
@@ -115,15 +135,17 @@ def main(argv=None) -> int:
         pairs = tomllib.load(f)["pair"]
     if args.only:
         pairs = [p for p in pairs if p["id"] == args.only]
-    print(f"{'id':<38} {'gpu':<5} {'mode':<15} {'measured':>8} {'predicted':>9} {'pred/meas':>9} {'direction':>9}")
+    print(f"{'id':<38} {'gpu':<5} {'mode':<15} {'measured':>8} {'predicted':>9} {'pred/meas':>9} {'direction':>9} "
+          f"{'eager est/meas':>14} {'compiled est/meas':>17}")
     errors, same_way = [], 0
     for p in pairs:
-        m, g = measured(p), predicted(p)
+        (me, mc), (pe, pc) = measured(p), predicted(p)
+        m, g = me / mc, pe / pc
         way = (m > 1) == (g > 1)
         same_way += way
         errors.append(abs(g / m - 1))
         print(f"{p['id']:<38} {p['gpu']:<5} {p['mode']:<15} {m:>8.3f} {g:>9.3f} {g / m:>9.3f} "
-              f"{'same' if way else 'OPPOSITE':>9}", flush=True)
+              f"{'same' if way else 'OPPOSITE':>9} {pe / me:>14.3f} {pc / mc:>17.3f}", flush=True)
     within = sum(e <= 0.15 for e in errors)
     print(f"{within} of {len(errors)} within 15% (predicted gain / measured); {same_way} of {len(errors)} on the "
           f"measured direction; median |error| {statistics.median(errors):.1%}")

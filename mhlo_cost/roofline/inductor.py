@@ -6,7 +6,8 @@ Triton backend's ``can_fuse``). :func:`inductor` groups rows into kernels by tho
 order:
 
 * views (reshape, transpose, broadcast, slice, bitcast, constant) are free: their readers index the storage
-  (a broadcast: its small operand);
+  (a broadcast: its small operand); a pointwise op read only through broadcasts is inlined into its readers
+  (:func:`inlined`: a BatchNorm's ``rsqrt(var + eps)``), and what is computed from constants only is folded;
 * every other loop has a *group* ``(numel, rnumel)``: a pointwise op ``(its elements, 1)``, a reduction
   ``(its result's elements, elements reduced per result)``. A row joins the kernel of one of its producers
   (vertical fusion) where the groups agree as the Triton backend asks: pointwise with pointwise of the same
@@ -16,7 +17,8 @@ order:
   mean and variance, softmax's max and sum: one kernel). A reduction of another shape starts a kernel: that is
   where a reduction splits a kernel. A kernel holds at most :data:`MAX_FUSION_SIZE` ops (``max_fusion_size``);
 * a dot or convolution is a library call (cuBLAS / cuDNN, an extern kernel: Inductor's default without
-  ``max_autotune``): nothing fuses into it but the bias of ``addmm`` (an add of a broadcast of a smaller operand);
+  ``max_autotune``): nothing fuses into it but the bias of ``addmm`` (an add of a broadcast of a smaller operand)
+  and the cast to its output dtype;
   its other consumers are Triton kernels of their own;
 * attention written out (``q @ k^T``, softmax, ``@ v``) is rewritten by Inductor's SDPA patterns
   (``fx_passes/fuse_attention.py``) into one ``scaled_dot_product_attention`` kernel (``attention="fused"``,
@@ -98,9 +100,13 @@ def fits(kernel: tuple[int, int], row: tuple[int, int]) -> tuple[int, int] | Non
     return row if kn in (n * r, n) else None  # a reduction into a pointwise kernel
 
 
-def _bias_add(rows, producers, role, i: int) -> bool:
-    """An ``add`` of a GEMM's result and a broadcast of a smaller operand (``addmm``'s bias)."""
-    if short_name(rows[i].op) != "add":
+def _epilogue(rows, producers, role, i: int) -> bool:
+    """What a library GEMM takes into its call: an ``add`` of a broadcast of a smaller operand (``addmm``'s bias)
+    or a narrowing ``convert`` of its result (the output dtype of the GEMM: a JAX dot accumulating in f32)."""
+    r = rows[i]
+    if short_name(r.op) == "convert" and r.operands and hasattr(r.result, "nbytes"):
+        return r.result.nbytes < r.operands[0].nbytes
+    if short_name(r.op) != "add":
         return False
     for p in producers[i]:
         if isinstance(p, int) and role[p] == "dup" and rows[p].operands and \
@@ -112,8 +118,9 @@ def _bias_add(rows, producers, role, i: int) -> bool:
 class _InductorGrouper(_Grouper):
     """The grouping of :func:`inductor`: the placement of :class:`.fusion._Grouper` with Inductor's rules."""
 
-    def __init__(self, *a, **kw):
+    def __init__(self, *a, inline: set | None = None, **kw):
         super().__init__(*a, **kw)
+        self.inline = inline or set()
         self.readers: dict = {}  # a value read by a kernel (a row, or an argument's name) -> those kernels
         self.folded: set[int] = set()  # rows computed from constants only (folded at compile time)
 
@@ -154,8 +161,8 @@ class _InductorGrouper(_Grouper):
             if kern.closed or kern.multiplicity != r.multiplicity or len(kern.members) >= MAX_FUSION_SIZE:
                 continue
             if kern.extern:
-                if not (kern.has_dot and len(kern.members) == 1 and _bias_add(self.rows, self.producers,
-                                                                             self.role, i)):
+                if not (kern.has_dot and len(kern.members) < 3 and _epilogue(self.rows, self.producers, self.role,
+                                                                            i)):
                     continue
             elif fits((kern.numel, kern.rnumel), row) is None:
                 continue
@@ -180,9 +187,7 @@ class _InductorGrouper(_Grouper):
         super().join(i, k)
         self._reads(i, k)
         kern = self.kernels[k]
-        if kern.extern:
-            kern.closed = True  # addmm: the bias, then nothing more
-        else:
+        if not kern.extern:  # (a library GEMM takes only its bias and output cast: :func:`_epilogue`)
             kern.numel, kern.rnumel = fits((kern.numel, kern.rnumel), group_of(self.rows[i]))
 
     def place_preset(self, i: int) -> None:
@@ -204,6 +209,8 @@ class _InductorGrouper(_Grouper):
                                                                for p in self.producers[i])):
             self.folded.add(i)  # constants, and what is computed from them only: folded at compile time
             self.role[i] = "dup"
+        elif i in self.inline:
+            self.role[i] = "dup"  # recomputed by its readers (:func:`inlined`)
         elif t.bound == "free" or name in VIEWS:
             self.role[i] = "dup" if name in ("broadcast_in_dim", "broadcast") else "free"
         elif r.kind in ("dot", "conv"):
@@ -216,6 +223,28 @@ class _InductorGrouper(_Grouper):
                 self.join(i, k)
         else:
             self.new_kernel(i, closed=True, extern=name in ("sort", "custom_call", "fft", "scatter"))
+
+
+_BROADCASTS = frozenset({"broadcast_in_dim", "broadcast"})
+
+
+def inlined(rows, producers) -> set[int]:
+    """Pointwise rows Inductor inlines into their readers rather than running as loops of their own: those whose
+    value is read only through broadcasts (a BatchNorm's ``rsqrt(var + eps)`` over channels, read by the
+    normalisation over every element), directly or through other such rows. Their readers recompute them."""
+    consumers: list[list[int]] = [[] for _ in rows]
+    for i, ps in enumerate(producers):
+        for q in ps:
+            if isinstance(q, int):
+                consumers[q].append(i)
+    out: set[int] = set()
+    for i in range(len(rows) - 1, -1, -1):
+        r = rows[i]
+        if r.kind not in ("elementwise", "transcendental") and short_name(r.op) != "convert":
+            continue
+        if consumers[i] and all(short_name(rows[c].op) in _BROADCASTS or c in out for c in consumers[i]):
+            out.add(i)
+    return out
 
 
 def _attention_preset(rows, producers, attention: str, sdpa: str) -> tuple[dict, set, list]:
@@ -247,7 +276,7 @@ def inductor(analysis, hw: Hardware, times: list[OpTime] | None = None, producer
     if times is None:
         times = [op_time(r, hw) for r in rows]
     preset, onchip, backends = _attention_preset(rows, producers, attention, sdpa)
-    grouper = _InductorGrouper(rows, producers, times, preset)
+    grouper = _InductorGrouper(rows, producers, times, preset, inline=inlined(rows, producers) - set(preset))
     for i in range(len(rows)):
         grouper.place(i)
     from .eager import BACKEND_LIBRARY
