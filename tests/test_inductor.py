@@ -158,3 +158,20 @@ def test_report_inductor_json_and_option_refusals(tmp_path, capsys):
     for argv in (["--cudagraphs"], ["--execution", "eager", "--cudagraphs"]):
         code, _, err = run_cli(["report", p, "--hardware", "h100", "-q", *argv], capsys)
         assert code == 2 and "--cudagraphs" in error_line(err)
+
+
+def test_batchnorm_statistics_are_inlined_into_the_normalisation():
+    """Inference BatchNorm + ReLU over NCHW: rsqrt(var + eps) over channels is read only through a broadcast, so
+    Inductor inlines it: one kernel reading x and the four channel vectors, writing the output."""
+    N, Ch, H, W = 2, 64, 16, 16
+
+    def bn_relu(x, mean, var, g, b):
+        c = (1, Ch, 1, 1)
+        y = (x - mean.reshape(c)) * lax.rsqrt(var.reshape(c) + 1e-5) * g.reshape(c) + b.reshape(c)
+        return jnp.maximum(y, 0.0)
+
+    a = _analysis(bn_relu, ((N, Ch, H, W), jnp.float32), *[((Ch,), jnp.float32)] * 4)
+    ks = inductor(a, H100).kernels
+    assert len(ks) == 1
+    assert 0 <= ks[0].bytes_read - (N * Ch * H * W + 4 * Ch) * F32 <= 16 * F32
+    assert ks[0].bytes_written == N * Ch * H * W * F32
