@@ -23,11 +23,12 @@ class Figures:
     (``block_pattern``, ``norms_per_block``); ``stage(text)`` hears the stages (the progress line)."""
 
     def __init__(self, analysis, *, hardware=None, execution: str = "unfused", attention: str | None = None,
-                 sdpa: str | None = None, steps: int | None = None, blocks: str = "auto",
+                 sdpa: str | None = None, steps: int | None = None, blocks: str = "auto", cudagraphs: bool = False,
                  block_pattern: str | None = None, norms_per_block: int | None = None,
                  stage: Callable[[str], None] | None = None):
         self.analysis, self.hardware, self.execution = analysis, hardware, execution
         self.attention, self.sdpa, self.steps = attention, sdpa, steps
+        self.cudagraphs = cudagraphs
         self.block_method, self.block_pattern, self.norms_per_block = blocks, block_pattern, norms_per_block
         self.stage = stage or silent
 
@@ -60,7 +61,7 @@ class Figures:
 
         self.stage(f"estimating on {hw.name}")
         return Roofline(self.analysis, hw, attention=self.attention, execution=self.execution,
-                        sdpa=self.sdpa or "flash")
+                        sdpa=self.sdpa or "flash", cudagraphs=self.cudagraphs)
 
     @cached_property
     def fused_memory(self):
@@ -131,8 +132,9 @@ def summary_pairs(analysis, *, roofline=None, fused=None, hw=None, blocks=None, 
         pairs += [(k, v) for k, v in roofline.summary(steps).items() if k not in counts]
         from ..machines.accuracy import statement
 
-        pairs.append(("accuracy", statement(roofline.hw.name, "model",
-                                            "compiled" if roofline.fusion is not None else "unfused")))
+        ex = "inductor" if roofline.execution == "inductor" else \
+            "compiled" if roofline.fusion is not None else "unfused"
+        pairs.append(("accuracy", statement(roofline.hw.name, "model", ex)))
     if analysis.liveness is not None:
         from ..roofline.memory import summary_lines
 

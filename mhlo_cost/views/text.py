@@ -29,7 +29,7 @@ LESS_IMPORTANT = ("index", "transcendentals", "conv_flops", "comm_ops", "live_ou
                   "weights", "compute_bound_s", "compute_bound_fused_s", "live_bytes", "depth",
                   "execution")
 #: Columns a narrow table keeps longest (the first column always stays).
-IMPORTANT = ("status", "est_time_s", "est_time_fused_s", "bound", "latency_us", "utilisation", "gflops", "gemm_flops",
+IMPORTANT = ("status", "est_time_s", "est_time_fused_s", "compile_gain", "bound", "latency_us", "utilisation", "gflops", "gemm_flops",
              "vector_flops", "kind", "operation", "output", "shape", "percent", "ops", "comm_bytes")
 
 

@@ -139,7 +139,7 @@ def _cards(analysis, rf, memory: list | None = None, summary: list = ()) -> list
     if rf is not None:
         sm = dict(summary)
         t = step_time(sm)
-        label = {"eager": " (eager)", "compiled": " (fused)"}.get(sm["execution"], "")
+        label = {"eager": " (eager)", "compiled": " (fused)", "inductor": " (inductor)"}.get(sm["execution"], "")
         cards.append(("estimated time" + label, human_time(t), repr(t)))
         u = sm.get("utilisation_fused", sm["utilisation"])
         cards.append(("utilisation of the matrix peak", f"{100 * u:.1f}%", repr(u)))
