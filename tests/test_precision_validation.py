@@ -73,6 +73,14 @@ def test_bad_dtype_field_is_a_hardware_error(tmp_path, table, msg):
         toy(tmp_path, table)
 
 
+def test_shipped_hopper_profiles_carry_a_sourced_fp8_efficiency():
+    for name in ("h100-sxm", "h200-sxm"):
+        hw = get_profile(name)
+        fp8, shared = dict(hw.gemm.by_dtype)["fp8"], hw.gemm.efficiency
+        assert 0 < fp8 <= 1 and fp8 != shared  # fp8 no longer uses the bf16-fitted value
+        assert dict(hw.gemm.k_half_by_dtype)["fp8"] > 0
+
+
 # -- the data file ------------------------------------------------------------------------------------------------
 def test_data_file_parses_every_row_with_a_declared_source_at_a_commit():
     sources, rows = vpr.load()
