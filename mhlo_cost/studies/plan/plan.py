@@ -44,7 +44,11 @@ def plan(cfg: ScaleConfig, hw, cache_dir: str | os.PathLike | None = None, note=
     cost = layer_cost(cfg, hw, cache_dir, note=note)
     head = layer_cost(cfg, hw, cache_dir, part="head", note=note)
     it = compose(cfg, cost, hw, head)
-    return Plan(cfg, it, memory(cfg, cost, getattr(hw, "hbm_capacity", None)), cost, head)
+    cap = getattr(hw, "hbm_capacity", None)
+    stages = range(cfg.p) if cfg.uneven else (0,)  # even: the first stage holds the most
+    held = max((memory(cfg, cost, cap, stage=s) | ({"stage": s} if cfg.uneven else {}) for s in stages),
+               key=lambda r: r["total"])
+    return Plan(cfg, it, held, cost, head)
 
 
 def breakdown_frame(p: Plan) -> pd.DataFrame:
@@ -52,6 +56,7 @@ def breakdown_frame(p: Plan) -> pd.DataFrame:
     it = p.iteration
     parts = [("compute/forward", it.compute["forward"]), ("compute/backward", it.compute["backward"]),
              ("compute/recompute", it.compute["recompute"]), ("tp_comm (exposed)", it.tp_comm),
+             *([("cp_comm (exposed)", it.cp_comm)] if p.cfg.cp > 1 else []),
              ("pipeline bubble", it.bubble), ("p2p", it.p2p), ("dp_comm (exposed)", it.dp_exposed),
              ("optimizer", it.optimizer)]
     total = it.total
@@ -72,10 +77,27 @@ def facts(p: Plan) -> list[str]:
         f"{c['formula_flops']:,}, 6ND with N = 12 L h^2: {c['rule_6nd']:,}); hardware FLOPs "
         f"{c['hardware_flops']:,} (recompute included)",
         f"MFU {c['mfu']:.1%}, HFU {c['hfu']:.1%} of the bf16 peak",
-        "memory per GPU (first stage): " + ", ".join(f"{k.replace('_', ' ')} {m[k] / gib:.2f} GiB"
+        f"memory per GPU ({'first stage' if not m.get('stage') else 'stage %d, the most' % m['stage']}): " + ", ".join(f"{k.replace('_', ' ')} {m[k] / gib:.2f} GiB"
                                                     for k in (*CATEGORIES, "total"))
         + (f"; {'fits' if m['fits'] else 'does NOT fit'} in {m['capacity'] / gib:.1f} GiB" if "fits" in m else ""),
     ]
+    return lines + _sharding_facts(p)
+
+
+def _sharding_facts(p: Plan) -> list[str]:
+    """The lines of uneven stages, the sharding and context parallelism, where used."""
+    cfg, c, it = p.cfg, p.iteration.counts, p.iteration
+    lines = []
+    if cfg.uneven:
+        lines.append(f"pipeline stages' layers: {'/'.join(map(str, cfg.stage_layers()))} (the slowest, stage "
+                     f"{it.layer['slow_stage']}, sets every slot)")
+    if cfg.zero_stage or cfg.cp > 1:
+        lines.append(f"ZeRO stage {cfg.zero_stage}, sharded over {cfg.shard_degree} ranks (cp x dp_shard), "
+                     f"{cfg.replicate_degree} replica(s); data-parallel comm {it.dp_total:.4g} s, exposed "
+                     f"{it.dp_exposed:.4g} s")
+    for r in c.get("collectives", []):
+        lines.append(f"  {r['what']}: {r['kind']} of {r['bytes']:,} bytes over {r['group_size']} ranks, per "
+                     f"{r['per'].replace('_', ' ')}")
     return lines
 
 
