@@ -15,7 +15,8 @@ SPLIT = (("-t", "t"), ("-p", "p"), ("-d", "d"), ("--sp", "sp"), ("--interleave",
          ("--decoder-last-pipeline-num-layers", "last_stage_layers"))
 #: Their values where not given.
 SPLIT_DEFAULTS = (("t", 1), ("p", 1), ("d", 1), ("sp", False), ("interleave", 1), ("micro_batch", 1),
-                  ("recompute", "none"), ("cp", 1), ("dp_shard", 0), ("first_stage_layers", 0), ("last_stage_layers", 0))
+                  ("recompute", "none"), ("cp", 1), ("dp_shard", 0), ("first_stage_layers", 0),
+                  ("last_stage_layers", 0))
 
 
 def _check_options(args) -> None:

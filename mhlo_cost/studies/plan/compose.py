@@ -58,15 +58,15 @@ class Iteration:
     def row(self) -> dict:
         c = self.counts
         precision = {} if self.cfg.precision == "bf16" else {"precision": self.cfg.precision}  # (bf16: unchanged)
-        return precision | self._new_columns() | {"config": self.cfg.label(), "t": self.cfg.t, "sp": self.cfg.sp, "p": self.cfg.p,
+        return precision | {"config": self.cfg.label(), "t": self.cfg.t, "sp": self.cfg.sp, "p": self.cfg.p,
                 "v": self.cfg.interleave, "d": self.cfg.d, "micro_batch": self.cfg.micro_batch,
                 "micro_batches": self.cfg.micro_batches, "recompute": self.cfg.recompute,
-                "dp_comm": self.cfg.dp_comm, "iteration_s": self.total,
+                "dp_comm": "zero" if self.cfg.zero_stage else "all_reduce", "iteration_s": self.total,
                 "forward_s": self.compute["forward"], "backward_s": self.compute["backward"],
                 "recompute_s": self.compute["recompute"], "tp_comm_s": self.tp_comm, "bubble_s": self.bubble,
                 "p2p_s": self.p2p, "dp_exposed_s": self.dp_exposed, "optimizer_s": self.optimizer,
                 "model_flops": c["model_flops"], "hardware_flops": c["hardware_flops"],
-                "mfu": c["mfu"], "hfu": c["hfu"]}
+                "mfu": c["mfu"], "hfu": c["hfu"]} | self._new_columns()
 
 
     def _new_columns(self) -> dict:

@@ -212,7 +212,8 @@ class ScaleConfig:
                     f"{self.last_stage_layers} leave no even split of the other stages' layers of {self.layers}"
                     if given else f"pipeline degree {self.p} does not divide layers {self.layers}"
                     + (f" + {extra} (embedding/loss counted)" if extra else "")
-                    + "; give --decoder-first/last-pipeline-num-layers or --account-for-embedding/loss-in-pipeline-split")
+                    + "; give --decoder-first/last-pipeline-num-layers or "
+                    "--account-for-embedding/loss-in-pipeline-split")
         if self.interleave > 1 and (self.uneven or self.layers % (self.p * self.interleave)):
             return (f"pipeline degree {self.p} x interleave {self.interleave} does not divide "
                     f"layers {self.layers}")

@@ -77,8 +77,8 @@ def facts(p: Plan) -> list[str]:
         f"{c['formula_flops']:,}, 6ND with N = 12 L h^2: {c['rule_6nd']:,}); hardware FLOPs "
         f"{c['hardware_flops']:,} (recompute included)",
         f"MFU {c['mfu']:.1%}, HFU {c['hfu']:.1%} of the bf16 peak",
-        f"memory per GPU ({'first stage' if not m.get('stage') else 'stage %d, the most' % m['stage']}): " + ", ".join(f"{k.replace('_', ' ')} {m[k] / gib:.2f} GiB"
-                                                    for k in (*CATEGORIES, "total"))
+        f"memory per GPU ({'first stage' if not m.get('stage') else 'stage %d, the most' % m['stage']}): "
+        + ", ".join(f"{k.replace('_', ' ')} {m[k] / gib:.2f} GiB" for k in (*CATEGORIES, "total"))
         + (f"; {'fits' if m['fits'] else 'does NOT fit'} in {m['capacity'] / gib:.1f} GiB" if "fits" in m else ""),
     ]
     return lines + _sharding_facts(p)
