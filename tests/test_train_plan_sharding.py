@@ -224,3 +224,38 @@ def test_bad_combinations_are_one_line(capsys, extra, says):
     assert main(ARGS + extra) == 2
     err = capsys.readouterr().err
     assert err.startswith("mhlo-cost: error:") and says in err and err.count("\n") == 1
+
+
+# --- the sweep over the new dimensions ------------------------------------------------------------------------
+
+def test_sweep_adds_cp_and_zero_with_a_reason_for_each_rejected(tmp_path):
+    from mhlo_cost.studies.plan.plan import split_count, splits, sweep
+
+    base = ScaleConfig(**TINY, global_batch=8)
+    kw = dict(micro_batches=(1,), recomputes=("selective",), interleaves=(1,), cps=(1, 2, 3), zeros=(1, 3))
+    made = list(splits(base, 4, **kw))
+    assert len(made) == split_count(4, **kw)
+    assert {(c.cp, c.zero_stage) for c, why in made if why is None} == {(1, 1), (1, 3), (2, 1), (2, 3)}
+    assert [why for c, why in made if c.cp == 3] == ["context-parallel degree 3 does not divide 4 GPUs"]
+    df, skipped = sweep(base, 4, SELENE, tmp_path, **kw)
+    assert set(df["cp"]) == {1, 2} and set(df["zero"]) == {1, 3} and all(skipped["reason"])
+    assert list(df["iteration_s"][df["fits"]]) == sorted(df["iteration_s"][df["fits"]])
+
+
+def test_sweep_takes_megatrons_embedding_and_loss_split_where_p_does_not_divide():
+    from mhlo_cost.studies.plan.plan import splits
+
+    base = ScaleConfig(**{**TINY, "layers": 6}, global_batch=8)
+    p4 = [c for c, why in splits(base, 4, micro_batches=(1,), recomputes=("selective",), interleaves=(1,))
+          if c.p == 4]
+    assert [c.stage_layers() for c in p4] == [(1, 2, 2, 1)] and p4[0].invalid() is None
+
+
+@pytest.mark.parametrize("extra,says", [
+    (["--sweep-cp", "2"], "--sweep-cp goes with --sweep"),
+    (["--sweep", "4", "--sweep-zero", "1", "--fsdp"], "--sweep-zero sweeps the ZeRO stage"),
+])
+def test_sweep_options_are_checked(capsys, extra, says):
+    assert main(ARGS + extra) == 2
+    err = capsys.readouterr().err
+    assert says in err and err.count("\n") == 1

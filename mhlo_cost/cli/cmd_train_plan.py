@@ -28,6 +28,13 @@ def _check_options(args) -> None:
         if given:
             raise UserError(f"{', '.join(given)} {'does' if len(given) == 1 else 'do'} not go with --sweep, which "
                             "ranks every tensor x pipeline x data split, micro-batch, recompute and interleaving")
+    for opt, v in (("--sweep-cp", args.sweep_cp), ("--sweep-zero", args.sweep_zero)):
+        if v is not None and args.sweep is None:
+            raise UserError(f"{opt} goes with --sweep GPUS")
+    if args.sweep_zero is not None and (args.zero is not None or args.fsdp or args.use_distributed_optimizer
+                                        or args.dp_comm == "zero"):
+        raise UserError("--sweep-zero sweeps the ZeRO stage; it does not go with --zero, --fsdp, "
+                        "--use-distributed-optimizer or --dp-comm zero")
     if not args.hf:
         for opt, v in (("--set", args.set), ("--config", args.config)):
             if v:
@@ -89,6 +96,19 @@ def _split(args, base):
         raise UserError(str(e)) from None
 
 
+def _int_list(value: str) -> tuple:
+    """A comma-separated list of positive integers (or ZeRO stages, 0 included), duplicates dropped."""
+    import argparse
+
+    try:
+        out = tuple(dict.fromkeys(int(v) for v in value.split(",")))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a comma-separated list of integers: {value!r}") from None
+    if not out or min(out) < 0:
+        raise argparse.ArgumentTypeError(f"not a list of non-negative integers: {value!r}")
+    return out
+
+
 def _zero_stage(args) -> int:
     """The one ZeRO stage the options name (--zero N, --fsdp: 3, --use-distributed-optimizer and the old
     --dp-comm zero: 1); two that disagree are refused."""
@@ -132,8 +152,8 @@ def cmd_train_plan(args, console) -> int:
     cfg = _config(args)
     progress = console.progress()
     progress.stage(f"planning {cfg.label()} on {hw.name}" if not args.sweep else f"sweeping {args.sweep} GPUs")
-    study = PlanStudy(PlanOptions(cfg, hw, gpus=args.sweep, cache_dir=cache_root(args, console)),  # checked
-                      note=cache_note(console))
+    study = PlanStudy(PlanOptions(cfg, hw, gpus=args.sweep, cache_dir=cache_root(args, console),  # checked
+                                  cps=args.sweep_cp or (1,), zeros=args.sweep_zero), note=cache_note(console))
     table = study.view(ViewRequest(by=args.by or "component"))
     progress.done()
     write_output(render(table, args.format, "raw", wide=True), args.output)
@@ -170,6 +190,10 @@ def register(sub) -> None:
                    help="the linears' precision: bf16 (default), fp8-tensorwise or fp8-rowwise (torchao Float8Linear: "
                         "forward, dgrad and wgrad GEMMs in fp8; weights bf16, master weights and AdamW moments fp32)")
     p.add_argument("--sweep", type=positive_int, metavar="GPUS", help="rank every split of GPUS devices")
+    p.add_argument("--sweep-cp", type=_int_list, metavar="N,N,...",
+                   help="with --sweep: the context-parallel degrees to try (default 1)")
+    p.add_argument("--sweep-zero", type=_int_list, metavar="Z,Z,...",
+                   help="with --sweep: the ZeRO stages to try (0-3; default: the one given, or 0)")
     add_cache(p, "each lowered layer's analysis")
     p.add_argument("--format", default="table", choices=("table", "csv", "json", "markdown", "html"),
                    help="html: a page with a stacked bar per pipeline stage and both tables (-o FILE)")

@@ -55,7 +55,8 @@ class Iteration:
     stages: tuple = ()  # per stage: layers, f_s / b_s seconds per micro-batch, its dp Exposure (compose._stages)
     layer: dict = field(default_factory=dict)  # one layer, one micro-batch: seconds by part (compose._layer)
 
-    def row(self) -> dict:
+    def row(self, every: bool = False) -> dict:
+        """The iteration as one table row (``every``: the sharding/CP/stage columns whether used or not)."""
         c = self.counts
         precision = {} if self.cfg.precision == "bf16" else {"precision": self.cfg.precision}  # (bf16: unchanged)
         return precision | {"config": self.cfg.label(), "t": self.cfg.t, "sp": self.cfg.sp, "p": self.cfg.p,
@@ -66,18 +67,18 @@ class Iteration:
                 "recompute_s": self.compute["recompute"], "tp_comm_s": self.tp_comm, "bubble_s": self.bubble,
                 "p2p_s": self.p2p, "dp_exposed_s": self.dp_exposed, "optimizer_s": self.optimizer,
                 "model_flops": c["model_flops"], "hardware_flops": c["hardware_flops"],
-                "mfu": c["mfu"], "hfu": c["hfu"]} | self._new_columns()
+                "mfu": c["mfu"], "hfu": c["hfu"]} | self._new_columns(every)
 
 
-    def _new_columns(self) -> dict:
+    def _new_columns(self, every: bool = False) -> dict:
         """The columns of the sharding, context parallelism and uneven stages, where any is used (rows without
-        them are unchanged)."""
+        them are unchanged), or ``every`` one of them (a sweep over those dimensions)."""
         cfg, out = self.cfg, {}
-        if cfg.cp > 1:
+        if cfg.cp > 1 or every:
             out.update(cp=cfg.cp, cp_comm=cfg.cp_comm, cp_comm_s=self.cp_comm)
-        if cfg.zero_stage >= 2 or cfg.replicate_degree > 1 or not cfg.reshard_after_forward:
+        if cfg.zero_stage >= 2 or cfg.replicate_degree > 1 or not cfg.reshard_after_forward or every:
             out.update(zero=cfg.zero_stage, shard=cfg.shard_degree, replicate=cfg.replicate_degree)
-        if cfg.uneven:
+        if cfg.uneven or every:
             out["stage_layers"] = "/".join(map(str, cfg.stage_layers()))
         return out
 
