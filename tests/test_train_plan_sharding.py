@@ -104,7 +104,7 @@ def _fake(fwd, bwd, w, core=None) -> LayerCost:
     zero = {"forward": 0, "backward": 0, "recompute": 0, "optimizer": 0}
     return LayerCost("k", "chip", dict(zero), dict(zero),
                      {"forward": fwd, "backward": bwd, "recompute": 0.0, "optimizer": 0.0},
-                     weight_elems=w, weight_bytes=2 * w, core_s=core or {})
+                     weight_elems=w, weight_bytes=2 * w, **({"core_s": core} if core else {}))
 
 
 def test_fsdp_exposes_what_the_layer_compute_does_not_hide():

@@ -45,7 +45,8 @@ class LayerCost:
     master_bytes: int = 0  # fp32 master weights
     moment_bytes: int = 0  # AdamW's first and second moments (fp32) and its step counter
     ops: int = 0
-    core_s: dict = field(default_factory=dict)  # phase -> seconds of the attention proper (scope core)
+    core_s: dict = field(default_factory=lambda: {p: 0.0 for p in PHASES})  # phase -> seconds of the attention
+    # proper (scope core)
 
     @property
     def activation_bytes(self) -> int:
