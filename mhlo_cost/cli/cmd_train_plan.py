@@ -137,7 +137,8 @@ def _sharding(args) -> dict:
                 reshard_after_forward=args.fsdp_reshard_after_forward != "never", cp=args.cp,
                 cp_comm=args.cp_comm_type, first_stage_layers=args.first_stage_layers,
                 last_stage_layers=args.last_stage_layers, account_embedding=args.account_embedding,
-                account_loss=args.account_loss)
+                account_loss=args.account_loss, attention=args.attention,
+                grad_reduce_fp32=not args.grad_reduce_in_bf16)
 
 
 def cmd_train_plan(args, console) -> int:
@@ -236,3 +237,9 @@ def _register_sharding(p) -> None:
                    help="count the embedding as a layer of the first stage when splitting the layers")
     p.add_argument("--account-for-loss-in-pipeline-split", dest="account_loss", action="store_true",
                    help="count the loss (LM head) as a layer of the last stage when splitting the layers")
+    p.add_argument("--attention", choices=("unfused", "fused"), default="unfused",
+                   help="the layer's attention: unfused, its separate kernels as Megatron 2022 ran them (default), "
+                        "or fused, one flash-attention kernel (NeMo, Megatron-Core, torchtitan)")
+    p.add_argument("--grad-reduce-in-bf16", action="store_true",
+                   help="gradients reduced in the 2-byte dtype, not fp32 (Megatron-Core's option; Megatron 2021's "
+                        "fp16 default without --accumulate-allreduce-grads-in-fp32)")

@@ -80,6 +80,10 @@ class Iteration:
             out.update(zero=cfg.zero_stage, shard=cfg.shard_degree, replicate=cfg.replicate_degree)
         if cfg.uneven or every:
             out["stage_layers"] = "/".join(map(str, cfg.stage_layers()))
+        if cfg.attention != "unfused":
+            out["attention"] = cfg.attention
+        if not cfg.grad_reduce_fp32:
+            out["grad_bytes"] = cfg.grad_bytes
         return out
 
 
@@ -170,7 +174,7 @@ def compose(cfg: ScaleConfig, cost: LayerCost, hw, head: LayerCost | None = None
                "backward": m * (n * one["backward"] + slow["head_backward"]), "recompute": m * n * one["recompute"]}
     counts = flop_counts(cfg, cost, hw, total, head)
     counts.update(micro_batches=m, p2p_transfers=2 * v * m if p > 1 else 0, p2p_bytes=p2p_bytes,
-                  tp_bytes=activation_bytes(cfg), dp_bytes=cost.weight_elems * n * 4 if cfg.cp * cfg.d > 1 else 0,
+                  tp_bytes=activation_bytes(cfg), dp_bytes=cost.weight_elems * n * cfg.grad_bytes if cfg.cp * cfg.d > 1 else 0,
                   slots=str(slots), bubble_fraction=str(Fraction(p - 1, v * m)))
     counts.update(_extra_counts(cfg, cost, n))
     dp_layers = m * n * (dp.forward + dp.backward)

@@ -17,7 +17,10 @@ ZeRO stage (0: replicated, gradients all_reduced; 1: optimizer state sharded, Me
 backward, or kept unsharded from the forward). Context parallelism ``cp`` splits the sequence (load-balanced
 causal chunks; ``cp_comm``: ``p2p``, ring attention's send/recv of K/V, or ``all_gather``). Uneven
 pipelines: ``first_stage_layers`` / ``last_stage_layers`` (Megatron's ``--decoder-first/last-pipeline-num-
-layers``), the other stages splitting the rest evenly (:meth:`ScaleConfig.stage_layers`).
+layers``), the other stages splitting the rest evenly (:meth:`ScaleConfig.stage_layers`). ``attention``:
+``unfused`` (the attention as its separate kernels, Megatron 2022's; the default) or ``fused`` (one flash-attention
+kernel, as NeMo, Megatron-Core and torchtitan run it). ``grad_reduce_fp32``: gradients reduced in fp32 (default) or
+in the parameters' 2-byte dtype (Megatron 2021's fp16 runs without ``--accumulate-allreduce-grads-in-fp32``).
 
 :meth:`ScaleConfig.invalid` says why a split cannot run (one sentence), or None.
 """
@@ -28,6 +31,7 @@ from dataclasses import dataclass, replace
 RECOMPUTE = ("none", "selective", "full")
 DP_COMM = ("all_reduce", "zero")
 CP_COMM = ("p2p", "all_gather")
+ATTENTION = ("unfused", "fused")
 
 
 @dataclass(frozen=True)
@@ -64,6 +68,8 @@ class ScaleConfig:
     last_stage_layers: int = 0  # the last stage's
     account_embedding: bool = False  # the embedding counted as a layer of the first stage in the split
     account_loss: bool = False  # the loss (LM head) counted as a layer of the last stage
+    attention: str = "unfused"  # unfused: Megatron 2022's separate kernels; fused: one flash-attention kernel
+    grad_reduce_fp32: bool = True  # gradients reduced in fp32 (Megatron's main_grad); False: in the 2-byte dtype
 
     @property
     def mlp(self) -> int:
@@ -93,6 +99,13 @@ class ScaleConfig:
     def replicate_degree(self) -> int:
         """HSDP's replicas of the sharded state (``d / dp_shard``; 1 without HSDP)."""
         return self.d // self.dp_shard if self.zero_stage and self.dp_shard else 1
+
+    @property
+    def grad_bytes(self) -> int:
+        """Bytes of one gradient element as the data-parallel ranks reduce it: 4 (fp32, Megatron's
+        ``--accumulate-allreduce-grads-in-fp32``, forced with bf16; torchtitan's ``reduce_dtype``) or 2 (Megatron
+        2021's fp16 default: gradients reduced in the parameters' dtype)."""
+        return 4 if self.grad_reduce_fp32 else 2
 
     @property
     def local_seq(self) -> int:
@@ -161,6 +174,8 @@ class ScaleConfig:
             return f"zero (the ZeRO stage) must be 0, 1, 2 or 3, got {self.zero}"
         if self.cp_comm not in CP_COMM:
             return f"cp_comm must be one of {', '.join(CP_COMM)}, got {self.cp_comm!r}"
+        if self.attention not in ATTENTION:
+            return f"attention must be one of {', '.join(ATTENTION)}, got {self.attention!r}"
         if self.hidden % self.heads:
             return f"heads {self.heads} do not divide hidden {self.hidden}"
         if self.mlp_kind not in ("gelu", "swiglu"):
@@ -248,15 +263,18 @@ class ScaleConfig:
                self.recompute, self.dropout, self.dtype)
         key = key if (self.kv, self.mlp_kind) == (self.heads, "gelu") else key + (self.kv, self.mlp_kind)
         key = key if self.cp == 1 else key + (("cp", self.cp),)  # (keys without cp unchanged)
-        return key if self.precision == "bf16" else key + (self.precision,)  # (bf16 keys unchanged)
+        key = key if self.precision == "bf16" else key + (self.precision,)  # (bf16 keys unchanged)
+        return key if self.attention == "unfused" else key + (("attention", self.attention),)
 
     def label(self) -> str:
         sp = "+sp" if self.sp else ""
         v = f" v{self.interleave}" if self.interleave > 1 else ""
         cp = f" cp{self.cp}{'' if self.cp_comm == 'p2p' else '-ag'}" if self.cp > 1 else ""
         pp = f"({'/'.join(map(str, sorted(set(self.stage_layers()))))})" if self.uneven else ""
+        fa = " fused-attn" if self.attention == "fused" else ""
+        g = "" if self.grad_reduce_fp32 else " grads16"
         return (f"t{self.t}{sp}{cp} p{self.p}{pp}{v} d{self.d} mb{self.micro_batch} {self.recompute}"
-                f"{self._sharding_label()}")
+                f"{self._sharding_label()}{fa}{g}")
 
     def _sharding_label(self) -> str:
         z = self.zero_stage

@@ -2,8 +2,8 @@
 
 :func:`layer_cost` lowers :func:`mhlo_cost.studies.plan.layer.lower_layer` for a configuration's layer key, walks it
 with the training analysis (phases: forward, backward with dgrad / wgrad, recompute, optimizer), prices
-every op with the roofline of the chip (elementwise fusion, attention as its separate kernels: Megatron's
-2022 kernels, no flash attention), and keeps the result, so that every configuration sharing the layer's
+every op with the roofline of the chip (elementwise fusion; attention as its separate kernels, Megatron's
+2022 kernels, or with ``attention="fused"`` one flash-attention kernel), and keeps the result, so that every configuration sharing the layer's
 shapes shares one lowering (in memory, and on disk as a ``plan/layers`` entry of the one cache,
 :mod:`mhlo_cost.files.cache`, under the cache root ``cache_dir`` when one is given: keyed by the layer's
 shapes, the chip's figures and the code hash, so a changed rule is never served a stale cost).
@@ -97,12 +97,13 @@ def layer_cost(cfg: ScaleConfig, hw, cache_dir: str | os.PathLike | None = None,
 
 def analyse_layer(cfg: ScaleConfig, hw, key: str = "", chip: str = "", part: str = "layer") -> LayerCost:
     """Lower, walk and price the layer or the head (no cache), as a :class:`~mhlo_cost.studies.study.Study`: a training
-    step's walk, compiled with attention as its separate kernels."""
+    step's walk, compiled with the attention as ``cfg.attention`` says (unfused: its separate kernels; fused: one
+    flash-attention kernel)."""
     from ..study import Study
     from .layer import lower_head, lower_layer
 
     study = Study(lower_head(cfg) if part == "head" else lower_layer(cfg), training="always", hardware=hw,
-                  execution="compiled", attention="unfused", dataflow=True)
+                  execution="compiled", attention=cfg.attention, dataflow=True)
     a, rf = study.analysis, study.roofline
     ph = a.phases
     gemm = {p: 0 for p in PHASES}

@@ -8,7 +8,8 @@ ZeRO shards over ``cp x dp_shard`` of them (HSDP: ``d / dp_shard`` such groups, 
 
 Per ``W``, the layer's weight elements on one device (1/t of the layer's), ``n`` layers on the stage, ``m``
 micro-batches (S: the full buffer, as :func:`mhlo_cost.network.estimate` takes it; gradients reduce in fp32,
-parameters gather in bf16, as Megatron's ``main_grad`` and torchtitan's default ``reduce_dtype`` do):
+parameters gather in bf16, as Megatron's ``main_grad`` and torchtitan's default ``reduce_dtype`` do;
+``grad_reduce_fp32`` off: 2 bytes a gradient for 4 below):
 
 * ZeRO 0: ``all_reduce`` of ``4 n W`` over the ``cp d`` ranks once per iteration (exposed unless ``dp_overlap``);
 * ZeRO 1 (Megatron's distributed optimizer): ``reduce_scatter`` of ``4 n W`` and, after the step, ``all_gather``
@@ -112,23 +113,23 @@ def dp_collectives(cfg: ScaleConfig, cost: LayerCost, layers: int) -> list[Colle
     """The data-parallel collectives of a stage of ``layers`` layers (none where ``cp x d`` is 1)."""
     if cfg.cp * cfg.d == 1:
         return []
-    w, z, shard = cost.weight_elems, cfg.zero_stage, cfg.shard_degree
+    w, z, shard, g = cost.weight_elems, cfg.zero_stage, cfg.shard_degree, cfg.grad_bytes
     if z == 0:
-        return [Collective("gradients", "all_reduce", 4 * w * layers, grad_groups(cfg), "iteration")]
+        return [Collective("gradients", "all_reduce", g * w * layers, grad_groups(cfg), "iteration")]
     out = []
     if z == 3:
         out.append(Collective("parameters", "all_gather", 2 * w, shard_groups(cfg), "layer_forward"))
         if cfg.reshard_after_forward:
             out.append(Collective("parameters", "all_gather", 2 * w, shard_groups(cfg), "layer_backward"))
     if z >= 2:
-        out.append(Collective("gradients", "reduce_scatter", 4 * w, shard_groups(cfg), "layer_backward"))
+        out.append(Collective("gradients", "reduce_scatter", g * w, shard_groups(cfg), "layer_backward"))
         if cfg.replicate_degree > 1:
-            out.append(Collective("gradient shard", "all_reduce", 4 * w // shard, replicate_groups(cfg),
+            out.append(Collective("gradient shard", "all_reduce", g * w // shard, replicate_groups(cfg),
                                   "layer_backward"))
     else:
-        out.append(Collective("gradients", "reduce_scatter", 4 * w * layers, shard_groups(cfg), "iteration"))
+        out.append(Collective("gradients", "reduce_scatter", g * w * layers, shard_groups(cfg), "iteration"))
         if cfg.replicate_degree > 1:
-            out.append(Collective("gradient shard", "all_reduce", 4 * w * layers // shard,
+            out.append(Collective("gradient shard", "all_reduce", g * w * layers // shard,
                                   replicate_groups(cfg), "iteration"))
     if z < 3:
         out.append(Collective("parameters", "all_gather", 2 * w * layers, shard_groups(cfg), "iteration"))
