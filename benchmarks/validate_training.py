@@ -8,12 +8,13 @@ Prints per row the published iteration time (from the row's tokens/s/GPU, or its
 source's own FLOP formula), the estimate, their ratio and the breakdown; per source the mean and max |error|;
 then the median |error| over all priced rows. Nothing is fitted on any of these rows (no parameter of
 mhlo-cost was read off them): every source is held out. Rows train-plan cannot express yet are listed with the
-reason (FSDP, context or expert parallelism, uneven pipeline stages, a precision recipe it lacks): as
-train-plan gains a ScaleConfig field of the row's name (``cp``, ``fsdp``, ``zero``, ``ep``,
-``layers_per_stage``) the row is passed it and priced.
+reason (expert parallelism, a precision recipe it lacks, ...). The row's options reach train-plan's ScaleConfig
+by :func:`split_options`: FSDP's group size as ZeRO 3 with ``dp_shard``, ``zero``, ``cp``, ``layers_per_stage`` as
+the first / last stages' layers, flash attention as ``attention="fused"``, fp16 (Megatron 2021) with its
+gradients reduced in fp16.
 
-Where a row is priced with an approximation (the squared-ReLU MLP priced as GELU: the same two GEMMs; flash
-attention priced as unfused kernels, which train-plan's layer runs), the row says so.
+Where a row is priced with an approximation (the squared-ReLU MLP priced as GELU: the same two GEMMs; fp16 at
+bf16's rate), the row says so.
 
     PYTHONPATH=. python benchmarks/validate_training.py [--only ID-SUBSTRING] [--source ID] [--cache DIR]
 """
@@ -43,15 +44,33 @@ METRICS = ("iteration_s", "tokens_per_s_per_gpu", "tflops_per_gpu", "mfu")
 DEGREES = ("tp", "pp", "dp", "cp", "ep", "vp")
 MLPS = ("gelu", "swiglu", "squared_relu", "moe")
 RECOMPUTES = ("none", "selective", "full")
-#: The parallel options train-plan may not have yet: (run field, ScaleConfig field, is it used?, reason).
+#: The parallel options of a row and the ScaleConfig field that prices each: (run field, ScaleConfig field, is
+#: it used?, reason while the field is missing). Their values are converted by :func:`split_options`.
 OPTIONS = (
-    ("fsdp", "fsdp", lambda r: r.get("fsdp", 0) > 0, "FSDP (ZeRO-3): not an option yet"),
+    ("fsdp", "dp_shard", lambda r: r.get("fsdp", 0) > 0, "FSDP (ZeRO-3): not an option yet"),
     ("zero", "zero", lambda r: r.get("zero", 0) >= 2, "ZeRO-2/3: not an option yet"),
     ("cp", "cp", lambda r: r.get("cp", 1) > 1, "context parallelism (CP): not an option yet"),
     ("ep", "ep", lambda r: r.get("ep", 1) > 1, "expert parallelism (EP, MoE): not an option yet"),
-    ("layers_per_stage", "layers_per_stage", lambda r: "layers_per_stage" in r,
+    ("layers_per_stage", "first_stage_layers", lambda r: "layers_per_stage" in r,
      "uneven pipeline stages: not an option yet"),
 )
+
+
+def split_options(run: dict) -> dict:
+    """The ScaleConfig fields of the row's sharding, context parallelism, uneven stages, attention and gradient
+    dtype: ``fsdp`` (the sharding group's size) is ZeRO 3 with ``dp_shard`` (0 where the group is all of dp);
+    ``layers_per_stage`` gives the first and last stages' layers (the others must split the rest evenly, which
+    :func:`price` checks); flash attention is ``attention="fused"``; fp16 (Megatron 2021) reduces its gradients
+    in fp16 (``--accumulate-allreduce-grads-in-fp32`` is off by default and forced only with bf16)."""
+    kw = {"zero": 3 if run.get("fsdp", 0) > 0 else run.get("zero", 0), "cp": run.get("cp", 1),
+          "attention": "fused" if run.get("attention") == "flash" else "unfused",
+          "grad_reduce_fp32": run["precision"] != "fp16"}
+    if run.get("fsdp", 0) > 0:
+        kw["dp_shard"] = run["fsdp"] if run["fsdp"] < run.get("dp", 1) else 0
+    stages = run.get("layers_per_stage")
+    if stages and len(set(stages)) > 1:
+        kw.update(first_stage_layers=stages[0], last_stage_layers=stages[-1])
+    return kw
 
 
 def load(path: str = DATA) -> dict:
@@ -148,7 +167,7 @@ def why_not(run: dict, model: dict, fields: set | None = None) -> str | None:
         return "a mixture-of-experts model: not an option yet"
     if run["precision"] not in (*TRAINING, "fp16"):
         return f"precision {run['precision']}: not a train-plan recipe ({', '.join(TRAINING)})"
-    if "layers_per_stage" not in fields and model["layers"] % (run.get("pp", 1) * run.get("vp", 1)):
+    if "first_stage_layers" not in fields and model["layers"] % (run.get("pp", 1) * run.get("vp", 1)):
         return (f"uneven pipeline stages ({model['layers']} layers on {run.get('pp', 1)} x {run.get('vp', 1)} "
                 "stages): not an option yet")
     return None
@@ -165,8 +184,6 @@ def approximations(run: dict, model: dict) -> list[str]:
     out = []
     if model["mlp"] == "squared_relu":
         out.append("squared-ReLU MLP priced as GELU (the same two GEMMs)")
-    if run.get("attention") == "flash":
-        out.append("flash attention priced as unfused kernels")
     if run["precision"] == "fp16":
         out.append("fp16 priced as bf16 (the same A100 rate)")
     return out
@@ -183,13 +200,10 @@ def scale_config(run: dict, model: dict, fields: set | None = None):
               mlp_kind="swiglu" if model["mlp"] == "swiglu" else "gelu",
               t=run.get("tp", 1), p=run.get("pp", 1), d=run.get("dp", 1), sp=bool(run.get("sp", False)),
               interleave=run.get("vp", 1), micro_batch=run["micro_batch"], global_batch=run["global_batch"],
-              recompute=run["recompute"], dp_comm="zero" if run.get("zero", 0) >= 1 else "all_reduce",
+              recompute=run["recompute"],
               dp_overlap=bool(run.get("dp_overlap", False)), dropout=bool(run.get("dropout", True)),
               precision="bf16" if run["precision"] == "fp16" else run["precision"])
-    for rfield, field, used, _ in OPTIONS:
-        if field in fields and rfield in run:
-            kw[field] = run[rfield]
-    return ScaleConfig(**kw)
+    return ScaleConfig(**kw, **{k: v for k, v in split_options(run).items() if k in fields})
 
 
 def price(run: dict, data: dict, cache_dir=None) -> dict:
@@ -206,6 +220,8 @@ def price(run: dict, data: dict, cache_dir=None) -> dict:
         return out | {"reason": why}
     cfg = scale_config(run, model)
     bad = cfg.invalid()
+    if not bad and "layers_per_stage" in run and cfg.stage_layers() != tuple(run["layers_per_stage"]):
+        bad = f"stages {run['layers_per_stage']}: only the first and last may differ from the others"
     if bad:
         return out | {"reason": f"train-plan refuses it: {bad}"}
     hw = resolve_profile(run.get("system", source["system"]))

@@ -119,9 +119,22 @@ def test_the_row_becomes_train_plans_configuration(data):
     run = _run(data, "nemo2407/llama2-70b")
     cfg = vt.scale_config(run, data["model"]["llama2-70b"])
     assert (cfg.t, cfg.p, cfg.d, cfg.interleave, cfg.sp) == (4, 4, 4, 20, True)
-    assert (cfg.kv_heads, cfg.ffn, cfg.mlp_kind, cfg.dp_comm, cfg.dp_overlap) == (8, 28672, "swiglu", "zero", True)
+    assert (cfg.kv_heads, cfg.ffn, cfg.mlp_kind, cfg.zero_stage, cfg.dp_overlap) == (8, 28672, "swiglu", 1, True)
     assert cfg.precision == "fp8-tensorwise" and cfg.dropout is False and cfg.invalid() is None
+    assert cfg.attention == "fused" and cfg.grad_reduce_fp32  # flash attention; bf16 gradients reduce in fp32
     assert cfg.micro_batches == 128 // (1 * 4)
+
+
+def test_fsdp_cp_uneven_stages_and_fp16_gradients_reach_the_configuration(data):
+    m = data["model"]
+    hsdp = vt.scale_config(dict(_run(data, "torchtitan2412/t6-405b-cp2")), m["llama3.1-405b"])
+    assert (hsdp.zero_stage, hsdp.dp_shard, hsdp.cp, hsdp.d) == (3, 0, 2, 4)  # fsdp 4 = all of dp 4
+    group = vt.scale_config(dict(_run(data, "torchtitan2412/t1-8b-fsdp"), fsdp=4), m["llama3-8b"])
+    assert (group.dp_shard, group.replicate_degree) == (4, 2)  # a group of 4 of dp 8: HSDP
+    bloom = vt.scale_config(_run(data, "bloom2022/gbs2048"), m["bloom-176b"])
+    assert bloom.stage_layers() == (5,) + (6,) * 10 + (5,) and bloom.zero_stage == 1 and bloom.invalid() is None
+    old = vt.scale_config(_run(data, "narayanan2021/gpt-1.7b"), m["gpt-1.7b"])
+    assert old.grad_bytes == 2 and old.attention == "unfused"  # fp16 without fp32 gradient accumulation
 
 
 TINY = """
@@ -187,7 +200,7 @@ def test_the_script_runs_on_a_small_data_file(tmp_path, capsys):
     row = vt.price(data["run"][0], data)
     assert row["published_s"] == pytest.approx(published, rel=1e-12)
     assert row["estimate_s"] > 0 and row["ratio"] == row["estimate_s"] / published
-    assert "s/fsdp" in out and "NOT PRICED: FSDP (ZeRO-3): not an option yet" in out
+    assert "NOT PRICED" not in out  # the FSDP row is priced now
     assert "held out (nothing fitted on any source): median |error|" in out
-    assert "1 rows not expressible yet" in out
-    assert "rows using FSDP, CP, fp8 or uneven stages: 0 priced of 1" in out
+    assert "0 rows not expressible yet" in out
+    assert "rows using FSDP, CP, fp8 or uneven stages: 1 priced of 1" in out
