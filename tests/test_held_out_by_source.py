@@ -121,3 +121,13 @@ def test_the_corpus_has_the_head_dims_libraries_and_kernels_it_is_judged_on():
     # every category is reported on at least two sources, so each can be held out
     for cat in vp.CATEGORIES:
         assert len({held_out.source_of(m) for m in rows if m["category"] == cat}) >= 2 or cat == "model", cat
+
+
+def test_torch_eager_norm_kernels_are_reported_apart_from_the_compiled_figure():
+    row = {"category": "memory", "impl": "torch", "params": {}}
+    assert vp.category(row) == "memory_eager" and vp.category(row) not in vp.CATEGORIES
+    assert vp.category(dict(row, impl="inductor")) == "memory" == vp.category({"category": "memory", "params": {}})
+    lines = vp.summary_lines([({"category": "memory", "impl": "torch", "params": {}, "source": "https://x.org/a"}, 0.5),
+                              ({"category": "memory", "params": {}, "source": "https://x.org/a"}, 1.1)])
+    assert any(s.split()[:2] == ["overall", "(compiled"] and "n=  1" in s and "10.0%" in s for s in lines)
+    assert any(s.split()[0] == "memory_eager" and "50.0%" in s for s in lines)
