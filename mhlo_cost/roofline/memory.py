@@ -22,10 +22,10 @@ def fused_profile(analysis, fusion=None, attention: str = "unfused") -> MemoryPr
     return profile(analysis, fusion.row_kernel)
 
 
-def eager_profile(analysis, fusion=None, sdpa: str = "flash") -> MemoryProfile:
+def eager_profile(analysis, fusion=None, sdpa: str = "auto") -> MemoryProfile:
     """The eager estimate of ``analysis`` (PyTorch eager, :func:`mhlo_cost.roofline.eager.eager`): a value made
-    and used inside one framework call is never stored (the attention's scores with a flash or memory-efficient
-    kernel), views (broadcast, transpose, slice, reshape) share their operand's storage, and a value is freed
+    and used inside one framework call is never stored (the scores of an SDPA call on a flash, cuDNN or
+    memory-efficient kernel; an attention written out stores them), views (broadcast, transpose, slice, reshape) share their operand's storage, and a value is freed
     after its last use or once its last Python reference dies, where the call stacks show one
     (:mod:`.eager_hold`)."""
     if fusion is None:

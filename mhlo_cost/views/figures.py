@@ -60,7 +60,7 @@ class Figures:
 
         self.stage(f"estimating on {hw.name}")
         return Roofline(self.analysis, hw, attention=self.attention, execution=self.execution,
-                        sdpa=self.sdpa or "flash")
+                        sdpa=self.sdpa or "auto")
 
     @cached_property
     def fused_memory(self):
@@ -71,7 +71,7 @@ class Figures:
         from ..roofline.memory import eager_profile, fused_profile
 
         if ex == "eager":
-            return eager_profile(analysis, rf.fusion if rf is not None else None, sdpa=self.sdpa or "flash")
+            return eager_profile(analysis, rf.fusion if rf is not None else None, sdpa=self.sdpa or "auto")
         if rf is not None:
             return fused_profile(analysis, rf.fusion)
         # as the estimate fuses with --fuse elementwise: attention as one kernel unless --attention unfused
