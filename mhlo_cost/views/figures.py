@@ -131,8 +131,7 @@ def summary_pairs(analysis, *, roofline=None, fused=None, hw=None, blocks=None, 
         pairs += [(k, v) for k, v in roofline.summary(steps).items() if k not in counts]
         from ..machines.accuracy import statement
 
-        pairs.append(("accuracy", statement(roofline.hw.name, "model",
-                                            "compiled" if roofline.fusion is not None else "unfused")))
+        pairs.append(("accuracy", statement(roofline.hw.name, "model", roofline.execution)))
     if analysis.liveness is not None:
         from ..roofline.memory import summary_lines
 
@@ -141,10 +140,17 @@ def summary_pairs(analysis, *, roofline=None, fused=None, hw=None, blocks=None, 
 
 
 def chosen_first(pairs: list[tuple[str, object]]) -> list[tuple[str, object]]:
-    """Each ``*_fused*`` pair moved just before the unfused pair it replaces, where there is one."""
+    """Each ``*_fused*`` pair (or ``*_eager*``: an execution model's, :func:`memory_suffixes`) moved just before
+    the unfused pair it replaces, where there is one."""
+    from ..machines.execution import memory_suffixes
+
     names = {m for m, _ in pairs}
-    fused = {m.replace("_fused", "", 1): (m, v) for m, v in pairs if "_fused" in m
-             and m.replace("_fused", "", 1) in names}
+    fused = {}
+    for m, v in pairs:
+        for sfx in memory_suffixes():
+            if sfx in m and m.replace(sfx, "", 1) in names:
+                fused[m.replace(sfx, "", 1)] = (m, v)
+                break
     moved = {m for m, _ in fused.values()}
     out = []
     for m, v in pairs:
