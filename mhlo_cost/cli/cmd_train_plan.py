@@ -10,10 +10,13 @@ from .common import (EXIT_OK, UserError, add_force, add_progress, add_quiet, cla
 
 #: The split's options (-t, -p, ...): a sweep makes every split itself, so none of them goes with --sweep.
 SPLIT = (("-t", "t"), ("-p", "p"), ("-d", "d"), ("--sp", "sp"), ("--interleave", "interleave"),
-         ("--micro-batch", "micro_batch"), ("--recompute", "recompute"))
+         ("--micro-batch", "micro_batch"), ("--recompute", "recompute"), ("--cp", "cp"), ("--dp-shard", "dp_shard"),
+         ("--dp-replicate", "dp_replicate"), ("--decoder-first-pipeline-num-layers", "first_stage_layers"),
+         ("--decoder-last-pipeline-num-layers", "last_stage_layers"))
 #: Their values where not given.
 SPLIT_DEFAULTS = (("t", 1), ("p", 1), ("d", 1), ("sp", False), ("interleave", 1), ("micro_batch", 1),
-                  ("recompute", "none"))
+                  ("recompute", "none"), ("cp", 1), ("dp_shard", 0), ("first_stage_layers", 0),
+                  ("last_stage_layers", 0))
 
 
 def _check_options(args) -> None:
@@ -25,6 +28,13 @@ def _check_options(args) -> None:
         if given:
             raise UserError(f"{', '.join(given)} {'does' if len(given) == 1 else 'do'} not go with --sweep, which "
                             "ranks every tensor x pipeline x data split, micro-batch, recompute and interleaving")
+    for opt, v in (("--sweep-cp", args.sweep_cp), ("--sweep-zero", args.sweep_zero)):
+        if v is not None and args.sweep is None:
+            raise UserError(f"{opt} goes with --sweep GPUS")
+    if args.sweep_zero is not None and (args.zero is not None or args.fsdp or args.use_distributed_optimizer
+                                        or args.dp_comm == "zero"):
+        raise UserError("--sweep-zero sweeps the ZeRO stage; it does not go with --zero, --fsdp, "
+                        "--use-distributed-optimizer or --dp-comm zero")
     if not args.hf:
         for opt, v in (("--set", args.set), ("--config", args.config)):
             if v:
@@ -72,7 +82,8 @@ def _split(args, base):
         raise UserError(f"--recompute must be one of {', '.join(RECOMPUTE)}")
     cfg = base.with_split(t=args.t, p=args.p, d=args.d, sp=args.sp, interleave=args.interleave,
                           micro_batch=args.micro_batch, global_batch=args.global_batch,
-                          recompute=args.recompute, dp_comm=args.dp_comm, dp_overlap=args.dp_overlap)
+                          recompute=args.recompute, dp_comm=args.dp_comm, dp_overlap=args.dp_overlap,
+                          **_sharding(args))
     if args.precision is None:
         return cfg
     from dataclasses import replace
@@ -83,6 +94,50 @@ def _split(args, base):
         return replace(cfg, precision=training_recipe(args.precision).name)
     except PrecisionError as e:
         raise UserError(str(e)) from None
+
+
+def _int_list(value: str) -> tuple:
+    """A comma-separated list of positive integers (or ZeRO stages, 0 included), duplicates dropped."""
+    import argparse
+
+    try:
+        out = tuple(dict.fromkeys(int(v) for v in value.split(",")))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a comma-separated list of integers: {value!r}") from None
+    if not out or min(out) < 0:
+        raise argparse.ArgumentTypeError(f"not a list of non-negative integers: {value!r}")
+    return out
+
+
+def _zero_stage(args) -> int:
+    """The one ZeRO stage the options name (--zero N, --fsdp: 3, --use-distributed-optimizer and the old
+    --dp-comm zero: 1); two that disagree are refused."""
+    named = {f"--zero {args.zero}": args.zero} if args.zero is not None else {}
+    if args.fsdp:
+        named["--fsdp"] = 3
+    if args.use_distributed_optimizer:
+        named["--use-distributed-optimizer"] = 1
+    if args.dp_comm == "zero":
+        named["--dp-comm zero"] = 1
+    if len(set(named.values())) > 1:
+        raise UserError(f"{' and '.join(named)} name different ZeRO stages; give one")
+    return next(iter(named.values()), 0)
+
+
+def _sharding(args) -> dict:
+    """The ScaleConfig fields of the sharding, context-parallel and uneven-pipeline options."""
+    shard = args.dp_shard
+    if args.dp_replicate is not None:
+        if shard or args.d % args.dp_replicate:
+            raise UserError(f"--dp-replicate {args.dp_replicate} must divide -d {args.d} (and goes without "
+                            "--dp-shard: the shard degree is d / replicate)")
+        shard = args.d // args.dp_replicate
+    zero = _zero_stage(args)
+    return dict(zero=0 if args.dp_comm == "zero" else zero, dp_shard=shard,
+                reshard_after_forward=args.fsdp_reshard_after_forward != "never", cp=args.cp,
+                cp_comm=args.cp_comm_type, first_stage_layers=args.first_stage_layers,
+                last_stage_layers=args.last_stage_layers, account_embedding=args.account_embedding,
+                account_loss=args.account_loss)
 
 
 def cmd_train_plan(args, console) -> int:
@@ -97,8 +152,8 @@ def cmd_train_plan(args, console) -> int:
     cfg = _config(args)
     progress = console.progress()
     progress.stage(f"planning {cfg.label()} on {hw.name}" if not args.sweep else f"sweeping {args.sweep} GPUs")
-    study = PlanStudy(PlanOptions(cfg, hw, gpus=args.sweep, cache_dir=cache_root(args, console)),  # checked
-                      note=cache_note(console))
+    study = PlanStudy(PlanOptions(cfg, hw, gpus=args.sweep, cache_dir=cache_root(args, console),  # checked
+                                  cps=args.sweep_cp or (1,), zeros=args.sweep_zero), note=cache_note(console))
     table = study.view(ViewRequest(by=args.by or "component"))
     progress.done()
     write_output(render(table, args.format, "raw", wide=True), args.output)
@@ -130,10 +185,15 @@ def register(sub) -> None:
     p.add_argument("--recompute", choices=("none", "selective", "full"), help="default none")
     p.add_argument("--dp-comm", default="all_reduce", choices=("all_reduce", "zero"))
     p.add_argument("--dp-overlap", action="store_true", help="the gradient reduction overlaps the last backward")
+    _register_sharding(p)
     p.add_argument("--precision", metavar="RECIPE",
                    help="the linears' precision: bf16 (default), fp8-tensorwise or fp8-rowwise (torchao Float8Linear: "
                         "forward, dgrad and wgrad GEMMs in fp8; weights bf16, master weights and AdamW moments fp32)")
     p.add_argument("--sweep", type=positive_int, metavar="GPUS", help="rank every split of GPUS devices")
+    p.add_argument("--sweep-cp", type=_int_list, metavar="N,N,...",
+                   help="with --sweep: the context-parallel degrees to try (default 1)")
+    p.add_argument("--sweep-zero", type=_int_list, metavar="Z,Z,...",
+                   help="with --sweep: the ZeRO stages to try (0-3; default: the one given, or 0)")
     add_cache(p, "each lowered layer's analysis")
     p.add_argument("--format", default="table", choices=("table", "csv", "json", "markdown", "html"),
                    help="html: a page with a stacked bar per pipeline stage and both tables (-o FILE)")
@@ -144,3 +204,35 @@ def register(sub) -> None:
     add_quiet(p)
     add_progress(p)
     p.set_defaults(func=cmd_train_plan)
+
+
+def _register_sharding(p) -> None:
+    """The data-parallel sharding, context-parallel and uneven-pipeline options, in Megatron-LM's and PyTorch's
+    (torchtitan's) spellings."""
+    p.add_argument("--zero", type=int, choices=(0, 1, 2, 3),
+                   help="ZeRO stage: 1 optimizer state sharded, 2 and gradients, 3 and parameters (FSDP); default 0")
+    p.add_argument("--fsdp", action="store_true", help="FSDP (ZeRO 3): parameters all-gathered per layer, "
+                                                       "gradients reduce-scattered, prefetched under compute")
+    p.add_argument("--use-distributed-optimizer", action="store_true",
+                   help="Megatron's distributed optimizer: ZeRO 1 (as --dp-comm zero)")
+    p.add_argument("--dp-shard", type=positive_int, metavar="N",
+                   help="HSDP: shard within groups of N data-parallel ranks (x cp), replicate across d / N "
+                        "(torchtitan's data_parallel_shard_degree); default: all d")
+    p.add_argument("--dp-replicate", type=positive_int, metavar="N",
+                   help="HSDP: N replicas of the sharded state (data_parallel_replicate_degree; shard = d / N)")
+    p.add_argument("--fsdp-reshard-after-forward", choices=("always", "never"), default="always",
+                   help="FSDP: free the gathered parameters after the forward (always, default) or keep them "
+                        "for the backward (never: no second all-gather, every layer's parameters held)")
+    p.add_argument("--cp", "--context-parallel-size", dest="cp", type=positive_int,
+                   help="context-parallel degree: the sequence split cp ways, load-balanced causal (default 1)")
+    p.add_argument("--cp-comm-type", choices=("p2p", "all_gather"), default="p2p",
+                   help="p2p: ring attention, K/V send/recv per step overlapping the attention (default); "
+                        "all_gather: K/V all-gathered, not overlapped")
+    p.add_argument("--decoder-first-pipeline-num-layers", dest="first_stage_layers", type=positive_int,
+                   metavar="N", help="uneven pipeline: the first stage's layers (the others split the rest)")
+    p.add_argument("--decoder-last-pipeline-num-layers", dest="last_stage_layers", type=positive_int,
+                   metavar="N", help="uneven pipeline: the last stage's layers")
+    p.add_argument("--account-for-embedding-in-pipeline-split", dest="account_embedding", action="store_true",
+                   help="count the embedding as a layer of the first stage when splitting the layers")
+    p.add_argument("--account-for-loss-in-pipeline-split", dest="account_loss", action="store_true",
+                   help="count the loss (LM head) as a layer of the last stage when splitting the layers")

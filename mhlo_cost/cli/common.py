@@ -53,6 +53,7 @@ def study_options(args, path: str, progress: Progress, hw=None, training: bool |
         conv_padding=getattr(args, "conv_padding", "xla"), training=training, hardware=hw,
         execution=getattr(args, "execution", None), fuse=getattr(args, "fuse", "none") or "none",
         attention=getattr(args, "attention", None), sdpa=getattr(args, "sdpa", None),
+        cudagraphs=bool(getattr(args, "cudagraphs", False)),
         steps=getattr(args, "steps", None), blocks=getattr(args, "blocks", "auto"),
         block_pattern=getattr(args, "block_pattern", None), norms_per_block=getattr(args, "norms_per_block", None),
         isolate=None, shapes=tuple(getattr(args, "shapes", None) or ()))
@@ -175,8 +176,10 @@ def hardware_from_options(args, top_needs_hardware: bool = True):
     if ex is not None and getattr(args, "fuse", "none") not in (None, "none") and ex != "compiled":
         raise UserError(f"--fuse elementwise is --execution compiled; it does not go with --execution {ex}")
     model = execution_of(getattr(args, "fuse", None), ex)
-    if getattr(args, "attention", None) and model != "compiled":
-        raise UserError("--attention goes with --fuse elementwise")  # (= --execution compiled)
+    if getattr(args, "attention", None) and model not in ("compiled", "inductor"):
+        raise UserError("--attention goes with --fuse elementwise (--execution compiled) or --execution inductor")
+    if getattr(args, "cudagraphs", False) and model != "inductor":
+        raise UserError("--cudagraphs goes with --execution inductor")
     if getattr(args, "sdpa", None) and model != "eager":
         raise UserError("--sdpa goes with --execution eager")
     return hw
@@ -269,21 +272,30 @@ def add_estimate(p: argparse.ArgumentParser, steps: bool = False, top: bool = Fa
                    + ("; A,B,C: each block's time, bound and ratio to the first chip, per chip (walked once)"
                       if many else ""))
     g.add_argument("--hardware-file", metavar="FILE", help="TOML file of your own profiles (searched first)")
-    g.add_argument("--execution", choices=("eager", "compiled", "unfused"),
+    g.add_argument("--execution", choices=("eager", "compiled", "inductor", "unfused"),
                    help="how the program is run, for time and memory: eager = PyTorch eager (one kernel per "
-                        "framework op, views free, attention the SDPA kernel); compiled = a fusing compiler "
-                        "(jax.jit, XLA, torch.compile: elementwise chains fused, attention one kernel); unfused "
+                        "framework op, views free, attention the SDPA kernel); compiled = a fusing compiler like "
+                        "XLA (jax.jit: elementwise chains fused into GEMM epilogues and row reductions, attention "
+                        "one kernel); inductor = torch.compile's Inductor (pointwise and reduction fusion by its "
+                        "scheduler's rules, GEMMs as cuBLAS calls, written-out attention rewritten to SDPA, a "
+                        "compiled kernel's launch per kernel; with the compile gain over eager); unfused "
                         "(the default: every IR op its own kernel, an upper bound that needs no data flow)")
+    g.add_argument("--cudagraphs", action="store_true",
+                   help="with --execution inductor: replayed from a CUDA graph (torch.compile "
+                        "mode=\"reduce-overhead\"): no host launch per kernel")
     g.add_argument("--fuse", choices=("none", "elementwise"), default="none",
                    help="the older spelling: elementwise = --execution compiled, none = --execution unfused")
-    g.add_argument("--sdpa", choices=("flash", "cudnn", "mem_efficient", "math"),
-                   help="with --execution eager: the attention kernel (default flash, FlashAttention-2, where the "
-                        "dtype and head dim allow, else mem_efficient; cudnn: cuDNN's, which PyTorch picks on "
-                        "H100/H200; math: its ops one by one)")
+    g.add_argument("--sdpa", choices=("auto", "flash", "cudnn", "mem_efficient", "math"),
+                   help="with --execution eager: the backend of the program's scaled_dot_product_attention calls "
+                        "(attention written out as matmul, softmax, matmul runs as written whatever this says): "
+                        "auto (the default: PyTorch's choice, flash where the dtype and head dim allow, else "
+                        "mem_efficient); flash (FlashAttention-2), cudnn, mem_efficient, or math (the scores and "
+                        "probabilities written to memory). A backend the shapes or the chip cannot run is refused")
     # attention as one kernel
     g.add_argument("--attention", choices=("fused", "unfused"),
-                   help="with --execution compiled: fused (default) prices each attention (dot, softmax, dot) as one "
-                        "flash-attention kernel; unfused as its separate kernels")
+                   help="with --execution compiled or inductor: fused (default) prices each attention (dot, softmax, "
+                        "dot) as one flash-attention kernel (inductor: its SDPA pattern rewrite); unfused as its "
+                        "separate kernels")
     if steps:
         g.add_argument("--steps", type=int, metavar="K", help="summary: a run of K forwards (sampling steps)")
     if top:

@@ -7,17 +7,22 @@ A profile's optional ``[profile.<name>.gemm]`` table::
     tile = [256, 128]        # output tile (rows, columns) one compute unit computes at a time
     k_half = 128             # the contraction length at which a dot reaches half its rate (0: no small-K loss)
     split_k = false          # true: an output of fewer tiles than compute units is split along K (split-K)
+    efficiency_fp8 = 0.7     # optional, per dtype key: the large-shape efficiency of dots in that precision
+    k_half_fp8 = 256         # optional, per dtype key: the k_half of dots in that precision
     [profile.<name>.gemm.curve]   # optional, per dtype key (from `mhlo-cost calibrate`):
     f32 = [[0.001, 0.21], [0.1, 0.55], [10.0, 0.83]]   # [GFLOP of one dot, fraction of peak], ascending
 
 ``efficiency(M, N, K, dtype)`` = base x wave x depth, where base is the curve of the dtype interpolated on
-log(FLOPs) (clamped at its ends) when the profile has one for that dtype, else ``efficiency``; and wave is
+log(FLOPs) (clamped at its ends) when the profile has one for that dtype, else ``efficiency_<dtype>`` when the
+table has one (fp8 GEMMs reach a different fraction of their peak than bf16 ones), else ``efficiency``; and wave is
 the wave-quantization factor tiles / (waves x compute units), tiles = batch x ceil(M / tile_m) x
 ceil(N / tile_n), waves = ceil(tiles / compute units): the last wave of tiles leaves units idle; and
 depth = K / (K + k_half) charges each output tile a fixed cost (filling the operand pipeline, writing the
 tile out) worth k_half steps of its contraction loop, which a short K cannot amortise (1 with k_half = 0).
-With ``split_k``, an output of fewer tiles than compute units is computed in units // tiles slices of its
-contraction (cuBLAS's split-K), each slice a tile of work: tiles x (units // tiles) fill the units.
+``k_half_<dtype>`` replaces k_half for dots of that dtype (a step of an fp8 contraction loop takes half the
+time of a bf16 one, so the same fixed cost is worth more steps). With ``split_k``, an output of fewer tiles
+than compute units is computed in units // tiles slices of its contraction (cuBLAS's split-K), each slice a
+tile of work: tiles x (units // tiles) fill the units.
 A profile without the table runs every dot at the datasheet peak (efficiency 1).
 """
 from __future__ import annotations
@@ -39,13 +44,15 @@ class GemmModel:
     curve: tuple = ()  # ((dtype key, ((flops, fraction), ...)), ...), flops ascending
     k_half: int = 0
     split_k: bool = False
+    by_dtype: tuple = ()  # ((dtype key, large-shape efficiency), ...), sorted by key: ``efficiency_<key>``
+    k_half_by_dtype: tuple = ()  # ((dtype key, k_half), ...), sorted by key: ``k_half_<key>``
 
     def base(self, flops: int, key: str) -> float:
-        """The fraction of peak before wave quantization: the dtype's curve at ``flops``, else the
-        large-shape efficiency."""
+        """The fraction of peak before wave quantization: the dtype's curve at ``flops``, else the dtype's
+        large-shape efficiency, else the large-shape efficiency."""
         pts = dict(self.curve).get(key)
         if not pts:
-            return self.efficiency
+            return dict(self.by_dtype).get(key, self.efficiency)
         if flops <= pts[0][0]:
             return pts[0][1]
         if flops >= pts[-1][0]:
@@ -68,14 +75,16 @@ class GemmModel:
         waves = -(-tiles // self.compute_units)
         return tiles / (waves * self.compute_units)
 
-    def depth(self, k: int) -> float:
-        """K / (K + k_half): the share of a tile's time spent in its contraction loop; 1 without k_half."""
-        if self.k_half <= 0 or k <= 0:
+    def depth(self, k: int, key: str = "") -> float:
+        """K / (K + k_half) (the dtype's k_half where the table has one): the share of a tile's time spent in its
+        contraction loop; 1 without k_half."""
+        k_half = dict(self.k_half_by_dtype).get(key, self.k_half)
+        if k_half <= 0 or k <= 0:
             return 1.0
-        return k / (k + self.k_half)
+        return k / (k + k_half)
 
     def efficiency_of(self, batch: int, m: int, n: int, k: int, key: str) -> float:
-        return self.base(2 * batch * m * n * k, key) * self.wave(batch, m, n) * self.depth(k)
+        return self.base(2 * batch * m * n * k, key) * self.wave(batch, m, n) * self.depth(k, key)
 
     def as_toml(self) -> dict[str, Any]:
         out: dict[str, Any] = {"efficiency": self.efficiency, "compute_units": self.compute_units,
@@ -84,6 +93,10 @@ class GemmModel:
             out["k_half"] = self.k_half
         if self.split_k:
             out["split_k"] = True
+        for key, eff in self.by_dtype:
+            out[f"efficiency_{key}"] = eff
+        for key, kh in self.k_half_by_dtype:
+            out[f"k_half_{key}"] = kh
         if self.curve:
             out["curve"] = {k: [[f / 1e9, e] for f, e in pts] for k, pts in self.curve}
         return out
@@ -121,7 +134,7 @@ def _curve(table: Any, where: str, keys: tuple) -> tuple:
 
 def parse_gemm(table: Any, where: str, keys: tuple) -> GemmModel:
     """A :class:`GemmModel` from a profile's ``gemm`` table (ValueError with ``where`` on bad input)."""
-    known_table(table, where, _FIELDS)
+    known_table(table, where, _FIELDS + tuple(f"{f}_{k}" for f in ("efficiency", "k_half") for k in keys))
     cu = table.get("compute_units", 0)
     if isinstance(cu, bool) or not isinstance(cu, int) or not 0 <= cu <= MAX_COUNT:
         raise ValueError(f"{where}.compute_units must be a whole number in [0, {MAX_COUNT}], got {cu!r}")
@@ -129,11 +142,20 @@ def parse_gemm(table: Any, where: str, keys: tuple) -> GemmModel:
     if (not isinstance(tile, list) or len(tile) != 2
             or not all(isinstance(t, int) and not isinstance(t, bool) and 0 < t <= MAX_COUNT for t in tile)):
         raise ValueError(f"{where}.tile must be [rows, columns] of whole numbers in [1, {MAX_COUNT}], got {tile!r}")
-    kh = table.get("k_half", 0)
-    if isinstance(kh, bool) or not isinstance(kh, int) or not 0 <= kh <= MAX_COUNT:
-        raise ValueError(f"{where}.k_half must be a whole number in [0, {MAX_COUNT}], got {kh!r}")
+    kh = _count(table.get("k_half", 0), f"{where}.k_half")
     split = table.get("split_k", False)
     if not isinstance(split, bool):
         raise ValueError(f"{where}.split_k must be true or false, got {split!r}")
     eff = _fraction(table.get("efficiency", 1), f"{where}.efficiency")
-    return GemmModel(eff, cu, (tile[0], tile[1]), _curve(table.get("curve", {}), f"{where}.curve", keys), kh, split)
+    by_dtype = tuple((k, _fraction(table[f"efficiency_{k}"], f"{where}.efficiency_{k}"))
+                     for k in sorted(keys) if f"efficiency_{k}" in table)
+    k_halves = tuple((k, _count(table[f"k_half_{k}"], f"{where}.k_half_{k}"))
+                     for k in sorted(keys) if f"k_half_{k}" in table)
+    return GemmModel(eff, cu, (tile[0], tile[1]), _curve(table.get("curve", {}), f"{where}.curve", keys), kh, split,
+                     by_dtype, k_halves)
+
+
+def _count(v: Any, where: str) -> int:
+    if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= MAX_COUNT:
+        raise ValueError(f"{where} must be a whole number in [0, {MAX_COUNT}], got {v!r}")
+    return v

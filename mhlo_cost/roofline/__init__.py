@@ -5,6 +5,8 @@
   :mod:`.kernel_io`: what one kernel reads, writes and costs;
 * :mod:`.eager`: one kernel per framework op, as PyTorch eager runs it (``--execution eager``; its function is
   :func:`.eager.eager`);
+* :mod:`.inductor`: the kernels torch.compile's Inductor makes (``--execution inductor``; ``--cudagraphs``), and
+  :mod:`.gain`: the compile gain over eager (eager time / Inductor time, per program and per block);
 * :mod:`.attention`: dot -> softmax -> dot found in the data flow, one kernel (``--attention fused``);
 * :mod:`.calibrate`: microbenchmarks on the local JAX device, written as a profile (``mhlo-cost calibrate``);
 * :mod:`.estimate`: :class:`Roofline`, a program's totals, its disassembly table and its blocks.

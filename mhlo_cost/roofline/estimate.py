@@ -19,12 +19,14 @@ class Roofline:
     """Per-op times of an analysis on one hardware profile, and the views built from them."""
 
     def __init__(self, analysis, hw: Hardware, fuse_mode: str = "none", attention: str | None = None,
-                 execution: str | None = None, sdpa: str = "flash", written: str = "sdpa"):
+                 execution: str | None = None, sdpa: str = "auto", written: str = "auto", cudagraphs: bool = False):
         """``execution`` (:data:`EXECUTIONS`; default: the one ``fuse_mode`` maps onto): ``compiled`` groups
         rows into fused kernels (:func:`.fusion.fuse`), ``eager`` into one kernel per framework op
-        (:func:`.eager.eager`, attention on the SDPA backend ``sdpa``; attention written out op by op as an SDPA
-        call or, ``written="math"``, op by op); either is :attr:`fusion` and the
-        ``_fused`` columns. ``attention`` (compiled): ``fused`` (the default) prices each attention as one kernel
+        (:func:`.eager.eager`, SDPA calls on the backend ``sdpa``; attention written out op by op as written or,
+        ``written="sdpa"``, as an SDPA call); either is :attr:`fusion` and the
+        ``_fused`` columns; ``inductor``: as torch.compile's Inductor (:func:`.inductor.inductor`, replayed from a
+        CUDA graph with ``cudagraphs``), with the compile gain over eager (:mod:`.gain`). ``attention`` (compiled,
+        inductor): ``fused`` (the default) prices each attention as one kernel
         (:mod:`.attention`); ``unfused`` as the separate kernels of its ops."""
         if fuse_mode not in FUSE_MODES:
             raise ValueError(f"unknown fuse mode {fuse_mode!r}: choose one of {', '.join(FUSE_MODES)}")
@@ -32,14 +34,22 @@ class Roofline:
         self.hw = hw
         self.execution = execution_of(fuse_mode, execution)
         self.times = [op_time(r, hw) for r in analysis.rows]
-        self.attention = attention or ("fused" if self.execution == "compiled" else "unfused")
-        self.sdpa = sdpa
+        self.attention = attention or ("fused" if self.execution in ("compiled", "inductor") else "unfused")
+        self.sdpa, self.written = sdpa, written
         if self.execution == "compiled":
             self.fusion = fuse(analysis, hw, self.times, attention=self.attention)
         elif self.execution == "eager":
             from .eager import eager
 
             self.fusion = eager(analysis, hw, self.times, sdpa=sdpa, written=written)
+        elif self.execution == "inductor":
+            from .inductor import inductor
+
+            self.fusion = inductor(analysis, hw, self.times, attention=self.attention, cudagraphs=cudagraphs,
+                                    sdpa=sdpa)
+            from .gain import CompileGain
+
+            self.gain = CompileGain(self)
         else:
             self.fusion = None
         self._exposure: dict = {}
@@ -113,6 +123,8 @@ class Roofline:
             out["fused_kernels"] = sum(k.multiplicity for k in f.kernels)
             out["attention_kernels"] = sum(k.multiplicity for k in f.kernels if k.attention)
             out["fused_bytes"] = sum(k.bytes_read + k.bytes_written for k in f.kernels)
+        if self.execution == "inductor":
+            out.update(self.gain.totals(out["est_time_fused_overlap_s"]))
         return out
 
     @property
@@ -149,6 +161,8 @@ class Roofline:
         for sfx in twins:
             out[f"run_time{sfx}_s"] = tot[f"est_time{sfx}_overlap_s"] * steps
         out["run_flops"] = flops * steps
+        if getattr(self.fusion, "sdpa_note", ""):
+            out["sdpa"] = self.fusion.sdpa_note
         notes = self.precision_notes()
         if notes:
             out["precision_note"] = "; ".join(notes)
@@ -261,6 +275,8 @@ class Roofline:
             extra["est_time_fused_overlap_s"] = lambda r: ft[r.index] + fexp[r.index]
             cb = [rk[i] is not None and ks[rk[i]].bound == "compute" for i in range(len(ts))]
             extra["compute_bound_fused_s"] = lambda r: ft[r.index] if cb[r.index] else 0.0
+        if self.execution == "inductor":
+            extra.update(self.gain.block_extra())
         return extra
 
     def program_bound(self) -> str:
@@ -288,6 +304,10 @@ class Roofline:
         df = block_table(self.analysis, blocks, parts=parts, extra=extra, memory=memory)
         df["est_time_overlap_s"] = df["est_time_s"] - df["comm_time_s"] + df["comm_exposed_s"]
         _total_from(df, self.totals())
+        if self.execution == "inductor":
+            from .gain import add_gain_column
+
+            add_gain_column(df)
         # The block's bound: where most of its (fused, if estimated) device time goes.
         t = df["est_time_fused_s" if self.fusion is not None else "est_time_s"] - df["comm_time_s"]
         c = df["compute_bound_fused_s"] if self.fusion is not None else df["compute_bound_s"]

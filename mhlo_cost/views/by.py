@@ -149,7 +149,8 @@ def title(fig, req: ViewRequest) -> str:
     analysis, rf = fig.analysis, fig.roofline
     text = f"{analysis.source} (entry @{analysis.entry}), by {req.by}" + (f":{req.depth}" if req.depth else "")
     if rf is not None:
-        text += f", on {rf.hw.name}" + {"compiled": ", fused elementwise", "eager": ", eager"}.get(rf.execution, "")
+        text += f", on {rf.hw.name}" + {"compiled": ", fused elementwise", "eager": ", eager",
+                                        "inductor": ", inductor"}.get(rf.execution, "")
     for opt in ("block", "scope"):
         if getattr(req, opt):
             text += f", --{opt} {getattr(req, opt)}"

@@ -53,13 +53,19 @@ def headline(pairs: list[tuple[str, object]]) -> str:
         parts.append(f"params {human(int(s['params']))}")
     t = step_time(s)
     timed = isinstance(t, float) and math.isfinite(t)
-    peak = s.get("peak_bytes_fused", s.get("peak_bytes"))
+    from ..machines.execution import memory_suffixes
+
+    own = next(("peak_bytes" + x for x in memory_suffixes() if "peak_bytes" + x in s), None)
+    peak = s.get(own or "peak_bytes")
     if peak is not None:
-        fused = "peak_bytes_fused" in s and not timed  # else the time's "fused" says it for both
-        label = "eager" if s.get("execution") == "eager" else "fused"
+        fused = own is not None and not timed  # else the time's "fused" says it for both
+        label = s["execution"] if s.get("execution") in ("eager", "inductor") else "fused"
         parts.append(f"peak memory {human(int(peak), 'B')}" + (f" ({label})" if fused else ""))
     if timed:
         on = f" on {s['hardware']}" if s.get("hardware") else ""
-        label = "eager" if s.get("execution") == "eager" else "fused"
+        label = s["execution"] if s.get("execution") in ("eager", "inductor") else "fused"
         parts.append(f"{human_seconds(t)}{on}" + (f", {label}" if "est_time_fused_s" in s else ""))
+        gain = s.get("compile_gain")
+        if isinstance(gain, float) and math.isfinite(gain):  # --execution inductor: eager / inductor
+            parts.append(f"compile gain {gain:.2f}x")
     return " | ".join(parts)

@@ -15,10 +15,14 @@ pipeline and the layer's times F (forward), B (backward), R (recompute) per micr
   bubble is the ``(p - 1)/v`` part (fraction ``(p - 1)/(v m)`` of the ideal time);
 * point-to-point: each micro-batch crosses ``v`` chunk boundaries forward and ``v`` backward per device,
   the activation ``b x s x h`` bf16 (``/t`` with sequence parallelism), device to the next stage's;
-* data parallel: the stage's fp32 gradients all_reduce (or, ``zero``, reduce_scatter the fp32 gradients
-  and all_gather the bf16 weights) over the ``d`` replicas, exposed unless ``dp_overlap``, where the last
-  micro-batch's backward hides up to its length;
-* optimizer: the layer's optimizer phase x layers per stage (``/d`` sharded with ``zero``).
+* data parallel (:mod:`.sharding`): the stage's fp32 gradients all_reduce (or, ZeRO 1, reduce_scatter the
+  fp32 gradients and all_gather the bf16 weights) over the ``cp x d`` replicas once per iteration, exposed
+  unless ``dp_overlap``, where the last micro-batch's backward hides up to its length; ZeRO 2 / FSDP's
+  per-layer collectives are in each micro-batch's F_s / B_s, exposed where they outlast the layer's compute;
+* context parallelism: its K/V exchange per layer and micro-batch in F_s / B_s (what the attention's compute
+  does not hide);
+* uneven pipelines: every slot runs at the pace of the slowest stage (the most layers, or the head's);
+* optimizer: the layer's optimizer phase x layers per stage (``/ (cp x d)`` sharded with ZeRO).
 
 Counts (FLOPs, bytes, micro-batches, transfers) are exact ints; times are floats in seconds.
 """
@@ -30,6 +34,7 @@ from fractions import Fraction
 from ...network import estimate
 from .config import ScaleConfig
 from .costs import LayerCost
+from .sharding import cp_collectives, cp_exposure, dp_collectives, dp_exposure
 
 
 @dataclass(frozen=True)
@@ -46,19 +51,36 @@ class Iteration:
     optimizer: float
     total: float
     counts: dict = field(default_factory=dict)
+    cp_comm: float = 0.0  # context parallelism's exposed exchange (its ring steps beyond the attention's compute)
+    stages: tuple = ()  # per stage: layers, f_s / b_s seconds per micro-batch, its dp Exposure (compose._stages)
+    layer: dict = field(default_factory=dict)  # one layer, one micro-batch: seconds by part (compose._layer)
 
-    def row(self) -> dict:
+    def row(self, every: bool = False) -> dict:
+        """The iteration as one table row (``every``: the sharding/CP/stage columns whether used or not)."""
         c = self.counts
         precision = {} if self.cfg.precision == "bf16" else {"precision": self.cfg.precision}  # (bf16: unchanged)
         return precision | {"config": self.cfg.label(), "t": self.cfg.t, "sp": self.cfg.sp, "p": self.cfg.p,
                 "v": self.cfg.interleave, "d": self.cfg.d, "micro_batch": self.cfg.micro_batch,
                 "micro_batches": self.cfg.micro_batches, "recompute": self.cfg.recompute,
-                "dp_comm": self.cfg.dp_comm, "iteration_s": self.total,
+                "dp_comm": "zero" if self.cfg.zero_stage else "all_reduce", "iteration_s": self.total,
                 "forward_s": self.compute["forward"], "backward_s": self.compute["backward"],
                 "recompute_s": self.compute["recompute"], "tp_comm_s": self.tp_comm, "bubble_s": self.bubble,
                 "p2p_s": self.p2p, "dp_exposed_s": self.dp_exposed, "optimizer_s": self.optimizer,
                 "model_flops": c["model_flops"], "hardware_flops": c["hardware_flops"],
-                "mfu": c["mfu"], "hfu": c["hfu"]}
+                "mfu": c["mfu"], "hfu": c["hfu"]} | self._new_columns(every)
+
+
+    def _new_columns(self, every: bool = False) -> dict:
+        """The columns of the sharding, context parallelism and uneven stages, where any is used (rows without
+        them are unchanged), or ``every`` one of them (a sweep over those dimensions)."""
+        cfg, out = self.cfg, {}
+        if cfg.cp > 1 or every:
+            out.update(cp=cfg.cp, cp_comm=cfg.cp_comm, cp_comm_s=self.cp_comm)
+        if cfg.zero_stage >= 2 or cfg.replicate_degree > 1 or not cfg.reshard_after_forward or every:
+            out.update(zero=cfg.zero_stage, shard=cfg.shard_degree, replicate=cfg.replicate_degree)
+        if cfg.uneven or every:
+            out["stage_layers"] = "/".join(map(str, cfg.stage_layers()))
+        return out
 
 
 def tp_collectives(cfg: ScaleConfig) -> dict:
@@ -86,59 +108,87 @@ def tp_group(cfg: ScaleConfig) -> tuple:
     return (tuple(range(cfg.t)),)
 
 
-def dp_group(cfg: ScaleConfig) -> tuple:
-    """Megatron's rank order: tensor fastest, then data, then pipeline; a data group is t apart."""
-    return tuple(tuple(r * cfg.t + k for r in range(cfg.d)) for k in range(cfg.t))
-
-
 def activation_bytes(cfg: ScaleConfig) -> int:
-    """S of one layer's activation b x s x h, bf16 (the full buffer a TP collective moves)."""
-    return cfg.micro_batch * cfg.seq * cfg.hidden * 2
+    """S of one layer's activation b x s/cp x h, bf16 (the full buffer a TP collective moves)."""
+    return cfg.micro_batch * cfg.local_seq * cfg.hidden * 2
 
 
-def compose(cfg: ScaleConfig, cost: LayerCost, hw, head: LayerCost | None = None) -> Iteration:
-    """The :class:`Iteration` of ``cfg`` from its layer's ``cost`` (and the last stage's ``head``: LM head
-    and loss, which make that stage the slowest) on ``hw`` (a system profile)."""
-    topo = getattr(hw, "topology", None)
-    lps, m, p, v = cfg.layers_per_stage, cfg.micro_batches, cfg.p, cfg.interleave
+def _layer(cfg: ScaleConfig, cost: LayerCost, topo) -> dict:
+    """One layer, one micro-batch, on one device (seconds): compute by phase, the tensor-parallel collectives,
+    and what context parallelism and the per-layer data-parallel collectives expose (:mod:`.sharding`)."""
     t = cost.time_s
     rec = t["forward"] if cfg.recompute == "full" else t["recompute"]
     s_act = activation_bytes(cfg)
     tp = {ph: sum(n * _time(topo, kind, s_act, tp_group(cfg)) for kind, n in kinds)
           for ph, kinds in tp_collectives(cfg).items()}
+    cp = cp_exposure(cfg, topo, cost)
+    f = t["forward"] + tp["forward"] + cp.forward
+    b = t["backward"] + rec + tp["backward"] + cp.backward
+    return {"forward": t["forward"], "backward": t["backward"], "recompute": rec, "tp_forward": tp["forward"],
+            "tp_backward": tp["backward"], "cp": cp, "f": f, "b": b}
+
+
+def _stages(cfg: ScaleConfig, cost: LayerCost, topo, one: dict, head: LayerCost | None) -> list[dict]:
+    """Per pipeline stage: its layers, and its forward / backward seconds per micro-batch (the data-parallel
+    per-layer collectives' exposure in them; the last stage's head)."""
     hf = head.time_s["forward"] if head is not None else 0.0
     hb = head.time_s["backward"] if head is not None else 0.0
-    f_s = lps * (t["forward"] + tp["forward"]) + hf  # the last stage: the slowest
-    b_s = lps * (t["backward"] + rec + tp["backward"]) + hb
+    out = []
+    for s, n in enumerate(cfg.stage_layers()):
+        last = s == cfg.p - 1
+        dp = dp_exposure(cfg, topo, cost, n, one["f"], one["b"])
+        out.append({"layers": n, "dp": dp, "head_forward": hf if last else 0.0, "head_backward": hb if last else 0.0,
+                    "f_s": n * (one["f"] + dp.forward) + (hf if last else 0.0),
+                    "b_s": n * (one["b"] + dp.backward) + (hb if last else 0.0)})
+    return out
+
+
+def compose(cfg: ScaleConfig, cost: LayerCost, hw, head: LayerCost | None = None) -> Iteration:
+    """The :class:`Iteration` of ``cfg`` from its layer's ``cost`` (and the last stage's ``head``: LM head
+    and loss, which make that stage the slowest) on ``hw`` (a system profile). With stages of unequal layer
+    counts the slowest stage sets the pace of every slot."""
+    topo = getattr(hw, "topology", None)
+    m, p, v = cfg.micro_batches, cfg.p, cfg.interleave
+    one = _layer(cfg, cost, topo)
+    stages = _stages(cfg, cost, topo, one, head)
+    slow_stage = max(reversed(range(p)), key=lambda s: stages[s]["f_s"] + stages[s]["b_s"])  # ties: the last
+    slow = stages[slow_stage]
+    n, f_s, b_s, dp = slow["layers"], slow["f_s"], slow["b_s"], slow["dp"]
     # point-to-point: v boundaries forward and v backward per micro-batch (none with one stage); Megatron's
     # scatter/gather optimisation sends 1/t of the activation per tensor rank (all-gathered on NVLink after)
-    p2p_bytes = s_act // cfg.t
-    hop = cfg.t * cfg.d  # the next stage's device with the same tensor and data rank
+    p2p_bytes = activation_bytes(cfg) // cfg.t
+    hop = cfg.t * cfg.cp * cfg.d  # the next stage's device with the same tensor, context and data rank
     p2p_one = _time(topo, "collective_permute", p2p_bytes, ((0, hop),)) if p > 1 else 0.0
     p2p_per_mb = 2 * v * p2p_one if p > 1 else 0.0
     slots = Fraction(m) + Fraction(p - 1, v)  # micro-batch slots on the critical path
     per_mb = f_s + b_s + p2p_per_mb
     bubble = float(Fraction(p - 1, v)) * (f_s + b_s)
-    # data parallel
-    grad_bytes = cost.weight_elems * lps * 4
-    if cfg.d > 1 and cfg.dp_comm == "zero":
-        dp = (_time(topo, "reduce_scatter", grad_bytes, dp_group(cfg))
-              + _time(topo, "all_gather", cost.weight_elems * lps * 2, dp_group(cfg)))
-    elif cfg.d > 1:
-        dp = _time(topo, "all_reduce", grad_bytes, dp_group(cfg))
-    else:
-        dp = 0.0
-    hidden = min(dp, b_s / v) if cfg.dp_overlap else 0.0
-    opt = lps * t["optimizer"] / (cfg.d if cfg.dp_comm == "zero" else 1)
-    total = float(slots) * per_mb + (dp - hidden) + opt
-    compute = {"forward": m * (lps * t["forward"] + hf), "backward": m * (lps * t["backward"] + hb),
-               "recompute": m * lps * rec}
+    hidden = min(dp.iteration, b_s / v) if cfg.dp_overlap else 0.0
+    opt = n * cost.time_s["optimizer"] / cfg.shard_degree
+    total = float(slots) * per_mb + (dp.iteration - hidden) + opt
+    compute = {"forward": m * (n * one["forward"] + slow["head_forward"]),
+               "backward": m * (n * one["backward"] + slow["head_backward"]), "recompute": m * n * one["recompute"]}
     counts = flop_counts(cfg, cost, hw, total, head)
     counts.update(micro_batches=m, p2p_transfers=2 * v * m if p > 1 else 0, p2p_bytes=p2p_bytes,
-                  tp_bytes=s_act, dp_bytes=grad_bytes if cfg.d > 1 else 0, slots=str(slots),
-                  bubble_fraction=str(Fraction(p - 1, v * m)))
-    return Iteration(cfg, compute, m * lps * (tp["forward"] + tp["backward"]), bubble,
-                     float(slots) * p2p_per_mb, dp - hidden, dp, opt, total, counts)
+                  tp_bytes=activation_bytes(cfg), dp_bytes=cost.weight_elems * n * 4 if cfg.cp * cfg.d > 1 else 0,
+                  slots=str(slots), bubble_fraction=str(Fraction(p - 1, v * m)))
+    counts.update(_extra_counts(cfg, cost, n))
+    dp_layers = m * n * (dp.forward + dp.backward)
+    one.update(optimizer=cost.time_s["optimizer"] / cfg.shard_degree, dp_iteration_exposed=dp.iteration - hidden,
+               slow_stage=slow_stage)
+    return Iteration(cfg, compute, m * n * (one["tp_forward"] + one["tp_backward"]), bubble,
+                     float(slots) * p2p_per_mb, dp_layers + dp.iteration - hidden,
+                     m * n * (dp.forward_total + dp.backward_total) + dp.iteration, opt, total, counts,
+                     cp_comm=m * n * (one["cp"].forward + one["cp"].backward), stages=tuple(stages), layer=one)
+
+
+def _extra_counts(cfg: ScaleConfig, cost: LayerCost, n: int) -> dict:
+    """The stage layer counts (uneven pipelines) and the sharding's and context parallelism's collectives."""
+    out = {"stage_layers": list(cfg.stage_layers())} if cfg.uneven else {}
+    rows = [c.row() for c in (*dp_collectives(cfg, cost, n), *cp_collectives(cfg))]
+    if cfg.zero_stage >= 2 or cfg.cp > 1 or cfg.replicate_degree > 1:
+        out["collectives"] = rows
+    return out
 
 
 def model_flops_6nd(cfg: ScaleConfig) -> int:
@@ -161,8 +211,8 @@ def flop_counts(cfg: ScaleConfig, cost: LayerCost, hw, total: float, head: Layer
     rec = g["forward"] if cfg.recompute == "full" else g["recompute"]
     mbs = cfg.micro_batches * cfg.d  # micro-batches of the whole iteration per tensor/pipeline slot
     head_flops = head.gemm_flops["forward"] + head.gemm_flops["backward"] if head is not None else 0
-    model = (per_mb_model * cfg.layers + head_flops) * cfg.t * mbs
-    hardware = model + rec * cfg.layers * cfg.t * mbs
+    model = (per_mb_model * cfg.layers + head_flops) * cfg.t * cfg.cp * mbs
+    hardware = model + rec * cfg.layers * cfg.t * cfg.cp * mbs
     peak = hw.matrix_peak("bf16")
     denom = total * peak * cfg.gpus
     return {"model_flops": model, "hardware_flops": hardware, "formula_flops": model_flops_6nd(cfg),

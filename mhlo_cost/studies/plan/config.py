@@ -9,6 +9,16 @@ all_gather with the optimizer state sharded d ways), the micro-batch ``micro_bat
 ``global_batch``, and the ``recompute`` policy (``none``; ``selective``: attention's softmax and dropout
 only; ``full``: the whole layer, only its input kept).
 
+The sharding of the data-parallel replicas, in one vocabulary (:mod:`.sharding` prices it): ``zero`` the
+ZeRO stage (0: replicated, gradients all_reduced; 1: optimizer state sharded, Megatron's
+``--use-distributed-optimizer`` and the old ``dp_comm="zero"``; 2: gradients too; 3: parameters too, FSDP),
+``dp_shard`` the sharding group (HSDP: shard within groups of ``dp_shard`` replicas, replicate across
+``d / dp_shard``; 0: all ``d``), ``reshard_after_forward`` (FSDP: the parameters all-gathered again for the
+backward, or kept unsharded from the forward). Context parallelism ``cp`` splits the sequence (load-balanced
+causal chunks; ``cp_comm``: ``p2p``, ring attention's send/recv of K/V, or ``all_gather``). Uneven
+pipelines: ``first_stage_layers`` / ``last_stage_layers`` (Megatron's ``--decoder-first/last-pipeline-num-
+layers``), the other stages splitting the rest evenly (:meth:`ScaleConfig.stage_layers`).
+
 :meth:`ScaleConfig.invalid` says why a split cannot run (one sentence), or None.
 """
 from __future__ import annotations
@@ -17,6 +27,7 @@ from dataclasses import dataclass, replace
 
 RECOMPUTE = ("none", "selective", "full")
 DP_COMM = ("all_reduce", "zero")
+CP_COMM = ("p2p", "all_gather")
 
 
 @dataclass(frozen=True)
@@ -44,6 +55,15 @@ class ScaleConfig:
     dropout: bool = True  # Megatron's attention and hidden dropouts (their masks are activations)
     dtype: str = "bfloat16"
     precision: str = "bf16"  # the linears' recipe (mhlo_cost.machines.precision.TRAINING): bf16 or fp8
+    zero: int = 0  # ZeRO stage 0-3 (3: FSDP); dp_comm="zero" (the old spelling) is stage 1
+    dp_shard: int = 0  # HSDP: the sharding group's size (replicated d / dp_shard ways); 0: d
+    reshard_after_forward: bool = True  # FSDP: parameters gathered again in the backward
+    cp: int = 1  # context-parallel degree (the sequence split cp ways)
+    cp_comm: str = "p2p"  # p2p: ring attention's K/V send/recv; all_gather: K/V all-gathered
+    first_stage_layers: int = 0  # uneven pipeline: the first stage's layers (0: the default split)
+    last_stage_layers: int = 0  # the last stage's
+    account_embedding: bool = False  # the embedding counted as a layer of the first stage in the split
+    account_loss: bool = False  # the loss (LM head) counted as a layer of the last stage
 
     @property
     def mlp(self) -> int:
@@ -55,7 +75,29 @@ class ScaleConfig:
 
     @property
     def gpus(self) -> int:
-        return self.t * self.p * self.d
+        return self.t * self.cp * self.p * self.d
+
+    @property
+    def zero_stage(self) -> int:
+        """The ZeRO stage: ``zero``, or 1 where the old spelling ``dp_comm="zero"`` is given."""
+        return self.zero or (1 if self.dp_comm == "zero" else 0)
+
+    @property
+    def shard_degree(self) -> int:
+        """Ranks one replica's sharded state is split over: the sharding group (``dp_shard`` or ``d``) x ``cp``
+        (weights are replicated over the context-parallel ranks, so Megatron and torchtitan shard over both);
+        1 without ZeRO."""
+        return (self.dp_shard or self.d) * self.cp if self.zero_stage else 1
+
+    @property
+    def replicate_degree(self) -> int:
+        """HSDP's replicas of the sharded state (``d / dp_shard``; 1 without HSDP)."""
+        return self.d // self.dp_shard if self.zero_stage and self.dp_shard else 1
+
+    @property
+    def local_seq(self) -> int:
+        """Positions one context-parallel rank holds: seq / cp."""
+        return self.seq // self.cp
 
     @property
     def micro_batches(self) -> int:
@@ -64,22 +106,50 @@ class ScaleConfig:
 
     @property
     def layers_per_stage(self) -> int:
-        """Layers one device holds (all its virtual stages together)."""
-        return self.layers // self.p
+        """Layers one device holds (all its virtual stages together); uneven pipelines: the most any holds."""
+        return max(self.stage_layers()) if self.stage_layers() else self.layers // self.p
+
+    @property
+    def uneven(self) -> bool:
+        return len(set(self.stage_layers())) > 1
 
     @property
     def layers_per_chunk(self) -> int:
         """Layers of one virtual stage (a model chunk): layers / (p x interleave)."""
         return self.layers // (self.p * self.interleave)
 
+    def stage_layers(self) -> tuple:
+        """Layers of each pipeline stage; () where none can be made. As Megatron-core splits them: evenly where no
+        option is given (``p`` must divide the layers); ``account_embedding`` / ``account_loss``
+        (``--account-for-embedding-in-pipeline-split``, ``--account-for-loss-in-pipeline-split``) count the
+        embedding / the loss as one layer of the first / last stage (126 layers on 16 stages with both: 7, 8 x 14,
+        7); given first/last counts (``--decoder-first/last-pipeline-num-layers``), the other stages split the
+        rest evenly."""
+        L, p, first, last = self.layers, self.p, self.first_stage_layers, self.last_stage_layers
+        if not (first or last):
+            extra = int(self.account_embedding) + int(self.account_loss)
+            if (L + extra) % p or (L + extra) // p <= (1 if p == 1 else 0) * extra:
+                return ()
+            per = (L + extra) // p
+            if p == 1:
+                return (L,)
+            return ((per - int(self.account_embedding),) + (per,) * (p - 2) + (per - int(self.account_loss),)
+                    if min(per - int(self.account_embedding), per - int(self.account_loss)) > 0 else ())
+        inner = p - (1 if first else 0) - (1 if last else 0)
+        rest = L - first - last
+        if p < 2 or rest < 0 or (inner == 0 and rest) or (inner and (rest % inner or rest == 0)):
+            return ()
+        mid = (rest // inner,) * inner if inner else ()
+        return ((first,) if first else ()) + mid + ((last,) if last else ())
+
     def model_invalid(self) -> str | None:
         """Why the model itself (whatever its split) cannot run, in one sentence; None where it can."""
         for k in ("layers", "hidden", "heads", "seq", "vocab", "t", "p", "d", "interleave", "micro_batch",
-                  "global_batch"):
+                  "global_batch", "cp"):
             v = getattr(self, k)
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                 return f"{k} must be a positive integer, got {v!r}"
-        for k in ("ffn", "kv_heads"):
+        for k in ("ffn", "kv_heads", "zero", "dp_shard", "first_stage_layers", "last_stage_layers"):
             v = getattr(self, k)
             if not isinstance(v, int) or isinstance(v, bool) or v < 0:
                 return f"{k} must be a positive integer (0: the default), got {v!r}"
@@ -87,6 +157,10 @@ class ScaleConfig:
             return f"recompute must be one of {', '.join(RECOMPUTE)}, got {self.recompute!r}"
         if self.dp_comm not in DP_COMM:
             return f"dp_comm must be one of {', '.join(DP_COMM)}, got {self.dp_comm!r}"
+        if self.zero > 3:
+            return f"zero (the ZeRO stage) must be 0, 1, 2 or 3, got {self.zero}"
+        if self.cp_comm not in CP_COMM:
+            return f"cp_comm must be one of {', '.join(CP_COMM)}, got {self.cp_comm!r}"
         if self.hidden % self.heads:
             return f"heads {self.heads} do not divide hidden {self.hidden}"
         if self.mlp_kind not in ("gelu", "swiglu"):
@@ -117,9 +191,9 @@ class ScaleConfig:
             return f"sequence parallelism: tensor degree {self.t} does not divide seq {self.seq}"
         if self.sp and self.t == 1:
             return "sequence parallelism needs a tensor degree above 1"
-        if self.layers % (self.p * self.interleave):
-            return (f"pipeline degree {self.p} x interleave {self.interleave} does not divide "
-                    f"layers {self.layers}")
+        why = self._pipeline_invalid() or self._sharding_invalid() or self._cp_invalid()
+        if why:
+            return why
         if self.interleave > 1 and self.p == 1:
             return "interleaving needs a pipeline degree above 1"
         if self.global_batch % (self.micro_batch * self.d):
@@ -128,6 +202,40 @@ class ScaleConfig:
         if self.interleave > 1 and self.micro_batches % self.p:
             return (f"the interleaved schedule needs micro-batches ({self.micro_batches}) to be a multiple of "
                     f"the pipeline degree {self.p}")
+        return None
+
+    def _pipeline_invalid(self) -> str | None:
+        if not self.stage_layers():
+            given = self.first_stage_layers or self.last_stage_layers
+            extra = int(self.account_embedding) + int(self.account_loss)
+            return (f"pipeline degree {self.p}: first/last stage layers {self.first_stage_layers}/"
+                    f"{self.last_stage_layers} leave no even split of the other stages' layers of {self.layers}"
+                    if given else f"pipeline degree {self.p} does not divide layers {self.layers}"
+                    + (f" + {extra} (embedding/loss counted)" if extra else "")
+                    + "; give --decoder-first/last-pipeline-num-layers or "
+                    "--account-for-embedding/loss-in-pipeline-split")
+        if self.interleave > 1 and (self.uneven or self.layers % (self.p * self.interleave)):
+            return (f"pipeline degree {self.p} x interleave {self.interleave} does not divide "
+                    f"layers {self.layers}")
+        return None
+
+    def _sharding_invalid(self) -> str | None:
+        if self.dp_comm == "zero" and self.zero not in (0, 1):
+            return f"dp_comm zero is ZeRO stage 1; it does not go with zero {self.zero}"
+        if self.dp_shard and not self.zero_stage:
+            return "a sharding group (dp_shard, HSDP) needs a ZeRO stage (zero 1-3)"
+        if self.dp_shard and self.d % self.dp_shard:
+            return f"sharding group {self.dp_shard} does not divide the data degree {self.d}"
+        if not self.reshard_after_forward and self.zero_stage != 3:
+            return "reshard-after-forward off applies to FSDP (zero 3) only"
+        return None
+
+    def _cp_invalid(self) -> str | None:
+        if self.cp > 1 and self.seq % (2 * self.cp):
+            return (f"context parallelism: 2 x cp ({2 * self.cp}) does not divide seq {self.seq} (load-balanced "
+                    "causal chunks)")
+        if self.sp and self.local_seq % self.t:
+            return f"sequence parallelism: tensor degree {self.t} does not divide seq / cp {self.local_seq}"
         return None
 
     def with_split(self, **kw) -> "ScaleConfig":
@@ -139,13 +247,23 @@ class ScaleConfig:
         key = (self.hidden, self.heads, self.seq, self.mlp, self.t, self.sp, self.micro_batch,
                self.recompute, self.dropout, self.dtype)
         key = key if (self.kv, self.mlp_kind) == (self.heads, "gelu") else key + (self.kv, self.mlp_kind)
+        key = key if self.cp == 1 else key + (("cp", self.cp),)  # (keys without cp unchanged)
         return key if self.precision == "bf16" else key + (self.precision,)  # (bf16 keys unchanged)
 
     def label(self) -> str:
         sp = "+sp" if self.sp else ""
         v = f" v{self.interleave}" if self.interleave > 1 else ""
-        return (f"t{self.t}{sp} p{self.p}{v} d{self.d} mb{self.micro_batch} {self.recompute}"
-                f"{' zero' if self.dp_comm == 'zero' else ''}")
+        cp = f" cp{self.cp}{'' if self.cp_comm == 'p2p' else '-ag'}" if self.cp > 1 else ""
+        pp = f"({'/'.join(map(str, sorted(set(self.stage_layers()))))})" if self.uneven else ""
+        return (f"t{self.t}{sp}{cp} p{self.p}{pp}{v} d{self.d} mb{self.micro_batch} {self.recompute}"
+                f"{self._sharding_label()}")
+
+    def _sharding_label(self) -> str:
+        z = self.zero_stage
+        if z < 3:
+            return ("", " zero", " zero2")[z]
+        hsdp = f" hsdp{self.dp_shard}x{self.replicate_degree}" if self.replicate_degree > 1 else " fsdp"
+        return hsdp + ("" if self.reshard_after_forward else "-noreshard")
 
 
 #: The models of Korthikanti et al. 2022 (Table 3), vocabulary 51,200 as Megatron pads GPT-2's.

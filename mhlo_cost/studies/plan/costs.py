@@ -8,8 +8,10 @@ shapes shares one lowering (in memory, and on disk as a ``plan/layers`` entry of
 :mod:`mhlo_cost.files.cache`, under the cache root ``cache_dir`` when one is given: keyed by the layer's
 shapes, the chip's figures and the code hash, so a changed rule is never served a stale cost).
 
-Rows under the scope ``tp_comm`` (the stand-ins of the tensor-parallel collectives) are left out of the
-compute; :mod:`.compose` prices the collectives themselves.
+Rows under the scopes ``tp_comm`` and ``cp_comm`` (the stand-ins of the tensor- and context-parallel
+collectives) are left out of the compute; :mod:`.compose` and :mod:`.sharding` price the collectives
+themselves. ``core_s`` keeps the attention proper's seconds by phase (scope ``core``: what ring attention's
+send/recv overlaps).
 """
 from __future__ import annotations
 
@@ -43,6 +45,8 @@ class LayerCost:
     master_bytes: int = 0  # fp32 master weights
     moment_bytes: int = 0  # AdamW's first and second moments (fp32) and its step counter
     ops: int = 0
+    core_s: dict = field(default_factory=lambda: {p: 0.0 for p in PHASES})  # phase -> seconds of the attention
+    # proper (scope core)
 
     @property
     def activation_bytes(self) -> int:
@@ -53,11 +57,11 @@ class LayerCost:
 
 _BY_PHASE = Record({p: COUNT for p in PHASES})
 #: What a layer's entry holds: the fields of :class:`LayerCost`.
-LAYERS = Schema("plan/layers", 1, Record({
+LAYERS = Schema("plan/layers", 2, Record({
     "key": TEXT, "chip": TEXT, "gemm_flops": _BY_PHASE, "vector_flops": _BY_PHASE,
     "time_s": Record({p: AMOUNT for p in PHASES}), "dgrad_flops": COUNT, "wgrad_flops": COUNT,
     "saved_bytes": COUNT, "input_bytes": COUNT, "weight_elems": COUNT, "weight_bytes": COUNT, "master_bytes": COUNT,
-    "moment_bytes": COUNT, "ops": COUNT}))
+    "moment_bytes": COUNT, "ops": COUNT, "core_s": Record({p: AMOUNT for p in PHASES})}))
 #: Fields of a profile that name or describe it: a chip's cost does not depend on them.
 _NAMING = ("name", "aliases", "vendor", "description", "source")
 
@@ -104,13 +108,16 @@ def analyse_layer(cfg: ScaleConfig, hw, key: str = "", chip: str = "", part: str
     gemm = {p: 0 for p in PHASES}
     vec = {p: 0 for p in PHASES}
     times = {p: 0.0 for p in PHASES}
+    core = {p: 0.0 for p in PHASES}
     dgrad = wgrad = 0
     for i, r in enumerate(a.rows):
         p = ph.phase[i]
         gemm[p] += r.gemm_flops + r.conv_flops
         vec[p] += r.vector_flops
-        if "tp_comm" not in r.scope.split("/"):
+        scopes = r.scope.split("/")
+        if "tp_comm" not in scopes and "cp_comm" not in scopes:
             times[p] += rf.fusion.row_time[i]
+            core[p] += rf.fusion.row_time[i] if "core" in scopes else 0.0
         if p == "backward" and ph.grad[i] == "dgrad":
             dgrad += r.gemm_flops
         elif p == "backward" and ph.grad[i] == "wgrad":
@@ -127,4 +134,4 @@ def analyse_layer(cfg: ScaleConfig, hw, key: str = "", chip: str = "", part: str
         dgrad_flops=dgrad, wgrad_flops=wgrad, saved_bytes=mem["saved_activations"],
         input_bytes=sum(x.type.nbytes for x in inputs), weight_elems=sum(x.type.nelems for x in weights),
         weight_bytes=sum(x.type.nbytes for x in weights), master_bytes=sum(x.type.nbytes for x in master),
-        moment_bytes=sum(x.type.nbytes for x in moments), ops=len(a.rows))
+        moment_bytes=sum(x.type.nbytes for x in moments), ops=len(a.rows), core_s=core)

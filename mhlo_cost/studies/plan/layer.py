@@ -13,6 +13,12 @@ a broadcast of the shard to the full sequence; a reduce_scatter: a slice; an all
 that shapes stay right; :mod:`mhlo_cost.studies.plan.compose` prices the collectives on the system's network and
 leaves the stand-ins' rows out of the compute.
 
+Context parallelism (``cp`` > 1): the device holds seq / cp positions (two load-balanced chunks of the
+causal sequence, as Megatron and torchtitan split it); its queries meet every position's keys and values,
+which the program gathers with a stand-in under the scope ``cp_comm`` (ring attention's send/recv, or the
+all_gather, priced by :mod:`.sharding`): the scores are (s/cp) x s, 1/cp of the layer's attention FLOPs and
+of its saved scores. The keys and values are saved at s/cp (the gathered ones are remade in the backward).
+
 The step: ``jax.vjp`` of the layer at the micro-batch's input (the forward, then the backward with the
 gradient of the input for the previous layer and of the weights), then Megatron's mixed-precision AdamW on
 the layer's weights (fp32 master weights and moments, the bf16 weights cast back from the master).
@@ -124,7 +130,25 @@ def _scatter(x, cfg: ScaleConfig):
     if not cfg.sp:
         return x
     with scope("tp_comm"):
-        return x[:, : cfg.seq // cfg.t]
+        return x[:, : cfg.local_seq // cfg.t]
+
+
+def _cp_gather(x, cfg: ScaleConfig):
+    """Stand-in for context parallelism's K/V exchange: (b, s/cp, heads, d) -> (b, s, heads, d)."""
+    if cfg.cp == 1:
+        return x
+    with scope("cp_comm"):
+        b, n, a, d = x.shape
+        return jnp.broadcast_to(x[:, None], (b, cfg.cp, n, a, d)).reshape(b, cfg.cp * n, a, d)
+
+
+def _scores(q, k, cfg: ScaleConfig):
+    """The causally masked scores (b, heads/t, n, n x cp) of the local queries against every key."""
+    s = lax.dot_general(q, _cp_gather(k, cfg), (((3,), (3,)), ((0, 2), (0, 2))))
+    n, full = s.shape[-2], s.shape[-1]
+    i = lax.iota(jnp.int32, n) + (full - n)  # (positions: the mask's cost does not depend on which)
+    j = lax.iota(jnp.int32, full)
+    return jnp.where(i[:, None] >= j[None, :], s, jnp.asarray(jnp.finfo(s.dtype).min, s.dtype))
 
 
 def _qkv(qkv, cfg: ScaleConfig, d: int):
@@ -159,13 +183,11 @@ def layer_fn(cfg: ScaleConfig):
             hdn = _gather(hdn, cfg)
             b, n, _ = hdn.shape
             q, k, v = _qkv(_dense(p["qkv"], hdn, cfg), cfg, d)
-            s = lax.dot_general(q, k, (((3,), (3,)), ((0, 2), (0, 2))))  # (b, a/t, n, n)
-            i = lax.iota(jnp.int32, n)
-            s = jnp.where(i[:, None] >= i[None, :], s, jnp.asarray(jnp.finfo(s.dtype).min, s.dtype))
-            probs = _softmax(s)
-            probs, key = drop(probs, key, "attn_mask")
-            probs = checkpoint_name(probs, "attn_drop")
-            o = lax.dot_general(probs, v, (((3,), (1,)), ((0, 1), (0, 2))))  # (b, a/t, n, d)
+            with scope("core"):  # the attention proper (context parallelism's exchange overlaps it)
+                probs = _softmax(_scores(q, k, cfg))  # (b, a/t, n, n cp)
+                probs, key = drop(probs, key, "attn_mask")
+                probs = checkpoint_name(probs, "attn_drop")
+                o = lax.dot_general(probs, _cp_gather(v, cfg), (((3,), (1,)), ((0, 1), (0, 2))))  # (b, a/t, n, d)
             o = checkpoint_name(jnp.transpose(o, (0, 2, 1, 3)).reshape(b, n, -1), "proj_in")
             y = _scatter(_dense(p["proj"], o, cfg), cfg)
             y, key = drop(y, key, "drop1_mask")
@@ -218,7 +240,7 @@ def lower_layer(cfg: ScaleConfig, locations: bool = True) -> str:
     params = param_shapes(cfg)
     master = jax.tree_util.tree_map(lambda s: jax.ShapeDtypeStruct(s.shape, F32), params)
     opt_state = jax.eval_shape(tx.init, master)
-    n = cfg.seq // cfg.t if cfg.sp else cfg.seq
+    n = cfg.local_seq // cfg.t if cfg.sp else cfg.local_seq
     x = jax.ShapeDtypeStruct((cfg.micro_batch, n, cfg.hidden), jnp.dtype(cfg.dtype))
     key = jax.ShapeDtypeStruct((4,), jnp.uint32)
     low = jax.jit(step, donate_argnums=(0, 1, 2)).lower(params, master, opt_state, x, x, key)
@@ -266,8 +288,8 @@ def lower_head(cfg: ScaleConfig, locations: bool = True) -> str:
     params = {"ln_f": {"scale": jax.ShapeDtypeStruct((cfg.hidden,), dt),
                        "bias": jax.ShapeDtypeStruct((cfg.hidden,), dt)},
               "w": jax.ShapeDtypeStruct((cfg.hidden, cfg.vocab // cfg.t), dt)}
-    n = cfg.seq // cfg.t if cfg.sp else cfg.seq
+    n = cfg.local_seq // cfg.t if cfg.sp else cfg.local_seq
     x = jax.ShapeDtypeStruct((cfg.micro_batch, n, cfg.hidden), dt)
-    targets = jax.ShapeDtypeStruct((cfg.micro_batch, cfg.seq), jnp.int32)
+    targets = jax.ShapeDtypeStruct((cfg.micro_batch, cfg.local_seq), jnp.int32)
     low = jax.jit(head_step_fn(cfg)).lower(params, x, targets)
     return low.as_text(debug_info=locations)

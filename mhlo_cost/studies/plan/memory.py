@@ -1,17 +1,21 @@
 """Bytes per GPU of a training configuration, by category, on the device that holds the most (the first
 pipeline stage), as exact ints from the per-device layer's IR.
 
-* weights: the layer's bf16 weight arguments x layers per stage;
-* gradients: Megatron's fp32 gradient buffer (``main_grad``), 4 bytes per weight element;
+* weights: the layer's bf16 weight arguments x layers per stage; FSDP (ZeRO 3): their shard (``/ (cp x
+  dp_shard)``) plus the unsharded buffers of two layers (the one running and the one prefetched), or, with
+  reshard-after-forward off, of every layer of the stage (the forward leaves them gathered for the backward);
+* gradients: Megatron's fp32 gradient buffer (``main_grad``), 4 bytes per weight element; ZeRO 2 / 3: its
+  shard plus one layer's unsharded fp32 gradient (the one being reduce-scattered);
 * optimizer state: the fp32 master weights and AdamW's two moments (the step's donated fp32 arguments),
-  divided by ``d`` when the optimizer state is sharded (``dp_comm="zero"``);
+  divided by the sharding degree (``cp x d``, or ``cp x dp_shard`` with HSDP) under ZeRO 1-3;
 * activations: what one micro-batch of one layer keeps (the tensors the backward reads from the forward,
   from the IR's data flow; with full recompute, the layer's input), times the layer-micro-batches the first
   stage holds at once: 1F1B keeps ``min(p, m)`` micro-batches of its ``L/p`` layers; the interleaved
   schedule ``(1 + (p - 1)/(p v))`` times as many (Korthikanti et al. 2022, section 4.2.3).
 
 Other stages hold fewer micro-batches (:func:`held_layer_microbatches` of the stage).
-The embedding and LM head weights and the logits are left out (as in Korthikanti's Figure 1).
+The embedding and LM head weights and the logits are left out (as in Korthikanti's Figure 1). Context
+parallelism's split of the activations (s/cp positions, (s/cp) x s scores) is in the layer's IR.
 """
 from __future__ import annotations
 
@@ -30,20 +34,24 @@ def held_layer_microbatches(cfg: ScaleConfig, stage: int = 0) -> Fraction:
     m v)`` chunks of ``L/(p v)`` layers, which for the first stage is Korthikanti's ``L/p x p (1 + (p-1)/(p v))``."""
     p, v, m = cfg.p, cfg.interleave, cfg.micro_batches
     if v == 1:
-        return Fraction(cfg.layers_per_stage * min(p - stage, m))
+        return Fraction(cfg.stage_layers()[stage] * min(p - stage, m))
     return Fraction(cfg.layers_per_chunk * min(2 * (p - stage - 1) + (v - 1) * p + 1, m * v))
 
 
 def memory(cfg: ScaleConfig, cost: LayerCost, capacity: float | None = None, stage: int = 0) -> dict:
     """Bytes per GPU of pipeline stage ``stage`` (default the first, which holds the most) by category, their
     ``total``, and ``fits`` where ``capacity`` (bytes) is given."""
-    lps = cfg.layers_per_stage
-    shard = cfg.d if cfg.dp_comm == "zero" else 1
+    n = cfg.stage_layers()[stage]
+    z, shard = cfg.zero_stage, cfg.shard_degree
     held = held_layer_microbatches(cfg, stage) * cost.activation_bytes
+    weights = cost.weight_bytes * n
+    if z == 3:
+        weights = weights // shard + cost.weight_bytes * (2 if cfg.reshard_after_forward else n)
+    grads = cost.weight_elems * 4 * n
     out = {
-        "weights": cost.weight_bytes * lps,
-        "gradients": cost.weight_elems * 4 * lps,
-        "optimizer_state": (cost.master_bytes + cost.moment_bytes) * lps // shard,
+        "weights": weights,
+        "gradients": grads // shard + cost.weight_elems * 4 if z >= 2 else grads,
+        "optimizer_state": (cost.master_bytes + cost.moment_bytes) * n // shard,
         "activations": held.numerator // held.denominator,
     }
     out["total"] = sum(out[k] for k in CATEGORIES)

@@ -28,8 +28,8 @@ class Plan:
     cost: LayerCost | None = None  # the per-device layer's analysis
     head: LayerCost | None = None  # the last stage's head's
 
-    def row(self) -> dict:
-        r = self.iteration.row()
+    def row(self, every: bool = False) -> dict:
+        r = self.iteration.row(every)
         r.update({f"mem_{k}": self.memory[k] for k in (*CATEGORIES, "total")})
         r["fits"] = self.memory.get("fits", True)
         return r
@@ -44,7 +44,11 @@ def plan(cfg: ScaleConfig, hw, cache_dir: str | os.PathLike | None = None, note=
     cost = layer_cost(cfg, hw, cache_dir, note=note)
     head = layer_cost(cfg, hw, cache_dir, part="head", note=note)
     it = compose(cfg, cost, hw, head)
-    return Plan(cfg, it, memory(cfg, cost, getattr(hw, "hbm_capacity", None)), cost, head)
+    cap = getattr(hw, "hbm_capacity", None)
+    stages = range(cfg.p) if cfg.uneven else (0,)  # even: the first stage holds the most
+    held = max((memory(cfg, cost, cap, stage=s) | ({"stage": s} if cfg.uneven else {}) for s in stages),
+               key=lambda r: r["total"])
+    return Plan(cfg, it, held, cost, head)
 
 
 def breakdown_frame(p: Plan) -> pd.DataFrame:
@@ -52,6 +56,7 @@ def breakdown_frame(p: Plan) -> pd.DataFrame:
     it = p.iteration
     parts = [("compute/forward", it.compute["forward"]), ("compute/backward", it.compute["backward"]),
              ("compute/recompute", it.compute["recompute"]), ("tp_comm (exposed)", it.tp_comm),
+             *([("cp_comm (exposed)", it.cp_comm)] if p.cfg.cp > 1 else []),
              ("pipeline bubble", it.bubble), ("p2p", it.p2p), ("dp_comm (exposed)", it.dp_exposed),
              ("optimizer", it.optimizer)]
     total = it.total
@@ -72,10 +77,27 @@ def facts(p: Plan) -> list[str]:
         f"{c['formula_flops']:,}, 6ND with N = 12 L h^2: {c['rule_6nd']:,}); hardware FLOPs "
         f"{c['hardware_flops']:,} (recompute included)",
         f"MFU {c['mfu']:.1%}, HFU {c['hfu']:.1%} of the bf16 peak",
-        "memory per GPU (first stage): " + ", ".join(f"{k.replace('_', ' ')} {m[k] / gib:.2f} GiB"
-                                                    for k in (*CATEGORIES, "total"))
+        f"memory per GPU ({'first stage' if not m.get('stage') else 'stage %d, the most' % m['stage']}): "
+        + ", ".join(f"{k.replace('_', ' ')} {m[k] / gib:.2f} GiB" for k in (*CATEGORIES, "total"))
         + (f"; {'fits' if m['fits'] else 'does NOT fit'} in {m['capacity'] / gib:.1f} GiB" if "fits" in m else ""),
     ]
+    return lines + _sharding_facts(p)
+
+
+def _sharding_facts(p: Plan) -> list[str]:
+    """The lines of uneven stages, the sharding and context parallelism, where used."""
+    cfg, c, it = p.cfg, p.iteration.counts, p.iteration
+    lines = []
+    if cfg.uneven:
+        lines.append(f"pipeline stages' layers: {'/'.join(map(str, cfg.stage_layers()))} (the slowest, stage "
+                     f"{it.layer['slow_stage']}, sets every slot)")
+    if cfg.zero_stage or cfg.cp > 1:
+        lines.append(f"ZeRO stage {cfg.zero_stage}, sharded over {cfg.shard_degree} ranks (cp x dp_shard), "
+                     f"{cfg.replicate_degree} replica(s); data-parallel comm {it.dp_total:.4g} s, exposed "
+                     f"{it.dp_exposed:.4g} s")
+    for r in c.get("collectives", []):
+        lines.append(f"  {r['what']}: {r['kind']} of {r['bytes']:,} bytes over {r['group_size']} ranks, per "
+                     f"{r['per'].replace('_', ' ')}")
     return lines
 
 
@@ -103,37 +125,57 @@ def _degrees(gpus: int, max_t: int, only=None):
 
 
 def split_count(gpus: int, *, micro_batches=(1, 2, 4), recomputes=("full", "selective"), interleaves=(1, 2, 3),
-                max_t: int = 8, only=None) -> int:
+                max_t: int = 8, only=None, cps=(1,), zeros=None) -> int:
     """How many configurations :func:`splits` yields (valid or not), counted without making them."""
-    per = len(micro_batches) * len(recomputes)
+    per = len(micro_batches) * len(recomputes) * len(zeros or (None,))
     flat = sum(1 for v in interleaves if not v > 1)
-    return sum(per * (len(interleaves) if pp > 1 else flat) for _, pp, _ in _degrees(gpus, max_t, only))
+    return sum(per * (len(interleaves) if pp > 1 else flat) if gpus % cp == 0 else 1
+               for cp in cps for _, pp, _ in (_degrees(gpus // cp, max_t, only) if gpus % cp == 0 else [(0, 0, 0)]))
+
+
+def _pipeline_split(cfg: ScaleConfig) -> ScaleConfig:
+    """Where the pipeline degree does not divide the layers, Megatron-core's split that counts the embedding and
+    the loss as layers, if that one divides (126 layers on 16 stages)."""
+    if cfg.stage_layers() or cfg.first_stage_layers or cfg.last_stage_layers or cfg.interleave > 1:
+        return cfg
+    accounted = cfg.with_split(account_embedding=True, account_loss=True)
+    return accounted if accounted.stage_layers() else cfg
 
 
 def splits(base: ScaleConfig, gpus: int, *, micro_batches=(1, 2, 4), recomputes=("full", "selective"),
-           interleaves=(1, 2, 3), max_t: int = 8, only=None):
-    """(config, reason or None) for every tensor x pipeline x data split of ``gpus`` (t a power of two up to
-    ``max_t``, sequence parallelism on where t > 1; ``only(t, p, d)``: those it is true of), micro-batch,
-    recompute and interleaving."""
-    for t, pp, d in _degrees(gpus, max_t, only):
-        for mb, rc, v in product(micro_batches, recomputes, interleaves):
-            if v > 1 and pp == 1:
-                continue
-            cfg = base.with_split(t=t, p=pp, d=d, sp=t > 1, micro_batch=mb, recompute=rc, interleave=v)
-            why = cfg.invalid() or (f"tensor degree {t} above {max_t} (beyond one node's NVLink)"
-                                    if t > max_t else None)
-            yield cfg, why
+           interleaves=(1, 2, 3), max_t: int = 8, only=None, cps=(1,), zeros=None):
+    """(config, reason or None) for every tensor x context x pipeline x data split of ``gpus`` (t a power of two
+    up to ``max_t``, sequence parallelism on where t > 1; ``cps`` the context-parallel degrees; ``only(t, p,
+    d)``: those it is true of), micro-batch, recompute, interleaving and ZeRO stage (``zeros``; None: the
+    base's). A pipeline degree that does not divide the layers takes Megatron's embedding/loss-counted split
+    where that divides."""
+    for cp in cps:
+        if gpus % cp:
+            yield base.with_split(cp=cp), f"context-parallel degree {cp} does not divide {gpus} GPUs"
+            continue
+        for t, pp, d in _degrees(gpus // cp, max_t, only):
+            for mb, rc, v, z in product(micro_batches, recomputes, interleaves, zeros or (None,)):
+                if v > 1 and pp == 1:
+                    continue
+                cfg = base.with_split(t=t, p=pp, d=d, sp=t > 1, micro_batch=mb, recompute=rc, interleave=v, cp=cp)
+                cfg = _pipeline_split(cfg if z is None else cfg.with_split(zero=z, dp_comm="all_reduce"))
+                why = cfg.invalid() or (f"tensor degree {t} above {max_t} (beyond one node's NVLink)"
+                                        if t > max_t else None)
+                yield cfg, why
 
 
 def sweep(base: ScaleConfig, gpus: int, hw, cache_dir=None, note=None, **kw) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(ranked table of the valid splits, table of the skipped ones with their reason)."""
-    rows, skipped = [], []
+    plans, skipped = [], []
     for cfg, why in splits(base, gpus, **kw):
         if why:
             skipped.append({"config": cfg.label(), "reason": why})
             continue
-        rows.append(plan(cfg, hw, cache_dir, note).row())
-    df = pd.DataFrame(rows)
+        plans.append(plan(cfg, hw, cache_dir, note))
+    # the sharding / CP / stage columns on every row where the sweep has those dimensions or an uneven split
+    every = (tuple(kw.get("cps", (1,))) != (1,) or kw.get("zeros") is not None
+             or any(p.cfg.uneven for p in plans))
+    df = pd.DataFrame([p.row(every) for p in plans])
     if len(df):
         df = df.sort_values(["fits", "iteration_s", "config"], ascending=[False, True, True], kind="stable")
         df.insert(0, "rank", [i + 1 if f else 0 for i, f in enumerate(df["fits"])])

@@ -15,27 +15,32 @@ import pandas as pd
 from .memory import CATEGORIES, memory
 
 #: The components of a stage's time, in the order of the breakdown table.
-COMPONENTS = ("forward", "backward", "recompute", "tp_comm", "p2p", "dp_exposed", "optimizer", "idle")
+COMPONENTS = ("forward", "backward", "recompute", "tp_comm", "cp_comm", "p2p", "dp_exposed", "optimizer", "idle")
+
+
+def _seconds(it, st: dict, m: int) -> dict:
+    """A stage's components but idle (seconds per iteration) from the per-layer parts and the stage's layers."""
+    one, n, dp = it.layer, st["layers"], st["dp"]
+    return {"forward": m * (n * one["forward"] + st["head_forward"]),
+            "backward": m * (n * one["backward"] + st["head_backward"]), "recompute": m * n * one["recompute"],
+            "tp_comm": m * n * (one["tp_forward"] + one["tp_backward"]),
+            "cp_comm": m * n * (one["cp"].forward + one["cp"].backward), "p2p": it.p2p,
+            "dp_exposed": m * n * (dp.forward + dp.backward) + one["dp_iteration_exposed"],
+            "optimizer": n * one["optimizer"]}
 
 
 def stage_rows(p) -> list[dict]:
     """One dict per pipeline stage of the :class:`~mhlo_cost.studies.plan.plan.Plan` ``p``: its devices, seconds
     per component (they add up to the iteration time), and bytes per GPU by memory category."""
     cfg, it = p.cfg, p.iteration
-    m = cfg.micro_batches
-    head = p.head.time_s if p.head is not None else {"forward": 0.0, "backward": 0.0}
-    per = cfg.t * cfg.d
+    per = cfg.t * cfg.cp * cfg.d
     capacity = p.memory.get("capacity")
     rows = []
-    for s in range(cfg.p):
-        last = s == cfg.p - 1
-        row = {"stage": s, "devices": f"{s * per}-{(s + 1) * per - 1}" if per > 1 else str(s),
-               "forward": it.compute["forward"] - (0.0 if last else m * head["forward"]),
-               "backward": it.compute["backward"] - (0.0 if last else m * head["backward"]),
-               "recompute": it.compute["recompute"], "tp_comm": it.tp_comm, "p2p": it.p2p,
-               "dp_exposed": it.dp_exposed, "optimizer": it.optimizer}
+    for s, st in enumerate(it.stages):
+        row = {"stage": s, "devices": f"{s * per}-{(s + 1) * per - 1}" if per > 1 else str(s)}
+        row.update(_seconds(it, st, cfg.micro_batches))
         busy = sum(row[k] for k in COMPONENTS[:-1])
-        row["idle"] = it.bubble if last else max(0.0, it.total - busy)
+        row["idle"] = it.bubble if s == it.layer["slow_stage"] else max(0.0, it.total - busy)
         row["iteration"] = it.total
         mem = memory(cfg, p.cost, capacity, stage=s) if p.cost is not None else {}
         row.update({f"mem_{k}": mem.get(k, 0) for k in (*CATEGORIES, "total")})

@@ -15,7 +15,8 @@ from .config import ScaleConfig
 class PlanOptions:
     """``config`` (the split included), ``hardware`` (a system profile), ``gpus`` (a sweep over every split of
     that many devices, None: the one plan), ``cache_dir`` (the cache root: each lowered layer's analysis kept
-    there; None: nothing kept).
+    there; None: nothing kept), ``cps`` / ``zeros`` the context-parallel degrees and ZeRO stages the sweep adds
+    to its dimensions.
 
     Checked when made (:mod:`mhlo_cost.studies.limits`; OptionError): the configuration valid (with a sweep: the
     model; the sweep makes the splits), its counts and the sweep's within their limits."""
@@ -24,6 +25,8 @@ class PlanOptions:
     hardware: object
     gpus: int | None = None
     cache_dir: str | os.PathLike | None = None
+    cps: tuple = (1,)  # the sweep's context-parallel degrees
+    zeros: tuple | None = None  # the sweep's ZeRO stages (None: the configuration's)
 
     def __post_init__(self):
         from ..limits import OptionError, check, count
@@ -41,7 +44,8 @@ class PlanOptions:
             check("devices", cfg.gpus, f"-t x -p x -d ({cfg.t} x {cfg.p} x {cfg.d})")
             return
         check("devices", self.gpus, "--sweep GPUS")
-        count(split_count(self.gpus), "points", f"the sweep over the splits of {self.gpus:,} GPUs")
+        count(split_count(self.gpus, cps=self.cps, zeros=self.zeros), "points",
+              f"the sweep over the splits of {self.gpus:,} GPUs")
 
 
 class PlanStudy:
@@ -66,7 +70,7 @@ class PlanStudy:
         from .plan import sweep
 
         o = self.options
-        df, skipped = sweep(o.config, o.gpus, o.hardware, o.cache_dir, self.note)
+        df, skipped = sweep(o.config, o.gpus, o.hardware, o.cache_dir, self.note, cps=o.cps, zeros=o.zeros)
         if not len(df):
             first = skipped["reason"].iloc[0] if len(skipped) else "none considered"
             raise OptionError(f"no split of {o.gpus:,} GPUs is a valid configuration of this model ({len(skipped)} "

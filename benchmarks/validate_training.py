@@ -1,0 +1,276 @@
+"""train-plan against published training runs, held out by source: every row of
+``benchmarks/data/published_training.toml`` (Megatron-LM's paper tables, NVIDIA NeMo / Megatron-Bridge performance
+tables, torchtitan's and llm-foundry's published benchmarks; A100 and H100; 2021-2025; each row with its source
+and exact configuration) that ``train-plan`` can express today is priced by the train-plan study
+(:class:`mhlo_cost.studies.plan.study.PlanStudy`) on the system profile its source names.
+
+Prints per row the published iteration time (from the row's tokens/s/GPU, or its TFLOP/s per GPU with the
+source's own FLOP formula), the estimate, their ratio and the breakdown; per source the mean and max |error|;
+then the median |error| over all priced rows. Nothing is fitted on any of these rows (no parameter of
+mhlo-cost was read off them): every source is held out. Rows train-plan cannot express yet are listed with the
+reason (FSDP, context or expert parallelism, uneven pipeline stages, a precision recipe it lacks): as
+train-plan gains a ScaleConfig field of the row's name (``cp``, ``fsdp``, ``zero``, ``ep``,
+``layers_per_stage``) the row is passed it and priced.
+
+Where a row is priced with an approximation (the squared-ReLU MLP priced as GELU: the same two GEMMs; flash
+attention priced as unfused kernels, which train-plan's layer runs), the row says so.
+
+    PYTHONPATH=. python benchmarks/validate_training.py [--only ID-SUBSTRING] [--source ID] [--cache DIR]
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import statistics
+import sys
+import tomllib
+from fractions import Fraction
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+DATA = os.path.join(ROOT, "benchmarks", "data", "published_training.toml")
+
+#: What every run must give (the pricer reads them), and what each model must.
+RUN_FIELDS = ("id", "source", "model", "table", "gpus", "seq", "global_batch", "micro_batch", "precision",
+              "recompute")
+MODEL_FIELDS = ("layers", "hidden", "heads", "vocab", "mlp", "source")
+SOURCE_FIELDS = ("title", "url", "where", "year", "gpu", "system", "metric")
+METRICS = ("iteration_s", "tokens_per_s_per_gpu", "tflops_per_gpu", "mfu")
+DEGREES = ("tp", "pp", "dp", "cp", "ep", "vp")
+MLPS = ("gelu", "swiglu", "squared_relu", "moe")
+RECOMPUTES = ("none", "selective", "full")
+#: The parallel options train-plan may not have yet: (run field, ScaleConfig field, is it used?, reason).
+OPTIONS = (
+    ("fsdp", "fsdp", lambda r: r.get("fsdp", 0) > 0, "FSDP (ZeRO-3): not an option yet"),
+    ("zero", "zero", lambda r: r.get("zero", 0) >= 2, "ZeRO-2/3: not an option yet"),
+    ("cp", "cp", lambda r: r.get("cp", 1) > 1, "context parallelism (CP): not an option yet"),
+    ("ep", "ep", lambda r: r.get("ep", 1) > 1, "expert parallelism (EP, MoE): not an option yet"),
+    ("layers_per_stage", "layers_per_stage", lambda r: "layers_per_stage" in r,
+     "uneven pipeline stages: not an option yet"),
+)
+
+
+def load(path: str = DATA) -> dict:
+    """The data file as a dict (``source``, ``model``, ``run``); ValueError lists every problem found."""
+    with open(path, "rb") as f:
+        data = tomllib.load(f)
+    problems = check(data)
+    if problems:
+        raise ValueError(f"{path}: " + "; ".join(problems))
+    return data
+
+
+def check(data: dict) -> list[str]:
+    """Every problem of the data (an empty list: none): missing fields, unknown sources and models, a split
+    whose degrees do not multiply to the GPUs, a row without a published metric, a repeated id."""
+    out = []
+    for sid, s in data.get("source", {}).items():
+        out += [f"source {sid}: no {k}" for k in SOURCE_FIELDS if k not in s]
+        if "github.com" in s.get("url", "") and "/blob/" not in s["url"]:
+            out.append(f"source {sid}: a repository URL must name a commit (/blob/<commit>/)")
+    for mid, m in data.get("model", {}).items():
+        out += [f"model {mid}: no {k}" for k in MODEL_FIELDS if k not in m]
+        if m.get("mlp") not in MLPS:
+            out.append(f"model {mid}: mlp {m.get('mlp')!r} is not one of {', '.join(MLPS)}")
+    seen = set()
+    for r in data.get("run", []):
+        rid = r.get("id", "?")
+        out += [f"run {rid}: no {k}" for k in RUN_FIELDS if k not in r]
+        if rid in seen:
+            out.append(f"run {rid}: id repeated")
+        seen.add(rid)
+        out += _check_run(r, data)
+    return out
+
+
+def _check_run(r: dict, data: dict) -> list[str]:
+    rid, out = r.get("id", "?"), []
+    if r.get("source") not in data.get("source", {}):
+        out.append(f"run {rid}: unknown source {r.get('source')!r}")
+    if r.get("model") not in data.get("model", {}):
+        out.append(f"run {rid}: unknown model {r.get('model')!r}")
+    if not any(k in r for k in METRICS):
+        out.append(f"run {rid}: no published metric ({', '.join(METRICS)})")
+    if r.get("recompute") not in RECOMPUTES:
+        out.append(f"run {rid}: recompute {r.get('recompute')!r} is not one of {', '.join(RECOMPUTES)}")
+    deg = {k: r.get(k, 1) for k in DEGREES}
+    if not all(isinstance(v, int) and v >= 1 for v in deg.values()):
+        out.append(f"run {rid}: degrees must be positive integers")
+    elif deg["tp"] * deg["pp"] * deg["cp"] * deg["dp"] != r.get("gpus"):
+        out.append(f"run {rid}: tp x pp x cp x dp = {deg['tp'] * deg['pp'] * deg['cp'] * deg['dp']}, "
+                   f"not gpus {r.get('gpus')}")
+    stages, model = r.get("layers_per_stage"), data.get("model", {}).get(r.get("model"), {})
+    if stages is not None and (len(stages) != r.get("pp", 1) or sum(stages) != model.get("layers")):
+        out.append(f"run {rid}: layers_per_stage must give one count per pipeline stage ({r.get('pp', 1)}) adding "
+                   f"up to the model's layers ({model.get('layers')})")
+    bad = [a for a in r.get("assumed", []) if a not in r and a not in ("vp", "layers_per_stage")]
+    if bad:  # (an assumed default, vp 1 or even stages, may be left unwritten)
+        out.append(f"run {rid}: assumed names fields it does not give: {', '.join(bad)}")
+    return out
+
+
+def published_seconds(run: dict, model: dict, source: dict) -> float:
+    """The iteration time the published figure implies: the measured one, global batch x seq tokens over
+    (tokens/s/GPU x GPUs), or the source's FLOPs per iteration over (TFLOP/s per GPU x GPUs)."""
+    tokens = run["global_batch"] * run["seq"]
+    if "iteration_s" in run:
+        return float(run["iteration_s"])
+    if "tokens_per_s_per_gpu" in run:
+        return tokens / (run["tokens_per_s_per_gpu"] * run["gpus"])
+    if "tflops_per_gpu" in run and source.get("flops") == "narayanan_eq3":
+        return float(narayanan_flops(run, model) / (Fraction(run["tflops_per_gpu"]) * 10 ** 12 * run["gpus"]))
+    raise ValueError(f"run {run['id']}: no metric this script converts to an iteration time")
+
+
+def narayanan_flops(run: dict, model: dict) -> Fraction:
+    """Narayanan et al. 2021, equation (3): F = 96 B s l h^2 (1 + s/(6h) + V/(16 l h)), exact."""
+    b, s, lay, h, v = run["global_batch"], run["seq"], model["layers"], model["hidden"], model["vocab"]
+    return 96 * b * s * lay * h * h * (1 + Fraction(s, 6 * h) + Fraction(v, 16 * lay * h))
+
+
+def why_not(run: dict, model: dict, fields: set | None = None) -> str | None:
+    """Why train-plan cannot price ``run`` today (one reason), or None. ``fields``: ScaleConfig's field names
+    (an option whose field exists there is priced, not refused)."""
+    from mhlo_cost.machines.precision import TRAINING
+
+    if fields is None:
+        from mhlo_cost.studies.plan.config import ScaleConfig
+
+        fields = {f.name for f in dataclasses.fields(ScaleConfig)}
+    for _, field, used, reason in OPTIONS:
+        if used(run) and field not in fields:
+            return reason
+    if model["mlp"] == "moe" and "ep" not in fields:
+        return "a mixture-of-experts model: not an option yet"
+    if run["precision"] not in (*TRAINING, "fp16"):
+        return f"precision {run['precision']}: not a train-plan recipe ({', '.join(TRAINING)})"
+    if "layers_per_stage" not in fields and model["layers"] % (run.get("pp", 1) * run.get("vp", 1)):
+        return (f"uneven pipeline stages ({model['layers']} layers on {run.get('pp', 1)} x {run.get('vp', 1)} "
+                "stages): not an option yet")
+    return None
+
+
+def modern(run: dict, model: dict) -> bool:
+    """Whether the run uses what issue 38's target counts: FSDP, context parallelism, fp8 or uneven stages."""
+    uneven = "layers_per_stage" in run or model["layers"] % (run.get("pp", 1) * run.get("vp", 1)) != 0
+    return run.get("fsdp", 0) > 0 or run.get("cp", 1) > 1 or run["precision"].startswith("fp8") or uneven
+
+
+def approximations(run: dict, model: dict) -> list[str]:
+    """What the priced row stands for only approximately."""
+    out = []
+    if model["mlp"] == "squared_relu":
+        out.append("squared-ReLU MLP priced as GELU (the same two GEMMs)")
+    if run.get("attention") == "flash":
+        out.append("flash attention priced as unfused kernels")
+    if run["precision"] == "fp16":
+        out.append("fp16 priced as bf16 (the same A100 rate)")
+    return out
+
+
+def scale_config(run: dict, model: dict, fields: set | None = None):
+    """The :class:`ScaleConfig` of ``run`` (options train-plan has gained are passed by their field name)."""
+    from mhlo_cost.studies.plan.config import ScaleConfig
+
+    if fields is None:
+        fields = {f.name for f in dataclasses.fields(ScaleConfig)}
+    kw = dict(layers=model["layers"], hidden=model["hidden"], heads=model["heads"], seq=run["seq"],
+              vocab=model["vocab"], ffn=model.get("ffn", 0), kv_heads=model.get("kv_heads", 0),
+              mlp_kind="swiglu" if model["mlp"] == "swiglu" else "gelu",
+              t=run.get("tp", 1), p=run.get("pp", 1), d=run.get("dp", 1), sp=bool(run.get("sp", False)),
+              interleave=run.get("vp", 1), micro_batch=run["micro_batch"], global_batch=run["global_batch"],
+              recompute=run["recompute"], dp_comm="zero" if run.get("zero", 0) >= 1 else "all_reduce",
+              dp_overlap=bool(run.get("dp_overlap", False)), dropout=bool(run.get("dropout", True)),
+              precision="bf16" if run["precision"] == "fp16" else run["precision"])
+    for rfield, field, used, _ in OPTIONS:
+        if field in fields and rfield in run:
+            kw[field] = run[rfield]
+    return ScaleConfig(**kw)
+
+
+def price(run: dict, data: dict, cache_dir=None) -> dict:
+    """The row's result: published and estimated seconds, their ratio, breakdown, or the reason it is not
+    priced (``reason``)."""
+    from mhlo_cost.network import resolve_profile
+    from mhlo_cost.studies.plan.study import PlanOptions, PlanStudy
+
+    model, source = data["model"][run["model"]], data["source"][run["source"]]
+    out = {"id": run["id"], "source": run["source"], "published_s": published_seconds(run, model, source),
+           "modern": modern(run, model)}
+    why = why_not(run, model)
+    if why:
+        return out | {"reason": why}
+    cfg = scale_config(run, model)
+    bad = cfg.invalid()
+    if bad:
+        return out | {"reason": f"train-plan refuses it: {bad}"}
+    hw = resolve_profile(run.get("system", source["system"]))
+    it = PlanStudy(PlanOptions(cfg, hw, cache_dir=cache_dir)).plan.iteration
+    return out | {"estimate_s": it.total, "ratio": it.total / out["published_s"], "system": hw.name,
+                  "approx": approximations(run, model), "parts": _parts(it)}
+
+
+def _parts(it) -> dict:
+    c = it.compute
+    return {"fwd": c["forward"], "bwd": c["backward"], "rec": c["recompute"], "tp": it.tp_comm,
+            "bubble": it.bubble, "p2p": it.p2p, "dp": it.dp_exposed, "dp_total": it.dp_total,
+            "opt": it.optimizer}
+
+
+def summary(rows: list[dict]) -> list[str]:
+    """Per source mean / max |error| of the priced rows, then the held-out median over all of them."""
+    priced = [r for r in rows if "ratio" in r]
+    lines = []
+    for src in sorted({r["source"] for r in priced}):
+        errs = [abs(r["ratio"] - 1) for r in priced if r["source"] == src]
+        lines.append(f"{src:16s} {len(errs):3d} rows  mean |error| {statistics.fmean(errs):6.2%}  "
+                     f"max {max(errs):6.2%}  (direction: median ratio "
+                     f"{statistics.median(r['ratio'] for r in priced if r['source'] == src):.3f})")
+    if priced:
+        errs = [abs(r["ratio"] - 1) for r in priced]
+        lines.append(f"held out (nothing fitted on any source): median |error| {statistics.median(errs):.2%}, "
+                     f"max {max(errs):.2%} over {len(errs)} priced rows; {len(rows) - len(priced)} rows not "
+                     "expressible yet")
+        target = [abs(r["ratio"] - 1) for r in priced if r["modern"]]
+        lines.append(f"rows using FSDP, CP, fp8 or uneven stages: {len(target)} priced of "
+                     f"{sum(r['modern'] for r in rows)}" + (f", median |error| {statistics.median(target):.2%}, max "
+                                                            f"{max(target):.2%}" if target else ""))
+    return lines
+
+
+def _row_line(r: dict) -> str:
+    if "ratio" not in r:
+        return f"{r['id']:40s} {r['published_s']:9.3f} {'-':>9s} {'-':>6s}  NOT PRICED: {r['reason']}"
+    p = r["parts"]
+    parts = " ".join(f"{k} {p[k]:.3f}" for k in ("fwd", "bwd", "rec", "tp", "bubble", "p2p", "dp", "opt"))
+    approx = f"  [approx: {'; '.join(r['approx'])}]" if r["approx"] else ""
+    return f"{r['id']:40s} {r['published_s']:9.3f} {r['estimate_s']:9.3f} {r['ratio']:6.3f}  {parts}{approx}"
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--only", help="the runs whose id contains this")
+    ap.add_argument("--source", help="the runs of this source id")
+    ap.add_argument("--cache", help="keep each layer's analysis here")
+    ap.add_argument("--data", default=DATA, help="the data file (default: %(default)s)")
+    args = ap.parse_args(argv)
+    data = load(args.data)
+    runs = [r for r in data["run"] if (not args.only or args.only in r["id"])
+            and (not args.source or r["source"] == args.source)]
+    print(f"{'run':40s} {'published':>9s} {'estimate':>9s} {'ratio':>6s}  seconds per iteration; breakdown")
+    rows = []
+    for run in runs:
+        rows.append(price(run, data, args.cache))
+        print(_row_line(rows[-1]), flush=True)
+    print()
+    for line in summary(rows):
+        print(line)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

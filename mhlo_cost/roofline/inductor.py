@@ -1,0 +1,307 @@
+"""The Inductor execution model (``--execution inductor``): the kernels ``torch.compile``'s Inductor makes of a graph.
+
+Inductor lowers each framework op to loops over an index space, inlines pointwise loops and views into their
+readers, and its scheduler then fuses what is left (``torch/_inductor/scheduler.py``, ``codegen/simd.py``: the
+Triton backend's ``can_fuse``). :func:`inductor` groups rows into kernels by those rules, on the IR, in program
+order:
+
+* views (reshape, transpose, broadcast, slice, bitcast, constant) are free: their readers index the storage
+  (a broadcast: its small operand); a pointwise op read only through broadcasts is inlined into its readers
+  (:func:`inlined`: a BatchNorm's ``rsqrt(var + eps)``), and what is computed from constants only is folded;
+* every other loop has a *group* ``(numel, rnumel)``: a pointwise op ``(its elements, 1)``, a reduction
+  ``(its result's elements, elements reduced per result)``. A row joins the kernel of one of its producers
+  (vertical fusion) where the groups agree as the Triton backend asks: pointwise with pointwise of the same
+  numel; pointwise with a reduction kernel when its numel is the reduction's input (``numel x rnumel``: a
+  prologue, or the broadcast back over the row: softmax, LayerNorm) or its output (``numel``); a reduction with
+  a pointwise kernel over its input or output, or with a reduction of the same ``(numel, rnumel)`` (LayerNorm's
+  mean and variance, softmax's max and sum: one kernel). A reduction of another shape starts a kernel: that is
+  where a reduction splits a kernel. A kernel holds at most :data:`MAX_FUSION_SIZE` ops (``max_fusion_size``);
+* a dot or convolution is a library call (cuBLAS / cuDNN, an extern kernel: Inductor's default without
+  ``max_autotune``): nothing fuses into it but the bias of ``addmm`` (an add of a broadcast of a smaller operand)
+  and the cast to its output dtype;
+  its other consumers are Triton kernels of their own;
+* attention written out (``q @ k^T``, softmax, ``@ v``) is rewritten by Inductor's SDPA patterns
+  (``fx_passes/fuse_attention.py``) into one ``scaled_dot_product_attention`` kernel (``attention="fused"``,
+  the default; the backend as PyTorch dispatches it: flash where dtype and head dim allow, else
+  mem_efficient), or (``attention="unfused"``) runs as its kernels: two library GEMMs and one softmax kernel;
+* each kernel pays the profile's per-kernel gap and, on the host, the launch of a compiled kernel from
+  Inductor's Python wrapper (:data:`LAUNCH_S`): a kernel takes at least that. With CUDA graphs
+  (``cudagraphs=True``: ``mode="reduce-overhead"``) the host launches one graph per step and the kernels follow
+  each other at :data:`GRAPH_GAP_S`.
+
+Collectives and unknown ops stay alone, as in :mod:`.fusion`. What the model does not see: horizontal fusion of
+siblings that share no producer-consumer edge (two reductions of one input are caught only through a chain),
+``max_autotune``'s Triton GEMM templates with their fused epilogues, split reductions (a long reduction over few
+rows as two kernels), and recompilation or graph breaks.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from ..machines.hardware import Hardware
+from ..walk.row import Row, short_name
+from .band import masks_of
+from .fusion import Fusion, Kernel, _Grouper, data_flow
+from .kernel_io import KernelIO, share_time
+from .optime import OpTime, op_time
+
+#: Inductor's ``config.max_fusion_size``: the most nodes one fused kernel holds.
+MAX_FUSION_SIZE = 64
+#: ESTIMATE: host time to launch one compiled kernel from Inductor's Python wrapper (the wrapper call, Triton's
+#: launcher or an extern call): about half of an eager op's dispatch (no dispatcher, no TensorIterator set-up).
+LAUNCH_S = 4e-6
+#: ESTIMATE: the gap between back-to-back kernels replayed from a CUDA graph (no host launch): about 1 us.
+GRAPH_GAP_S = 1e-6
+#: Ops Inductor turns into index arithmetic of their readers (no loop of their own).
+VIEWS = frozenset({"reshape", "bitcast", "transpose", "broadcast_in_dim", "broadcast", "slice", "constant"})
+#: Ops that are loops of their own but fuse as pointwise loops over their result (copies, casts, indexing).
+POINTWISE_DATA = frozenset({"convert", "concatenate", "pad", "reverse", "copy", "reduce_precision", "iota",
+                            "dynamic_slice", "real_dynamic_slice", "select", "clamp", "gather"})
+ATTENTION_MODES = ("fused", "unfused")
+
+
+@dataclass
+class InductorKernel(Kernel):
+    """A kernel Inductor emits: a Triton loop over ``(numel, rnumel)``, or an ``extern`` library call (GEMM,
+    SDPA); ``host_s``: the host's launch time of it, which it cannot run ahead of."""
+
+    numel: int = 0
+    rnumel: int = 1
+    extern: bool = False
+    backend: str = ""  # an attention's SDPA backend
+    host_s: float = 0.0
+
+    @property
+    def time_s(self) -> float:
+        return max(max(self.compute_s, self.memory_s) + self.overhead_s, self.host_s)
+
+
+def group_of(r: Row) -> tuple[int, int]:
+    """A row's loop group ``(numel, rnumel)``: a reduction's result elements and the elements reduced into each
+    (its first operand's elements over its result's), any other op's result elements and 1."""
+    res = r.result if hasattr(r.result, "nelems") else (r.result[0] if r.result else None)
+    numel = res.nelems if res is not None else 0
+    if short_name(r.op) == "reduce" and r.operands and numel:
+        return numel, max(r.operands[0].nelems // numel, 1)
+    return numel, 1
+
+
+def fits(kernel: tuple[int, int], row: tuple[int, int]) -> tuple[int, int] | None:
+    """The group of a kernel of group ``kernel`` once a row of group ``row`` joins it, None where the Triton
+    backend would not fuse them (see the module docstring)."""
+    (kn, kr), (n, r) = kernel, row
+    if kr == 1 and r == 1:
+        return kernel if n == kn else None
+    if kr > 1 and r > 1:
+        return kernel if (n, r) == (kn, kr) else None
+    if r == 1:  # a pointwise row into a reduction kernel: over its input or over its output
+        return kernel if n in (kn * kr, kn) else None
+    return row if kn in (n * r, n) else None  # a reduction into a pointwise kernel
+
+
+def _epilogue(rows, producers, role, i: int) -> bool:
+    """What a library GEMM takes into its call: an ``add`` of a broadcast of a smaller operand (``addmm``'s bias)
+    or a narrowing ``convert`` of its result (the output dtype of the GEMM: a JAX dot accumulating in f32)."""
+    r = rows[i]
+    if short_name(r.op) == "convert" and r.operands and hasattr(r.result, "nbytes"):
+        return r.result.nbytes < r.operands[0].nbytes
+    if short_name(r.op) != "add":
+        return False
+    for p in producers[i]:
+        if isinstance(p, int) and role[p] == "dup" and rows[p].operands and \
+                rows[p].operands[0].nelems < getattr(rows[p].result, "nelems", 0):
+            return True
+    return False
+
+
+class _InductorGrouper(_Grouper):
+    """The grouping of :func:`inductor`: the placement of :class:`.fusion._Grouper` with Inductor's rules."""
+
+    def __init__(self, *a, inline: set | None = None, **kw):
+        super().__init__(*a, **kw)
+        self.inline = inline or set()
+        self.readers: dict = {}  # a value read by a kernel (a row, or an argument's name) -> those kernels
+        self.folded: set[int] = set()  # rows computed from constants only (folded at compile time)
+
+    def sources(self, i: int) -> set:
+        """The values row i reads from outside any kernel, looking through views: rows and argument names."""
+        out, todo, seen = set(), list(self.producers[i]), set()
+        while todo:
+            p = todo.pop()
+            if isinstance(p, int) and self.row_kernel[p] is None and self.role[p] in ("free", "dup"):
+                if p not in seen:
+                    seen.add(p)
+                    todo.extend(self.producers[p])
+            elif p is not None and not (isinstance(p, int) and p in self.folded):
+                out.add(p)
+        return out
+
+    def siblings(self, i: int) -> set:
+        """Kernels that read a value row i reads (horizontal fusion: the scheduler fuses nodes sharing reads)."""
+        out = set()
+        for v in self.sources(i):
+            out.update(self.readers.get(v, ()))
+        return out
+
+    def open_kernel_of(self, i: int, no_dot: bool = False) -> int | None:
+        vertical = self.candidates(i, set())
+        found = self._first_fit(i, vertical)
+        if found is None:
+            found = self._first_fit(i, self.siblings(i) - vertical)
+        return found
+
+    def _first_fit(self, i: int, kernels: set) -> int | None:
+        """Of ``kernels``, the one with the latest member that row i may join (groups, size, no cycle)."""
+        r = self.rows[i]
+        row = group_of(r)
+        best = None
+        for k in sorted(kernels, key=lambda k: -self.kernels[k].members[-1]):
+            kern = self.kernels[k]
+            if kern.closed or kern.multiplicity != r.multiplicity or len(kern.members) >= MAX_FUSION_SIZE:
+                continue
+            if kern.extern:
+                if not (kern.has_dot and len(kern.members) < 3 and _epilogue(self.rows, self.producers, self.role,
+                                                                            i)):
+                    continue
+            elif fits((kern.numel, kern.rnumel), row) is None:
+                continue
+            if self.acyclic(i, k):
+                best = k
+                break
+        return best
+
+    def new_kernel(self, i: int, **kw) -> int:
+        self.row_kernel[i] = len(self.kernels)
+        self.role[i] = "kernel"
+        n, rn = group_of(self.rows[i])
+        self.kernels.append(InductorKernel([i], self.rows[i].multiplicity, numel=n, rnumel=rn, **kw))
+        self._reads(i, len(self.kernels) - 1)
+        return len(self.kernels) - 1
+
+    def _reads(self, i: int, k: int) -> None:
+        for v in self.sources(i):
+            self.readers.setdefault(v, []).append(k)
+
+    def join(self, i: int, k: int) -> None:
+        super().join(i, k)
+        self._reads(i, k)
+        kern = self.kernels[k]
+        if not kern.extern:  # (a library GEMM takes only its bias and output cast: :func:`_epilogue`)
+            kern.numel, kern.rnumel = fits((kern.numel, kern.rnumel), group_of(self.rows[i]))
+
+    def place_preset(self, i: int) -> None:
+        g = self.preset[i]
+        if g in self.preset_kernel:
+            self.row_kernel[i], self.role[i] = self.preset_kernel[g], "kernel"
+            self.kernels[self.preset_kernel[g]].members.append(i)  # (bypasses join: no group to update)
+        else:
+            self.preset_kernel[g] = self.new_kernel(i, has_dot=True, attention=True, extern=True, closed=True)
+
+    def place(self, i: int) -> None:
+        r, t = self.rows[i], self.times[i]
+        name = short_name(r.op)
+        if r.kind in ("collective", "unknown"):
+            return
+        if i in self.preset:
+            self.place_preset(i)
+        elif name == "constant" or (self.producers[i] and all(isinstance(p, int) and p in self.folded
+                                                               for p in self.producers[i])):
+            self.folded.add(i)  # constants, and what is computed from them only: folded at compile time
+            self.role[i] = "dup"
+        elif i in self.inline:
+            self.role[i] = "dup"  # recomputed by its readers (:func:`inlined`)
+        elif t.bound == "free" or name in VIEWS:
+            self.role[i] = "dup" if name in ("broadcast_in_dim", "broadcast") else "free"
+        elif r.kind in ("dot", "conv"):
+            self.new_kernel(i, has_dot=True, extern=True)
+        elif r.kind in ("elementwise", "transcendental", "reduce") or name in POINTWISE_DATA:
+            k = self.open_kernel_of(i)
+            if k is None:
+                self.new_kernel(i)
+            else:
+                self.join(i, k)
+        else:
+            self.new_kernel(i, closed=True, extern=name in ("sort", "custom_call", "fft", "scatter"))
+
+
+_BROADCASTS = frozenset({"broadcast_in_dim", "broadcast"})
+
+
+def inlined(rows, producers) -> set[int]:
+    """Pointwise rows Inductor inlines into their readers rather than running as loops of their own: those whose
+    value is read only through broadcasts (a BatchNorm's ``rsqrt(var + eps)`` over channels, read by the
+    normalisation over every element), directly or through other such rows. Their readers recompute them."""
+    consumers: list[list[int]] = [[] for _ in rows]
+    for i, ps in enumerate(producers):
+        for q in ps:
+            if isinstance(q, int):
+                consumers[q].append(i)
+    out: set[int] = set()
+    for i in range(len(rows) - 1, -1, -1):
+        r = rows[i]
+        if r.kind not in ("elementwise", "transcendental") and short_name(r.op) != "convert":
+            continue
+        if consumers[i] and all(short_name(rows[c].op) in _BROADCASTS or c in out for c in consumers[i]):
+            out.add(i)
+    return out
+
+
+def _attention_preset(rows, producers, attention: str, sdpa: str, hw: Hardware) -> tuple[dict, set, list]:
+    """Rows of each attention Inductor's SDPA rewrite makes one kernel (none with ``attention="unfused"``), the
+    score shapes kept on chip, and each attention's SDPA backend."""
+    if attention == "unfused":
+        return {}, set(), []
+    from .attention import find_attention, find_attention_backward
+    from .sdpa import resolve
+
+    forward = find_attention(rows, producers)
+    backward, onchip = find_attention_backward(rows, producers, forward)
+    preset = {}
+    for g, att in enumerate(forward + backward):
+        preset.update((i, g) for i in att.members)
+    backends = [resolve(rows, att, sdpa, hw) for att in forward]
+    return preset, onchip, backends + [""] * len(backward)
+
+
+def inductor(analysis, hw: Hardware, times: list[OpTime] | None = None, producers: list | None = None,
+             attention: str = "fused", cudagraphs: bool = False, sdpa: str = "auto") -> Fusion:
+    """The kernels of ``analysis`` as Inductor compiles it (see the module docstring), timed on ``hw``;
+    ``cudagraphs``: replayed from a CUDA graph (``mode="reduce-overhead"``); ``sdpa``: the SDPA backend asked
+    (``auto``: PyTorch's own choice; a backend that cannot run the attention is refused, :func:`.sdpa.resolve`)."""
+    rows = analysis.rows
+    producers = data_flow(analysis, producers, "inductor()")
+    if attention not in ATTENTION_MODES:
+        raise ValueError(f"unknown attention mode {attention!r}: choose one of {', '.join(ATTENTION_MODES)}")
+    if times is None:
+        times = [op_time(r, hw) for r in rows]
+    preset, onchip, backends = _attention_preset(rows, producers, attention, sdpa, hw)
+    grouper = _InductorGrouper(rows, producers, times, preset, inline=inlined(rows, producers) - set(preset))
+    for i in range(len(rows)):
+        grouper.place(i)
+    from .eager import BACKEND_LIBRARY
+
+    for g, k in grouper.preset_kernel.items():
+        kern = grouper.kernels[k]
+        kern.backend = backends[g] if g < len(backends) else ""
+        kern.library = BACKEND_LIBRARY.get(kern.backend, "")
+    io = KernelIO(rows, producers, times, grouper.role, onchip, masks=masks_of(analysis))
+    for k in grouper.kernels:
+        io.measure(k, hw)
+        launch(k, hw, cudagraphs)
+    return Fusion(grouper.kernels, grouper.row_kernel, share_time(grouper.kernels, times, len(rows)))
+
+
+def launch(k: InductorKernel, hw: Hardware, cudagraphs: bool) -> None:
+    """A kernel's launch costs: the profile's gap between kernels and the host's launch, or (CUDA graphs) the
+    graph's gap and no host launch."""
+    if cudagraphs:
+        k.overhead_s = min(hw.kernel_overhead, GRAPH_GAP_S) * k.multiplicity
+        k.host_s = 0.0
+    else:
+        k.host_s = LAUNCH_S * k.multiplicity
+
+
+def compile_gain(eager_s: float, inductor_s: float) -> float:
+    """Eager time over Inductor time (NaN where the Inductor time is zero)."""
+    return eager_s / inductor_s if inductor_s > 0 else math.nan

@@ -1,0 +1,194 @@
+"""The data-parallel sharding (ZeRO 1-3, FSDP, HSDP) and context parallelism of a training configuration: the
+collectives of one iteration, their bytes (exact ints), their groups and their seconds on the system's network.
+
+Ranks in Megatron's order (tensor fastest, then context, then data, then pipeline): rank
+``k + t (c + cp (r + d s))`` for tensor rank ``k``, context rank ``c``, data rank ``r``, stage ``s``. The weights
+are replicated over the ``cp x d`` ranks of one tensor rank and stage, which reduce their gradients together;
+ZeRO shards over ``cp x dp_shard`` of them (HSDP: ``d / dp_shard`` such groups, replicas of each other).
+
+Per ``W``, the layer's weight elements on one device (1/t of the layer's), ``n`` layers on the stage, ``m``
+micro-batches (S: the full buffer, as :func:`mhlo_cost.network.estimate` takes it; gradients reduce in fp32,
+parameters gather in bf16, as Megatron's ``main_grad`` and torchtitan's default ``reduce_dtype`` do):
+
+* ZeRO 0: ``all_reduce`` of ``4 n W`` over the ``cp d`` ranks once per iteration (exposed unless ``dp_overlap``);
+* ZeRO 1 (Megatron's distributed optimizer): ``reduce_scatter`` of ``4 n W`` and, after the step, ``all_gather``
+  of ``2 n W`` over the sharding group once per iteration; HSDP adds an ``all_reduce`` of the shard,
+  ``4 n W / shard``, over the replicas;
+* ZeRO 2: each micro-batch's backward reduce-scatters each layer's ``4 W`` (DeepSpeed's and FSDP's default
+  with gradient accumulation: the gradients are sharded, so they cannot accumulate whole), HSDP's
+  ``all_reduce`` of ``4 W / shard`` after it; the ``all_gather`` of ``2 n W`` after the step;
+* ZeRO 3 (FSDP): each micro-batch's forward all-gathers each layer's ``2 W``, its backward again (unless
+  reshard-after-forward is off) and reduce-scatters ``4 W`` (HSDP: + ``all_reduce`` of ``4 W / shard``).
+
+The per-layer collectives run on their own stream, prefetched one layer ahead, so a layer exposes
+``max(0, comm - compute)`` of them (its forward, or its backward with recompute; the first layer's gather
+is counted the same way).
+
+Context parallelism (``cp`` > 1), per layer and micro-batch, K and V being ``b (s/cp) kv/t d`` bf16 each:
+ring attention (``p2p``) sends and receives the local K and V ``cp - 1`` times forward, K, V and their
+gradients ``cp - 1`` times backward, each step overlapping one ``1/cp`` of the attention's compute (exposed
+``(cp - 1) max(0, step - core/cp)``); ``all_gather`` gathers K and V forward (S = ``cp`` x the local K and V),
+gathers again and reduce-scatters their gradients backward, not overlapped.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ...network import estimate
+from .config import ScaleConfig
+from .costs import LayerCost
+
+
+@dataclass(frozen=True)
+class Collective:
+    """One collective of the schedule: ``nbytes`` S, over ``groups`` (every tensor rank's group, at once;
+    collective_permute: the (source, target) pairs of every ring), ``size`` the ranks of one group (or ring),
+    ``per``: when it runs (``iteration``; ``layer_forward`` / ``layer_backward``: each layer, each micro-batch;
+    ``ring_step_forward`` / ``ring_step_backward``: each of the cp - 1 ring steps of those)."""
+
+    what: str
+    kind: str
+    nbytes: int
+    groups: tuple
+    per: str
+
+    @property
+    def size(self) -> int:
+        if self.kind == "collective_permute":  # one ring per tensor rank, each of its ranks sending once
+            return len(self.groups) // len({src % _stride(self.groups) for src, _ in self.groups})
+        return len(self.groups[0])
+
+    def row(self) -> dict:
+        return {"what": self.what, "kind": self.kind, "bytes": self.nbytes, "group_size": self.size,
+                "per": self.per}
+
+
+def _stride(pairs) -> int:
+    """The tensor degree behind a ring's pairs: the step from a rank to the next in its ring."""
+    return abs(pairs[0][1] - pairs[0][0]) or 1
+
+
+def _rank(cfg: ScaleConfig, k: int = 0, c: int = 0, r: int = 0, s: int = 0) -> int:
+    return k + cfg.t * (c + cfg.cp * (r + cfg.d * s))
+
+
+def _all_tp(cfg: ScaleConfig, group_of) -> tuple:
+    """The groups of every tensor rank at once (they run together and share the node's links)."""
+    return tuple(group_of(k) for k in range(cfg.t))
+
+
+def grad_groups(cfg: ScaleConfig) -> tuple:
+    """The ``cp x d`` ranks of each tensor rank (stage 0) that hold the same weights."""
+    return _all_tp(cfg, lambda k: tuple(_rank(cfg, k, c, r) for r in range(cfg.d) for c in range(cfg.cp)))
+
+
+def shard_groups(cfg: ScaleConfig) -> tuple:
+    """The first sharding group (``cp x dp_shard`` ranks) of each tensor rank."""
+    n = cfg.dp_shard or cfg.d
+    return _all_tp(cfg, lambda k: tuple(_rank(cfg, k, c, r) for r in range(n) for c in range(cfg.cp)))
+
+
+def replicate_groups(cfg: ScaleConfig) -> tuple:
+    """HSDP: the ranks that hold the same shard (one per sharding group), for each tensor rank."""
+    n = cfg.dp_shard or cfg.d
+    return _all_tp(cfg, lambda k: tuple(_rank(cfg, k, 0, r * n) for r in range(cfg.replicate_degree)))
+
+
+def cp_ring(cfg: ScaleConfig) -> tuple:
+    """Ring attention's (source, target) pairs: each context rank to the next, every tensor rank."""
+    return tuple((_rank(cfg, k, c), _rank(cfg, k, (c + 1) % cfg.cp)) for k in range(cfg.t) for c in range(cfg.cp))
+
+
+def cp_groups(cfg: ScaleConfig) -> tuple:
+    return _all_tp(cfg, lambda k: tuple(_rank(cfg, k, c) for c in range(cfg.cp)))
+
+
+def kv_bytes(cfg: ScaleConfig) -> int:
+    """One context rank's K and V of one layer and micro-batch: 2 x b x s/cp x kv/t x head dim, bf16."""
+    return 2 * cfg.micro_batch * cfg.local_seq * (cfg.kv // cfg.t) * (cfg.hidden // cfg.heads) * 2
+
+
+def dp_collectives(cfg: ScaleConfig, cost: LayerCost, layers: int) -> list[Collective]:
+    """The data-parallel collectives of a stage of ``layers`` layers (none where ``cp x d`` is 1)."""
+    if cfg.cp * cfg.d == 1:
+        return []
+    w, z, shard = cost.weight_elems, cfg.zero_stage, cfg.shard_degree
+    if z == 0:
+        return [Collective("gradients", "all_reduce", 4 * w * layers, grad_groups(cfg), "iteration")]
+    out = []
+    if z == 3:
+        out.append(Collective("parameters", "all_gather", 2 * w, shard_groups(cfg), "layer_forward"))
+        if cfg.reshard_after_forward:
+            out.append(Collective("parameters", "all_gather", 2 * w, shard_groups(cfg), "layer_backward"))
+    if z >= 2:
+        out.append(Collective("gradients", "reduce_scatter", 4 * w, shard_groups(cfg), "layer_backward"))
+        if cfg.replicate_degree > 1:
+            out.append(Collective("gradient shard", "all_reduce", 4 * w // shard, replicate_groups(cfg),
+                                  "layer_backward"))
+    else:
+        out.append(Collective("gradients", "reduce_scatter", 4 * w * layers, shard_groups(cfg), "iteration"))
+        if cfg.replicate_degree > 1:
+            out.append(Collective("gradient shard", "all_reduce", 4 * w * layers // shard,
+                                  replicate_groups(cfg), "iteration"))
+    if z < 3:
+        out.append(Collective("parameters", "all_gather", 2 * w * layers, shard_groups(cfg), "iteration"))
+    return out
+
+
+def cp_collectives(cfg: ScaleConfig) -> list[Collective]:
+    """Context parallelism's collectives of one layer (none where cp is 1)."""
+    if cfg.cp == 1:
+        return []
+    kv = kv_bytes(cfg)
+    if cfg.cp_comm == "p2p":
+        ring = cp_ring(cfg)
+        return [Collective("K, V", "collective_permute", kv, ring, "ring_step_forward"),
+                Collective("K, V, dK, dV", "collective_permute", 2 * kv, ring, "ring_step_backward")]
+    group = cp_groups(cfg)
+    return [Collective("K, V", "all_gather", kv * cfg.cp, group, "layer_forward"),
+            Collective("K, V", "all_gather", kv * cfg.cp, group, "layer_backward"),
+            Collective("dK, dV", "reduce_scatter", kv * cfg.cp, group, "layer_backward")]
+
+
+def seconds(topo, c: Collective) -> float:
+    """One execution of ``c`` on ``topo`` (every tensor rank's group at once); 0 without a network."""
+    if topo is None or c.nbytes == 0:
+        return 0.0
+    return estimate(topo, c.kind, c.nbytes, c.groups).time_s
+
+
+@dataclass(frozen=True)
+class Exposure:
+    """Seconds a device spends on these collectives: per layer and micro-batch (``forward``, ``backward``: the
+    exposed part; ``*_total``: all of it), and once per iteration (``iteration``: exposed unless overlapped)."""
+
+    forward: float = 0.0
+    backward: float = 0.0
+    forward_total: float = 0.0
+    backward_total: float = 0.0
+    iteration: float = 0.0
+
+
+def dp_exposure(cfg: ScaleConfig, topo, cost: LayerCost, layers: int, f_layer: float, b_layer: float) -> Exposure:
+    """The data-parallel collectives' seconds; ``f_layer`` / ``b_layer``: one layer's forward / backward compute
+    (what the prefetched per-layer collectives hide under)."""
+    per = {"iteration": 0.0, "layer_forward": 0.0, "layer_backward": 0.0}
+    for c in dp_collectives(cfg, cost, layers):
+        per[c.per] += seconds(topo, c)
+    f, b = per["layer_forward"], per["layer_backward"]
+    return Exposure(max(0.0, f - f_layer), max(0.0, b - b_layer), f, b, per["iteration"])
+
+
+def cp_exposure(cfg: ScaleConfig, topo, cost: LayerCost) -> Exposure:
+    """Context parallelism's seconds per layer and micro-batch: ring steps overlapping 1/cp of the attention's
+    compute each (``core_s``), or the all_gather variant's collectives, not overlapped."""
+    per = {"ring_step_forward": 0.0, "ring_step_backward": 0.0, "layer_forward": 0.0, "layer_backward": 0.0}
+    for c in cp_collectives(cfg):
+        per[c.per] += seconds(topo, c)
+    steps = cfg.cp - 1
+    core = cost.core_s or {}
+    fx = steps * max(0.0, per["ring_step_forward"] - core.get("forward", 0.0) / cfg.cp)
+    bx = steps * max(0.0, per["ring_step_backward"] - core.get("backward", 0.0) / cfg.cp)
+    f = steps * per["ring_step_forward"] + per["layer_forward"]
+    b = steps * per["ring_step_backward"] + per["layer_backward"]
+    return Exposure(fx + per["layer_forward"], bx + per["layer_backward"], f, b)

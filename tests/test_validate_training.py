@@ -1,0 +1,193 @@
+"""benchmarks/validate_training.py and its data (benchmarks/data/published_training.toml): the file parses, every
+run has a source with a URL and the fields the pricer reads, the published figures convert to iteration times
+by the sources' own formulas (worked out here), rows train-plan cannot express say why, and the script runs on a
+small data file."""
+from __future__ import annotations
+
+import copy
+import importlib.util
+import os
+import tomllib
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_spec = importlib.util.spec_from_file_location("validate_training",
+                                               os.path.join(ROOT, "benchmarks", "validate_training.py"))
+vt = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(vt)
+
+
+@pytest.fixture(scope="module")
+def data():
+    return vt.load()
+
+
+def _run(data, rid):
+    return next(r for r in data["run"] if r["id"] == rid)
+
+
+def test_the_data_file_has_twenty_runs_from_four_sources_on_a100_and_h100(data):
+    runs, sources = data["run"], data["source"]
+    assert len(runs) >= 20
+    used = {r["source"] for r in runs}
+    assert len(used) >= 4 and used <= set(sources)
+    gpus = " ".join(sources[s]["gpu"] for s in used)
+    assert "A100" in gpus and "H100" in gpus
+    assert any(sources[s]["year"] >= 2024 for s in used)
+
+
+def test_every_run_has_a_source_url_and_the_fields_the_pricer_reads(data):
+    for r in data["run"]:
+        src = data["source"][r["source"]]
+        assert src["url"].startswith("https://"), r["id"]
+        assert all(k in r for k in vt.RUN_FIELDS), r["id"]
+        assert any(k in r for k in vt.METRICS), r["id"]
+        model = data["model"][r["model"]]
+        assert all(k in model for k in vt.MODEL_FIELDS), r["id"]
+        split = [r.get(k, 1) for k in ("tp", "pp", "cp", "dp")]
+        assert split[0] * split[1] * split[2] * split[3] == r["gpus"], r["id"]
+
+
+def test_check_finds_a_broken_row(data):
+    broken = copy.deepcopy(data)
+    row = broken["run"][0]
+    row["dp"] = row["dp"] + 1  # the degrees no longer multiply to the GPUs
+    del row["micro_batch"]
+    broken["run"].append(copy.deepcopy(broken["run"][1]))  # a repeated id
+    bloom = next(r for r in broken["run"] if r["id"] == "bloom2022/gbs2048")
+    bloom["layers_per_stage"] = bloom["layers_per_stage"][:-1]  # 11 stages of 12
+    problems = " | ".join(vt.check(broken))
+    assert "layers_per_stage must give one count per pipeline stage" in problems
+    assert "not gpus" in problems and "no micro_batch" in problems and "id repeated" in problems
+    assert vt.check(data) == []
+
+
+def test_a_repository_url_must_name_a_commit(data):
+    broken = copy.deepcopy(data)
+    broken["source"]["nemo2407"]["url"] = "https://github.com/NVIDIA/NeMo"
+    assert any("commit" in p for p in vt.check(broken))
+
+
+def test_narayanan_tflops_convert_by_their_equation_3(data):
+    # 1T row: B 3072, s 2048, l 128, h 25600, V 51200, 163 TFLOP/s per GPU on 3072 GPUs
+    b, s, lay, h, v = 3072, 2048, 128, 25600, 51200
+    flops = 96 * b * s * lay * h ** 2 * (1 + s / (6 * h) + v / (16 * lay * h))
+    run = _run(data, "narayanan2021/gpt-1008b")
+    got = vt.published_seconds(run, data["model"]["gpt-1008b"], data["source"]["narayanan2021"])
+    assert got == pytest.approx(flops / (163e12 * 3072), rel=1e-12)
+    # the paper's aggregate column (502.0 PFLOP/s) is its per-GPU column (163, rounded) times 3072 GPUs
+    assert round(502.0e3 / 3072) == 163
+
+
+def test_a_measured_iteration_is_taken_as_it_is(data):
+    run = _run(data, "bloom2022/gbs2048")
+    assert vt.published_seconds(run, data["model"]["bloom-176b"], data["source"]["bloom2022"]) == 104.70
+    assert sum(run["layers_per_stage"]) == 70 and len(run["layers_per_stage"]) == run["pp"] == 12
+
+
+def test_tokens_per_second_convert_to_an_iteration(data):
+    run = _run(data, "bridge2511/llama3-70b-h100")  # GBS 128 x 8192 tokens, 1602 tokens/s/GPU on 64 GPUs
+    got = vt.published_seconds(run, data["model"]["llama3-70b"], data["source"]["bridge2511"])
+    assert got == pytest.approx(128 * 8192 / (1602 * 64), rel=1e-12)
+
+
+def test_rows_train_plan_cannot_express_say_why_and_slot_in_when_it_can(data):
+    fields = {"t", "p", "d"}
+    fsdp, cp = _run(data, "torchtitan2412/t1-8b-fsdp"), _run(data, "nemo2407/llama3-8b")
+    assert vt.why_not(fsdp, data["model"]["llama3-8b"], fields) == "FSDP (ZeRO-3): not an option yet"
+    assert "context parallelism" in vt.why_not(cp, data["model"]["llama3-8b"], fields)
+    assert vt.why_not(cp, data["model"]["llama3-8b"], fields | {"cp"}) is None  # the option, once it exists
+    moe = _run(data, "bridge2511/deepseek-v3-b200")
+    assert "expert parallelism" in vt.why_not(moe, data["model"]["deepseek-v3"], fields)
+    bloom = _run(data, "bloom2022/gbs2048")  # 5 + 10 x 6 + 5 layers, the tied embedding on the first and last
+    assert vt.why_not(bloom, data["model"]["bloom-176b"], fields) == "uneven pipeline stages: not an option yet"
+    uneven = dict(_run(data, "nemo2407/llama2-7b"), pp=3)  # 32 layers on 3 stages
+    assert "uneven pipeline" in vt.why_not(uneven, data["model"]["llama2-7b"], fields)
+    assert vt.why_not(_run(data, "narayanan2021/gpt-1.7b"), data["model"]["gpt-1.7b"], fields) is None
+
+
+def test_the_issue_target_counts_fsdp_cp_fp8_and_uneven_rows(data):
+    m = data["model"]
+    assert vt.modern(_run(data, "torchtitan2412/t1-8b-fsdp"), m["llama3-8b"])  # FSDP, bf16
+    assert vt.modern(_run(data, "nemo2407/llama2-7b"), m["llama2-7b"])  # fp8
+    assert vt.modern(_run(data, "bridge2511/llama3.1-405b-h100"), m["llama3.1-405b"])  # CP, uneven
+    assert not vt.modern(_run(data, "narayanan2021/gpt-1008b"), m["gpt-1008b"])
+
+
+def test_the_row_becomes_train_plans_configuration(data):
+    run = _run(data, "nemo2407/llama2-70b")
+    cfg = vt.scale_config(run, data["model"]["llama2-70b"])
+    assert (cfg.t, cfg.p, cfg.d, cfg.interleave, cfg.sp) == (4, 4, 4, 20, True)
+    assert (cfg.kv_heads, cfg.ffn, cfg.mlp_kind, cfg.dp_comm, cfg.dp_overlap) == (8, 28672, "swiglu", "zero", True)
+    assert cfg.precision == "fp8-tensorwise" and cfg.dropout is False and cfg.invalid() is None
+    assert cfg.micro_batches == 128 // (1 * 4)
+
+
+TINY = """
+schema_version = 1
+[source.s]
+title = "t"
+url = "https://example.org/paper"
+where = "Table 1"
+year = 2024
+gpu = "A100"
+system = "selene"
+metric = "tokens_per_s_per_gpu"
+[model.tiny]
+layers = 4
+hidden = 64
+heads = 4
+vocab = 128
+mlp = "gelu"
+source = "s"
+[[run]]
+id = "s/priced"
+source = "s"
+model = "tiny"
+table = "row 1"
+gpus = 4
+seq = 32
+global_batch = 8
+micro_batch = 1
+tp = 2
+pp = 2
+dp = 1
+precision = "bf16"
+recompute = "full"
+tokens_per_s_per_gpu = 1000
+[[run]]
+id = "s/fsdp"
+source = "s"
+model = "tiny"
+table = "row 2"
+gpus = 4
+seq = 32
+global_batch = 8
+micro_batch = 1
+dp = 4
+fsdp = 4
+zero = 3
+precision = "bf16"
+recompute = "full"
+tokens_per_s_per_gpu = 1000
+"""
+
+
+def test_the_script_runs_on_a_small_data_file(tmp_path, capsys):
+    pytest.importorskip("optax")
+    path = tmp_path / "runs.toml"
+    path.write_text(TINY)
+    assert vt.main(["--data", str(path)]) == 0
+    out = capsys.readouterr().out
+    published = 8 * 32 / (1000 * 4)  # global batch x seq over tokens/s/GPU x GPUs
+    assert next(line for line in out.splitlines() if line.startswith("s/priced")).split()[1] == f"{published:.3f}"
+    data = tomllib.loads(TINY)
+    assert vt.check(data) == []
+    row = vt.price(data["run"][0], data)
+    assert row["published_s"] == pytest.approx(published, rel=1e-12)
+    assert row["estimate_s"] > 0 and row["ratio"] == row["estimate_s"] / published
+    assert "s/fsdp" in out and "NOT PRICED: FSDP (ZeRO-3): not an option yet" in out
+    assert "held out (nothing fitted on any source): median |error|" in out
+    assert "1 rows not expressible yet" in out
+    assert "rows using FSDP, CP, fp8 or uneven stages: 0 priced of 1" in out
