@@ -37,6 +37,7 @@ import jax.numpy as jnp  # noqa: E402
 
 from mhlo_cost.analysis import AnalysisOptions, analyze  # noqa: E402
 from mhlo_cost.machines.hardware import get_profile  # noqa: E402
+from mhlo_cost.roofline.eager import torch_norm_bytes  # noqa: E402
 from mhlo_cost.roofline.estimate import Roofline  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -173,7 +174,17 @@ def estimated_s(m, profiles=None) -> float:
         return rf.totals()["est_time_fused_s"]
     if m["program"] == "attention_bwd":
         return est("attention_bwd") - est("attention")
-    return est(m["program"])
+    return est(m["program"]) * torch_norm_factor(m, hw)
+
+
+def torch_norm_factor(m, hw) -> float:
+    """Of a torch eager norm kernel (``impl = "torch"``): its HBM bytes over the compiled kernel's (the row read
+    a second time where the rows in flight leave L2: :func:`mhlo_cost.roofline.eager.torch_norm_bytes`); else 1."""
+    if m.get("impl") != "torch" or m["program"] not in ("rms_norm", "layer_norm"):
+        return 1.0
+    p = m["params"]
+    total, reread = torch_norm_bytes(p["rows"], p["cols"], jnp.dtype(p["dtype"]).itemsize, hw.name)
+    return total / (total - reread)
 
 
 _ANALYSES: dict = {}

@@ -340,3 +340,29 @@ def _host_times(kernels, calls, per_call: float) -> None:
     for k in kernels:
         if k.backend:  # an SDPA call's kernel (or one of its math kernels): a call of its own
             k.host_s = per_call * k.multiplicity
+
+
+# -- torch's own norm kernels (LayerNorm, RMSNorm) as they run ---------------------------------------------------
+#: torch's CUDA layer_norm / rms_norm forward (aten/src/ATen/native/cuda/layer_norm_kernel.cu, the vectorized
+#: kernel): one block of 128 threads per row; a first loop reads the row for its statistics, a second reads it
+#: again to write the output. The second read comes from L2 while the rows in flight (SMs x resident blocks x the
+#: row's bytes) fit in the L2 partition an SM reads; beyond that part of it comes from HBM again.
+NORM_THREADS = 128
+#: ESTIMATE (datasheets): SMs and L2 bytes per chip family; an SM reads one of the two L2 partitions.
+NORM_CHIPS = {"a100": (108, 40 * 2**20), "h100": (132, 50 * 2**20), "h200": (132, 50 * 2**20)}
+MAX_THREADS_PER_SM = 2048
+
+
+def torch_norm_bytes(rows: int, cols: int, itemsize: int, chip: str) -> tuple[int, int]:
+    """(bytes read from HBM and written, of which the second read of the rows): the input once, the output once,
+    and the part of the second read that misses L2 (integer bytes). ``chip``: a profile name (``h100-sxm``)."""
+    sms, l2 = next((v for k, v in NORM_CHIPS.items() if chip.lower().startswith(k)), (None, None))
+    once = 2 * rows * cols * itemsize
+    if sms is None:
+        return once, 0
+    in_flight = min(rows, sms * (MAX_THREADS_PER_SM // NORM_THREADS)) * cols * itemsize
+    share = l2 // 2
+    if in_flight <= share:
+        return once, 0
+    reread = rows * cols * itemsize * (in_flight - share) // in_flight
+    return once + reread, reread
