@@ -49,10 +49,13 @@ def get_field(hw, field: str):
     head, *rest = field.split(".")
     if head == "gemm" and rest == ["efficiency"]:
         return None if hw.gemm is None else hw.gemm.efficiency
+    if head == "memory" and rest == ["efficiency"]:
+        return None if hw.memory is None else hw.memory.efficiency
     if head == "attention" and len(rest) == 2:
         lib = None if hw.attention is None else hw.attention.get(rest[0])
         return None if lib is None else getattr(lib, rest[1])
-    raise ValueError(f"no fitted field {field!r} (gemm.efficiency, attention.<library>.forward / backward)")
+    raise ValueError(f"no fitted field {field!r} (gemm.efficiency, memory.efficiency, "
+                     "attention.<library>.forward / backward)")
 
 
 def with_field(hw, field: str, value: float):
@@ -60,6 +63,8 @@ def with_field(hw, field: str, value: float):
     head, *rest = field.split(".")
     if head == "gemm":
         return dataclasses.replace(hw, gemm=dataclasses.replace(hw.gemm, efficiency=value))
+    if head == "memory":
+        return dataclasses.replace(hw, memory=dataclasses.replace(hw.memory, efficiency=value))
     name, part = rest
     libs = tuple((n, dataclasses.replace(lib, **{part: value}) if n == name else lib)
                  for n, lib in hw.attention.libraries)

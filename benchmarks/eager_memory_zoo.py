@@ -99,7 +99,7 @@ def eager_peak(key: str, tmp: str) -> int | str:
     err = model_zoo._lower(key, path)
     if err:
         return err
-    return eager_profile(analyze(path, AnalysisOptions(dataflow=True)), sdpa="flash").peak_bytes
+    return eager_profile(analyze(path, AnalysisOptions(dataflow=True))).peak_bytes
 
 
 def _one(key: str, tmp: str) -> tuple[float | None, str]:

@@ -124,4 +124,4 @@ def test_report_through_the_guarded_child_holds_the_same(tmp_path, isolate):
     out = subprocess.run([sys.executable, "-m", "mhlo_cost", "report", str(path), "--execution", "eager",
                           "--format", "json", "-q"], capture_output=True, text=True, check=True,
                          env=dict(os.environ, MHLO_COST_ISOLATE=isolate))
-    assert json.loads(out.stdout)["summary"]["peak_bytes_fused"] == 6 * S
+    assert json.loads(out.stdout)["summary"]["peak_bytes_eager"] == 6 * S

@@ -59,20 +59,21 @@ def test_eager_kernels_are_torchs_calls():
 
 
 def test_sdpa_math_costs_more_than_flash():
+    """--sdpa chooses the backend of a scaled_dot_product_attention call: flash one kernel, math the kernels of
+    PyTorch's math path, which write and read the 1 x 4 x 1024 x 1024 scores."""
     class Att(nn.Module):
         def forward(self, q, k, v):
-            s = torch.matmul(q, k.transpose(-2, -1)) * 0.125
-            return torch.matmul(torch.softmax(s, dim=-1), v)
+            return torch.nn.functional.scaled_dot_product_attention(q, k, v)
 
     a = _analysis(Att, *["1x4x1024x64:bfloat16"] * 3)
     hw = get_profile("a100")
     flash, math_ = (Roofline(a, hw, execution="eager", sdpa=s) for s in ("flash", "math"))
-    assert [k.attention for k in flash.fusion.kernels] == [True]
+    assert [k.attention for k in flash.fusion.kernels if k.backend] == [True]
     assert not any(k.attention for k in math_.fusion.kernels)
-    # math writes and reads the 1 x 4 x 1024 x 1024 scores: at least 2 x 4 Mi elements of bf16 more traffic
+    # math writes the scores and the probabilities and reads both: at least 4 x 4 Mi elements of bf16 more
     fbytes = sum(k.bytes_read + k.bytes_written for k in flash.fusion.kernels)
     mbytes = sum(k.bytes_read + k.bytes_written for k in math_.fusion.kernels)
-    assert mbytes - fbytes >= 2 * 4 * 1024 * 1024 * 2
+    assert mbytes - fbytes >= 4 * 4 * 1024 * 1024 * 2
     assert math_.fusion.time_s > flash.fusion.time_s
 
 

@@ -90,8 +90,30 @@ def test_the_library_sets_the_attention_speed():
     for lib in ("fa2", "fa3"):
         hw = dataclasses.replace(h100, attention=dataclasses.replace(h100.attention, library=lib))
         t[lib] = Roofline(a, hw, fuse_mode="elementwise").totals()["est_time_fused_s"]
-    fa2, fa3 = h100.attention.get("fa2").forward, h100.attention.get("fa3").forward
-    assert t["fa2"] / t["fa3"] == pytest.approx(fa3 / fa2, rel=0.1)
+    b, h, s, d = 2, 16, 4096, 128
+    n = s / h100.attention.tile  # key tiles one query tile visits
+
+    def closed_form(lib):  # the products at the library's rate (after its ramp), plus its exposed exponentials
+        e = h100.attention.get(lib)
+        matrix = 4 * b * h * s * s * d / (989.4e12 * e.forward * n / (n + e.ramp))
+        return matrix + e.exp_exposed * b * h * s * s / h100.transcendental_rate
+    assert t["fa2"] / t["fa3"] == pytest.approx(closed_form("fa2") / closed_form("fa3"), rel=0.03)
+    assert t["fa3"] == pytest.approx(closed_form("fa3"), rel=0.05)
+
+
+def test_exposed_exponentials_add_to_the_products_time():
+    """exp_exposed = 1: the kernel takes its products' time plus its exponentials' (B H S^2 at the transcendental
+    rate); 0: the larger of the two, as before. Head dim 64 feels it most (the exponentials per FLOP double)."""
+    b, h, s, d = 4, 16, 2048, 64
+    a = analyze(lowered(attn, *[((b, h, s, d), BF16)] * 3), AnalysisOptions(dataflow=True))
+    h100 = get_profile("h100")
+    t = {}
+    for exposed in (0.0, 1.0):
+        libs = tuple((name, dataclasses.replace(lib, exp_exposed=exposed)) for name, lib in h100.attention.libraries)
+        hw = dataclasses.replace(h100, attention=dataclasses.replace(h100.attention, libraries=libs))
+        t[exposed] = Roofline(a, hw, fuse_mode="elementwise").totals()["est_time_fused_s"]
+    exps = b * h * s * s / h100.transcendental_rate
+    assert t[1.0] - t[0.0] == pytest.approx(exps, rel=0.02)
 
 
 def test_attention_backward_is_one_kernel_without_scores_in_hbm():

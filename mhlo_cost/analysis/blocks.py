@@ -125,8 +125,8 @@ def block_table(analysis, blocks, parts: bool = False, extra: dict[str, Callable
         data["peak_bytes" + suffix] = int_series([peak.get(k, 0) for k in keys] + [prof.peak_bytes])
         end = prof.after[-1] if prof.after else prof.argument_bytes
         data["live_out_bytes" + suffix] = int_series([live_out.get(k, 0) for k in keys] + [end])
-    if memory:  # the execution model of the peak_bytes_fused column (unfused: none)
-        fused = dict(memory).get("_fused")
+    if memory:  # the execution model of the peak_bytes_fused (peak_bytes_eager) column (unfused: none)
+        fused = next((p for sfx, p in memory if sfx), None)
         data["execution"] = fused.execution if fused is not None else "unfused"
     return pd.DataFrame(data)
 

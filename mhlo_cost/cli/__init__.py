@@ -50,7 +50,7 @@ _INPUT_ERRORS = (("mhlo_cost.studies.baseline", "BaselineError"), ("mhlo_cost.ma
                  ("mhlo_cost.studies.limits", "OptionError"),
                  ("mhlo_cost.ir.loader", "LoadError"), ("mhlo_cost.walk.row", "AnalysisError"),
                  ("mhlo_cost.views.table", "ViewError"), ("mhlo_cost.files.cache", "CacheError"),
-                 ("mhlo_cost.files.write", "OutputError"))
+                 ("mhlo_cost.files.write", "OutputError"), ("mhlo_cost.roofline.sdpa", "BackendError"))
 
 
 def _input_errors() -> tuple:

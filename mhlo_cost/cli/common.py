@@ -285,10 +285,12 @@ def add_estimate(p: argparse.ArgumentParser, steps: bool = False, top: bool = Fa
                         "mode=\"reduce-overhead\"): no host launch per kernel")
     g.add_argument("--fuse", choices=("none", "elementwise"), default="none",
                    help="the older spelling: elementwise = --execution compiled, none = --execution unfused")
-    g.add_argument("--sdpa", choices=("flash", "cudnn", "mem_efficient", "math"),
-                   help="with --execution eager: the attention kernel (default flash, FlashAttention-2, where the "
-                        "dtype and head dim allow, else mem_efficient; cudnn: cuDNN's, which PyTorch picks on "
-                        "H100/H200; math: its ops one by one)")
+    g.add_argument("--sdpa", choices=("auto", "flash", "cudnn", "mem_efficient", "math"),
+                   help="with --execution eager: the backend of the program's scaled_dot_product_attention calls "
+                        "(attention written out as matmul, softmax, matmul runs as written whatever this says): "
+                        "auto (the default: PyTorch's choice, flash where the dtype and head dim allow, else "
+                        "mem_efficient); flash (FlashAttention-2), cudnn, mem_efficient, or math (the scores and "
+                        "probabilities written to memory). A backend the shapes or the chip cannot run is refused")
     # attention as one kernel
     g.add_argument("--attention", choices=("fused", "unfused"),
                    help="with --execution compiled or inductor: fused (default) prices each attention (dot, softmax, "

@@ -21,3 +21,16 @@ def execution_of(fuse_mode: str | None = "none", execution: str | None = None) -
             raise ValueError(f"unknown execution model {execution!r}: choose one of {', '.join(EXECUTIONS)}")
         return execution
     return "compiled" if (fuse_mode or "none") == "elementwise" else "unfused"
+
+
+def memory_suffix(execution: str) -> str:
+    """The suffix of an execution model's memory figures (``peak_bytes<suffix>``, ``fits<suffix>``,
+    ``margin_bytes<suffix>``, ``peak_op<suffix>``, the block table's and the timeline's columns): ``_fused`` for
+    ``compiled`` (the name it has always had), ``_<execution>`` for any other (``peak_bytes_eager``); "" for
+    ``unfused`` (the plain figures)."""
+    return "" if execution == "unfused" else "_fused" if execution == "compiled" else f"_{execution}"
+
+
+def memory_suffixes() -> tuple:
+    """Every execution model's memory suffix (:func:`memory_suffix`), the plain one left out."""
+    return tuple(s for s in map(memory_suffix, EXECUTIONS) if s)

@@ -26,12 +26,15 @@ a profile without the field streams at the full rate on every path.
     library = "fa2"                                   # the kernel a fused attention runs as by default
     fa2 = { forward = 0.5, backward = 0.4, ramp = 2 } # fraction of the matrix peak per pass; ramp: key/value
                                                       # tiles (of `tile` keys) at which half of that is lost
+    fa3 = { forward = 0.9, backward = 0.6, ramp = 2, exp_exposed = 1 }
     tile = 128
 
 A fused attention kernel's matrix time is its GEMM FLOPs over the blocks it computes (a causal mask skips the
 tiles above the diagonal) / (peak x fraction x n / (n + ramp)), n the key tiles one query tile visits; the
-exponentials and the vector work run beside the matrix units (overlapped, as FlashAttention-2/3 and cuDNN do):
-the kernel's compute time is the largest of the three, not their sum.
+exponentials and the vector work run beside the matrix units: the kernel's compute time is the largest of the
+three, plus ``exp_exposed`` (a fraction, default 0) of the exponentials' time added to the matrix time, the part of
+the softmax the kernel does not hide behind its products (on GH100 the exponential unit runs at 1/256 of the bf16
+matrix rate: at head dim 64 the exponentials of a tile take about as long as its two products, at 256 a quarter).
 """
 from __future__ import annotations
 
@@ -45,7 +48,7 @@ LIBRARIES = ("fa2", "fa3", "cudnn")
 #: (a broadcast or strided operand) or its unrolled path (a widening dtype conversion).
 PATHS = ("stream", "generic", "convert")
 _MEMORY_FIELDS = ("efficiency", "half_size_mb", "generic_tbps", "convert_tbps", "reduce_row_ns")
-_LIB_FIELDS = ("forward", "backward", "ramp")
+_LIB_FIELDS = ("forward", "backward", "ramp", "exp_exposed")
 
 
 @dataclass(frozen=True)
@@ -87,6 +90,7 @@ class AttentionLibrary:
     forward: float
     backward: float
     ramp: float = 0.0
+    exp_exposed: float = 0.0  # the fraction of the exponentials' time added to the matrix time (not hidden)
 
     def fraction(self, backward: bool, key_tiles: float) -> float:
         base = self.backward if backward else self.forward
@@ -106,6 +110,8 @@ class AttentionModel:
         out: dict[str, Any] = {"library": self.library, "tile": self.tile}
         for name, lib in self.libraries:
             out[name] = {"forward": lib.forward, "backward": lib.backward, "ramp": lib.ramp}
+            if lib.exp_exposed:
+                out[name]["exp_exposed"] = lib.exp_exposed
         return out
 
 
@@ -142,7 +148,8 @@ def parse_attention(table: Any, where: str) -> AttentionModel:
             fwd = float(_number(e.get("forward", 1), "fraction", f"{w}.forward"))
             bwd = float(_number(e.get("backward", fwd), "fraction", f"{w}.backward"))
             ramp = float(_number(e.get("ramp", 0), "count", f"{w}.ramp"))
-            libs.append((name, AttentionLibrary(fwd, bwd, ramp)))
+            exposed = float(_number(e.get("exp_exposed", 0), "share", f"{w}.exp_exposed"))
+            libs.append((name, AttentionLibrary(fwd, bwd, ramp, exposed)))
     if lib not in dict(libs):
         raise ValueError(f"{where}: the default library {lib!r} needs its table [{where.split()[-1]}.{lib}]")
     return AttentionModel(lib, tuple(libs), tile)

@@ -24,6 +24,7 @@ attention.*.backward
 memory.half_size_mb, sram_mb                [0, 1e+06]        MB (1e6 bytes)
 tdp_w                                       [0.001, 1e+06]    W
 attention.*.ramp                            [0, 1e+06]        key/value tiles
+attention.*.exp_exposed                     [0, 1]            share of the exponentials' time
 devices_per_node, nics_per_node, dims,      [1, 1e+06]        whole numbers (mesh: product too)
 link_count
 ==========================================  ================  ==================================
@@ -47,6 +48,7 @@ RANGES: dict[str, tuple[Decimal, Decimal, str]] = {
     "gflop": (Decimal("1e-9"), Decimal("1e9"), "GFLOP"),
     "mb": (Decimal(0), Decimal("1e6"), "MB"),
     "count": (Decimal(0), Decimal("1e6"), "(tiles)"),
+    "share": (Decimal(0), Decimal(1), "(share)"),
     "w": (Decimal("0.001"), Decimal("1e6"), "W"),
 }
 #: The largest whole number of a profile (devices per node, NICs, mesh dimensions and their product).

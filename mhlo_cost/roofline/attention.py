@@ -303,8 +303,8 @@ def padded_head_dim(d: int, ladder: tuple) -> int:
 def kernel_compute_s(rows, producers, times, members, hw, multiplicity: int, library: str = "",
                      masks: dict | None = None) -> float | None:
     """The compute time of one fused attention kernel on ``hw`` (totals over its multiplicity): its GEMM FLOPs
-    over the blocks it computes at the library's fraction of the matrix peak, beside (not added to) its
-    exponentials and its vector work; a backward recomputes the score product; a library's kernel computes on its
+    over the blocks it computes at the library's fraction of the matrix peak plus the library's exposed share of
+    its exponentials (``exp_exposed``), beside its exponentials and its vector work; a backward recomputes the score product; a library's kernel computes on its
     padded head dim (:data:`PADDED_HEAD_DIMS`). ``library``: the kernel's library where the profile has a model
     of it, else the profile's default. ``masks``: the walk's ``masks`` record (:mod:`mhlo_cost.roofline.band`): an
     index mask read from it that leaves fewer key tiles than a causal one (a sliding window) prices the blocks it
@@ -318,6 +318,7 @@ def kernel_compute_s(rows, producers, times, members, hw, multiplicity: int, lib
     dots = [i for i in members if rows[i].kind == "dot"]
     gemm_flops = sum(rows[i].gemm_flops for i in dots)
     backward = len(dots) > 2
+    recomputed = _recomputed_exps(rows, dots, gemm_flops) if backward and lib.exp_exposed else 0
     if backward:
         gemm_flops += gemm_flops // len(dots)  # the score product recomputed from Q and K
     qk = dots[0]
@@ -334,11 +335,18 @@ def kernel_compute_s(rows, producers, times, members, hw, multiplicity: int, lib
         band = (n + 1) / (2 * n)  # causal: the blocks on and below the diagonal
     peak = times[qk].peak or 1.0
     matrix = gemm_flops * (1 if band is None else band) / (peak * lib.fraction(backward, tiles))
-    trans = sum(rows[i].transcendentals for i in members) / hw.transcendental_rate
+    trans = (sum(rows[i].transcendentals for i in members) + recomputed) / hw.transcendental_rate
     vector = sum(times[i].compute_s for i in members if rows[i].kind != "dot" and times[i].unit == "vector")
     if band is not None:  # a window or a causal mask: the blocks it visits, their exponentials and vector work
         trans, vector = trans * band, vector * band
-    return max(matrix, trans, vector)
+    return max(matrix + lib.exp_exposed * trans, trans, vector)
+
+
+def _recomputed_exps(rows, dots, gemm_flops: int) -> int:
+    """The exponentials a backward kernel recomputes (P = exp(S - L), one per score): one product's FLOPs over
+    2 x the head dim (the smallest contracted dimension of its products)."""
+    d = min((score_head_dim(rows[i]) for i in dots), default=0)
+    return gemm_flops // len(dots) // (2 * d) if d else 0
 
 
 def _score_of(rows, dots) -> tuple:

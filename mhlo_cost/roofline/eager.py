@@ -7,10 +7,13 @@ consecutive in program order and of one multiplicity, into one kernel:
 
 * a call made only of view ops (reshape, transpose, slice, broadcast: ``view``, ``permute``, ``expand``,
   indexing) launches no kernel: its readers read the viewed storage (a broadcast: its small operand);
-* the attention is the library kernel the framework dispatches ``scaled_dot_product_attention`` to
-  (:data:`SDPA_BACKENDS`): ``flash`` (the default where the shapes allow: f16/bf16, head dim at most
-  :data:`FLASH_MAX_HEAD_DIM`; otherwise ``mem_efficient``) and ``mem_efficient`` are one kernel whose scores
-  never leave the chip (:func:`.attention.find_attention` finds it); ``math`` runs its ops one call at a time;
+* an attention is the library kernel the framework dispatches ``scaled_dot_product_attention`` to only where
+  the program calls it (:mod:`.sdpa`: one call site for both products): on the backend ``--sdpa`` names, or
+  PyTorch's own choice (``flash`` where the dtype and head dim allow, else ``mem_efficient``); its scores never
+  leave the chip (:func:`.attention.find_attention` finds it). On the ``math`` backend the call is the kernels
+  PyTorch's math path runs. An attention written out (``q @ k^T``, softmax, ``@ v``) is the calls it was
+  written as, its scores and probabilities stored (a program lowered from JAX makes no torch call: its
+  attentions are taken as SDPA calls);
 * any other call is one kernel: it reads its inputs once and writes what others read (:class:`.kernel_io.KernelIO`),
   and pays the profile's kernel launch overhead; the host dispatches each framework op (views included) in
   :func:`dispatch_overhead` seconds, so a kernel takes at least its calls' dispatch time (a small kernel is
@@ -31,17 +34,9 @@ from .band import masks_of
 from .fusion import Fusion, Kernel, data_flow
 from .kernel_io import KernelIO, share_time
 from .optime import OpTime, op_time
+from .sdpa import (BACKEND_LIBRARY, FLASH_DTYPES, FLASH_MAX_HEAD_DIM, SDPA_BACKENDS, WRITTEN_ATTENTION,  # noqa: F401
+                   BackendError, is_sdpa_call, math_pieces, notes, resolve, written_default)
 
-#: The kernels ``scaled_dot_product_attention`` dispatches to (PyTorch's SDPA backends).
-SDPA_BACKENDS = ("flash", "cudnn", "mem_efficient", "math")
-#: The attention library (:data:`mhlo_cost.machines.kernels.LIBRARIES`) a backend's kernel is: PyTorch's flash backend
-#: is FlashAttention-2; mem_efficient has no model of its own (the profile's default library prices it).
-BACKEND_LIBRARY = {"flash": "fa2", "cudnn": "cudnn"}
-#: How an attention written out op by op (``q @ k^T``, softmax, ``@ v``) runs in eager: as an SDPA call or op by op.
-WRITTEN_ATTENTION = ("sdpa", "math")
-#: FlashAttention-2 (PyTorch's flash backend) takes f16/bf16 and head dims up to 256.
-FLASH_MAX_HEAD_DIM = 256
-FLASH_DTYPES = ("bf16", "f16")
 #: Ops a framework runs as views of their operand's storage (no kernel).
 VIEW_OPS = frozenset({"reshape", "bitcast", "transpose", "broadcast_in_dim", "broadcast", "slice", "constant"})
 #: ESTIMATE: host time per framework op in PyTorch eager (Python, the dispatcher, the launch call): about
@@ -85,24 +80,6 @@ def head_dim(rows, att) -> int:
     from .attention import score_head_dim
 
     return score_head_dim(rows[att.qk])
-
-
-def sdpa_backend(rows, att, asked: str) -> str:
-    """The backend an attention runs on: ``asked``, except that flash falls back to mem_efficient where its
-    dtype or head dim does not allow it (as PyTorch's dispatcher does)."""
-    if asked != "flash":
-        return asked
-    r = rows[att.qk]
-    dt = r.operands[0].dtype if r.operands else ""
-    ok = any(dt == d or dt.startswith(d) for d in FLASH_DTYPES) and 0 < head_dim(rows, att) <= FLASH_MAX_HEAD_DIM
-    return "flash" if ok else "mem_efficient"
-
-
-def is_sdpa_call(rows, att) -> bool:
-    """Whether an attention is one framework call (``scaled_dot_product_attention``, a library kernel): its score
-    and output products share a source position; an attention written out op by op has one per product."""
-    key = _key(rows[att.qk])
-    return key is not None and key == _key(rows[att.pv])
 
 
 _HANDED = frozenset({"broadcast_in_dim", "broadcast", "reshape", "bitcast"})
@@ -235,59 +212,69 @@ def _groups(rows, times, preset: set) -> list[list[int]]:
     return groups
 
 
+@dataclass
+class EagerFusion(Fusion):
+    """The eager kernels; ``sdpa_note``: the attention calls per backend and the attentions written out
+    (:func:`.sdpa.notes`; "" for a program without attention)."""
+
+    sdpa_note: str = ""
+
+
 def eager(analysis, hw: Hardware, times: list[OpTime] | None = None, producers: list | None = None,
-          sdpa: str = "flash", written: str = "sdpa") -> Fusion:
-    """The kernels of ``analysis`` run op by op (see the module docstring), timed on ``hw``. ``written``
-    (:data:`WRITTEN_ATTENTION`): how an attention written out op by op runs: ``sdpa`` (the default: as an SDPA
-    call, for a module written for counting) or ``math`` (op by op, as PyTorch eager runs such code; only an
-    attention made by one framework call, :func:`is_sdpa_call`, is the SDPA kernel)."""
+          sdpa: str = "auto", written: str = "auto") -> EagerFusion:
+    """The kernels of ``analysis`` run op by op (see the module docstring), timed on ``hw``. ``sdpa``
+    (:data:`.sdpa.SDPA_BACKENDS`): the backend of the SDPA calls (``auto``: PyTorch's choice; a backend the
+    call cannot run: :class:`.sdpa.BackendError`). ``written`` (:data:`.sdpa.WRITTEN_ATTENTION`): how an
+    attention written out op by op runs: ``math`` (as written, as PyTorch eager runs such code; only an
+    attention made by one framework call, :func:`.sdpa.is_sdpa_call`, is an SDPA call), ``sdpa`` (as an SDPA
+    call), ``auto`` (:func:`.sdpa.written_default`: as written where the IR carries torch call stacks)."""
     rows = analysis.rows
     producers = data_flow(analysis, producers, "eager()")
     if sdpa not in SDPA_BACKENDS:
         raise ValueError(f"unknown attention backend {sdpa!r}: choose one of {', '.join(SDPA_BACKENDS)}")
     if written not in WRITTEN_ATTENTION:
         raise ValueError(f"unknown written attention {written!r}: choose one of {', '.join(WRITTEN_ATTENTION)}")
+    if written == "auto":
+        written = written_default(rows)
     if times is None:
         times = [op_time(r, hw) for r in rows]
     n = len(rows)
     role = ["alone"] * n
     row_kernel: list[int | None] = [None] * n
-    kernels = _attention_kernels(rows, producers, sdpa, written, role, row_kernel)
+    kernels, note = _attention_kernels(rows, producers, hw, sdpa, written, role, row_kernel)
     preset = {i for k in kernels for i in k.members}
     calls = _call_kernels(rows, producers, times, preset, role, row_kernel, kernels)
     io = KernelIO(rows, producers, times, role, masks=masks_of(analysis))
     for k in kernels:
         _measure(k, io, rows, producers, role, times, hw)
     _host_times(kernels, calls, dispatch_overhead(hw))
-    return Fusion(kernels, row_kernel, share_time(kernels, times, n))
+    return EagerFusion(kernels, row_kernel, share_time(kernels, times, n), note)
 
 
-def _attention_kernels(rows, producers, sdpa: str, written: str, role: list, row_kernel: list) -> list:
-    """One SDPA kernel per attention found (none with ``sdpa`` math), its members in program order; their rows'
-    ``role`` and ``row_kernel`` set."""
-    if sdpa == "math":
-        return []
+def _attention_kernels(rows, producers, hw, sdpa: str, written: str, role: list, row_kernel: list) -> tuple:
+    """The kernels of the SDPA calls (one per call; on the math backend the kernels PyTorch's math path runs,
+    :func:`.sdpa.math_pieces`), in program order of their first member; their rows' ``role`` and
+    ``row_kernel`` set; and the note (:func:`.sdpa.notes`)."""
     from .attention import find_attention
 
     found = find_attention(rows, producers)
-    if written == "math":
-        found = [att for att in found if is_sdpa_call(rows, att)]
-    preset: dict[int, int] = {}
-    backends: list[str] = []
-    for g, att in enumerate(found):
-        preset.update((i, g) for i in att.members)
-        backends.append(sdpa_backend(rows, att, sdpa))
+    calls = found if written == "sdpa" else [att for att in found if is_sdpa_call(rows, att)]
+    backends = [resolve(rows, att, sdpa, hw) for att in calls]
+    pieces: list[tuple[list[int], str]] = []
+    for att, b in zip(calls, backends):
+        if b == "math":
+            pieces += [(p, b) for p in math_pieces(rows, att)]
+        else:
+            pieces.append((sorted(att.members), b))
     kernels: list[EagerKernel] = []
-    att_kernel: dict[int, int] = {}
-    for i in sorted(preset):  # attention kernels first (members in program order)
-        g = preset[i]
-        if g not in att_kernel:
-            att_kernel[g] = len(kernels)
-            kernels.append(EagerKernel([], rows[i].multiplicity, has_dot=True, attention=True, backend=backends[g],
-                                       library=BACKEND_LIBRARY.get(backends[g], "")))
-        kernels[att_kernel[g]].members.append(i)
-        row_kernel[i], role[i] = att_kernel[g], "kernel"
-    return kernels
+    for members, b in sorted(pieces, key=lambda pb: pb[0][0]):
+        whole = b != "math"
+        kernels.append(EagerKernel(members, rows[members[0]].multiplicity, attention=whole, backend=b,
+                                   has_dot=any(rows[i].kind == "dot" for i in members),
+                                   library=BACKEND_LIBRARY.get(b, "") if whole else ""))
+        for i in members:
+            row_kernel[i], role[i] = len(kernels) - 1, "kernel"
+    return kernels, notes(backends, hw, written, sum(not is_sdpa_call(rows, att) for att in found))
 
 
 def _call_kernels(rows, producers, times, preset: set, role: list, row_kernel: list, kernels: list) -> list:
@@ -351,5 +338,31 @@ def _host_times(kernels, calls, per_call: float) -> None:
             kernels[k].host_s = per_call * pending
             pending = 0
     for k in kernels:
-        if k.attention:
+        if k.backend:  # an SDPA call's kernel (or one of its math kernels): a call of its own
             k.host_s = per_call * k.multiplicity
+
+
+# -- torch's own norm kernels (LayerNorm, RMSNorm) as they run ---------------------------------------------------
+#: torch's CUDA layer_norm / rms_norm forward (aten/src/ATen/native/cuda/layer_norm_kernel.cu, the vectorized
+#: kernel): one block of 128 threads per row; a first loop reads the row for its statistics, a second reads it
+#: again to write the output. The second read comes from L2 while the rows in flight (SMs x resident blocks x the
+#: row's bytes) fit in the L2 partition an SM reads; beyond that part of it comes from HBM again.
+NORM_THREADS = 128
+#: ESTIMATE (datasheets): SMs and L2 bytes per chip family; an SM reads one of the two L2 partitions.
+NORM_CHIPS = {"a100": (108, 40 * 2**20), "h100": (132, 50 * 2**20), "h200": (132, 50 * 2**20)}
+MAX_THREADS_PER_SM = 2048
+
+
+def torch_norm_bytes(rows: int, cols: int, itemsize: int, chip: str) -> tuple[int, int]:
+    """(bytes read from HBM and written, of which the second read of the rows): the input once, the output once,
+    and the part of the second read that misses L2 (integer bytes). ``chip``: a profile name (``h100-sxm``)."""
+    sms, l2 = next((v for k, v in NORM_CHIPS.items() if chip.lower().startswith(k)), (None, None))
+    once = 2 * rows * cols * itemsize
+    if sms is None:
+        return once, 0
+    in_flight = min(rows, sms * (MAX_THREADS_PER_SM // NORM_THREADS)) * cols * itemsize
+    share = l2 // 2
+    if in_flight <= share:
+        return once, 0
+    reread = rows * cols * itemsize * (in_flight - share) // in_flight
+    return once + reread, reread

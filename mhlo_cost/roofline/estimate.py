@@ -19,11 +19,11 @@ class Roofline:
     """Per-op times of an analysis on one hardware profile, and the views built from them."""
 
     def __init__(self, analysis, hw: Hardware, fuse_mode: str = "none", attention: str | None = None,
-                 execution: str | None = None, sdpa: str = "flash", written: str = "sdpa", cudagraphs: bool = False):
+                 execution: str | None = None, sdpa: str = "auto", written: str = "auto", cudagraphs: bool = False):
         """``execution`` (:data:`EXECUTIONS`; default: the one ``fuse_mode`` maps onto): ``compiled`` groups
         rows into fused kernels (:func:`.fusion.fuse`), ``eager`` into one kernel per framework op
-        (:func:`.eager.eager`, attention on the SDPA backend ``sdpa``; attention written out op by op as an SDPA
-        call or, ``written="math"``, op by op); either is :attr:`fusion` and the
+        (:func:`.eager.eager`, SDPA calls on the backend ``sdpa``; attention written out op by op as written or,
+        ``written="sdpa"``, as an SDPA call); either is :attr:`fusion` and the
         ``_fused`` columns; ``inductor``: as torch.compile's Inductor (:func:`.inductor.inductor`, replayed from a
         CUDA graph with ``cudagraphs``), with the compile gain over eager (:mod:`.gain`). ``attention`` (compiled,
         inductor): ``fused`` (the default) prices each attention as one kernel
@@ -161,6 +161,8 @@ class Roofline:
         for sfx in twins:
             out[f"run_time{sfx}_s"] = tot[f"est_time{sfx}_overlap_s"] * steps
         out["run_flops"] = flops * steps
+        if getattr(self.fusion, "sdpa_note", ""):
+            out["sdpa"] = self.fusion.sdpa_note
         notes = self.precision_notes()
         if notes:
             out["precision_note"] = "; ".join(notes)

@@ -247,35 +247,35 @@ def inlined(rows, producers) -> set[int]:
     return out
 
 
-def _attention_preset(rows, producers, attention: str, sdpa: str) -> tuple[dict, set, list]:
+def _attention_preset(rows, producers, attention: str, sdpa: str, hw: Hardware) -> tuple[dict, set, list]:
     """Rows of each attention Inductor's SDPA rewrite makes one kernel (none with ``attention="unfused"``), the
     score shapes kept on chip, and each attention's SDPA backend."""
     if attention == "unfused":
         return {}, set(), []
     from .attention import find_attention, find_attention_backward
-    from .eager import sdpa_backend
+    from .sdpa import resolve
 
     forward = find_attention(rows, producers)
     backward, onchip = find_attention_backward(rows, producers, forward)
     preset = {}
     for g, att in enumerate(forward + backward):
         preset.update((i, g) for i in att.members)
-    backends = [sdpa_backend(rows, att, sdpa) for att in forward]
+    backends = [resolve(rows, att, sdpa, hw) for att in forward]
     return preset, onchip, backends + [""] * len(backward)
 
 
 def inductor(analysis, hw: Hardware, times: list[OpTime] | None = None, producers: list | None = None,
-             attention: str = "fused", cudagraphs: bool = False, sdpa: str = "flash") -> Fusion:
+             attention: str = "fused", cudagraphs: bool = False, sdpa: str = "auto") -> Fusion:
     """The kernels of ``analysis`` as Inductor compiles it (see the module docstring), timed on ``hw``;
     ``cudagraphs``: replayed from a CUDA graph (``mode="reduce-overhead"``); ``sdpa``: the SDPA backend asked
-    (flash falls back to mem_efficient where the dtype or head dim does not allow it)."""
+    (``auto``: PyTorch's own choice; a backend that cannot run the attention is refused, :func:`.sdpa.resolve`)."""
     rows = analysis.rows
     producers = data_flow(analysis, producers, "inductor()")
     if attention not in ATTENTION_MODES:
         raise ValueError(f"unknown attention mode {attention!r}: choose one of {', '.join(ATTENTION_MODES)}")
     if times is None:
         times = [op_time(r, hw) for r in rows]
-    preset, onchip, backends = _attention_preset(rows, producers, attention, sdpa)
+    preset, onchip, backends = _attention_preset(rows, producers, attention, sdpa, hw)
     grouper = _InductorGrouper(rows, producers, times, preset, inline=inlined(rows, producers) - set(preset))
     for i in range(len(rows)):
         grouper.place(i)

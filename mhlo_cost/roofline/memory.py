@@ -3,6 +3,7 @@ summary lines (where the peak is, whether it fits the chip) and the block column
 from __future__ import annotations
 
 from ..analysis.series import int_series
+from ..machines.execution import memory_suffix
 from ..memory.profile import MemoryProfile, profile
 
 #: The profile whose fusion groups the rows when --fuse is given without --hardware. The grouping reads no
@@ -22,12 +23,12 @@ def fused_profile(analysis, fusion=None, attention: str = "unfused") -> MemoryPr
     return profile(analysis, fusion.row_kernel)
 
 
-def eager_profile(analysis, fusion=None, sdpa: str = "flash") -> MemoryProfile:
+def eager_profile(analysis, fusion=None, sdpa: str = "auto") -> MemoryProfile:
     """The eager estimate of ``analysis`` (PyTorch eager, :func:`mhlo_cost.roofline.eager.eager`): a value made
-    and used inside one framework call is never stored (the attention's scores with a flash or memory-efficient
-    kernel), views (broadcast, transpose, slice, reshape) share their operand's storage, and a value is freed
-    after its last use or once its last Python reference dies, where the call stacks show one
-    (:mod:`.eager_hold`)."""
+    and used inside one framework call is never stored (the scores of an SDPA call on a flash, cuDNN or
+    memory-efficient kernel; an attention written out stores them), views (broadcast, transpose, slice,
+    reshape) share their operand's storage, and a value is freed after its last use or once its last Python
+    reference dies, where the call stacks show one (:mod:`.eager_hold`)."""
     if fusion is None:
         from ..machines.hardware import get_profile
         from .eager import eager
@@ -37,10 +38,11 @@ def eager_profile(analysis, fusion=None, sdpa: str = "flash") -> MemoryProfile:
 
 
 def profiles(analysis, fused: MemoryProfile | None) -> list[tuple[str, MemoryProfile]]:
-    """(column suffix, profile) pairs: the unfused one, and the fused one where there is one."""
+    """(column suffix, profile) pairs: the unfused one, and the execution model's where there is one (its suffix
+    :func:`~mhlo_cost.machines.execution.memory_suffix`: ``_fused`` for compiled, ``_eager`` for eager)."""
     out = [("", analysis.memory)]
     if fused is not None:
-        out.append(("_fused", fused))
+        out.append((memory_suffix(fused.execution), fused))
     return out
 
 
@@ -63,10 +65,12 @@ def timeline_frame(analysis, blocks, fused: MemoryProfile | None = None) -> pd.D
     if mem.peak_row is not None:
         marks[mem.peak_row] = "peak"
     if fused is not None:
-        data["during_bytes_fused"] = int_series(fused.during)
-        data["live_bytes_fused"] = int_series(fused.after)
+        sfx = memory_suffix(fused.execution)
+        data["during_bytes" + sfx] = int_series(fused.during)
+        data["live_bytes" + sfx] = int_series(fused.after)
         if fused.peak_row is not None:
-            marks[fused.peak_row] = "peak (fused)" if not marks[fused.peak_row] else "peak, peak (fused)"
+            mark = f"peak ({sfx[1:]})"
+            marks[fused.peak_row] = mark if not marks[fused.peak_row] else "peak, " + mark
     data["peak"] = marks
     return pd.DataFrame(data)
 
@@ -78,13 +82,14 @@ def block_labels(analysis, blocks) -> list[str]:
 
 
 def summary_lines(analysis, blocks, fused: MemoryProfile | None = None, hw=None) -> list[tuple[str, object]]:
-    """(metric, value) lines for the summary: the fused figures, where each peak is, and with a hardware
+    """(metric, value) lines for the summary: the execution model's figures (named by its suffix,
+    :func:`~mhlo_cost.machines.execution.memory_suffix`: ``peak_bytes_eager``), where each peak is, and with a hardware
     profile whether the peak fits its HBM (``hbm_bytes``) and by what margin (bytes; negative: short)."""
     lines: list[tuple[str, object]] = []
     if fused is not None:
         if hw is None:  # with a profile, the estimate's lines say it
             lines.append(("execution", fused.execution))
-        lines += list(fused.summary("_fused").items())[:1]
+        lines += list(fused.summary(memory_suffix(fused.execution)).items())[:1]
     for suffix, prof in profiles(analysis, fused):
         lines += _where(analysis, blocks, prof, suffix)
     if hw is not None:

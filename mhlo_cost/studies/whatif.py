@@ -33,7 +33,7 @@ class Pricing:
             from ..roofline import Roofline
 
             f = self.study.figures
-            rf = Roofline(f.analysis, hw, attention=f.attention, execution=f.execution, sdpa=f.sdpa or "flash")
+            rf = Roofline(f.analysis, hw, attention=f.attention, execution=f.execution, sdpa=f.sdpa or "auto")
             df = rf.block_frame(f.blocks)
             self._frames[key] = (hw, list(df["block"]), [float(t) for t in df[rf.step_name]], list(df["bound"]))
         return self._frames[key][1:]

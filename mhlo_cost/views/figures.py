@@ -61,7 +61,7 @@ class Figures:
 
         self.stage(f"estimating on {hw.name}")
         return Roofline(self.analysis, hw, attention=self.attention, execution=self.execution,
-                        sdpa=self.sdpa or "flash", cudagraphs=self.cudagraphs)
+                        sdpa=self.sdpa or "auto", cudagraphs=self.cudagraphs)
 
     @cached_property
     def fused_memory(self):
@@ -72,7 +72,7 @@ class Figures:
         from ..roofline.memory import eager_profile, fused_profile
 
         if ex == "eager":
-            return eager_profile(analysis, rf.fusion if rf is not None else None, sdpa=self.sdpa or "flash")
+            return eager_profile(analysis, rf.fusion if rf is not None else None, sdpa=self.sdpa or "auto")
         if rf is not None:
             return fused_profile(analysis, rf.fusion)
         # as the estimate fuses with --fuse elementwise: attention as one kernel unless --attention unfused
@@ -132,9 +132,7 @@ def summary_pairs(analysis, *, roofline=None, fused=None, hw=None, blocks=None, 
         pairs += [(k, v) for k, v in roofline.summary(steps).items() if k not in counts]
         from ..machines.accuracy import statement
 
-        ex = "inductor" if roofline.execution == "inductor" else \
-            "compiled" if roofline.fusion is not None else "unfused"
-        pairs.append(("accuracy", statement(roofline.hw.name, "model", ex)))
+        pairs.append(("accuracy", statement(roofline.hw.name, "model", roofline.execution)))
     if analysis.liveness is not None:
         from ..roofline.memory import summary_lines
 
@@ -143,10 +141,17 @@ def summary_pairs(analysis, *, roofline=None, fused=None, hw=None, blocks=None, 
 
 
 def chosen_first(pairs: list[tuple[str, object]]) -> list[tuple[str, object]]:
-    """Each ``*_fused*`` pair moved just before the unfused pair it replaces, where there is one."""
+    """Each ``*_fused*`` pair (or ``*_eager*``: an execution model's, :func:`memory_suffixes`) moved just before
+    the unfused pair it replaces, where there is one."""
+    from ..machines.execution import memory_suffixes
+
     names = {m for m, _ in pairs}
-    fused = {m.replace("_fused", "", 1): (m, v) for m, v in pairs if "_fused" in m
-             and m.replace("_fused", "", 1) in names}
+    fused = {}
+    for m, v in pairs:
+        for sfx in memory_suffixes():
+            if sfx in m and m.replace(sfx, "", 1) in names:
+                fused[m.replace(sfx, "", 1)] = (m, v)
+                break
     moved = {m for m, _ in fused.values()}
     out = []
     for m, v in pairs:

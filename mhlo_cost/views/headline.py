@@ -53,9 +53,12 @@ def headline(pairs: list[tuple[str, object]]) -> str:
         parts.append(f"params {human(int(s['params']))}")
     t = step_time(s)
     timed = isinstance(t, float) and math.isfinite(t)
-    peak = s.get("peak_bytes_fused", s.get("peak_bytes"))
+    from ..machines.execution import memory_suffixes
+
+    own = next(("peak_bytes" + x for x in memory_suffixes() if "peak_bytes" + x in s), None)
+    peak = s.get(own or "peak_bytes")
     if peak is not None:
-        fused = "peak_bytes_fused" in s and not timed  # else the time's "fused" says it for both
+        fused = own is not None and not timed  # else the time's "fused" says it for both
         label = s["execution"] if s.get("execution") in ("eager", "inductor") else "fused"
         parts.append(f"peak memory {human(int(peak), 'B')}" + (f" ({label})" if fused else ""))
     if timed:

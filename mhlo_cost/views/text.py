@@ -25,6 +25,7 @@ TABLE_WIDTH = 120
 
 #: Columns a narrow table leaves out first (after those that are zero or empty everywhere).
 LESS_IMPORTANT = ("index", "transcendentals", "conv_flops", "comm_ops", "live_out_bytes", "live_out_bytes_fused",
+                  "live_out_bytes_eager",
                   "location", "num_groups", "dtype", "est_compute_s", "est_memory_s", "est_overhead_s", "inputs",
                   "weights", "compute_bound_s", "compute_bound_fused_s", "live_bytes", "depth",
                   "execution")

@@ -47,7 +47,10 @@ def scaled_column(name: str) -> bool:
         if name.endswith(suffix) and name[:-len(suffix)] not in ("ops", "comm_ops"):
             name = name[:-len(suffix)]
             break
-    name = name.removesuffix("_fused")  # the fused execution's twin of a figure: the same unit
+    from ..machines.execution import memory_suffixes
+
+    for sfx in memory_suffixes():  # an execution model's twin of a figure (peak_bytes_eager): the same unit
+        name = name.removesuffix(sfx)
     return name in SCALED or name.endswith(("_flops", "_bytes"))
 
 

@@ -13,6 +13,7 @@ import pandas as pd
 
 from ... import __version__
 from ...analysis.blocks import TOTAL, block_table, row_labels
+from ...machines.execution import memory_suffixes
 from ..figures import summary_pairs
 from ..headline import headline, step_time
 from ..plot import block_label
@@ -58,7 +59,7 @@ def report_page(analysis, blocks, *, roofline=None, unit: str | None = None, top
     the summary pairs (:func:`mhlo_cost.views.figures.summary_pairs`, made from these if not given)."""
     rf = roofline
     if summary is None:
-        fused_mem = dict(memory or ()).get("_fused")
+        fused_mem = next((p for sfx, p in memory or () if sfx), None)
         summary = summary_pairs(analysis, roofline=rf, fused=fused_mem, hw=rf.hw if rf is not None else None,
                                 blocks=blocks)
     fused = rf is not None and rf.fusion is not None
@@ -237,10 +238,10 @@ def _memory(analysis, df, blocks, rf, timeline) -> str:
 def _live_series(analysis, timeline) -> dict[str, list[int]]:
     if timeline is None:
         rows = analysis.rows
-        if not rows or not any(hasattr(rows[0], a) for a in ("live_bytes", "live_bytes_fused")):
+        names = ("live_bytes",) + tuple("live_bytes" + sfx for sfx in memory_suffixes())
+        if not rows or not any(hasattr(rows[0], a) for a in names):
             return {}
-        return {a: [int(getattr(r, a)) for r in rows] for a in ("live_bytes", "live_bytes_fused")
-                if hasattr(rows[0], a)}
+        return {a: [int(getattr(r, a)) for r in rows] for a in names if hasattr(rows[0], a)}
     items = timeline.items() if isinstance(timeline, dict) else ((c, timeline[c]) for c in timeline.columns)
     return {str(k): [int(v) for v in vals] for k, vals in items
             if "live_bytes" in str(k) or "during_bytes" in str(k)}

@@ -17,6 +17,8 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from ...machines.execution import memory_suffixes
+
 #: Decimal prefixes, as everywhere in the project (1 G = 1e9).
 PREFIXES = (("", 1), ("K", 10**3), ("M", 10**6), ("G", 10**9), ("T", 10**12), ("P", 10**15), ("E", 10**18))
 #: Time units and their length in seconds, shortest first.
@@ -45,8 +47,9 @@ def family(name: str) -> str:
     """``flops``, ``bytes``, ``count`` (transcendentals: a count that a prefix helps), ``plain`` (a count
     written out), ``time``, ``ratio``, ``fixed`` or ``other`` for a column called ``name``."""
     n = name.lower()
-    if n.endswith("_fused") and n != "_fused":  # peak_bytes_fused: a peak's bytes, as peak_bytes
-        n = n[: -len("_fused")]
+    for sfx in memory_suffixes():  # peak_bytes_fused, peak_bytes_eager: a peak's bytes, as peak_bytes
+        if n.endswith(sfx) and n != sfx:
+            n = n[: -len(sfx)]
     if n in _FIXED:
         return "fixed"
     if n.endswith("_flops") or n in ("flops", "run_flops"):
