@@ -13,7 +13,10 @@ per aten call of the torch STDiT3 lowered through torchax, at depth 1 and 2 and 
 :func:`eager_per_forward`) on the counting module (every attention as flash SDPA) and on the module as OpenSora
 1.2 deploys it (``build(cfg, deployed=True)``: the all-ones temporal mask, fused LayerNorm, flash where it calls
 flash, the temporal attention's math written out, per-sample cross-attention), each with its ratio to the
-measurement, and what the compiled and the deployed eager times are made of.
+measurement, and what the compiled and the deployed eager times are made of. Also ``--execution eager`` on the
+default lowering (``lower --model stdit3``: the JAX model, whose jnp calls are its framework ops: its GELU is eleven
+calls where the torch module's ``F.gelu`` is one, so it prices more kernels; ``lower --model stdit3 --deployed`` is
+the module to price eager). Every shape at once, and 8 x A100 Ulysses: ``benchmarks/stdit3_scaling.py``.
 
     python benchmarks/stdit3_roofline.py [--hardware a100] [--steps 30] [--shape 204_640_360]
 """
@@ -135,6 +138,22 @@ def eager_made_of(rooflines, depth: int = 28) -> dict:
                   round(_scaled(per[0].get(key, [0, 0])[1], per[1].get(key, [0, 0])[1], depth))) for key in keys}
 
 
+def _eager_rows(rows: list, analysis, hw, args, depth: int) -> list:
+    """Append the ``--execution eager`` rows to ``rows``: on the default lowering (the JAX model, ``analysis``),
+    on the counting torch module and on the module as deployed; return the deployed one's Rooflines."""
+    from mhlo_cost.roofline import Roofline
+
+    default = Roofline(analysis, hw, execution="eager", written="sdpa")
+    rows.append((f"eager, default lowering: JAX ({len(default.fusion.kernels)} kernels)",
+                 default.totals()["est_time_fused_s"], None))
+    counting_s, counting_kernels = eager_per_forward(args.shape, hw, depth, args.small, deployed=False)
+    rows.append((f"eager, counting module ({counting_kernels} kernels)", counting_s, None))
+    eager_rfs = _eager_rooflines(args.shape, hw, args.small, deployed=True)
+    eager_s, eager_kernels = eager_per_forward(args.shape, hw, depth, args.small, eager_rfs)
+    rows.append((f"eager as deployed (--deployed, {eager_kernels} kernels)", eager_s, None))
+    return eager_rfs
+
+
 def _made_of(rf) -> dict:
     """Seconds per forward of the fused estimate by kind of kernel: GEMM (with epilogues), attention, other;
     and the launch overhead within them."""
@@ -175,11 +194,7 @@ def main(argv=None) -> int:
           f"{new.totals().get('attention_kernels', 0)} attention kernels per forward")
     per_fwd = measured_per_forward(args.shape, args.small)  # this shape's own measurement, or None
     print(f"\n  {'':<46}{'per forward':>12}{'run':>11}{'vs measured' if per_fwd else '':>13}")
-    counting_s, counting_kernels = eager_per_forward(args.shape, hw, cfg.depth, args.small, deployed=False)
-    rows.append((f"eager, counting module ({counting_kernels} kernels)", counting_s, None))
-    eager_rfs = _eager_rooflines(args.shape, hw, args.small, deployed=True)
-    eager_s, eager_kernels = eager_per_forward(args.shape, hw, cfg.depth, args.small, eager_rfs)
-    rows.append((f"eager as deployed ({eager_kernels} kernels)", eager_s, None))
+    eager_rfs = _eager_rows(rows, analysis, hw, args, cfg.depth)
     for name, fwd, _ in rows:
         ratio = f"{fwd / per_fwd:>12.3f}x" if per_fwd else ""
         print(f"  {name:<46}{fwd:>11.3f}s{fwd * args.steps:>10.2f}s{ratio}")

@@ -101,6 +101,11 @@ def _bundled_options(p) -> None:
     g.add_argument("--layers", type=positive_int, help="gpt: layers")
     g.add_argument("--scan", action="store_true", help="gpt: run the layers as one lax.scan")
     g.add_argument("--small", action="store_true", help="stdit3: the reduced test configuration")
+    g.add_argument("--deployed", action="store_true",
+                   help="stdit3: the torch module as OpenSora 1.2's sampling runs it (all-ones temporal mask, fused "
+                        "LayerNorm, flash where it calls flash, the temporal attention written out, per-sample "
+                        "cross-attention), lowered with torchax: the one to price with --execution eager; without "
+                        "it, the JAX model (the counts; the parallel strategies)")
     g.add_argument("--parallel", choices=PARALLEL, default="none",
                    help="stdit3: lower under a parallel strategy with explicit collectives (default none)")
     g.add_argument("--devices", type=positive_int, metavar="N", help="devices of the parallel strategy (e.g. 16)")
@@ -195,14 +200,18 @@ def _forward_request(args):
                 ("--config", args.config), ("--routing", args.routing),
                 ("--expert-parallel", args.expert_parallel is not None),
                 why="--model (a bundled model has its own inputs)")
-        frontend = args.frontend or "jax"
+        frontend = args.frontend or ("torchax" if args.deployed else "jax")
+        if args.deployed:
+            from ..lower.frontends.api import check_deployed
+
+            check_deployed(args.model, frontend, args.parallel, args.train)
         short = {v: k for k, v in DTYPES.items()}
         cfg, plan = bundled_config(args.model, frontend=frontend, parallel=args.parallel, devices=args.devices,
                                    mesh=args.mesh, shape=args.shape, small=args.small, batch=args.batch,
                                    tokens=args.tokens, dtype=short.get(dtype, dtype), depth=args.depth,
                                    hidden=args.hidden, heads=args.heads, layers=args.layers, scan=args.scan)
         req = LowerRequest(model=args.model, config=cfg, frontend=frontend, locations=args.locations,
-                           verbose=args.verbose)
+                           verbose=args.verbose, deployed=args.deployed)
         return req, describe_request(req) + plan
     _refuse_bundled(args, "--module, --hf, --diffusers and --timm")
     positional, keyword, values = _inputs(args)
@@ -242,7 +251,8 @@ _NOT_A_STEP = (("--train", "train"), ("--module", "module"), ("--diffusers", "di
                ("--kwarg", "kwarg"),
                ("--expert-parallel", "expert_parallel"), ("--frontend", "frontend"), ("--shape", "shape"),
                ("--depth", "depth"), ("--hidden", "hidden"), ("--heads", "heads"), ("--layers", "layers"),
-               ("--scan", "scan"), ("--small", "small"), ("--devices", "devices"), ("--mesh", "mesh"))
+               ("--scan", "scan"), ("--small", "small"), ("--deployed", "deployed"), ("--devices", "devices"),
+               ("--mesh", "mesh"))
 
 
 def _step_only(args) -> None:
@@ -267,7 +277,8 @@ def _refuse(args, *given, why: str) -> None:
 def _refuse_bundled(args, what: str) -> None:
     bundled = {"--shape": args.shape, "--batch": args.batch, "--tokens": args.tokens, "--depth": args.depth,
                "--hidden": args.hidden, "--heads": args.heads, "--layers": args.layers, "--scan": args.scan,
-               "--small": args.small, "--parallel": args.parallel != "none", "--devices": args.devices,
+               "--small": args.small, "--deployed": args.deployed, "--parallel": args.parallel != "none",
+               "--devices": args.devices,
                "--mesh": args.mesh}
     given = [k for k, v in bundled.items() if v]
     if given:

@@ -47,6 +47,9 @@ def register(sub) -> None:
     for opt in ("depth", "hidden", "heads", "batch", "tokens", "layers"):
         m.add_argument(f"--{opt}", type=int, metavar="N")
     m.add_argument("--scan", action="store_true", default=None, help="gpt: the layers as one lax.scan")
+    m.add_argument("--deployed", action="store_true", default=None,
+                   help="stdit3: the torch module as OpenSora 1.2 deploys it, lowered with torchax (as lower "
+                        "--deployed; no parallel strategy: those points are skipped with the reason)")
     r = p.add_argument_group("where it runs")
     r.add_argument("--scheduler", metavar="tcp://HOST:8786", help="a Dask distributed scheduler (default: this "
                                                                   "machine, a process per core)")
@@ -104,7 +107,7 @@ def _settings(args) -> dict:
         settings.pop("strategies", None)
     options = dict(settings.get("options") or {})
     options.update({k: getattr(args, k) for k in ("small", "depth", "hidden", "heads", "batch", "tokens", "layers",
-                                                  "scan") if getattr(args, k) is not None})
+                                                  "scan", "deployed") if getattr(args, k) is not None})
     settings["options"] = options
     return settings
 

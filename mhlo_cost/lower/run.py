@@ -9,7 +9,7 @@ from typing import Callable
 import os
 
 from .frontends import FrontendError, Lowered
-from .frontends.api import LowerFailed, LowerRequest, failure_message, run_request
+from .frontends.api import LowerFailed, LowerRequest, check_deployed, failure_message, run_request
 from .frontends.api import lower_request as lower_forward
 from .training import lower_request_step
 
@@ -17,6 +17,9 @@ from .training import lower_request_step
 def lower_request(req: LowerRequest, stage: Callable[[str], None] | None = None) -> Lowered:
     """Lower what ``req`` names: the training step where ``req.train`` is set, else the forward
     (:func:`mhlo_cost.lower.frontends.api.lower_request`). FrontendError (one sentence) for what cannot be."""
+    if req.deployed:
+        check_deployed(req.model or "", req.frontend or "torchax", "sharded" if hasattr(req.config, "plan") else "none",
+                       req.train is not None)
     if req.train is None:
         return lower_forward(req, stage)
     return run_request(req, stage, _lower_step)

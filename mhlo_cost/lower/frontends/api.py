@@ -55,6 +55,7 @@ class LowerRequest:
     train: Any = None  # a mhlo_cost.lower.training.TrainOptions: lower a whole training step instead of the forward
     verbose: bool = False  # let the libraries' warnings and log messages through
     routing: str | None = None  # mixture of experts: dropless (default) or capacity:F (see .moe)
+    deployed: bool = False  # bundled stdit3: the torch module as OpenSora 1.2 deploys it (torchax only)
 
     def source(self) -> str:
         if self.model is not None:
@@ -306,7 +307,8 @@ def describe_request(req: LowerRequest) -> str:
     if req.model is not None:
         from . import describe
 
-        return f"{describe(req.model, getattr(req.config, 'cfg', req.config))} with {req.frontend or 'jax'}"
+        as_deployed = ", as OpenSora 1.2 deploys it," if req.deployed else ""
+        return f"{describe(req.model, getattr(req.config, 'cfg', req.config))}{as_deployed} with {req.frontend or 'jax'}"
     from .inputs import TensorSpec
 
     def text(s, name=None):
@@ -323,6 +325,26 @@ def describe_request(req: LowerRequest) -> str:
     return f"{what} with inputs {', '.join(parts) or '(none)'} with {frontend}"
 
 
+#: Why the deployed STDiT3 takes no parallel strategy: a user-facing sentence (lower, sweep).
+DEPLOYED_NO_PARALLEL = ("the parallel strategies are written in JAX (shard_map with explicit all_to_all, "
+                        "all_gather, ppermute); the deployed torch module has no collectives of its own: lower "
+                        "the JAX model with --parallel (its counts are the counting module's)")
+
+
+def check_deployed(model: str, frontend: str, parallel: str = "none", train: bool = False) -> None:
+    """FrontendError unless a ``deployed`` request can be lowered: stdit3, through torchax, one device, a forward."""
+    if model != "stdit3":
+        raise FrontendError(f"--deployed applies to --model stdit3 only, not {model}")
+    if frontend != "torchax":
+        raise FrontendError(f"--deployed is the torch module as OpenSora 1.2 runs it: it lowers with torchax, "
+                            f"not {frontend}")
+    if parallel != "none":
+        raise FrontendError(f"--deployed takes no --parallel: {DEPLOYED_NO_PARALLEL}")
+    if train:
+        raise FrontendError("--deployed is OpenSora 1.2's sampling forward (no training step): drop --train, "
+                            "or lower the training step of the JAX model")
+
+
 def _lower_by_frontend(req: LowerRequest) -> Lowered:
     """Bundled models, and torch-xla (its own interpreter): the frontend modules' own entry points."""
     if req.transforms:
@@ -332,6 +354,9 @@ def _lower_by_frontend(req: LowerRequest) -> Lowered:
         from . import default_config
 
         cfg = req.config if req.config is not None else default_config(req.model)
+        if req.deployed:
+            check_deployed(req.model, frontend, "sharded" if hasattr(cfg, "plan") else "none")
+            return get_frontend(frontend).lower(req.model, cfg, locations=req.locations, deployed=True)
         return get_frontend(frontend).lower(req.model, cfg, locations=req.locations)
     if not isinstance(req.module, str) or req.input_kwargs or req.kwargs or req.input_values:
         raise FrontendError("torch-xla lowers a 'package.module:factory' with positional inputs only")

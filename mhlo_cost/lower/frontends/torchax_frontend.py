@@ -321,12 +321,12 @@ def lower_module(module_or_factory, input_shapes: Iterable, dtype="float32", *, 
                    info={"frontend": "torchax", "model": type(module).__name__})
 
 
-def _stdit3(cfg):
+def _stdit3(cfg, deployed: bool = False):
     from ..models import stdit3_torch as st
     from ..models.config import STDiT3Config
 
     cfg = cfg or STDiT3Config()
-    module = st.build(cfg, "meta")
+    module = st.build(cfg, "meta", deployed=deployed)
     specs = [jax.ShapeDtypeStruct(shape, jax_dtype(dt)) for shape, dt in st.input_specs(cfg)]
     return module, specs
 
@@ -334,8 +334,10 @@ def _stdit3(cfg):
 _BUILDERS: dict[str, Callable] = {"stdit3": _stdit3}
 
 
-def lower(model: str, cfg=None, *, locations: bool = True, aten_scopes: bool = False):
-    """Lower a bundled model ('stdit3') for ``cfg`` (None: the model's default) through torchax.
+def lower(model: str, cfg=None, *, locations: bool = True, aten_scopes: bool = False, deployed: bool = False):
+    """Lower a bundled model ('stdit3') for ``cfg`` (None: the model's default) through torchax; ``deployed``:
+    the module as OpenSora 1.2's sampling runs it (:mod:`mhlo_cost.lower.models.stdit3_torch_deployed`), else
+    the counting module (the JAX model's FLOPs).
 
     Returns a ``Lowered`` whose ``text`` is StableHLO with module paths in the location names.
     """
@@ -344,6 +346,7 @@ def lower(model: str, cfg=None, *, locations: bool = True, aten_scopes: bool = F
     except KeyError:
         raise FrontendError(f"the torchax frontend has no model {model!r} (known: {', '.join(_BUILDERS)})") \
             from None
-    module, specs = build(cfg)
+    module, specs = build(cfg, deployed=True) if deployed else build(cfg)
     lowered = lower_jax(module, specs, locations=locations, aten_scopes=aten_scopes)
-    return Lowered(text=_as_text(lowered, locations), info={"frontend": "torchax", "model": model})
+    info = {"frontend": "torchax", "model": model, **({"deployed": True} if deployed else {})}
+    return Lowered(text=_as_text(lowered, locations), info=info)

@@ -51,7 +51,8 @@ def _lowered(task: Task):
         config, plan = build_config(task.point, task.options)
     except Exception:  # noqa: BLE001 - an invalid point is skipped before it is looked up
         return task.options
-    return {"config": repr(config), "plan": repr(plan)}
+    deployed = {"deployed": True} if task.options.get("deployed") else {}  # another module, another IR
+    return {"config": repr(config), "plan": repr(plan), **deployed}
 
 
 def _source_files(src: dict) -> dict:

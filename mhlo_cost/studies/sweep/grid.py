@@ -11,7 +11,7 @@ import itertools
 from dataclasses import dataclass, field
 
 #: Model options of ``mhlo-cost lower`` that apply to the whole grid (make_config's keywords).
-MODEL_OPTIONS = ("small", "depth", "hidden", "heads", "batch", "tokens", "layers", "scan")
+MODEL_OPTIONS = ("small", "depth", "hidden", "heads", "batch", "tokens", "layers", "scan", "deployed")
 #: Keys a spec file may hold at its top level (``[options]`` holds MODEL_OPTIONS).
 SPEC_KEYS = ("model", "shape", "parallel", "devices", "strategies", "hardware", "dtype", "steps", "fuse",
              "conv_padding", "options", "models", "execution")
@@ -156,9 +156,13 @@ def _dtype(text: str) -> str:
 
 
 def build_config(point: Point, options: dict):
-    """(configuration, plan text) of ``point``: what ``lower`` builds. ValueError / FrontendError say why not."""
-    from ...lower.frontends.api import bundled_config
+    """(configuration, plan text) of ``point``: what ``lower`` builds. ValueError / FrontendError say why not.
+    ``deployed`` (stdit3 as OpenSora 1.2 deploys it, lowered with torchax) takes no parallel strategy."""
+    from ...lower.frontends.api import bundled_config, check_deployed
 
+    options = dict(options)
+    if options.pop("deployed", False):
+        check_deployed(point.model, "torchax", point.parallel)
     devices = None if point.parallel == "none" and point.devices == 1 else point.devices
     shape = None if point.shape == DEFAULT_SHAPE else point.shape
     return bundled_config(point.model, parallel=point.parallel, devices=devices, shape=shape,

@@ -65,7 +65,8 @@ def lower_text(point: Point, options: dict) -> str:
         req = library_request(point)
     else:
         cfg, _ = build_config(point, options)
-        req = LowerRequest(model=point.model, config=cfg, frontend="jax")
+        deployed = bool(options.get("deployed"))
+        req = LowerRequest(model=point.model, config=cfg, frontend="torchax" if deployed else "jax", deployed=deployed)
     return write(lower_request(req), None).text
 
 
