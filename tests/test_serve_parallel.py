@@ -149,6 +149,11 @@ def test_cli_tensor_parallel_and_speculative(tmp_path):
             for r in json.loads((tmp_path / "spec.json").read_text())["rows"]}
     assert spec["setup", "spec_expected_tokens_per_step"] == pytest.approx((1 - 0.7 ** 4) / 0.3)
     assert spec["batches", "tokens_per_step_max"] >= 4 * 4  # four decoding sequences verify 1 + 3 tokens
+    # the gain: the same run without speculation (the first one above) over this one
+    assert spec["setup", "spec_throughput_gain"] == pytest.approx(
+        spec["throughput", "output_tokens_per_s"] / one["throughput", "output_tokens_per_s"], rel=1e-12)
+    assert spec["setup", "spec_tpot_p50_gain"] == pytest.approx(
+        one["latency", "tpot_p50_s"] / spec["latency", "tpot_p50_s"], rel=1e-12)
 
 
 @pytest.mark.parametrize("extra,what", [

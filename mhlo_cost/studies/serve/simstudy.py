@@ -113,6 +113,15 @@ class SimStudy(StepCacheStudy):
         return simulate(work, self.step_time, self.options.server, mem.blocks, spec=self.options.spec)
 
     @cached_property
+    def plain(self) -> dict:
+        """With speculation: the figures of the same run without it (the gain it predicts is theirs over these)."""
+        from .sim import simulate
+        from .simstats import figures
+
+        trace = simulate(self.workload, self.step_time, self.options.server, self.memory.blocks)
+        return figures(trace, self.workload, self.memory, self.options.server, gpus=self.options.tp)
+
+    @cached_property
     def figures(self) -> dict:
         from .simstats import figures
 
@@ -150,7 +159,7 @@ class SimStudy(StepCacheStudy):
         o = self.options
         out = {} if o.spec is None else {
             "spec_tokens": o.spec.tokens, "spec_acceptance": o.spec.acceptance, "spec_draft_cost": o.spec.draft,
-            "spec_expected_tokens_per_step": o.spec.expected}
+            "spec_expected_tokens_per_step": o.spec.expected} | self._gain()
         if o.tp <= 1:
             return out
         toks = sorted(self.trace.step_tokens)
@@ -159,6 +168,18 @@ class SimStudy(StepCacheStudy):
         return out | {"tp": o.tp, "allreduce_library": o.allreduce,
                 "allreduce_median_step": f"{a_mid} ({mid} tokens: {s_mid:.6g} s a step)",
                 "allreduce_largest_step": f"{a_top} ({top} tokens: {s_top:.6g} s a step)"}
+
+    def _gain(self) -> dict:
+        """Speculation's gain: output tokens/s and TPOT p50 without it over with it (None where a run took no
+        time)."""
+        got, plain = self.figures, self.plain
+
+        def ratio(a, b):
+            return a / b if a is not None and b else None
+
+        return {"spec_throughput_gain": ratio(got["throughput"]["output_tokens_per_s"],
+                                              plain["throughput"]["output_tokens_per_s"]),
+                "spec_tpot_p50_gain": ratio(plain["latency"]["tpot_p50_s"], got["latency"]["tpot_p50_s"])}
 
     def _check_text(self) -> str:
         c = self.model.checked
