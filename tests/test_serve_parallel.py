@@ -168,3 +168,11 @@ def test_cli_bad_input_is_one_line(capsys, extra, what):
     assert main(["serve", *GPT, *extra, "--no-cache", "-q"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("mhlo-cost: error") and what in err[0], err
+
+
+def test_a_request_whose_drafts_cannot_fit_is_refused_not_looped():
+    # 4 + 8 tokens (11 in the cache) fit 3 blocks of 4; with 2 drafts a verify step needs 13 positions: 4 blocks
+    work = make(Lengths.parse("4"), Lengths.parse("8"), 1, concurrency=1)
+    simulate(work, linear_step([]), ServerConfig(block_size=4), blocks=3)
+    with pytest.raises(LoadError, match="13 tokens"):
+        simulate(work, linear_step([]), ServerConfig(block_size=4), blocks=3, spec=Speculation(2, 0.5))

@@ -14,6 +14,9 @@ budget, ``max_num_seqs`` and the free blocks allow. After the step, a request wh
 ``num_tokens`` has produced one token; one that reaches its output length finishes and frees its blocks (the
 closed loop sends the next request then).
 
+With speculative decoding (:mod:`.spec`) a decoding request is given its drafts beside its token (their KV blocks
+too), and after the step takes the tokens its verification accepted.
+
 A step's cost is asked of ``step_time(tokens, context_flops, context_bytes, longest)``: the step's query tokens,
 its attention terms summed over sequences (see :mod:`.stepmodel`) and its longest context.
 """
@@ -352,9 +355,9 @@ def simulate(work: Workload, step_time: Callable[[int, int, int, int], float], c
     scheduler, the same figures, slower). ``spec``: speculative decoding (a :class:`~.spec.Speculation`; its
     steps always go through the scheduler)."""
     n = len(work)
-    most = int(np.max(work.inputs + work.outputs))
-    if -(-(most - 1) // cfg.block_size) > blocks:
-        raise LoadError(f"a request of {most - 1} tokens in the cache needs more than the {blocks} KV blocks of "
+    most = int(np.max(work.inputs + work.outputs)) - 1 + (spec.tokens if spec is not None else 0)  # (+ drafts)
+    if -(-most // cfg.block_size) > blocks:
+        raise LoadError(f"a request of {most} tokens in the cache needs more than the {blocks} KV blocks of "
                         f"{cfg.block_size} tokens the server holds")
     s = _State(work, blocks, cfg.block_size, spec)
     stretches = stretches and spec is None
