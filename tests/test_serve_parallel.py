@@ -11,8 +11,8 @@ import pytest
 from mhlo_cost.cli import main
 from mhlo_cost.machines.hardware import get_profile
 from mhlo_cost.network.allreduce import allreduce_time, choose, traffic
-from mhlo_cost.studies.serve.parallel import ShardedStep
-from mhlo_cost.studies.serve.sim import ServerConfig, simulate
+from mhlo_cost.studies.serve.parallel import ShardedStep, activations_per_device
+from mhlo_cost.studies.serve.sim import ServerConfig, memory, simulate
 from mhlo_cost.studies.serve.simload import Lengths, LoadError, make
 from mhlo_cost.studies.serve.simstats import figures
 from mhlo_cost.studies.serve.spec import Speculation
@@ -86,6 +86,22 @@ def test_a_sharded_step_adds_two_allreduces_per_layer():
     assert ShardedStep(_Model(), hw, tp=1)(8, 0, 0, 1) == pytest.approx(1e-3 + 8e-6, rel=1e-12)
 
 
+def test_a_workers_activations_are_its_sharded_models():
+    # Llama-2-70b's hidden state: 8,192 x 2 bytes a token, whole on every worker; the rest (here 2,000,000 B a
+    # token in all) split 4 ways: 16,384 + (2,000,000 - 16,384) / 4 = 16,384 + 495,904 = 512,288 B a token.
+    assert activations_per_device(2_000_000, 16_384, 4) == 512_288
+    assert activations_per_device(2_000_001, 16_384, 4) == 512_289  # rounded up
+    assert activations_per_device(2_000_000, 16_384, 1) == 2_000_000
+    assert activations_per_device(1_000, 16_384, 4) == 1_000  # nothing to split
+    # into vLLM's accounting: 80 GB, 34,488,324,096 B of weights a worker (a fourth of Llama-2-70b's fp16), the
+    # profiling forward of 30,720 tokens (240 prompts of 128), 1 GiB reserve, blocks of 16 x 81,920 B (80 layers
+    # x K and V x 1 of 8 key/value heads x 128 x 2 bytes): 80e9 - 34,488,324,096 - 30,720 x 512,288
+    # - 1,073,741,824 = 28,700,446,720 B, 21,896 whole blocks of 1,310,720 B.
+    m = memory(ServerConfig(max_num_batched_tokens=30_720, gpu_memory_utilization=1.0), 80_000_000_000,
+               34_488_324_096, 81_920, activations_per_device(2_000_000, 16_384, 4))
+    assert (m.activations, m.kv_bytes, m.blocks) == (15_737_487_360, 28_700_446_720, 21_896)
+
+
 def test_expected_tokens_per_verify_step():
     # (1 - a^(k+1)) / (1 - a): a = 1/2, k = 2: (1 - 1/8) / (1/2) = 7/4; a = 0: one token; a = 1: k + 1
     assert Speculation(2, 0.5).expected == 1.75
@@ -144,6 +160,11 @@ def test_cli_tensor_parallel_and_speculative(tmp_path):
     assert rows["setup", "tp"] == 2 and rows["workload", "gpus"] == 2
     assert rows["setup", "allreduce_median_step"].startswith("one-shot")
     assert rows["memory", "weight_bytes"] == -(-one["memory", "weight_bytes"] // 2)
+    # the reserve is one worker's: a token's hidden state (64 wide, 2 bytes: the bundled GPT is bf16) whole, the
+    # rest halved, times vLLM's 8,192-token profiling forward
+    per_token = one["memory", "activation_bytes"] // 8192
+    assert one["memory", "activation_bytes"] == per_token * 8192 and per_token > 128
+    assert rows["memory", "activation_bytes"] == (128 + -(-(per_token - 128) // 2)) * 8192
     assert main([*argv, "--spec-tokens", "3", "--spec-acceptance", "0.7", "-o", str(tmp_path / "spec.json")]) == 0
     spec = {(r["section"], r["metric"]): r["value"]
             for r in json.loads((tmp_path / "spec.json").read_text())["rows"]}

@@ -7,7 +7,9 @@ step's ``N`` query tokens is all-reduced twice per layer (after attention's outp
 MLP's down projection): ``2 x layers`` all-reduces of ``N x hidden x itemsize`` bytes, each priced by the
 algorithm the library picks at that size (:mod:`mhlo_cost.network.allreduce`: vLLM's one-shot / two-shot custom
 all-reduce, NCCL's ring otherwise). The weights and the KV cache are split ``tp`` ways (the heads and key/value
-heads must divide by ``tp``); the activations are kept whole (the hidden states are replicated).
+heads must divide by ``tp``). The activations the server reserves are those of one worker's sharded model
+(:func:`activations_per_device`): vLLM profiles a forward on every worker (``gpu_worker.py``,
+``determine_available_memory``), each holding ``1/tp`` of the heads and of the MLP's width.
 
 This scales the fitted one-device step; it is not a sharded lowering: embedding, norms and the logits' head are
 divided as well (vLLM splits the vocabulary of both embeddings; the norms are a small part).
@@ -53,3 +55,18 @@ class ShardedStep:
 def per_device(total: int, tp: int) -> int:
     """A split buffer's bytes on one of ``tp`` GPUs (rounded up)."""
     return -(-total // tp)
+
+
+def activations_per_device(token_bytes: int, hidden_bytes: int, tp: int) -> int:
+    """One worker's activations per token of ``tp`` (bytes, rounded up), from the whole model's ``token_bytes``.
+
+    vLLM sizes the KV cache on each worker after a profiling forward of the worker's own model
+    (``vllm/v1/worker/gpu_worker.py``, ``determine_available_memory``: the peak of ``profile_run`` on that
+    worker), so the reserve is the sharded model's. In Megatron's split a column-parallel layer's output (the
+    query/key/value heads, the MLP's gate and up projections, attention's scores) and the vocabulary-parallel
+    logits are ``1/tp`` on each worker, while the residual stream a row-parallel layer all-reduces into is
+    whole on every worker: ``hidden_bytes`` (one hidden state of one token) stays, the rest is divided."""
+    if tp <= 1:
+        return token_bytes
+    whole = min(hidden_bytes, token_bytes)
+    return whole + per_device(token_bytes - whole, tp)

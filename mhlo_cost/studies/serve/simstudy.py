@@ -97,11 +97,12 @@ class SimStudy(StepCacheStudy):
     def memory(self):
         from .sim import memory
 
-        from .parallel import per_device
+        from .parallel import activations_per_device, per_device
 
         m, tp = self.model, self.options.tp
+        hidden = m.shape["hidden"] * m.shape["itemsize"] if m.shape else 0
         return memory(self.options.server, int(self.hardware.hbm_capacity), per_device(m.weight_bytes, tp),
-                      per_device(m.kv_token_bytes, tp), m.activation_token_bytes)
+                      per_device(m.kv_token_bytes, tp), activations_per_device(m.activation_token_bytes, hidden, tp))
 
     @cached_property
     def trace(self):
