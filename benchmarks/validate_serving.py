@@ -34,7 +34,7 @@ def options(row: dict, cache_dir, launch: str):
 
     ex = row["express"]
     if "gpt" in ex:
-        req = StepRequest(model="gpt", overrides=tuple(sorted(ex["gpt"].items())))
+        req = StepRequest(model="gpt", overrides=tuple(sorted(ex["gpt"].items())), precision=ex.get("precision"))
     else:
         req = StepRequest(hf=ex["hf"], config=ex["config"], overrides=tuple(sorted(ex["set"].items())))
     if "batch" in row:  # a static batch: all at once, prefilled together, its KV cache sized for it

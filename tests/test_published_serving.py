@@ -42,6 +42,9 @@ def test_every_expressed_row_makes_simulation_options():
     for r in (r for r in rows if "express" in r):
         o = mod.options(r, None, None)
         assert o.tp == r["tp"] and o.launch == r.get("launch", "cuda-graphs")
+        assert o.request.precision == r["express"].get("precision")  # an fp8 row is lowered with its recipe
+        if r["precision"].startswith("fp8"):
+            assert o.request.recipe().name != "bf16", r["id"]
         if "batch" in r:
             assert o.num_requests == o.concurrency == r["batch"] == o.server.max_num_seqs
             assert o.server.max_num_batched_tokens >= r["batch"] * r["isl"]
