@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from .cache import add_cache, cache_note, cache_root
 from .common import UserError, add_force, add_progress, add_quiet, claim_output, positive_int
-from .cmd_serve_sim import add_sim_options, cmd_simulate, simulating, write_view
+from .cmd_serve_sim import add_sim_options, check_step, cmd_simulate, simulating, write_view
 
 
 def add_step_options(g, lower: bool = False) -> None:
@@ -144,6 +144,7 @@ def cmd_serve(args, console) -> int:
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
     if simulating(args):
         return cmd_simulate(args, console, _profile, step_request)
+    check_step(args)
     args.launch = args.launch or "stream"
     _check_sweep(args)
     sweeping = args.batches or args.contexts or args.tps

@@ -40,6 +40,33 @@ def _fraction(value: str) -> float:
     return float(r)
 
 
+def _unit(value: str) -> float:
+    r = _number(value)
+    if r is None or not 0 <= r <= 1:
+        raise argparse.ArgumentTypeError(f"must be a number in [0, 1], got {value!r}")
+    return float(r)
+
+
+def _cost(value: str) -> float:
+    r = _number(value)
+    if r is None or r < 0 or r > 1000:
+        raise argparse.ArgumentTypeError(f"must be a number in [0, 1000], got {value!r}")
+    return float(r)
+
+
+def _speculation(args):
+    """The Speculation of --spec-*; None without --spec-tokens (the others alone are refused)."""
+    from ..studies.serve.spec import Speculation
+
+    if args.spec_tokens is None:
+        if args.spec_acceptance is not None or args.spec_draft_cost is not None:
+            raise UserError("--spec-acceptance and --spec-draft-cost go with --spec-tokens K")
+        return None
+    if args.spec_acceptance is None:
+        raise UserError("--spec-tokens needs --spec-acceptance ALPHA (the chance a drafted token is accepted)")
+    return Speculation(args.spec_tokens, args.spec_acceptance, args.spec_draft_cost or 0.0)
+
+
 def _gib(value: str) -> int:
     """GiB as whole bytes, exactly (half a byte rounds to even)."""
     r = _number(value)
@@ -70,8 +97,32 @@ def add_sim_options(p) -> None:
     g.add_argument("--block-size", type=positive_int, default=16, metavar="N", help="tokens per KV block (default 16)")
     g.add_argument("--gpu-memory-utilization", type=_fraction, default=0.9, metavar="F",
                    help="the fraction of the device's memory the server takes (default 0.9)")
+    g.add_argument("--spec-tokens", type=positive_int, metavar="K",
+                   help="speculative decoding: K drafted tokens per decoding sequence, verified in one step of "
+                   "K+1 tokens (needs --spec-acceptance)")
+    g.add_argument("--spec-acceptance", type=_unit, metavar="ALPHA",
+                   help="the chance each drafted token is accepted, in [0, 1]: (1 - ALPHA^(K+1))/(1 - ALPHA) "
+                   "tokens per verify step")
+    g.add_argument("--spec-draft-cost", type=_cost, metavar="F",
+                   help="a drafted token's cost in target decode steps (default 0: n-gram drafts; a draft model "
+                   "of a tenth of the target's weights: about 0.1)")
+    g.add_argument("--allreduce", choices=("vllm", "nccl"),
+                   help="with --tp: whose all-reduce the step runs: vllm (its one-shot / two-shot custom all-reduce "
+                   "for messages under 8 MiB on NVLink, NCCL's ring above; the default) or nccl (the ring always)")
     g.add_argument("--graph-reserve-gib", type=_gib, default=1 << 30, metavar="GIB",
                    help="memory kept for CUDA graphs and outside torch (default 1; vLLM measures it on the device)")
+
+
+#: The simulation's own options without a default, which one step or a sweep refuses.
+SIM_ONLY = ("allreduce", "spec_tokens", "spec_acceptance", "spec_draft_cost")
+
+
+def check_step(args) -> None:
+    """One step or a sweep: the simulation's own options refused, in one line."""
+    for k in SIM_ONLY:
+        if getattr(args, k, None) is not None:
+            raise UserError(f"--{k.replace('_', '-')} is an option of the serving simulation (--isl, --osl, "
+                            "--concurrency, --request-rate or --trace)")
 
 
 def simulating(args) -> bool:
@@ -85,14 +136,13 @@ def _check(args) -> None:
             flag = "--" + k.replace("_", "-")
             raise UserError(f"{flag} is an option of one step or a sweep; a serving simulation (--isl, --osl, "
                             "--concurrency, --request-rate, --trace) prices every step itself")
-    if args.tp not in (None, 1):
-        raise UserError("--tp: the serving simulation runs on one device (tensor-parallel serving is not built yet)")
 
 
 def cmd_simulate(args, console, profile, step_request) -> int:
     """The simulation's command; ``profile(args)``: the chip; ``step_request(args, batch, tokens)``: the model's
     step (``serve``'s own, passed in so that this module does not import the one that imports it)."""
     from ..studies.serve.sim import ServerConfig
+    from ..studies.limits import OptionError
     from ..studies.serve.simload import Lengths, LoadError
     from ..studies.serve.simstudy import SimOptions, SimStudy
     from .cache import cache_note, cache_root
@@ -110,8 +160,9 @@ def cmd_simulate(args, console, profile, step_request) -> int:
         isl = Lengths.parse(args.isl, "--isl") if args.isl is not None else None
         osl = Lengths.parse(args.osl, "--osl") if args.osl is not None else None
         opts = SimOptions(req, profile(args), isl, osl, args.num_requests, args.concurrency, args.request_rate,
-                          args.trace, args.seed, server, args.launch or "cuda-graphs")
-    except LoadError as e:
+                          args.trace, args.seed, server, args.launch or "cuda-graphs", tp=args.tp or 1,
+                          allreduce=args.allreduce or "vllm", spec=_speculation(args))
+    except (LoadError, OptionError) as e:
         raise UserError(str(e)) from None
     root = cache_root(args, console)
     opts = SimOptions(**{**opts.__dict__, "cache": root is not None, "cache_dir": root})

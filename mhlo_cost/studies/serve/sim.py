@@ -14,6 +14,9 @@ budget, ``max_num_seqs`` and the free blocks allow. After the step, a request wh
 ``num_tokens`` has produced one token; one that reaches its output length finishes and frees its blocks (the
 closed loop sends the next request then).
 
+With speculative decoding (:mod:`.spec`) a decoding request is given its drafts beside its token (their KV blocks
+too), and after the step takes the tokens its verification accepted.
+
 A step's cost is asked of ``step_time(tokens, context_flops, context_bytes, longest)``: the step's query tokens,
 its attention terms summed over sequences (see :mod:`.stepmodel`) and its longest context.
 """
@@ -111,8 +114,10 @@ class _State:
     """Per request (numpy arrays indexed by request): tokens so far, computed, produced, blocks held, the last
     token's time; the running order (a list) and the waiting queue; the free blocks."""
 
-    def __init__(self, work: Workload, blocks: int, block_size: int):
+    def __init__(self, work: Workload, blocks: int, block_size: int, spec=None):
         n = len(work)
+        self.spec = spec  # a Speculation (.spec), or None
+        self.credit = np.zeros(n)
         self.target = work.outputs.astype(np.int64)
         self.num_tokens = work.inputs.astype(np.int64).copy()
         self.computed = np.zeros(n, dtype=np.int64)
@@ -123,6 +128,15 @@ class _State:
         self.last = np.zeros(n)
         self.running: list = []
         self.waiting: deque = deque()
+
+
+def _want(s: _State, r) -> np.ndarray | int:
+    """Tokens request(s) ``r`` would compute this step: the rest of its prompt, or its next token (and, with
+    speculation, its ``k`` drafts where it decodes)."""
+    rem = s.num_tokens[r] - s.computed[r]
+    if s.spec is None:
+        return rem
+    return rem + s.spec.tokens * ((rem == 1) & (s.made[r] >= 1))
 
 
 def _preempt(s: _State, trace: Trace) -> int:
@@ -141,10 +155,10 @@ def _running_fast(s: _State, cfg: ServerConfig):
     if not s.running:
         return [], [], cfg.max_num_batched_tokens
     r = np.array(s.running, dtype=np.int64)
-    rem = s.num_tokens[r] - s.computed[r]
+    rem = _want(s, r)
     before = np.cumsum(rem) - rem
     n = np.minimum(rem, np.maximum(cfg.max_num_batched_tokens - before, 0))
-    need = np.where(n > 0, -(-(s.computed[r] + n) // cfg.block_size) - s.held[r], 0)
+    need = np.where(n > 0, np.maximum(-(-(s.computed[r] + n) // cfg.block_size) - s.held[r], 0), 0)
     total = int(need.sum())
     if total > s.free:
         return None
@@ -160,8 +174,8 @@ def _running_slow(s: _State, cfg: ServerConfig, trace: Trace):
     i = 0
     while i < len(s.running) and budget > 0:
         r = s.running[i]
-        n = int(min(s.num_tokens[r] - s.computed[r], budget))
-        need = int(-(-(s.computed[r] + n) // bs) - s.held[r])
+        n = int(min(_want(s, r), budget))
+        need = max(int(-(-(s.computed[r] + n) // bs) - s.held[r]), 0)
         while need > s.free:
             preempted = True
             if _preempt(s, trace) == r:
@@ -214,9 +228,33 @@ def _finish(s: _State, fin: np.ndarray, now: float, trace: Trace) -> list:
     return fin.tolist()
 
 
+def _verified(s: _State, ids: np.ndarray, ns: np.ndarray, now: float, trace: Trace) -> np.ndarray:
+    """Speculating sequences of a step (those given more tokens than they have to compute) take their accepted
+    tokens (:meth:`.spec.Speculation.take`); the mask of them."""
+    spec = (s.num_tokens[ids] - s.computed[ids]) < ns
+    if s.spec is None or not spec.any():
+        return spec
+    r = ids[spec]
+    credit = s.credit[r]
+    got = s.spec.take(credit, np.minimum(ns[spec], s.target[r] - s.made[r]))
+    s.credit[r] = credit
+    s.computed[r] += got
+    s.num_tokens[r] += got
+    s.made[r] += got
+    trace.gaps.append(now - s.last[r])
+    s.last[r] = now
+    return spec
+
+
 def _advance(s: _State, ids: np.ndarray, ns: np.ndarray, now: float, trace: Trace) -> list:
     """After a step ending at ``now``: computed tokens, tokens produced, finished requests (returned in the
     step's order, their blocks freed)."""
+    spec = _verified(s, ids, ns, now, trace)
+    if spec.any():
+        done = ids[spec]
+        ids, ns = ids[~spec], ns[~spec]
+    else:
+        done = ids[:0]
     s.computed[ids] += ns
     hit = ids[s.computed[ids] == s.num_tokens[ids]]
     s.num_tokens[hit] += 1
@@ -227,7 +265,8 @@ def _advance(s: _State, ids: np.ndarray, ns: np.ndarray, now: float, trace: Trac
     if later.size:
         trace.gaps.append(now - s.last[later])
     s.last[hit] = now
-    return _finish(s, hit[made >= s.target[hit]], now, trace)
+    fin = np.concatenate([done[s.made[done] >= s.target[done]], hit[made >= s.target[hit]]])
+    return _finish(s, fin, now, trace)
 
 
 def _stretch(s: _State, cfg: ServerConfig, limit: float, now: float):
@@ -280,6 +319,17 @@ def _run_stretch(s: _State, stretch, now: float, limit: float, step_time, trace:
     return now, _finish(s, r[s.made[r] >= s.target[r]], now, trace)
 
 
+def _draft_s(s: _State, ids: np.ndarray, ns: np.ndarray, step_time) -> float:
+    """The drafting of a step's speculating sequences: ``draft`` x ``k`` target decode steps of them."""
+    if s.spec is None or s.spec.draft == 0:
+        return 0.0
+    spec = (s.num_tokens[ids] - s.computed[ids]) < ns
+    if not spec.any():
+        return 0.0
+    p = s.computed[ids[spec]] + 1
+    return s.spec.draft * s.spec.tokens * float(step_time(int(p.size), int(p.sum()), int(p.sum()), int(p.max())))
+
+
 def _one_step(s: _State, cfg: ServerConfig, step_time, trace: Trace, blocks: int, now: float):
     """One step through the scheduler: the time after it and the finished ids."""
     before = trace.preemptions
@@ -288,7 +338,7 @@ def _one_step(s: _State, cfg: ServerConfig, step_time, trace: Trace, blocks: int
         if trace.preemptions == before:
             raise LoadError("the scheduler could not run any request (a bug: every request fits the cache)")
         return now, []
-    dt = float(step_time(*_composition(s, ids, ns)))
+    dt = float(step_time(*_composition(s, ids, ns))) + _draft_s(s, ids, ns, step_time)
     now += dt
     trace.step_s.append(dt)
     trace.step_seqs.append(int(ids.size))
@@ -298,17 +348,19 @@ def _one_step(s: _State, cfg: ServerConfig, step_time, trace: Trace, blocks: int
 
 
 def simulate(work: Workload, step_time: Callable[[int, int, int, int], float], cfg: ServerConfig,
-             blocks: int, stretches: bool = True) -> Trace:
+             blocks: int, stretches: bool = True, spec=None) -> Trace:
     """Run ``work`` to the end on a server of ``blocks`` KV blocks; ``step_time`` prices each step (where it has
     a ``many(tokens, context_flops, context_bytes, longest)`` taking arrays, a stretch of decode steps at once).
     ``stretches``: run decode-only stretches at once (:func:`_stretch`; False: every step through the
-    scheduler, the same figures, slower)."""
+    scheduler, the same figures, slower). ``spec``: speculative decoding (a :class:`~.spec.Speculation`; its
+    steps always go through the scheduler)."""
     n = len(work)
-    most = int(np.max(work.inputs + work.outputs))
-    if -(-(most - 1) // cfg.block_size) > blocks:
-        raise LoadError(f"a request of {most - 1} tokens in the cache needs more than the {blocks} KV blocks of "
+    most = int(np.max(work.inputs + work.outputs)) - 1 + (spec.tokens if spec is not None else 0)  # (+ drafts)
+    if -(-most // cfg.block_size) > blocks:
+        raise LoadError(f"a request of {most} tokens in the cache needs more than the {blocks} KV blocks of "
                         f"{cfg.block_size} tokens the server holds")
-    s = _State(work, blocks, cfg.block_size)
+    s = _State(work, blocks, cfg.block_size, spec)
+    stretches = stretches and spec is None
     closed = work.arrivals is None
     arrival = np.zeros(n) if closed else np.asarray(work.arrivals, dtype=float)
     trace = Trace(arrival, np.full(n, np.nan), np.full(n, np.nan))

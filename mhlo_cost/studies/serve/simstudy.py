@@ -18,8 +18,9 @@ from .study import StepCacheStudy
 class SimOptions:
     """The model (``request``: its decode step; batch and context are the fit's), the chip (``hardware``),
     ``launch`` (default cuda-graphs: vLLM's decode), the workload (``isl``, ``osl``: :class:`~.simload.Lengths`;
-    ``num_requests``; one of ``concurrency``, ``rate``, ``trace``; ``seed``), the server (``server``) and the
-    cache of lowerings."""
+    ``num_requests``; one of ``concurrency``, ``rate``, ``trace``; ``seed``), the server (``server``), tensor
+    parallel over ``tp`` GPUs with ``allreduce`` the library whose all-reduce it runs (:mod:`.parallel`),
+    speculative decoding (``spec``: :class:`~.spec.Speculation`, or None) and the cache of lowerings."""
 
     request: StepRequest
     hardware: object
@@ -32,12 +33,20 @@ class SimOptions:
     seed: int = 0
     server: ServerConfig = field(default_factory=ServerConfig)
     launch: str = "cuda-graphs"
+    tp: int = 1
+    allreduce: str = "vllm"
+    spec: object = None  # a .spec.Speculation: speculative decoding
     cache: bool = True
     cache_dir: str | os.PathLike | None = None
 
     def __post_init__(self):
+        from ..limits import OptionError, check
+        from .parallel import ALLREDUCE_LIBRARIES
         from .simload import LoadError
 
+        check("devices", self.tp, "--tp")
+        if self.allreduce not in ALLREDUCE_LIBRARIES:
+            raise OptionError(f"--allreduce must be one of {', '.join(ALLREDUCE_LIBRARIES)}, got {self.allreduce!r}")
         given = [x for x in (self.concurrency, self.rate, self.trace) if x is not None]
         if len(given) != 1:
             raise LoadError("give one of --concurrency (closed loop), --request-rate (Poisson) or --trace FILE")
@@ -63,18 +72,37 @@ class SimStudy(StepCacheStudy):
 
     @cached_property
     def model(self):
-        """The fitted :class:`~.stepmodel.StepModel` (lowerings through the step cache)."""
+        """The fitted :class:`~.stepmodel.StepModel` (lowerings through the step cache), once the tensor-parallel
+        degree divides the model's heads and key/value heads."""
+        from ..limits import OptionError
         from .stepmodel import fit
 
+        tp = self.options.tp
+        if tp > 1:
+            facts = self.options.request.facts()
+            for n, what in ((facts.heads, "attention heads"), (facts.kv_heads, "key/value heads")):
+                if n % tp:
+                    raise OptionError(f"tensor parallel degree {tp} does not divide the model's {n} {what}: "
+                                      "its heads (and their KV cache) are split tp ways")
         return fit(self.options.request, self.hardware, self.cache, self.stage)
+
+    @cached_property
+    def step_time(self):
+        """The step-cost callable: the fitted model over ``tp`` GPUs (:class:`~.parallel.ShardedStep`)."""
+        from .parallel import ShardedStep
+
+        return ShardedStep(self.model, self.hardware, self.options.tp, self.options.allreduce)
 
     @cached_property
     def memory(self):
         from .sim import memory
 
-        m = self.model
-        return memory(self.options.server, int(self.hardware.hbm_capacity), m.weight_bytes, m.kv_token_bytes,
-                      m.activation_token_bytes)
+        from .parallel import activations_per_device, per_device
+
+        m, tp = self.model, self.options.tp
+        hidden = m.shape["hidden"] * m.shape["itemsize"] if m.shape else 0
+        return memory(self.options.server, int(self.hardware.hbm_capacity), per_device(m.weight_bytes, tp),
+                      per_device(m.kv_token_bytes, tp), activations_per_device(m.activation_token_bytes, hidden, tp))
 
     @cached_property
     def trace(self):
@@ -83,13 +111,22 @@ class SimStudy(StepCacheStudy):
         work = self.workload  # (read first: a bad trace fails before anything is lowered)
         mem = self.memory
         self.stage(f"simulating {len(work)} requests")
-        return simulate(work, self.model.time_s, self.options.server, mem.blocks)
+        return simulate(work, self.step_time, self.options.server, mem.blocks, spec=self.options.spec)
+
+    @cached_property
+    def plain(self) -> dict:
+        """With speculation: the figures of the same run without it (the gain it predicts is theirs over these)."""
+        from .sim import simulate
+        from .simstats import figures
+
+        trace = simulate(self.workload, self.step_time, self.options.server, self.memory.blocks)
+        return figures(trace, self.workload, self.memory, self.options.server, gpus=self.options.tp)
 
     @cached_property
     def figures(self) -> dict:
         from .simstats import figures
 
-        return figures(self.trace, self.workload, self.memory, self.options.server)
+        return figures(self.trace, self.workload, self.memory, self.options.server, gpus=self.options.tp)
 
     def view(self, request=None):
         """The figures as a Table of pairs in sections (:func:`mhlo_cost.views.serve_sim.sim_view`)."""
@@ -103,7 +140,7 @@ class SimStudy(StepCacheStudy):
                  "max_num_batched_tokens": o.server.max_num_batched_tokens,
                  "max_num_seqs": o.server.max_num_seqs, "gpu_memory_utilization": o.server.gpu_memory_utilization,
                  "memory_accounting": "vLLM (vllm/v1/worker/gpu_worker.py determine_available_memory)",
-                 "step_model_check": self._check_text()}
+                 "step_model_check": self._check_text()} | self._parallel_setup()
         return sim_view(setup, self.figures, batch_histogram(self.trace), f"serving {setup['model']} on "
                         f"{self.hardware.name}: {self.workload.describe}")
 
@@ -116,6 +153,34 @@ class SimStudy(StepCacheStudy):
         t = self.trace
         sim_plot(np.cumsum(t.step_s), t.step_blocks, t.step_seqs, self.memory.blocks, path,
                  f"{self.options.request.describe().split(':')[0]} on {self.hardware.name}: {self.workload.describe}")
+
+    def _parallel_setup(self) -> dict:
+        """Speculation's lines of the setup, and the split's (none on one GPU): tp, the library and the algorithm of a decode
+        step of the median batch run, and of the largest step's."""
+        o = self.options
+        out = {} if o.spec is None else {
+            "spec_tokens": o.spec.tokens, "spec_acceptance": o.spec.acceptance, "spec_draft_cost": o.spec.draft,
+            "spec_expected_tokens_per_step": o.spec.expected} | self._gain()
+        if o.tp <= 1:
+            return out
+        toks = sorted(self.trace.step_tokens)
+        mid, top = toks[len(toks) // 2], toks[-1]
+        (s_mid, a_mid), (s_top, a_top) = self.step_time.comm(mid), self.step_time.comm(top)
+        return out | {"tp": o.tp, "allreduce_library": o.allreduce,
+                "allreduce_median_step": f"{a_mid} ({mid} tokens: {s_mid:.6g} s a step)",
+                "allreduce_largest_step": f"{a_top} ({top} tokens: {s_top:.6g} s a step)"}
+
+    def _gain(self) -> dict:
+        """Speculation's gain: output tokens/s and TPOT p50 without it over with it (None where a run took no
+        time)."""
+        got, plain = self.figures, self.plain
+
+        def ratio(a, b):
+            return a / b if a is not None and b else None
+
+        return {"spec_throughput_gain": ratio(got["throughput"]["output_tokens_per_s"],
+                                              plain["throughput"]["output_tokens_per_s"]),
+                "spec_tpot_p50_gain": ratio(plain["latency"]["tpot_p50_s"], got["latency"]["tpot_p50_s"])}
 
     def _check_text(self) -> str:
         c = self.model.checked

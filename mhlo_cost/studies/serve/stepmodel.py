@@ -98,10 +98,12 @@ class Rates:
         self.fixed = np.where(np.any(np.stack(moved) != 0, axis=0), fixed, 0.0)[:, None]
         self.overhead = float(np.sum(node.overhead_s))
 
-    def time_s(self, flop_terms: np.ndarray, byte_terms: np.ndarray) -> np.ndarray:
-        """Seconds of steps whose monomials are the columns of ``flop_terms`` / ``byte_terms`` (4 x steps)."""
-        compute = self.flop_s.T @ flop_terms
-        memory = self.fixed + self.byte_s.T @ byte_terms
+    def time_s(self, flop_terms: np.ndarray, byte_terms: np.ndarray, shards: int = 1) -> np.ndarray:
+        """Seconds of steps whose monomials are the columns of ``flop_terms`` / ``byte_terms`` (4 x steps);
+        ``shards``: every kernel's FLOPs and bytes split that many ways (tensor parallel), its fixed memory
+        cost and launch not."""
+        compute = self.flop_s.T @ flop_terms / shards
+        memory = self.fixed + self.byte_s.T @ byte_terms / shards
         return np.maximum(compute, memory).sum(axis=0) + self.overhead
 
 
@@ -117,6 +119,7 @@ class StepModel:
         self.kv_token_bytes = kv_token_bytes
         self.activation_token_bytes = activation_token_bytes
         self.checked = checked or {}
+        self.shape: dict = {}  # hidden, layers, itemsize (of the hidden state): what tensor parallel reduces
         k = len(next(iter(nodes.values())).flops)
         num = np.array(fit.numerators, dtype=object) / fit.denominator
         coef = {e: np.array([float(x) for x in num[i]]) for i, e in enumerate(fit.exponents)}
@@ -146,14 +149,15 @@ class StepModel:
         """The step's seconds: every kernel at its own rates, plus the launches."""
         return float(self.many(tokens, [context_flops], [context_bytes], [longest])[0])
 
-    def many(self, tokens: int, context_flops, context_bytes, longest) -> np.ndarray:
-        """The seconds of several steps of ``tokens`` query tokens each (the other three: one value per step)."""
+    def many(self, tokens: int, context_flops, context_bytes, longest, shards: int = 1) -> np.ndarray:
+        """The seconds of several steps of ``tokens`` query tokens each (the other three: one value per step);
+        ``shards``: the kernels' work split over that many devices (:meth:`Rates.time_s`)."""
         near = int(np.argmin(np.abs(self._batches - np.log(max(tokens, 1)))))
         longest = np.asarray(longest, dtype=float)
         ones, toks = np.ones_like(longest), np.full_like(longest, float(tokens))
         f = np.stack([ones, toks, longest, np.asarray(context_flops, dtype=float)])
         b = np.stack([ones, toks, longest, np.asarray(context_bytes, dtype=float)])
-        return self._rates[near].time_s(f, b)
+        return self._rates[near].time_s(f, b, shards)
 
     def decode_time_s(self, batch: int, context: int) -> float:
         """A decode step of ``batch`` sequences each at ``context`` cached positions (as lowered)."""
@@ -203,6 +207,8 @@ def fit(base, hw, cache=None, stage=None, batches=BATCHES, contexts=CONTEXTS, ch
     acts = activation_bytes(study.fused_memory, step.layout.nbytes)
     nodes = {b: lowered(b, max(contexts))[2] for b in (*batches, *rate_batches)}
     model = StepModel(grid, nodes, step.weight_bytes, cache_one, -(-acts // max(batches)))
+    itemsize = step.layout.layers[0].itemsize if step.layout.layers else 2
+    model.shape = {"hidden": step.hidden, "layers": step.layers, "itemsize": itemsize}
     cstep, cstudy, ckern = lowered(*check)
     model.checked = {"point": check, "roofline_s": ckern.time_s, "model_s": model.decode_time_s(*check),
                      "counts_exact": True, "exact_at": [tuple(c.values()) for c in checks]}

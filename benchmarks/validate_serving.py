@@ -1,0 +1,113 @@
+"""How close is the serving simulation to published serving figures? (``benchmarks/data/published_serving.toml``)
+
+Every row with an ``express`` runs through the simulation (:class:`mhlo_cost.studies.serve.simstudy.SimStudy`):
+its model's decode step is lowered and fitted once per model (the step cache on disk; every row of a model and
+chip shares the fit), the load is the row's (a static ``batch``: ``batch`` requests sent at once, the server's
+``max_num_seqs`` the batch, its token budget the whole batch's prompts (prefilled in one step, as a static-batch
+benchmark runs them) and all of the device's memory (such a benchmark sizes its KV cache for the batch); a
+``concurrency``: a closed loop, ten times as many requests), on ``tp``
+GPUs, launched as the row's ``launch`` says. Nothing is fitted to the figures. It prints, per row, each figure against the simulation's (output tokens/s,
+TTFT mean, ITL / TPOT mean) and their ratio (simulated / published), then the median |error| of each metric
+(targets: throughput <= 15%, TTFT and TPOT <= 20%), and lists the rows it cannot express and why.
+
+    python benchmarks/validate_serving.py [--only ID_PART] [--cache-dir DIR] [--launch cuda-graphs|stream]
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tomllib
+from pathlib import Path
+
+DATA = Path(__file__).parent / "data" / "published_serving.toml"
+TARGETS = {"output_tok_s": 0.15, "ttft_ms": 0.20, "itl_ms": 0.20}
+
+
+def options(row: dict, cache_dir, launch: str):
+    """The row's :class:`SimOptions`."""
+    from mhlo_cost.lower.inference.steps import StepRequest
+    from mhlo_cost.roofline import hardware_from_args
+    from mhlo_cost.studies.serve.sim import ServerConfig
+    from mhlo_cost.studies.serve.simload import Lengths
+    from mhlo_cost.studies.serve.simstudy import SimOptions
+
+    ex = row["express"]
+    if "gpt" in ex:
+        req = StepRequest(model="gpt", overrides=tuple(sorted(ex["gpt"].items())), precision=ex.get("precision"))
+    else:
+        req = StepRequest(hf=ex["hf"], config=ex["config"], overrides=tuple(sorted(ex["set"].items())))
+    if "batch" in row:  # a static batch: all at once, prefilled together, its KV cache sized for it
+        n = c = row["batch"]
+        server = ServerConfig(max_num_batched_tokens=max(8192, n * row["isl"]), max_num_seqs=max(n, 1),
+                              gpu_memory_utilization=1.0)
+    else:
+        c, n = row["concurrency"], 10 * row["concurrency"]
+        server = ServerConfig(max_num_seqs=max(256, c))
+    return SimOptions(req, hardware_from_args(row["gpu"], None), Lengths.parse(str(row["isl"])),
+                      Lengths.parse(str(row["osl"])), n, c, server=server, launch=launch or row.get("launch", "cuda-graphs"),
+                      tp=row.get("tp", 1),
+                      cache_dir=cache_dir)
+
+
+def simulated(fig: dict, row: dict) -> dict:
+    """The simulation's figures in the row's units."""
+    t, lat = fig["throughput"], fig["latency"]
+    out = t["output_tokens_per_s_per_gpu"] if row.get("per_gpu") else t["output_tokens_per_s"]
+    itl = lat["tpot_mean_s"]
+    return {"output_tok_s": out, "ttft_ms": lat["ttft_mean_s"] * 1e3,
+            "itl_ms": None if itl is None else itl * 1e3}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--only", help="rows whose id contains this")
+    ap.add_argument("--data", default=str(DATA), help="the corpus (default: benchmarks/data/published_serving.toml)")
+    ap.add_argument("--cache-dir", help="the step cache (default: the user cache)")
+    ap.add_argument("--launch", choices=("cuda-graphs", "stream"),
+                    help="every row launched so (default: each row's `launch`, else cuda-graphs)")
+    a = ap.parse_args()
+
+    from mhlo_cost.studies.serve.simstudy import SimStudy
+
+    rows = tomllib.loads(Path(a.data).read_text())["row"]
+    rows = [r for r in rows if a.only is None or a.only in r["id"]]
+    errors: dict = {k: [] for k in TARGETS}
+    failed: list = []
+    print(f"{'row':<44} {'metric':<13} {'published':>11} {'simulated':>11} {'ratio':>7}")
+    for row in (r for r in rows if "express" in r):
+        study = SimStudy(options(row, a.cache_dir, a.launch))
+        try:
+            got = simulated(study.figures, row)
+        except ValueError as e:  # (LoadError, OptionError: the row does not fit the simulated server)
+            failed.append((row["id"], str(e)))
+            print(f"{row['id']:<44} not run: {e}", flush=True)
+            continue
+        for key in TARGETS:
+            if key in row and got[key] is not None:
+                ratio = got[key] / row[key]
+                errors[key].append(abs(ratio - 1))
+                print(f"{row['id']:<44} {key:<13} {row[key]:>11,.2f} {got[key]:>11,.2f} {ratio:>7.3f}", flush=True)
+        if study.trace.preemptions:
+            print(f"{'':<44} ({study.trace.preemptions} preemptions in the simulation)")
+    print()
+    for key, errs in errors.items():
+        if errs:
+            print(f"{key}: median |error| {statistics.median(errs):.1%} over {len(errs)} rows "
+                  f"(target <= {TARGETS[key]:.0%}); {sum(e <= TARGETS[key] for e in errs)} within it")
+    if failed:
+        print(f"\nexpressed but not run ({len(failed)}): " + "; ".join(i for i, _ in failed))
+    left = [r for r in rows if "express" not in r]
+    if left:
+        print(f"\nnot expressed ({len(left)} of {len(rows)} rows):")
+        why = {r["id"]: r["not_expressed"] for r in left}
+        for r in left:
+            reason = r["not_expressed"]
+            if reason.startswith("as ") and reason[3:] in why:
+                reason = why[reason[3:]]
+            print(f"  {r['id']}: {reason}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
