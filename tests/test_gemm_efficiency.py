@@ -89,3 +89,21 @@ def test_split_k_fills_the_units_and_an_empty_batch_is_no_division():
     assert GemmModel(1.0, 108, (128, 128)).wave(1, 5 * 128, 128) == 5 / 108
     for split in (False, True):  # a zero-size batch divided by zero tiles
         assert GemmModel(1.0, 108, (128, 128), split_k=split).wave(0, 128, 128) == 1.0
+
+
+def test_f32_dot_on_cuda_cores_has_no_tensor_core_wave():
+    # torch's default f32 matmul (TF32 off) on an A100: a SIMT SGEMM at the 19.5 TFLOP/s FP32 peak x the 0.8
+    # large-shape efficiency. ViT-Base fc2 at batch 1: 197 x 3072 @ 3072 x 768. With the 256 x 128 tensor-core
+    # tile it was 6 tiles on 108 SMs (x 6/108): 1.07 ms for 0.93 GFLOP.
+    a100 = get_profile("a100")
+    t = op_time(dot_row(197, 3072, 768, jnp.float32), a100)
+    flops = 2 * 197 * 3072 * 768
+    assert t.compute_s == pytest.approx(flops / (19.5e12 * 0.8), rel=1e-12)
+    assert t.compute_s < 1e-4  # 59.6 us, not the 1.07 ms of the wave-quantized price
+    # The same dot under TF32 runs on the tensor cores: the tile's wave factor stays (6 tiles / 108 SMs).
+    tf32 = dataclasses.replace(a100, f32_matmul="tf32")
+    assert op_time(dot_row(197, 3072, 768, jnp.float32), tf32).compute_s == pytest.approx(
+        flops / (156e12 * 0.8 * 6 / 108), rel=1e-12)
+    # bf16 keeps its tile too.
+    assert op_time(dot_row(197, 3072, 768), a100).compute_s == pytest.approx(
+        flops / (312e12 * 0.8 * 6 / 108), rel=1e-12)

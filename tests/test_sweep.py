@@ -248,3 +248,22 @@ def test_module_model_edit_is_a_new_point(tmp_path):
     assert gemm() == 2 * 64**3
     (tmp_path / "edited_model.py").write_text("def make():\n    return lambda x: (x @ x) @ x\n")
     assert gemm() == 2 * 2 * 64**3
+
+
+def test_execution_inductor_rows_equal_report(tmp_path, capsys):
+    out = tmp_path / "t.json"
+    assert main(["sweep", *SMALL, "--execution", "inductor", "--strategies", "none:1", "--hardware", "a100",
+                 "--cache-dir", str(tmp_path / "cache"), "-o", str(out), "--jobs", "1", "-q"]) == 0
+    row, = json.loads(out.read_text())["rows"]
+    assert (row["execution"], row["status"]) == ("inductor", "ok")
+    mlir = tmp_path / "p.mlir"
+    assert main(["lower", *SMALL, "-o", str(mlir), "--force", "-q"]) == 0
+    capsys.readouterr()
+    assert main(["report", str(mlir), "--hardware", "a100", "--execution", "inductor", "--format", "json", "-q"]) == 0
+    rep = {r["metric"]: r["value"] for r in json.loads(capsys.readouterr().out)["rows"]}
+    assert rep["est_time_fused_s"] > 0
+    for k in ("est_time_fused_s", "est_time_fused_overlap_s", "peak_bytes_fused"):
+        assert row[k] == rep[k], k
+    assert main(["report", str(mlir), "--hardware", "a100", "--execution", "compiled", "--format", "json", "-q"]) == 0
+    compiled = {r["metric"]: r["value"] for r in json.loads(capsys.readouterr().out)["rows"]}
+    assert compiled["est_time_fused_s"] != row["est_time_fused_s"]  # the sweep ran Inductor, not the XLA-like model

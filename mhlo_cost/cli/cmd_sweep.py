@@ -38,7 +38,7 @@ def register(sub) -> None:
     g.add_argument("--hardware-file", metavar="FILE", help="TOML file of your own profiles (searched first)")
     g.add_argument("--dtype", nargs="+", metavar="DTYPE", help="bf16 (default), f16, f32")
     g.add_argument("--steps", type=int, metavar="K", help="a run is K steps (sampling steps; default 1)")
-    g.add_argument("--execution", choices=("eager", "compiled", "unfused"),
+    g.add_argument("--execution", choices=("eager", "compiled", "inductor", "unfused"),
                    help="as report --execution (default unfused); the table's execution column says it")
     g.add_argument("--fuse", choices=("none", "elementwise"), help="as report --fuse (default none)")
     g.add_argument("--conv-padding", choices=("xla", "dense"), help="as report --conv-padding (default xla)")

@@ -149,7 +149,8 @@ def gemm_dims(r: Row) -> tuple[int, int, int, int]:
 
 def gemm_efficiency(r: Row, hw: Hardware) -> float:
     """The fraction of the matrix peak a dot reaches on ``hw`` (:mod:`mhlo_cost.machines.gemm`; 1 without a model).
-    Convolutions get the large-shape efficiency (no wave quantization)."""
+    Convolutions get the large-shape efficiency (no wave quantization), and so do f32 dots priced on the
+    vector unit (:func:`on_vector_unit`)."""
     model = getattr(hw, "gemm", None)
     if model is None:
         return 1.0
@@ -158,7 +159,15 @@ def gemm_efficiency(r: Row, hw: Hardware) -> float:
     if r.kind != "dot" or not r.gemm_flops:
         return model.base(r.conv_flops // max(r.multiplicity, 1), key)
     batch, m, n, k = gemm_dims(r)
-    return model.efficiency_of(batch, m, n, k, key)
+    return model.efficiency_of(batch, m, n, k, key, tiled=not on_vector_unit(key, hw))
+
+
+def on_vector_unit(key: str, hw: Hardware) -> bool:
+    """True for an f32 dot that ``hw`` prices at its vector (CUDA-core) f32 rate: no f32 matrix rate and
+    no TF32 in use; such a SIMT dot has no tensor-core tile (see :mod:`mhlo_cost.machines.gemm`)."""
+    if key != "f32" or "f32" in hw.matrix_flops:
+        return False
+    return not (getattr(hw, "f32_matmul", "f32") == "tf32" and "tf32" in hw.matrix_flops)
 
 
 def op_time(r: Row, hw: Hardware) -> OpTime:

@@ -15,8 +15,9 @@ MODEL_OPTIONS = ("small", "depth", "hidden", "heads", "batch", "tokens", "layers
 #: Keys a spec file may hold at its top level (``[options]`` holds MODEL_OPTIONS).
 SPEC_KEYS = ("model", "shape", "parallel", "devices", "strategies", "hardware", "dtype", "steps", "fuse",
              "conv_padding", "options", "models", "execution")
-#: The sweep's ``fuse`` setting (its cache key) -> the execution model it estimates; ``eager`` is its own.
-EXECUTION_OF_FUSE = {"none": "unfused", "elementwise": "compiled", "eager": "eager"}
+#: The sweep's ``fuse`` setting (its cache key) -> the execution model it estimates; ``eager`` and ``inductor``
+#: are their own.
+EXECUTION_OF_FUSE = {"none": "unfused", "elementwise": "compiled", "eager": "eager", "inductor": "inductor"}
 FUSE_OF_EXECUTION = {v: k for k, v in EXECUTION_OF_FUSE.items()}
 #: Keys of a ``[[models]]`` entry of a spec: your own or a library's model, as ``lower`` takes it.
 LIBRARY_KEYS = ("name", "module", "hf", "diffusers", "timm", "config", "set", "kwarg", "inputs")

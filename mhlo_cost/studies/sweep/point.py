@@ -90,9 +90,9 @@ def study_of(text: str, task: Task):
     its own); ``on(hw)`` gives it on each profile."""
     from ..study import Study, StudyOptions
 
-    eager = task.fuse == "eager"
-    return Study(StudyOptions(text, conv_padding=task.conv_padding, execution="eager" if eager else None,
-                              fuse="none" if eager else task.fuse, steps=task.steps, isolate=False,
+    own = task.fuse in ("eager", "inductor")  # an execution model of its own, not a --fuse mode
+    return Study(StudyOptions(text, conv_padding=task.conv_padding, execution=task.fuse if own else None,
+                              fuse="none" if own else task.fuse, steps=task.steps, isolate=False,
                               dataflow=True))
 
 

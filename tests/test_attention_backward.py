@@ -1,0 +1,56 @@
+"""A training program's attention backward in the compiled (and Inductor) estimate: one flash-attention backward
+kernel (FlashAttention-2/3's algorithm: dV, dP, dQ, dK and the score product recomputed from Q, K, five products
+of the score's size where the forward has two: 2.5x its FLOPs), compute-bound at the library's backward
+fraction, the B x H x S x S scores never written."""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+from mhlo_cost.analysis import AnalysisOptions, analyze
+from mhlo_cost.machines.hardware import get_profile
+from mhlo_cost.roofline import Roofline
+
+B, H, S, D = 2, 8, 1024, 128
+
+
+def _attention(q, k, v):
+    s = jnp.einsum("bhqd,bhkd->bhqk", q, k) / jnp.sqrt(jnp.float32(D)).astype(q.dtype)
+    return jnp.einsum("bhqk,bhkd->bhqd", jax.nn.softmax(s, axis=-1), v)
+
+
+def _step(q, k, v, do):
+    out, vjp = jax.vjp(_attention, q, k, v)
+    return (out, *vjp(do))
+
+
+@pytest.fixture(scope="module")
+def program():
+    spec = jax.ShapeDtypeStruct((B, H, S, D), jnp.bfloat16)
+    return analyze(jax.jit(_step).lower(spec, spec, spec, spec).as_text(), AnalysisOptions(dataflow=True))
+
+
+# h100's attention table: FA3 (the compiled default) forward 0.70, backward 0.57 of the bf16 peak, ramp 2 key tiles
+# of 128; FA2 (what torch's flash SDPA backend runs, Inductor's default here) forward 0.38, backward 0.31, ramp 1.
+@pytest.mark.parametrize("execution, fwd_frac, bwd_frac, ramp", [("compiled", 0.70, 0.57, 2),
+                                                                 ("inductor", 0.38, 0.31, 1)])
+def test_backward_is_one_compute_bound_flash_kernel_of_2_5x_the_forward_flops(program, execution, fwd_frac,
+                                                                              bwd_frac, ramp):
+    hw = get_profile("h100")
+    rf = Roofline(program, hw, execution=execution)
+    kernels = [k for k in rf.fusion.kernels if k.attention]
+    dots = [[i for i in k.members if program.rows[i].kind == "dot"] for k in kernels]
+    assert [len(d) for d in dots] == [2, 4]  # the forward (QK^T, PV) and the backward (dV, dP, dQ, dK)
+    fwd, bwd = kernels
+    one = 2 * B * H * S * S * D  # one product of the score's size
+    assert sum(program.rows[i].gemm_flops for i in dots[1]) == 4 * one
+    tiles = S / 128
+    want = 5 * one / (989.4e12 * bwd_frac * tiles / (tiles + ramp))  # 2.5x the forward's two products, recompute included
+    assert bwd.compute_s == pytest.approx(want, rel=1e-9)
+    # the backward of an SDPA call runs its forward's backend (torch's flash backward is FA2's, not the default FA3)
+    assert fwd.library == bwd.library
+    assert bwd.compute_s > bwd.memory_s  # compute-bound, not a memory-bound kernel
+    assert fwd.compute_s == pytest.approx(2 * one / (989.4e12 * fwd_frac * tiles / (tiles + ramp)), rel=1e-9)
+    scores = B * H * S * S * 2
+    assert bwd.bytes_read + bwd.bytes_written < scores  # the scores (and probabilities) never reach HBM
