@@ -152,10 +152,11 @@ def measured_s(m) -> float:
     raise ValueError(f"{m['id']}: unknown unit {m['unit']!r}")
 
 
-def estimated_s(m) -> float:
+def estimated_s(m, profiles=None) -> float:
     """The compiled estimate of the measured call; of an attention backward, the forward + VJP program's less the
-    forward's (the measured call is the backward kernels alone)."""
-    hw = get_profile(m["chip"])
+    forward's (the measured call is the backward kernels alone). ``profiles`` (from a hardware file) are searched
+    before the shipped ones."""
+    hw = get_profile(m["chip"], profiles)
     lib = m["params"].get("library")
     if lib and hw.attention is not None and hw.attention.get(lib) is not None:
         hw = dataclasses.replace(hw, attention=dataclasses.replace(hw.attention, library=lib))
@@ -209,8 +210,25 @@ def write_accuracy(held, path=ACCURACY):
                 med, _, d = stats(rs)
                 out.append(f"{cat} = {{ median_error = {med:.3f}, median_ratio = {d:.3f}, n = {len(rs)} }}")
         out.append("")
+    tail = chips_section(path)  # read before the file is truncated
     with open(path, "w") as f:
-        f.write("\n".join(out))
+        f.write("\n".join(out) + tail)
+
+
+#: Where benchmarks/validate_chips.py's per-chip table begins in accuracy.toml (kept when this script rewrites it).
+CHIPS_MARKER = "# -- per chip: written by benchmarks/validate_chips.py"
+
+
+def chips_section(path=ACCURACY) -> str:
+    """The per-chip part of ``path`` (from :data:`CHIPS_MARKER` on; empty where there is none), which each writer
+    of the file keeps."""
+    try:
+        with open(path) as f:
+            text = f.read()
+    except FileNotFoundError:
+        return ""
+    at = text.find(CHIPS_MARKER)
+    return "" if at < 0 else "\n" + text[at:]
 
 
 def main(argv=None) -> int:

@@ -91,7 +91,7 @@ def _bad_inputs(tmp_path, model):
     (tmp_path / "dynamic.mlir").write_text(
         "func.func @main(%a: tensor<?x4xf32>) -> tensor<?x4xf32> {\n"
         "  %0 = stablehlo.add %a, %a : tensor<?x4xf32>\n  return %0 : tensor<?x4xf32>\n}\n")
-    cases["dynamic"] = (tmp_path / "dynamic.mlir", "dynamic dimensions in tensor<?x4xf32>")
+    cases["dynamic"] = (tmp_path / "dynamic.mlir", "a symbolic program in arg0_0 (main's ?-dimensions")
     (tmp_path / "unranked.mlir").write_text(
         "func.func @main(%a: tensor<*xf32>) -> tensor<*xf32> {\n"
         "  %0 = stablehlo.custom_call @k(%a) : (tensor<*xf32>) -> tensor<*xf32>\n  return %0 : tensor<*xf32>\n}\n")
@@ -115,10 +115,15 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, model, case):
         assert path.name in line
 
 
-def test_dynamic_shape_message_names_the_op(tmp_path, model):
+def test_a_dynamic_dimension_is_a_symbol_given_with_shapes(tmp_path, model):
+    """A ``?`` dimension not named by jax.export is named by its place (arg0_0) and given with --shapes: the add
+    over 8 x 4 elements counts 32 FLOPs."""
     path, _ = _bad_inputs(tmp_path, model)["dynamic"]
     _, _, err = run("report", path)
-    assert "stablehlo.add" in err
+    assert "--shapes arg0_0=N" in err
+    rc, out, err = run("report", path, "--shapes", "arg0_0=8", "--format", "json")
+    assert rc == 0, err
+    assert json.loads(out)["summary"]["vector_flops"] == 32
 
 
 UNKNOWN = """

@@ -282,7 +282,7 @@ def fake_row(scope="", op="stablehlo.add", shape="4x8", gemm=0, vector=1, mult=1
     kind = "dot" if op.endswith("dot_general") else "elementwise"
     return SimpleNamespace(op=op, kind=kind, scope=scope, shape=shape, note=note, multiplicity=mult,
                            gemm_flops=gemm, conv_flops=0, vector_flops=vector, transcendentals=0, bytes_read=8,
-                           bytes_written=8, comm_bytes=0, operand_shapes=operands, weight_operands="")
+                           bytes_written=8, comm_bytes=0, operand_shapes=operands, weight_operands="", operands=())
 
 
 def scoped_rows(scopes):

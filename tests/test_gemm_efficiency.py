@@ -78,3 +78,14 @@ def test_bad_gemm_table_is_a_hardware_error(tmp_path, table, msg):
         f'[profile.toy.matrix_tflops]\nf32 = 1\n[profile.toy.vector_tflops]\nf32 = 1\n[profile.toy.gemm]\n{table}\n')
     with pytest.raises(HardwareError, match=msg.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[")):
         load_profiles(p)
+
+
+def test_split_k_fills_the_units_and_an_empty_batch_is_no_division():
+    g = GemmModel(1.0, 108, (128, 128), split_k=True)
+    # 4 output tiles on 108 units: split 108 // 4 = 27 ways along K, 108 tile-slices in one wave
+    assert g.wave(1, 256, 256) == 1.0
+    # 5 tiles: 21 slices each, 105 of 108 units
+    assert g.wave(1, 5 * 128, 128) == 105 / 108
+    assert GemmModel(1.0, 108, (128, 128)).wave(1, 5 * 128, 128) == 5 / 108
+    for split in (False, True):  # a zero-size batch divided by zero tiles
+        assert GemmModel(1.0, 108, (128, 128), split_k=split).wave(0, 128, 128) == 1.0

@@ -161,9 +161,11 @@ COMMANDS = {
     "baseline": ["baseline", str(GPT), "-o", "{out}"],
     "baseline-update": ["baseline", str(GPT), "--update", "-o", "{out}"],
     "rules": ["rules", "-o", "{out}"],
+    "whatif": ["whatif", str(GPT), "--hardware", "h100", "-o", "{out}"],
+    "whatif-plot": ["whatif", str(GPT), "--hardware", "h100", "-o", "{out}"],
 }
 NAMES = {"report-html": "mine.html", "serve-plot": "mine.png", "plot": "mine.png", "lower": "mine.mlir",
-         "lower-step": "mine.mlir", "sweep": "mine.csv", "calibrate": "mine.toml"}
+         "lower-step": "mine.mlir", "sweep": "mine.csv", "calibrate": "mine.toml", "whatif-plot": "mine.png"}
 
 
 @pytest.mark.parametrize("command", list(COMMANDS))

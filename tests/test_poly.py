@@ -58,3 +58,13 @@ def test_degree_along():
     assert degree_along([1, 4, 9, 16]) == 2
     assert degree_along([1, 8, 27]) is None   # three samples cannot confirm a cube
     assert degree_along([0, 1, 8, 27, 64]) == 3
+
+
+def test_a_monomial_is_one_key_whatever_the_order_of_its_factors():
+    """A fit over symbols not in alphabetical order (B, T, S) gives terms that add to and equal the products of
+    symbols (one key per monomial, as the product builds it), and print once."""
+    b, t, s = Poly.symbol("B"), Poly.symbol("T"), Poly.symbol("S")
+    assert Poly({(("T", 1), ("B", 1)): 3}) == 3 * b * t
+    assert Poly({(("S", 1), ("S", 1)): 1}) == s ** 2
+    fitted = fit_grid(lambda p: [p["B"] * p["T"] ** 2 * p["S"]], {"B": [1, 2], "T": [1, 2, 3], "S": [1, 2]}).poly(0)
+    assert fitted == b * t ** 2 * s and str(fitted + b * s * t ** 2) == "2*B*S*T**2"

@@ -44,6 +44,22 @@ ROW_METRICS: dict[str, Callable] = {
 }
 
 
+def _with_precisions(rows) -> dict[str, Callable]:
+    """:data:`ROW_METRICS` with ``gemm_flops_<precision>`` after ``gemm_flops`` for each low precision the rows'
+    dots run in (none for a program in classical dtypes: its table is unchanged)."""
+    from . import dot_precision, precision_flops
+
+    names = list(precision_flops(rows))
+    out: dict[str, Callable] = {}
+    for k, f in ROW_METRICS.items():
+        out[k] = f
+        if k == "gemm_flops":
+            for name in names:
+                p = name.rsplit("_", 1)[1]
+                out[name] = lambda r, p=p: r.gemm_flops if dot_precision(r) == p else 0
+    return out
+
+
 def _share(value, k: int, j: int):
     """The j-th of k shares of value: exact integer split (remainder to the first shares)."""
     if k == 1:
@@ -82,7 +98,7 @@ def block_table(analysis, blocks, parts: bool = False, extra: dict[str, Callable
     ``peak_bytes<suffix>`` (the highest live total while the block's ops run; every block of a loop gets its
     body's) and ``live_out_bytes<suffix>`` (live once its last op is done); TOTAL: the program's peak and
     what is live at its end; then ``execution``, the model the ``_fused`` columns describe."""
-    metrics = dict(ROW_METRICS)
+    metrics = _with_precisions(analysis.rows)
     if extra:
         metrics.update(extra)
     names = list(metrics)

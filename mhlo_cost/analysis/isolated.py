@@ -23,6 +23,7 @@ class WalkOptions:
     dataflow_if_forward: bool = False  # training-if-backward: a forward-only program's walk records data flow
     records: tuple = ()  # further declared records (AnalysisOptions.records: "masks")
     render: str | None = None  # the whole answer the child may render (mhlo_cost.studies.compose.wire)
+    shapes: tuple = ()  # ((symbol, value), ...): a symbolic program is refined at this point before the walk
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
@@ -86,6 +87,21 @@ def _decode(payload: bytes):
 # -- the child's side ----------------------------------------------------------------------------------------
 
 
+def _render_paused(render, analysis, asked):
+    """``render(analysis, asked)`` with the cyclic collector paused: the view's allocations would set off a full
+    collection of every row the walk left (0.3 s at 10^5 ops, each time), and what the view makes is freed as it
+    ends (its cycles, if any, at the next collection). A caller that had paused the collector keeps it paused."""
+    import gc
+
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        return render(analysis, asked)
+    finally:
+        if was:
+            gc.enable()
+
+
 def answer(module, name: str, options_json: str, render=None) -> tuple[bytes, bytes]:
     """(code, payload) for the parsed ``module`` (codes: :class:`mhlo_cost.ir.codes.Answer`): ``RENDERED`` and
     the whole answer ``render(analysis, asked)`` made (where ``WalkOptions.render`` asks for one and it could:
@@ -106,7 +122,7 @@ def answer(module, name: str, options_json: str, render=None) -> tuple[bytes, by
     try:
         analysis = walk_loaded(loaded, options)
         if options.render is not None and render is not None:
-            whole = render(analysis, options.render)
+            whole = _render_paused(render, analysis, options.render)
             if whole is not None:
                 return Answer.RENDERED, whole
         if not worth_sending(analysis):  # the caller walks the module itself, from MLIR's own bytecode
@@ -141,6 +157,7 @@ def walk_loaded(loaded, options: WalkOptions):
     from . import analyze
     from ..walk.options import AnalysisOptions
 
+    loaded = bind_symbols(loaded, dict(options.shapes))
     record = options.record
     if record == "training-if-backward":
         from .training import has_backward
@@ -152,3 +169,30 @@ def walk_loaded(loaded, options: WalkOptions):
 
         walked = replace(walked, records=tuple(options.records))
     return analyze(loaded, walked)
+
+
+def bind_symbols(loaded, point: dict):
+    """``loaded`` itself for a static program (``point`` empty, else AnalysisError: only a symbolic program takes
+    --shapes); a symbolic one (:mod:`mhlo_cost.ir.symbolic`) refined at ``point``, or AnalysisError naming its
+    symbols where ``point`` lacks one."""
+    from ..ir import symbolic
+    from ..ir.refine import refine
+    from ..ir.loader import Loaded
+    from ..walk.row import AnalysisError
+
+    if not symbolic.is_symbolic(loaded.module):
+        if point:
+            raise AnalysisError(f"{loaded.name}: --shapes binds the symbols of a symbolic program (jax.export with "
+                                "symbolic dimensions); this program's shapes are static")
+        return loaded
+    try:
+        if not point:
+            found = symbolic.symbols(loaded.module)
+            asked = ",".join(f"{n}=N" for n in found.names)
+            raise AnalysisError(f"{loaded.name}: a symbolic program in {symbolic.describe(found)}: give their "
+                                f"values (--shapes {asked}), or see its counts as formulas in them (mhlo-cost "
+                                "report --formula)")
+        return Loaded(refine(loaded.module, point, loaded.context), loaded.context, loaded.name,
+                      loaded.format)
+    except symbolic.SymbolicError as e:
+        raise AnalysisError(f"{loaded.name}: {e}") from None

@@ -16,9 +16,9 @@ from .common import EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_OK, Parser, UserError
 #: The command modules (imported by :func:`build_parser`, after the reader's child is started), in the order
 #: ``--help`` lists them; each has ``register(subparsers)``.
 COMMANDS = ("cmd_lower", "cmd_report", "cmd_blocks", "cmd_plot", "cmd_sweep", "cmd_serve", "cmd_train_plan",
-            "cmd_calibrate", "cmd_baseline", "cmd_hardware", "cmd_rules")
+            "cmd_calibrate", "cmd_baseline", "cmd_hardware", "cmd_rules", "cmd_whatif")
 #: The commands whose input the reader's child parses and walks (:func:`mhlo_cost.cli.common.open_study`).
-WALKING = frozenset({"report", "blocks", "plot", "baseline", "check", "diff"})
+WALKING = frozenset({"report", "blocks", "plot", "baseline", "check", "diff", "whatif"})
 
 
 def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:

@@ -3,17 +3,23 @@
 and ``--scope`` name block rows)."""
 from __future__ import annotations
 
-from .common import (EXIT_OK, add_common, add_estimate, add_output, claim_output, hardware_from_options, regex,
-                     study_options, write_output)
+from .common import (EXIT_OK, add_common, add_estimate, add_output, claim_output, compare_chips, compare_output,
+                     hardware_from_options, regex, study_options, write_output)
 
 
 def cmd_blocks(args, console) -> int:
     from ..studies.compose import compose
     from ..views.table import ViewRequest
 
-    hw = hardware_from_options(args)
+    chips = compare_chips(args)
+    hw = hardware_from_options(args) if chips is None else chips[0]
     claim_output(args, console)
     progress = console.progress()
+    if chips is not None:
+        text = compare_output(args, console, progress, chips)
+        progress.done()
+        write_output(text, args.output)
+        return EXIT_OK
     request = ViewRequest(by="block", block=args.block, scope=args.scope, parts=args.parts, headline=False,
                           bare=True, unit=args.unit)
     programs = [study_options(args, path, progress, hw, training=True) for path in args.file]
@@ -33,6 +39,6 @@ def register(sub) -> None:
     g = p.add_argument_group("filters")
     g.add_argument("--block", metavar="NAME", help="only this block's row(s)")
     g.add_argument("--scope", metavar="REGEX", type=regex, help="only the rows whose block name matches (re.search)")
-    add_estimate(p)
+    add_estimate(p, many=True)
     add_output(p, default="csv")
     p.set_defaults(func=cmd_blocks)

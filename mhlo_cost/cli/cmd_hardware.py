@@ -1,9 +1,10 @@
-"""``mhlo-cost hardware``: the hardware profiles (shipped, and a user's file first): chips, then systems."""
+"""``mhlo-cost hardware [list|show NAME|diff A B]``: the hardware profiles (shipped, and a user's file first):
+the list of chips then systems; one profile's every figure with its unit and source; two side by side."""
 from __future__ import annotations
 
 import sys
 
-from .common import EXIT_OK
+from .common import EXIT_OK, UserError
 
 
 def _chips(path):
@@ -17,6 +18,37 @@ def _chips(path):
 
 
 def cmd_hardware(args, console) -> int:
+    want = {"list": 0, "show": 1, "diff": 2}[args.action]
+    if len(args.names) != want:
+        raise UserError(f"hardware {args.action} takes {('no', 'one', 'two')[want]} name{'s' * (want != 1)}, got "
+                        f"{len(args.names)}" + (f" ({' '.join(args.names)})" if args.names else ""))
+    if args.action != "list":
+        from ..views.hardware_sheet import diff, show
+
+        profiles = [_resolve(n, args.hardware_file) for n in args.names]
+        sys.stdout.write(show(profiles[0], args.format) if want == 1 else diff(*profiles, fmt=args.format))
+        return EXIT_OK
+    return _list(args)
+
+
+def _resolve(name: str, path):
+    """The chip or system ``name``; an unknown name is one line naming the close ones."""
+    from ..machines.hardware import HardwareError
+    from ..network.systems import resolve_profile
+
+    try:
+        return resolve_profile(name, path)
+    except HardwareError as e:
+        if not str(e).startswith("unknown hardware"):
+            raise UserError(str(e)) from None
+    from ..views.hardware_sheet import close_names
+
+    close = close_names(name, path)
+    raise UserError(f"unknown hardware {name!r} (" + (f"close: {', '.join(close)}" if close else "no close name")
+                    + "; `mhlo-cost hardware` lists them all)")
+
+
+def _list(args) -> int:
     import pandas as pd
 
     from ..network import list_systems
@@ -60,9 +92,16 @@ def _systems_frame(systems):
 
 
 def register(sub) -> None:
-    p = sub.add_parser("hardware", help="list the hardware profiles (chips and systems)",
-                       description="List the shipped hardware profiles, chips (with their aliases) then systems; "
-                                   "with --hardware-file, that file's profiles first.")
+    p = sub.add_parser("hardware", help="the hardware profiles (chips and systems): list, show one, diff two",
+                       description="list (the default): the shipped hardware profiles, chips (with their aliases) then "
+                                   "systems; with --hardware-file, that file's profiles first. show NAME: every figure "
+                                   "of a chip or system with its unit and its source (or ESTIMATE and why). diff A B: "
+                                   "the figures of two side by side, with the ratio B/A.")
+    p.add_argument("action", nargs="?", choices=("list", "show", "diff"), default="list",
+                   help="list (default), show NAME, diff A B")
+    p.add_argument("names", nargs="*", metavar="NAME", help="chip or system names or aliases (show: one; diff: two)")
+    p.add_argument("--format", choices=("table", "csv", "json", "markdown"), default="table",
+                   help="show and diff: the output format (default: table)")
     p.add_argument("--hardware-file", metavar="FILE",
                    help="a TOML file of your own profiles (mhlo_cost/machines/data/hardware_template.toml), listed first")
     p.set_defaults(func=cmd_hardware)

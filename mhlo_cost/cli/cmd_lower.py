@@ -10,6 +10,7 @@ from __future__ import annotations
 import sys
 
 from .common import EXIT_OK, UserError, add_force, add_progress, add_quiet, claim_output, positive_int
+from .lower_notes import expert_parallel_line, lowered_lines, moe_line
 
 #: --parallel choices (the same as mhlo_cost.lower.models.parallel.STRATEGIES; kept here so --help imports no jax)
 PARALLEL = ("none", "megatron", "2d", "ulysses", "ring")
@@ -104,6 +105,10 @@ def _bundled_options(p) -> None:
                    help="stdit3: lower under a parallel strategy with explicit collectives (default none)")
     g.add_argument("--devices", type=positive_int, metavar="N", help="devices of the parallel strategy (e.g. 16)")
     g.add_argument("--mesh", metavar="NXxNY", help="2d: the mesh, N_x (batch) x N_y (default 2 x N/2)")
+    g.add_argument("--formula", nargs="?", const="table", choices=("table", "csv", "json", "markdown"),
+                   dest="formula_format", help="stdit3: print the counts per block as polynomials in B, T, S (fitted "
+                                               "from lowerings at a grid of shapes) instead of the IR, as a table "
+                                               "or csv, json, markdown")
 
 
 def list_models(out=sys.stdout) -> None:
@@ -125,7 +130,7 @@ def _list_alone(args) -> None:
     """--list lists; a model, a step or an output given with it would be dropped, so it is refused."""
     given = [o for o, d in (("--model", "model"), ("--module", "module"), ("--hf", "hf"), ("--diffusers", "diffusers"),
                             ("--timm", "timm"), ("--decode", "decode"), ("--prefill", "prefill"), ("--train", "train"),
-                            ("-o", "output")) if getattr(args, d)]
+                            ("--formula", "formula_format"), ("-o", "output")) if getattr(args, d)]
     if given:
         raise UserError(f"--list lists the bundled models and shapes; it does not go with {', '.join(given)}")
 
@@ -179,6 +184,10 @@ def _forward_request(args):
         raise UserError("name one model: --model, --module, --hf, --diffusers or --timm (or --list)"
                         if not named else f"{' and '.join(named)} exclude each other: name one model")
     dtype = weight_dtype(args.dtype) if args.dtype is not None else None  # ('' refused, not the default)
+    if args.precision is not None:
+        raise UserError(f"--precision {args.precision}: the recipes are lowered for the bundled gpt's inference "
+                        "steps (lower --model gpt --decode / --prefill, serve); the forward and training lowerings "
+                        "run in one --dtype")
     _bounded(args)
     if args.model:
         _refuse(args, ("--input", args.input or args.input_shape), ("--input-value", args.input_value),
@@ -304,30 +313,8 @@ def _lower_step(args, console, bar) -> int:
         sys.stdout.write(res.text)
     console.say(f"KV cache {step.layout.nbytes:,} B ({step.layout.describe()}), weights {step.weight_bytes:,} B",
                 note=True)
-    _moe_line(console, step.lowered.info)
+    moe_line(console, step.lowered.info)
     return EXIT_OK
-
-
-def _expert_parallel_line(args, info: dict) -> str:
-    """``--expert-parallel N``: the all_to_all dispatch and combine bytes per device of the lowered expert
-    layers split over N devices (:mod:`mhlo_cost.network.expert_parallel`)."""
-    n = args.expert_parallel
-    if n is None:
-        return ""
-    moe = info.get("moe")
-    if moe is None:
-        raise UserError("--expert-parallel applies to mixture-of-experts models: this one has no expert layer")
-    bad = sorted({e for e in moe["experts"] if e % n})
-    if bad:
-        raise UserError(f"--expert-parallel {n} does not divide the {bad[0]} experts of a layer")
-    from ..network.expert_parallel import expert_parallel
-
-    comms = [expert_parallel(sum(rows), h, b, n) for rows, h, b in zip(moe["rows"], moe["hidden"], moe["dtype_bytes"])]
-    each = sorted({c.bytes_per_device for c in comms})
-    total = sum(c.total_bytes_per_device for c in comms)
-    return (f"expert parallelism over {n} devices: a dispatch and a combine all_to_all per expert layer, "
-            f"{' / '.join(f'{b:,}' for b in each)} bytes sent per device each, {total:,} bytes per device "
-            f"over the forward")
 
 
 def cmd_lower(args, console) -> int:
@@ -340,6 +327,10 @@ def cmd_lower(args, console) -> int:
         _list_alone(args)
         list_models()
         return EXIT_OK
+    if args.formula_format:
+        from .cmd_formula import lower_formula
+
+        return lower_formula(args, console)
     from ..lower.frontends import FrontendError, write
     from ..lower.frontends.api import LowerFailed
     from ..lower.frontends.preflight import check_request
@@ -358,7 +349,7 @@ def cmd_lower(args, console) -> int:
         _shape_note(args, console)
         console.say(f"lowering {text} -> {args.output or 'stdout'}", note=True)
         low = lower_request(req, stage=bar.stage)
-        ep_line = _expert_parallel_line(args, low.info)
+        ep_line = expert_parallel_line(args, low.info)
         bar.stage(f"writing {args.output or 'stdout'}")
         res = write(low, args.output, locations=args.locations)
     except (FrontendError, LowerFailed, ValueError) as e:
@@ -366,30 +357,5 @@ def cmd_lower(args, console) -> int:
     bar.close()
     if args.output is None:
         sys.stdout.write(res.text)
-    _lowered_lines(console, args, res, low.info, ep_line)
+    lowered_lines(console, args, res, low.info, ep_line)
     return EXIT_OK
-
-
-def _moe_line(console, info: dict) -> None:
-    """A mixture of experts' routing assumption and expert loads, as lowered (a note; none without experts), or a
-    warning naming expert layers that ran as the library wrote them."""
-    moe = info.get("moe")
-    if moe is not None:
-        console.say(f"mixture of experts, routing {moe['routing']} ({moe['assumption']}), {moe['layers']} expert "
-                    f"layers: {moe['text']}", note=True)
-    if info.get("unrouted"):
-        console.say(f"warning: {len(info['unrouted'])} expert layers not routed with static shapes, counted as the "
-                    f"library computes them (no routing assumption): {', '.join(info['unrouted'])}")
-
-
-def _lowered_lines(console, args, res, info: dict, ep_line: str) -> None:
-    """What was written and how long it took; the mixture of experts, expert parallelism and the dtype lowered
-    in where they apply (notes on stderr)."""
-    where = f" written to {args.output}" if args.output else ""
-    console.say(f"{res.format} {res.nbytes / 1e6:.2f} MB{where} in {res.seconds:.2f} s, peak RSS "
-                f"{res.peak_rss_mb:.0f} MiB", note=True)
-    _moe_line(console, info)
-    if ep_line:
-        console.say(ep_line, note=True)
-    if "dtype" in info:
-        console.say(f"lowered in {info['dtype']}", note=True)

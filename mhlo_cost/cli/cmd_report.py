@@ -14,7 +14,7 @@ from ..studies.compose import compose
 from ..views.by import VIEWS
 from ..views.table import ViewRequest
 from .common import (EXIT_OK, UserError, add_common, add_estimate, add_filters, add_output, claim_output,
-                     hardware_from_options, study_options, write_output)
+                     compare_chips, compare_output, hardware_from_options, study_options, write_output)
 
 #: --by's names: the views' (:data:`mhlo_cost.views.by.VIEWS`, the one place a view is chosen)
 BY = tuple(VIEWS)
@@ -54,8 +54,40 @@ def _graph_format(args, hw, by: str, filtered) -> str:
     return dict(GRAPH_FORMATS).get(suffix, args.format)
 
 
+def _formula(args, console, hw) -> int:
+    """``report --formula FILE``: the counts per block as polynomials in a symbolic program's shape symbols."""
+    from ..studies.formula import FitRefused, fit, symbolic_program
+    from ..views.render import render
+
+    asked = [name for name, on in (("--hardware", hw is not None), ("--top", args.top is not None),
+                                   ("--steps", args.steps is not None), ("--parts", args.parts),
+                                   ("--block", getattr(args, "block", None)), ("--scope", getattr(args, "scope", None)),
+                                   (f"--by {args.by[0]}", args.by[0] not in ("summary", "block"))) if on]
+    if asked:
+        raise UserError(f"--formula gives the counts per block as polynomials: it does not go with {asked[0]}")
+    if len(args.file) > 1:
+        raise UserError("--formula takes one file")
+    if args.format == "html":
+        raise UserError("--formula writes table, csv, json or markdown")
+    claim_output(args, console)
+    progress = console.progress()
+    options = study_options(args, args.file[0], progress)
+    try:
+        formulas = fit(symbolic_program(options, start=dict(args.shapes or ())), stage=progress.stage)
+    except FitRefused as e:
+        raise UserError(str(e)) from None
+    progress.done()
+    write_output(render(formulas.table(), args.format, wide=args.wide), args.output)
+    return EXIT_OK
+
+
 def cmd_report(args, console) -> int:
+    chips = compare_chips(args)
+    if chips is not None:
+        return _compare(args, console, chips)
     hw = hardware_from_options(args, top_needs_hardware=False)
+    if args.formula:
+        return _formula(args, console, hw)
     by, depth = args.by
     if args.top is not None and by != "op" and args.format != "html":
         raise UserError("--top goes with --by op (or --format html: top ops per block)")
@@ -85,6 +117,19 @@ def cmd_report(args, console) -> int:
     return EXIT_OK
 
 
+def _compare(args, console, chips) -> int:
+    """``--hardware a,b,c``: the blocks across chips (``--by summary`` or ``block``)."""
+    if args.by[0] not in ("summary", "block"):
+        raise UserError(f"--hardware a,b,c gives the blocks across chips: it goes with --by block (or the "
+                        f"summary), not --by {args.by[0]}")
+    claim_output(args, console)
+    progress = console.progress()
+    text = compare_output(args, console, progress, chips)
+    progress.done()
+    write_output(text, args.output)
+    return EXIT_OK
+
+
 def register(sub) -> None:
     p = sub.add_parser("report", help="what a model costs: summary, or grouped by op, kind, scope, tree or block",
                        description="What a model costs: the summary, or the ops grouped. FILE may be '-' (standard "
@@ -98,7 +143,14 @@ def register(sub) -> None:
                         "2-stream times (and a training step's task-based scenarios); overlap: the same per block "
                         "(both need --hardware; -o NAME.dot or NAME.json writes the task graph)")
     p.add_argument("--parts", action="store_true", help="--by block: one row per block part (attn, mlp, ...)")
+    p.add_argument("--formula", action="store_true",
+                   help="a symbolic program's counts per block (and in total) as exact polynomials in its shape "
+                        "symbols: fitted from the program refined on a grid of points (nodes per symbol above a "
+                        "degree bound read from the program) and checked at two points off the grid; a count that "
+                        "fails its check is an error, never a formula. Shown with the common factor of the terms "
+                        "taken out (2*b*s*(64*s + 8192)); csv and json also give the expanded form. --shapes: where "
+                        "the grid starts (default 2 for each symbol)")
     add_filters(p)
-    add_estimate(p, steps=True, top=True)
+    add_estimate(p, steps=True, top=True, many=True)
     add_output(p, formats=("table", "csv", "json", "markdown", "html"))
     p.set_defaults(func=cmd_report)

@@ -6,7 +6,8 @@ time per output token and tokens/s (decode), memory per device and what fits; wi
 from __future__ import annotations
 
 from .cache import add_cache, cache_note, cache_root
-from .common import EXIT_OK, UserError, add_force, add_progress, add_quiet, claim_output, positive_int, write_output
+from .common import UserError, add_force, add_progress, add_quiet, claim_output, positive_int
+from .cmd_serve_sim import add_sim_options, cmd_simulate, simulating, write_view
 
 
 def add_step_options(g, lower: bool = False) -> None:
@@ -15,6 +16,10 @@ def add_step_options(g, lower: bool = False) -> None:
     g.add_argument("--prefill", action="store_true", help="the prefill of a prompt of --tokens P into the cache")
     g.add_argument("--context", type=positive_int, metavar="L",
                    help="positions the static cache holds (default 2048; prefill: the prompt's length)")
+    g.add_argument("--precision", metavar="RECIPE[,kv-fp8]",
+                   help="--model gpt: the precision recipe of the layers' linears and the KV cache: bf16 (default), "
+                        "fp8-tensorwise, fp8-rowwise, fp8-blockwise-128, mxfp8, nvfp4, w4a16-awq, w8a8-int8, "
+                        "w8a16, kv-fp8 (combine one with kv-fp8: fp8-rowwise,kv-fp8)")
     if not lower:
         g.add_argument("--batch", type=positive_int, help="sequences (default 1)")
         g.add_argument("--tokens", type=positive_int, metavar="P", help="prefill: prompt tokens (default 512)")
@@ -50,18 +55,21 @@ def register(sub) -> None:
     add_step_options(s)
     s.add_argument("--tp", type=positive_int, metavar="N",
                    help="tensor parallel over N devices (weights and cache split, all_reduce per layer)")
-    s.add_argument("--launch", choices=("stream", "cuda-graphs"), default="stream",
-                   help="stream (default): each fused kernel launched from the host, paying the profile's "
-                        "kernel overhead; cuda-graphs: the step replayed as one captured CUDA graph "
-                        "(torch.compile reduce-overhead, vLLM, TensorRT-LLM decode): no launch per kernel")
+    s.add_argument("--launch", choices=("stream", "cuda-graphs"), default=None,
+                   help="stream (default for one step): each fused kernel launched from the host, paying the "
+                        "profile's kernel overhead; cuda-graphs (default for a simulation): the step replayed as "
+                        "one captured CUDA graph (torch.compile reduce-overhead, vLLM, TensorRT-LLM decode): no "
+                        "launch per kernel")
     w = p.add_argument_group("a sweep (a table; --plot)")
     w.add_argument("--batches", type=_ints, metavar="B1,B2,..", help="e.g. 1,8,32,128 (instead of --batch; a value "
                                                                       "given twice is one point)")
     w.add_argument("--contexts", type=_ints, metavar="L1,L2,..", help="e.g. 2048,8192,32768 (instead of --context)")
     w.add_argument("--tps", type=_ints, metavar="N1,N2,..", help="tensor-parallel degrees (instead of --tp)")
     w.add_argument("--plot", metavar="FILE.png", help="tokens/s and memory against batch (points that do not fit: x); "
+                                                      "a simulation: KV utilisation and batch sizes over time; "
                                                       ".png, .svg or .pdf, under the -o rule")
     add_cache(w, "lowered steps and their figures")
+    add_sim_options(p)
     o = p.add_argument_group("output")
     o.add_argument("--hardware", default="h100", metavar="NAME", help="chip profile (default h100)")
     o.add_argument("--hardware-file", metavar="FILE", help="TOML file of your own profiles")
@@ -101,7 +109,8 @@ def step_request(args, batch: int | None, tokens: int | None):
         req = StepRequest(mode=mode, batch=1 if batch is None else batch, context=context, tokens=tokens,
                           model=args.model, hf=args.hf,
                           config=args.config, overrides=tuple(sorted(sets.items())), dtype=dtype,
-                          locations=getattr(args, "locations", True), routing=args.routing)
+                          locations=getattr(args, "locations", True), routing=args.routing,
+                          precision=args.precision)
         req.check()
     except (FrontendError, ValueError) as e:
         raise UserError(str(e)) from None
@@ -133,6 +142,9 @@ def cmd_serve(args, console) -> int:
 
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
+    if simulating(args):
+        return cmd_simulate(args, console, _profile, step_request)
+    args.launch = args.launch or "stream"
     _check_sweep(args)
     sweeping = args.batches or args.contexts or args.tps
     claim_output(args, console)
@@ -142,9 +154,8 @@ def cmd_serve(args, console) -> int:
     from ..studies.serve.serve import launched
 
     hw = launched(_profile(args), args.launch)
-    from ..lower.frontends import FrontendError
-    from ..lower.frontends.api import LowerFailed
     from ..studies.serve.study import ServeOptions, ServeStudy
+    from ..views.serve import sweep_plot
 
     root = cache_root(args, console)
     bar = console.progress()
@@ -153,24 +164,4 @@ def cmd_serve(args, console) -> int:
                                     cache_dir=root), stage=bar.stage, note=cache_note(console))
     if sweeping:
         console.say(f"sweeping {req.describe()} on {hw.name}", note=True)
-    try:
-        table = study.view()
-    except (FrontendError, LowerFailed, ValueError) as e:
-        raise UserError(str(e)) from None
-    bar.close()
-    from ..views.render import render
-
-    write_output(render(table, args.format, "raw", wide=True), args.output)
-    if args.plot:
-        _plot(study, args.plot)
-        console.say(f"plot written to {args.plot}", note=True)
-    return EXIT_OK
-
-
-def _plot(study, path: str) -> None:
-    """The sweep's picture (:func:`mhlo_cost.views.serve.sweep_plot`) through the one writer."""
-    from ..files.write import replacing
-    from ..views.serve import sweep_plot
-
-    with replacing(path) as tmp:
-        sweep_plot(study.points, tmp, study.plot_title)
+    return write_view(study, bar, args, console, lambda path: sweep_plot(study.points, path, study.plot_title))

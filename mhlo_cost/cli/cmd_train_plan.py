@@ -70,9 +70,19 @@ def _split(args, base):
 
     if args.recompute not in RECOMPUTE:
         raise UserError(f"--recompute must be one of {', '.join(RECOMPUTE)}")
-    return base.with_split(t=args.t, p=args.p, d=args.d, sp=args.sp, interleave=args.interleave,
-                           micro_batch=args.micro_batch, global_batch=args.global_batch,
-                           recompute=args.recompute, dp_comm=args.dp_comm, dp_overlap=args.dp_overlap)
+    cfg = base.with_split(t=args.t, p=args.p, d=args.d, sp=args.sp, interleave=args.interleave,
+                          micro_batch=args.micro_batch, global_batch=args.global_batch,
+                          recompute=args.recompute, dp_comm=args.dp_comm, dp_overlap=args.dp_overlap)
+    if args.precision is None:
+        return cfg
+    from dataclasses import replace
+
+    from ..machines.precision import PrecisionError, training_recipe
+
+    try:
+        return replace(cfg, precision=training_recipe(args.precision).name)
+    except PrecisionError as e:
+        raise UserError(str(e)) from None
 
 
 def cmd_train_plan(args, console) -> int:
@@ -120,6 +130,9 @@ def register(sub) -> None:
     p.add_argument("--recompute", choices=("none", "selective", "full"), help="default none")
     p.add_argument("--dp-comm", default="all_reduce", choices=("all_reduce", "zero"))
     p.add_argument("--dp-overlap", action="store_true", help="the gradient reduction overlaps the last backward")
+    p.add_argument("--precision", metavar="RECIPE",
+                   help="the linears' precision: bf16 (default), fp8-tensorwise or fp8-rowwise (torchao Float8Linear: "
+                        "forward, dgrad and wgrad GEMMs in fp8; weights bf16, master weights and AdamW moments fp32)")
     p.add_argument("--sweep", type=positive_int, metavar="GPUS", help="rank every split of GPUS devices")
     add_cache(p, "each lowered layer's analysis")
     p.add_argument("--format", default="table", choices=("table", "csv", "json", "markdown", "html"),

@@ -55,7 +55,7 @@ def study_options(args, path: str, progress: Progress, hw=None, training: bool |
         attention=getattr(args, "attention", None), sdpa=getattr(args, "sdpa", None),
         steps=getattr(args, "steps", None), blocks=getattr(args, "blocks", "auto"),
         block_pattern=getattr(args, "block_pattern", None), norms_per_block=getattr(args, "norms_per_block", None),
-        isolate=None)
+        isolate=None, shapes=tuple(getattr(args, "shapes", None) or ()))
 
 
 def open_study(path: str, args, console: Console, progress: Progress, hw=None, training: bool | str = False):
@@ -76,6 +76,22 @@ def positive_int(value: str) -> int:
     if n < 1:
         raise argparse.ArgumentTypeError(f"must be a positive integer, got {value!r}")
     return n
+
+
+def shape_point(value: str) -> tuple:
+    """``b=8,s=4096`` -> (("b", 8), ("s", 4096)): a symbolic program's point (--shapes); names are identifiers,
+    values positive integers, each name once."""
+    out = {}
+    for item in value.split(","):
+        name, eq, number = item.strip().partition("=")
+        name = name.strip()
+        if not eq or not name.isidentifier() or not number.strip().isdigit() or int(number) < 1:
+            raise argparse.ArgumentTypeError(f"--shapes takes NAME=N pairs (N a positive integer), separated by "
+                                             f"commas: got {item.strip()!r}")
+        if name in out:
+            raise argparse.ArgumentTypeError(f"--shapes names {name} twice")
+        out[name] = int(number)
+    return tuple(out.items())
 
 
 def regex(value: str) -> str:
@@ -166,6 +182,50 @@ def hardware_from_options(args, top_needs_hardware: bool = True):
     return hw
 
 
+def chip_names(value: str, opt: str) -> list[str]:
+    """``a,b,c`` (the value of ``opt``) as a list of chip names: none empty, none twice."""
+    names = [n.strip() for n in value.split(",")]
+    if not all(names):
+        raise UserError(f"{opt} takes names separated by commas, got {value!r}")
+    if len(set(names)) != len(names):
+        raise UserError(f"{opt} names a chip twice: {value!r}")
+    return names
+
+
+def compare_chips(args) -> list | None:
+    """The profiles ``--hardware a,b,c`` names (one table across chips), None for one name or none."""
+    name = getattr(args, "hardware", None)
+    if name is None or "," not in name:
+        return None
+    names = chip_names(name, "--hardware")
+    for opt in ("block", "scope", "steps", "top"):
+        if getattr(args, opt, None) is not None:
+            raise UserError(f"--hardware a,b,c compares every block across chips: it does not go with --{opt}")
+    if getattr(args, "parts", False):
+        raise UserError("--hardware a,b,c compares every block across chips: it does not go with --parts")
+    from ..roofline import hardware_from_args
+
+    single = argparse.Namespace(**{**vars(args), "hardware": names[0]})
+    chips = [hardware_from_options(single)]
+    return chips + [hardware_from_args(n, getattr(args, "hardware_file", None)) for n in names[1:]]
+
+
+def compare_output(args, console, progress, chips) -> str:
+    """The text of ``report`` / ``blocks --hardware a,b,c``: one program's blocks across ``chips`` (walked once)."""
+    from ..studies.whatif import compare_table
+    from ..views.render import render
+
+    if len(args.file) > 1:
+        raise UserError("--hardware a,b,c takes one file")
+    study = open_study(args.file[0], args, console, progress, chips[0], training=True)
+    table = compare_table(study, chips)
+    if args.format == "html":
+        from ..views.html.compare import compare_page
+
+        return compare_page(table, None if args.unit == "raw" else args.unit)
+    return render(table, args.format, args.unit, wide=args.wide)
+
+
 def add_common(p: argparse.ArgumentParser, blocks: bool = True, many: bool = False) -> None:
     what = "MLIR file: .mlir text, .mlirbc bytecode or StableHLO artifact, optionally .gz; - reads standard input"
     p.add_argument("file", nargs="+" if many else None, help=what + ("; several give one table" if many else ""))
@@ -173,6 +233,10 @@ def add_common(p: argparse.ArgumentParser, blocks: bool = True, many: bool = Fal
     p.add_argument("--strict", action="store_true", help="fail when an op no rule knows is found")
     add_quiet(p)
     add_progress(p)
+    p.add_argument("--shapes", type=shape_point, metavar="NAME=N,...",
+                   help="a symbolic program (jax.export with symbolic dimensions): the value of each of its shape "
+                        "symbols, named as the module names them (b=8,s=4096); the program is refined at that point "
+                        "by StableHLO's shape refinement and counted as the static program it becomes")
     p.add_argument("--conv-padding", choices=("xla", "dense"), default="xla",
                    help="convolution FLOPs: xla (default) skips padded positions as XLA does; dense counts them "
                         "as PyTorch's counters and papers do")
@@ -199,9 +263,11 @@ def add_filters(p: argparse.ArgumentParser) -> None:
     g.add_argument("--scope", metavar="REGEX", type=regex, help="only ops whose scope path matches (re.search)")
 
 
-def add_estimate(p: argparse.ArgumentParser, steps: bool = False, top: bool = False) -> None:
+def add_estimate(p: argparse.ArgumentParser, steps: bool = False, top: bool = False, many: bool = False) -> None:
     g = p.add_argument_group("roofline estimate")
-    g.add_argument("--hardware", metavar="NAME", help="estimate time on this profile (mhlo-cost hardware lists them)")
+    g.add_argument("--hardware", metavar="NAME", help="estimate time on this profile (mhlo-cost hardware lists them)"
+                   + ("; A,B,C: each block's time, bound and ratio to the first chip, per chip (walked once)"
+                      if many else ""))
     g.add_argument("--hardware-file", metavar="FILE", help="TOML file of your own profiles (searched first)")
     g.add_argument("--execution", choices=("eager", "compiled", "unfused"),
                    help="how the program is run, for time and memory: eager = PyTorch eager (one kernel per "

@@ -21,7 +21,7 @@ from ..files.read import FileRefused, read_settings
 from .gemm import parse_gemm
 from .kernels import parse_attention, parse_memory
 from .profile import DTYPE_KEYS, Hardware, HardwareError
-from .limits import checked
+from .limits import checked, checked_count
 
 # ---------------------------------------------------------------------------------
 # TOML loading
@@ -42,8 +42,14 @@ _OPTIONAL_SCALARS: dict[str, tuple[str, Decimal, str]] = {
 }
 _TFLOPS = Decimal(10) ** 12
 _REQUIRED = ("description", "matrix_tflops", "vector_tflops", *_SCALARS)
+# datasheet facts that price nothing: shown by `mhlo-cost hardware show` (:mod:`mhlo_cost.machines.datasheet`)
+_FACTS: dict[str, tuple[str, Decimal, str]] = {
+    "sram_mb": ("sram", Decimal(10) ** 6, "mb"),
+    "tdp_w": ("tdp", Decimal(1), "w"),
+}
 _OPTIONAL = ("aliases", "vendor", "source", "f32_matmul", "gemm", "row_fusion", "memory", "attention",
-             *_OPTIONAL_SCALARS)
+             *_OPTIONAL_SCALARS, *_FACTS, "link_generation", "link_count", "sources")
+_TAG_RE = re.compile(r"\[([A-Za-z0-9][A-Za-z0-9._-]*)\]")
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 _DATA_FILE = "hardware.toml"
@@ -54,7 +60,7 @@ def _norm(name: str) -> str:
     return re.sub(r"[\s_]+", "-", name.strip().lower())
 
 
-def _si(value: Any, scale: Decimal, where: str, kind: str) -> float:
+def si_value(value: Any, scale: Decimal, where: str, kind: str) -> float:
     """Exact decimal -> SI float conversion of a figure in its physical range (mhlo_cost.machines.limits)."""
     try:
         return float(checked(value, kind) * scale)
@@ -62,24 +68,58 @@ def _si(value: Any, scale: Decimal, where: str, kind: str) -> float:
         raise HardwareError(f"{where} {e}") from None
 
 
-def _rates(table: Any, where: str) -> dict[str, float]:
+def dtype_rates(table: Any, where: str) -> dict[str, float]:
+    """A ``{dtype key: TFLOP/s}`` table of a profile as FLOP/s per key; HardwareError naming ``where`` if bad."""
     if not isinstance(table, dict) or not table:
         raise HardwareError(f"{where} must be a non-empty table of dtype = TFLOP/s")
     out = {}
     for k, v in table.items():
         if k not in DTYPE_KEYS:
             raise HardwareError(f"{where}: unknown dtype key {k!r} (known: {', '.join(DTYPE_KEYS)})")
-        out[k] = _si(v, _TFLOPS, f"{where}.{k}", "tflops")
+        out[k] = si_value(v, _TFLOPS, f"{where}.{k}", "tflops")
     return out
 
 
-def _build(name: str, entry: Any, origin: str) -> Hardware:
-    where = f"{origin}: profile {name!r}"
-    if not _NAME_RE.match(name):
-        raise HardwareError(f"{where}: bad profile name (use letters, digits, '-', '_', '.')")
-    if not isinstance(entry, dict):
-        raise HardwareError(f"{where}: must be a table [profile.{name}]")
-    # Unknown fields first: a misspelt field would otherwise show up as a missing one.
+def field_notes(entry: dict, where: str, refs: Mapping[str, str]) -> tuple[dict[str, str], dict[str, str]]:
+    """A profile's (or a system's) ``[sources]`` table (file key -> its source or ESTIMATE text; a key of a table as
+    ``matrix_tflops.bf16``) and the documents its ``[TAG]`` citations name (the file's top-level ``[sources]``)."""
+    notes = entry.get("sources", {})
+    if not isinstance(notes, dict):
+        raise HardwareError(f"{where}: field 'sources' must be a table of field = \"source or ESTIMATE text\"")
+    cited: dict[str, str] = {}
+    for key, text in notes.items():
+        table, _, sub = key.partition(".")
+        if table == "sources" or table not in entry or (sub and not (isinstance(entry[table], dict)
+                                                                     and sub in entry[table])):
+            raise HardwareError(f"{where}: field 'sources': {key!r} names no field of the profile")
+        if not isinstance(text, str) or not text.strip():
+            raise HardwareError(f"{where}: field 'sources': {key!r} must be a non-empty string")
+        for tag in _TAG_RE.findall(text):
+            if tag not in refs:
+                raise HardwareError(f"{where}: field 'sources': {key!r} cites [{tag}], which the file's top-level "
+                                    "[sources] table does not define")
+            cited[tag] = refs[tag]
+    return dict(notes), dict(sorted(cited.items()))
+
+
+def _facts(entry: dict, where: str) -> dict[str, Any]:
+    """The datasheet facts of a profile that price nothing (SRAM, TDP, the links' generation and count)."""
+    out: dict[str, Any] = {hw_field: si_value(entry[k], scale, f"{where}: field {k!r}", kind)
+                           for k, (hw_field, scale, kind) in _FACTS.items() if k in entry}
+    generation = entry.get("link_generation", "")
+    if not isinstance(generation, str):
+        raise HardwareError(f"{where}: field 'link_generation' must be a string, got {generation!r}")
+    out["link_generation"] = generation
+    if "link_count" in entry:
+        try:
+            out["link_count"] = checked_count(entry["link_count"])
+        except ValueError as e:
+            raise HardwareError(f"{where}: field 'link_count' {e}") from None
+    return out
+
+
+def _check_fields(entry: Mapping, where: str) -> None:
+    """Unknown fields first (a misspelt field would otherwise show up as a missing one), then missing ones."""
     unknown = [k for k in entry if k not in _REQUIRED and k not in _OPTIONAL]
     if unknown:
         raise HardwareError(f"{where}: unknown field {unknown[0]!r} (known: {', '.join(_REQUIRED + _OPTIONAL)})")
@@ -87,6 +127,27 @@ def _build(name: str, entry: Any, origin: str) -> Hardware:
     if missing:
         raise HardwareError(f"{where}: missing field {missing[0]!r}"
                             + (f" (also {', '.join(map(repr, missing[1:]))})" if missing[1:] else ""))
+
+
+def _models(entry: Mapping, where: str) -> tuple:
+    """The profile's optional efficiency tables (gemm, memory, attention; None where absent)."""
+    try:
+        gemm = parse_gemm(entry["gemm"], f"{where}: field 'gemm'", DTYPE_KEYS) if "gemm" in entry else None
+        memory = parse_memory(entry["memory"], f"{where}: field 'memory'") if "memory" in entry else None
+        attention = (parse_attention(entry["attention"], f"{where}: field 'attention'") if "attention" in entry
+                     else None)
+    except ValueError as e:
+        raise HardwareError(str(e)) from None
+    return gemm, memory, attention
+
+
+def _build(name: str, entry: Any, origin: str, refs: Mapping[str, str] | None = None) -> Hardware:
+    where = f"{origin}: profile {name!r}"
+    if not _NAME_RE.match(name):
+        raise HardwareError(f"{where}: bad profile name (use letters, digits, '-', '_', '.')")
+    if not isinstance(entry, dict):
+        raise HardwareError(f"{where}: must be a table [profile.{name}]")
+    _check_fields(entry, where)
 
     def text(key: str, default: str) -> str:
         v = entry.get(key, default)
@@ -100,24 +161,19 @@ def _build(name: str, entry: Any, origin: str) -> Hardware:
     f32_matmul = text("f32_matmul", "f32")
     if f32_matmul not in ("f32", "tf32"):
         raise HardwareError(f"{where}: field 'f32_matmul' must be \"f32\" or \"tf32\", got {f32_matmul!r}")
-    matrix = _rates(entry["matrix_tflops"], f"{where}: field 'matrix_tflops'")
-    vector = _rates(entry["vector_tflops"], f"{where}: field 'vector_tflops'")
+    matrix = dtype_rates(entry["matrix_tflops"], f"{where}: field 'matrix_tflops'")
+    vector = dtype_rates(entry["vector_tflops"], f"{where}: field 'vector_tflops'")
     if "f32" not in vector:
         raise HardwareError(f"{where}: field 'vector_tflops' needs an 'f32' rate")
     if f32_matmul == "tf32" and "tf32" not in matrix:
         raise HardwareError(f"{where}: f32_matmul = \"tf32\" needs a 'tf32' rate in 'matrix_tflops'")
-    try:
-        gemm = parse_gemm(entry["gemm"], f"{where}: field 'gemm'", DTYPE_KEYS) if "gemm" in entry else None
-        memory = parse_memory(entry["memory"], f"{where}: field 'memory'") if "memory" in entry else None
-        attention = (parse_attention(entry["attention"], f"{where}: field 'attention'") if "attention" in entry
-                     else None)
-    except ValueError as e:
-        raise HardwareError(str(e)) from None
+    gemm, memory, attention = _models(entry, where)
     row_fusion = entry.get("row_fusion", True)
     if not isinstance(row_fusion, bool):
         raise HardwareError(f"{where}: field 'row_fusion' must be true or false, got {row_fusion!r}")
-    scalars = {hw_field: _si(entry[k], scale, f"{where}: field {k!r}", kind)
+    scalars = {hw_field: si_value(entry[k], scale, f"{where}: field {k!r}", kind)
                for k, (hw_field, scale, kind) in {**_SCALARS, **_OPTIONAL_SCALARS}.items() if k in entry}
+    notes, cited = field_notes(entry, where, refs or {})
     return Hardware(
         name=name,
         description=text("description", ""),
@@ -131,7 +187,10 @@ def _build(name: str, entry: Any, origin: str) -> Hardware:
         memory=memory,
         attention=attention,
         row_fusion=row_fusion,
+        notes=notes,
+        references=cited,
         **scalars,
+        **_facts(entry, where),
     )
 
 
@@ -143,6 +202,16 @@ def check_schema_version(doc: Mapping, origin: str) -> None:
         raise HardwareError(f"{origin}: unsupported schema_version {shown} (the whole number 1 is the only one)")
 
 
+def source_table(doc: Mapping, origin: str) -> dict[str, str]:
+    """A profile file's top-level ``[sources]``: tag -> the document it names (``A100-DS = "NVIDIA A100 ..."``)."""
+    refs = doc.get("sources", {})
+    if not isinstance(refs, dict) or not all(isinstance(k, str) and _TAG_RE.fullmatch(f"[{k}]") and isinstance(v, str)
+                                             and v.strip() for k, v in refs.items()):
+        raise HardwareError(f"{origin}: the top-level [sources] table must map tags (letters, digits, '.', '_', '-') "
+                            "to non-empty strings")
+    return dict(refs)
+
+
 def _parse(data: bytes, origin: str) -> dict[str, Hardware]:
     try:
         doc = tomllib.loads(data.decode("utf-8"), parse_float=Decimal)
@@ -151,16 +220,18 @@ def _parse(data: bytes, origin: str) -> dict[str, Hardware]:
     except tomllib.TOMLDecodeError as e:
         raise HardwareError(f"{origin}: not valid TOML: {e}") from None
     check_schema_version(doc, origin)
-    extra = [k for k in doc if k not in ("profile", "schema_version", "system")]  # systems: mhlo_cost.network
+    # systems: mhlo_cost.network; sources: the documents that the profiles' notes cite by tag
+    extra = [k for k in doc if k not in ("profile", "schema_version", "system", "sources")]
     if extra:
         raise HardwareError(f"{origin}: unknown top-level key {extra[0]!r} (profiles go under [profile.<name>])")
     table = doc.get("profile")
     if not isinstance(table, dict) or not table:
         raise HardwareError(f"{origin}: no profiles (expected at least one [profile.<name>] table)")
+    refs = source_table(doc, origin)
     out: dict[str, Hardware] = {}
     seen: dict[str, str] = {}
     for name, entry in table.items():
-        hw = _build(name, entry, origin)
+        hw = _build(name, entry, origin, refs)
         for n in (hw.name, *hw.aliases):
             key = _norm(n)
             if key in seen and seen[key] != hw.name:

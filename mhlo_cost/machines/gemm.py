@@ -6,6 +6,7 @@ A profile's optional ``[profile.<name>.gemm]`` table::
     compute_units = 108      # SMs / cores that tiles are spread over (0: no wave quantization)
     tile = [256, 128]        # output tile (rows, columns) one compute unit computes at a time
     k_half = 128             # the contraction length at which a dot reaches half its rate (0: no small-K loss)
+    split_k = false          # true: an output of fewer tiles than compute units is split along K (split-K)
     [profile.<name>.gemm.curve]   # optional, per dtype key (from `mhlo-cost calibrate`):
     f32 = [[0.001, 0.21], [0.1, 0.55], [10.0, 0.83]]   # [GFLOP of one dot, fraction of peak], ascending
 
@@ -15,6 +16,8 @@ the wave-quantization factor tiles / (waves x compute units), tiles = batch x ce
 ceil(N / tile_n), waves = ceil(tiles / compute units): the last wave of tiles leaves units idle; and
 depth = K / (K + k_half) charges each output tile a fixed cost (filling the operand pipeline, writing the
 tile out) worth k_half steps of its contraction loop, which a short K cannot amortise (1 with k_half = 0).
+With ``split_k``, an output of fewer tiles than compute units is computed in units // tiles slices of its
+contraction (cuBLAS's split-K), each slice a tile of work: tiles x (units // tiles) fill the units.
 A profile without the table runs every dot at the datasheet peak (efficiency 1).
 """
 from __future__ import annotations
@@ -25,7 +28,7 @@ from typing import Any
 
 from .limits import MAX_COUNT, checked, known_table
 
-_FIELDS = ("efficiency", "compute_units", "tile", "k_half", "curve")
+_FIELDS = ("efficiency", "compute_units", "tile", "k_half", "curve", "split_k")
 
 
 @dataclass(frozen=True)
@@ -35,6 +38,7 @@ class GemmModel:
     tile: tuple[int, int] = (128, 128)
     curve: tuple = ()  # ((dtype key, ((flops, fraction), ...)), ...), flops ascending
     k_half: int = 0
+    split_k: bool = False
 
     def base(self, flops: int, key: str) -> float:
         """The fraction of peak before wave quantization: the dtype's curve at ``flops``, else the
@@ -55,10 +59,12 @@ class GemmModel:
         return pts[-1][1]
 
     def wave(self, batch: int, m: int, n: int) -> float:
-        """tiles / (waves x compute units); 1 without compute units."""
-        if self.compute_units <= 0 or m <= 0 or n <= 0:
+        """tiles / (waves x compute units); 1 without compute units or for an empty output."""
+        if self.compute_units <= 0 or batch <= 0 or m <= 0 or n <= 0:
             return 1.0
         tiles = batch * -(-m // self.tile[0]) * -(-n // self.tile[1])
+        if self.split_k and tiles < self.compute_units:
+            tiles *= self.compute_units // tiles
         waves = -(-tiles // self.compute_units)
         return tiles / (waves * self.compute_units)
 
@@ -76,6 +82,8 @@ class GemmModel:
                                "tile": list(self.tile)}
         if self.k_half:
             out["k_half"] = self.k_half
+        if self.split_k:
+            out["split_k"] = True
         if self.curve:
             out["curve"] = {k: [[f / 1e9, e] for f, e in pts] for k, pts in self.curve}
         return out
@@ -124,5 +132,8 @@ def parse_gemm(table: Any, where: str, keys: tuple) -> GemmModel:
     kh = table.get("k_half", 0)
     if isinstance(kh, bool) or not isinstance(kh, int) or not 0 <= kh <= MAX_COUNT:
         raise ValueError(f"{where}.k_half must be a whole number in [0, {MAX_COUNT}], got {kh!r}")
+    split = table.get("split_k", False)
+    if not isinstance(split, bool):
+        raise ValueError(f"{where}.split_k must be true or false, got {split!r}")
     eff = _fraction(table.get("efficiency", 1), f"{where}.efficiency")
-    return GemmModel(eff, cu, (tile[0], tile[1]), _curve(table.get("curve", {}), f"{where}.curve", keys), kh)
+    return GemmModel(eff, cu, (tile[0], tile[1]), _curve(table.get("curve", {}), f"{where}.curve", keys), kh, split)

@@ -8,13 +8,15 @@ lookup by name or alias in :mod:`mhlo_cost.machines.catalogue`. Import both from
 from __future__ import annotations
 
 from .profile import DTYPE_KEYS, Hardware, HardwareError, canonical_dtype
-from .catalogue import (check_schema_version, get_profile, list_profiles, load_profiles, parse_profiles, profile_names,
-                        template_text)
+from .catalogue import (check_schema_version, field_notes, get_profile, list_profiles, load_profiles, parse_profiles,
+                        profile_names, source_table, template_text)
 
 __all__ = [
     "Hardware",
     "HardwareError",
     "check_schema_version",
+    "field_notes",
+    "source_table",
     "DTYPE_KEYS",
     "canonical_dtype",
     "list_profiles",

@@ -21,9 +21,11 @@ efficiency (gemm, links), gemm curve        [0.0001, 1]       fraction of peak
 gemm curve GFLOP                            [1e-09, 1e+09]    GFLOP of one dot (1 FLOP to 1 EFLOP)
 memory.efficiency, attention.*.forward,     [0.0001, 1]       fraction of peak
 attention.*.backward
-memory.half_size_mb                         [0, 1e+06]        MB (bytes of one kernel, 1e6 bytes)
+memory.half_size_mb, sram_mb                [0, 1e+06]        MB (1e6 bytes)
+tdp_w                                       [0.001, 1e+06]    W
 attention.*.ramp                            [0, 1e+06]        key/value tiles
-devices_per_node, nics_per_node, dims       [1, 1e+06]        whole numbers (mesh: product too)
+devices_per_node, nics_per_node, dims,      [1, 1e+06]        whole numbers (mesh: product too)
+link_count
 ==========================================  ================  ==================================
 """
 from __future__ import annotations
@@ -45,6 +47,7 @@ RANGES: dict[str, tuple[Decimal, Decimal, str]] = {
     "gflop": (Decimal("1e-9"), Decimal("1e9"), "GFLOP"),
     "mb": (Decimal(0), Decimal("1e6"), "MB"),
     "count": (Decimal(0), Decimal("1e6"), "(tiles)"),
+    "w": (Decimal("0.001"), Decimal("1e6"), "W"),
 }
 #: The largest whole number of a profile (devices per node, NICs, mesh dimensions and their product).
 MAX_COUNT = 1_000_000

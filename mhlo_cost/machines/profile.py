@@ -64,7 +64,8 @@ class HardwareError(ValueError):
 #: Profile keys of the per-dtype rate tables.
 DTYPE_KEYS = ("bf16", "f16", "tf32", "f32", "f64", "fp8", "fp6", "fp4", "int8", "int4", "int32")
 
-_CHAINS: dict[str, tuple[str, ...]] = {
+#: Per dtype key, the keys whose rate a dot / an elementwise op in it is priced at, first stated first (an upcast).
+FALLBACK_CHAINS: dict[str, tuple[str, ...]] = {
     "fp4": ("fp4", "fp6", "fp8", "f16", "bf16", "f32"),
     "fp6": ("fp6", "fp8", "f16", "bf16", "f32"),
     "fp8": ("fp8", "f16", "bf16", "f32"),
@@ -154,12 +155,21 @@ class Hardware:
     memory: MemoryModel | None = None  # achievable HBM bandwidth by kernel size (None: the datasheet figure)
     attention: AttentionModel | None = None  # fused attention kernels per library (None: at the GEMM model)
     dispatch_overhead: float | None = None  # host seconds per framework op in eager mode (None: the model's estimate)
+    # Datasheet facts shown by `mhlo-cost hardware show` that price nothing (no estimate reads them):
+    sram: float | None = None  # on-chip SRAM, bytes (L2 / Infinity Cache / SRAM / SBUF, as the datasheet names it)
+    tdp: float | None = None  # board power, watts
+    link_generation: str = ""  # the interconnect's name and generation (NVLink 5, Infinity Fabric 4, ICI, ...)
+    link_count: int | None = None  # links per device that link_bandwidth is the sum of
+    notes: Mapping[str, str] = dataclasses.field(default_factory=dict)  # file key -> its source or ESTIMATE text
+    references: Mapping[str, str] = dataclasses.field(default_factory=dict)  # source tag -> the document it names
 
     def __post_init__(self) -> None:
         # Freeze the rate tables so that a shared profile cannot be edited in place.
         object.__setattr__(self, "matrix_flops", MappingProxyType(dict(self.matrix_flops)))
         object.__setattr__(self, "vector_flops", MappingProxyType(dict(self.vector_flops)))
         object.__setattr__(self, "aliases", tuple(self.aliases))
+        object.__setattr__(self, "notes", MappingProxyType(dict(self.notes)))
+        object.__setattr__(self, "references", MappingProxyType(dict(self.references)))
         if self.f32_matmul not in ("f32", "tf32"):
             raise HardwareError(
                 f"hardware {self.name!r}: f32_matmul must be 'f32' or 'tf32', got {self.f32_matmul!r}"
@@ -183,7 +193,7 @@ class Hardware:
             if "f32" in self.matrix_flops:
                 return self.matrix_flops["f32"]
             return self.vector_peak("f32")
-        for k in _CHAINS[key]:
+        for k in FALLBACK_CHAINS[key]:
             if k == "f32":
                 # An upcast to f32 obeys the f32 rule above.
                 return self.matrix_peak("f32")
@@ -194,7 +204,7 @@ class Hardware:
     def vector_peak(self, dtype: str) -> float:
         """Peak vector-unit (non-matrix) FLOP/s for elementwise work in ``dtype``."""
         key = canonical_dtype(dtype)
-        chain = _CHAINS[key]
+        chain = FALLBACK_CHAINS[key]
         for k in chain:
             if k in self.vector_flops:
                 return self.vector_flops[k]
@@ -238,6 +248,8 @@ class Hardware:
         d["matrix_flops"] = dict(self.matrix_flops)
         d["vector_flops"] = dict(self.vector_flops)
         d["aliases"] = list(self.aliases)
+        d["notes"] = dict(self.notes)
+        d["references"] = dict(self.references)
         d["gemm"] = self.gemm.as_toml() if self.gemm is not None else None
         d["memory"] = self.memory.as_toml() if self.memory is not None else None
         d["attention"] = self.attention.as_toml() if self.attention is not None else None

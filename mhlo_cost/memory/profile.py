@@ -28,6 +28,7 @@ class MemoryProfile:
     params: int = 0  # elements of the parameters (:mod:`.params`), as the frameworks count them
     param_rows: dict = field(default_factory=dict)  # row position -> elements of the parameters first read there
     execution: str = "unfused"  # the execution model it describes: unfused, compiled (fused kernels), eager
+    param_row_bytes: dict = field(default_factory=dict)  # row position -> bytes of the parameters first read there
 
     @property
     def input_bytes(self) -> int:
@@ -68,12 +69,14 @@ def profile(analysis, kernels: list | None = None, eager: bool = False) -> Memor
     params = parameters(sw, rec, set(args))
     elems = dict(zip((k for k, _, _ in rec.args), rec.arg_elems))
     rows: dict[int, int] = {}
+    row_bytes: dict[int, int] = {}
     for k, i in first_readers(sw, _table_rows(analysis.rows, rec), params, rec.entry).items():
         rows[i] = rows.get(i, 0) + elems.get(k, 0)
+        row_bytes[i] = row_bytes.get(i, 0) + args[k]
     return MemoryProfile(sw.during, sw.after, peak, peak_row, sum(args.values()),
                          sum(args[k] for k in params), sum(sw.outputs), kernels is not None,
                          sum(elems.get(k, 0) for k in params), rows,
-                         "eager" if eager else "compiled" if kernels is not None else "unfused")
+                         "eager" if eager else "compiled" if kernels is not None else "unfused", row_bytes)
 
 
 def _table_rows(rows: list, rec) -> list:

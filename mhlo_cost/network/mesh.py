@@ -191,3 +191,28 @@ def estimate_mesh(topo: MeshTopology, kind: str, nbytes: int, groups: tuple) -> 
             cands.append(("dim-rings", base + t))
     cands.sort(key=lambda c: c[1])
     return CollectiveEstimate(cands[0][1], cands[0][0], tier, tuple(cands))
+
+
+def mesh_traffic(topo: MeshTopology, kind: str, nbytes: int, groups) -> tuple[int, float]:
+    """``(hops, busiest link bytes)`` of one execution of ``kind`` moved the simplest way: a one-way ring in
+    each group's own order (all_reduce, all_gather, reduce_scatter), every chip straight to every peer
+    (all_to_all: S / n to each) or each pair once (collective_permute: S); routed as :func:`estimate_mesh`
+    routes. ``hops``: the longest path a transfer takes; the bytes: the most any one directed link carries."""
+    loads = _Loads(topo)
+    groups = tuple(tuple(g) for g in groups)
+    if kind == "collective_permute":
+        for src, dst in groups:
+            loads.send(topo.coords(src), topo.coords(dst), nbytes)
+    elif kind == "all_to_all":
+        for g in groups:
+            cs = [topo.coords(d) for d in g]
+            for a in cs:
+                for b in cs:
+                    loads.send(a, b, nbytes / len(cs))
+    else:
+        for g in groups:
+            cs = [topo.coords(d) for d in g]
+            vol = volume_factor(kind, len(cs)) * nbytes
+            for i, a in enumerate(cs):
+                loads.send(a, cs[(i + 1) % len(cs)], vol)
+    return loads.hops, max(loads.load.values(), default=0.0)

@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from ..files.read import FileRefused, read_settings
-from ..machines.hardware import Hardware, HardwareError, check_schema_version, get_profile, load_profiles, profile_names
+from ..machines.hardware import (Hardware, HardwareError, check_schema_version, field_notes, get_profile, load_profiles,
+                                 profile_names, source_table)
 from ..machines.limits import MAX_COUNT, checked, checked_count
 from .topology import Link, MeshTopology, NetworkError, NodeTopology
 
@@ -34,12 +35,17 @@ class SystemProfile(Hardware):
 
     topology: Any = None
     chip: str = ""
+    collectives: str = ""  # the collective library its devices run (NCCL, RCCL, XLA's ICI collectives, ...)
+    system_notes: Mapping[str, str] = dataclasses.field(default_factory=dict)  # system key -> source / ESTIMATE
+    system_references: Mapping[str, str] = dataclasses.field(default_factory=dict)  # tag -> the document
 
     __hash__ = Hardware.__hash__
 
     def as_dict(self) -> dict[str, Any]:
         d = super().as_dict()
         d["topology"] = {"kind": type(self.topology).__name__, **dataclasses.asdict(self.topology)}
+        d["system_notes"] = dict(self.system_notes)
+        d["system_references"] = dict(self.system_references)
         return d
 
 
@@ -121,10 +127,11 @@ def _mesh(entry: dict, where: str, base: float, placement: tuple) -> MeshTopolog
 
 
 _FIELDS = ("aliases", "vendor", "description", "source", "chip", "base_latency_us", "placement",
-           "intra", "network", "mesh")
+           "intra", "network", "mesh", "collectives", "sources")
 
 
-def _build(name: str, entry: Any, origin: str, chips: Mapping[str, Hardware] | None) -> SystemProfile:
+def _build(name: str, entry: Any, origin: str, chips: Mapping[str, Hardware] | None,
+           refs: Mapping[str, str] | None = None) -> SystemProfile:
     where = f"{origin}: system {name!r}"
     _known(entry, _FIELDS, where)
     if ("mesh" in entry) == ("intra" in entry):
@@ -147,13 +154,15 @@ def _build(name: str, entry: Any, origin: str, chips: Mapping[str, Hardware] | N
     aliases = entry.get("aliases", [])
     if not isinstance(aliases, list) or not all(isinstance(a, str) and a.strip() for a in aliases):
         raise NetworkError(f"{where}: field 'aliases' must be a list of non-empty strings")
-    texts = {k: entry.get(k, "") for k in ("vendor", "description", "source")}
+    texts = {k: entry.get(k, "") for k in ("vendor", "description", "source", "collectives")}
     if not all(isinstance(v, str) for v in texts.values()):
-        raise NetworkError(f"{where}: vendor, description and source must be strings")
+        raise NetworkError(f"{where}: vendor, description, source and collectives must be strings")
+    notes, cited = field_notes(entry, where, refs or {})
     return SystemProfile(**{f.name: getattr(chip, f.name) for f in dataclasses.fields(Hardware)} | dict(
         name=name, aliases=tuple(aliases), vendor=texts["vendor"] or chip.vendor,
         description=texts["description"] or f"{chip.description} (system)",
-        source=texts["source"] or origin, topology=topo, chip=chip.name))
+        source=texts["source"] or origin, topology=topo, chip=chip.name, collectives=texts["collectives"],
+        system_notes=notes, system_references=cited))
 
 
 def _parse(data: bytes, origin: str, chips: Mapping[str, Hardware] | None) -> dict[str, SystemProfile]:
@@ -165,7 +174,8 @@ def _parse(data: bytes, origin: str, chips: Mapping[str, Hardware] | None) -> di
     table = doc.get("system", {})
     if not isinstance(table, dict):
         raise NetworkError(f"{origin}: 'system' must be a table of [system.<name>] tables")
-    return {name: _build(name, entry, origin, chips) for name, entry in table.items()}
+    refs = source_table(doc, origin)
+    return {name: _build(name, entry, origin, chips, refs) for name, entry in table.items()}
 
 
 def load_systems(path, chips: Mapping[str, Hardware] | None = None) -> dict[str, SystemProfile]:

@@ -308,7 +308,8 @@ def kernel_compute_s(rows, producers, times, members, hw, multiplicity: int, lib
     padded head dim (:data:`PADDED_HEAD_DIMS`). ``library``: the kernel's library where the profile has a model
     of it, else the profile's default. ``masks``: the walk's ``masks`` record (:mod:`mhlo_cost.roofline.band`): an
     index mask read from it that leaves fewer key tiles than a causal one (a sliding window) prices the blocks it
-    visits. None without a model."""
+    visits; a causal kernel skips the blocks above the diagonal whole: their products, exponentials and vector
+    work. None without a model."""
     model = getattr(hw, "attention", None)
     if model is None or model.get() is None:
         return None
@@ -329,15 +330,13 @@ def kernel_compute_s(rows, producers, times, members, hw, multiplicity: int, lib
     band = mask_fraction(rows, producers, masks, members, model.tile)
     if band is not None and band >= (n + 1) / (2 * n):
         band = None  # no fewer blocks than a causal mask visits: priced as one, as before
-    if band is not None:  # a window: the blocks it visits (and their exponentials)
-        gemm_flops = gemm_flops * band
-    elif is_causal(rows, producers, members) or (backward and _masked(rows, members)):
-        gemm_flops = gemm_flops * (n + 1) / (2 * n)
+    if band is None and (is_causal(rows, producers, members) or (backward and _masked(rows, members))):
+        band = (n + 1) / (2 * n)  # causal: the blocks on and below the diagonal
     peak = times[qk].peak or 1.0
-    matrix = gemm_flops / (peak * lib.fraction(backward, tiles))
+    matrix = gemm_flops * (1 if band is None else band) / (peak * lib.fraction(backward, tiles))
     trans = sum(rows[i].transcendentals for i in members) / hw.transcendental_rate
     vector = sum(times[i].compute_s for i in members if rows[i].kind != "dot" and times[i].unit == "vector")
-    if band is not None:
+    if band is not None:  # a window or a causal mask: the blocks it visits, their exponentials and vector work
         trans, vector = trans * band, vector * band
     return max(matrix, trans, vector)
 

@@ -149,7 +149,19 @@ class Roofline:
         for sfx in twins:
             out[f"run_time{sfx}_s"] = tot[f"est_time{sfx}_overlap_s"] * steps
         out["run_flops"] = flops * steps
+        notes = self.precision_notes()
+        if notes:
+            out["precision_note"] = "; ".join(notes)
         return out
+
+    def precision_notes(self) -> list[str]:
+        """One line per low precision the program's dots run in that the chip has no matrix rate for (priced
+        upcast: :func:`mhlo_cost.machines.precision.upcast_note`); none for a program in classical dtypes."""
+        from ..analysis import precision_flops
+        from ..machines.precision import upcast_note
+
+        notes = [upcast_note(self.hw, k.rsplit("_", 1)[1]) for k in precision_flops(self.analysis.rows)]
+        return [n for n in notes if n]
 
     # -- the disassembly table -----------------------------------------------------------------------
     def op_frame(self, top: int | None = None) -> pd.DataFrame:

@@ -34,7 +34,9 @@ class StudyOptions:
     ``execution`` or the older ``fuse``; ``attention``; ``sdpa``; ``steps``), and the blocks (``blocks``,
     ``block_pattern``, ``norms_per_block``). ``dataflow``: the walk records operand producers (None: where
 the estimate or the memory estimate needs them). ``isolate``: parsed and walked in the reader's child process
-    (:mod:`mhlo_cost.ir.guard`; None: where the guard is enabled)."""
+    (:mod:`mhlo_cost.ir.guard`; None: where the guard is enabled). ``shapes``: ((symbol, value), ...), the point
+    a symbolic program (jax.export with symbolic dimensions) is refined at before the walk
+    (:mod:`mhlo_cost.ir.refine`); a static program refuses them."""
 
     source: object
     name: str | None = None
@@ -53,6 +55,7 @@ the estimate or the memory estimate needs them). ``isolate``: parsed and walked 
     norms_per_block: int | None = None
     isolate: bool | None = False
     dataflow: bool | None = None
+    shapes: tuple = ()  # ((symbol, value), ...): the point a symbolic program is refined at (--shapes)
 
     def __post_init__(self):
         """Block options that mean nothing under the block method (:class:`~mhlo_cost.studies.limits.OptionError`):
@@ -61,6 +64,8 @@ the estimate or the memory estimate needs them). ``isolate``: parsed and walked 
         from ..analysis.collectors import METHODS
         from .limits import OptionError, whole
 
+        shapes = self.shapes.items() if isinstance(self.shapes, dict) else self.shapes or ()
+        object.__setattr__(self, "shapes", tuple((str(n), int(v)) for n, v in shapes))  # (JSON gives lists)
         b = self.blocks
         if b not in METHODS:
             raise OptionError(f"--blocks must be one of {', '.join(METHODS)}, got {b!r}")
@@ -146,7 +151,8 @@ class Study:
         record = ("training" if o.training == "always" else "training-if-backward" if o.training
                   else "dataflow" if self.dataflow else "counts")
         return WalkOptions(entry=o.entry, conv_padding=o.conv_padding, record=record,
-                           dataflow_if_forward=self.dataflow, records=("masks",) if self.dataflow else ())
+                           dataflow_if_forward=self.dataflow, records=("masks",) if self.dataflow else (),
+                           shapes=tuple(o.shapes))
 
     # -- the walk --------------------------------------------------------------------------------------------
 

@@ -41,12 +41,17 @@ def moe_pairs(moe: dict | None) -> list[tuple[str, object]]:
             ("expert_layers", moe["layers"]), ("expert_loads", moe["text"]), ("dropped_copies", moe["dropped"])]
 
 
+def _precision(f) -> list[tuple[str, object]]:
+    """The step's precision recipe, where it is not the default bf16 (a bf16 step's pairs are unchanged)."""
+    return [] if f.precision == "bf16" else [("precision", f.precision)]
+
+
 def step_pairs(f, layout=None, moe: dict | None = None) -> list[tuple[str, object]]:
     """The figures of one step in sections: the step, a mixture of experts' routing (``moe``), KV cache, memory
     per device, time, blocks."""
     pairs = [heading("step"), ("step", f.step), ("batch", f.batch), ("context", f.context), ("tokens", f.tokens),
              ("hardware", f.hardware), ("tp", f.tp), ("launch", f.launch), ("execution", "compiled"),
-             *moe_pairs(moe), heading("KV cache")]
+             *_precision(f), *moe_pairs(moe), heading("KV cache")]
     if layout is not None:
         pairs.append(("kv_cache_layout", layout.describe()))
     pairs += [("kv_cache_layer_bytes", list(f.kv_cache_layer_bytes)), ("kv_cache_bytes", f.kv_cache_bytes),
@@ -62,8 +67,10 @@ def step_pairs(f, layout=None, moe: dict | None = None) -> list[tuple[str, objec
               ("step_time_s", f.step_time_s), ("tokens_per_s", f.tokens_per_s)]
     if f.step == "decode":
         pairs.append(("tokens_per_s_per_sequence", f.tokens_per_s / f.batch))
-    pairs += [("comm_time_s", f.comm_time_s), ("flops", f.flops), ("bytes_moved", f.bytes_moved),
-              ("intensity", f.intensity), ("ridge", f.ridge), ("bound", f.bound)]
+    pairs += [("comm_time_s", f.comm_time_s), ("flops", f.flops), *f.flops_by_precision.items(),
+              ("bytes_moved", f.bytes_moved), ("intensity", f.intensity), ("ridge", f.ridge), ("bound", f.bound)]
+    if f.precision_note:
+        pairs.append(("precision_note", f.precision_note))
     if f.blocks:
         pairs.append(heading("blocks (one device)"))
         for block, t, bound in f.blocks:

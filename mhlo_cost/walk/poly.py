@@ -27,7 +27,11 @@ class Poly:
     __slots__ = ("terms",)
 
     def __init__(self, terms: Mapping[Monomial, Fraction] | None = None):
-        self.terms = {m: Fraction(c) for m, c in (terms or {}).items() if c != 0}
+        merged: dict = {}
+        for m, c in (terms or {}).items():  # a monomial's factors in any order, a symbol twice: one key
+            key = _mul_monomials((), tuple((n, e) for n, e in m if e))
+            merged[key] = merged.get(key, 0) + Fraction(c)
+        self.terms = {m: c for m, c in merged.items() if c != 0}
 
     @classmethod
     def symbol(cls, name: str) -> "Poly":

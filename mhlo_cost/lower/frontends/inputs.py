@@ -66,7 +66,12 @@ WEIGHT_DTYPES = ("bfloat16", "float16", "float32", "float64")
 
 def weight_dtype(text: str, what: str = "--dtype") -> str:
     """A dtype for a model's weights (:data:`WEIGHT_DTYPES`, any spelling :func:`dtype_name` takes); FrontendError
-    otherwise, naming ``what``."""
+    otherwise, naming ``what`` (a quantised precision's spelling: the precision recipes that run it)."""
+    from ...machines.precision import dtype_hint
+
+    hint = dtype_hint(text)
+    if hint is not None:
+        raise FrontendError(hint.replace("--dtype", what, 1))
     name = dtype_name(text)
     if name not in WEIGHT_DTYPES:
         raise FrontendError(f"{what} {text}: a model's weights take a floating dtype ({', '.join(WEIGHT_DTYPES)})")

@@ -21,10 +21,12 @@ class LayerCache:
     value: tuple
     itemsize: int
     window: int | None = None  # a sliding-window layer: it never holds more than this many positions
+    scale_bytes: int = 0  # a quantised cache's scales (kv-fp8: a float32 scale for K and one for V), fixed
 
     @property
     def nbytes(self) -> int:
-        return (int(np.prod(self.key, dtype=object)) + int(np.prod(self.value, dtype=object))) * self.itemsize
+        elems = int(np.prod(self.key, dtype=object)) + int(np.prod(self.value, dtype=object))
+        return elems * self.itemsize + self.scale_bytes
 
     def at(self, batch: int, context: int) -> "LayerCache":
         length = context if self.window is None else min(self.window, context)

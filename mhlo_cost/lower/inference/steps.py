@@ -45,6 +45,7 @@ class StepRequest:
     dtype: str | None = None  # None: the configuration's (hf), else bfloat16
     locations: bool = True
     routing: str | None = None  # hf: a mixture of experts' routing assumption (None: dropless; see frontends.moe)
+    precision: str | None = None  # a precision recipe (machines.precision; None: bf16, the model's dtype)
     extra: dict = field(default_factory=dict, compare=False, hash=False)
 
     def check(self) -> None:
@@ -71,6 +72,22 @@ class StepRequest:
             from ..frontends.moe import Routing
 
             Routing.parse(self.routing)
+        self.recipe()
+
+    def recipe(self):
+        """The step's :class:`~mhlo_cost.machines.precision.Recipe`; FrontendError for an unknown one, or one the
+        model's path cannot lower (a transformers model: torchax lowers it in one dtype)."""
+        from ...machines.precision import PrecisionError, parse
+
+        try:
+            recipe = parse(self.precision)
+        except PrecisionError as e:
+            raise FrontendError(str(e)) from None
+        if self.hf and recipe.name != "bf16":
+            raise FrontendError(f"--precision {recipe.name}: transformers models (--hf) go through torchax, which "
+                                "has no lowering of torch._scaled_mm (torchax 0.0.13), so they are lowered in one "
+                                "dtype; the bundled gpt (--model gpt) lowers the recipes")
+        return recipe
 
     def facts(self) -> ModelFacts:
         """The model's layers, heads and hidden size, from its configuration (a transformers model's is read,
@@ -99,7 +116,8 @@ class StepRequest:
                 f"prefill of {self.tokens} tokens, batch {self.batch}, cache {self.context}")
         dtype = self.dtype or ("the configuration's dtype (else bfloat16)" if self.hf else "bfloat16")
         routing = f", routing {self.routing}" if self.routing is not None else ""
-        return f"{what}{' with ' + sets if sets else ''}: {step}, {dtype}{routing}{self._grown()}"
+        precision = f", precision {self.recipe().name}" if self.precision else ""
+        return f"{what}{' with ' + sets if sets else ''}: {step}, {dtype}{precision}{routing}{self._grown()}"
 
     def _grown(self) -> str:
         """The bundled GPT's position table grown to the context, said (``--set seq=N`` sets it)."""
@@ -114,10 +132,11 @@ class StepRequest:
 
     def key(self) -> dict:
         """What the lowering depends on (for a cache of lowerings)."""
-        return {"mode": self.mode, "batch": self.batch, "context": self.context,
-                "tokens": self.tokens if self.mode == "prefill" else 1, "model": self.model, "hf": self.hf,
-                "config": self.config, "overrides": [list(kv) for kv in self.overrides], "dtype": self.dtype,
-                "locations": self.locations, "routing": self.routing}
+        key = {"mode": self.mode, "batch": self.batch, "context": self.context,
+               "tokens": self.tokens if self.mode == "prefill" else 1, "model": self.model, "hf": self.hf,
+               "config": self.config, "overrides": [list(kv) for kv in self.overrides], "dtype": self.dtype,
+               "locations": self.locations, "routing": self.routing}
+        return key | ({"precision": self.recipe().name} if self.precision else {})  # (bf16 keys unchanged)
 
 
 @dataclass
@@ -163,7 +182,7 @@ def _gpt(req: StepRequest, info: dict):
     from . import gpt_steps
 
     cfg = gpt_config(req)
-    low, layout, weights = gpt_steps.lower_step(cfg, req.mode, req.batch, req.context, req.tokens)
+    low, layout, weights = gpt_steps.lower_step(cfg, req.mode, req.batch, req.context, req.tokens, req.recipe())
     return low, layout, weights, cfg.hidden, cfg.layers, gpt_steps.gpt_config(cfg, req.context).seq
 
 

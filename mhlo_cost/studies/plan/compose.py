@@ -49,7 +49,8 @@ class Iteration:
 
     def row(self) -> dict:
         c = self.counts
-        return {"config": self.cfg.label(), "t": self.cfg.t, "sp": self.cfg.sp, "p": self.cfg.p,
+        precision = {} if self.cfg.precision == "bf16" else {"precision": self.cfg.precision}  # (bf16: unchanged)
+        return precision | {"config": self.cfg.label(), "t": self.cfg.t, "sp": self.cfg.sp, "p": self.cfg.p,
                 "v": self.cfg.interleave, "d": self.cfg.d, "micro_batch": self.cfg.micro_batch,
                 "micro_batches": self.cfg.micro_batches, "recompute": self.cfg.recompute,
                 "dp_comm": self.cfg.dp_comm, "iteration_s": self.total,

@@ -43,6 +43,7 @@ class ScaleConfig:
     dp_overlap: bool = False  # the data-parallel reduction overlaps the last micro-batch's backward
     dropout: bool = True  # Megatron's attention and hidden dropouts (their masks are activations)
     dtype: str = "bfloat16"
+    precision: str = "bf16"  # the linears' recipe (mhlo_cost.machines.precision.TRAINING): bf16 or fp8
 
     @property
     def mlp(self) -> int:
@@ -92,6 +93,12 @@ class ScaleConfig:
             return f"mlp_kind must be gelu or swiglu, got {self.mlp_kind!r}"
         if self.heads % self.kv:
             return f"key/value heads {self.kv} must divide heads {self.heads}"
+        from ...machines.precision import PrecisionError, training_recipe
+
+        try:
+            training_recipe(self.precision)
+        except PrecisionError as e:
+            return str(e)
         return None
 
     def invalid(self) -> str | None:
@@ -131,7 +138,8 @@ class ScaleConfig:
         lowering): shapes, the tensor degree, sequence parallelism, recompute and dropout."""
         key = (self.hidden, self.heads, self.seq, self.mlp, self.t, self.sp, self.micro_batch,
                self.recompute, self.dropout, self.dtype)
-        return key if (self.kv, self.mlp_kind) == (self.heads, "gelu") else key + (self.kv, self.mlp_kind)
+        key = key if (self.kv, self.mlp_kind) == (self.heads, "gelu") else key + (self.kv, self.mlp_kind)
+        return key if self.precision == "bf16" else key + (self.precision,)  # (bf16 keys unchanged)
 
     def label(self) -> str:
         sp = "+sp" if self.sp else ""

@@ -92,7 +92,14 @@ def _softmax_jvp(primals, tangents):
     return y, y * (ds - jnp.sum(y * ds, axis=-1, keepdims=True))
 
 
-def _dense(p, x):
+def _dense(p, x, cfg: ScaleConfig | None = None):
+    """A linear; under an fp8 training recipe its three GEMMs in fp8 (:func:`mhlo_cost.lower.models.quant.
+    training_dense`)."""
+    if cfg is not None and cfg.precision != "bf16":
+        from ...lower.models.quant import training_dense
+        from ...machines.precision import training_recipe
+
+        return training_dense(training_recipe(cfg.precision))(x, p["w"], p["b"])
     y = lax.dot_general(x, p["w"], (((x.ndim - 1,), (0,)), ((), ())))
     return y + p["b"]
 
@@ -151,7 +158,7 @@ def layer_fn(cfg: ScaleConfig):
         with scope("attn"):
             hdn = _gather(hdn, cfg)
             b, n, _ = hdn.shape
-            q, k, v = _qkv(_dense(p["qkv"], hdn), cfg, d)
+            q, k, v = _qkv(_dense(p["qkv"], hdn, cfg), cfg, d)
             s = lax.dot_general(q, k, (((3,), (3,)), ((0, 2), (0, 2))))  # (b, a/t, n, n)
             i = lax.iota(jnp.int32, n)
             s = jnp.where(i[:, None] >= i[None, :], s, jnp.asarray(jnp.finfo(s.dtype).min, s.dtype))
@@ -160,7 +167,7 @@ def layer_fn(cfg: ScaleConfig):
             probs = checkpoint_name(probs, "attn_drop")
             o = lax.dot_general(probs, v, (((3,), (1,)), ((0, 1), (0, 2))))  # (b, a/t, n, d)
             o = checkpoint_name(jnp.transpose(o, (0, 2, 1, 3)).reshape(b, n, -1), "proj_in")
-            y = _scatter(_dense(p["proj"], o), cfg)
+            y = _scatter(_dense(p["proj"], o, cfg), cfg)
             y, key = drop(y, key, "drop1_mask")
             x = x + y
         with scope("ln2"):
@@ -168,13 +175,13 @@ def layer_fn(cfg: ScaleConfig):
             hdn = checkpoint_name(_layer_norm(p["ln2"], x), "fc1_in")
         with scope("mlp"):
             hdn = _gather(hdn, cfg)
-            g = checkpoint_name(_dense(p["fc1"], hdn), "gelu_in")
+            g = checkpoint_name(_dense(p["fc1"], hdn, cfg), "gelu_in")
             if cfg.mlp_kind == "swiglu":  # SiLU(gate) x up
-                gate = checkpoint_name(_dense(p["gate"], hdn), "gate_in")
+                gate = checkpoint_name(_dense(p["gate"], hdn, cfg), "gate_in")
                 g = checkpoint_name(jax.nn.silu(gate) * g, "fc2_in")
             else:
                 g = checkpoint_name(gelu_tanh(g), "fc2_in")
-            y = _scatter(_dense(p["fc2"], g), cfg)
+            y = _scatter(_dense(p["fc2"], g, cfg), cfg)
             y, key = drop(y, key, "drop2_mask")
             return x + y
 

@@ -25,7 +25,7 @@ _SHAPE = ListOf(COUNT)
 #: A lowered step's facts (its IR is the entry's blob, gzipped).
 STEPS = Schema("serve/steps", 2, Record({
     "layout": Record({"layers": ListOf(Record({"key": _SHAPE, "value": _SHAPE, "itemsize": POSITIVE,
-                                               "window": Maybe(POSITIVE)})),
+                                               "window": Maybe(POSITIVE)}, {"scale_bytes": COUNT})),
                       "batch": POSITIVE, "context": POSITIVE, "dtype": TEXT}),
     "weight_bytes": COUNT, "hidden": POSITIVE, "layers": POSITIVE, "positions": Maybe(POSITIVE),
     "info": MapOf(ANY)}), blob=True)
@@ -37,7 +37,8 @@ FIGURES = Schema("serve/figures", 2, Record({
     "bytes_moved": COUNT, "step_time_s": AMOUNT, "comm_time_s": AMOUNT, "tokens_per_s": AMOUNT,
     "intensity": AMOUNT, "ridge": AMOUNT, "bound": TEXT, "max_batch": COUNT, "max_context": Maybe(COUNT),
     "blocks": ListOf(TupleOf((TEXT, AMOUNT, TEXT))), "launch": OneOf(LAUNCHES), "input_bytes": COUNT,
-    "max_context_bound": OneOf(("memory", "positions", "none"))}))
+    "max_context_bound": OneOf(("memory", "positions", "none"))},
+    {"precision": TEXT, "flops_by_precision": MapOf(COUNT), "precision_note": TEXT}))
 
 
 class StepCache:
@@ -88,7 +89,8 @@ def _step_of(req: StepRequest, meta: dict, blob: bytes) -> Step | None:
     except (OSError, EOFError, zlib.error, UnicodeDecodeError):
         return None
     m = meta["layout"]
-    layers = tuple(LayerCache(tuple(x["key"]), tuple(x["value"]), x["itemsize"], x["window"]) for x in m["layers"])
+    layers = tuple(LayerCache(tuple(x["key"]), tuple(x["value"]), x["itemsize"], x["window"],
+                              x.get("scale_bytes", 0)) for x in m["layers"])
     layout = CacheLayout(layers, m["batch"], m["context"], m["dtype"])
     return Step(Lowered(text=text, info=meta["info"]), layout, meta["weight_bytes"], meta["hidden"], meta["layers"],
                 req, meta["positions"])

@@ -67,12 +67,19 @@ class Figures:
     launch: str = "stream"  # one of LAUNCHES
     input_bytes: int = 0  # the step's arguments beyond weights and cache (token ids, positions), not split by tp
     max_context_bound: str = "memory"  # what bounds max_context: memory, positions (the model's), none
+    precision: str = "bf16"  # the step's precision recipe (mhlo_cost.machines.precision)
+    flops_by_precision: dict = field(default_factory=dict)  # gemm_flops_fp8, ...: the low-precision dots' FLOPs
+    precision_note: str = ""  # a precision the chip has no rate for, priced upcast
 
     def row(self) -> dict:
         d = asdict(self)
         d.pop("blocks")
         d.pop("kv_cache_layer_bytes")
-        return d
+        low = d.pop("flops_by_precision")
+        note = d.pop("precision_note")
+        if d.pop("precision") == "bf16":  # (a bf16 sweep's table is unchanged)
+            return d
+        return d | {"precision": self.precision} | low | ({"precision_note": note} if note else {})
 
 
 def _blocks(study) -> list:
@@ -150,6 +157,8 @@ def step_study(step, hw, analysis=None):
 def figures(step, hw, tp: int = 1, analysis=None, blocks: bool = True, launch: str = "stream") -> Figures:
     """The figures of a lowered :class:`~mhlo_cost.studies.serve.Step` on ``hw`` over ``tp`` devices, its kernels
     launched by ``launch`` (:data:`LAUNCHES`), from the step's study (:func:`step_study`)."""
+    from ...analysis import precision_flops
+
     hw = launched(hw, launch)
     study = step_study(step, hw, analysis)
     rf = study.roofline
@@ -181,4 +190,6 @@ def figures(step, hw, tp: int = 1, analysis=None, blocks: bool = True, launch: s
         bound=rf.program_bound(),  # the block table's TOTAL and the sweep's rule; intensity and ridge beside it
         max_batch=max_batch(layout, step.weight_bytes, -(-(activations + inputs) // req.batch), capacity, tp),
         max_context=longest, blocks=_blocks(study) if blocks else [], launch=launch, input_bytes=inputs,
-        max_context_bound=bound)
+        max_context_bound=bound, precision=req.recipe().name,
+        flops_by_precision=precision_flops(study.analysis.rows),
+        precision_note="; ".join(rf.precision_notes()))

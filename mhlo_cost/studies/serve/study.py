@@ -69,11 +69,12 @@ class ServeOptions:
         return bool(self.batches or self.contexts or self.tps)
 
 
-class ServeStudy:
-    """The figures of :class:`ServeOptions`, each computed once, on first use; ``stage(text)`` told each stage,
-    ``note(text)`` each cache entry not trusted or not kept."""
+class StepCacheStudy:
+    """What the serve studies share (:class:`ServeStudy`, :class:`~.simstudy.SimStudy`): ``options`` (a
+    ``hardware``, a ``launch``, ``cache`` and ``cache_dir``), ``stage(text)`` told each stage, ``note(text)``
+    each cache entry not trusted or not kept; the profile as the launch sees it and the cache of lowerings."""
 
-    def __init__(self, options: ServeOptions, stage: Callable[[str], None] | None = None,
+    def __init__(self, options, stage: Callable[[str], None] | None = None,
                  note: Callable[[str], None] | None = None):
         self.options = options
         self.stage = stage or silent
@@ -93,6 +94,10 @@ class ServeStudy:
 
         o = self.options
         return StepCache((o.cache_dir or default_root()) if o.cache else None, self.note)
+
+
+class ServeStudy(StepCacheStudy):
+    """The figures of :class:`ServeOptions`, each computed once, on first use (see :class:`StepCacheStudy`)."""
 
     @cached_property
     def step(self):

@@ -143,7 +143,10 @@ def _dtype(text: str) -> str:
     """The short name (bf16, f32...) of a dtype as --dtype takes it."""
     from ...lower.frontends import DTYPES
     from ...lower.frontends.inputs import dtype_name
+    from ...machines.precision import dtype_hint
 
+    if dtype_hint(str(text)):  # fp8, int8, int4...: a precision recipe, not a dtype of the whole model
+        raise GridError(dtype_hint(str(text)))
     try:
         full = dtype_name(str(text))
     except Exception as e:  # noqa: BLE001 - the message of the dtype parser, as one line

@@ -1,0 +1,344 @@
+"""A serving simulation: continuous batching as vLLM's V1 scheduler runs it, every step priced by a step-cost
+function (:class:`~.stepmodel.StepModel` from the IR, or any callable a test gives).
+
+The scheduler (read from vLLM ``vllm/v1/core/sched/scheduler.py``, ``schedule()``; not copied): every request
+has ``num_tokens`` (prompt + tokens generated) and ``num_computed`` (tokens whose KV is in the cache). Each step
+has a token budget (``max_num_batched_tokens``). Running requests first, in admission order: each is given
+``min(num_tokens - num_computed, budget)`` tokens (one for a decode; a prompt's chunk otherwise: chunked
+prefill, mixed with the decodes). Its KV blocks (``block_size`` tokens each, :func:`memory`) are allocated for
+``num_computed + new``; where the free blocks do not suffice, the last running request is preempted (its
+blocks freed, ``num_computed`` back to 0: recomputed from its prompt and the tokens it already produced; it goes
+to the front of the waiting queue) until they do, or until the request itself is the one preempted. Then, if
+no request was preempted in this step, waiting requests (first come, first served) are admitted while the
+budget, ``max_num_seqs`` and the free blocks allow. After the step, a request whose computed tokens reach its
+``num_tokens`` has produced one token; one that reaches its output length finishes and frees its blocks (the
+closed loop sends the next request then).
+
+A step's cost is asked of ``step_time(tokens, context_flops, context_bytes, longest)``: the step's query tokens,
+its attention terms summed over sequences (see :mod:`.stepmodel`) and its longest context.
+"""
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from .simload import LoadError, Workload
+
+GIB = 1 << 30
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """The server's knobs (vLLM's names and defaults): ``max_num_batched_tokens`` 8192, ``max_num_seqs`` 256,
+    ``block_size`` 16, ``gpu_memory_utilization`` 0.9; ``reserve_bytes``: CUDA graphs and memory outside torch
+    (assumed 1 GiB where not given: vLLM measures it on the device)."""
+
+    max_num_batched_tokens: int = 8192
+    max_num_seqs: int = 256
+    block_size: int = 16
+    gpu_memory_utilization: float = 0.9
+    reserve_bytes: int = GIB
+
+    def __post_init__(self):
+        for name in ("max_num_batched_tokens", "max_num_seqs", "block_size"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                raise LoadError(f"--{name.replace('_', '-')} must be a whole number >= 1, got {v!r}")
+        u = self.gpu_memory_utilization
+        if not (isinstance(u, (int, float)) and 0 < u <= 1):
+            raise LoadError(f"--gpu-memory-utilization must be in (0, 1], got {u!r}")
+        if not isinstance(self.reserve_bytes, int) or self.reserve_bytes < 0:
+            raise LoadError(f"the CUDA-graph reserve must be a whole number of bytes >= 0, got {self.reserve_bytes!r}")
+
+
+@dataclass(frozen=True)
+class Memory:
+    """The device's memory as the server holds it (bytes, exact ints) and the KV blocks it gives."""
+
+    capacity: int
+    budget: int  # capacity x gpu_memory_utilization
+    weights: int
+    activations: int  # the profiled forward's peak: max_num_batched_tokens tokens
+    reserve: int  # CUDA graphs and memory outside torch
+    kv_bytes: int  # what is left for the KV cache
+    block_bytes: int
+    blocks: int
+
+
+def memory(cfg: ServerConfig, capacity: int, weights: int, kv_token_bytes: int, activation_token_bytes: int) -> Memory:
+    """vLLM's accounting (``vllm/v1/worker/gpu_worker.py``, ``determine_available_memory``; the blocks in
+    ``vllm/v1/core/kv_cache_utils.py``): the KV cache gets the device's memory x ``gpu_memory_utilization`` less
+    the weights, the peak of a profiling forward of ``max_num_batched_tokens`` tokens and the memory outside it
+    (CUDA graphs, non-torch: ``reserve_bytes``); it is cut into blocks of ``block_size`` tokens of every layer's
+    keys and values. A budget that leaves no block is an error."""
+    from fractions import Fraction
+
+    budget = int(capacity * Fraction(str(cfg.gpu_memory_utilization)))
+    acts = activation_token_bytes * cfg.max_num_batched_tokens
+    kv = budget - weights - acts - cfg.reserve_bytes
+    block = kv_token_bytes * cfg.block_size
+    blocks = kv // block if kv > 0 and block > 0 else 0
+    if blocks < 1:
+        raise LoadError(f"no KV cache fits: {capacity:,} B x {cfg.gpu_memory_utilization} leaves "
+                        f"{kv:,} B after weights {weights:,} B, activations {acts:,} B and the reserve "
+                        f"{cfg.reserve_bytes:,} B")
+    return Memory(capacity, budget, weights, acts, cfg.reserve_bytes, kv, block, int(blocks))
+
+
+@dataclass
+class Trace:
+    """What the run recorded: per request and per step (numpy arrays once finished)."""
+
+    arrival: np.ndarray
+    first: np.ndarray
+    finish: np.ndarray
+    gaps: list = field(default_factory=list)  # arrays of inter-token gaps (s), every request's (:attr:`itl`)
+    step_s: list = field(default_factory=list)
+    step_seqs: list = field(default_factory=list)
+    step_tokens: list = field(default_factory=list)
+    step_blocks: list = field(default_factory=list)  # blocks in use during the step
+    preemptions: int = 0
+
+    @property
+    def itl(self) -> np.ndarray:
+        return np.concatenate(self.gaps) if self.gaps else np.zeros(0)
+
+
+class _State:
+    """Per request (numpy arrays indexed by request): tokens so far, computed, produced, blocks held, the last
+    token's time; the running order (a list) and the waiting queue; the free blocks."""
+
+    def __init__(self, work: Workload, blocks: int, block_size: int):
+        n = len(work)
+        self.target = work.outputs.astype(np.int64)
+        self.num_tokens = work.inputs.astype(np.int64).copy()
+        self.computed = np.zeros(n, dtype=np.int64)
+        self.made = np.zeros(n, dtype=np.int64)
+        self.held = np.zeros(n, dtype=np.int64)
+        self.free = blocks
+        self.block_size = block_size
+        self.last = np.zeros(n)
+        self.running: list = []
+        self.waiting: deque = deque()
+
+
+def _preempt(s: _State, trace: Trace) -> int:
+    victim = s.running.pop()
+    s.free += int(s.held[victim])
+    s.held[victim] = 0
+    s.computed[victim] = 0
+    s.waiting.appendleft(victim)
+    trace.preemptions += 1
+    return victim
+
+
+def _running_fast(s: _State, cfg: ServerConfig):
+    """The running requests' tokens, all at once, where the free blocks cover every one (no preemption): the
+    same as :func:`_running_slow` then; None otherwise."""
+    if not s.running:
+        return [], [], cfg.max_num_batched_tokens
+    r = np.array(s.running, dtype=np.int64)
+    rem = s.num_tokens[r] - s.computed[r]
+    before = np.cumsum(rem) - rem
+    n = np.minimum(rem, np.maximum(cfg.max_num_batched_tokens - before, 0))
+    need = np.where(n > 0, -(-(s.computed[r] + n) // cfg.block_size) - s.held[r], 0)
+    total = int(need.sum())
+    if total > s.free:
+        return None
+    s.free -= total
+    s.held[r] += need
+    keep = n > 0
+    return r[keep].tolist(), n[keep].tolist(), cfg.max_num_batched_tokens - int(n.sum())
+
+
+def _running_slow(s: _State, cfg: ServerConfig, trace: Trace):
+    """The running requests one by one, preempting the last running request while the blocks do not suffice."""
+    budget, bs, ids, ns, preempted = cfg.max_num_batched_tokens, cfg.block_size, [], [], False
+    i = 0
+    while i < len(s.running) and budget > 0:
+        r = s.running[i]
+        n = int(min(s.num_tokens[r] - s.computed[r], budget))
+        need = int(-(-(s.computed[r] + n) // bs) - s.held[r])
+        while need > s.free:
+            preempted = True
+            if _preempt(s, trace) == r:
+                break
+        else:
+            s.free -= need
+            s.held[r] += need
+            ids.append(r)
+            ns.append(n)
+            budget -= n
+            i += 1
+            continue
+        break
+    return ids, ns, budget, preempted
+
+
+def schedule(s: _State, cfg: ServerConfig, trace: Trace) -> tuple[np.ndarray, np.ndarray]:
+    """One step's requests and their new tokens, as the module says."""
+    fast = _running_fast(s, cfg)
+    ids, ns, budget, preempted = (*fast, False) if fast is not None else _running_slow(s, cfg, trace)
+    while not preempted and s.waiting and budget > 0 and len(s.running) < cfg.max_num_seqs:
+        r = s.waiting[0]
+        n = int(min(s.num_tokens[r] - s.computed[r], budget))
+        need = -(-n // cfg.block_size)
+        if need > s.free:
+            break
+        s.waiting.popleft()
+        s.running.append(r)
+        s.free -= need
+        s.held[r] += need
+        ids.append(r)
+        ns.append(n)
+        budget -= n
+    return np.array(ids, dtype=np.int64), np.array(ns, dtype=np.int64)
+
+
+def _composition(s: _State, ids: np.ndarray, ns: np.ndarray) -> tuple[int, int, int, int]:
+    p = s.computed[ids]
+    return (int(ns.sum()), int((ns * p + ns * (ns + 1) // 2).sum()), int((p + ns).sum()), int((p + ns).max()))
+
+
+def _finish(s: _State, fin: np.ndarray, now: float, trace: Trace) -> list:
+    """Requests ``fin`` finish at ``now``: their blocks freed, out of the running list; their ids, in order."""
+    if fin.size:
+        trace.finish[fin] = now
+        s.free += int(s.held[fin].sum())
+        s.held[fin] = 0
+        gone = set(fin.tolist())
+        s.running = [r for r in s.running if r not in gone]
+    return fin.tolist()
+
+
+def _advance(s: _State, ids: np.ndarray, ns: np.ndarray, now: float, trace: Trace) -> list:
+    """After a step ending at ``now``: computed tokens, tokens produced, finished requests (returned in the
+    step's order, their blocks freed)."""
+    s.computed[ids] += ns
+    hit = ids[s.computed[ids] == s.num_tokens[ids]]
+    s.num_tokens[hit] += 1
+    s.made[hit] += 1
+    made = s.made[hit]
+    trace.first[hit[made == 1]] = now
+    later = hit[made > 1]
+    if later.size:
+        trace.gaps.append(now - s.last[later])
+    s.last[hit] = now
+    return _finish(s, hit[made >= s.target[hit]], now, trace)
+
+
+def _stretch(s: _State, cfg: ServerConfig, limit: float, now: float):
+    """Where every running request decodes, none waits and no block is short: the steps up to the first that
+    finishes a request (and none starting after ``limit``, the next arrival), run at once: the same steps the
+    loop would run one by one. (ids, computed before, steps) or None."""
+    if s.waiting or not s.running or len(s.running) > cfg.max_num_batched_tokens:
+        return None
+    r = np.array(s.running, dtype=np.int64)
+    if np.any(s.num_tokens[r] - s.computed[r] != 1) or np.any(s.made[r] < 1):  # (a prompt's last token: no)
+        return None
+    k = int(np.min(s.target[r] - s.made[r]))
+    if k < 2 or now >= limit:
+        return None
+    p = s.computed[r]
+    need = -(-(p + k) // cfg.block_size) - s.held[r]
+    if int(need.sum()) > s.free:
+        return None
+    return r, p, k
+
+
+def _run_stretch(s: _State, stretch, now: float, limit: float, step_time, trace: Trace, blocks: int):
+    """Run a stretch's steps (those starting before ``limit``): the time after them and the finished ids."""
+    r, p, k = stretch
+    j = np.arange(1, k + 1)
+    ctx = int((p + 1).sum()) + r.size * (j - 1)  # decodes score and read p + 1 positions, one more each step
+    longest = int(p.max()) + j
+    many = getattr(step_time, "many", None)
+    dts = (np.asarray(many(int(r.size), ctx, ctx, longest), dtype=float) if many is not None else
+           np.array([float(step_time(int(r.size), int(c), int(c), int(m))) for c, m in zip(ctx, longest)]))
+    ends = np.cumsum(np.concatenate([[now], dts]))[1:]  # added one by one, as the loop adds them
+    starts = np.concatenate([[now], ends[:-1]])
+    k = max(int(np.searchsorted(starts, limit, side="left")), 1)
+    dts, ends, j = dts[:k], ends[:k], j[:k]
+    need = -(-(p[:, None] + j[None, :]) // s.block_size) - s.held[r][:, None]  # blocks per request, per step
+    trace.step_blocks.extend((blocks - s.free + need.sum(axis=0)).tolist())
+    trace.step_s.extend(dts.tolist())
+    trace.step_seqs.extend([int(r.size)] * k)
+    trace.step_tokens.extend([int(r.size)] * k)
+    s.free -= int(need[:, -1].sum())
+    s.held[r] += need[:, -1]
+    trace.gaps.append(ends[0] - s.last[r])
+    if k > 1:
+        trace.gaps.append(np.tile(np.diff(ends), r.size))
+    s.computed[r] += k
+    s.num_tokens[r] += k
+    s.made[r] += k
+    now = float(ends[-1])
+    s.last[r] = now
+    return now, _finish(s, r[s.made[r] >= s.target[r]], now, trace)
+
+
+def _one_step(s: _State, cfg: ServerConfig, step_time, trace: Trace, blocks: int, now: float):
+    """One step through the scheduler: the time after it and the finished ids."""
+    before = trace.preemptions
+    ids, ns = schedule(s, cfg, trace)
+    if not ids.size:  # its only request preempted itself: the next step admits it again (an empty step)
+        if trace.preemptions == before:
+            raise LoadError("the scheduler could not run any request (a bug: every request fits the cache)")
+        return now, []
+    dt = float(step_time(*_composition(s, ids, ns)))
+    now += dt
+    trace.step_s.append(dt)
+    trace.step_seqs.append(int(ids.size))
+    trace.step_tokens.append(int(ns.sum()))
+    trace.step_blocks.append(blocks - s.free)
+    return now, _advance(s, ids, ns, now, trace)
+
+
+def simulate(work: Workload, step_time: Callable[[int, int, int, int], float], cfg: ServerConfig,
+             blocks: int, stretches: bool = True) -> Trace:
+    """Run ``work`` to the end on a server of ``blocks`` KV blocks; ``step_time`` prices each step (where it has
+    a ``many(tokens, context_flops, context_bytes, longest)`` taking arrays, a stretch of decode steps at once).
+    ``stretches``: run decode-only stretches at once (:func:`_stretch`; False: every step through the
+    scheduler, the same figures, slower)."""
+    n = len(work)
+    most = int(np.max(work.inputs + work.outputs))
+    if -(-(most - 1) // cfg.block_size) > blocks:
+        raise LoadError(f"a request of {most - 1} tokens in the cache needs more than the {blocks} KV blocks of "
+                        f"{cfg.block_size} tokens the server holds")
+    s = _State(work, blocks, cfg.block_size)
+    closed = work.arrivals is None
+    arrival = np.zeros(n) if closed else np.asarray(work.arrivals, dtype=float)
+    trace = Trace(arrival, np.full(n, np.nan), np.full(n, np.nan))
+    sent = min(work.concurrency, n) if closed else 0
+    s.waiting.extend(range(sent))
+    now, done = 0.0, 0
+
+    def finished(ids: list, at: float) -> None:  # the closed loop sends the next request as one finishes
+        nonlocal done, sent
+        done += len(ids)
+        for _ in ids:
+            if closed and sent < n:
+                arrival[sent] = at
+                s.waiting.append(sent)
+                sent += 1
+
+    while done < n:
+        if not closed:
+            while sent < n and arrival[sent] <= now:
+                s.waiting.append(sent)
+                sent += 1
+            if not s.running and not s.waiting:
+                now = float(arrival[sent])
+                continue
+        limit = float(arrival[sent]) if not closed and sent < n else np.inf
+        stretch = _stretch(s, cfg, limit, now) if stretches else None
+        if stretch is not None:
+            now, fin = _run_stretch(s, stretch, now, limit, step_time, trace, blocks)
+            finished(fin, now)
+            continue
+        now, fin = _one_step(s, cfg, step_time, trace, blocks, now)
+        finished(fin, now)
+    return trace
