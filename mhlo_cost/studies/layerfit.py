@@ -18,6 +18,7 @@ import copy
 import re
 from dataclasses import fields, replace
 
+from ..walk.row import LocationInfo
 from .gridfit import FitFailed
 
 #: Fresh value keys are this plus a count (no hash of an MLIR value, and no count of a program, comes near it).
@@ -54,17 +55,19 @@ def _stepped(s1: str, s2: str, k: int) -> str:
 
 
 def _flat(analysis) -> tuple:
-    """(the rows, the returned keys) of a flat program's analysis; FitFailed for anything else."""
+    """(the rows, the returned keys) of the analysis of a program whose entry's rows are the program's, its region
+    items calls (of functions with frames of their own) and its one return last; FitFailed for anything else."""
     rec = analysis.liveness
     if rec is None or rec.entry is None or rec.alias or rec.local or analysis.__dict__.get("arguments"):
-        raise FitFailed("the program is not one flat function (aliases, per-device values or a training step)")
+        raise FitFailed("the program is not one plain function (aliases, per-device values or a training step)")
     frame = rec.entry
     items = frame.items
     if (len(frame.rows) != len(analysis.rows) or any(a is not b for a, b in zip(frame.rows, analysis.rows))
-            or frame.pending or frame.collected or len(items) != 1
-            or type(items[0]).__name__ != "Return" or items[0].pos != len(analysis.rows)):
-        raise FitFailed("the program is not one flat function (calls, loops or regions)")
-    return analysis.rows, items[0].uses
+            or frame.pending or frame.collected or not items or type(items[-1]).__name__ != "Return"
+            or items[-1].pos != len(analysis.rows)
+            or any(type(it).__name__ != "Region" or it.name != "call" or it.branches for it in items[:-1])):
+        raise FitFailed("the program is not one plain function (loops, branches or regions other than calls)")
+    return analysis.rows, items[-1].uses
 
 
 def find_layer(rows1: list, rows2: list) -> tuple[int, int]:
@@ -165,8 +168,6 @@ class _Objects:
 
 def _layer_rows(layer1: list, layer2: list, keys: _Keys, objs: _Objects, k: int, delta: int) -> list:
     """The rows of layer ``k`` (>= 3)."""
-    from ..walk.row import LocationInfo
-
     out, locs = [], {}
     for r1, r2 in zip(layer1, layer2):
         loc = r2.loc if r1.loc is r2.loc else locs.get(id(r2.loc))
@@ -180,21 +181,41 @@ def _layer_rows(layer1: list, layer2: list, keys: _Keys, objs: _Objects, k: int,
     return out
 
 
-def _expand(items: list, key_of, keys: _Keys, depth: int, make) -> list:
+def _after_rows(after1: list, after2: list, keys: _Keys, depth: int, delta: int) -> list:
+    """The rows after the layers at ``depth``, from those at the shallow (``after1``) and deep (``after2``)
+    depths: what they read of layer 2 is the last layer's; a layer index in their names moves on (a last layer
+    unlike the others is among them)."""
+    last = (lambda x: keys.at(x, depth) if x in keys.defs2 else x)
+    out, locs = [], {}
+    for r1, r2 in zip(after1, after2):
+        loc = locs.get(id(r2.loc))
+        if loc is None:
+            a, b = r1.loc, r2.loc
+            loc = b if (a.name, a.scope) == (b.name, b.scope) else LocationInfo.resolved(
+                _stepped(a.name, b.name, depth), _stepped(a.scope, b.scope, depth), b.file_line, b.site, b.stack)
+            locs[id(b)] = loc
+        out.append(replace(r2, values=_map_keys(r2.values, last), index=r2.index + (depth - 2) * delta, loc=loc,
+                           scope=_stepped(r1.scope, r2.scope, depth)))
+    return out
+
+
+def _expand(items: list, key_of, keys: _Keys, depth: int, make, other=None) -> list:
     """A list (arguments, returned values) of the program at depth 2 at ``depth``: each run of layer 1's items
     followed by layer 2's same run gets the run of every further layer (``make(item of layer 2, k)``); an item
-    layer 2 made alone is the last layer's. FitFailed where layer 2's items do not follow layer 1's."""
+    layer 2 made alone is the last layer's; any other item is ``other(its index in the shallow program's list,
+    the item)`` (default: itself). FitFailed where layer 2's items do not follow layer 1's."""
     inverse = {y: x for x, y in keys.f.items() if x != y}
     present = {key_of(it) for it in items}
     first = {i for i, it in enumerate(items) if keys.f.get(key_of(it), key_of(it)) != key_of(it)
              and keys.f[key_of(it)] in present}
-    out, i = [], 0
+    out, i, extra = [], 0, 0
     while i < len(items):
         if i not in first:
             key = key_of(items[i])
             if key in inverse and inverse[key] in present:
                 raise FitFailed("the arguments or results of layer 2 do not follow those of layer 1")
-            out.append(make(items[i], depth) if key in keys.defs2 else items[i])
+            out.append(make(items[i], depth) if key in keys.defs2 else
+                       other(i - extra, items[i]) if other else items[i])
             i += 1
             continue
         r = 1
@@ -207,18 +228,24 @@ def _expand(items: list, key_of, keys: _Keys, depth: int, make) -> list:
         for k in range(3, depth + 1):
             out += [make(x, k) for x in run2]
         i += 2 * r
+        extra += r
     return out
 
 
-def repeat_layers(shallow, deep, depth: int):
-    """The analysis of the program at ``depth`` (>= 2) layers from ``shallow`` (its analysis at depth 1) and
-    ``deep`` (at depth 2). FitFailed says why where the layers do not repeat or the program is not flat."""
+def repeat_layers(shallow, deep, depth: int, base: int = 1):
+    """The analysis of the program at ``depth`` layers from ``shallow`` (its analysis at depth ``base``) and
+    ``deep`` (at ``base + 1``). FitFailed says why where the layers do not repeat or the program is not plain.
+
+    Below, "layer 1" and "layer 2" are the program's last layers at depth ``base + 1``, and ``depth`` counts
+    from the first of them. A base of 2 leaves the program's first layer out of the repeated unit: a lowering
+    keeps one copy of a constant that every layer uses, in the first layer (torchax's programs)."""
     from ..walk.frames import Frame, Recording, Return
 
     rows1, _ = _flat(shallow)
     rows2, uses = _flat(deep)
-    if depth <= 2:
-        return shallow if depth == 1 else deep
+    if depth <= base + 1:
+        return shallow if depth == base else deep
+    depth -= base - 1
     for name in ("warnings", "entry", "options", "source"):
         if shallow.__dict__.get(name) != deep.__dict__.get(name):
             raise FitFailed(f"the program's {name} change with its depth")
@@ -235,15 +262,15 @@ def repeat_layers(shallow, deep, depth: int):
     rows = rows2[:q + 2 * m]
     for k in range(3, depth + 1):
         rows += _layer_rows(layer1, layer2, keys, objs, k, delta)
-    last = (lambda x: keys.at(x, depth) if x in keys.defs2 else x)
-    rows += [replace(r, values=_map_keys(r.values, last), index=r.index + (depth - 2) * delta)
-             for r in rows2[q + 2 * m:]]
+    rows += _after_rows(rows1[q + m:], rows2[q + 2 * m:], keys, depth, delta)
     rec = deep.liveness
     uses = _expand(list(uses), lambda x: x, keys, depth, lambda x, k: keys.at(x, k))
     args = _expand(list(zip(rec.args, rec.arg_names, rec.arg_elems)), lambda a: a[0][0], keys, depth,
-                   lambda a, k: ((keys.at(a[0][0], k),) + tuple(a[0][1:]), _arg_name(rec, a, keys, k), a[2]))
+                   lambda a, k: ((keys.at(a[0][0], k),) + tuple(a[0][1:]), _arg_name(rec, a, keys, k), a[2]),
+                   lambda j, a: (a[0], _stepped(shallow.liveness.arg_names[j], a[1], depth), a[2]))
     entry = Frame()
-    entry.rows, entry.items = list(rows), [Return(len(rows), tuple(uses))]
+    entry.rows = list(rows)
+    entry.items = _calls(deep.liveness.entry.items[:-1], q, m, depth, keys) + [Return(len(rows), tuple(uses))]
     out = copy.copy(deep)
     for memo in ("_memory", "_ops", "_summary_memo"):
         out.__dict__.pop(memo, None)
@@ -313,3 +340,28 @@ class _Shift:
             elif p >= q + 2 * m:
                 out[p + (self.depth - 2) * m] = v
         return dict(sorted(out.items()))
+
+
+def _calls(items: list, q: int, m: int, depth: int, keys: _Keys) -> list:
+    """The entry's call items at ``depth``: those of layer 2 repeated for each further layer, those after the
+    layers moved down. A folded call's rows (a child with ``k`` 0) stay where they are unless layer 2 made them."""
+    from ..walk.frames import Region
+
+    def at(it, k: int, fn):
+        shift = (k - 2) * m
+        children = [(fr, st + shift if st >= q + m else st, n) for fr, st, n in it.children]
+        return Region(it.name, tuple(map(fn, it.uses)), tuple(map(fn, it.defs)), it.sizes, children, it.branches,
+                      it.argpos, it.passthrough, it.start + shift, it.end + shift)
+
+    before, layer2, after = [], [], []
+    for it in items:
+        ends = (it.start, max(it.start, it.end - 1))
+        part = [0 if p < q + m else 1 if p < q + 2 * m else 2 for p in ends]
+        if part[0] != part[1]:
+            raise FitFailed("a call spans the end of a layer")
+        (before, layer2, after)[part[0]].append(it)
+    out = before + layer2
+    for k in range(3, depth + 1):
+        out += [at(it, k, lambda x, k=k: keys.at(x, k)) for it in layer2]
+    last = (lambda x: keys.at(x, depth) if x in keys.defs2 else x)
+    return out + [at(it, depth, last) for it in after]

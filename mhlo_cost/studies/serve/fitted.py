@@ -17,17 +17,20 @@ from typing import Callable
 
 #: Node values per symbol: counts of a decode or prefill step are of degree 1 in the batch and in the context.
 PER_SYMBOL = 2
+#: The depths a node is lowered at, its table rebuilt at full depth from them: 2 and 3, not 1 and 2, as a
+#: lowering keeps one copy of a constant every layer uses, in the first layer (torchax's programs).
+DEPTHS = (2, 3)
 
 
 def depth_key(base) -> tuple[str, int] | None:
-    """(the configuration key of the model's depth, its depth) where the layers may be repeated (more than two
-    layers), else None."""
+    """(the configuration key of the model's depth, its depth) where the layers may be repeated (more than
+    :data:`DEPTHS`' deeper), else None."""
     key = "layers" if base.model else "num_hidden_layers"
     try:
         layers = base.facts().layers
     except Exception:  # (a configuration the step cannot read: the lowering says why, at full depth)
         return None
-    return (key, layers) if layers > 2 else None
+    return (key, layers) if layers > DEPTHS[1] else None
 
 
 def at_depth(req, key: str, layers: int):
@@ -68,7 +71,7 @@ class _NotRepeated(ValueError):
 
 
 def _fit(base, domain, plan, corner, hw, cache, stage, depth) -> dict:
-    """:func:`fitted_steps`' steps, the nodes lowered at depths 1 and 2 and repeated (``depth``: (key, layers))
+    """:func:`fitted_steps`' steps, the nodes lowered at depths 2 and 3 and repeated (``depth``: (key, layers))
     or at full depth (``depth`` None)."""
     from ..gridfit import FitFailed, fit_tables
 
@@ -79,7 +82,7 @@ def _fit(base, domain, plan, corner, hw, cache, stage, depth) -> dict:
         b, c = point.get("batch", corner[0]), point.get("context", corner[1])
         req = replace(base, batch=b, context=c)
         full = depth is None or point in checks
-        stage(f"lowering batch {b}, context {c} (a node of the fit{'' if full else ', at depths 1 and 2'})")
+        stage(f"lowering batch {b}, context {c} (a node of the fit{'' if full else ', at depths 2 and 3'})")
         made = _lowered(req, hw, cache, depth, full)
         if full:
             step, analysis = made[None]
@@ -88,7 +91,7 @@ def _fit(base, domain, plan, corner, hw, cache, stage, depth) -> dict:
                 _check_repeated(_repeated(made, depth)[0], analysis)
             return analysis, (step.weight_bytes, -1 if step.positions is None else step.positions)
         analysis, weights, positions = _repeated(made, depth)
-        steps[b, c] = made[1][0]
+        steps[b, c] = made[DEPTHS[0]][0]
         return analysis, (weights, -1 if positions is None else positions)
 
     table = fit_tables(analyze_at, nodes, checks)
@@ -113,33 +116,41 @@ def _fit(base, domain, plan, corner, hw, cache, stage, depth) -> dict:
 
 
 def _lowered(req, hw, cache, depth, full: bool) -> dict:
-    """depth (None: full) -> (step, analysis) of ``req`` at full depth (``full``) and at depths 1 and 2 (where
+    """depth (None: full) -> (step, analysis) of ``req`` at full depth (``full``) and at depths 2 and 3 (where
     ``depth`` is given), all lowered from this one call site (a lowering's locations hold the Python stack)."""
+    from ...lower.frontends import FrontendError
+    from ...lower.frontends.api import LowerFailed
     from .serve import step_study
 
-    depths = ((None,) if full else ()) + (() if depth is None else (1, 2))
+    depths = ((None,) if full else ()) + (() if depth is None else DEPTHS)
     out = {}
     for d in depths:
-        step, _ = cache.step(req if d is None else at_depth(req, depth[0], d))
+        try:
+            step, _ = cache.step(req if d is None else at_depth(req, depth[0], d))
+        except (FrontendError, LowerFailed) as e:
+            if d is None:
+                raise
+            raise _NotRepeated(f"the model cut to {d} layer(s) does not lower ({e})") from None
         out[d] = (step, step_study(step, hw).analysis)
     return out
 
 
 def _repeated(made: dict, depth) -> tuple:
-    """(the analysis rebuilt at full depth from the lowerings at depths 1 and 2 in ``made``, its weight bytes, its
+    """(the analysis rebuilt at full depth from the lowerings at depths 2 and 3 in ``made``, its weight bytes, its
     positions); :class:`_NotRepeated` says why where the layers do not repeat."""
     from ..gridfit import FitFailed
     from ..layerfit import repeat_layers
 
     layers = depth[1]
-    (s1, a1), (s2, a2) = made[1], made[2]
+    d = DEPTHS[0]
+    (s1, a1), (s2, a2) = made[d], made[d + 1]
     if s1.positions != s2.positions:
         raise _NotRepeated("the model's positions change with its depth")
     try:
-        analysis = repeat_layers(a1, a2, layers)
+        analysis = repeat_layers(a1, a2, layers, base=d)
     except FitFailed as e:
         raise _NotRepeated(str(e)) from None
-    return analysis, s1.weight_bytes + (layers - 1) * (s2.weight_bytes - s1.weight_bytes), s1.positions
+    return analysis, s1.weight_bytes + (layers - d) * (s2.weight_bytes - s1.weight_bytes), s1.positions
 
 
 def _check_repeated(rebuilt, lowered) -> None:
