@@ -7,9 +7,14 @@ up to the layer's index (every digit run in a name or scope that differs goes up
 layer, ``layers.0`` -> ``layers.1``) and the values they read and make, and builds ``P + L1 + ... + LD + S``:
 each new layer's rows are layer 2's with fresh value keys for what a layer makes, the previous layer's for what
 it reads of it, and the same keys for what every layer reads (a mask, rotary tables); the arguments, argument
-names and returned values that come once per layer are repeated in place. Only flat programs are rebuilt (one
-function, no region ops: what a step lowers); anything else raises :class:`~mhlo_cost.studies.gridfit.FitFailed`
-saying why, and the caller lowers at full depth. The caller verifies the rebuilt table against one lowering at
+names and returned values that come once per layer are repeated in place, and so are the entry's calls (a
+function's frame is one however often it is called). The rows after the layers keep what they read of the last
+layer and move a layer index in their names on (a last layer unlike the others is among them: torchax's).
+With ``base`` 2 the program's first layer is left out of the repeated unit (the "depth 1" program above is the
+one at depth 2): a lowering keeps one copy of a constant every layer uses, in the first layer. Only programs
+whose entry holds every row and whose regions are calls are rebuilt (what a step lowers); anything else (loops,
+branches, shard_map bodies, aliases) raises :class:`~mhlo_cost.studies.gridfit.FitFailed` saying why, and the
+caller lowers at full depth. The caller verifies the rebuilt table against one lowering at
 full depth (the independent reference), compared as :func:`~mhlo_cost.studies.gridfit.skeleton` sees them.
 """
 from __future__ import annotations

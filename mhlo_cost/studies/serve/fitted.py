@@ -4,8 +4,8 @@ lowerings (:mod:`mhlo_cost.studies.gridfit`) and evaluated at the others, priced
 A batch of 1 is its own program (the IR drops unit dimensions), so points of batch 1 are lowered one by one;
 the others are fitted where that lowers fewer points than the grid has: nodes at the first two batches and
 contexts (the counts of a step are bilinear in them), checked at the last batch and context, lowered too. Where
-the model has more than two layers, each node is lowered at depth 1 and 2 only and its op table rebuilt at full
-depth by repeating the layer's rows (:mod:`mhlo_cost.studies.layerfit`); the check point is lowered at full
+the model has more than three layers, each node is lowered at depths 2 and 3 only and its op table rebuilt at
+full depth by repeating the layer's rows (:mod:`mhlo_cost.studies.layerfit`); the check point is lowered at full
 depth, the independent reference of both the repetition and the fit. Where the layers do not repeat, the nodes
 are lowered at full depth; where the op graph changes with the shape, or the fit misses the check point, or the
 cache layout does not scale as :meth:`CacheLayout.at` says, every point is lowered; ``note`` says why.
