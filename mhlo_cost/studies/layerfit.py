@@ -237,6 +237,29 @@ def _expand(items: list, key_of, keys: _Keys, depth: int, make, other=None) -> l
     return out
 
 
+def _sorted_by_name(args: list, shallow: list, deep: list) -> list:
+    """``args`` (argument, name, elements) with each run of one dictionary of arguments (a name up to ``['``) in
+    the order of the names where the programs at both depths have it so: torchax orders a state dict's tensors
+    by name (``layers.10`` before ``layers.2``); a list's (``cache[10]``) stay in the order of their index."""
+    def tree(name: str) -> str:
+        return name.split("[", 1)[0]
+
+    def ordered(names: list) -> set:
+        trees = {tree(n) for n in names if "['" in n}
+        return {t for t in trees if [n for n in names if tree(n) == t] == sorted(n for n in names if tree(n) == t)}
+
+    keep = ordered(shallow) & ordered(deep)
+    out, i = [], 0
+    while i < len(args):
+        j = i + 1
+        while j < len(args) and tree(args[j][1]) == tree(args[i][1]):
+            j += 1
+        run = args[i:j]
+        out += sorted(run, key=lambda a: a[1]) if tree(args[i][1]) in keep else run
+        i = j
+    return out
+
+
 def repeat_layers(shallow, deep, depth: int, base: int = 1):
     """The analysis of the program at ``depth`` layers from ``shallow`` (its analysis at depth ``base``) and
     ``deep`` (at ``base + 1``). FitFailed says why where the layers do not repeat or the program is not plain.
@@ -273,6 +296,7 @@ def repeat_layers(shallow, deep, depth: int, base: int = 1):
     args = _expand(list(zip(rec.args, rec.arg_names, rec.arg_elems)), lambda a: a[0][0], keys, depth,
                    lambda a, k: ((keys.at(a[0][0], k),) + tuple(a[0][1:]), _arg_name(rec, a, keys, k), a[2]),
                    lambda j, a: (a[0], _stepped(shallow.liveness.arg_names[j], a[1], depth), a[2]))
+    args = _sorted_by_name(args, shallow.liveness.arg_names, rec.arg_names)
     entry = Frame()
     entry.rows = list(rows)
     entry.items = _calls(deep.liveness.entry.items[:-1], q, m, depth, keys) + [Return(len(rows), tuple(uses))]
