@@ -30,12 +30,12 @@ def _gpt_at(layers_list, batch=2, context=128):
 
 
 def test_rebuilt_table_is_the_full_depth_lowering():
-    (s1, a1), (s2, a2), (s5, a5) = _gpt_at([1, 2, 5])
-    rebuilt = repeat_layers(a1, a2, 5)
-    assert len(rebuilt.rows) == len(a5.rows) == len(a1.rows) + 4 * (len(a2.rows) - len(a1.rows))
-    assert skeleton(rebuilt) == skeleton(a5)  # every integer, name, scope, value key pattern and liveness item
-    step = s5  # the figures priced from the rebuilt table are those of the lowered one
-    assert figures(step, HW, analysis=rebuilt) == figures(step, HW, analysis=a5)
+    (s1, a1), (s2, a2), (s12, a12) = _gpt_at([1, 2, 12])  # (12: params['layers'][10] after [9])
+    rebuilt = repeat_layers(a1, a2, 12)
+    assert len(rebuilt.rows) == len(a12.rows) == len(a1.rows) + 11 * (len(a2.rows) - len(a1.rows))
+    assert skeleton(rebuilt) == skeleton(a12)  # every integer, name, scope, value key pattern and liveness item
+    step = s12  # the figures priced from the rebuilt table are those of the lowered one
+    assert figures(step, HW, analysis=rebuilt) == figures(step, HW, analysis=a12)
     assert repeat_layers(a1, a2, 2) is a2 and repeat_layers(a1, a2, 1) is a1
 
 

@@ -237,18 +237,20 @@ def _expand(items: list, key_of, keys: _Keys, depth: int, make, other=None) -> l
     return out
 
 
-def _sorted_by_name(args: list, shallow: list, deep: list) -> list:
-    """``args`` (argument, name, elements) with each run of one dictionary of arguments (a name up to ``['``) in
-    the order of the names where the programs at both depths have it so: torchax orders a state dict's tensors
-    by name (``layers.10`` before ``layers.2``); a list's (``cache[10]``) stay in the order of their index."""
+def _sorted_by_name(args: list, shallow: list, deep: list, pairs: list) -> list:
+    """``args`` (argument, name, elements) with each run of one argument tree (a name up to ``[``) in the order
+    of the names where the layer index is in a quoted key (``pairs``: names of layer 1 and 2's arguments) and the
+    programs at both depths have it so: torchax orders a state dict's tensors by name (``layers.10`` before
+    ``layers.2``); a list's (``cache[10]``, ``params['layers'][10]``) stay in the order of their index."""
     def tree(name: str) -> str:
         return name.split("[", 1)[0]
 
-    def ordered(names: list) -> set:
-        trees = {tree(n) for n in names if "['" in n}
-        return {t for t in trees if [n for n in names if tree(n) == t] == sorted(n for n in names if tree(n) == t)}
+    def ordered(names: list, t: str) -> bool:
+        mine = [n for n in names if tree(n) == t]
+        return mine == sorted(mine)
 
-    keep = ordered(shallow) & ordered(deep)
+    keep = {tree(b) for a, b in pairs if _index_quoted(a, b)}
+    keep = {t for t in keep if ordered(shallow, t) and ordered(deep, t)}
     out, i = [], 0
     while i < len(args):
         j = i + 1
@@ -258,6 +260,14 @@ def _sorted_by_name(args: list, shallow: list, deep: list) -> list:
         out += sorted(run, key=lambda a: a[1]) if tree(args[i][1]) in keep else run
         i = j
     return out
+
+
+def _index_quoted(a: str, b: str) -> bool:
+    """Whether the first digit run that differs between ``a`` and ``b`` is inside a quoted string."""
+    for ma, mb in zip(_DIGITS.finditer(a), _DIGITS.finditer(b)):
+        if ma.group() != mb.group():
+            return a[:ma.start()].count("'") % 2 == 1
+    return False
 
 
 def repeat_layers(shallow, deep, depth: int, base: int = 1):
@@ -296,7 +306,9 @@ def repeat_layers(shallow, deep, depth: int, base: int = 1):
     args = _expand(list(zip(rec.args, rec.arg_names, rec.arg_elems)), lambda a: a[0][0], keys, depth,
                    lambda a, k: ((keys.at(a[0][0], k),) + tuple(a[0][1:]), _arg_name(rec, a, keys, k), a[2]),
                    lambda j, a: (a[0], _stepped(shallow.liveness.arg_names[j], a[1], depth), a[2]))
-    args = _sorted_by_name(args, shallow.liveness.arg_names, rec.arg_names)
+    names = dict(zip((a[0] for a in rec.args), rec.arg_names))
+    pairs = [(names[x], names[y]) for x, y in keys.f.items() if x != y and x in names and y in names]
+    args = _sorted_by_name(args, shallow.liveness.arg_names, rec.arg_names, pairs)
     entry = Frame()
     entry.rows = list(rows)
     entry.items = _calls(deep.liveness.entry.items[:-1], q, m, depth, keys) + [Return(len(rows), tuple(uses))]
