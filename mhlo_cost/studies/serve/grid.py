@@ -97,30 +97,38 @@ def _step_of(req: StepRequest, meta: dict, blob: bytes) -> Step | None:
 
 
 def sweep(base: StepRequest, batches, contexts, hw, tps=(1,), cache: StepCache | None = None,
-          stage=None, launch: str = "stream") -> list[Figures]:
-    """Figures of ``base`` at every batch x context x tp, in that order; lowered once per shape; kernels
-    launched by ``launch`` (:data:`~mhlo_cost.studies.serve.serve.LAUNCHES`)."""
+          stage=None, launch: str = "stream", note=None, fit: bool = True) -> list[Figures]:
+    """Figures of ``base`` at every batch x context x tp, in that order; kernels launched by ``launch``
+    (:data:`~mhlo_cost.studies.serve.serve.LAUNCHES`). Lowered once per shape, or, where it lowers fewer, a few
+    shapes lowered and the others' op tables fitted from them (:mod:`.fitted`; ``note(text)`` told where the
+    fit cannot be made and every shape is lowered; ``fit`` False: every shape lowered)."""
+    from .fitted import fitted_steps
     from .serve import launched, step_study
 
     hw = launched(hw, launch)
     cache = cache or StepCache(None)
     stage = stage or (lambda text: None)
-    out = []
+    found = {}
     for b in batches:
         for c in contexts:
             req = replace(base, batch=b, context=c)
-            found = {tp: cache.figures(req, hw, tp) for tp in tps}
-            if any(f is None for f in found.values()):
-                stage(f"lowering batch {b}, context {c}")
-                step, _ = cache.step(req)
-                stage(f"estimating batch {b}, context {c}")
-                analysis = step_study(step, hw).analysis
-                for tp in tps:
-                    if found[tp] is None:
-                        found[tp] = figures(step, hw, tp, analysis=analysis, launch=launch)
-                        cache.put(req, hw, tp, found[tp])
-            out += [found[tp] for tp in tps]
-    return out
+            found.update({(b, c, tp): cache.figures(req, hw, tp) for tp in tps})
+    todo = [(b, c) for b in batches for c in contexts if any(found[b, c, tp] is None for tp in tps)]
+    made = fitted_steps(base, todo, hw, cache, stage, note) if todo and fit else {}
+    for b, c in todo:
+        req = replace(base, batch=b, context=c)
+        if (b, c) in made:
+            step, analysis = made[b, c]
+        else:
+            stage(f"lowering batch {b}, context {c}")
+            step, _ = cache.step(req)
+            stage(f"estimating batch {b}, context {c}")
+            analysis = step_study(step, hw).analysis
+        for tp in tps:
+            if found[b, c, tp] is None:
+                found[b, c, tp] = figures(step, hw, tp, analysis=analysis, launch=launch)
+                cache.put(req, hw, tp, found[b, c, tp])
+    return [found[b, c, tp] for b in batches for c in contexts for tp in tps]
 
 
 COLUMNS = ("batch", "context", "tp", "kv_cache_bytes", "weight_bytes", "input_bytes", "activation_bytes",

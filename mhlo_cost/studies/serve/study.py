@@ -127,7 +127,7 @@ class ServeStudy(StepCacheStudy):
         self.check()
         o = self.options
         return sweep(o.request, o.batches or [o.request.batch], o.contexts or [o.request.context], self.hardware,
-                     tps=o.tps or [o.tp], cache=self.cache, stage=self.stage, launch=o.launch)
+                     tps=o.tps or [o.tp], cache=self.cache, stage=self.stage, launch=o.launch, note=self.note)
 
     def check(self) -> None:
         """What needs the model's configuration (read, never built), before anything is lowered (:attr:`step`

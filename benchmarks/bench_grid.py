@@ -1,0 +1,82 @@
+"""Grids without re-lowering (issue 41 part 3): a serve sweep's time from an empty cache with every point lowered
+(the old path) and with the op tables fitted from a few lowerings (the new one), and a byte comparison of the
+two tables. Each run is a fresh process with its own empty cache folder. Prints figures; no target is asserted.
+
+    python benchmarks/bench_grid.py                       # Llama-2-7B decode, batch {1,8,32,128} x context {2k,8k,32k}
+    python benchmarks/bench_grid.py --model gpt           # the bundled gpt (small: quick)
+    python benchmarks/bench_grid.py --sweep               # also time `mhlo-cost sweep --spec benchmarks/sweep_stdit3.toml`
+
+The issue's targets: the 7B serve grid under 20 s from an empty cache, the STDiT3 published-table sweep under 10 s
+(the sweep is not fitted yet: its time is the lowering path's).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+
+
+def child(model: str, batches: str, contexts: str, fit: str, out: str) -> None:
+    """One sweep in this (fresh) process, its table written to ``out`` as CSV."""
+    from mhlo_cost.lower.inference.steps import StepRequest
+    from mhlo_cost.roofline import hardware_from_args
+    from mhlo_cost.studies.serve.grid import StepCache, sweep, table
+
+    base = (StepRequest(hf="LlamaForCausalLM", config="llama") if model == "llama" else StepRequest(model="gpt"))
+    notes = []
+    with tempfile.TemporaryDirectory() as cache:
+        figs = sweep(base, [int(b) for b in batches.split(",")], [int(c) for c in contexts.split(",")],
+                     hardware_from_args("h100", None), cache=StepCache(cache), fit=fit == "fit", note=notes.append)
+    with open(out, "w", encoding="utf-8") as f:
+        f.write(table(figs).to_csv(index=False))
+    for n in notes:
+        print(f"note: {n}", file=sys.stderr)
+
+
+def timed(cmd: list[str]) -> float:
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""),
+               XDG_STATE_HOME=tempfile.mkdtemp())
+    t0 = time.perf_counter()
+    subprocess.run(cmd, check=True, env=env)
+    return time.perf_counter() - t0
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", choices=("llama", "gpt"), default="llama")
+    ap.add_argument("--batches", default="1,8,32,128")
+    ap.add_argument("--contexts", default="2048,8192,32768")
+    ap.add_argument("--sweep", action="store_true", help="also time the STDiT3 published-table sweep")
+    ap.add_argument("--child", nargs=2, metavar=("MODE", "OUT"), help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    if a.child:
+        child(a.model, a.batches, a.contexts, *a.child)
+        return
+    work = tempfile.mkdtemp()
+    times, tables = {}, {}
+    for mode in ("lower", "fit"):
+        out = os.path.join(work, f"{mode}.csv")
+        times[mode] = timed([sys.executable, __file__, "--model", a.model, "--batches", a.batches, "--contexts",
+                             a.contexts, "--child", mode, out])
+        with open(out, "rb") as f:
+            tables[mode] = f.read()
+    points = len(a.batches.split(",")) * len(a.contexts.split(","))
+    print(f"serve grid, {a.model}, {points} points, empty cache: every point lowered {times['lower']:.1f} s, "
+          f"fitted {times['fit']:.1f} s ({times['lower'] / times['fit']:.2f}x); target < 20 s (7B)")
+    print(f"tables byte-identical: {tables['lower'] == tables['fit']}")
+    if a.sweep:
+        spec = os.path.join(HERE, "sweep_stdit3.toml")
+        t = timed([sys.executable, "-m", "mhlo_cost", "sweep", "--spec", spec, "--cache-dir", tempfile.mkdtemp(),
+                   "-q", "-o", os.path.join(work, "sweep.csv")])
+        print(f"STDiT3 published-table sweep (24 points), empty cache: {t:.1f} s (lowered per point: not fitted "
+              "yet); target < 10 s")
+
+
+if __name__ == "__main__":
+    main()
