@@ -60,11 +60,12 @@ def split_options(run: dict) -> dict:
     """The ScaleConfig fields of the row's sharding, context parallelism, uneven stages, attention and gradient
     dtype: ``fsdp`` (the sharding group's size) is ZeRO 3 with ``dp_shard`` (0 where the group is all of dp);
     ``layers_per_stage`` gives the first and last stages' layers (the others must split the rest evenly, which
-    :func:`price` checks); flash attention is ``attention="fused"``; fp16 (Megatron 2021) reduces its gradients
+    :func:`price` checks); flash attention is ``attention="fused"`` with the row's ``attention_library`` (the
+    library its framework calls; absent: the profile's default); fp16 (Megatron 2021) reduces its gradients
     in fp16 (``--accumulate-allreduce-grads-in-fp32`` is off by default and forced only with bf16)."""
     kw = {"zero": 3 if run.get("fsdp", 0) > 0 else run.get("zero", 0), "cp": run.get("cp", 1),
           "attention": "fused" if run.get("attention") == "flash" else "unfused",
-          "grad_reduce_fp32": run["precision"] != "fp16"}
+          "grad_reduce_fp32": run["precision"] != "fp16", "attention_library": run.get("attention_library", "")}
     if run.get("fsdp", 0) > 0:
         kw["dp_shard"] = run["fsdp"] if run["fsdp"] < run.get("dp", 1) else 0
     stages = run.get("layers_per_stage")

@@ -138,11 +138,13 @@ def _sharding(args) -> dict:
                 cp_comm=args.cp_comm_type, first_stage_layers=args.first_stage_layers,
                 last_stage_layers=args.last_stage_layers, account_embedding=args.account_embedding,
                 account_loss=args.account_loss, attention=args.attention,
+                attention_library=args.attention_library or "",
                 grad_reduce_fp32=not args.grad_reduce_in_bf16)
 
 
 def cmd_train_plan(args, console) -> int:
     from ..network import resolve_profile
+    from ..studies.plan.costs import library_refusal
     from ..studies.plan.study import PlanOptions, PlanStudy
     from ..views.render import render
     from ..views.table import ViewRequest
@@ -151,6 +153,9 @@ def cmd_train_plan(args, console) -> int:
     claim_output(args, console)
     hw = resolve_profile(args.hardware, args.hardware_file)
     cfg = _config(args)
+    why = library_refusal(cfg, hw)
+    if why:
+        raise UserError(f"--attention-library: {why}")
     progress = console.progress()
     progress.stage(f"planning {cfg.label()} on {hw.name}" if not args.sweep else f"sweeping {args.sweep} GPUs")
     study = PlanStudy(PlanOptions(cfg, hw, gpus=args.sweep, cache_dir=cache_root(args, console),  # checked
@@ -240,6 +245,10 @@ def _register_sharding(p) -> None:
     p.add_argument("--attention", choices=("unfused", "fused"), default="unfused",
                    help="the layer's attention: unfused, its separate kernels as Megatron 2022 ran them (default), "
                         "or fused, one flash-attention kernel (NeMo, Megatron-Core, torchtitan)")
+    p.add_argument("--attention-library", choices=("fa2", "fa3", "cudnn"),
+                   help="with --attention fused: the kernel's library as the training stack calls it (fa2: "
+                        "flash-attn 2 and PyTorch SDPA's flash backend; fa3; cudnn: Transformer Engine's fused "
+                        "attention on Hopper); default: the profile's")
     p.add_argument("--grad-reduce-in-bf16", action="store_true",
                    help="gradients reduced in the 2-byte dtype, not fp32 (Megatron-Core's option; Megatron 2021's "
                         "fp16 default without --accumulate-allreduce-grads-in-fp32)")

@@ -19,7 +19,8 @@ causal chunks; ``cp_comm``: ``p2p``, ring attention's send/recv of K/V, or ``all
 pipelines: ``first_stage_layers`` / ``last_stage_layers`` (Megatron's ``--decoder-first/last-pipeline-num-
 layers``), the other stages splitting the rest evenly (:meth:`ScaleConfig.stage_layers`). ``attention``:
 ``unfused`` (the attention as its separate kernels, Megatron 2022's; the default) or ``fused`` (one flash-attention
-kernel, as NeMo, Megatron-Core and torchtitan run it). ``grad_reduce_fp32``: gradients reduced in fp32 (default) or
+kernel, as NeMo, Megatron-Core and torchtitan run it), with ``attention_library`` the fused kernel's library
+(``fa2``, ``fa3``, ``cudnn``; empty: the profile's default) as the training stack calls it. ``grad_reduce_fp32``: gradients reduced in fp32 (default) or
 in the parameters' 2-byte dtype (Megatron 2021's fp16 runs without ``--accumulate-allreduce-grads-in-fp32``).
 
 :meth:`ScaleConfig.invalid` says why a split cannot run (one sentence), or None.
@@ -27,6 +28,8 @@ in the parameters' 2-byte dtype (Megatron 2021's fp16 runs without ``--accumulat
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+
+from ...machines.kernels import LIBRARIES
 
 RECOMPUTE = ("none", "selective", "full")
 DP_COMM = ("all_reduce", "zero")
@@ -70,6 +73,7 @@ class ScaleConfig:
     account_loss: bool = False  # the loss (LM head) counted as a layer of the last stage
     attention: str = "unfused"  # unfused: Megatron 2022's separate kernels; fused: one flash-attention kernel
     grad_reduce_fp32: bool = True  # gradients reduced in fp32 (Megatron's main_grad); False: in the 2-byte dtype
+    attention_library: str = ""  # fused attention's library (fa2, fa3, cudnn); "": the profile's default
 
     @property
     def mlp(self) -> int:
@@ -176,6 +180,9 @@ class ScaleConfig:
             return f"cp_comm must be one of {', '.join(CP_COMM)}, got {self.cp_comm!r}"
         if self.attention not in ATTENTION:
             return f"attention must be one of {', '.join(ATTENTION)}, got {self.attention!r}"
+        if self.attention_library and (self.attention_library not in LIBRARIES or self.attention != "fused"):
+            return (f"attention_library must be one of {', '.join(LIBRARIES)} with fused attention, "
+                    f"got {self.attention_library!r} with {self.attention} attention")
         if self.hidden % self.heads:
             return f"heads {self.heads} do not divide hidden {self.hidden}"
         if self.mlp_kind not in ("gelu", "swiglu"):
@@ -264,7 +271,8 @@ class ScaleConfig:
         key = key if (self.kv, self.mlp_kind) == (self.heads, "gelu") else key + (self.kv, self.mlp_kind)
         key = key if self.cp == 1 else key + (("cp", self.cp),)  # (keys without cp unchanged)
         key = key if self.precision == "bf16" else key + (self.precision,)  # (bf16 keys unchanged)
-        return key if self.attention == "unfused" else key + (("attention", self.attention),)
+        key = key if self.attention == "unfused" else key + (("attention", self.attention),)
+        return key + (("attention_library", self.attention_library),) if self.attention_library else key
 
     def label(self) -> str:
         sp = "+sp" if self.sp else ""
@@ -272,6 +280,7 @@ class ScaleConfig:
         cp = f" cp{self.cp}{'' if self.cp_comm == 'p2p' else '-ag'}" if self.cp > 1 else ""
         pp = f"({'/'.join(map(str, sorted(set(self.stage_layers()))))})" if self.uneven else ""
         fa = " fused-attn" if self.attention == "fused" else ""
+        fa += f"({self.attention_library})" if self.attention_library else ""
         g = "" if self.grad_reduce_fp32 else " grads16"
         return (f"t{self.t}{sp}{cp} p{self.p}{pp}{v} d{self.d} mb{self.micro_batch} {self.recompute}"
                 f"{self._sharding_label()}{fa}{g}")

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Callable
 
 from ...files.cache import AMOUNT, COUNT, TEXT, DiskCache, Record, Schema, digest
@@ -95,13 +95,28 @@ def layer_cost(cfg: ScaleConfig, hw, cache_dir: str | os.PathLike | None = None,
     return cost
 
 
+def library_refusal(cfg: ScaleConfig, hw) -> str | None:
+    """Why ``cfg.attention_library`` cannot be priced on ``hw`` (one sentence: the profile has no model of that
+    library's fused attention kernel), or None."""
+    lib = cfg.attention_library
+    if not lib or (hw.attention is not None and hw.attention.get(lib) is not None):
+        return None
+    have = ", ".join(name for name, _ in hw.attention.libraries) if hw.attention is not None else "none"
+    return f"profile {hw.name} has no model of the {lib} attention library (it has: {have})"
+
+
 def analyse_layer(cfg: ScaleConfig, hw, key: str = "", chip: str = "", part: str = "layer") -> LayerCost:
     """Lower, walk and price the layer or the head (no cache), as a :class:`~mhlo_cost.studies.study.Study`: a training
     step's walk, compiled with the attention as ``cfg.attention`` says (unfused: its separate kernels; fused: one
-    flash-attention kernel)."""
+    flash-attention kernel, at ``cfg.attention_library``'s fractions where set, else the profile's default)."""
     from ..study import Study
     from .layer import lower_head, lower_layer
 
+    why = library_refusal(cfg, hw)
+    if why:
+        raise ValueError(why)
+    if cfg.attention_library:
+        hw = replace(hw, attention=replace(hw.attention, library=cfg.attention_library))
     study = Study(lower_head(cfg) if part == "head" else lower_layer(cfg), training="always", hardware=hw,
                   execution="compiled", attention=cfg.attention, dataflow=True)
     a, rf = study.analysis, study.roofline
