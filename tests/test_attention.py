@@ -59,16 +59,20 @@ def test_plain_mlp_has_no_attention():
     assert find_attention(d.rows, d.producers) == []
 
 
-def _fp8(t):
-    """A tensorwise fp8 cast (torchao's float8 training, tensorwise recipe): amax of the whole tensor, a scale,
-    the cast."""
-    scale = jnp.max(jnp.abs(t)).astype(jnp.float32) / 448.0
+def _fp8(t, axis=None):
+    """An fp8 cast (torchao's float8 training): amax of the whole tensor (tensorwise) or along the contracted axis
+    (rowwise), a scale, the cast."""
+    scale = jnp.max(jnp.abs(t), axis=axis, keepdims=True).astype(jnp.float32) / 448.0
     return (t.astype(jnp.float32) / scale).astype(jnp.float8_e4m3fn), scale
 
 
-def _fp8_dot(a, b):
-    (qa, sa), (qb, sb) = _fp8(a), _fp8(b)
+def _fp8_dot(a, b, rowwise=False):
+    (qa, sa), (qb, sb) = _fp8(a, -1 if rowwise else None), _fp8(b, 0 if rowwise else None)
     return (jnp.dot(qa, qb, preferred_element_type=jnp.float32) * sa * sb).astype(jnp.bfloat16)
+
+
+def _fp8_rowwise_dot(a, b):
+    return _fp8_dot(a, b, rowwise=True)
 
 
 def _swiglu(dot):
@@ -77,10 +81,10 @@ def _swiglu(dot):
     return mlp
 
 
-@pytest.mark.parametrize("dot", [_fp8_dot, jnp.dot], ids=["fp8-tensorwise", "bf16"])
+@pytest.mark.parametrize("dot", [_fp8_dot, _fp8_rowwise_dot, jnp.dot], ids=["fp8-tensorwise", "fp8-rowwise", "bf16"])
 def test_swiglu_mlp_is_no_attention(dot):
-    # GEMM, SiLU's exponential, (fp8: the amax reduce over the whole tensor and the scale divide), GEMM: an
-    # exponential and a reduction between two dots, but no softmax over the keys: no attention.
+    # GEMM, SiLU's exponential, (fp8: the amax reduce over the whole tensor or each row, the scale divide), GEMM:
+    # an exponential and a reduction between two dots, but no sum of exponentials over the keys: no attention.
     x, w13, w2 = ((64, 128), jnp.bfloat16), ((128, 256), jnp.bfloat16), ((256, 128), jnp.bfloat16)
     d = analyze(lowered(_swiglu(dot), x, w13, w13, w2), AnalysisOptions(dataflow=True))
     assert sum(r.kind == "dot" for r in d.rows) == 3
