@@ -59,6 +59,58 @@ def test_plain_mlp_has_no_attention():
     assert find_attention(d.rows, d.producers) == []
 
 
+def _fp8(t, axis=None):
+    """An fp8 cast (torchao's float8 training): amax of the whole tensor (tensorwise) or along the contracted axis
+    (rowwise), a scale, the cast."""
+    scale = jnp.max(jnp.abs(t), axis=axis, keepdims=True).astype(jnp.float32) / 448.0
+    return (t.astype(jnp.float32) / scale).astype(jnp.float8_e4m3fn), scale
+
+
+def _fp8_dot(a, b, rowwise=False):
+    (qa, sa), (qb, sb) = _fp8(a, -1 if rowwise else None), _fp8(b, 0 if rowwise else None)
+    return (jnp.dot(qa, qb, preferred_element_type=jnp.float32) * sa * sb).astype(jnp.bfloat16)
+
+
+def _fp8_rowwise_dot(a, b):
+    return _fp8_dot(a, b, rowwise=True)
+
+
+def _swiglu(dot):
+    def mlp(x, w1, w3, w2):
+        return dot(jax.nn.silu(dot(x, w1)) * dot(x, w3), w2)
+    return mlp
+
+
+@pytest.mark.parametrize("dot", [_fp8_dot, _fp8_rowwise_dot, jnp.dot], ids=["fp8-tensorwise", "fp8-rowwise", "bf16"])
+def test_swiglu_mlp_is_no_attention(dot):
+    # GEMM, SiLU's exponential, (fp8: the amax reduce over the whole tensor or each row, the scale divide), GEMM:
+    # an exponential and a reduction between two dots, but no sum of exponentials over the keys: no attention.
+    x, w13, w2 = ((64, 128), jnp.bfloat16), ((128, 256), jnp.bfloat16), ((256, 128), jnp.bfloat16)
+    d = analyze(lowered(_swiglu(dot), x, w13, w13, w2), AnalysisOptions(dataflow=True))
+    assert sum(r.kind == "dot" for r in d.rows) == 3
+    assert any(r.kind == "transcendental" for r in d.rows)
+    assert find_attention(d.rows, d.producers) == []
+    rf = Roofline(d, H100, fuse_mode="elementwise")
+    assert not any(k.attention for k in rf.fusion.kernels)
+
+
+def test_attention_after_an_fp8_mlp_is_still_one_attention():
+    # The fp8 MLP's amax stays outside; the attention that reads its output is found with its own two dots.
+    def block(x, w1, w3, w2, wq, wk, wv):
+        h = x + _swiglu(_fp8_dot)(x, w1, w3, w2)
+        q, k, v = (jnp.einsum("sd,dhe->hse", h, w) for w in (wq, wk, wv))
+        p = jax.nn.softmax(jnp.einsum("hqe,hke->hqk", q, k).astype(jnp.float32) / 8.0, -1)
+        return jnp.einsum("hqk,hke->hqe", p.astype(jnp.bfloat16), v)
+
+    bf = jnp.bfloat16
+    proj = ((128, 2, 64), bf)
+    d = analyze(lowered(block, ((64, 128), bf), ((128, 256), bf), ((128, 256), bf), ((256, 128), bf), proj, proj,
+                        proj), AnalysisOptions(dataflow=True))
+    (att,) = find_attention(d.rows, d.producers)
+    assert d.rows[att.qk].result.shape == (2, 64, 64)
+    assert d.rows[att.pv].result.shape == (2, 64, 64)
+
+
 def _count(text: str) -> collections.Counter:
     d = analyze(text, AnalysisOptions(dataflow=True))
     return collections.Counter(d.rows[a.qk].scope.split("/")[-1] for a in find_attention(d.rows, d.producers))

@@ -109,6 +109,34 @@ def _shares_matrix(rows, producers, qk: int, pv: int, chain_in) -> bool:
     return any(_source(rows, producers, p) in first for p in other)
 
 
+def _row_reduce(r) -> bool:
+    """Whether ``r`` reduces one axis of its input: a softmax's max or sum over the keys (per query, head and
+    batch). A reduction over every axis of a tensor of rank two or more (the amax of a tensorwise fp8 scale) is no
+    softmax: an fp8 MLP's GEMM, SiLU, amax, scale divide and next GEMM is not an attention."""
+    if r.kind != "reduce" or not r.operands:
+        return False
+    res = r.result if hasattr(r.result, "shape") else r.result[0]
+    return len(getattr(r.operands[0], "shape", ())) == len(getattr(res, "shape", ())) + 1
+
+
+def _sums_exps(rows, producers, i: int) -> bool:
+    """Whether row ``i`` is a softmax's sum: a one-axis reduce (:func:`_row_reduce`) of an exponential read
+    through data ops only (casts, broadcasts, a mask's select). A rowwise fp8 amax reduces one axis too, but of
+    ``abs`` of a SiLU product, not of an exponential."""
+    if not _row_reduce(rows[i]):
+        return False
+    stack = [(producers[i][0], 0)] if producers[i] else []
+    while stack:
+        j, depth = stack.pop()
+        if not isinstance(j, int):
+            continue
+        if short_name(rows[j].op) == "exponential":
+            return True
+        if depth < 8 and rows[j].kind in ("data", "free", "other"):
+            stack.extend((q, depth + 1) for q in producers[j])
+    return False
+
+
 def _match(rows, producers, pv: int, operand: int):
     """The attention whose probabilities are operand ``operand`` of dot ``pv``, or None."""
     p = producers[pv][operand] if operand < len(producers[pv]) else None
@@ -124,7 +152,7 @@ def _match(rows, producers, pv: int, operand: int):
             continue
         path = _forward_from(qk, chain, producers)
         names = {short_name(rows[i].op) for i in path}
-        if "exponential" not in names or not any(rows[i].kind == "reduce" for i in path):
+        if "exponential" not in names or not any(_sums_exps(rows, producers, i) for i in path):
             continue
         members = path | {qk, pv}
         outside = {q for i in path | {pv} for q in producers[i] if isinstance(q, int) and q not in members}
