@@ -254,6 +254,7 @@ def test_sweep_takes_megatrons_embedding_and_loss_split_where_p_does_not_divide(
 @pytest.mark.parametrize("extra,says", [
     (["--sweep-cp", "2"], "--sweep-cp goes with --sweep"),
     (["--sweep", "4", "--sweep-zero", "1", "--fsdp"], "--sweep-zero sweeps the ZeRO stage"),
+    (["--sweep", "4", "--sweep-cp", "1,0"], "--sweep-cp: a context-parallel degree is a positive integer"),
 ])
 def test_sweep_options_are_checked(capsys, extra, says):
     assert main(ARGS + extra) == 2
