@@ -84,11 +84,7 @@ def counted_flops(m) -> int:
 
 
 def measured_s(m) -> float:
-    if m["unit"] == "ms":
-        return m["measured"] * 1e-3
-    if m["unit"] == "TFLOP/s":
-        return counted_flops(m) / (m["measured"] * 1e12)
-    raise ValueError(f"{m['id']}: unknown unit {m['unit']!r}")
+    return vp.measured_s(m, counted_flops)
 
 
 def lowered_text(m) -> str:

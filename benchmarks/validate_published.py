@@ -152,11 +152,13 @@ def counted_flops(m) -> int:
     raise ValueError(f"{m['id']}: no FLOP rule {rule!r} for a TFLOP/s figure")
 
 
-def measured_s(m) -> float:
+def measured_s(m, count=None) -> float:
+    """The measured time of row ``m`` in seconds; a TFLOP/s figure is turned into one with ``count(m)``, the
+    source's FLOP count (default: ``counted_flops``)."""
     if m["unit"] == "ms":
         return m["measured"] * 1e-3
     if m["unit"] == "TFLOP/s":
-        return counted_flops(m) / (m["measured"] * 1e12)
+        return (count or counted_flops)(m) / (m["measured"] * 1e12)
     raise ValueError(f"{m['id']}: unknown unit {m['unit']!r}")
 
 

@@ -54,6 +54,16 @@ def test_allreduce_time_is_alpha_beta_of_the_algorithms_traffic():
     assert allreduce_time(hw, 1, s) == (0.0, "none")
 
 
+def test_gpus_not_joined_all_to_all_take_nccls_ring_beyond_two():
+    # vLLM's CustomAllreduce is off for more than two GPUs that are not fully NVLink-connected (PCIe, or NVLink
+    # bridges, which join pairs): NCCL's ring; two GPUs keep the one-shot kernel
+    s = 16 * 4096 * 2
+    for name in ("l40s", "h100-pcie"):
+        hw = get_profile(name)
+        assert allreduce_time(hw, 4, s)[1] == "ring" and allreduce_time(hw, 2, s)[1] == "one-shot"
+    assert allreduce_time(get_profile("h100"), 4, s)[1] == "one-shot"
+
+
 def test_rates_split_each_kernels_work_but_not_its_fixed_cost():
     # One kernel: 100 FLOPs in 1 s (100 FLOP/s); 200 bytes in 3 s of which 1 s fixed (100 B/s); 0.5 s launch.
     node = Kernels([100], [200], [1.0], [3.0], [0.5], [1.0])

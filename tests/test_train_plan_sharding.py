@@ -98,6 +98,15 @@ def test_memory_shards_optimizer_gradients_parameters(zero, shard_opts, shard):
         assert kept["weights"] == 2 * P * n // shard + 2 * P * n  # every layer left gathered for the backward
 
 
+def test_fsdp_on_a_stage_of_one_layer_holds_one_unsharded_layer():
+    # 4 layers on 4 stages: one layer a stage, nothing to prefetch; keeping it gathered costs the same
+    cfg = ScaleConfig(**TINY, t=2, p=4, d=4, global_batch=8, zero=3)
+    P = _params()
+    for reshard in (True, False):
+        m = memory(cfg.with_split(reshard_after_forward=reshard), layer_cost(cfg, SELENE))
+        assert m["weights"] == 2 * P // 4 + 2 * P
+
+
 # --- FSDP's overlap -------------------------------------------------------------------------------------------
 
 def _fake(fwd, bwd, w, core=None) -> LayerCost:
@@ -254,6 +263,7 @@ def test_sweep_takes_megatrons_embedding_and_loss_split_where_p_does_not_divide(
 @pytest.mark.parametrize("extra,says", [
     (["--sweep-cp", "2"], "--sweep-cp goes with --sweep"),
     (["--sweep", "4", "--sweep-zero", "1", "--fsdp"], "--sweep-zero sweeps the ZeRO stage"),
+    (["--sweep", "4", "--sweep-cp", "1,0"], "--sweep-cp: a context-parallel degree is a positive integer"),
 ])
 def test_sweep_options_are_checked(capsys, extra, says):
     assert main(ARGS + extra) == 2

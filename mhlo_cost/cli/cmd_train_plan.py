@@ -31,6 +31,8 @@ def _check_options(args) -> None:
     for opt, v in (("--sweep-cp", args.sweep_cp), ("--sweep-zero", args.sweep_zero)):
         if v is not None and args.sweep is None:
             raise UserError(f"{opt} goes with --sweep GPUS")
+    if args.sweep_cp is not None and 0 in args.sweep_cp:
+        raise UserError("--sweep-cp: a context-parallel degree is a positive integer, got 0")
     if args.sweep_zero is not None and (args.zero is not None or args.fsdp or args.use_distributed_optimizer
                                         or args.dp_comm == "zero"):
         raise UserError("--sweep-zero sweeps the ZeRO stage; it does not go with --zero, --fsdp, "

@@ -3,7 +3,8 @@
 vLLM (``csrc/custom_all_reduce.cuh`` at 036bb685581dbedcd6cf7fc845fe87268c7d1191, ``CustomAllreduce::allreduce``;
 ``vllm/distributed/device_communicators/custom_all_reduce.py`` at 00d618aab60448acdf3fac3e9c4e2e22d0c6c753,
 ``should_custom_ar``; read, not copied) reduces a message of ``S`` bytes over ``n`` GPUs of one node with its own
-peer-to-peer kernels where ``n`` is 2, 4, 6 or 8, the GPUs are joined by NVLink and ``S`` is under its buffer
+peer-to-peer kernels where ``n`` is 2, 4, 6 or 8, the GPUs are joined by NVLink (all to all, or ``n`` = 2;
+:func:`all_to_all_links` reads it from the profile's ``link_generation``) and ``S`` is under its buffer
 (``max_size`` 8 MiB); NCCL otherwise. Of its kernels:
 
 * **one-shot** (``cross_device_reduce_1stage``): every GPU reads the whole message from each of its ``n - 1``
@@ -58,10 +59,18 @@ def traffic(algorithm: str, n: int, nbytes: int) -> tuple[int, int]:
     raise ValueError(f"unknown all-reduce algorithm {algorithm!r}: choose one of {', '.join(ALGORITHMS)}")
 
 
+def all_to_all_links(hw) -> bool:
+    """Whether ``hw``'s GPUs of one node are joined all to all (NVLink through NVSwitch, Infinity Fabric), which
+    vLLM's custom all-reduce needs beyond 2 GPUs: not where the profile's ``link_generation`` names PCIe or an
+    NVLink bridge (which joins pairs)."""
+    gen = (getattr(hw, "link_generation", "") or "").lower()
+    return not (gen.startswith("pcie") or "bridge" in gen)
+
+
 def allreduce_time(hw, n: int, nbytes: int, library: str = "vllm") -> tuple[float, str]:
     """(seconds, algorithm) of one all-reduce of ``nbytes`` over ``n`` GPUs on ``hw`` as ``library`` runs it."""
     if n <= 1:
         return 0.0, "none"
-    algorithm = choose(n, nbytes, library)
+    algorithm = choose(n, nbytes, library, nvlink=all_to_all_links(hw))
     moved, steps = traffic(algorithm, n, nbytes)
     return hw.comm_time(moved, steps), algorithm

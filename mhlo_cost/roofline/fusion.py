@@ -28,7 +28,7 @@ columns add up to the fused total.
 With ``attention="fused"`` the rows of each attention found by :mod:`.attention` (dot -> softmax -> dot)
 are placed in one kernel first: the scores never leave the chip (flash attention).
 
-The code: :class:`_Grouper` places the rows; :class:`~.kernel_io.KernelIO` measures each kernel's inputs,
+The code: :class:`Grouper` places the rows; :class:`~.kernel_io.KernelIO` measures each kernel's inputs,
 outputs and time. What fusion does not model: kernels spanning loop iterations.
 """
 from __future__ import annotations
@@ -149,7 +149,7 @@ def _row_reduction(r: Row) -> bool:
     return 1 < row <= ROW_LIMIT
 
 
-class _Grouper:
+class Grouper:
     """The grouping pass of :func:`fuse`: walks the rows in program order and gives each a role and
     (where it runs in one) a kernel. ``preset`` maps rows to a group id decided beforehand (attention:
     :mod:`.attention`); the rows of one group share one kernel."""
@@ -298,16 +298,23 @@ def data_flow(analysis, producers: list | None, who: str) -> list:
     return producers
 
 
-def fuse(analysis, hw: Hardware, times: list[OpTime] | None = None, producers: list | None = None,
-         attention: str = "unfused") -> Fusion:
-    """Group rows into fused kernels (see the module docstring) and time them on ``hw``. ``attention``:
-    ``fused`` prices each attention found by :func:`.attention.find_attention` as one kernel."""
+def grouping_inputs(analysis, hw: Hardware, times, producers, attention: str, who: str) -> tuple:
+    """(rows, producers, times) of a grouping pass (:func:`fuse`, :func:`.inductor.inductor`): the data flow
+    (ValueError naming ``who`` without one), ``attention`` checked, each row's time on ``hw`` where not given."""
     rows = analysis.rows
-    producers = data_flow(analysis, producers, "fuse()")
+    producers = data_flow(analysis, producers, who)
     if attention not in ATTENTION_MODES:
         raise ValueError(f"unknown attention mode {attention!r}: choose one of {', '.join(ATTENTION_MODES)}")
     if times is None:
         times = [op_time(r, hw) for r in rows]
+    return rows, producers, times
+
+
+def fuse(analysis, hw: Hardware, times: list[OpTime] | None = None, producers: list | None = None,
+         attention: str = "unfused") -> Fusion:
+    """Group rows into fused kernels (see the module docstring) and time them on ``hw``. ``attention``:
+    ``fused`` prices each attention found by :func:`.attention.find_attention` as one kernel."""
+    rows, producers, times = grouping_inputs(analysis, hw, times, producers, attention, "fuse()")
     preset, onchip = {}, set()
     if attention == "fused":
         from .attention import find_attention, find_attention_backward
@@ -316,7 +323,7 @@ def fuse(analysis, hw: Hardware, times: list[OpTime] | None = None, producers: l
         backward, onchip = find_attention_backward(rows, producers, forward)
         for g, att in enumerate(forward + backward):
             preset.update((i, g) for i in att.members)
-    grouper = _Grouper(rows, producers, times, preset, getattr(hw, "row_fusion", True))
+    grouper = Grouper(rows, producers, times, preset, getattr(hw, "row_fusion", True))
     for i in range(len(rows)):
         grouper.place(i)
     io = KernelIO(rows, producers, times, grouper.role, onchip, masks=masks_of(analysis))

@@ -42,9 +42,9 @@ from dataclasses import dataclass
 from ..machines.hardware import Hardware
 from ..walk.row import Row, short_name
 from .band import masks_of
-from .fusion import Fusion, Kernel, _Grouper, data_flow
+from .fusion import Fusion, Grouper, Kernel, grouping_inputs
 from .kernel_io import KernelIO, share_time
-from .optime import OpTime, op_time
+from .optime import OpTime
 
 #: Inductor's ``config.max_fusion_size``: the most nodes one fused kernel holds.
 MAX_FUSION_SIZE = 64
@@ -58,7 +58,6 @@ VIEWS = frozenset({"reshape", "bitcast", "transpose", "broadcast_in_dim", "broad
 #: Ops that are loops of their own but fuse as pointwise loops over their result (copies, casts, indexing).
 POINTWISE_DATA = frozenset({"convert", "concatenate", "pad", "reverse", "copy", "reduce_precision", "iota",
                             "dynamic_slice", "real_dynamic_slice", "select", "clamp", "gather"})
-ATTENTION_MODES = ("fused", "unfused")
 
 
 @dataclass
@@ -115,8 +114,8 @@ def _epilogue(rows, producers, role, i: int) -> bool:
     return False
 
 
-class _InductorGrouper(_Grouper):
-    """The grouping of :func:`inductor`: the placement of :class:`.fusion._Grouper` with Inductor's rules."""
+class _InductorGrouper(Grouper):
+    """The grouping of :func:`inductor`: the placement of :class:`.fusion.Grouper` with Inductor's rules."""
 
     def __init__(self, *a, inline: set | None = None, **kw):
         super().__init__(*a, **kw)
@@ -282,12 +281,7 @@ def inductor(analysis, hw: Hardware, times: list[OpTime] | None = None, producer
     """The kernels of ``analysis`` as Inductor compiles it (see the module docstring), timed on ``hw``;
     ``cudagraphs``: replayed from a CUDA graph (``mode="reduce-overhead"``); ``sdpa``: the SDPA backend asked
     (``auto``: PyTorch's own choice; a backend that cannot run the attention is refused, :func:`.sdpa.resolve`)."""
-    rows = analysis.rows
-    producers = data_flow(analysis, producers, "inductor()")
-    if attention not in ATTENTION_MODES:
-        raise ValueError(f"unknown attention mode {attention!r}: choose one of {', '.join(ATTENTION_MODES)}")
-    if times is None:
-        times = [op_time(r, hw) for r in rows]
+    rows, producers, times = grouping_inputs(analysis, hw, times, producers, attention, "inductor()")
     preset, onchip, backends = _attention_preset(rows, producers, attention, sdpa, hw)
     grouper = _InductorGrouper(rows, producers, times, preset, inline=inlined(rows, producers) - set(preset))
     for i in range(len(rows)):

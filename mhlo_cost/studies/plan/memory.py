@@ -2,7 +2,8 @@
 pipeline stage), as exact ints from the per-device layer's IR.
 
 * weights: the layer's bf16 weight arguments x layers per stage; FSDP (ZeRO 3): their shard (``/ (cp x
-  dp_shard)``) plus the unsharded buffers of two layers (the one running and the one prefetched), or, with
+  dp_shard)``) plus the unsharded buffers of two layers (the one running and the one prefetched; one on a stage
+  of one layer), or, with
   reshard-after-forward off, of every layer of the stage (the forward leaves them gathered for the backward);
 * gradients: Megatron's fp32 gradient buffer (``main_grad``), 4 bytes per weight element; ZeRO 2 / 3: its
   shard plus one layer's unsharded fp32 gradient (the one being reduce-scattered);
@@ -46,7 +47,7 @@ def memory(cfg: ScaleConfig, cost: LayerCost, capacity: float | None = None, sta
     held = held_layer_microbatches(cfg, stage) * cost.activation_bytes
     weights = cost.weight_bytes * n
     if z == 3:
-        weights = weights // shard + cost.weight_bytes * (2 if cfg.reshard_after_forward else n)
+        weights = weights // shard + cost.weight_bytes * (min(2, n) if cfg.reshard_after_forward else n)
     grads = cost.weight_elems * 4 * n
     out = {
         "weights": weights,
