@@ -1,6 +1,11 @@
 """What several test files build the same way: tensor types and rule contexts by hand, small JAX programs lowered to
-text, the command line run in this process, and the two-call program the walk and its recorders are checked on."""
+text, the command line run in this process, the two-call program the walk and its recorders are checked on, and the
+repository's scripts (benchmarks, generators) loaded as modules."""
 from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
 
 from mhlo_cost.cli import main
 from mhlo_cost.ir.tensorinfo import TensorInfo
@@ -66,3 +71,14 @@ def call_chain(n: int) -> str:
                   f"    %r = func.call @f{i + 1}(%y) : ({t}) -> {t}", f"    return %r : {t}", "  }"]
     lines += [f"  func.func private @f{n}(%x: {t}) -> {t} {{", f"    return %x : {t}", "  }", "}"]
     return "\n".join(lines) + "\n"
+
+
+def script(path: str, name: str | None = None):
+    """The repository's script at ``path`` (relative to the root, e.g. ``benchmarks/validate_training.py``) run as
+    module ``name`` (default: the file's stem), registered in ``sys.modules`` (a dataclass looks its module up)."""
+    file = Path(__file__).resolve().parents[1] / path
+    spec = importlib.util.spec_from_file_location(name or file.stem, file)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module

@@ -2,11 +2,11 @@
 add up to the forward's, their kernels to its kernel count), and each kind is what its kernels are."""
 from __future__ import annotations
 
-import importlib.util
 import math
 from pathlib import Path
 
 import pytest
+from helpers import script
 
 pytest.importorskip("torch")
 
@@ -14,10 +14,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def _module():
-    spec = importlib.util.spec_from_file_location("stdit3_roofline_more", ROOT / "benchmarks" / "stdit3_roofline.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return script("benchmarks/stdit3_roofline.py", "stdit3_roofline_more")
 
 
 def test_kinds_partition_the_eager_estimate():

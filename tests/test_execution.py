@@ -13,6 +13,7 @@ from mhlo_cost import lower_model  # noqa: E402
 from mhlo_cost.analysis import AnalysisOptions, analyze  # noqa: E402
 from mhlo_cost.machines.hardware import get_profile  # noqa: E402
 from mhlo_cost.roofline import Roofline  # noqa: E402
+from helpers import script  # noqa: E402
 
 
 class Block(nn.Module):
@@ -80,13 +81,7 @@ def test_sdpa_math_costs_more_than_flash():
 def test_eager_peak_against_memtracker():
     """The eager peak of a two-layer BERT at 1,024 tokens within 10% of torch's MemTracker (FakeTensorMode)."""
     pytest.importorskip("transformers")
-    import importlib.util
-    import pathlib
-
-    path = pathlib.Path(__file__).parent.parent / "benchmarks" / "eager_memory.py"
-    spec = importlib.util.spec_from_file_location("eager_memory", path)
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = script("benchmarks/eager_memory.py")
     build, dtype, specs, kw, sdpa = bench.spec_of("bert")
     ref = bench.memtracker_peak(build, dtype, specs, kw)
     est = bench.estimated_peaks(build, dtype, specs, kw, sdpa)

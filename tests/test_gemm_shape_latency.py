@@ -3,7 +3,6 @@ benchmarks/validate_latency.py: a round's profile prices the runs of the same ro
 estimate over that statistic of the runs."""
 from __future__ import annotations
 
-import importlib.util
 import os
 
 import jax.numpy as jnp
@@ -11,16 +10,13 @@ import pytest
 
 from mhlo_cost.machines.hardware import get_profile, load_profiles
 from mhlo_cost.roofline.calibrate import STATISTICS, calibrate, profile_toml
+from helpers import script
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _validate_latency():
-    spec = importlib.util.spec_from_file_location("validate_latency",
-                                                  os.path.join(ROOT, "benchmarks", "validate_latency.py"))
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return script("benchmarks/validate_latency.py")
 
 
 def test_statistics_are_the_fastest_and_the_median_run():

@@ -8,22 +8,17 @@ in the same commit and says why in the message (tests/golden/README.md).
 from __future__ import annotations
 
 import difflib
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import pytest
+from helpers import script
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def _generator():
-    spec = importlib.util.spec_from_file_location("make_golden", ROOT / "scripts" / "make_golden.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # a dataclass looks its module up
-    spec.loader.exec_module(module)
-    return module
+    return script("scripts/make_golden.py")
 
 
 golden = _generator()

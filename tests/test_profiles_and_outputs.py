@@ -6,7 +6,6 @@ tests/fixtures/reliability3/profiles/."""
 from __future__ import annotations
 
 import csv
-import importlib.util
 import io
 import json
 import math
@@ -20,6 +19,7 @@ from mhlo_cost.cli import main
 
 sys.path.insert(0, str(Path(__file__).parent))
 import fuzz_profiles  # noqa: E402
+from helpers import script  # noqa: E402
 
 FIX = Path(__file__).parent / "fixtures" / "reliability3" / "profiles"
 PROGRAM = FIX / "program.mlir"
@@ -315,9 +315,7 @@ def test_a_negative_baseline_count_is_bad_input(tmp_path, capsys):
 
 
 def test_each_stdit3_shape_is_compared_with_its_own_measurement():
-    spec = importlib.util.spec_from_file_location("stdit3_roofline", ROOT / "benchmarks" / "stdit3_roofline.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = script("benchmarks/stdit3_roofline.py")
     # the published single-A100 30-step times (issue 24): 99.0 / 202.3 / 104.24 / 206.92 s
     for shape, seconds in (("204_640_360", 99.0), ("408_640_360", 202.3), ("51_1280_720", 104.24),
                            ("102_1280_720", 206.92)):

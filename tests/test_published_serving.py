@@ -4,9 +4,9 @@ row either says how the simulation expresses it or why it cannot; at least 20 ro
 validate_serving.py turns every expressed row into simulation options without lowering anything."""
 from __future__ import annotations
 
-import importlib.util
 import tomllib
 from pathlib import Path
+from helpers import script
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "benchmarks" / "data" / "published_serving.toml"
@@ -35,9 +35,7 @@ def test_every_row_is_sourced_and_complete():
 
 
 def test_every_expressed_row_makes_simulation_options():
-    spec = importlib.util.spec_from_file_location("validate_serving", ROOT / "benchmarks" / "validate_serving.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = script("benchmarks/validate_serving.py")
     _, rows = _rows()
     for r in (r for r in rows if "express" in r):
         o = mod.options(r, None, None)

@@ -10,7 +10,6 @@ eager, the JAX model the one to count (and to shard)."""
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import math
 import os
 
@@ -25,16 +24,13 @@ from mhlo_cost.lower.models.config import STDiT3Config  # noqa: E402
 from mhlo_cost.machines.hardware import get_profile  # noqa: E402
 from mhlo_cost.roofline import Roofline  # noqa: E402
 from mhlo_cost.walk.row import short_name  # noqa: E402
+from helpers import script  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _breakdown():
-    spec = importlib.util.spec_from_file_location("stdit3_roofline_paths", os.path.join(ROOT, "benchmarks",
-                                                                                       "stdit3_roofline.py"))
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod.eager_class
+    return script("benchmarks/stdit3_roofline.py", "stdit3_roofline_paths").eager_class
 
 
 @pytest.fixture(scope="module")

@@ -3,19 +3,15 @@ data file holds them, their speed-ups over the one-A100 rows as issue 35 quotes 
 and the excess T_n - T_1 / n worked out by hand."""
 from __future__ import annotations
 
-import importlib.util
 import math
 import os
+from helpers import script
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _bench():
-    spec = importlib.util.spec_from_file_location("stdit3_scaling_t", os.path.join(ROOT, "benchmarks",
-                                                                                  "stdit3_scaling.py"))
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return script("benchmarks/stdit3_scaling.py", "stdit3_scaling_t")
 
 
 def test_published_ulysses_times_and_speedups():

@@ -29,6 +29,7 @@ from mhlo_cost.lower.models.config import STDiT3Config  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).parent))
 from stdit3_formula import gemm_flops  # noqa: E402
+from helpers import script  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 FULL_GEMM_204_640_360 = 260977523687424
@@ -309,11 +310,7 @@ def test_torch_xla_blocks_by_scope_equal_jax(small_torch_xla, small_jax_text):
 
 def test_torch_xla_location_names():
     """The dump script's location names, from torch.export's nn_module_stack (no torch-xla needed)."""
-    import importlib.util as iu
-
-    spec = iu.spec_from_file_location("_torch_xla_dump", ROOT / "scripts" / "torch_xla_dump.py")
-    dump = iu.module_from_spec(spec)
-    spec.loader.exec_module(dump)
+    dump = script("scripts/torch_xla_dump.py", "_torch_xla_dump")
 
     class Node:
         def __init__(self, stack, target=torch.ops.aten.addmm.default):

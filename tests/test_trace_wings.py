@@ -3,11 +3,10 @@
 where a wing hands a callable down. Views get figures and frames, not a study whose methods they call back."""
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
+from helpers import script
 
 ROOT = Path(__file__).resolve().parents[1]
 GPT = ROOT / "examples" / "gpt_small.mlir"
@@ -16,11 +15,7 @@ TINY_PLAN = ["--layers", "2", "--hidden", "64", "--heads", "2", "--seq", "32", "
 
 
 def _tracer():
-    spec = importlib.util.spec_from_file_location("trace_wings", ROOT / "scripts" / "trace_wings.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return script("scripts/trace_wings.py")
 
 
 tracer = _tracer()

@@ -5,17 +5,14 @@ small data file."""
 from __future__ import annotations
 
 import copy
-import importlib.util
 import os
 import tomllib
 
 import pytest
+from helpers import script
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-_spec = importlib.util.spec_from_file_location("validate_training",
-                                               os.path.join(ROOT, "benchmarks", "validate_training.py"))
-vt = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(vt)
+vt = script("benchmarks/validate_training.py")
 
 
 @pytest.fixture(scope="module")
