@@ -82,12 +82,13 @@ def test_routed_part_gemm_flops_per_device(imbalance):
     assert fl["backward"] == 2 * (router + experts)  # dgrad + wgrad
 
 
-def test_model_flops_match_the_closed_form():
-    cfg = _cfg(zero=1)
+@pytest.mark.parametrize("mlp, mats", [("swiglu", 3), ("gelu", 2)])
+def test_model_flops_match_the_closed_form(mlp, mats):
+    cfg = _cfg(zero=1, mlp_kind=mlp)
     b, s, h, f = 16, S, H, 256
     attn = 6 * b * s * 4 * h * h + 12 * b * s * s * h
-    dense = attn + 6 * b * s * 3 * h * f
-    moe = attn + 6 * b * s * (3 * h * F * (1 + K) + h * E)  # shared + top-k experts, router
+    dense = attn + 6 * b * s * mats * h * f  # the dense and shared MLPs: the model's kind
+    moe = attn + 6 * b * s * (mats * h * F + 3 * K * h * F + h * E)  # shared, top-k SwiGLU experts, router
     assert plan(cfg, DGX).iteration.counts["model_flops"] == dense + MOE_LAYERS * moe + 6 * b * s * h * 128
 
 
@@ -159,3 +160,23 @@ def test_cli_plans_a_moe_and_refuses_a_bad_split(capsys, tmp_path, monkeypatch):
     assert main(ARGS + ["--ep", "3"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("mhlo-cost: error:") and "expert-parallel degree 3" in err[0]
+
+
+def test_overlapped_all_to_all_exposes_only_what_outlasts_the_moe_layers_compute():
+    cfg = _cfg(dense_layers=0, d=4, ep=4, global_batch=8)
+    plain, over = plan(cfg, DGX), plan(cfg.with_split(ep_overlap=True), DGX)
+    m = cfg.micro_batches
+    head = over.head.time_s["forward"] + over.head.time_s["backward"]
+    work = sum(over.iteration.compute.values()) - m * head  # every layer is a MoE layer here
+    assert over.iteration.ep_comm == pytest.approx(max(0.0, plain.iteration.ep_comm - work), rel=1e-9)
+    assert over.iteration.counts["ep_total_s"] == pytest.approx(plain.iteration.ep_comm, rel=1e-12)
+    assert "needs experts" in ScaleConfig(ep_overlap=True).invalid()
+
+
+def test_hf_deepseek_v3_maps_its_experts():
+    pytest.importorskip("transformers")
+    from mhlo_cost.studies.plan.hf import hf_scale_config
+
+    cfg = hf_scale_config("DeepseekV3ForCausalLM", "deepseek_v3", {"num_hidden_layers": 5}, 256)
+    assert (cfg.layers, cfg.hidden, cfg.experts, cfg.top_k, cfg.expert_ffn, cfg.shared_experts, cfg.dense_layers,
+            cfg.ffn, cfg.seq) == (5, 7168, 256, 8, 2048, 1, 3, 18432, 256)

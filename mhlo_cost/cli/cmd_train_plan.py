@@ -147,7 +147,7 @@ def _sharding(args) -> dict:
 #: The MoE options and the ScaleConfig fields they set (given ones only: a named model's stay otherwise).
 EXPERTS = (("num_experts", "experts"), ("moe_router_topk", "top_k"), ("moe_ffn_hidden_size", "expert_ffn"),
            ("moe_shared_experts", "shared_experts"), ("moe_dense_layers", "dense_layers"), ("ep", "ep"),
-           ("moe_expert_capacity_factor", "capacity_factor"), ("moe_imbalance", "expert_imbalance"))
+           ("moe_expert_capacity_factor", "capacity_factor"), ("moe_imbalance", "expert_imbalance"), ("moe_a2a_overlap", "ep_overlap"))
 
 
 def _experts(args) -> dict:
@@ -285,3 +285,6 @@ def _register_experts(p) -> None:
     p.add_argument("--moe-imbalance", type=float, metavar="F",
                    help="dropless routing: the busiest expert-parallel rank gets F x the balanced share of tokens "
                         "(default 1.0: balanced)")
+    p.add_argument("--moe-a2a-overlap", action="store_true", default=None,
+                   help="the all_to_all hidden under another micro-batch's compute, as DeepSeek's DualPipe runs it "
+                        "(default: not overlapped, Megatron's dispatcher)")

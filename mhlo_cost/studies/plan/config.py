@@ -83,6 +83,7 @@ class ScaleConfig:
     ep: int = 1  # expert-parallel degree (Megatron's --expert-model-parallel-size), taken from the cp x d ranks
     capacity_factor: float = 0.0  # tokens an expert takes, x its balanced share (padded to it); 0: dropless
     expert_imbalance: float = 1.0  # the busiest EP rank's routed tokens / the balanced share (1.0: balanced)
+    ep_overlap: bool = False  # the all_to_all hidden under another micro-batch's compute (DualPipe-style)
 
     @property
     def mlp(self) -> int:
@@ -270,7 +271,7 @@ class ScaleConfig:
         return None
 
     def _moe_invalid(self) -> str | None:
-        if not self.experts and self.ep == 1:
+        if not self.experts and self.ep == 1 and not self.ep_overlap:
             return None
         from .moe import moe_invalid
 
@@ -298,7 +299,7 @@ class ScaleConfig:
         fa = " fused-attn" if self.attention == "fused" else ""
         fa += f"({self.attention_library})" if self.attention_library else ""
         g = "" if self.grad_reduce_fp32 else " grads16"
-        ep = f" ep{self.ep}" if self.experts else ""
+        ep = f" ep{self.ep}{'-overlap' if self.ep_overlap else ''}" if self.experts else ""
         return (f"t{self.t}{sp}{cp} p{self.p}{pp}{v} d{self.d}{ep} mb{self.micro_batch} {self.recompute}"
                 f"{self._sharding_label()}{fa}{g}")
 

@@ -22,7 +22,9 @@ layer and micro-batch, forward, and their gradients backward (full recompute: th
 ``S = copies x hidden x 2`` bytes (bf16; ``copies = T x k`` dropless, ``E x ceil(c T k / E)`` with a capacity),
 ``(ep - 1) / ep x S`` sent by each device, over the ``ep`` ranks (consecutive data ranks: Megatron's order, so
 eight or fewer share a node's NVLink and more span the scale-out network). Not overlapped with compute
-(Megatron's default dispatcher; DeepSeek's DualPipe overlaps them).
+(Megatron's default dispatcher), or with ``ep_overlap`` hidden under the compute of another micro-batch's layer as
+DeepSeek's DualPipe pairs a forward chunk with a backward chunk: a layer exposes only what its all_to_all
+(forward + backward) outlasts its compute (forward + backward + recompute).
 
 What is not modelled: the tokens' permutation and un-permutation (memory copies), the router's auxiliary loss,
 expert tensor parallelism (``t`` must be 1), MLA attention (priced as multi-head attention of the same hidden
@@ -46,13 +48,13 @@ F32 = jnp.float32
 
 #: The MoE fields cleared in the dense programs' configurations.
 NO_EXPERTS = dict(experts=0, top_k=0, expert_ffn=0, shared_experts=0, dense_layers=0, ep=1, capacity_factor=0.0,
-                  expert_imbalance=1.0)
+                  expert_imbalance=1.0, ep_overlap=False)
 
 
 def moe_invalid(cfg: ScaleConfig) -> str | None:
     """Why ``cfg``'s experts cannot be priced, in one sentence; None where they can."""
     if not cfg.experts:
-        return f"expert parallelism (ep {cfg.ep}) needs experts" if cfg.ep != 1 else None
+        return f"expert parallelism (ep {cfg.ep}{', overlapped' if cfg.ep_overlap else ''}) needs experts"
     for k in ("experts", "top_k", "expert_ffn", "ep"):
         v = getattr(cfg, k)
         if not isinstance(v, int) or isinstance(v, bool) or v < 1:

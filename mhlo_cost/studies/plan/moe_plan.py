@@ -122,10 +122,16 @@ def _moe_layer(cfg: ScaleConfig, costs: MoECosts, topo) -> dict:
     a2a = {"layer_forward": 0.0, "layer_backward": 0.0}
     for c in a2a_collectives(cfg):
         a2a[c.per] += seconds(topo, c)
+    fwd, bwd = a2a["layer_forward"], a2a["layer_backward"]
+    if cfg.ep_overlap:  # hidden under the compute of the layer of another micro-batch
+        work = one["forward"] + one["backward"] + one["recompute"] + ex["forward"] + ex["backward"] + rec
+        left = max(0.0, fwd + bwd - work) / (fwd + bwd) if fwd + bwd else 0.0
+        fwd, bwd = fwd * left, bwd * left
     one.update(forward=one["forward"] + ex["forward"], backward=one["backward"] + ex["backward"],
-               recompute=one["recompute"] + rec, ep_forward=a2a["layer_forward"], ep_backward=a2a["layer_backward"])
-    one["f"] += ex["forward"] + a2a["layer_forward"]
-    one["b"] += ex["backward"] + rec + a2a["layer_backward"]
+               recompute=one["recompute"] + rec, ep_forward=fwd, ep_backward=bwd,
+               ep_total=a2a["layer_forward"] + a2a["layer_backward"])
+    one["f"] += ex["forward"] + fwd
+    one["b"] += ex["backward"] + rec + bwd
     return one
 
 
@@ -180,6 +186,7 @@ def moe_compose(cfg: ScaleConfig, costs: MoECosts, hw) -> Iteration:
     total = float(slots) * per_mb + (dp_iter - hidden) + opt
     compute = {k: sec[k] for k in ("forward", "backward", "recompute")}
     counts = moe_counts(cfg, costs, hw, total, stages)
+    counts["ep_total_s"] = m * slow["moe"] * layers[1]["ep_total"]
     counts.update(micro_batches=m, p2p_transfers=2 * m if p > 1 else 0, p2p_bytes=p2p_bytes, slots=str(slots),
                   bubble_fraction=str(Fraction(p - 1, m)))
     one = {"slow_stage": slow_stage, "dp_iteration_exposed": dp_iter - hidden, "dense": layers[0], "moe": layers[1]}
@@ -190,13 +197,14 @@ def moe_compose(cfg: ScaleConfig, costs: MoECosts, hw) -> Iteration:
 
 def moe_flops_formula(cfg: ScaleConfig) -> int:
     """Model FLOPs per iteration in closed form (forward + backward = 3 x forward, every token): per layer the
-    attention's projections and scores as :func:`~.compose.model_flops_6nd`, the dense layers' SwiGLU, the MoE
-    layers' shared and k routed experts' SwiGLUs and the router; the logits."""
+    attention's projections and scores as :func:`~.compose.model_flops_6nd`, the dense layers' MLP, the MoE
+    layers' shared experts' MLP and k routed experts' SwiGLUs and the router; the logits."""
     b, s, h, vcb = cfg.global_batch, cfg.seq, cfg.hidden, cfg.vocab
     kvd = cfg.kv * (h // cfg.heads)
     attn = 6 * b * s * (2 * h * h + 2 * h * kvd) + 12 * b * s * s * h
-    dense = attn + 6 * b * s * 3 * h * cfg.mlp
-    moe = attn + 6 * b * s * (3 * h * cfg.expert_ffn * (cfg.shared_experts + cfg.top_k) + h * cfg.experts)
+    mats = 3 if cfg.mlp_kind == "swiglu" else 2  # the dense and shared MLPs' GEMMs; the routed experts: SwiGLU
+    dense = attn + 6 * b * s * mats * h * cfg.mlp
+    moe = attn + 6 * b * s * (h * cfg.expert_ffn * (mats * cfg.shared_experts + 3 * cfg.top_k) + h * cfg.experts)
     return cfg.dense_layers * dense + (cfg.layers - cfg.dense_layers) * moe + 6 * b * s * h * vcb
 
 
@@ -280,7 +288,9 @@ def moe_facts(p) -> list[str]:
         f"local expert per micro-batch ({c['tokens']:,} tokens x top-{cfg.top_k} / {local_experts(cfg)} at balance)",
         f"all_to_all per MoE layer and micro-batch: {len(a2a)} of S = {a2a[0].nbytes if a2a else 0:,} bytes over "
         f"{cfg.ep} ranks ({tier}), {c['ep_bytes_per_layer']:,} bytes sent per GPU; per step {c['ep_bytes']:,} bytes "
-        f"per GPU of the stage with the most MoE layers; {it.ep_comm:.4g} s, not overlapped",
+        f"per GPU of the stage with the most MoE layers; {c['ep_total_s']:.4g} s, "
+        + (f"{it.ep_comm:.4g} s of it exposed (overlapped with another micro-batch's compute)" if cfg.ep_overlap
+           else "not overlapped"),
         f"memory per GPU ({'first stage' if not m.get('stage') else 'stage %d, the most' % m['stage']}): "
         + ", ".join(f"{k.replace('_', ' ')} {m[k] / gib:.2f} GiB" for k in (*CATEGORIES, "total"))
         + (f"; {'fits' if m['fits'] else 'does NOT fit'} in {m['capacity'] / gib:.1f} GiB" if "fits" in m else ""),
