@@ -180,3 +180,10 @@ def test_hf_deepseek_v3_maps_its_experts():
     cfg = hf_scale_config("DeepseekV3ForCausalLM", "deepseek_v3", {"num_hidden_layers": 5}, 256)
     assert (cfg.layers, cfg.hidden, cfg.experts, cfg.top_k, cfg.expert_ffn, cfg.shared_experts, cfg.dense_layers,
             cfg.ffn, cfg.seq) == (5, 7168, 256, 8, 2048, 1, 3, 18432, 256)
+
+
+def test_full_recompute_keeps_only_each_layers_input():
+    cfg = _cfg(recompute="full", p=1)
+    m = plan(cfg, DGX).memory
+    layer_input = 1 * S * H * 2  # b x s x h, bf16
+    assert m["activations"] == min(1, cfg.micro_batches) * cfg.layers * layer_input

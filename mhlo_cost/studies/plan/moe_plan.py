@@ -16,7 +16,8 @@ Communication per step (:class:`~.sharding.Collective`, S the full buffer as :mo
   sharding the dense optimizer state ``cp x d`` ways and the experts' ``cp x d / ep`` ways).
 
 Memory per GPU: weights (bf16), Megatron's fp32 gradient buffer, the optimizer state (fp32 master and two
-moments, sharded as above), and the activations of ``min(p - stage, m)`` micro-batches of the stage's layers.
+moments, sharded as above), and the activations of ``min(p - stage, m)`` micro-batches of the stage's layers
+(the routed part's saved tensors; with full recompute none: the layer's input, kept by the base, remakes them).
 """
 from __future__ import annotations
 
@@ -245,7 +246,9 @@ def moe_memory(cfg: ScaleConfig, costs: MoECosts, capacity=None, stage: int = 0)
     dense_w = dense * (d.weight_bytes if d else 0) + moe * (b.weight_bytes + sp["router_bytes"])
     dense_opt = dense * (d.master_bytes + d.moment_bytes if d else 0) + moe * (
         b.master_bytes + b.moment_bytes + sp["router_opt"])
-    act = dense * (d.activation_bytes if d else 0) + moe * (b.activation_bytes + costs.experts.activation_bytes)
+    # full recompute keeps the layer's input only (the base's): the routed part's inputs are remade from it
+    routed = 0 if cfg.recompute == "full" else costs.experts.activation_bytes
+    act = dense * (d.activation_bytes if d else 0) + moe * (b.activation_bytes + routed)
     ew, eg = moe * sp["expert_bytes"], 4 * moe * sp["expert_elems"]
     eo = moe * sp["expert_opt"] // expert_shard_degree(cfg)
     out = {"weights": dense_w + ew, "gradients": 4 * dense_elems + eg,
