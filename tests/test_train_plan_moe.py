@@ -187,3 +187,12 @@ def test_full_recompute_keeps_only_each_layers_input():
     m = plan(cfg, DGX).memory
     layer_input = 1 * S * H * 2  # b x s x h, bf16
     assert m["activations"] == min(1, cfg.micro_batches) * cfg.layers * layer_input
+
+
+def test_dense_layers_sit_on_the_first_stages():
+    from mhlo_cost.studies.plan.moe import stage_kinds
+
+    cfg = model_config("deepseek-v3", p=16, d=16, ep=16, global_batch=16, first_stage_layers=4, last_stage_layers=1)
+    assert stage_kinds(cfg) == [(3, 1)] + [(0, 4)] * 14 + [(0, 1)]
+    counted = _cfg(layers=6, dense_layers=2, p=4, d=4, account_embedding=True, account_loss=True)
+    assert counted.invalid() is None and stage_kinds(counted) == [(1, 0), (1, 1), (0, 2), (0, 1)]

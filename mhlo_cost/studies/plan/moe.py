@@ -82,9 +82,7 @@ def _moe_split_invalid(cfg: ScaleConfig) -> str | None:
                 f"{cfg.expert_imbalance}")
     unpriced = [why for bad, why in ((cfg.t > 1, "tensor degree above 1 (expert tensor parallelism)"),
                                      (cfg.zero_stage > 1, "ZeRO 2/3"), (cfg.interleave > 1, "interleaving"),
-                                     (cfg.dp_shard > 0, "HSDP"), (cfg.precision != "bf16", "fp8"),
-                                     (cfg.first_stage_layers == 0 and cfg.last_stage_layers == 0
-                                      and (cfg.account_embedding or cfg.account_loss), "embedding/loss-counted splits"))
+                                     (cfg.dp_shard > 0, "HSDP"), (cfg.precision != "bf16", "fp8"))
                 if bad]
     return f"experts with {unpriced[0]} are not priced yet" if unpriced else None
 
