@@ -196,3 +196,14 @@ def test_dense_layers_sit_on_the_first_stages():
     assert stage_kinds(cfg) == [(3, 1)] + [(0, 4)] * 14 + [(0, 1)]
     counted = _cfg(layers=6, dense_layers=2, p=4, d=4, account_embedding=True, account_loss=True)
     assert counted.invalid() is None and stage_kinds(counted) == [(1, 0), (1, 1), (0, 2), (0, 1)]
+
+
+def test_deepseek_v3_parameters_near_the_published_671b_and_37b():
+    """DeepSeek-V3 publishes 671B parameters, 37B activated per token (its report, section 1), with MLA attention;
+    priced with multi-head attention (4 h^2 a layer: 205.5M against MLA's 187.1M), the counts stay within 0.5%
+    and 5% (the active count is the more sensitive: the attention is a third of it)."""
+    cfg = model_config("deepseek-v3", p=16, d=16, ep=16, global_batch=16, first_stage_layers=4,
+                       last_stage_layers=1, recompute="full")
+    c = plan(cfg, DGX).iteration.counts
+    assert abs(c["params_total"] / 671e9 - 1) < 0.005
+    assert abs(c["params_active"] / 37e9 - 1) < 0.05

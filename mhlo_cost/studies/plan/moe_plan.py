@@ -229,11 +229,25 @@ def moe_counts(cfg: ScaleConfig, costs: MoECosts, hw, total: float, stages: list
     most = max(st["moe"] for st in stages)
     topo = getattr(hw, "topology", None)
     tier = estimate(topo, "all_to_all", a2a[0].nbytes, a2a[0].groups).tier if a2a and topo is not None else "local"
-    return {"model_flops": model, "hardware_flops": hardware, "formula_flops": moe_flops_formula(cfg),
+    return {**parameters(cfg, costs), "model_flops": model, "hardware_flops": hardware,
+            "formula_flops": moe_flops_formula(cfg),
             "mfu": model / denom if denom else 0.0, "hfu": hardware / denom if denom else 0.0,
             "ep_bytes_per_layer": sent, "ep_bytes": sent * most * cfg.micro_batches,
             "expert_rows": expert_rows(cfg), "tokens": tokens(cfg), "ep_tier": tier,
             "collectives": [c.row() for c in (*a2a, *dp_collectives(cfg, costs, *stage_kinds(cfg)[0]))]}
+
+
+def parameters(cfg: ScaleConfig, costs: MoECosts) -> dict:
+    """The model's parameters from the programs' weights (t = 1: a device holds whole layers; the routed part
+    ``E / ep`` experts, so ``x ep``), the untied embedding (``vocab x hidden``) added; and those one token uses
+    (``top_k`` of the ``E`` routed experts)."""
+    sp, d = costs.split(cfg), costs.dense
+    experts = sp["expert_elems"] * cfg.ep  # every expert of a layer
+    shared = cfg.dense_layers * (d.weight_elems if d else 0) + (cfg.layers - cfg.dense_layers) * (
+        costs.base.weight_elems + sp["router_elems"]) + costs.head.weight_elems + cfg.vocab * cfg.hidden
+    moe_n = cfg.layers - cfg.dense_layers
+    return {"params_total": shared + moe_n * experts, "params_active": shared + moe_n * experts * cfg.top_k
+            // cfg.experts}
 
 
 def moe_memory(cfg: ScaleConfig, costs: MoECosts, capacity=None, stage: int = 0) -> dict:
@@ -285,6 +299,8 @@ def moe_facts(p) -> list[str]:
     lines = [
         f"model FLOPs {c['model_flops']:,} (forward + backward from the IR; closed form {c['formula_flops']:,}); "
         f"hardware FLOPs {c['hardware_flops']:,}; MFU {c['mfu']:.1%}, HFU {c['hfu']:.1%} of the bf16 peak",
+        f"parameters {c['params_total']:,} in all, {c['params_active']:,} used per token (from the programs' "
+        "weights, the embedding added)",
         f"experts: {cfg.experts} routed (top-{cfg.top_k}, {cfg.expert_ffn} wide) + {cfg.shared_experts} shared, "
         f"{cfg.layers - cfg.dense_layers} MoE layers after {cfg.dense_layers} dense; EP {cfg.ep} ({local_experts(cfg)} "
         f"experts per GPU), expert-data-parallel {cfg.cp * cfg.d // cfg.ep}; {routing}; {c['expert_rows']:,} rows per "
