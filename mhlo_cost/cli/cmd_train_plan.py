@@ -141,7 +141,18 @@ def _sharding(args) -> dict:
                 last_stage_layers=args.last_stage_layers, account_embedding=args.account_embedding,
                 account_loss=args.account_loss, attention=args.attention,
                 attention_library=args.attention_library or "",
-                grad_reduce_fp32=not args.grad_reduce_in_bf16)
+                grad_reduce_fp32=not args.grad_reduce_in_bf16, **_experts(args))
+
+
+#: The MoE options and the ScaleConfig fields they set (given ones only: a named model's stay otherwise).
+EXPERTS = (("num_experts", "experts"), ("moe_router_topk", "top_k"), ("moe_ffn_hidden_size", "expert_ffn"),
+           ("moe_shared_experts", "shared_experts"), ("moe_dense_layers", "dense_layers"), ("ep", "ep"),
+           ("moe_expert_capacity_factor", "capacity_factor"), ("moe_imbalance", "expert_imbalance"), ("moe_a2a_overlap", "ep_overlap"))
+
+
+def _experts(args) -> dict:
+    """The ScaleConfig fields of the mixture-of-experts options that were given."""
+    return {field: getattr(args, dest) for dest, field in EXPERTS if getattr(args, dest) is not None}
 
 
 def cmd_train_plan(args, console) -> int:
@@ -174,7 +185,8 @@ def register(sub) -> None:
                                    "(1F1B or interleaved) x data parallel training of a GPT-style decoder: the "
                                    "per-device layer is lowered from shapes and analysed once, the iteration "
                                    "composed from it on the system's network.")
-    p.add_argument("--model", help="gpt-22b, gpt-175b, gpt-530b, gpt-1t (Korthikanti et al. 2022); or give the sizes")
+    p.add_argument("--model", help="gpt-22b, gpt-175b, gpt-530b, gpt-1t (Korthikanti et al. 2022), deepseek-v3 (a "
+                                   "MoE: 256 routed experts, top-8, 1 shared, 3 dense layers of 61); or give the sizes")
     for k in ("layers", "hidden", "heads", "seq", "vocab"):
         p.add_argument(f"--{k}", type=positive_int)
     p.add_argument("--hf", metavar="CLASS", help="a Llama-family transformers decoder (LlamaForCausalLM): its sizes, "
@@ -251,6 +263,28 @@ def _register_sharding(p) -> None:
                    help="with --attention fused: the kernel's library as the training stack calls it (fa2: "
                         "flash-attn 2 and PyTorch SDPA's flash backend; fa3; cudnn: Transformer Engine's fused "
                         "attention on Hopper); default: the profile's")
+    _register_experts(p)
     p.add_argument("--grad-reduce-in-bf16", action="store_true",
                    help="gradients reduced in the 2-byte dtype, not fp32 (Megatron-Core's option; Megatron 2021's "
                         "fp16 default without --accumulate-allreduce-grads-in-fp32)")
+
+
+def _register_experts(p) -> None:
+    """The mixture-of-experts options, in Megatron-LM's spellings (``--moe-shared-experts``, ``--moe-dense-layers``
+    and ``--moe-imbalance`` are this tool's: Megatron gives the shared experts' width and a layer pattern)."""
+    p.add_argument("--num-experts", type=positive_int, metavar="E", help="routed experts of each MoE layer")
+    p.add_argument("--moe-router-topk", type=positive_int, metavar="K", help="experts each token is routed to")
+    p.add_argument("--moe-ffn-hidden-size", type=positive_int, metavar="N", help="one expert's (SwiGLU) width")
+    p.add_argument("--moe-shared-experts", type=positive_int, metavar="N", help="shared experts, each N wide")
+    p.add_argument("--moe-dense-layers", type=int, metavar="N", help="the first N layers keep the dense MLP")
+    p.add_argument("--ep", "--expert-model-parallel-size", dest="ep", type=positive_int, metavar="N",
+                   help="expert-parallel degree: each MoE layer's experts split over N of the data-parallel ranks, "
+                        "tokens sent to them and back by all_to_all (default 1)")
+    p.add_argument("--moe-expert-capacity-factor", type=float, metavar="C",
+                   help="each expert takes C x its balanced share of tokens, padded to it (default: dropless)")
+    p.add_argument("--moe-imbalance", type=float, metavar="F",
+                   help="dropless routing: the busiest expert-parallel rank gets F x the balanced share of tokens "
+                        "(default 1.0: balanced)")
+    p.add_argument("--moe-a2a-overlap", action="store_true", default=None,
+                   help="the all_to_all hidden under another micro-batch's compute, as DeepSeek's DualPipe runs it "
+                        "(default: not overlapped, Megatron's dispatcher)")

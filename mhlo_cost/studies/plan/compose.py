@@ -54,6 +54,7 @@ class Iteration:
     cp_comm: float = 0.0  # context parallelism's exposed exchange (its ring steps beyond the attention's compute)
     stages: tuple = ()  # per stage: layers, f_s / b_s seconds per micro-batch, its dp Exposure (compose._stages)
     layer: dict = field(default_factory=dict)  # one layer, one micro-batch: seconds by part (compose._layer)
+    ep_comm: float = 0.0  # expert parallelism's all_to_all dispatch and combine (not overlapped; :mod:`.moe_plan`)
 
     def row(self, every: bool = False) -> dict:
         """The iteration as one table row (``every``: the sharding/CP/stage columns whether used or not)."""
@@ -84,6 +85,8 @@ class Iteration:
             out["attention"] = cfg.attention
         if not cfg.grad_reduce_fp32:
             out["grad_bytes"] = cfg.grad_bytes
+        if cfg.experts:
+            out.update(experts=cfg.experts, top_k=cfg.top_k, ep=cfg.ep, ep_comm_s=self.ep_comm)
         return out
 
 

@@ -74,6 +74,16 @@ class ScaleConfig:
     attention: str = "unfused"  # unfused: Megatron 2022's separate kernels; fused: one flash-attention kernel
     grad_reduce_fp32: bool = True  # gradients reduced in fp32 (Megatron's main_grad); False: in the 2-byte dtype
     attention_library: str = ""  # fused attention's library (fa2, fa3, cudnn); "": the profile's default
+    # mixture of experts (:mod:`.moe`; experts 0: a dense model, every field below unused)
+    experts: int = 0  # routed experts E of each MoE layer
+    top_k: int = 0  # experts each token is routed to
+    expert_ffn: int = 0  # one expert's (SwiGLU) width
+    shared_experts: int = 0  # shared experts, each expert_ffn wide, run on every token (one MLP of their width)
+    dense_layers: int = 0  # the first layers keep the dense MLP (ffn wide): DeepSeek-V3's first_k_dense_replace
+    ep: int = 1  # expert-parallel degree (Megatron's --expert-model-parallel-size), taken from the cp x d ranks
+    capacity_factor: float = 0.0  # tokens an expert takes, x its balanced share (padded to it); 0: dropless
+    expert_imbalance: float = 1.0  # the busiest EP rank's routed tokens / the balanced share (1.0: balanced)
+    ep_overlap: bool = False  # the all_to_all hidden under another micro-batch's compute (DualPipe-style)
 
     @property
     def mlp(self) -> int:
@@ -213,7 +223,7 @@ class ScaleConfig:
             return f"sequence parallelism: tensor degree {self.t} does not divide seq {self.seq}"
         if self.sp and self.t == 1:
             return "sequence parallelism needs a tensor degree above 1"
-        why = self._pipeline_invalid() or self._sharding_invalid() or self._cp_invalid()
+        why = self._pipeline_invalid() or self._sharding_invalid() or self._cp_invalid() or self._moe_invalid()
         if why:
             return why
         if self.interleave > 1 and self.p == 1:
@@ -260,6 +270,13 @@ class ScaleConfig:
             return f"sequence parallelism: tensor degree {self.t} does not divide seq / cp {self.local_seq}"
         return None
 
+    def _moe_invalid(self) -> str | None:
+        if not self.experts and self.ep == 1 and not self.ep_overlap:
+            return None
+        from .moe import moe_invalid
+
+        return moe_invalid(self)
+
     def with_split(self, **kw) -> "ScaleConfig":
         return replace(self, **kw)
 
@@ -282,7 +299,8 @@ class ScaleConfig:
         fa = " fused-attn" if self.attention == "fused" else ""
         fa += f"({self.attention_library})" if self.attention_library else ""
         g = "" if self.grad_reduce_fp32 else " grads16"
-        return (f"t{self.t}{sp}{cp} p{self.p}{pp}{v} d{self.d} mb{self.micro_batch} {self.recompute}"
+        ep = f" ep{self.ep}{'-overlap' if self.ep_overlap else ''}" if self.experts else ""
+        return (f"t{self.t}{sp}{cp} p{self.p}{pp}{v} d{self.d}{ep} mb{self.micro_batch} {self.recompute}"
                 f"{self._sharding_label()}{fa}{g}")
 
     def _sharding_label(self) -> str:
@@ -299,6 +317,12 @@ MODELS = {
     "gpt-175b": dict(layers=96, hidden=12288, heads=96, seq=2048, vocab=51200),
     "gpt-530b": dict(layers=105, hidden=20480, heads=128, seq=2048, vocab=51200),
     "gpt-1t": dict(layers=128, hidden=25600, heads=160, seq=2048, vocab=51200),
+    # DeepSeek-V3 (config.json of deepseek-ai/DeepSeek-V3: hidden_size 7168, num_hidden_layers 61,
+    # first_k_dense_replace 3, intermediate_size 18432, n_routed_experts 256, num_experts_per_tok 8,
+    # moe_intermediate_size 2048, n_shared_experts 1, num_attention_heads 128, vocab_size 129280; the report's
+    # pre-training sequence 4K, no dropout). Its MLA attention is priced as multi-head attention (:mod:`.moe`).
+    "deepseek-v3": dict(layers=61, hidden=7168, heads=128, seq=4096, vocab=129280, ffn=18432, mlp_kind="swiglu",
+                        dropout=False, experts=256, top_k=8, expert_ffn=2048, shared_experts=1, dense_layers=3),
 }
 
 

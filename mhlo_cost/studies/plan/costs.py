@@ -71,6 +71,10 @@ _MEMO: dict = {}
 def _request(cfg: ScaleConfig, hw, chip: str, part: str) -> dict:
     """What the layer's cost depends on: the part, the layer's shapes, the chip and its figures."""
     extra = [cfg.vocab] if part == "head" else []
+    if part == "experts":  # a MoE layer's routed part (:mod:`.moe`)
+        from .moe import experts_key
+
+        extra = experts_key(cfg)
     figures = {f.name: getattr(hw, f.name) for f in dataclasses.fields(Hardware) if f.name not in _NAMING}
     return {"part": part, "layer": list(cfg.layer_key()) + extra, "chip": chip, "figures": repr(figures)}
 
@@ -117,7 +121,13 @@ def analyse_layer(cfg: ScaleConfig, hw, key: str = "", chip: str = "", part: str
         raise ValueError(why)
     if cfg.attention_library:
         hw = replace(hw, attention=replace(hw.attention, library=cfg.attention_library))
-    study = Study(lower_head(cfg) if part == "head" else lower_layer(cfg), training="always", hardware=hw,
+    if part == "experts":
+        from .moe import lower_experts
+
+        text = lower_experts(cfg)
+    else:
+        text = lower_head(cfg) if part == "head" else lower_layer(cfg)
+    study = Study(text, training="always", hardware=hw,
                   execution="compiled", attention=cfg.attention, dataflow=True)
     a, rf = study.analysis, study.roofline
     ph = a.phases

@@ -27,6 +27,7 @@ class Plan:
     memory: dict
     cost: LayerCost | None = None  # the per-device layer's analysis
     head: LayerCost | None = None  # the last stage's head's
+    moe: object = None  # a MoE model's costs and per-stage memory (:class:`.moe_plan.MoECosts`)
 
     def row(self, every: bool = False) -> dict:
         r = self.iteration.row(every)
@@ -41,6 +42,10 @@ def plan(cfg: ScaleConfig, hw, cache_dir: str | os.PathLike | None = None, note=
     why = cfg.invalid()
     if why:
         raise ValueError(f"invalid training configuration: {why}")
+    if cfg.experts:
+        from .moe_plan import moe_plan
+
+        return moe_plan(cfg, hw, cache_dir, note)
     cost = layer_cost(cfg, hw, cache_dir, note=note)
     head = layer_cost(cfg, hw, cache_dir, part="head", note=note)
     it = compose(cfg, cost, hw, head)
@@ -57,6 +62,7 @@ def breakdown_frame(p: Plan) -> pd.DataFrame:
     parts = [("compute/forward", it.compute["forward"]), ("compute/backward", it.compute["backward"]),
              ("compute/recompute", it.compute["recompute"]), ("tp_comm (exposed)", it.tp_comm),
              *([("cp_comm (exposed)", it.cp_comm)] if p.cfg.cp > 1 else []),
+             *([("ep_comm (all_to_all)", it.ep_comm)] if p.cfg.experts else []),
              ("pipeline bubble", it.bubble), ("p2p", it.p2p), ("dp_comm (exposed)", it.dp_exposed),
              ("optimizer", it.optimizer)]
     total = it.total
@@ -70,9 +76,14 @@ def facts(p: Plan) -> list[str]:
     """The lines under the breakdown: FLOPs, MFU, memory, the schedule's exact counts."""
     c, m, cfg = p.iteration.counts, p.memory, p.cfg
     gib = 2 ** 30
+    first = (f"configuration: {cfg.label()} on {cfg.gpus} GPUs; {c['micro_batches']} micro-batches of "
+             f"{cfg.micro_batch}; bubble fraction (p-1)/(v m) = {c['bubble_fraction']}")
+    if p.moe is not None:
+        from .moe_plan import moe_facts
+
+        return [first] + moe_facts(p)
     lines = [
-        f"configuration: {cfg.label()} on {cfg.gpus} GPUs; {c['micro_batches']} micro-batches of "
-        f"{cfg.micro_batch}; bubble fraction (p-1)/(v m) = {c['bubble_fraction']}",
+        first,
         f"model FLOPs {c['model_flops']:,} (forward + backward from the IR; closed form "
         f"{c['formula_flops']:,}, 6ND with N = 12 L h^2: {c['rule_6nd']:,}); hardware FLOPs "
         f"{c['hardware_flops']:,} (recompute included)",

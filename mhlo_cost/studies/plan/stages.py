@@ -18,8 +18,15 @@ from .memory import CATEGORIES, memory
 COMPONENTS = ("forward", "backward", "recompute", "tp_comm", "cp_comm", "p2p", "dp_exposed", "optimizer", "idle")
 
 
+def components(cfg) -> tuple:
+    """The components of ``cfg``'s stages: :data:`COMPONENTS`, with ``ep_comm`` (the all_to_all) for a MoE model."""
+    return COMPONENTS if not cfg.experts else (*COMPONENTS[:5], "ep_comm", *COMPONENTS[5:])
+
+
 def _seconds(it, st: dict, m: int) -> dict:
     """A stage's components but idle (seconds per iteration) from the per-layer parts and the stage's layers."""
+    if "seconds" in st:  # a MoE model's stage (:mod:`.moe_plan`): its mix of layers priced there
+        return dict(st["seconds"])
     one, n, dp = it.layer, st["layers"], st["dp"]
     return {"forward": m * (n * one["forward"] + st["head_forward"]),
             "backward": m * (n * one["backward"] + st["head_backward"]), "recompute": m * n * one["recompute"],
@@ -39,10 +46,15 @@ def stage_rows(p) -> list[dict]:
     for s, st in enumerate(it.stages):
         row = {"stage": s, "devices": f"{s * per}-{(s + 1) * per - 1}" if per > 1 else str(s)}
         row.update(_seconds(it, st, cfg.micro_batches))
-        busy = sum(row[k] for k in COMPONENTS[:-1])
-        row["idle"] = it.bubble if s == it.layer["slow_stage"] else max(0.0, it.total - busy)
+        busy = sum(row[k] for k in components(cfg)[:-1])
+        slow = s == it.layer["slow_stage"] and not cfg.experts
+        row["idle"] = it.bubble if slow else max(0.0, it.total - busy)
         row["iteration"] = it.total
-        mem = memory(cfg, p.cost, capacity, stage=s) if p.cost is not None else {}
+        mem = memory(cfg, p.cost, capacity, stage=s) if p.cost is not None and p.moe is None else {}
+        if p.moe is not None:
+            from .moe_plan import moe_memory
+
+            mem = moe_memory(cfg, p.moe, capacity, stage=s)
         row.update({f"mem_{k}": mem.get(k, 0) for k in (*CATEGORIES, "total")})
         rows.append(row)
     return rows
@@ -51,7 +63,7 @@ def stage_rows(p) -> list[dict]:
 def stage_frame(p) -> pd.DataFrame:
     """:func:`stage_rows` as a table: seconds rounded to the microsecond, bytes exact."""
     df = pd.DataFrame(stage_rows(p))
-    for k in (*COMPONENTS, "iteration"):
+    for k in (*components(p.cfg), "iteration"):
         df[k + "_s"] = [round(v, 6) for v in df.pop(k)]
-    cols = ["stage", "devices", *(k + "_s" for k in (*COMPONENTS, "iteration"))]
+    cols = ["stage", "devices", *(k + "_s" for k in (*components(p.cfg), "iteration"))]
     return df[cols + [c for c in df.columns if c.startswith("mem_")]]

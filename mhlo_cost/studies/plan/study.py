@@ -82,7 +82,7 @@ class PlanStudy:
         """What the plan's views read (:class:`mhlo_cost.views.plan.PlanFigures`): plain values and frames."""
         from ...views.plan import PlanFigures
         from .plan import breakdown_frame, facts
-        from .stages import COMPONENTS, stage_frame, stage_rows
+        from .stages import components, stage_frame, stage_rows
 
         p = self.plan
         cfg = p.cfg
@@ -90,7 +90,7 @@ class PlanStudy:
                                                  "global_batch")}
         cards["gpus"] = cfg.gpus
         return PlanFigures(self.options.hardware.name, p.row(), p.iteration.counts, p.memory, breakdown_frame(p),
-                           stage_rows(p), stage_frame(p), facts(p), COMPONENTS, cards)
+                           stage_rows(p), stage_frame(p), facts(p), components(cfg), cards)
 
     def view(self, request=None):
         """The answer as a :class:`~mhlo_cost.views.table.Table`: the sweep's ranked splits (``gpus``), or the

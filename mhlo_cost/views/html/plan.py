@@ -16,7 +16,7 @@ from .table import table_html
 #: One colour per component (compute in blues, communication in reds, idle grey).
 COLOURS = {"forward": "#1f5fa8", "backward": "#5b8fd0", "recompute": "#8fb8e6", "tp_comm": "#c0392b",
            "cp_comm": "#e0607e", "p2p": "#e08a2e", "dp_exposed": "#7b4fa8", "optimizer": "#2e8b57",
-           "idle": "#cccccc"}
+           "idle": "#cccccc", "ep_comm": "#d4a017"}
 W = 1100
 
 

@@ -1,0 +1,210 @@
+"""Mixture-of-experts layers in a training plan: what one device runs of a MoE layer under expert parallelism.
+
+A MoE model (:class:`~.config.ScaleConfig` with ``experts`` > 0) has ``dense_layers`` first layers with the
+dense MLP (``ffn`` wide; DeepSeek-V3's ``first_k_dense_replace``) and MoE layers after them. A MoE layer is
+priced as two per-device programs, each lowered from shapes and walked like the dense layer:
+
+* the **base**: the dense layer's program (:mod:`.layer`: attention, norms) whose MLP is the shared experts,
+  one SwiGLU of ``shared_experts x expert_ffn`` (:func:`base_config`; what DeepSeek's shared expert is);
+* the **routed part** (:func:`lower_experts`): the router's GEMM (``hidden x E``), its sigmoid scores and top-k
+  (DeepSeek-V3's gating, normalised over the k), and the device's ``E / ep`` local experts as one batched SwiGLU
+  (gate, up: ``hidden x expert_ffn``; down) over the rows each expert receives, forward, backward and the
+  optimizer step on the router's and the local experts' weights.
+
+Rows per local expert (:func:`expert_rows`), ``T`` the device's tokens of one micro-batch (``b x s / cp``): at
+balance each device computes ``T x k`` token copies over its ``E / ep`` experts (every expert receives
+``ep x T x k / E`` of them from the ``ep`` ranks); the busiest device ``expert_imbalance`` times as many
+(default 1.0: balanced routing). With a ``capacity_factor`` c every expert runs ``c`` times its balanced share,
+padded to it (GShard; Megatron's ``--moe-pad-expert-input-to-capacity``), whatever the imbalance.
+
+The expert-parallel all_to_all (:mod:`mhlo_cost.network.expert_parallel`): dispatch and combine of each MoE
+layer and micro-batch, forward, and their gradients backward (full recompute: the forward's again), each of
+``S = copies x hidden x 2`` bytes (bf16; ``copies = T x k`` dropless, ``E x ceil(c T k / E)`` with a capacity),
+``(ep - 1) / ep x S`` sent by each device, over the ``ep`` ranks (consecutive data ranks: Megatron's order, so
+eight or fewer share a node's NVLink and more span the scale-out network). Not overlapped with compute
+(Megatron's default dispatcher), or with ``ep_overlap`` hidden under the compute of another micro-batch's layer as
+DeepSeek's DualPipe pairs a forward chunk with a backward chunk: a layer exposes only what its all_to_all
+(forward + backward) outlasts its compute (forward + backward + recompute).
+
+What is not modelled: the tokens' permutation and un-permutation (memory copies), the router's auxiliary loss,
+expert tensor parallelism (``t`` must be 1), MLA attention (priced as multi-head attention of the same hidden
+size and heads: its low-rank projections are not the GPT projections), fp8 experts, ZeRO 2/3 and interleaving
+with experts.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+from fractions import Fraction
+from math import ceil
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+from .config import ScaleConfig
+
+scope = jax.named_scope
+F32 = jnp.float32
+
+#: The MoE fields cleared in the dense programs' configurations.
+NO_EXPERTS = dict(experts=0, top_k=0, expert_ffn=0, shared_experts=0, dense_layers=0, ep=1, capacity_factor=0.0,
+                  expert_imbalance=1.0, ep_overlap=False)
+
+
+def moe_invalid(cfg: ScaleConfig) -> str | None:
+    """Why ``cfg``'s experts cannot be priced, in one sentence; None where they can."""
+    if not cfg.experts:
+        return f"expert parallelism (ep {cfg.ep}{', overlapped' if cfg.ep_overlap else ''}) needs experts"
+    for k in ("experts", "top_k", "expert_ffn", "ep"):
+        v = getattr(cfg, k)
+        if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+            return f"{k} must be a positive integer with experts, got {v!r}"
+    for k in ("shared_experts", "dense_layers"):
+        v = getattr(cfg, k)
+        if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+            return f"{k} must be a non-negative integer, got {v!r}"
+    return _moe_split_invalid(cfg)
+
+
+def _moe_split_invalid(cfg: ScaleConfig) -> str | None:
+    if cfg.top_k > cfg.experts:
+        return f"top-k {cfg.top_k} exceeds the experts {cfg.experts}"
+    if not cfg.shared_experts:
+        return "a MoE layer without shared experts is not priced yet (the layer's program keeps an MLP)"
+    if cfg.dense_layers >= cfg.layers:
+        return f"dense layers {cfg.dense_layers} leave no MoE layer of {cfg.layers}"
+    if cfg.experts % cfg.ep:
+        return f"expert-parallel degree {cfg.ep} does not divide the experts {cfg.experts}"
+    if (cfg.cp * cfg.d) % cfg.ep:
+        return f"expert-parallel degree {cfg.ep} does not divide cp x d ({cfg.cp * cfg.d}), the ranks it is taken from"
+    if not (cfg.capacity_factor >= 0 and cfg.expert_imbalance >= 1):
+        return (f"capacity factor must be >= 0 (0: dropless) and imbalance >= 1, got {cfg.capacity_factor} and "
+                f"{cfg.expert_imbalance}")
+    unpriced = [why for bad, why in ((cfg.t > 1, "tensor degree above 1 (expert tensor parallelism)"),
+                                     (cfg.zero_stage > 1, "ZeRO 2/3"), (cfg.interleave > 1, "interleaving"),
+                                     (cfg.dp_shard > 0, "HSDP"), (cfg.precision != "bf16", "fp8"))
+                if bad]
+    return f"experts with {unpriced[0]} are not priced yet" if unpriced else None
+
+
+def dense_config(cfg: ScaleConfig) -> ScaleConfig:
+    """The dense layers' configuration: the layer with its ``ffn``-wide MLP."""
+    return replace(cfg, **NO_EXPERTS)
+
+
+def base_config(cfg: ScaleConfig) -> ScaleConfig:
+    """A MoE layer's base: the layer whose MLP is the shared experts (``shared_experts x expert_ffn`` wide)."""
+    return replace(cfg, ffn=cfg.shared_experts * cfg.expert_ffn, **NO_EXPERTS)
+
+
+def local_experts(cfg: ScaleConfig) -> int:
+    return cfg.experts // cfg.ep
+
+
+def tokens(cfg: ScaleConfig) -> int:
+    """T: the tokens one device routes per micro-batch (b x s / cp)."""
+    return cfg.micro_batch * cfg.local_seq
+
+
+def expert_rows(cfg: ScaleConfig) -> int:
+    """Rows each local expert computes per micro-batch on the busiest device: ``ceil(f T k / (E / ep))``
+    dropless, ``ep x ceil(c T k / E)`` with a capacity factor c (padded)."""
+    tk = tokens(cfg) * cfg.top_k
+    if cfg.capacity_factor:
+        return cfg.ep * ceil(Fraction(str(cfg.capacity_factor)) * tk / cfg.experts)
+    return ceil(Fraction(str(cfg.expert_imbalance)) * tk / local_experts(cfg))
+
+
+def a2a_copies(cfg: ScaleConfig) -> int:
+    """Token copies in one device's dispatch (or combine) buffer: ``T x k`` dropless, ``E x ceil(c T k / E)``
+    with a capacity factor (the padded slots sent as they are)."""
+    tk = tokens(cfg) * cfg.top_k
+    if cfg.capacity_factor:
+        return cfg.experts * ceil(Fraction(str(cfg.capacity_factor)) * tk / cfg.experts)
+    return tk
+
+
+def expert_shapes(cfg: ScaleConfig) -> dict:
+    """The routed part's weights on one device: the router (replicated) and the local experts."""
+    h, f, el, dt = cfg.hidden, cfg.expert_ffn, local_experts(cfg), jnp.dtype(cfg.dtype)
+    return {"router": jax.ShapeDtypeStruct((h, cfg.experts), dt),
+            "gate": jax.ShapeDtypeStruct((el, h, f), dt), "up": jax.ShapeDtypeStruct((el, h, f), dt),
+            "down": jax.ShapeDtypeStruct((el, f, h), dt)}
+
+
+def router_elems(cfg: ScaleConfig) -> int:
+    """Elements of the router's weight (replicated over the expert-parallel ranks, unlike the experts)."""
+    return cfg.hidden * cfg.experts
+
+
+def experts_fn(cfg: ScaleConfig):
+    """``part(params, x, xe) -> (gates, y)``: the router on the device's tokens x (b, s/cp, h) and the local
+    experts on the dispatched rows xe (E/ep, rows, h)."""
+
+    def part(p, x, xe):
+        with scope("router"):
+            logits = lax.dot_general(x, p["router"], (((2,), (0,)), ((), ()))).astype(F32)
+            gates, _ = lax.top_k(jax.nn.sigmoid(logits), cfg.top_k)
+            gates = gates / jnp.sum(gates, axis=-1, keepdims=True)
+        with scope("experts"):
+            batched = (((2,), (1,)), ((0,), (0,)))
+            g = lax.dot_general(xe, p["gate"], batched)
+            u = lax.dot_general(xe, p["up"], batched)
+            y = lax.dot_general(jax.nn.silu(g) * u, p["down"], batched)
+        return gates, y
+
+    return jax.checkpoint(part) if cfg.recompute == "full" else part
+
+
+def experts_step_fn(cfg: ScaleConfig):
+    """``step(params, master, opt_state, x, xe, dgates, dy) -> (params, master, opt_state, gates, y, dx, dxe)``:
+    forward, backward and Megatron's mixed-precision AdamW, as :func:`.layer.step_fn` for the layer."""
+    try:
+        import optax
+    except ModuleNotFoundError:
+        raise ValueError("the experts' step needs optax: pip install 'mhlo-cost[train]'") from None
+    tx = optax.adamw(1e-4, weight_decay=1e-4)
+    part = experts_fn(cfg)
+
+    def step(params, master, opt_state, x, xe, dgates, dy):
+        with scope("layer"):
+            (gates, y), vjp = jax.vjp(part, params, x, xe)
+            gp, dx, dxe = vjp((dgates, dy))
+        g32 = jax.tree_util.tree_map(lambda g: g.astype(F32), gp)
+        updates, opt_state = tx.update(g32, opt_state, master)
+        master = optax.apply_updates(master, updates)
+        params = jax.tree_util.tree_map(lambda m, q: m.astype(q.dtype), master, params)
+        return params, master, opt_state, gates, y, dx, dxe
+
+    step.__name__ = step.__qualname__ = "experts_step"
+    return step, tx
+
+
+def lower_experts(cfg: ScaleConfig, locations: bool = True) -> str:
+    """StableHLO text of one device's routed part of a MoE layer, one micro-batch (shapes only)."""
+    step, tx = experts_step_fn(cfg)
+    params = expert_shapes(cfg)
+    master = jax.tree_util.tree_map(lambda s: jax.ShapeDtypeStruct(s.shape, F32), params)
+    opt_state = jax.eval_shape(tx.init, master)
+    dt = jnp.dtype(cfg.dtype)
+    x = jax.ShapeDtypeStruct((cfg.micro_batch, cfg.local_seq, cfg.hidden), dt)
+    xe = jax.ShapeDtypeStruct((local_experts(cfg), expert_rows(cfg), cfg.hidden), dt)
+    dgates = jax.ShapeDtypeStruct((cfg.micro_batch, cfg.local_seq, cfg.top_k), F32)
+    low = jax.jit(step, donate_argnums=(0, 1, 2)).lower(params, master, opt_state, x, xe, dgates, xe)
+    return low.as_text(debug_info=locations)
+
+
+def experts_key(cfg: ScaleConfig) -> list:
+    """What the routed part's program depends on beyond the layer's key (its cache request)."""
+    return ["experts", cfg.experts, cfg.top_k, cfg.expert_ffn, cfg.ep, local_experts(cfg), expert_rows(cfg),
+            cfg.local_seq]
+
+
+def stage_kinds(cfg: ScaleConfig) -> list[tuple[int, int]]:
+    """(dense layers, MoE layers) of each pipeline stage: the first ``dense_layers`` of the model are dense."""
+    out, start = [], 0
+    for n in cfg.stage_layers():
+        dense = max(0, min(cfg.dense_layers, start + n) - start)
+        out.append((dense, n - dense))
+        start += n
+    return out
