@@ -48,3 +48,22 @@ def test_a_block_count_given_outright_is_the_servers():
     for bad in (0, -1, 1.5, True):
         with pytest.raises(LoadError, match="num-gpu-blocks"):
             ServerConfig(num_gpu_blocks=bad)
+
+
+def test_the_command_line_takes_a_block_count(tmp_path, capsys):
+    import json
+
+    from mhlo_cost.cli import main
+
+    gpt = ["--model", "gpt", "--set", "layers=2", "--set", "hidden=64", "--set", "heads=4", "--set", "vocab=128"]
+    argv = ["serve", *gpt, "--isl", "32", "--osl", "4", "--concurrency", "2", "--num-requests", "4",
+            "--num-gpu-blocks", "7", "--format", "json", "--no-cache", "-q"]
+    assert main(argv) == 0
+    rows = {(r["section"], r["metric"]): r["value"] for r in json.loads(capsys.readouterr().out)["rows"]}
+    assert rows["kv cache", "kv_blocks"] == 7
+    assert rows["setup", "memory_accounting"].endswith("; 7 blocks given")
+    # one step refuses it, in one line
+    assert main(["serve", *gpt, "--decode", "--batch", "2", "--context", "64", "--num-gpu-blocks", "7",
+                 "--no-cache", "-q"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--num-gpu-blocks is an option of the serving simulation" in err[0], err
