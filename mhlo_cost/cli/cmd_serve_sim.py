@@ -97,6 +97,8 @@ def add_sim_options(p) -> None:
     g.add_argument("--block-size", type=positive_int, default=16, metavar="N", help="tokens per KV block (default 16)")
     g.add_argument("--gpu-memory-utilization", type=_fraction, default=0.9, metavar="F",
                    help="the fraction of the device's memory the server takes (default 0.9)")
+    g.add_argument("--num-gpu-blocks", type=positive_int, metavar="N",
+                   help="the KV blocks given outright (vLLM's num_gpu_blocks_override; default: from the memory)")
     g.add_argument("--spec-tokens", type=positive_int, metavar="K",
                    help="speculative decoding: K drafted tokens per decoding sequence, verified in one step of "
                    "K+1 tokens (needs --spec-acceptance)")
@@ -114,7 +116,7 @@ def add_sim_options(p) -> None:
 
 
 #: The simulation's own options without a default, which one step or a sweep refuses.
-SIM_ONLY = ("allreduce", "spec_tokens", "spec_acceptance", "spec_draft_cost")
+SIM_ONLY = ("allreduce", "spec_tokens", "spec_acceptance", "spec_draft_cost", "num_gpu_blocks")
 
 
 def check_step(args) -> None:
@@ -156,7 +158,8 @@ def cmd_simulate(args, console, profile, step_request) -> int:
     req = step_request(args, None, None)
     try:
         server = ServerConfig(args.max_num_batched_tokens, args.max_num_seqs, args.block_size,
-                              args.gpu_memory_utilization, args.graph_reserve_gib)
+                              args.gpu_memory_utilization, args.graph_reserve_gib,
+                              num_gpu_blocks=args.num_gpu_blocks)
         isl = Lengths.parse(args.isl, "--isl") if args.isl is not None else None
         osl = Lengths.parse(args.osl, "--osl") if args.osl is not None else None
         opts = SimOptions(req, profile(args), isl, osl, args.num_requests, args.concurrency, args.request_rate,

@@ -15,6 +15,7 @@ saved for a backward pass) is still written.
 """
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass
 
 from ..walk.row import short_name
@@ -45,10 +46,13 @@ def _in_chain(r) -> bool:
 
 
 def _walk_back(rows, producers, start: int):
-    """Rows reached back from ``start`` through chain rows, and the dots where the walk stops."""
-    seen, dots, stack = set(), set(), [start]
+    """Rows reached back from ``start`` through chain rows, and the dots where the walk stops. Nearest rows
+    first (breadth first), so that the cap cuts the far ones: a tensorwise fp8 scale's amax reads back through
+    norms and residual adds into earlier layers, and a depth-first walk spent the cap there before it met the
+    layer's own score dot (an fp8 KV cache's GPT-J decode found two attentions of 28)."""
+    seen, dots, stack = set(), set(), deque([start])
     while stack and len(seen) < _MAX_CHAIN:
-        i = stack.pop()
+        i = stack.popleft()
         if i in seen:
             continue
         r = rows[i]

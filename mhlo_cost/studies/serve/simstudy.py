@@ -139,7 +139,8 @@ class SimStudy(StepCacheStudy):
                  "isl": str(o.isl) if o.isl else "trace", "osl": str(o.osl) if o.osl else "trace",
                  "max_num_batched_tokens": o.server.max_num_batched_tokens,
                  "max_num_seqs": o.server.max_num_seqs, "gpu_memory_utilization": o.server.gpu_memory_utilization,
-                 "memory_accounting": "vLLM (vllm/v1/worker/gpu_worker.py determine_available_memory)",
+                 "memory_accounting": "vLLM (vllm/v1/worker/gpu_worker.py determine_available_memory)" + (
+                     "" if o.server.num_gpu_blocks is None else f"; {o.server.num_gpu_blocks} blocks given"),
                  "step_model_check": self._check_text()} | self._parallel_setup()
         return sim_view(setup, self.figures, batch_histogram(self.trace), f"serving {setup['model']} on "
                         f"{self.hardware.name}: {self.workload.describe}")

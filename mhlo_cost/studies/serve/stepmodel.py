@@ -110,7 +110,7 @@ class Rates:
 class StepModel:
     """A step's time from its composition (see the module). ``fit``: the exact GridFit of every kernel's FLOPs
     (first half) and bytes (second half) in ``b``, ``c``; ``nodes``: {lowered batch: its :class:`Kernels`}; ``weight_bytes``, ``kv_token_bytes`` (the KV cache of one position, every layer),
-    ``activation_token_bytes`` (activations per query token at the node) for the server's memory."""
+    ``activation_token_bytes`` (activations per query token at no cached context: :func:`context_free_activations`) for the server's memory."""
 
     def __init__(self, fit, nodes: dict, weight_bytes: int, kv_token_bytes: int, activation_token_bytes: int,
                  checked: dict | None = None):
@@ -173,6 +173,26 @@ class StepModel:
         return sum(vals[:self._k]), sum(vals[self._k:])
 
 
+def context_free_activations(mems: dict) -> int | None:
+    """The decode step's activations (bytes, over its arguments) at no cached context: a server's profiling
+    forward (vLLM's ``profile_run``, which sizes ``gpu_memory_utilization``'s KV cache) runs flash/paged attention,
+    which holds neither the ``batch x heads x context`` scores nor a copy of the cache that an XLA decode step's
+    attention materialises. ``mems``: {context: the fused memory profile of the decode step at one batch}, two
+    contexts. Every row's live bytes less the arguments is affine in the context at a fixed batch (each value is
+    sized by 1 or by the context); extrapolated exactly to context 0 row by row, the largest is the answer (None
+    where the programs differ in length)."""
+    from fractions import Fraction
+
+    (c0, m0), (c1, m1) = sorted(mems.items())[:2]
+    if len(m0.during) != len(m1.during):
+        return None
+    best = Fraction(0)
+    for d0, d1 in zip(m0.during, m1.during):
+        x0, x1 = d0 - m0.argument_bytes, d1 - m1.argument_bytes
+        best = max(best, x0 - Fraction(x1 - x0, c1 - c0) * c0)
+    return -(-best.numerator // best.denominator)
+
+
 def fit(base, hw, cache=None, stage=None, batches=BATCHES, contexts=CONTEXTS, check=CHECK,
         rate_batches=RATE_BATCHES) -> StepModel:
     """The :class:`StepModel` of ``base`` (a decode :class:`~mhlo_cost.lower.inference.StepRequest`) on ``hw``:
@@ -204,7 +224,9 @@ def fit(base, hw, cache=None, stage=None, batches=BATCHES, contexts=CONTEXTS, ch
                        f"{want}, the fit says {got} ({len(bad)} counts differ)")
     step, study, _ = lowered(max(batches), max(contexts))
     cache_one = step.layout.at(batch=1, context=1).nbytes
-    acts = activation_bytes(study.fused_memory, step.layout.nbytes)
+    acts = context_free_activations({c: lowered(max(batches), c)[1].fused_memory for c in contexts})
+    if acts is None:  # (the lowerings' programs differ in length: the peak at the largest point, as lowered)
+        acts = activation_bytes(study.fused_memory, step.layout.nbytes)
     nodes = {b: lowered(b, max(contexts))[2] for b in (*batches, *rate_batches)}
     model = StepModel(grid, nodes, step.weight_bytes, cache_one, -(-acts // max(batches)))
     itemsize = step.layout.layers[0].itemsize if step.layout.layers else 2
