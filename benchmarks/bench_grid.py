@@ -4,6 +4,7 @@ two tables. Each run is a fresh process with its own empty cache folder. Prints 
 
     python benchmarks/bench_grid.py                       # Llama-2-7B decode, batch {1,8,32,128} x context {2k,8k,32k}
     python benchmarks/bench_grid.py --model gpt           # the bundled gpt (small: quick)
+    python benchmarks/bench_grid.py --breakdown --only fit  # the fitted path alone, each stage's time printed
     python benchmarks/bench_grid.py --sweep               # also time `mhlo-cost sweep --spec benchmarks/sweep_stdit3.toml`
 
 The issue's targets: the 7B serve grid under 20 s from an empty cache, the STDiT3 published-table sweep under 10 s
@@ -22,21 +23,45 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 
 
-def child(model: str, batches: str, contexts: str, fit: str, out: str) -> None:
-    """One sweep in this (fresh) process, its table written to ``out`` as CSV."""
+def child(model: str, batches: str, contexts: str, fit: str, out: str, breakdown: bool = False) -> None:
+    """One sweep in this (fresh) process, its table written to ``out`` as CSV; ``breakdown``: each stage printed
+    to stderr with the seconds since the process started (imports included)."""
+    start = time.perf_counter() - _since_start()
     from mhlo_cost.lower.inference.steps import StepRequest
     from mhlo_cost.roofline import hardware_from_args
     from mhlo_cost.studies.serve.grid import StepCache, sweep, table
 
     base = (StepRequest(hf="LlamaForCausalLM", config="llama") if model == "llama" else StepRequest(model="gpt"))
     notes = []
+
+    def stage(text: str) -> None:
+        print(f"  {time.perf_counter() - start:7.2f} s  {text}", file=sys.stderr, flush=True)
+
+    if breakdown:
+        stage(f"{fit}: imports done")
     with tempfile.TemporaryDirectory() as cache:
         figs = sweep(base, [int(b) for b in batches.split(",")], [int(c) for c in contexts.split(",")],
-                     hardware_from_args("h100", None), cache=StepCache(cache), fit=fit == "fit", note=notes.append)
+                     hardware_from_args("h100", None), cache=StepCache(cache), fit=fit == "fit", note=notes.append,
+                     stage=stage if breakdown else None)
+    if breakdown:
+        stage(f"{fit}: done")
     with open(out, "w", encoding="utf-8") as f:
         f.write(table(figs).to_csv(index=False))
     for n in notes:
         print(f"note: {n}", file=sys.stderr)
+
+
+def _since_start() -> float:
+    """Seconds since this process started (its interpreter's start and imports included), where the platform
+    says (Linux), else 0."""
+    try:
+        with open(f"/proc/{os.getpid()}/stat", encoding="ascii") as f:
+            ticks = int(f.read().rpartition(")")[2].split()[19])
+        with open("/proc/uptime", encoding="ascii") as f:
+            up = float(f.read().split()[0])
+        return max(up - ticks / os.sysconf("SC_CLK_TCK"), 0.0)
+    except (OSError, ValueError, IndexError):
+        return 0.0
 
 
 def timed(cmd: list[str]) -> float:
@@ -53,20 +78,26 @@ def main() -> None:
     ap.add_argument("--batches", default="1,8,32,128")
     ap.add_argument("--contexts", default="2048,8192,32768")
     ap.add_argument("--sweep", action="store_true", help="also time the STDiT3 published-table sweep")
+    ap.add_argument("--breakdown", action="store_true",
+                    help="print each stage of both runs (lowerings, evaluations) with its time since the start")
+    ap.add_argument("--only", choices=("lower", "fit"), help="time one path only (no comparison)")
     ap.add_argument("--child", nargs=2, metavar=("MODE", "OUT"), help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.child:
-        child(a.model, a.batches, a.contexts, *a.child)
+        child(a.model, a.batches, a.contexts, *a.child, breakdown=a.breakdown)
         return
     work = tempfile.mkdtemp()
     times, tables = {}, {}
-    for mode in ("lower", "fit"):
+    for mode in (a.only,) if a.only else ("lower", "fit"):
         out = os.path.join(work, f"{mode}.csv")
         times[mode] = timed([sys.executable, __file__, "--model", a.model, "--batches", a.batches, "--contexts",
-                             a.contexts, "--child", mode, out])
+                             a.contexts, "--child", mode, out] + (["--breakdown"] if a.breakdown else []))
         with open(out, "rb") as f:
             tables[mode] = f.read()
     points = len(a.batches.split(",")) * len(a.contexts.split(","))
+    if a.only:
+        print(f"serve grid, {a.model}, {points} points, empty cache: {a.only} {times[a.only]:.1f} s")
+        return
     print(f"serve grid, {a.model}, {points} points, empty cache: every point lowered {times['lower']:.1f} s, "
           f"fitted {times['fit']:.1f} s ({times['lower'] / times['fit']:.2f}x); target < 20 s (7B)")
     print(f"tables byte-identical: {tables['lower'] == tables['fit']}")

@@ -14,8 +14,9 @@ With ``base`` 2 the program's first layer is left out of the repeated unit (the 
 one at depth 2): a lowering keeps one copy of a constant every layer uses, in the first layer. Only programs
 whose entry holds every row and whose regions are calls are rebuilt (what a step lowers); anything else (loops,
 branches, shard_map bodies, aliases) raises :class:`~mhlo_cost.studies.gridfit.FitFailed` saying why, and the
-caller lowers at full depth. The caller verifies the rebuilt table against one lowering at
-full depth (the independent reference), compared as :func:`~mhlo_cost.studies.gridfit.skeleton` sees them.
+caller lowers at full depth. The caller verifies the rebuilt table against one lowering at a
+depth not used to rebuild it (the independent reference: the serve grid's depth 4), compared as
+:func:`~mhlo_cost.studies.gridfit.skeleton` sees them.
 """
 from __future__ import annotations
 

@@ -1,14 +1,17 @@
 """A serve sweep's steps without lowering every point: the batch x context grid's op tables fitted from a few
 lowerings (:mod:`mhlo_cost.studies.gridfit`) and evaluated at the others, priced as a lowered step is.
 
-A batch of 1 is its own program (the IR drops unit dimensions), so points of batch 1 are lowered one by one;
+A batch of 1 is its own program (the IR drops unit dimensions), so points of batch 1 are not in the grid fit;
 the others are fitted where that lowers fewer points than the grid has: nodes at the first two batches and
-contexts (the counts of a step are bilinear in them), checked at the last batch and context, lowered too. Where
-the model has more than three layers, each node is lowered at depths 2 and 3 only and its op table rebuilt at
-full depth by repeating the layer's rows (:mod:`mhlo_cost.studies.layerfit`); the check point is lowered at full
-depth, the independent reference of both the repetition and the fit. Where the layers do not repeat, the nodes
-are lowered at full depth; where the op graph changes with the shape, or the fit misses the check point, or the
-cache layout does not scale as :meth:`CacheLayout.at` says, every point is lowered; ``note`` says why.
+contexts (the counts of a step are bilinear in them), checked at the last batch and context, lowered too.
+Where the model has more than three layers, every point lowered (nodes, the check point, a batch of 1) is lowered
+at depths 2 and 3 only and its op table rebuilt at full depth by repeating the layer's rows
+(:mod:`mhlo_cost.studies.layerfit`); the fit is made and checked on the tables at depths 2 and 3, and the
+repetition is checked once per program (the grid's, batch 1's) against a lowering at depth 4, a depth not used
+to rebuild (the independent reference), the table rebuilt there compared whole with the one lowered. Where
+the layers do not repeat (or the configuration says its layers differ), the points are lowered at full depth;
+where the op graph changes with the shape, or the fit misses the check point, or the cache layout does not
+scale as :meth:`CacheLayout.at` says, the grid is not fitted; ``note`` says why.
 """
 from __future__ import annotations
 
@@ -17,9 +20,11 @@ from typing import Callable
 
 #: Node values per symbol: counts of a decode or prefill step are of degree 1 in the batch and in the context.
 PER_SYMBOL = 2
-#: The depths a node is lowered at, its table rebuilt at full depth from them: 2 and 3, not 1 and 2, as a
+#: The depths a point is lowered at, its table rebuilt at full depth from them: 2 and 3, not 1 and 2, as a
 #: lowering keeps one copy of a constant every layer uses, in the first layer (torchax's programs).
 DEPTHS = (2, 3)
+#: The depth the repetition is checked at: not one of :data:`DEPTHS`, lowered on its own, the cheapest such.
+CHECK_DEPTH = 4
 
 
 def depth_key(base) -> tuple[str, int] | None:
@@ -38,91 +43,193 @@ def at_depth(req, key: str, layers: int):
     return replace(req, overrides=tuple((k, v) for k, v in req.overrides if k != key) + ((key, layers),))
 
 
+def layers_differ(base, layers: int) -> str | None:
+    """Why the configuration of ``base`` says its layers after the first are not all alike (a per-layer list,
+    ``layer_types``: a sliding window every sixth layer, which no cut to a few layers shows), or None."""
+    if base.model:
+        return None  # (the bundled gpt: one block repeated)
+    from ...lower.frontends import hub
+
+    try:
+        cfg = hub.hf_config(hub.hf_class(base.hf), base.config, dict(base.overrides))
+        text = cfg.get_text_config(decoder=True)
+    except Exception:  # (the lowering says why)
+        return None
+    for name, value in sorted(vars(text).items()):
+        if isinstance(value, (list, tuple)) and len(value) == layers and len({repr(v) for v in value[1:]}) > 1:
+            return f"the configuration's {name} differs between layers"
+    return None
+
+
 def fitted_steps(base, points: list, hw, cache, stage: Callable[[str], None],
                  note: Callable[[str], None] | None = None) -> dict:
     """(batch, context) -> (Step, Analysis) for the ``points`` (batch, context) of ``base``'s sweep that a fit
-    gives or that were lowered to make it; the points it does not hold are lowered one by one by the caller."""
+    gives, that were rebuilt from shallow lowerings or lowered to make a fit; the points it does not hold are
+    lowered one by one by the caller."""
+    say = note or (lambda text: None)
+    depth = depth_key(base)
+    why = layers_differ(base, depth[1]) if depth is not None else None
+    if why is not None:
+        say(f"serve: points lowered at full depth: {why}")
+        depth = None
+    out, depth = _grid(base, points, hw, cache, stage, say, depth)
+    rest = [p for p in points if p not in out]
+    if rest and depth is not None:
+        out.update(_rebuilt(base, rest, hw, cache, stage, say, depth))
+    return out
+
+
+def _grid(base, points: list, hw, cache, stage, say, depth) -> tuple[dict, tuple | None]:
+    """(the points of batch > 1 the grid fit gives, ``depth`` or None where the layers were found not to
+    repeat)."""
     from ..gridfit import FitFailed, plan_nodes
 
     domain = [(b, c) for b, c in points if b > 1]
     batches = list(dict.fromkeys(b for b, _ in domain))
     contexts = list(dict.fromkeys(c for _, c in domain))
     if len(domain) != len(batches) * len(contexts):
-        return {}  # (part of the grid cached: not a grid)
+        return {}, depth  # (part of the grid cached: not a grid)
     plan = plan_nodes({"batch": batches, "context": contexts}, PER_SYMBOL)
     if plan is None:
-        return {}
-    depth = depth_key(base)
+        return {}, depth
+    corner = (batches[0], contexts[0])
     try:
-        try:
-            return _fit(base, domain, plan, (batches[0], contexts[0]), hw, cache, stage, depth)
-        except _NotRepeated as e:
-            if note is not None:
-                note(f"serve: nodes lowered at full depth: {e}")
-            return _fit(base, domain, plan, (batches[0], contexts[0]), hw, cache, stage, None)
+        if depth is not None:
+            try:
+                return _fit_shallow(base, domain, plan, corner, hw, cache, stage, depth), depth
+            except _NotRepeated as e:
+                say(f"serve: nodes lowered at full depth: {e}")
+                depth = None
+        return _fit_full(base, domain, plan, corner, hw, cache, stage), None
     except FitFailed as e:
-        if note is not None:
-            note(f"serve: every point lowered: {e}")
-        return {}
+        say(f"serve: every point lowered: {e}")
+        return {}, depth
 
 
 class _NotRepeated(ValueError):
     """The layers of the model do not repeat (:mod:`~mhlo_cost.studies.layerfit` says why)."""
 
 
-def _fit(base, domain, plan, corner, hw, cache, stage, depth) -> dict:
-    """:func:`fitted_steps`' steps, the nodes lowered at depths 2 and 3 and repeated (``depth``: (key, layers))
-    or at full depth (``depth`` None)."""
+def _at(point: dict, corner: tuple) -> tuple[int, int]:
+    return point.get("batch", corner[0]), point.get("context", corner[1])
+
+
+def _point(nodes: dict, b: int, c: int) -> dict:
+    return {s: v for s, v in (("batch", b), ("context", c)) if s in nodes}
+
+
+def _facts(step) -> tuple[int, int]:
+    """The integers of a step beside its analysis that the fit carries: weight bytes, positions (-1: none)."""
+    return step.weight_bytes, -1 if step.positions is None else step.positions
+
+
+def _fit_full(base, domain, plan, corner, hw, cache, stage) -> dict:
+    """:func:`fitted_steps`' grid, its nodes and check point lowered at full depth."""
     from ..gridfit import FitFailed, fit_tables
 
     nodes, checks = plan
     steps = {}
 
     def analyze_at(point):
-        b, c = point.get("batch", corner[0]), point.get("context", corner[1])
-        req = replace(base, batch=b, context=c)
-        full = depth is None or point in checks
-        stage(f"lowering batch {b}, context {c} (a node of the fit{'' if full else ', at depths 2 and 3'})")
-        made = _lowered(req, hw, cache, depth, full)
-        if full:
-            step, analysis = made[None]
-            steps[b, c] = step
-            if depth is not None:
-                _check_repeated(_repeated(made, depth)[0], analysis)
-            return analysis, (step.weight_bytes, -1 if step.positions is None else step.positions)
-        analysis, weights, positions = _repeated(made, depth)
-        steps[b, c] = made[DEPTHS[0]][0]
-        return analysis, (weights, -1 if positions is None else positions)
+        b, c = _at(point, corner)
+        stage(f"lowering batch {b}, context {c} (a node of the fit)")
+        step, analysis = _lowered(replace(base, batch=b, context=c), hw, cache, None, (None,))[None]
+        steps[b, c] = step
+        return analysis, _facts(step)
 
     table = fit_tables(analyze_at, nodes, checks)
-    first = steps[checks[0].get("batch", corner[0]), checks[0].get("context", corner[1])]
+    first = steps[corner]
     for (b, c), step in steps.items():
-        if step.layout.layers[:1] != first.layout.at(batch=b, context=c).layers[:1] or (
-                depth is None and step.layout != first.layout.at(batch=b, context=c)):
+        if step.layout != first.layout.at(batch=b, context=c):
             raise FitFailed(f"the KV cache at batch {b}, context {c} is not the layout scaled")
-    if depth is not None and len(set(first.layout.layers)) > 1:
-        raise FitFailed("the KV cache differs between layers")
     out = {}
     for b, c in domain:
         stage(f"evaluating batch {b}, context {c}")
-        analysis, (weights, positions) = table.at({s: v for s, v in (("batch", b), ("context", c)) if s in nodes})
-        lowered = steps.get((b, c)) if depth is None or (b, c) == (first.request.batch, first.request.context) \
-            else None
-        req = replace(base, batch=b, context=c)
-        step = lowered or replace(first, layout=first.layout.at(batch=b, context=c), request=req,
-                                  weight_bytes=weights, positions=None if positions < 0 else positions)
+        analysis, (weights, positions) = table.at(_point(nodes, b, c))
+        step = steps.get((b, c)) or replace(first, layout=first.layout.at(batch=b, context=c),
+                                            request=replace(base, batch=b, context=c), weight_bytes=weights,
+                                            positions=None if positions < 0 else positions)
         out[b, c] = (step, analysis)
     return out
 
 
-def _lowered(req, hw, cache, depth, full: bool) -> dict:
-    """depth (None: full) -> (step, analysis) of ``req`` at full depth (``full``) and at depths 2 and 3 (where
-    ``depth`` is given), all lowered from this one call site (a lowering's locations hold the Python stack)."""
+def _fit_shallow(base, domain, plan, corner, hw, cache, stage, depth) -> dict:
+    """:func:`fitted_steps`' grid, its nodes and check point lowered at depths 2 and 3 (``depth``: (key, layers)),
+    the repetition checked at the corner (the first node) at depth 4, the tables at each depth fitted and
+    checked, each point's table rebuilt at full depth from the two tables evaluated there."""
+    from ..gridfit import FitFailed, fit_tables
+
+    nodes, checks = plan
+    made = {}
+
+    def analyze(d):
+        def analyze_at(point):
+            b, c = _at(point, corner)
+            if (b, c) not in made:
+                check = (b, c) == corner  # (lowered from this same line: a lowering's locations hold the stack)
+                stage(f"lowering batch {b}, context {c} (a node of the fit, at depths 2 and 3"
+                      f"{f', and {CHECK_DEPTH} to check the repetition' if check else ''})")
+                made[b, c] = _lowered(replace(base, batch=b, context=c), hw, cache, depth,
+                                      DEPTHS + ((CHECK_DEPTH,) if check else ()))
+                if check:  # (first: where the layers do not repeat, no other node is lowered at depths 2 and 3)
+                    _check_repeated(made[b, c], depth)
+                    _uniform(made[b, c])
+            step, analysis = made[b, c][d]
+            return analysis, _facts(step)
+        return analyze_at
+
+    tables = {d: fit_tables(analyze(d), nodes, checks) for d in DEPTHS}
+    first = _uniform(made[corner])
+    for (b, c), m in made.items():
+        if any(m[d][0].layout != made[corner][d][0].layout.at(batch=b, context=c) for d in DEPTHS):
+            raise FitFailed(f"the KV cache at batch {b}, context {c} is not the layout scaled")
+    out = {}
+    for b, c in domain:
+        stage(f"evaluating batch {b}, context {c}")
+        (a2, f2), (a3, f3) = (tables[d].at(_point(nodes, b, c)) for d in DEPTHS)
+        analysis, weights, positions = _repeated(a2, a3, f2, f3, depth)
+        out[b, c] = (_full_step(first, replace(base, batch=b, context=c), weights, positions, depth), analysis)
+    return out
+
+
+def _rebuilt(base, points: list, hw, cache, stage, say, depth) -> dict:
+    """The ``points`` each lowered at depths 2 and 3 and rebuilt at full depth, the repetition checked at depth 4
+    once per program (as the op graph at depth 2 tells them apart: a batch of 1 is one); where it does not hold,
+    the points left are not given (the caller lowers them at full depth) and ``say`` says why."""
+    from ..gridfit import skeleton
+
+    out, checked = {}, set()
+    try:
+        for b, c in points:
+            req = replace(base, batch=b, context=c)
+            made, wanted, program = {}, [DEPTHS], None
+            while wanted:  # (every depth lowered from this one line: a lowering's locations hold the stack)
+                depths = wanted.pop()
+                stage(f"lowering batch {b}, context {c} (at depth{'s' if len(depths) > 1 else ''} "
+                      f"{' and '.join(map(str, depths))}{'' if program is None else ' to check the repetition'})")
+                made.update(_lowered(req, hw, cache, depth, depths))
+                program = program or skeleton(made[DEPTHS[0]][1])[0]
+                if program not in checked and CHECK_DEPTH not in made:
+                    wanted.append((CHECK_DEPTH,))
+            first = _uniform(made)
+            (s2, a2), (s3, a3) = made[DEPTHS[0]], made[DEPTHS[1]]
+            analysis, weights, positions = _repeated(a2, a3, _facts(s2), _facts(s3), depth)
+            if program not in checked:
+                _check_repeated(made, depth)
+                checked.add(program)
+            out[b, c] = (_full_step(first, req, weights, positions, depth), analysis)
+    except _NotRepeated as e:
+        say(f"serve: points lowered at full depth: {e}")
+    return out
+
+
+def _lowered(req, hw, cache, depth, depths: tuple) -> dict:
+    """depth (None: full) -> (step, analysis) of ``req`` at each of ``depths`` (``depth``: (key, layers)), all
+    lowered from this one call site (a lowering's locations hold the Python stack)."""
     from ...lower.frontends import FrontendError
     from ...lower.frontends.api import LowerFailed
     from .serve import step_study
 
-    depths = ((None,) if full else ()) + (() if depth is None else DEPTHS)
     out = {}
     for d in depths:
         try:
@@ -135,27 +242,54 @@ def _lowered(req, hw, cache, depth, full: bool) -> dict:
     return out
 
 
-def _repeated(made: dict, depth) -> tuple:
-    """(the analysis rebuilt at full depth from the lowerings at depths 2 and 3 in ``made``, its weight bytes, its
-    positions); :class:`_NotRepeated` says why where the layers do not repeat."""
+def _uniform(made: dict):
+    """The step at depth 2 of ``made`` (depth -> (step, analysis)); :class:`_NotRepeated` where the KV cache
+    differs between its layers."""
+    s2, s3 = made[DEPTHS[0]][0], made[DEPTHS[1]][0]
+    if len(set(s2.layout.layers)) != 1 or set(s3.layout.layers) != set(s2.layout.layers):
+        raise _NotRepeated("the KV cache differs between layers")
+    return s2
+
+
+def _full_step(shallow, req, weights: int, positions: int | None, depth):
+    """The step of ``req`` at full depth (``depth``: (key, layers)) from one at depth 2 (its layers' cache
+    repeated), with the weights and positions rebuilt."""
+    from ...lower.inference.cache import CacheLayout
+
+    layout = shallow.layout
+    layout = CacheLayout(layout.layers[:1] * depth[1], layout.batch, layout.context, layout.dtype)
+    return replace(shallow, layout=layout.at(batch=req.batch, context=req.context), request=req,
+                   weight_bytes=weights, positions=positions, layers=depth[1])
+
+
+def _repeated(a2, a3, f2: tuple, f3: tuple, depth) -> tuple:
+    """(the analysis rebuilt at full depth (``depth``: (key, layers)) from those at depths 2 and 3 and their
+    facts (:func:`_facts`), its weight bytes, its positions); :class:`_NotRepeated` says why where the layers do
+    not repeat."""
     from ..gridfit import FitFailed
     from ..layerfit import repeat_layers
 
-    layers = depth[1]
-    d = DEPTHS[0]
-    (s1, a1), (s2, a2) = made[d], made[d + 1]
-    if s1.positions != s2.positions:
+    layers, d = depth[1], DEPTHS[0]
+    (w2, p2), (w3, p3) = f2, f3
+    if p2 != p3:
         raise _NotRepeated("the model's positions change with its depth")
     try:
-        analysis = repeat_layers(a1, a2, layers, base=d)
+        analysis = repeat_layers(a2, a3, layers, base=d)
     except FitFailed as e:
         raise _NotRepeated(str(e)) from None
-    return analysis, s1.weight_bytes + (layers - d) * (s2.weight_bytes - s1.weight_bytes), s1.positions
+    return analysis, w2 + (layers - d) * (w3 - w2), None if p2 < 0 else p2
 
 
-def _check_repeated(rebuilt, lowered) -> None:
-    """:class:`_NotRepeated` where the table rebuilt by repeating the layers is not the one lowered at full depth."""
+def _check_repeated(made: dict, depth) -> None:
+    """:class:`_NotRepeated` where the table (and step) rebuilt at :data:`CHECK_DEPTH` from ``made``'s tables at
+    depths 2 and 3 (depth -> (step, analysis), all at one point) is not the one lowered there."""
     from ..gridfit import skeleton
 
-    if skeleton(rebuilt) != skeleton(lowered):
-        raise _NotRepeated("the table rebuilt by repeating layer 2 is not the one lowered at full depth")
+    step, lowered = made[CHECK_DEPTH]
+    (s2, a2), (s3, a3) = made[DEPTHS[0]], made[DEPTHS[1]]
+    at4 = (depth[0], CHECK_DEPTH)
+    rebuilt, weights, positions = _repeated(a2, a3, _facts(s2), _facts(s3), at4)
+    if (skeleton(rebuilt) != skeleton(lowered) or (weights, positions) != (step.weight_bytes, step.positions)
+            or _full_step(s2, step.request, weights, positions, at4).layout != step.layout):
+        raise _NotRepeated(f"the table rebuilt at depth {CHECK_DEPTH} by repeating layer 2 is not the one lowered "
+                           "there")
