@@ -171,6 +171,9 @@ def why_not(run: dict, model: dict, fields: set | None = None) -> str | None:
             return reason
     if model["mlp"] == "moe" and "ep" not in fields:
         return "a mixture-of-experts model: not an option yet"
+    if run.get("selective_ac_option", "op") != "op":
+        return (f"torchtitan's selective layer checkpointing (one block in {run['selective_ac_option']} checkpointed "
+                "whole, the others keeping everything): not an option yet")
     if run["precision"] not in (*TRAINING, "fp16"):
         return f"precision {run['precision']}: not a train-plan recipe ({', '.join(TRAINING)})"
     if "first_stage_layers" not in fields and model["layers"] % (run.get("pp", 1) * run.get("vp", 1)):

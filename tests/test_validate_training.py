@@ -220,6 +220,8 @@ def test_a_rows_compile_field_names_its_execution_model(data):
     assert vt.scale_config(foundry, m["mpt-7b"]).execution == "compiled"
     assert any("eager priced as fused" in a for a in vt.approximations(foundry, m["mpt-7b"]))
     assert eager.recompute == "op" and eager.invalid() is None  # torchtitan's selective op policy
+    layer = _run(data, "torchtitan2406/8b-selective-layer")  # every 2nd block whole: said, not priced as another
+    assert "selective layer" in vt.why_not(layer, m["llama3-8b"])
 
 
 def test_the_script_runs_on_a_small_data_file(tmp_path, capsys):
