@@ -4,10 +4,13 @@ PyTorch eager or torch.compile beside the fused kernels). Expected figures are c
 recomputed GEMMs' FLOPs and the bytes kept, from the layer's shapes."""
 from __future__ import annotations
 
+import json
+
 import pytest
 
 pytest.importorskip("optax")
 
+from mhlo_cost.cli import main
 from mhlo_cost.network import resolve_profile
 from mhlo_cost.studies.plan.config import ScaleConfig
 from mhlo_cost.studies.plan.costs import analyse_layer
@@ -69,3 +72,18 @@ def test_the_execution_is_checked_keyed_and_labelled():
     assert "execution must be one of" in ScaleConfig(**LLAMA, execution="jit").invalid()
     unfused = ScaleConfig(**{**LLAMA, "attention": "unfused"}, execution="inductor")
     assert "needs fused attention" in unfused.invalid()
+
+
+ARGS = ["train-plan", "--layers", "4", "--hidden", "64", "--heads", "4", "--seq", "32", "--vocab", "128",
+        "--global-batch", "8", "--format", "json"]
+
+
+def test_command_options(capsys):
+    assert main(ARGS + ["--attention", "fused", "--execution", "eager", "--recompute", "op"]) == 0
+    row = json.loads(capsys.readouterr().out)["config"]
+    assert (row["execution"], row["recompute"]) == ("eager", "op")
+    assert main(ARGS) == 0
+    assert "execution" not in json.loads(capsys.readouterr().out)["config"]  # default rows unchanged
+    assert main(ARGS + ["--execution", "eager"]) == 2  # eager runs the attention as an SDPA call: fused only
+    err = capsys.readouterr().err
+    assert err.startswith("mhlo-cost: error:") and err.count("\n") == 1
