@@ -11,7 +11,8 @@ mhlo-cost was read off them): every source is held out. Rows train-plan cannot e
 reason (expert parallelism, a precision recipe it lacks, ...). The row's options reach train-plan's ScaleConfig
 by :func:`split_options`: FSDP's group size as ZeRO 3 with ``dp_shard``, ``zero``, ``cp``, ``layers_per_stage`` as
 the first / last stages' layers, flash attention as ``attention="fused"``, fp16 (Megatron 2021) with its
-gradients reduced in fp16.
+gradients reduced in fp16, ``compile`` as the execution model (true: ``inductor``; false: ``eager``; absent:
+``compiled``, the fused kernels of Megatron and NeMo; a row's ``execution`` overrides it, with its reason).
 
 Where a row is priced with an approximation (the squared-ReLU MLP priced as GELU: the same two GEMMs; fp16 at
 bf16's rate), the row says so.
@@ -43,7 +44,10 @@ SOURCE_FIELDS = ("title", "url", "where", "year", "gpu", "system", "metric")
 METRICS = ("iteration_s", "tokens_per_s_per_gpu", "tflops_per_gpu", "mfu")
 DEGREES = ("tp", "pp", "dp", "cp", "ep", "vp")
 MLPS = ("gelu", "swiglu", "squared_relu", "moe")
-RECOMPUTES = ("none", "selective", "full")
+RECOMPUTES = ("none", "selective", "full", "op")
+#: How a row's step runs, from its ``compile`` field: torch.compile (True), PyTorch eager (False), or (absent) the
+#: fused kernels of Megatron / NeMo / Transformer Engine.
+EXECUTION = {True: "inductor", False: "eager", None: "compiled"}
 #: The parallel options of a row and the ScaleConfig field that prices each: (run field, ScaleConfig field, is
 #: it used?, reason while the field is missing). Their values are converted by :func:`split_options`.
 OPTIONS = (
@@ -65,7 +69,8 @@ def split_options(run: dict) -> dict:
     in fp16 (``--accumulate-allreduce-grads-in-fp32`` is off by default and forced only with bf16)."""
     kw = {"zero": 3 if run.get("fsdp", 0) > 0 else run.get("zero", 0), "cp": run.get("cp", 1),
           "attention": "fused" if run.get("attention") == "flash" else "unfused",
-          "grad_reduce_fp32": run["precision"] != "fp16", "attention_library": run.get("attention_library", "")}
+          "grad_reduce_fp32": run["precision"] != "fp16", "attention_library": run.get("attention_library", ""),
+          "execution": run.get("execution", EXECUTION[run.get("compile")])}
     if run.get("fsdp", 0) > 0:
         kw["dp_shard"] = run["fsdp"] if run["fsdp"] < run.get("dp", 1) else 0
     stages = run.get("layers_per_stage")
@@ -166,6 +171,9 @@ def why_not(run: dict, model: dict, fields: set | None = None) -> str | None:
             return reason
     if model["mlp"] == "moe" and "ep" not in fields:
         return "a mixture-of-experts model: not an option yet"
+    if run.get("selective_ac_option", "op") != "op":
+        return (f"torchtitan's selective layer checkpointing (one block in {run['selective_ac_option']} checkpointed "
+                "whole, the others keeping everything): not an option yet")
     if run["precision"] not in (*TRAINING, "fp16"):
         return f"precision {run['precision']}: not a train-plan recipe ({', '.join(TRAINING)})"
     if "first_stage_layers" not in fields and model["layers"] % (run.get("pp", 1) * run.get("vp", 1)):
@@ -187,6 +195,8 @@ def approximations(run: dict, model: dict) -> list[str]:
         out.append("squared-ReLU MLP priced as GELU (the same two GEMMs)")
     if run["precision"] == "fp16":
         out.append("fp16 priced as bf16 (the same A100 rate)")
+    if run.get("compile") is False and run.get("execution") == "compiled":
+        out.append("eager priced as fused kernels (the model calls one kernel per norm, attention, activation)")
     return out
 
 

@@ -184,6 +184,43 @@ tokens_per_s_per_gpu = 1000
 """
 
 
+def _torchtitan_split(layers: int, stages: int) -> tuple:
+    """torchtitan's generate_split_points (9dec370) without split points given, worked out here: stage 0 takes
+    layers // stages, the middle stages one more each while the remainder lasts, the last the rest."""
+    base, extra = divmod(layers, stages)
+    sizes = [base]
+    for _ in range(stages - 2):
+        sizes.append(base + (1 if extra > 0 else 0))
+        extra -= 1
+    return tuple(sizes + [layers - sum(sizes)])
+
+
+def test_torchtitans_405b_pipelines_split_126_layers_as_its_code_does(data):
+    m = data["model"]["llama3.1-405b"]
+    assert _torchtitan_split(126, 8) == (15,) + (16,) * 6 + (15,)
+    for rid in ("torchtitan2412/t5-405b-1f1b", "torchtitan2412/t6-405b-cp1", "torchtitan2412/t6-405b-cp8"):
+        run = _run(data, rid)
+        cfg = vt.scale_config(run, m)
+        assert cfg.stage_layers() == _torchtitan_split(m["layers"], run["pp"]) and cfg.invalid() is None, rid
+    # pipeline_parallel_microbatches unset: as many micro-batches as stages, the local batch 32 split in 8 of 4
+    one_f_one_b = vt.scale_config(_run(data, "torchtitan2412/t5-405b-1f1b"), m)
+    assert (one_f_one_b.micro_batch, one_f_one_b.micro_batches) == (4, 8)
+
+
+def test_a_rows_compile_field_names_its_execution_model(data):
+    m = data["model"]
+    eager = vt.scale_config(_run(data, "torchtitan2412/t1-8b-fsdp"), m["llama3-8b"])
+    compiled = vt.scale_config(_run(data, "torchtitan2412/t1-8b-fsdp-compile"), m["llama3-8b"])
+    megatron = vt.scale_config(_run(data, "nemo2407/llama3-8b"), m["llama3-8b"])
+    assert (eager.execution, compiled.execution, megatron.execution) == ("eager", "inductor", "compiled")
+    foundry = _run(data, "llmfoundry2024/a100-7b-8")  # eager, priced as fused kernels: said so
+    assert vt.scale_config(foundry, m["mpt-7b"]).execution == "compiled"
+    assert any("eager priced as fused" in a for a in vt.approximations(foundry, m["mpt-7b"]))
+    assert eager.recompute == "op" and eager.invalid() is None  # torchtitan's selective op policy
+    layer = _run(data, "torchtitan2406/8b-selective-layer")  # every 2nd block whole: said, not priced as another
+    assert "selective layer" in vt.why_not(layer, m["llama3-8b"])
+
+
 def test_the_script_runs_on_a_small_data_file(tmp_path, capsys):
     pytest.importorskip("optax")
     path = tmp_path / "runs.toml"

@@ -141,7 +141,8 @@ def _sharding(args) -> dict:
                 last_stage_layers=args.last_stage_layers, account_embedding=args.account_embedding,
                 account_loss=args.account_loss, attention=args.attention,
                 attention_library=args.attention_library or "",
-                grad_reduce_fp32=not args.grad_reduce_in_bf16, **_experts(args))
+                grad_reduce_fp32=not args.grad_reduce_in_bf16, execution=args.execution,
+                **_experts(args))
 
 
 #: The MoE options and the ScaleConfig fields they set (given ones only: a named model's stay otherwise).
@@ -202,7 +203,8 @@ def register(sub) -> None:
     p.add_argument("--interleave", type=positive_int, help="virtual stages per device (default 1: 1F1B)")
     p.add_argument("--micro-batch", type=positive_int, help="default 1")
     p.add_argument("--global-batch", type=positive_int, default=1)
-    p.add_argument("--recompute", choices=("none", "selective", "full"), help="default none")
+    p.add_argument("--recompute", choices=("none", "selective", "full", "op"),
+                   help="default none; op: torchtitan's selective op checkpointing (every second linear recomputed)")
     p.add_argument("--dp-comm", default="all_reduce", choices=("all_reduce", "zero"))
     p.add_argument("--dp-overlap", action="store_true", help="the gradient reduction overlaps the last backward")
     _register_sharding(p)
@@ -264,6 +266,9 @@ def _register_sharding(p) -> None:
                         "flash-attn 2 and PyTorch SDPA's flash backend; fa3; cudnn: Transformer Engine's fused "
                         "attention on Hopper); default: the profile's")
     _register_experts(p)
+    p.add_argument("--execution", choices=("compiled", "eager", "inductor"), default="compiled",
+                   help="how the step runs: compiled, fused kernels (Megatron, NeMo; default), eager (PyTorch eager, "
+                        "one kernel per op) or inductor (torch.compile); eager and inductor need --attention fused")
     p.add_argument("--grad-reduce-in-bf16", action="store_true",
                    help="gradients reduced in the 2-byte dtype, not fp32 (Megatron-Core's option; Megatron 2021's "
                         "fp16 default without --accumulate-allreduce-grads-in-fp32)")

@@ -83,6 +83,8 @@ class Iteration:
             out["stage_layers"] = "/".join(map(str, cfg.stage_layers()))
         if cfg.attention != "unfused":
             out["attention"] = cfg.attention
+        if cfg.execution != "compiled":
+            out["execution"] = cfg.execution
         if not cfg.grad_reduce_fp32:
             out["grad_bytes"] = cfg.grad_bytes
         if cfg.experts:

@@ -7,7 +7,8 @@ reduce_scatter + all_gather), pipeline degree ``p`` with ``interleave`` virtual 
 data degree ``d`` with the gradient reduction ``dp_comm`` (``all_reduce``, or ``zero``: reduce_scatter +
 all_gather with the optimizer state sharded d ways), the micro-batch ``micro_batch`` and the
 ``global_batch``, and the ``recompute`` policy (``none``; ``selective``: attention's softmax and dropout
-only; ``full``: the whole layer, only its input kept).
+only; ``full``: the whole layer, only its input kept; ``op``: torchtitan's selective op policy, every second linear's
+output and the elementwise ops recomputed, :data:`~.layer.OP_SAVED`).
 
 The sharding of the data-parallel replicas, in one vocabulary (:mod:`.sharding` prices it): ``zero`` the
 ZeRO stage (0: replicated, gradients all_reduced; 1: optimizer state sharded, Megatron's
@@ -20,7 +21,10 @@ pipelines: ``first_stage_layers`` / ``last_stage_layers`` (Megatron's ``--decode
 layers``), the other stages splitting the rest evenly (:meth:`ScaleConfig.stage_layers`). ``attention``:
 ``unfused`` (the attention as its separate kernels, Megatron 2022's; the default) or ``fused`` (one flash-attention
 kernel, as NeMo, Megatron-Core and torchtitan run it), with ``attention_library`` the fused kernel's library
-(``fa2``, ``fa3``, ``cudnn``; empty: the profile's default) as the training stack calls it. ``grad_reduce_fp32``: gradients reduced in fp32 (default) or
+(``fa2``, ``fa3``, ``cudnn``; empty: the profile's default) as the training stack calls it. ``execution``: how
+the step runs, ``compiled`` (fused kernels, the default), ``eager`` (PyTorch eager: one kernel per framework op, the
+attention one SDPA call where fused) or ``inductor`` (torch.compile), priced by the execution models of
+:mod:`mhlo_cost.roofline`. ``grad_reduce_fp32``: gradients reduced in fp32 (default) or
 in the parameters' 2-byte dtype (Megatron 2021's fp16 runs without ``--accumulate-allreduce-grads-in-fp32``).
 
 :meth:`ScaleConfig.invalid` says why a split cannot run (one sentence), or None.
@@ -31,10 +35,13 @@ from dataclasses import dataclass, replace
 
 from ...machines.kernels import LIBRARIES
 
-RECOMPUTE = ("none", "selective", "full")
+RECOMPUTE = ("none", "selective", "full", "op")
 DP_COMM = ("all_reduce", "zero")
 CP_COMM = ("p2p", "all_gather")
 ATTENTION = ("unfused", "fused")
+#: How the training step runs (:mod:`mhlo_cost.machines.execution`): ``compiled`` (fused kernels: Megatron's fused
+#: kernels, XLA), ``eager`` (PyTorch eager, one kernel per framework op), ``inductor`` (torch.compile).
+EXECUTION = ("compiled", "eager", "inductor")
 
 
 @dataclass(frozen=True)
@@ -84,6 +91,7 @@ class ScaleConfig:
     capacity_factor: float = 0.0  # tokens an expert takes, x its balanced share (padded to it); 0: dropless
     expert_imbalance: float = 1.0  # the busiest EP rank's routed tokens / the balanced share (1.0: balanced)
     ep_overlap: bool = False  # the all_to_all hidden under another micro-batch's compute (DualPipe-style)
+    execution: str = "compiled"  # compiled (fused kernels), eager (PyTorch eager), inductor (torch.compile)
 
     @property
     def mlp(self) -> int:
@@ -190,6 +198,11 @@ class ScaleConfig:
             return f"cp_comm must be one of {', '.join(CP_COMM)}, got {self.cp_comm!r}"
         if self.attention not in ATTENTION:
             return f"attention must be one of {', '.join(ATTENTION)}, got {self.attention!r}"
+        if self.execution not in EXECUTION:
+            return f"execution must be one of {', '.join(EXECUTION)}, got {self.execution!r}"
+        if self.execution != "compiled" and self.attention != "fused":
+            return (f"{self.execution} execution runs the attention as PyTorch's SDPA call: it needs fused attention, "
+                    f"got {self.attention}")
         if self.attention_library and (self.attention_library not in LIBRARIES or self.attention != "fused"):
             return (f"attention_library must be one of {', '.join(LIBRARIES)} with fused attention, "
                     f"got {self.attention_library!r} with {self.attention} attention")
@@ -289,6 +302,7 @@ class ScaleConfig:
         key = key if self.cp == 1 else key + (("cp", self.cp),)  # (keys without cp unchanged)
         key = key if self.precision == "bf16" else key + (self.precision,)  # (bf16 keys unchanged)
         key = key if self.attention == "unfused" else key + (("attention", self.attention),)
+        key = key if self.execution == "compiled" else key + (("execution", self.execution),)
         return key + (("attention_library", self.attention_library),) if self.attention_library else key
 
     def label(self) -> str:
@@ -300,8 +314,9 @@ class ScaleConfig:
         fa += f"({self.attention_library})" if self.attention_library else ""
         g = "" if self.grad_reduce_fp32 else " grads16"
         ep = f" ep{self.ep}{'-overlap' if self.ep_overlap else ''}" if self.experts else ""
+        ex = "" if self.execution == "compiled" else f" {self.execution}"
         return (f"t{self.t}{sp}{cp} p{self.p}{pp}{v} d{self.d}{ep} mb{self.micro_batch} {self.recompute}"
-                f"{self._sharding_label()}{fa}{g}")
+                f"{self._sharding_label()}{fa}{g}{ex}")
 
     def _sharding_label(self) -> str:
         z = self.zero_stage

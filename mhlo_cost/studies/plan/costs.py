@@ -111,8 +111,10 @@ def library_refusal(cfg: ScaleConfig, hw) -> str | None:
 
 def analyse_layer(cfg: ScaleConfig, hw, key: str = "", chip: str = "", part: str = "layer") -> LayerCost:
     """Lower, walk and price the layer or the head (no cache), as a :class:`~mhlo_cost.studies.study.Study`: a training
-    step's walk, compiled with the attention as ``cfg.attention`` says (unfused: its separate kernels; fused: one
-    flash-attention kernel, at ``cfg.attention_library``'s fractions where set, else the profile's default)."""
+    step's walk, run as ``cfg.execution`` says (compiled; eager: one kernel per framework op, the attention PyTorch's
+    SDPA call; inductor: torch.compile's kernels), with the attention as ``cfg.attention`` says (unfused: its
+    separate kernels; fused: one flash-attention kernel, at ``cfg.attention_library``'s fractions where set, else
+    the profile's default)."""
     from ..study import Study
     from .layer import lower_head, lower_layer
 
@@ -128,7 +130,7 @@ def analyse_layer(cfg: ScaleConfig, hw, key: str = "", chip: str = "", part: str
     else:
         text = lower_head(cfg) if part == "head" else lower_layer(cfg)
     study = Study(text, training="always", hardware=hw,
-                  execution="compiled", attention=cfg.attention, dataflow=True)
+                  execution=cfg.execution, attention=cfg.attention, dataflow=True)
     a, rf = study.analysis, study.roofline
     ph = a.phases
     gemm = {p: 0 for p in PHASES}

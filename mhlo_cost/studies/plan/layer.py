@@ -26,7 +26,8 @@ the layer's weights (fp32 master weights and moments, the bf16 weights cast back
 Activations: the layer runs under ``jax.checkpoint`` with a policy that saves exactly the tensors Megatron
 keeps for the backward (Korthikanti et al. 2022, section 4), by name: ``none`` saves them all,
 ``selective`` all but the softmax, its dropout mask and output (recomputed), ``full`` none of them (only
-the layer's input is kept, and the backward recomputes the layer).
+the layer's input is kept, and the backward recomputes the layer); ``op`` torchtitan's selective op policy
+(:data:`OP_SAVED`: the attention's output and every other linear's; q, k and v from three projections).
 """
 from __future__ import annotations
 
@@ -49,11 +50,20 @@ SAVED = ("ln1_in", "qkv_in", "q", "k", "v", *ATTN_SCORES, "proj_in", "drop1_mask
          "ln2_in", "fc1_in", "gelu_in", "gate_in", "fc2_in", "drop2_mask")
 
 
+#: torchtitan's selective op policy (``selective_ac_option = 'op'``, ``_apply_ac_to_transformer_block`` with its
+#: ``_save_list``, torchtitan 9dec370 parallelisms/parallelize_llama.py): the outputs of the SDPA call and of every
+#: matmul but every second one are saved, in the order the block runs them (wq, wk, wv, wo, w1, w3, w2: the 1st,
+#: 3rd, 5th, 7th kept; wk, wo, w3 and everything elementwise recomputed). ``mm<n>``: the n-th linear's output.
+OP_SAVED = ("mm1", "mm3", "mm5", "mm7", "proj_in")
+
+
 def _saved(recompute: str) -> tuple:
     if recompute == "none":
         return SAVED
     if recompute == "selective":
         return tuple(n for n in SAVED if n not in ATTN_SCORES)
+    if recompute == "op":
+        return OP_SAVED
     return ()
 
 
@@ -66,8 +76,12 @@ def param_shapes(cfg: ScaleConfig) -> dict:
     def ln():
         return {"scale": jax.ShapeDtypeStruct((h,), dt), "bias": jax.ShapeDtypeStruct((h,), dt)}
 
-    qkv = (cfg.heads + 2 * cfg.kv) * (h // cfg.heads) // t  # 3h/t; fewer key/value heads with GQA
-    out = {"ln1": ln(), "qkv": lin(h, qkv), "proj": lin(h // t, h),
+    d = h // cfg.heads
+    qkv = (cfg.heads + 2 * cfg.kv) * d // t  # 3h/t; fewer key/value heads with GQA
+    # torchtitan's op policy counts wq, wk, wv as three matmuls: the projection as three weights there
+    proj = ({"q": lin(h, cfg.heads * d // t), "k": lin(h, cfg.kv * d // t), "v": lin(h, cfg.kv * d // t)}
+            if cfg.recompute == "op" else {"qkv": lin(h, qkv)})
+    out = {"ln1": ln(), **proj, "proj": lin(h // t, h),
            "ln2": ln(), "fc1": lin(h, cfg.mlp // t), "fc2": lin(cfg.mlp // t, h)}
     if cfg.mlp_kind == "swiglu":  # the gate: a third ffn GEMM
         out["gate"] = lin(h, cfg.mlp // t)
@@ -167,6 +181,16 @@ def _qkv(qkv, cfg: ScaleConfig, d: int):
     return q, jnp.repeat(k, a // kv, axis=2), jnp.repeat(v, a // kv, axis=2)
 
 
+def _qkv_op(p, hdn, cfg: ScaleConfig, d: int, dense):
+    """q, k, v from three projections (torchtitan's wq, wk, wv), for the op policy: the 1st, 2nd, 3rd matmuls."""
+    b, n, _ = hdn.shape
+    a, kv = cfg.heads // cfg.t, cfg.kv // cfg.t
+    q = dense(p["q"], hdn).reshape(b, n, a, d) * jnp.asarray(d ** -0.5, hdn.dtype)
+    k = dense(p["k"], hdn).reshape(b, n, kv, d)
+    v = dense(p["v"], hdn).reshape(b, n, kv, d)
+    return q, jnp.repeat(k, a // kv, axis=2), jnp.repeat(v, a // kv, axis=2)
+
+
 def layer_fn(cfg: ScaleConfig):
     """``layer(params, x, key) -> y`` on one device; x (b, s or s/t with sp, h)."""
     d = cfg.hidden // cfg.heads
@@ -175,21 +199,31 @@ def layer_fn(cfg: ScaleConfig):
     def drop(x, key, name):
         return _dropout(x, key, name) if on else (x, key)
 
+    def counted():
+        """A linear whose output is named ``mm<n>``, n counting the layer's linears (the op policy's)."""
+        count = [0]
+
+        def dense(p, x):
+            count[0] += 1
+            return checkpoint_name(_dense(p, x, cfg), f"mm{count[0]}")
+        return dense
+
     def layer(p, x, key):
+        dense = counted() if cfg.recompute == "op" else (lambda w, y: _dense(w, y, cfg))
         with scope("ln1"):
             x = checkpoint_name(x, "ln1_in")
             hdn = checkpoint_name(_layer_norm(p["ln1"], x), "qkv_in")
         with scope("attn"):
             hdn = _gather(hdn, cfg)
             b, n, _ = hdn.shape
-            q, k, v = _qkv(_dense(p["qkv"], hdn, cfg), cfg, d)
+            q, k, v = _qkv_op(p, hdn, cfg, d, dense) if "q" in p else _qkv(dense(p["qkv"], hdn), cfg, d)
             with scope("core"):  # the attention proper (context parallelism's exchange overlaps it)
                 probs = _softmax(_scores(q, k, cfg))  # (b, a/t, n, n cp)
                 probs, key = drop(probs, key, "attn_mask")
                 probs = checkpoint_name(probs, "attn_drop")
                 o = lax.dot_general(probs, _cp_gather(v, cfg), (((3,), (1,)), ((0, 1), (0, 2))))  # (b, a/t, n, d)
             o = checkpoint_name(jnp.transpose(o, (0, 2, 1, 3)).reshape(b, n, -1), "proj_in")
-            y = _scatter(_dense(p["proj"], o, cfg), cfg)
+            y = _scatter(dense(p["proj"], o), cfg)
             y, key = drop(y, key, "drop1_mask")
             x = x + y
         with scope("ln2"):
@@ -197,13 +231,15 @@ def layer_fn(cfg: ScaleConfig):
             hdn = checkpoint_name(_layer_norm(p["ln2"], x), "fc1_in")
         with scope("mlp"):
             hdn = _gather(hdn, cfg)
-            g = checkpoint_name(_dense(p["fc1"], hdn, cfg), "gelu_in")
+            # (the op policy keeps fc1's output and recomputes the gate's, where torchtitan keeps w1's, the gate,
+            # and recomputes w3's: the same shapes, so the same bytes kept and FLOPs recomputed)
+            g = checkpoint_name(dense(p["fc1"], hdn), "gelu_in")
             if cfg.mlp_kind == "swiglu":  # SiLU(gate) x up
-                gate = checkpoint_name(_dense(p["gate"], hdn, cfg), "gate_in")
+                gate = checkpoint_name(dense(p["gate"], hdn), "gate_in")
                 g = checkpoint_name(jax.nn.silu(gate) * g, "fc2_in")
             else:
                 g = checkpoint_name(gelu_tanh(g), "fc2_in")
-            y = _scatter(_dense(p["fc2"], g, cfg), cfg)
+            y = _scatter(dense(p["fc2"], g), cfg)
             y, key = drop(y, key, "drop2_mask")
             return x + y
 
