@@ -33,7 +33,7 @@ from ...machines.kernels import LIBRARIES
 
 RECOMPUTE = ("none", "selective", "full")
 DP_COMM = ("all_reduce", "zero")
-CP_COMM = ("p2p", "all_gather")
+CP_COMM = ("p2p", "all_gather", "a2a")  # a2a: Ulysses (STDiT3, .stdit3)
 ATTENTION = ("unfused", "fused")
 
 
@@ -253,6 +253,8 @@ class ScaleConfig:
         return None
 
     def _cp_invalid(self) -> str | None:
+        if self.cp_comm == "a2a" and not hasattr(self, "a2a_collectives"):
+            return "cp_comm a2a (Ulysses all_to_all) is planned for --model stdit3 only"
         if self.cp > 1 and self.seq % (2 * self.cp):
             return (f"context parallelism: 2 x cp ({2 * self.cp}) does not divide seq {self.seq} (load-balanced "
                     "causal chunks)")

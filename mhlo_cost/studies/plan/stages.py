@@ -42,7 +42,8 @@ def stage_rows(p) -> list[dict]:
         busy = sum(row[k] for k in COMPONENTS[:-1])
         row["idle"] = it.bubble if s == it.layer["slow_stage"] else max(0.0, it.total - busy)
         row["iteration"] = it.total
-        mem = memory(cfg, p.cost, capacity, stage=s) if p.cost is not None else {}
+        own = getattr(cfg, "lower_layer", None) is not None  # a model with its own memory (.stdit3): one stage
+        mem = p.memory if own else memory(cfg, p.cost, capacity, stage=s) if p.cost is not None else {}
         row.update({f"mem_{k}": mem.get(k, 0) for k in (*CATEGORIES, "total")})
         rows.append(row)
     return rows
