@@ -6,10 +6,13 @@ parameter all-gather ((n-1)/n of 2 bytes a parameter over every rank), the optim
 parameter over the ranks), and the IR's matrix FLOPs against the linears and attentions of both blocks."""
 from __future__ import annotations
 
+import json
+
 import pytest
 
 pytest.importorskip("optax")
 
+from mhlo_cost.cli import main
 from mhlo_cost.network import resolve_profile
 from mhlo_cost.studies.plan.plan import plan
 from mhlo_cost.studies.plan.stdit3 import comm_per_step, stdit3_config, ulysses_collectives
@@ -115,3 +118,31 @@ def test_frames_padded_to_the_ulysses_degree():
     cfg = stdit3_config("17_64_64", cp=2, micro_batch=1, global_batch=1, **{**SMALL, "frame_tokens": 15})
     assert cfg.local_frame_tokens == 8 and cfg.local_seq == 24
     assert {r.nbytes for r in ulysses_collectives(cfg) if r.kind == "all_to_all"} == {2 * 24 * C}
+
+
+def test_cli_plans_and_writes_json(tmp_path, capsys):
+    out = tmp_path / "plan.json"
+    rc = main(["train-plan", "--model", "stdit3", "--shape", "17_64_64", "--layers", "2", "--hidden", "64",
+               "--heads", "4", "--sp-size", "2", "-d", "2", "--zero", "2", "--hardware", "dgx-a100",
+               "--format", "json", "-o", str(out), "--no-cache", "-q"])
+    assert rc == 0
+    doc = json.loads(out.read_text())
+    assert "stdit3 17_64_64 ulysses2 d2 mb1 full zero2" in json.dumps(doc)
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["-t", "2"], "-t does not go with --model stdit3"),
+    (["--zero", "3"], "not FSDP"),
+    (["--recompute", "selective"], "recomputes whole blocks"),
+    (["--ulysses", "3"], "Ulysses degree 3 does not divide heads 16"),
+    (["-d", "2", "--global-batch", "3"], "--micro-batch x -d"),
+])
+def test_cli_refuses_what_opensora_does_not_run(argv, says, capsys):
+    assert main(["train-plan", "--model", "stdit3", *argv]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("mhlo-cost: error:") and says in err[0]
+
+
+def test_cli_refuses_ulysses_without_stdit3(capsys):
+    assert main(["train-plan", "--model", "gpt-22b", "--sp-size", "2"]) == 2
+    assert "goes with --model stdit3" in capsys.readouterr().err
