@@ -202,15 +202,15 @@ def memory(cfg: STDiT3ScaleConfig, cost, working=None, capacity: float | None = 
     * gradients: stage 2: the bf16 gradient shard plus one 12 Mi-element bucket being reduced; else all of them;
     * optimizer state: fp32 master weights and AdamW's two moments (the step's donated fp32 arguments), sharded
       over every rank from stage 1;
-    * activations: every checkpointed block's input (the pair's input and its saved tensors, ``layers`` pairs) plus,
-      with recompute, the activations of the block being recomputed and back-propagated: half the pair's saved
-      tensors without recompute (``working``: that pair's cost; the two blocks keep the same shapes with flash
-      attention); without recompute, every pair's saved tensors.
+    * activations: each of the ``layers`` pairs' input and saved tensors (with recompute: the two blocks' inputs)
+      plus, with recompute, the activations of the block being recomputed and back-propagated: half the pair's
+      saved tensors without recompute (``working``: that pair's cost; the two blocks keep the same shapes with
+      flash attention).
     """
     n, z, shard, extra = cfg.layers, cfg.zero_stage, cfg.shard_degree, cfg.extra_weight_elems
     elems = cost.weight_elems * n + extra
     state = (cost.master_bytes + cost.moment_bytes) * n + 12 * extra
-    held = n * cost.activation_bytes if cfg.recompute != "full" else n * (cost.input_bytes + cost.saved_bytes)
+    held = n * (cost.input_bytes + cost.saved_bytes)  # (a pair's input is the previous pair's output)
     if cfg.recompute == "full" and working is not None:
         held += working.saved_bytes // 2
     out = {"weights": 2 * elems,
