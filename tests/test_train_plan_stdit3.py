@@ -16,7 +16,7 @@ from mhlo_cost.cli import main
 from mhlo_cost.network import resolve_profile
 from mhlo_cost.studies.plan.costs import layer_cost
 from mhlo_cost.studies.plan.plan import plan
-from mhlo_cost.studies.plan.stdit3 import comm_per_step, stdit3_config, ulysses_collectives
+from mhlo_cost.studies.plan.stdit3 import bucket_shape, comm_per_step, stdit3_config, ulysses_collectives
 
 C, H, F, D = 64, 4, 256, 16  # hidden, heads, MLP width, head dim
 L_CAP, C_CAP = 8, 32  # caption tokens and T5 width
@@ -140,6 +140,8 @@ def test_cli_plans_and_writes_json(tmp_path, capsys):
     (["--recompute", "selective"], "recomputes whole blocks"),
     (["--ulysses", "3"], "Ulysses degree 3 does not divide heads 16"),
     (["-d", "2", "--global-batch", "3"], "--micro-batch x -d"),
+    (["--bucket", "720p"], "a bucket is RESOLUTION:FRAMES"),
+    (["--bucket", "720p:51", "--shape", "51_1280_720"], "not both"),
 ])
 def test_cli_refuses_what_opensora_does_not_run(argv, says, capsys):
     assert main(["train-plan", "--model", "stdit3", *argv]) == 2
@@ -165,3 +167,12 @@ def test_xl2_at_720p_on_64_gpus_ulysses_8_by_data_8():
     assert 1_100_000_000 < params < 1_250_000_000  # STDiT3-XL/2: "1.1B" (OpenSora 1.2's report)
     assert p.memory["fits"] and p.memory["weights"] == 2 * params
     assert p.iteration.total > p.iteration.cp_comm > 0 and p.iteration.dp_total > 0
+
+
+def test_opensora_buckets_name_their_base_aspect_ratio():
+    # opensora/datasets/aspect.py (v1.2.0): "720p" 0.56 -> (720, 1280), "512" 1.0 -> (512, 512), "144p" -> (144, 256)
+    assert bucket_shape("720p:51") == "51_1280_720"
+    assert bucket_shape("512:408") == "408_512_512"
+    assert bucket_shape("144p:1") == "1_256_144"
+    cfg = stdit3_config(bucket_shape("720p:51"))
+    assert (cfg.frames, cfg.frame_tokens) == (15, 45 * 80)  # 51 frames -> 15 latent; 720 x 1280 / 8 / 2

@@ -21,6 +21,9 @@ def register(p) -> None:
     p.add_argument("--shape", metavar="FRAMES_WIDTH_HEIGHT",
                    help="with --model stdit3: the video (as lower --shape: 51_1280_720 is 51 frames of 1280x720; "
                         "default 204_640_360); --micro-batch is OpenSora's batch per GPU")
+    p.add_argument("--bucket", metavar="RES:FRAMES",
+                   help="with --model stdit3: an OpenSora 1.2 bucket instead of --shape (720p:51 is 51_1280_720: the "
+                        "resolution at its base aspect ratio, 9:16 landscape or 1:1 for 256/512/1024/2048)")
     p.add_argument("--ulysses", "--sp-size", dest="ulysses", type=positive_int, metavar="N",
                    help="with --model stdit3: Ulysses sequence-parallel degree (OpenSora's sp_size, plugin "
                         "zero2-seq): each frame's tokens split N ways, 6 all_to_all per spatial block each way")
@@ -33,7 +36,7 @@ def defaults(args) -> None:
     if args.attention is None:
         args.attention = "fused" if args.model == "stdit3" else "unfused"
     if args.model != "stdit3":
-        for opt, v in (("--shape", args.shape), ("--ulysses/--sp-size", args.ulysses)):
+        for opt, v in (("--shape", args.shape), ("--bucket", args.bucket), ("--ulysses/--sp-size", args.ulysses)):
             if v is not None:
                 raise UserError(f"{opt} goes with --model stdit3")
         if args.global_batch is None:
@@ -42,7 +45,7 @@ def defaults(args) -> None:
 
 def config(args, zero_stage: int | None):
     """The STDiT3ScaleConfig of the options (``zero_stage``: the one the ZeRO options name, None: not given)."""
-    from ..studies.plan.stdit3 import stdit3_config
+    from ..studies.plan.stdit3 import bucket_shape, stdit3_config
 
     given = [opt for opt, dest, default in NOT_STDIT3 if getattr(args, dest, default) not in (None, False, default)]
     if given:
@@ -59,8 +62,11 @@ def config(args, zero_stage: int | None):
     sizes = {k: v for k, v in (("layers", args.layers), ("hidden", args.hidden), ("heads", args.heads)) if v}
     if "hidden" in sizes:
         sizes["ffn"] = 4 * sizes["hidden"]
+    if args.shape and args.bucket:
+        raise UserError("give --shape or --bucket, not both")
     try:
-        cfg = stdit3_config(args.shape or "204_640_360", d=args.d, cp=args.ulysses or 1, micro_batch=mb,
+        shape = bucket_shape(args.bucket) if args.bucket else args.shape or "204_640_360"
+        cfg = stdit3_config(shape, d=args.d, cp=args.ulysses or 1, micro_batch=mb,
                             global_batch=mb * args.d, recompute=args.recompute, attention=args.attention,
                             attention_library=args.attention_library or "",
                             zero=2 if zero_stage is None else zero_stage, **sizes)

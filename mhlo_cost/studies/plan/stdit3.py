@@ -150,6 +150,24 @@ def _prod(shape) -> int:
     return n
 
 
+#: OpenSora 1.2's bucket resolutions at their base aspect ratio (``opensora/datasets/aspect.py``, v1.2.0: 9:16
+#: landscape for the "p" names, 1:1 for the square ones), as (width, height) in pixels.
+BUCKETS = {"144p": (256, 144), "240p": (426, 240), "360p": (640, 360), "480p": (854, 480), "720p": (1280, 720),
+           "1080p": (1920, 1080), "2k": (2560, 1440), "256": (256, 256), "512": (512, 512), "1024": (1024, 1024),
+           "2048": (2048, 2048)}
+
+
+def bucket_shape(bucket: str) -> str:
+    """``RESOLUTION:FRAMES`` (an OpenSora bucket: ``720p:51``) as the video shape FRAMES_WIDTH_HEIGHT
+    (``51_1280_720``) at the resolution's base aspect ratio; ValueError says what is wrong."""
+    res, _, frames = bucket.partition(":")
+    if res not in BUCKETS or not frames.isdigit() or int(frames) < 1:
+        raise ValueError(f"a bucket is RESOLUTION:FRAMES with RESOLUTION one of {', '.join(BUCKETS)} (OpenSora 1.2's) "
+                         f"and FRAMES a positive integer, got {bucket!r}")
+    w, h = BUCKETS[res]
+    return f"{int(frames)}_{w}_{h}"
+
+
 def stdit3_config(shape: str = "204_640_360", **fields) -> STDiT3ScaleConfig:
     """STDiT3-XL/2 at the video ``shape`` (FRAMES_WIDTH_HEIGHT, as ``lower --shape``), ``fields`` replacing its own."""
     from ...lower.models.config import STDiT3Config, VideoShape
@@ -256,5 +274,5 @@ def facts(p, lines: list[str]) -> list[str]:
     return lines
 
 
-__all__ = ["STDiT3ScaleConfig", "stdit3_config", "pair_flops", "ulysses_collectives", "memory",
+__all__ = ["BUCKETS", "STDiT3ScaleConfig", "bucket_shape", "stdit3_config", "pair_flops", "ulysses_collectives", "memory",
            "comm_per_step", "facts"]
