@@ -15,8 +15,8 @@ group, so it shards and reduces over every rank (sp x dp); ColossalAI reduce-sca
 buckets overlapped with the backward and all-gathers the bf16 parameters after the step.
 
 The per-device layer is one spatial + one temporal block, forward + backward + AdamW on fp32 master weights, at
-the Ulysses-sharded sequence (T frames x ceil(S/n) tokens, each frame padded to a multiple of n as OpenSora's
-split needs), lowered from shapes by :mod:`.stdit3_layer`; its all_to_alls are priced by
+the Ulysses-sharded sequence (T frames x S/n tokens: OpenSora splits each frame's S tokens evenly, n must divide
+S), lowered from shapes by :mod:`.stdit3_layer`; its all_to_alls are priced by
 :meth:`STDiT3ScaleConfig.a2a_collectives` on the system's network, not overlapped. Cross-attention attends each
 sample's own caption (OpenSora's xformers block-diagonal mask: the FLOPs of the diagonal blocks only).
 """
@@ -60,8 +60,8 @@ class STDiT3ScaleConfig(ScaleConfig):
 
     @property
     def local_frame_tokens(self) -> int:
-        """Tokens of one frame on one Ulysses rank: ceil(S / n) (OpenSora pads the frame to a multiple of n)."""
-        return -(-self.frame_tokens // self.cp)
+        """Tokens of one frame on one Ulysses rank: S / n."""
+        return self.frame_tokens // self.cp
 
     @property
     def local_seq(self) -> int:
@@ -105,6 +105,9 @@ class STDiT3ScaleConfig(ScaleConfig):
             return "STDiT3 trains with data and Ulysses sequence parallelism only (no tensor or pipeline split)"
         if self.heads % self.cp:
             return f"Ulysses degree {self.cp} does not divide heads {self.heads}"
+        if self.frame_tokens % self.cp:
+            return (f"Ulysses degree {self.cp} does not divide a frame's {self.frame_tokens} tokens (OpenSora splits "
+                    "them evenly: communications._split asserts it)")
         if self.cp > 1 and self.cp_comm != "a2a":
             return "STDiT3's sequence parallelism is Ulysses (cp_comm a2a)"
         if self.zero_stage > 2 or self.dp_shard:
@@ -181,7 +184,7 @@ def stdit3_config(shape: str = "204_640_360", **fields) -> STDiT3ScaleConfig:
 
 
 def pair_flops(cfg: STDiT3ScaleConfig) -> int:
-    """Forward + backward matrix FLOPs of one block pair on one sample (3 x forward), unpadded: per block, the
+    """Forward + backward matrix FLOPs of one block pair on one sample (3 x forward): per block, the
     linears over N = T S tokens (qkv 3C^2, proj C^2, cross q and proj 2C^2, fc1 + fc2 2 C F) and the caption's
     kv (2C^2 over L tokens), cross-attention 4 N L C, self-attention 4 T S^2 C (spatial) or 4 S T^2 C (temporal)."""
     c, f, t, s, cap = cfg.hidden, cfg.mlp, cfg.frames, cfg.frame_tokens, cfg.caption_tokens
@@ -194,7 +197,7 @@ def pair_flops(cfg: STDiT3ScaleConfig) -> int:
 def ulysses_collectives(cfg: STDiT3ScaleConfig) -> list[Collective]:
     """Per block pair and micro-batch, over the Ulysses group (``cp`` ranks): the spatial self-attention's 4
     all_to_all (q, k, v in, output out) and the spatial cross-attention's 2 (queries in, output out), each of
-    S = b x T x ceil(S/n) x C bf16 (the operand one rank holds), forward and again backward (and their forward
+    S = b x T x S/n x C bf16 (the operand one rank holds), forward and again backward (and their forward
     repeated by the recompute); the backward's all_gather of the caption keys' and values' gradients (b L 2C)."""
     if cfg.cp == 1:
         return []
@@ -262,7 +265,7 @@ def facts(p, lines: list[str]) -> list[str]:
     lines = list(lines)
     each = f", the caption's keys and values made on each of the {cfg.cp} Ulysses ranks" if cfg.cp > 1 else ""
     lines[1] = (f"model FLOPs {c['model_flops']:,} (forward + backward of the blocks from the IR{each}; closed form "
-                f"{c['formula_flops']:,}, unpadded frames); hardware FLOPs {c['hardware_flops']:,} (recompute "
+                f"{c['formula_flops']:,}); hardware FLOPs {c['hardware_flops']:,} (recompute "
                 "included)")
     comm = comm_per_step(p.cost, cfg)
     lines.append(f"comm per step per GPU: {sum(comm.values()):,} bytes sent ("

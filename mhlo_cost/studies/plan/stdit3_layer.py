@@ -10,7 +10,6 @@ from dataclasses import replace
 
 import jax
 import jax.numpy as jnp
-from jax import lax
 
 scope = jax.named_scope
 F32 = jnp.float32
@@ -54,10 +53,9 @@ def _kernels(cfg, spatial: bool):
         if "q_norm" in p:
             q, k = rms_norm(q, p["q_norm"]["w"]), rms_norm(k, p["k_norm"]["w"])
         q, k, v = (_to_heads(z, n) for z in (q, k, v))
-        _, _, s_pad, hl, d = q.shape
-        mask = None if s_pad == cfg.frame_tokens else (lax.iota(jnp.int32, s_pad) < cfg.frame_tokens)[None, :]
-        o = kernels.attention_core(*(z.reshape(b * T, s_pad, hl, d) for z in (q, k, v)), mask)
-        o = _to_tokens(o.reshape(b, T, s_pad, hl, d), n)
+        _, _, s_all, hl, d = q.shape
+        o = kernels.attention_core(*(z.reshape(b * T, s_all, hl, d) for z in (q, k, v)))
+        o = _to_tokens(o.reshape(b, T, s_all, hl, d), n)
         return kernels.out_linear(p["proj"], o.reshape(b, nl, c))
 
     def cross_attention(p, x, cond, scfg, *, kernels=None):
