@@ -222,7 +222,8 @@ def memory(cfg: STDiT3ScaleConfig, cost, working=None, capacity: float | None = 
     * weights: the bf16 working parameters, whole on every rank (the pairs' from the IR, plus the embedders');
     * gradients: stage 2: the bf16 gradient shard plus one 12 Mi-element bucket being reduced; else all of them;
     * optimizer state: fp32 master weights and AdamW's two moments (the step's donated fp32 arguments), sharded
-      over every rank from stage 1;
+      over every rank from stage 1; and OpenSora's fp32 EMA copy of the model, sharded over every rank whatever
+      the stage (``scripts/train.py``: ``model_sharding(ema)``);
     * activations: each of the ``layers`` pairs' input and saved tensors (with recompute: the two blocks' inputs)
       plus, with recompute, the activations of the block being recomputed and back-propagated: half the pair's
       saved tensors without recompute (``working``: that pair's cost; the two blocks keep the same shapes with
@@ -236,7 +237,7 @@ def memory(cfg: STDiT3ScaleConfig, cost, working=None, capacity: float | None = 
         held += working.saved_bytes // 2
     out = {"weights": 2 * elems,
            "gradients": 2 * elems // shard + 2 * min(BUCKET_ELEMS, elems) if z >= 2 else 2 * elems,
-           "optimizer_state": state // shard if z >= 1 else state,
+           "optimizer_state": (state // shard if z >= 1 else state) + 4 * elems // (cfg.cp * cfg.d),
            "activations": held}
     out["total"] = sum(out[k] for k in ("weights", "gradients", "optimizer_state", "activations"))
     if capacity:
