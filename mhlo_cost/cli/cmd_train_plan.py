@@ -3,6 +3,7 @@
 that fit. The per-device layer is lowered from shapes once per distinct shape (:mod:`mhlo_cost.studies.plan`)."""
 from __future__ import annotations
 
+from . import train_plan_stdit3
 from .cache import add_cache, cache_note, cache_root
 from .common import (EXIT_OK, UserError, add_force, add_progress, add_quiet, claim_output, positive_int,
                      write_output)
@@ -21,6 +22,7 @@ SPLIT_DEFAULTS = (("t", 1), ("p", 1), ("d", 1), ("sp", False), ("interleave", 1)
 
 def _check_options(args) -> None:
     """Options that cannot mean anything together: one line, before any work."""
+    train_plan_stdit3.defaults(args)  # (--model stdit3's own defaults first)
     if args.sweep is not None:
         given = [opt for opt, dest in SPLIT if getattr(args, dest) not in (None, False)]
         if args.by is not None:
@@ -52,6 +54,9 @@ def _check_options(args) -> None:
 def _config(args):
     from ..studies.plan.config import MODELS, ScaleConfig, model_config
 
+    if args.model == "stdit3":
+        named = args.zero is not None or args.fsdp or args.use_distributed_optimizer or args.dp_comm == "zero"
+        return train_plan_stdit3.config(args, _zero_stage(args) if named else None)
     dims = {k: getattr(args, k) for k in ("layers", "hidden", "heads", "seq", "vocab") if getattr(args, k)}
     if args.hf:
         return _hf_config(args, dims)
@@ -148,7 +153,8 @@ def _sharding(args) -> dict:
 #: The MoE options and the ScaleConfig fields they set (given ones only: a named model's stay otherwise).
 EXPERTS = (("num_experts", "experts"), ("moe_router_topk", "top_k"), ("moe_ffn_hidden_size", "expert_ffn"),
            ("moe_shared_experts", "shared_experts"), ("moe_dense_layers", "dense_layers"), ("ep", "ep"),
-           ("moe_expert_capacity_factor", "capacity_factor"), ("moe_imbalance", "expert_imbalance"), ("moe_a2a_overlap", "ep_overlap"))
+           ("moe_expert_capacity_factor", "capacity_factor"), ("moe_imbalance", "expert_imbalance"),
+           ("moe_a2a_overlap", "ep_overlap"))
 
 
 def _experts(args) -> dict:
@@ -187,7 +193,8 @@ def register(sub) -> None:
                                    "per-device layer is lowered from shapes and analysed once, the iteration "
                                    "composed from it on the system's network.")
     p.add_argument("--model", help="gpt-22b, gpt-175b, gpt-530b, gpt-1t (Korthikanti et al. 2022), deepseek-v3 (a "
-                                   "MoE: 256 routed experts, top-8, 1 shared, 3 dense layers of 61); or give the sizes")
+                                   "MoE: 256 routed experts, top-8, 1 shared, 3 dense layers of 61); or give the sizes; "
+                                   "stdit3: OpenSora 1.2's STDiT3-XL/2 with ZeRO-2 and Ulysses (--shape, --ulysses)")
     for k in ("layers", "hidden", "heads", "seq", "vocab"):
         p.add_argument(f"--{k}", type=positive_int)
     p.add_argument("--hf", metavar="CLASS", help="a Llama-family transformers decoder (LlamaForCausalLM): its sizes, "
@@ -202,12 +209,13 @@ def register(sub) -> None:
     p.add_argument("--sp", action="store_true", default=None, help="sequence parallelism")
     p.add_argument("--interleave", type=positive_int, help="virtual stages per device (default 1: 1F1B)")
     p.add_argument("--micro-batch", type=positive_int, help="default 1")
-    p.add_argument("--global-batch", type=positive_int, default=1)
+    p.add_argument("--global-batch", type=positive_int, help="default 1 (stdit3: --micro-batch x -d)")
     p.add_argument("--recompute", choices=("none", "selective", "full", "op"),
                    help="default none; op: torchtitan's selective op checkpointing (every second linear recomputed)")
     p.add_argument("--dp-comm", default="all_reduce", choices=("all_reduce", "zero"))
     p.add_argument("--dp-overlap", action="store_true", help="the gradient reduction overlaps the last backward")
     _register_sharding(p)
+    train_plan_stdit3.register(p)
     p.add_argument("--precision", metavar="RECIPE",
                    help="the linears' precision: bf16 (default), fp8-tensorwise or fp8-rowwise (torchao Float8Linear: "
                         "forward, dgrad and wgrad GEMMs in fp8; weights bf16, master weights and AdamW moments fp32)")
@@ -258,9 +266,9 @@ def _register_sharding(p) -> None:
                    help="count the embedding as a layer of the first stage when splitting the layers")
     p.add_argument("--account-for-loss-in-pipeline-split", dest="account_loss", action="store_true",
                    help="count the loss (LM head) as a layer of the last stage when splitting the layers")
-    p.add_argument("--attention", choices=("unfused", "fused"), default="unfused",
+    p.add_argument("--attention", choices=("unfused", "fused"),
                    help="the layer's attention: unfused, its separate kernels as Megatron 2022 ran them (default), "
-                        "or fused, one flash-attention kernel (NeMo, Megatron-Core, torchtitan)")
+                        "or fused, one flash-attention kernel (NeMo, Megatron-Core, torchtitan; stdit3's default)")
     p.add_argument("--attention-library", choices=("fa2", "fa3", "cudnn"),
                    help="with --attention fused: the kernel's library as the training stack calls it (fa2: "
                         "flash-attn 2 and PyTorch SDPA's flash backend; fa3; cudnn: Transformer Engine's fused "

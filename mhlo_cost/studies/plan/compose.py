@@ -204,7 +204,10 @@ def model_flops_6nd(cfg: ScaleConfig) -> int:
     """Megatron's model FLOPs per iteration (Narayanan et al. 2021, without recompute):
     ``72 B s L h^2 (1 + s/(6h) + V/(12 h L))`` (MLP 4h), as an exact int: forward + backward matrix FLOPs of
     every layer and the logits. (6ND with N = 12 L h^2 is its leading term.) Generalised to fewer key/value
-    heads (the k and v projections h x kv d) and the SwiGLU MLP (three h x ffn GEMMs)."""
+    heads (the k and v projections h x kv d) and the SwiGLU MLP (three h x ffn GEMMs). A model with its own
+    closed form (``cfg.model_flops()``: STDiT3's) gives that."""
+    if hasattr(cfg, "model_flops"):
+        return cfg.model_flops()
     b, s, h, n, vcb = cfg.global_batch, cfg.seq, cfg.hidden, cfg.layers, cfg.vocab
     f, kvd = cfg.mlp, cfg.kv * (h // cfg.heads)
     mlp_mats = 3 if cfg.mlp_kind == "swiglu" else 2  # SwiGLU: gate, up, down

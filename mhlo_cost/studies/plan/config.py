@@ -37,7 +37,7 @@ from ...machines.kernels import LIBRARIES
 
 RECOMPUTE = ("none", "selective", "full", "op")
 DP_COMM = ("all_reduce", "zero")
-CP_COMM = ("p2p", "all_gather")
+CP_COMM = ("p2p", "all_gather", "a2a")  # a2a: Ulysses (STDiT3, .stdit3)
 ATTENTION = ("unfused", "fused")
 #: How the training step runs (:mod:`mhlo_cost.machines.execution`): ``compiled`` (fused kernels: Megatron's fused
 #: kernels, XLA), ``eager`` (PyTorch eager, one kernel per framework op), ``inductor`` (torch.compile).
@@ -276,6 +276,8 @@ class ScaleConfig:
         return None
 
     def _cp_invalid(self) -> str | None:
+        if self.cp_comm == "a2a" and not hasattr(self, "a2a_collectives"):
+            return "cp_comm a2a (Ulysses all_to_all) is planned for --model stdit3 only"
         if self.cp > 1 and self.seq % (2 * self.cp):
             return (f"context parallelism: 2 x cp ({2 * self.cp}) does not divide seq {self.seq} (load-balanced "
                     "causal chunks)")

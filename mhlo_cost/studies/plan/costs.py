@@ -123,12 +123,13 @@ def analyse_layer(cfg: ScaleConfig, hw, key: str = "", chip: str = "", part: str
         raise ValueError(why)
     if cfg.attention_library:
         hw = replace(hw, attention=replace(hw.attention, library=cfg.attention_library))
+    own = getattr(cfg, "lower_layer", None)  # a model's own per-device layer (STDiT3's block pair: .stdit3)
     if part == "experts":
         from .moe import lower_experts
 
         text = lower_experts(cfg)
     else:
-        text = lower_head(cfg) if part == "head" else lower_layer(cfg)
+        text = lower_head(cfg) if part == "head" else own() if own is not None else lower_layer(cfg)
     study = Study(text, training="always", hardware=hw,
                   execution=cfg.execution, attention=cfg.attention, dataflow=True)
     a, rf = study.analysis, study.roofline

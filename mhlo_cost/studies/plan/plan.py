@@ -47,6 +47,8 @@ def plan(cfg: ScaleConfig, hw, cache_dir: str | os.PathLike | None = None, note=
 
         return moe_plan(cfg, hw, cache_dir, note)
     cost = layer_cost(cfg, hw, cache_dir, note=note)
+    if getattr(cfg, "lower_layer", None) is not None:  # STDiT3 (.stdit3): no LM head, ColossalAI's ZeRO memory
+        return _own_plan(cfg, hw, cost, cache_dir, note)
     head = layer_cost(cfg, hw, cache_dir, part="head", note=note)
     it = compose(cfg, cost, hw, head)
     cap = getattr(hw, "hbm_capacity", None)
@@ -54,6 +56,17 @@ def plan(cfg: ScaleConfig, hw, cache_dir: str | os.PathLike | None = None, note=
     held = max((memory(cfg, cost, cap, stage=s) | ({"stage": s} if cfg.uneven else {}) for s in stages),
                key=lambda r: r["total"])
     return Plan(cfg, it, held, cost, head)
+
+
+def _own_plan(cfg: ScaleConfig, hw, cost: LayerCost, cache_dir, note) -> Plan:
+    """The plan of a model that lowers its own layer (:mod:`.stdit3`): no head, its memory under the schedule
+    (with recompute, the activations of a block being recomputed come from the layer lowered without)."""
+    from . import stdit3
+
+    working = (layer_cost(cfg.with_split(recompute="none"), hw, cache_dir, note=note)
+               if cfg.recompute == "full" else None)
+    held = stdit3.memory(cfg, cost, working, getattr(hw, "hbm_capacity", None))
+    return Plan(cfg, compose(cfg, cost, hw, None), held, cost, None)
 
 
 def breakdown_frame(p: Plan) -> pd.DataFrame:
@@ -92,7 +105,12 @@ def facts(p: Plan) -> list[str]:
         + ", ".join(f"{k.replace('_', ' ')} {m[k] / gib:.2f} GiB" for k in (*CATEGORIES, "total"))
         + (f"; {'fits' if m['fits'] else 'does NOT fit'} in {m['capacity'] / gib:.1f} GiB" if "fits" in m else ""),
     ]
-    return lines + _sharding_facts(p)
+    lines += _sharding_facts(p)
+    if getattr(cfg, "lower_layer", None) is not None:  # STDiT3's own lines
+        from . import stdit3
+
+        lines = stdit3.facts(p, lines)
+    return lines
 
 
 def _sharding_facts(p: Plan) -> list[str]:
@@ -107,7 +125,8 @@ def _sharding_facts(p: Plan) -> list[str]:
                      f"{cfg.replicate_degree} replica(s); data-parallel comm {it.dp_total:.4g} s, exposed "
                      f"{it.dp_exposed:.4g} s")
     for r in c.get("collectives", []):
-        lines.append(f"  {r['what']}: {r['kind']} of {r['bytes']:,} bytes over {r['group_size']} ranks, per "
+        n = f"{r['count']} x " if r.get("count", 1) != 1 else ""
+        lines.append(f"  {r['what']}: {n}{r['kind']} of {r['bytes']:,} bytes over {r['group_size']} ranks, per "
                      f"{r['per'].replace('_', ' ')}")
     return lines
 

@@ -29,7 +29,10 @@ Context parallelism (``cp`` > 1), per layer and micro-batch, K and V being ``b (
 ring attention (``p2p``) sends and receives the local K and V ``cp - 1`` times forward, K, V and their
 gradients ``cp - 1`` times backward, each step overlapping one ``1/cp`` of the attention's compute (exposed
 ``(cp - 1) max(0, step - core/cp)``); ``all_gather`` gathers K and V forward (S = ``cp`` x the local K and V),
-gathers again and reduce-scatters their gradients backward, not overlapped.
+gathers again and reduce-scatters their gradients backward, not overlapped. ``a2a`` (Ulysses, STDiT3's): the
+model's own all_to_alls (:meth:`mhlo_cost.studies.plan.stdit3.STDiT3ScaleConfig.a2a_collectives`), not overlapped.
+Weights outside the repeated layers (a config's ``extra_weight_elems``: STDiT3's embedders) reduce and gather
+once per iteration with the rest.
 """
 from __future__ import annotations
 
@@ -45,13 +48,15 @@ class Collective:
     """One collective of the schedule: ``nbytes`` S, over ``groups`` (every tensor rank's group, at once;
     collective_permute: the (source, target) pairs of every ring), ``size`` the ranks of one group (or ring),
     ``per``: when it runs (``iteration``; ``layer_forward`` / ``layer_backward``: each layer, each micro-batch;
-    ``ring_step_forward`` / ``ring_step_backward``: each of the cp - 1 ring steps of those)."""
+    ``ring_step_forward`` / ``ring_step_backward``: each of the cp - 1 ring steps of those); ``count``: how many
+    such run each time (Ulysses' all_to_alls of q, k, v and the output)."""
 
     what: str
     kind: str
     nbytes: int
     groups: tuple
     per: str
+    count: int = 1
 
     @property
     def size(self) -> int:
@@ -60,8 +65,8 @@ class Collective:
         return len(self.groups[0])
 
     def row(self) -> dict:
-        return {"what": self.what, "kind": self.kind, "bytes": self.nbytes, "group_size": self.size,
-                "per": self.per}
+        r = {"what": self.what, "kind": self.kind, "bytes": self.nbytes, "group_size": self.size, "per": self.per}
+        return r if self.count == 1 else r | {"count": self.count}
 
 
 def _stride(pairs) -> int:
@@ -114,8 +119,9 @@ def dp_collectives(cfg: ScaleConfig, cost: LayerCost, layers: int) -> list[Colle
     if cfg.cp * cfg.d == 1:
         return []
     w, z, shard, g = cost.weight_elems, cfg.zero_stage, cfg.shard_degree, cfg.grad_bytes
+    extra = getattr(cfg, "extra_weight_elems", 0)  # weights outside the repeated layers (STDiT3's embedders)
     if z == 0:
-        return [Collective("gradients", "all_reduce", g * w * layers, grad_groups(cfg), "iteration")]
+        return [Collective("gradients", "all_reduce", g * (w * layers + extra), grad_groups(cfg), "iteration")]
     out = []
     if z == 3:
         out.append(Collective("parameters", "all_gather", 2 * w, shard_groups(cfg), "layer_forward"))
@@ -126,13 +132,16 @@ def dp_collectives(cfg: ScaleConfig, cost: LayerCost, layers: int) -> list[Colle
         if cfg.replicate_degree > 1:
             out.append(Collective("gradient shard", "all_reduce", g * w // shard, replicate_groups(cfg),
                                   "layer_backward"))
+        if extra:
+            out.append(Collective("other gradients", "reduce_scatter", g * extra, shard_groups(cfg), "iteration"))
     else:
-        out.append(Collective("gradients", "reduce_scatter", g * w * layers, shard_groups(cfg), "iteration"))
+        out.append(Collective("gradients", "reduce_scatter", g * (w * layers + extra), shard_groups(cfg),
+                              "iteration"))
         if cfg.replicate_degree > 1:
             out.append(Collective("gradient shard", "all_reduce", g * w * layers // shard,
                                   replicate_groups(cfg), "iteration"))
     if z < 3:
-        out.append(Collective("parameters", "all_gather", 2 * w * layers, shard_groups(cfg), "iteration"))
+        out.append(Collective("parameters", "all_gather", 2 * (w * layers + extra), shard_groups(cfg), "iteration"))
     return out
 
 
@@ -140,6 +149,8 @@ def cp_collectives(cfg: ScaleConfig) -> list[Collective]:
     """Context parallelism's collectives of one layer (none where cp is 1)."""
     if cfg.cp == 1:
         return []
+    if cfg.cp_comm == "a2a":  # Ulysses: the model says which all_to_alls its layer runs (.stdit3)
+        return cfg.a2a_collectives()
     kv = kv_bytes(cfg)
     if cfg.cp_comm == "p2p":
         ring = cp_ring(cfg)
@@ -185,7 +196,7 @@ def cp_exposure(cfg: ScaleConfig, topo, cost: LayerCost) -> Exposure:
     compute each (``core_s``), or the all_gather variant's collectives, not overlapped."""
     per = {"ring_step_forward": 0.0, "ring_step_backward": 0.0, "layer_forward": 0.0, "layer_backward": 0.0}
     for c in cp_collectives(cfg):
-        per[c.per] += seconds(topo, c)
+        per[c.per] += c.count * seconds(topo, c)
     steps = cfg.cp - 1
     core = cost.core_s or {}
     fx = steps * max(0.0, per["ring_step_forward"] - core.get("forward", 0.0) / cfg.cp)

@@ -50,11 +50,15 @@ def stage_rows(p) -> list[dict]:
         slow = s == it.layer["slow_stage"] and not cfg.experts
         row["idle"] = it.bubble if slow else max(0.0, it.total - busy)
         row["iteration"] = it.total
-        mem = memory(cfg, p.cost, capacity, stage=s) if p.cost is not None and p.moe is None else {}
-        if p.moe is not None:
+        own = getattr(cfg, "lower_layer", None) is not None  # a model with its own memory (.stdit3): one stage
+        if own:
+            mem = p.memory
+        elif p.moe is not None:
             from .moe_plan import moe_memory
 
             mem = moe_memory(cfg, p.moe, capacity, stage=s)
+        else:
+            mem = memory(cfg, p.cost, capacity, stage=s) if p.cost is not None else {}
         row.update({f"mem_{k}": mem.get(k, 0) for k in (*CATEGORIES, "total")})
         rows.append(row)
     return rows
