@@ -1,29 +1,105 @@
-"""torch's eager LayerNorm / RMSNorm forward kernel (one 128-thread block per row, the row read twice): its HBM
-bytes against a closed form worked out here from the launch and the chip's L2."""
-from mhlo_cost.roofline.eager import torch_norm_bytes
+"""Two-pass row kernels of the eager execution model (torch's LayerNorm / RMSNorm forward: one 128-thread block per
+row, the row read for its statistics, then again to write the output): the second read's HBM bytes against a closed
+form worked out here from the launch and the chip's L2, both in :func:`reread_bytes` and in the eager kernel of a
+torch ``rms_norm`` call (the IR torchax makes of it: every op at one call site)."""
+import pytest
+
+from mhlo_cost.analysis import AnalysisOptions, analyze
+from mhlo_cost.machines.hardware import get_profile
+from mhlo_cost.roofline.two_pass import reread_bytes
+from mhlo_cost.roofline.estimate import Roofline
 
 
 def test_rows_that_stay_in_l2_are_read_once():
     # H200: 132 SMs x (2048 / 128) = 2112 rows in flight; 4096 bf16 columns = 8 KiB a row -> 17.3 MB, under the
-    # 25 MiB half of the 50 MiB L2: input once, output once.
-    assert torch_norm_bytes(16384, 4096, 2, "h200-sxm") == (2 * 16384 * 4096 * 2, 0)
+    # 25 MiB half of the 50 MiB L2.
+    assert reread_bytes(16384, 4096 * 2, 132, 50 * 2**20) == 0
 
 
 def test_wide_rows_are_read_again_from_hbm():
     # H100, f32, 4096 x 16384: 2112 rows x 65536 B = 138,412,032 B in flight; 26,214,400 B of L2 half; the part
     # of the second read that misses: 268,435,456 x (138,412,032 - 26,214,400) / 138,412,032.
     in_flight, share, data = 2112 * 16384 * 4, 50 * 2**20 // 2, 4096 * 16384 * 4
-    miss = data * (in_flight - share) // in_flight
-    assert miss == 217_595_407
-    assert torch_norm_bytes(4096, 16384, 4, "h100-sxm") == (2 * data + miss, miss)
+    assert data * (in_flight - share) // in_flight == 217_595_407
+    assert reread_bytes(4096, 16384 * 4, 132, 50 * 2**20) == 217_595_407
 
 
 def test_fewer_rows_than_blocks_in_flight():
-    # 1024 rows (fewer than the 1728 blocks an A100 holds): all of them in flight, 1024 x 48 KiB = 48 MiB > 20 MiB.
+    # 1024 rows (fewer than the 108 x 16 = 1728 blocks an A100 holds): all in flight, 48 MiB > 20 MiB.
     data = 1024 * 12288 * 4
-    miss = data * (data - 20 * 2**20) // data
-    assert torch_norm_bytes(1024, 12288, 4, "a100-sxm-80gb") == (2 * data + miss, miss)
+    assert reread_bytes(1024, 12288 * 4, 108, 40 * 2**20) == data * (data - 20 * 2**20) // data
 
 
-def test_unknown_chip_reads_once():
-    assert torch_norm_bytes(4096, 16384, 4, "mi300x") == (2 * 4096 * 16384 * 4, 0)
+def test_no_l2_no_reread():
+    assert reread_bytes(4096, 16384 * 4, 132, 0) == 0
+
+
+# torch.nn.functional.rms_norm(x, (C,), w, 1e-6) on a bf16 [N, C] x, as torchax lowers it (one call site).
+RMS = """
+module @jit_forward {
+  func.func public @main(%arg0: tensor<CxBF> loc("state['w']"), %arg1: tensor<NxCxBF> loc("inputs[0]")) -> (tensor<NxCxBF>) {
+    %0 = stablehlo.convert %arg1 : (tensor<NxCxBF>) -> tensor<NxCxf32> loc(#loc9)
+    %cst = stablehlo.constant dense<2.000000e+00> : tensor<f32> loc(#loc8)
+    %1 = stablehlo.broadcast_in_dim %cst, dims = [] : (tensor<f32>) -> tensor<NxCxf32> loc(#loc10)
+    %2 = stablehlo.power %0, %1 : tensor<NxCxf32> loc(#loc10)
+    %cst_0 = stablehlo.constant dense<0.000000e+00> : tensor<f32> loc(#loc11)
+    %3 = stablehlo.reduce(%2 init: %cst_0) applies stablehlo.add across dimensions = [1] : (tensor<NxCxf32>, tensor<f32>) -> tensor<Nxf32> loc(#loc11)
+    %4 = stablehlo.broadcast_in_dim %3, dims = [0] : (tensor<Nxf32>) -> tensor<Nx1xf32> loc(#loc12)
+    %cst_1 = stablehlo.constant dense<4.096000e+03> : tensor<f32> loc(#loc8)
+    %5 = stablehlo.broadcast_in_dim %cst_1, dims = [] : (tensor<f32>) -> tensor<Nx1xf32> loc(#loc13)
+    %6 = stablehlo.divide %4, %5 : tensor<Nx1xf32> loc(#loc13)
+    %cst_2 = stablehlo.constant dense<9.99999997E-7> : tensor<f32> loc(#loc8)
+    %7 = stablehlo.broadcast_in_dim %cst_2, dims = [] : (tensor<f32>) -> tensor<Nx1xf32> loc(#loc14)
+    %8 = stablehlo.add %6, %7 : tensor<Nx1xf32> loc(#loc14)
+    %9 = stablehlo.rsqrt %8 : tensor<Nx1xf32> loc(#loc15)
+    %10 = stablehlo.broadcast_in_dim %9, dims = [0, 1] : (tensor<Nx1xf32>) -> tensor<NxCxf32> loc(#loc16)
+    %11 = stablehlo.multiply %0, %10 : tensor<NxCxf32> loc(#loc16)
+    %12 = stablehlo.convert %arg0 : (tensor<CxBF>) -> tensor<Cxf32> loc(#loc9)
+    %13 = stablehlo.broadcast_in_dim %12, dims = [1] : (tensor<Cxf32>) -> tensor<1xCxf32> loc(#loc12)
+    %14 = stablehlo.broadcast_in_dim %13, dims = [0, 1] : (tensor<1xCxf32>) -> tensor<NxCxf32> loc(#loc16)
+    %15 = stablehlo.multiply %11, %14 : tensor<NxCxf32> loc(#loc16)
+    %16 = stablehlo.convert %15 : (tensor<NxCxf32>) -> tensor<NxCxBF> loc(#loc9)
+    return %16 : tensor<NxCxBF> loc(#loc8)
+  } loc(#loc)
+} loc(#loc)
+#loc = loc(unknown)
+#loc3 = loc("/work/model.py":8:29 to :84)
+#loc4 = loc("/work/model.py":10:2 to :55)
+#loc5 = loc("M.forward"(#loc3))
+#loc6 = loc("<module>"(#loc4))
+#loc7 = loc(callsite(#loc5 at #loc6))
+#loc8 = loc("jit(forward)"(#loc6))
+#loc9 = loc("jit(forward)/convert_element_type"(#loc7))
+#loc10 = loc("jit(forward)/pow"(#loc7))
+#loc11 = loc("jit(forward)/reduce_sum"(#loc7))
+#loc12 = loc("jit(forward)/broadcast_in_dim"(#loc7))
+#loc13 = loc("jit(forward)/div"(#loc7))
+#loc14 = loc("jit(forward)/add"(#loc7))
+#loc15 = loc("jit(forward)/rsqrt"(#loc7))
+#loc16 = loc("jit(forward)/mul"(#loc7))
+"""
+
+
+def _kernels(n, c, chip):
+    text = RMS.replace("NxCx", f"{n}x{c}x").replace("Nx1x", f"{n}x1x").replace("1xCx", f"1x{c}x")
+    text = text.replace("Nxf32", f"{n}xf32").replace("CxBF", f"{c}xbf16").replace("Cxf32", f"{c}xf32")
+    text = text.replace("BF>", "bf16>")
+    rf = Roofline(analyze(text, AnalysisOptions(dataflow=True)), get_profile(chip), execution="eager")
+    return [k for k in rf.fusion.kernels if k.members]
+
+
+@pytest.mark.parametrize("n,c,chip,reread", [
+    (16384, 4096, "h200", 0),  # 2112 rows of 8 KiB in flight: 17.3 MB, under 25 MiB
+    # H100, 4096 x 16384 bf16: 2112 rows of 32 KiB = 69,206,016 B in flight against 26,214,400 B
+    (4096, 16384, "h100", 4096 * 16384 * 2 * (69_206_016 - 26_214_400) // 69_206_016),
+])
+def test_rms_norm_call_is_one_kernel_that_reads_its_rows_twice(n, c, chip, reread):
+    (k,) = _kernels(n, c, chip)
+    assert k.bytes_written == n * c * 2
+    # x, the weight, the four f32 scalar constants (as the model counts every input), the second read's miss
+    assert k.bytes_read == n * c * 2 + c * 2 + 4 * 4 + reread
+
+
+def test_a_chip_without_l2_reads_once():
+    (k,) = _kernels(4096, 16384, "mi300x")
+    assert k.bytes_read == 4096 * 16384 * 2 + 16384 * 2 + 4 * 4

@@ -17,6 +17,9 @@ Two optional rates (TB/s) for PyTorch eager's elementwise kernels that do not st
     convert_tbps = 2.14  # its unrolled path: a widening dtype conversion (bf16 -> f32), mixed-dtype operands
     reduce_row_ns = 0.18 # its reduction kernel: a fixed time per row reduced (per output element), beside the
                          # stream: a mean over rows of 32 f32 elements runs at a seventh of one over rows of 4096
+    l2_mib = 50          # the L2 cache (MiB): a two-pass row kernel of eager (torch's LayerNorm / RMSNorm) reads
+                         # its rows again from HBM where the rows in flight leave the half an SM reads
+                         # (:func:`mhlo_cost.roofline.two_pass.second_pass_bytes`); absent: every second read hits
 
 A kernel on such a path streams its bytes at ``min(peak x efficiency, rate)`` after the same fill and drain;
 a profile without the field streams at the full rate on every path.
@@ -47,7 +50,7 @@ LIBRARIES = ("fa2", "fa3", "cudnn")
 #: How an eager elementwise kernel moves its bytes: vector loads (stream), TensorIterator's generic path
 #: (a broadcast or strided operand) or its unrolled path (a widening dtype conversion).
 PATHS = ("stream", "generic", "convert")
-_MEMORY_FIELDS = ("efficiency", "half_size_mb", "generic_tbps", "convert_tbps", "reduce_row_ns")
+_MEMORY_FIELDS = ("efficiency", "half_size_mb", "generic_tbps", "convert_tbps", "reduce_row_ns", "l2_mib")
 _LIB_FIELDS = ("forward", "backward", "ramp", "exp_exposed")
 
 
@@ -58,6 +61,7 @@ class MemoryModel:
     generic_bw: float = 0.0  # bytes/s of the generic elementwise path; 0: the streaming rate
     convert_bw: float = 0.0  # bytes/s of the unrolled (converting) path; 0: the streaming rate
     reduce_row_s: float = 0.0  # seconds per row an eager reduction kernel reduces, beside its stream
+    l2_bytes: int = 0  # the L2 cache's bytes (0: not given; a second read of a row always hits)
 
     def rate(self, peak: float, path: str = "stream") -> float:
         """Bytes/s a large kernel on ``path`` (:data:`PATHS`) streams at."""
@@ -82,6 +86,8 @@ class MemoryModel:
                 out[name] = bw / 1e12
         if self.reduce_row_s > 0:
             out["reduce_row_ns"] = self.reduce_row_s * 1e9
+        if self.l2_bytes > 0:
+            out["l2_mib"] = self.l2_bytes / 2**20
         return out
 
 
@@ -129,7 +135,8 @@ def parse_memory(table: Any, where: str) -> MemoryModel:
     paths = [float(_number(t[k], "tb_s", f"{where}.{k}")) * 1e12 if k in t else 0.0
              for k in ("generic_tbps", "convert_tbps")]
     row = float(_number(t.get("reduce_row_ns", 0), "ns", f"{where}.reduce_row_ns")) * 1e-9
-    return MemoryModel(eff, half, *paths, row)
+    l2 = int(_number(t.get("l2_mib", 0), "mb", f"{where}.l2_mib") * 2**20)
+    return MemoryModel(eff, half, *paths, row, l2)
 
 
 def parse_attention(table: Any, where: str) -> AttentionModel:

@@ -17,7 +17,8 @@ consecutive in program order and of one multiplicity, into one kernel:
 * any other call is one kernel: it reads its inputs once and writes what others read (:class:`.kernel_io.KernelIO`),
   and pays the profile's kernel launch overhead; the host dispatches each framework op (views included) in
   :func:`dispatch_overhead` seconds, so a kernel takes at least its calls' dispatch time (a small kernel is
-  host-bound; a large one hides the host behind it).
+  host-bound; a large one hides the host behind it); a call that reduces its rows and then reads them again (a
+  norm) reads the part of its rows that no longer fits in L2 twice from HBM (:mod:`.two_pass`).
 
 A row without a source position belongs to the call before it (the ops of a helper function the call runs,
 such as a decomposition's ``jit(_where)``); where no call came before, it is a call of its own. What the model does not see: a copy torch makes
@@ -34,6 +35,7 @@ from .band import masks_of
 from .fusion import Fusion, Kernel, data_flow
 from .kernel_io import KernelIO, share_time
 from .optime import OpTime, op_time
+from .two_pass import second_pass_bytes
 from .sdpa import (BACKEND_LIBRARY, FLASH_DTYPES, FLASH_MAX_HEAD_DIM, SDPA_BACKENDS, WRITTEN_ATTENTION,  # noqa: F401
                    BackendError, is_sdpa_call, math_pieces, notes, resolve, written_default)
 
@@ -319,8 +321,10 @@ def _view_role(r) -> str:
 def _measure(k: EagerKernel, io, rows, producers, role, times, hw: Hardware) -> None:
     """A kernel's bytes, its memory time on the path its elementwise work takes, and its matrix peak."""
     io.measure(k, hw)
+    again = second_pass_bytes(rows, producers, role, k, hw)
+    k.bytes_read += again
     k.path = eager_path(rows, producers, role, k)
-    if k.path != "stream":
+    if k.path != "stream" or again:
         k.memory_s = hw.memory_time(k.bytes_read + k.bytes_written, k.multiplicity, k.path)
     k.memory_s += reduced_rows(rows, k) * (hw.memory.reduce_row_s if hw.memory is not None else 0.0)
     dots = [i for i in k.members if rows[i].kind in ("dot", "conv")]
@@ -340,29 +344,3 @@ def _host_times(kernels, calls, per_call: float) -> None:
     for k in kernels:
         if k.backend:  # an SDPA call's kernel (or one of its math kernels): a call of its own
             k.host_s = per_call * k.multiplicity
-
-
-# -- torch's own norm kernels (LayerNorm, RMSNorm) as they run ---------------------------------------------------
-#: torch's CUDA layer_norm / rms_norm forward (aten/src/ATen/native/cuda/layer_norm_kernel.cu, the vectorized
-#: kernel): one block of 128 threads per row; a first loop reads the row for its statistics, a second reads it
-#: again to write the output. The second read comes from L2 while the rows in flight (SMs x resident blocks x the
-#: row's bytes) fit in the L2 partition an SM reads; beyond that part of it comes from HBM again.
-NORM_THREADS = 128
-#: ESTIMATE (datasheets): SMs and L2 bytes per chip family; an SM reads one of the two L2 partitions.
-NORM_CHIPS = {"a100": (108, 40 * 2**20), "h100": (132, 50 * 2**20), "h200": (132, 50 * 2**20)}
-MAX_THREADS_PER_SM = 2048
-
-
-def torch_norm_bytes(rows: int, cols: int, itemsize: int, chip: str) -> tuple[int, int]:
-    """(bytes read from HBM and written, of which the second read of the rows): the input once, the output once,
-    and the part of the second read that misses L2 (integer bytes). ``chip``: a profile name (``h100-sxm``)."""
-    sms, l2 = next((v for k, v in NORM_CHIPS.items() if chip.lower().startswith(k)), (None, None))
-    once = 2 * rows * cols * itemsize
-    if sms is None:
-        return once, 0
-    in_flight = min(rows, sms * (MAX_THREADS_PER_SM // NORM_THREADS)) * cols * itemsize
-    share = l2 // 2
-    if in_flight <= share:
-        return once, 0
-    reread = rows * cols * itemsize * (in_flight - share) // in_flight
-    return once + reread, reread

@@ -1,0 +1,81 @@
+"""Two-pass row kernels of the eager execution model: an eager call that reduces each row and then reads the row
+again (torch's LayerNorm / RMSNorm forward: statistics, then the row normalised) reads it twice; the second read
+comes from L2 while the rows in flight fit, from HBM beyond that (:func:`second_pass_bytes`, used by
+:func:`mhlo_cost.roofline.eager.eager` for each kernel it measures)."""
+from __future__ import annotations
+
+from ..machines.hardware import Hardware
+from ..walk.row import short_name
+
+#: torch's CUDA layer_norm / rms_norm forward (pytorch/pytorch aten/src/ATen/native/cuda/layer_norm_kernel.cu at
+#: bad757be, ``vectorized_layer_norm_kernel_impl``): one block per row (``blocks(M)``) of ``num_threads()`` =
+#: C10_WARP_SIZE x 4 = 128 threads (aten/src/ATen/native/cuda/thread_constants.h); ``compute_stats`` reads the row
+#: for its statistics, then a second loop reads it again to write the output. The second read comes from L2 while
+#: the rows in flight fit in the half of L2 an SM reads (ESTIMATE: the L2 is split in two partitions); beyond that,
+#: the part of it that does not fit comes from HBM again.
+ROW_KERNEL_THREADS = 128
+#: Resident threads per SM (compute capabilities 8.0 and 9.0: the CUDA C++ Programming Guide's table of limits).
+MAX_THREADS_PER_SM = 2048
+
+
+def reread_bytes(rows: int, row_bytes: int, sms: int, l2_bytes: int) -> int:
+    """HBM bytes of the second read of ``rows`` rows of ``row_bytes`` each by a kernel of one 128-thread block per
+    row on ``sms`` SMs: the rows in flight (``sms`` x 2048 / 128 of them at most) beyond half of ``l2_bytes``,
+    pro rata (integer bytes; 0 where they fit or the chip gives no L2)."""
+    if sms <= 0 or l2_bytes <= 0 or rows <= 0:
+        return 0
+    in_flight = min(rows, sms * (MAX_THREADS_PER_SM // ROW_KERNEL_THREADS)) * row_bytes
+    share = l2_bytes // 2
+    return 0 if in_flight <= share else rows * row_bytes * (in_flight - share) // in_flight
+
+
+def _inside(start: int, step, members: set) -> set:
+    """Members reached from ``start`` (excluded) by ``step(i)`` (producers or consumers), inside ``members``."""
+    seen, todo = set(), [start]
+    while todo:
+        for j in step(todo.pop()):
+            if isinstance(j, int) and j in members and j not in seen:
+                seen.add(j)
+                todo.append(j)
+    return seen
+
+
+def second_pass_bytes(rows, producers, role, k, hw: Hardware) -> int:
+    """The HBM bytes an eager call that reads its rows twice adds to its kernel (:func:`reread_bytes`): a call
+    (not a GEMM or an attention) whose first reduction reads a kernel input (directly or through the call's own
+    ops) that an op after the reduction reads again (a norm: the statistics, then the row normalised). The row:
+    those inputs' elements over the reduction's outputs, at their dtype. 0 for any other kernel or a chip without
+    ``memory.l2_mib``."""
+    l2 = hw.memory.l2_bytes if hw.memory is not None else 0
+    sms = hw.gemm.compute_units if hw.gemm is not None else 0
+    reds = [i for i in k.members if short_name(rows[i].op) == "reduce"]
+    if k.attention or k.has_dot or not reds or not l2 or not sms or not hasattr(rows[reds[0]].result, "nelems"):
+        return 0
+    members, first = set(k.members), reds[0]
+    consumers: dict = {i: [] for i in members}
+    for i in members:
+        for p in producers[i]:
+            if isinstance(p, int) and p in members:
+                consumers[p].append(i)
+    before = _inside(first, lambda i: producers[i], members) | {first}
+    after = _inside(first, lambda i: consumers[i], members) - before
+    width = rows[first].operands[0].nelems
+
+    def external(i):  # (producer, operand) of member i's inputs from outside the call (a broadcast: no row)
+        return [(p, t) for p, t in zip(producers[i], rows[i].operands)
+                if not (isinstance(p, int) and (p in members or role[p] == "dup"))
+                and getattr(t, "nelems", 0) == width]
+    again = {p for i in after for p in producers[i] if isinstance(p, int) and p in before}
+    src = set()
+    for a in again:  # the call's values read after the reduction, and the ops they are made from
+        src |= {a} | (_inside(a, lambda i: producers[i], members) & before)
+    read_after = {p for i in after for p, _ in external(i)}
+    taken: dict = {}
+    for i in sorted(before):
+        for p, t in external(i):
+            if i in src or p in read_after:
+                taken.setdefault(p, t.nbytes)
+    nrows, total = rows[first].result.nelems, sum(taken.values())
+    if not total or not nrows:
+        return 0
+    return reread_bytes(nrows, total // nrows, sms, l2) * k.multiplicity
