@@ -2,7 +2,8 @@
 (library GEMMs, attention kernels of FlashAttention-2 / -3 and cuDNN at head dims 64 / 128 / 256, norm kernels of
 Liger, cuDNN, torch and torch.compile, training steps on A100 / H100 / H200, each with its source and exact
 configuration) written as a program lowered from shapes and priced with the execution model that the measured code
-runs as: ``compiled`` (``--fuse elementwise``, each attention one kernel of the library measured).
+runs as: ``compiled`` (``--fuse elementwise``, each attention one kernel of the library measured); torch's own eager
+norm kernels (``impl = "torch"``) as the torch call lowered through torchax and run by ``--execution eager``.
 
 Held out by source: the profile values fitted to these rows (``benchmarks/data/published_fits.toml``) are refitted
 on every run, once on all rows (the value the shipped profiles should hold: a line says where they differ) and once
@@ -10,7 +11,8 @@ without each source; each source's rows are priced with the values fitted WITHOU
 Prints the fits, one line per figure (estimate, measurement, ratio, source), then per category, per library and per
 source the held-out n, median and 90th percentile of |error| and the direction (the median of estimate / measured);
 last line ``median |error| = X% (held out)`` over every held-out row of a kernel the compiled estimate describes
-(torch's eager norm kernels are reported beside it, as ``memory_eager``, and kept out of the accuracy statement).
+(torch's eager norm kernels are reported beside it, as ``memory_eager``: the eager execution model's figure, kept out
+of the compiled accuracy statement).
 
     python benchmarks/validate_published.py [--only ID-SUBSTRING] [--write-accuracy]
 
@@ -37,7 +39,6 @@ import jax.numpy as jnp  # noqa: E402
 
 from mhlo_cost.analysis import AnalysisOptions, analyze  # noqa: E402
 from mhlo_cost.machines.hardware import get_profile  # noqa: E402
-from mhlo_cost.roofline.eager import torch_norm_bytes  # noqa: E402
 from mhlo_cost.roofline.estimate import Roofline  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -110,6 +111,27 @@ def layer_norm(rows, cols, dtype):
     return f, (_s((rows, cols), dtype), _s((cols,), dtype), _s((cols,), dtype))
 
 
+def torch_norm(program, rows, cols, dtype):
+    """The torch call a torch eager norm row measured (``torch.nn.functional.rms_norm`` / ``layer_norm`` with a
+    weight, and a bias for LayerNorm), lowered through torchax: one framework call, which the eager execution
+    model runs as one kernel (what ``lower --module`` then ``report --execution eager`` price)."""
+    import torch
+
+    from mhlo_cost.lower.frontends.torchax_frontend import lower_module
+
+    class Norm(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.ones(cols))
+            self.b = torch.nn.Parameter(torch.zeros(cols)) if program == "layer_norm" else None
+
+        def forward(self, x):
+            if self.b is None:
+                return torch.nn.functional.rms_norm(x, (cols,), self.w, 1e-6)
+            return torch.nn.functional.layer_norm(x, (cols,), self.w, self.b, 1e-5)
+    return lower_module(Norm(), [(rows, cols)], dtype=dtype).text
+
+
 BUILDERS = {"matmul": matmul, "gated_mlp": gated_mlp, "attention": attention, "attention_bwd": attention_bwd,
             "rms_norm": rms_norm, "layer_norm": layer_norm}
 ATTENTION = ("attention", "attention_bwd")  # builders that take the library (the profile's, not the program's)
@@ -127,6 +149,8 @@ def lowered_text(m) -> str:
         from mhlo_cost.lower.training import lower_train_step
         return lower_train_step("gpt", _gpt_cfg(p), locations=False).text
     p.pop("library", None) if m["program"] not in ATTENTION else None
+    if is_torch_eager(m):
+        return torch_norm(m["program"], **p)
     fn, args = BUILDERS[m["program"]](**p)
     return jax.jit(fn).lower(*args).as_text()
 
@@ -172,21 +196,19 @@ def estimated_s(m, profiles=None) -> float:
         hw = dataclasses.replace(hw, attention=dataclasses.replace(hw.attention, library=lib))
 
     def est(program):
-        rf = Roofline(_analysis(dict(m, program=program)), hw, fuse_mode="elementwise")
+        if is_torch_eager(m):  # torch's own kernel: the torch call, run by the eager execution model
+            rf = Roofline(_analysis(dict(m, program=program)), hw, execution="eager")
+        else:
+            rf = Roofline(_analysis(dict(m, program=program)), hw, fuse_mode="elementwise")
         return rf.totals()["est_time_fused_s"]
     if m["program"] == "attention_bwd":
         return est("attention_bwd") - est("attention")
-    return est(m["program"]) * torch_norm_factor(m, hw)
+    return est(m["program"])
 
 
-def torch_norm_factor(m, hw) -> float:
-    """Of a torch eager norm kernel (``impl = "torch"``): its HBM bytes over the compiled kernel's (the row read
-    a second time where the rows in flight leave L2: :func:`mhlo_cost.roofline.eager.torch_norm_bytes`); else 1."""
-    if m.get("impl") != "torch" or m["program"] not in ("rms_norm", "layer_norm"):
-        return 1.0
-    p = m["params"]
-    total, reread = torch_norm_bytes(p["rows"], p["cols"], jnp.dtype(p["dtype"]).itemsize, hw.name)
-    return total / (total - reread)
+def is_torch_eager(m) -> bool:
+    """A torch eager norm row (``impl = "torch"``): priced from the torch call with ``--execution eager``."""
+    return m.get("impl") == "torch" and m["program"] in ("rms_norm", "layer_norm")
 
 
 _ANALYSES: dict = {}
@@ -194,7 +216,7 @@ _ANALYSES: dict = {}
 
 def _analysis(m):
     """The analysis of a row's program (lowered and walked once per program and shapes: the fits reprice rows)."""
-    key = (m["program"], tuple(sorted(m["params"].items())))
+    key = (m["program"], is_torch_eager(m), tuple(sorted(m["params"].items())))
     if key not in _ANALYSES:
         _ANALYSES[key] = analyze(lowered_text(m), AnalysisOptions(dataflow=True))
     return _ANALYSES[key]
