@@ -225,6 +225,7 @@ def _whole_processes(path: Path, runs: int, before: str | None = None) -> None:
     reaps = _subreaper()
     times: dict = {k: [] for k in cmds}
     cpu: dict = {k: [] for k in cmds}
+    before_load = _load()
     for _ in range(runs):
         for name, (cmd, env) in cmds.items():
             c0 = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -237,6 +238,7 @@ def _whole_processes(path: Path, runs: int, before: str | None = None) -> None:
             cpu[name].append(c1.ru_utime - c0.ru_utime + c1.ru_stime - c0.ru_stime)
     med = {k: statistics.median(v) for k, v in times.items()}
     mcpu = {k: statistics.median(v) for k, v in cpu.items()}
+    print(f"load average (1/5/15 min) before {before_load}, after {_load()}")
     for k, v in times.items():
         print(f"process: {k:<18} median {med[k]:6.3f} s wall, {mcpu[k]:6.3f} s CPU, of {runs} "
               f"({', '.join(f'{t:.2f}' for t in v)})")
@@ -244,6 +246,16 @@ def _whole_processes(path: Path, runs: int, before: str | None = None) -> None:
     for mine in (k for k in cmds if k != xla):
         print(f"ratio {mine}/xla (whole processes) {med[mine] / med[xla]:6.2f} wall, {mcpu[mine] / mcpu[xla]:6.2f} "
               f"CPU   (target <= 0.25)")
+
+
+def _load() -> str:
+    """The load average now (1, 5, 15 minutes): the whole-process figures are wall times on a shared machine."""
+    import os
+
+    try:
+        return "/".join(f"{x:.1f}" for x in os.getloadavg())
+    except OSError:
+        return "?"
 
 
 def _trees(before: str | None) -> list[str]:

@@ -96,6 +96,14 @@ print(u.ru_utime + u.ru_stime, u.ru_maxrss)
 """
 
 
+def load() -> str:
+    """The load average (1, 5, 15 minutes) now: wall times on a shared machine mean little without it."""
+    try:
+        return "/".join(f"{x:.1f}" for x in os.getloadavg())
+    except OSError:
+        return "?"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", default="1e4,1e5,1e6", help="program sizes in ops, comma-separated")
@@ -111,7 +119,7 @@ def main() -> None:
         walls, cpus, peak, _ = measure(folder / "scaling_fixed.mlir", args.runs)
         fixed_wall, fixed_cpu = statistics.median(walls), statistics.median(cpus)
         print(f"fixed cost (one layer, {LAYER_OPS} ops): median {fixed_wall:.2f} s wall, {fixed_cpu:.2f} s CPU, "
-              f"peak RSS {peak / 2**20:.1f} MiB", flush=True)
+              f"peak RSS {peak / 2**20:.1f} MiB, load {load()}", flush=True)
         for n in sizes:
             path = folder / f"scaling_{n}.mlir"
             layers = write_program(path, n)
@@ -122,7 +130,7 @@ def main() -> None:
             print(f"{ops:>9,} ops ({path.stat().st_size / 1e6:7.1f} MB of text): median {wall:7.2f} s wall, "
                   f"{cpu:7.2f} s CPU ({', '.join(f'{t:.2f}' for t in walls)}), {1e6 * wall / ops:6.1f} us/op wall, "
                   f"{1e6 * cpu / ops:6.1f} us/op CPU ({1e6 * (cpu - fixed_cpu) / ops:6.1f} above the fixed cost), "
-                  f"peak RSS {peak / 2**20:8.1f} MiB", flush=True)
+                  f"peak RSS {peak / 2**20:8.1f} MiB, load {load()}", flush=True)
             if args.keep is None:
                 path.unlink()
     for label, fixed in (("whole", 0.0), ("above the fixed cost", fixed_cpu)):

@@ -54,13 +54,32 @@ def test_pyproject_requires_the_jax_the_code_checks():
 
 
 def test_old_jaxlib_is_one_line(monkeypatch, capsys):
-    import importlib.metadata
+    from mhlo_cost.ir import loader
 
-    monkeypatch.setattr(importlib.metadata, "version", lambda dist: "0.7.2")
+    monkeypatch.setattr(loader, "installed_version", lambda dist: "0.7.2")
     assert main(["report", str(GPT)]) == 2
     err = capsys.readouterr().err
     line = error_line(err)
     assert "0.7.2 is too old" in line and ">=0.10.1" in line
+
+
+def test_installed_version_is_importlib_metadata_s(tmp_path, monkeypatch):
+    import importlib.metadata
+    import sys
+
+    from mhlo_cost.ir.loader import installed_version
+
+    for dist in ("jax", "jaxlib", "pytest"):
+        assert installed_version(dist) == importlib.metadata.version(dist)
+    assert installed_version("no-such-distribution-here") is None
+    # a wheel's folder first on the path wins, as importlib.metadata finds it; a folder without its metadata is
+    # no version either way
+    (tmp_path / "jaxlib-0.1.0.dist-info").mkdir()
+    (tmp_path / "jaxlib-0.1.0.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: jaxlib\nVersion: 0.1.0\n")
+    (tmp_path / "jax-other-9.0.dist-info").mkdir()
+    monkeypatch.setattr(sys, "path", [str(tmp_path)] + sys.path)
+    assert installed_version("jaxlib") == importlib.metadata.version("jaxlib") == "0.1.0"
+    assert installed_version("jax") is importlib.metadata.version("jax") is None
 
 
 # -- 2. --by op means one thing ----------------------------------------------------------------------------------

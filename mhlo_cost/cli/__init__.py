@@ -17,12 +17,21 @@ from .common import EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_OK, Parser, UserError
 #: ``--help`` lists them; each has ``register(subparsers)``.
 COMMANDS = ("cmd_lower", "cmd_report", "cmd_blocks", "cmd_plot", "cmd_sweep", "cmd_serve", "cmd_train_plan",
             "cmd_calibrate", "cmd_baseline", "cmd_hardware", "cmd_rules", "cmd_whatif")
+#: The module of each command name (each module's ``register`` adds these; ``tests/test_cli_startup.py`` holds
+#: them to it): a command line naming its command imports that module alone.
+MODULE_OF = {"lower": "cmd_lower", "report": "cmd_report", "blocks": "cmd_blocks", "plot": "cmd_plot",
+             "sweep": "cmd_sweep", "serve": "cmd_serve", "train-plan": "cmd_train_plan", "calibrate": "cmd_calibrate",
+             "baseline": "cmd_baseline", "check": "cmd_baseline", "diff": "cmd_baseline", "hardware": "cmd_hardware",
+             "rules": "cmd_rules", "whatif": "cmd_whatif"}
 #: The commands whose input the reader's child parses and walks (:func:`mhlo_cost.cli.common.open_study`).
 WALKING = frozenset({"report", "blocks", "plot", "baseline", "check", "diff", "whatif"})
 
 
 def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
-    """The command line's parser; ``argv``: the arguments it will parse (for its hints)."""
+    """The command line's parser; ``argv``: the arguments it will parse (for its hints). Where ``argv`` begins
+    with a command's name, only that command's module is imported and registered (what it parses is the same:
+    a command's own options are its module's alone); otherwise (``--help``, ``--version``, a name no command
+    has) every command is, in :data:`COMMANDS` order."""
     from functools import partial
 
     parser = Parser(prog="mhlo-cost", description="What a model costs, transformer block by transformer block, "
@@ -30,7 +39,8 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"mhlo-cost {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=partial(Parser, argv=argv))
     sub.required = True
-    for name in COMMANDS:
+    named = MODULE_OF.get(argv[0]) if argv else None
+    for name in (named,) if named is not None else COMMANDS:
         importlib.import_module(f"{__name__}.{name}").register(sub)
     return parser
 

@@ -41,8 +41,21 @@ SECONDS_PER_MB = 4.0
 #: wall time is stopped, used CPU or not (a child blocked for ever, or one starved on a machine far beyond loaded).
 WALL_FACTOR = 10.0
 
-# Runs the reader file without putting its folder (which holds a ``types.py``) on sys.path.
-_BOOT = "import runpy, sys; del sys.path[0]; sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')"
+# Runs the reader file without putting its folder (which holds a ``types.py``) on sys.path. The interpreter starts
+# without the site module (``-S``: no .pth file is read, no import hook an editable install's .pth brings is set up,
+# 20-50 ms of each start): its path is the caller's, handed over as JSON (argv[1]); where jaxlib is not found on it
+# (a caller started without site, or a jaxlib that only a .pth's hook finds) the site module is run after all.
+_BOOT = ("import json, runpy, sys; sys.path[:] = json.loads(sys.argv[1]); sys.argv = sys.argv[2:]\n"
+         "import importlib.util\n"
+         "if importlib.util.find_spec('jaxlib') is None:\n"
+         "    import site; site.main()\n"
+         "runpy.run_path(sys.argv[0], run_name='__main__')")
+
+
+def _child_path() -> list[str]:
+    """The child's sys.path: this process's, less its first entry (the folder of the script or ``-c``/``-m``'s working
+    folder, which the child's own start would not have either) and the working folder."""
+    return [p for p in sys.path[1:] if p]
 
 
 class _Failed(Exception):
@@ -124,7 +137,8 @@ class _Server:
         self.err = tempfile.TemporaryFile()
         env = dict(os.environ)
         env.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
-        argv = [sys.executable, "-c", _BOOT, str(_READER), _ROOT] + (["walk"] if walk else [])
+        argv = [sys.executable, "-S", "-c", _BOOT, json.dumps(_child_path()), str(_READER), _ROOT]
+        argv += ["walk"] if walk else []
         self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=self.err, env=env)
         self.pid = os.getpid()

@@ -266,11 +266,21 @@ def limit_cpu(seconds: float) -> None:
 def parsed(kind: str, data: bytes, name: str):
     """The module and its one top-level module op, or ``(None, answer)``: :attr:`Answer.READ_ERROR` and a
     message, or :attr:`Answer.OUT_OF_MEMORY` and a message (restart the child)."""
-    module, op, message = parse(kind, data, name, make_context(handler=False))
+    module, op, message = parse(kind, data, name, _one_thread(make_context(handler=False)))
     if op is None:
         code = Answer.OUT_OF_MEMORY if "ran out of memory" in message else Answer.READ_ERROR
         return None, code + message.encode("utf-8", "replace")
     return module, op
+
+
+def _one_thread(ctx: ir.Context) -> ir.Context:
+    """``ctx`` with MLIR's multithreading off, for the reader's child: its parse and the verify after it run on one
+    thread whatever the setting (a program is one function, or few), and with it on every type and attribute the
+    parser makes (each op's location, each type) is uniqued through the context's thread-safe path: 10% of the
+    parse on the 400-layer benchmark, 20% at 10^5 ops (benchmarks/bench_analyze.py, bench_scaling.py). The child
+    walks on one thread too."""
+    ctx.enable_multithreading(False)
+    return ctx
 
 
 def bytecode(op: ir.Operation) -> bytes:

@@ -89,14 +89,17 @@ class RowMaker:
         types = self._types
         known = self._known_type  # the cache's dict lookup, inlined
         try:
-            results = op.results
-            if len(results) == 1:
-                r = results[0]
+            try:
+                r = op.result  # one result, most ops: read without making the list of results
+            except ValueError:  # none, or several
+                r = None
+            if r is not None:
                 t = r.type
                 result = known(hash(t)) or types(t)
                 written = result.nbytes
                 defs = (hash(r),)
             else:
+                results = op.results
                 result = tuple(types(r.type) for r in results)
                 written = sum(t.nbytes for t in result)
                 defs = tuple(map(hash, results))
