@@ -157,14 +157,28 @@ def _masked(s, mask, n: int, length: int):
     return s + mask.astype(s.dtype)
 
 
+def _put(cache, new, start):
+    """``new`` (B, H, n, D) written into ``cache`` at position ``start``, in place (a dynamic_update_slice)."""
+    return lax.dynamic_update_slice(cache, new, (0, 0, jnp.reshape(start, ()).astype(jnp.int32), 0))
+
+
 def _quantised_update(layer, update):
     """``layer.update`` writing the new keys and values divided by the layer's scales and cast to the cache's
-    dtype."""
+    dtype. A full-length layer (transformers' ``StaticLayer``) writes them in place at its position, as a cache
+    kernel does (one dynamic_update_slice, not StaticCache's index_copy_, which the liveness sweep would hold
+    beside the donated cache); a sliding-window layer keeps transformers' own write."""
+    from transformers.cache_utils import StaticLayer
+
     def write(key_states, value_states, *args, **kwargs):
         dtype = str(layer.keys.dtype).removeprefix("torch.")
         k = _call_jax(functools.partial(quant.kv_quantise, dtype=dtype), key_states, layer.k_scale)
         v = _call_jax(functools.partial(quant.kv_quantise, dtype=dtype), value_states, layer.v_scale)
-        return update(k, v, *args, **kwargs)
+        if type(layer) is not StaticLayer:
+            return update(k, v, *args, **kwargs)
+        start = layer.cumulative_length
+        layer.keys = _call_jax(_put, layer.keys, k, start)
+        layer.values = _call_jax(_put, layer.values, v, start)
+        return layer.keys, layer.values
 
     return write
 
