@@ -56,25 +56,25 @@ def price(row: dict, cache_dir=None) -> dict:
     return {k: (row[k], got[k]) for k in FIGURES if k in row and got.get(k) is not None}
 
 
-def report(rows: list[dict], cache_dir=None) -> list[str]:
-    lines = [f"{'fp8 decode row':<48} {'recipe':<22} {'figure':<13} {'published':>10} {'simulated':>10} {'ratio':>7}"]
+def report(rows: list[dict], cache_dir=None):
+    """The report's lines, each yielded as soon as its row is priced."""
+    yield (f"{'fp8 decode row':<48} {'recipe':<22} {'figure':<13} {'published':>10} {'simulated':>10} {'ratio':>7}")
     ratios = []
     for row in rows:
         try:
             figs = price(row, cache_dir)
         except ValueError as e:  # the row does not fit the simulated server
-            lines.append(f"{row['id']:<48} not run: {e}")
+            yield f"{row['id']:<48} not run: {e}"
             continue
         for key, (pub, sim) in figs.items():
             ratios.append(sim / pub)
-            lines.append(f"{row['id']:<48} {row['recipe']:<22} {key:<13} {pub:>10,.2f} {sim:>10,.2f} "
-                         f"{sim / pub:>7.3f}")
+            yield (f"{row['id']:<48} {row['recipe']:<22} {key:<13} {pub:>10,.2f} {sim:>10,.2f} "
+                   f"{sim / pub:>7.3f}")
     if ratios:
         errs = sorted(abs(r - 1) for r in ratios)
-        lines.append(f"fp8 decode: median ratio {statistics.median(ratios):.3f}, p90 |error| "
-                     f"{errs[min(len(errs) - 1, int(0.9 * len(errs)))]:.1%}")
-        lines.append(f"fp8 decode: median |error| = {statistics.median(errs):.1%} on {len(ratios)} held-out rows")
-    return lines
+        yield (f"fp8 decode: median ratio {statistics.median(ratios):.3f}, p90 |error| "
+               f"{errs[min(len(errs) - 1, int(0.9 * len(errs)))]:.1%}")
+        yield f"fp8 decode: median |error| = {statistics.median(errs):.1%} on {len(ratios)} held-out rows"
 
 
 def main(argv=None) -> int:
@@ -84,7 +84,8 @@ def main(argv=None) -> int:
     ap.add_argument("--cache-dir", help="the step cache (default: the user cache)")
     a = ap.parse_args(argv)
     rows = [r for r in load(a.data) if a.only is None or a.only in r["id"]]
-    print("\n".join(report(rows, a.cache_dir)), flush=True)
+    for line in report(rows, a.cache_dir):
+        print(line, flush=True)
     return 0
 
 
