@@ -156,3 +156,15 @@ def test_a_block_that_does_not_divide_is_one_line(capsys):
     assert main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "not a multiple of its block (128)" in err[0], err
+
+
+def test_the_fp8_cache_is_written_in_place(capsys):
+    """The new key and value are written into the donated fp8 cache in place: the step's activations hold no copy of
+    a layer's cache (not even of its keys alone: batch x kv heads x context x head_dim bytes)."""
+    sets = [f"--set={k}={v}" for k, v in SMALL]
+    assert main(["serve", "--hf", "LlamaForCausalLM", "--config", "llama", *sets, "--decode", "--batch", "2",
+                 "--context", "2048", "--precision", "kv-fp8", "--format", "json", "--no-cache", "-q"]) == 0
+    d = json.loads(capsys.readouterr().out)["summary"]
+    keys = 2 * 2 * 2048 * 64  # batch x kv heads x context x head_dim, one byte each
+    assert d["kv_cache_layer_bytes"] == [2 * keys + 8]
+    assert d["activation_bytes"] < keys // 4
