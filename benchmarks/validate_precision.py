@@ -10,9 +10,11 @@ script reports. Prints one line per row, the fit (and whether the shipped profil
 precision and per held-out source n, median |error|, p90 and the median ratio estimate / measured, the same with
 the precision priced at the bf16-fitted efficiency (what the profiles did before), and, as a check of the split,
 each source priced with the value fitted on the other sources (leave one source out). Last line per precision:
-``<precision>: median |error| = X% on N held-out rows``.
+``<precision>: median |error| = X% on N held-out rows``. Then the fp8 decode rows of
+``published_precision_decode.toml`` (:mod:`validate_precision_decode`, all held out; ``--no-decode`` leaves them
+out): ``fp8 decode: median |error| = X% on N held-out rows``.
 
-    python benchmarks/validate_precision.py [--data FILE] [--only ID-SUBSTRING]
+    python benchmarks/validate_precision.py [--data FILE] [--only ID-SUBSTRING] [--no-decode] [--cache-dir DIR]
 """
 from __future__ import annotations
 
@@ -229,12 +231,22 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", default=DATA, help="the published figures (default: %(default)s)")
     ap.add_argument("--only", help="price only the rows whose id contains this (the fit still uses its rows)")
+    ap.add_argument("--no-decode", action="store_true",
+                    help="leave out the fp8 decode rows (validate_precision_decode.py: a serving simulation each)")
+    ap.add_argument("--cache-dir", help="the decode rows' step cache (default: the user cache)")
     args = ap.parse_args(argv)
     sources, rows = load(args.data)
     if args.only:
         fit_rows, _ = split(sources, rows)
         rows = [m for m in rows if args.only in m["id"] or m in fit_rows]
     print("\n".join(report(sources, rows, Pricer(sources))), flush=True)
+    if not args.no_decode:
+        import validate_precision_decode as vd
+
+        decode = [r for r in vd.load() if args.only is None or args.only in r["id"]]
+        print()
+        for line in vd.report(decode, args.cache_dir):
+            print(line, flush=True)
     return 0
 
 

@@ -178,8 +178,8 @@ def test_a_precision_spelled_as_a_dtype_is_one_line(capsys, tmp_path, argv, spel
 
 @pytest.mark.parametrize("argv, words", [
     (["serve", *GPT, "--decode", "--precision", "fp9"], "unknown recipe"),
-    (["serve", "--hf", "LlamaForCausalLM", "--config", "llama", "--decode", "--precision", "fp8-rowwise"],
-     "the bundled gpt (--model gpt) lowers the recipes"),
+    (["serve", "--hf", "LlamaForCausalLM", "--config", "llama", "--decode", "--precision", "mxfp8"],
+     "the bundled gpt, --model gpt, lowers every recipe"),
     (["lower", "--model", "gpt", "--precision", "fp8-rowwise", "-o", "x.mlir"], "inference steps"),
     (["train-plan", "--model", "gpt-22b", "--precision", "fp9"], "unknown recipe"),
 ])

@@ -141,3 +141,35 @@ def test_the_fit_never_prices_a_held_out_source():
         rec = Recorder()
         vpr.fits(sources, rows, rec, leave_out=tag)
         assert not any(m["source"] == tag for m in rows if m["id"] in rec.seen)
+
+
+# -- the fp8 decode rows (validate_precision_decode.py) -----------------------------------------------------------
+def test_the_decode_rows_are_six_or_more_held_out_fp8_figures_each_expressible():
+    """Every row has a declared https source, an fp8 recipe the --hf path lowers, its load and a figure; the step
+    it is priced with carries the recipe (validate_serving's options with the row's precision)."""
+    import validate_precision_decode as vd
+
+    from mhlo_cost.machines.precision import parse
+
+    rows = vd.load()
+    assert len(rows) >= 6 and len({r["id"] for r in rows}) == len(rows)
+    for r in rows:
+        recipe = parse(r["recipe"])
+        assert recipe.weight == "float8_e4m3fn" and recipe.kv == "float8_e4m3fn"
+        assert ("batch" in r) != ("concurrency" in r) and r["isl"] > 0 and r["osl"] > 0
+        opts = vd.row_options(r)
+        assert opts.request.precision == r["recipe"] and opts.request.hf == r["express"]["hf"]
+        assert opts.tp == r["tp"]
+        opts.request.check()  # the recipe and the configuration are accepted without lowering anything
+
+
+def test_a_decode_row_without_a_recipe_or_a_declared_source_is_refused(tmp_path):
+    import validate_precision_decode as vd
+
+    p = tmp_path / "d.toml"
+    p.write_text('[sources]\na = "https://x"\n[[row]]\nid = "r"\nsource = "b"\nrecipe = "fp8-rowwise"\nitl_ms = 1\n')
+    with pytest.raises(ValueError, match="source must be"):
+        vd.load(p)
+    p.write_text('[sources]\na = "https://x"\n[[row]]\nid = "r"\nsource = "a"\nitl_ms = 1\n')
+    with pytest.raises(ValueError, match="needs a recipe"):
+        vd.load(p)

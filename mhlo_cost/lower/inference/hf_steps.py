@@ -18,6 +18,7 @@ import jax
 import numpy as np
 
 from ..frontends import torchax_frontend as tf
+from . import hf_quant
 from .cache import CacheLayout, LayerCache
 
 
@@ -54,8 +55,9 @@ def weight_bytes(model) -> int:
 
 
 def _install(cache, tensors, cumulative, filled: int) -> None:
-    """Give each (fresh) StaticCache layer the traced tensors, as if it had been initialised with them."""
-    for layer, (k, v) in zip(cache.layers, tensors):
+    """Give each (fresh) StaticCache layer the traced tensors, as if it had been initialised with them (an fp8
+    cache's entries carry their two scales after the key and value: :mod:`.hf_quant`)."""
+    for layer, (k, v, *_) in zip(cache.layers, tensors):
         layer.keys, layer.values = k, v
         layer.device = k.device
         layer.batch_size, layer.num_heads = k.shape[:2]
@@ -93,7 +95,9 @@ def copy_from_views(env):
 
 
 def step_function(model, mode: str, context: int, tokens: int, locations: bool = True):
-    """``fn(state, buffers, cache, ids, pos) -> (logits of the last position, cache)`` through torchax."""
+    """``fn(state, buffers, cache, ids, pos) -> (logits of the last position, cache)`` through torchax. A cache
+    entry of four tensors (key, value, key scale, value scale) is an fp8 cache (:func:`.hf_quant.fp8_cache`); its
+    scales are passed through."""
     import torch
     from transformers import StaticCache
 
@@ -111,10 +115,12 @@ def step_function(model, mode: str, context: int, tokens: int, locations: bool =
             # cache holding context - 1 positions before it (a full window for a sliding layer).
             _install(static, cache_t, pos_t, 0 if mode == "prefill" else context - 1)
             position = pos_t.reshape(1) + torch.arange(tokens)
-            out = torch.func.functional_call(model, state_t, (ids_t,),
-                                             dict(cache=static, cache_position=position, use_cache=True,
-                                                  logits_to_keep=1), strict=False)
-            new = [(layer.keys, layer.values) for layer in static.layers]
+            scales = [tuple(entry[2:]) for entry in cache_t]
+            with hf_quant.fp8_cache(model, static, scales) if scales[0] else contextlib.nullcontext():
+                out = torch.func.functional_call(model, state_t, (ids_t,),
+                                                 dict(cache=static, cache_position=position, use_cache=True,
+                                                      logits_to_keep=1), strict=False)
+            new = [(layer.keys, layer.values, *sc) for layer, sc in zip(static.layers, scales)]
             logits = out.logits[:, -1]
         return env.t2j_iso((logits, new))
 
@@ -124,23 +130,28 @@ def step_function(model, mode: str, context: int, tokens: int, locations: bool =
 
 
 def lower_step(model, mode: str, batch: int, context: int, tokens: int = 1, locations: bool = True,
-               routing=None, info: dict | None = None):
+               routing=None, info: dict | None = None, recipe=None):
     """``(jax.stages.Lowered, CacheLayout, weight bytes)``: the prefill of ``tokens`` prompt positions into a
     cache of ``context`` positions, or one decode step of ``batch`` sequences against it (the cache donated).
     A mixture-of-experts model's expert layers run the static dispatch of :mod:`..frontends.moe` under
     ``routing`` (a :class:`~..frontends.moe.Routing`; None: dropless), as its forward does; ``info["moe"]``
-    gets the routing and the loads (``info``: a dict to fill, or None)."""
+    gets the routing and the loads (``info``: a dict to fill, or None). Under a precision ``recipe``
+    (:mod:`.hf_quant`) the linears are stored and run at its widths, the cache in its KV dtype with its scales."""
     import jax.numpy as jnp
 
     from ..frontends import moe
 
     layout = probe_layout(model, batch, context)
+    if recipe is not None:
+        hf_quant.quantise_linears(model, recipe)
+        layout = hf_quant.fp8_layout(layout, recipe)
     specs = tf.state_specs(model)
     buffers = {n for n, _ in model.named_buffers()}
     state = {k: v for k, v in specs.items() if k not in buffers}
     bufs = {k: v for k, v in specs.items() if k in buffers}
     dt = jnp.dtype(layout.dtype)
-    cache = [(jax.ShapeDtypeStruct(k, dt), jax.ShapeDtypeStruct(v, dt)) for k, v in layout.shapes()]
+    scale = () if layout.layers[0].scale_bytes == 0 else (jax.ShapeDtypeStruct((), jnp.float32),) * 2
+    cache = [(jax.ShapeDtypeStruct(k, dt), jax.ShapeDtypeStruct(v, dt), *scale) for k, v in layout.shapes()]
     n = tokens if mode == "prefill" else 1
     ids = jax.ShapeDtypeStruct((batch, n), jnp.int32)
     pos = jax.ShapeDtypeStruct((), jnp.int32)

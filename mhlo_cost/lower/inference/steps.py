@@ -76,17 +76,17 @@ class StepRequest:
 
     def recipe(self):
         """The step's :class:`~mhlo_cost.machines.precision.Recipe`; FrontendError for an unknown one, or one the
-        model's path cannot lower (a transformers model: torchax lowers it in one dtype)."""
+        model's path cannot lower (a transformers model: :func:`.hf_quant.check`)."""
         from ...machines.precision import PrecisionError, parse
 
         try:
             recipe = parse(self.precision)
         except PrecisionError as e:
             raise FrontendError(str(e)) from None
-        if self.hf and recipe.name != "bf16":
-            raise FrontendError(f"--precision {recipe.name}: transformers models (--hf) go through torchax, which "
-                                "has no lowering of torch._scaled_mm (torchax 0.0.13), so they are lowered in one "
-                                "dtype; the bundled gpt (--model gpt) lowers the recipes")
+        if self.hf:
+            from .hf_quant import check
+
+            check(recipe)
         return recipe
 
     def facts(self) -> ModelFacts:
@@ -201,7 +201,8 @@ def _hf(req: StepRequest, info: dict):
     text = model.config.get_text_config(decoder=True)
     routing = None if req.routing is None else Routing.parse(req.routing)
     low, layout, weights = hf_steps.lower_step(model, req.mode, req.batch, req.context, req.tokens,
-                                               locations=req.locations, routing=routing, info=info)
+                                               locations=req.locations, routing=routing, info=info,
+                                               recipe=req.recipe())
     positions = getattr(text, "max_position_embeddings", None)  # none declared: rotary models without a limit
     positions = positions if isinstance(positions, int) and not isinstance(positions, bool) else None
     return low, layout, weights, text.hidden_size, text.num_hidden_layers, positions

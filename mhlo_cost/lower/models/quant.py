@@ -45,12 +45,13 @@ def _check_blocks(i: int, o: int, recipe: Recipe) -> None:
                             "has an odd dimension")
 
 
-def linear_shapes(i: int, o: int, recipe: Recipe, model_dtype: str) -> dict:
-    """The stored parameters of one (in ``i``, out ``o``) linear under ``recipe``."""
+def linear_shapes(i: int, o: int, recipe: Recipe, model_dtype: str, bias: bool = True) -> dict:
+    """The stored parameters of one (in ``i``, out ``o``) linear under ``recipe`` (``bias`` False: no ``b``, as
+    Llama's linears have none)."""
     _check_blocks(i, o, recipe)
-    b = _sds((o,), model_dtype)
+    b = {"b": _sds((o,), model_dtype)} if bias else {}
     if not recipe.quantised:
-        return {"w": _sds((i, o), model_dtype), "b": b}
+        return {"w": _sds((i, o), model_dtype)} | b
     s = recipe.weight_scaling
     scale_dt = s.scale_dtype or model_dtype
     if recipe.weight == "int4":
@@ -61,7 +62,7 @@ def linear_shapes(i: int, o: int, recipe: Recipe, model_dtype: str) -> dict:
         scale = () if s.scheme == "tensor" else (o,)
     else:  # per block of K (and of N for a 2-D block)
         scale = (i // s.block, o // (s.block2 or 1))
-    out = {"w": w, "w_scale": _sds(scale, scale_dt), "b": b}
+    out = {"w": w, "w_scale": _sds(scale, scale_dt)} | b
     if s.zero:
         out["w_zero"] = _sds((i // s.block, o // 2), "uint8")
     if s.tensor_scale:
@@ -154,19 +155,21 @@ def dequantise(p, recipe: Recipe, dtype):
     return (g * p["w_scale"].astype(dtype)[:, None, :]).reshape(i, o)
 
 
+def _bias(p, y):
+    return y + p["b"].astype(y.dtype) if "b" in p else y
+
+
 def dense(p, x, recipe: Recipe | None = None):
-    """x (..., in) @ w (in, out) + b under ``recipe`` (None or unquantised: one dot in x's dtype)."""
+    """x (..., in) @ w (in, out) + b under ``recipe`` (None or unquantised: one dot in x's dtype); a ``p`` without
+    ``b`` adds none."""
     if recipe is None or not recipe.quantised:
-        y = lax.dot_general(x, p["w"], (((x.ndim - 1,), (0,)), ((), ())))
-        return y + p["b"].astype(y.dtype)
+        return _bias(p, lax.dot_general(x, p["w"], (((x.ndim - 1,), (0,)), ((), ()))))
     if recipe.weight_only:
         w = dequantise(p, recipe, x.dtype)
-        y = lax.dot_general(x, w, (((x.ndim - 1,), (0,)), ((), ())))
-        return y + p["b"].astype(y.dtype)
+        return _bias(p, lax.dot_general(x, w, (((x.ndim - 1,), (0,)), ((), ()))))
     scheme = recipe.activation_scaling.scheme
     y = _scaled(p, x, recipe) if scheme in ("tensor", "row") else _blocked(p, x, recipe)
-    y = y.astype(x.dtype)
-    return y + p["b"].astype(y.dtype)
+    return _bias(p, y.astype(x.dtype))
 
 
 def kv_quantise(x, scale, dtype: str):
