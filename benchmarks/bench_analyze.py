@@ -95,7 +95,7 @@ def best(fn, repeat: int) -> tuple[float, object]:
     return min(times), result
 
 
-def main() -> None:
+def _arguments():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--layers", type=int, default=400)
     ap.add_argument("--repeat", type=int, default=3)
@@ -104,16 +104,25 @@ def main() -> None:
     ap.add_argument("--in-process", action="store_true", help="only the in-process comparison")
     ap.add_argument("--before", help="a checkout of mhlo-cost before a change, measured alongside")
     ap.add_argument("--file", help="an MLIR file to measure instead of the lowered transformer")
-    args = ap.parse_args()
+    return ap.parse_args()
+
+
+def _one_comparison(args) -> None:
+    """``--processes-only`` or ``--in-process``: that comparison alone, on ``--file`` or the lowered transformer."""
+    with tempfile.TemporaryDirectory() as d:
+        path = Path(args.file or Path(d) / "model.mlir")
+        if not args.file:
+            path.write_text(lower(args.layers).as_text(debug_info=True))
+        if args.processes_only:
+            _whole_processes(path, args.processes, args.before)
+        else:
+            _in_processes(path, args.processes, args.repeat, args.before)
+
+
+def main() -> None:
+    args = _arguments()
     if args.processes_only or args.in_process:
-        with tempfile.TemporaryDirectory() as d:
-            path = Path(args.file or Path(d) / "model.mlir")
-            if not args.file:
-                path.write_text(lower(args.layers).as_text(debug_info=True))
-            if args.processes_only:
-                _whole_processes(path, args.processes, args.before)
-            else:
-                _in_processes(path, args.processes, args.repeat, args.before)
+        _one_comparison(args)
         return
 
     from mhlo_cost import analyze

@@ -136,6 +136,9 @@ def test_breakdown_and_stage_rows_add_up_to_the_iteration():
     (dict(ep=3), "does not divide the experts"), (dict(ep=8, d=4, global_batch=16), "does not divide cp x d"),
     (dict(t=2), "tensor degree above 1"), (dict(experts=0), "needs experts"), (dict(top_k=9), "exceeds"),
     (dict(zero=3), "ZeRO 2/3"), (dict(shared_experts=0), "without shared experts"),
+    (dict(recompute="op"), "op recompute"), (dict(expert_imbalance=float("inf")), "imbalance >= 1"),
+    (dict(capacity_factor=float("nan")), "capacity factor must be"), (dict(expert_imbalance=5.0), "above experts / ep"),
+    (dict(capacity_factor=5.0), "above experts / top-k"),
 ])
 def test_invalid_expert_splits_say_why(kw, why):
     assert why in _cfg(**kw).invalid()
@@ -207,3 +210,19 @@ def test_deepseek_v3_parameters_near_the_published_671b_and_37b():
     c = plan(cfg, DGX).iteration.counts
     assert abs(c["params_total"] / 671e9 - 1) < 0.005
     assert abs(c["params_active"] / 37e9 - 1) < 0.05
+
+
+@pytest.mark.parametrize("extra", [["--moe-router-topk", "2"], ["--moe-imbalance", "3"], ["--moe-dense-layers", "1"],
+                                   ["--moe-expert-capacity-factor", "1.5"]])
+def test_moe_options_on_a_dense_model_are_refused_not_dropped(extra, capsys):
+    dense = ["train-plan", "--layers", "2", "--hidden", "64", "--heads", "4", "--seq", "32", "--vocab", "128",
+             "--no-cache"]
+    assert main(dense + extra) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("mhlo-cost: error:") and "needs experts" in err[0]
+
+
+def test_an_infinite_imbalance_is_one_line(capsys):
+    assert main(ARGS + ["--ep", "4", "--moe-imbalance", "inf"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("mhlo-cost: error:")

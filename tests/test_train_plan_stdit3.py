@@ -142,6 +142,12 @@ def test_cli_plans_and_writes_json(tmp_path, capsys):
     (["-d", "2", "--global-batch", "3"], "--micro-batch x -d"),
     (["--bucket", "720p"], "a bucket is RESOLUTION:FRAMES"),
     (["--bucket", "720p:51", "--shape", "51_1280_720"], "not both"),
+    # accepted and silently dropped before the review: each is refused now
+    (["--recompute", "op"], "recomputes whole blocks"),
+    (["--execution", "eager"], "--execution does not go with --model stdit3"),
+    (["-d", "2", "--dp-overlap"], "--dp-overlap does not go"),
+    (["--cp-comm-type", "all_gather"], "--cp-comm-type does not go"),
+    (["--num-experts", "8", "--ep", "2", "-d", "2"], "--num-experts, --ep do not go"),
 ])
 def test_cli_refuses_what_opensora_does_not_run(argv, says, capsys):
     assert main(["train-plan", "--model", "stdit3", *argv]) == 2
@@ -176,3 +182,11 @@ def test_opensora_buckets_name_their_base_aspect_ratio():
     assert bucket_shape("144p:1") == "1_256_144"
     cfg = stdit3_config(bucket_shape("720p:51"))
     assert (cfg.frames, cfg.frame_tokens) == (15, 45 * 80)  # 51 frames -> 15 latent; 720 x 1280 / 8 / 2
+
+
+def test_the_execution_is_part_of_the_block_pairs_key():
+    """Two configurations that differ only in how the step runs share no cached cost."""
+    from dataclasses import replace
+
+    cfg = stdit3_config("17_64_64", **SMALL)
+    assert cfg.layer_key() != replace(cfg, execution="eager").layer_key()

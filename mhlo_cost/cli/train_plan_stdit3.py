@@ -13,7 +13,14 @@ NOT_STDIT3 = (("-t", "t", 1), ("-p", "p", 1), ("--sp", "sp", False), ("--interle
               ("--vocab", "vocab", None), ("--hf", "hf", None), ("--sweep", "sweep", None), ("--fsdp", "fsdp", False),
               ("--precision", "precision", None), ("--account-for-embedding-in-pipeline-split", "account_embedding",
                                                    False),
-              ("--account-for-loss-in-pipeline-split", "account_loss", False))
+              ("--account-for-loss-in-pipeline-split", "account_loss", False), ("--dp-overlap", "dp_overlap", False),
+              ("--cp-comm-type", "cp_comm_type", "p2p"), ("--execution", "execution", "compiled"),
+              # the mixture-of-experts options (a dense video transformer has no experts)
+              ("--num-experts", "num_experts", None), ("--moe-router-topk", "moe_router_topk", None),
+              ("--moe-ffn-hidden-size", "moe_ffn_hidden_size", None), ("--ep", "ep", None),
+              ("--moe-shared-experts", "moe_shared_experts", None), ("--moe-dense-layers", "moe_dense_layers", None),
+              ("--moe-expert-capacity-factor", "moe_expert_capacity_factor", None),
+              ("--moe-imbalance", "moe_imbalance", None), ("--moe-a2a-overlap", "moe_a2a_overlap", None))
 
 
 def register(p) -> None:
@@ -51,7 +58,7 @@ def config(args, zero_stage: int | None):
     if given:
         raise UserError(f"{', '.join(given)} {'does' if len(given) == 1 else 'do'} not go with --model stdit3, "
                         "which trains with data and Ulysses sequence parallelism (-d, --ulysses)")
-    if args.recompute == "selective":
+    if args.recompute in ("selective", "op"):
         raise UserError("--model stdit3 recomputes whole blocks (OpenSora's grad_checkpoint): --recompute full or none")
     if zero_stage == 3:
         raise UserError("--model stdit3 runs OpenSora's ColossalAI ZeRO (stages 0-2), not FSDP")

@@ -286,7 +286,9 @@ class ScaleConfig:
         return None
 
     def _moe_invalid(self) -> str | None:
-        if not self.experts and self.ep == 1 and not self.ep_overlap:
+        if (not self.experts and self.ep == 1 and not self.ep_overlap and self.top_k == self.expert_ffn ==
+                self.shared_experts == self.dense_layers == 0 and self.capacity_factor == 0
+                and self.expert_imbalance == 1):
             return None
         from .moe import moe_invalid
 

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from fractions import Fraction
-from math import ceil
+from math import ceil, isfinite
 
 import jax
 import jax.numpy as jnp
@@ -77,10 +77,17 @@ def _moe_split_invalid(cfg: ScaleConfig) -> str | None:
         return f"expert-parallel degree {cfg.ep} does not divide the experts {cfg.experts}"
     if (cfg.cp * cfg.d) % cfg.ep:
         return f"expert-parallel degree {cfg.ep} does not divide cp x d ({cfg.cp * cfg.d}), the ranks it is taken from"
-    if not (cfg.capacity_factor >= 0 and cfg.expert_imbalance >= 1):
+    if not (isfinite(cfg.capacity_factor) and isfinite(cfg.expert_imbalance) and cfg.capacity_factor >= 0
+            and cfg.expert_imbalance >= 1):
         return (f"capacity factor must be >= 0 (0: dropless) and imbalance >= 1, got {cfg.capacity_factor} and "
                 f"{cfg.expert_imbalance}")
+    if cfg.expert_imbalance > cfg.experts // cfg.ep or cfg.capacity_factor > cfg.experts / cfg.top_k:
+        return (f"imbalance {cfg.expert_imbalance} above experts / ep ({cfg.experts // cfg.ep}: every routed copy on "
+                f"one rank) or capacity factor {cfg.capacity_factor} above experts / top-k "
+                f"({cfg.experts / cfg.top_k:g}: every token at every expert)")
     unpriced = [why for bad, why in ((cfg.t > 1, "tensor degree above 1 (expert tensor parallelism)"),
+                                     (cfg.recompute == "op", "torchtitan's op recompute (its save list names no grouped "
+                                                             "expert GEMM)"),
                                      (cfg.zero_stage > 1, "ZeRO 2/3"), (cfg.interleave > 1, "interleaving"),
                                      (cfg.dp_shard > 0, "HSDP"), (cfg.precision != "bf16", "fp8"))
                 if bad]

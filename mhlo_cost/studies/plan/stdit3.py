@@ -93,7 +93,7 @@ class STDiT3ScaleConfig(ScaleConfig):
                 return f"{k} must be a positive integer, got {v!r}"
         if self.seq != self.frames * self.frame_tokens:
             return f"seq {self.seq} must be frames x frame tokens ({self.frames} x {self.frame_tokens})"
-        if self.recompute == "selective":
+        if self.recompute in ("selective", "op"):
             return "STDiT3 recomputes whole blocks (OpenSora's grad_checkpoint) or nothing: recompute full or none"
         return super().model_invalid()
 
@@ -120,7 +120,7 @@ class STDiT3ScaleConfig(ScaleConfig):
     def layer_key(self) -> tuple:
         return ("stdit3", self.hidden, self.heads, self.mlp, self.frames, self.local_frame_tokens,
                 self.frame_tokens, self.cp, self.caption_tokens, self.micro_batch, self.recompute, self.attention,
-                self.attention_library, self.dtype)
+                self.attention_library, self.dtype) + (() if self.execution == "compiled" else (self.execution,))
 
     def label(self) -> str:
         sp = f" ulysses{self.cp}" if self.cp > 1 else ""
