@@ -290,7 +290,7 @@ class ScaleConfig:
                 self.shared_experts == self.dense_layers == 0 and self.capacity_factor == 0
                 and self.expert_imbalance == 1):
             return None
-        from .moe import moe_invalid
+        from .moe_checks import moe_invalid
 
         return moe_invalid(self)
 

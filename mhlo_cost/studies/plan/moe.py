@@ -35,7 +35,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from fractions import Fraction
-from math import ceil, isfinite
+from math import ceil
 
 import jax
 import jax.numpy as jnp
@@ -49,49 +49,6 @@ F32 = jnp.float32
 #: The MoE fields cleared in the dense programs' configurations.
 NO_EXPERTS = dict(experts=0, top_k=0, expert_ffn=0, shared_experts=0, dense_layers=0, ep=1, capacity_factor=0.0,
                   expert_imbalance=1.0, ep_overlap=False)
-
-
-def moe_invalid(cfg: ScaleConfig) -> str | None:
-    """Why ``cfg``'s experts cannot be priced, in one sentence; None where they can."""
-    if not cfg.experts:
-        return f"expert parallelism (ep {cfg.ep}{', overlapped' if cfg.ep_overlap else ''}) needs experts"
-    for k in ("experts", "top_k", "expert_ffn", "ep"):
-        v = getattr(cfg, k)
-        if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-            return f"{k} must be a positive integer with experts, got {v!r}"
-    for k in ("shared_experts", "dense_layers"):
-        v = getattr(cfg, k)
-        if not isinstance(v, int) or isinstance(v, bool) or v < 0:
-            return f"{k} must be a non-negative integer, got {v!r}"
-    return _moe_split_invalid(cfg)
-
-
-def _moe_split_invalid(cfg: ScaleConfig) -> str | None:
-    if cfg.top_k > cfg.experts:
-        return f"top-k {cfg.top_k} exceeds the experts {cfg.experts}"
-    if not cfg.shared_experts:
-        return "a MoE layer without shared experts is not priced yet (the layer's program keeps an MLP)"
-    if cfg.dense_layers >= cfg.layers:
-        return f"dense layers {cfg.dense_layers} leave no MoE layer of {cfg.layers}"
-    if cfg.experts % cfg.ep:
-        return f"expert-parallel degree {cfg.ep} does not divide the experts {cfg.experts}"
-    if (cfg.cp * cfg.d) % cfg.ep:
-        return f"expert-parallel degree {cfg.ep} does not divide cp x d ({cfg.cp * cfg.d}), the ranks it is taken from"
-    if not (isfinite(cfg.capacity_factor) and isfinite(cfg.expert_imbalance) and cfg.capacity_factor >= 0
-            and cfg.expert_imbalance >= 1):
-        return (f"capacity factor must be >= 0 (0: dropless) and imbalance >= 1, got {cfg.capacity_factor} and "
-                f"{cfg.expert_imbalance}")
-    if cfg.expert_imbalance > cfg.experts // cfg.ep or cfg.capacity_factor > cfg.experts / cfg.top_k:
-        return (f"imbalance {cfg.expert_imbalance} above experts / ep ({cfg.experts // cfg.ep}: every routed copy on "
-                f"one rank) or capacity factor {cfg.capacity_factor} above experts / top-k "
-                f"({cfg.experts / cfg.top_k:g}: every token at every expert)")
-    unpriced = [why for bad, why in ((cfg.t > 1, "tensor degree above 1 (expert tensor parallelism)"),
-                                     (cfg.recompute == "op", "torchtitan's op recompute (its save list names no grouped "
-                                                             "expert GEMM)"),
-                                     (cfg.zero_stage > 1, "ZeRO 2/3"), (cfg.interleave > 1, "interleaving"),
-                                     (cfg.dp_shard > 0, "HSDP"), (cfg.precision != "bf16", "fp8"))
-                if bad]
-    return f"experts with {unpriced[0]} are not priced yet" if unpriced else None
 
 
 def dense_config(cfg: ScaleConfig) -> ScaleConfig:

@@ -32,6 +32,7 @@ from .config import ScaleConfig
 from .costs import LayerCost, layer_cost
 from .memory import CATEGORIES
 from .moe import a2a_copies, base_config, dense_config, expert_rows, local_experts, router_elems, stage_kinds, tokens
+from .result import Plan
 from .sharding import Collective, Exposure, grad_groups, seconds
 
 
@@ -276,8 +277,7 @@ def moe_memory(cfg: ScaleConfig, costs: MoECosts, capacity=None, stage: int = 0)
 
 
 def moe_plan(cfg: ScaleConfig, hw, cache_dir=None, note=None):
-    """The :class:`~.plan.Plan` of a MoE configuration (its memory: the stage that holds the most)."""
-    from .plan import Plan
+    """The :class:`~.result.Plan` of a MoE configuration (its memory: the stage that holds the most)."""
 
     costs = moe_costs(cfg, hw, cache_dir, note)
     it = moe_compose(cfg, costs, hw)

@@ -9,31 +9,15 @@ their table ranked by iteration time among those that fit.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from itertools import product
 
 import pandas as pd
 
-from .compose import Iteration, compose
+from .compose import compose
 from .config import ScaleConfig
 from .costs import LayerCost, layer_cost
 from .memory import CATEGORIES, memory
-
-
-@dataclass(frozen=True)
-class Plan:
-    cfg: ScaleConfig
-    iteration: Iteration
-    memory: dict
-    cost: LayerCost | None = None  # the per-device layer's analysis
-    head: LayerCost | None = None  # the last stage's head's
-    moe: object = None  # a MoE model's costs and per-stage memory (:class:`.moe_plan.MoECosts`)
-
-    def row(self, every: bool = False) -> dict:
-        r = self.iteration.row(every)
-        r.update({f"mem_{k}": self.memory[k] for k in (*CATEGORIES, "total")})
-        r["fits"] = self.memory.get("fits", True)
-        return r
+from .result import Plan
 
 
 def plan(cfg: ScaleConfig, hw, cache_dir: str | os.PathLike | None = None, note=None) -> Plan:

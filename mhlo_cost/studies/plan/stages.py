@@ -37,7 +37,7 @@ def _seconds(it, st: dict, m: int) -> dict:
 
 
 def stage_rows(p) -> list[dict]:
-    """One dict per pipeline stage of the :class:`~mhlo_cost.studies.plan.plan.Plan` ``p``: its devices, seconds
+    """One dict per pipeline stage of the :class:`~mhlo_cost.studies.plan.result.Plan` ``p``: its devices, seconds
     per component (they add up to the iteration time), and bytes per GPU by memory category."""
     cfg, it = p.cfg, p.iteration
     per = cfg.t * cfg.cp * cfg.d

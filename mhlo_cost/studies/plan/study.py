@@ -58,7 +58,7 @@ class PlanStudy:
 
     @cached_property
     def plan(self):
-        """The :class:`~.plan.Plan` of the configuration (ValueError where it is not a valid one)."""
+        """The :class:`~.result.Plan` of the configuration (ValueError where it is not a valid one)."""
         from .plan import plan
 
         return plan(self.options.config, self.options.hardware, self.options.cache_dir, self.note)
