@@ -9,6 +9,7 @@ import argparse
 import importlib
 import os
 import sys
+from types import MappingProxyType
 
 from .. import __version__
 from .common import EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_OK, Parser, UserError
@@ -19,10 +20,12 @@ COMMANDS = ("cmd_lower", "cmd_report", "cmd_blocks", "cmd_plot", "cmd_sweep", "c
             "cmd_calibrate", "cmd_baseline", "cmd_hardware", "cmd_rules", "cmd_whatif")
 #: The module of each command name (each module's ``register`` adds these; ``tests/test_cli_startup.py`` holds
 #: them to it): a command line naming its command imports that module alone.
-MODULE_OF = {"lower": "cmd_lower", "report": "cmd_report", "blocks": "cmd_blocks", "plot": "cmd_plot",
-             "sweep": "cmd_sweep", "serve": "cmd_serve", "train-plan": "cmd_train_plan", "calibrate": "cmd_calibrate",
-             "baseline": "cmd_baseline", "check": "cmd_baseline", "diff": "cmd_baseline", "hardware": "cmd_hardware",
-             "rules": "cmd_rules", "whatif": "cmd_whatif"}
+#: Read-only (a mapping proxy): no module-level state a run could leave for the next.
+MODULE_OF = MappingProxyType({
+    "lower": "cmd_lower", "report": "cmd_report", "blocks": "cmd_blocks", "plot": "cmd_plot", "sweep": "cmd_sweep",
+    "serve": "cmd_serve", "train-plan": "cmd_train_plan", "calibrate": "cmd_calibrate", "baseline": "cmd_baseline",
+    "check": "cmd_baseline", "diff": "cmd_baseline", "hardware": "cmd_hardware", "rules": "cmd_rules",
+    "whatif": "cmd_whatif"})
 #: The commands whose input the reader's child parses and walks (:func:`mhlo_cost.cli.common.open_study`).
 WALKING = frozenset({"report", "blocks", "plot", "baseline", "check", "diff", "whatif"})
 
