@@ -67,6 +67,31 @@ def _speculation(args):
     return Speculation(args.spec_tokens, args.spec_acceptance, args.spec_draft_cost or 0.0)
 
 
+def _split(value: str) -> tuple[int, int]:
+    """``P:D`` as two whole numbers >= 1."""
+    p, sep, d = value.partition(":")
+    if sep and p.strip().isdigit() and d.strip().isdigit() and int(p) >= 1 and int(d) >= 1:
+        return int(p), int(d)
+    raise argparse.ArgumentTypeError(f"must be P:D, prefill and decode instances (whole numbers >= 1), got {value!r}")
+
+
+def _gbps(value: str):
+    r = _number(value)
+    if r is None or not 0 < r <= 10 ** 6:
+        raise argparse.ArgumentTypeError(f"must be a number of GB/s in (0, 1e6], got {value!r}")
+    return r
+
+
+def _parallel(args):
+    """The Parallel of --pp, --dp, --disaggregate, --link-gbps; None where none is given."""
+    from ..studies.serve.simpools import Parallel
+
+    given = (args.pp, args.dp, args.disaggregate, args.link_gbps)
+    if all(v is None for v in given):
+        return None
+    return Parallel(args.pp or 1, args.dp or 1, args.disaggregate, args.link_gbps)
+
+
 def _gib(value: str) -> int:
     """GiB as whole bytes, exactly (half a byte rounds to even)."""
     r = _number(value)
@@ -111,12 +136,27 @@ def add_sim_options(p) -> None:
     g.add_argument("--allreduce", choices=("vllm", "nccl"),
                    help="with --tp: whose all-reduce the step runs: vllm (its one-shot / two-shot custom all-reduce "
                    "for messages under 8 MiB on NVLink, NCCL's ring above; the default) or nccl (the ring always)")
+    g.add_argument("--pp", type=positive_int, metavar="N",
+                   help="pipeline parallel over N stages of --tp GPUs each (vLLM's pipeline_parallel_size): the "
+                   "layers split as vLLM splits them, each stage priced from its own kernels, weights and KV; N "
+                   "virtual engines keep N steps in flight; the gain is against N replicas of the same --tp")
+    g.add_argument("--dp", type=positive_int, metavar="N",
+                   help="N data-parallel replicas (of --tp x --pp GPUs each), each request to the least loaded; "
+                   "throughput in total and per GPU; the gain is against one replica")
+    g.add_argument("--disaggregate", type=_split, metavar="P:D",
+                   help="P prefill and D decode instances of --tp GPUs: prompts on the first, the KV cache sent "
+                   "on the link, decoding on the second (TTFT includes the transfer); the gain is against P+D "
+                   "colocated replicas")
+    g.add_argument("--link-gbps", type=_gbps, metavar="GBPS",
+                   help="--pp's sends and --disaggregate's KV transfers at GBPS GB/s per GPU (another tier: "
+                   "e.g. 50 for 400 Gb/s InfiniBand; default the chip's link, NVLink where the profile has it)")
     g.add_argument("--graph-reserve-gib", type=_gib, default=1 << 30, metavar="GIB",
                    help="memory kept for CUDA graphs and outside torch (default 1; vLLM measures it on the device)")
 
 
 #: The simulation's own options without a default, which one step or a sweep refuses.
-SIM_ONLY = ("allreduce", "spec_tokens", "spec_acceptance", "spec_draft_cost", "num_gpu_blocks")
+SIM_ONLY = ("allreduce", "spec_tokens", "spec_acceptance", "spec_draft_cost", "num_gpu_blocks", "pp", "dp",
+            "disaggregate", "link_gbps")
 
 
 def check_step(args) -> None:
@@ -164,7 +204,7 @@ def cmd_simulate(args, console, profile, step_request) -> int:
         osl = Lengths.parse(args.osl, "--osl") if args.osl is not None else None
         opts = SimOptions(req, profile(args), isl, osl, args.num_requests, args.concurrency, args.request_rate,
                           args.trace, args.seed, server, args.launch or "cuda-graphs", tp=args.tp or 1,
-                          allreduce=args.allreduce or "vllm", spec=_speculation(args))
+                          allreduce=args.allreduce or "vllm", spec=_speculation(args), parallel=_parallel(args))
     except (LoadError, OptionError) as e:
         raise UserError(str(e)) from None
     root = cache_root(args, console)

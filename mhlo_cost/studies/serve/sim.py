@@ -207,7 +207,7 @@ def schedule(s: _State, cfg: ServerConfig, trace: Trace) -> tuple[np.ndarray, np
     while not preempted and s.waiting and budget > 0 and len(s.running) < cfg.max_num_seqs:
         r = s.waiting[0]
         n = int(min(s.num_tokens[r] - s.computed[r], budget))
-        need = -(-n // cfg.block_size)
+        need = int(-(-(s.computed[r] + n) // cfg.block_size) - s.held[r])  # (a handed-over prompt: its KV too)
         if need > s.free:
             break
         s.waiting.popleft()

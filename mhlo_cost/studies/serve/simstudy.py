@@ -36,6 +36,7 @@ class SimOptions:
     tp: int = 1
     allreduce: str = "vllm"
     spec: object = None  # a .spec.Speculation: speculative decoding
+    parallel: object = None  # a .simpools.Parallel: --pp, --dp, --disaggregate (None: one server)
     cache: bool = True
     cache_dir: str | os.PathLike | None = None
 
@@ -45,6 +46,10 @@ class SimOptions:
         from .simload import LoadError
 
         check("devices", self.tp, "--tp")
+        if self.parallel is not None:
+            from .simpools import check_with
+
+            check_with(self.parallel, self.spec, self.tp)
         if self.allreduce not in ALLREDUCE_LIBRARIES:
             raise OptionError(f"--allreduce must be one of {', '.join(ALLREDUCE_LIBRARIES)}, got {self.allreduce!r}")
         given = [x for x in (self.concurrency, self.rate, self.trace) if x is not None]
@@ -104,11 +109,31 @@ class SimStudy(StepCacheStudy):
         return memory(self.options.server, int(self.hardware.hbm_capacity), per_device(m.weight_bytes, tp),
                       per_device(m.kv_token_bytes, tp), activations_per_device(m.activation_token_bytes, hidden, tp))
 
+    @property
+    def pooled(self) -> bool:
+        """Whether the run is on several schedulers (--pp, --dp, --disaggregate: :mod:`.simpools`)."""
+        return self.options.parallel is not None and self.options.parallel.active
+
+    @cached_property
+    def pool_run(self):
+        from .simpools import PoolRun
+
+        return PoolRun(self, self.options.parallel)
+
+    @cached_property
+    def pools(self):
+        work = self.workload
+        run = self.pool_run
+        self.stage(f"simulating {len(work)} requests on {run.gpus} GPUs")
+        return run.run()
+
     @cached_property
     def trace(self):
         from .sim import simulate
 
         work = self.workload  # (read first: a bad trace fails before anything is lowered)
+        if self.pooled:
+            return self.pools.trace()
         mem = self.memory
         self.stage(f"simulating {len(work)} requests")
         return simulate(work, self.step_time, self.options.server, mem.blocks, spec=self.options.spec)
@@ -126,7 +151,50 @@ class SimStudy(StepCacheStudy):
     def figures(self) -> dict:
         from .simstats import figures
 
-        return figures(self.trace, self.workload, self.memory, self.options.server, gpus=self.options.tp)
+        if not self.pooled:
+            return figures(self.trace, self.workload, self.memory, self.options.server, gpus=self.options.tp)
+        return self._pooled_figures(self.pool_run, self.pools)
+
+    def _pooled_figures(self, run, pools, extra: bool = True) -> dict:
+        """The figures of a run on several schedulers: KV blocks per engine (a pipeline's virtual engine holds
+        ``1/pp`` of the server's), the pools' and stages' sections and the gain against the baseline."""
+        from dataclasses import replace
+
+        from .simpools import pool_sections
+        from .simstats import figures
+
+        trace = pools.trace()
+        engine = (pools.back or pools.front)[0]
+        mem = replace(run.memory, blocks=engine.blocks)
+        out = figures(trace, self.workload, mem, self.options.server, gpus=run.gpus)
+        if extra:
+            out |= pool_sections(run, pools, out["workload"]["duration_s"]) | {"gain": self._pool_gain(out)}
+        return out
+
+    def _pool_gain(self, got: dict) -> dict:
+        """Output tokens/s, TTFT p50 and TPOT p50 of this run against the baseline's (:func:`.simpools.baseline`;
+        a ratio above 1 is better), or why there is none (the baseline's model does not fit)."""
+        from ..limits import OptionError
+        from .simload import LoadError
+        from .simpools import PoolRun, baseline
+
+        base = baseline(self, self.options.parallel)
+        what = f"{base.dp} replica{'s' if base.dp > 1 else ''} of tp {self.options.tp}"
+        try:
+            run = PoolRun(self, base)
+            plain = self._pooled_figures(run, run.run(), extra=False)
+        except (LoadError, OptionError) as e:
+            return {"against": what, "note": f"no baseline: {e}"}
+
+        def ratio(a, b):
+            return a / b if a is not None and b else None
+
+        t, p = got["latency"], plain["latency"]
+        return {"against": what, "against_output_tokens_per_s": plain["throughput"]["output_tokens_per_s"],
+                "throughput_gain": ratio(got["throughput"]["output_tokens_per_s"],
+                                         plain["throughput"]["output_tokens_per_s"]),
+                "ttft_p50_gain": ratio(p["ttft_p50_s"], t["ttft_p50_s"]),
+                "tpot_p50_gain": ratio(p["tpot_p50_s"], t["tpot_p50_s"])}
 
     def view(self, request=None):
         """The figures as a Table of pairs in sections (:func:`mhlo_cost.views.serve_sim.sim_view`)."""
@@ -152,7 +220,8 @@ class SimStudy(StepCacheStudy):
         from ...views.serve_sim import sim_plot
 
         t = self.trace
-        sim_plot(np.cumsum(t.step_s), t.step_blocks, t.step_seqs, self.memory.blocks, path,
+        blocks = (self.pools.back or self.pools.front)[0].blocks if self.pooled else self.memory.blocks
+        sim_plot(np.cumsum(t.step_s), t.step_blocks, t.step_seqs, blocks, path,
                  f"{self.options.request.describe().split(':')[0]} on {self.hardware.name}: {self.workload.describe}")
 
     def _parallel_setup(self) -> dict:
@@ -162,6 +231,8 @@ class SimStudy(StepCacheStudy):
         out = {} if o.spec is None else {
             "spec_tokens": o.spec.tokens, "spec_acceptance": o.spec.acceptance, "spec_draft_cost": o.spec.draft,
             "spec_expected_tokens_per_step": o.spec.expected} | self._gain()
+        if self.pooled:
+            out |= self._pool_setup()
         if o.tp <= 1:
             return out
         toks = sorted(self.trace.step_tokens)
@@ -170,6 +241,22 @@ class SimStudy(StepCacheStudy):
         return out | {"tp": o.tp, "allreduce_library": o.allreduce,
                 "allreduce_median_step": f"{a_mid} ({mid} tokens: {s_mid:.6g} s a step)",
                 "allreduce_largest_step": f"{a_top} ({top} tokens: {s_top:.6g} s a step)"}
+
+    def _pool_setup(self) -> dict:
+        """The setup's lines of --pp, --dp, --disaggregate: the split, the routing, the link."""
+        par, o = self.options.parallel, self.options
+        link = ("the chip's link (hop_latency + bytes / link_bandwidth)" if par.link_gbps is None else
+                f"{float(par.link_gbps):g} GB/s after one hop_latency")
+        out = {"gpus": self.pool_run.gpus}
+        if par.disaggregate is not None:
+            out |= {"disaggregate": f"{par.disaggregate[0]} prefill : {par.disaggregate[1]} decode instances of "
+                    f"tp {o.tp}", "kv_transfer_link": link}
+        else:
+            out |= {"pp": par.pp, "dp": par.dp}
+            if par.pp > 1:
+                out |= {"pp_schedule": f"{par.pp} virtual engines per replica (vLLM V0), one step each in flight, "
+                        "each 1/pp of the KV blocks", "pp_send_link": link}
+        return out | {"routing": "least loaded (fewest unfinished requests; vLLM's virtual engines and DP client)"}
 
     def _gain(self) -> dict:
         """Speculation's gain: output tokens/s and TPOT p50 without it over with it (None where a run took no

@@ -60,6 +60,7 @@ class Kernels:
     memory_s: list
     overhead_s: list
     fixed_s: list  # the part of memory_s that does not grow with the bytes
+    place: list | None = None  # per kernel: its blocks' ids (a layer's, in order), or "pre" / "post" (:func:`placement`)
 
     @classmethod
     def of(cls, study) -> "Kernels":
@@ -68,7 +69,8 @@ class Kernels:
         moved = [int(k.bytes_read + k.bytes_written) for k in ks]
         return cls([int(k.flops) for k in ks], moved, [k.compute_s for k in ks], [k.memory_s for k in ks],
                    [k.overhead_s for k in ks],
-                   [hw.memory_fixed(k.multiplicity) if b else 0.0 for k, b in zip(ks, moved)])
+                   [hw.memory_fixed(k.multiplicity) if b else 0.0 for k, b in zip(ks, moved)],
+                   placement(study.blocks, [k.head for k in ks]))
 
     def counts(self) -> list:
         return self.flops + self.bytes
@@ -76,6 +78,17 @@ class Kernels:
     @property
     def time_s(self) -> float:
         return float(sum(max(c, m) + o for c, m, o in zip(self.compute_s, self.memory_s, self.overhead_s)))
+
+
+def placement(blocks, heads: list) -> tuple[list, int]:
+    """Where each kernel (its head row in ``heads``) sits among the program's blocks (``blocks``: the study's
+    :class:`~mhlo_cost.analysis.collectors.Blocks`): the tuple of its block ids (a loop body's kernel: every
+    iteration's), or ``"pre"`` / ``"post"`` for a kernel outside every block before / after the first block's
+    first row (the embedding; the final norm and the LM head); and the number of blocks. A pipeline stage runs
+    the kernels of its layers (:mod:`.pools`)."""
+    rows = blocks.row_blocks
+    first = next((i for i, ids in enumerate(rows) if ids), len(rows))
+    return [tuple(rows[h]) if rows[h] else ("pre" if h < first else "post") for h in heads], blocks.count
 
 
 def _rate(work: np.ndarray, seconds: np.ndarray) -> np.ndarray:
@@ -97,6 +110,7 @@ class Rates:
         self.byte_s = np.stack([c / byte for c in moved])
         self.fixed = np.where(np.any(np.stack(moved) != 0, axis=0), fixed, 0.0)[:, None]
         self.overhead = float(np.sum(node.overhead_s))
+        self.kernel_overhead = np.array(node.overhead_s, dtype=float)  # (a pipeline stage's share: .pools)
 
     def time_s(self, flop_terms: np.ndarray, byte_terms: np.ndarray, shards: int = 1) -> np.ndarray:
         """Seconds of steps whose monomials are the columns of ``flop_terms`` / ``byte_terms`` (4 x steps);
@@ -136,6 +150,25 @@ class StepModel:
         self._batches = np.log(np.array(sorted(nodes), float))
         self._rates = [Rates(nodes[b], [t[:k] for t in self._terms], [t[k:] for t in self._terms])
                        for b in sorted(nodes)]
+        self.place = next(iter(nodes.values())).place  # (placement(): a pipeline stage's kernels)
+
+    def part(self, shares) -> "StepModel":
+        """The same model with kernel ``i``'s work, fixed cost and launch scaled by ``shares[i]`` (>= 0): a
+        pipeline stage's program is the kernels of its layers (share 1), none of the others' (0). A kernel's
+        time is ``max(compute, memory) + launch``, each linear in the scale, so a share of 0 or 1 is exact."""
+        import copy
+
+        w = np.asarray(shares, dtype=float)
+        out = copy.copy(self)
+        out.shape = dict(self.shape)
+        out._rates = []
+        for r in self._rates:
+            q = copy.copy(r)
+            q.flop_s, q.byte_s, q.fixed = r.flop_s * w, r.byte_s * w, r.fixed * w[:, None]
+            q.kernel_overhead = r.kernel_overhead * w
+            q.overhead = float(q.kernel_overhead.sum())
+            out._rates.append(q)
+        return out
 
     def counts(self, tokens: int, context_flops: int, context_bytes: int, longest: int):
         """Per-kernel (FLOPs, bytes) arrays of a step (floats; :meth:`exact` for the ints)."""
