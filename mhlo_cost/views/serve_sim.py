@@ -46,23 +46,29 @@ def sim_view(setup: dict, fig: dict, histogram: list, title: str) -> Table:
                        "batch_sizes": [{"sequences": s, "steps": n} for s, n in histogram]})
 
 
-def sim_plot(ends, used, seqs, blocks: int, path: str, title: str = "") -> None:
-    """KV utilisation and sequences per step against time (each step at its end), one panel each."""
+def sim_plot(ends, used, seqs, blocks: int, path: str, title: str = "", series: dict | None = None) -> None:
+    """KV utilisation and sequences per step against time (each step at its end), one panel each; ``series``
+    (several schedulers: ``--pp``, ``--dp``, ``--disaggregate``): {pool: (ends, sequences, fraction of its
+    engine's KV blocks in use)}, a line per pool in each panel, in place of the one run's."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     from .plot import save_figure
 
+    series = series or {"": (ends, seqs, [u / blocks for u in used])}
     fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(9, 5.5), sharex=True)
-    ax1.step(ends, [100.0 * u / blocks for u in used], where="post", linewidth=0.8)
+    for name, (x, s, frac) in series.items():
+        ax1.step(x, [100.0 * u for u in frac], where="post", linewidth=0.8, label=name or None)
+        ax2.step(x, s, where="post", linewidth=0.8, label=name or None, **({} if name else {"color": "tab:orange"}))
     ax1.set_ylabel("KV blocks in use (%)")
     ax1.set_ylim(0, 100)
-    ax2.step(ends, seqs, where="post", linewidth=0.8, color="tab:orange")
     ax2.set_ylabel("sequences per step")
     ax2.set_xlabel("time (s)")
     for ax in (ax1, ax2):
         ax.grid(True, alpha=0.3)
+    if any(series):
+        ax2.legend(fontsize=8)
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()
     save_figure(fig, path, dpi=110)

@@ -83,6 +83,7 @@ class Engine:
         self.cfg, self.blocks, self.lane, self.role = cfg, blocks, lane, role
         self.trace = Trace(np.zeros(n), np.full(n, np.nan), np.full(n, np.nan))
         self.step: tuple | None = None  # (ids, ns) of the step in flight
+        self.ends: list = []  # when each step ended (the trace's steps, in order)
         self.woken = False
         self.start = 0.0
 
@@ -110,6 +111,7 @@ class Engine:
         trace.step_seqs.append(int(ids.size))
         trace.step_tokens.append(int(ns.sum()))
         trace.step_blocks.append(self.blocks - self.s.free)
+        self.ends.append(end)
         return end
 
     def end(self, now: float) -> list:
@@ -207,6 +209,16 @@ class Pools:
             t.step_blocks += e.trace.step_blocks
         t.preemptions = sum(e.trace.preemptions for e in self.front + self.back)
         return t
+
+
+def timeline(engines: list) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The steps of ``engines`` in the order they ended: (end times, sequences, fraction of the engine's KV
+    blocks in use), for a plot over time."""
+    ends = np.array([t for e in engines for t in e.ends], dtype=float)
+    seqs = np.array([q for e in engines for q in e.trace.step_seqs], dtype=np.int64)
+    used = np.array([u / e.blocks for e in engines for u in e.trace.step_blocks], dtype=float)
+    order = np.argsort(ends, kind="stable")
+    return ends[order], seqs[order], used[order]
 
 
 def pool_figures(engines: list, duration: float, gpus_each: int) -> dict:

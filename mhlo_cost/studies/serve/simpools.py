@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-#: Instances one simulation holds at most (replicas, prefill + decode instances, pipeline stages).
-MOST_INSTANCES = 1024
+#: Schedulers one simulation holds at most (replicas x pipeline stages, prefill + decode instances): each
+#: keeps per-request arrays of the whole workload.
+MOST_INSTANCES = 64
 
 
 @dataclass(frozen=True)
@@ -36,6 +37,9 @@ class Parallel:
                                   f"got {p}:{d}")
             if self.pp > 1 or self.dp > 1:
                 raise OptionError("--disaggregate P:D sets its own instances: no --pp or --dp with it")
+        if self.pp * self.dp > MOST_INSTANCES:
+            raise OptionError(f"--pp x --dp: {self.pp * self.dp} schedulers; the simulation holds at most "
+                              f"{MOST_INSTANCES}")
         if self.link_gbps is not None and not self.link_gbps > 0:
             raise OptionError(f"--link-gbps must be a positive number, got {self.link_gbps}")
 

@@ -219,10 +219,17 @@ class SimStudy(StepCacheStudy):
 
         from ...views.serve_sim import sim_plot
 
+        title = f"{self.options.request.describe().split(':')[0]} on {self.hardware.name}: {self.workload.describe}"
+        if self.pooled:
+            from .pools import timeline
+
+            p = self.pools
+            groups = {"prefill pool": p.front, "decode pool": p.back} if p.back else {"every engine": p.front}
+            series = {name: timeline(engines) for name, engines in groups.items()}
+            sim_plot(None, None, None, 1, path, title, series=series)
+            return
         t = self.trace
-        blocks = (self.pools.back or self.pools.front)[0].blocks if self.pooled else self.memory.blocks
-        sim_plot(np.cumsum(t.step_s), t.step_blocks, t.step_seqs, blocks, path,
-                 f"{self.options.request.describe().split(':')[0]} on {self.hardware.name}: {self.workload.describe}")
+        sim_plot(np.cumsum(t.step_s), t.step_blocks, t.step_seqs, self.memory.blocks, path, title)
 
     def _parallel_setup(self) -> dict:
         """Speculation's lines of the setup, and the split's (none on one GPU): tp, the library and the algorithm of a decode
