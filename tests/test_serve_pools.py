@@ -193,7 +193,7 @@ def _weights(tmp_path) -> int:
     (["--link-gbps", "10"], "give one"),
     (["--pp", "2", "--link-gbps", "0"], "GB/s"),
     (["--dp", "2000"], "[1, 64]"),
-    (["--dp", "16", "--pp", "2"], "at most 64"),
+    (["--dp", "40", "--pp", "2"], "at most 64"),
 ])
 def test_cli_bad_combinations_are_one_line(capsys, extra, what):
     assert main(["serve", *GPT, "--isl", "64", "--osl", "8", "--concurrency", "4", *extra, "--no-cache", "-q"]) == 2
