@@ -205,3 +205,13 @@ def test_one_step_refuses_the_pool_options(capsys):
     assert main(["serve", *GPT, "--decode", "--pp", "2", "--no-cache", "-q"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--pp is an option of the serving simulation" in err[0], err
+
+
+def test_a_transformers_models_embedding_table_and_tie():
+    from mhlo_cost.lower.inference.steps import StepRequest
+    from mhlo_cost.studies.serve.pipeline import embedding_bytes, tied
+
+    sets = (("hidden_size", 64), ("vocab_size", 1000))
+    r = StepRequest(hf="LlamaForCausalLM", config="llama", overrides=sets)
+    assert embedding_bytes(r, 2) == 1000 * 64 * 2 and not tied(r)
+    assert tied(StepRequest(hf="LlamaForCausalLM", config="llama", overrides=(*sets, ("tie_word_embeddings", True))))
