@@ -140,7 +140,8 @@ class SimStudy(StepCacheStudy):
 
     @cached_property
     def plain(self) -> dict:
-        """With speculation: the figures of the same run without it (the gain it predicts is theirs over these)."""
+        """The figures of the same run on one server without speculation (the gain speculation predicts is over
+        these; so is --dp's, one replica of the same load)."""
         from .sim import simulate
         from .simstats import figures
 
@@ -181,8 +182,11 @@ class SimStudy(StepCacheStudy):
         base = baseline(self, self.options.parallel)
         what = f"{base.dp} replica{'s' if base.dp > 1 else ''} of tp {self.options.tp}"
         try:
-            run = PoolRun(self, base)
-            plain = self._pooled_figures(run, run.run(), extra=False)
+            if base.active:
+                run = PoolRun(self, base)
+                plain = self._pooled_figures(run, run.run(), extra=False)
+            else:  # one replica: the plain simulation (the same run, its decode stretches at once)
+                plain = self.plain
         except (LoadError, OptionError) as e:
             return {"against": what, "note": f"no baseline: {e}"}
 
