@@ -28,7 +28,7 @@ DeepSeek's DualPipe pairs a forward chunk with a backward chunk: a layer exposes
 
 What is not modelled: the tokens' permutation and un-permutation (memory copies), the router's auxiliary loss,
 expert tensor parallelism (``t`` must be 1), MLA attention (priced as multi-head attention of the same hidden
-size and heads: its low-rank projections are not the GPT projections), fp8 experts, ZeRO 2/3 and interleaving
+size and heads: its low-rank projections are not the GPT projections), fp8 experts and interleaving
 with experts.
 """
 from __future__ import annotations

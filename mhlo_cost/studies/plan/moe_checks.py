@@ -44,7 +44,7 @@ def _moe_split_invalid(cfg) -> str | None:
     unpriced = [why for bad, why in ((cfg.t > 1, "tensor degree above 1 (expert tensor parallelism)"),
                                      (cfg.recompute == "op", "torchtitan's op recompute (its save list names no grouped "
                                                              "expert GEMM)"),
-                                     (cfg.zero_stage > 1, "ZeRO 2/3"), (cfg.interleave > 1, "interleaving"),
+                                     (cfg.interleave > 1, "interleaving"),
                                      (cfg.dp_shard > 0, "HSDP"), (cfg.precision != "bf16", "fp8"))
                 if bad]
     return f"experts with {unpriced[0]} are not priced yet" if unpriced else None

@@ -1,0 +1,142 @@
+"""The collectives and the sharded memory of a mixture-of-experts training plan: the expert-parallel all_to_all
+and the data-parallel sharding (ZeRO 0-3, FSDP) of the dense and the expert weights.
+
+Groups (t = 1 shown; :func:`ep_groups`): a stage's ``cp x d`` ranks (context rank fastest, then data rank) hold
+the same dense weights; an expert-parallel group is ``ep`` consecutive of them, and the ranks holding the same
+experts, one per expert-parallel group (``j, j + ep, ...``: ``cp x d / ep`` ranks), are the expert-data-parallel
+group, over which the experts' gradients reduce and their state shards (Megatron-Core's expert-data-parallel
+group; torchtitan's ``dp_shard_mod_ep`` mesh for FSDP). ``W``: a layer's dense weights on one device (a dense
+layer's, or a MoE layer's attention, shared experts and router), ``We``: a MoE layer's local experts' (``E / ep``
+of them); gradients reduce in ``grad_bytes`` (fp32), parameters gather in bf16 (2 bytes):
+
+* ZeRO 0: ``all_reduce`` of the stage's gradients once per iteration, the dense over ``cp x d``, the experts over
+  their expert-data-parallel group; ZeRO 1: ``reduce_scatter`` of them and ``all_gather`` of the bf16 weights
+  after the step;
+* ZeRO 2: each micro-batch's backward ``reduce_scatter`` of each layer's gradients (``4 W`` over ``cp x d``, and
+  ``4 We`` over the expert-data-parallel group), the ``all_gather`` of the stage's weights after the step;
+* ZeRO 3 (FSDP): each micro-batch's forward ``all_gather`` of each layer's ``2 W`` and ``2 We`` (over the same two
+  groups), its backward again (unless reshard-after-forward is off) and the ``reduce_scatter`` of ``4 W``,
+  ``4 We``.
+
+As for a dense layer (:mod:`.sharding`), a layer's per-layer collectives are prefetched one layer ahead on their
+own stream: it exposes what they outlast its compute (forward; backward with recompute).
+
+Memory (:func:`sharded_state`): ZeRO 3 keeps the shards of the weights (the dense ``/ (cp x d)``, the experts
+``/ (cp x d / ep)``) plus the unsharded bf16 buffers of the two largest layers of the stage (the running one and
+the prefetched one), or of every layer with reshard-after-forward off; ZeRO 2 and 3 keep the fp32 gradients'
+shards plus one (the largest) layer's unsharded gradient (the one being reduce-scattered).
+"""
+from __future__ import annotations
+
+import jax.numpy as jnp
+
+from .config import ScaleConfig
+from .moe import a2a_copies
+from .sharding import Collective, grad_groups
+
+
+def _flat(cfg: ScaleConfig, q: int, s: int = 0) -> int:
+    """The rank of flat data index ``q`` (context rank fastest, then data rank; t = 1) on stage ``s``."""
+    return q + cfg.cp * cfg.d * s
+
+
+def ep_groups(cfg: ScaleConfig) -> tuple:
+    """Every expert-parallel group of stage 0: ``ep`` consecutive ranks of the ``cp x d``."""
+    n = cfg.cp * cfg.d
+    return tuple(tuple(_flat(cfg, g * cfg.ep + i) for i in range(cfg.ep)) for g in range(n // cfg.ep))
+
+
+def expert_dp_groups(cfg: ScaleConfig) -> tuple:
+    """Every expert-data-parallel group of stage 0: the ranks holding the same experts (one per EP group)."""
+    n = cfg.cp * cfg.d
+    return tuple(tuple(_flat(cfg, j + cfg.ep * g) for g in range(n // cfg.ep)) for j in range(cfg.ep))
+
+
+def expert_dp(cfg: ScaleConfig) -> int:
+    """Ranks of an expert-data-parallel group: ``cp x d / ep``."""
+    return cfg.cp * cfg.d // cfg.ep
+
+
+def expert_shard_degree(cfg: ScaleConfig) -> int:
+    """Ranks the experts' optimizer state is sharded over: the expert-data-parallel group (ZeRO 1-3), else 1."""
+    return expert_dp(cfg) if cfg.zero_stage else 1
+
+
+def a2a_collectives(cfg: ScaleConfig) -> list[Collective]:
+    """One MoE layer's all_to_all of one micro-batch, forward and backward."""
+    s = a2a_copies(cfg) * cfg.hidden * jnp.dtype(cfg.dtype).itemsize
+    g = ep_groups(cfg)
+    fwd = [Collective("tokens (dispatch)", "all_to_all", s, g, "layer_forward"),
+           Collective("tokens (combine)", "all_to_all", s, g, "layer_forward")]
+    bwd = [Collective("token grads (combine)", "all_to_all", s, g, "layer_backward"),
+           Collective("token grads (dispatch)", "all_to_all", s, g, "layer_backward")]
+    rec = [Collective(f"{c.what}, recomputed", c.kind, c.nbytes, c.groups, "layer_backward") for c in fwd]
+    return fwd + bwd + (rec if cfg.recompute == "full" else []) if cfg.ep > 1 else []
+
+
+def _reduce(cfg: ScaleConfig, what: str, elems: int, groups: tuple) -> list[Collective]:
+    """The once-per-iteration collectives of ``elems`` weights over ``groups`` (ZeRO 3: none)."""
+    if elems == 0 or len(groups[0]) < 2:
+        return []
+    g, z = cfg.grad_bytes, cfg.zero_stage
+    if not z:
+        return [Collective(f"{what} gradients", "all_reduce", g * elems, groups, "iteration")]
+    grads = [Collective(f"{what} gradients", "reduce_scatter", g * elems, groups, "iteration")] if z == 1 else []
+    gather = [Collective(f"{what} parameters", "all_gather", 2 * elems, groups, "iteration")] if z < 3 else []
+    return grads + gather
+
+
+def _weights(costs, sp: dict, kind: str) -> tuple[int, int]:
+    """(dense, expert) weight elements of one layer of ``kind`` (``dense`` or ``moe``) on one device."""
+    if kind == "dense":
+        return (costs.dense.weight_elems if costs.dense else 0), 0
+    return costs.base.weight_elems + sp["router_elems"], sp["expert_elems"]
+
+
+def dp_collectives(cfg: ScaleConfig, costs, dense: int, moe: int) -> list[Collective]:
+    """A stage's once-per-iteration gradient collectives (``dense`` and ``moe`` layers): the dense weights' over
+    ``cp x d``, the experts' over the expert-data-parallel group."""
+    sp = costs.split(cfg)
+    dense_elems = dense * _weights(costs, sp, "dense")[0] + moe * _weights(costs, sp, "moe")[0]
+    return (_reduce(cfg, "dense", dense_elems, grad_groups(cfg))
+            + _reduce(cfg, "expert", moe * sp["expert_elems"], expert_dp_groups(cfg)))
+
+
+def layer_dp_collectives(cfg: ScaleConfig, costs, kind: str) -> list[Collective]:
+    """ZeRO 2 / 3's collectives of one layer of ``kind`` (``dense`` or ``moe``) and one micro-batch."""
+    if cfg.zero_stage < 2:
+        return []
+    w, we = _weights(costs, costs.split(cfg), kind)
+    out = []
+    for what, elems, groups in (("dense layer" if kind == "dense" else "MoE layer's dense", w, grad_groups(cfg)),
+                                ("MoE layer's expert", we, expert_dp_groups(cfg))):
+        if elems == 0 or len(groups[0]) < 2:
+            continue
+        if cfg.zero_stage == 3:
+            out.append(Collective(f"{what} parameters", "all_gather", 2 * elems, groups, "layer_forward"))
+            if cfg.reshard_after_forward:
+                out.append(Collective(f"{what} parameters", "all_gather", 2 * elems, groups, "layer_backward"))
+        out.append(Collective(f"{what} gradients", "reduce_scatter", cfg.grad_bytes * elems, groups,
+                              "layer_backward"))
+    return out
+
+
+def sharded_state(cfg: ScaleConfig, costs, dense: int, moe: int) -> dict:
+    """Bytes per GPU of a stage's weights and fp32 gradients (``dense`` and ``moe`` layers) under the ZeRO stage,
+    and the experts' part of each."""
+    sp = costs.split(cfg)
+    (wd, _), (wb, we) = _weights(costs, sp, "dense"), _weights(costs, sp, "moe")
+    item = jnp.dtype(cfg.dtype).itemsize
+    dense_elems, expert_elems = dense * wd + moe * wb, moe * we
+    z, shard, eshard = cfg.zero_stage, cfg.shard_degree, expert_dp(cfg)
+    layers = sorted([wd] * dense + [wb + we] * moe)  # one layer's weight elements, largest last
+    out = {"weights": item * (dense_elems + expert_elems), "expert_weights": item * expert_elems,
+           "gradients": 4 * (dense_elems + expert_elems), "expert_gradients": 4 * expert_elems}
+    if z == 3:
+        buffers = item * (sum(layers[-2:]) if cfg.reshard_after_forward else sum(layers))
+        out["expert_weights"] = item * expert_elems // eshard
+        out["weights"] = item * dense_elems // shard + out["expert_weights"] + buffers
+    if z >= 2:
+        out["expert_gradients"] = 4 * expert_elems // eshard
+        out["gradients"] = 4 * dense_elems // shard + out["expert_gradients"] + 4 * (layers[-1] if layers else 0)
+    return out
