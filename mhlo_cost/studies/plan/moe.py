@@ -17,6 +17,13 @@ balance each device computes ``T x k`` token copies over its ``E / ep`` experts 
 (default 1.0: balanced routing). With a ``capacity_factor`` c every expert runs ``c`` times its balanced share,
 padded to it (GShard; Megatron's ``--moe-pad-expert-input-to-capacity``), whatever the imbalance.
 
+Tensor parallelism (``t`` > 1, with sequence parallelism as Megatron-Core requires): the attention, the shared
+experts and the dense MLP are tensor-parallel (the base's program at ``t``), and a device routes its ``b x s /
+(cp t)`` tokens. The experts have their own tensor degree ``etp`` (``--expert-tensor-parallel-size``, default ``t``
+as Megatron-Core's): each local expert is ``expert_ffn / etp`` wide, and the ``etp`` ranks of an expert
+tensor-parallel group all-gather their dispatched rows after the all_to_all (so ``etp`` times the rows) and
+reduce-scatter the experts' outputs before the combine (:mod:`.moe_sharding`).
+
 The expert-parallel all_to_all (:mod:`mhlo_cost.network.expert_parallel`): dispatch and combine of each MoE
 layer and micro-batch, forward, and their gradients backward (full recompute: the forward's again), each of
 ``S = copies x hidden x 2`` bytes (bf16; ``copies = T x k`` dropless, ``E x ceil(c T k / E)`` with a capacity),
@@ -27,7 +34,7 @@ DeepSeek's DualPipe pairs a forward chunk with a backward chunk: a layer exposes
 (forward + backward) outlasts its compute (forward + backward + recompute).
 
 What is not modelled: the tokens' permutation and un-permutation (memory copies), the router's auxiliary loss,
-expert tensor parallelism (``t`` must be 1), MLA attention (priced as multi-head attention of the same hidden
+the router's gradient all_reduce over the tensor ranks (sequence parallel), MLA attention (priced as multi-head attention of the same hidden
 size and heads: its low-rank projections are not the GPT projections), fp8 experts and interleaving
 with experts.
 """
@@ -48,7 +55,7 @@ F32 = jnp.float32
 
 #: The MoE fields cleared in the dense programs' configurations.
 NO_EXPERTS = dict(experts=0, top_k=0, expert_ffn=0, shared_experts=0, dense_layers=0, ep=1, capacity_factor=0.0,
-                  expert_imbalance=1.0, ep_overlap=False)
+                  expert_imbalance=1.0, ep_overlap=False, expert_tp=0)
 
 
 def dense_config(cfg: ScaleConfig) -> ScaleConfig:
@@ -65,18 +72,25 @@ def local_experts(cfg: ScaleConfig) -> int:
     return cfg.experts // cfg.ep
 
 
+def local_seq(cfg: ScaleConfig) -> int:
+    """Positions of one device's MoE layer input: s / cp, and / t with sequence parallelism (Megatron runs a MoE
+    layer with tensor parallelism in the sequence-parallel region)."""
+    return cfg.local_seq // cfg.t if cfg.sp else cfg.local_seq
+
+
 def tokens(cfg: ScaleConfig) -> int:
-    """T: the tokens one device routes per micro-batch (b x s / cp)."""
-    return cfg.micro_batch * cfg.local_seq
+    """T: the tokens one device routes per micro-batch (b x s / cp, / t with sequence parallelism)."""
+    return cfg.micro_batch * local_seq(cfg)
 
 
 def expert_rows(cfg: ScaleConfig) -> int:
-    """Rows each local expert computes per micro-batch on the busiest device: ``ceil(f T k / (E / ep))``
-    dropless, ``ep x ceil(c T k / E)`` with a capacity factor c (padded)."""
+    """Rows each local expert computes per micro-batch on the busiest device: ``ceil(f etp T k / (E / ep))``
+    dropless, ``ep x etp x ceil(c T k / E)`` with a capacity factor c (padded); the ``etp`` ranks of an expert
+    tensor-parallel group gather their rows (Megatron's all_gather after the dispatch)."""
     tk = tokens(cfg) * cfg.top_k
     if cfg.capacity_factor:
-        return cfg.ep * ceil(Fraction(str(cfg.capacity_factor)) * tk / cfg.experts)
-    return ceil(Fraction(str(cfg.expert_imbalance)) * tk / local_experts(cfg))
+        return cfg.ep * cfg.etp * ceil(Fraction(str(cfg.capacity_factor)) * tk / cfg.experts)
+    return ceil(Fraction(str(cfg.expert_imbalance)) * cfg.etp * tk / local_experts(cfg))
 
 
 def a2a_copies(cfg: ScaleConfig) -> int:
@@ -90,7 +104,7 @@ def a2a_copies(cfg: ScaleConfig) -> int:
 
 def expert_shapes(cfg: ScaleConfig) -> dict:
     """The routed part's weights on one device: the router (replicated) and the local experts."""
-    h, f, el, dt = cfg.hidden, cfg.expert_ffn, local_experts(cfg), jnp.dtype(cfg.dtype)
+    h, f, el, dt = cfg.hidden, cfg.expert_ffn // cfg.etp, local_experts(cfg), jnp.dtype(cfg.dtype)
     return {"router": jax.ShapeDtypeStruct((h, cfg.experts), dt),
             "gate": jax.ShapeDtypeStruct((el, h, f), dt), "up": jax.ShapeDtypeStruct((el, h, f), dt),
             "down": jax.ShapeDtypeStruct((el, f, h), dt)}
@@ -151,17 +165,18 @@ def lower_experts(cfg: ScaleConfig, locations: bool = True) -> str:
     master = jax.tree_util.tree_map(lambda s: jax.ShapeDtypeStruct(s.shape, F32), params)
     opt_state = jax.eval_shape(tx.init, master)
     dt = jnp.dtype(cfg.dtype)
-    x = jax.ShapeDtypeStruct((cfg.micro_batch, cfg.local_seq, cfg.hidden), dt)
+    x = jax.ShapeDtypeStruct((cfg.micro_batch, local_seq(cfg), cfg.hidden), dt)
     xe = jax.ShapeDtypeStruct((local_experts(cfg), expert_rows(cfg), cfg.hidden), dt)
-    dgates = jax.ShapeDtypeStruct((cfg.micro_batch, cfg.local_seq, cfg.top_k), F32)
+    dgates = jax.ShapeDtypeStruct((cfg.micro_batch, local_seq(cfg), cfg.top_k), F32)
     low = jax.jit(step, donate_argnums=(0, 1, 2)).lower(params, master, opt_state, x, xe, dgates, xe)
     return low.as_text(debug_info=locations)
 
 
 def experts_key(cfg: ScaleConfig) -> list:
     """What the routed part's program depends on beyond the layer's key (its cache request)."""
-    return ["experts", cfg.experts, cfg.top_k, cfg.expert_ffn, cfg.ep, local_experts(cfg), expert_rows(cfg),
-            cfg.local_seq]
+    key = ["experts", cfg.experts, cfg.top_k, cfg.expert_ffn, cfg.ep, local_experts(cfg), expert_rows(cfg),
+           cfg.local_seq]
+    return key if cfg.etp == 1 else key + [("etp", cfg.etp)]  # (keys without expert TP unchanged)
 
 
 def stage_kinds(cfg: ScaleConfig) -> list[tuple[int, int]]:

@@ -140,8 +140,8 @@ def moe_compose(cfg: ScaleConfig, costs: MoECosts, hw) -> Iteration:
     stages = [_stage(cfg, costs, topo, s, d, e, layers) for s, (d, e) in enumerate(stage_kinds(cfg))]
     slow_stage = max(reversed(range(p)), key=lambda s: stages[s]["f_s"] + stages[s]["b_s"])
     slow = stages[slow_stage]
-    p2p_bytes = activation_bytes(cfg)
-    p2p_one = _time(topo, "collective_permute", p2p_bytes, ((0, cfg.cp * cfg.d),)) if p > 1 else 0.0
+    p2p_bytes = activation_bytes(cfg) // cfg.t  # (Megatron's scatter/gather: 1/t per tensor rank)
+    p2p_one = _time(topo, "collective_permute", p2p_bytes, ((0, cfg.t * cfg.cp * cfg.d),)) if p > 1 else 0.0
     per_mb = slow["f_s"] + slow["b_s"] + 2 * p2p_one
     slots = Fraction(m) + Fraction(p - 1)
     bubble = float(p - 1) * (slow["f_s"] + slow["b_s"])
@@ -191,14 +191,15 @@ def moe_counts(cfg: ScaleConfig, costs: MoECosts, hw, total: float, stages: list
     dense_n, moe_n = cfg.dense_layers, cfg.layers - cfg.dense_layers
     per_mb = dense_n * fb(costs.dense) + moe_n * (fb(costs.base) + fb(costs.experts)) + fb(costs.head)
     per_rec = dense_n * rec(costs.dense) + moe_n * (rec(costs.base) + rec(costs.experts))
-    mbs = cfg.micro_batches * cfg.d * cfg.cp
+    mbs = cfg.micro_batches * cfg.d * cfg.cp * cfg.t  # every device's share
     model, hardware = per_mb * mbs, (per_mb + per_rec) * mbs
     denom = total * hw.matrix_peak("bf16") * cfg.gpus
     a2a = a2a_collectives(cfg)
     sent = sum((c.size - 1) * c.nbytes // c.size for c in a2a)
     most = max(st["moe"] for st in stages)
     topo = getattr(hw, "topology", None)
-    tier = estimate(topo, "all_to_all", a2a[0].nbytes, a2a[0].groups).tier if a2a and topo is not None else "local"
+    first = next((c for c in a2a if c.kind == "all_to_all"), None)
+    tier = estimate(topo, "all_to_all", first.nbytes, first.groups).tier if first and topo is not None else "local"
     return {**parameters(cfg, costs), "model_flops": model, "hardware_flops": hardware,
             "formula_flops": moe_flops_formula(cfg),
             "mfu": model / denom if denom else 0.0, "hfu": hardware / denom if denom else 0.0,
@@ -215,13 +216,19 @@ def _layer_rows(cfg: ScaleConfig, costs: MoECosts) -> list:
 
 
 def parameters(cfg: ScaleConfig, costs: MoECosts) -> dict:
-    """The model's parameters from the programs' weights (t = 1: a device holds whole layers; the routed part
-    ``E / ep`` experts, so ``x ep``), the untied embedding (``vocab x hidden``) added; and those one token uses
-    (``top_k`` of the ``E`` routed experts)."""
-    sp, d = costs.split(cfg), costs.dense
-    experts = sp["expert_elems"] * cfg.ep  # every expert of a layer
-    shared = cfg.dense_layers * (d.weight_elems if d else 0) + (cfg.layers - cfg.dense_layers) * (
-        costs.base.weight_elems + sp["router_elems"]) + costs.head.weight_elems + cfg.vocab * cfg.hidden
+    """The model's parameters from the programs' weights (a device holds ``1/t`` of a layer but its norms and
+    its row-parallel biases, ``6 h``, which every tensor rank holds; the routed part ``E / ep`` experts at
+    ``1/etp`` of their width, so ``x ep x etp``), the untied embedding (``vocab x hidden``) added; and those one
+    token uses (``top_k`` of the ``E`` routed experts)."""
+    sp, d, t, h = costs.split(cfg), costs.dense, cfg.t, cfg.hidden
+    experts = sp["expert_elems"] * cfg.ep * cfg.etp  # every expert of a layer
+
+    def whole(elems: int, replicated: int) -> int:
+        return t * elems - (t - 1) * replicated
+
+    shared = cfg.dense_layers * (whole(d.weight_elems, 6 * h) if d else 0) + (cfg.layers - cfg.dense_layers) * (
+        whole(costs.base.weight_elems, 6 * h) + sp["router_elems"]) + t * costs.head.weight_elems + (
+        cfg.vocab * h)
     moe_n = cfg.layers - cfg.dense_layers
     return {"params_total": shared + moe_n * experts, "params_active": shared + moe_n * experts * cfg.top_k
             // cfg.experts}
@@ -267,8 +274,10 @@ def moe_facts(p) -> list[str]:
     the experts' part, and every collective of the step."""
     cfg, c, m, it = p.cfg, p.iteration.counts, p.memory, p.iteration
     gib, sp = 2 ** 30, p.moe.split(cfg)
-    a2a = a2a_collectives(cfg)
+    a2a = [r for r in a2a_collectives(cfg) if r.kind == "all_to_all"]
     tier = c["ep_tier"]
+    etp = (f" (and {2 * (3 if cfg.recompute == 'full' else 2)} all_gather / reduce_scatter of {cfg.etp} x S over the "
+           f"{cfg.etp} expert tensor-parallel ranks, in the bytes below)" if cfg.etp > 1 else "")
     routing = (f"capacity factor {cfg.capacity_factor} (padded)" if cfg.capacity_factor
                else f"dropless, imbalance {cfg.expert_imbalance}" + (" (balanced)" if cfg.expert_imbalance == 1 else ""))
     lines = [
@@ -278,10 +287,11 @@ def moe_facts(p) -> list[str]:
         "weights, the embedding added)",
         f"experts: {cfg.experts} routed (top-{cfg.top_k}, {cfg.expert_ffn} wide) + {cfg.shared_experts} shared, "
         f"{cfg.layers - cfg.dense_layers} MoE layers after {cfg.dense_layers} dense; EP {cfg.ep} ({local_experts(cfg)} "
-        f"experts per GPU), expert-data-parallel {cfg.cp * cfg.d // cfg.ep}; {routing}; {c['expert_rows']:,} rows per "
-        f"local expert per micro-batch ({c['tokens']:,} tokens x top-{cfg.top_k} / {local_experts(cfg)} at balance)",
+        f"experts per GPU), expert TP {cfg.etp}, expert-data-parallel {expert_dp(cfg)}; {routing}; {c['expert_rows']:,} rows per "
+        f"local expert per micro-batch ({c['tokens']:,} tokens x top-{cfg.top_k}"
+        f"{f' x {cfg.etp} expert TP ranks' if cfg.etp > 1 else ''} / {local_experts(cfg)} at balance)",
         f"all_to_all per MoE layer and micro-batch: {len(a2a)} of S = {a2a[0].nbytes if a2a else 0:,} bytes over "
-        f"{cfg.ep} ranks ({tier}), {c['ep_bytes_per_layer']:,} bytes sent per GPU; per step {c['ep_bytes']:,} bytes "
+        f"{cfg.ep} ranks ({tier}){etp}, {c['ep_bytes_per_layer']:,} bytes sent per GPU; per step {c['ep_bytes']:,} bytes "
         f"per GPU of the stage with the most MoE layers; {c['ep_total_s']:.4g} s, "
         + (f"{it.ep_comm:.4g} s of it exposed (overlapped with another micro-batch's compute)" if cfg.ep_overlap
            else "not overlapped"),

@@ -35,26 +35,34 @@ from .moe import a2a_copies
 from .sharding import Collective, grad_groups
 
 
-def _flat(cfg: ScaleConfig, q: int, s: int = 0) -> int:
-    """The rank of flat data index ``q`` (context rank fastest, then data rank; t = 1) on stage ``s``."""
-    return q + cfg.cp * cfg.d * s
+def _expert_rank(cfg: ScaleConfig, a: int, e: int, g: int) -> int:
+    """The stage-0 rank of expert tensor rank ``a``, expert-parallel rank ``e`` and expert-data-parallel rank ``g``:
+    Megatron-Core's expert order (expert tensor rank fastest, then expert-parallel, then expert-data-parallel) over
+    the stage's ``t x cp x d`` ranks."""
+    return a + cfg.etp * (e + cfg.ep * g)
 
 
 def ep_groups(cfg: ScaleConfig) -> tuple:
-    """Every expert-parallel group of stage 0: ``ep`` consecutive ranks of the ``cp x d``."""
-    n = cfg.cp * cfg.d
-    return tuple(tuple(_flat(cfg, g * cfg.ep + i) for i in range(cfg.ep)) for g in range(n // cfg.ep))
+    """Every expert-parallel group of stage 0: ``ep`` ranks ``etp`` apart (consecutive with expert TP 1)."""
+    return tuple(tuple(_expert_rank(cfg, a, e, g) for e in range(cfg.ep))
+                 for g in range(expert_dp(cfg)) for a in range(cfg.etp))
+
+
+def etp_groups(cfg: ScaleConfig) -> tuple:
+    """Every expert tensor-parallel group of stage 0: ``etp`` consecutive ranks."""
+    return tuple(tuple(_expert_rank(cfg, a, e, g) for a in range(cfg.etp))
+                 for g in range(expert_dp(cfg)) for e in range(cfg.ep))
 
 
 def expert_dp_groups(cfg: ScaleConfig) -> tuple:
     """Every expert-data-parallel group of stage 0: the ranks holding the same experts (one per EP group)."""
-    n = cfg.cp * cfg.d
-    return tuple(tuple(_flat(cfg, j + cfg.ep * g) for g in range(n // cfg.ep)) for j in range(cfg.ep))
+    return tuple(tuple(_expert_rank(cfg, a, e, g) for g in range(expert_dp(cfg)))
+                 for e in range(cfg.ep) for a in range(cfg.etp))
 
 
 def expert_dp(cfg: ScaleConfig) -> int:
-    """Ranks of an expert-data-parallel group: ``cp x d / ep``."""
-    return cfg.cp * cfg.d // cfg.ep
+    """Ranks of an expert-data-parallel group: ``t x cp x d / (etp x ep)``."""
+    return cfg.t * cfg.cp * cfg.d // (cfg.etp * cfg.ep)
 
 
 def expert_shard_degree(cfg: ScaleConfig) -> int:
@@ -63,15 +71,23 @@ def expert_shard_degree(cfg: ScaleConfig) -> int:
 
 
 def a2a_collectives(cfg: ScaleConfig) -> list[Collective]:
-    """One MoE layer's all_to_all of one micro-batch, forward and backward."""
+    """One MoE layer's token dispatch and combine of one micro-batch, forward and backward: the all_to_all over
+    the expert-parallel group, and with expert tensor parallelism the all_gather of the dispatched rows over the
+    expert tensor-parallel group (after the dispatch) and their reduce_scatter (before the combine), of ``etp``
+    times the all_to_all's buffer (Megatron-Core's all-to-all dispatcher)."""
     s = a2a_copies(cfg) * cfg.hidden * jnp.dtype(cfg.dtype).itemsize
-    g = ep_groups(cfg)
-    fwd = [Collective("tokens (dispatch)", "all_to_all", s, g, "layer_forward"),
-           Collective("tokens (combine)", "all_to_all", s, g, "layer_forward")]
-    bwd = [Collective("token grads (combine)", "all_to_all", s, g, "layer_backward"),
-           Collective("token grads (dispatch)", "all_to_all", s, g, "layer_backward")]
+    g, tg, big = ep_groups(cfg), etp_groups(cfg), cfg.etp * s
+    a2a, tp = cfg.ep > 1, cfg.etp > 1
+    fwd = [Collective("tokens (dispatch)", "all_to_all", s, g, "layer_forward")] * a2a + [
+        Collective("tokens (expert TP gather)", "all_gather", big, tg, "layer_forward"),
+        Collective("expert outputs (expert TP reduce)", "reduce_scatter", big, tg, "layer_forward")] * tp + [
+        Collective("tokens (combine)", "all_to_all", s, g, "layer_forward")] * a2a
+    bwd = [Collective("token grads (combine)", "all_to_all", s, g, "layer_backward")] * a2a + [
+        Collective("output grads (expert TP gather)", "all_gather", big, tg, "layer_backward"),
+        Collective("token grads (expert TP reduce)", "reduce_scatter", big, tg, "layer_backward")] * tp + [
+        Collective("token grads (dispatch)", "all_to_all", s, g, "layer_backward")] * a2a
     rec = [Collective(f"{c.what}, recomputed", c.kind, c.nbytes, c.groups, "layer_backward") for c in fwd]
-    return fwd + bwd + (rec if cfg.recompute == "full" else []) if cfg.ep > 1 else []
+    return fwd + bwd + (rec if cfg.recompute == "full" else [])
 
 
 def _reduce(cfg: ScaleConfig, what: str, elems: int, groups: tuple) -> list[Collective]:
