@@ -35,8 +35,10 @@ DeepSeek's DualPipe pairs a forward chunk with a backward chunk: a layer exposes
 
 What is not modelled: the tokens' permutation and un-permutation (memory copies), the router's auxiliary loss,
 the router's gradient all_reduce over the tensor ranks (sequence parallel), MLA attention (priced as multi-head attention of the same hidden
-size and heads: its low-rank projections are not the GPT projections), fp8 experts and interleaving
-with experts.
+size and heads: its low-rank projections are not the GPT projections), and interleaving with experts.
+
+Under an fp8 training recipe (``precision``) the experts' GEMMs run in fp8 (:func:`grouped_fp8`), the router in
+bf16; the weights stay bf16 with fp32 master copies, as the dense layers' linears (:mod:`.layer`).
 """
 from __future__ import annotations
 
@@ -115,9 +117,57 @@ def router_elems(cfg: ScaleConfig) -> int:
     return cfg.hidden * cfg.experts
 
 
+def grouped_fp8(recipe):
+    """``mm(x (E, n, k), w (E, k, o)) -> (E, n, o)``: each expert's GEMM, forward, dgrad and wgrad, in fp8 with a
+    float32 accumulator, as Transformer Engine's grouped GEMM runs the experts under an fp8 recipe: each expert's
+    operands scaled on their own (as a whole, or along the contraction under rowwise scaling), e4m3, the gradients
+    e5m2 under tensorwise scaling (as :func:`mhlo_cost.lower.models.quant.training_dense` for a linear). The bf16
+    input and weight are kept for the backward (the fp8 casts are made again)."""
+    from ...lower.models.quant import _cast
+
+    row = recipe.activation_scaling.scheme == "row"
+    e4, grad = "float8_e4m3fn", ("float8_e4m3fn" if row else "float8_e5m2")
+
+    def ax(a):
+        return a if row else None
+
+    def dot(a, b, dims):
+        return lax.dot_general(a, b, (dims, ((), ())), preferred_element_type=F32)
+
+    @jax.custom_vjp
+    def mm(x, w):
+        (xq, xs), (wq, ws) = _cast(x, ax(1), e4), _cast(w, ax(0), e4)
+        return (dot(xq, wq, ((1,), (0,))) * xs * ws).astype(x.dtype)
+
+    def fwd(x, w):
+        return mm(x, w), (x, w)
+
+    def bwd(res, dy):
+        x, w = res
+        (dq, ds), (wq, ws) = _cast(dy, ax(1), grad), _cast(w, ax(1), e4)
+        dx = dot(dq, wq, ((1,), (1,))) * ds * (ws.T if row else ws)
+        (xq, xs), (gq, gs) = _cast(x, ax(0), e4), _cast(dy, ax(0), grad)
+        dw = dot(xq, gq, ((0,), (0,))) * (xs.reshape(-1, 1) * gs.reshape(1, -1) if row else xs * gs)
+        return dx.astype(x.dtype), dw.astype(w.dtype)
+
+    mm.defvjp(fwd, bwd)
+    return jax.vmap(mm)
+
+
+def _grouped(cfg: ScaleConfig):
+    """The experts' batched GEMM: bf16, or in fp8 under an fp8 training recipe (:func:`grouped_fp8`)."""
+    if cfg.precision != "bf16":
+        from ...machines.precision import training_recipe
+
+        return grouped_fp8(training_recipe(cfg.precision))
+    return lambda x, w: lax.dot_general(x, w, (((2,), (1,)), ((0,), (0,))))
+
+
 def experts_fn(cfg: ScaleConfig):
     """``part(params, x, xe) -> (gates, y)``: the router on the device's tokens x (b, s/cp, h) and the local
-    experts on the dispatched rows xe (E/ep, rows, h)."""
+    experts on the dispatched rows xe (E/ep, rows, h); the router in bf16 whatever the recipe (Megatron keeps it
+    out of fp8), the experts' GEMMs as :func:`_grouped`."""
+    mm = _grouped(cfg)
 
     def part(p, x, xe):
         with scope("router"):
@@ -125,10 +175,8 @@ def experts_fn(cfg: ScaleConfig):
             gates, _ = lax.top_k(jax.nn.sigmoid(logits), cfg.top_k)
             gates = gates / jnp.sum(gates, axis=-1, keepdims=True)
         with scope("experts"):
-            batched = (((2,), (1,)), ((0,), (0,)))
-            g = lax.dot_general(xe, p["gate"], batched)
-            u = lax.dot_general(xe, p["up"], batched)
-            y = lax.dot_general(jax.nn.silu(g) * u, p["down"], batched)
+            g, u = mm(xe, p["gate"]), mm(xe, p["up"])
+            y = mm(jax.nn.silu(g) * u, p["down"])
         return gates, y
 
     return jax.checkpoint(part) if cfg.recompute == "full" else part

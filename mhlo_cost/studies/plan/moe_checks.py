@@ -50,6 +50,6 @@ def _moe_split_invalid(cfg) -> str | None:
     unpriced = [why for bad, why in ((cfg.recompute == "op", "torchtitan's op recompute (its save list names no grouped "
                                                              "expert GEMM)"),
                                      (cfg.interleave > 1, "interleaving"),
-                                     (cfg.dp_shard > 0, "HSDP"), (cfg.precision != "bf16", "fp8"))
+                                     (cfg.dp_shard > 0, "HSDP"))
                 if bad]
     return f"experts with {unpriced[0]} are not priced yet" if unpriced else None
