@@ -51,6 +51,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from .config import ScaleConfig
+from .layer import adamw, master_shapes, master_update
 
 scope = jax.named_scope
 F32 = jnp.float32
@@ -185,21 +186,14 @@ def experts_fn(cfg: ScaleConfig):
 def experts_step_fn(cfg: ScaleConfig):
     """``step(params, master, opt_state, x, xe, dgates, dy) -> (params, master, opt_state, gates, y, dx, dxe)``:
     forward, backward and Megatron's mixed-precision AdamW, as :func:`.layer.step_fn` for the layer."""
-    try:
-        import optax
-    except ModuleNotFoundError:
-        raise ValueError("the experts' step needs optax: pip install 'mhlo-cost[train]'") from None
-    tx = optax.adamw(1e-4, weight_decay=1e-4)
+    tx = adamw("experts'")
     part = experts_fn(cfg)
 
     def step(params, master, opt_state, x, xe, dgates, dy):
         with scope("layer"):
             (gates, y), vjp = jax.vjp(part, params, x, xe)
             gp, dx, dxe = vjp((dgates, dy))
-        g32 = jax.tree_util.tree_map(lambda g: g.astype(F32), gp)
-        updates, opt_state = tx.update(g32, opt_state, master)
-        master = optax.apply_updates(master, updates)
-        params = jax.tree_util.tree_map(lambda m, q: m.astype(q.dtype), master, params)
+        params, master, opt_state = master_update(tx, gp, params, master, opt_state)
         return params, master, opt_state, gates, y, dx, dxe
 
     step.__name__ = step.__qualname__ = "experts_step"
@@ -210,8 +204,7 @@ def lower_experts(cfg: ScaleConfig, locations: bool = True) -> str:
     """StableHLO text of one device's routed part of a MoE layer, one micro-batch (shapes only)."""
     step, tx = experts_step_fn(cfg)
     params = expert_shapes(cfg)
-    master = jax.tree_util.tree_map(lambda s: jax.ShapeDtypeStruct(s.shape, F32), params)
-    opt_state = jax.eval_shape(tx.init, master)
+    master, opt_state = master_shapes(tx, params)
     dt = jnp.dtype(cfg.dtype)
     x = jax.ShapeDtypeStruct((cfg.micro_batch, local_seq(cfg), cfg.hidden), dt)
     xe = jax.ShapeDtypeStruct((local_experts(cfg), expert_rows(cfg), cfg.hidden), dt)
