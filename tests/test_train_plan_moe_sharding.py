@@ -120,8 +120,38 @@ def test_zero3_per_layer_collectives_are_in_the_breakdown():
     assert "fsdp" in p.cfg.label()
 
 
-def test_hsdp_and_interleaving_with_experts_are_still_refused():
-    assert "HSDP" in _cfg(zero=3, dp_shard=4).invalid()
+def test_hsdp_shards_within_a_group_and_all_reduces_the_shards_across_replicas():
+    """16 data ranks, sharding groups of 8 replicated twice; EP 4: the expert-data-parallel group's 4 ranks split into
+    an expert sharding group of 2 (within one sharding group) and 2 replicas."""
+    cfg = _cfg(zero=3, d=16, dp_shard=8, global_batch=16)
+    assert cfg.invalid() is None
+    p = plan(cfg, DGX)
+    rows = {(c.what, c.kind, c.per): c for c in layer_dp_collectives(cfg, p.moe, "moe")}
+    assert sorted((c.what, c.kind, c.nbytes, c.size, c.per) for c in rows.values()) == sorted([
+        ("MoE layer's dense parameters", "all_gather", 2 * MOE_W, 8, "layer_forward"),
+        ("MoE layer's dense parameters", "all_gather", 2 * MOE_W, 8, "layer_backward"),
+        ("MoE layer's dense gradients", "reduce_scatter", 4 * MOE_W, 8, "layer_backward"),
+        ("MoE layer's dense gradient shard", "all_reduce", 4 * MOE_W // 8, 2, "layer_backward"),
+        ("MoE layer's expert parameters", "all_gather", 2 * EXPERT_W, 2, "layer_forward"),
+        ("MoE layer's expert parameters", "all_gather", 2 * EXPERT_W, 2, "layer_backward"),
+        ("MoE layer's expert gradients", "reduce_scatter", 4 * EXPERT_W, 2, "layer_backward"),
+        ("MoE layer's expert gradient shard", "all_reduce", 4 * EXPERT_W // 2, 2, "layer_backward")])
+    shard = rows[("MoE layer's expert gradients", "reduce_scatter", "layer_backward")].groups
+    replicas = rows[("MoE layer's expert gradient shard", "all_reduce", "layer_backward")].groups
+    assert shard[:2] == ((0, 4), (1, 5)) and replicas[:2] == ((0, 8), (1, 9))  # EP groups: 4 consecutive ranks
+    m = p.memory
+    experts = MOE_LAYERS * EXPERT_W
+    assert m["expert_weights"] == 2 * experts // 2 and m["expert_gradients"] == 4 * experts // 2
+    assert m["expert_optimizer_state"] == MOE_LAYERS * (12 * EXPERT_W + 4) // 2
+    assert "hsdp8x2" in cfg.label()
+
+
+def test_hsdp_zero1_and_interleaving_with_experts():
+    cfg = _cfg(zero=1, d=16, dp_shard=8, global_batch=16)
+    got = {(c.what, c.kind): (c.nbytes, c.size) for c in dp_collectives(cfg, plan(cfg, DGX).moe, 1, MOE_LAYERS)}
+    assert got[("expert gradients", "reduce_scatter")] == (4 * MOE_LAYERS * EXPERT_W, 2)
+    assert got[("expert gradient shard", "all_reduce")] == (4 * MOE_LAYERS * EXPERT_W // 2, 2)
+    assert got[("expert parameters", "all_gather")] == (2 * MOE_LAYERS * EXPERT_W, 2)
     assert "interleaving" in _cfg(p=2, d=4, interleave=2, dense_layers=0, global_batch=16).invalid()
 
 

@@ -35,6 +35,9 @@ def _moe_split_invalid(cfg) -> str | None:
     if n % (cfg.ep * cfg.etp):
         what = f"expert-parallel degree {cfg.ep}" + (f" x expert tensor degree {cfg.etp}" if cfg.etp > 1 else "")
         return f"{what} does not divide {'t x ' if cfg.t > 1 else ''}cp x d ({n}), the ranks it is taken from"
+    if cfg.dp_shard and (cfg.t * cfg.cp * cfg.dp_shard) % (cfg.ep * cfg.etp):
+        return (f"HSDP with experts: expert-parallel degree {cfg.ep} x expert tensor degree {cfg.etp} does not divide "
+                f"the sharding group's t x cp x dp_shard ({cfg.t * cfg.cp * cfg.dp_shard} ranks)")
     if cfg.expert_ffn % cfg.etp:
         return f"expert tensor degree {cfg.etp} does not divide the expert width {cfg.expert_ffn}"
     if cfg.t > 1 and not cfg.sp:
@@ -49,7 +52,6 @@ def _moe_split_invalid(cfg) -> str | None:
                 f"({cfg.experts / cfg.top_k:g}: every token at every expert)")
     unpriced = [why for bad, why in ((cfg.recompute == "op", "torchtitan's op recompute (its save list names no grouped "
                                                              "expert GEMM)"),
-                                     (cfg.interleave > 1, "interleaving"),
-                                     (cfg.dp_shard > 0, "HSDP"))
+                                     (cfg.interleave > 1, "interleaving"))
                 if bad]
     return f"experts with {unpriced[0]} are not priced yet" if unpriced else None

@@ -18,6 +18,11 @@ of them); gradients reduce in ``grad_bytes`` (fp32), parameters gather in bf16 (
   groups), its backward again (unless reshard-after-forward is off) and the ``reduce_scatter`` of ``4 W``,
   ``4 We``.
 
+HSDP (``dp_shard``): the dense weights shard over ``cp x dp_shard`` ranks (per tensor rank) and the experts over
+the part of their expert-data-parallel group inside one sharding group (``t x cp x dp_shard / (etp x ep)`` ranks,
+:func:`expert_shard`), each shard replicated ``d / dp_shard`` times: every reduce_scatter of gradients is followed
+by an ``all_reduce`` of the shard (``1 / shard`` of the bytes) over its replicas, as torchtitan's HSDP runs it.
+
 As for a dense layer (:mod:`.sharding`), a layer's per-layer collectives are prefetched one layer ahead on their
 own stream: it exposes what they outlast its compute (forward; backward with recompute).
 
@@ -32,7 +37,7 @@ import jax.numpy as jnp
 
 from .config import ScaleConfig
 from .moe import a2a_copies
-from .sharding import Collective, grad_groups
+from .sharding import Collective, grad_groups, replicate_groups, shard_groups
 
 
 def _expert_rank(cfg: ScaleConfig, a: int, e: int, g: int) -> int:
@@ -65,9 +70,15 @@ def expert_dp(cfg: ScaleConfig) -> int:
     return cfg.t * cfg.cp * cfg.d // (cfg.etp * cfg.ep)
 
 
+def expert_shard(cfg: ScaleConfig) -> int:
+    """Ranks of an expert sharding group: the expert-data-parallel group, or with HSDP its part within one sharding
+    group (``t x cp x dp_shard / (etp x ep)``), replicated ``d / dp_shard`` times."""
+    return expert_dp(cfg) // cfg.replicate_degree
+
+
 def expert_shard_degree(cfg: ScaleConfig) -> int:
-    """Ranks the experts' optimizer state is sharded over: the expert-data-parallel group (ZeRO 1-3), else 1."""
-    return expert_dp(cfg) if cfg.zero_stage else 1
+    """Ranks the experts' state is sharded over: the expert sharding group (ZeRO 1-3), else 1."""
+    return expert_shard(cfg) if cfg.zero_stage else 1
 
 
 def a2a_collectives(cfg: ScaleConfig) -> list[Collective]:
@@ -90,15 +101,39 @@ def a2a_collectives(cfg: ScaleConfig) -> list[Collective]:
     return fwd + bwd + (rec if cfg.recompute == "full" else [])
 
 
+def _groups(cfg: ScaleConfig, part: str) -> tuple:
+    """(every rank holding the same weights, the first sharding group, the replicas of its shards: HSDP, else
+    one rank) of the ``dense`` weights (per tensor rank) or of the ``expert`` weights."""
+    if part == "dense":
+        return grad_groups(cfg), shard_groups(cfg), replicate_groups(cfg)
+    es = expert_shard(cfg)
+    cells = [(a, e) for e in range(cfg.ep) for a in range(cfg.etp)]
+    return (expert_dp_groups(cfg), tuple(tuple(_expert_rank(cfg, a, e, g) for g in range(es)) for a, e in cells),
+            tuple(tuple(_expert_rank(cfg, a, e, r * es) for r in range(cfg.replicate_degree)) for a, e in cells))
+
+
+def _sharded(cfg: ScaleConfig, what: str, elems: int, groups: tuple, per: str) -> list[Collective]:
+    """The reduce_scatter of ``elems`` gradients over the sharding group and, with HSDP, the all_reduce of the
+    shard over its replicas."""
+    _, shard, replicas = groups
+    out = [Collective(f"{what} gradients", "reduce_scatter", cfg.grad_bytes * elems, shard, per)] * (len(shard[0]) > 1)
+    if len(replicas[0]) > 1:
+        out.append(Collective(f"{what} gradient shard", "all_reduce", cfg.grad_bytes * elems // len(shard[0]),
+                              replicas, per))
+    return out
+
+
 def _reduce(cfg: ScaleConfig, what: str, elems: int, groups: tuple) -> list[Collective]:
-    """The once-per-iteration collectives of ``elems`` weights over ``groups`` (ZeRO 3: none)."""
-    if elems == 0 or len(groups[0]) < 2:
+    """The once-per-iteration collectives of ``elems`` weights over ``groups`` (:func:`_groups`; ZeRO 3: none)."""
+    full, shard, _ = groups
+    if elems == 0 or len(full[0]) < 2:
         return []
     g, z = cfg.grad_bytes, cfg.zero_stage
     if not z:
-        return [Collective(f"{what} gradients", "all_reduce", g * elems, groups, "iteration")]
-    grads = [Collective(f"{what} gradients", "reduce_scatter", g * elems, groups, "iteration")] if z == 1 else []
-    gather = [Collective(f"{what} parameters", "all_gather", 2 * elems, groups, "iteration")] if z < 3 else []
+        return [Collective(f"{what} gradients", "all_reduce", g * elems, full, "iteration")]
+    grads = _sharded(cfg, what, elems, groups, "iteration") if z == 1 else []
+    gather = [Collective(f"{what} parameters", "all_gather", 2 * elems, shard, "iteration")] * (
+        z < 3 and len(shard[0]) > 1)
     return grads + gather
 
 
@@ -114,8 +149,8 @@ def dp_collectives(cfg: ScaleConfig, costs, dense: int, moe: int) -> list[Collec
     ``cp x d``, the experts' over the expert-data-parallel group."""
     sp = costs.split(cfg)
     dense_elems = dense * _weights(costs, sp, "dense")[0] + moe * _weights(costs, sp, "moe")[0]
-    return (_reduce(cfg, "dense", dense_elems, grad_groups(cfg))
-            + _reduce(cfg, "expert", moe * sp["expert_elems"], expert_dp_groups(cfg)))
+    return (_reduce(cfg, "dense", dense_elems, _groups(cfg, "dense"))
+            + _reduce(cfg, "expert", moe * sp["expert_elems"], _groups(cfg, "expert")))
 
 
 def layer_dp_collectives(cfg: ScaleConfig, costs, kind: str) -> list[Collective]:
@@ -124,16 +159,17 @@ def layer_dp_collectives(cfg: ScaleConfig, costs, kind: str) -> list[Collective]
         return []
     w, we = _weights(costs, costs.split(cfg), kind)
     out = []
-    for what, elems, groups in (("dense layer" if kind == "dense" else "MoE layer's dense", w, grad_groups(cfg)),
-                                ("MoE layer's expert", we, expert_dp_groups(cfg))):
-        if elems == 0 or len(groups[0]) < 2:
+    for what, elems, part in (("dense layer" if kind == "dense" else "MoE layer's dense", w, "dense"),
+                              ("MoE layer's expert", we, "expert")):
+        groups = _groups(cfg, part)
+        shard = groups[1]
+        if elems == 0 or len(groups[0][0]) < 2:
             continue
-        if cfg.zero_stage == 3:
-            out.append(Collective(f"{what} parameters", "all_gather", 2 * elems, groups, "layer_forward"))
+        if cfg.zero_stage == 3 and len(shard[0]) > 1:
+            out.append(Collective(f"{what} parameters", "all_gather", 2 * elems, shard, "layer_forward"))
             if cfg.reshard_after_forward:
-                out.append(Collective(f"{what} parameters", "all_gather", 2 * elems, groups, "layer_backward"))
-        out.append(Collective(f"{what} gradients", "reduce_scatter", cfg.grad_bytes * elems, groups,
-                              "layer_backward"))
+                out.append(Collective(f"{what} parameters", "all_gather", 2 * elems, shard, "layer_backward"))
+        out += _sharded(cfg, what, elems, groups, "layer_backward")
     return out
 
 
@@ -144,7 +180,7 @@ def sharded_state(cfg: ScaleConfig, costs, dense: int, moe: int) -> dict:
     (wd, _), (wb, we) = _weights(costs, sp, "dense"), _weights(costs, sp, "moe")
     item = jnp.dtype(cfg.dtype).itemsize
     dense_elems, expert_elems = dense * wd + moe * wb, moe * we
-    z, shard, eshard = cfg.zero_stage, cfg.shard_degree, expert_dp(cfg)
+    z, shard, eshard = cfg.zero_stage, cfg.shard_degree, expert_shard_degree(cfg)
     layers = sorted([wd] * dense + [wb + we] * moe)  # one layer's weight elements, largest last
     out = {"weights": item * (dense_elems + expert_elems), "expert_weights": item * expert_elems,
            "gradients": 4 * (dense_elems + expert_elems), "expert_gradients": 4 * expert_elems}
