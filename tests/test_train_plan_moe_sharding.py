@@ -146,13 +146,33 @@ def test_hsdp_shards_within_a_group_and_all_reduces_the_shards_across_replicas()
     assert "hsdp8x2" in cfg.label()
 
 
-def test_hsdp_zero1_and_interleaving_with_experts():
+def test_hsdp_zero1_with_experts():
     cfg = _cfg(zero=1, d=16, dp_shard=8, global_batch=16)
     got = {(c.what, c.kind): (c.nbytes, c.size) for c in dp_collectives(cfg, plan(cfg, DGX).moe, 1, MOE_LAYERS)}
     assert got[("expert gradients", "reduce_scatter")] == (4 * MOE_LAYERS * EXPERT_W, 2)
     assert got[("expert gradient shard", "all_reduce")] == (4 * MOE_LAYERS * EXPERT_W // 2, 2)
     assert got[("expert parameters", "all_gather")] == (2 * MOE_LAYERS * EXPERT_W, 2)
-    assert "interleaving" in _cfg(p=2, d=4, interleave=2, dense_layers=0, global_batch=16).invalid()
+
+
+def test_interleaved_pipeline_with_experts():
+    """p 2, v 2, one layer a chunk: stage 0 holds chunks 0 and 2 (the dense layer and a MoE layer), stage 1 chunks 1
+    and 3; the interleaved schedule's bubble (p - 1) / (v m), 2 v m transfers, and stage 0 holding
+    min(2 (p - 1) + (v - 1) p + 1, m v) = 5 chunk-micro-batches of activations (its two chunks' mean)."""
+    from mhlo_cost.studies.plan.moe import stage_kinds
+
+    cfg = _cfg(p=2, d=4, ep=4, interleave=2, global_batch=16)
+    assert cfg.invalid() is None and stage_kinds(cfg) == [(1, 1), (0, 2)]
+    p = plan(cfg, DGX)
+    m = cfg.micro_batches
+    c = p.iteration.counts
+    assert (c["bubble_fraction"], c["p2p_transfers"]) == (f"1/{2 * m}", 2 * 2 * m)
+    df = breakdown_frame(p)
+    assert df[df["component"] != "TOTAL"]["seconds"].sum() == pytest.approx(p.iteration.total, abs=2e-5)
+    from mhlo_cost.studies.plan.moe_plan import moe_memory
+
+    mc = p.moe
+    acts = mc.dense.activation_bytes + mc.base.activation_bytes + mc.experts.activation_bytes
+    assert moe_memory(cfg, mc, stage=0)["activations"] == 5 * acts // 2
 
 
 def test_cli_plans_fsdp_and_zero2_with_experts(capsys, tmp_path, monkeypatch):

@@ -34,8 +34,8 @@ DeepSeek's DualPipe pairs a forward chunk with a backward chunk: a layer exposes
 (forward + backward) outlasts its compute (forward + backward + recompute).
 
 What is not modelled: the tokens' permutation and un-permutation (memory copies), the router's auxiliary loss,
-the router's gradient all_reduce over the tensor ranks (sequence parallel), MLA attention (priced as multi-head attention of the same hidden
-size and heads: its low-rank projections are not the GPT projections), and interleaving with experts.
+the router's gradient all_reduce over the tensor ranks (sequence parallel), MLA attention (priced as multi-head
+attention of the same hidden size and heads: its low-rank projections are not the GPT projections).
 
 Under an fp8 training recipe (``precision``) the experts' GEMMs run in fp8 (:func:`grouped_fp8`), the router in
 bf16; the weights stay bf16 with fp32 master copies, as the dense layers' linears (:mod:`.layer`).
@@ -221,7 +221,13 @@ def experts_key(cfg: ScaleConfig) -> list:
 
 
 def stage_kinds(cfg: ScaleConfig) -> list[tuple[int, int]]:
-    """(dense layers, MoE layers) of each pipeline stage: the first ``dense_layers`` of the model are dense."""
+    """(dense layers, MoE layers) of each pipeline stage: the first ``dense_layers`` of the model are dense. With
+    ``interleave`` v, stage s holds the model chunks s, s + p, ... (``layers / (p v)`` layers each), all together."""
+    if cfg.interleave > 1:
+        n, p = cfg.layers_per_chunk, cfg.p
+        dense = [sum(max(0, min(cfg.dense_layers, (c + 1) * n) - c * n) for c in range(s, p * cfg.interleave, p))
+                 for s in range(p)]
+        return [(d, cfg.interleave * n - d) for d in dense]
     out, start = [], 0
     for n in cfg.stage_layers():
         dense = max(0, min(cfg.dense_layers, start + n) - start)

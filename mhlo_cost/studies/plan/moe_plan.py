@@ -32,7 +32,7 @@ from ...network import estimate
 from .compose import Iteration, _layer, _time, activation_bytes
 from .config import ScaleConfig
 from .costs import LayerCost, layer_cost
-from .memory import CATEGORIES
+from .memory import CATEGORIES, held_layer_microbatches
 from .moe import base_config, dense_config, expert_rows, local_experts, router_elems, stage_kinds, tokens
 from .moe_sharding import (a2a_collectives, dp_collectives, ep_groups, expert_dp, expert_dp_groups,
                            expert_shard_degree, layer_dp_collectives, sharded_state)
@@ -142,14 +142,15 @@ def moe_compose(cfg: ScaleConfig, costs: MoECosts, hw) -> Iteration:
     slow = stages[slow_stage]
     p2p_bytes = activation_bytes(cfg) // cfg.t  # (Megatron's scatter/gather: 1/t per tensor rank)
     p2p_one = _time(topo, "collective_permute", p2p_bytes, ((0, cfg.t * cfg.cp * cfg.d),)) if p > 1 else 0.0
-    per_mb = slow["f_s"] + slow["b_s"] + 2 * p2p_one
-    slots = Fraction(m) + Fraction(p - 1)
-    bubble = float(p - 1) * (slow["f_s"] + slow["b_s"])
+    v = cfg.interleave  # v chunk boundaries crossed forward and v backward per micro-batch
+    per_mb = slow["f_s"] + slow["b_s"] + 2 * v * p2p_one
+    slots = Fraction(m) + Fraction(p - 1, v)
+    bubble = float(Fraction(p - 1, v)) * (slow["f_s"] + slow["b_s"])
     dp_iter = max(st["dp"].iteration for st in stages)
-    hidden = min(dp_iter, slow["b_s"]) if cfg.dp_overlap else 0.0
+    hidden = min(dp_iter, slow["b_s"] / v) if cfg.dp_overlap else 0.0
     for st in stages:
         st["dp_layers"] = st["seconds"].pop("dp_layers")
-        st["seconds"].update(p2p=float(slots) * 2 * p2p_one,
+        st["seconds"].update(p2p=float(slots) * 2 * v * p2p_one,
                              dp_exposed=st["dp_layers"] + max(0.0, st["dp"].iteration - hidden))
     sec = slow["seconds"]
     opt = max(st["seconds"]["optimizer"] for st in stages)
@@ -157,13 +158,12 @@ def moe_compose(cfg: ScaleConfig, costs: MoECosts, hw) -> Iteration:
     compute = {k: sec[k] for k in ("forward", "backward", "recompute")}
     counts = moe_counts(cfg, costs, hw, total, stages)
     counts["ep_total_s"] = m * slow["moe"] * layers[1]["ep_total"]
-    counts.update(micro_batches=m, p2p_transfers=2 * m if p > 1 else 0, p2p_bytes=p2p_bytes, slots=str(slots),
-                  bubble_fraction=str(Fraction(p - 1, m)))
+    counts.update(micro_batches=m, p2p_transfers=2 * v * m if p > 1 else 0, p2p_bytes=p2p_bytes, slots=str(slots),
+                  bubble_fraction=str(Fraction(p - 1, v * m)))
     one = {"slow_stage": slow_stage, "dp_iteration_exposed": dp_iter - hidden, "dense": layers[0], "moe": layers[1]}
-    return Iteration(cfg, compute, sec["tp_comm"], bubble, float(slots) * 2 * p2p_one,
-                     slow["dp_layers"] + dp_iter - hidden,
-                     slow["dp_all"] + dp_iter, opt, total, counts, cp_comm=sec["cp_comm"], stages=tuple(stages), layer=one,
-                     ep_comm=sec["ep_comm"])
+    return Iteration(cfg, compute, sec["tp_comm"], bubble, float(slots) * 2 * v * p2p_one,
+                     slow["dp_layers"] + dp_iter - hidden, slow["dp_all"] + dp_iter, opt, total, counts,
+                     cp_comm=sec["cp_comm"], stages=tuple(stages), layer=one, ep_comm=sec["ep_comm"])
 
 
 def moe_flops_formula(cfg: ScaleConfig) -> int:
@@ -239,7 +239,7 @@ def moe_memory(cfg: ScaleConfig, costs: MoECosts, capacity=None, stage: int = 0)
     each beside them, ``total``, and ``fits`` where ``capacity`` is given."""
     dense, moe = stage_kinds(cfg)[stage]
     sp, d, b = costs.split(cfg), costs.dense, costs.base
-    held = min(cfg.p - stage, cfg.micro_batches)
+    held = held_layer_microbatches(cfg, stage) / (dense + moe)  # per layer of the stage (1F1B: min(p - s, m))
     dense_opt = dense * (d.master_bytes + d.moment_bytes if d else 0) + moe * (
         b.master_bytes + b.moment_bytes + sp["router_opt"])
     # full recompute keeps the layer's input only (the base's): the routed part's inputs are remade from it
@@ -248,7 +248,7 @@ def moe_memory(cfg: ScaleConfig, costs: MoECosts, capacity=None, stage: int = 0)
     state = sharded_state(cfg, costs, dense, moe)
     eo = moe * sp["expert_opt"] // expert_shard_degree(cfg)
     out = {"weights": state["weights"], "gradients": state["gradients"],
-           "optimizer_state": dense_opt // cfg.shard_degree + eo, "activations": held * act}
+           "optimizer_state": dense_opt // cfg.shard_degree + eo, "activations": int(held * act)}
     out["total"] = sum(out[k] for k in CATEGORIES)
     out.update(expert_weights=state["expert_weights"], expert_gradients=state["expert_gradients"],
                expert_optimizer_state=eo)
@@ -287,11 +287,13 @@ def moe_facts(p) -> list[str]:
         "weights, the embedding added)",
         f"experts: {cfg.experts} routed (top-{cfg.top_k}, {cfg.expert_ffn} wide) + {cfg.shared_experts} shared, "
         f"{cfg.layers - cfg.dense_layers} MoE layers after {cfg.dense_layers} dense; EP {cfg.ep} ({local_experts(cfg)} "
-        f"experts per GPU), expert TP {cfg.etp}, expert-data-parallel {expert_dp(cfg)}; {routing}; {c['expert_rows']:,} rows per "
+        f"experts per GPU), expert TP {cfg.etp}, expert-data-parallel {expert_dp(cfg)}; {routing}; "
+        f"{c['expert_rows']:,} rows per "
         f"local expert per micro-batch ({c['tokens']:,} tokens x top-{cfg.top_k}"
         f"{f' x {cfg.etp} expert TP ranks' if cfg.etp > 1 else ''} / {local_experts(cfg)} at balance)",
         f"all_to_all per MoE layer and micro-batch: {len(a2a)} of S = {a2a[0].nbytes if a2a else 0:,} bytes over "
-        f"{cfg.ep} ranks ({tier}){etp}, {c['ep_bytes_per_layer']:,} bytes sent per GPU; per step {c['ep_bytes']:,} bytes "
+        f"{cfg.ep} ranks ({tier}){etp}, {c['ep_bytes_per_layer']:,} bytes sent per GPU; per step "
+        f"{c['ep_bytes']:,} bytes "
         f"per GPU of the stage with the most MoE layers; {c['ep_total_s']:.4g} s, "
         + (f"{it.ep_comm:.4g} s of it exposed (overlapped with another micro-batch's compute)" if cfg.ep_overlap
            else "not overlapped"),
