@@ -3,7 +3,9 @@
 As :mod:`.compose` does for a dense model, from the per-device programs' costs (:mod:`.moe`): a dense layer
 (the first ``dense_layers``), and a MoE layer = its base (attention + shared experts) + its routed part (router
 and local experts) + the expert-parallel all_to_all. Each pipeline stage runs its own mix of the two (the dense
-layers sit on the first stages); the slowest stage sets every slot of the 1F1B schedule.
+layers sit on the first stages, or the first chunks with an interleaved schedule); the slowest stage sets every
+slot of the 1F1B (or interleaved: ``m + (p - 1) / v`` slots) schedule. Tensor parallelism, expert tensor
+parallelism and fp8 are in the per-device programs (:mod:`.moe`); the collectives in :mod:`.moe_sharding`.
 
 Communication per step (:class:`~.sharding.Collective`, S the full buffer as :mod:`mhlo_cost.network` prices it):
 
