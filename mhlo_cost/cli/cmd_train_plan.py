@@ -154,7 +154,7 @@ def _sharding(args) -> dict:
 EXPERTS = (("num_experts", "experts"), ("moe_router_topk", "top_k"), ("moe_ffn_hidden_size", "expert_ffn"),
            ("moe_shared_experts", "shared_experts"), ("moe_dense_layers", "dense_layers"), ("ep", "ep"),
            ("moe_expert_capacity_factor", "capacity_factor"), ("moe_imbalance", "expert_imbalance"),
-           ("moe_a2a_overlap", "ep_overlap"))
+           ("moe_a2a_overlap", "ep_overlap"), ("expert_tensor_parallel_size", "expert_tp"))
 
 
 def _experts(args) -> dict:
@@ -301,3 +301,6 @@ def _register_experts(p) -> None:
     p.add_argument("--moe-a2a-overlap", action="store_true", default=None,
                    help="the all_to_all hidden under another micro-batch's compute, as DeepSeek's DualPipe runs it "
                         "(default: not overlapped, Megatron's dispatcher)")
+    p.add_argument("--expert-tensor-parallel-size", type=positive_int, metavar="N",
+                   help="expert tensor parallelism: each expert's width split over N ranks, the dispatched tokens "
+                        "all-gathered over them (default: -t, Megatron-Core's default; 1: whole experts)")

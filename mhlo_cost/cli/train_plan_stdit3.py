@@ -20,7 +20,8 @@ NOT_STDIT3 = (("-t", "t", 1), ("-p", "p", 1), ("--sp", "sp", False), ("--interle
               ("--moe-ffn-hidden-size", "moe_ffn_hidden_size", None), ("--ep", "ep", None),
               ("--moe-shared-experts", "moe_shared_experts", None), ("--moe-dense-layers", "moe_dense_layers", None),
               ("--moe-expert-capacity-factor", "moe_expert_capacity_factor", None),
-              ("--moe-imbalance", "moe_imbalance", None), ("--moe-a2a-overlap", "moe_a2a_overlap", None))
+              ("--moe-imbalance", "moe_imbalance", None), ("--moe-a2a-overlap", "moe_a2a_overlap", None),
+              ("--expert-tensor-parallel-size", "expert_tensor_parallel_size", None))
 
 
 def register(p) -> None:

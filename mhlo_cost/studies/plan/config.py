@@ -91,11 +91,17 @@ class ScaleConfig:
     capacity_factor: float = 0.0  # tokens an expert takes, x its balanced share (padded to it); 0: dropless
     expert_imbalance: float = 1.0  # the busiest EP rank's routed tokens / the balanced share (1.0: balanced)
     ep_overlap: bool = False  # the all_to_all hidden under another micro-batch's compute (DualPipe-style)
+    expert_tp: int = 0  # expert tensor parallelism (--expert-tensor-parallel-size); 0: t, Megatron's default
     execution: str = "compiled"  # compiled (fused kernels), eager (PyTorch eager), inductor (torch.compile)
 
     @property
     def mlp(self) -> int:
         return self.ffn or 4 * self.hidden
+
+    @property
+    def etp(self) -> int:
+        """The expert tensor-parallel degree: ``expert_tp``, or ``t`` where not given (Megatron-Core's default)."""
+        return self.expert_tp or self.t
 
     @property
     def kv(self) -> int:
@@ -287,7 +293,7 @@ class ScaleConfig:
 
     def _moe_invalid(self) -> str | None:
         if (not self.experts and self.ep == 1 and not self.ep_overlap and self.top_k == self.expert_ffn ==
-                self.shared_experts == self.dense_layers == 0 and self.capacity_factor == 0
+                self.shared_experts == self.dense_layers == self.expert_tp == 0 and self.capacity_factor == 0
                 and self.expert_imbalance == 1):
             return None
         from .moe_checks import moe_invalid
@@ -318,6 +324,7 @@ class ScaleConfig:
         fa += f"({self.attention_library})" if self.attention_library else ""
         g = "" if self.grad_reduce_fp32 else " grads16"
         ep = f" ep{self.ep}{'-overlap' if self.ep_overlap else ''}" if self.experts else ""
+        ep += f" etp{self.etp}" if self.experts and self.etp != self.t else ""
         ex = "" if self.execution == "compiled" else f" {self.execution}"
         return (f"t{self.t}{sp}{cp} p{self.p}{pp}{v} d{self.d}{ep} mb{self.micro_batch} {self.recompute}"
                 f"{self._sharding_label()}{fa}{g}{ex}")

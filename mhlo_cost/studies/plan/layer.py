@@ -247,23 +247,44 @@ def layer_fn(cfg: ScaleConfig):
     return jax.checkpoint(layer, policy=policy)
 
 
-def step_fn(cfg: ScaleConfig):
-    """``step(params, master, opt_state, x, dy, key) -> (params, master, opt_state, y, dx)``."""
+def adamw(what: str = "layer"):
+    """Megatron's AdamW as optax runs it (the ``what`` step says it needs optax where it is not installed)."""
     try:
         import optax
     except ModuleNotFoundError:
-        raise ValueError("the layer step needs optax: pip install 'mhlo-cost[train]'") from None
-    tx = optax.adamw(1e-4, weight_decay=1e-4)
+        raise ValueError(f"the {what} step needs optax: pip install 'mhlo-cost[train]'") from None
+    return optax.adamw(1e-4, weight_decay=1e-4)
+
+
+def master_update(tx, grads, params, master, opt_state) -> tuple:
+    """Mixed-precision AdamW, Megatron's: the gradients cast to fp32, ``tx``'s update of the fp32 master weights,
+    the weights cast back from them to their own dtype. Returns ``(params, master, opt_state)``."""
+    import optax
+
+    g32 = jax.tree_util.tree_map(lambda g: g.astype(F32), grads)
+    updates, opt_state = tx.update(g32, opt_state, master)
+    master = optax.apply_updates(master, updates)
+    params = jax.tree_util.tree_map(lambda m, p: m.astype(p.dtype), master, params)
+    return params, master, opt_state
+
+
+def master_shapes(tx, params) -> tuple:
+    """``(master, opt_state)``: the fp32 master weights of the weight shapes ``params`` and ``tx``'s state on them
+    (shapes only)."""
+    master = jax.tree_util.tree_map(lambda s: jax.ShapeDtypeStruct(s.shape, F32), params)
+    return master, jax.eval_shape(tx.init, master)
+
+
+def step_fn(cfg: ScaleConfig):
+    """``step(params, master, opt_state, x, dy, key) -> (params, master, opt_state, y, dx)``."""
+    tx = adamw()
     layer = layer_fn(cfg)
 
     def step(params, master, opt_state, x, dy, key):
         with scope("layer"):
             y, vjp = jax.vjp(lambda p, h: layer(p, h, key), params, x)
             gp, dx = vjp(dy)
-        g32 = jax.tree_util.tree_map(lambda g: g.astype(F32), gp)
-        updates, opt_state = tx.update(g32, opt_state, master)
-        master = optax.apply_updates(master, updates)
-        params = jax.tree_util.tree_map(lambda m, p: m.astype(p.dtype), master, params)
+        params, master, opt_state = master_update(tx, gp, params, master, opt_state)
         return params, master, opt_state, y, dx
 
     step.__name__ = step.__qualname__ = "layer_step"
@@ -274,8 +295,7 @@ def lower_layer(cfg: ScaleConfig, locations: bool = True) -> str:
     """StableHLO text of the per-device layer step of ``cfg`` (shapes only: nothing is allocated)."""
     step, tx = step_fn(cfg)
     params = param_shapes(cfg)
-    master = jax.tree_util.tree_map(lambda s: jax.ShapeDtypeStruct(s.shape, F32), params)
-    opt_state = jax.eval_shape(tx.init, master)
+    master, opt_state = master_shapes(tx, params)
     n = cfg.local_seq // cfg.t if cfg.sp else cfg.local_seq
     x = jax.ShapeDtypeStruct((cfg.micro_batch, n, cfg.hidden), jnp.dtype(cfg.dtype))
     key = jax.ShapeDtypeStruct((4,), jnp.uint32)
@@ -289,7 +309,8 @@ def layer_params(cfg: ScaleConfig) -> int:
     return h * 3 * h // t + 3 * h // t + h // t * h + h + h * f // t + f // t + f // t * h + h + 4 * h
 
 
-__all__ = ["SAVED", "layer_fn", "step_fn", "lower_layer", "param_shapes", "layer_params"]
+__all__ = ["SAVED", "layer_fn", "step_fn", "lower_layer", "param_shapes", "layer_params", "adamw", "master_update",
+           "master_shapes"]
 
 
 def head_step_fn(cfg: ScaleConfig):

@@ -17,6 +17,13 @@ balance each device computes ``T x k`` token copies over its ``E / ep`` experts 
 (default 1.0: balanced routing). With a ``capacity_factor`` c every expert runs ``c`` times its balanced share,
 padded to it (GShard; Megatron's ``--moe-pad-expert-input-to-capacity``), whatever the imbalance.
 
+Tensor parallelism (``t`` > 1, with sequence parallelism as Megatron-Core requires): the attention, the shared
+experts and the dense MLP are tensor-parallel (the base's program at ``t``), and a device routes its ``b x s /
+(cp t)`` tokens. The experts have their own tensor degree ``etp`` (``--expert-tensor-parallel-size``, default ``t``
+as Megatron-Core's): each local expert is ``expert_ffn / etp`` wide, and the ``etp`` ranks of an expert
+tensor-parallel group all-gather their dispatched rows after the all_to_all (so ``etp`` times the rows) and
+reduce-scatter the experts' outputs before the combine (:mod:`.moe_sharding`).
+
 The expert-parallel all_to_all (:mod:`mhlo_cost.network.expert_parallel`): dispatch and combine of each MoE
 layer and micro-batch, forward, and their gradients backward (full recompute: the forward's again), each of
 ``S = copies x hidden x 2`` bytes (bf16; ``copies = T x k`` dropless, ``E x ceil(c T k / E)`` with a capacity),
@@ -27,9 +34,11 @@ DeepSeek's DualPipe pairs a forward chunk with a backward chunk: a layer exposes
 (forward + backward) outlasts its compute (forward + backward + recompute).
 
 What is not modelled: the tokens' permutation and un-permutation (memory copies), the router's auxiliary loss,
-expert tensor parallelism (``t`` must be 1), MLA attention (priced as multi-head attention of the same hidden
-size and heads: its low-rank projections are not the GPT projections), fp8 experts, ZeRO 2/3 and interleaving
-with experts.
+the router's gradient all_reduce over the tensor ranks (sequence parallel), MLA attention (priced as multi-head
+attention of the same hidden size and heads: its low-rank projections are not the GPT projections).
+
+Under an fp8 training recipe (``precision``) the experts' GEMMs run in fp8 (:func:`grouped_fp8`), the router in
+bf16; the weights stay bf16 with fp32 master copies, as the dense layers' linears (:mod:`.layer`).
 """
 from __future__ import annotations
 
@@ -42,13 +51,14 @@ import jax.numpy as jnp
 from jax import lax
 
 from .config import ScaleConfig
+from .layer import adamw, master_shapes, master_update
 
 scope = jax.named_scope
 F32 = jnp.float32
 
 #: The MoE fields cleared in the dense programs' configurations.
 NO_EXPERTS = dict(experts=0, top_k=0, expert_ffn=0, shared_experts=0, dense_layers=0, ep=1, capacity_factor=0.0,
-                  expert_imbalance=1.0, ep_overlap=False)
+                  expert_imbalance=1.0, ep_overlap=False, expert_tp=0)
 
 
 def dense_config(cfg: ScaleConfig) -> ScaleConfig:
@@ -65,18 +75,25 @@ def local_experts(cfg: ScaleConfig) -> int:
     return cfg.experts // cfg.ep
 
 
+def local_seq(cfg: ScaleConfig) -> int:
+    """Positions of one device's MoE layer input: s / cp, and / t with sequence parallelism (Megatron runs a MoE
+    layer with tensor parallelism in the sequence-parallel region)."""
+    return cfg.local_seq // cfg.t if cfg.sp else cfg.local_seq
+
+
 def tokens(cfg: ScaleConfig) -> int:
-    """T: the tokens one device routes per micro-batch (b x s / cp)."""
-    return cfg.micro_batch * cfg.local_seq
+    """T: the tokens one device routes per micro-batch (b x s / cp, / t with sequence parallelism)."""
+    return cfg.micro_batch * local_seq(cfg)
 
 
 def expert_rows(cfg: ScaleConfig) -> int:
-    """Rows each local expert computes per micro-batch on the busiest device: ``ceil(f T k / (E / ep))``
-    dropless, ``ep x ceil(c T k / E)`` with a capacity factor c (padded)."""
+    """Rows each local expert computes per micro-batch on the busiest device: ``ceil(f etp T k / (E / ep))``
+    dropless, ``ep x etp x ceil(c T k / E)`` with a capacity factor c (padded); the ``etp`` ranks of an expert
+    tensor-parallel group gather their rows (Megatron's all_gather after the dispatch)."""
     tk = tokens(cfg) * cfg.top_k
     if cfg.capacity_factor:
-        return cfg.ep * ceil(Fraction(str(cfg.capacity_factor)) * tk / cfg.experts)
-    return ceil(Fraction(str(cfg.expert_imbalance)) * tk / local_experts(cfg))
+        return cfg.ep * cfg.etp * ceil(Fraction(str(cfg.capacity_factor)) * tk / cfg.experts)
+    return ceil(Fraction(str(cfg.expert_imbalance)) * cfg.etp * tk / local_experts(cfg))
 
 
 def a2a_copies(cfg: ScaleConfig) -> int:
@@ -90,7 +107,7 @@ def a2a_copies(cfg: ScaleConfig) -> int:
 
 def expert_shapes(cfg: ScaleConfig) -> dict:
     """The routed part's weights on one device: the router (replicated) and the local experts."""
-    h, f, el, dt = cfg.hidden, cfg.expert_ffn, local_experts(cfg), jnp.dtype(cfg.dtype)
+    h, f, el, dt = cfg.hidden, cfg.expert_ffn // cfg.etp, local_experts(cfg), jnp.dtype(cfg.dtype)
     return {"router": jax.ShapeDtypeStruct((h, cfg.experts), dt),
             "gate": jax.ShapeDtypeStruct((el, h, f), dt), "up": jax.ShapeDtypeStruct((el, h, f), dt),
             "down": jax.ShapeDtypeStruct((el, f, h), dt)}
@@ -101,9 +118,57 @@ def router_elems(cfg: ScaleConfig) -> int:
     return cfg.hidden * cfg.experts
 
 
+def grouped_fp8(recipe):
+    """``mm(x (E, n, k), w (E, k, o)) -> (E, n, o)``: each expert's GEMM, forward, dgrad and wgrad, in fp8 with a
+    float32 accumulator, as Transformer Engine's grouped GEMM runs the experts under an fp8 recipe: each expert's
+    operands scaled on their own (as a whole, or along the contraction under rowwise scaling), e4m3, the gradients
+    e5m2 under tensorwise scaling (as :func:`mhlo_cost.lower.models.quant.training_dense` for a linear). The bf16
+    input and weight are kept for the backward (the fp8 casts are made again)."""
+    from ...lower.models.quant import _cast
+
+    row = recipe.activation_scaling.scheme == "row"
+    e4, grad = "float8_e4m3fn", ("float8_e4m3fn" if row else "float8_e5m2")
+
+    def ax(a):
+        return a if row else None
+
+    def dot(a, b, dims):
+        return lax.dot_general(a, b, (dims, ((), ())), preferred_element_type=F32)
+
+    @jax.custom_vjp
+    def mm(x, w):
+        (xq, xs), (wq, ws) = _cast(x, ax(1), e4), _cast(w, ax(0), e4)
+        return (dot(xq, wq, ((1,), (0,))) * xs * ws).astype(x.dtype)
+
+    def fwd(x, w):
+        return mm(x, w), (x, w)
+
+    def bwd(res, dy):
+        x, w = res
+        (dq, ds), (wq, ws) = _cast(dy, ax(1), grad), _cast(w, ax(1), e4)
+        dx = dot(dq, wq, ((1,), (1,))) * ds * (ws.T if row else ws)
+        (xq, xs), (gq, gs) = _cast(x, ax(0), e4), _cast(dy, ax(0), grad)
+        dw = dot(xq, gq, ((0,), (0,))) * (xs.reshape(-1, 1) * gs.reshape(1, -1) if row else xs * gs)
+        return dx.astype(x.dtype), dw.astype(w.dtype)
+
+    mm.defvjp(fwd, bwd)
+    return jax.vmap(mm)
+
+
+def _grouped(cfg: ScaleConfig):
+    """The experts' batched GEMM: bf16, or in fp8 under an fp8 training recipe (:func:`grouped_fp8`)."""
+    if cfg.precision != "bf16":
+        from ...machines.precision import training_recipe
+
+        return grouped_fp8(training_recipe(cfg.precision))
+    return lambda x, w: lax.dot_general(x, w, (((2,), (1,)), ((0,), (0,))))
+
+
 def experts_fn(cfg: ScaleConfig):
     """``part(params, x, xe) -> (gates, y)``: the router on the device's tokens x (b, s/cp, h) and the local
-    experts on the dispatched rows xe (E/ep, rows, h)."""
+    experts on the dispatched rows xe (E/ep, rows, h); the router in bf16 whatever the recipe (Megatron keeps it
+    out of fp8), the experts' GEMMs as :func:`_grouped`."""
+    mm = _grouped(cfg)
 
     def part(p, x, xe):
         with scope("router"):
@@ -111,10 +176,8 @@ def experts_fn(cfg: ScaleConfig):
             gates, _ = lax.top_k(jax.nn.sigmoid(logits), cfg.top_k)
             gates = gates / jnp.sum(gates, axis=-1, keepdims=True)
         with scope("experts"):
-            batched = (((2,), (1,)), ((0,), (0,)))
-            g = lax.dot_general(xe, p["gate"], batched)
-            u = lax.dot_general(xe, p["up"], batched)
-            y = lax.dot_general(jax.nn.silu(g) * u, p["down"], batched)
+            g, u = mm(xe, p["gate"]), mm(xe, p["up"])
+            y = mm(jax.nn.silu(g) * u, p["down"])
         return gates, y
 
     return jax.checkpoint(part) if cfg.recompute == "full" else part
@@ -123,21 +186,14 @@ def experts_fn(cfg: ScaleConfig):
 def experts_step_fn(cfg: ScaleConfig):
     """``step(params, master, opt_state, x, xe, dgates, dy) -> (params, master, opt_state, gates, y, dx, dxe)``:
     forward, backward and Megatron's mixed-precision AdamW, as :func:`.layer.step_fn` for the layer."""
-    try:
-        import optax
-    except ModuleNotFoundError:
-        raise ValueError("the experts' step needs optax: pip install 'mhlo-cost[train]'") from None
-    tx = optax.adamw(1e-4, weight_decay=1e-4)
+    tx = adamw("experts'")
     part = experts_fn(cfg)
 
     def step(params, master, opt_state, x, xe, dgates, dy):
         with scope("layer"):
             (gates, y), vjp = jax.vjp(part, params, x, xe)
             gp, dx, dxe = vjp((dgates, dy))
-        g32 = jax.tree_util.tree_map(lambda g: g.astype(F32), gp)
-        updates, opt_state = tx.update(g32, opt_state, master)
-        master = optax.apply_updates(master, updates)
-        params = jax.tree_util.tree_map(lambda m, q: m.astype(q.dtype), master, params)
+        params, master, opt_state = master_update(tx, gp, params, master, opt_state)
         return params, master, opt_state, gates, y, dx, dxe
 
     step.__name__ = step.__qualname__ = "experts_step"
@@ -148,24 +204,30 @@ def lower_experts(cfg: ScaleConfig, locations: bool = True) -> str:
     """StableHLO text of one device's routed part of a MoE layer, one micro-batch (shapes only)."""
     step, tx = experts_step_fn(cfg)
     params = expert_shapes(cfg)
-    master = jax.tree_util.tree_map(lambda s: jax.ShapeDtypeStruct(s.shape, F32), params)
-    opt_state = jax.eval_shape(tx.init, master)
+    master, opt_state = master_shapes(tx, params)
     dt = jnp.dtype(cfg.dtype)
-    x = jax.ShapeDtypeStruct((cfg.micro_batch, cfg.local_seq, cfg.hidden), dt)
+    x = jax.ShapeDtypeStruct((cfg.micro_batch, local_seq(cfg), cfg.hidden), dt)
     xe = jax.ShapeDtypeStruct((local_experts(cfg), expert_rows(cfg), cfg.hidden), dt)
-    dgates = jax.ShapeDtypeStruct((cfg.micro_batch, cfg.local_seq, cfg.top_k), F32)
+    dgates = jax.ShapeDtypeStruct((cfg.micro_batch, local_seq(cfg), cfg.top_k), F32)
     low = jax.jit(step, donate_argnums=(0, 1, 2)).lower(params, master, opt_state, x, xe, dgates, xe)
     return low.as_text(debug_info=locations)
 
 
 def experts_key(cfg: ScaleConfig) -> list:
     """What the routed part's program depends on beyond the layer's key (its cache request)."""
-    return ["experts", cfg.experts, cfg.top_k, cfg.expert_ffn, cfg.ep, local_experts(cfg), expert_rows(cfg),
-            cfg.local_seq]
+    key = ["experts", cfg.experts, cfg.top_k, cfg.expert_ffn, cfg.ep, local_experts(cfg), expert_rows(cfg),
+           cfg.local_seq]
+    return key if cfg.etp == 1 else key + [("etp", cfg.etp)]  # (keys without expert TP unchanged)
 
 
 def stage_kinds(cfg: ScaleConfig) -> list[tuple[int, int]]:
-    """(dense layers, MoE layers) of each pipeline stage: the first ``dense_layers`` of the model are dense."""
+    """(dense layers, MoE layers) of each pipeline stage: the first ``dense_layers`` of the model are dense. With
+    ``interleave`` v, stage s holds the model chunks s, s + p, ... (``layers / (p v)`` layers each), all together."""
+    if cfg.interleave > 1:
+        n, p = cfg.layers_per_chunk, cfg.p
+        dense = [sum(max(0, min(cfg.dense_layers, (c + 1) * n) - c * n) for c in range(s, p * cfg.interleave, p))
+                 for s in range(p)]
+        return [(d, cfg.interleave * n - d) for d in dense]
     out, start = [], 0
     for n in cfg.stage_layers():
         dense = max(0, min(cfg.dense_layers, start + n) - start)

@@ -15,7 +15,7 @@ def moe_invalid(cfg) -> str | None:
         v = getattr(cfg, k)
         if not isinstance(v, int) or isinstance(v, bool) or v < 1:
             return f"{k} must be a positive integer with experts, got {v!r}"
-    for k in ("shared_experts", "dense_layers"):
+    for k in ("shared_experts", "dense_layers", "expert_tp"):
         v = getattr(cfg, k)
         if not isinstance(v, int) or isinstance(v, bool) or v < 0:
             return f"{k} must be a non-negative integer, got {v!r}"
@@ -31,8 +31,17 @@ def _moe_split_invalid(cfg) -> str | None:
         return f"dense layers {cfg.dense_layers} leave no MoE layer of {cfg.layers}"
     if cfg.experts % cfg.ep:
         return f"expert-parallel degree {cfg.ep} does not divide the experts {cfg.experts}"
-    if (cfg.cp * cfg.d) % cfg.ep:
-        return f"expert-parallel degree {cfg.ep} does not divide cp x d ({cfg.cp * cfg.d}), the ranks it is taken from"
+    n = cfg.t * cfg.cp * cfg.d
+    if n % (cfg.ep * cfg.etp):
+        what = f"expert-parallel degree {cfg.ep}" + (f" x expert tensor degree {cfg.etp}" if cfg.etp > 1 else "")
+        return f"{what} does not divide {'t x ' if cfg.t > 1 else ''}cp x d ({n}), the ranks it is taken from"
+    if cfg.dp_shard and (cfg.t * cfg.cp * cfg.dp_shard) % (cfg.ep * cfg.etp):
+        return (f"HSDP with experts: expert-parallel degree {cfg.ep} x expert tensor degree {cfg.etp} does not divide "
+                f"the sharding group's t x cp x dp_shard ({cfg.t * cfg.cp * cfg.dp_shard} ranks)")
+    if cfg.expert_ffn % cfg.etp:
+        return f"expert tensor degree {cfg.etp} does not divide the expert width {cfg.expert_ffn}"
+    if cfg.t > 1 and not cfg.sp:
+        return "experts with tensor parallelism need sequence parallelism (--sp), as Megatron-Core requires"
     if not (isfinite(cfg.capacity_factor) and isfinite(cfg.expert_imbalance) and cfg.capacity_factor >= 0
             and cfg.expert_imbalance >= 1):
         return (f"capacity factor must be >= 0 (0: dropless) and imbalance >= 1, got {cfg.capacity_factor} and "
@@ -41,10 +50,6 @@ def _moe_split_invalid(cfg) -> str | None:
         return (f"imbalance {cfg.expert_imbalance} above experts / ep ({cfg.experts // cfg.ep}: every routed copy on "
                 f"one rank) or capacity factor {cfg.capacity_factor} above experts / top-k "
                 f"({cfg.experts / cfg.top_k:g}: every token at every expert)")
-    unpriced = [why for bad, why in ((cfg.t > 1, "tensor degree above 1 (expert tensor parallelism)"),
-                                     (cfg.recompute == "op", "torchtitan's op recompute (its save list names no grouped "
-                                                             "expert GEMM)"),
-                                     (cfg.zero_stage > 1, "ZeRO 2/3"), (cfg.interleave > 1, "interleaving"),
-                                     (cfg.dp_shard > 0, "HSDP"), (cfg.precision != "bf16", "fp8"))
-                if bad]
-    return f"experts with {unpriced[0]} are not priced yet" if unpriced else None
+    if cfg.recompute == "op":
+        return "experts with torchtitan's op recompute are not priced yet (its save list names no grouped expert GEMM)"
+    return None

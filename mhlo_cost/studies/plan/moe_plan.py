@@ -3,19 +3,23 @@
 As :mod:`.compose` does for a dense model, from the per-device programs' costs (:mod:`.moe`): a dense layer
 (the first ``dense_layers``), and a MoE layer = its base (attention + shared experts) + its routed part (router
 and local experts) + the expert-parallel all_to_all. Each pipeline stage runs its own mix of the two (the dense
-layers sit on the first stages); the slowest stage sets every slot of the 1F1B schedule.
+layers sit on the first stages, or the first chunks with an interleaved schedule); the slowest stage sets every
+slot of the 1F1B (or interleaved: ``m + (p - 1) / v`` slots) schedule. Tensor parallelism, expert tensor
+parallelism and fp8 are in the per-device programs (:mod:`.moe`); the collectives in :mod:`.moe_sharding`.
 
 Communication per step (:class:`~.sharding.Collective`, S the full buffer as :mod:`mhlo_cost.network` prices it):
 
 * per MoE layer and micro-batch: the all_to_all dispatch and combine forward, their gradients backward (full
   recompute: the forward's two again), over the ``ep`` ranks of an expert-parallel group;
-* once per iteration, the gradients of the dense weights (the dense layers, the MoE layers' attention, shared
-  experts and router) over the ``cp x d`` ranks, and of the experts over the expert-data-parallel group
-  (``cp x d / ep`` ranks holding the same experts: rank ``j``, ``j + ep``, ...): all_reduce (ZeRO 0), or
-  reduce_scatter of the fp32 gradients and all_gather of the bf16 weights (ZeRO 1, the distributed optimizer,
-  sharding the dense optimizer state ``cp x d`` ways and the experts' ``cp x d / ep`` ways).
+* the gradients of the dense weights (the dense layers, the MoE layers' attention, shared experts and router)
+  over the ``cp x d`` ranks, and of the experts over the expert-data-parallel group (``cp x d / ep`` ranks
+  holding the same experts: rank ``j``, ``j + ep``, ...): all_reduce (ZeRO 0), or reduce_scatter of the fp32
+  gradients and all_gather of the bf16 weights (ZeRO 1, the distributed optimizer, sharding the dense optimizer
+  state ``cp x d`` ways and the experts' ``cp x d / ep`` ways) once per iteration; ZeRO 2 / 3 (FSDP) per layer
+  and micro-batch, each layer exposing what outlasts its compute (:mod:`.moe_sharding`).
 
-Memory per GPU: weights (bf16), Megatron's fp32 gradient buffer, the optimizer state (fp32 master and two
+Memory per GPU: weights (bf16; ZeRO 3: shards and two layers' unsharded buffers), Megatron's fp32 gradient buffer
+(ZeRO 2 / 3: its shards and one layer's unsharded gradient), the optimizer state (fp32 master and two
 moments, sharded as above), and the activations of ``min(p - stage, m)`` micro-batches of the stage's layers
 (the routed part's saved tensors; with full recompute none: the layer's input, kept by the base, remakes them).
 """
@@ -30,10 +34,12 @@ from ...network import estimate
 from .compose import Iteration, _layer, _time, activation_bytes
 from .config import ScaleConfig
 from .costs import LayerCost, layer_cost
-from .memory import CATEGORIES
-from .moe import a2a_copies, base_config, dense_config, expert_rows, local_experts, router_elems, stage_kinds, tokens
+from .memory import CATEGORIES, held_layer_microbatches
+from .moe import base_config, dense_config, expert_rows, local_experts, router_elems, stage_kinds, tokens
+from .moe_sharding import (a2a_collectives, dp_collectives, ep_groups, expert_dp, expert_dp_groups,
+                           expert_shard_degree, layer_dp_collectives, sharded_state)
 from .result import Plan
-from .sharding import Collective, Exposure, grad_groups, seconds
+from .sharding import Exposure, seconds
 
 
 @dataclass(frozen=True)
@@ -62,60 +68,6 @@ def moe_costs(cfg: ScaleConfig, hw, cache_dir=None, note=None) -> MoECosts:
     return MoECosts(dense, base, experts, head)
 
 
-def _flat(cfg: ScaleConfig, q: int, s: int = 0) -> int:
-    """The rank of flat data index ``q`` (context rank fastest, then data rank; t = 1) on stage ``s``."""
-    return q + cfg.cp * cfg.d * s
-
-
-def ep_groups(cfg: ScaleConfig) -> tuple:
-    """Every expert-parallel group of stage 0: ``ep`` consecutive ranks of the ``cp x d``."""
-    n = cfg.cp * cfg.d
-    return tuple(tuple(_flat(cfg, g * cfg.ep + i) for i in range(cfg.ep)) for g in range(n // cfg.ep))
-
-
-def expert_dp_groups(cfg: ScaleConfig) -> tuple:
-    """Every expert-data-parallel group of stage 0: the ranks holding the same experts (one per EP group)."""
-    n = cfg.cp * cfg.d
-    return tuple(tuple(_flat(cfg, j + cfg.ep * g) for g in range(n // cfg.ep)) for j in range(cfg.ep))
-
-
-def expert_shard_degree(cfg: ScaleConfig) -> int:
-    """Ranks the experts' optimizer state is sharded over: the expert-data-parallel group (ZeRO 1), else 1."""
-    return cfg.cp * cfg.d // cfg.ep if cfg.zero_stage else 1
-
-
-def a2a_collectives(cfg: ScaleConfig) -> list[Collective]:
-    """One MoE layer's all_to_all of one micro-batch, forward and backward."""
-    s = a2a_copies(cfg) * cfg.hidden * jnp.dtype(cfg.dtype).itemsize
-    g = ep_groups(cfg)
-    fwd = [Collective("tokens (dispatch)", "all_to_all", s, g, "layer_forward"),
-           Collective("tokens (combine)", "all_to_all", s, g, "layer_forward")]
-    bwd = [Collective("token grads (combine)", "all_to_all", s, g, "layer_backward"),
-           Collective("token grads (dispatch)", "all_to_all", s, g, "layer_backward")]
-    rec = [Collective(f"{c.what}, recomputed", c.kind, c.nbytes, c.groups, "layer_backward") for c in fwd]
-    return fwd + bwd + (rec if cfg.recompute == "full" else []) if cfg.ep > 1 else []
-
-
-def _reduce(cfg: ScaleConfig, what: str, elems: int, groups: tuple) -> list[Collective]:
-    if elems == 0 or len(groups[0]) < 2:
-        return []
-    g = cfg.grad_bytes
-    if not cfg.zero_stage:
-        return [Collective(f"{what} gradients", "all_reduce", g * elems, groups, "iteration")]
-    return [Collective(f"{what} gradients", "reduce_scatter", g * elems, groups, "iteration"),
-            Collective(f"{what} parameters", "all_gather", 2 * elems, groups, "iteration")]
-
-
-def dp_collectives(cfg: ScaleConfig, costs: MoECosts, dense: int, moe: int) -> list[Collective]:
-    """A stage's once-per-iteration gradient collectives: the dense weights' over ``cp x d``, the experts' over
-    the expert-data-parallel group."""
-    sp = costs.split(cfg)
-    dense_elems = dense * (costs.dense.weight_elems if costs.dense else 0) + moe * (
-        costs.base.weight_elems + sp["router_elems"])
-    return (_reduce(cfg, "dense", dense_elems, grad_groups(cfg))
-            + _reduce(cfg, "expert", moe * sp["expert_elems"], expert_dp_groups(cfg)))
-
-
 def _moe_layer(cfg: ScaleConfig, costs: MoECosts, topo) -> dict:
     """One MoE layer, one micro-batch: the base's parts, the routed part's compute and the all_to_all."""
     one = _layer(base_config(cfg), costs.base, topo)
@@ -134,13 +86,28 @@ def _moe_layer(cfg: ScaleConfig, costs: MoECosts, topo) -> dict:
                ep_total=a2a["layer_forward"] + a2a["layer_backward"])
     one["f"] += ex["forward"] + fwd
     one["b"] += ex["backward"] + rec + bwd
-    return one
+    return _with_dp(cfg, costs, topo, one, "moe")
 
 
 def _dense_layer(cfg: ScaleConfig, costs: MoECosts, topo) -> dict:
     if costs.dense is None:
         return {}
-    return _layer(dense_config(cfg), costs.dense, topo) | {"ep_forward": 0.0, "ep_backward": 0.0}
+    one = _layer(dense_config(cfg), costs.dense, topo) | {"ep_forward": 0.0, "ep_backward": 0.0}
+    return _with_dp(cfg, costs, topo, one, "dense")
+
+
+def _with_dp(cfg: ScaleConfig, costs: MoECosts, topo, one: dict, kind: str) -> dict:
+    """``one`` with ZeRO 2 / 3's per-layer collectives: all of them (``dp_*_total``) and what outlasts the layer's
+    forward / backward (``dp_forward``, ``dp_backward``: prefetched on their own stream), added to its f and b."""
+    per = {"layer_forward": 0.0, "layer_backward": 0.0}
+    for c in layer_dp_collectives(cfg, costs, kind):
+        per[c.per] += seconds(topo, c)
+    f, b = per["layer_forward"], per["layer_backward"]
+    fx, bx = max(0.0, f - one["f"]), max(0.0, b - one["b"])
+    one.update(dp_forward=fx, dp_backward=bx, dp_forward_total=f, dp_backward_total=b)
+    one["f"] += fx
+    one["b"] += bx
+    return one
 
 
 def _sum(kinds: tuple, key: str) -> float:
@@ -161,9 +128,10 @@ def _stage(cfg, costs, topo, s: int, dense: int, moe: int, layers: tuple) -> dic
                 "recompute": m * _sum(kinds, "recompute"),
                 "tp_comm": m * (_sum(kinds, "tp_forward") + _sum(kinds, "tp_backward")),
                 "cp_comm": m * _sum(kinds, "cp"), "ep_comm": m * (_sum(kinds, "ep_forward") + _sum(kinds, "ep_backward")),
-                "optimizer": opt}
+                "optimizer": opt, "dp_layers": m * (_sum(kinds, "dp_forward") + _sum(kinds, "dp_backward"))}
+    dp_all = m * (_sum(kinds, "dp_forward_total") + _sum(kinds, "dp_backward_total"))
     return {"layers": dense + moe, "dense": dense, "moe": moe, "dp": dp, "head_forward": hf, "head_backward": hb,
-            "f_s": _sum(kinds, "f") + hf, "b_s": _sum(kinds, "b") + hb, "seconds": seconds_}
+            "f_s": _sum(kinds, "f") + hf, "b_s": _sum(kinds, "b") + hb, "seconds": seconds_, "dp_all": dp_all}
 
 
 def moe_compose(cfg: ScaleConfig, costs: MoECosts, hw) -> Iteration:
@@ -174,27 +142,30 @@ def moe_compose(cfg: ScaleConfig, costs: MoECosts, hw) -> Iteration:
     stages = [_stage(cfg, costs, topo, s, d, e, layers) for s, (d, e) in enumerate(stage_kinds(cfg))]
     slow_stage = max(reversed(range(p)), key=lambda s: stages[s]["f_s"] + stages[s]["b_s"])
     slow = stages[slow_stage]
-    p2p_bytes = activation_bytes(cfg)
-    p2p_one = _time(topo, "collective_permute", p2p_bytes, ((0, cfg.cp * cfg.d),)) if p > 1 else 0.0
-    per_mb = slow["f_s"] + slow["b_s"] + 2 * p2p_one
-    slots = Fraction(m) + Fraction(p - 1)
-    bubble = float(p - 1) * (slow["f_s"] + slow["b_s"])
+    p2p_bytes = activation_bytes(cfg) // cfg.t  # (Megatron's scatter/gather: 1/t per tensor rank)
+    p2p_one = _time(topo, "collective_permute", p2p_bytes, ((0, cfg.t * cfg.cp * cfg.d),)) if p > 1 else 0.0
+    v = cfg.interleave  # v chunk boundaries crossed forward and v backward per micro-batch
+    per_mb = slow["f_s"] + slow["b_s"] + 2 * v * p2p_one
+    slots = Fraction(m) + Fraction(p - 1, v)
+    bubble = float(Fraction(p - 1, v)) * (slow["f_s"] + slow["b_s"])
     dp_iter = max(st["dp"].iteration for st in stages)
-    hidden = min(dp_iter, slow["b_s"]) if cfg.dp_overlap else 0.0
+    hidden = min(dp_iter, slow["b_s"] / v) if cfg.dp_overlap else 0.0
     for st in stages:
-        st["seconds"].update(p2p=float(slots) * 2 * p2p_one, dp_exposed=max(0.0, st["dp"].iteration - hidden))
+        st["dp_layers"] = st["seconds"].pop("dp_layers")
+        st["seconds"].update(p2p=float(slots) * 2 * v * p2p_one,
+                             dp_exposed=st["dp_layers"] + max(0.0, st["dp"].iteration - hidden))
     sec = slow["seconds"]
     opt = max(st["seconds"]["optimizer"] for st in stages)
     total = float(slots) * per_mb + (dp_iter - hidden) + opt
     compute = {k: sec[k] for k in ("forward", "backward", "recompute")}
     counts = moe_counts(cfg, costs, hw, total, stages)
     counts["ep_total_s"] = m * slow["moe"] * layers[1]["ep_total"]
-    counts.update(micro_batches=m, p2p_transfers=2 * m if p > 1 else 0, p2p_bytes=p2p_bytes, slots=str(slots),
-                  bubble_fraction=str(Fraction(p - 1, m)))
+    counts.update(micro_batches=m, p2p_transfers=2 * v * m if p > 1 else 0, p2p_bytes=p2p_bytes, slots=str(slots),
+                  bubble_fraction=str(Fraction(p - 1, v * m)))
     one = {"slow_stage": slow_stage, "dp_iteration_exposed": dp_iter - hidden, "dense": layers[0], "moe": layers[1]}
-    return Iteration(cfg, compute, sec["tp_comm"], bubble, float(slots) * 2 * p2p_one, dp_iter - hidden, dp_iter,
-                     opt, total, counts, cp_comm=sec["cp_comm"], stages=tuple(stages), layer=one,
-                     ep_comm=sec["ep_comm"])
+    return Iteration(cfg, compute, sec["tp_comm"], bubble, float(slots) * 2 * v * p2p_one,
+                     slow["dp_layers"] + dp_iter - hidden, slow["dp_all"] + dp_iter, opt, total, counts,
+                     cp_comm=sec["cp_comm"], stages=tuple(stages), layer=one, ep_comm=sec["ep_comm"])
 
 
 def moe_flops_formula(cfg: ScaleConfig) -> int:
@@ -222,30 +193,44 @@ def moe_counts(cfg: ScaleConfig, costs: MoECosts, hw, total: float, stages: list
     dense_n, moe_n = cfg.dense_layers, cfg.layers - cfg.dense_layers
     per_mb = dense_n * fb(costs.dense) + moe_n * (fb(costs.base) + fb(costs.experts)) + fb(costs.head)
     per_rec = dense_n * rec(costs.dense) + moe_n * (rec(costs.base) + rec(costs.experts))
-    mbs = cfg.micro_batches * cfg.d * cfg.cp
+    mbs = cfg.micro_batches * cfg.d * cfg.cp * cfg.t  # every device's share
     model, hardware = per_mb * mbs, (per_mb + per_rec) * mbs
     denom = total * hw.matrix_peak("bf16") * cfg.gpus
     a2a = a2a_collectives(cfg)
     sent = sum((c.size - 1) * c.nbytes // c.size for c in a2a)
     most = max(st["moe"] for st in stages)
     topo = getattr(hw, "topology", None)
-    tier = estimate(topo, "all_to_all", a2a[0].nbytes, a2a[0].groups).tier if a2a and topo is not None else "local"
+    first = next((c for c in a2a if c.kind == "all_to_all"), None)
+    tier = estimate(topo, "all_to_all", first.nbytes, first.groups).tier if first and topo is not None else "local"
     return {**parameters(cfg, costs), "model_flops": model, "hardware_flops": hardware,
             "formula_flops": moe_flops_formula(cfg),
             "mfu": model / denom if denom else 0.0, "hfu": hardware / denom if denom else 0.0,
             "ep_bytes_per_layer": sent, "ep_bytes": sent * most * cfg.micro_batches,
             "expert_rows": expert_rows(cfg), "tokens": tokens(cfg), "ep_tier": tier,
-            "collectives": [c.row() for c in (*a2a, *dp_collectives(cfg, costs, *stage_kinds(cfg)[0]))]}
+            "collectives": [c.row() for c in (*a2a, *dp_collectives(cfg, costs, *stage_kinds(cfg)[0]),
+                                              *_layer_rows(cfg, costs))]}
+
+
+def _layer_rows(cfg: ScaleConfig, costs: MoECosts) -> list:
+    """ZeRO 2 / 3's per-layer collectives of each kind of layer the model has."""
+    kinds = (("dense",) if cfg.dense_layers else ()) + ("moe",)
+    return [c for kind in kinds for c in layer_dp_collectives(cfg, costs, kind)]
 
 
 def parameters(cfg: ScaleConfig, costs: MoECosts) -> dict:
-    """The model's parameters from the programs' weights (t = 1: a device holds whole layers; the routed part
-    ``E / ep`` experts, so ``x ep``), the untied embedding (``vocab x hidden``) added; and those one token uses
-    (``top_k`` of the ``E`` routed experts)."""
-    sp, d = costs.split(cfg), costs.dense
-    experts = sp["expert_elems"] * cfg.ep  # every expert of a layer
-    shared = cfg.dense_layers * (d.weight_elems if d else 0) + (cfg.layers - cfg.dense_layers) * (
-        costs.base.weight_elems + sp["router_elems"]) + costs.head.weight_elems + cfg.vocab * cfg.hidden
+    """The model's parameters from the programs' weights (a device holds ``1/t`` of a layer but its norms and
+    its row-parallel biases, ``6 h``, which every tensor rank holds; the routed part ``E / ep`` experts at
+    ``1/etp`` of their width, so ``x ep x etp``), the untied embedding (``vocab x hidden``) added; and those one
+    token uses (``top_k`` of the ``E`` routed experts)."""
+    sp, d, t, h = costs.split(cfg), costs.dense, cfg.t, cfg.hidden
+    experts = sp["expert_elems"] * cfg.ep * cfg.etp  # every expert of a layer
+
+    def whole(elems: int, replicated: int) -> int:
+        return t * elems - (t - 1) * replicated
+
+    shared = cfg.dense_layers * (whole(d.weight_elems, 6 * h) if d else 0) + (cfg.layers - cfg.dense_layers) * (
+        whole(costs.base.weight_elems, 6 * h) + sp["router_elems"]) + t * costs.head.weight_elems + (
+        cfg.vocab * h)
     moe_n = cfg.layers - cfg.dense_layers
     return {"params_total": shared + moe_n * experts, "params_active": shared + moe_n * experts * cfg.top_k
             // cfg.experts}
@@ -256,20 +241,19 @@ def moe_memory(cfg: ScaleConfig, costs: MoECosts, capacity=None, stage: int = 0)
     each beside them, ``total``, and ``fits`` where ``capacity`` is given."""
     dense, moe = stage_kinds(cfg)[stage]
     sp, d, b = costs.split(cfg), costs.dense, costs.base
-    held = min(cfg.p - stage, cfg.micro_batches)
-    dense_elems = dense * (d.weight_elems if d else 0) + moe * (b.weight_elems + sp["router_elems"])
-    dense_w = dense * (d.weight_bytes if d else 0) + moe * (b.weight_bytes + sp["router_bytes"])
+    held = held_layer_microbatches(cfg, stage) / (dense + moe)  # per layer of the stage (1F1B: min(p - s, m))
     dense_opt = dense * (d.master_bytes + d.moment_bytes if d else 0) + moe * (
         b.master_bytes + b.moment_bytes + sp["router_opt"])
     # full recompute keeps the layer's input only (the base's): the routed part's inputs are remade from it
     routed = 0 if cfg.recompute == "full" else costs.experts.activation_bytes
     act = dense * (d.activation_bytes if d else 0) + moe * (b.activation_bytes + routed)
-    ew, eg = moe * sp["expert_bytes"], 4 * moe * sp["expert_elems"]
+    state = sharded_state(cfg, costs, dense, moe)
     eo = moe * sp["expert_opt"] // expert_shard_degree(cfg)
-    out = {"weights": dense_w + ew, "gradients": 4 * dense_elems + eg,
-           "optimizer_state": dense_opt // cfg.shard_degree + eo, "activations": held * act}
+    out = {"weights": state["weights"], "gradients": state["gradients"],
+           "optimizer_state": dense_opt // cfg.shard_degree + eo, "activations": int(held * act)}
     out["total"] = sum(out[k] for k in CATEGORIES)
-    out.update(expert_weights=ew, expert_gradients=eg, expert_optimizer_state=eo)
+    out.update(expert_weights=state["expert_weights"], expert_gradients=state["expert_gradients"],
+               expert_optimizer_state=eo)
     if capacity:
         out["capacity"] = int(capacity)
         out["fits"] = out["total"] <= capacity
@@ -292,8 +276,10 @@ def moe_facts(p) -> list[str]:
     the experts' part, and every collective of the step."""
     cfg, c, m, it = p.cfg, p.iteration.counts, p.memory, p.iteration
     gib, sp = 2 ** 30, p.moe.split(cfg)
-    a2a = a2a_collectives(cfg)
+    a2a = [r for r in a2a_collectives(cfg) if r.kind == "all_to_all"]
     tier = c["ep_tier"]
+    etp = (f" (and {2 * (3 if cfg.recompute == 'full' else 2)} all_gather / reduce_scatter of {cfg.etp} x S over the "
+           f"{cfg.etp} expert tensor-parallel ranks, in the bytes below)" if cfg.etp > 1 else "")
     routing = (f"capacity factor {cfg.capacity_factor} (padded)" if cfg.capacity_factor
                else f"dropless, imbalance {cfg.expert_imbalance}" + (" (balanced)" if cfg.expert_imbalance == 1 else ""))
     lines = [
@@ -303,10 +289,13 @@ def moe_facts(p) -> list[str]:
         "weights, the embedding added)",
         f"experts: {cfg.experts} routed (top-{cfg.top_k}, {cfg.expert_ffn} wide) + {cfg.shared_experts} shared, "
         f"{cfg.layers - cfg.dense_layers} MoE layers after {cfg.dense_layers} dense; EP {cfg.ep} ({local_experts(cfg)} "
-        f"experts per GPU), expert-data-parallel {cfg.cp * cfg.d // cfg.ep}; {routing}; {c['expert_rows']:,} rows per "
-        f"local expert per micro-batch ({c['tokens']:,} tokens x top-{cfg.top_k} / {local_experts(cfg)} at balance)",
+        f"experts per GPU), expert TP {cfg.etp}, expert-data-parallel {expert_dp(cfg)}; {routing}; "
+        f"{c['expert_rows']:,} rows per "
+        f"local expert per micro-batch ({c['tokens']:,} tokens x top-{cfg.top_k}"
+        f"{f' x {cfg.etp} expert TP ranks' if cfg.etp > 1 else ''} / {local_experts(cfg)} at balance)",
         f"all_to_all per MoE layer and micro-batch: {len(a2a)} of S = {a2a[0].nbytes if a2a else 0:,} bytes over "
-        f"{cfg.ep} ranks ({tier}), {c['ep_bytes_per_layer']:,} bytes sent per GPU; per step {c['ep_bytes']:,} bytes "
+        f"{cfg.ep} ranks ({tier}){etp}, {c['ep_bytes_per_layer']:,} bytes sent per GPU; per step "
+        f"{c['ep_bytes']:,} bytes "
         f"per GPU of the stage with the most MoE layers; {c['ep_total_s']:.4g} s, "
         + (f"{it.ep_comm:.4g} s of it exposed (overlapped with another micro-batch's compute)" if cfg.ep_overlap
            else "not overlapped"),
@@ -329,4 +318,4 @@ def moe_facts(p) -> list[str]:
 
 
 __all__ = ["MoECosts", "moe_costs", "moe_compose", "moe_memory", "moe_plan", "a2a_collectives", "dp_collectives",
-           "ep_groups", "expert_dp_groups", "moe_flops_formula", "local_experts"]
+           "layer_dp_collectives", "ep_groups", "expert_dp", "expert_dp_groups", "moe_flops_formula", "local_experts"]

@@ -11,8 +11,9 @@ from dataclasses import replace
 import jax
 import jax.numpy as jnp
 
+from .layer import master_shapes, master_update
+
 scope = jax.named_scope
-F32 = jnp.float32
 
 
 def _to_heads(z, n: int):
@@ -120,10 +121,7 @@ def step_fn(cfg):
         with scope("layer"):
             y, vjp = jax.vjp(pair, params, x, cap, t_mod)
             gp, dx, dcap, dmod = vjp(dy)
-        g32 = jax.tree_util.tree_map(lambda g: g.astype(F32), gp)
-        updates, opt_state = tx.update(g32, opt_state, master)
-        master = jax.tree_util.tree_map(lambda m, u: m + u, master, updates)
-        params = jax.tree_util.tree_map(lambda m, p: m.astype(p.dtype), master, params)
+        params, master, opt_state = master_update(tx, gp, params, master, opt_state)
         return params, master, opt_state, y, dx, dcap, dmod
 
     step.__name__ = step.__qualname__ = "layer_step"
@@ -134,8 +132,7 @@ def lower_pair(cfg, locations: bool = True) -> str:
     """StableHLO text of the per-device block pair's step (shapes only: nothing is allocated)."""
     step, tx = step_fn(cfg)
     params = pair_param_shapes(cfg)
-    master = jax.tree_util.tree_map(lambda s: jax.ShapeDtypeStruct(s.shape, F32), params)
-    opt_state = jax.eval_shape(tx.init, master)
+    master, opt_state = master_shapes(tx, params)
     dt, b = jnp.dtype(cfg.dtype), cfg.micro_batch
     x = jax.ShapeDtypeStruct((b, cfg.local_seq, cfg.hidden), dt)
     cap = jax.ShapeDtypeStruct((b, cfg.caption_tokens, cfg.hidden), dt)
