@@ -252,7 +252,7 @@ def _attention_preset(rows, producers, attention: str, sdpa: str, hw: Hardware) 
     if attention == "unfused":
         return {}, set(), []
     from .attention import find_attention, find_attention_backward
-    from .sdpa import resolve
+    from .sdpa import backward_backend, resolve
 
     forward = find_attention(rows, producers)
     backward, onchip = find_attention_backward(rows, producers, forward)
@@ -260,20 +260,7 @@ def _attention_preset(rows, producers, attention: str, sdpa: str, hw: Hardware) 
     for g, att in enumerate(forward + backward):
         preset.update((i, g) for i in att.members)
     backends = [resolve(rows, att, sdpa, hw) for att in forward]
-    return preset, onchip, backends + [_backward_backend(rows, forward, backends, att) for att in backward]
-
-
-def _backward_backend(rows, forward, backends, att) -> str:
-    """The SDPA backend of a backward kernel: its forward's (PyTorch runs an SDPA call's backward with the
-    backend of its forward: flash's backward is FlashAttention-2's), the forward found by its score shape."""
-    from .attention import trails
-
-    for fwd, backend in zip(forward, backends):
-        score = tuple(rows[fwd.qk].result.shape) if hasattr(rows[fwd.qk].result, "shape") else ()
-        if score and any(trails(t, {score}) for i in att.members
-                         for t in (*rows[i].operands, rows[i].result) if hasattr(t, "shape")):
-            return backend
-    return ""
+    return preset, onchip, backends + [backward_backend(rows, forward, backends, att) for att in backward]
 
 
 def inductor(analysis, hw: Hardware, times: list[OpTime] | None = None, producers: list | None = None,
