@@ -1,6 +1,7 @@
-"""The Inductor execution model on a training step: torch.compile compiles it as two graphs (AOTAutograd's forward
-and backward: nothing fuses across them) with the optimizer's step left eager. Expected figures from the phases
-the walk records and from the eager model's kernels."""
+"""PyTorch's execution models on what the program around the kernels decides: a training step compiled by
+torch.compile as two graphs (AOTAutograd's forward and backward: nothing fuses across them) with the optimizer's
+step left eager; and PyTorch's default float32 math (cuDNN convolutions on TF32 tensor cores, matmuls in f32)
+in both eager and Inductor. Expected figures from the phases the walk records and from closed forms."""
 from __future__ import annotations
 
 import dataclasses
@@ -9,10 +10,12 @@ import math
 import jax
 import jax.numpy as jnp
 import pytest
+from jax import lax
 
 from helpers import lowered
 from mhlo_cost.analysis import AnalysisOptions, analyze
 from mhlo_cost.machines.hardware import get_profile
+from mhlo_cost.roofline import Roofline
 from mhlo_cost.roofline.eager import eager
 from mhlo_cost.roofline.inductor import GRAPHS, inductor
 
@@ -71,3 +74,28 @@ def test_the_optimizer_step_runs_as_eager_pytorch_runs_it(step):
 def test_inference_program_is_one_graph():
     a = analyze(lowered(lambda x: jnp.tanh(x) * 2.0, ((N, C), jnp.float32)), AnalysisOptions(phases=True))
     assert len(inductor(a, H100).kernels) == 1
+
+
+NB, CI, CO, HW, KS = 8, 64, 128, 28, 3
+
+
+def _conv(x, w):
+    return lax.conv_general_dilated(x, w, (1, 1), "VALID", dimension_numbers=("NCHW", "OIHW", "NCHW"))
+
+
+@pytest.mark.parametrize("execution", ["eager", "inductor"])
+def test_f32_convolution_runs_on_tf32_tensor_cores_matmul_in_f32(execution):
+    conv = analyze(lowered(_conv, ((NB, CI, HW, HW), jnp.float32), ((CO, CI, KS, KS), jnp.float32)),
+                   AnalysisOptions(dataflow=True))
+    out = HW - KS + 1  # VALID padding: every tap of every output reads the input
+    flops = 2 * NB * CO * out * out * CI * KS * KS
+    tf32, f32 = H100.matrix_flops["tf32"], H100.vector_peak("f32")
+    k = next(k for k in Roofline(conv, H100, execution=execution).fusion.kernels if k.has_dot)
+    assert k.compute_s == pytest.approx(flops / tf32, rel=1e-12)
+    # the XLA-like compiled model keeps the profile's rule (f32 on the CUDA cores)
+    k = next(k for k in Roofline(conv, H100, execution="compiled").fusion.kernels if k.has_dot)
+    assert k.compute_s == pytest.approx(flops / f32, rel=1e-12)
+    mm = analyze(lowered(lambda a, b: a @ b, ((N, C), jnp.float32), ((C, C), jnp.float32)),
+                 AnalysisOptions(dataflow=True))
+    k = next(k for k in Roofline(mm, H100, execution=execution).fusion.kernels if k.has_dot)
+    assert k.compute_s == pytest.approx(2 * N * C * C / f32, rel=1e-12)

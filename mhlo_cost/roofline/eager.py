@@ -11,10 +11,11 @@ consecutive in program order and of one multiplicity, into one kernel:
   the program calls it (:mod:`.sdpa`: one call site for both products): on the backend ``--sdpa`` names, or
   PyTorch's own choice (``flash`` where the dtype and head dim allow, else ``mem_efficient``); its scores never
   leave the chip (:func:`.attention.find_attention` finds it), and in a training program its backward is that
-  backend's one backward kernel (:func:`sdpa_backward`), not the ops autograd would run for it written out. On the ``math`` backend the call is the kernels
-  PyTorch's math path runs. An attention written out (``q @ k^T``, softmax, ``@ v``) is the calls it was
-  written as, its scores and probabilities stored (a program lowered from JAX makes no torch call: its
-  attentions are taken as SDPA calls);
+  backend's one backward kernel (:func:`sdpa_backward`), not the ops autograd would run for it written out. On
+  the ``math`` backend the call is the kernels PyTorch's math path runs. An attention written out (``q @ k^T``,
+  softmax, ``@ v``) is the calls it was written as, its scores and probabilities stored (a program lowered from
+  JAX makes no torch call: its attentions are taken as SDPA calls);
+* an f32 convolution runs on TF32 tensor cores, a matmul in f32 (PyTorch's defaults: :mod:`.torch_math`);
 * any other call is one kernel: it reads its inputs once and writes what others read (:class:`.kernel_io.KernelIO`),
   and pays the profile's kernel launch overhead; the host dispatches each framework op (views included) in
   :func:`dispatch_overhead` seconds, so a kernel takes at least its calls' dispatch time (a small kernel is
@@ -36,6 +37,7 @@ from .band import masks_of
 from .fusion import Fusion, Kernel, data_flow
 from .kernel_io import KernelIO, share_time
 from .optime import OpTime, op_time
+from .torch_math import torch_times
 from .two_pass import second_pass_bytes
 from .sdpa import (BACKEND_LIBRARY, FLASH_DTYPES, FLASH_MAX_HEAD_DIM, SDPA_BACKENDS, WRITTEN_ATTENTION,  # noqa: F401
                    BackendError, backward_owner, is_sdpa_call, math_pieces, notes, resolve, written_default)
@@ -241,6 +243,7 @@ def eager(analysis, hw: Hardware, times: list[OpTime] | None = None, producers: 
         written = written_default(rows)
     if times is None:
         times = [op_time(r, hw) for r in rows]
+    times = torch_times(rows, times, hw)
     n = len(rows)
     role = ["alone"] * n
     row_kernel: list[int | None] = [None] * n

@@ -17,8 +17,9 @@ order:
   mean and variance, softmax's max and sum: one kernel). A reduction of another shape starts a kernel: that is
   where a reduction splits a kernel. A kernel holds at most :data:`MAX_FUSION_SIZE` ops (``max_fusion_size``);
 * a dot or convolution is a library call (cuBLAS / cuDNN, an extern kernel: Inductor's default without
-  ``max_autotune``): nothing fuses into it but the bias of ``addmm`` (an add of a broadcast of a smaller operand)
-  and the cast to its output dtype;
+  ``max_autotune``; an f32 convolution on TF32 tensor cores, PyTorch's default: :mod:`.torch_math`): nothing
+  fuses into it but the bias of ``addmm`` (an add of a broadcast of a smaller operand) and the cast to its
+  output dtype;
   its other consumers are Triton kernels of their own;
 * attention written out (``q @ k^T``, softmax, ``@ v``) is rewritten by Inductor's SDPA patterns
   (``fx_passes/fuse_attention.py``) into one ``scaled_dot_product_attention`` kernel (``attention="fused"``,
@@ -50,6 +51,7 @@ from .band import masks_of
 from .fusion import Fusion, Grouper, Kernel, grouping_inputs
 from .kernel_io import KernelIO, share_time
 from .optime import OpTime
+from .torch_math import torch_times
 
 #: Inductor's ``config.max_fusion_size``: the most nodes one fused kernel holds.
 MAX_FUSION_SIZE = 64
@@ -285,6 +287,7 @@ def inductor(analysis, hw: Hardware, times: list[OpTime] | None = None, producer
     if optimizer not in OPTIMIZER_MODES:
         raise ValueError(f"unknown optimizer mode {optimizer!r}: choose one of {', '.join(OPTIMIZER_MODES)}")
     rows, producers, times = grouping_inputs(analysis, hw, times, producers, attention, "inductor()")
+    times = torch_times(rows, times, hw)
     preset, onchip, backends = _attention_preset(rows, producers, attention, sdpa, hw)
     graph = graphs_of(analysis)
     kept = _eager_optimizer(analysis, hw, times, graph, sdpa) if optimizer == "eager" else []
