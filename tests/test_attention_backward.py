@@ -62,3 +62,11 @@ def test_backward_is_one_compute_bound_flash_kernel_of_2_5x_the_forward_flops(pr
     scores = B * H * S * S * 2
     assert fwd.bytes_read + fwd.bytes_written < scores  # the forward saves no probabilities for the backward
     assert bwd.bytes_read + bwd.bytes_written < scores  # the scores (and probabilities) never reach HBM
+
+
+def test_eager_math_backend_backward_is_the_ops_autograd_runs(program):
+    """On the math backend the SDPA call is its ops, and so is its backward: no library kernel, the probabilities
+    written to HBM (B x H x S x S, bf16) by the forward and read by the backward."""
+    rf = Roofline(program, get_profile("h100"), execution="eager", sdpa="math")
+    assert not any(k.attention for k in rf.fusion.kernels)
+    assert max(k.bytes_written for k in rf.fusion.kernels) >= B * H * S * S * 2
