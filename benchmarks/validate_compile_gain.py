@@ -3,7 +3,9 @@
 
 For each pair: lower the program at one and two layers (the depth a pair measured, for STDiT3), price it as
 PyTorch eager runs it (``--execution eager``) and as Inductor compiles it (``--execution inductor``; CUDA graphs
-where the pair's mode replays them: reduce-overhead, max-autotune), scale both to the pair's layer count
+where the pair's mode replays them: reduce-overhead, max-autotune; a training step with its phases recorded, so
+that Inductor compiles its forward and backward as two graphs and leaves the optimizer eager), scale both to the
+pair's layer count
 (``t(L) = t(1) + (L - 1) (t(2) - t(1))``) and print the predicted gain beside the measured one, their ratio, and
 whether the prediction is on the measured side of 1 (faster or slower compiled). The last line says how many
 predicted gains are within 15% of the measured ones and how many are on their direction. Nothing here is
@@ -94,8 +96,8 @@ def _times(text: str, hw, p: dict) -> tuple[float, float]:
     from mhlo_cost.analysis import AnalysisOptions, analyze
     from mhlo_cost.roofline import Roofline
 
-    a = analyze(text, AnalysisOptions(dataflow=True))
-    rf = Roofline(a, hw, execution="inductor", cudagraphs=p["mode"] in GRAPHS, sdpa=p.get("sdpa", "flash"))
+    a = analyze(text, AnalysisOptions(dataflow=True, phases=p["kind"] == "train"))  # a training step's graphs
+    rf = Roofline(a, hw, execution="inductor", cudagraphs=p["mode"] in GRAPHS, sdpa=p.get("sdpa", "auto"))
     tot = rf.totals()
     return tot["est_time_eager_overlap_s"], tot["est_time_fused_overlap_s"]
 

@@ -1,4 +1,4 @@
-"""A training program's attention backward in the compiled (and Inductor) estimate: one flash-attention backward
+"""A training program's attention backward in the compiled, Inductor and eager estimates: one flash-attention backward
 kernel (FlashAttention-2/3's algorithm: dV, dP, dQ, dK and the score product recomputed from Q, K, five products
 of the score's size where the forward has two: 2.5x its FLOPs), compute-bound at the library's backward
 fraction, the B x H x S x S scores never written."""
@@ -34,10 +34,11 @@ def program():
 
 
 # The h100 profile's attention table gives each library's forward and backward fraction of the bf16 peak and its
-# ramp (key tiles of 128); the compiled estimate runs the profile's default library (FA3), Inductor torch's flash
-# SDPA backend (FA2). The exposed exponentials (``exp_exposed``) are set to 0 here so that the kernel's time is its
+# ramp (key tiles of 128); the compiled estimate runs the profile's default library (FA3), Inductor and eager torch's
+# flash SDPA backend (FA2: eager PyTorch runs an SDPA call's backward as its backend's one backward kernel, not the
+# ops autograd would run for the attention written out). The exposed exponentials (``exp_exposed``) are set to 0 here so that the kernel's time is its
 # products' alone: 5 products of the score's size for the backward, 2 for the forward.
-@pytest.mark.parametrize("execution, library", [("compiled", "fa3"), ("inductor", "fa2")])
+@pytest.mark.parametrize("execution, library", [("compiled", "fa3"), ("inductor", "fa2"), ("eager", "fa2")])
 def test_backward_is_one_compute_bound_flash_kernel_of_2_5x_the_forward_flops(program, execution, library):
     h100 = get_profile("h100")
     libs = tuple((name, dataclasses.replace(lib, exp_exposed=0.0)) for name, lib in h100.attention.libraries)
@@ -59,4 +60,13 @@ def test_backward_is_one_compute_bound_flash_kernel_of_2_5x_the_forward_flops(pr
     assert bwd.compute_s > bwd.memory_s  # compute-bound, not a memory-bound kernel
     assert fwd.compute_s == pytest.approx(2 * one / (989.4e12 * e.forward * ramp), rel=1e-9)
     scores = B * H * S * S * 2
+    assert fwd.bytes_read + fwd.bytes_written < scores  # the forward saves no probabilities for the backward
     assert bwd.bytes_read + bwd.bytes_written < scores  # the scores (and probabilities) never reach HBM
+
+
+def test_eager_math_backend_backward_is_the_ops_autograd_runs(program):
+    """On the math backend the SDPA call is its ops, and so is its backward: no library kernel, the probabilities
+    written to HBM (B x H x S x S, bf16) by the forward and read by the backward."""
+    rf = Roofline(program, get_profile("h100"), execution="eager", sdpa="math")
+    assert not any(k.attention for k in rf.fusion.kernels)
+    assert max(k.bytes_written for k in rf.fusion.kernels) >= B * H * S * S * 2

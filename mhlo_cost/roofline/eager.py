@@ -10,10 +10,12 @@ consecutive in program order and of one multiplicity, into one kernel:
 * an attention is the library kernel the framework dispatches ``scaled_dot_product_attention`` to only where
   the program calls it (:mod:`.sdpa`: one call site for both products): on the backend ``--sdpa`` names, or
   PyTorch's own choice (``flash`` where the dtype and head dim allow, else ``mem_efficient``); its scores never
-  leave the chip (:func:`.attention.find_attention` finds it). On the ``math`` backend the call is the kernels
-  PyTorch's math path runs. An attention written out (``q @ k^T``, softmax, ``@ v``) is the calls it was
-  written as, its scores and probabilities stored (a program lowered from JAX makes no torch call: its
-  attentions are taken as SDPA calls);
+  leave the chip (:func:`.attention.find_attention` finds it), and in a training program its backward is that
+  backend's one backward kernel (:func:`sdpa_backward`), not the ops autograd would run for it written out. On
+  the ``math`` backend the call is the kernels PyTorch's math path runs. An attention written out (``q @ k^T``,
+  softmax, ``@ v``) is the calls it was written as, its scores and probabilities stored (a program lowered from
+  JAX makes no torch call: its attentions are taken as SDPA calls);
+* an f32 convolution runs on TF32 tensor cores, a matmul in f32 (PyTorch's defaults: :mod:`.torch_math`);
 * any other call is one kernel: it reads its inputs once and writes what others read (:class:`.kernel_io.KernelIO`),
   and pays the profile's kernel launch overhead; the host dispatches each framework op (views included) in
   :func:`dispatch_overhead` seconds, so a kernel takes at least its calls' dispatch time (a small kernel is
@@ -35,9 +37,10 @@ from .band import masks_of
 from .fusion import Fusion, Kernel, data_flow
 from .kernel_io import KernelIO, share_time
 from .optime import OpTime, op_time
+from .torch_math import torch_times
 from .two_pass import second_pass_bytes
 from .sdpa import (BACKEND_LIBRARY, FLASH_DTYPES, FLASH_MAX_HEAD_DIM, SDPA_BACKENDS, WRITTEN_ATTENTION,  # noqa: F401
-                   BackendError, is_sdpa_call, math_pieces, notes, resolve, written_default)
+                   BackendError, backward_owner, is_sdpa_call, math_pieces, notes, resolve, written_default)
 
 #: Ops a framework runs as views of their operand's storage (no kernel).
 VIEW_OPS = frozenset({"reshape", "bitcast", "transpose", "broadcast_in_dim", "broadcast", "slice", "constant"})
@@ -240,13 +243,14 @@ def eager(analysis, hw: Hardware, times: list[OpTime] | None = None, producers: 
         written = written_default(rows)
     if times is None:
         times = [op_time(r, hw) for r in rows]
+    times = torch_times(rows, times, hw)
     n = len(rows)
     role = ["alone"] * n
     row_kernel: list[int | None] = [None] * n
-    kernels, note = _attention_kernels(rows, producers, hw, sdpa, written, role, row_kernel)
+    kernels, note, onchip = _attention_kernels(rows, producers, hw, sdpa, written, role, row_kernel)
     preset = {i for k in kernels for i in k.members}
     calls = _call_kernels(rows, producers, times, preset, role, row_kernel, kernels)
-    io = KernelIO(rows, producers, times, role, masks=masks_of(analysis))
+    io = KernelIO(rows, producers, times, role, onchip, masks=masks_of(analysis))
     for k in kernels:
         _measure(k, io, rows, producers, role, times, hw)
     _host_times(kernels, calls, dispatch_overhead(hw))
@@ -255,14 +259,16 @@ def eager(analysis, hw: Hardware, times: list[OpTime] | None = None, producers: 
 
 def _attention_kernels(rows, producers, hw, sdpa: str, written: str, role: list, row_kernel: list) -> tuple:
     """The kernels of the SDPA calls (one per call; on the math backend the kernels PyTorch's math path runs,
-    :func:`.sdpa.math_pieces`), in program order of their first member; their rows' ``role`` and
-    ``row_kernel`` set; and the note (:func:`.sdpa.notes`)."""
+    :func:`.sdpa.math_pieces`) and of their backward (:func:`sdpa_backward`), in program order of their first
+    member; their rows' ``role`` and ``row_kernel`` set; the note (:func:`.sdpa.notes`) and the score shapes the
+    library kernels keep on chip."""
     from .attention import find_attention
 
     found = find_attention(rows, producers)
     calls = found if written == "sdpa" else [att for att in found if is_sdpa_call(rows, att)]
     backends = [resolve(rows, att, sdpa, hw) for att in calls]
-    pieces: list[tuple[list[int], str]] = []
+    calls, backward, onchip = sdpa_backward(rows, producers, found, calls, backends)
+    pieces: list[tuple[list[int], str]] = [(sorted(att.members), b) for att, b in backward]
     for att, b in zip(calls, backends):
         if b == "math":
             pieces += [(p, b) for p in math_pieces(rows, att)]
@@ -276,7 +282,27 @@ def _attention_kernels(rows, producers, hw, sdpa: str, written: str, role: list,
                                    library=BACKEND_LIBRARY.get(b, "") if whole else ""))
         for i in members:
             row_kernel[i], role[i] = len(kernels) - 1, "kernel"
-    return kernels, notes(backends, hw, written, sum(not is_sdpa_call(rows, att) for att in found))
+    return kernels, notes(backends, hw, written, sum(not is_sdpa_call(rows, att) for att in found)), onchip
+
+
+def sdpa_backward(rows, producers, found: list, calls: list, backends: list[str]) -> tuple[list, list, set]:
+    """The backward of the SDPA calls a library backend runs (a training program): PyTorch's SDPA autograd runs
+    that backend's own backward kernel (flash: FlashAttention-2's, from Q, K, V, the output and the row
+    statistics; it recomputes the probabilities), one kernel per call and never the scores through HBM
+    (:func:`.attention.find_attention_backward`, given every attention ``found`` so that none is taken for
+    another's backward); an attention written out, or a call on the math backend, is differentiated op by op
+    (its backward stays the kernels autograd runs). Returns the calls (with the rows that save their
+    statistics), each library backward with its forward's backend, and the score shapes kept on chip."""
+    from .attention import find_attention_backward
+
+    if all(b == "math" for b in backends):
+        return calls, [], set()
+    forward = list(found)
+    backward, onchip = find_attention_backward(rows, producers, forward)  # (extends ``forward``'s members)
+    index = {id(att): n for n, att in enumerate(found)}
+    backend = {index[id(att)]: b for att, b in zip(calls, backends)}
+    pairs = [(att, backend.get(backward_owner(rows, forward, att), "math")) for att in backward]
+    return [forward[index[id(att)]] for att in calls], [(a, b) for a, b in pairs if b != "math"], onchip
 
 
 def _call_kernels(rows, producers, times, preset: set, role: list, row_kernel: list, kernels: list) -> list:

@@ -17,8 +17,9 @@ order:
   mean and variance, softmax's max and sum: one kernel). A reduction of another shape starts a kernel: that is
   where a reduction splits a kernel. A kernel holds at most :data:`MAX_FUSION_SIZE` ops (``max_fusion_size``);
 * a dot or convolution is a library call (cuBLAS / cuDNN, an extern kernel: Inductor's default without
-  ``max_autotune``): nothing fuses into it but the bias of ``addmm`` (an add of a broadcast of a smaller operand)
-  and the cast to its output dtype;
+  ``max_autotune``; an f32 convolution on TF32 tensor cores, PyTorch's default: :mod:`.torch_math`): nothing
+  fuses into it but the bias of ``addmm`` (an add of a broadcast of a smaller operand) and the cast to its
+  output dtype;
   its other consumers are Triton kernels of their own;
 * attention written out (``q @ k^T``, softmax, ``@ v``) is rewritten by Inductor's SDPA patterns
   (``fx_passes/fuse_attention.py``) into one ``scaled_dot_product_attention`` kernel (``attention="fused"``,
@@ -28,6 +29,11 @@ order:
   Inductor's Python wrapper (:data:`LAUNCH_S`): a kernel takes at least that. With CUDA graphs
   (``cudagraphs=True``: ``mode="reduce-overhead"``) the host launches one graph per step and the kernels follow
   each other at :data:`GRAPH_GAP_S`.
+
+* a training step (its phases recorded: :attr:`~mhlo_cost.analysis.Analysis.phases`) is the graphs AOTAutograd
+  partitions it into (:data:`GRAPHS`): the forward, and the backward with what it recomputes; nothing fuses
+  across them. The optimizer's step is not part of a compiled model: it runs as eager PyTorch runs it
+  (:func:`_eager_optimizer`), unless ``optimizer="compiled"`` (a graph of its own).
 
 Collectives and unknown ops stay alone, as in :mod:`.fusion`. What the model does not see: horizontal fusion of
 siblings that share no producer-consumer edge (two reductions of one input are caught only through a chain),
@@ -45,6 +51,7 @@ from .band import masks_of
 from .fusion import Fusion, Grouper, Kernel, grouping_inputs
 from .kernel_io import KernelIO, share_time
 from .optime import OpTime
+from .torch_math import torch_times
 
 #: Inductor's ``config.max_fusion_size``: the most nodes one fused kernel holds.
 MAX_FUSION_SIZE = 64
@@ -53,6 +60,8 @@ MAX_FUSION_SIZE = 64
 LAUNCH_S = 4e-6
 #: ESTIMATE: the gap between back-to-back kernels replayed from a CUDA graph (no host launch): about 1 us.
 GRAPH_GAP_S = 1e-6
+#: How a training step's optimizer runs beside the compiled model (:func:`inductor`).
+OPTIMIZER_MODES = ("eager", "compiled")
 #: Ops Inductor turns into index arithmetic of their readers (no loop of their own).
 VIEWS = frozenset({"reshape", "bitcast", "transpose", "broadcast_in_dim", "broadcast", "slice", "constant"})
 #: Ops that are loops of their own but fuse as pointwise loops over their result (copies, casts, indexing).
@@ -117,9 +126,11 @@ def _epilogue(rows, producers, role, i: int) -> bool:
 class _InductorGrouper(Grouper):
     """The grouping of :func:`inductor`: the placement of :class:`.fusion.Grouper` with Inductor's rules."""
 
-    def __init__(self, *a, inline: set | None = None, **kw):
+    def __init__(self, *a, inline: set | None = None, graph: list | None = None, skip: set | None = None, **kw):
         super().__init__(*a, **kw)
         self.inline = inline or set()
+        self.graph = graph  # each row's graph (:func:`graphs_of`; None: one graph)
+        self.skip = skip or set()  # rows another model runs (the optimizer's step, eager)
         self.readers: dict = {}  # a value read by a kernel (a row, or an argument's name) -> those kernels
         self.folded: set[int] = set()  # rows computed from constants only (folded at compile time)
 
@@ -159,6 +170,8 @@ class _InductorGrouper(Grouper):
             kern = self.kernels[k]
             if kern.closed or kern.multiplicity != r.multiplicity or len(kern.members) >= MAX_FUSION_SIZE:
                 continue
+            if self.graph is not None and self.graph[kern.head] != self.graph[i]:
+                continue  # another graph (AOTAutograd's forward / backward): compiled apart
             if kern.extern:
                 if not (kern.has_dot and len(kern.members) < 3 and _epilogue(self.rows, self.producers, self.role,
                                                                             i)):
@@ -200,7 +213,7 @@ class _InductorGrouper(Grouper):
     def place(self, i: int) -> None:
         r, t = self.rows[i], self.times[i]
         name = short_name(r.op)
-        if r.kind in ("collective", "unknown"):
+        if r.kind in ("collective", "unknown") or i in self.skip:
             return
         if i in self.preset:
             self.place_preset(i)
@@ -252,7 +265,7 @@ def _attention_preset(rows, producers, attention: str, sdpa: str, hw: Hardware) 
     if attention == "unfused":
         return {}, set(), []
     from .attention import find_attention, find_attention_backward
-    from .sdpa import resolve
+    from .sdpa import backward_backend, resolve
 
     forward = find_attention(rows, producers)
     backward, onchip = find_attention_backward(rows, producers, forward)
@@ -260,30 +273,26 @@ def _attention_preset(rows, producers, attention: str, sdpa: str, hw: Hardware) 
     for g, att in enumerate(forward + backward):
         preset.update((i, g) for i in att.members)
     backends = [resolve(rows, att, sdpa, hw) for att in forward]
-    return preset, onchip, backends + [_backward_backend(rows, forward, backends, att) for att in backward]
-
-
-def _backward_backend(rows, forward, backends, att) -> str:
-    """The SDPA backend of a backward kernel: its forward's (PyTorch runs an SDPA call's backward with the
-    backend of its forward: flash's backward is FlashAttention-2's), the forward found by its score shape."""
-    from .attention import trails
-
-    for fwd, backend in zip(forward, backends):
-        score = tuple(rows[fwd.qk].result.shape) if hasattr(rows[fwd.qk].result, "shape") else ()
-        if score and any(trails(t, {score}) for i in att.members
-                         for t in (*rows[i].operands, rows[i].result) if hasattr(t, "shape")):
-            return backend
-    return ""
+    return preset, onchip, backends + [backward_backend(rows, forward, backends, att) for att in backward]
 
 
 def inductor(analysis, hw: Hardware, times: list[OpTime] | None = None, producers: list | None = None,
-             attention: str = "fused", cudagraphs: bool = False, sdpa: str = "auto") -> Fusion:
+             attention: str = "fused", cudagraphs: bool = False, sdpa: str = "auto",
+             optimizer: str = "eager") -> Fusion:
     """The kernels of ``analysis`` as Inductor compiles it (see the module docstring), timed on ``hw``;
     ``cudagraphs``: replayed from a CUDA graph (``mode="reduce-overhead"``); ``sdpa``: the SDPA backend asked
-    (``auto``: PyTorch's own choice; a backend that cannot run the attention is refused, :func:`.sdpa.resolve`)."""
+    (``auto``: PyTorch's own choice; a backend that cannot run the attention is refused, :func:`.sdpa.resolve`);
+    ``optimizer``: how a training step's optimizer runs (``eager``: :func:`_eager_optimizer`; ``compiled``: in
+    a graph of its own, as ``torch.compile(optimizer.step)``)."""
+    if optimizer not in OPTIMIZER_MODES:
+        raise ValueError(f"unknown optimizer mode {optimizer!r}: choose one of {', '.join(OPTIMIZER_MODES)}")
     rows, producers, times = grouping_inputs(analysis, hw, times, producers, attention, "inductor()")
+    times = torch_times(rows, times, hw)
     preset, onchip, backends = _attention_preset(rows, producers, attention, sdpa, hw)
-    grouper = _InductorGrouper(rows, producers, times, preset, inline=inlined(rows, producers) - set(preset))
+    graph = graphs_of(analysis)
+    kept = _eager_optimizer(analysis, hw, times, graph, sdpa) if optimizer == "eager" else []
+    grouper = _InductorGrouper(rows, producers, times, preset, inline=inlined(rows, producers) - set(preset),
+                               graph=graph, skip={i for k in kept for i in k.members})
     for i in range(len(rows)):
         grouper.place(i)
     from .eager import BACKEND_LIBRARY
@@ -296,7 +305,39 @@ def inductor(analysis, hw: Hardware, times: list[OpTime] | None = None, producer
     for k in grouper.kernels:
         io.measure(k, hw)
         launch(k, hw, cudagraphs)
-    return Fusion(grouper.kernels, grouper.row_kernel, share_time(grouper.kernels, times, len(rows)))
+    kernels = sorted(grouper.kernels + kept, key=lambda k: k.head)
+    row_kernel: list[int | None] = [None] * len(rows)
+    for n, k in enumerate(kernels):
+        for i in k.members:
+            row_kernel[i] = n
+    return Fusion(kernels, row_kernel, share_time(kernels, times, len(rows)))
+
+
+#: The graph of each training phase under ``torch.compile``: AOTAutograd traces a compiled model's forward and
+#: backward and partitions them into two graphs, compiled apart (what the backward recomputes is in its graph);
+#: the optimizer's step is not part of the model.
+GRAPHS = {"forward": 0, "backward": 1, "recompute": 1, "optimizer": 2}
+
+
+def graphs_of(analysis) -> list[int] | None:
+    """Each row's graph (:data:`GRAPHS`) in a training step whose phases were recorded, else None (one graph)."""
+    ph = getattr(analysis, "phases", None)
+    if ph is None or not ph.training:
+        return None
+    return [GRAPHS.get(p, 0) for p in ph.phase]
+
+
+def _eager_optimizer(analysis, hw: Hardware, times, graph, sdpa: str) -> list:
+    """The eager kernels of a training step's optimizer (:func:`.eager.eager`): ``torch.compile(model)`` compiles
+    the model's forward and backward; ``optimizer.step()`` runs eagerly unless it is compiled on its own
+    (torchtitan compiles each transformer block; transformers' Trainer compiles the model). The eager kernels
+    all of whose rows are the optimizer's."""
+    if graph is None or GRAPHS["optimizer"] not in graph:
+        return []
+    from .eager import eager
+
+    opt = GRAPHS["optimizer"]
+    return [k for k in eager(analysis, hw, times, sdpa=sdpa).kernels if all(graph[i] == opt for i in k.members)]
 
 
 def launch(k: InductorKernel, hw: Hardware, cudagraphs: bool) -> None:

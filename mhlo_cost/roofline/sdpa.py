@@ -24,7 +24,7 @@ call, the SDPA backend each call runs on, and the kernels of PyTorch's math back
 from __future__ import annotations
 
 from ..walk.row import short_name
-from .attention import score_head_dim
+from .attention import score_head_dim, trails
 
 #: ``--sdpa``: ``auto`` (PyTorch's choice) or one backend by name (PyTorch's SDPA backends).
 SDPA_BACKENDS = ("auto", "flash", "cudnn", "mem_efficient", "math")
@@ -107,6 +107,25 @@ def resolve(rows, att, asked: str, hw) -> str:
         raise BackendError(f"--sdpa {asked}: {why} (the attention at row {r.index}, {r.scope or 'top'}); "
                            f"choose another backend, or leave --sdpa out for PyTorch's own choice")
     return asked
+
+
+def backward_owner(rows, forward, att) -> int | None:
+    """The index in ``forward`` of the attention whose backward ``att`` is: the first whose score shape one of
+    its tensors ends in (None: none)."""
+    for n, fwd in enumerate(forward):
+        score = tuple(rows[fwd.qk].result.shape) if hasattr(rows[fwd.qk].result, "shape") else ()
+        if score and any(trails(t, {score}) for i in att.members
+                         for t in (*rows[i].operands, rows[i].result) if hasattr(t, "shape")):
+            return n
+    return None
+
+
+def backward_backend(rows, forward, backends, att) -> str:
+    """The SDPA backend of a backward kernel ``att``: its forward's (PyTorch runs an SDPA call's backward with the
+    backend of its forward: flash's backward is FlashAttention-2's), the forward found by
+    :func:`backward_owner` ("": none found)."""
+    n = backward_owner(rows, forward, att)
+    return backends[n] if n is not None else ""
 
 
 def math_pieces(rows, att) -> list[list[int]]:
