@@ -121,3 +121,13 @@ def test_cli_refuses_a_split_in_one_line(capsys, extra, what):
     assert main(["serve", *extra, "--no-cache", "-q"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("mhlo-cost: error") and what in err[0], err
+
+
+def test_a_sweeps_table_shows_the_split_only_where_there_is_one(step):
+    from mhlo_cost.studies.serve.grid import COLUMNS, table
+
+    hw = get_profile("h100")
+    assert list(table([figures(step, hw)]).columns) == list(COLUMNS)
+    df = table([figures(step, hw, split=ExpertSplit(2))])
+    assert list(df.columns[3:6]) == ["ep", "moe_imbalance", "all_to_all_bytes"]
+    assert list(df["all_to_all_bytes"]) == [B * K * HIDDEN * BF16 // 2]

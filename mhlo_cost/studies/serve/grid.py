@@ -170,4 +170,19 @@ def table(figs: list) -> "pd.DataFrame":  # noqa: F821
     for c in ("batch", "context", "tp", "kv_cache_bytes", "weight_bytes", "input_bytes", "activation_bytes",
               "memory_bytes", "max_batch"):
         df[c] = int_series(data[c])
+    return _priced_as(df, figs)
+
+
+def _priced_as(df, figs: list):
+    """The execution (where not compiled) and the expert split (where there is one) as columns after ``tp``:
+    a compiled sweep without ``--ep`` keeps its columns."""
+    from ...analysis.series import int_series
+
+    at = list(df.columns).index("tp") + 1
+    if any(f.ep > 1 for f in figs):
+        for i, c in enumerate(("ep", "moe_imbalance", "all_to_all_bytes")):
+            values = [getattr(f, c) for f in figs]
+            df.insert(at + i, c, values if c == "moe_imbalance" else int_series(values))
+    if any(f.execution != "compiled" for f in figs):
+        df.insert(at, "execution", [f.execution for f in figs])
     return df
