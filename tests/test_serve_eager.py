@@ -130,3 +130,15 @@ def test_cli_refuses_what_plain_generate_does_not_run(capsys, extra, what):
     assert main(["serve", *extra, "--execution", "eager", "--no-cache", "-q"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("mhlo-cost: error") and what in err[0], err
+
+
+def test_a_sliding_layer_is_handed_its_window_less_one():
+    # transformers' DynamicSlidingWindowLayer keeps window - 1 positions and concatenates the new one
+    window = 8
+    sets = dict(LLAMA, sliding_window=window)
+    step = lower_step(StepRequest(mode="decode", batch=B, context=CTX, hf="MistralForCausalLM", config="mistral",
+                                  overrides=tuple(sorted(sets.items())), dtype="bfloat16", cache="dynamic"))
+    grown = f"tensor<{B}x{KV}x{window}x{HD}xbf16>"
+    cats = [ops for ops, out in _concats(step.lowered.text) if out == grown]
+    assert cats == [f"tensor<{B}x{KV}x{window - 1}x{HD}xbf16>, tensor<{B}x{KV}x1x{HD}xbf16>"] * (2 * LAYERS)
+    assert step.layout.nbytes == LAYERS * 2 * window * ROW
