@@ -142,3 +142,10 @@ def test_a_sliding_layer_is_handed_its_window_less_one():
     cats = [ops for ops, out in _concats(step.lowered.text) if out == grown]
     assert cats == [f"tensor<{B}x{KV}x{window - 1}x{HD}xbf16>, tensor<{B}x{KV}x1x{HD}xbf16>"] * (2 * LAYERS)
     assert step.layout.nbytes == LAYERS * 2 * window * ROW
+
+
+def test_a_sweeps_table_says_the_execution(step):
+    from mhlo_cost.studies.serve.grid import table
+
+    df = table([figures(step, get_profile("h100"), execution="eager")])
+    assert list(df.columns[:4]) == ["batch", "context", "tp", "execution"] and list(df["execution"]) == ["eager"]
