@@ -35,6 +35,35 @@ def _ints(value: str) -> list:
     return out
 
 
+def _imbalance(value: str) -> float:
+    import argparse
+    import math
+
+    try:
+        v = float(value)
+    except ValueError:
+        v = math.nan
+    if not (math.isfinite(v) and v >= 1):
+        raise argparse.ArgumentTypeError(f"must be a finite number >= 1 (1: balanced), got {value!r}")
+    return v
+
+
+def add_eager_expert_options(g) -> None:
+    """--execution (compiled or eager: plain transformers generate), --ep and --moe-imbalance."""
+    g.add_argument("--execution", choices=("compiled", "eager"), default=None,
+                   help="compiled (default): a fusing compiler or serving stack with a static KV cache; eager: "
+                        "what plain transformers model.generate runs (--hf): one kernel per op launched from the "
+                        "host, no CUDA graphs, transformers' DynamicCache grown by concatenation every step, "
+                        "attention as the configuration's attn_implementation says; one step or a sweep, one "
+                        "device")
+    g.add_argument("--ep", type=positive_int, metavar="N",
+                   help="--hf mixture of experts: the routed experts split over N devices (E / N each), tokens "
+                        "sent to them and back by an all_to_all per MoE layer; attention over N / tp groups of "
+                        "--tp devices (default 1), each running --batch sequences")
+    g.add_argument("--moe-imbalance", type=_imbalance, metavar="F",
+                   help="with --ep: the busiest device's routed tokens over the mean (default 1.0: balanced)")
+
+
 def register(sub) -> None:
     p = sub.add_parser("serve", help="LLM inference: KV cache, time to first token, tokens/s, what fits",
                        description="Lower the prefill or a decode step of a causal LM (the bundled gpt or a "
@@ -60,6 +89,7 @@ def register(sub) -> None:
                         "profile's kernel overhead; cuda-graphs (default for a simulation): the step replayed as "
                         "one captured CUDA graph (torch.compile reduce-overhead, vLLM, TensorRT-LLM decode): no "
                         "launch per kernel")
+    add_eager_expert_options(s)
     w = p.add_argument_group("a sweep (a table; --plot)")
     w.add_argument("--batches", type=_ints, metavar="B1,B2,..", help="e.g. 1,8,32,128 (instead of --batch; a value "
                                                                       "given twice is one point)")
@@ -79,6 +109,11 @@ def register(sub) -> None:
     add_quiet(o)
     add_progress(o)
     p.set_defaults(func=cmd_serve, verbose=False)
+
+
+def _eager_cache(args) -> str:
+    """The KV cache of the step: transformers' dynamic one under --execution eager (plain generate)."""
+    return "dynamic" if getattr(args, "execution", None) == "eager" else "static"
 
 
 def step_request(args, batch: int | None, tokens: int | None):
@@ -110,7 +145,7 @@ def step_request(args, batch: int | None, tokens: int | None):
                           model=args.model, hf=args.hf,
                           config=args.config, overrides=tuple(sorted(sets.items())), dtype=dtype,
                           locations=getattr(args, "locations", True), routing=args.routing,
-                          precision=args.precision)
+                          precision=args.precision, cache=_eager_cache(args))
         req.check()
     except (FrontendError, ValueError) as e:
         raise UserError(str(e)) from None
@@ -137,11 +172,30 @@ def _check_sweep(args) -> None:
         raise UserError(f"--plot {args.plot or repr(args.plot)}: the picture's name must end in .png, .svg or .pdf")
 
 
+def _check_eager_expert(args) -> None:
+    """--execution eager and --ep: what they do not go with, in one line, before anything is lowered."""
+    from ..studies.serve.eager import check
+
+    execution = args.execution or "compiled"
+    try:
+        check(execution, hf=bool(args.hf), tp=max(args.tps or [args.tp or 1]), ep=args.ep or 1, launch=args.launch,
+              simulating=simulating(args), precision=args.precision)
+    except ValueError as e:
+        raise UserError(str(e)) from None
+    if args.ep is not None and simulating(args):
+        raise UserError("--ep prices one step or a sweep; the serving simulation runs tensor-parallel steps (--tp)")
+    if args.moe_imbalance is not None and args.ep is None:
+        raise UserError("--moe-imbalance is the busiest expert-parallel device's load: it goes with --ep N")
+    if args.ep is not None and args.model:
+        raise UserError("--ep splits the routed experts of a --hf mixture of experts; the bundled gpt has none")
+
+
 def cmd_serve(args, console) -> int:
     import os
 
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
+    _check_eager_expert(args)
     if simulating(args):
         return cmd_simulate(args, console, _profile, step_request)
     check_step(args)
@@ -162,7 +216,9 @@ def cmd_serve(args, console) -> int:
     bar = console.progress()
     study = ServeStudy(ServeOptions(req, hw, tp=args.tp or 1, launch=args.launch, batches=args.batches,
                                     contexts=args.contexts, tps=args.tps, cache=root is not None,
-                                    cache_dir=root), stage=bar.stage, note=cache_note(console))
+                                    cache_dir=root, execution=args.execution or "compiled", ep=args.ep or 1,
+                                    moe_imbalance=args.moe_imbalance or 1.0),
+                       stage=bar.stage, note=cache_note(console))
     if sweeping:
         console.say(f"sweeping {req.describe()} on {hw.name}", note=True)
     return write_view(study, bar, args, console, lambda path: sweep_plot(study.points, path, study.plot_title))

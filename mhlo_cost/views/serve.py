@@ -17,15 +17,25 @@ def _meta(what: str, line: str | None = None) -> dict:
     return {"tool": "mhlo-cost", "version": __version__, "what": what} | ({"headline": line} if line else {})
 
 
+def _sequences(f) -> int:
+    """The sequences a step runs on all its devices: the batch, in each of ``ep / tp`` attention groups."""
+    ep = getattr(f, "ep", 1)
+    return f.batch * (ep // f.tp if ep > 1 else 1)
+
+
 def step_headline(f) -> str:
     """One line: the step's time and tokens/s, the cache, the memory per device against the chip, the bound."""
     if f.step == "decode":
         time = (f"decode: {human_seconds(f.step_time_s)} per output token, {f.tokens_per_s:,.1f} tokens/s "
-                f"({f.tokens_per_s / f.batch:,.1f} per sequence)")
+                f"({f.tokens_per_s / _sequences(f):,.1f} per sequence)")
     else:
         time = f"prefill: {human_seconds(f.step_time_s)} to first token, {f.tokens_per_s:,.1f} prompt tokens/s"
     fits = "fits" if f.fits else "DOES NOT FIT"
-    on = f" on {f.hardware}" + (f" x{f.tp}" if f.tp > 1 else "") + (", one CUDA graph" if f.launch == "cuda-graphs" else "")
+    ep = getattr(f, "ep", 1)
+    on = (f" on {f.hardware}" + (f" x{f.tp}" if f.tp > 1 and ep == 1 else "")
+          + (f" x{ep} (experts over {ep}, attention tp {f.tp})" if ep > 1 else "")
+          + (", one CUDA graph" if f.launch == "cuda-graphs" else "")
+          + (", eager (plain generate)" if getattr(f, "execution", "compiled") == "eager" else ""))
     return " | ".join([time + on,
                        f"KV cache {human(f.kv_cache_bytes, 'B')}",
                        f"memory {human(f.memory_bytes, 'B')} per device of {human(f.capacity_bytes, 'B')}: {fits}",
@@ -46,12 +56,22 @@ def _precision(f) -> list[tuple[str, object]]:
     return [] if f.precision == "bf16" else [("precision", f.precision)]
 
 
+def _experts(f) -> list[tuple[str, object]]:
+    """An expert split's figures (:mod:`mhlo_cost.studies.serve.expert`), where there is one."""
+    if getattr(f, "ep", 1) <= 1:
+        return []
+    return [heading("expert parallel"), ("ep", f.ep), ("attention_groups", f.ep // f.tp),
+            ("moe_imbalance", f.moe_imbalance), ("expert_weight_bytes", f.expert_weight_bytes),
+            ("all_to_all_bytes", f.all_to_all_bytes), ("all_to_all_time_s", f.all_to_all_time_s)]
+
+
 def step_pairs(f, layout=None, moe: dict | None = None) -> list[tuple[str, object]]:
     """The figures of one step in sections: the step, a mixture of experts' routing (``moe``), KV cache, memory
     per device, time, blocks."""
     pairs = [heading("step"), ("step", f.step), ("batch", f.batch), ("context", f.context), ("tokens", f.tokens),
-             ("hardware", f.hardware), ("tp", f.tp), ("launch", f.launch), ("execution", "compiled"),
-             *_precision(f), *moe_pairs(moe), heading("KV cache")]
+             ("hardware", f.hardware), ("tp", f.tp), ("launch", f.launch),
+             ("execution", getattr(f, "execution", "compiled")), *_precision(f), *moe_pairs(moe), *_experts(f),
+             heading("KV cache")]
     if layout is not None:
         pairs.append(("kv_cache_layout", layout.describe()))
     pairs += [("kv_cache_layer_bytes", list(f.kv_cache_layer_bytes)), ("kv_cache_bytes", f.kv_cache_bytes),
@@ -66,7 +86,7 @@ def step_pairs(f, layout=None, moe: dict | None = None) -> list[tuple[str, objec
               heading("time " + ("per output token" if f.step == "decode" else "to first token")),
               ("step_time_s", f.step_time_s), ("tokens_per_s", f.tokens_per_s)]
     if f.step == "decode":
-        pairs.append(("tokens_per_s_per_sequence", f.tokens_per_s / f.batch))
+        pairs.append(("tokens_per_s_per_sequence", f.tokens_per_s / _sequences(f)))
     pairs += [("comm_time_s", f.comm_time_s), ("flops", f.flops), *f.flops_by_precision.items(),
               ("bytes_moved", f.bytes_moved), ("intensity", f.intensity), ("ridge", f.ridge), ("bound", f.bound)]
     if f.precision_note:

@@ -10,6 +10,10 @@ from dataclasses import dataclass, field
 from ..frontends import FrontendError, Lowered
 
 MODES = ("decode", "prefill")
+#: The KV caches a transformers step can hold: ``static`` (``StaticCache``, an argument updated in place: what
+#: compiled stacks run) or ``dynamic`` (``DynamicCache``, grown by concatenation: what plain ``generate`` runs;
+#: :mod:`.hf_dynamic`).
+CACHES = ("static", "dynamic")
 #: GPTConfig fields a step takes from ``--set`` (the batch is ``batch``, the dtype ``dtype``; the layers are
 #: never scanned in a step), each a positive whole number.
 GPT_FIELDS = ("vocab", "hidden", "heads", "layers", "seq", "mlp_ratio")
@@ -46,6 +50,7 @@ class StepRequest:
     locations: bool = True
     routing: str | None = None  # hf: a mixture of experts' routing assumption (None: dropless; see frontends.moe)
     precision: str | None = None  # a precision recipe (machines.precision; None: bf16, the model's dtype)
+    cache: str = "static"  # one of CACHES
     extra: dict = field(default_factory=dict, compare=False, hash=False)
 
     def check(self) -> None:
@@ -73,6 +78,23 @@ class StepRequest:
 
             Routing.parse(self.routing)
         self.recipe()
+        self._check_cache()
+
+    def _check_cache(self) -> None:
+        """A dynamic cache is transformers' (``--hf``) at the model's own widths, its prefill's cache the prompt."""
+        if self.cache not in CACHES:
+            raise FrontendError(f"unknown KV cache {self.cache!r}: choose one of {', '.join(CACHES)}")
+        if self.cache == "static":
+            return
+        if not self.hf:
+            raise FrontendError("transformers' dynamic cache (plain generate) needs a transformers model (--hf); "
+                                "the bundled gpt is a JAX model with a static cache")
+        if self.precision is not None:
+            raise FrontendError("--precision lowers the linears and cache of the static-cache step; plain generate "
+                                "with a dynamic cache is priced at the model's dtype")
+        if self.mode == "prefill" and self.context != self.tokens:
+            raise FrontendError(f"a dynamic cache holds what it has seen: a prefill of {self.tokens} tokens makes a "
+                                f"cache of {self.tokens}, not --context {self.context}")
 
     def recipe(self):
         """The step's :class:`~mhlo_cost.machines.precision.Recipe`; FrontendError for an unknown one, or one the
@@ -117,7 +139,9 @@ class StepRequest:
         dtype = self.dtype or ("the configuration's dtype (else bfloat16)" if self.hf else "bfloat16")
         routing = f", routing {self.routing}" if self.routing is not None else ""
         precision = f", precision {self.recipe().name}" if self.precision else ""
-        return f"{what}{' with ' + sets if sets else ''}: {step}, {dtype}{precision}{routing}{self._grown()}"
+        cache = ", transformers' DynamicCache (plain generate)" if self.cache == "dynamic" else ""
+        return (f"{what}{' with ' + sets if sets else ''}: {step}, {dtype}{precision}{routing}{cache}"
+                f"{self._grown()}")
 
     def _grown(self) -> str:
         """The bundled GPT's position table grown to the context, said (``--set seq=N`` sets it)."""
@@ -136,6 +160,7 @@ class StepRequest:
                "tokens": self.tokens if self.mode == "prefill" else 1, "model": self.model, "hf": self.hf,
                "config": self.config, "overrides": [list(kv) for kv in self.overrides], "dtype": self.dtype,
                "locations": self.locations, "routing": self.routing}
+        key |= {"cache": self.cache} if self.cache != "static" else {}  # (static keys unchanged)
         return key | ({"precision": self.recipe().name} if self.precision else {})  # (bf16 keys unchanged)
 
 
@@ -200,12 +225,31 @@ def _hf(req: StepRequest, info: dict):
     model = (model.to(getattr(torch, dtype)) if dtype else model).eval()
     text = model.config.get_text_config(decoder=True)
     routing = None if req.routing is None else Routing.parse(req.routing)
-    low, layout, weights = hf_steps.lower_step(model, req.mode, req.batch, req.context, req.tokens,
-                                               locations=req.locations, routing=routing, info=info,
-                                               recipe=req.recipe())
+    if req.cache == "dynamic":
+        from . import hf_dynamic
+
+        low, layout, weights = hf_dynamic.lower_step(model, req.mode, req.batch, req.context, req.tokens,
+                                                     locations=req.locations, routing=routing, info=info)
+    else:
+        low, layout, weights = hf_steps.lower_step(model, req.mode, req.batch, req.context, req.tokens,
+                                                   locations=req.locations, routing=routing, info=info,
+                                                   recipe=req.recipe())
+    experts = expert_weight_bytes(model)  # (after the lowering: at the recipe's widths)
+    if experts:
+        info["expert_weight_bytes"] = experts
     positions = getattr(text, "max_position_embeddings", None)  # none declared: rotary models without a limit
     positions = positions if isinstance(positions, int) and not isinstance(positions, bool) else None
     return low, layout, weights, text.hidden_size, text.num_hidden_layers, positions
+
+
+def expert_weight_bytes(model) -> int:
+    """Bytes of the routed experts' parameters (those under a module whose path has an ``experts`` part, not
+    ``shared_experts``): what expert parallelism splits."""
+    total = 0
+    for name, p in model.named_parameters():
+        if "experts" in name.split("."):
+            total += p.numel() * p.element_size()
+    return int(total)
 
 
 def lower_step(req: StepRequest) -> Step:

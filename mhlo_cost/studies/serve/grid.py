@@ -38,7 +38,9 @@ FIGURES = Schema("serve/figures", 2, Record({
     "intensity": AMOUNT, "ridge": AMOUNT, "bound": TEXT, "max_batch": COUNT, "max_context": Maybe(COUNT),
     "blocks": ListOf(TupleOf((TEXT, AMOUNT, TEXT))), "launch": OneOf(LAUNCHES), "input_bytes": COUNT,
     "max_context_bound": OneOf(("memory", "positions", "none"))},
-    {"precision": TEXT, "flops_by_precision": MapOf(COUNT), "precision_note": TEXT}))
+    {"precision": TEXT, "flops_by_precision": MapOf(COUNT), "precision_note": TEXT, "execution": TEXT,
+     "ep": POSITIVE, "moe_imbalance": AMOUNT, "all_to_all_bytes": COUNT, "all_to_all_time_s": AMOUNT,
+     "expert_weight_bytes": COUNT}))
 
 
 class StepCache:
@@ -66,18 +68,20 @@ class StepCache:
                        gzip.compress(step.lowered.text.encode(), mtime=0))
         return step, False
 
-    def _figures_request(self, req: StepRequest, hw, tp: int) -> dict:
-        return {"step": req.key(), "hw": hw.as_dict(), "tp": tp}
+    def _figures_request(self, req: StepRequest, hw, tp: int, how: dict | None = None) -> dict:
+        """The key of a step's figures; ``how``: the pricing beyond the compiled one-device default (the
+        execution, an expert split), absent where there is none (those keys unchanged)."""
+        return {"step": req.key(), "hw": hw.as_dict(), "tp": tp} | ({"how": how} if how else {})
 
-    def figures(self, req: StepRequest, hw, tp: int) -> Figures | None:
-        kept = self.figures_kept.get(self._figures_request(req, hw, tp))
+    def figures(self, req: StepRequest, hw, tp: int, how: dict | None = None) -> Figures | None:
+        kept = self.figures_kept.get(self._figures_request(req, hw, tp, how))
         if kept is None:
             return None
         kept["blocks"] = [tuple(b) for b in kept["blocks"]]
         return Figures(**kept)
 
-    def put(self, req: StepRequest, hw, tp: int, fig: Figures) -> None:
-        self.figures_kept.put(self._figures_request(req, hw, tp), asdict(fig))
+    def put(self, req: StepRequest, hw, tp: int, fig: Figures, how: dict | None = None) -> None:
+        self.figures_kept.put(self._figures_request(req, hw, tp, how), asdict(fig))
 
 
 def _step_of(req: StepRequest, meta: dict, blob: bytes) -> Step | None:
@@ -96,24 +100,37 @@ def _step_of(req: StepRequest, meta: dict, blob: bytes) -> Step | None:
                 req, meta["positions"])
 
 
+def pricing(execution: str = "compiled", split=None) -> dict:
+    """The ``how`` of a figures key (:meth:`StepCache.figures`): empty for the compiled step without an expert
+    split."""
+    how = {"execution": execution} if execution != "compiled" else {}
+    if split is not None and split.ep > 1:
+        how |= {"ep": split.ep, "moe_imbalance": str(split.imbalance)}
+    return how
+
+
 def sweep(base: StepRequest, batches, contexts, hw, tps=(1,), cache: StepCache | None = None,
-          stage=None, launch: str = "stream", note=None, fit: bool = True) -> list[Figures]:
+          stage=None, launch: str = "stream", note=None, fit: bool = True, execution: str = "compiled",
+          split=None) -> list[Figures]:
     """Figures of ``base`` at every batch x context x tp, in that order; kernels launched by ``launch``
     (:data:`~mhlo_cost.studies.serve.serve.LAUNCHES`). Lowered once per shape, or, where it lowers fewer, a few
     shapes lowered and the others' op tables fitted from them (:mod:`.fitted`; ``note(text)`` told where the
-    fit cannot be made and every shape is lowered; ``fit`` False: every shape lowered)."""
+    fit cannot be made and every shape is lowered; ``fit`` False: every shape lowered); priced under
+    ``execution`` (eager: every shape lowered), the experts split by ``split`` (:mod:`.expert`)."""
     from .fitted import fitted_steps
     from .serve import launched, step_study
 
     hw = launched(hw, launch)
+    how = pricing(execution, split)
     cache = cache or StepCache(None)
     stage = stage or (lambda text: None)
     found = {}
     for b in batches:
         for c in contexts:
             req = replace(base, batch=b, context=c)
-            found.update({(b, c, tp): cache.figures(req, hw, tp) for tp in tps})
+            found.update({(b, c, tp): cache.figures(req, hw, tp, how) for tp in tps})
     todo = [(b, c) for b in batches for c in contexts if any(found[b, c, tp] is None for tp in tps)]
+    fit = fit and execution == "compiled"  # (the fit is of the compiled step's kernels)
     made = fitted_steps(base, todo, hw, cache, stage, note) if todo and fit else {}
     for b, c in todo:
         req = replace(base, batch=b, context=c)
@@ -123,11 +140,12 @@ def sweep(base: StepRequest, batches, contexts, hw, tps=(1,), cache: StepCache |
             stage(f"lowering batch {b}, context {c}")
             step, _ = cache.step(req)
             stage(f"estimating batch {b}, context {c}")
-            analysis = step_study(step, hw).analysis
+            analysis = step_study(step, hw, execution=execution).analysis
         for tp in tps:
             if found[b, c, tp] is None:
-                found[b, c, tp] = figures(step, hw, tp, analysis=analysis, launch=launch)
-                cache.put(req, hw, tp, found[b, c, tp])
+                found[b, c, tp] = figures(step, hw, tp, analysis=analysis, launch=launch, execution=execution,
+                                          split=split)
+                cache.put(req, hw, tp, found[b, c, tp], how)
     return [found[b, c, tp] for b in batches for c in contexts for tp in tps]
 
 
@@ -152,4 +170,19 @@ def table(figs: list) -> "pd.DataFrame":  # noqa: F821
     for c in ("batch", "context", "tp", "kv_cache_bytes", "weight_bytes", "input_bytes", "activation_bytes",
               "memory_bytes", "max_batch"):
         df[c] = int_series(data[c])
+    return _priced_as(df, figs)
+
+
+def _priced_as(df, figs: list):
+    """The execution (where not compiled) and the expert split (where there is one) as columns after ``tp``:
+    a compiled sweep without ``--ep`` keeps its columns."""
+    from ...analysis.series import int_series
+
+    at = list(df.columns).index("tp") + 1
+    if any(f.ep > 1 for f in figs):
+        for i, c in enumerate(("ep", "moe_imbalance", "all_to_all_bytes")):
+            values = [getattr(f, c) for f in figs]
+            df.insert(at + i, c, values if c == "moe_imbalance" else int_series(values))
+    if any(f.execution != "compiled" for f in figs):
+        df.insert(at, "execution", [f.execution for f in figs])
     return df

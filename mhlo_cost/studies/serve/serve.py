@@ -70,6 +70,12 @@ class Figures:
     precision: str = "bf16"  # the step's precision recipe (mhlo_cost.machines.precision)
     flops_by_precision: dict = field(default_factory=dict)  # gemm_flops_fp8, ...: the low-precision dots' FLOPs
     precision_note: str = ""  # a precision the chip has no rate for, priced upcast
+    execution: str = "compiled"  # the execution model priced (studies.serve.eager: compiled or eager)
+    ep: int = 1  # devices the routed experts are split over (studies.serve.expert); tp: attention's split
+    moe_imbalance: float = 1.0  # the busiest expert-parallel device's routed copies / the mean
+    all_to_all_bytes: int = 0  # bytes one device sends in one dispatch (or combine) of the first MoE layer
+    all_to_all_time_s: float = 0.0  # every MoE layer's dispatch and combine
+    expert_weight_bytes: int = 0  # the routed experts' weights (all of them; / ep per device)
 
     def row(self) -> dict:
         d = asdict(self)
@@ -77,6 +83,12 @@ class Figures:
         d.pop("kv_cache_layer_bytes")
         low = d.pop("flops_by_precision")
         note = d.pop("precision_note")
+        if d.pop("execution") != "compiled":
+            d["execution"] = self.execution
+        for k in ("ep", "moe_imbalance", "all_to_all_bytes", "all_to_all_time_s", "expert_weight_bytes"):
+            v = d.pop(k)
+            if self.ep > 1:  # (a step without expert parallelism has the columns it had)
+                d[k] = v
         if d.pop("precision") == "bf16":  # (a bf16 sweep's table is unchanged)
             return d
         return d | {"precision": self.precision} | low | ({"precision_note": note} if note else {})
@@ -145,29 +157,42 @@ def launched(hw, launch: str = "stream"):
     return hw if launch == "stream" else replace(hw, kernel_overhead=0.0)
 
 
-def step_study(step, hw, analysis=None):
+def step_study(step, hw, analysis=None, execution: str = "compiled"):
     """The :class:`~mhlo_cost.studies.study.Study` of a lowered step on ``hw``: compiled (elementwise fused, attention
-    one kernel), the data flow recorded; ``analysis``: the step's, where already made."""
+    one kernel) or eager (:mod:`.eager`), the data flow recorded; ``analysis``: the step's, where already made."""
     from ..study import Study
 
-    fields = {"hardware": hw, "execution": "compiled", "dataflow": True}
+    fields = {"hardware": hw, "execution": execution, "dataflow": True}
     return Study(step.lowered.text, **fields) if analysis is None else Study.of(analysis, **fields)
 
 
-def figures(step, hw, tp: int = 1, analysis=None, blocks: bool = True, launch: str = "stream") -> Figures:
+def _memory(step, mem) -> tuple[int, int, int]:
+    """(activations, inputs, transient) of a step whose execution's liveness is ``mem``: a static cache donated
+    (:func:`activation_bytes`), a dynamic one grown by concatenation (:func:`.eager.dynamic_memory`)."""
+    if step.request.cache == "dynamic":
+        from .eager import dynamic_memory
+
+        return dynamic_memory(step, mem)
+    cache = step.layout.nbytes
+    return activation_bytes(mem, cache), max(mem.argument_bytes - step.weight_bytes - cache, 0), 0
+
+
+def figures(step, hw, tp: int = 1, analysis=None, blocks: bool = True, launch: str = "stream",
+            execution: str = "compiled", split=None) -> Figures:
     """The figures of a lowered :class:`~mhlo_cost.studies.serve.Step` on ``hw`` over ``tp`` devices, its kernels
-    launched by ``launch`` (:data:`LAUNCHES`), from the step's study (:func:`step_study`)."""
+    launched by ``launch`` (:data:`LAUNCHES`), from the step's study (:func:`step_study`) under ``execution``;
+    ``split``: an :class:`~.expert.ExpertSplit` (experts over ``split.ep`` devices; :func:`.expert.apply`)."""
     from ...analysis import precision_flops
 
     hw = launched(hw, launch)
-    study = step_study(step, hw, analysis)
+    study = step_study(step, hw, analysis, execution)
     rf = study.roofline
     req, layout = step.request, step.layout
     tot = rf.totals()
-    mem = study.fused_memory  # the liveness of the execution priced (compiled), as report --fuse's peak
+    mem = study.fused_memory  # the liveness of the execution priced, as report --execution's peak
     cache = layout.nbytes
-    activations = activation_bytes(mem, cache)
-    inputs = max(mem.argument_bytes - step.weight_bytes - cache, 0)
+    activations, inputs, transient = _memory(step, mem)
+    activations += transient  # (a dynamic cache's concatenation: the largest layer's past beside its copy)
     tokens = req.tokens if req.mode == "prefill" else 1
     itemsize = layout.layers[0].itemsize if layout.layers else 2
     comm = _allreduce_s(hw, tp, req.batch, tokens, step.hidden, itemsize, step.layers)
@@ -181,7 +206,7 @@ def figures(step, hw, tp: int = 1, analysis=None, blocks: bool = True, launch: s
     produced = req.batch * (tokens if req.mode == "prefill" else 1)
     longest, bound = context_limit(max_context(layout, step.weight_bytes, activations + inputs, capacity, tp),
                                    step.positions)
-    return Figures(
+    fig = Figures(
         step=req.mode, batch=req.batch, context=req.context, tokens=tokens, hardware=hw.name, tp=tp,
         kv_cache_bytes=cache, kv_cache_layer_bytes=layout.per_layer_bytes, weight_bytes=step.weight_bytes,
         activation_bytes=activations, memory_bytes=memory, capacity_bytes=capacity, fits=memory <= capacity,
@@ -192,4 +217,9 @@ def figures(step, hw, tp: int = 1, analysis=None, blocks: bool = True, launch: s
         max_context=longest, blocks=_blocks(study) if blocks else [], launch=launch, input_bytes=inputs,
         max_context_bound=bound, precision=req.recipe().name,
         flops_by_precision=precision_flops(study.analysis.rows),
-        precision_note="; ".join(rf.precision_notes()))
+        precision_note="; ".join(rf.precision_notes()), execution=execution)
+    if split is None or split.ep <= 1:
+        return fig
+    from .expert import apply
+
+    return apply(fig, step, rf, hw, split, activations + inputs)

@@ -34,6 +34,9 @@ class ServeOptions:
     tps: tuple | None = None
     cache: bool = True
     cache_dir: str | os.PathLike | None = None
+    execution: str = "compiled"  # or eager: plain transformers generate (.eager)
+    ep: int = 1  # devices the routed experts are split over (.expert)
+    moe_imbalance: float = 1.0
 
     def __post_init__(self):
         from ..limits import OptionError, check, check_list, count
@@ -59,10 +62,40 @@ class ServeOptions:
             object.__setattr__(self, name, values)
             points *= len(values)
         count(points, "points", "the sweep")
+        self._check_split()
         short = [c for c in self.contexts or () if c < req.tokens] if req.mode == "prefill" else []
         if short:
             raise OptionError(f"--contexts: a prefill of {req.tokens} tokens does not fit a cache of {short[0]} "
                               "positions")
+
+    def _check_split(self) -> None:
+        """The execution (:func:`.eager.check`) and the expert split's own bounds (what needs the model is
+        checked once it is lowered: :func:`.expert.check`)."""
+        from math import isfinite
+
+        from ..limits import OptionError, check
+        from .eager import check as check_execution
+
+        check("devices", self.ep, "--ep")
+        if not (isfinite(self.moe_imbalance) and self.moe_imbalance >= 1):
+            raise OptionError(f"--moe-imbalance must be a finite number >= 1 (1: balanced), got {self.moe_imbalance!r}")
+        if self.moe_imbalance != 1 and self.ep == 1:
+            raise OptionError("--moe-imbalance is the busiest expert-parallel device's load: it goes with --ep N")
+        tps = self.tps or (self.tp,)
+        try:
+            check_execution(self.execution, hf=bool(self.request.hf), tp=max(tps), ep=self.ep, launch=self.launch,
+                            precision=self.request.precision)
+        except ValueError as e:
+            raise OptionError(str(e)) from None
+        if self.ep > 1 and any(self.ep % tp for tp in tps):
+            raise OptionError(f"--tp must divide --ep {self.ep}: each of the ep / tp attention groups is tp devices")
+
+    @property
+    def split(self):
+        """The :class:`~.expert.ExpertSplit` (None without ``--ep``)."""
+        from .expert import ExpertSplit
+
+        return ExpertSplit(self.ep, self.moe_imbalance) if self.ep > 1 else None
 
     @property
     def sweeping(self) -> bool:
@@ -109,14 +142,16 @@ class ServeStudy(StepCacheStudy):
     @cached_property
     def figures(self):
         """One point's :class:`~.serve.Figures` (from the cache where it holds them)."""
+        from .grid import pricing
         from .serve import figures
 
         o, hw, step = self.options, self.hardware, self.step
         self.stage(f"estimating on {hw.name}")
-        fig = self.cache.figures(o.request, hw, o.tp)
+        how = pricing(o.execution, o.split)
+        fig = self.cache.figures(o.request, hw, o.tp, how)
         if fig is None:
-            fig = figures(step, hw, o.tp, launch=o.launch)
-            self.cache.put(o.request, hw, o.tp, fig)
+            fig = figures(step, hw, o.tp, launch=o.launch, execution=o.execution, split=o.split)
+            self.cache.put(o.request, hw, o.tp, fig, how)
         return fig
 
     @cached_property
@@ -127,7 +162,8 @@ class ServeStudy(StepCacheStudy):
         self.check()
         o = self.options
         return sweep(o.request, o.batches or [o.request.batch], o.contexts or [o.request.context], self.hardware,
-                     tps=o.tps or [o.tp], cache=self.cache, stage=self.stage, launch=o.launch, note=self.note)
+                     tps=o.tps or [o.tp], cache=self.cache, stage=self.stage, launch=o.launch, note=self.note,
+                     execution=o.execution, split=o.split)
 
     def check(self) -> None:
         """What needs the model's configuration (read, never built), before anything is lowered (:attr:`step`
