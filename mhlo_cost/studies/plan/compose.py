@@ -15,6 +15,8 @@ pipeline and the layer's times F (forward), B (backward), R (recompute) per micr
   bubble is the ``(p - 1)/v`` part (fraction ``(p - 1)/(v m)`` of the ideal time);
 * point-to-point: each micro-batch crosses ``v`` chunk boundaries forward and ``v`` backward per device,
   the activation ``b x s x h`` bf16 (``/t`` with sequence parallelism), device to the next stage's;
+* the tied embedding (``tied_embedding``, with a pipeline): its gradient all_reduce between the first and last
+  stages after the flush, exposed (Megatron's ``_allreduce_embedding_grads``, DeepSpeed's tied-weight reduce);
 * data parallel (:mod:`.sharding`): the stage's fp32 gradients all_reduce (or, ZeRO 1, reduce_scatter the
   fp32 gradients and all_gather the bf16 weights) over the ``cp x d`` replicas once per iteration, exposed
   unless ``dp_overlap``, where the last micro-batch's backward hides up to its length; ZeRO 2 / FSDP's
@@ -34,7 +36,7 @@ from fractions import Fraction
 from ...network import estimate
 from .config import ScaleConfig
 from .costs import LayerCost
-from .sharding import cp_collectives, cp_exposure, dp_collectives, dp_exposure
+from .sharding import cp_collectives, cp_exposure, dp_collectives, dp_exposure, embedding_collective, seconds
 
 
 @dataclass(frozen=True)
@@ -174,7 +176,8 @@ def compose(cfg: ScaleConfig, cost: LayerCost, hw, head: LayerCost | None = None
     bubble = float(Fraction(p - 1, v)) * (f_s + b_s)
     hidden = min(dp.iteration, b_s / v) if cfg.dp_overlap else 0.0
     opt = n * cost.time_s["optimizer"] / cfg.shard_degree
-    total = float(slots) * per_mb + (dp.iteration - hidden) + opt
+    emb = embedding_seconds(cfg, topo)  # after the flush, before the step: exposed
+    total = float(slots) * per_mb + (dp.iteration - hidden) + emb + opt
     compute = {"forward": m * (n * one["forward"] + slow["head_forward"]),
                "backward": m * (n * one["backward"] + slow["head_backward"]), "recompute": m * n * one["recompute"]}
     counts = flop_counts(cfg, cost, hw, total, head)
@@ -186,18 +189,25 @@ def compose(cfg: ScaleConfig, cost: LayerCost, hw, head: LayerCost | None = None
     one.update(optimizer=cost.time_s["optimizer"] / cfg.shard_degree, dp_iteration_exposed=dp.iteration - hidden,
                slow_stage=slow_stage)
     return Iteration(cfg, compute, m * n * (one["tp_forward"] + one["tp_backward"]), bubble,
-                     float(slots) * p2p_per_mb, dp_layers + dp.iteration - hidden,
-                     m * n * (dp.forward_total + dp.backward_total) + dp.iteration, opt, total, counts,
+                     float(slots) * p2p_per_mb, dp_layers + dp.iteration - hidden + emb,
+                     m * n * (dp.forward_total + dp.backward_total) + dp.iteration + emb, opt, total, counts,
                      cp_comm=m * n * (one["cp"].forward + one["cp"].backward), stages=tuple(stages), layer=one)
 
 
 def _extra_counts(cfg: ScaleConfig, cost: LayerCost, n: int) -> dict:
     """The stage layer counts (uneven pipelines) and the sharding's and context parallelism's collectives."""
     out = {"stage_layers": list(cfg.stage_layers())} if cfg.uneven else {}
-    rows = [c.row() for c in (*dp_collectives(cfg, cost, n), *cp_collectives(cfg))]
-    if cfg.zero_stage >= 2 or cfg.cp > 1 or cfg.replicate_degree > 1:
+    emb = embedding_collective(cfg)
+    rows = [c.row() for c in (*dp_collectives(cfg, cost, n), *cp_collectives(cfg), *([emb] if emb else []))]
+    if cfg.zero_stage >= 2 or cfg.cp > 1 or cfg.replicate_degree > 1 or emb or cfg.dp_reduce != "reduce_scatter":
         out["collectives"] = rows
     return out
+
+
+def embedding_seconds(cfg: ScaleConfig, topo) -> float:
+    """The tied embedding's gradient all_reduce between the first and last stages (0 without one)."""
+    c = embedding_collective(cfg)
+    return seconds(topo, c) if c is not None else 0.0
 
 
 def model_flops_6nd(cfg: ScaleConfig) -> int:
