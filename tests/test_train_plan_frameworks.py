@@ -142,3 +142,33 @@ def test_bad_combinations_are_one_line(capsys, extra, says):
     err = capsys.readouterr().err
     assert err.startswith("mhlo-cost: error:") and says in err and err.count("\n") == 1
 
+
+
+# --- memory of a flash-attention layer without recompute ------------------------------------------------------------
+
+@pytest.mark.parametrize("t,sp", [(1, False), (2, False), (2, True)])
+def test_fused_attention_keeps_no_scores_but_its_log_sum_exp(t, sp):
+    """Korthikanti et al. 2022, Table 2 (no recompute): s b h (10 + 24/t + 5 a s/(h t)) bytes a layer keeps (with
+    sequence parallelism s b h/t (34 + 5 a s/h)); a flash kernel keeps none of the 5 a s^2 b/t of the scores, their
+    dropout mask and output, and adds its log-sum-exp, b x a/t x s fp32. The fused kernel's time is still the
+    layer's as lowered (the scores' recompute inside the kernel, not JAX's remat)."""
+    from fractions import Fraction
+
+    from mhlo_cost.studies.plan.costs import analyse_layer
+    from mhlo_cost.studies.plan.layer import lower_layer
+    from mhlo_cost.studies.study import Study
+
+    s, b, h, a = 32, 2, 64, 4
+    cfg = ScaleConfig(layers=4, hidden=h, heads=a, seq=s, vocab=128, t=t, sp=sp, micro_batch=b, global_batch=b,
+                      attention="fused")
+    kept = Fraction(s * b * h, t) * 34 if sp else s * b * h * (10 + Fraction(24, t))
+    cost = analyse_layer(cfg, SELENE)
+    assert cost.saved_bytes == kept + 4 * b * (a // t) * s
+    unfused = analyse_layer(cfg.with_split(attention="unfused"), SELENE)
+    assert unfused.saved_bytes == kept + Fraction(5 * a * s * s * b, t)  # the unfused kernels keep the scores
+    study = Study(lower_layer(cfg), training="always", hardware=SELENE, execution="compiled", attention="fused",
+                  dataflow=True)
+    rows = [i for i, r in enumerate(study.analysis.rows) if study.analysis.phases.phase[i] == "backward"
+            and "tp_comm" not in r.scope.split("/")]
+    assert cost.time_s["backward"] == pytest.approx(sum(study.roofline.fusion.row_time[i] for i in rows), rel=1e-12)
+
