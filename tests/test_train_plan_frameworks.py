@@ -172,3 +172,26 @@ def test_fused_attention_keeps_no_scores_but_its_log_sum_exp(t, sp):
             and "tp_comm" not in r.scope.split("/")]
     assert cost.time_s["backward"] == pytest.approx(sum(study.roofline.fusion.row_time[i] for i in rows), rel=1e-12)
 
+
+
+# --- interleaved schedules over uneven stages ----------------------------------------------------------------------
+
+def test_interleaved_uneven_stages_run_at_the_fullest_devices_pace():
+    """14 layers on p 4, v 2, the first and last devices 3 layers (torchtitan's 126 on 8 x 2 in small): every slot
+    takes the 4-layer devices' time; the bubble is (p - 1)/v of it; the first device holds its 3 layers' chunks,
+    3/2 layers each, min(2(p - 1) + (v - 1) p + 1, m v) = min(11, 16) of them; a device of 1 layer cannot hold 2
+    chunks."""
+    from fractions import Fraction
+
+    from mhlo_cost.studies.plan.memory import held_layer_microbatches
+
+    cfg = ScaleConfig(layers=14, hidden=64, heads=4, seq=32, vocab=128, p=4, interleave=2, micro_batch=1,
+                      global_batch=8, first_stage_layers=3, last_stage_layers=3)
+    assert cfg.invalid() is None and cfg.stage_layers() == (3, 4, 4, 3)
+    f, b = 1e-3, 2e-3
+    it = compose(cfg, _fake(f, b, 1000), SELENE)
+    assert it.bubble == pytest.approx(3 / 2 * 4 * (f + b), rel=1e-12)
+    assert it.compute["forward"] == pytest.approx(8 * 4 * f, rel=1e-12)
+    assert held_layer_microbatches(cfg, 0) == Fraction(3, 2) * 11
+    assert "cannot hold 2 model chunks" in cfg.with_split(layers=8, first_stage_layers=1, last_stage_layers=1,
+                                                          interleave=2).invalid()

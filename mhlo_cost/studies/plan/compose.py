@@ -24,6 +24,8 @@ pipeline and the layer's times F (forward), B (backward), R (recompute) per micr
 * context parallelism: its K/V exchange per layer and micro-batch in F_s / B_s (what the attention's compute
   does not hide);
 * uneven pipelines: every slot runs at the pace of the slowest stage (the most layers, or the head's);
+  interleaved, a stage's layers are its ``v`` chunks together (torchtitan splits 126 layers into 16 virtual
+  stages of 7, 8 x 14, 7: two a device, 15 or 16 layers), a chunk's time its stage's over ``v``;
 * optimizer: the layer's optimizer phase x layers per stage (``/ (cp x d)`` sharded with ZeRO).
 
 Counts (FLOPs, bytes, micro-batches, transfers) are exact ints; times are floats in seconds.

@@ -270,9 +270,12 @@ class ScaleConfig:
                     + (f" + {extra} (embedding/loss counted)" if extra else "")
                     + "; give --decoder-first/last-pipeline-num-layers or "
                     "--account-for-embedding/loss-in-pipeline-split")
-        if self.interleave > 1 and (self.uneven or self.layers % (self.p * self.interleave)):
+        if self.interleave > 1 and not self.uneven and self.layers % (self.p * self.interleave):
             return (f"pipeline degree {self.p} x interleave {self.interleave} does not divide "
                     f"layers {self.layers}")
+        if self.interleave > 1 and self.uneven and min(self.stage_layers()) < self.interleave:
+            return (f"interleave {self.interleave}: a stage of {min(self.stage_layers())} layers cannot hold "
+                    f"{self.interleave} model chunks")
         return None
 
     def _sharding_invalid(self) -> str | None:
