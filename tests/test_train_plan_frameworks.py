@@ -195,3 +195,16 @@ def test_interleaved_uneven_stages_run_at_the_fullest_devices_pace():
     assert held_layer_microbatches(cfg, 0) == Fraction(3, 2) * 11
     assert "cannot hold 2 model chunks" in cfg.with_split(layers=8, first_stage_layers=1, last_stage_layers=1,
                                                           interleave=2).invalid()
+
+
+def test_a_separate_gradient_accumulation_pass_runs_after_every_backward():
+    """DeepSpeed's BF16 optimizer: 2 (zero) + 2 + 4 + 4 (hp += lp) bytes per weight element of the stage after
+    each micro-batch's backward, in every one of the m + p - 1 slots (two kernels a layer)."""
+    w = 1000
+    cfg = ScaleConfig(**TINY, p=2, global_batch=8)  # 2 layers a stage, 8 micro-batches
+    cost = _fake(1e-3, 2e-3, w)
+    base, more = compose(cfg, cost, SELENE), compose(cfg.with_split(grad_accum_pass=True), cost, SELENE)
+    one = SELENE.memory_time(12 * w * 2, kernels=4)
+    assert one > 0
+    assert more.total - base.total == pytest.approx((8 + 1) * one, rel=1e-9)
+    assert more.compute["backward"] - base.compute["backward"] == pytest.approx(8 * one, rel=1e-9)

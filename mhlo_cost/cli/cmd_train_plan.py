@@ -143,7 +143,8 @@ def _sharding(args) -> dict:
     return dict(zero=0 if args.dp_comm == "zero" else zero, dp_shard=shard,
                 reshard_after_forward=args.fsdp_reshard_after_forward != "never", cp=args.cp,
                 cp_comm=args.cp_comm_type, kv_repeat=args.cp_kv_repeat, dp_reduce=args.dp_reduce,
-                tied_embedding=args.tied_embedding, first_stage_layers=args.first_stage_layers,
+                tied_embedding=args.tied_embedding, grad_accum_pass=args.grad_accum_pass,
+                first_stage_layers=args.first_stage_layers,
                 last_stage_layers=args.last_stage_layers, account_embedding=args.account_embedding,
                 account_loss=args.account_loss, attention=args.attention,
                 attention_library=args.attention_library or "",
@@ -267,6 +268,9 @@ def _register_sharding(p) -> None:
     p.add_argument("--dp-reduce", choices=("reduce_scatter", "all_reduce"), default="reduce_scatter",
                    help="ZeRO 1's gradient reduction: reduce_scatter (Megatron's distributed optimizer, default) "
                         "or all_reduce (DeepSpeed's BF16 optimizer under its pipeline engine)")
+    p.add_argument("--grad-accum-pass", action="store_true",
+                   help="gradients accumulated by a separate pass after each micro-batch's backward (DeepSpeed's "
+                        "BF16 optimizer: bf16 gradients added into an fp32 buffer), not inside the wgrad GEMMs")
     p.add_argument("--share-embeddings-and-output-weights", dest="tied_embedding", action="store_true",
                    help="the embedding and the LM head share one weight: with a pipeline, its gradient is "
                         "all-reduced between the first and last stages each iteration")

@@ -141,7 +141,18 @@ def _layer(cfg: ScaleConfig, cost: LayerCost, topo) -> dict:
             "tp_backward": tp["backward"], "cp": cp, "f": f, "b": b}
 
 
-def _stages(cfg: ScaleConfig, cost: LayerCost, topo, one: dict, head: LayerCost | None) -> list[dict]:
+def grad_accum_seconds(cfg: ScaleConfig, hw, cost: LayerCost, layers: int) -> float:
+    """One micro-batch's separate gradient accumulation on a stage of ``layers`` layers (``grad_accum_pass``;
+    0 without): DeepSpeed's BF16 optimizer zeroes the 2-byte gradients before each backward (``clear_lp_grads``)
+    and adds them into its fp32 buffer after it (``update_hp_grads``: ``hp_grad.add_(lp.grad.float())``), 2 + 2 +
+    4 + 4 bytes per weight element through memory, two kernels a layer, where Megatron's wgrad GEMMs accumulate
+    into ``main_grad`` themselves."""
+    if not cfg.grad_accum_pass:
+        return 0.0
+    return hw.memory_time(12 * cost.weight_elems * layers, kernels=2 * layers)
+
+
+def _stages(cfg: ScaleConfig, cost: LayerCost, topo, one: dict, head: LayerCost | None, hw=None) -> list[dict]:
     """Per pipeline stage: its layers, and its forward / backward seconds per micro-batch (the data-parallel
     per-layer collectives' exposure in them; the last stage's head)."""
     hf = head.time_s["forward"] if head is not None else 0.0
@@ -150,9 +161,10 @@ def _stages(cfg: ScaleConfig, cost: LayerCost, topo, one: dict, head: LayerCost 
     for s, n in enumerate(cfg.stage_layers()):
         last = s == cfg.p - 1
         dp = dp_exposure(cfg, topo, cost, n, one["f"], one["b"])
+        accum = grad_accum_seconds(cfg, hw, cost, n) if hw is not None else 0.0
         out.append({"layers": n, "dp": dp, "head_forward": hf if last else 0.0, "head_backward": hb if last else 0.0,
                     "f_s": n * (one["f"] + dp.forward) + (hf if last else 0.0),
-                    "b_s": n * (one["b"] + dp.backward) + (hb if last else 0.0)})
+                    "b_s": n * (one["b"] + dp.backward) + (hb if last else 0.0) + accum, "grad_accum": accum})
     return out
 
 
@@ -163,7 +175,7 @@ def compose(cfg: ScaleConfig, cost: LayerCost, hw, head: LayerCost | None = None
     topo = getattr(hw, "topology", None)
     m, p, v = cfg.micro_batches, cfg.p, cfg.interleave
     one = _layer(cfg, cost, topo)
-    stages = _stages(cfg, cost, topo, one, head)
+    stages = _stages(cfg, cost, topo, one, head, hw)
     slow_stage = max(reversed(range(p)), key=lambda s: stages[s]["f_s"] + stages[s]["b_s"])  # ties: the last
     slow = stages[slow_stage]
     n, f_s, b_s, dp = slow["layers"], slow["f_s"], slow["b_s"], slow["dp"]
@@ -181,7 +193,8 @@ def compose(cfg: ScaleConfig, cost: LayerCost, hw, head: LayerCost | None = None
     emb = embedding_seconds(cfg, topo)  # after the flush, before the step: exposed
     total = float(slots) * per_mb + (dp.iteration - hidden) + emb + opt
     compute = {"forward": m * (n * one["forward"] + slow["head_forward"]),
-               "backward": m * (n * one["backward"] + slow["head_backward"]), "recompute": m * n * one["recompute"]}
+               "backward": m * (n * one["backward"] + slow["head_backward"] + slow["grad_accum"]),
+               "recompute": m * n * one["recompute"]}
     counts = flop_counts(cfg, cost, hw, total, head)
     counts.update(micro_batches=m, p2p_transfers=2 * v * m if p > 1 else 0, p2p_bytes=p2p_bytes,
                   tp_bytes=activation_bytes(cfg), dp_bytes=cost.weight_elems * n * cfg.grad_bytes if cfg.cp * cfg.d > 1 else 0,

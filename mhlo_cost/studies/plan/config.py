@@ -83,6 +83,8 @@ class ScaleConfig:
     kv_repeat: bool = False  # the model repeats its K/V heads to the query heads before the attention call
     # (torchtitan's Llama: repeat_kv before SDPA), so context parallelism exchanges heads, not kv_heads
     dp_reduce: str = "reduce_scatter"  # ZeRO 1's gradient reduction (DP_REDUCE)
+    grad_accum_pass: bool = False  # gradients accumulated by a separate pass after each micro-batch's backward
+    # (DeepSpeed's BF16 optimizer: 2-byte gradients zeroed, then added into its fp32 buffer), not by the wgrad GEMMs
     tied_embedding: bool = False  # the embedding and the LM head share one weight on the first and last stages:
     # its gradient all-reduced between them each iteration (Megatron's share_embeddings_and_output_weights)
     first_stage_layers: int = 0  # uneven pipeline: the first stage's layers (0: the default split)
@@ -291,7 +293,8 @@ class ScaleConfig:
             return f"dp_reduce must be one of {', '.join(DP_REDUCE)}, got {self.dp_reduce!r}"
         if self.dp_reduce == "all_reduce" and self.zero_stage != 1:
             return "dp_reduce all_reduce (DeepSpeed's BF16 optimizer) applies to ZeRO 1 only"
-        if self.experts and (self.dp_reduce != "reduce_scatter" or self.tied_embedding or self.cp_comm in CP_TORCH):
+        if self.experts and (self.dp_reduce != "reduce_scatter" or self.tied_embedding or self.grad_accum_pass
+                             or self.cp_comm in CP_TORCH):
             return ("dp_reduce all_reduce, a tied embedding and PyTorch's context parallel are not planned with "
                     "experts yet")
         return None
