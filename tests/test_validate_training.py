@@ -218,6 +218,17 @@ def test_torchtitans_interleaved_405b_row_takes_two_virtual_stages_a_rank(data):
     assert (cfg.stage_layers(), cfg.interleave, cfg.micro_batches) == (per_rank, 2, 8) and cfg.invalid() is None
 
 
+def test_bridges_405b_row_splits_as_megatron_core_counts_embedding_and_loss(data):
+    """Megatron-Bridge's 405B recipe counts the embedding and the loss as layers: 128 over 8 x 8 virtual stages, 2
+    each, the first and last 1; a rank holds every 8th virtual stage: 1 + 7 x 2 = 15 on the first and last, 16."""
+    virtual = (1,) + (2,) * 62 + (1,)
+    per_rank = tuple(sum(virtual[r::8]) for r in range(8))
+    cfg = vt.scale_config(_run(data, "bridge2511/llama3.1-405b-h100"), data["model"]["llama3.1-405b"])
+    assert (cfg.stage_layers(), cfg.interleave) == (per_rank, 8) and cfg.invalid() is None
+    assert cfg.with_split(first_stage_layers=0, last_stage_layers=0, account_embedding=True,
+                          account_loss=True).stage_layers() == per_rank
+
+
 def test_the_stacks_own_mechanisms_reach_the_configuration(data):
     m = data["model"]
     cp = vt.scale_config(_run(data, "torchtitan2412/t6-405b-cp4"), m["llama3.1-405b"])
