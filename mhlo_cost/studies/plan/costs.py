@@ -151,12 +151,7 @@ def analyse_layer(cfg: ScaleConfig, hw, key: str = "", chip: str = "", part: str
             dgrad += r.gemm_flops
         elif p == "backward" and ph.grad[i] == "wgrad":
             wgrad += r.gemm_flops
-    from ...analysis.training import memory_categories
-
-    mem = memory_categories(a, ph)
-    saved = mem["saved_activations"]
-    if part == "layer" and own is None and cfg.attention == "fused" and cfg.recompute == "none":
-        saved = flash_saved_bytes(cfg, hw)
+    saved = _saved_bytes(a, ph, cfg, hw, part == "layer" and own is None)
     weights = [x for x in a.arguments if x.donated and x.name.startswith("params")]
     master = [x for x in a.arguments if x.donated and x.name.startswith("master")]
     moments = [x for x in a.arguments if x.donated and x.name.startswith("opt_state")]
@@ -167,6 +162,16 @@ def analyse_layer(cfg: ScaleConfig, hw, key: str = "", chip: str = "", part: str
         input_bytes=sum(x.type.nbytes for x in inputs), weight_elems=sum(x.type.nelems for x in weights),
         weight_bytes=sum(x.type.nbytes for x in weights), master_bytes=sum(x.type.nbytes for x in master),
         moment_bytes=sum(x.type.nbytes for x in moments), ops=len(a.rows), core_s=core)
+
+
+def _saved_bytes(a, phases, cfg: ScaleConfig, hw, dense_layer: bool) -> int:
+    """The activations one micro-batch of the layer keeps for its backward, from the program's data flow (a dense
+    layer with one flash-attention kernel and no recompute: :func:`flash_saved_bytes`)."""
+    if dense_layer and cfg.attention == "fused" and cfg.recompute == "none":
+        return flash_saved_bytes(cfg, hw)
+    from ...analysis.training import memory_categories
+
+    return memory_categories(a, phases)["saved_activations"]
 
 
 def flash_saved_bytes(cfg: ScaleConfig, hw) -> int:
