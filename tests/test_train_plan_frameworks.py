@@ -16,6 +16,7 @@ from mhlo_cost.network import estimate, resolve_profile
 from mhlo_cost.studies.plan.compose import compose
 from mhlo_cost.studies.plan.config import ScaleConfig
 from mhlo_cost.studies.plan.costs import LayerCost
+from mhlo_cost.studies.plan.plan import plan
 from mhlo_cost.studies.plan.sharding import cp_collectives, dp_collectives, embedding_collective
 
 SELENE = resolve_profile("selene")
@@ -208,3 +209,14 @@ def test_a_separate_gradient_accumulation_pass_runs_after_every_backward():
     assert one > 0
     assert more.total - base.total == pytest.approx((8 + 1) * one, rel=1e-9)
     assert more.compute["backward"] - base.compute["backward"] == pytest.approx(8 * one, rel=1e-9)
+
+
+@pytest.mark.parametrize("extra", [dict(grad_accum_pass=True), dict(tied_embedding=True),
+                                   dict(grad_accum_pass=True, tied_embedding=True, zero=1, dp_reduce="all_reduce")])
+def test_every_stages_seconds_add_up_to_the_iteration(extra):
+    from mhlo_cost.studies.plan.stages import components, stage_rows
+
+    cfg = ScaleConfig(**TINY, t=2, p=2, d=2, global_batch=8, **extra)
+    p = plan(cfg, SELENE)
+    for row in stage_rows(p):
+        assert sum(row[k] for k in components(cfg)) == pytest.approx(p.iteration.total, rel=1e-9), row["stage"]

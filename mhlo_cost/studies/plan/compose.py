@@ -202,7 +202,7 @@ def compose(cfg: ScaleConfig, cost: LayerCost, hw, head: LayerCost | None = None
     counts.update(_extra_counts(cfg, cost, n))
     dp_layers = m * n * (dp.forward + dp.backward)
     one.update(optimizer=cost.time_s["optimizer"] / cfg.shard_degree, dp_iteration_exposed=dp.iteration - hidden,
-               slow_stage=slow_stage)
+               slow_stage=slow_stage, embedding_exposed=emb)
     return Iteration(cfg, compute, m * n * (one["tp_forward"] + one["tp_backward"]), bubble,
                      float(slots) * p2p_per_mb, dp_layers + dp.iteration - hidden + emb,
                      m * n * (dp.forward_total + dp.backward_total) + dp.iteration + emb, opt, total, counts,
