@@ -10,9 +10,10 @@ then the median |error| over all priced rows. Nothing is fitted on any of these 
 mhlo-cost was read off them): every source is held out. Rows train-plan cannot express yet are listed with the
 reason (expert parallelism, a precision recipe it lacks, ...). The row's options reach train-plan's ScaleConfig
 by :func:`split_options`: FSDP's group size as ZeRO 3 with ``dp_shard``, ``zero``, ``cp``, ``layers_per_stage`` as
-the first / last stages' layers, flash attention as ``attention="fused"``, fp16 (Megatron 2021) with its
-gradients reduced in fp16, ``compile`` as the execution model (true: ``inductor``; false: ``eager``; absent:
-``compiled``, the fused kernels of Megatron and NeMo; a row's ``execution`` overrides it, with its reason).
+the first / last stages' layers, flash attention as ``attention="fused"``, the fields of :data:`PASSED` as they
+are, fp16 (Megatron 2021) with its gradients reduced in fp16, ``compile`` as the execution model (true:
+``inductor``; false: ``eager``; absent: ``compiled``, the fused kernels of Megatron and NeMo; a row's
+``execution`` overrides it, with its reason).
 
 Where a row is priced with an approximation (the squared-ReLU MLP priced as GELU: the same two GEMMs; fp16 at
 bf16's rate), the row says so.
@@ -59,6 +60,12 @@ OPTIONS = (
      "uneven pipeline stages: not an option yet"),
 )
 
+#: Row fields passed to the ScaleConfig field of the same name as they are: PyTorch's context parallel
+#: (``cp_comm`` torch-allgather / torch-alltoall) with the K/V heads the model exchanges (``kv_repeat``), ZeRO 1's
+#: reduction (``dp_reduce``: DeepSpeed's all_reduce), the tied embedding's all_reduce (``tied_embedding``) and
+#: DeepSpeed's separate fp32 gradient accumulation (``grad_accum_pass``).
+PASSED = ("cp_comm", "kv_repeat", "dp_reduce", "tied_embedding", "grad_accum_pass")
+
 
 def split_options(run: dict) -> dict:
     """The ScaleConfig fields of the row's sharding, context parallelism, uneven stages, attention and gradient
@@ -71,6 +78,7 @@ def split_options(run: dict) -> dict:
           "attention": "fused" if run.get("attention") == "flash" else "unfused",
           "grad_reduce_fp32": run["precision"] != "fp16", "attention_library": run.get("attention_library", ""),
           "execution": run.get("execution", EXECUTION[run.get("compile")])}
+    kw.update({k: run[k] for k in PASSED if k in run})
     if run.get("fsdp", 0) > 0:
         kw["dp_shard"] = run["fsdp"] if run["fsdp"] < run.get("dp", 1) else 0
     stages = run.get("layers_per_stage")

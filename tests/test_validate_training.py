@@ -207,6 +207,38 @@ def test_torchtitans_405b_pipelines_split_126_layers_as_its_code_does(data):
     assert (one_f_one_b.micro_batch, one_f_one_b.micro_batches) == (4, 8)
 
 
+def test_torchtitans_interleaved_405b_row_takes_two_virtual_stages_a_rank(data):
+    """Interleaved1F1B (a PipelineScheduleMulti): 2 stages a rank, 16 virtual stages split as above (7, 8 x 14, 7);
+    rank r runs stages r and r + 8, so the ranks hold 15, 16 x 6, 15 layers."""
+    m = data["model"]["llama3.1-405b"]
+    virtual = _torchtitan_split(126, 16)
+    assert virtual == (7,) + (8,) * 14 + (7,)
+    per_rank = tuple(virtual[r] + virtual[r + 8] for r in range(8))
+    cfg = vt.scale_config(_run(data, "torchtitan2412/t5-405b-interleaved"), m)
+    assert (cfg.stage_layers(), cfg.interleave, cfg.micro_batches) == (per_rank, 2, 8) and cfg.invalid() is None
+
+
+def test_bridges_405b_row_splits_as_megatron_core_counts_embedding_and_loss(data):
+    """Megatron-Bridge's 405B recipe counts the embedding and the loss as layers: 128 over 8 x 8 virtual stages, 2
+    each, the first and last 1; a rank holds every 8th virtual stage: 1 + 7 x 2 = 15 on the first and last, 16."""
+    virtual = (1,) + (2,) * 62 + (1,)
+    per_rank = tuple(sum(virtual[r::8]) for r in range(8))
+    cfg = vt.scale_config(_run(data, "bridge2511/llama3.1-405b-h100"), data["model"]["llama3.1-405b"])
+    assert (cfg.stage_layers(), cfg.interleave) == (per_rank, 8) and cfg.invalid() is None
+    assert cfg.with_split(first_stage_layers=0, last_stage_layers=0, account_embedding=True,
+                          account_loss=True).stage_layers() == per_rank
+
+
+def test_the_stacks_own_mechanisms_reach_the_configuration(data):
+    m = data["model"]
+    cp = vt.scale_config(_run(data, "torchtitan2412/t6-405b-cp4"), m["llama3.1-405b"])
+    assert (cp.cp_comm, cp.kv_repeat) == ("torch-allgather", True)
+    bloom = vt.scale_config(_run(data, "bloom2022/gbs16"), m["bloom-176b"])
+    assert (bloom.dp_reduce, bloom.tied_embedding, bloom.grad_accum_pass) == ("all_reduce", True, True)
+    megatron = vt.scale_config(_run(data, "nemo2407/llama3-70b"), m["llama3-70b"])
+    assert (megatron.cp_comm, megatron.dp_reduce, megatron.tied_embedding) == ("p2p", "reduce_scatter", False)
+
+
 def test_a_rows_compile_field_names_its_execution_model(data):
     m = data["model"]
     eager = vt.scale_config(_run(data, "torchtitan2412/t1-8b-fsdp"), m["llama3-8b"])

@@ -142,7 +142,9 @@ def _sharding(args) -> dict:
     zero = _zero_stage(args)
     return dict(zero=0 if args.dp_comm == "zero" else zero, dp_shard=shard,
                 reshard_after_forward=args.fsdp_reshard_after_forward != "never", cp=args.cp,
-                cp_comm=args.cp_comm_type, first_stage_layers=args.first_stage_layers,
+                cp_comm=args.cp_comm_type, kv_repeat=args.cp_kv_repeat, dp_reduce=args.dp_reduce,
+                tied_embedding=args.tied_embedding, grad_accum_pass=args.grad_accum_pass,
+                first_stage_layers=args.first_stage_layers,
                 last_stage_layers=args.last_stage_layers, account_embedding=args.account_embedding,
                 account_loss=args.account_loss, attention=args.attention,
                 attention_library=args.attention_library or "",
@@ -255,9 +257,23 @@ def _register_sharding(p) -> None:
                         "for the backward (never: no second all-gather, every layer's parameters held)")
     p.add_argument("--cp", "--context-parallel-size", dest="cp", type=positive_int,
                    help="context-parallel degree: the sequence split cp ways, load-balanced causal (default 1)")
-    p.add_argument("--cp-comm-type", choices=("p2p", "all_gather"), default="p2p",
+    p.add_argument("--cp-comm-type", choices=("p2p", "all_gather", "torch-allgather", "torch-alltoall"),
+                   default="p2p",
                    help="p2p: ring attention, K/V send/recv per step overlapping the attention (default); "
-                        "all_gather: K/V all-gathered, not overlapped")
+                        "all_gather: K/V all-gathered, not overlapped; torch-allgather / torch-alltoall: PyTorch's "
+                        "context_parallel by its rotate method (torchtitan's), the fp32 dK/dV passed round the ring")
+    p.add_argument("--cp-kv-repeat", action="store_true",
+                   help="the model repeats its K/V heads to the query heads before attention (torchtitan's "
+                        "Llama): context parallelism exchanges heads/t heads, not kv_heads/t")
+    p.add_argument("--dp-reduce", choices=("reduce_scatter", "all_reduce"), default="reduce_scatter",
+                   help="ZeRO 1's gradient reduction: reduce_scatter (Megatron's distributed optimizer, default) "
+                        "or all_reduce (DeepSpeed's BF16 optimizer under its pipeline engine)")
+    p.add_argument("--grad-accum-pass", action="store_true",
+                   help="gradients accumulated by a separate pass after each micro-batch's backward (DeepSpeed's "
+                        "BF16 optimizer: bf16 gradients added into an fp32 buffer), not inside the wgrad GEMMs")
+    p.add_argument("--share-embeddings-and-output-weights", dest="tied_embedding", action="store_true",
+                   help="the embedding and the LM head share one weight: with a pipeline, its gradient is "
+                        "all-reduced between the first and last stages each iteration")
     p.add_argument("--decoder-first-pipeline-num-layers", dest="first_stage_layers", type=positive_int,
                    metavar="N", help="uneven pipeline: the first stage's layers (the others split the rest)")
     p.add_argument("--decoder-last-pipeline-num-layers", dest="last_stage_layers", type=positive_int,

@@ -15,6 +15,8 @@ pipeline and the layer's times F (forward), B (backward), R (recompute) per micr
   bubble is the ``(p - 1)/v`` part (fraction ``(p - 1)/(v m)`` of the ideal time);
 * point-to-point: each micro-batch crosses ``v`` chunk boundaries forward and ``v`` backward per device,
   the activation ``b x s x h`` bf16 (``/t`` with sequence parallelism), device to the next stage's;
+* the tied embedding (``tied_embedding``, with a pipeline): its gradient all_reduce between the first and last
+  stages after the flush, exposed (Megatron's ``_allreduce_embedding_grads``, DeepSpeed's tied-weight reduce);
 * data parallel (:mod:`.sharding`): the stage's fp32 gradients all_reduce (or, ZeRO 1, reduce_scatter the
   fp32 gradients and all_gather the bf16 weights) over the ``cp x d`` replicas once per iteration, exposed
   unless ``dp_overlap``, where the last micro-batch's backward hides up to its length; ZeRO 2 / FSDP's
@@ -22,6 +24,8 @@ pipeline and the layer's times F (forward), B (backward), R (recompute) per micr
 * context parallelism: its K/V exchange per layer and micro-batch in F_s / B_s (what the attention's compute
   does not hide);
 * uneven pipelines: every slot runs at the pace of the slowest stage (the most layers, or the head's);
+  interleaved, a stage's layers are its ``v`` chunks together (torchtitan splits 126 layers into 16 virtual
+  stages of 7, 8 x 14, 7: two a device, 15 or 16 layers), a chunk's time its stage's over ``v``;
 * optimizer: the layer's optimizer phase x layers per stage (``/ (cp x d)`` sharded with ZeRO).
 
 Counts (FLOPs, bytes, micro-batches, transfers) are exact ints; times are floats in seconds.
@@ -34,7 +38,7 @@ from fractions import Fraction
 from ...network import estimate
 from .config import ScaleConfig
 from .costs import LayerCost
-from .sharding import cp_collectives, cp_exposure, dp_collectives, dp_exposure
+from .sharding import cp_collectives, cp_exposure, dp_collectives, dp_exposure, embedding_collective, seconds
 
 
 @dataclass(frozen=True)
@@ -137,7 +141,18 @@ def _layer(cfg: ScaleConfig, cost: LayerCost, topo) -> dict:
             "tp_backward": tp["backward"], "cp": cp, "f": f, "b": b}
 
 
-def _stages(cfg: ScaleConfig, cost: LayerCost, topo, one: dict, head: LayerCost | None) -> list[dict]:
+def grad_accum_seconds(cfg: ScaleConfig, hw, cost: LayerCost, layers: int) -> float:
+    """One micro-batch's separate gradient accumulation on a stage of ``layers`` layers (``grad_accum_pass``;
+    0 without): DeepSpeed's BF16 optimizer zeroes the 2-byte gradients before each backward (``clear_lp_grads``)
+    and adds them into its fp32 buffer after it (``update_hp_grads``: ``hp_grad.add_(lp.grad.float())``), 2 + 2 +
+    4 + 4 bytes per weight element through memory, two kernels a layer, where Megatron's wgrad GEMMs accumulate
+    into ``main_grad`` themselves."""
+    if not cfg.grad_accum_pass:
+        return 0.0
+    return hw.memory_time(12 * cost.weight_elems * layers, kernels=2 * layers)
+
+
+def _stages(cfg: ScaleConfig, cost: LayerCost, topo, one: dict, head: LayerCost | None, hw=None) -> list[dict]:
     """Per pipeline stage: its layers, and its forward / backward seconds per micro-batch (the data-parallel
     per-layer collectives' exposure in them; the last stage's head)."""
     hf = head.time_s["forward"] if head is not None else 0.0
@@ -146,9 +161,10 @@ def _stages(cfg: ScaleConfig, cost: LayerCost, topo, one: dict, head: LayerCost 
     for s, n in enumerate(cfg.stage_layers()):
         last = s == cfg.p - 1
         dp = dp_exposure(cfg, topo, cost, n, one["f"], one["b"])
+        accum = grad_accum_seconds(cfg, hw, cost, n) if hw is not None else 0.0
         out.append({"layers": n, "dp": dp, "head_forward": hf if last else 0.0, "head_backward": hb if last else 0.0,
                     "f_s": n * (one["f"] + dp.forward) + (hf if last else 0.0),
-                    "b_s": n * (one["b"] + dp.backward) + (hb if last else 0.0)})
+                    "b_s": n * (one["b"] + dp.backward) + (hb if last else 0.0) + accum, "grad_accum": accum})
     return out
 
 
@@ -159,7 +175,7 @@ def compose(cfg: ScaleConfig, cost: LayerCost, hw, head: LayerCost | None = None
     topo = getattr(hw, "topology", None)
     m, p, v = cfg.micro_batches, cfg.p, cfg.interleave
     one = _layer(cfg, cost, topo)
-    stages = _stages(cfg, cost, topo, one, head)
+    stages = _stages(cfg, cost, topo, one, head, hw)
     slow_stage = max(reversed(range(p)), key=lambda s: stages[s]["f_s"] + stages[s]["b_s"])  # ties: the last
     slow = stages[slow_stage]
     n, f_s, b_s, dp = slow["layers"], slow["f_s"], slow["b_s"], slow["dp"]
@@ -174,9 +190,11 @@ def compose(cfg: ScaleConfig, cost: LayerCost, hw, head: LayerCost | None = None
     bubble = float(Fraction(p - 1, v)) * (f_s + b_s)
     hidden = min(dp.iteration, b_s / v) if cfg.dp_overlap else 0.0
     opt = n * cost.time_s["optimizer"] / cfg.shard_degree
-    total = float(slots) * per_mb + (dp.iteration - hidden) + opt
+    emb = embedding_seconds(cfg, topo)  # after the flush, before the step: exposed
+    total = float(slots) * per_mb + (dp.iteration - hidden) + emb + opt
     compute = {"forward": m * (n * one["forward"] + slow["head_forward"]),
-               "backward": m * (n * one["backward"] + slow["head_backward"]), "recompute": m * n * one["recompute"]}
+               "backward": m * (n * one["backward"] + slow["head_backward"] + slow["grad_accum"]),
+               "recompute": m * n * one["recompute"]}
     counts = flop_counts(cfg, cost, hw, total, head)
     counts.update(micro_batches=m, p2p_transfers=2 * v * m if p > 1 else 0, p2p_bytes=p2p_bytes,
                   tp_bytes=activation_bytes(cfg), dp_bytes=cost.weight_elems * n * cfg.grad_bytes if cfg.cp * cfg.d > 1 else 0,
@@ -184,20 +202,27 @@ def compose(cfg: ScaleConfig, cost: LayerCost, hw, head: LayerCost | None = None
     counts.update(_extra_counts(cfg, cost, n))
     dp_layers = m * n * (dp.forward + dp.backward)
     one.update(optimizer=cost.time_s["optimizer"] / cfg.shard_degree, dp_iteration_exposed=dp.iteration - hidden,
-               slow_stage=slow_stage)
+               slow_stage=slow_stage, embedding_exposed=emb)
     return Iteration(cfg, compute, m * n * (one["tp_forward"] + one["tp_backward"]), bubble,
-                     float(slots) * p2p_per_mb, dp_layers + dp.iteration - hidden,
-                     m * n * (dp.forward_total + dp.backward_total) + dp.iteration, opt, total, counts,
+                     float(slots) * p2p_per_mb, dp_layers + dp.iteration - hidden + emb,
+                     m * n * (dp.forward_total + dp.backward_total) + dp.iteration + emb, opt, total, counts,
                      cp_comm=m * n * (one["cp"].forward + one["cp"].backward), stages=tuple(stages), layer=one)
 
 
 def _extra_counts(cfg: ScaleConfig, cost: LayerCost, n: int) -> dict:
     """The stage layer counts (uneven pipelines) and the sharding's and context parallelism's collectives."""
     out = {"stage_layers": list(cfg.stage_layers())} if cfg.uneven else {}
-    rows = [c.row() for c in (*dp_collectives(cfg, cost, n), *cp_collectives(cfg))]
-    if cfg.zero_stage >= 2 or cfg.cp > 1 or cfg.replicate_degree > 1:
+    emb = embedding_collective(cfg)
+    rows = [c.row() for c in (*dp_collectives(cfg, cost, n), *cp_collectives(cfg), *([emb] if emb else []))]
+    if cfg.zero_stage >= 2 or cfg.cp > 1 or cfg.replicate_degree > 1 or emb or cfg.dp_reduce != "reduce_scatter":
         out["collectives"] = rows
     return out
+
+
+def embedding_seconds(cfg: ScaleConfig, topo) -> float:
+    """The tied embedding's gradient all_reduce between the first and last stages (0 without one)."""
+    c = embedding_collective(cfg)
+    return seconds(topo, c) if c is not None else 0.0
 
 
 def model_flops_6nd(cfg: ScaleConfig) -> int:

@@ -37,7 +37,13 @@ from ...machines.kernels import LIBRARIES
 
 RECOMPUTE = ("none", "selective", "full", "op")
 DP_COMM = ("all_reduce", "zero")
-CP_COMM = ("p2p", "all_gather", "a2a")  # a2a: Ulysses (STDiT3, .stdit3)
+CP_COMM = ("p2p", "all_gather", "a2a", "torch-allgather", "torch-alltoall")  # a2a: Ulysses (STDiT3, .stdit3)
+#: PyTorch's context parallel (torch.distributed.tensor.experimental context_parallel, as torchtitan runs it), by
+#: its rotate method (torchtitan's ``context_parallel_rotate_method``: allgather, the default, or alltoall)
+CP_TORCH = ("torch-allgather", "torch-alltoall")
+#: How ZeRO 1 reduces the gradients: reduce_scatter (Megatron's distributed optimizer) or all_reduce (DeepSpeed's
+#: pipeline engine with its BF16 optimizer: the fp32 gradients all-reduced whole, each rank stepping its shard)
+DP_REDUCE = ("reduce_scatter", "all_reduce")
 ATTENTION = ("unfused", "fused")
 #: How the training step runs (:mod:`mhlo_cost.machines.execution`): ``compiled`` (fused kernels: Megatron's fused
 #: kernels, XLA), ``eager`` (PyTorch eager, one kernel per framework op), ``inductor`` (torch.compile).
@@ -73,7 +79,14 @@ class ScaleConfig:
     dp_shard: int = 0  # HSDP: the sharding group's size (replicated d / dp_shard ways); 0: d
     reshard_after_forward: bool = True  # FSDP: parameters gathered again in the backward
     cp: int = 1  # context-parallel degree (the sequence split cp ways)
-    cp_comm: str = "p2p"  # p2p: ring attention's K/V send/recv; all_gather: K/V all-gathered
+    cp_comm: str = "p2p"  # p2p: ring attention's K/V send/recv; all_gather: K/V all-gathered; CP_TORCH: PyTorch's
+    kv_repeat: bool = False  # the model repeats its K/V heads to the query heads before the attention call
+    # (torchtitan's Llama: repeat_kv before SDPA), so context parallelism exchanges heads, not kv_heads
+    dp_reduce: str = "reduce_scatter"  # ZeRO 1's gradient reduction (DP_REDUCE)
+    grad_accum_pass: bool = False  # gradients accumulated by a separate pass after each micro-batch's backward
+    # (DeepSpeed's BF16 optimizer: 2-byte gradients zeroed, then added into its fp32 buffer), not by the wgrad GEMMs
+    tied_embedding: bool = False  # the embedding and the LM head share one weight on the first and last stages:
+    # its gradient all-reduced between them each iteration (Megatron's share_embeddings_and_output_weights)
     first_stage_layers: int = 0  # uneven pipeline: the first stage's layers (0: the default split)
     last_stage_layers: int = 0  # the last stage's
     account_embedding: bool = False  # the embedding counted as a layer of the first stage in the split
@@ -265,9 +278,12 @@ class ScaleConfig:
                     + (f" + {extra} (embedding/loss counted)" if extra else "")
                     + "; give --decoder-first/last-pipeline-num-layers or "
                     "--account-for-embedding/loss-in-pipeline-split")
-        if self.interleave > 1 and (self.uneven or self.layers % (self.p * self.interleave)):
+        if self.interleave > 1 and not self.uneven and self.layers % (self.p * self.interleave):
             return (f"pipeline degree {self.p} x interleave {self.interleave} does not divide "
                     f"layers {self.layers}")
+        if self.interleave > 1 and self.uneven and min(self.stage_layers()) < self.interleave:
+            return (f"interleave {self.interleave}: a stage of {min(self.stage_layers())} layers cannot hold "
+                    f"{self.interleave} model chunks")
         return None
 
     def _sharding_invalid(self) -> str | None:
@@ -279,6 +295,14 @@ class ScaleConfig:
             return f"sharding group {self.dp_shard} does not divide the data degree {self.d}"
         if not self.reshard_after_forward and self.zero_stage != 3:
             return "reshard-after-forward off applies to FSDP (zero 3) only"
+        if self.dp_reduce not in DP_REDUCE:
+            return f"dp_reduce must be one of {', '.join(DP_REDUCE)}, got {self.dp_reduce!r}"
+        if self.dp_reduce == "all_reduce" and self.zero_stage != 1:
+            return "dp_reduce all_reduce (DeepSpeed's BF16 optimizer) applies to ZeRO 1 only"
+        if self.experts and (self.dp_reduce != "reduce_scatter" or self.tied_embedding or self.grad_accum_pass
+                             or self.cp_comm in CP_TORCH):
+            return ("dp_reduce all_reduce, a tied embedding and PyTorch's context parallel are not planned with "
+                    "experts yet")
         return None
 
     def _cp_invalid(self) -> str | None:
@@ -318,7 +342,7 @@ class ScaleConfig:
     def label(self) -> str:
         sp = "+sp" if self.sp else ""
         v = f" v{self.interleave}" if self.interleave > 1 else ""
-        cp = f" cp{self.cp}{'' if self.cp_comm == 'p2p' else '-ag'}" if self.cp > 1 else ""
+        cp = f" cp{self.cp}{_CP_LABEL.get(self.cp_comm, '-ag')}" if self.cp > 1 else ""
         pp = f"({'/'.join(map(str, sorted(set(self.stage_layers()))))})" if self.uneven else ""
         fa = " fused-attn" if self.attention == "fused" else ""
         fa += f"({self.attention_library})" if self.attention_library else ""
@@ -326,16 +350,19 @@ class ScaleConfig:
         ep = f" ep{self.ep}{'-overlap' if self.ep_overlap else ''}" if self.experts else ""
         ep += f" etp{self.etp}" if self.experts and self.etp != self.t else ""
         ex = "" if self.execution == "compiled" else f" {self.execution}"
+        ex += " tied-emb" if self.tied_embedding else ""
         return (f"t{self.t}{sp}{cp} p{self.p}{pp}{v} d{self.d}{ep} mb{self.micro_batch} {self.recompute}"
                 f"{self._sharding_label()}{fa}{g}{ex}")
 
     def _sharding_label(self) -> str:
         z = self.zero_stage
         if z < 3:
-            return ("", " zero", " zero2")[z]
+            return ("", " zero-ar" if self.dp_reduce == "all_reduce" else " zero", " zero2")[z]
         hsdp = f" hsdp{self.dp_shard}x{self.replicate_degree}" if self.replicate_degree > 1 else " fsdp"
         return hsdp + ("" if self.reshard_after_forward else "-noreshard")
 
+
+_CP_LABEL = {"p2p": "", "torch-allgather": "-torch-ag", "torch-alltoall": "-torch-a2a"}
 
 #: The models of Korthikanti et al. 2022 (Table 3), vocabulary 51,200 as Megatron pads GPT-2's.
 MODELS = {

@@ -151,16 +151,41 @@ def analyse_layer(cfg: ScaleConfig, hw, key: str = "", chip: str = "", part: str
             dgrad += r.gemm_flops
         elif p == "backward" and ph.grad[i] == "wgrad":
             wgrad += r.gemm_flops
-    from ...analysis.training import memory_categories
-
-    mem = memory_categories(a, ph)
+    saved = _saved_bytes(a, ph, cfg, hw, part == "layer" and own is None)
     weights = [x for x in a.arguments if x.donated and x.name.startswith("params")]
     master = [x for x in a.arguments if x.donated and x.name.startswith("master")]
     moments = [x for x in a.arguments if x.donated and x.name.startswith("opt_state")]
     inputs = [x for x in a.arguments if not x.donated and x.name.startswith("x")]
     return LayerCost(
         key=key, chip=chip or hw.name, gemm_flops=gemm, vector_flops=vec, time_s=times,
-        dgrad_flops=dgrad, wgrad_flops=wgrad, saved_bytes=mem["saved_activations"],
+        dgrad_flops=dgrad, wgrad_flops=wgrad, saved_bytes=saved,
         input_bytes=sum(x.type.nbytes for x in inputs), weight_elems=sum(x.type.nelems for x in weights),
         weight_bytes=sum(x.type.nbytes for x in weights), master_bytes=sum(x.type.nbytes for x in master),
         moment_bytes=sum(x.type.nbytes for x in moments), ops=len(a.rows), core_s=core)
+
+
+def _saved_bytes(a, phases, cfg: ScaleConfig, hw, dense_layer: bool) -> int:
+    """The activations one micro-batch of the layer keeps for its backward, from the program's data flow (a dense
+    layer with one flash-attention kernel and no recompute: :func:`flash_saved_bytes`)."""
+    if dense_layer and cfg.attention == "fused" and cfg.recompute == "none":
+        return flash_saved_bytes(cfg, hw)
+    from ...analysis.training import memory_categories
+
+    return memory_categories(a, phases)["saved_activations"]
+
+
+def flash_saved_bytes(cfg: ScaleConfig, hw) -> int:
+    """Bytes one layer keeps for its backward when its attention is one flash kernel and nothing is recomputed:
+    the kernel keeps no s x s probabilities, dropout mask or dropped probabilities (its backward remakes them
+    tile by tile), only its output (the projection's input, kept anyway) and the log-sum-exp of each query row,
+    b x heads/t x s/cp fp32. The program's saved tensors without the scores are those of the same layer lowered
+    with Megatron's selective recompute (which leaves out exactly those three); the pricing stays the fused
+    kernel's, from the layer as lowered (:func:`analyse_layer`)."""
+    from ...analysis.training import memory_categories
+    from ..study import Study
+    from .layer import lower_layer
+
+    study = Study(lower_layer(cfg.with_split(recompute="selective")), training="always", hardware=hw,
+                  execution=cfg.execution, attention=cfg.attention, dataflow=True)
+    lse = cfg.micro_batch * (cfg.heads // cfg.t) * cfg.local_seq * 4
+    return memory_categories(study.analysis, study.analysis.phases)["saved_activations"] + lse

@@ -32,11 +32,12 @@ def held_layer_microbatches(cfg: ScaleConfig, stage: int = 0) -> Fraction:
     """Layer-micro-batches of activations pipeline stage ``stage`` holds at its peak (exact): Megatron's
     warm-up forwards plus the one in flight, at most every micro-batch (chunk) of the iteration. 1F1B:
     ``min(p - stage, m)`` micro-batches of ``L/p`` layers; interleaved: ``min(2(p - stage - 1) + (v - 1)p + 1,
-    m v)`` chunks of ``L/(p v)`` layers, which for the first stage is Korthikanti's ``L/p x p (1 + (p-1)/(p v))``."""
+    m v)`` chunks of ``L/(p v)`` layers (uneven stages: the stage's layers / v, its chunks on average), which for
+    the first stage is Korthikanti's ``L/p x p (1 + (p-1)/(p v))``."""
     p, v, m = cfg.p, cfg.interleave, cfg.micro_batches
     if v == 1:
         return Fraction(cfg.stage_layers()[stage] * min(p - stage, m))
-    return Fraction(cfg.layers_per_chunk * min(2 * (p - stage - 1) + (v - 1) * p + 1, m * v))
+    return Fraction(cfg.stage_layers()[stage], v) * min(2 * (p - stage - 1) + (v - 1) * p + 1, m * v)
 
 
 def memory(cfg: ScaleConfig, cost: LayerCost, capacity: float | None = None, stage: int = 0) -> dict:

@@ -39,7 +39,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...network import estimate
-from .config import ScaleConfig
+from .config import CP_TORCH, ScaleConfig
 from .costs import LayerCost
 
 
@@ -110,8 +110,10 @@ def cp_groups(cfg: ScaleConfig) -> tuple:
 
 
 def kv_bytes(cfg: ScaleConfig) -> int:
-    """One context rank's K and V of one layer and micro-batch: 2 x b x s/cp x kv/t x head dim, bf16."""
-    return 2 * cfg.micro_batch * cfg.local_seq * (cfg.kv // cfg.t) * (cfg.hidden // cfg.heads) * 2
+    """One context rank's K and V of one layer and micro-batch: 2 x b x s/cp x kv/t x head dim, bf16 (heads/t
+    where the model repeats its K/V heads before the attention call, ``kv_repeat``)."""
+    heads = cfg.heads if cfg.kv_repeat else cfg.kv
+    return 2 * cfg.micro_batch * cfg.local_seq * (heads // cfg.t) * (cfg.hidden // cfg.heads) * 2
 
 
 def dp_collectives(cfg: ScaleConfig, cost: LayerCost, layers: int) -> list[Collective]:
@@ -134,6 +136,8 @@ def dp_collectives(cfg: ScaleConfig, cost: LayerCost, layers: int) -> list[Colle
                                   "layer_backward"))
         if extra:
             out.append(Collective("other gradients", "reduce_scatter", g * extra, shard_groups(cfg), "iteration"))
+    elif cfg.dp_reduce == "all_reduce":  # DeepSpeed's BF16 optimizer: the whole fp32 gradients all-reduced
+        out.append(Collective("gradients", "all_reduce", g * (w * layers + extra), grad_groups(cfg), "iteration"))
     else:
         out.append(Collective("gradients", "reduce_scatter", g * (w * layers + extra), shard_groups(cfg),
                               "iteration"))
@@ -152,6 +156,8 @@ def cp_collectives(cfg: ScaleConfig) -> list[Collective]:
     if cfg.cp_comm == "a2a":  # Ulysses: the model says which all_to_alls its layer runs (.stdit3)
         return cfg.a2a_collectives()
     kv = kv_bytes(cfg)
+    if cfg.cp_comm in CP_TORCH:
+        return _torch_cp_collectives(cfg, kv)
     if cfg.cp_comm == "p2p":
         ring = cp_ring(cfg)
         return [Collective("K, V", "collective_permute", kv, ring, "ring_step_forward"),
@@ -160,6 +166,34 @@ def cp_collectives(cfg: ScaleConfig) -> list[Collective]:
     return [Collective("K, V", "all_gather", kv * cfg.cp, group, "layer_forward"),
             Collective("K, V", "all_gather", kv * cfg.cp, group, "layer_backward"),
             Collective("dK, dV", "reduce_scatter", kv * cfg.cp, group, "layer_backward")]
+
+
+def _torch_cp_collectives(cfg: ScaleConfig, kv: int) -> list[Collective]:
+    """PyTorch's context parallel (``_templated_ring_attention`` and its backward): with ``torch-allgather`` the
+    K/V all-gathered once per attention call (forward, and again in the backward), with ``torch-alltoall`` sent
+    to the next rank each of the cp - 1 steps; in the backward the dK/dV accumulators, fp32 (``convert_to_f32``),
+    are passed to the next rank after every one of the cp steps (an all_to_all permute: the dK/dV rotater is
+    always ALL_TO_ALL)."""
+    ring, group = cp_ring(cfg), cp_groups(cfg)
+    if cfg.cp_comm == "torch-allgather":
+        kv_ops = [Collective("K, V", "all_gather", kv * cfg.cp, group, "layer_forward"),
+                  Collective("K, V", "all_gather", kv * cfg.cp, group, "layer_backward")]
+    else:
+        kv_ops = [Collective("K, V", "collective_permute", kv, ring, "ring_step_forward"),
+                  Collective("K, V", "collective_permute", kv, ring, "ring_step_backward")]
+    return kv_ops + [Collective("dK, dV (fp32)", "collective_permute", 2 * kv, ring, "grad_step", count=cfg.cp)]
+
+
+def embedding_collective(cfg: ScaleConfig) -> Collective | None:
+    """The tied embedding's gradient all_reduce between the first and the last stage (``tied_embedding`` with a
+    pipeline): V/t x h elements of ``grad_bytes``, every tensor, context and data rank's pair at once; None
+    without it."""
+    if not cfg.tied_embedding or cfg.p == 1:
+        return None
+    pairs = tuple((_rank(cfg, k, c, r, 0), _rank(cfg, k, c, r, cfg.p - 1))
+                  for r in range(cfg.d) for c in range(cfg.cp) for k in range(cfg.t))
+    return Collective("tied embedding gradients", "all_reduce", cfg.grad_bytes * (cfg.vocab // cfg.t) * cfg.hidden,
+                      pairs, "iteration")
 
 
 def seconds(topo, c: Collective) -> float:
@@ -193,7 +227,10 @@ def dp_exposure(cfg: ScaleConfig, topo, cost: LayerCost, layers: int, f_layer: f
 
 def cp_exposure(cfg: ScaleConfig, topo, cost: LayerCost) -> Exposure:
     """Context parallelism's seconds per layer and micro-batch: ring steps overlapping 1/cp of the attention's
-    compute each (``core_s``), or the all_gather variant's collectives, not overlapped."""
+    compute each (``core_s``), or the all_gather variant's collectives, not overlapped (PyTorch's:
+    :func:`torch_cp_exposure`)."""
+    if cfg.cp_comm in CP_TORCH and cfg.cp > 1:
+        return torch_cp_exposure(cfg, topo, cost)
     per = {"ring_step_forward": 0.0, "ring_step_backward": 0.0, "layer_forward": 0.0, "layer_backward": 0.0}
     for c in cp_collectives(cfg):
         per[c.per] += c.count * seconds(topo, c)
@@ -204,3 +241,29 @@ def cp_exposure(cfg: ScaleConfig, topo, cost: LayerCost) -> Exposure:
     f = steps * per["ring_step_forward"] + per["layer_forward"]
     b = steps * per["ring_step_backward"] + per["layer_backward"]
     return Exposure(fx + per["layer_forward"], bx + per["layer_backward"], f, b)
+
+
+def torch_cp_exposure(cfg: ScaleConfig, topo, cost: LayerCost) -> Exposure:
+    """PyTorch's context parallel as ``_templated_ring_attention`` runs it, per layer and micro-batch. Each of the
+    cp steps computes one load-balanced block, 1/cp of the attention (``core_s``). Forward: the K/V all-gather
+    is issued before the first (local) block and waited for after it (exposed beyond that block), or each of
+    the cp - 1 permutes overlaps one block. Backward: the same for K/V; each of the cp dK/dV permutes is waited
+    for after the next block, the last one after the loop (exposed whole). Full recompute runs the forward's
+    exchange again in the backward."""
+    per = {"layer_forward": 0.0, "layer_backward": 0.0, "ring_step_forward": 0.0, "ring_step_backward": 0.0,
+           "grad_step": 0.0}
+    for c in cp_collectives(cfg):
+        per[c.per] += seconds(topo, c)
+    core = cost.core_s or {}
+    block_f, block_b = core.get("forward", 0.0) / cfg.cp, core.get("backward", 0.0) / cfg.cp
+    steps = cfg.cp - 1
+    f = (max(0.0, per["layer_forward"] - block_f)
+         + steps * max(0.0, per["ring_step_forward"] - block_f))
+    f_total = per["layer_forward"] + steps * per["ring_step_forward"]
+    dkv = per["grad_step"]
+    b = (max(0.0, per["layer_backward"] - block_b) + steps * max(0.0, per["ring_step_backward"] - block_b)
+         + steps * max(0.0, dkv - block_b) + dkv)
+    b_total = per["layer_backward"] + steps * per["ring_step_backward"] + cfg.cp * dkv
+    if cfg.recompute == "full":
+        b, b_total = b + f, b_total + f_total
+    return Exposure(f, b, f_total, b_total)

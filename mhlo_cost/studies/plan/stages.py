@@ -29,10 +29,12 @@ def _seconds(it, st: dict, m: int) -> dict:
         return dict(st["seconds"])
     one, n, dp = it.layer, st["layers"], st["dp"]
     return {"forward": m * (n * one["forward"] + st["head_forward"]),
-            "backward": m * (n * one["backward"] + st["head_backward"]), "recompute": m * n * one["recompute"],
+            "backward": m * (n * one["backward"] + st["head_backward"] + st.get("grad_accum", 0.0)),
+            "recompute": m * n * one["recompute"],
             "tp_comm": m * n * (one["tp_forward"] + one["tp_backward"]),
             "cp_comm": m * n * (one["cp"].forward + one["cp"].backward), "p2p": it.p2p,
-            "dp_exposed": m * n * (dp.forward + dp.backward) + one["dp_iteration_exposed"],
+            "dp_exposed": m * n * (dp.forward + dp.backward) + one["dp_iteration_exposed"]
+            + one.get("embedding_exposed", 0.0),
             "optimizer": n * one["optimizer"]}
 
 
