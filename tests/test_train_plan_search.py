@@ -13,7 +13,8 @@ pytest.importorskip("optax")
 from mhlo_cost.cli import main
 from mhlo_cost.network import resolve_profile
 from mhlo_cost.studies.plan.config import ScaleConfig
-from mhlo_cost.studies.plan.search import Space, label, split_count, splits, sweep
+from mhlo_cost.studies.plan.costs import known_cost
+from mhlo_cost.studies.plan.search import label, prefetch, split_count, splits, sweep
 
 TINY = dict(layers=4, hidden=64, heads=4, seq=32, vocab=128, global_batch=8)
 SELENE = resolve_profile("selene")
@@ -90,6 +91,26 @@ def test_local_pool_gives_the_same_bytes_as_this_process(tmp_path, capsys):
     assert here == pooled
     df = pd.read_csv(io.StringIO(here))
     assert set(df["t"]) == {1, 2} and set(df["zero"]) == {1, 3}
+
+
+def test_dask_cluster_gives_the_same_bytes(tmp_path, capsys):
+    """The layers lowered by a Dask cluster's worker process (the profile sent to it pickled: its read-only
+    mappings as dicts) or here: one table."""
+    distributed = pytest.importorskip("distributed")
+    small = [*ARGS, "--sweep-zero", "1", "--sweep-dp-shard", "0", "-q"]
+    assert main([*small, "--cache-dir", str(tmp_path / "one"), "-j", "1"]) == 0
+    here = capsys.readouterr().out
+    notes = []
+    with distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=True,
+                                  dashboard_address=None) as cluster:
+        assert main([*small, "--cache-dir", str(tmp_path / "two"), "--scheduler", cluster.scheduler_address]) == 0
+        assert capsys.readouterr().out == here
+        # a shape this process has not lowered: every layer made by the worker (a failure would be a note): on 2
+        # GPUs t 1 and 2, each a layer per precision (2 x 2) and one head (2): 6
+        other = [c for c, why in splits(ScaleConfig(**{**TINY, "hidden": 32}), 2, **PRICED) if why is None]
+        assert prefetch(other, SELENE, tmp_path / "three", scheduler=cluster.scheduler_address,
+                        note=notes.append) == 6 and notes == []
+    assert all(known_cost(c, SELENE, tmp_path / "three", part) is not None for c in other for part in ("layer", "head"))
 
 
 MOE = dict(layers=4, hidden=64, heads=4, seq=32, vocab=128, ffn=256, mlp_kind="swiglu", dropout=False, experts=8,
