@@ -173,3 +173,15 @@ def test_sweep_options_are_checked(capsys, extra, says):
     err = capsys.readouterr().err
     assert err.startswith("mhlo-cost: error:") or "error:" in err
     assert says in err and "Traceback" not in err
+
+
+def test_a_pipeline_degree_that_divides_no_split_gets_megatrons_first_and_last_stage_counts(tmp_path):
+    # 5 layers on 2 stages: 5 % 2 and (5 + 2 counted) % 2 leave no even split; the first stage 3, the last
+    # (with the LM head) 2, as --decoder-first/last-pipeline-num-layers 3 / 2 would give.
+    base = ScaleConfig(**{**TINY, "layers": 5})
+    space = dict(micro_batches=(1,), recomputes=("selective",), interleaves=(1,), max_t=1)
+    p2 = [(c, why) for c, why in splits(base, 2, **space) if c.p == 2]
+    got = [(c.stage_layers(), c.first_stage_layers, c.last_stage_layers, why) for c, why in p2]
+    assert got == [((3, 2), 3, 2, None)]
+    df, _ = sweep(base, 2, SELENE, tmp_path, **space)
+    assert list(df[df["p"] == 2]["stage_layers"]) == ["3/2"]

@@ -84,11 +84,26 @@ def split_count(gpus: int, **kw) -> int:
 
 def _pipeline_split(cfg: ScaleConfig) -> ScaleConfig:
     """Where the pipeline degree does not divide the layers, Megatron-core's split that counts the embedding and
-    the loss as layers, if that one divides (126 layers on 16 stages)."""
+    the loss as layers, if that one divides (126 layers on 16 stages); else its first/last stage layer counts
+    (:func:`_uneven`), where those make one (61 layers on 16 stages: 3, 4 x 14, 2)."""
     if cfg.stage_layers() or cfg.first_stage_layers or cfg.last_stage_layers or cfg.interleave > 1:
         return cfg
     accounted = cfg.with_split(account_embedding=True, account_loss=True)
-    return accounted if accounted.stage_layers() else cfg
+    return accounted if accounted.stage_layers() else _uneven(cfg) or cfg
+
+
+def _uneven(cfg: ScaleConfig) -> ScaleConfig | None:
+    """``--decoder-first/last-pipeline-num-layers``: the inner stages ceil(L / p) layers each, the first and last
+    stage the rest (the last, which holds the LM head, the fewer; neither more than an inner one nor none), or None
+    where that leaves no layer for the last stage."""
+    layers, p = cfg.layers, cfg.p
+    inner = -(-layers // p)
+    rest = layers - (p - 2) * inner if p > 2 else layers
+    first, last = rest - rest // 2, rest // 2
+    if p < 2 or last < 1 or (p > 2 and first > inner):
+        return None
+    out = cfg.with_split(first_stage_layers=first, last_stage_layers=last)
+    return out if out.stage_layers() else None
 
 
 def splits(base: ScaleConfig, gpus: int, **kw):
