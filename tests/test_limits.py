@@ -114,7 +114,7 @@ def _old_split_count(gpus: int, micro_batches=(1, 2, 4), recomputes=("full", "se
 @pytest.mark.parametrize("kw", [{}, {"max_t": 64}, {"interleaves": (1,)}, {"micro_batches": (1,), "interleaves": (2, 3)}])
 def test_split_count_is_the_number_of_splits(gpus, kw):
     from mhlo_cost.studies.plan.config import ScaleConfig
-    from mhlo_cost.studies.plan.plan import split_count, splits
+    from mhlo_cost.studies.plan.search import split_count, splits
 
     expected = _old_split_count(gpus, **kw)
     assert split_count(gpus, **kw) == expected == sum(1 for _ in splits(ScaleConfig(), gpus, **kw))
@@ -123,7 +123,7 @@ def test_split_count_is_the_number_of_splits(gpus, kw):
 def test_split_count_of_the_degrees_kept():
     """A [training] spec's lists keep some degrees: counted as the splits it keeps."""
     from mhlo_cost.studies.plan.config import ScaleConfig
-    from mhlo_cost.studies.plan.plan import split_count, splits
+    from mhlo_cost.studies.plan.search import split_count, splits
 
     def only(t, p, d):
         return t in (2, 8) and p in (1, 3, 4)
@@ -134,7 +134,7 @@ def test_split_count_of_the_degrees_kept():
 
 def test_splits_in_the_order_of_growing_pipeline_degree():
     from mhlo_cost.studies.plan.config import ScaleConfig
-    from mhlo_cost.studies.plan.plan import splits
+    from mhlo_cost.studies.plan.search import splits
 
     got = [(c.t, c.p) for c, _ in splits(ScaleConfig(), 12, micro_batches=(1,), recomputes=("full",),
                                          interleaves=(1,))]

@@ -141,7 +141,7 @@ def test_train_plan_command(capsys, tmp_path):
 
 
 def test_sweep_ranks_and_skips(tmp_path):
-    from mhlo_cost.studies.plan.plan import sweep
+    from mhlo_cost.studies.plan.search import sweep
 
     base = ScaleConfig(**TINY, global_batch=8)
     df, skipped = sweep(base, 4, SELENE, tmp_path, micro_batches=(1,), recomputes=("selective",), interleaves=(1, 2))

@@ -238,7 +238,7 @@ def test_bad_combinations_are_one_line(capsys, extra, says):
 # --- the sweep over the new dimensions ------------------------------------------------------------------------
 
 def test_sweep_adds_cp_and_zero_with_a_reason_for_each_rejected(tmp_path):
-    from mhlo_cost.studies.plan.plan import split_count, splits, sweep
+    from mhlo_cost.studies.plan.search import split_count, splits, sweep
 
     base = ScaleConfig(**TINY, global_batch=8)
     kw = dict(micro_batches=(1,), recomputes=("selective",), interleaves=(1,), cps=(1, 2, 3), zeros=(1, 3))
@@ -252,7 +252,7 @@ def test_sweep_adds_cp_and_zero_with_a_reason_for_each_rejected(tmp_path):
 
 
 def test_sweep_takes_megatrons_embedding_and_loss_split_where_p_does_not_divide():
-    from mhlo_cost.studies.plan.plan import splits
+    from mhlo_cost.studies.plan.search import splits
 
     base = ScaleConfig(**{**TINY, "layers": 6}, global_batch=8)
     p4 = [c for c, why in splits(base, 4, micro_batches=(1,), recomputes=("selective",), interleaves=(1,))

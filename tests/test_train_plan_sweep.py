@@ -11,7 +11,7 @@ pytest.importorskip("optax")
 from mhlo_cost.cli import main
 from mhlo_cost.network import resolve_profile
 from mhlo_cost.studies.plan.config import ScaleConfig
-from mhlo_cost.studies.plan.plan import sweep
+from mhlo_cost.studies.plan.search import sweep
 
 SPEC = """model = "gpt"
 devices = 8

@@ -3,7 +3,7 @@
 that fit. The per-device layer is lowered from shapes once per distinct shape (:mod:`mhlo_cost.studies.plan`)."""
 from __future__ import annotations
 
-from . import train_plan_stdit3
+from . import train_plan_stdit3, train_plan_sweep
 from .cache import add_cache, cache_note, cache_root
 from .common import (EXIT_OK, UserError, add_force, add_progress, add_quiet, claim_output, positive_int,
                      write_output)
@@ -30,15 +30,7 @@ def _check_options(args) -> None:
         if given:
             raise UserError(f"{', '.join(given)} {'does' if len(given) == 1 else 'do'} not go with --sweep, which "
                             "ranks every tensor x pipeline x data split, micro-batch, recompute and interleaving")
-    for opt, v in (("--sweep-cp", args.sweep_cp), ("--sweep-zero", args.sweep_zero)):
-        if v is not None and args.sweep is None:
-            raise UserError(f"{opt} goes with --sweep GPUS")
-    if args.sweep_cp is not None and 0 in args.sweep_cp:
-        raise UserError("--sweep-cp: a context-parallel degree is a positive integer, got 0")
-    if args.sweep_zero is not None and (args.zero is not None or args.fsdp or args.use_distributed_optimizer
-                                        or args.dp_comm == "zero"):
-        raise UserError("--sweep-zero sweeps the ZeRO stage; it does not go with --zero, --fsdp, "
-                        "--use-distributed-optimizer or --dp-comm zero")
+    train_plan_sweep.check(args)
     if not args.hf:
         for opt, v in (("--set", args.set), ("--config", args.config)):
             if v:
@@ -101,19 +93,6 @@ def _split(args, base):
         return replace(cfg, precision=training_recipe(args.precision).name)
     except PrecisionError as e:
         raise UserError(str(e)) from None
-
-
-def _int_list(value: str) -> tuple:
-    """A comma-separated list of positive integers (or ZeRO stages, 0 included), duplicates dropped."""
-    import argparse
-
-    try:
-        out = tuple(dict.fromkeys(int(v) for v in value.split(",")))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a comma-separated list of integers: {value!r}") from None
-    if not out or min(out) < 0:
-        raise argparse.ArgumentTypeError(f"not a list of non-negative integers: {value!r}")
-    return out
 
 
 def _zero_stage(args) -> int:
@@ -180,8 +159,10 @@ def cmd_train_plan(args, console) -> int:
         raise UserError(f"--attention-library: {why}")
     progress = console.progress()
     progress.stage(f"planning {cfg.label()} on {hw.name}" if not args.sweep else f"sweeping {args.sweep} GPUs")
+    space = train_plan_sweep.space(args, cfg) if args.sweep else None
     study = PlanStudy(PlanOptions(cfg, hw, gpus=args.sweep, cache_dir=cache_root(args, console),  # checked
-                                  cps=args.sweep_cp or (1,), zeros=args.sweep_zero), note=cache_note(console))
+                                  space=space, scheduler=args.scheduler, jobs=args.jobs), note=cache_note(console),
+                      progress=progress.count if progress.enabled else False)
     table = study.view(ViewRequest(by=args.by or "component"))
     progress.done()
     write_output(render(table, args.format, "raw", wide=True), args.output)
@@ -221,11 +202,10 @@ def register(sub) -> None:
     p.add_argument("--precision", metavar="RECIPE",
                    help="the linears' precision: bf16 (default), fp8-tensorwise or fp8-rowwise (torchao Float8Linear: "
                         "forward, dgrad and wgrad GEMMs in fp8; weights bf16, master weights and AdamW moments fp32)")
-    p.add_argument("--sweep", type=positive_int, metavar="GPUS", help="rank every split of GPUS devices")
-    p.add_argument("--sweep-cp", type=_int_list, metavar="N,N,...",
-                   help="with --sweep: the context-parallel degrees to try (default 1)")
-    p.add_argument("--sweep-zero", type=_int_list, metavar="Z,Z,...",
-                   help="with --sweep: the ZeRO stages to try (0-3; default: the one given, or 0)")
+    p.add_argument("--sweep", type=positive_int, metavar="GPUS",
+                   help="rank every combination of the sweep's dimensions on GPUS devices that fits (the rejected "
+                        "ones after, each with its reason)")
+    train_plan_sweep.register(p)
     add_cache(p, "each lowered layer's analysis")
     p.add_argument("--format", default="table", choices=("table", "csv", "json", "markdown", "html"),
                    help="html: a page with a stacked bar per pipeline stage and both tables (-o FILE)")

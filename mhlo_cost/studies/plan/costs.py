@@ -70,13 +70,35 @@ _MEMO: dict = {}
 
 def _request(cfg: ScaleConfig, hw, chip: str, part: str) -> dict:
     """What the layer's cost depends on: the part, the layer's shapes, the chip and its figures."""
-    extra = [cfg.vocab] if part == "head" else []
+    layer, extra = list(cfg.layer_key()), []
+    if part == "head":  # (one head serves every recompute policy and precision: a sweep lowers it once)
+        layer = list(head_key(cfg))
     if part == "experts":  # a MoE layer's routed part (:mod:`.moe`)
         from .moe import experts_key
 
         extra = experts_key(cfg)
-    figures = {f.name: getattr(hw, f.name) for f in dataclasses.fields(Hardware) if f.name not in _NAMING}
-    return {"part": part, "layer": list(cfg.layer_key()) + extra, "chip": chip, "figures": repr(figures)}
+    return {"part": part, "layer": layer + extra, "chip": chip, "figures": _figures(hw)}
+
+
+#: id(profile) -> (the profile, its figures' text): a sweep asks for one profile's thousands of times.
+_FIGURES: dict = {}
+
+
+def _figures(hw) -> str:
+    """The text of the profile's figures (what a layer's cost depends on besides its shapes)."""
+    held = _FIGURES.get(id(hw))
+    if held is None or held[0] is not hw:
+        figures = {f.name: getattr(hw, f.name) for f in dataclasses.fields(Hardware) if f.name not in _NAMING}
+        held = _FIGURES[id(hw)] = (hw, repr(figures))
+    return held[1]
+
+
+def head_key(cfg: ScaleConfig) -> tuple:
+    """What decides the last stage's head program (:func:`~.layer.lower_head`) and its pricing: the hidden size,
+    vocabulary, tensor degree, sequence parallelism, the micro-batch's positions on one device, the dtype and the
+    execution. Not the recompute policy nor the linears' precision (the LM head is a bf16 GEMM under every recipe),
+    nor the attention (the head has none)."""
+    return ("head", cfg.hidden, cfg.vocab, cfg.t, cfg.sp, cfg.micro_batch, cfg.seq, cfg.cp, cfg.dtype, cfg.execution)
 
 
 def layer_cost(cfg: ScaleConfig, hw, cache_dir: str | os.PathLike | None = None, part: str = "layer",
@@ -84,17 +106,47 @@ def layer_cost(cfg: ScaleConfig, hw, cache_dir: str | os.PathLike | None = None,
     """The :class:`LayerCost` of ``cfg``'s per-device layer (``part="head"``: the last stage's LM head and
     loss) on ``hw`` (a chip or system profile); kept under the cache root ``cache_dir`` (``note(text)``: told
     of an entry not trusted or not kept)."""
+    cost = known_cost(cfg, hw, cache_dir, part, note)
+    if cost is None:
+        chip, key, _ = layer_request(cfg, hw, part)
+        cost = keep_cost(cfg, hw, cache_dir, part, analyse_layer(cfg, hw, key, chip, part), note)
+    return cost
+
+
+def layer_request(cfg: ScaleConfig, hw, part: str = "layer") -> tuple[str, str, dict]:
+    """(chip, key, request) of a layer's cost: the key names it (this process's code is the code of every cost
+    it holds); the request keys its cache entry."""
     chip = getattr(hw, "chip", "") or hw.name
     request = _request(cfg, hw, chip, part)
-    key = digest(request)[:20]  # the layer's name (this process's code is the code of every cost it holds)
+    memo = (id(hw), part, tuple(request["layer"]))
+    held = _KEYS.get(memo)
+    if held is None or held[0] is not hw or held[3] != request:
+        if len(_KEYS) > 65536:
+            _KEYS.clear()
+        held = _KEYS[memo] = (hw, chip, digest(request)[:20], request)
+    return held[1:]
+
+
+#: (id(profile), part, layer key) -> (profile, chip, key, request): a sweep names each layer thousands of times.
+_KEYS: dict = {}
+
+
+def known_cost(cfg: ScaleConfig, hw, cache_dir=None, part: str = "layer", note=None) -> LayerCost | None:
+    """The layer's cost where this process or the cache holds it (then kept in memory), else None."""
+    _, key, request = layer_request(cfg, hw, part)
     if key in _MEMO:
         return _MEMO[key]
-    cache = DiskCache(cache_dir, LAYERS, note)
-    kept = cache.get(request)
-    cost = LayerCost(**kept) if kept is not None and kept["key"] == key else None
-    if cost is None:
-        cost = analyse_layer(cfg, hw, key, chip, part)
-        cache.put(request, asdict(cost))
+    kept = DiskCache(cache_dir, LAYERS, note).get(request)
+    if kept is not None and kept["key"] == key:
+        _MEMO[key] = LayerCost(**kept)
+        return _MEMO[key]
+    return None
+
+
+def keep_cost(cfg: ScaleConfig, hw, cache_dir, part: str, cost: LayerCost, note=None) -> LayerCost:
+    """``cost`` (analysed here or by a worker) kept in memory and under the cache root ``cache_dir``."""
+    _, key, request = layer_request(cfg, hw, part)
+    DiskCache(cache_dir, LAYERS, note).put(request, asdict(cost))
     _MEMO[key] = cost
     return cost
 

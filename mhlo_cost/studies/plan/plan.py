@@ -1,15 +1,13 @@
-"""A training plan: the iteration breakdown and memory of one configuration, and the sweep over splits.
+"""A training plan: the iteration breakdown and memory of one configuration.
 
 :func:`plan` lowers (once per distinct layer shape), composes and returns a :class:`Plan`;
 :func:`breakdown_frame` is its per-iteration table (compute by phase, exposed tensor-parallel
-communication, bubble, point-to-point, exposed data-parallel reduction, optimizer), :func:`splits` the
-configurations of a model on ``gpus`` devices (each valid one, or the reason it is not), and :func:`sweep`
-their table ranked by iteration time among those that fit.
+communication, bubble, point-to-point, exposed data-parallel reduction, optimizer). The sweep over a model's
+configurations on many devices is :mod:`.search`'s.
 """
 from __future__ import annotations
 
 import os
-from itertools import product
 
 import pandas as pd
 
@@ -113,85 +111,3 @@ def _sharding_facts(p: Plan) -> list[str]:
         lines.append(f"  {r['what']}: {n}{r['kind']} of {r['bytes']:,} bytes over {r['group_size']} ranks, per "
                      f"{r['per'].replace('_', ' ')}")
     return lines
-
-
-def _divisors(n: int) -> list[int]:
-    """The divisors of ``n``, ascending (found up to its square root: a count of devices is never walked)."""
-    low, high, i = [], [], 1
-    while i * i <= n:
-        if n % i == 0:
-            low.append(i)
-            if i * i != n:
-                high.append(n // i)
-        i += 1
-    return low + high[::-1]
-
-
-def _degrees(gpus: int, max_t: int, only=None):
-    """(t, p, d) of every tensor x pipeline x data split of ``gpus`` that :func:`splits` considers (``only(t, p,
-    d)``: those it is true of)."""
-    for t in (1, 2, 4, 8, 16, 32, 64):
-        if gpus % t or t > max_t and t > 8:
-            continue
-        for pp in _divisors(gpus // t):
-            if only is None or only(t, pp, gpus // (t * pp)):
-                yield t, pp, gpus // (t * pp)
-
-
-def split_count(gpus: int, *, micro_batches=(1, 2, 4), recomputes=("full", "selective"), interleaves=(1, 2, 3),
-                max_t: int = 8, only=None, cps=(1,), zeros=None) -> int:
-    """How many configurations :func:`splits` yields (valid or not), counted without making them."""
-    per = len(micro_batches) * len(recomputes) * len(zeros or (None,))
-    flat = sum(1 for v in interleaves if not v > 1)
-    return sum(per * (len(interleaves) if pp > 1 else flat) if gpus % cp == 0 else 1
-               for cp in cps for _, pp, _ in (_degrees(gpus // cp, max_t, only) if gpus % cp == 0 else [(0, 0, 0)]))
-
-
-def _pipeline_split(cfg: ScaleConfig) -> ScaleConfig:
-    """Where the pipeline degree does not divide the layers, Megatron-core's split that counts the embedding and
-    the loss as layers, if that one divides (126 layers on 16 stages)."""
-    if cfg.stage_layers() or cfg.first_stage_layers or cfg.last_stage_layers or cfg.interleave > 1:
-        return cfg
-    accounted = cfg.with_split(account_embedding=True, account_loss=True)
-    return accounted if accounted.stage_layers() else cfg
-
-
-def splits(base: ScaleConfig, gpus: int, *, micro_batches=(1, 2, 4), recomputes=("full", "selective"),
-           interleaves=(1, 2, 3), max_t: int = 8, only=None, cps=(1,), zeros=None):
-    """(config, reason or None) for every tensor x context x pipeline x data split of ``gpus`` (t a power of two
-    up to ``max_t``, sequence parallelism on where t > 1; ``cps`` the context-parallel degrees; ``only(t, p,
-    d)``: those it is true of), micro-batch, recompute, interleaving and ZeRO stage (``zeros``; None: the
-    base's). A pipeline degree that does not divide the layers takes Megatron's embedding/loss-counted split
-    where that divides."""
-    for cp in cps:
-        if gpus % cp:
-            yield base.with_split(cp=cp), f"context-parallel degree {cp} does not divide {gpus} GPUs"
-            continue
-        for t, pp, d in _degrees(gpus // cp, max_t, only):
-            for mb, rc, v, z in product(micro_batches, recomputes, interleaves, zeros or (None,)):
-                if v > 1 and pp == 1:
-                    continue
-                cfg = base.with_split(t=t, p=pp, d=d, sp=t > 1, micro_batch=mb, recompute=rc, interleave=v, cp=cp)
-                cfg = _pipeline_split(cfg if z is None else cfg.with_split(zero=z, dp_comm="all_reduce"))
-                why = cfg.invalid() or (f"tensor degree {t} above {max_t} (beyond one node's NVLink)"
-                                        if t > max_t else None)
-                yield cfg, why
-
-
-def sweep(base: ScaleConfig, gpus: int, hw, cache_dir=None, note=None, **kw) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(ranked table of the valid splits, table of the skipped ones with their reason)."""
-    plans, skipped = [], []
-    for cfg, why in splits(base, gpus, **kw):
-        if why:
-            skipped.append({"config": cfg.label(), "reason": why})
-            continue
-        plans.append(plan(cfg, hw, cache_dir, note))
-    # the sharding / CP / stage columns on every row where the sweep has those dimensions or an uneven split
-    every = (tuple(kw.get("cps", (1,))) != (1,) or kw.get("zeros") is not None
-             or any(p.cfg.uneven for p in plans))
-    df = pd.DataFrame([p.row(every) for p in plans])
-    if len(df):
-        df = df.sort_values(["fits", "iteration_s", "config"], ascending=[False, True, True], kind="stable")
-        df.insert(0, "rank", [i + 1 if f else 0 for i, f in enumerate(df["fits"])])
-        df = df.reset_index(drop=True)
-    return df, pd.DataFrame(skipped, columns=["config", "reason"])

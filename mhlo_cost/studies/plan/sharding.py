@@ -37,6 +37,7 @@ once per iteration with the rest.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 from ...network import estimate
 from .config import CP_TORCH, ScaleConfig
@@ -85,13 +86,19 @@ def _all_tp(cfg: ScaleConfig, group_of) -> tuple:
 
 def grad_groups(cfg: ScaleConfig) -> tuple:
     """The ``cp x d`` ranks of each tensor rank (stage 0) that hold the same weights."""
-    return _all_tp(cfg, lambda k: tuple(_rank(cfg, k, c, r) for r in range(cfg.d) for c in range(cfg.cp)))
+    return _data_groups(cfg.t, cfg.cp, cfg.d, cfg.d)
 
 
 def shard_groups(cfg: ScaleConfig) -> tuple:
     """The first sharding group (``cp x dp_shard`` ranks) of each tensor rank."""
-    n = cfg.dp_shard or cfg.d
-    return _all_tp(cfg, lambda k: tuple(_rank(cfg, k, c, r) for r in range(n) for c in range(cfg.cp)))
+    return _data_groups(cfg.t, cfg.cp, cfg.d, cfg.dp_shard or cfg.d)
+
+
+@lru_cache(maxsize=1024)
+def _data_groups(t: int, cp: int, d: int, n: int) -> tuple:
+    """The first ``n`` data ranks x every context rank, of each tensor rank (made once per split: a sweep prices
+    thousands of configurations on a few)."""
+    return tuple(tuple(k + t * (c + cp * r) for r in range(n) for c in range(cp)) for k in range(t))
 
 
 def replicate_groups(cfg: ScaleConfig) -> tuple:
@@ -196,11 +203,24 @@ def embedding_collective(cfg: ScaleConfig) -> Collective | None:
                       pairs, "iteration")
 
 
+#: (id(topology), kind, bytes, groups) -> (topology, seconds): a sweep asks for the same collectives many times.
+_SECONDS: dict = {}
+
+
 def seconds(topo, c: Collective) -> float:
     """One execution of ``c`` on ``topo`` (every tensor rank's group at once); 0 without a network."""
     if topo is None or c.nbytes == 0:
         return 0.0
-    return estimate(topo, c.kind, c.nbytes, c.groups).time_s
+    key = (id(topo), c.kind, c.nbytes, c.groups)
+    try:
+        held = _SECONDS.get(key)
+    except TypeError:  # (groups given as lists: not kept)
+        return estimate(topo, c.kind, c.nbytes, c.groups).time_s
+    if held is None or held[0] is not topo:
+        if len(_SECONDS) > 65536:
+            _SECONDS.clear()
+        held = _SECONDS[key] = (topo, estimate(topo, c.kind, c.nbytes, c.groups).time_s)
+    return held[1]
 
 
 @dataclass(frozen=True)

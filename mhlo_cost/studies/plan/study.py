@@ -15,8 +15,10 @@ from .config import ScaleConfig
 class PlanOptions:
     """``config`` (the split included), ``hardware`` (a system profile), ``gpus`` (a sweep over every split of
     that many devices, None: the one plan), ``cache_dir`` (the cache root: each lowered layer's analysis kept
-    there; None: nothing kept), ``cps`` / ``zeros`` the context-parallel degrees and ZeRO stages the sweep adds
-    to its dimensions.
+    there; None: nothing kept), ``space`` the values of the sweep's dimensions (:class:`~.search.Space`: micro-batch,
+    recompute, interleaving, context-parallel degree, ZeRO stage, HSDP sharding group, expert-parallel degree,
+    precision), ``scheduler`` / ``jobs`` where the sweep's layers are lowered (a Dask cluster, or a local pool of
+    that many processes: :func:`~.search.prefetch`).
 
     Checked when made (:mod:`mhlo_cost.studies.limits`; OptionError): the configuration valid (with a sweep: the
     model; the sweep makes the splits), its counts and the sweep's within their limits."""
@@ -25,12 +27,13 @@ class PlanOptions:
     hardware: object
     gpus: int | None = None
     cache_dir: str | os.PathLike | None = None
-    cps: tuple = (1,)  # the sweep's context-parallel degrees
-    zeros: tuple | None = None  # the sweep's ZeRO stages (None: the configuration's)
+    space: object = None  # the sweep's dimensions (a .search.Space; None: its defaults)
+    scheduler: str | None = None  # a Dask scheduler's address: the sweep's layers lowered on that cluster
+    jobs: int | None = None  # local worker processes lowering the sweep's layers (None: the cores)
 
     def __post_init__(self):
         from ..limits import OptionError, check, count
-        from .plan import split_count
+        from .search import Space, split_count
 
         cfg = self.config
         why = cfg.model_invalid() if self.gpus is not None else cfg.invalid()
@@ -44,7 +47,9 @@ class PlanOptions:
             check("devices", cfg.gpus, f"-t x -p x -d ({cfg.t} x {cfg.p} x {cfg.d})")
             return
         check("devices", self.gpus, "--sweep GPUS")
-        count(split_count(self.gpus, cps=self.cps, zeros=self.zeros), "points",
+        if self.space is None:
+            object.__setattr__(self, "space", Space())
+        count(split_count(self.gpus, **vars(self.space)), "points",
               f"the sweep over the splits of {self.gpus:,} GPUs")
 
 
@@ -52,9 +57,10 @@ class PlanStudy:
     """The plan (or the sweep) of :class:`PlanOptions`, computed once, on first use; ``note(text)`` told of each
     cache entry not trusted or not kept."""
 
-    def __init__(self, options: PlanOptions, note=None):
+    def __init__(self, options: PlanOptions, note=None, progress=False):
         self.options = options
         self.note = note
+        self.progress = progress  # the sweep's lowerings: run_tasks' progress (False, True or a callable)
 
     @cached_property
     def plan(self):
@@ -67,10 +73,11 @@ class PlanStudy:
     def sweep(self):
         """(the ranked table of the valid splits, the skipped ones with their reason)."""
         from ..limits import OptionError
-        from .plan import sweep
+        from .search import sweep
 
         o = self.options
-        df, skipped = sweep(o.config, o.gpus, o.hardware, o.cache_dir, self.note, cps=o.cps, zeros=o.zeros)
+        df, skipped = sweep(o.config, o.gpus, o.hardware, o.cache_dir, self.note, scheduler=o.scheduler, jobs=o.jobs,
+                            progress=self.progress, **vars(o.space))
         if not len(df):
             first = skipped["reason"].iloc[0] if len(skipped) else "none considered"
             raise OptionError(f"no split of {o.gpus:,} GPUs is a valid configuration of this model ({len(skipped)} "

@@ -13,7 +13,7 @@
     recompute = ["full", "selective"]
     interleave = [1, 2, 3]
 
-The configurations are :func:`mhlo_cost.studies.plan.plan.splits` of each GPU count (the ones ``train-plan --sweep``
+The configurations are :func:`mhlo_cost.studies.plan.search.splits` of each GPU count (the ones ``train-plan --sweep``
 ranks; sequence parallelism wherever ``t > 1``), kept where their degrees are among those listed; each is
 planned as ``train-plan`` plans it (one lowering per distinct layer shape, kept in the cache as
 ``train-plan`` keeps it, then arithmetic; no worker pool is needed). One row per (configuration, hardware) in
@@ -101,7 +101,7 @@ def check_settings(settings: dict) -> None:
     read (a grid's shape, strategies, dtype, steps, execution; model options), and its counts within the limits
     (:mod:`mhlo_cost.studies.limits`: devices per configuration, configurations in all)."""
     from ...studies.limits import check, count
-    from ..plan.plan import split_count
+    from ..plan.search import split_count
 
     unread = sorted(k for k, v in settings.items() if k not in TRAINING_SETTINGS and v not in (None, {}, [], False))
     if unread:
@@ -117,7 +117,7 @@ def check_settings(settings: dict) -> None:
 
 
 def _split_options(tr: dict) -> dict:
-    """The keywords of :func:`mhlo_cost.studies.plan.plan.splits` a [training] table sets: the lists of
+    """The keywords of :func:`mhlo_cost.studies.plan.search.splits` a [training] table sets: the lists of
     micro-batches, recomputes and interleavings, and the degrees kept (``only``)."""
     kw = {"micro_batches": tuple(tr.get("micro_batch", DEFAULTS["micro_batch"])),
           "recomputes": tuple(tr.get("recompute", DEFAULTS["recompute"])),
@@ -149,7 +149,7 @@ def base_config(settings: dict):
 def configurations(settings: dict, gpus: int):
     """(config, reason or None) of ``gpus`` devices: train-plan --sweep's splits, kept where their degrees
     are among the spec's lists."""
-    from ..plan.plan import splits
+    from ..plan.search import splits
 
     yield from splits(base_config(settings), gpus, **_split_options(settings["training"]))
 
