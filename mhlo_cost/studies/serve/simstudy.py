@@ -20,6 +20,8 @@ class SimOptions:
     ``launch`` (default cuda-graphs: vLLM's decode), the workload (``isl``, ``osl``: :class:`~.simload.Lengths`;
     ``num_requests``; one of ``concurrency``, ``rate``, ``trace``; ``seed``), the server (``server``), tensor
     parallel over ``tp`` GPUs with ``allreduce`` the library whose all-reduce it runs (:mod:`.parallel`),
+    ``heads_per_kv_read`` the query heads of a key/value group whose decode attention shares one read of the
+    group's cache (None: the whole group; 1: TensorRT-LLM up to v0.6; 4: TurboMind v0.1: :func:`.parallel.kv_reads`),
     speculative decoding (``spec``: :class:`~.spec.Speculation`, or None) and the cache of lowerings."""
 
     request: StepRequest
@@ -35,18 +37,21 @@ class SimOptions:
     launch: str = "cuda-graphs"
     tp: int = 1
     allreduce: str = "vllm"
+    heads_per_kv_read: int | None = None
     spec: object = None  # a .spec.Speculation: speculative decoding
     cache: bool = True
     cache_dir: str | os.PathLike | None = None
 
     def __post_init__(self):
-        from ..limits import OptionError, check
+        from ..limits import OptionError, check, whole
         from .parallel import ALLREDUCE_LIBRARIES
         from .simload import LoadError
 
         check("devices", self.tp, "--tp")
         if self.allreduce not in ALLREDUCE_LIBRARIES:
             raise OptionError(f"--allreduce must be one of {', '.join(ALLREDUCE_LIBRARIES)}, got {self.allreduce!r}")
+        if self.heads_per_kv_read is not None:
+            whole(self.heads_per_kv_read, "heads_per_kv_read")
         given = [x for x in (self.concurrency, self.rate, self.trace) if x is not None]
         if len(given) != 1:
             raise LoadError("give one of --concurrency (closed loop), --request-rate (Poisson) or --trace FILE")
@@ -88,10 +93,16 @@ class SimStudy(StepCacheStudy):
 
     @cached_property
     def step_time(self):
-        """The step-cost callable: the fitted model over ``tp`` GPUs (:class:`~.parallel.ShardedStep`)."""
-        from .parallel import ShardedStep
+        """The step-cost callable: the fitted model over ``tp`` GPUs (:class:`~.parallel.ShardedStep`), its attention
+        reading the cache as ``heads_per_kv_read`` says (:func:`~.parallel.kv_reads`)."""
+        from .parallel import ShardedStep, kv_reads
 
-        return ShardedStep(self.model, self.hardware, self.options.tp, self.options.allreduce)
+        o = self.options
+        reads = 1
+        if o.heads_per_kv_read is not None:
+            facts = o.request.facts()
+            reads = kv_reads(facts.heads, facts.kv_heads, o.heads_per_kv_read)
+        return ShardedStep(self.model, self.hardware, o.tp, o.allreduce, reads)
 
     @cached_property
     def memory(self):
