@@ -77,11 +77,17 @@ TOY = StepRequest(mode="decode", hf="LlamaForCausalLM", config="llama", tokens=1
     ("num_hidden_layers", 2), ("num_key_value_heads", 2), ("vocab_size", 64)))
 
 
-def test_the_lowered_attention_reads_the_cache_and_only_it_is_read_again(tmp_path):
+@pytest.fixture(scope="module")
+def cache_dir(tmp_path_factory):
+    """One step cache for the module's lowerings of the toy (the fit's seven)."""
+    return tmp_path_factory.mktemp("steps")
+
+
+def test_the_lowered_attention_reads_the_cache_and_only_it_is_read_again(cache_dir):
     from mhlo_cost.studies.serve.grid import StepCache
 
     hw = get_profile("h100")
-    model = fit(TOY, hw, StepCache(tmp_path))
+    model = fit(TOY, hw, StepCache(cache_dir))
     # the cache of one position: 2 layers x (K, V) x 2 key/value heads x 16 x 2 bytes (bfloat16)
     assert model.kv_token_bytes == 2 * 2 * 2 * 16 * 2
     kinds = model._rates[0].kinds
@@ -106,3 +112,19 @@ def test_heads_per_kv_read_must_be_a_positive_whole_number():
     for bad in (0, -1, 1.5, True, "4"):
         with pytest.raises(LimitError, match="heads_per_kv_read"):
             SimOptions(**base, heads_per_kv_read=bad)
+
+
+def test_the_simulation_says_how_often_its_attention_reads_the_cache(cache_dir):
+    from mhlo_cost.studies.serve.simstudy import SimStudy
+
+    def study(**kw):
+        return SimStudy(SimOptions(request=TOY, hardware=get_profile("h100"), isl=Lengths.parse("8"),
+                                   osl=Lengths.parse("4"), concurrency=2, num_requests=2, cache_dir=cache_dir, **kw))
+
+    reread = study(heads_per_kv_read=1)
+    assert reread.step_time.kv_reads == 2  # a group of two query heads, a read each
+    assert "attention_kv_reads" in str(reread.view().pairs)
+    plain = study()
+    assert plain.step_time.kv_reads == 1 and "attention_kv_reads" not in str(plain.view().pairs)
+    # the same requests take longer where the cache is read twice
+    assert sum(reread.trace.step_s) > sum(plain.trace.step_s)

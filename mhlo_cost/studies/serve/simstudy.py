@@ -152,7 +152,7 @@ class SimStudy(StepCacheStudy):
                  "max_num_seqs": o.server.max_num_seqs, "gpu_memory_utilization": o.server.gpu_memory_utilization,
                  "memory_accounting": "vLLM (vllm/v1/worker/gpu_worker.py determine_available_memory)" + (
                      "" if o.server.num_gpu_blocks is None else f"; {o.server.num_gpu_blocks} blocks given"),
-                 "step_model_check": self._check_text()} | self._parallel_setup()
+                 "step_model_check": self._check_text()} | self._parallel_setup() | self._reads_setup()
         return sim_view(setup, self.figures, batch_histogram(self.trace), f"serving {setup['model']} on "
                         f"{self.hardware.name}: {self.workload.describe}")
 
@@ -181,6 +181,12 @@ class SimStudy(StepCacheStudy):
         return out | {"tp": o.tp, "allreduce_library": o.allreduce,
                 "allreduce_median_step": f"{a_mid} ({mid} tokens: {s_mid:.6g} s a step)",
                 "allreduce_largest_step": f"{a_top} ({top} tokens: {s_top:.6g} s a step)"}
+
+    def _reads_setup(self) -> dict:
+        """The decode attention's reads of the KV cache where a kernel reads it more than once (none otherwise)."""
+        reads = self.step_time.kv_reads
+        return {} if reads == 1 else {"attention_kv_reads": f"{reads} (a read per {self.options.heads_per_kv_read} "
+                                                             "query head(s) of a key/value group)"}
 
     def _gain(self) -> dict:
         """Speculation's gain: output tokens/s and TPOT p50 without it over with it (None where a run took no
