@@ -6,7 +6,9 @@ an fp8 KV cache) and priced as ``benchmarks/validate_serving.py`` prices a servi
 the serving simulation, on ``tp`` GPUs). Nothing is fitted on these rows. Prints each row's figure against the
 simulation's and their ratio (simulated / published), then ``fp8 decode: median |error| = X% on N held-out rows``.
 
-    python benchmarks/validate_precision_decode.py [--only ID_PART] [--cache-dir DIR]
+    python benchmarks/validate_precision_decode.py [--only ID_PART] [--cache-dir DIR] [--breakdown]
+
+``--breakdown``: each row's decode and prefill step by part first (``validate_serving.breakdown``).
 """
 from __future__ import annotations
 
@@ -46,26 +48,30 @@ def row_options(row: dict, cache_dir=None):
     return dataclasses.replace(opts, request=dataclasses.replace(opts.request, precision=row["recipe"]))
 
 
-def price(row: dict, cache_dir=None) -> dict:
-    """{figure: (published, simulated)} of the row."""
+def price(row: dict, cache_dir=None, parts: bool = False) -> dict:
+    """{figure: (published, simulated)} of the row; with ``parts``, "breakdown": its steps by part."""
     import validate_serving as vs
 
     from mhlo_cost.studies.serve.simstudy import SimStudy
 
-    got = vs.simulated(SimStudy(row_options(row, cache_dir)).figures, row)
-    return {k: (row[k], got[k]) for k in FIGURES if k in row and got.get(k) is not None}
+    study = SimStudy(row_options(row, cache_dir))
+    got = vs.simulated(study.figures, row)
+    out = {k: (row[k], got[k]) for k in FIGURES if k in row and got.get(k) is not None}
+    return out | ({"breakdown": vs.breakdown(study, row)} if parts else {})
 
 
-def report(rows: list[dict], cache_dir=None):
+def report(rows: list[dict], cache_dir=None, parts: bool = False):
     """The report's lines, each yielded as soon as its row is priced."""
     yield (f"{'fp8 decode row':<48} {'recipe':<22} {'figure':<13} {'published':>10} {'simulated':>10} {'ratio':>7}")
     ratios = []
     for row in rows:
         try:
-            figs = price(row, cache_dir)
+            figs = price(row, cache_dir, parts)
         except ValueError as e:  # the row does not fit the simulated server
             yield f"{row['id']:<48} not run: {e}"
             continue
+        if "breakdown" in figs:
+            yield f"{row['id']}\n{figs.pop('breakdown')}"
         for key, (pub, sim) in figs.items():
             ratios.append(sim / pub)
             yield (f"{row['id']:<48} {row['recipe']:<22} {key:<13} {pub:>10,.2f} {sim:>10,.2f} "
@@ -82,9 +88,10 @@ def main(argv=None) -> int:
     ap.add_argument("--data", default=str(DATA), help="the published figures (default: %(default)s)")
     ap.add_argument("--only", help="price only the rows whose id contains this")
     ap.add_argument("--cache-dir", help="the step cache (default: the user cache)")
+    ap.add_argument("--breakdown", action="store_true", help="each row's decode and prefill step by part")
     a = ap.parse_args(argv)
     rows = [r for r in load(a.data) if a.only is None or a.only in r["id"]]
-    for line in report(rows, a.cache_dir):
+    for line in report(rows, a.cache_dir, a.breakdown):
         print(line, flush=True)
     return 0
 

@@ -7,13 +7,19 @@ chip shares the fit), the load is the row's (a static ``batch``: ``batch`` reque
 benchmark runs them) and all of the device's memory (such a benchmark sizes its KV cache for the batch); a
 ``concurrency``: a closed loop, ``requests`` requests (default ten times the concurrency)), on ``tp`` GPUs, launched
 as the row's ``launch`` says, the server's knobs from the row's ``server`` (:class:`~mhlo_cost.studies.serve.sim.
-ServerConfig` fields) and its all-reduce library from ``allreduce``. Nothing is fitted to the figures. It prints,
+ServerConfig` fields), its all-reduce library from ``allreduce`` and its decode attention's reads of the KV cache
+from ``heads_per_kv_read`` (:func:`mhlo_cost.studies.serve.parallel.kv_reads`). Nothing is fitted to the figures.
+It prints,
 per row, each figure against the simulation's and their ratio (simulated / published): output tokens/s, TTFT mean,
 TPOT / ITL mean and ITL median; then the median |error| of each metric with its n (targets: throughput <= 15%,
 TTFT and TPOT <= 20%), and of the batched-decode figures (rows marked ``batched_decode``: a per-token latency at a
 batch of 64 or more; target 15%); and lists the rows it cannot express and why.
 
+With ``--breakdown``, each row's decode step at its batch (or concurrency) and mid-run context, and its first
+prefill step, are printed by part (GEMM kernels, fused attention, other kernels, all-reduce) before its figures.
+
     python benchmarks/validate_serving.py [--only ID_PART] [--cache-dir DIR] [--launch cuda-graphs|stream]
+                                          [--breakdown]
 """
 from __future__ import annotations
 
@@ -52,7 +58,7 @@ def options(row: dict, cache_dir, launch: str):
     return SimOptions(req, hardware_from_args(row["gpu"], None), Lengths.parse(str(row["isl"])),
                       Lengths.parse(str(row["osl"])), n, c, server=server, launch=launch or row.get("launch", "cuda-graphs"),
                       tp=row.get("tp", 1), allreduce=row.get("allreduce", "vllm"),
-                      cache_dir=cache_dir)
+                      heads_per_kv_read=row.get("heads_per_kv_read"), cache_dir=cache_dir)
 
 
 def simulated(fig: dict, row: dict) -> dict:
@@ -64,7 +70,30 @@ def simulated(fig: dict, row: dict) -> dict:
             "itl_ms": None if itl is None else itl * 1e3, "itl_p50_ms": None if p50 is None else p50 * 1e3}
 
 
-def run(rows: list, cache_dir, launch) -> tuple[dict, list, list]:
+def breakdown(study, row: dict) -> str:
+    """The row's decode step (its batch or concurrency of sequences at context isl + osl / 2) and its first prefill
+    step (min(batch, the token budget / isl) prompts), by part, in ms; and, for a static batch, the run's seconds
+    published (batch x osl / output tokens/s) and simulated."""
+    step = study.step_time
+    b = row.get("batch") or row["concurrency"]
+    ctx = row["isl"] + row["osl"] // 2
+    dec = step.parts(b, b * (ctx + 1), b * (ctx + 1), ctx + 1)
+    n = max(1, min(b, study.options.server.max_num_batched_tokens // max(row["isl"], 1)))
+    pre = step.parts(n * row["isl"], n * row["isl"] * (row["isl"] + 1) // 2, n * row["isl"], row["isl"])
+
+    def show(parts):
+        return " ".join(f"{k} {v * 1e3:.2f}" for k, v in parts.items()) + f" = {sum(parts.values()) * 1e3:.2f} ms"
+
+    text = (f"  decode b{b} ctx {ctx} (kv reads {step.kv_reads}): {show(dec)}\n"
+            f"  prefill {n} x {row['isl']}: {show(pre)}")
+    if "batch" in row and "output_tok_s" in row:
+        gpus = row.get("tp", 1) if row.get("per_gpu") else 1
+        published = b * row["osl"] / (row["output_tok_s"] * gpus)
+        text += f"\n  run: published {published:.3f} s, simulated {sum(study.trace.step_s):.3f} s"
+    return text
+
+
+def run(rows: list, cache_dir, launch, parts: bool = False) -> tuple[dict, list, list]:
     """Every expressed row through the simulation, printing its ratios: ({metric: [|error|]}, the batched-decode
     |errors|, [(row id, why it did not run)])."""
     from mhlo_cost.studies.serve.simstudy import SimStudy
@@ -80,6 +109,8 @@ def run(rows: list, cache_dir, launch) -> tuple[dict, list, list]:
             failed.append((row["id"], str(e)))
             print(f"{row['id']:<44} not run: {e}", flush=True)
             continue
+        if parts:
+            print(f"{row['id']}\n{breakdown(study, row)}", flush=True)
         for key in TARGETS:
             if key in row and got[key] is not None:
                 ratio = got[key] / row[key]
@@ -131,10 +162,11 @@ def main() -> int:
     ap.add_argument("--cache-dir", help="the step cache (default: the user cache)")
     ap.add_argument("--launch", choices=("cuda-graphs", "stream"),
                     help="every row launched so (default: each row's `launch`, else cuda-graphs)")
+    ap.add_argument("--breakdown", action="store_true", help="each row's decode and prefill step by part")
     a = ap.parse_args()
     rows = tomllib.loads(Path(a.data).read_text())["row"]
     rows = [r for r in rows if a.only is None or a.only in r["id"]]
-    report(rows, *run(rows, a.cache_dir, a.launch))
+    report(rows, *run(rows, a.cache_dir, a.launch, a.breakdown))
     return 0
 
 

@@ -13,6 +13,16 @@ heads must divide by ``tp``). The activations the server reserves are those of o
 
 This scales the fitted one-device step; it is not a sharded lowering: embedding, norms and the logits' head are
 divided as well (vLLM splits the vocabulary of both embeddings; the norms are a small part).
+
+The decode attention kernel a library runs decides how often the KV cache is read (:func:`kv_reads`): the fitted
+step's fused attention reads each cached key and value once, as a kernel does that computes every query head of
+a key/value group from one read of the group's cache (TensorRT-LLM's XQA, FlashAttention's and FlashInfer's
+decode kernels). Kernels with one thread block per query head read the group's cache once per query head:
+TensorRT-LLM up to v0.6's masked multi-head attention (``decoderMaskedMultiheadAttentionTemplate.h`` at
+138f96d45f90b9667426f7c47297d8c06bafac73: ``hi = blockIdx.x``, ``hi_kv = hi / qhead_per_kv``, each block loading
+its sequence's keys and values of ``hi_kv``), and TurboMind v0.1's decoder attention computes ``HeadPerCta`` = 4
+query heads a block for groups that divide by 4 (``decoder_multihead_attention.cu`` at
+ebe90bc943eeace841b33fa54fbf1726311b63db), reading an 8-head group's cache twice.
 """
 from __future__ import annotations
 
@@ -24,15 +34,26 @@ import numpy as np
 ALLREDUCE_LIBRARIES = ("vllm", "nccl")
 
 
+def kv_reads(heads: int, kv_heads: int, heads_per_read: int | None = None) -> int:
+    """The times a decode attention kernel reads each cached key and value of a model of ``heads`` query heads
+    and ``kv_heads`` key/value heads, where ``heads_per_read`` query heads share one read of their group's cache
+    (None: the whole group, one read; 1: one read per query head): ceil(group / heads_per_read), group =
+    heads / kv_heads (see the module)."""
+    group = max(heads // max(kv_heads, 1), 1)
+    if heads_per_read is None:
+        return 1
+    return -(-group // min(max(heads_per_read, 1), group))
+
+
 class ShardedStep:
     """The step-cost callable of :func:`.sim.simulate` for ``model`` (a :class:`~.stepmodel.StepModel`) over ``tp``
-    GPUs of ``hw``, all-reduces as ``library`` runs them. ``comm(tokens)``: (seconds, algorithm) of a step's
-    all-reduces."""
+    GPUs of ``hw``, all-reduces as ``library`` runs them, the attention kernels reading the KV cache ``kv_reads``
+    times (:func:`kv_reads`). ``comm(tokens)``: (seconds, algorithm) of a step's all-reduces."""
 
-    def __init__(self, model, hw, tp: int = 1, library: str = "vllm"):
+    def __init__(self, model, hw, tp: int = 1, library: str = "vllm", kv_reads: int = 1):
         if library not in ALLREDUCE_LIBRARIES:
             raise ValueError(f"unknown all-reduce library {library!r}: choose one of {', '.join(ALLREDUCE_LIBRARIES)}")
-        self.model, self.hw, self.tp, self.library = model, hw, tp, library
+        self.model, self.hw, self.tp, self.library, self.kv_reads = model, hw, tp, library, kv_reads
         self.comm = lru_cache(maxsize=65536)(self._comm)
 
     def _comm(self, tokens: int) -> tuple[float, str]:
@@ -49,7 +70,14 @@ class ShardedStep:
         return float(self.many(tokens, [context_flops], [context_bytes], [longest])[0])
 
     def many(self, tokens: int, context_flops, context_bytes, longest) -> np.ndarray:
-        return self.model.many(tokens, context_flops, context_bytes, longest, shards=self.tp) + self.comm(tokens)[0]
+        extra = {} if self.kv_reads == 1 else {"kv_reads": self.kv_reads}
+        return self.model.many(tokens, context_flops, context_bytes, longest, shards=self.tp,
+                               **extra) + self.comm(tokens)[0]
+
+    def parts(self, tokens: int, context_flops: int, context_bytes: int, longest: int) -> dict:
+        """One step's seconds by part: the kernels' kinds (:meth:`.stepmodel.StepModel.parts`) and "allreduce"."""
+        got = self.model.parts(tokens, context_flops, context_bytes, longest, shards=self.tp, kv_reads=self.kv_reads)
+        return got | {"allreduce": self.comm(tokens)[0]}
 
 
 def per_device(total: int, tp: int) -> int:

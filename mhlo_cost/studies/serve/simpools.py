@@ -110,7 +110,7 @@ class PoolRun:
         for share, layers in zip(shares, self.parts):
             part = m.part(share)
             part.shape["layers"] = layers
-            steps.append(ShardedStep(part, self.hw, self.tp, study.options.allreduce))
+            steps.append(ShardedStep(part, self.hw, self.tp, study.options.allreduce, study.step_time.kv_reads))
         return steps, placed
 
     def send_s(self, tokens: int) -> float:

@@ -20,6 +20,8 @@ class SimOptions:
     ``launch`` (default cuda-graphs: vLLM's decode), the workload (``isl``, ``osl``: :class:`~.simload.Lengths`;
     ``num_requests``; one of ``concurrency``, ``rate``, ``trace``; ``seed``), the server (``server``), tensor
     parallel over ``tp`` GPUs with ``allreduce`` the library whose all-reduce it runs (:mod:`.parallel`),
+    ``heads_per_kv_read`` the query heads of a key/value group whose decode attention shares one read of the
+    group's cache (None: the whole group; 1: TensorRT-LLM up to v0.6; 4: TurboMind v0.1: :func:`.parallel.kv_reads`),
     speculative decoding (``spec``: :class:`~.spec.Speculation`, or None) and the cache of lowerings."""
 
     request: StepRequest
@@ -35,13 +37,14 @@ class SimOptions:
     launch: str = "cuda-graphs"
     tp: int = 1
     allreduce: str = "vllm"
+    heads_per_kv_read: int | None = None
     spec: object = None  # a .spec.Speculation: speculative decoding
     parallel: object = None  # a .simpools.Parallel: --pp, --dp, --disaggregate (None: one server)
     cache: bool = True
     cache_dir: str | os.PathLike | None = None
 
     def __post_init__(self):
-        from ..limits import OptionError, check
+        from ..limits import OptionError, check, whole
         from .parallel import ALLREDUCE_LIBRARIES
         from .simload import LoadError
 
@@ -52,6 +55,8 @@ class SimOptions:
             check_with(self.parallel, self.spec, self.tp)
         if self.allreduce not in ALLREDUCE_LIBRARIES:
             raise OptionError(f"--allreduce must be one of {', '.join(ALLREDUCE_LIBRARIES)}, got {self.allreduce!r}")
+        if self.heads_per_kv_read is not None:
+            whole(self.heads_per_kv_read, "heads_per_kv_read")
         given = [x for x in (self.concurrency, self.rate, self.trace) if x is not None]
         if len(given) != 1:
             raise LoadError("give one of --concurrency (closed loop), --request-rate (Poisson) or --trace FILE")
@@ -93,10 +98,16 @@ class SimStudy(StepCacheStudy):
 
     @cached_property
     def step_time(self):
-        """The step-cost callable: the fitted model over ``tp`` GPUs (:class:`~.parallel.ShardedStep`)."""
-        from .parallel import ShardedStep
+        """The step-cost callable: the fitted model over ``tp`` GPUs (:class:`~.parallel.ShardedStep`), its attention
+        reading the cache as ``heads_per_kv_read`` says (:func:`~.parallel.kv_reads`)."""
+        from .parallel import ShardedStep, kv_reads
 
-        return ShardedStep(self.model, self.hardware, self.options.tp, self.options.allreduce)
+        o = self.options
+        reads = 1
+        if o.heads_per_kv_read is not None:
+            facts = o.request.facts()
+            reads = kv_reads(facts.heads, facts.kv_heads, o.heads_per_kv_read)
+        return ShardedStep(self.model, self.hardware, o.tp, o.allreduce, reads)
 
     @cached_property
     def memory(self):
@@ -213,7 +224,7 @@ class SimStudy(StepCacheStudy):
                  "max_num_seqs": o.server.max_num_seqs, "gpu_memory_utilization": o.server.gpu_memory_utilization,
                  "memory_accounting": "vLLM (vllm/v1/worker/gpu_worker.py determine_available_memory)" + (
                      "" if o.server.num_gpu_blocks is None else f"; {o.server.num_gpu_blocks} blocks given"),
-                 "step_model_check": self._check_text()} | self._parallel_setup()
+                 "step_model_check": self._check_text()} | self._parallel_setup() | self._reads_setup()
         return sim_view(setup, self.figures, batch_histogram(self.trace), f"serving {setup['model']} on "
                         f"{self.hardware.name}: {self.workload.describe}")
 
@@ -268,6 +279,12 @@ class SimStudy(StepCacheStudy):
                 out |= {"pp_schedule": f"{par.pp} virtual engines per replica (vLLM V0), one step each in flight, "
                         "each 1/pp of the KV blocks", "pp_send_link": link}
         return out | {"routing": "least loaded (fewest unfinished requests; vLLM's virtual engines and DP client)"}
+
+    def _reads_setup(self) -> dict:
+        """The decode attention's reads of the KV cache where a kernel reads it more than once (none otherwise)."""
+        reads = self.step_time.kv_reads
+        return {} if reads == 1 else {"attention_kv_reads": f"{reads} (a read per {self.options.heads_per_kv_read} "
+                                                             "query head(s) of a key/value group)"}
 
     def _gain(self) -> dict:
         """Speculation's gain: output tokens/s and TPOT p50 without it over with it (None where a run took no

@@ -46,6 +46,11 @@ CHECK = (16, 512)
 RATE_BATCHES = (256,)
 
 
+#: What a kernel is, for a step's breakdown (:meth:`StepModel.parts`): a fused attention kernel, a kernel with a
+#: matrix product (GEMM), anything else (norms, activations, casts, the cache update).
+KINDS = ("gemm", "attention", "other")
+
+
 class FitError(ValueError):
     """The kernels' counts are not the polynomials the model assumes (the check point misses)."""
 
@@ -61,6 +66,7 @@ class Kernels:
     overhead_s: list
     fixed_s: list  # the part of memory_s that does not grow with the bytes
     place: list | None = None  # per kernel: its blocks' ids (a layer's, in order), or "pre" / "post" (:func:`placement`)
+    kinds: tuple = ()  # each kernel's kind (:data:`KINDS`; empty: every kernel "other")
 
     @classmethod
     def of(cls, study) -> "Kernels":
@@ -70,7 +76,8 @@ class Kernels:
         return cls([int(k.flops) for k in ks], moved, [k.compute_s for k in ks], [k.memory_s for k in ks],
                    [k.overhead_s for k in ks],
                    [hw.memory_fixed(k.multiplicity) if b else 0.0 for k, b in zip(ks, moved)],
-                   placement(study.blocks, [k.head for k in ks]))
+                   place=placement(study.blocks, [k.head for k in ks]),
+                   kinds=tuple("attention" if k.attention else "gemm" if k.has_dot else "other" for k in ks))
 
     def counts(self) -> list:
         return self.flops + self.bytes
@@ -100,25 +107,44 @@ def _rate(work: np.ndarray, seconds: np.ndarray) -> np.ndarray:
 
 class Rates:
     """One lowered node's per-kernel prices (see the module), applied to the fitted coefficients: ``flop_s``
-    and ``byte_s`` (4 x kernels): the seconds of each monomial's count (1, b, c, b*c) at the kernel's rates."""
+    and ``byte_s`` (4 x kernels): the seconds of each monomial's count (1, b, c, b*c) at the kernel's rates;
+    ``kinds``: each kernel's kind (:data:`KINDS`); ``cache_share``: the part of a fused attention kernel's
+    per-sequence context bytes that is the KV cache (the rest: a mask row per position the lowering carries)."""
 
-    def __init__(self, node: Kernels, flops: list, moved: list):
+    def __init__(self, node: Kernels, flops: list, moved: list, cache_share: float = 1.0):
         flop = _rate(np.array(node.flops, float), np.array(node.compute_s))
         fixed = np.array(node.fixed_s)
         byte = _rate(np.array(node.bytes, float), np.maximum(np.array(node.memory_s) - fixed, 0.0))
         self.flop_s = np.stack([c / flop for c in flops])
         self.byte_s = np.stack([c / byte for c in moved])
         self.fixed = np.where(np.any(np.stack(moved) != 0, axis=0), fixed, 0.0)[:, None]
+        self.overheads = np.array(node.overhead_s, dtype=float)
         self.overhead = float(np.sum(node.overhead_s))
-        self.kernel_overhead = np.array(node.overhead_s, dtype=float)  # (a pipeline stage's share: .pools)
+        self.kinds = np.array(node.kinds or ("other",) * len(node.flops))
+        self.reread = np.where(self.kinds == "attention", self.byte_s[3] * cache_share, 0.0)
 
-    def time_s(self, flop_terms: np.ndarray, byte_terms: np.ndarray, shards: int = 1) -> np.ndarray:
-        """Seconds of steps whose monomials are the columns of ``flop_terms`` / ``byte_terms`` (4 x steps);
-        ``shards``: every kernel's FLOPs and bytes split that many ways (tensor parallel), its fixed memory
-        cost and launch not."""
+    def kernel_s(self, flop_terms: np.ndarray, byte_terms: np.ndarray, shards: int = 1,
+                 kv_reads: int = 1) -> np.ndarray:
+        """Seconds of each kernel (kernels x steps) of steps whose monomials are the columns of ``flop_terms`` /
+        ``byte_terms`` (4 x steps), launches left out; ``shards``: every kernel's FLOPs and bytes split that many
+        ways (tensor parallel), its fixed memory cost and launch not; ``kv_reads``: a fused attention kernel
+        reads the cached keys and values of every position it attends to (its share ``cache_share`` of the
+        ``b*c`` bytes) that many times (:func:`.parallel.kv_reads`), its other bytes once."""
         compute = self.flop_s.T @ flop_terms / shards
         memory = self.fixed + self.byte_s.T @ byte_terms / shards
-        return np.maximum(compute, memory).sum(axis=0) + self.overhead
+        if kv_reads != 1:
+            memory = memory + (kv_reads - 1) * np.outer(self.reread, byte_terms[3]) / shards
+        return np.maximum(compute, memory)
+
+    def time_s(self, flop_terms: np.ndarray, byte_terms: np.ndarray, shards: int = 1,
+               kv_reads: int = 1) -> np.ndarray:
+        """Seconds of the steps (:meth:`kernel_s` summed, plus the launches)."""
+        return self.kernel_s(flop_terms, byte_terms, shards, kv_reads).sum(axis=0) + self.overhead
+
+    def parts(self, flop_terms: np.ndarray, byte_terms: np.ndarray, shards: int = 1, kv_reads: int = 1) -> dict:
+        """{kind: seconds of the first step's kernels of that kind, their launches included} (:data:`KINDS`)."""
+        per = self.kernel_s(flop_terms, byte_terms, shards, kv_reads)[:, 0] + self.overheads
+        return {k: float(per[self.kinds == k].sum()) for k in KINDS}
 
 
 class StepModel:
@@ -148,7 +174,8 @@ class StepModel:
         self._terms = [term(0, 0), term(1, 0), term(0, 1), term(1, 1)]
         self._k = k
         self._batches = np.log(np.array(sorted(nodes), float))
-        self._rates = [Rates(nodes[b], [t[:k] for t in self._terms], [t[k:] for t in self._terms])
+        share = self.cache_share(next(iter(nodes.values())).kinds)
+        self._rates = [Rates(nodes[b], [t[:k] for t in self._terms], [t[k:] for t in self._terms], share)
                        for b in sorted(nodes)]
         self.place = next(iter(nodes.values())).place  # (placement(): a pipeline stage's kernels)
 
@@ -165,10 +192,18 @@ class StepModel:
         for r in self._rates:
             q = copy.copy(r)
             q.flop_s, q.byte_s, q.fixed = r.flop_s * w, r.byte_s * w, r.fixed * w[:, None]
-            q.kernel_overhead = r.kernel_overhead * w
-            q.overhead = float(q.kernel_overhead.sum())
+            q.overheads, q.reread = r.overheads * w, r.reread * w
+            q.overhead = float(q.overheads.sum())
             out._rates.append(q)
         return out
+
+    def cache_share(self, kinds: tuple) -> float:
+        """The KV cache's part of the fused attention kernels' bytes per attended position (``kinds``: each
+        kernel's): the cache of one position (every layer) over those kernels' ``b*c`` bytes, which hold a
+        lowering's mask row as well (at most 1; 0 where no attention kernel reads per position)."""
+        att = np.array([x == "attention" for x in kinds] or [False] * self._k)
+        per_position = float(self._terms[3][self._k:][att].sum())
+        return min(1.0, self.kv_token_bytes / per_position) if per_position > 0 else 0.0
 
     def counts(self, tokens: int, context_flops: int, context_bytes: int, longest: int):
         """Per-kernel (FLOPs, bytes) arrays of a step (floats; :meth:`exact` for the ints)."""
@@ -182,15 +217,28 @@ class StepModel:
         """The step's seconds: every kernel at its own rates, plus the launches."""
         return float(self.many(tokens, [context_flops], [context_bytes], [longest])[0])
 
-    def many(self, tokens: int, context_flops, context_bytes, longest, shards: int = 1) -> np.ndarray:
+    def many(self, tokens: int, context_flops, context_bytes, longest, shards: int = 1,
+             kv_reads: int = 1) -> np.ndarray:
         """The seconds of several steps of ``tokens`` query tokens each (the other three: one value per step);
-        ``shards``: the kernels' work split over that many devices (:meth:`Rates.time_s`)."""
+        ``shards``: the kernels' work split over that many devices, ``kv_reads``: the times an attention kernel
+        reads the cache (:meth:`Rates.kernel_s`)."""
+        rates, f, b = self._at(tokens, context_flops, context_bytes, longest)
+        return rates.time_s(f, b, shards, kv_reads)
+
+    def parts(self, tokens: int, context_flops: int, context_bytes: int, longest: int, shards: int = 1,
+              kv_reads: int = 1) -> dict:
+        """One step's seconds by kernel kind (:meth:`Rates.parts`): {"gemm", "attention", "other"}."""
+        rates, f, b = self._at(tokens, [context_flops], [context_bytes], [longest])
+        return rates.parts(f, b, shards, kv_reads)
+
+    def _at(self, tokens: int, context_flops, context_bytes, longest):
+        """(the rates of the lowered batch nearest ``tokens``, the steps' FLOP and byte monomials)."""
         near = int(np.argmin(np.abs(self._batches - np.log(max(tokens, 1)))))
         longest = np.asarray(longest, dtype=float)
         ones, toks = np.ones_like(longest), np.full_like(longest, float(tokens))
         f = np.stack([ones, toks, longest, np.asarray(context_flops, dtype=float)])
         b = np.stack([ones, toks, longest, np.asarray(context_bytes, dtype=float)])
-        return self._rates[near].time_s(f, b, shards)
+        return self._rates[near], f, b
 
     def decode_time_s(self, batch: int, context: int) -> float:
         """A decode step of ``batch`` sequences each at ``context`` cached positions (as lowered)."""
