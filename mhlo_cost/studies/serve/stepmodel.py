@@ -65,8 +65,8 @@ class Kernels:
     memory_s: list
     overhead_s: list
     fixed_s: list  # the part of memory_s that does not grow with the bytes
-    place: list | None = None  # per kernel: its blocks' ids (a layer's, in order), or "pre" / "post" (:func:`placement`)
     kinds: tuple = ()  # each kernel's kind (:data:`KINDS`; empty: every kernel "other")
+    place: list | None = None  # per kernel: its blocks' ids (a layer's, in order), or "pre" / "post" (:func:`placement`)
 
     @classmethod
     def of(cls, study) -> "Kernels":
