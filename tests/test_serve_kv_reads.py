@@ -4,6 +4,7 @@ v0.1: once per 4 query heads; XQA / FlashAttention: once), and that the step mod
 cache bytes, at the attention kernels' own byte rate, and nothing else. Expected values are worked out here."""
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 
 import numpy as np
@@ -128,3 +129,25 @@ def test_the_simulation_says_how_often_its_attention_reads_the_cache(cache_dir):
     assert plain.step_time.kv_reads == 1 and "attention_kv_reads" not in str(plain.view().pairs)
     # the same requests take longer where the cache is read twice
     assert sum(reread.trace.step_s) > sum(plain.trace.step_s)
+
+
+def test_the_command_line_takes_heads_per_kv_read(tmp_path, capsys):
+    """``serve --heads-per-kv-read N``: the simulation's option (the same toy Llama as above, through the command
+    line); one step refuses it in one line."""
+    from mhlo_cost.cli import main
+
+    model = ["serve", "--hf", "LlamaForCausalLM", "--config", "llama", *[a for k, v in TOY.overrides
+                                                                      for a in ("--set", f"{k}={v}")]]
+    base = [*model, "--isl", "8", "--osl", "4", "--concurrency", "2", "--num-requests", "2",
+            "--cache-dir", str(tmp_path / "cache"), "-q", "--format", "json"]
+    assert main([*base, "--heads-per-kv-read", "1", "-o", str(tmp_path / "one.json")]) == 0
+    assert main([*base, "-o", str(tmp_path / "plain.json")]) == 0
+    rows = {p: {(r["section"], r["metric"]): r["value"] for r in json.loads((tmp_path / p).read_text())["rows"]}
+            for p in ("one.json", "plain.json")}
+    said = [v for (s, m), v in rows["one.json"].items() if m == "attention_kv_reads"]
+    assert said and str(said[0]).startswith("2 ")  # a group of two query heads, a read each
+    assert not any(m == "attention_kv_reads" for _, m in rows["plain.json"])
+    capsys.readouterr()
+    assert main([*model, "--decode", "--heads-per-kv-read", "1", "--no-cache", "-q"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("mhlo-cost: error: --heads-per-kv-read is an option of the serving")

@@ -136,6 +136,10 @@ def add_sim_options(p) -> None:
     g.add_argument("--allreduce", choices=("vllm", "nccl"),
                    help="with --tp: whose all-reduce the step runs: vllm (its one-shot / two-shot custom all-reduce "
                    "for messages under 8 MiB on NVLink, NCCL's ring above; the default) or nccl (the ring always)")
+    g.add_argument("--heads-per-kv-read", type=positive_int, metavar="N",
+                   help="the decode attention kernel reads a key/value group's cache once per N query heads "
+                   "(TensorRT-LLM up to v0.6's masked MHA: 1; TurboMind v0.1: 4); default: once per group, as "
+                   "XQA, FlashAttention and FlashInfer read it")
     g.add_argument("--pp", type=positive_int, metavar="N",
                    help="pipeline parallel over N stages of --tp GPUs each (vLLM's pipeline_parallel_size): the "
                    "layers split as vLLM splits them, each stage priced from its own kernels, weights and KV; N "
@@ -156,7 +160,7 @@ def add_sim_options(p) -> None:
 
 #: The simulation's own options without a default, which one step or a sweep refuses.
 SIM_ONLY = ("allreduce", "spec_tokens", "spec_acceptance", "spec_draft_cost", "num_gpu_blocks", "pp", "dp",
-            "disaggregate", "link_gbps")
+            "disaggregate", "link_gbps", "heads_per_kv_read")
 
 
 def check_step(args) -> None:
@@ -204,7 +208,8 @@ def cmd_simulate(args, console, profile, step_request) -> int:
         osl = Lengths.parse(args.osl, "--osl") if args.osl is not None else None
         opts = SimOptions(req, profile(args), isl, osl, args.num_requests, args.concurrency, args.request_rate,
                           args.trace, args.seed, server, args.launch or "cuda-graphs", tp=args.tp or 1,
-                          allreduce=args.allreduce or "vllm", spec=_speculation(args), parallel=_parallel(args))
+                          allreduce=args.allreduce or "vllm", heads_per_kv_read=args.heads_per_kv_read,
+                          spec=_speculation(args), parallel=_parallel(args))
     except (LoadError, OptionError) as e:
         raise UserError(str(e)) from None
     root = cache_root(args, console)
