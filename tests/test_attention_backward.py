@@ -74,3 +74,18 @@ def test_eager_math_backend_backward_is_the_ops_autograd_runs(program):
     rf = Roofline(program, get_profile("h100"), execution="eager", sdpa="math")
     assert not any(k.attention for k in rf.fusion.kernels)
     assert max(k.bytes_written for k in rf.fusion.kernels) >= B * H * S * S * 2
+
+
+@pytest.mark.parametrize("dtype, size", [(jnp.bfloat16, 2), (jnp.float32, 4)])
+def test_backward_passes_move_q_sized_tensors_in_the_inputs_type_and_f32(dtype, size):
+    """The backward's two memory-bound passes (FlashAttention's bwd preprocess and postprocess) move, per element of
+    Q: O and dO read and dQ written in the inputs' type, the f32 dQ accumulator zeroed and read (2 x 4 bytes); and
+    D (f32) written per query row. Worked out here from B, H, S, D."""
+    from mhlo_cost.roofline.attention import _pass_bytes
+
+    spec = jax.ShapeDtypeStruct((B, H, S, D), dtype)
+    a = analyze(jax.jit(_step).lower(spec, spec, spec, spec).as_text(), AnalysisOptions(dataflow=True))
+    rf = Roofline(a, get_profile("h100"), execution="compiled")
+    bwd = [k for k in rf.fusion.kernels if k.attention][-1]
+    dots = [i for i in bwd.members if a.rows[i].kind == "dot"]
+    assert _pass_bytes(a.rows, dots, S) == B * H * S * D * (3 * size + 2 * 4) + B * H * S * 4
