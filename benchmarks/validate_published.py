@@ -25,6 +25,7 @@ import argparse
 import dataclasses
 import math
 import os
+import re
 import statistics
 import sys
 import tomllib
@@ -257,6 +258,28 @@ def summary_lines(results) -> list[str]:
     return lines
 
 
+def version_of(m) -> str:
+    """The library version a row's configuration names (``cuDNN 9.19.1``), else ``-``."""
+    hit = re.search(r"(?:cuDNN|FlashAttention-?[23]?|flash-attn)[ v]*([0-9]+\.[0-9][0-9.]*)", m.get("config", ""))
+    return hit.group(1).rstrip(".") if hit else "-"
+
+
+def table_lines(results, cat="attention_bwd") -> list[str]:
+    """Every row of category ``cat``, grouped by source: library, version, head dim, causal, seq, measured and
+    predicted (ms), ratio, and whether it is held out. ``results``: (row, ratio, held)."""
+    out = [f"every {cat} row, by source (ratio = estimate / measured):",
+           f"  {'source':24} {'library':7} {'version':8} {'d':>4} {'causal':6} {'seq':>6} {'measured':>10} "
+           f"{'predicted':>10} {'ratio':>6}  held out"]
+    mine = [(m, r, h) for m, r, h in results if m["category"] == cat]
+    for m, r, h in sorted(mine, key=lambda x: (held_out.source_of(x[0]), _kind(x[0]), x[0]["params"]["head_dim"],
+                                              x[0]["params"]["causal"], x[0]["params"]["seq"])):
+        p, meas = m["params"], measured_s(m) * 1e3
+        out.append(f"  {held_out.source_of(m)[:24]:24} {_kind(m):7} {version_of(m):8} {p['head_dim']:4} "
+                   f"{'yes' if p['causal'] else 'no':6} {p['seq']:6} {meas:8.3f}ms {r * meas:8.3f}ms {r:6.2f}  "
+                   f"{'yes' if h else 'no'}")
+    return out
+
+
 def category(m) -> str:
     """A row's category in the summaries: its own, or ``memory_eager`` for a torch eager kernel (``impl = "torch"``),
     which the compiled estimate does not describe (one ATen kernel per op, at the rate torch's kernel reaches)."""
@@ -324,6 +347,7 @@ def main(argv=None) -> int:
         meas = measured_s(m)
         print(f"{m['id']:44} {m['chip']:5} {ratio * meas * 1e3:8.3f}ms {meas * 1e3:8.3f}ms {ratio:6.2f}  "
               f"{held_out.source_of(m)}", flush=True)
+    print("\n".join(table_lines(results)))
     held = [(m, r) for m, r, h in results if h]
     out = [m["id"] for m, _, h in results if not h]
     if out:

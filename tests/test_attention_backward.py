@@ -54,6 +54,10 @@ def test_backward_is_one_compute_bound_flash_kernel_of_2_5x_the_forward_flops(pr
     tiles = S / 128
     ramp = tiles / (tiles + e.ramp)
     want = 5 * one / (989.4e12 * e.backward * ramp)  # 2.5x the forward's two products, recompute included
+    # plus its two memory-bound passes (FlashAttention's bwd preprocess / postprocess): O and dO read (bf16), D
+    # written (f32 per row), the f32 dQ accumulator zeroed, then read and written out as dQ (bf16)
+    passes = B * H * S * D * (2 + 2 + 4 + 4 + 2) + B * H * S * 4
+    want += hw.memory_time(passes, 2)
     assert bwd.compute_s == pytest.approx(want, rel=1e-9)
     # the backward of an SDPA call runs its forward's backend (torch's flash backward is FA2's, not the default FA3)
     assert fwd.library == bwd.library
@@ -70,3 +74,18 @@ def test_eager_math_backend_backward_is_the_ops_autograd_runs(program):
     rf = Roofline(program, get_profile("h100"), execution="eager", sdpa="math")
     assert not any(k.attention for k in rf.fusion.kernels)
     assert max(k.bytes_written for k in rf.fusion.kernels) >= B * H * S * S * 2
+
+
+@pytest.mark.parametrize("dtype, size", [(jnp.bfloat16, 2), (jnp.float32, 4)])
+def test_backward_passes_move_q_sized_tensors_in_the_inputs_type_and_f32(dtype, size):
+    """The backward's two memory-bound passes (FlashAttention's bwd preprocess and postprocess) move, per element of
+    Q: O and dO read and dQ written in the inputs' type, the f32 dQ accumulator zeroed and read (2 x 4 bytes); and
+    D (f32) written per query row. Worked out here from B, H, S, D."""
+    from mhlo_cost.roofline.attention import _pass_bytes
+
+    spec = jax.ShapeDtypeStruct((B, H, S, D), dtype)
+    a = analyze(jax.jit(_step).lower(spec, spec, spec, spec).as_text(), AnalysisOptions(dataflow=True))
+    rf = Roofline(a, get_profile("h100"), execution="compiled")
+    bwd = [k for k in rf.fusion.kernels if k.attention][-1]
+    dots = [i for i in bwd.members if a.rows[i].kind == "dot"]
+    assert _pass_bytes(a.rows, dots, S) == B * H * S * D * (3 * size + 2 * 4) + B * H * S * 4

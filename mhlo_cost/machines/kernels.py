@@ -121,6 +121,17 @@ class AttentionModel:
         return out
 
 
+def backward_pass_bytes(q_rows: int, head_dim: int, itemsize: int) -> int:
+    """The HBM bytes of the two memory-bound kernels a FlashAttention-style backward runs beside its main kernel
+    (FlashAttention-2 / -3 ``flash_bwd_preprocess`` / ``postprocess``; cuDNN's backward takes the same f32 dQ
+    workspace): before it, D = rowsum(dO * O) (O and dO read, D written in f32, one per query row) and the f32 dQ
+    accumulator zeroed; after it, that accumulator (into which the main kernel adds each key tile's dQ with
+    atomics) read and written out as dQ. Per element of Q (``q_rows`` x ``head_dim``, ``itemsize`` bytes each):
+    3 x ``itemsize`` + 2 x 4; per query row 4. They run one after the other with the main kernel, so their time
+    adds to its time (:func:`mhlo_cost.roofline.attention.kernel_compute_s`)."""
+    return q_rows * head_dim * (3 * itemsize + 8) + 4 * q_rows
+
+
 def _number(v: Any, kind: str, where: str):
     try:
         return checked(v, kind)

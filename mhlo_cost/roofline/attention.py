@@ -15,9 +15,11 @@ saved for a backward pass) is still written.
 """
 from __future__ import annotations
 
+import math
 from collections import deque
 from dataclasses import dataclass
 
+from ..machines.kernels import backward_pass_bytes
 from ..walk.row import short_name
 from .band import mask_fraction
 
@@ -341,7 +343,8 @@ def kernel_compute_s(rows, producers, times, members, hw, multiplicity: int, lib
     of it, else the profile's default. ``masks``: the walk's ``masks`` record (:mod:`mhlo_cost.roofline.band`): an
     index mask read from it that leaves fewer key tiles than a causal one (a sliding window) prices the blocks it
     visits; a causal kernel skips the blocks above the diagonal whole: their products, exponentials and vector
-    work. None without a model."""
+    work. A backward adds the HBM time of its two memory-bound passes (``backward_pass_bytes``). None without a
+    model."""
     model = getattr(hw, "attention", None)
     if model is None or model.get() is None:
         return None
@@ -371,7 +374,19 @@ def kernel_compute_s(rows, producers, times, members, hw, multiplicity: int, lib
     vector = sum(times[i].compute_s for i in members if rows[i].kind != "dot" and times[i].unit == "vector")
     if band is not None:  # a window or a causal mask: the blocks it visits, their exponentials and vector work
         trans, vector = trans * band, vector * band
-    return max(matrix + lib.exp_exposed * trans, trans, vector)
+    passes = hw.memory_time(_pass_bytes(rows, dots, sk), 2 * max(multiplicity, 1)) if backward else 0.0
+    return max(matrix + lib.exp_exposed * trans, trans, vector) + passes
+
+
+def _pass_bytes(rows, dots, sk: int) -> int:
+    """:func:`~mhlo_cost.machines.kernels.backward_pass_bytes` of a backward kernel: its query rows (B x H x Sq:
+    one product's FLOPs / 2d / Sk), head dim and narrowest operand type (Q, K, V, O and dO's)."""
+    d = min((score_head_dim(rows[i]) for i in dots), default=0)
+    if not d or not sk:
+        return 0
+    sizes = [t.nbytes // math.prod(t.shape) for i in dots for t in rows[i].operands
+             if getattr(t, "shape", None) and getattr(t, "nbytes", 0) and math.prod(t.shape)]
+    return backward_pass_bytes(rows[dots[0]].gemm_flops // (2 * d) // sk, d, max(1, min(sizes, default=2)))
 
 
 def _recomputed_exps(rows, dots, gemm_flops: int) -> int:
