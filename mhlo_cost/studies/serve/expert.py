@@ -119,7 +119,7 @@ def apply(fig, step, rf, hw, split: ExpertSplit, per_step: int):
     tokens/s (``ep / tp`` groups of ``batch``); ``per_step``: the step's activations and inputs (bytes)."""
     from dataclasses import replace
 
-    from .serve import context_limit, max_batch, max_context
+    from .fits import context_limit, max_batch, max_context
 
     tp, layout = fig.tp, step.layout
     moe = step.lowered.info.get("moe")
