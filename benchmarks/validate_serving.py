@@ -79,7 +79,7 @@ def breakdown(study, row: dict) -> str:
     ctx = row["isl"] + row["osl"] // 2
     dec = step.parts(b, b * (ctx + 1), b * (ctx + 1), ctx + 1)
     n = max(1, min(b, study.options.server.max_num_batched_tokens // max(row["isl"], 1)))
-    pre = step.parts(n * row["isl"], n * row["isl"] * (row["isl"] + 1) // 2, n * row["isl"], row["isl"])
+    pre = step.parts(n * row["isl"], n * row["isl"] * (row["isl"] + 1) // 2, n * row["isl"], row["isl"], 0)
 
     def show(parts):
         return " ".join(f"{k} {v * 1e3:.2f}" for k, v in parts.items()) + f" = {sum(parts.values()) * 1e3:.2f} ms"

@@ -106,6 +106,30 @@ def test_the_lowered_attention_reads_the_cache_and_only_it_is_read_again(cache_d
     assert two["attention"] - one["attention"] >= 64 * 1001 * 256 / hw.hbm_bandwidth * 0.999
 
 
+
+def test_only_the_decoding_sequences_caches_are_read_again(cache_dir):
+    """A prefill's attention is another kernel (TensorRT-LLM's context FMHA, TurboMind's prefill) that reads its
+    cache once: a step's re-reads are of the decoding sequences' positions only (the review of issue 37's change:
+    a prefill-only step was charged the decode kernel's re-reads)."""
+    from mhlo_cost.studies.serve.grid import StepCache
+    from mhlo_cost.studies.serve.parallel import step_seconds
+
+    hw = get_profile("h100")
+    model = fit(TOY, hw, StepCache(cache_dir))
+    once, twice = ShardedStep(model, hw, 1, "vllm", 1), ShardedStep(model, hw, 1, "vllm", kv_reads(4, 2, 1))
+    # a prefill of 2 prompts of 64 tokens, nothing decoding: the same seconds whatever the decode kernel
+    prefill = (128, 2 * (64 * 65 // 2), 128, 64, 0)
+    assert step_seconds(twice, *prefill) == step_seconds(once, *prefill)
+    # 8 sequences decoding at 500 cached positions (501 with the new token) beside a 64-token prompt chunk:
+    # the re-read is of the 8 x 501 decoding positions alone, 256 bytes each (the toy's cache of one position),
+    # at the attention kernels' byte rate; at least the HBM's time for those bytes, and less than for the prompt's too
+    mixed = (8 + 64, 8 * 501 + 64 * 65 // 2, 8 * 501 + 64, 501, 8 * 501)
+    extra = step_seconds(twice, *mixed) - step_seconds(once, *mixed)
+    every = twice(*mixed[:4]) - once(*mixed[:4])
+    assert extra >= 8 * 501 * 256 / hw.hbm_bandwidth * 0.999
+    assert extra < every and every - extra >= 64 * 256 / hw.hbm_bandwidth * 0.999
+
+
 def test_heads_per_kv_read_must_be_a_positive_whole_number():
     base = dict(request=replace(TOY, batch=1), hardware=get_profile("h100"), isl=Lengths.parse("8"),
                 osl=Lengths.parse("4"), concurrency=1)

@@ -45,6 +45,14 @@ def kv_reads(heads: int, kv_heads: int, heads_per_read: int | None = None) -> in
     return -(-group // min(max(heads_per_read, 1), group))
 
 
+def step_seconds(step_time, tokens: int, context_flops: int, context_bytes: int, longest: int, decoding: int):
+    """A step's seconds; a cost whose decode attention reads the cache more than once (``kv_reads``:
+    :class:`ShardedStep`) is told the decoding sequences' positions, the only ones it reads again."""
+    if getattr(step_time, "kv_reads", 1) == 1:
+        return float(step_time(tokens, context_flops, context_bytes, longest))
+    return float(step_time(tokens, context_flops, context_bytes, longest, decoding=decoding))
+
+
 class ShardedStep:
     """The step-cost callable of :func:`.sim.simulate` for ``model`` (a :class:`~.stepmodel.StepModel`) over ``tp``
     GPUs of ``hw``, all-reduces as ``library`` runs them, the attention kernels reading the KV cache ``kv_reads``
@@ -66,17 +74,25 @@ class ShardedStep:
                                             self.library)
         return 2 * shape["layers"] * seconds, algorithm
 
-    def __call__(self, tokens: int, context_flops: int, context_bytes: int, longest: int) -> float:
-        return float(self.many(tokens, [context_flops], [context_bytes], [longest])[0])
+    def __call__(self, tokens: int, context_flops: int, context_bytes: int, longest: int,
+                 decoding: int | None = None) -> float:
+        """``decoding``: the positions of the decoding sequences' caches (the decode attention's, read
+        ``kv_reads`` times; a prefill's attention reads its cache once); None: every sequence decodes."""
+        return float(self.many(tokens, [context_flops], [context_bytes], [longest],
+                               None if decoding is None else [decoding])[0])
 
-    def many(self, tokens: int, context_flops, context_bytes, longest) -> np.ndarray:
+    def many(self, tokens: int, context_flops, context_bytes, longest, decoding=None) -> np.ndarray:
         extra = {} if self.kv_reads == 1 else {"kv_reads": self.kv_reads}
+        if decoding is not None and self.kv_reads != 1:
+            extra["decoding"] = decoding
         return self.model.many(tokens, context_flops, context_bytes, longest, shards=self.tp,
                                **extra) + self.comm(tokens)[0]
 
-    def parts(self, tokens: int, context_flops: int, context_bytes: int, longest: int) -> dict:
+    def parts(self, tokens: int, context_flops: int, context_bytes: int, longest: int,
+              decoding: int | None = None) -> dict:
         """One step's seconds by part: the kernels' kinds (:meth:`.stepmodel.StepModel.parts`) and "allreduce"."""
-        got = self.model.parts(tokens, context_flops, context_bytes, longest, shards=self.tp, kv_reads=self.kv_reads)
+        got = self.model.parts(tokens, context_flops, context_bytes, longest, shards=self.tp, kv_reads=self.kv_reads,
+                               decoding=None if decoding is None else [decoding])
         return got | {"allreduce": self.comm(tokens)[0]}
 
 

@@ -35,6 +35,7 @@ from typing import Callable
 
 import numpy as np
 
+from .parallel import step_seconds
 from .sim import ServerConfig, Trace, _State, _advance, _composition, schedule
 from .simload import LoadError, Workload
 
@@ -64,7 +65,7 @@ class Lane:
         for i, cost in enumerate(self.stages):
             if i:
                 t += self.send(comp[0])
-            dt = float(cost(*comp))
+            dt = step_seconds(cost, *comp)
             t = max(t, self.free[i]) + dt
             self.free[i] = t
             self.busy[i] += dt

@@ -28,6 +28,7 @@ from typing import Callable
 
 import numpy as np
 
+from .parallel import step_seconds
 from .simload import LoadError, Workload
 
 GIB = 1 << 30
@@ -220,9 +221,12 @@ def schedule(s: _State, cfg: ServerConfig, trace: Trace) -> tuple[np.ndarray, np
     return np.array(ids, dtype=np.int64), np.array(ns, dtype=np.int64)
 
 
-def _composition(s: _State, ids: np.ndarray, ns: np.ndarray) -> tuple[int, int, int, int]:
+def _composition(s: _State, ids: np.ndarray, ns: np.ndarray) -> tuple[int, int, int, int, int]:
+    """(query tokens, context FLOP and byte terms, longest context, the decoding sequences' context positions)."""
     p = s.computed[ids]
-    return (int(ns.sum()), int((ns * p + ns * (ns + 1) // 2).sum()), int((p + ns).sum()), int((p + ns).max()))
+    return (int(ns.sum()), int((ns * p + ns * (ns + 1) // 2).sum()), int((p + ns).sum()), int((p + ns).max()),
+            int((p + ns)[ns == 1].sum()))
+
 
 
 def _finish(s: _State, fin: np.ndarray, now: float, trace: Trace) -> list:
@@ -346,7 +350,7 @@ def _one_step(s: _State, cfg: ServerConfig, step_time, trace: Trace, blocks: int
         if trace.preemptions == before:
             raise LoadError("the scheduler could not run any request (a bug: every request fits the cache)")
         return now, []
-    dt = float(step_time(*_composition(s, ids, ns))) + _draft_s(s, ids, ns, step_time)
+    dt = step_seconds(step_time, *_composition(s, ids, ns)) + _draft_s(s, ids, ns, step_time)
     now += dt
     trace.step_s.append(dt)
     trace.step_seqs.append(int(ids.size))

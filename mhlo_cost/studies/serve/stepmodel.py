@@ -124,26 +124,29 @@ class Rates:
         self.reread = np.where(self.kinds == "attention", self.byte_s[3] * cache_share, 0.0)
 
     def kernel_s(self, flop_terms: np.ndarray, byte_terms: np.ndarray, shards: int = 1,
-                 kv_reads: int = 1) -> np.ndarray:
+                 kv_reads: int = 1, decoding=None) -> np.ndarray:
         """Seconds of each kernel (kernels x steps) of steps whose monomials are the columns of ``flop_terms`` /
         ``byte_terms`` (4 x steps), launches left out; ``shards``: every kernel's FLOPs and bytes split that many
         ways (tensor parallel), its fixed memory cost and launch not; ``kv_reads``: a fused attention kernel
         reads the cached keys and values of every position it attends to (its share ``cache_share`` of the
-        ``b*c`` bytes) that many times (:func:`.parallel.kv_reads`), its other bytes once."""
+        ``b*c`` bytes) that many times (:func:`.parallel.kv_reads`), its other bytes once; ``decoding``: the
+        positions read again (one per step: the decoding sequences' caches; None: the whole ``b*c`` term)."""
         compute = self.flop_s.T @ flop_terms / shards
         memory = self.fixed + self.byte_s.T @ byte_terms / shards
         if kv_reads != 1:
-            memory = memory + (kv_reads - 1) * np.outer(self.reread, byte_terms[3]) / shards
+            again = byte_terms[3] if decoding is None else np.asarray(decoding, dtype=float)  # (decoding's only)
+            memory = memory + (kv_reads - 1) * np.outer(self.reread, again) / shards
         return np.maximum(compute, memory)
 
     def time_s(self, flop_terms: np.ndarray, byte_terms: np.ndarray, shards: int = 1,
-               kv_reads: int = 1) -> np.ndarray:
+               kv_reads: int = 1, decoding=None) -> np.ndarray:
         """Seconds of the steps (:meth:`kernel_s` summed, plus the launches)."""
-        return self.kernel_s(flop_terms, byte_terms, shards, kv_reads).sum(axis=0) + self.overhead
+        return self.kernel_s(flop_terms, byte_terms, shards, kv_reads, decoding).sum(axis=0) + self.overhead
 
-    def parts(self, flop_terms: np.ndarray, byte_terms: np.ndarray, shards: int = 1, kv_reads: int = 1) -> dict:
+    def parts(self, flop_terms: np.ndarray, byte_terms: np.ndarray, shards: int = 1, kv_reads: int = 1,
+              decoding=None) -> dict:
         """{kind: seconds of the first step's kernels of that kind, their launches included} (:data:`KINDS`)."""
-        per = self.kernel_s(flop_terms, byte_terms, shards, kv_reads)[:, 0] + self.overheads
+        per = self.kernel_s(flop_terms, byte_terms, shards, kv_reads, decoding)[:, 0] + self.overheads
         return {k: float(per[self.kinds == k].sum()) for k in KINDS}
 
 
@@ -218,18 +221,18 @@ class StepModel:
         return float(self.many(tokens, [context_flops], [context_bytes], [longest])[0])
 
     def many(self, tokens: int, context_flops, context_bytes, longest, shards: int = 1,
-             kv_reads: int = 1) -> np.ndarray:
+             kv_reads: int = 1, decoding=None) -> np.ndarray:
         """The seconds of several steps of ``tokens`` query tokens each (the other three: one value per step);
         ``shards``: the kernels' work split over that many devices, ``kv_reads``: the times an attention kernel
         reads the cache (:meth:`Rates.kernel_s`)."""
         rates, f, b = self._at(tokens, context_flops, context_bytes, longest)
-        return rates.time_s(f, b, shards, kv_reads)
+        return rates.time_s(f, b, shards, kv_reads, decoding)
 
     def parts(self, tokens: int, context_flops: int, context_bytes: int, longest: int, shards: int = 1,
-              kv_reads: int = 1) -> dict:
+              kv_reads: int = 1, decoding=None) -> dict:
         """One step's seconds by kernel kind (:meth:`Rates.parts`): {"gemm", "attention", "other"}."""
         rates, f, b = self._at(tokens, [context_flops], [context_bytes], [longest])
-        return rates.parts(f, b, shards, kv_reads)
+        return rates.parts(f, b, shards, kv_reads, decoding)
 
     def _at(self, tokens: int, context_flops, context_bytes, longest):
         """(the rates of the lowered batch nearest ``tokens``, the steps' FLOP and byte monomials)."""
