@@ -149,3 +149,18 @@ def test_a_sweeps_table_says_the_execution(step):
 
     df = table([figures(step, get_profile("h100"), execution="eager")])
     assert list(df.columns[:4]) == ["batch", "context", "tp", "execution"] and list(df["execution"]) == ["eager"]
+
+
+def test_the_api_refuses_eager_on_a_static_cache():
+    """``ServeOptions(execution="eager")`` prices what plain ``generate`` runs: a request with the static, donated
+    cache of a compiled server is refused (from the review: only the command line set the dynamic cache)."""
+    from dataclasses import replace
+
+    from mhlo_cost.studies.limits import OptionError
+    from mhlo_cost.studies.serve.study import ServeOptions
+
+    req = StepRequest(mode="decode", hf="LlamaForCausalLM", config="llama", batch=1, context=CTX,
+                      overrides=tuple(LLAMA.items()))
+    with pytest.raises(OptionError, match="DynamicCache"):
+        ServeOptions(req, get_profile("h100"), execution="eager")
+    assert ServeOptions(replace(req, cache="dynamic"), get_profile("h100"), execution="eager").execution == "eager"

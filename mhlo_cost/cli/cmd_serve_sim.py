@@ -136,6 +136,15 @@ def add_sim_options(p) -> None:
     g.add_argument("--allreduce", choices=("vllm", "nccl"),
                    help="with --tp: whose all-reduce the step runs: vllm (its one-shot / two-shot custom all-reduce "
                    "for messages under 8 MiB on NVLink, NCCL's ring above; the default) or nccl (the ring always)")
+    _add_parallel_options(g)
+    g.add_argument("--graph-reserve-gib", type=_gib, default=1 << 30, metavar="GIB",
+                   help="memory kept for CUDA graphs and outside torch (default 1; vLLM measures it on the device)")
+
+
+
+def _add_parallel_options(g) -> None:
+    """The simulation's decode kernel and its parallel layouts: --heads-per-kv-read, --pp, --dp, --disaggregate,
+    --link-gbps."""
     g.add_argument("--heads-per-kv-read", type=positive_int, metavar="N",
                    help="the decode attention kernel reads a key/value group's cache once per N query heads "
                    "(TensorRT-LLM up to v0.6's masked MHA: 1; TurboMind v0.1: 4); default: once per group, as "
@@ -154,9 +163,6 @@ def add_sim_options(p) -> None:
     g.add_argument("--link-gbps", type=_gbps, metavar="GBPS",
                    help="--pp's sends and --disaggregate's KV transfers at GBPS GB/s per GPU (another tier: "
                    "e.g. 50 for 400 Gb/s InfiniBand; default the chip's link, NVLink where the profile has it)")
-    g.add_argument("--graph-reserve-gib", type=_gib, default=1 << 30, metavar="GIB",
-                   help="memory kept for CUDA graphs and outside torch (default 1; vLLM measures it on the device)")
-
 
 #: The simulation's own options without a default, which one step or a sweep refuses.
 SIM_ONLY = ("allreduce", "spec_tokens", "spec_acceptance", "spec_draft_cost", "num_gpu_blocks", "pp", "dp",

@@ -254,6 +254,12 @@ def _register_sharding(p) -> None:
     p.add_argument("--share-embeddings-and-output-weights", dest="tied_embedding", action="store_true",
                    help="the embedding and the LM head share one weight: with a pipeline, its gradient is "
                         "all-reduced between the first and last stages each iteration")
+    _register_pipeline_and_kernels(p)
+
+
+def _register_pipeline_and_kernels(p) -> None:
+    """The uneven pipeline's options (Megatron-LM's spellings), the attention kernel, the experts and how the
+    step runs."""
     p.add_argument("--decoder-first-pipeline-num-layers", dest="first_stage_layers", type=positive_int,
                    metavar="N", help="uneven pipeline: the first stage's layers (the others split the rest)")
     p.add_argument("--decoder-last-pipeline-num-layers", dest="last_stage_layers", type=positive_int,

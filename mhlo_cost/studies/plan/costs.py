@@ -88,6 +88,8 @@ def _figures(hw) -> str:
     """The text of the profile's figures (what a layer's cost depends on besides its shapes)."""
     held = _FIGURES.get(id(hw))
     if held is None or held[0] is not hw:
+        if len(_FIGURES) > 256:  # (each entry holds its profile: kept bounded, as the keys and seconds are)
+            _FIGURES.clear()
         figures = {f.name: getattr(hw, f.name) for f in dataclasses.fields(Hardware) if f.name not in _NAMING}
         held = _FIGURES[id(hw)] = (hw, repr(figures))
     return held[1]

@@ -104,7 +104,8 @@ class PoolRun:
         study, m = self.study, self.study.model
         if len(self.parts) == 1:
             return [study.step_time], True
-        place, count = m.place if m.place is not None else ([], 0)
+        # (a model made without placement: one unplaced entry per kernel, so each kernel is split by layer shares)
+        place, count = m.place if m.place is not None else ([()] * len(m._rates[0].overheads), 0)
         shares, placed = stage_shares(place, count, self.parts)
         steps = []
         for share, layers in zip(shares, self.parts):

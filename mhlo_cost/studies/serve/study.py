@@ -87,6 +87,9 @@ class ServeOptions:
                             precision=self.request.precision)
         except ValueError as e:
             raise OptionError(str(e)) from None
+        if self.execution == "eager" and self.request.cache != "dynamic":
+            raise OptionError("--execution eager prices the step plain generate runs, with transformers' "
+                              "DynamicCache: the request's cache must be 'dynamic' (StepRequest(cache='dynamic'))")
         if self.ep > 1 and any(self.ep % tp for tp in tps):
             raise OptionError(f"--tp must divide --ep {self.ep}: each of the ep / tp attention groups is tp devices")
 
