@@ -17,7 +17,8 @@ from mhlo_cost.studies.plan.compose import compose
 from mhlo_cost.studies.plan.config import ScaleConfig
 from mhlo_cost.studies.plan.costs import LayerCost
 from mhlo_cost.studies.plan.plan import plan
-from mhlo_cost.studies.plan.sharding import cp_collectives, dp_collectives, embedding_collective
+from mhlo_cost.studies.plan.sharding import (cp_collectives, dp_collectives, embedding_collective, embedding_elems,
+                                              optimizer_extra_elems)
 
 SELENE = resolve_profile("selene")
 TINY = dict(layers=4, hidden=64, heads=4, seq=32, vocab=128)
@@ -117,6 +118,50 @@ def test_tied_embedding_all_reduces_its_gradient_between_first_and_last_stage():
     assert more.dp_exposed - base.dp_exposed == pytest.approx(t, rel=1e-9)
 
 
+def test_the_stages_holding_the_embedding_count_it_once_each():
+    """V 128, h 64, t 2: V/t x h = 4096 elements on the first stage (word embedding) and the last (LM head, or the
+    tied copy); none in between; on one stage, 2 x 4096 untied and 4096 tied."""
+    cfg = ScaleConfig(**TINY, t=2, p=4, d=2, global_batch=8)
+    assert [embedding_elems(cfg, s) for s in range(4)] == [4096, 0, 0, 4096]
+    assert [embedding_elems(cfg.with_split(tied_embedding=True), s) for s in range(4)] == [4096, 0, 0, 4096]
+    assert embedding_elems(cfg.with_split(p=1, d=8), 0) == 2 * 4096
+    assert embedding_elems(cfg.with_split(p=1, d=8, tied_embedding=True), 0) == 4096
+    assert optimizer_extra_elems(cfg, 0) == 0  # Megatron's reduction: its embedding is not priced
+    assert optimizer_extra_elems(cfg.with_split(zero=1, dp_reduce="all_reduce"), 0) == 4096
+
+
+def test_deepspeeds_bf16_optimizer_reduces_the_first_stages_embedding_with_its_layers():
+    """t 2, p 2, d 2, 2 layers of w = 1000 a stage: DeepSpeed's BF16 optimizer all-reduces the stage's whole fp32
+    gradient buffer, 4 x (2 w + 4096) bytes, and all-gathers its bf16 weights, 2 x (2 w + 4096), once per
+    iteration after the first stage's last backward: exposed whole, the iteration's only data-parallel time."""
+    w = 1000
+    cfg = ScaleConfig(**TINY, t=2, p=2, d=2, global_batch=8, zero=1, dp_reduce="all_reduce")
+    extra = optimizer_extra_elems(cfg, 0)
+    rows = [(r.kind, r.nbytes, r.per) for r in dp_collectives(cfg, _fake(1.0, 1.0, w), 2, extra)]
+    assert rows == [("all_reduce", 4 * (2 * w + 4096), "iteration"), ("all_gather", 2 * (2 * w + 4096), "iteration")]
+    it = compose(cfg, _fake(1e-3, 2e-3, w), SELENE)
+    groups = tuple(tuple(k + 2 * r for r in range(2)) for k in range(2))
+    expected = _t("all_reduce", 4 * (2 * w + 4096), groups) + _t("all_gather", 2 * (2 * w + 4096), groups)
+    assert expected > _t("all_reduce", 4 * 2 * w, groups) + _t("all_gather", 2 * 2 * w, groups)
+    assert it.dp_exposed == pytest.approx(expected, rel=1e-9)
+
+
+def test_the_first_stages_reduction_sets_the_end_when_it_is_the_largest():
+    """Uneven stages 1 / 2 / 1 (the middle stage the slowest) under DeepSpeed's BF16 optimizer: the first stage
+    holds 1 layer + the 4096-element embedding (6096 elements with w 2000), the middle 2 layers (4000): the first
+    stage, which ends the schedule, reduces the more and its reduction is the one exposed."""
+    w = 2000
+    cfg = ScaleConfig(**TINY, t=2, p=3, d=2, global_batch=8, zero=1, dp_reduce="all_reduce",
+                      first_stage_layers=1, last_stage_layers=1)
+    assert cfg.stage_layers() == (1, 2, 1)
+    it = compose(cfg, _fake(1e-3, 2e-3, w), SELENE)
+    assert it.layer["slow_stage"] == 1
+    groups = tuple(tuple(k + 2 * r for r in range(2)) for k in range(2))
+    first = _t("all_reduce", 4 * (w + 4096), groups) + _t("all_gather", 2 * (w + 4096), groups)
+    assert first > _t("all_reduce", 4 * 2 * w, groups) + _t("all_gather", 2 * 2 * w, groups)
+    assert it.dp_exposed == pytest.approx(first, rel=1e-9)
+
+
 # --- the command line ----------------------------------------------------------------------------------------------
 
 ARGS = ["train-plan", "--layers", "4", "--hidden", "64", "--heads", "4", "--seq", "32", "--vocab", "128",
@@ -200,12 +245,13 @@ def test_interleaved_uneven_stages_run_at_the_fullest_devices_pace():
 
 def test_a_separate_gradient_accumulation_pass_runs_after_every_backward():
     """DeepSpeed's BF16 optimizer: 2 (zero) + 2 + 4 + 4 (hp += lp) bytes per weight element of the stage after
-    each micro-batch's backward, in every one of the m + p - 1 slots (two kernels a layer)."""
+    each micro-batch's backward, in every one of the m + p - 1 slots (two kernels a layer, two for the
+    embedding): the stage's 2 layers of w and its V x h = 128 x 64 embedding (first stage) or LM head (last)."""
     w = 1000
     cfg = ScaleConfig(**TINY, p=2, global_batch=8)  # 2 layers a stage, 8 micro-batches
     cost = _fake(1e-3, 2e-3, w)
     base, more = compose(cfg, cost, SELENE), compose(cfg.with_split(grad_accum_pass=True), cost, SELENE)
-    one = SELENE.memory_time(12 * w * 2, kernels=4)
+    one = SELENE.memory_time(12 * (w * 2 + 128 * 64), kernels=4 + 2)
     assert one > 0
     assert more.total - base.total == pytest.approx((8 + 1) * one, rel=1e-9)
     assert more.compute["backward"] - base.compute["backward"] == pytest.approx(8 * one, rel=1e-9)

@@ -19,7 +19,9 @@ pipeline and the layer's times F (forward), B (backward), R (recompute) per micr
   stages after the flush, exposed (Megatron's ``_allreduce_embedding_grads``, DeepSpeed's tied-weight reduce);
 * data parallel (:mod:`.sharding`): the stage's fp32 gradients all_reduce (or, ZeRO 1, reduce_scatter the
   fp32 gradients and all_gather the bf16 weights) over the ``cp x d`` replicas once per iteration, exposed
-  unless ``dp_overlap``, where the last micro-batch's backward hides up to its length; ZeRO 2 / FSDP's
+  unless ``dp_overlap``, where the last micro-batch's backward hides up to its length (the larger of the slowest
+  stage's and the first stage's: the first stage runs the schedule's last backward; under DeepSpeed's BF16
+  optimizer its embedding reduces with its layers, :func:`.sharding.optimizer_extra_elems`); ZeRO 2 / FSDP's
   per-layer collectives are in each micro-batch's F_s / B_s, exposed where they outlast the layer's compute;
 * context parallelism: its K/V exchange per layer and micro-batch in F_s / B_s (what the attention's compute
   does not hide);
@@ -38,7 +40,8 @@ from fractions import Fraction
 from ...network import estimate
 from .config import ScaleConfig
 from .costs import LayerCost
-from .sharding import cp_collectives, cp_exposure, dp_collectives, dp_exposure, embedding_collective, seconds
+from .sharding import (cp_collectives, cp_exposure, dp_collectives, dp_exposure, embedding_collective, embedding_elems,
+                       optimizer_extra_elems, seconds)
 
 
 @dataclass(frozen=True)
@@ -141,15 +144,16 @@ def _layer(cfg: ScaleConfig, cost: LayerCost, topo) -> dict:
             "tp_backward": tp["backward"], "cp": cp, "f": f, "b": b}
 
 
-def grad_accum_seconds(cfg: ScaleConfig, hw, cost: LayerCost, layers: int) -> float:
-    """One micro-batch's separate gradient accumulation on a stage of ``layers`` layers (``grad_accum_pass``;
-    0 without): DeepSpeed's BF16 optimizer zeroes the 2-byte gradients before each backward (``clear_lp_grads``)
-    and adds them into its fp32 buffer after it (``update_hp_grads``: ``hp_grad.add_(lp.grad.float())``), 2 + 2 +
-    4 + 4 bytes per weight element through memory, two kernels a layer, where Megatron's wgrad GEMMs accumulate
-    into ``main_grad`` themselves."""
+def grad_accum_seconds(cfg: ScaleConfig, hw, cost: LayerCost, layers: int, extra: int = 0) -> float:
+    """One micro-batch's separate gradient accumulation on a stage of ``layers`` layers and ``extra`` weight
+    elements outside them (``grad_accum_pass``; 0 without): DeepSpeed's BF16 optimizer zeroes the 2-byte gradients
+    before each backward (``clear_lp_grads``) and adds them into its fp32 buffer after it (``update_hp_grads``:
+    ``hp_grad.add_(lp.grad.float())``, every parameter of its groups: the stage's embedding or LM head too), 2 + 2
+    + 4 + 4 bytes per weight element through memory, two kernels a layer (and two for the ``extra``), where
+    Megatron's wgrad GEMMs accumulate into ``main_grad`` themselves."""
     if not cfg.grad_accum_pass:
         return 0.0
-    return hw.memory_time(12 * cost.weight_elems * layers, kernels=2 * layers)
+    return hw.memory_time(12 * (cost.weight_elems * layers + extra), kernels=2 * layers + (2 if extra else 0))
 
 
 def _stages(cfg: ScaleConfig, cost: LayerCost, topo, one: dict, head: LayerCost | None, hw=None) -> list[dict]:
@@ -160,8 +164,8 @@ def _stages(cfg: ScaleConfig, cost: LayerCost, topo, one: dict, head: LayerCost 
     out = []
     for s, n in enumerate(cfg.stage_layers()):
         last = s == cfg.p - 1
-        dp = dp_exposure(cfg, topo, cost, n, one["f"], one["b"])
-        accum = grad_accum_seconds(cfg, hw, cost, n) if hw is not None else 0.0
+        dp = dp_exposure(cfg, topo, cost, n, one["f"], one["b"], optimizer_extra_elems(cfg, s))
+        accum = grad_accum_seconds(cfg, hw, cost, n, embedding_elems(cfg, s)) if hw is not None else 0.0
         out.append({"layers": n, "dp": dp, "head_forward": hf if last else 0.0, "head_backward": hb if last else 0.0,
                     "f_s": n * (one["f"] + dp.forward) + (hf if last else 0.0),
                     "b_s": n * (one["b"] + dp.backward) + (hb if last else 0.0) + accum, "grad_accum": accum})
@@ -179,6 +183,9 @@ def compose(cfg: ScaleConfig, cost: LayerCost, hw, head: LayerCost | None = None
     slow_stage = max(reversed(range(p)), key=lambda s: stages[s]["f_s"] + stages[s]["b_s"])  # ties: the last
     slow = stages[slow_stage]
     n, f_s, b_s, dp = slow["layers"], slow["f_s"], slow["b_s"], slow["dp"]
+    # the first stage runs the schedule's last backward, so its once-an-iteration reduction is never hidden
+    # behind another stage's work: the larger of its and the slowest stage's sets the end of the iteration
+    dp_iter = max(dp.iteration, stages[0]["dp"].iteration)
     # point-to-point: v boundaries forward and v backward per micro-batch (none with one stage); Megatron's
     # scatter/gather optimisation sends 1/t of the activation per tensor rank (all-gathered on NVLink after)
     p2p_bytes = activation_bytes(cfg) // cfg.t
@@ -188,10 +195,10 @@ def compose(cfg: ScaleConfig, cost: LayerCost, hw, head: LayerCost | None = None
     slots = Fraction(m) + Fraction(p - 1, v)  # micro-batch slots on the critical path
     per_mb = f_s + b_s + p2p_per_mb
     bubble = float(Fraction(p - 1, v)) * (f_s + b_s)
-    hidden = min(dp.iteration, b_s / v) if cfg.dp_overlap else 0.0
+    hidden = min(dp_iter, b_s / v) if cfg.dp_overlap else 0.0
     opt = n * cost.time_s["optimizer"] / cfg.shard_degree
     emb = embedding_seconds(cfg, topo)  # after the flush, before the step: exposed
-    total = float(slots) * per_mb + (dp.iteration - hidden) + emb + opt
+    total = float(slots) * per_mb + (dp_iter - hidden) + emb + opt
     compute = {"forward": m * (n * one["forward"] + slow["head_forward"]),
                "backward": m * (n * one["backward"] + slow["head_backward"] + slow["grad_accum"]),
                "recompute": m * n * one["recompute"]}
@@ -199,21 +206,23 @@ def compose(cfg: ScaleConfig, cost: LayerCost, hw, head: LayerCost | None = None
     counts.update(micro_batches=m, p2p_transfers=2 * v * m if p > 1 else 0, p2p_bytes=p2p_bytes,
                   tp_bytes=activation_bytes(cfg), dp_bytes=cost.weight_elems * n * cfg.grad_bytes if cfg.cp * cfg.d > 1 else 0,
                   slots=str(slots), bubble_fraction=str(Fraction(p - 1, v * m)))
-    counts.update(_extra_counts(cfg, cost, n))
+    counts.update(_extra_counts(cfg, cost, n, optimizer_extra_elems(cfg, slow_stage)))
     dp_layers = m * n * (dp.forward + dp.backward)
-    one.update(optimizer=cost.time_s["optimizer"] / cfg.shard_degree, dp_iteration_exposed=dp.iteration - hidden,
+    one.update(optimizer=cost.time_s["optimizer"] / cfg.shard_degree, dp_iteration_exposed=dp_iter - hidden,
                slow_stage=slow_stage, embedding_exposed=emb)
     return Iteration(cfg, compute, m * n * (one["tp_forward"] + one["tp_backward"]), bubble,
-                     float(slots) * p2p_per_mb, dp_layers + dp.iteration - hidden + emb,
-                     m * n * (dp.forward_total + dp.backward_total) + dp.iteration + emb, opt, total, counts,
+                     float(slots) * p2p_per_mb, dp_layers + dp_iter - hidden + emb,
+                     m * n * (dp.forward_total + dp.backward_total) + dp_iter + emb, opt, total, counts,
                      cp_comm=m * n * (one["cp"].forward + one["cp"].backward), stages=tuple(stages), layer=one)
 
 
-def _extra_counts(cfg: ScaleConfig, cost: LayerCost, n: int) -> dict:
-    """The stage layer counts (uneven pipelines) and the sharding's and context parallelism's collectives."""
+def _extra_counts(cfg: ScaleConfig, cost: LayerCost, n: int, stage_extra: int = 0) -> dict:
+    """The stage layer counts (uneven pipelines) and the sharding's and context parallelism's collectives (of a
+    stage of ``n`` layers and ``stage_extra`` weight elements outside them)."""
     out = {"stage_layers": list(cfg.stage_layers())} if cfg.uneven else {}
     emb = embedding_collective(cfg)
-    rows = [c.row() for c in (*dp_collectives(cfg, cost, n), *cp_collectives(cfg), *([emb] if emb else []))]
+    rows = [c.row() for c in (*dp_collectives(cfg, cost, n, stage_extra), *cp_collectives(cfg),
+                              *([emb] if emb else []))]
     if cfg.zero_stage >= 2 or cfg.cp > 1 or cfg.replicate_degree > 1 or emb or cfg.dp_reduce != "reduce_scatter":
         out["collectives"] = rows
     return out

@@ -31,7 +31,8 @@ gradients ``cp - 1`` times backward, each step overlapping one ``1/cp`` of the a
 ``(cp - 1) max(0, step - core/cp)``); ``all_gather`` gathers K and V forward (S = ``cp`` x the local K and V),
 gathers again and reduce-scatters their gradients backward, not overlapped. ``a2a`` (Ulysses, STDiT3's): the
 model's own all_to_alls (:meth:`mhlo_cost.studies.plan.stdit3.STDiT3ScaleConfig.a2a_collectives`), not overlapped.
-Weights outside the repeated layers (a config's ``extra_weight_elems``: STDiT3's embedders) reduce and gather
+Weights outside the repeated layers (a config's ``extra_weight_elems``: STDiT3's embedders; under DeepSpeed's BF16
+optimizer the embedding and LM head of the first and last stages, :func:`optimizer_extra_elems`) reduce and gather
 once per iteration with the rest.
 """
 from __future__ import annotations
@@ -123,12 +124,35 @@ def kv_bytes(cfg: ScaleConfig) -> int:
     return 2 * cfg.micro_batch * cfg.local_seq * (heads // cfg.t) * (cfg.hidden // cfg.heads) * 2
 
 
-def dp_collectives(cfg: ScaleConfig, cost: LayerCost, layers: int) -> list[Collective]:
-    """The data-parallel collectives of a stage of ``layers`` layers (none where ``cp x d`` is 1)."""
+def embedding_elems(cfg: ScaleConfig, stage: int) -> int:
+    """Weight elements a pipeline stage holds outside its layers, on one device: the word embedding (``V/t x h``)
+    on the first stage, the LM head's ``V/t x h`` on the last (with ``tied_embedding`` a copy of the same
+    weight, on a stage of its own; on one stage, tied, a single one). The embedding LayerNorm and the final
+    norm (a few ``h``) are left out."""
+    one = cfg.vocab // cfg.t * cfg.hidden
+    if cfg.p == 1:
+        return one if cfg.tied_embedding else 2 * one
+    return one if stage in (0, cfg.p - 1) else 0
+
+
+def optimizer_extra_elems(cfg: ScaleConfig, stage: int) -> int:
+    """Weight elements of ``stage`` outside its layers that its data-parallel reduction carries with the layers':
+    DeepSpeed's BF16 optimizer (``dp_reduce`` all_reduce) flattens every parameter of the stage into its fp32
+    gradient buffer (``fp32_groups_gradients_flat``, all-reduced whole by ``_bf16_reduce_grads``) and
+    all-gathers every bf16 parameter after the step (``all_gather_dp_groups``), the embedding or LM head
+    among them (:func:`embedding_elems`); 0 for the other reductions (their embedding is not priced)."""
+    return embedding_elems(cfg, stage) if cfg.dp_reduce == "all_reduce" and cfg.zero_stage < 2 else 0
+
+
+def dp_collectives(cfg: ScaleConfig, cost: LayerCost, layers: int, stage_extra: int = 0) -> list[Collective]:
+    """The data-parallel collectives of a stage of ``layers`` layers (none where ``cp x d`` is 1);
+    ``stage_extra``: the stage's weight elements outside its layers that reduce with them
+    (:func:`optimizer_extra_elems`)."""
     if cfg.cp * cfg.d == 1:
         return []
     w, z, shard, g = cost.weight_elems, cfg.zero_stage, cfg.shard_degree, cfg.grad_bytes
-    extra = getattr(cfg, "extra_weight_elems", 0)  # weights outside the repeated layers (STDiT3's embedders)
+    # weights outside the repeated layers (STDiT3's embedders; DeepSpeed's embedding on its stages)
+    extra = getattr(cfg, "extra_weight_elems", 0) + stage_extra
     if z == 0:
         return [Collective("gradients", "all_reduce", g * (w * layers + extra), grad_groups(cfg), "iteration")]
     out = []
@@ -235,11 +259,12 @@ class Exposure:
     iteration: float = 0.0
 
 
-def dp_exposure(cfg: ScaleConfig, topo, cost: LayerCost, layers: int, f_layer: float, b_layer: float) -> Exposure:
+def dp_exposure(cfg: ScaleConfig, topo, cost: LayerCost, layers: int, f_layer: float, b_layer: float,
+                stage_extra: int = 0) -> Exposure:
     """The data-parallel collectives' seconds; ``f_layer`` / ``b_layer``: one layer's forward / backward compute
-    (what the prefetched per-layer collectives hide under)."""
+    (what the prefetched per-layer collectives hide under); ``stage_extra`` as :func:`dp_collectives` takes it."""
     per = {"iteration": 0.0, "layer_forward": 0.0, "layer_backward": 0.0}
-    for c in dp_collectives(cfg, cost, layers):
+    for c in dp_collectives(cfg, cost, layers, stage_extra):
         per[c.per] += seconds(topo, c)
     f, b = per["layer_forward"], per["layer_backward"]
     return Exposure(max(0.0, f - f_layer), max(0.0, b - b_layer), f, b, per["iteration"])
