@@ -63,8 +63,9 @@ OPTIONS = (
 #: Row fields passed to the ScaleConfig field of the same name as they are: PyTorch's context parallel
 #: (``cp_comm`` torch-allgather / torch-alltoall) with the K/V heads the model exchanges (``kv_repeat``), ZeRO 1's
 #: reduction (``dp_reduce``: DeepSpeed's all_reduce), the tied embedding's all_reduce (``tied_embedding``) and
-#: DeepSpeed's separate fp32 gradient accumulation (``grad_accum_pass``).
-PASSED = ("cp_comm", "kv_repeat", "dp_reduce", "tied_embedding", "grad_accum_pass")
+#: DeepSpeed's separate fp32 gradient accumulation (``grad_accum_pass``) and a row's gradient reduction dtype where
+#: its source names one (``grad_reduce_fp32``: Composer's FSDP mixed precision PURE reduces in bf16).
+PASSED = ("cp_comm", "kv_repeat", "dp_reduce", "tied_embedding", "grad_accum_pass", "grad_reduce_fp32")
 
 
 def split_options(run: dict) -> dict:
@@ -203,6 +204,8 @@ def approximations(run: dict, model: dict) -> list[str]:
         out.append("squared-ReLU MLP priced as GELU (the same two GEMMs)")
     if run["precision"] == "fp16":
         out.append("fp16 priced as bf16 (the same A100 rate)")
+    if run.get("attn_impl") == "triton":
+        out.append("MPT's Triton flash attention (attn_impl triton) priced as FlashAttention-2")
     if run.get("compile") is False and run.get("execution") == "compiled":
         out.append("eager priced as fused kernels (the model calls one kernel per norm, attention, activation)")
     return out

@@ -253,6 +253,17 @@ def test_a_rows_compile_field_names_its_execution_model(data):
     assert "selective layer" in vt.why_not(layer, m["llama3-8b"])
 
 
+def test_llm_foundrys_rows_say_what_their_runs_reduced_in_and_which_attention_they_called(data):
+    """Composer's FSDP mixed precision as each README row names it: DEFAULT reduces gradients in fp32, PURE (the
+    A100 70b row) in bf16; every row ran MPT's Triton attention, priced as FlashAttention-2 and said so."""
+    m = data["model"]
+    pure, default = _run(data, "llmfoundry2024/a100-70b-64"), _run(data, "llmfoundry2024/h100-70b-64")
+    assert vt.scale_config(pure, m["mpt-70b"]).grad_bytes == 2
+    assert vt.scale_config(default, m["mpt-70b"]).grad_bytes == 4
+    rows = [r for r in data["run"] if r["source"] == "llmfoundry2024"]
+    assert rows and all(any("Triton flash attention" in a for a in vt.approximations(r, m[r["model"]])) for r in rows)
+
+
 def test_the_script_runs_on_a_small_data_file(tmp_path, capsys):
     pytest.importorskip("optax")
     path = tmp_path / "runs.toml"
