@@ -7,8 +7,9 @@
   torchax tensors through torchax's JAX interop (``torchax.interop.call_jax``): the activation's amax and cast,
   the low-precision ``dot_general`` with its float32 (int32) accumulator, the scales, or the weight-only
   dequantise, exactly as the bundled GPT's steps run them. The embeddings, norms and LM head stay in the model's
-  dtype, as vLLM, TensorRT-LLM and torchao leave them. Experts stored as fused 3-D parameters (transformers 5's
-  MoE layers) are not linears and stay in the model's dtype.
+  dtype, as vLLM, TensorRT-LLM and torchao leave them, and so does Qwen2-MoE's ``shared_expert_gate`` (a linear of
+  one output: a plain ``torch.nn.Linear`` in vLLM's Qwen2-MoE). A mixture's routed experts, stacked 3-D parameters
+  in transformers, are stored and run at the recipe's widths by :mod:`.hf_experts_quant`.
 - **KV cache** (``kv-fp8``): each layer's cache is held in e4m3 with a float32 key scale and value scale (static,
   per layer: vLLM's ``k_scale`` / ``v_scale``), passed through the step beside the cache; a new key or value is
   divided by its scale and cast before ``StaticCache`` writes it (:func:`~mhlo_cost.lower.models.quant.kv_quantise`),
@@ -36,6 +37,8 @@ from .cache import CacheLayout
 #: Recipes a transformers model cannot be lowered in, and why.
 UNLOWERABLE = {"mxfp8": "its e8m0 block scales", "nvfp4": "its e2m1 (fp4) elements and e4m3 block scales"}
 F8 = "float8_e4m3fn"
+#: Linears left in the model's dtype by name, as the serving libraries leave them.
+UNQUANTISED = ("shared_expert_gate",)
 KV_SCALE_BYTES = 8  # a float32 key scale and a float32 value scale per layer
 
 
@@ -91,7 +94,8 @@ def _module():
     return QuantLinear
 
 
-def _experts(config) -> set:
+def expert_counts(config) -> set:
+    """The expert counts the configuration declares (a router's outputs, an expert weight's leading dimension)."""
     text = config.get_text_config(decoder=True)
     names = ("num_local_experts", "num_experts", "n_routed_experts")
     return {v for v in (getattr(text, n, None) for n in names) if isinstance(v, int) and not isinstance(v, bool)}
@@ -103,10 +107,10 @@ def quantise_linears(model, recipe: Recipe) -> int:
 
     if not recipe.quantised:
         return 0
-    cls, head, experts = _module(), model.get_output_embeddings(), _experts(model.config)
+    cls, head, experts = _module(), model.get_output_embeddings(), expert_counts(model.config)
     dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
     swaps = [(name, m) for name, m in model.named_modules() if isinstance(m, torch.nn.Linear) and m is not head
-             and m.out_features not in experts]
+             and m.out_features not in experts and name.rpartition(".")[2] not in UNQUANTISED]
     for name, m in swaps:
         parent, _, leaf = name.rpartition(".")
         setattr(model.get_submodule(parent) if parent else model, leaf, cls(m, recipe, dtype))
