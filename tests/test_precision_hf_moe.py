@@ -39,8 +39,9 @@ MIXTRAL_OTHER = 2 * (V * C + C * V + LAYERS * 2 * C + C + LAYERS * E * C)
 
 
 def blockwise(i: int, o: int) -> int:
-    """Bytes of an (in, out) weight in e4m3 with one float32 scale per 128 x 128 block (DeepSeek-V3's layout)."""
-    return i * o + (i // 128) * (o // 128) * 4
+    """Bytes of an (in, out) weight in e4m3 with one float32 scale per 128 x 128 block, a partial last block of
+    outputs with a scale of its own (DeepSeek-V3's layout: its kv_a_proj_with_mqa of 576 outputs has 5 x 56)."""
+    return i * o + (i // 128) * -(-o // 128) * 4
 
 
 def awq(i: int, o: int) -> int:
@@ -88,17 +89,18 @@ def test_mixtral_fp8_blockwise_decode_stores_and_runs_the_experts_in_fp8():
 
 # A DeepSeek-V3-shaped model: the first layer dense (first_k_dense_replace=1), the second a mixture of 8 routed
 # experts of width 128 (top-2) and one shared expert of the same width; multi-head latent attention (q rank 128, kv
-# rank 128, two heads, nope 64, rope 128, v 64). Every dimension a multiple of 128 (the recipe's block).
+# rank 128, two heads, nope 64, rope 64, v 64). Every input dimension a multiple of 128 (the recipe's block); as in
+# DeepSeek-V3 (512 + 64), kv_a_proj_with_mqa's outputs (128 + 64) end in a partial block.
 DS = dict(num_hidden_layers=2, hidden_size=C, vocab_size=V, num_attention_heads=2, num_key_value_heads=2,
           first_k_dense_replace=1, intermediate_size=256, moe_intermediate_size=128, n_routed_experts=8,
           num_experts_per_tok=2, n_group=4, topk_group=2, n_shared_experts=1, q_lora_rank=128, kv_lora_rank=128,
-          qk_nope_head_dim=64, qk_rope_head_dim=128, v_head_dim=64)
+          qk_nope_head_dim=64, qk_rope_head_dim=64, v_head_dim=64)
 
 
 def test_deepseek_v3_fp8_blockwise_decode_matches_closed_forms():
     batch, context = 4, 128
     step = _step("fp8-blockwise-128", "DeepseekV3ForCausalLM", "deepseek_v3", tuple(DS.items()), batch, context)
-    h, heads, lq, lkv, nope, rope, v = C, 2, 128, 128, 64, 128, 64
+    h, heads, lq, lkv, nope, rope, v = C, 2, 128, 128, 64, 64, 64
     mla = ((h, lq), (lq, heads * (nope + rope)), (h, lkv + rope), (heads * v, h))  # q_a, q_b, kv_a, o
     kv_b = (lkv, heads * (nope + v))
     dense, f, e = 256, 128, 8
@@ -256,3 +258,28 @@ def test_the_quantised_experts_compute_each_experts_product():
     assert got.shape == (2, c, o)
     assert np.abs(got - want).max() < 0.1 * np.abs(want).max()  # e4m3 keeps 3 mantissa bits
     assert np.abs(got - np.einsum("eci,eio->eco", x, w[:2])).max() > np.abs(want).max()  # the right experts
+
+
+def test_a_partial_last_block_of_outputs_has_a_scale_of_its_own():
+    """An (in 256, out 192) linear under fp8-blockwise-128: 2 x 2 float32 block scales (the second block of outputs
+    64 wide), and the product against float64 x @ W."""
+    import jax.numpy as jnp
+
+    from mhlo_cost.lower.inference.hf_quant import dense, stored_shapes
+    from mhlo_cost.machines.precision import parse
+
+    recipe = parse("fp8-blockwise-128")
+    shapes = stored_shapes(256, 192, recipe, "bfloat16", bias=False)
+    assert {k: (s.shape, s.dtype.name) for k, s in shapes.items()} == {
+        "w": ((256, 192), "float8_e4m3fn"), "w_scale": ((2, 2), "float32")}
+    rng = np.random.default_rng(1)
+    w = rng.standard_normal((256, 192))
+    padded = np.pad(np.abs(w), ((0, 0), (0, 64)))
+    blocks = padded.reshape(2, 128, 2, 128).max(axis=(1, 3)) / 448.0
+    wq = w / np.repeat(np.repeat(blocks, 128, axis=0), 128, axis=1)[:, :192]
+    x = rng.standard_normal((3, 256))
+    p = {"w": jnp.asarray(wq, jnp.float8_e4m3fn), "w_scale": jnp.asarray(blocks, jnp.float32)}
+    got = np.asarray(dense(p, jnp.asarray(x, jnp.float32), recipe), np.float64)
+    want = x @ w
+    assert got.shape == (3, 192)
+    assert np.abs(got - want).max() < 0.1 * np.abs(want).max()

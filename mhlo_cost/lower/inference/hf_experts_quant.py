@@ -37,7 +37,6 @@ from jax import lax
 
 from ...machines.precision import Recipe
 from ..frontends import FrontendError, moe, moe_llama4
-from ..models import quant
 from . import hf_quant
 
 PROJECTIONS = ("gate_up_proj", "up_proj", "down_proj")
@@ -86,7 +85,7 @@ def _stored(mod, name: str, recipe: Recipe) -> dict:
     i, o = (a, b) if _transposed(mod) else (b, a)
     dtype = str(w.dtype).removeprefix("torch.")
     try:
-        shapes = quant.linear_shapes(i, o, recipe, dtype, bias=False)
+        shapes = hf_quant.stored_shapes(i, o, recipe, dtype, bias=False)
     except FrontendError as err:
         raise FrontendError(str(err).replace("a linear's", f"{type(mod).__name__}.{name}'s", 1)
                             .replace("a linear of", f"{type(mod).__name__}.{name} of", 1)) from None
@@ -135,4 +134,4 @@ def experts_dense(p, x, recipe: Recipe, start: int = 0):
     n = x.shape[0]
     p = {k: v if (start, n) == (0, v.shape[0]) else lax.slice_in_dim(v, start, start + n, axis=0)
          for k, v in p.items()}
-    return jax.vmap(functools.partial(quant.dense, recipe=recipe))(p, x)
+    return jax.vmap(functools.partial(hf_quant.dense, recipe=recipe))(p, x)

@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import functools
 
+import jax
 import jax.numpy as jnp
 from jax import lax
 
@@ -53,6 +54,35 @@ def check(recipe: Recipe) -> None:
                             "(the bundled gpt, --model gpt, lowers every recipe)")
 
 
+def stored_shapes(i: int, o: int, recipe: Recipe, model_dtype: str, bias: bool = True) -> dict:
+    """:func:`~mhlo_cost.lower.models.quant.linear_shapes`, except that an output dimension not a multiple of a 2-D
+    weight block (``fp8-blockwise-128``'s 128 x 128) takes ceil(out / block) scale columns, the last block partial,
+    as DeepSeek-V3 ships its ``kv_a_proj_with_mqa`` (576 outputs: a 5 x 56 ``weight_scale_inv``) and its block-scaled
+    kernels read it. The weight itself stays (in, out)."""
+    b2 = recipe.weight_scaling.block2 if recipe.quantised else None
+    if not b2 or o % b2 == 0:
+        return quant.linear_shapes(i, o, recipe, model_dtype, bias=bias)
+    shapes = quant.linear_shapes(i, -(-o // b2) * b2, recipe, model_dtype, bias=bias)
+    shapes["w"] = jax.ShapeDtypeStruct((i, o), shapes["w"].dtype)
+    if "b" in shapes:
+        shapes["b"] = jax.ShapeDtypeStruct((o,), shapes["b"].dtype)
+    return shapes
+
+
+def dense(p, x, recipe: Recipe):
+    """:func:`~mhlo_cost.lower.models.quant.dense`; a weight whose last 2-D block is partial (:func:`stored_shapes`)
+    has its block scales spread over the columns they cover (cut at out) and runs the K-blocked matmul with a scale
+    per K block and column."""
+    from dataclasses import replace
+
+    s = recipe.weight_scaling
+    o = p["w"].shape[-1]
+    if not recipe.quantised or not s.block2 or p["w_scale"].shape[-1] * s.block2 == o:
+        return quant.dense(p, x, recipe)
+    ws = lax.slice_in_dim(jnp.repeat(p["w_scale"], s.block2, axis=-1), 0, o, axis=-1)
+    return quant.dense({**p, "w_scale": ws}, x, replace(recipe, weight_scaling=replace(s, block2=None)))
+
+
 def _call_jax(fn, *args):
     from ..frontends import torchax_frontend as tf
 
@@ -77,8 +107,8 @@ def _module():
         def __init__(self, linear, recipe: Recipe, model_dtype: str):
             super().__init__()
             self.recipe, self.in_features, self.out_features = recipe, linear.in_features, linear.out_features
-            shapes = quant.linear_shapes(linear.in_features, linear.out_features, recipe, model_dtype,
-                                         bias=linear.bias is not None)
+            shapes = stored_shapes(linear.in_features, linear.out_features, recipe, model_dtype,
+                                   bias=linear.bias is not None)
             self.names = tuple(shapes)
             for name, s in shapes.items():
                 t = torch.empty(s.shape, dtype=_torch_dtype(s.dtype), device="meta")
@@ -86,7 +116,7 @@ def _module():
 
         def forward(self, x):
             p = {n: getattr(self, n) for n in self.names}
-            return _call_jax(functools.partial(quant.dense, recipe=self.recipe), p, x)
+            return _call_jax(functools.partial(dense, recipe=self.recipe), p, x)
 
         def extra_repr(self) -> str:
             return f"in_features={self.in_features}, out_features={self.out_features}, recipe={self.recipe.name}"
