@@ -283,3 +283,29 @@ def test_a_partial_last_block_of_outputs_has_a_scale_of_its_own():
     want = x @ w
     assert got.shape == (3, 192)
     assert np.abs(got - want).max() < 0.1 * np.abs(want).max()
+
+
+SMALL = dict(num_hidden_layers=1, hidden_size=C, vocab_size=V, num_attention_heads=2, num_key_value_heads=1)
+
+
+@pytest.mark.parametrize("cls, config, sets, experts, f, bias", [
+    # gpt-oss: (E, in, out) weights with a bias a projection (kept bf16)
+    ("GptOssForCausalLM", "gpt_oss", dict(SMALL, head_dim=128, intermediate_size=128, num_local_experts=4,
+                                          num_experts_per_tok=2, sliding_window=8), 4, 128, True),
+    # Llama 4: its own expert layer (Llama4TextExperts), routed by its holder
+    ("Llama4ForCausalLM", "llama4_text", dict(SMALL, head_dim=128, intermediate_size=128, intermediate_size_mlp=256,
+                                              num_local_experts=4, num_experts_per_tok=2), 4, 128, False),
+    ("OlmoeForCausalLM", "olmoe", dict(SMALL, intermediate_size=128, num_experts=8, num_experts_per_tok=2), 8, 128,
+     False),
+])
+def test_other_expert_layers_take_the_recipe(cls, config, sets, experts, f, bias):
+    """fp8-rowwise experts of gpt-oss, Llama 4 and OLMoE: e4m3 weights and a float32 scale per output channel (and
+    gpt-oss's bf16 biases); the fp8 FLOPs of the experts are the routed copies' (batch x 2 rows)."""
+    batch = 4
+    step = _step("fp8-rowwise", cls, config, tuple(sets.items()), batch)
+    rowwise = lambda i, o: i * o + 4 * o  # noqa: E731
+    biases = experts * (2 * f + C) * 2 if bias else 0
+    assert step.lowered.info["expert_weight_bytes"] == experts * (rowwise(C, 2 * f) + rowwise(f, C)) + biases
+    rows = [r for r in analyze(step.lowered.text).rows if r.kind == "dot" and "/experts/" in r.scope + "/"]
+    assert rows and all(r.operands[0].dtype == "f8E4M3FN" for r in rows)
+    assert sum(r.cost.gemm_flops * r.multiplicity for r in rows) == batch * 2 * (2 * C * 2 * f + 2 * f * C)
