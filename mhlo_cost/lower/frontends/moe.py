@@ -129,6 +129,9 @@ def _project(mod, x, name: str):
     """x [E, C, in] through the experts' weight ``name`` ([E, out, in], or [E, in, out] transposed)."""
     import torch
 
+    quantised = getattr(mod, "quantised_project", None)
+    if quantised is not None:  # experts stored under a precision recipe (lower/inference/hf_experts_quant.py)
+        return quantised(x, name, getattr(mod, "_start", 0))
     w = getattr(mod, name)
     y = torch.einsum("eci,eio->eco" if mod.is_transposed else "eci,eoi->eco", x, w.to(x.dtype))
     bias = getattr(mod, name + "_bias", None) if mod.has_bias else None

@@ -7,8 +7,9 @@
   torchax tensors through torchax's JAX interop (``torchax.interop.call_jax``): the activation's amax and cast,
   the low-precision ``dot_general`` with its float32 (int32) accumulator, the scales, or the weight-only
   dequantise, exactly as the bundled GPT's steps run them. The embeddings, norms and LM head stay in the model's
-  dtype, as vLLM, TensorRT-LLM and torchao leave them. Experts stored as fused 3-D parameters (transformers 5's
-  MoE layers) are not linears and stay in the model's dtype.
+  dtype, as vLLM, TensorRT-LLM and torchao leave them, and so does Qwen2-MoE's ``shared_expert_gate`` (a linear of
+  one output: a plain ``torch.nn.Linear`` in vLLM's Qwen2-MoE). A mixture's routed experts, stacked 3-D parameters
+  in transformers, are stored and run at the recipe's widths by :mod:`.hf_experts_quant`.
 - **KV cache** (``kv-fp8``): each layer's cache is held in e4m3 with a float32 key scale and value scale (static,
   per layer: vLLM's ``k_scale`` / ``v_scale``), passed through the step beside the cache; a new key or value is
   divided by its scale and cast before ``StaticCache`` writes it (:func:`~mhlo_cost.lower.models.quant.kv_quantise`),
@@ -24,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import functools
 
+import jax
 import jax.numpy as jnp
 from jax import lax
 
@@ -36,6 +38,8 @@ from .cache import CacheLayout
 #: Recipes a transformers model cannot be lowered in, and why.
 UNLOWERABLE = {"mxfp8": "its e8m0 block scales", "nvfp4": "its e2m1 (fp4) elements and e4m3 block scales"}
 F8 = "float8_e4m3fn"
+#: Linears left in the model's dtype by name, as the serving libraries leave them.
+UNQUANTISED = ("shared_expert_gate",)
 KV_SCALE_BYTES = 8  # a float32 key scale and a float32 value scale per layer
 
 
@@ -48,6 +52,35 @@ def check(recipe: Recipe) -> None:
         raise FrontendError(f"--precision {recipe.name}: a transformers model (--hf) is lowered through torchax, "
                             f"which maps no torch element type to {UNLOWERABLE[base]}; --hf takes {lowerable} "
                             "(the bundled gpt, --model gpt, lowers every recipe)")
+
+
+def stored_shapes(i: int, o: int, recipe: Recipe, model_dtype: str, bias: bool = True) -> dict:
+    """:func:`~mhlo_cost.lower.models.quant.linear_shapes`, except that an output dimension not a multiple of a 2-D
+    weight block (``fp8-blockwise-128``'s 128 x 128) takes ceil(out / block) scale columns, the last block partial,
+    as DeepSeek-V3 ships its ``kv_a_proj_with_mqa`` (576 outputs: a 5 x 56 ``weight_scale_inv``) and its block-scaled
+    kernels read it. The weight itself stays (in, out)."""
+    b2 = recipe.weight_scaling.block2 if recipe.quantised else None
+    if not b2 or o % b2 == 0:
+        return quant.linear_shapes(i, o, recipe, model_dtype, bias=bias)
+    shapes = quant.linear_shapes(i, -(-o // b2) * b2, recipe, model_dtype, bias=bias)
+    shapes["w"] = jax.ShapeDtypeStruct((i, o), shapes["w"].dtype)
+    if "b" in shapes:
+        shapes["b"] = jax.ShapeDtypeStruct((o,), shapes["b"].dtype)
+    return shapes
+
+
+def dense(p, x, recipe: Recipe):
+    """:func:`~mhlo_cost.lower.models.quant.dense`; a weight whose last 2-D block is partial (:func:`stored_shapes`)
+    has its block scales spread over the columns they cover (cut at out) and runs the K-blocked matmul with a scale
+    per K block and column."""
+    from dataclasses import replace
+
+    s = recipe.weight_scaling
+    o = p["w"].shape[-1]
+    if not recipe.quantised or not s.block2 or p["w_scale"].shape[-1] * s.block2 == o:
+        return quant.dense(p, x, recipe)
+    ws = lax.slice_in_dim(jnp.repeat(p["w_scale"], s.block2, axis=-1), 0, o, axis=-1)
+    return quant.dense({**p, "w_scale": ws}, x, replace(recipe, weight_scaling=replace(s, block2=None)))
 
 
 def _call_jax(fn, *args):
@@ -74,8 +107,8 @@ def _module():
         def __init__(self, linear, recipe: Recipe, model_dtype: str):
             super().__init__()
             self.recipe, self.in_features, self.out_features = recipe, linear.in_features, linear.out_features
-            shapes = quant.linear_shapes(linear.in_features, linear.out_features, recipe, model_dtype,
-                                         bias=linear.bias is not None)
+            shapes = stored_shapes(linear.in_features, linear.out_features, recipe, model_dtype,
+                                   bias=linear.bias is not None)
             self.names = tuple(shapes)
             for name, s in shapes.items():
                 t = torch.empty(s.shape, dtype=_torch_dtype(s.dtype), device="meta")
@@ -83,7 +116,7 @@ def _module():
 
         def forward(self, x):
             p = {n: getattr(self, n) for n in self.names}
-            return _call_jax(functools.partial(quant.dense, recipe=self.recipe), p, x)
+            return _call_jax(functools.partial(dense, recipe=self.recipe), p, x)
 
         def extra_repr(self) -> str:
             return f"in_features={self.in_features}, out_features={self.out_features}, recipe={self.recipe.name}"
@@ -91,7 +124,8 @@ def _module():
     return QuantLinear
 
 
-def _experts(config) -> set:
+def expert_counts(config) -> set:
+    """The expert counts the configuration declares (a router's outputs, an expert weight's leading dimension)."""
     text = config.get_text_config(decoder=True)
     names = ("num_local_experts", "num_experts", "n_routed_experts")
     return {v for v in (getattr(text, n, None) for n in names) if isinstance(v, int) and not isinstance(v, bool)}
@@ -103,10 +137,10 @@ def quantise_linears(model, recipe: Recipe) -> int:
 
     if not recipe.quantised:
         return 0
-    cls, head, experts = _module(), model.get_output_embeddings(), _experts(model.config)
+    cls, head, experts = _module(), model.get_output_embeddings(), expert_counts(model.config)
     dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
     swaps = [(name, m) for name, m in model.named_modules() if isinstance(m, torch.nn.Linear) and m is not head
-             and m.out_features not in experts]
+             and m.out_features not in experts and name.rpartition(".")[2] not in UNQUANTISED]
     for name, m in swaps:
         parent, _, leaf = name.rpartition(".")
         setattr(model.get_submodule(parent) if parent else model, leaf, cls(m, recipe, dtype))

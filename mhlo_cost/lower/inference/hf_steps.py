@@ -18,7 +18,7 @@ import jax
 import numpy as np
 
 from ..frontends import torchax_frontend as tf
-from . import hf_quant
+from . import hf_experts_quant, hf_quant
 from .cache import CacheLayout, LayerCache
 
 
@@ -136,14 +136,18 @@ def lower_step(model, mode: str, batch: int, context: int, tokens: int = 1, loca
     A mixture-of-experts model's expert layers run the static dispatch of :mod:`..frontends.moe` under
     ``routing`` (a :class:`~..frontends.moe.Routing`; None: dropless), as its forward does; ``info["moe"]``
     gets the routing and the loads (``info``: a dict to fill, or None). Under a precision ``recipe``
-    (:mod:`.hf_quant`) the linears are stored and run at its widths, the cache in its KV dtype with its scales."""
+    (:mod:`.hf_quant`) the linears and the routed experts (:mod:`.hf_experts_quant`) are stored and run at its
+    widths, the cache in its KV dtype with its scales."""
     import jax.numpy as jnp
 
     from ..frontends import moe
 
+    if recipe is not None:  # before the probe runs the library's own expert layers
+        hf_experts_quant.refuse_unreached(model, recipe)
     layout = probe_layout(model, batch, context)
     if recipe is not None:
         hf_quant.quantise_linears(model, recipe)
+        hf_experts_quant.quantise_experts(model, recipe)
         layout = hf_quant.fp8_layout(layout, recipe)
     specs = tf.state_specs(model)
     buffers = {n for n, _ in model.named_buffers()}
