@@ -128,3 +128,39 @@ def test_a_full_grid_keeps_the_streaming_rate():
     (k,) = _kernels(16384, 4096, "h200")
     rate = 4.8e12 * 0.885
     assert k.memory_s == pytest.approx((k.bytes_read + k.bytes_written + 19e6) / rate + 16384 * 0.18e-9, rel=1e-9)
+
+
+# torch.mean(x, -1, keepdim=True) on an f32 [1, 4096] x (a decode step's RMSNorm variance, written out): one call,
+# its divide reads only the sum: one pass over the row, neither a second read nor a norm's launch.
+MEAN = """
+module @jit_forward {
+  func.func public @main(%arg0: tensor<1x4096xf32> loc("inputs[0]")) -> (tensor<1x1xf32>) {
+    %cst = stablehlo.constant dense<0.000000e+00> : tensor<f32> loc(#loc8)
+    %0 = stablehlo.reduce(%arg0 init: %cst) applies stablehlo.add across dimensions = [1] : (tensor<1x4096xf32>, tensor<f32>) -> tensor<1xf32> loc(#loc11)
+    %1 = stablehlo.broadcast_in_dim %0, dims = [0] : (tensor<1xf32>) -> tensor<1x1xf32> loc(#loc12)
+    %cst_1 = stablehlo.constant dense<4.096000e+03> : tensor<f32> loc(#loc8)
+    %2 = stablehlo.broadcast_in_dim %cst_1, dims = [] : (tensor<f32>) -> tensor<1x1xf32> loc(#loc13)
+    %3 = stablehlo.divide %1, %2 : tensor<1x1xf32> loc(#loc13)
+    return %3 : tensor<1x1xf32> loc(#loc8)
+  } loc(#loc)
+} loc(#loc)
+#loc = loc(unknown)
+#loc3 = loc("/work/model.py":8:29 to :84)
+#loc4 = loc("/work/model.py":10:2 to :55)
+#loc5 = loc("M.forward"(#loc3))
+#loc6 = loc("<module>"(#loc4))
+#loc7 = loc(callsite(#loc5 at #loc6))
+#loc8 = loc("jit(forward)"(#loc6))
+#loc11 = loc("jit(forward)/reduce_sum"(#loc7))
+#loc12 = loc("jit(forward)/broadcast_in_dim"(#loc7))
+#loc13 = loc("jit(forward)/div"(#loc7))
+"""
+
+
+def test_a_mean_is_no_two_pass_row_kernel():
+    rf = Roofline(analyze(MEAN, AnalysisOptions(dataflow=True)), get_profile("h200"), execution="eager")
+    (k,) = [k for k in rf.fusion.kernels if k.members]
+    assert k.bytes_read == 4096 * 4 + 2 * 4  # the row once, and the two scalar constants
+    rate = 4.8e12 * 0.885
+    # the stream at the full rate (one reduced row at reduce_row_ns), not at 1 / 2112 of it
+    assert k.memory_s == pytest.approx((k.bytes_read + k.bytes_written + 19e6) / rate + 0.18e-9, rel=1e-9)

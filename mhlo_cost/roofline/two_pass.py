@@ -44,7 +44,7 @@ def row_kernel(rows, producers, role, k) -> tuple[int, int] | None:
     """(rows, bytes a row) of an eager call that reads its rows twice: a call (not a GEMM or an attention) whose
     first reduction reads a kernel input (directly or through the call's own ops) that an op after the reduction
     reads again (a norm: the statistics, then the row normalised). The row: those inputs' elements over the
-    reduction's outputs, at their dtype. None for any other kernel."""
+    reduction's outputs, at their dtype. None for any other kernel (a mean, whose divide reads only its sum)."""
     reds = [i for i in k.members if short_name(rows[i].op) == "reduce"]
     if k.attention or k.has_dot or not reds or not hasattr(rows[reds[0]].result, "nelems"):
         return None
@@ -62,9 +62,12 @@ def row_kernel(rows, producers, role, k) -> tuple[int, int] | None:
         return [(p, t) for p, t in zip(producers[i], rows[i].operands)
                 if not (isinstance(p, int) and (p in members or role[p] == "dup"))
                 and getattr(t, "nelems", 0) == width]
-    again = {p for i in after for p in producers[i] if isinstance(p, int) and p in before}
+    # the call's values read after the reduction besides the reductions themselves (a mean divides its sum: one
+    # pass), and the ops they are made from
+    again = {p for i in after for p in producers[i]
+             if isinstance(p, int) and p in before and short_name(rows[p].op) != "reduce"}
     src = set()
-    for a in again:  # the call's values read after the reduction, and the ops they are made from
+    for a in again:
         src |= {a} | (_inside(a, lambda i: producers[i], members) & before)
     read_after = {p for i in after for p, _ in external(i)}
     taken: dict = {}
