@@ -6,7 +6,7 @@ import pytest
 
 from mhlo_cost.analysis import AnalysisOptions, analyze
 from mhlo_cost.machines.hardware import get_profile
-from mhlo_cost.roofline.two_pass import reread_bytes
+from mhlo_cost.roofline.two_pass import reread_bytes, resident_fraction
 from mhlo_cost.roofline.estimate import Roofline
 
 
@@ -103,3 +103,64 @@ def test_rms_norm_call_is_one_kernel_that_reads_its_rows_twice(n, c, chip, rerea
 def test_a_chip_without_l2_reads_once():
     (k,) = _kernels(4096, 16384, "mi300x")
     assert k.bytes_read == 4096 * 16384 * 2 + 16384 * 2 + 4 * 4
+
+
+def test_a_grid_of_fewer_rows_than_block_slots_streams_at_their_share():
+    # torch launches one 128-thread block a row; an SM holds 2048 / 128 = 16 of them: 132 x 16 = 2112 on an H200.
+    assert resident_fraction(1024, 132) == 1024 / 2112
+    assert resident_fraction(2112, 132) == 1.0 and resident_fraction(16384, 132) == 1.0
+    assert resident_fraction(1024, 0) == 1.0
+
+
+def test_small_grid_norm_kernel_memory_time():
+    # 1024 x 12288 bf16 on an H200 (the cudnn-frontend GPT-3 LayerNorm shape): 1024 rows of 24 KiB in flight,
+    # 25,165,824 B, under the 26,214,400 B half of L2 (no second read from HBM). The stream: its bytes at
+    # 4.8 TB/s x 0.885 (the profile's efficiency) over 1024 / 2112 of the slots; the fill and drain (19 MB at that
+    # rate) once; beside it the profile's 0.18 ns a row reduced (reduce_row_ns: an RMSNorm's one reduction).
+    (k,) = _kernels(1024, 12288, "h200")
+    nbytes = 1024 * 12288 * 2 * 2 + 12288 * 2 + 4 * 4
+    assert k.bytes_read + k.bytes_written == nbytes
+    rate = 4.8e12 * 0.885
+    assert k.memory_s == pytest.approx(19e6 / rate + nbytes / rate * 2112 / 1024 + 1024 * 0.18e-9, rel=1e-9)
+
+
+def test_a_full_grid_keeps_the_streaming_rate():
+    (k,) = _kernels(16384, 4096, "h200")
+    rate = 4.8e12 * 0.885
+    assert k.memory_s == pytest.approx((k.bytes_read + k.bytes_written + 19e6) / rate + 16384 * 0.18e-9, rel=1e-9)
+
+
+# torch.mean(x, -1, keepdim=True) on an f32 [1, 4096] x (a decode step's RMSNorm variance, written out): one call,
+# its divide reads only the sum: one pass over the row, neither a second read nor a norm's launch.
+MEAN = """
+module @jit_forward {
+  func.func public @main(%arg0: tensor<1x4096xf32> loc("inputs[0]")) -> (tensor<1x1xf32>) {
+    %cst = stablehlo.constant dense<0.000000e+00> : tensor<f32> loc(#loc8)
+    %0 = stablehlo.reduce(%arg0 init: %cst) applies stablehlo.add across dimensions = [1] : (tensor<1x4096xf32>, tensor<f32>) -> tensor<1xf32> loc(#loc11)
+    %1 = stablehlo.broadcast_in_dim %0, dims = [0] : (tensor<1xf32>) -> tensor<1x1xf32> loc(#loc12)
+    %cst_1 = stablehlo.constant dense<4.096000e+03> : tensor<f32> loc(#loc8)
+    %2 = stablehlo.broadcast_in_dim %cst_1, dims = [] : (tensor<f32>) -> tensor<1x1xf32> loc(#loc13)
+    %3 = stablehlo.divide %1, %2 : tensor<1x1xf32> loc(#loc13)
+    return %3 : tensor<1x1xf32> loc(#loc8)
+  } loc(#loc)
+} loc(#loc)
+#loc = loc(unknown)
+#loc3 = loc("/work/model.py":8:29 to :84)
+#loc4 = loc("/work/model.py":10:2 to :55)
+#loc5 = loc("M.forward"(#loc3))
+#loc6 = loc("<module>"(#loc4))
+#loc7 = loc(callsite(#loc5 at #loc6))
+#loc8 = loc("jit(forward)"(#loc6))
+#loc11 = loc("jit(forward)/reduce_sum"(#loc7))
+#loc12 = loc("jit(forward)/broadcast_in_dim"(#loc7))
+#loc13 = loc("jit(forward)/div"(#loc7))
+"""
+
+
+def test_a_mean_is_no_two_pass_row_kernel():
+    rf = Roofline(analyze(MEAN, AnalysisOptions(dataflow=True)), get_profile("h200"), execution="eager")
+    (k,) = [k for k in rf.fusion.kernels if k.members]
+    assert k.bytes_read == 4096 * 4 + 2 * 4  # the row once, and the two scalar constants
+    rate = 4.8e12 * 0.885
+    # the stream at the full rate (one reduced row at reduce_row_ns), not at 1 / 2112 of it
+    assert k.memory_s == pytest.approx((k.bytes_read + k.bytes_written + 19e6) / rate + 0.18e-9, rel=1e-9)

@@ -20,7 +20,8 @@ consecutive in program order and of one multiplicity, into one kernel:
   and pays the profile's kernel launch overhead; the host dispatches each framework op (views included) in
   :func:`dispatch_overhead` seconds, so a kernel takes at least its calls' dispatch time (a small kernel is
   host-bound; a large one hides the host behind it); a call that reduces its rows and then reads them again (a
-  norm) reads the part of its rows that no longer fits in L2 twice from HBM (:mod:`.two_pass`).
+  norm) reads the part of its rows that no longer fits in L2 twice from HBM, and one over fewer rows than the chip
+  holds row blocks streams at their share of the rate (:mod:`.two_pass`).
 
 A row without a source position belongs to the call before it (the ops of a helper function the call runs,
 such as a decomposition's ``jit(_where)``); where no call came before, it is a call of its own. What the model does not see: a copy torch makes
@@ -38,7 +39,7 @@ from .fusion import Fusion, Kernel, data_flow
 from .kernel_io import KernelIO, share_time
 from .optime import OpTime, op_time
 from .torch_math import torch_times
-from .two_pass import second_pass_bytes
+from .two_pass import row_occupancy, second_pass_bytes
 from .sdpa import (BACKEND_LIBRARY, FLASH_DTYPES, FLASH_MAX_HEAD_DIM, SDPA_BACKENDS, WRITTEN_ATTENTION,  # noqa: F401
                    BackendError, backward_owner, is_sdpa_call, math_pieces, notes, resolve, written_default)
 
@@ -350,8 +351,12 @@ def _measure(k: EagerKernel, io, rows, producers, role, times, hw: Hardware) -> 
     again = second_pass_bytes(rows, producers, role, k, hw)
     k.bytes_read += again
     k.path = eager_path(rows, producers, role, k)
-    if k.path != "stream" or again:
+    share = row_occupancy(rows, producers, role, k, hw)
+    if k.path != "stream" or again or share < 1:
         k.memory_s = hw.memory_time(k.bytes_read + k.bytes_written, k.multiplicity, k.path)
+    if share < 1:  # a grid of fewer row blocks than the chip holds: its stream at their share of the rate
+        fixed = hw.memory_fixed(k.multiplicity)
+        k.memory_s = fixed + (k.memory_s - fixed) / share
     k.memory_s += reduced_rows(rows, k) * (hw.memory.reduce_row_s if hw.memory is not None else 0.0)
     dots = [i for i in k.members if rows[i].kind in ("dot", "conv")]
     if dots:

@@ -40,17 +40,14 @@ def _inside(start: int, step, members: set) -> set:
     return seen
 
 
-def second_pass_bytes(rows, producers, role, k, hw: Hardware) -> int:
-    """The HBM bytes an eager call that reads its rows twice adds to its kernel (:func:`reread_bytes`): a call
-    (not a GEMM or an attention) whose first reduction reads a kernel input (directly or through the call's own
-    ops) that an op after the reduction reads again (a norm: the statistics, then the row normalised). The row:
-    those inputs' elements over the reduction's outputs, at their dtype. 0 for any other kernel or a chip without
-    ``memory.l2_mib``."""
-    l2 = hw.memory.l2_bytes if hw.memory is not None else 0
-    sms = hw.gemm.compute_units if hw.gemm is not None else 0
+def row_kernel(rows, producers, role, k) -> tuple[int, int] | None:
+    """(rows, bytes a row) of an eager call that reads its rows twice: a call (not a GEMM or an attention) whose
+    first reduction reads a kernel input (directly or through the call's own ops) that an op after the reduction
+    reads again (a norm: the statistics, then the row normalised). The row: those inputs' elements over the
+    reduction's outputs, at their dtype. None for any other kernel (a mean, whose divide reads only its sum)."""
     reds = [i for i in k.members if short_name(rows[i].op) == "reduce"]
-    if k.attention or k.has_dot or not reds or not l2 or not sms or not hasattr(rows[reds[0]].result, "nelems"):
-        return 0
+    if k.attention or k.has_dot or not reds or not hasattr(rows[reds[0]].result, "nelems"):
+        return None
     members, first = set(k.members), reds[0]
     consumers: dict = {i: [] for i in members}
     for i in members:
@@ -65,9 +62,12 @@ def second_pass_bytes(rows, producers, role, k, hw: Hardware) -> int:
         return [(p, t) for p, t in zip(producers[i], rows[i].operands)
                 if not (isinstance(p, int) and (p in members or role[p] == "dup"))
                 and getattr(t, "nelems", 0) == width]
-    again = {p for i in after for p in producers[i] if isinstance(p, int) and p in before}
+    # the call's values read after the reduction besides the reductions themselves (a mean divides its sum: one
+    # pass), and the ops they are made from
+    again = {p for i in after for p in producers[i]
+             if isinstance(p, int) and p in before and short_name(rows[p].op) != "reduce"}
     src = set()
-    for a in again:  # the call's values read after the reduction, and the ops they are made from
+    for a in again:
         src |= {a} | (_inside(a, lambda i: producers[i], members) & before)
     read_after = {p for i in after for p, _ in external(i)}
     taken: dict = {}
@@ -76,6 +76,32 @@ def second_pass_bytes(rows, producers, role, k, hw: Hardware) -> int:
             if i in src or p in read_after:
                 taken.setdefault(p, t.nbytes)
     nrows, total = rows[first].result.nelems, sum(taken.values())
-    if not total or not nrows:
-        return 0
-    return reread_bytes(nrows, total // nrows, sms, l2) * k.multiplicity
+    return (nrows, total // nrows) if total and nrows else None
+
+
+def second_pass_bytes(rows, producers, role, k, hw: Hardware) -> int:
+    """The HBM bytes an eager call that reads its rows twice (:func:`row_kernel`) adds to its kernel
+    (:func:`reread_bytes`), over its multiplicity. 0 for any other kernel or a chip without ``memory.l2_mib``."""
+    l2 = hw.memory.l2_bytes if hw.memory is not None else 0
+    sms = hw.gemm.compute_units if hw.gemm is not None else 0
+    row = row_kernel(rows, producers, role, k) if l2 and sms else None
+    return reread_bytes(row[0], row[1], sms, l2) * k.multiplicity if row else 0
+
+
+def resident_fraction(nrows: int, sms: int) -> float:
+    """The share of the chip's block slots a grid of ``nrows`` 128-thread blocks (one a row) fills: ``nrows`` over
+    ``sms`` x 2048 / 128, at most 1 (1 where the chip's SMs are not known). Such a kernel keeps one vector load a
+    thread in flight (``compute_stats`` and the output loop: one ``aligned_vector`` of 4 elements a step), so the
+    bytes in flight on the chip, and with them the HBM bandwidth it draws, scale with the blocks resident: a grid
+    smaller than one wave of them (the 1024 rows of a GPT-3 LayerNorm on 132 SMs: 1024 of 2112 slots) streams at
+    that share of the rate a full one reaches."""
+    slots = sms * (MAX_THREADS_PER_SM // ROW_KERNEL_THREADS)
+    return 1.0 if slots <= 0 or nrows <= 0 else min(1.0, nrows / slots)
+
+
+def row_occupancy(rows, producers, role, k, hw: Hardware) -> float:
+    """:func:`resident_fraction` of an eager call that reads its rows twice (:func:`row_kernel`); 1 for any other
+    kernel or a chip whose SMs the profile does not give."""
+    sms = hw.gemm.compute_units if hw.gemm is not None else 0
+    row = row_kernel(rows, producers, role, k) if sms else None
+    return resident_fraction(row[0], sms) if row else 1.0
