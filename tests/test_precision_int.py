@@ -104,7 +104,27 @@ def test_an_fp4_memory_bound_row_is_its_packed_bytes_over_the_bandwidth():
     value = (dict(hw.gemm.by_dtype)["fp4"], dict(hw.gemm.k_half_by_dtype)["fp4"])
     nbytes = 8192 * 8192 // 2 + 8192 // 2 + 8192 * 2  # fp4 weight, fp4 activation row, bf16 result
     est = vpr.Pricer(vpr.load()[0]).ratio(m, value) * vpr.measured_s(m)
-    assert est == pytest.approx(memory_s(hw, nbytes) + hw.kernel_overhead, rel=1e-9)  # timed as a call
+    assert est == pytest.approx(memory_s(hw, nbytes), rel=1e-9)  # a CUDA graph's time: no launch overhead
+
+
+def test_an_int8_row_is_priced_at_the_int8_peak_times_the_fitted_int8_efficiency():
+    m = rows_by_id()["sglang3093-sgl-int8-2048x6144x4096"]
+    hw = get_profile("a100-sxm-80gb")
+    eff, k_half = dict(hw.gemm.by_dtype)["int8"], dict(hw.gemm.k_half_by_dtype)["int8"]
+    mm, n, k = 2048, 6144, 4096
+    depth = k / (k + k_half) if k_half else 1.0
+    compute = 2 * mm * n * k / (hw.matrix_flops["int8"] * eff * wave(hw, mm, n) * depth)
+    assert memory_s(hw, mm * k + k * n + 2 * mm * n) < compute  # int8 operands, an fp16 result: compute-bound
+    est = vpr.Pricer(vpr.load()[0]).ratio(m, (eff, k_half)) * vpr.measured_s(m)
+    assert est == pytest.approx(compute, rel=1e-9)
+
+
+def test_an_int8_rows_time_is_the_sources_printed_figure_inverted():
+    """SGLang's bench_int8_gemm.py prints ((2MNK - MN) x 1 + 3MN x 4) x 1e-9 / seconds and calls it GB/s."""
+    m = rows_by_id()["sglang2752-sgl-int8-2048x8192x21760"]
+    mm, n, k = 2048, 8192, 21760
+    assert vpr.measured_s(m) == pytest.approx(((2 * mm * n * k - mm * n) + 12 * mm * n) * 1e-9 / 501544.442461,
+                                              rel=1e-5)
 
 
 @pytest.mark.parametrize("rid, bits", [("marlin-w4a16-1x8192x8192", 4), ("marlin-w8a16-4x8192x8192", 8)])
