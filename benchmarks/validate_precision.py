@@ -51,7 +51,8 @@ K_HALVES = tuple(range(0, 2049, 32))  # the k_half values tried by the fit
 # -- the file ---------------------------------------------------------------------------------------------------
 def load(path=DATA) -> tuple[dict, list[dict]]:
     """(source tag -> its table, rows); ValueError on a row whose source is not declared, a source without a role
-    of :data:`ROLES`, or a repeated id."""
+    of :data:`ROLES`, a repeated id, or a ``matmul`` row priced on a profile without its precision's matrix rate
+    and no ``price_note`` saying the path taken there."""
     with open(path, "rb") as f:
         doc = tomllib.load(f)
     sources = {}
@@ -70,6 +71,10 @@ def load(path=DATA) -> tuple[dict, list[dict]]:
         if m["id"] in seen:
             raise ValueError(f"{path}: row id {m['id']!r} repeated")
         seen.add(m["id"])
+        if not (m["program"] == "weight_only" or m.get("price_note") or m["precision"] in
+                get_profile(profile_name(m)).matrix_flops):
+            raise ValueError(f"{path}: row {m['id']!r}: {profile_name(m)} has no {m['precision']} matrix rate; a "
+                             "price_note must say the path the library takes there (e.g. an upcast)")
     return sources, rows
 
 

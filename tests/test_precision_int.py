@@ -63,6 +63,19 @@ def test_every_source_has_exactly_one_role_and_each_new_precision_a_held_out_sou
         assert held, p
 
 
+def test_a_row_on_a_chip_without_its_precisions_rate_must_say_the_path(tmp_path):
+    p = tmp_path / "d.toml"
+    src = '[[source]]\ntag = "a"\nurl = "https://x"\nrole = "held_out"\ntiming = "kernel"\n'
+    row = ('[[m]]\nid = "r"\ncategory = "gemm"\nprecision = "fp4"\nchip = "h100-sxm"\nprogram = "matmul"\n'
+           'params = { batch = 1, m = 8, n = 8, k = 8, dtype = "float4_e2m1fn", out_dtype = "bfloat16" }\n'
+           'measured = 1.0\nunit = "ms"\nsource = "a"\nconfig = "c"\n')
+    p.write_text(src + row)
+    with pytest.raises(ValueError, match="h100-sxm has no fp4 matrix rate"):
+        vpr.load(p)
+    p.write_text(src + row + 'price_note = "upcast to fp8, as the library runs it on Hopper"\n')
+    assert len(vpr.load(p)[1]) == 1
+
+
 def test_a_weight_only_row_is_never_fitted_on():
     sources, rows = vpr.load()
 
