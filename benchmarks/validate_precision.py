@@ -1,6 +1,9 @@
 """The estimate of low-precision GEMMs against published figures: every row of
-``benchmarks/data/published_precision.toml`` (fp8 GEMM tables with exact shapes, each with its source at a commit)
-written as a program lowered from its shape and priced with the ``compiled`` execution model on its profile.
+``benchmarks/data/published_precision.toml`` (fp8, fp4, int8 and int4 GEMM tables with exact shapes, each with its
+source at a commit or its pull request / issue) written as a program lowered from its shape and priced with the
+``compiled`` execution model on its profile; a ``weight_only`` row (w4a16 / w8a16, the weight dequantised in registers
+onto the activations' matrix unit) priced by :func:`mhlo_cost.machines.precision.weight_only_time` instead, with no
+fitted value of its precision, and reported as ``<precision> weight-only``.
 
 Each source of the file has a role. The per-precision GEMM efficiency of the profiles (``efficiency_<precision>`` in
 their ``[profile.<name>.gemm]`` table, :mod:`mhlo_cost.machines.gemm`) is fitted on the rows of the ``fit`` sources
@@ -35,6 +38,7 @@ import jax.numpy as jnp  # noqa: E402
 
 from mhlo_cost.analysis import AnalysisOptions, analyze  # noqa: E402
 from mhlo_cost.machines.hardware import get_profile  # noqa: E402
+from mhlo_cost.machines.precision import weight_only_time as wo_time  # noqa: E402
 from mhlo_cost.roofline.estimate import Roofline  # noqa: E402
 
 DATA = os.path.join(vp.ROOT, "benchmarks", "data", "published_precision.toml")
@@ -47,7 +51,8 @@ K_HALVES = tuple(range(0, 2049, 32))  # the k_half values tried by the fit
 # -- the file ---------------------------------------------------------------------------------------------------
 def load(path=DATA) -> tuple[dict, list[dict]]:
     """(source tag -> its table, rows); ValueError on a row whose source is not declared, a source without a role
-    of :data:`ROLES`, or a repeated id."""
+    of :data:`ROLES`, a repeated id, or a ``matmul`` row priced on a profile without its precision's matrix rate
+    and no ``price_note`` saying the path taken there."""
     with open(path, "rb") as f:
         doc = tomllib.load(f)
     sources = {}
@@ -66,6 +71,10 @@ def load(path=DATA) -> tuple[dict, list[dict]]:
         if m["id"] in seen:
             raise ValueError(f"{path}: row id {m['id']!r} repeated")
         seen.add(m["id"])
+        if not (m["program"] == "weight_only" or m.get("price_note") or m["precision"] in
+                get_profile(profile_name(m)).matrix_flops):
+            raise ValueError(f"{path}: row {m['id']!r}: {profile_name(m)} has no {m['precision']} matrix rate; a "
+                             "price_note must say the path the library takes there (e.g. an upcast)")
     return sources, rows
 
 
@@ -108,6 +117,19 @@ def profile_name(m) -> str:
     return m.get("price_on", m["chip"])
 
 
+def group(m) -> str:
+    """What a row reports under: its precision, or ``<precision> weight-only`` for a ``weight_only`` program (the
+    int4 / int8 weight dequantised onto the activations' matrix unit: priced with no fitted value of its own)."""
+    return m["precision"] if m["program"] == "matmul" else f"{m['precision']} weight-only"
+
+
+def weight_only_time(m, hw):
+    """The :func:`mhlo_cost.machines.precision.weight_only_time` of a ``weight_only`` row on ``hw``."""
+    p = m["params"]
+    return wo_time(hw, p["batch"], p["m"], p["n"], p["k"], p["dtype"], p["act_dtype"], p.get("group", 0),
+                   p.get("scale_dtype", p["act_dtype"]), p.get("zero", False), p.get("out_dtype"))
+
+
 # -- the fit ------------------------------------------------------------------------------------------------------
 def _replaced(pairs: tuple, key: str, value) -> tuple:
     out = {k: v for k, v in pairs if k != key}
@@ -134,6 +156,10 @@ class Pricer:
         self.sources, self.profiles, self._done = sources, profiles, {}
 
     def ratio(self, m, value: tuple | None) -> float:
+        if m["program"] == "weight_only":  # no fitted value: the profile's act_dtype efficiency and memory
+            t = weight_only_time(m, get_profile(profile_name(m), self.profiles))
+            est = t.time_s - (t.overhead_s if self.sources[m["source"]]["timing"] == "kernel" else 0.0)
+            return est / measured_s(m)
         hw = with_efficiency(get_profile(profile_name(m), self.profiles), m["precision"], value)
         if m["id"] not in self._done:
             self._done[m["id"]] = analyze(lowered_text(m), AnalysisOptions(dataflow=True))
@@ -171,11 +197,13 @@ def fit_value(rows: list[dict], pricer: Pricer) -> tuple[float, int]:
 
 
 def fits(sources, rows, pricer, leave_out=None) -> dict:
-    """precision -> (efficiency, k_half) fitted on its fit rows (of :func:`split`)."""
+    """precision -> (efficiency, k_half) fitted on its fit rows (of :func:`split`; ``matmul`` rows only: a
+    weight-only row runs on the activations' matrix unit, so no value of its precision prices it)."""
     fit_rows, _ = split(sources, rows, leave_out)
     by = defaultdict(list)
     for m in fit_rows:
-        by[m["precision"]].append(m)
+        if m["program"] == "matmul":
+            by[m["precision"]].append(m)
     return {p: fit_value(rs, pricer) for p, rs in sorted(by.items())}
 
 
@@ -207,23 +235,37 @@ def report(sources, rows, pricer) -> list[str]:
         r = pricer.ratio(m, fitted.get(m["precision"]))
         lines.append(f"{m['id']:42} {m['chip']:9} {profile_name(m):9} {'fit' if m['id'] in fit_ids else 'held':8} "
                      f"{r * measured_s(m) * 1e3:8.4f}ms {measured_s(m) * 1e3:8.4f}ms {r:6.2f}")
-    lines += [shipped_line(p, v, rows, pricer.profiles) for p, v in fitted.items()]
-    for p in sorted({m["precision"] for m in rows}):
-        mine = [m for m in held if m["precision"] == p]
-        lines.append(f"{p} (ratio = estimate / measured; held out: never fitted on):")
-        for s in sorted({m["source"] for m in mine}):
-            lines.append(stat_line(f"held out {s}", [pricer.ratio(m, fitted.get(p)) for m in mine
-                                                     if m["source"] == s]))
-        if mine:
-            lines.append(stat_line("held out, all", [pricer.ratio(m, fitted.get(p)) for m in mine]))
+    lines += [shipped_line(p, v, [m for m in rows if m["program"] == "matmul"], pricer.profiles)
+              for p, v in fitted.items()]
+    for g in sorted({group(m) for m in rows}):
+        lines += group_lines(g, sources, rows, held, fitted, pricer)
+    return lines
+
+
+def group_lines(g: str, sources, rows, held, fitted, pricer) -> list[str]:
+    """The held-out figures of one :func:`group`: per source, all, at the bf16-fitted efficiency, leave one source
+    out; last, ``<group>: median |error| = X% on N held-out rows``."""
+    mine = [m for m in held if group(m) == g]
+    p = mine[0]["precision"] if mine else g
+    matmul = not g.endswith("weight-only")
+    lines = [f"{g} (ratio = estimate / measured; held out: never fitted on"
+             + ("" if matmul else "; priced on the activations' matrix unit and the memory: no fitted value") + "):"]
+    if matmul and p not in fitted and mine:
+        lines.append(f"  no fit source for {p}: priced with the shipped profiles' values (a declared prior)")
+    for s in sorted({m["source"] for m in mine}):
+        lines.append(stat_line(f"held out {s}", [pricer.ratio(m, fitted.get(p)) for m in mine if m["source"] == s]))
+    if mine:
+        lines.append(stat_line("held out, all", [pricer.ratio(m, fitted.get(p)) for m in mine]))
+        if matmul:
             lines.append(stat_line("held out, at the bf16-fitted efficiency", [pricer.ratio(m, None) for m in mine]))
-        for s in sorted({m["source"] for m in rows if m["precision"] == p}):
-            value = fits(sources, rows, pricer, leave_out=s).get(p)
-            rs = [pricer.ratio(m, value) for m in rows if m["source"] == s and m["precision"] == p]
-            lines.append(stat_line(f"leave {s} out ({value[0]}, {value[1]})", rs))
-        lines.append(f"{p}: median |error| = "
-                     + (f"{vp.stats([pricer.ratio(m, fitted.get(p)) for m in mine])[0]:.1%} on {len(mine)} "
-                        "held-out rows" if mine else "- (no held-out row)"))
+    for s in sorted({m["source"] for m in rows if group(m) == g}) if matmul else ():
+        value = fits(sources, rows, pricer, leave_out=s).get(p)
+        rs = [pricer.ratio(m, value) for m in rows if m["source"] == s and group(m) == g]
+        lines.append(stat_line(f"leave {s} out ({value[0]}, {value[1]})" if value else
+                               f"leave {s} out (no other source: the shipped values)", rs))
+    lines.append(f"{g}: median |error| = "
+                 + (f"{vp.stats([pricer.ratio(m, fitted.get(p)) for m in mine])[0]:.1%} on {len(mine)} "
+                    "held-out rows" if mine else "- (no held-out row)"))
     return lines
 
 

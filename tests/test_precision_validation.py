@@ -86,11 +86,12 @@ def test_data_file_parses_every_row_with_a_declared_source_at_a_commit():
     sources, rows = vpr.load()
     assert {s["role"] for s in sources.values()} == {"fit", "held_out"}
     for s in sources.values():
-        # a file at a commit (not a branch), or a pull request's description
-        assert re.search(r"/blob/[0-9a-f]{40}/|/pull/[0-9]+$", s["url"]), s["url"]
+        # a file at a commit (not a branch), or a pull request's or an issue's description
+        assert re.search(r"/blob/[0-9a-f]{40}/|/(pull|issues)/[0-9]+$", s["url"]), s["url"]
     for m in rows:
         assert m["source"] in sources and m["unit"] in ("TFLOP/s", "ms") and m["measured"] > 0
-        assert m["precision"] == "fp8" and m["params"]["dtype"] == "float8_e4m3fn"
+        if m["precision"] == "fp8":
+            assert m["params"]["dtype"] == "float8_e4m3fn"
     assert len({m["id"] for m in rows}) == len(rows)
 
 

@@ -213,3 +213,66 @@ def upcast_note(hw, precision: str) -> str | None:
             return (f"{hw.name} has no {precision} matrix rate: {precision} dots are priced at its {k} rate "
                     f"(upcast to {k}, as the libraries run them there)")
     return f"{hw.name} has no {precision} matrix rate: {precision} dots are priced on its vector unit"
+
+
+def dtype_bits(name: str) -> int:
+    """Bits of one stored element of a numpy / ``ml_dtypes`` dtype name (``int4`` 4, ``float4_e2m1fn`` 4,
+    ``bfloat16`` 16); ValueError for an unknown name."""
+    import ml_dtypes
+    import numpy as np
+
+    try:
+        dt = np.dtype(getattr(ml_dtypes, name, name))
+    except TypeError:
+        raise ValueError(f"unknown dtype {name!r}") from None
+    try:
+        return ml_dtypes.iinfo(dt).bits
+    except ValueError:
+        return ml_dtypes.finfo(dt).bits
+
+
+@dataclass(frozen=True)
+class WeightOnlyTime:
+    """The time of one weight-only GEMM (:func:`weight_only_time`): its parts and the bytes it moves."""
+
+    compute_s: float
+    memory_s: float
+    overhead_s: float
+    bytes: int
+    flops: int
+    note: str
+
+    @property
+    def time_s(self) -> float:
+        """max(compute, memory) + the launch overhead: one kernel, as the roofline prices a dot."""
+        return max(self.compute_s, self.memory_s) + self.overhead_s
+
+
+def weight_only_time(hw, batch: int, m: int, n: int, k: int, weight: str, act: str = "float16", group: int = 0,
+                     scale: str = "float16", zero: bool = False, out: str | None = None) -> WeightOnlyTime:
+    """One weight-only GEMM (w4a16 / w8a16) as Marlin, Machete and AWQ's kernels run it: activations [batch*m, k]
+    in ``act`` times a [k, n] weight stored in ``weight`` (int4 packed two a byte, int8), its scales in ``scale``
+    per ``group`` elements along K (0: one per output channel) with a zero point of the weight's width where
+    ``zero``; the weight dequantised in registers inside the one kernel and multiplied on ``hw``'s ``act`` matrix
+    unit (no low-precision MMA: the library has none on any chip). Bytes: activations + the weight at its width +
+    scales (+ zeros) + the result in ``out`` (``act`` by default), read and written once; compute: 2 x batch x m x n
+    x k FLOPs at ``hw``'s ``act`` peak x its GEMM efficiency for that shape; memory: ``hw.memory_time`` of one
+    kernel. At small M the weight read binds (memory-bound), as these kernels are built for."""
+    from .profile import canonical_dtype
+
+    if k <= 0 or n <= 0 or m <= 0 or batch <= 0 or group < 0 or (group and k % group):
+        raise ValueError(f"weight-only GEMM {batch}x{m}x{n}x{k} (group {group}): sizes must be positive and the "
+                         "group divide K")
+    groups = k // group if group else 1
+    wbits = dtype_bits(weight)
+    nbytes = (-(-batch * m * k * dtype_bits(act) // 8) + -(-k * n * wbits // 8)
+              + -(-groups * n * dtype_bits(scale) // 8) + (-(-groups * n * wbits // 8) if zero else 0)
+              + -(-batch * m * n * dtype_bits(out or act) // 8))
+    flops = 2 * batch * m * n * k
+    key = canonical_dtype(act)
+    model = getattr(hw, "gemm", None)
+    eff = model.efficiency_of(batch, m, n, k, key) if model is not None else 1.0
+    note = (f"{weight} x {act} weight-only GEMM on {hw.name}: the {weight} weight and its {scale} scales read, "
+            f"dequantised to {act} in registers, {key} MMAs at the {key} rate (Marlin's path)")
+    return WeightOnlyTime(flops / (hw.matrix_peak(act) * eff), hw.memory_time(nbytes, 1), hw.kernel_overhead,
+                          nbytes, flops, note)
