@@ -63,8 +63,10 @@ OPTIONS = (
 #: Row fields passed to the ScaleConfig field of the same name as they are: PyTorch's context parallel
 #: (``cp_comm`` torch-allgather / torch-alltoall) with the K/V heads the model exchanges (``kv_repeat``), ZeRO 1's
 #: reduction (``dp_reduce``: DeepSpeed's all_reduce), the tied embedding's all_reduce (``tied_embedding``) and
-#: DeepSpeed's separate fp32 gradient accumulation (``grad_accum_pass``).
-PASSED = ("cp_comm", "kv_repeat", "dp_reduce", "tied_embedding", "grad_accum_pass")
+#: DeepSpeed's separate fp32 gradient accumulation (``grad_accum_pass``), Transformer Engine's userbuffers overlap of
+#: the tensor-parallel collectives with their GEMMs (``tp_comm_overlap``, ``tp_overlap_rs``).
+PASSED = ("cp_comm", "kv_repeat", "dp_reduce", "tied_embedding", "grad_accum_pass", "tp_comm_overlap",
+          "tp_overlap_rs")
 
 
 def split_options(run: dict) -> dict:

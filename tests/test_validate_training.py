@@ -239,6 +239,18 @@ def test_the_stacks_own_mechanisms_reach_the_configuration(data):
     assert (megatron.cp_comm, megatron.dp_reduce, megatron.tied_embedding) == ("p2p", "reduce_scatter", False)
 
 
+def test_nemo_and_bridge_rows_overlap_their_tensor_parallel_collectives(data):
+    """Every NeMo / Megatron-Bridge row with a tensor degree above 1 runs TE's userbuffers overlap (the recipes'
+    tp_comm_overlap); Megatron-Bridge's fp8 H100 configurations ring-exchange the reduce-scatters."""
+    m = data["model"]
+    rows = [r for r in data["run"] if r["source"] in ("nemo2407", "bridge2511") and r.get("tp", 1) > 1]
+    assert len(rows) == 10
+    for r in rows:
+        cfg = vt.scale_config(r, m[r["model"]])
+        assert cfg.tp_comm_overlap and cfg.sp and cfg.invalid() is None, r["id"]
+        assert cfg.tp_overlap_rs == ("ring_exchange" if r["source"] == "bridge2511" else "pipeline"), r["id"]
+
+
 def test_a_rows_compile_field_names_its_execution_model(data):
     m = data["model"]
     eager = vt.scale_config(_run(data, "torchtitan2412/t1-8b-fsdp"), m["llama3-8b"])
