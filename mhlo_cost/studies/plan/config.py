@@ -111,6 +111,7 @@ class ScaleConfig:
     tp_comm_overlap: bool = False  # Transformer Engine's userbuffers: each TP collective overlapped with its GEMM
     # (Megatron-Core's --tp-comm-overlap, NeMo's tp_comm_overlap; needs sequence parallelism: .tp_overlap)
     tp_overlap_rs: str = "pipeline"  # its reduce_scatters: pipeline (4 splits, NeMo's) or ring_exchange
+    pipeline_split: str = "megatron"  # whose rule splits interleaved uneven stages: megatron | torchtitan
 
     @property
     def mlp(self) -> int:
@@ -290,10 +291,9 @@ class ScaleConfig:
         if self.interleave > 1 and not self.uneven and self.layers % (self.p * self.interleave):
             return (f"pipeline degree {self.p} x interleave {self.interleave} does not divide "
                     f"layers {self.layers}")
-        if self.interleave > 1 and self.uneven and min(self.stage_layers()) < self.interleave:
-            return (f"interleave {self.interleave}: a stage of {min(self.stage_layers())} layers cannot hold "
-                    f"{self.interleave} model chunks")
-        return None
+        from .pipeline_split import interleave_invalid
+
+        return interleave_invalid(self)
 
     def _sharding_invalid(self) -> str | None:
         if self.dp_comm == "zero" and self.zero not in (0, 1):
