@@ -133,3 +133,30 @@ def test_a_chunk_of_the_lowered_layer_is_priced_on_its_own_shape():
     for name in CHUNKED:
         assert 2 * lin[f"{name}@2"] >= lin[name] * (1 - 1e-9), name
     assert set(lin) >= {f"{name}@2" for name in CHUNKED} | {"proj_fprop@4", "fc2_fprop@4"}
+
+
+ARGS = ["train-plan", "--layers", "2", "--hidden", "64", "--heads", "4", "--seq", "32", "--vocab", "128", "-t", "2"]
+
+
+@pytest.mark.parametrize("extra,says", [
+    (["--tp-comm-overlap"], "needs sequence parallelism"),
+    (["--layers", "5", "--interleave", "2", "-p", "2", "--decoder-first-pipeline-num-layers", "3", "--global-batch",
+      "2"], "first stage's 3 layers must be divisible by the interleave degree 2"),
+])
+def test_the_command_line_refuses_in_one_line(capsys, extra, says):
+    from mhlo_cost.cli import main
+
+    assert main(ARGS + extra) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("mhlo-cost: error:") and says in err and err.count("\n") == 1
+
+
+def test_the_command_line_takes_the_overlap_and_the_split_rule(capsys, tmp_path, monkeypatch):
+    from mhlo_cost.cli import main
+
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))
+    assert main(ARGS + ["--sp", "--tp-comm-overlap", "--tp-comm-overlap-rs", "ring_exchange"]) == 0
+    assert "tp-overlap-rs-ring" in capsys.readouterr().out
+    assert main(ARGS + ["--layers", "3", "-p", "2", "--interleave", "2", "--global-batch", "2",
+                        "--decoder-first-pipeline-num-layers", "1", "--pipeline-split", "torchtitan"]) == 2
+    assert "cannot hold 2 model chunks" in capsys.readouterr().err
