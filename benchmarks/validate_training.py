@@ -63,9 +63,14 @@ OPTIONS = (
 #: Row fields passed to the ScaleConfig field of the same name as they are: PyTorch's context parallel
 #: (``cp_comm`` torch-allgather / torch-alltoall) with the K/V heads the model exchanges (``kv_repeat``), ZeRO 1's
 #: reduction (``dp_reduce``: DeepSpeed's all_reduce), the tied embedding's all_reduce (``tied_embedding``) and
-#: DeepSpeed's separate fp32 gradient accumulation (``grad_accum_pass``) and a row's gradient reduction dtype where
-#: its source names one (``grad_reduce_fp32``: Composer's FSDP mixed precision PURE reduces in bf16).
-PASSED = ("cp_comm", "kv_repeat", "dp_reduce", "tied_embedding", "grad_accum_pass", "grad_reduce_fp32")
+#: DeepSpeed's separate fp32 gradient accumulation (``grad_accum_pass``), a row's gradient reduction dtype where its
+#: source names one (``grad_reduce_fp32``: Composer's FSDP mixed precision PURE reduces in bf16), Transformer
+#: Engine's userbuffers overlap of the tensor-parallel collectives with their GEMMs (``tp_comm_overlap``,
+#: ``tp_overlap_rs``), whose rule splits the interleaved uneven stages (``pipeline_split``) and Megatron-Core's
+#: embedding / loss counted as layers (``account_embedding``, ``account_loss``: the stages then follow from them, not
+#: from ``layers_per_stage``).
+PASSED = ("cp_comm", "kv_repeat", "dp_reduce", "tied_embedding", "grad_accum_pass", "grad_reduce_fp32",
+          "tp_comm_overlap", "tp_overlap_rs", "pipeline_split", "account_embedding", "account_loss")
 
 
 def split_options(run: dict) -> dict:
@@ -83,7 +88,7 @@ def split_options(run: dict) -> dict:
     if run.get("fsdp", 0) > 0:
         kw["dp_shard"] = run["fsdp"] if run["fsdp"] < run.get("dp", 1) else 0
     stages = run.get("layers_per_stage")
-    if stages and len(set(stages)) > 1:
+    if stages and len(set(stages)) > 1 and not (run.get("account_embedding") or run.get("account_loss")):
         kw.update(first_stage_layers=stages[0], last_stage_layers=stages[-1])
     return kw
 

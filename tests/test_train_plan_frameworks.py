@@ -232,8 +232,9 @@ def test_interleaved_uneven_stages_run_at_the_fullest_devices_pace():
     from mhlo_cost.studies.plan.memory import held_layer_microbatches
 
     cfg = ScaleConfig(layers=14, hidden=64, heads=4, seq=32, vocab=128, p=4, interleave=2, micro_batch=1,
-                      global_batch=8, first_stage_layers=3, last_stage_layers=3)
+                      global_batch=8, first_stage_layers=3, last_stage_layers=3, pipeline_split="torchtitan")
     assert cfg.invalid() is None and cfg.stage_layers() == (3, 4, 4, 3)
+    assert "first stage's 3 layers" in cfg.with_split(pipeline_split="megatron").invalid()  # Megatron-Core refuses
     f, b = 1e-3, 2e-3
     it = compose(cfg, _fake(f, b, 1000), SELENE)
     assert it.bubble == pytest.approx(3 / 2 * 4 * (f + b), rel=1e-12)

@@ -239,6 +239,33 @@ def test_the_stacks_own_mechanisms_reach_the_configuration(data):
     assert (megatron.cp_comm, megatron.dp_reduce, megatron.tied_embedding) == ("p2p", "reduce_scatter", False)
 
 
+def test_narayanans_rows_take_the_authors_table_1_scripts(data):
+    """examples/sc21/run_table_1.sh (Megatron-LM, 2021): MBS 16, 16, 16, 8, 4, 2, 2, 1, 1, 1; interleaved stages of
+    --num-layers-per-virtual-pipeline-stage 5, 5, 3, 1 layers for 76B, 145B, 310B, 530B (vp = layers / pp / that);
+    --DDP-impl torch (overlapped all-reduce) up to 18B, local above."""
+    sizes = ("1.7b", "3.6b", "7.5b", "18.4b", "39.1b", "76.1b", "145.6b", "310.1b", "529.6b", "1008b")
+    mbs = dict(zip(sizes, (16, 16, 16, 8, 4, 2, 2, 1, 1, 1)))
+    per_virtual = {"76.1b": 5, "145.6b": 5, "310.1b": 3, "529.6b": 1}
+    for size in sizes:
+        run, m = _run(data, f"narayanan2021/gpt-{size}"), data["model"][f"gpt-{size}"]
+        cfg = vt.scale_config(run, m)
+        vp = m["layers"] // run["pp"] // per_virtual[size] if size in per_virtual else 1
+        assert (cfg.micro_batch, cfg.interleave, cfg.dp_overlap) == (mbs[size], vp, run["pp"] == 1), size
+        assert cfg.invalid() is None, size
+
+
+def test_nemo_and_bridge_rows_overlap_their_tensor_parallel_collectives(data):
+    """Every NeMo / Megatron-Bridge row with a tensor degree above 1 runs TE's userbuffers overlap (the recipes'
+    tp_comm_overlap); Megatron-Bridge's fp8 H100 configurations ring-exchange the reduce-scatters."""
+    m = data["model"]
+    rows = [r for r in data["run"] if r["source"] in ("nemo2407", "bridge2511") and r.get("tp", 1) > 1]
+    assert len(rows) == 10
+    for r in rows:
+        cfg = vt.scale_config(r, m[r["model"]])
+        assert cfg.tp_comm_overlap and cfg.sp and cfg.invalid() is None, r["id"]
+        assert cfg.tp_overlap_rs == ("ring_exchange" if r["source"] == "bridge2511" else "pipeline"), r["id"]
+
+
 def test_a_rows_compile_field_names_its_execution_model(data):
     m = data["model"]
     eager = vt.scale_config(_run(data, "torchtitan2412/t1-8b-fsdp"), m["llama3-8b"])

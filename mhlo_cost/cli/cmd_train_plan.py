@@ -128,7 +128,8 @@ def _sharding(args) -> dict:
                 account_loss=args.account_loss, attention=args.attention,
                 attention_library=args.attention_library or "",
                 grad_reduce_fp32=not args.grad_reduce_in_bf16, execution=args.execution,
-                **_experts(args))
+                tp_comm_overlap=args.tp_comm_overlap, tp_overlap_rs=args.tp_comm_overlap_rs,
+                pipeline_split=args.pipeline_split, **_experts(args))
 
 
 #: The MoE options and the ScaleConfig fields they set (given ones only: a named model's stay otherwise).
@@ -268,6 +269,15 @@ def _register_pipeline_and_kernels(p) -> None:
                    help="count the embedding as a layer of the first stage when splitting the layers")
     p.add_argument("--account-for-loss-in-pipeline-split", dest="account_loss", action="store_true",
                    help="count the loss (LM head) as a layer of the last stage when splitting the layers")
+    p.add_argument("--pipeline-split", choices=("megatron", "torchtitan"), default="megatron",
+                   help="whose rule splits interleaved uneven stages: megatron (each stage's layers divisible by "
+                        "--interleave; default) or torchtitan (uneven virtual stages, as generate_split_points)")
+    p.add_argument("--tp-comm-overlap", action="store_true",
+                   help="Transformer Engine's userbuffers: each tensor-parallel collective overlapped with the GEMM "
+                        "it feeds, in chunks (NeMo's and Megatron-Core's tp_comm_overlap; needs --sp)")
+    p.add_argument("--tp-comm-overlap-rs", choices=("pipeline", "ring_exchange"), default="pipeline",
+                   help="with --tp-comm-overlap: the reduce-scatters pipelined in 4 splits (NeMo's; default) or "
+                        "ring-exchanged (Megatron-Bridge's fp8 H100 configurations)")
     p.add_argument("--attention", choices=("unfused", "fused"),
                    help="the layer's attention: unfused, its separate kernels as Megatron 2022 ran them (default), "
                         "or fused, one flash-attention kernel (NeMo, Megatron-Core, torchtitan; stdit3's default)")

@@ -8,7 +8,8 @@ pipeline and the layer's times F (forward), B (backward), R (recompute) per micr
   with it: 2 all_gather + 2 reduce_scatter forward, 2 + 2 backward and 2 all_gather more that re-gather
   the sharded norm outputs the weight gradients need; full recompute repeats the forward's collectives),
   each of the full activation ``b x s x h`` (bf16) over the ``t`` devices of a tensor group, priced on the
-  system's network. Megatron (2022) does not overlap them: all are exposed;
+  system's network. Megatron (2022) does not overlap them: all are exposed; with ``tp_comm_overlap`` (TE's
+  userbuffers, NeMo's) each is priced against the GEMM it is overlapped with (:mod:`.tp_overlap`);
 * Megatron's full recompute re-runs the layer's whole forward, so its R is priced as F (JAX's remat
   leaves out what the backward does not read; its IR count is kept beside, ``recompute_ir``);
 * 1F1B: ``(m + p - 1)(F_s + B_s)``; interleaved with ``v`` chunks: ``(m + (p - 1)/v)(F_s + B_s)``; the
@@ -42,6 +43,7 @@ from .config import ScaleConfig
 from .costs import LayerCost
 from .sharding import (cp_collectives, cp_exposure, dp_collectives, dp_exposure, embedding_collective, embedding_elems,
                        optimizer_extra_elems, seconds)
+from .tp_overlap import tp_overlap_exposure
 
 
 @dataclass(frozen=True)
@@ -135,8 +137,11 @@ def _layer(cfg: ScaleConfig, cost: LayerCost, topo) -> dict:
     t = cost.time_s
     rec = t["forward"] if cfg.recompute == "full" else t["recompute"]
     s_act = activation_bytes(cfg)
-    tp = {ph: sum(n * _time(topo, kind, s_act, tp_group(cfg)) for kind, n in kinds)
-          for ph, kinds in tp_collectives(cfg).items()}
+    if cfg.tp_comm_overlap and cfg.t > 1:  # TE's userbuffers: each collective against its own GEMM
+        tp = tp_overlap_exposure(cfg, cost, s_act, lambda kind, n, groups: _time(topo, kind, n, groups))
+    else:
+        tp = {ph: sum(n * _time(topo, kind, s_act, tp_group(cfg)) for kind, n in kinds)
+              for ph, kinds in tp_collectives(cfg).items()}
     cp = cp_exposure(cfg, topo, cost)
     f = t["forward"] + tp["forward"] + cp.forward
     b = t["backward"] + rec + tp["backward"] + cp.backward

@@ -45,6 +45,8 @@ CP_TORCH = ("torch-allgather", "torch-alltoall")
 #: pipeline engine with its BF16 optimizer: the fp32 gradients all-reduced whole, each rank stepping its shard)
 DP_REDUCE = ("reduce_scatter", "all_reduce")
 ATTENTION = ("unfused", "fused")
+#: How TE's userbuffers overlap a row-parallel GEMM's reduce_scatter (:mod:`.tp_overlap`)
+TP_OVERLAP_RS = ("pipeline", "ring_exchange")
 #: How the training step runs (:mod:`mhlo_cost.machines.execution`): ``compiled`` (fused kernels: Megatron's fused
 #: kernels, XLA), ``eager`` (PyTorch eager, one kernel per framework op), ``inductor`` (torch.compile).
 EXECUTION = ("compiled", "eager", "inductor")
@@ -106,6 +108,10 @@ class ScaleConfig:
     ep_overlap: bool = False  # the all_to_all hidden under another micro-batch's compute (DualPipe-style)
     expert_tp: int = 0  # expert tensor parallelism (--expert-tensor-parallel-size); 0: t, Megatron's default
     execution: str = "compiled"  # compiled (fused kernels), eager (PyTorch eager), inductor (torch.compile)
+    tp_comm_overlap: bool = False  # Transformer Engine's userbuffers: each TP collective overlapped with its GEMM
+    # (Megatron-Core's --tp-comm-overlap, NeMo's tp_comm_overlap; needs sequence parallelism: .tp_overlap)
+    tp_overlap_rs: str = "pipeline"  # its reduce_scatters: pipeline (4 splits, NeMo's) or ring_exchange
+    pipeline_split: str = "megatron"  # whose rule splits interleaved uneven stages: megatron | torchtitan
 
     @property
     def mlp(self) -> int:
@@ -255,6 +261,10 @@ class ScaleConfig:
             return f"sequence parallelism: tensor degree {self.t} does not divide seq {self.seq}"
         if self.sp and self.t == 1:
             return "sequence parallelism needs a tensor degree above 1"
+        if self.tp_overlap_rs not in TP_OVERLAP_RS:
+            return f"tp_overlap_rs must be one of {', '.join(TP_OVERLAP_RS)}, got {self.tp_overlap_rs!r}"
+        if self.tp_comm_overlap and self.t > 1 and not self.sp:
+            return "tensor-parallel communication overlap (userbuffers) needs sequence parallelism"
         why = self._pipeline_invalid() or self._sharding_invalid() or self._cp_invalid() or self._moe_invalid()
         if why:
             return why
@@ -281,10 +291,9 @@ class ScaleConfig:
         if self.interleave > 1 and not self.uneven and self.layers % (self.p * self.interleave):
             return (f"pipeline degree {self.p} x interleave {self.interleave} does not divide "
                     f"layers {self.layers}")
-        if self.interleave > 1 and self.uneven and min(self.stage_layers()) < self.interleave:
-            return (f"interleave {self.interleave}: a stage of {min(self.stage_layers())} layers cannot hold "
-                    f"{self.interleave} model chunks")
-        return None
+        from .pipeline_split import interleave_invalid
+
+        return interleave_invalid(self)
 
     def _sharding_invalid(self) -> str | None:
         if self.dp_comm == "zero" and self.zero not in (0, 1):
@@ -351,6 +360,8 @@ class ScaleConfig:
         ep += f" etp{self.etp}" if self.experts and self.etp != self.t else ""
         ex = "" if self.execution == "compiled" else f" {self.execution}"
         ex += " tied-emb" if self.tied_embedding else ""
+        ex += (" tp-overlap" + ("-rs-ring" if self.tp_overlap_rs == "ring_exchange" else "")
+               if self.tp_comm_overlap and self.t > 1 else "")
         return (f"t{self.t}{sp}{cp} p{self.p}{pp}{v} d{self.d}{ep} mb{self.micro_batch} {self.recompute}"
                 f"{self._sharding_label()}{fa}{g}{ex}")
 

@@ -20,7 +20,7 @@ import os
 from dataclasses import asdict, dataclass, field, replace
 from typing import Callable
 
-from ...files.cache import AMOUNT, COUNT, TEXT, DiskCache, Record, Schema, digest
+from ...files.cache import AMOUNT, COUNT, TEXT, DiskCache, MapOf, Record, Schema, digest
 from ...machines.hardware import Hardware
 from .config import ScaleConfig
 
@@ -47,6 +47,8 @@ class LayerCost:
     ops: int = 0
     core_s: dict = field(default_factory=lambda: {p: 0.0 for p in PHASES})  # phase -> seconds of the attention
     # proper (scope core)
+    linear_s: dict = field(default_factory=dict)  # TE's GEMM name (qkv_fprop, fc1_wgrad, ...) -> seconds of that
+    # tensor-parallel linear's GEMMs (what a userbuffers-overlapped collective hides under: .tp_overlap)
 
     @property
     def activation_bytes(self) -> int:
@@ -57,11 +59,12 @@ class LayerCost:
 
 _BY_PHASE = Record({p: COUNT for p in PHASES})
 #: What a layer's entry holds: the fields of :class:`LayerCost`.
-LAYERS = Schema("plan/layers", 2, Record({
+LAYERS = Schema("plan/layers", 3, Record({
     "key": TEXT, "chip": TEXT, "gemm_flops": _BY_PHASE, "vector_flops": _BY_PHASE,
     "time_s": Record({p: AMOUNT for p in PHASES}), "dgrad_flops": COUNT, "wgrad_flops": COUNT,
     "saved_bytes": COUNT, "input_bytes": COUNT, "weight_elems": COUNT, "weight_bytes": COUNT, "master_bytes": COUNT,
-    "moment_bytes": COUNT, "ops": COUNT, "core_s": Record({p: AMOUNT for p in PHASES})}))
+    "moment_bytes": COUNT, "ops": COUNT, "core_s": Record({p: AMOUNT for p in PHASES}),
+    "linear_s": MapOf(AMOUNT)}))
 #: Fields of a profile that name or describe it: a chip's cost does not depend on them.
 _NAMING = ("name", "aliases", "vendor", "description", "source")
 
@@ -171,6 +174,7 @@ def analyse_layer(cfg: ScaleConfig, hw, key: str = "", chip: str = "", part: str
     the profile's default)."""
     from ..study import Study
     from .layer import lower_head, lower_layer
+    from .tp_overlap import linear_seconds
 
     why = library_refusal(cfg, hw)
     if why:
@@ -215,7 +219,8 @@ def analyse_layer(cfg: ScaleConfig, hw, key: str = "", chip: str = "", part: str
         dgrad_flops=dgrad, wgrad_flops=wgrad, saved_bytes=saved,
         input_bytes=sum(x.type.nbytes for x in inputs), weight_elems=sum(x.type.nelems for x in weights),
         weight_bytes=sum(x.type.nbytes for x in weights), master_bytes=sum(x.type.nbytes for x in master),
-        moment_bytes=sum(x.type.nbytes for x in moments), ops=len(a.rows), core_s=core)
+        moment_bytes=sum(x.type.nbytes for x in moments), ops=len(a.rows), core_s=core,
+        linear_s=linear_seconds(a, rf.times, hw, cfg.t))
 
 
 def _saved_bytes(a, phases, cfg: ScaleConfig, hw, dense_layer: bool) -> int:
