@@ -101,3 +101,50 @@ def measured_s(m: dict) -> float:
     if m["unit"] in ("tokens/s", "samples/s"):
         return m["params"]["batch"] / m["measured"]
     raise ValueError(f"{m['id']}: unknown unit {m['unit']!r} for a whole-model row")
+
+
+def _kind(k) -> str:
+    if getattr(k, "attention", None):
+        return "attention"
+    return "gemm/conv" if k.has_dot else "memory-bound"
+
+
+def kernel_parts(m: dict, hw) -> tuple[dict, list, float]:
+    """Row ``m``'s kernels on ``hw`` by kind (GEMM / convolution, attention, the memory-bound rest):
+    ({kind: (kernels, seconds, bytes)}, [host-bound kernels, their host time over their device time], launch gaps)."""
+    from mhlo_cost.roofline.estimate import Roofline
+
+    rf = Roofline(analysis(m), hw, execution=m["execution"], cudagraphs=bool(m.get("cudagraphs", False)))
+    parts, host, gaps = {}, [0, 0.0], 0.0
+    for k in rf.fusion.kernels:
+        n, t, b = parts.get(_kind(k), (0, 0.0, 0))
+        parts[_kind(k)] = (n + k.multiplicity, t + k.time_s, b + (k.bytes_read + k.bytes_written))
+        device = max(k.compute_s, k.memory_s) + k.overhead_s
+        if getattr(k, "host_s", 0.0) > device:
+            host = [host[0] + k.multiplicity, host[1] + k.host_s - device]
+        gaps += k.overhead_s
+    return parts, host, gaps
+
+
+def breakdown(m: dict, hw) -> str:
+    """Where row ``m``'s estimate on ``hw`` goes (:func:`kernel_parts`), one line."""
+    parts, host, gaps = kernel_parts(m, hw)
+    total = sum(t for _, t, _ in parts.values()) or 1.0
+    out = [f"{name} {n} kernels {t * 1e3:.2f} ms ({t / total:.0%}, {b / 1e9:.2f} GB)"
+           for name, (n, t, b) in sorted(parts.items())]
+    out.append(f"host-bound {host[0]} kernels (+{host[1] * 1e3:.2f} ms over their device time)")
+    out.append(f"launch gaps {gaps * 1e3:.2f} ms")
+    return "; ".join(out)
+
+
+def breakdown_lines(results, measured, off: float = 0.25) -> list[str]:
+    """The breakdown (:func:`breakdown`, on the shipped profile) of every whole-model row whose estimate is more
+    than ``off`` from its measurement. ``results``: (row, ratio, held); ``measured(row)``: seconds."""
+    from mhlo_cost.machines.hardware import get_profile
+
+    far = [(m, r) for m, r, _ in results if is_model_program(m) and abs(r - 1) > off]
+    out = [f"whole-model rows more than {off:.0%} off: where the estimate goes (shipped profile)"] if far else []
+    for m, r in far:
+        out.append(f"  {m['id']} ({r:.2f}: {r * measured(m) * 1e3:.2f} ms against {measured(m) * 1e3:.2f} ms): "
+                   + breakdown(m, get_profile(m["chip"])))
+    return out

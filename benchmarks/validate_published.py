@@ -366,6 +366,7 @@ def main(argv=None) -> int:
         print(f"{m['id']:44} {m['chip']:5} {ratio * meas * 1e3:8.3f}ms {meas * 1e3:8.3f}ms {ratio:6.2f}  "
               f"{held_out.source_of(m)}", flush=True)
     print("\n".join(table_lines(results)))
+    print("\n".join(pm.breakdown_lines(results, measured_s)))
     held = [(m, r) for m, r, h in results if h]
     out = [m["id"] for m, _, h in results if not h]
     if out:

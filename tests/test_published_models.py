@@ -102,3 +102,14 @@ def test_cuda_graphs_need_the_inductor_execution():
     m = dict(_first("gptfast-"), execution="eager")
     with pytest.raises(ValueError, match="cudagraphs"):
         pm.estimated_s(m, get_profile("a100"))
+
+
+def test_the_breakdown_of_a_far_row_covers_its_whole_estimate():
+    m = _first("hfdocs-resnet50-a100-eager-b1")
+    hw = get_profile(m["chip"])
+    parts, _, gaps = pm.kernel_parts(m, hw)
+    assert sum(t for _, t, _ in parts.values()) == pytest.approx(pm.estimated_s(m, hw), rel=1e-9)
+    assert parts["gemm/conv"][0] == 53 + 1  # ResNet-50: 53 convolutions and the classifier
+    assert gaps > 0
+    lines = pm.breakdown_lines([(m, 0.2, True), (dict(m, id="near"), 1.1, True)], pm.measured_s)
+    assert len(lines) == 2 and m["id"] in lines[1] and "gemm/conv 54 kernels" in lines[1]
