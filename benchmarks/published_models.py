@@ -126,14 +126,41 @@ def kernel_parts(m: dict, hw) -> tuple[dict, list, float]:
     return parts, host, gaps
 
 
+#: Ops that stay in a kernel without being a call of their own (views, dtype casts).
+_PASSIVE = frozenset({"reshape", "broadcast_in_dim", "transpose", "constant", "bitcast", "slice", "convert"})
+
+
+def merged_calls(m: dict, hw) -> tuple[int, int]:
+    """Eager only: (calls, bytes) of the module calls that share a kernel with the call before them (an eager
+    kernel whose rows, views aside, span more than one module scope), and the bytes their own passes would move
+    (each reads and writes its output once, as an in-place activation does)."""
+    from mhlo_cost.roofline.estimate import Roofline
+
+    a = analysis(m)
+    calls = extra = 0
+    for k in Roofline(a, hw, execution="eager").fusion.kernels:
+        scopes: dict = {}
+        for i in k.members:
+            if a.rows[i].op.split(".")[-1] not in _PASSIVE:
+                scopes[a.rows[i].scope] = a.rows[i]  # in order of first appearance, the scope's last row
+        for r in list(scopes.values())[1:]:
+            calls += 1
+            extra += 2 * r.bytes_written * r.multiplicity
+    return calls, extra
+
+
 def breakdown(m: dict, hw) -> str:
-    """Where row ``m``'s estimate on ``hw`` goes (:func:`kernel_parts`), one line."""
+    """Where row ``m``'s estimate on ``hw`` goes (:func:`kernel_parts`; eager: :func:`merged_calls`), one line."""
     parts, host, gaps = kernel_parts(m, hw)
     total = sum(t for _, t, _ in parts.values()) or 1.0
     out = [f"{name} {n} kernels {t * 1e3:.2f} ms ({t / total:.0%}, {b / 1e9:.2f} GB)"
            for name, (n, t, b) in sorted(parts.items())]
     out.append(f"host-bound {host[0]} kernels (+{host[1] * 1e3:.2f} ms over their device time)")
     out.append(f"launch gaps {gaps * 1e3:.2f} ms")
+    if m["execution"] == "eager":
+        calls, extra = merged_calls(m, hw)
+        out.append(f"{calls} module calls share the kernel of the call before them (their own passes: "
+                   f"{extra / 1e9:.2f} GB)")
     return "; ".join(out)
 
 

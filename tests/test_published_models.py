@@ -113,3 +113,6 @@ def test_the_breakdown_of_a_far_row_covers_its_whole_estimate():
     assert gaps > 0
     lines = pm.breakdown_lines([(m, 0.2, True), (dict(m, id="near"), 1.1, True)], pm.measured_s)
     assert len(lines) == 2 and m["id"] in lines[1] and "gemm/conv 54 kernels" in lines[1]
+    calls, extra = pm.merged_calls(m, hw)
+    assert 0 <= calls <= 49 and (extra > 0) == (calls > 0)  # at most ResNet-50's 49 activation calls
+    assert f"{calls} module calls share the kernel" in lines[1]
