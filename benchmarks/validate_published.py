@@ -4,6 +4,10 @@ Liger, cuDNN, torch and torch.compile, training steps on A100 / H100 / H200, eac
 configuration) written as a program lowered from shapes and priced with the execution model that the measured code
 runs as: ``compiled`` (``--fuse elementwise``, each attention one kernel of the library measured); torch's own eager
 norm kernels (``impl = "torch"``) as the torch call lowered through torchax and run by ``--execution eager``.
+Whole models of other sources (``benchmarks/data/published_models.toml``: timm's benchmark tables, transformers'
+torch.compile guide, gpt-fast's decode) are lowered from their library's configuration and priced with the execution
+the measured code ran as (``eager``, ``inductor``, CUDA graphs; :mod:`published_models`); they are category ``model``
+and count in the overall line, but ``--write-accuracy`` keeps only compiled rows in the compiled statement.
 
 Held out by source: the profile values fitted to these rows (``benchmarks/data/published_fits.toml``) are refitted
 on every run, once on all rows (the value the shipped profiles should hold: a line says where they differ) and once
@@ -44,8 +48,10 @@ from mhlo_cost.roofline.estimate import Roofline  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import held_out  # noqa: E402
+import published_models as pm  # noqa: E402
 
 DATA = os.path.join(ROOT, "benchmarks", "data", "published_gpu.toml")
+MODELS = os.path.join(ROOT, "benchmarks", "data", "published_models.toml")  # whole models (published_models.py)
 FITS = os.path.join(ROOT, "benchmarks", "data", "published_fits.toml")
 ACCURACY = os.path.join(ROOT, "mhlo_cost", "machines", "data", "accuracy.toml")
 CATEGORIES = ("gemm", "attention_fwd", "attention_bwd", "memory", "model")
@@ -179,7 +185,9 @@ def counted_flops(m) -> int:
 
 def measured_s(m, count=None) -> float:
     """The measured time of row ``m`` in seconds; a TFLOP/s figure is turned into one with ``count(m)``, the
-    source's FLOP count (default: ``counted_flops``)."""
+    source's FLOP count (default: ``counted_flops``); a whole-model row's as :func:`published_models.measured_s`."""
+    if pm.is_model_program(m):
+        return pm.measured_s(m)
     if m["unit"] == "ms":
         return m["measured"] * 1e-3
     if m["unit"] == "TFLOP/s":
@@ -192,6 +200,8 @@ def estimated_s(m, profiles=None) -> float:
     forward's (the measured call is the backward kernels alone). ``profiles`` (from a hardware file) are searched
     before the shipped ones."""
     hw = get_profile(m["chip"], profiles)
+    if pm.is_model_program(m):  # a whole model, priced with the execution it ran as
+        return pm.estimated_s(m, hw)
     lib = m["params"].get("library")
     if lib and hw.attention is not None and hw.attention.get(lib) is not None:
         hw = dataclasses.replace(hw, attention=dataclasses.replace(hw.attention, library=lib))
@@ -287,7 +297,7 @@ def category(m) -> str:
 
 
 def _kind(m) -> str:
-    return m["params"].get("library") or m.get("impl") or "-"
+    return m["params"].get("library") or m.get("impl") or m.get("execution") or "-"
 
 
 def write_accuracy(held, path=ACCURACY):
@@ -331,14 +341,22 @@ def _ratio(m, profiles) -> float:
     return estimated_s(m, {("fit", m["chip"]): profiles[m["chip"]]}) / measured_s(m)
 
 
+def load_corpus(paths=(DATA, MODELS)) -> list[dict]:
+    """Every row of the corpus files, in file order."""
+    rows = []
+    for path in paths:
+        with open(path, "rb") as f:
+            rows += tomllib.load(f)["m"]
+    return rows
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", help="run only the figures whose id contains this (the fits use those rows only)")
     ap.add_argument("--fits", default=FITS, help="the fitted values (default: benchmarks/data/published_fits.toml)")
     ap.add_argument("--write-accuracy", action="store_true")
     args = ap.parse_args(argv)
-    with open(DATA, "rb") as f:
-        corpus = [m for m in tomllib.load(f)["m"] if not args.only or args.only in m["id"]]
+    corpus = [m for m in load_corpus() if not args.only or args.only in m["id"]]
     base = {c: get_profile(c) for c in sorted({m["chip"] for m in corpus})}
     results, lines = held_out.loso(held_out.load(args.fits), corpus, base, _ratio)
     print("\n".join(lines))
@@ -348,6 +366,7 @@ def main(argv=None) -> int:
         print(f"{m['id']:44} {m['chip']:5} {ratio * meas * 1e3:8.3f}ms {meas * 1e3:8.3f}ms {ratio:6.2f}  "
               f"{held_out.source_of(m)}", flush=True)
     print("\n".join(table_lines(results)))
+    print("\n".join(pm.breakdown_lines(results, measured_s)))
     held = [(m, r) for m, r, h in results if h]
     out = [m["id"] for m, _, h in results if not h]
     if out:
@@ -356,8 +375,9 @@ def main(argv=None) -> int:
     print("ratio = estimate / measured; > 1: the estimate is slower than the measurement")
     print("\n".join(summary_lines(held)))
     compiled = [(m, r) for m, r in held if category(m) in CATEGORIES]
-    if args.write_accuracy:
-        write_accuracy([(m["chip"], m["category"], m["id"], r) for m, r in compiled])
+    if args.write_accuracy:  # the statement of the compiled estimate: whole models run eager or by Inductor left out
+        write_accuracy([(m["chip"], m["category"], m["id"], r) for m, r in compiled
+                        if m.get("execution", "compiled") == "compiled"])
     if compiled:
         print(f"median |error| = {stats([r for _, r in compiled])[0]:.1%} (held out)")
     return 0
