@@ -174,3 +174,15 @@ def test_the_gpt_forward_under_bf16_is_the_bundled_forward_op_for_op():
         mine = jax.jit(gpt_quant.make_forward(cfg, parse("bf16"))).lower(gpt_quant.param_shapes(cfg, parse("bf16")),
                                                                           *gpt.input_shapes(cfg))
         assert mine.as_text(debug_info=False) == gpt.lower(cfg).as_text(debug_info=False)
+
+
+def test_a_spec_takes_the_precision_key_and_checks_its_type(tmp_path):
+    from mhlo_cost.studies.sweep import read_spec
+
+    spec = tmp_path / "s.toml"
+    spec.write_text('model = "stdit3"\nhardware = "h100"\nprecision = "fp8-rowwise"\n[options]\nsmall = true\n')
+    grid = make_grid(read_spec(str(spec)))
+    assert [p.precision for p in grid.points] == ["fp8-rowwise"]
+    spec.write_text('hardware = "h100"\nprecision = 8\n')
+    with pytest.raises(GridError, match="key 'precision' must be a string or a non-empty list of them"):
+        read_spec(str(spec))
