@@ -78,6 +78,19 @@ def test_a_sequence_parallel_point_runs_its_local_tokens_linears_in_fp8():
     assert a["gemm_flops_fp8"] == local
 
 
+@pytest.mark.parametrize("recipe, key", [("fp8-rowwise", "gemm_flops_fp8"), ("fp8-tensorwise", "gemm_flops_fp8"),
+                                         ("w8a8-int8", "gemm_flops_int8")])
+def test_a_megatron_point_runs_half_of_every_quantised_linear_on_each_device(recipe, key):
+    """megatron on 2 devices: qkv, cross-attention q and kv, fc1 split by columns, the projections and fc2 by rows,
+    so a device runs half of every linear's products; the collectives are the bf16 point's (an all_reduce after
+    each row-parallel linear, of its bf16 output)."""
+    q = _analysis(_point(recipe, "megatron", 2))
+    bf16 = _analysis(_point("bf16", "megatron", 2))
+    assert q.summary[key] == BLOCKS * sum(2 * rows * i * o for i, o, rows in LINEARS) // 2
+    assert q.summary["gemm_flops"] == bf16.summary["gemm_flops"]
+    assert q.summary["comm_bytes"] == bf16.summary["comm_bytes"] > 0
+
+
 def test_a_gpt_point_runs_its_four_linears_in_fp8():
     options = dict(layers=2, hidden=256, heads=4, tokens=64, batch=2)
     a = _analysis(_point("fp8-tensorwise", model="gpt"), options).summary
@@ -86,13 +99,17 @@ def test_a_gpt_point_runs_its_four_linears_in_fp8():
 
 
 def test_recipes_cross_the_grid_and_points_that_cannot_take_one_are_skipped_with_why():
-    grid = make_grid({"model": "stdit3", "strategies": ["none:1", "megatron:2"], "hardware": ["h100"],
-                      "precision": ["bf16", "fp8-rowwise", "fp8-blockwise-128"], "options": {"small": True}})
-    assert [(p.parallel, p.precision) for p in grid.points] == [
-        (s, r) for s in ("none", "megatron") for r in ("bf16", "fp8-rowwise", "fp8-blockwise-128")]
+    recipes = ("bf16", "fp8-rowwise", "mxfp8", "fp8-blockwise-128")
+    grid = make_grid({"model": "stdit3", "strategies": ["none:1", "megatron:2", "2d:4"], "hardware": ["h100"],
+                      "precision": list(recipes), "options": {"small": True}})
+    assert [(p.parallel, p.precision) for p in grid.points] == [(s, r) for s in ("none", "megatron", "2d")
+                                                                for r in recipes]
     why = {(p.parallel, p.precision): skip_reason(p, grid.options) for p in grid.points}
-    assert why[("none", "bf16")] is None and why[("none", "fp8-rowwise")] is None and why[("megatron", "bf16")] is None
-    assert "tensor-parallel strategy splits the linears' weights" in why[("megatron", "fp8-rowwise")]
+    for ok in (("none", "bf16"), ("none", "fp8-rowwise"), ("none", "mxfp8"), ("megatron", "bf16"),
+               ("megatron", "fp8-rowwise"), ("2d", "bf16")):
+        assert why[ok] is None, ok
+    assert "would split the linears' mx scales with their weights" in why[("megatron", "mxfp8")]
+    assert "would split the linears' row scales with their weights" in why[("2d", "fp8-rowwise")]
     assert "not a multiple of its block (128)" in why[("none", "fp8-blockwise-128")]  # small: hidden 64
     deployed = Point("stdit3", "default", "none", 1, "bf16", (), "fp8-rowwise")
     assert "--deployed" in skip_reason(deployed, {"small": True, "deployed": True})

@@ -41,7 +41,8 @@ def register(sub) -> None:
     g.add_argument("--precision", nargs="+", metavar="RECIPE",
                    help="precision recipes crossed like --dtype (default bf16): fp8-tensorwise, fp8-rowwise, "
                         "fp8-blockwise-128, mxfp8, nvfp4, w4a16-awq, w8a8-int8, w8a16; the blocks' linears stored "
-                        "and run as the recipe says (stdit3: none, ulysses, ring; gpt); a precision column")
+                        "and run as the recipe says (stdit3: none, ulysses, ring; megatron: the tensorwise and rowwise "
+                        "ones; gpt); a precision column")
     g.add_argument("--steps", type=int, metavar="K", help="a run is K steps (sampling steps; default 1)")
     g.add_argument("--execution", choices=("eager", "compiled", "inductor", "unfused"),
                    help="as report --execution (default unfused); the table's execution column says it")
