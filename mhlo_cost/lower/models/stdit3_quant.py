@@ -74,8 +74,8 @@ def check(cfg: STDiT3Config, recipe: Recipe, strategy: str = "none") -> None:
     megatron = strategy == "megatron" and recipe.weight_scaling.scheme in MEGATRON_SCALES and recipe.weight != "int4"
     if strategy not in WHOLE_WEIGHTS and not megatron:
         raise FrontendError(f"--precision {recipe.name} with {strategy}: this strategy would split the linears' "
-                            f"{recipe.weight_scaling.scheme} scales with their weights, which this lowering does not do "
-                            f"(the recipes run under {', '.join(WHOLE_WEIGHTS)}; megatron takes the tensorwise and "
+                            f"{recipe.weight_scaling.scheme} scales with their weights, which this lowering does not "
+                            f"do (the recipes run under {', '.join(WHOLE_WEIGHTS)}; megatron takes the tensorwise and "
                             "rowwise ones)")
     for _, _, i, o in linears(cfg):
         quant.linear_shapes(i, o, recipe, cfg.dtype)  # (FrontendError: a block or int4 packing that does not fit)

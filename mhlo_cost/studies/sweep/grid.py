@@ -123,16 +123,7 @@ def make_grid(settings: dict) -> Grid:
     steps = 1 if steps is None else steps
     if not isinstance(steps, int) or isinstance(steps, bool) or steps < 1:
         raise GridError(f"steps must be a positive integer, got {steps!r}")
-    for key, known in (("fuse", ("none", "elementwise")), ("conv_padding", ("xla", "dense")),
-                       ("execution", tuple(FUSE_OF_EXECUTION))):
-        if settings.get(key) is not None and settings[key] not in known:
-            raise GridError(f"{key} must be one of {', '.join(known)}, got {settings[key]!r}")
-    fuse = settings.get("fuse") or "none"
-    if settings.get("execution") is not None:
-        if settings.get("fuse") not in (None, "none", FUSE_OF_EXECUTION[settings["execution"]]):
-            raise GridError(f"fuse = {settings['fuse']!r} is execution = 'compiled'; it does not go with "
-                            f"execution = {settings['execution']!r}")
-        fuse = FUSE_OF_EXECUTION[settings["execution"]]
+    fuse = _fuse(settings)
     inputs = sum(len(e.get("inputs") or ()) for e in settings.get("models") or ())
     count((len(shapes) + inputs) * len(pairs) * len(dtypes) * len(precisions) * max(1, len(hardware)), "points",
           "the sweep (points x hardware profiles)")
@@ -147,6 +138,21 @@ def make_grid(settings: dict) -> Grid:
             check(limit, options[key], key)
     return Grid(_unique(points), _unique(hardware), options, steps, fuse,
                 settings.get("conv_padding") or "xla")
+
+
+def _fuse(settings: dict) -> str:
+    """The grid's fuse setting (its cache key) from ``fuse`` and ``execution``, each checked."""
+    for key, known in (("fuse", ("none", "elementwise")), ("conv_padding", ("xla", "dense")),
+                       ("execution", tuple(FUSE_OF_EXECUTION))):
+        if settings.get(key) is not None and settings[key] not in known:
+            raise GridError(f"{key} must be one of {', '.join(known)}, got {settings[key]!r}")
+    fuse = settings.get("fuse") or "none"
+    if settings.get("execution") is not None:
+        if settings.get("fuse") not in (None, "none", FUSE_OF_EXECUTION[settings["execution"]]):
+            raise GridError(f"fuse = {settings['fuse']!r} is execution = 'compiled'; it does not go with "
+                            f"execution = {settings['execution']!r}")
+        fuse = FUSE_OF_EXECUTION[settings["execution"]]
+    return fuse
 
 
 def _unique(items: list) -> list:

@@ -83,7 +83,8 @@ def best(df: pd.DataFrame) -> pd.DataFrame:
     chips = {h: i for i, h in enumerate(dict.fromkeys(df["hardware"]))}
     ok["_g"] = [(shapes[s], chips[h]) for s, h in zip(ok["shape"], ok["hardware"])]
     ok = ok.sort_values(["_g", "time_step_s", "_order"], kind="stable")
-    ok.insert(len(CONFIG) + ("precision" in df.columns), "rank", pd.array(ok.groupby("_g", sort=False).cumcount() + 1, dtype="Int64"))
+    rank = pd.array(ok.groupby("_g", sort=False).cumcount() + 1, dtype="Int64")
+    ok.insert(len(CONFIG) + ("precision" in df.columns), "rank", rank)  # (after the configuration columns)
     return ok.drop(columns=["_order", "_g"]).reset_index(drop=True)
 
 
