@@ -1,6 +1,7 @@
 """``mhlo-cost sweep``: the whole strategy table in one command, on this machine or a Dask cluster.
 
-A grid from flags (``--shape``, ``--parallel``, ``--devices`` or ``--strategies``, ``--hardware``, ``--dtype``)
+A grid from flags (``--shape``, ``--parallel``, ``--devices`` or ``--strategies``, ``--hardware``, ``--dtype``,
+``--precision``)
 or from a TOML spec (``--spec``; flags given override its keys); every model option of ``lower`` applies to
 the whole grid. Each point is lowered and analysed once, every hardware profile applied to that analysis,
 and results cached on disk (``--cache-dir``). The work is in :mod:`mhlo_cost.studies.sweep`.
@@ -26,7 +27,7 @@ def register(sub) -> None:
                                    "profile, and write one tidy table (CSV, JSON, Parquet, markdown).")
     g = p.add_argument_group("the grid (flags, or a --spec TOML file with the same keys)")
     g.add_argument("--spec", metavar="FILE", help="a TOML spec: model, shape, parallel, devices, strategies, hardware, "
-                                                  "dtype, steps, fuse, [options] (flags given override it)")
+                                                  "dtype, precision, steps, fuse, [options] (flags given override it)")
     g.add_argument("--model", choices=["stdit3", "gpt"], help="a bundled model (default stdit3)")
     g.add_argument("--shape", nargs="+", metavar="SHAPE", help="stdit3 video shapes (FRAMES_WIDTH_HEIGHT)")
     g.add_argument("--parallel", nargs="+", choices=PARALLEL, metavar="P",
@@ -37,6 +38,11 @@ def register(sub) -> None:
     g.add_argument("--hardware", nargs="+", metavar="NAME", help="chips or systems (mhlo-cost hardware lists them)")
     g.add_argument("--hardware-file", metavar="FILE", help="TOML file of your own profiles (searched first)")
     g.add_argument("--dtype", nargs="+", metavar="DTYPE", help="bf16 (default), f16, f32")
+    g.add_argument("--precision", nargs="+", metavar="RECIPE",
+                   help="precision recipes crossed like --dtype (default bf16): fp8-tensorwise, fp8-rowwise, "
+                        "fp8-blockwise-128, mxfp8, nvfp4, w4a16-awq, w8a8-int8, w8a16; the blocks' linears stored "
+                        "and run as the recipe says (stdit3: none, ulysses, ring; megatron: the tensorwise and rowwise "
+                        "ones; gpt); a precision column")
     g.add_argument("--steps", type=int, metavar="K", help="a run is K steps (sampling steps; default 1)")
     g.add_argument("--execution", choices=("eager", "compiled", "inductor", "unfused"),
                    help="as report --execution (default unfused); the table's execution column says it")
@@ -93,8 +99,8 @@ def _settings(args) -> dict:
     from ..studies.sweep import read_spec
 
     settings = read_spec(args.spec) if args.spec else {}
-    for key in ("model", "shape", "parallel", "devices", "strategies", "hardware", "dtype", "steps", "fuse",
-                "conv_padding", "execution"):
+    for key in ("model", "shape", "parallel", "devices", "strategies", "hardware", "dtype", "precision", "steps",
+                "fuse", "conv_padding", "execution"):
         v = getattr(args, key)
         if v is not None:
             settings[key] = v

@@ -1,6 +1,7 @@
 """``mhlo-cost plot`` of a sweep table: for each shape (rows) and hardware profile (columns), a bar per
-strategy (parallel:devices) of the estimated time per step, with the peak memory per device marked on a
-second axis (a diamond; the chip's HBM a dashed line) and the strategies that do not fit hatched.
+strategy (parallel:devices, and the precision recipe where the sweep crossed one) of the estimated time per step,
+with the peak memory per device marked on a second axis (a diamond; the chip's HBM a dashed line) and the
+strategies that do not fit hatched.
 Skipped and failed points have no bar."""
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ def plot_sweep(df: pd.DataFrame, path: str, title: str = "") -> None:
     peak_col, fits_col = ("peak_bytes_fused", "fits_fused") if fused else ("peak_bytes", "fits")
     shapes = list(dict.fromkeys(df["shape"]))
     chips = list(dict.fromkeys(df["hardware"]))
-    strategies = list(dict.fromkeys(f"{p}:{d}" for p, d in zip(df["parallel"], df["devices"])))
+    strategies = list(dict.fromkeys(_keys(df)))
     fig, axes = plt.subplots(len(shapes), len(chips), figsize=(1.2 + 0.9 * len(strategies) * len(chips),
                                                                1.0 + 2.6 * len(shapes)), squeeze=False)
     for i, shape in enumerate(shapes):
@@ -35,8 +36,15 @@ def plot_sweep(df: pd.DataFrame, path: str, title: str = "") -> None:
     plt.close(fig)
 
 
+def _keys(df: pd.DataFrame) -> list[str]:
+    """A bar's name per row: ``parallel:devices``, and the precision recipe where the table has that column and
+    the row's is not bf16 (a table without the column: every point bf16)."""
+    recipes = df["precision"] if "precision" in df.columns else ["bf16"] * len(df)
+    return [f"{p}:{d}" + ("" if r == "bf16" else f" {r}") for p, d, r in zip(df["parallel"], df["devices"], recipes)]
+
+
 def _panel(ax, rows: pd.DataFrame, strategies: list[str], peak_col: str, fits_col: str) -> None:
-    by = {f"{p}:{d}": r for p, d, r in zip(rows["parallel"], rows["devices"], rows.to_dict(orient="records"))}
+    by = dict(zip(_keys(rows), rows.to_dict(orient="records")))
     xs = range(len(strategies))
     times = [by[s]["time_step_s"] * 1e3 if s in by else 0.0 for s in strategies]
     hatch = ["//" if s in by and by[s][fits_col] != "yes" else "" for s in strategies]

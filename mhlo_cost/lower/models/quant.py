@@ -184,39 +184,77 @@ def _cast(t, axis, dtype: str):
     return _quantise(tf, dtype, amax)
 
 
-def training_dense(recipe: Recipe):
-    """``dense(x (b, n, k), w (k, o), b (o,))`` whose forward and both backward GEMMs run in fp8 with a float32
-    accumulator, each operand scaled along its contraction (rowwise) or as a whole (tensorwise), as torchao's
-    ``Float8Linear`` runs them (gradients in e5m2 under tensorwise, e4m3 under rowwise: torchao's recipes).
-    The residuals kept for the backward are the bf16 input and weight (the fp8 casts are made again)."""
+def _fp8_kinds(recipe: Recipe) -> tuple[bool, str, str]:
+    """(rowwise, the operands' fp8 type, the gradients') of an fp8 training recipe (torchao's: gradients in e5m2
+    under tensorwise scaling, e4m3 under rowwise)."""
     row = recipe.activation_scaling.scheme == "row"
-    e4, grad = "float8_e4m3fn", ("float8_e4m3fn" if row else "float8_e5m2")
+    return row, "float8_e4m3fn", ("float8_e4m3fn" if row else "float8_e5m2")
 
-    def ax(a):
-        return a if row else None
 
-    def dot(a, b, dims):
-        return lax.dot_general(a, b, (dims, ((), ())), preferred_element_type=F32)
+def _f32_dot(a, b, dims):
+    return lax.dot_general(a, b, (dims, ((), ())), preferred_element_type=F32)
 
-    @jax.custom_vjp
-    def dense(x, w, b):
-        xq, xs = _cast(x, ax(-1), e4)
-        wq, ws = _cast(w, ax(0), e4)
-        return (dot(xq, wq, ((2,), (0,))) * xs * ws).astype(x.dtype) + b
 
-    def fwd(x, w, b):
-        return dense(x, w, b), (x, w)
+def _fp8_forward(x, w, recipe: Recipe):
+    row, e4, _ = _fp8_kinds(recipe)
+    xq, xs = _cast(x, x.ndim - 1 if row else None, e4)
+    wq, ws = _cast(w, 0 if row else None, e4)
+    return (_f32_dot(xq, wq, ((x.ndim - 1,), (0,))) * xs * ws).astype(x.dtype)
 
-    def bwd(res, dy):
-        x, w = res
-        dq, ds = _cast(dy, ax(-1), grad)  # dgrad: dy (b, n, o) @ w^T, contracting o
-        wq, ws = _cast(w, ax(1), e4)
-        dx = dot(dq, wq, ((2,), (1,))) * ds * jnp.swapaxes(ws, 0, 1) if row else dot(dq, wq, ((2,), (1,))) * ds * ws
-        xq, xs = _cast(x, ax((0, 1)), e4)  # wgrad: x^T @ dy, contracting the tokens
-        gq, gs = _cast(dy, ax((0, 1)), grad)
-        dw = dot(xq, gq, ((0, 1), (0, 1)))
-        dw = dw * xs.reshape(-1, 1) * gs.reshape(1, -1) if row else dw * xs * gs
-        return dx.astype(x.dtype), dw.astype(w.dtype), jnp.sum(dy, axis=(0, 1))
 
-    dense.defvjp(fwd, bwd)
-    return dense
+def _fp8_backward(x, w, dy, recipe: Recipe, scales_first: bool):
+    row, e4, grad = _fp8_kinds(recipe)
+    last, lead = x.ndim - 1, tuple(range(x.ndim - 1))
+    dq, ds = _cast(dy, last if row else None, grad)  # dgrad: dy (..., o) @ w^T, contracting o
+    wq, ws = _cast(w, 1 if row else None, e4)
+    dx = _f32_dot(dq, wq, ((last,), (1,))) * ds * (jnp.swapaxes(ws, 0, 1) if row else ws)
+    xq, xs = _cast(x, lead if row else None, e4)  # wgrad: x^T @ dy, contracting the tokens
+    gq, gs = _cast(dy, lead if row else None, grad)
+    dw = _f32_dot(xq, gq, (lead, lead))
+    if row and scales_first:
+        dw = dw * (xs.reshape(-1, 1) * gs.reshape(1, -1))
+    elif row:
+        dw = dw * xs.reshape(-1, 1) * gs.reshape(1, -1)
+    else:
+        dw = dw * (xs * gs) if scales_first else dw * xs * gs
+    return dx.astype(x.dtype), dw.astype(w.dtype)
+
+
+def fp8_matmul(recipe: Recipe, *, bias: bool = False, scales_first: bool = False):
+    """``mm(x (..., k), w (k, o)[, b (o,)]) -> (..., o)`` in x's dtype whose forward and both backward GEMMs run
+    in fp8 with a float32 accumulator, as torchao's ``Float8Linear`` (a dense linear) and Transformer Engine's
+    grouped GEMM (each expert's GEMM, under ``jax.vmap``) run them under an fp8 training recipe: each operand
+    cast to e4m3 and scaled along its contraction (rowwise) or as a whole (tensorwise), the gradients in e5m2
+    under tensorwise scaling and e4m3 under rowwise (torchao's recipes). The residuals kept for the backward are
+    the bf16 input and weight (the fp8 casts are made again). ``bias``: ``b`` is added after the cast back (its
+    gradient the sum of ``dy`` over the token axes). ``scales_first``: the wgrad's two scales are multiplied
+    together before they scale the product (the grouped GEMM's order), else one after the other (the linear's);
+    the two orders are kept so that each caller's program stays as it was lowered before they shared this."""
+    if bias:
+        @jax.custom_vjp
+        def mm(x, w, b):
+            return _fp8_forward(x, w, recipe) + b
+
+        def fwd(x, w, b):
+            return mm(x, w, b), (x, w)
+
+        def bwd(res, dy):
+            return (*_fp8_backward(*res, dy, recipe, scales_first), jnp.sum(dy, axis=tuple(range(dy.ndim - 1))))
+    else:
+        @jax.custom_vjp
+        def mm(x, w):
+            return _fp8_forward(x, w, recipe)
+
+        def fwd(x, w):
+            return mm(x, w), (x, w)
+
+        def bwd(res, dy):
+            return _fp8_backward(*res, dy, recipe, scales_first)
+
+    mm.defvjp(fwd, bwd)
+    return mm
+
+
+def training_dense(recipe: Recipe):
+    """``dense(x (b, n, k), w (k, o), b (o,))``: a linear whose three GEMMs run in fp8 (:func:`fp8_matmul`)."""
+    return fp8_matmul(recipe, bias=True)

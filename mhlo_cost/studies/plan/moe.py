@@ -121,38 +121,10 @@ def router_elems(cfg: ScaleConfig) -> int:
 def grouped_fp8(recipe):
     """``mm(x (E, n, k), w (E, k, o)) -> (E, n, o)``: each expert's GEMM, forward, dgrad and wgrad, in fp8 with a
     float32 accumulator, as Transformer Engine's grouped GEMM runs the experts under an fp8 recipe: each expert's
-    operands scaled on their own (as a whole, or along the contraction under rowwise scaling), e4m3, the gradients
-    e5m2 under tensorwise scaling (as :func:`mhlo_cost.lower.models.quant.training_dense` for a linear). The bf16
-    input and weight are kept for the backward (the fp8 casts are made again)."""
-    from ...lower.models.quant import _cast
+    operands scaled on their own (:func:`mhlo_cost.lower.models.quant.fp8_matmul`, mapped over the experts)."""
+    from ...lower.models.quant import fp8_matmul
 
-    row = recipe.activation_scaling.scheme == "row"
-    e4, grad = "float8_e4m3fn", ("float8_e4m3fn" if row else "float8_e5m2")
-
-    def ax(a):
-        return a if row else None
-
-    def dot(a, b, dims):
-        return lax.dot_general(a, b, (dims, ((), ())), preferred_element_type=F32)
-
-    @jax.custom_vjp
-    def mm(x, w):
-        (xq, xs), (wq, ws) = _cast(x, ax(1), e4), _cast(w, ax(0), e4)
-        return (dot(xq, wq, ((1,), (0,))) * xs * ws).astype(x.dtype)
-
-    def fwd(x, w):
-        return mm(x, w), (x, w)
-
-    def bwd(res, dy):
-        x, w = res
-        (dq, ds), (wq, ws) = _cast(dy, ax(1), grad), _cast(w, ax(1), e4)
-        dx = dot(dq, wq, ((1,), (1,))) * ds * (ws.T if row else ws)
-        (xq, xs), (gq, gs) = _cast(x, ax(0), e4), _cast(dy, ax(0), grad)
-        dw = dot(xq, gq, ((0,), (0,))) * (xs.reshape(-1, 1) * gs.reshape(1, -1) if row else xs * gs)
-        return dx.astype(x.dtype), dw.astype(w.dtype)
-
-    mm.defvjp(fwd, bwd)
-    return jax.vmap(mm)
+    return jax.vmap(fp8_matmul(recipe, scales_first=True))
 
 
 def _grouped(cfg: ScaleConfig):

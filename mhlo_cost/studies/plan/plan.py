@@ -76,9 +76,10 @@ def facts(p: Plan) -> list[str]:
     if p.moe is not None:
         from .moe_plan import moe_facts
 
-        return [first] + moe_facts(p)
+        return [first, *_precision_facts(cfg)] + moe_facts(p)
     lines = [
         first,
+        *_precision_facts(cfg),
         f"model FLOPs {c['model_flops']:,} (forward + backward from the IR; closed form "
         f"{c['formula_flops']:,}, 6ND with N = 12 L h^2: {c['rule_6nd']:,}); hardware FLOPs "
         f"{c['hardware_flops']:,} (recompute included)",
@@ -93,6 +94,17 @@ def facts(p: Plan) -> list[str]:
 
         lines = stdit3.facts(p, lines)
     return lines
+
+
+def _precision_facts(cfg) -> list[str]:
+    """Under an fp8 training recipe: which GEMMs run in fp8 and the widths memory keeps (none under bf16)."""
+    if cfg.precision == "bf16":
+        return []
+    grads = "e4m3" if cfg.precision == "fp8-rowwise" else "e5m2"
+    return [f"precision {cfg.precision}: every linear's forward, dgrad and wgrad GEMMs in fp8 (e4m3 weights and "
+            f"activations, {grads} gradients, float32 accumulator); the attention's, the LM head's and a MoE router's "
+            "in bf16; memory at bf16 training's widths: weights bf16, gradients float32, master weights and AdamW's "
+            "two moments float32 (the fp8 copies are made at each use and never kept)"]
 
 
 def _sharding_facts(p: Plan) -> list[str]:

@@ -93,6 +93,17 @@ def _library_versions() -> dict:
     return out
 
 
+def _point_key(point) -> dict:
+    """The point as a key; its precision only where it is not bf16 (a bf16 point's keys are those kept before
+    the sweep took recipes)."""
+    from .grid import DEFAULT_PRECISION
+
+    key = asdict(point)
+    if key["precision"] == DEFAULT_PRECISION:
+        del key["precision"]
+    return key
+
+
 class Cache:
     """The sweep's entries under the cache root ``root`` (None: a cache that holds nothing and keeps nothing);
     ``note(text)``: told of an entry not trusted or not kept."""
@@ -103,7 +114,7 @@ class Cache:
         self._profiles: dict = {}
 
     def lowering_request(self, task: Task) -> dict:
-        return {"point": asdict(task.point), "lowered": _lowered(task)}
+        return {"point": _point_key(task.point), "lowered": _lowered(task)}
 
     def profile_keys(self, task: Task) -> list[str]:
         """A hash per hardware profile of the task, of the profile in full: a changed figure is a new key (its
@@ -116,7 +127,7 @@ class Cache:
     def result_request(self, ir_sha256: str, task: Task) -> dict:
         """What the point's rows depend on: the point, its IR and the analysis settings (the profiles are
         keys inside)."""
-        return {"point": asdict(task.point), "ir": ir_sha256, "steps": task.steps, "fuse": task.fuse,
+        return {"point": _point_key(task.point), "ir": ir_sha256, "steps": task.steps, "fuse": task.fuse,
                 "conv_padding": task.conv_padding}
 
     def _entry(self, task: Task) -> tuple[str, dict] | None:

@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass, field
 
 from ...views.sweep_row import sweep_row
-from .grid import Point, build_config
+from .grid import DEFAULT_PRECISION, Point, build_config, lowering_of, recipe_of
 
 
 @dataclass
@@ -63,11 +63,30 @@ def lower_text(point: Point, options: dict) -> str:
 
     if point.source:
         req = library_request(point)
+    elif point.precision != DEFAULT_PRECISION:
+        return _recipe_text(point, options)
     else:
         cfg, _ = build_config(point, options)
         deployed = bool(options.get("deployed"))
         req = LowerRequest(model=point.model, config=cfg, frontend="torchax" if deployed else "jax", deployed=deployed)
     return write(lower_request(req), None).text
+
+
+def _recipe_text(point: Point, options: dict) -> str:
+    """The MLIR text of a bundled model's forward with its linears under the point's recipe (:func:`lowering_of`),
+    lowered as ``lower`` lowers the forward (the frameworks quieted, locations relative)."""
+    from ...lower.frontends import Lowered, write
+    from ...lower.frontends.api import LowerRequest, run_request
+
+    cfg, _ = build_config(point, options)
+    plan = getattr(cfg, "plan", None)
+
+    def lower(req, stage):
+        low = lowering_of(point.model).lower(getattr(cfg, "cfg", cfg), recipe_of(point), plan)
+        return Lowered(text=low.as_text(debug_info=True), info={"frontend": "jax", "model": point.model,
+                                                                 "precision": point.precision})
+
+    return write(run_request(LowerRequest(model=point.model, config=cfg), None, lower), None).text
 
 
 def library_request(point: Point):

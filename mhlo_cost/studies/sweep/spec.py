@@ -16,7 +16,7 @@ _TEXT, _INT, _BOOL = "a string", "a whole number", "true or false"
 _TYPES = {
     "model": (_TEXT, False), "shape": (_TEXT, True), "parallel": (_TEXT, True), "devices": (_INT, True),
     "strategies": (_TEXT, True), "hardware": (_TEXT, True), "dtype": (_TEXT, True), "steps": (_INT, False),
-    "fuse": (_TEXT, False), "conv_padding": (_TEXT, False), "execution": (_TEXT, False),
+    "fuse": (_TEXT, False), "conv_padding": (_TEXT, False), "execution": (_TEXT, False), "precision": (_TEXT, True),
 }
 _OPTION_TYPES = {"small": _BOOL, "scan": _BOOL, "depth": _INT, "hidden": _INT, "heads": _INT, "batch": _INT,
                  "tokens": _INT, "layers": _INT}
@@ -49,7 +49,7 @@ def _shown(value) -> str:
 
 def read_spec(path: str) -> dict:
     """The settings of a TOML spec file (keys as the flags: model, shape, parallel, devices, strategies,
-    hardware, dtype, steps, fuse, conv_padding; model options under ``[options]``; ``[[models]]``), each
+    hardware, dtype, precision, steps, fuse, conv_padding; model options under ``[options]``; ``[[models]]``), each
     checked by type; lists where a key takes them."""
     try:
         spec = tomllib.loads(read_settings(path, "a sweep spec").decode("utf-8"))

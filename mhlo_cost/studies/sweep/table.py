@@ -1,6 +1,10 @@
 """The sweep's tidy table: one row per (point, hardware profile), configuration columns named after the
 flags, a status (ok / skipped / failed) with its reason, then the point's numbers per device. CSV, JSON,
 Parquet and a markdown view; ``best`` ranks per (shape, hardware) by estimated time among those that fit.
+
+The ``precision`` column (the point's recipe, after ``dtype``) is there where the sweep crosses a recipe other
+than bf16: a table of bf16 points is as it was before the sweep took recipes, and a table without the column
+reads as one of bf16 points (:func:`precision_of`).
 """
 from __future__ import annotations
 
@@ -20,10 +24,20 @@ NUMBERS = ("gemm_flops", "conv_flops", "vector_flops", "flops", "comm_bytes", "p
            "est_time_overlap_s", "est_time_fused_s", "est_time_fused_overlap_s", "comm_time_s", "comm_exposed_s",
            "comm_exposed_fused_s", "utilisation", "utilisation_fused", "bound")
 FORMATS = ("csv", "json", "parquet", "markdown")
+#: The precision of a row in a table without the ``precision`` column (every point bf16).
+PRECISION = "bf16"
 
 
-def columns(fused: bool) -> list[str]:
-    return list(CONFIG) + [c for c in NUMBERS if fused or "fused" not in c]
+def columns(fused: bool, precision: bool = False) -> list[str]:
+    config = list(CONFIG)
+    if precision:
+        config.insert(config.index("dtype") + 1, "precision")
+    return config + [c for c in NUMBERS if fused or "fused" not in c]
+
+
+def precision_of(df: pd.DataFrame) -> list[str]:
+    """Each row's precision recipe: the ``precision`` column, or bf16 for a table without it."""
+    return list(df["precision"]) if "precision" in df.columns else [PRECISION] * len(df)
 
 
 def make_rows(points: list, results: dict, skipped: dict, hardware: list[str]) -> list[dict]:
@@ -33,7 +47,7 @@ def make_rows(points: list, results: dict, skipped: dict, hardware: list[str]) -
     for p in points:
         for j, hw in enumerate(hardware):
             row = {"model": p.model, "shape": p.shape, "parallel": p.parallel, "devices": p.devices,
-                   "hardware": hw, "dtype": p.dtype}
+                   "hardware": hw, "dtype": p.dtype, "precision": p.precision}
             if p in skipped:
                 row.update(status="skipped", reason=skipped[p])
             else:
@@ -46,7 +60,7 @@ def make_rows(points: list, results: dict, skipped: dict, hardware: list[str]) -
 
 
 def frame(rows: list[dict], fused: bool) -> pd.DataFrame:
-    cols = columns(fused)
+    cols = columns(fused, any(r.get("precision", PRECISION) != PRECISION for r in rows))
     data = {}
     for c in cols:
         values = [r.get(c) for r in rows]
@@ -69,7 +83,8 @@ def best(df: pd.DataFrame) -> pd.DataFrame:
     chips = {h: i for i, h in enumerate(dict.fromkeys(df["hardware"]))}
     ok["_g"] = [(shapes[s], chips[h]) for s, h in zip(ok["shape"], ok["hardware"])]
     ok = ok.sort_values(["_g", "time_step_s", "_order"], kind="stable")
-    ok.insert(len(CONFIG), "rank", pd.array(ok.groupby("_g", sort=False).cumcount() + 1, dtype="Int64"))
+    rank = pd.array(ok.groupby("_g", sort=False).cumcount() + 1, dtype="Int64")
+    ok.insert(len(CONFIG) + ("precision" in df.columns), "rank", rank)  # (after the configuration columns)
     return ok.drop(columns=["_order", "_g"]).reset_index(drop=True)
 
 
@@ -100,7 +115,8 @@ def to_markdown(df: pd.DataFrame) -> str:
     non-zero value (a small model's step does not read 0.00)."""
     fused = "fits_fused" in df.columns
     view = [("model", "model"), ("shape", "shape"), ("parallel", "parallel"), ("devices", "devices"),
-            ("hardware", "hardware"), ("dtype", "dtype")] + ([("rank", "rank")] if "rank" in df.columns else [])
+            ("hardware", "hardware"), ("dtype", "dtype")]
+    view += [(c, c) for c in ("precision", "rank") if c in df.columns]
     view += [("status", "status"), ("time_step_s", "step"), ("time_run_s", "run"), ("comm_bytes", "comm"),
              ("comm_time_s", "comm"), ("comm_exposed_fused_s" if fused else "comm_exposed_s", "exposed"),
              ("peak_bytes_fused" if fused else "peak_bytes", "peak"), ("fits_fused" if fused else "fits", "fits"),
