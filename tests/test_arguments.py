@@ -112,6 +112,20 @@ def test_serve_dtype_int8_is_refused(capsys):
     assert "--dtype int8" in refused(capsys, "serve", "--model", "gpt", "--decode", "--dtype", "int8")
 
 
+@pytest.mark.parametrize("spelling", ["int8", "fp8", "float8_e4m3fn", "int4", "nvfp4"])
+def test_sweep_dtype_of_a_precision_points_to_the_recipes(capsys, spelling):
+    line = refused(capsys, "sweep", "--model", "gpt", "--dtype", spelling)
+    assert f"--dtype {spelling}" in line and "sweep" in line and "--precision" in line and "fp8-rowwise" in line
+
+
+@pytest.mark.parametrize("command", [["sweep", "--model", "gpt"],
+                                     ["train-plan", "--layers", "2", "--hidden", "256", "--heads", "4", "--seq", "128"],
+                                     ["serve", "--model", "gpt", "--decode"]])
+def test_an_unknown_recipe_lists_the_known_ones(capsys, command):
+    line = refused(capsys, *command, "--precision", "int4")
+    assert "--precision int4" in line and "w4a16-awq" in line and "nvfp4" in line
+
+
 # -- wrong answers accepted before -----------------------------------------------------------------------------
 
 @pytest.mark.parametrize("value", ["0", "-1", "2.5", "true"])

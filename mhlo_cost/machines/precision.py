@@ -184,7 +184,7 @@ def dtype_hint(text: str) -> str | None:
     key = text.strip().lower().removeprefix("torch.").removeprefix("jnp.")
     if key in QUANTISED_SPELLINGS or key.startswith(("float8", "float4", "f8e", "f4e")):
         return (f"--dtype {text}: a model's weights and activations take one floating dtype (bf16, f16, f32); "
-                f"{key} runs through a precision recipe: serve / lower --decode / --prefill --precision NAME "
+                f"{key} runs through a precision recipe: serve, sweep, train-plan, lower --decode / --prefill --precision NAME "
                 f"({names()})")
     return None
 
