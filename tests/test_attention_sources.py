@@ -20,6 +20,7 @@ DATA = os.path.join(ROOT, "benchmarks", "data", "published_gpu.toml")
 FITS = os.path.join(ROOT, "benchmarks", "data", "published_fits.toml")
 # the sources added for issue 35's held-out attention rows: id prefix -> the source_of value of its rows
 NEW = {"cudnnfe24-": "NVIDIA/cudnn-frontend", "pt137036-": "pytorch/pytorch", "pt142132-": "pytorch/pytorch",
+       "tb1256-": "meta-pytorch/tritonbench",
        "fa1438-": "Dao-AILab/flash-attention"}
 
 
@@ -56,7 +57,7 @@ def test_the_new_sources_are_distinct_from_the_fa3_paper(rows):
         assert want != "arxiv:2407.08608"
     fa3_bwd = {held_out.source_of(m) for m in rows if m["category"] == "attention_bwd"
                and m["params"]["library"] == "fa3"}
-    assert fa3_bwd == {"arxiv:2407.08608", "pytorch/pytorch"}
+    assert fa3_bwd == {"arxiv:2407.08608", "pytorch/pytorch", "meta-pytorch/tritonbench"}
 
 
 def test_every_attention_row_names_its_configuration_and_a_fixed_address(rows):
