@@ -65,6 +65,9 @@ def test_every_attention_row_names_its_configuration_and_a_fixed_address(rows):
         p = m["params"]
         assert {"batch", "heads", "seq", "head_dim", "causal", "dtype", "library"} <= set(p), m["id"]
         assert m["unit"] in ("ms", "TFLOP/s") and m["measured"] > 0, m["id"]
+        # a backward row is priced as the forward and its VJP and counted as 2.5 forwards
+        want = "attention_bwd" if m["category"] == "attention_bwd" else "attention"
+        assert m["program"] == want and m["flops"] == want, m["id"]
         assert len(m["config"]) > 80, m["id"]
         url = m["source"]
         assert url.startswith("https://"), m["id"]
