@@ -28,8 +28,14 @@ reader's child, bytecode to this process, walk here) and as the command line run
 child, the rows back: ``analyze_isolated``), against XLA's cost analysis of the same text in process (parse,
 HLO conversion, analysis). Target: <= 2x XLA.
 
+``--breakdown`` prints where the CPU of ``mhlo-cost report FILE -q`` goes, the median of ``--processes`` fresh
+processes (alternating with ``--before``'s): the reader child's start (interpreter, jaxlib, the walk's modules,
+as it starts), then what it does with the request, as it does it: jaxlib's parse, the walk, the rendering (the
+summary, its memory profile and blocks, the text). The caller's own process (its start and imports, overlapped
+with the child's start) is measured by the whole-process comparison.
+
     python benchmarks/bench_analyze.py [--layers 400] [--repeat 3] [--processes 9] [--before TREE]
-    python benchmarks/bench_analyze.py --processes-only|--in-process [--before TREE]
+    python benchmarks/bench_analyze.py --processes-only|--in-process|--breakdown [--before TREE]
 """
 from __future__ import annotations
 
@@ -102,6 +108,7 @@ def _arguments():
     ap.add_argument("--processes", type=int, default=9, help="whole-process runs of each (median)")
     ap.add_argument("--processes-only", action="store_true", help="only the whole-process comparison")
     ap.add_argument("--in-process", action="store_true", help="only the in-process comparison")
+    ap.add_argument("--breakdown", action="store_true", help="only the CPU of the report's child, by phase")
     ap.add_argument("--before", help="a checkout of mhlo-cost before a change, measured alongside")
     ap.add_argument("--file", help="an MLIR file to measure instead of the lowered transformer")
     return ap.parse_args()
@@ -115,13 +122,15 @@ def _one_comparison(args) -> None:
             path.write_text(lower(args.layers).as_text(debug_info=True))
         if args.processes_only:
             _whole_processes(path, args.processes, args.before)
+        elif args.breakdown:
+            _breakdown(path, args.processes, args.before)
         else:
             _in_processes(path, args.processes, args.repeat, args.before)
 
 
 def main() -> None:
     args = _arguments()
-    if args.processes_only or args.in_process:
+    if args.processes_only or args.in_process or args.breakdown:
         _one_comparison(args)
         return
 
@@ -354,6 +363,83 @@ def _in_processes(path: Path, rounds: int, repeat: int, before: str | None = Non
     for k in ways:
         if k != "xla in process":
             print(f"ratio {k}/xla (in process) {med[k] / med['xla in process']:6.2f}   (target <= 2)")
+
+
+#: One fresh process doing what the reader's child does for ``report FILE -q``, started as the child is (``-S``, the
+#: caller's path, ``cli/child.py`` run as a file): its start (:func:`serve`'s imports), then the request (the
+#: walk options as the command line makes them), timed by phase in CPU seconds; prints JSON.
+BREAKDOWN = """
+import json, sys, time
+c0 = time.process_time()
+path, options, sys.path[:], reader_file = sys.argv[1], sys.argv[2], json.loads(sys.argv[3]), sys.argv[4]
+import os, runpy
+sys.stdin = open(os.devnull)
+child = runpy.run_path(reader_file, run_name="child")["answer"].__globals__  # (run_path gives a copy)
+child["serve"](walk=True)  # the child's imports; stdin is empty: it returns at once
+start = time.process_time() - c0
+from mhlo_cost.ir import reader
+from mhlo_cost.analysis import isolated
+phases = {}
+def timed(space, name, label):
+    f = space[name]
+    def run(*a, **k):
+        t = time.process_time()
+        try:
+            return f(*a, **k)
+        finally:
+            phases[label] = phases.get(label, 0.0) + time.process_time() - t
+    space[name] = run
+timed(vars(reader), "parse", "parse")
+timed(vars(isolated), "walk_loaded", "walk")
+timed(child, "_answer_whole", "render")
+data = open(path, "rb").read()
+t = time.process_time()
+reply = child["answer"]("text", data, path, options)
+phases["answer"] = time.process_time() - t
+phases["start"] = start
+phases["rendered"] = reply[:1] == b"R"
+print(json.dumps(phases))
+"""
+
+
+def _breakdown(path: Path, runs: int, before: str | None = None) -> None:
+    """The CPU seconds of the reader child's work for ``report FILE -q``, by phase (:data:`BREAKDOWN`), the median
+    of ``runs`` fresh processes each, alternating checkouts; prints one line a checkout."""
+    import json
+    import os
+
+    _compiled(_trees(before))
+    trees = dict(zip(["", " (before)"], _trees(before)))
+    asked = subprocess.run([sys.executable, "-c", OPTIONS, str(path)], check=True, capture_output=True, text=True,
+                           env=_envs(None)[""], cwd=NEUTRAL).stdout.strip()
+    got: dict = {tag: [] for tag in trees}
+    for _ in range(runs):
+        for tag, tree in trees.items():
+            syspath = json.dumps([tree] + [p for p in sys.path[1:] if p and p != os.getcwd()])
+            cmd = [sys.executable, "-S", "-c", BREAKDOWN, str(path), asked, syspath,
+                   str(Path(tree) / "mhlo_cost" / "cli" / "child.py")]
+            out = subprocess.run(cmd, check=True, capture_output=True, text=True, cwd=NEUTRAL,
+                                 env=dict(os.environ, JAX_PLATFORMS="cpu", TF_CPP_MIN_LOG_LEVEL="1")).stdout
+            got[tag].append(json.loads(out.splitlines()[-1]))
+    for tag, done in got.items():
+        med = {k: statistics.median(r.get(k, 0.0) for r in done) for k in ("start", "parse", "walk", "render",
+                                                                             "answer")}
+        other = med["answer"] - med["parse"] - med["walk"] - med["render"]
+        whole = "" if all(r["rendered"] for r in done) else " (the child did not render the whole answer)"
+        print(f"child CPU{tag}: start {med['start']:.3f} s, then parse {med['parse']:.3f}, walk {med['walk']:.3f}, "
+              f"render {med['render']:.3f}, other {other:.3f}: request {med['answer']:.3f} s (medians of "
+              f"{len(done)}){whole}")
+
+
+#: The walk options ``mhlo-cost report FILE -q`` sends its reader child (this checkout's composition).
+OPTIONS = """
+import sys
+from mhlo_cost.analysis.isolated import WalkOptions
+from mhlo_cost.studies.compose import wire
+from mhlo_cost.studies.study import StudyOptions
+from mhlo_cost.views.table import ViewRequest
+print(WalkOptions(render=wire(StudyOptions(sys.argv[1]), ViewRequest(), "table")).to_json())
+"""
 
 
 def _guard_cost(path, repeat: int) -> tuple[float, float, float, float]:
