@@ -28,8 +28,14 @@ reader's child, bytecode to this process, walk here) and as the command line run
 child, the rows back: ``analyze_isolated``), against XLA's cost analysis of the same text in process (parse,
 HLO conversion, analysis). Target: <= 2x XLA.
 
+``--breakdown`` prints where the CPU of ``mhlo-cost report FILE -q`` goes, the median of ``--processes`` fresh
+processes (alternating with ``--before``'s): the reader child's start (interpreter, jaxlib, the walk's modules,
+as it starts), then what it does with the request, as it does it: jaxlib's parse, the walk, the rendering (the
+summary, its memory profile and blocks, the text). The caller's own process (its start and imports, overlapped
+with the child's start) is measured by the whole-process comparison.
+
     python benchmarks/bench_analyze.py [--layers 400] [--repeat 3] [--processes 9] [--before TREE]
-    python benchmarks/bench_analyze.py --processes-only|--in-process [--before TREE]
+    python benchmarks/bench_analyze.py --processes-only|--in-process|--breakdown [--before TREE]
 """
 from __future__ import annotations
 
@@ -102,6 +108,7 @@ def _arguments():
     ap.add_argument("--processes", type=int, default=9, help="whole-process runs of each (median)")
     ap.add_argument("--processes-only", action="store_true", help="only the whole-process comparison")
     ap.add_argument("--in-process", action="store_true", help="only the in-process comparison")
+    ap.add_argument("--breakdown", action="store_true", help="only the CPU of the report's child, by phase")
     ap.add_argument("--before", help="a checkout of mhlo-cost before a change, measured alongside")
     ap.add_argument("--file", help="an MLIR file to measure instead of the lowered transformer")
     return ap.parse_args()
@@ -115,13 +122,18 @@ def _one_comparison(args) -> None:
             path.write_text(lower(args.layers).as_text(debug_info=True))
         if args.processes_only:
             _whole_processes(path, args.processes, args.before)
+        elif args.breakdown:
+            from breakdown import breakdown  # (this script's folder is on the path)
+
+            _compiled(_trees(args.before))
+            breakdown(path, args.processes, dict(zip(["", " (before)"], _trees(args.before))), NEUTRAL)
         else:
             _in_processes(path, args.processes, args.repeat, args.before)
 
 
 def main() -> None:
     args = _arguments()
-    if args.processes_only or args.in_process:
+    if args.processes_only or args.in_process or args.breakdown:
         _one_comparison(args)
         return
 

@@ -65,9 +65,8 @@ def __getattr__(name: str):
 
 def _install_moved_finder() -> None:
     """Old module names keep working for one release, with a warning (see :data:`MOVED`)."""
-    import importlib.abc
-    import importlib.machinery
-    import sys
+    import importlib.machinery  # (not importlib.abc: it imports importlib.resources, tempfile, typing: 20-40 ms of
+    import sys                  # every start, the reader child's too; a meta path finder needs no base class)
     import types
 
     class Alias(types.ModuleType):
@@ -79,7 +78,7 @@ def _install_moved_finder() -> None:
         def __dir__(self):
             return dir(self.__dict__["_target"])
 
-    class Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    class Finder:
         def find_spec(self, fullname, path=None, target=None):
             prefix = __name__ + "."
             if not fullname.startswith(prefix):

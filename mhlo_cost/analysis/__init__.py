@@ -2,11 +2,12 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
 import os
 import sys
 from dataclasses import dataclass, field, replace
-from operator import itemgetter
+from operator import attrgetter, itemgetter
 from typing import TYPE_CHECKING
 
 from ..ir.loader import LoadError, Loaded, load
@@ -134,9 +135,13 @@ class Analysis:
         # walk left: 0.37 s at 10^5 ops).
         costs = [r.cost for r in rows]
         s = {k: sum(map(itemgetter(i), costs)) for i, k in enumerate(SUM_COLUMNS)}
-        s["ops"] = sum(r.multiplicity for r in rows)
-        s["unknown_ops"] = sum(r.multiplicity for r in rows if r.kind == "unknown")
-        s["comm_ops"] = sum(r.multiplicity for r in rows if r.kind == "collective")
+        s["ops"] = sum(map(attrgetter("multiplicity"), rows))
+        s["unknown_ops"] = s["comm_ops"] = 0
+        for r in rows:  # one pass for the two kinds counted apart (most programs have neither)
+            if r.kind == "unknown":
+                s["unknown_ops"] += r.multiplicity
+            elif r.kind == "collective":
+                s["comm_ops"] += r.multiplicity
         if self.liveness is not None:
             s.update(self.memory.summary())
         s["macs"] = (s["gemm_flops"] + s["conv_flops"]) // 2
@@ -180,6 +185,7 @@ class Analysis:
 LOW_PRECISIONS = ("fp8", "fp6", "fp4", "int8", "int4")
 
 
+@functools.lru_cache(maxsize=256)  # a program has a handful of element types and thousands of dots
 def element_precision(dtype: str) -> str | None:
     """The low-precision class of an MLIR element type (``f8E4M3FN`` -> fp8, ``ui4`` -> int4); None for the
     others (bf16, f16, f32, wider integers...)."""
@@ -207,6 +213,8 @@ def precision_flops(rows) -> dict[str, int]:
     the part of ``gemm_flops`` that runs in fp8, fp4, int8, ..."""
     out: dict[str, int] = {}
     for r in rows:
+        if r.kind != "dot":  # (dot_precision's own first test, made here: no call for the other rows)
+            continue
         p = dot_precision(r)
         if p is not None:
             out[f"gemm_flops_{p}"] = out.get(f"gemm_flops_{p}", 0) + r.gemm_flops
