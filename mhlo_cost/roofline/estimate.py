@@ -13,6 +13,7 @@ from ..ir.tensorinfo import TensorInfo
 from ..walk.row import Row, short_name
 from .fusion import FUSE_MODES, fuse
 from .optime import op_time, overhead_bound, unit_peaks
+from .program import ProgramPricing
 
 
 class Roofline:
@@ -77,8 +78,12 @@ class Roofline:
             producers = self.analysis.producers
             if not producers:
                 producers = [(None,)] * len(rows)  # every op waits for everything before it
-            self._exposure[key] = exposed_comm(producers, compute, comm, [r.kind == "collective" for r in rows],
-                                               self.analysis.async_done)
+                self._exposure[key] = exposed_comm(producers, compute, comm, [r.kind == "collective" for r in rows],
+                                                   self.analysis.async_done)
+            else:  # the program's graph, made once whatever the chip
+                shared = ProgramPricing.of(self.analysis)
+                self._exposure[key] = exposed_comm(producers, compute, comm, shared.is_comm(),
+                                                   self.analysis.async_done, graph=shared.graph())
         return self._exposure[key]
 
     def comm_exposed(self, fused: bool = False) -> float:
