@@ -97,3 +97,18 @@ def test_the_fused_memory_of_another_program_is_refused(program):
     rf = Roofline(a, resolve_profile("h100"), "elementwise")
     with pytest.raises(ValueError, match="another program"):
         ProgramPricing.of(a).fused_memory(b, rf.fusion.row_kernel)
+
+
+def test_without_collectives_nothing_is_exposed_and_the_stream_never_waits():
+    from mhlo_cost.network import exposed_comm
+
+    compute = [0.1, 0.2, 0.3, 0.7]
+    e = exposed_comm([("a",), (0,), (None,), (1, 2)], compute, [0.0] * 4, [False] * 4)
+    assert e.exposed == [0.0] * 4 and e.makespan == ((0.1 + 0.2) + 0.3) + 0.7
+
+
+def test_totals_are_a_fresh_dict_each_call(program):
+    rf = Roofline(analyze(program, AnalysisOptions(dataflow=True)), resolve_profile("h100"), "elementwise")
+    first = rf.totals()
+    first["est_time_s"] = -1.0
+    assert rf.totals()["est_time_s"] > 0 and rf.totals() == rf.totals()

@@ -55,6 +55,7 @@ class Roofline:
             self.fusion = None
         self._exposure: dict = {}
         self._exposed: dict = {}
+        self._totals: dict | None = None
 
     # -- communication: algorithm and tier per collective, and what compute cannot hide ---------------------
     def comm_detail(self, i: int):
@@ -101,6 +102,12 @@ class Roofline:
         return sum(r.multiplicity for r, t in zip(self.analysis.rows, self.times) if t.bound == "unknown")
 
     def totals(self) -> dict:
+        """The program's totals (a fresh dict each call; computed once: the times and kernels never change)."""
+        if self._totals is None:
+            self._totals = self._sum_totals()
+        return dict(self._totals)
+
+    def _sum_totals(self) -> dict:
         ts = self.times
         kernel = math.fsum(t.kernel_s for t in ts)
         comm = math.fsum(t.comm_s for t in ts)
