@@ -6,6 +6,7 @@ two tables. Each run is a fresh process with its own empty cache folder. Prints 
     python benchmarks/bench_grid.py --model gpt           # the bundled gpt (small: quick)
     python benchmarks/bench_grid.py --breakdown --only fit  # the fitted path alone, each stage's time printed
     python benchmarks/bench_grid.py --sweep               # also time `mhlo-cost sweep --spec benchmarks/sweep_stdit3.toml`
+    python benchmarks/bench_grid.py --only fit --before 792ab51  # and the same with the code of a git revision
 
 The issue's targets: the 7B serve grid under 20 s from an empty cache, the STDiT3 published-table sweep under 10 s
 (the sweep is not fitted yet: its time is the lowering path's).
@@ -13,9 +14,11 @@ The issue's targets: the 7B serve grid under 20 s from an empty cache, the STDiT
 from __future__ import annotations
 
 import argparse
+import io
 import os
 import subprocess
 import sys
+import tarfile
 import tempfile
 import time
 
@@ -64,12 +67,43 @@ def _since_start() -> float:
         return 0.0
 
 
-def timed(cmd: list[str]) -> float:
-    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""),
+def timed(cmd: list[str], code: str | None = None) -> float:
+    """Seconds ``cmd`` took, with the package of ``code`` (default: this checkout) first on the path."""
+    env = dict(os.environ, PYTHONPATH=(code or ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
                XDG_STATE_HOME=tempfile.mkdtemp())
     t0 = time.perf_counter()
     subprocess.run(cmd, check=True, env=env)
     return time.perf_counter() - t0
+
+
+def extract(rev: str) -> str:
+    """A temporary folder holding the tree of git revision ``rev`` of this checkout."""
+    into = tempfile.mkdtemp()
+    blob = subprocess.run(["git", "-C", ROOT, "archive", rev], check=True, capture_output=True).stdout
+    with tarfile.open(fileobj=io.BytesIO(blob)) as tar:
+        tar.extractall(into, filter="data")
+    return into
+
+
+def before_after(a, work: str, times: dict, tables: dict) -> None:
+    """``--before REF``: each path timed again with the code of REF, and its table compared byte for byte."""
+    old = extract(a.before)
+    for mode in list(times):
+        out = os.path.join(work, f"{mode}-before.csv")
+        t = timed([sys.executable, __file__, "--model", a.model, "--batches", a.batches, "--contexts", a.contexts,
+                   "--child", mode, out], code=old)
+        with open(out, "rb") as f:
+            same = f.read() == tables[mode]
+        print(f"{mode}: before ({a.before}) {t:.1f} s, now {times[mode]:.1f} s ({t / times[mode]:.2f}x); "
+              f"table byte-identical to before: {same}")
+    if a.sweep:
+        spec = os.path.join(HERE, "sweep_stdit3.toml")
+        outs = [os.path.join(work, f"sweep{x}.csv") for x in ("", "-before")]
+        t = timed([sys.executable, "-m", "mhlo_cost", "sweep", "--spec", spec, "--cache-dir", tempfile.mkdtemp(),
+                   "-q", "-o", outs[1]], code=old)
+        with open(outs[0], "rb") as f0, open(outs[1], "rb") as f1:
+            same = f0.read() == f1.read()
+        print(f"STDiT3 sweep: before ({a.before}) {t:.1f} s; table byte-identical to before: {same}")
 
 
 def main() -> None:
@@ -81,6 +115,8 @@ def main() -> None:
     ap.add_argument("--breakdown", action="store_true",
                     help="print each stage of both runs (lowerings, evaluations) with its time since the start")
     ap.add_argument("--only", choices=("lower", "fit"), help="time one path only (no comparison)")
+    ap.add_argument("--before", metavar="REF", help="also time each run with the code of git revision REF "
+                    "(792ab51: before issue 41's shared pricing) and compare the tables byte for byte")
     ap.add_argument("--child", nargs=2, metavar=("MODE", "OUT"), help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.child:
@@ -97,16 +133,18 @@ def main() -> None:
     points = len(a.batches.split(",")) * len(a.contexts.split(","))
     if a.only:
         print(f"serve grid, {a.model}, {points} points, empty cache: {a.only} {times[a.only]:.1f} s")
-        return
-    print(f"serve grid, {a.model}, {points} points, empty cache: every point lowered {times['lower']:.1f} s, "
-          f"fitted {times['fit']:.1f} s ({times['lower'] / times['fit']:.2f}x); target < 20 s (7B)")
-    print(f"tables byte-identical: {tables['lower'] == tables['fit']}")
+    else:
+        print(f"serve grid, {a.model}, {points} points, empty cache: every point lowered {times['lower']:.1f} s, "
+              f"fitted {times['fit']:.1f} s ({times['lower'] / times['fit']:.2f}x); target < 20 s (7B)")
+        print(f"tables byte-identical: {tables['lower'] == tables['fit']}")
     if a.sweep:
         spec = os.path.join(HERE, "sweep_stdit3.toml")
         t = timed([sys.executable, "-m", "mhlo_cost", "sweep", "--spec", spec, "--cache-dir", tempfile.mkdtemp(),
                    "-q", "-o", os.path.join(work, "sweep.csv")])
         print(f"STDiT3 published-table sweep (24 points), empty cache: {t:.1f} s (lowered per point: not fitted "
               "yet); target < 10 s")
+    if a.before:
+        before_after(a, work, times, tables)
 
 
 if __name__ == "__main__":

@@ -61,6 +61,7 @@ def encode(analysis) -> bytes:
     extra.pop("_memory", None)
     extra.pop("_ops", None)
     extra.pop("_summary_memo", None)
+    extra.pop("_pricing_memo", None)  # (mhlo_cost.roofline.program: rebuilt where the analysis is priced)
     frame_table = _frame_table(frames, lists)
     rec = extra.pop("liveness", None)
     record = None if rec is None else (None if rec.entry is None else 0, rec.args, rec.alias, rec.local,

@@ -33,22 +33,23 @@ class Exposure:
 
 
 def exposed_comm(producers: list, compute: list, comm: list, is_comm: list,
-                 async_done: dict | None = None) -> Exposure:
+                 async_done: dict | None = None, graph: tuple | None = None) -> Exposure:
     """The schedule above over rows in program order.
 
     ``producers[i]``: the source of each operand of row i (a row index, a function argument as a string,
     or None where unknown); ``compute[i]``: its time on the stream; ``comm[i]``: a collective's time;
     ``is_comm[i]``: whether row i is a collective; ``async_done[i]``: for an async collective, the index
-    of the last row written before its done.
+    of the last row written before its done. ``graph``: :func:`schedule_graph` of ``producers``, where the
+    caller keeps it (one program priced on several chips).
     """
     n = len(compute)
+    if not any(is_comm):  # nothing to hide: the stream runs every row in program order and never waits
+        t = 0.0
+        for c in compute:
+            t += c  # (as the schedule adds them)
+        return Exposure([0.0] * n, t, math.fsum(compute))
     async_done = async_done or {}
-    preds = [sorted({p for p in ps if isinstance(p, int) and 0 <= p < i}) for i, ps in enumerate(producers)]
-    barrier = [any(p is None for p in ps) for ps in producers]
-    succs: list[list[int]] = [[] for _ in range(n)]
-    for i, ps in enumerate(preds):
-        for p in ps:
-            succs[p].append(i)
+    preds, barrier, succs = graph if graph is not None else schedule_graph(producers)
     s = _State(n, compute, comm, is_comm, preds, barrier, async_done)
     for i in range(n):
         if not preds[i]:
@@ -56,6 +57,19 @@ def exposed_comm(producers: list, compute: list, comm: list, is_comm: list,
     s.run(succs)
     busy = math.fsum(compute)
     return Exposure(s.exposed, max(s.t, max(s.finish, default=0.0)), busy)
+
+
+def schedule_graph(producers: list) -> tuple:
+    """(preds, barrier, succs) of the schedule: per row, its earlier producer rows (sorted, each once), whether
+    it waits for everything before it (an unknown producer), and the rows it feeds."""
+    n = len(producers)
+    preds = [sorted({p for p in ps if isinstance(p, int) and 0 <= p < i}) for i, ps in enumerate(producers)]
+    barrier = [any(p is None for p in ps) for ps in producers]
+    succs: list[list[int]] = [[] for _ in range(n)]
+    for i, ps in enumerate(preds):
+        for p in ps:
+            succs[p].append(i)
+    return preds, barrier, succs
 
 
 class _State:

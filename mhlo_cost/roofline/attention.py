@@ -16,6 +16,7 @@ saved for a backward pass) is still written.
 from __future__ import annotations
 
 import math
+from bisect import bisect_right
 from collections import deque
 from dataclasses import dataclass
 
@@ -68,12 +69,23 @@ def _walk_back(rows, producers, start: int):
     return seen, dots
 
 
-def _forward_from(qk: int, chain: set, producers) -> set:
-    """The chain rows with a path from ``qk`` (in program order, so one pass suffices)."""
+def _links(chain: set, producers) -> tuple[list, list, bool]:
+    """The chain rows in program order, the row producers of each, and whether any of them reads a row at or after
+    its own (then no chain row before a dot can be skipped): made once per walk for :func:`_forward_from`."""
+    order = sorted(chain)
+    reads = [tuple(p for p in producers[i] if isinstance(p, int)) for i in order]
+    backward = all(p < i for i, ps in zip(order, reads) for p in ps)
+    return order, reads, backward
+
+
+def _forward_from(qk: int, links: tuple) -> set:
+    """The chain rows with a path from ``qk`` (in program order, so one pass suffices); ``links``:
+    :func:`_links` of the chain. Where every chain row reads earlier rows only, none before ``qk`` is reached."""
+    order, reads, backward = links
     reached = {qk}
-    for i in sorted(chain):
-        if any(isinstance(p, int) and p in reached for p in producers[i]):
-            reached.add(i)
+    for n in range(bisect_right(order, qk) if backward else 0, len(order)):
+        if not reached.isdisjoint(reads[n]):
+            reached.add(order[n])
     return reached - {qk}
 
 
@@ -152,11 +164,11 @@ def _match(rows, producers, pv: int, operand: int):
     if not any(rows[i].kind == "reduce" for i in chain) or not any(
             short_name(rows[i].op) == "exponential" for i in chain):
         return None  # every path below is in the chain: no softmax there, no attention (and no search)
-    mult = rows[pv].multiplicity
+    mult, links = rows[pv].multiplicity, _links(chain, producers)
     for qk in sorted(dots, reverse=True):
         if rows[qk].multiplicity != mult:
             continue
-        path = _forward_from(qk, chain, producers)
+        path = _forward_from(qk, links)
         names = {short_name(rows[i].op) for i in path}
         if "exponential" not in names or not any(_sums_exps(rows, producers, i) for i in path):
             continue

@@ -13,6 +13,7 @@ from ..ir.tensorinfo import TensorInfo
 from ..walk.row import Row, short_name
 from .fusion import FUSE_MODES, fuse
 from .optime import op_time, overhead_bound, unit_peaks
+from .program import ProgramPricing
 
 
 class Roofline:
@@ -54,6 +55,7 @@ class Roofline:
             self.fusion = None
         self._exposure: dict = {}
         self._exposed: dict = {}
+        self._totals: dict | None = None
 
     # -- communication: algorithm and tier per collective, and what compute cannot hide ---------------------
     def comm_detail(self, i: int):
@@ -77,8 +79,12 @@ class Roofline:
             producers = self.analysis.producers
             if not producers:
                 producers = [(None,)] * len(rows)  # every op waits for everything before it
-            self._exposure[key] = exposed_comm(producers, compute, comm, [r.kind == "collective" for r in rows],
-                                               self.analysis.async_done)
+                self._exposure[key] = exposed_comm(producers, compute, comm, [r.kind == "collective" for r in rows],
+                                                   self.analysis.async_done)
+            else:  # the program's graph, made once whatever the chip
+                shared = ProgramPricing.of(self.analysis)
+                self._exposure[key] = exposed_comm(producers, compute, comm, shared.is_comm(),
+                                                   self.analysis.async_done, graph=shared.graph())
         return self._exposure[key]
 
     def comm_exposed(self, fused: bool = False) -> float:
@@ -96,6 +102,12 @@ class Roofline:
         return sum(r.multiplicity for r, t in zip(self.analysis.rows, self.times) if t.bound == "unknown")
 
     def totals(self) -> dict:
+        """The program's totals (a fresh dict each call; computed once: the times and kernels never change)."""
+        if self._totals is None:
+            self._totals = self._sum_totals()
+        return dict(self._totals)
+
+    def _sum_totals(self) -> dict:
         ts = self.times
         kernel = math.fsum(t.kernel_s for t in ts)
         comm = math.fsum(t.comm_s for t in ts)

@@ -40,8 +40,9 @@ from ..machines.hardware import Hardware
 from ..ir.tensorinfo import TensorInfo
 from ..walk.row import Row, short_name
 from .band import masks_of
-from .kernel_io import KernelIO, share_time
+from .kernel_io import kernel_time, share_time
 from .optime import OpTime, op_time
+from .program import ProgramPricing
 
 #: Data ops that a loop fusion absorbs (they move or cast elements of one index space).
 FUSIBLE_DATA = frozenset({
@@ -313,20 +314,14 @@ def grouping_inputs(analysis, hw: Hardware, times, producers, attention: str, wh
 def fuse(analysis, hw: Hardware, times: list[OpTime] | None = None, producers: list | None = None,
          attention: str = "unfused") -> Fusion:
     """Group rows into fused kernels (see the module docstring) and time them on ``hw``. ``attention``:
-    ``fused`` prices each attention found by :func:`.attention.find_attention` as one kernel."""
+    ``fused`` prices each attention found by :func:`.attention.find_attention` as one kernel. With the
+    analysis's own data flow (no ``producers`` given) the grouping is the program's
+    (:class:`.program.ProgramPricing`: made once, whatever the chip)."""
+    own = producers is None
     rows, producers, times = grouping_inputs(analysis, hw, times, producers, attention, "fuse()")
-    preset, onchip = {}, set()
-    if attention == "fused":
-        from .attention import find_attention, find_attention_backward
-
-        forward = find_attention(rows, producers)
-        backward, onchip = find_attention_backward(rows, producers, forward)
-        for g, att in enumerate(forward + backward):
-            preset.update((i, g) for i in att.members)
-    grouper = Grouper(rows, producers, times, preset, getattr(hw, "row_fusion", True))
-    for i in range(len(rows)):
-        grouper.place(i)
-    io = KernelIO(rows, producers, times, grouper.role, onchip, masks=masks_of(analysis))
-    for k in grouper.kernels:
-        io.measure(k, hw)
-    return Fusion(grouper.kernels, grouper.row_kernel, share_time(grouper.kernels, times, len(rows)))
+    shared = ProgramPricing.of(analysis) if own else ProgramPricing(rows, producers)
+    grouping = shared.grouping(times, attention, getattr(hw, "row_fusion", True))
+    kernels, masks = grouping.kernels(), masks_of(analysis)
+    for k in kernels:
+        kernel_time(k, rows, producers, times, hw, masks)
+    return Fusion(kernels, list(grouping.row_kernel), share_time(kernels, times, len(rows)))

@@ -137,7 +137,11 @@ class KernelIO:
 
     def measure(self, k, hw: Hardware) -> None:
         """Fill kernel ``k``'s bytes, times, FLOPs and peak."""
-        rows, times = self.rows, self.times
+        self.measure_io(k)
+        kernel_time(k, self.rows, self.producers, self.times, hw, self.masks)
+
+    def measure_io(self, k) -> None:
+        """Fill kernel ``k``'s inputs, outputs and bytes (no chip needed: :mod:`.program` keeps them)."""
         members = set(k.members)
         k.inputs = self.inputs(members, k.members)
         outs = self.outputs(members, k.members)
@@ -149,23 +153,29 @@ class KernelIO:
         m = k.multiplicity
         k.bytes_read = sum(t.nbytes for t in k.inputs) * m
         k.bytes_written = sum(b for _, b in outs) * m
-        k.compute_s = math.fsum(times[i].compute_s for i in k.members)
-        if k.attention:
-            from .attention import kernel_compute_s
-            c = kernel_compute_s(rows, self.producers, times, k.members, hw, m, k.library, self.masks)
-            k.compute_s = k.compute_s if c is None else c
-        k.memory_s = hw.memory_time(k.bytes_read + k.bytes_written, m)
-        k.overhead_s = hw.kernel_overhead * m
-        k.flops = sum(rows[i].gemm_flops + rows[i].conv_flops + rows[i].vector_flops for i in k.members)
-        if k.has_dot:
-            k.peak = times[k.head].peak
-        elif k.flops:
-            k.peak = hw.vector_peak(vector_dtype(rows[k.head]))
-        # Never above the unfused members (bytes are a subset; the cap guards the float sums).
-        unfused = math.fsum(times[i].kernel_s for i in k.members)
-        if k.time_s > unfused:
-            k.memory_s = min(k.memory_s, max(0.0, unfused - k.overhead_s))
-            k.compute_s = min(k.compute_s, max(0.0, unfused - k.overhead_s))
+
+
+def kernel_time(k, rows, producers, times: list[OpTime], hw: Hardware, masks: dict | None = None) -> None:
+    """Fill kernel ``k``'s times, FLOPs and peak on ``hw`` from its bytes (:meth:`KernelIO.measure_io`) and
+    its members' unfused times."""
+    m = k.multiplicity
+    k.compute_s = math.fsum(times[i].compute_s for i in k.members)
+    if k.attention:
+        from .attention import kernel_compute_s
+        c = kernel_compute_s(rows, producers, times, k.members, hw, m, k.library, masks)
+        k.compute_s = k.compute_s if c is None else c
+    k.memory_s = hw.memory_time(k.bytes_read + k.bytes_written, m)
+    k.overhead_s = hw.kernel_overhead * m
+    k.flops = sum(rows[i].gemm_flops + rows[i].conv_flops + rows[i].vector_flops for i in k.members)
+    if k.has_dot:
+        k.peak = times[k.head].peak
+    elif k.flops:
+        k.peak = hw.vector_peak(vector_dtype(rows[k.head]))
+    # Never above the unfused members (bytes are a subset; the cap guards the float sums).
+    unfused = math.fsum(times[i].kernel_s for i in k.members)
+    if k.time_s > unfused:
+        k.memory_s = min(k.memory_s, max(0.0, unfused - k.overhead_s))
+        k.compute_s = min(k.compute_s, max(0.0, unfused - k.overhead_s))
 
 
 def share_time(kernels, times: list[OpTime], n: int) -> list[float]:

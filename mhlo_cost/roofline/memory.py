@@ -20,6 +20,10 @@ def fused_profile(analysis, fusion=None, attention: str = "unfused") -> MemoryPr
         from . import fuse
 
         fusion = fuse(analysis, get_profile(GROUPING_PROFILE), attention=attention)
+    if analysis.producers is not None:  # the program's (one per grouping, whatever the chip)
+        from .program import ProgramPricing
+
+        return ProgramPricing.of(analysis).fused_memory(analysis, fusion.row_kernel)
     return profile(analysis, fusion.row_kernel)
 
 

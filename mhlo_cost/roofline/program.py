@@ -1,0 +1,150 @@
+"""What pricing one program needs that no chip changes, computed once per program and reused on every profile.
+
+A sweep point is priced on several chips (``dgx-a100``, ``dgx-h100``), and a program's report, its kernel table
+and its block table each build a :class:`~.estimate.Roofline`; every one of them used to redo the same work: find
+the attentions (:func:`.attention.find_attention`), group the rows into fused kernels (:class:`.fusion.Grouper`),
+measure each kernel's inputs and outputs (:class:`.kernel_io.KernelIO`), and build the dependency graph of the
+communication schedule (:func:`mhlo_cost.network.schedule_graph`). None of that reads a chip's rates: the grouping
+reads a row's times only to see whether it is ``free`` (no kernel: :func:`.optime.is_no_kernel`, a property of
+the op), and a profile's ``row_fusion`` flag, both part of the key here.
+
+:class:`ProgramPricing` holds those results for one program (its rows and data flow), keyed by what they depend
+on; :meth:`ProgramPricing.of` keeps it on the analysis (as the analysis keeps its summary), and a different row
+list or data flow (a filtered part of the program, a rebuilt table) gets a fresh one. Each chip then only times
+the kernels (:func:`.kernel_io.kernel_time`) and runs the schedule.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+#: The attribute of an analysis that holds its :class:`ProgramPricing` (dropped by the wire, as other memos).
+MEMO = "_pricing_memo"
+
+
+@dataclass(frozen=True)
+class KernelShape:
+    """One kernel as grouped and measured without a chip: members, multiplicity, flags, inputs and outputs."""
+
+    members: tuple
+    multiplicity: int
+    has_dot: bool
+    attention: bool
+    closed: bool
+    inputs: tuple
+    outputs: tuple
+    bytes_read: int
+    bytes_written: int
+
+    def kernel(self):
+        """A fresh :class:`~.fusion.Kernel` with this shape (its times left for a chip to fill)."""
+        from .fusion import Kernel
+
+        return Kernel(list(self.members), self.multiplicity, has_dot=self.has_dot, attention=self.attention,
+                      closed=self.closed, bytes_read=self.bytes_read, bytes_written=self.bytes_written,
+                      inputs=list(self.inputs), outputs=list(self.outputs))
+
+
+@dataclass(frozen=True)
+class Grouping:
+    """The kernels of one fused grouping of a program, and each row's kernel (None: none)."""
+
+    shapes: tuple  # KernelShape per kernel
+    row_kernel: tuple
+
+    def kernels(self) -> list:
+        return [s.kernel() for s in self.shapes]
+
+
+class ProgramPricing:
+    """The chip-independent parts of pricing the program of ``rows`` with data flow ``producers``, each made on
+    first use and kept: the attentions found, the fused groupings (by attention mode, row fusion and which rows
+    are free), the schedule's graph."""
+
+    def __init__(self, rows, producers, liveness=None):
+        self.rows, self.producers, self.liveness, self.n = rows, producers, liveness, len(rows)
+        self._attention = None
+        self._groupings: dict = {}
+        self._graph = None
+        self._is_comm = None
+        self._memory: dict = {}
+
+    @classmethod
+    def of(cls, analysis) -> "ProgramPricing":
+        """The one kept on ``analysis`` where it is of the same rows and data flow, else a fresh one, kept."""
+        memo = analysis.__dict__.get(MEMO)
+        if not (isinstance(memo, cls) and memo.matches(analysis)):
+            memo = analysis.__dict__[MEMO] = cls(analysis.rows, analysis.producers, analysis.liveness)
+        return memo
+
+    def matches(self, analysis) -> bool:
+        """Whether this was made for the rows, data flow and liveness record of ``analysis`` (the same
+        objects, the rows not grown)."""
+        return (analysis.rows is self.rows and analysis.producers is self.producers
+                and analysis.liveness is self.liveness and len(self.rows) == self.n)
+
+    def attention(self) -> tuple:
+        """(every attention, forward then backward, as :func:`.attention.find_attention` and
+        :func:`.attention.find_attention_backward` find them; the score shapes a flash kernel keeps on chip)."""
+        if self._attention is None:
+            from .attention import find_attention, find_attention_backward
+
+            forward = find_attention(self.rows, self.producers)
+            backward, onchip = find_attention_backward(self.rows, self.producers, forward)
+            self._attention = (tuple(forward + backward), frozenset(onchip))
+        return self._attention
+
+    def grouping(self, times, attention: str, row_fusion: bool) -> Grouping:
+        """The compiled grouping (:func:`.fusion.fuse`) with ``attention`` (``fused``: each attention one
+        kernel); ``times`` say only which rows are free."""
+        free = tuple(t.bound == "free" for t in times)
+        key = (attention, bool(row_fusion), free)
+        if key not in self._groupings:
+            self._groupings[key] = self._group(times, attention, row_fusion)
+        return self._groupings[key]
+
+    def _group(self, times, attention: str, row_fusion: bool) -> Grouping:
+        from .fusion import Grouper
+        from .kernel_io import KernelIO
+
+        rows, producers = self.rows, self.producers
+        preset, onchip = {}, frozenset()
+        if attention == "fused":
+            found, onchip = self.attention()
+            for g, att in enumerate(found):
+                preset.update((i, g) for i in att.members)
+        grouper = Grouper(rows, producers, times, preset, row_fusion)
+        for i in range(len(rows)):
+            grouper.place(i)
+        io = KernelIO(rows, producers, times, grouper.role, onchip)
+        shapes = []
+        for k in grouper.kernels:
+            io.measure_io(k)
+            shapes.append(KernelShape(tuple(k.members), k.multiplicity, k.has_dot, k.attention, k.closed,
+                                      tuple(k.inputs), tuple(k.outputs), k.bytes_read, k.bytes_written))
+        return Grouping(tuple(shapes), tuple(grouper.row_kernel))
+
+    def is_comm(self) -> list:
+        """Per row: whether it is a collective."""
+        if self._is_comm is None:
+            self._is_comm = [r.kind == "collective" for r in self.rows]
+        return self._is_comm
+
+    def graph(self):
+        """The schedule's graph of the data flow (:func:`mhlo_cost.network.schedule_graph`)."""
+        if self._graph is None:
+            from ..network.schedule import schedule_graph
+
+            self._graph = schedule_graph(self.producers)
+        return self._graph
+
+    def fused_memory(self, analysis, row_kernel: list):
+        """The fused memory profile of ``analysis`` (this program) with rows grouped as ``row_kernel``
+        (:func:`mhlo_cost.memory.profile.profile`): one per grouping, whatever the chip."""
+        key = tuple(row_kernel)
+        if not self.matches(analysis):
+            raise ValueError("fused_memory() of another program than this pricing's")
+        if key not in self._memory:
+            from ..memory.profile import profile
+
+            self._memory[key] = profile(analysis, row_kernel)
+        return self._memory[key]
