@@ -14,6 +14,7 @@ launch per kernel) are those of the measured code; the estimate is the program's
 """
 from __future__ import annotations
 
+import functools
 import json
 import os
 import tempfile
@@ -66,17 +67,17 @@ def lowered_text(m: dict) -> str:
     raise ValueError(f"{m['id']}: no whole-model program {m['program']!r}")
 
 
-_ANALYSES: dict = {}
-
-
 def analysis(m: dict):
     """The analysis of row ``m``'s program (lowered and walked once per program and parameters)."""
+    return _analysis(m["program"], json.dumps(m["params"], sort_keys=True))
+
+
+@functools.lru_cache(maxsize=32)  # bounded: the file holds 22 distinct programs
+def _analysis(program: str, params: str):
     from mhlo_cost.analysis import AnalysisOptions, analyze
 
-    key = (m["program"], json.dumps(m["params"], sort_keys=True))
-    if key not in _ANALYSES:
-        _ANALYSES[key] = analyze(lowered_text(m), AnalysisOptions(dataflow=True))
-    return _ANALYSES[key]
+    return analyze(lowered_text({"program": program, "params": json.loads(params), "id": f"{program} {params}"}),
+                   AnalysisOptions(dataflow=True))
 
 
 def estimated_s(m: dict, hw) -> float:

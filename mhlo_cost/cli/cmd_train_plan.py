@@ -36,6 +36,9 @@ def _check_options(args) -> None:
             if v:
                 raise UserError(f"{opt} goes with --hf (a transformers configuration); the bundled sizes are "
                                 "--layers, --hidden, --heads, --seq, --vocab")
+    if args.tp_comm_overlap_rs != "pipeline" and not args.tp_comm_overlap:
+        raise UserError("--tp-comm-overlap-rs chooses how --tp-comm-overlap runs its reduce-scatters; give "
+                        "--tp-comm-overlap with it")
     if args.by is not None and args.format in ("json", "html"):
         raise UserError(f"--by chooses the table; --format {args.format} holds both tables")
     for dest, value in SPLIT_DEFAULTS:

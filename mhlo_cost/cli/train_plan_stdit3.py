@@ -17,7 +17,9 @@ NOT_STDIT3 = (("-t", "t", 1), ("-p", "p", 1), ("--sp", "sp", False), ("--interle
               ("--cp-comm-type", "cp_comm_type", "p2p"), ("--execution", "execution", "compiled"),
               ("--cp-kv-repeat", "cp_kv_repeat", False), ("--dp-reduce", "dp_reduce", "reduce_scatter"),
               ("--share-embeddings-and-output-weights", "tied_embedding", False),
-              ("--grad-accum-pass", "grad_accum_pass", False),
+              ("--grad-accum-pass", "grad_accum_pass", False), ("--tp-comm-overlap", "tp_comm_overlap", False),
+              ("--tp-comm-overlap-rs", "tp_comm_overlap_rs", "pipeline"), ("--pipeline-split", "pipeline_split",
+                                                                         "megatron"),
               # the mixture-of-experts options (a dense video transformer has no experts)
               ("--num-experts", "num_experts", None), ("--moe-router-topk", "moe_router_topk", None),
               ("--moe-ffn-hidden-size", "moe_ffn_hidden_size", None), ("--ep", "ep", None),

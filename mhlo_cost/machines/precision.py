@@ -221,6 +221,9 @@ def dtype_bits(name: str) -> int:
     import ml_dtypes
     import numpy as np
 
+    short = {"bf16": "bfloat16", "f16": "float16", "fp16": "float16", "f32": "float32", "fp32": "float32",
+             "i8": "int8", "i4": "int4", "u8": "uint8", "u4": "uint4"}  # the spellings the profiles use
+    name = short.get(name, name)
     try:
         dt = np.dtype(getattr(ml_dtypes, name, name))
     except TypeError:

@@ -190,7 +190,8 @@ def compose(cfg: ScaleConfig, cost: LayerCost, hw, head: LayerCost | None = None
     n, f_s, b_s, dp = slow["layers"], slow["f_s"], slow["b_s"], slow["dp"]
     # the first stage runs the schedule's last backward, so its once-an-iteration reduction is never hidden
     # behind another stage's work: the larger of its and the slowest stage's sets the end of the iteration
-    dp_iter = max(dp.iteration, stages[0]["dp"].iteration)
+    dp_stage = 0 if stages[0]["dp"].iteration > dp.iteration else slow_stage  # whose reduction ends it
+    dp_iter = stages[dp_stage]["dp"].iteration
     # point-to-point: v boundaries forward and v backward per micro-batch (none with one stage); Megatron's
     # scatter/gather optimisation sends 1/t of the activation per tensor rank (all-gathered on NVLink after)
     p2p_bytes = activation_bytes(cfg) // cfg.t
@@ -209,9 +210,9 @@ def compose(cfg: ScaleConfig, cost: LayerCost, hw, head: LayerCost | None = None
                "recompute": m * n * one["recompute"]}
     counts = flop_counts(cfg, cost, hw, total, head)
     counts.update(micro_batches=m, p2p_transfers=2 * v * m if p > 1 else 0, p2p_bytes=p2p_bytes,
-                  tp_bytes=activation_bytes(cfg), dp_bytes=cost.weight_elems * n * cfg.grad_bytes if cfg.cp * cfg.d > 1 else 0,
+                  tp_bytes=activation_bytes(cfg), dp_bytes=_dp_bytes(cfg, cost, stages[dp_stage]["layers"], dp_stage),
                   slots=str(slots), bubble_fraction=str(Fraction(p - 1, v * m)))
-    counts.update(_extra_counts(cfg, cost, n, optimizer_extra_elems(cfg, slow_stage)))
+    counts.update(_extra_counts(cfg, cost, stages[dp_stage]["layers"], optimizer_extra_elems(cfg, dp_stage)))
     dp_layers = m * n * (dp.forward + dp.backward)
     one.update(optimizer=cost.time_s["optimizer"] / cfg.shard_degree, dp_iteration_exposed=dp_iter - hidden,
                slow_stage=slow_stage, embedding_exposed=emb)
@@ -219,6 +220,16 @@ def compose(cfg: ScaleConfig, cost: LayerCost, hw, head: LayerCost | None = None
                      float(slots) * p2p_per_mb, dp_layers + dp_iter - hidden + emb,
                      m * n * (dp.forward_total + dp.backward_total) + dp_iter + emb, opt, total, counts,
                      cp_comm=m * n * (one["cp"].forward + one["cp"].backward), stages=tuple(stages), layer=one)
+
+
+def _dp_bytes(cfg: ScaleConfig, cost: LayerCost, layers: int, stage: int) -> int:
+    """The gradient bytes one device's data-parallel reduction carries per iteration: the stage's ``layers``
+    layers, the weights outside them (STDiT3's embedders) and those its optimizer reduces with them (DeepSpeed's
+    embedding / LM head); 0 with no data-parallel group."""
+    if cfg.cp * cfg.d == 1:
+        return 0
+    extra = getattr(cfg, "extra_weight_elems", 0) + optimizer_extra_elems(cfg, stage)
+    return (cost.weight_elems * layers + extra) * cfg.grad_bytes
 
 
 def _extra_counts(cfg: ScaleConfig, cost: LayerCost, n: int, stage_extra: int = 0) -> dict:

@@ -288,7 +288,9 @@ class ScaleConfig:
                     + (f" + {extra} (embedding/loss counted)" if extra else "")
                     + "; give --decoder-first/last-pipeline-num-layers or "
                     "--account-for-embedding/loss-in-pipeline-split")
-        if self.interleave > 1 and not self.uneven and self.layers % (self.p * self.interleave):
+        counted = self.account_embedding or self.account_loss  # Megatron-Core's rule for these: interleave_invalid
+        if (self.interleave > 1 and not self.uneven and not counted and self.pipeline_split == "megatron"
+                and self.layers % (self.p * self.interleave)):
             return (f"pipeline degree {self.p} x interleave {self.interleave} does not divide "
                     f"layers {self.layers}")
         from .pipeline_split import interleave_invalid

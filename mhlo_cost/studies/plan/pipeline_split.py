@@ -22,17 +22,20 @@ def interleave_invalid(cfg) -> str | None:
     v, stages = cfg.interleave, cfg.stage_layers()
     if cfg.pipeline_split not in PIPELINE_SPLITS:
         return f"pipeline_split must be one of {', '.join(PIPELINE_SPLITS)}, got {cfg.pipeline_split!r}"
-    if v == 1 or len(set(stages)) < 2:
+    if v == 1:
         return None
     if cfg.pipeline_split == "torchtitan":
         if min(stages) < v:
             return f"interleave {v}: a stage of {min(stages)} layers cannot hold {v} model chunks"
         return None
-    if not (cfg.first_stage_layers or cfg.last_stage_layers):  # the embedding / loss counted as layers
+    counted = cfg.account_embedding or cfg.account_loss
+    if counted and not (cfg.first_stage_layers or cfg.last_stage_layers):  # the embedding / loss as layers
         extra = int(cfg.account_embedding) + int(cfg.account_loss)
         if (cfg.layers + extra) % (cfg.p * v):
             return (f"Megatron-Core: layers {cfg.layers} + {extra} (embedding/loss counted) do not fill "
                     f"{cfg.p} x {v} virtual stages evenly")
+        return None
+    if len(set(stages)) < 2:
         return None
     for where, n in (("first", stages[0]), ("last", stages[-1]), ("middle", stages[len(stages) // 2])):
         if n % v:
