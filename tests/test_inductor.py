@@ -150,6 +150,21 @@ def test_cuda_graphs_keep_a_fill_shorter_than_the_graph_floor():
     assert all(k.memory_s >= GRAPH_FILL_S / 4 for k in graphs.kernels)
 
 
+def test_a_graph_replayed_gemv_streams_its_weight_after_the_graph_fill():
+    """Decode's matrix-vector product (a 4096 x 11008 bf16 weight, one token) on A100: memory-bound; in a graph
+    its bytes at the profile's streaming rate plus GRAPH_FILL_S, outside one plus the profile's fill."""
+    a100 = get_profile("a100")
+    a = _analysis(lambda x, w: x @ w, ((1, 4096), jnp.bfloat16), ((4096, 11008), jnp.bfloat16))
+    plain, graphs = inductor(a, a100), inductor(a, a100, cudagraphs=True)
+    [kp], [kg] = plain.kernels, graphs.kernels
+    nbytes = 2 * (4096 + 4096 * 11008 + 11008)  # bf16 vector, weight, result
+    assert kg.bytes_read + kg.bytes_written == nbytes and kg.extern
+    full = a100.hbm_bandwidth * a100.memory.efficiency
+    assert kp.memory_s == pytest.approx((nbytes + a100.memory.half_bytes) / full, rel=1e-9)
+    assert kg.memory_s == pytest.approx(nbytes / full + GRAPH_FILL_S, rel=1e-9)
+    assert kg.bound == "memory" and kg.memory_s < kp.memory_s
+
+
 def test_compile_gain_is_eager_over_inductor_in_summary_and_blocks():
     a = _analysis(tiny_chain, ((8, 16), jnp.float32))
     rf = Roofline(a, H100, execution="inductor")
