@@ -15,7 +15,7 @@ from helpers import lowered, run_cli
 from mhlo_cost.analysis import AnalysisOptions, analyze
 from mhlo_cost.machines.hardware import get_profile
 from mhlo_cost.roofline import Roofline
-from mhlo_cost.roofline.inductor import GRAPH_GAP_S, LAUNCH_S, fits, inductor
+from mhlo_cost.roofline.inductor import GRAPH_FILL_S, GRAPH_GAP_S, LAUNCH_S, fits, inductor
 from stderr_lines import error_line
 
 H100 = dataclasses.replace(get_profile("h100"), gemm=None)
@@ -122,14 +122,47 @@ def test_cuda_graphs_remove_the_host_launches():
     plain, graphs = inductor(a, H100), inductor(a, H100, cudagraphs=True)
     n = len(plain.kernels)
     assert n == len(graphs.kernels) == 6
-    # the same device work (128 floats a kernel: its fill and drain) ...
-    dev = math.fsum(max(k.compute_s, k.memory_s) for k in graphs.kernels)
-    assert dev == pytest.approx(math.fsum(max(k.compute_s, k.memory_s) for k in plain.kernels), rel=1e-12)
+    full = H100.hbm_bandwidth * H100.memory.efficiency
+    fill = H100.memory.half_bytes / full  # 13.3 MB at 0.92 x 3.35 TB/s: about 4.3 us, above the graph's 2 us
+    assert fill > GRAPH_FILL_S
+    # each kernel moves a few hundred bytes: outside a graph its bytes plus the profile's fill and drain, in a graph
+    # its bytes plus GRAPH_FILL_S (worked out here from the profile's fields) ...
+    nbytes = [k.bytes_read + k.bytes_written for k in plain.kernels]
+    assert nbytes == [k.bytes_read + k.bytes_written for k in graphs.kernels] and all(0 < b < 4096 for b in nbytes)
+    dev_plain = math.fsum(b / full + fill for b in nbytes)
+    dev_graphs = math.fsum(b / full + GRAPH_FILL_S for b in nbytes)
+    assert math.fsum(max(k.compute_s, k.memory_s) for k in plain.kernels) == pytest.approx(dev_plain, rel=1e-9)
+    assert math.fsum(max(k.compute_s, k.memory_s) for k in graphs.kernels) == pytest.approx(dev_graphs, rel=1e-9)
     assert all(max(k.compute_s, k.memory_s) + H100.kernel_overhead >= LAUNCH_S for k in plain.kernels)
     # ... after a launch gap of the profile's each without graphs, the graph's gap with them; no host launch
-    assert plain.time_s == pytest.approx(dev + n * H100.kernel_overhead, rel=1e-9)
-    assert graphs.time_s == pytest.approx(dev + n * GRAPH_GAP_S, rel=1e-9)
+    assert plain.time_s == pytest.approx(dev_plain + n * H100.kernel_overhead, rel=1e-9)
+    assert graphs.time_s == pytest.approx(dev_graphs + n * GRAPH_GAP_S, rel=1e-9)
     assert all(k.host_s == 0 for k in graphs.kernels) and all(k.host_s == LAUNCH_S for k in plain.kernels)
+
+
+def test_cuda_graphs_keep_a_fill_shorter_than_the_graph_floor():
+    """A profile whose fill and drain is already under GRAPH_FILL_S keeps it in a graph: the cap only lowers."""
+    half = GRAPH_FILL_S / 4 * H100.hbm_bandwidth * H100.memory.efficiency  # a fill of 0.5 us
+    hw = dataclasses.replace(H100, memory=dataclasses.replace(H100.memory, half_bytes=half))
+    a = _analysis(tiny_chain, ((8, 16), jnp.float32))
+    plain, graphs = inductor(a, hw), inductor(a, hw, cudagraphs=True)
+    assert [k.memory_s for k in graphs.kernels] == [k.memory_s for k in plain.kernels]
+    assert all(k.memory_s >= GRAPH_FILL_S / 4 for k in graphs.kernels)
+
+
+def test_a_graph_replayed_gemv_streams_its_weight_after_the_graph_fill():
+    """Decode's matrix-vector product (a 4096 x 11008 bf16 weight, one token) on A100: memory-bound; in a graph
+    its bytes at the profile's streaming rate plus GRAPH_FILL_S, outside one plus the profile's fill."""
+    a100 = get_profile("a100")
+    a = _analysis(lambda x, w: x @ w, ((1, 4096), jnp.bfloat16), ((4096, 11008), jnp.bfloat16))
+    plain, graphs = inductor(a, a100), inductor(a, a100, cudagraphs=True)
+    [kp], [kg] = plain.kernels, graphs.kernels
+    nbytes = 2 * (4096 + 4096 * 11008 + 11008)  # bf16 vector, weight, result
+    assert kg.bytes_read + kg.bytes_written == nbytes and kg.extern
+    full = a100.hbm_bandwidth * a100.memory.efficiency
+    assert kp.memory_s == pytest.approx((nbytes + a100.memory.half_bytes) / full, rel=1e-9)
+    assert kg.memory_s == pytest.approx(nbytes / full + GRAPH_FILL_S, rel=1e-9)
+    assert kg.bound == "memory" and kg.memory_s < kp.memory_s
 
 
 def test_compile_gain_is_eager_over_inductor_in_summary_and_blocks():

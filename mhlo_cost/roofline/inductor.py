@@ -28,7 +28,8 @@ order:
 * each kernel pays the profile's per-kernel gap and, on the host, the launch of a compiled kernel from
   Inductor's Python wrapper (:data:`LAUNCH_S`): a kernel takes at least that. With CUDA graphs
   (``cudagraphs=True``: ``mode="reduce-overhead"``) the host launches one graph per step and the kernels follow
-  each other at :data:`GRAPH_GAP_S`.
+  each other at :data:`GRAPH_GAP_S`, each paying at most :data:`GRAPH_FILL_S` of fixed memory time (the
+  profile's fill and drain is read off kernels timed one at a time).
 
 * a training step (its phases recorded: :attr:`~mhlo_cost.analysis.Analysis.phases`) is the graphs AOTAutograd
   partitions it into (:data:`GRAPHS`): the forward, and the backward with what it recomputes; nothing fuses
@@ -60,6 +61,13 @@ MAX_FUSION_SIZE = 64
 LAUNCH_S = 4e-6
 #: ESTIMATE: the gap between back-to-back kernels replayed from a CUDA graph (no host launch): about 1 us.
 GRAPH_GAP_S = 1e-6
+#: ESTIMATE: the most fixed device time (grid start, first HBM round trip, drain) a kernel replayed back to back
+#: from a CUDA graph pays beside its bytes: about 2 us, the order of a small kernel's whole duration in a graph
+#: (NVIDIA, "Getting Started with CUDA Graphs", 2019: a ~2.9 us kernel replayed at ~3.4 us per kernel on V100).
+#: The profile's ``half_size_mb`` fill (5.8 us on A100) is read off kernels timed one at a time between CUDA
+#: events after an L2 flush (``triton.testing.do_bench``): it holds the event and launch latency a replay does
+#: not pay, so it would act as a per-kernel floor of every tiny kernel of a decode step.
+GRAPH_FILL_S = 2e-6
 #: How a training step's optimizer runs beside the compiled model (:func:`inductor`).
 OPTIMIZER_MODES = ("eager", "compiled")
 #: Ops Inductor turns into index arithmetic of their readers (no loop of their own).
@@ -342,12 +350,26 @@ def _eager_optimizer(analysis, hw: Hardware, times, graph, sdpa: str) -> list:
 
 def launch(k: InductorKernel, hw: Hardware, cudagraphs: bool) -> None:
     """A kernel's launch costs: the profile's gap between kernels and the host's launch, or (CUDA graphs) the
-    graph's gap and no host launch."""
+    graph's gap, no host launch and a fixed memory time of at most :data:`GRAPH_FILL_S` (:func:`graph_memory_s`)."""
     if cudagraphs:
         k.overhead_s = min(hw.kernel_overhead, GRAPH_GAP_S) * k.multiplicity
         k.host_s = 0.0
+        k.memory_s = graph_memory_s(k, hw)
     else:
         k.host_s = LAUNCH_S * k.multiplicity
+
+
+def graph_memory_s(k: InductorKernel, hw: Hardware) -> float:
+    """Kernel ``k``'s memory time replayed from a CUDA graph: its bytes streamed as
+    :meth:`~mhlo_cost.machines.profile.Hardware.memory_time` streams them, with each execution's fixed fill and
+    drain (:meth:`~mhlo_cost.machines.profile.Hardware.memory_fixed`) at most :data:`GRAPH_FILL_S`; never above
+    the memory time measured outside a graph."""
+    m, nbytes = k.multiplicity, k.bytes_read + k.bytes_written
+    if k.memory_s <= 0 or nbytes <= 0:
+        return k.memory_s
+    fixed = hw.memory_fixed(m)
+    stream = hw.memory_time(nbytes, m) - fixed
+    return min(k.memory_s, stream + min(fixed, GRAPH_FILL_S * m))
 
 
 def compile_gain(eager_s: float, inductor_s: float) -> float:
