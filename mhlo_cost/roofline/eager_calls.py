@@ -61,9 +61,12 @@ def groups(rows, times, preset: set) -> list[list[int]]:
         key = _key(r)
         prev = rows[out[-1][-1]] if out else None
         same = prev is not None and prev.multiplicity == r.multiplicity
-        if last_key is not None and same and (key == last_key or key is None and not own_call(prev, r)):
+        follows = last_key is not None and same
+        if follows and (key == last_key or key is None and not own_call(prev, r)):
             out[-1].append(i)  # the same call; a row without a position: a helper the call runs
-        else:
-            out.append([i])
-            last_key = key if key is not None else ("", r.scope, r.func)  # a call of positionless rows
+            continue
+        out.append([i])
+        # a call begun by rows without a position after another call (own_call) takes their helpers; where no
+        # call came before, each such row stays a call of its own
+        last_key = ("", r.scope, r.func) if key is None and follows else key
     return out
