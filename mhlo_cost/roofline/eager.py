@@ -24,7 +24,10 @@ consecutive in program order and of one multiplicity, into one kernel:
   holds row blocks streams at their share of the rate (:mod:`.two_pass`).
 
 A row without a source position belongs to the call before it (the ops of a helper function the call runs,
-such as a decomposition's ``jit(_where)``); where no call came before, it is a call of its own. What the model does not see: a copy torch makes
+such as a decomposition's ``jit(_where)``), except where it begins a call of its own (:mod:`.eager_calls`): where
+the module scope changes (an activation module, ``bn1`` then ``act1``) or where a jax.nn activation's jitted
+function begins (``jit(relu)``, ``jit(silu)``: torchax's lowering of one aten op, one eager kernel); where no
+call came before, it is a call of its own. What the model does not see: a copy torch makes
 for a ``reshape`` of a non-contiguous tensor (taken as a free view), in-place ops (``add_``: the IR is
 functional; the memory estimate counts a new buffer), and fused library kernels the model code does not call.
 """
@@ -35,6 +38,7 @@ from dataclasses import dataclass
 from ..machines.hardware import Hardware
 from ..walk.row import Row, short_name
 from .band import masks_of
+from .eager_calls import groups as _groups
 from .fusion import Fusion, Kernel, data_flow
 from .kernel_io import KernelIO, share_time
 from .optime import OpTime, op_time
@@ -69,12 +73,6 @@ class EagerKernel(Kernel):
     @property
     def time_s(self) -> float:
         return max(max(self.compute_s, self.memory_s) + self.overhead_s, self.host_s)
-
-
-def _key(r: Row):
-    loc = r.loc
-    site = getattr(loc, "site", 0)
-    return (r.scope, site) if site else None
 
 
 def _is_view(r: Row, t: OpTime) -> bool:
@@ -195,27 +193,6 @@ def _input_view(rows, producers, role, members: set, i: int, p) -> str:
         srcs = [q for q in producers[p] if isinstance(q, int)]
         p, depth = (srcs[0] if len(srcs) == 1 else None), depth + 1
     return "plain"
-
-
-def _groups(rows, times, preset: set) -> list[list[int]]:
-    """Rows grouped into framework calls (program order); collectives, unknown ops and constants (free: a
-    call's constants are hoisted between its ops) are left out."""
-    groups: list[list[int]] = []
-    last_key = None
-    for i, r in enumerate(rows):
-        if short_name(r.op) == "constant":
-            continue
-        if r.kind in ("collective", "unknown") or i in preset:
-            last_key = None
-            continue
-        key = _key(r)
-        same = rows[groups[-1][-1]].multiplicity == r.multiplicity if groups else False
-        if last_key is not None and same and (key == last_key or key is None):
-            groups[-1].append(i)  # the same call; a row without a position: a helper the call runs
-        else:
-            groups.append([i])
-            last_key = key
-    return groups
 
 
 @dataclass

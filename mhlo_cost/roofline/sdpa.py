@@ -50,8 +50,14 @@ class BackendError(ValueError):
 
 
 def _key(r):
+    """The call an op belongs to: its scope and source position (``site``); where the location names no call-site
+    chain (a module's ``forward`` called from the top level: ``"N.forward"("m.py":16:15)``, one frame, no site),
+    its call stack's frames (file, line and column of the call); None where it has neither."""
     site = getattr(r.loc, "site", 0)
-    return (r.scope, site) if site else None
+    if site:
+        return (r.scope, site)
+    stack = tuple(getattr(r.loc, "stack", ()) or ())
+    return (r.scope, stack) if stack else None
 
 
 def is_sdpa_call(rows, att) -> bool:
