@@ -135,3 +135,35 @@ def test_the_distributed_optimizer_reduces_gathers_and_steps_the_embedding():
 ])
 def test_megatron_options_that_cannot_go_together_are_refused(kw, why):
     assert why in ScaleConfig(**TINY, d=2, global_batch=2, **kw).invalid()
+
+
+ARGS = ["train-plan", "--layers", "2", "--hidden", "64", "--heads", "4", "--seq", "32", "--vocab", "128", "-d", "2",
+        "--global-batch", "2"]
+
+
+def test_the_command_line_refuses_the_param_gather_overlap_without_the_distributed_optimizer(capsys):
+    from mhlo_cost.cli import main
+
+    assert main(ARGS + ["--overlap-grad-reduce", "--overlap-param-gather"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("mhlo-cost: error:") and "distributed optimizer" in err and err.count("\n") == 1
+
+
+def test_the_command_line_prices_megatron_cores_overlap(capsys, tmp_path, monkeypatch):
+    """``--overlap-grad-reduce --overlap-param-gather --zero 1`` on a model far smaller than the default bucket
+    (40M elements): one bucket, all of the stage's gradients and embeddings, made at the backward's end and
+    gathered before the forward's start, so exposed as whole as without the overlap; with buckets of 1000 elements
+    (one a layer) the plan changes."""
+    import json
+
+    from mhlo_cost.cli import main
+
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))
+    over = ["--overlap-grad-reduce", "--overlap-param-gather"]
+    runs = []
+    for extra in ([], over, over + ["--ddp-bucket-size", "1000"]):
+        assert main(ARGS + ["--zero", "1", "--format", "json"] + extra) == 0
+        runs.append(json.loads(capsys.readouterr().out)["config"]["dp_exposed_s"])
+    assert runs[0] > 0
+    assert runs[1] == pytest.approx(runs[0], rel=1e-12)
+    assert runs[2] != pytest.approx(runs[0], rel=1e-6)
