@@ -68,9 +68,11 @@ OPTIONS = (
 #: Engine's userbuffers overlap of the tensor-parallel collectives with their GEMMs (``tp_comm_overlap``,
 #: ``tp_overlap_rs``), whose rule splits the interleaved uneven stages (``pipeline_split``) and Megatron-Core's
 #: embedding / loss counted as layers (``account_embedding``, ``account_loss``: the stages then follow from them, not
-#: from ``layers_per_stage``).
+#: from ``layers_per_stage``), Megatron-Core's overlapped data-parallel reduction (``ddp`` megatron, ``ddp_bucket_size``,
+#: ``overlap_param_gather``).
 PASSED = ("cp_comm", "kv_repeat", "dp_reduce", "tied_embedding", "grad_accum_pass", "grad_reduce_fp32",
-          "tp_comm_overlap", "tp_overlap_rs", "pipeline_split", "account_embedding", "account_loss")
+          "tp_comm_overlap", "tp_overlap_rs", "pipeline_split", "account_embedding", "account_loss", "ddp",
+          "ddp_bucket_size", "overlap_param_gather")
 
 
 def split_options(run: dict) -> dict:

@@ -126,7 +126,8 @@ def test_the_stages_holding_the_embedding_count_it_once_each():
     assert [embedding_elems(cfg.with_split(tied_embedding=True), s) for s in range(4)] == [4096, 0, 0, 4096]
     assert embedding_elems(cfg.with_split(p=1, d=8), 0) == 2 * 4096
     assert embedding_elems(cfg.with_split(p=1, d=8, tied_embedding=True), 0) == 4096
-    assert optimizer_extra_elems(cfg, 0) == 0  # Megatron's reduction: its embedding is not priced
+    assert optimizer_extra_elems(cfg, 0) == 4096  # Megatron's DDP: every parameter in its gradient buffer
+    assert optimizer_extra_elems(cfg.with_split(zero=3), 0) == 0  # FSDP: its embedding not priced yet
     assert optimizer_extra_elems(cfg.with_split(zero=1, dp_reduce="all_reduce"), 0) == 4096
 
 

@@ -84,8 +84,8 @@ def _split(args, base):
         raise UserError(f"--recompute must be one of {', '.join(RECOMPUTE)}")
     cfg = base.with_split(t=args.t, p=args.p, d=args.d, sp=args.sp, interleave=args.interleave,
                           micro_batch=args.micro_batch, global_batch=args.global_batch,
-                          recompute=args.recompute, dp_comm=args.dp_comm, dp_overlap=args.dp_overlap,
-                          **_sharding(args))
+                          recompute=args.recompute, dp_comm=args.dp_comm,
+                          dp_overlap=args.dp_overlap or bool(_ddp(args)), **_sharding(args))
     if args.precision is None:
         return cfg
     from dataclasses import replace
@@ -132,7 +132,15 @@ def _sharding(args) -> dict:
                 attention_library=args.attention_library or "",
                 grad_reduce_fp32=not args.grad_reduce_in_bf16, execution=args.execution,
                 tp_comm_overlap=args.tp_comm_overlap, tp_overlap_rs=args.tp_comm_overlap_rs,
-                pipeline_split=args.pipeline_split, **_experts(args))
+                pipeline_split=args.pipeline_split, **_ddp(args), **_experts(args))
+
+
+def _ddp(args) -> dict:
+    """Megatron-Core's overlapped data-parallel reduction (``--overlap-grad-reduce``: ddp megatron), where given."""
+    if not (args.overlap_grad_reduce or args.overlap_param_gather or args.ddp_bucket_size):
+        return {}
+    return dict(ddp="megatron", overlap_param_gather=args.overlap_param_gather,
+                ddp_bucket_size=args.ddp_bucket_size or 0)
 
 
 #: The MoE options and the ScaleConfig fields they set (given ones only: a named model's stay otherwise).
@@ -275,6 +283,14 @@ def _register_pipeline_and_kernels(p) -> None:
     p.add_argument("--pipeline-split", choices=("megatron", "torchtitan"), default="megatron",
                    help="whose rule splits interleaved uneven stages: megatron (each stage's layers divisible by "
                         "--interleave; default) or torchtitan (uneven virtual stages, as generate_split_points)")
+    p.add_argument("--overlap-grad-reduce", action="store_true",
+                   help="Megatron-Core's DDP: each gradient bucket (each model chunk, interleaved) reduced as the "
+                        "backward makes it, only the last exposed (with --ddp-bucket-size, --overlap-param-gather)")
+    p.add_argument("--ddp-bucket-size", type=int, metavar="ELEMENTS",
+                   help="with --overlap-grad-reduce: a gradient bucket's elements (default max(40M, 1M x dp))")
+    p.add_argument("--overlap-param-gather", action="store_true",
+                   help="with --overlap-grad-reduce and --zero 1: the parameter all-gather prefetched under the "
+                        "next forward, bucket by bucket")
     p.add_argument("--tp-comm-overlap", action="store_true",
                    help="Transformer Engine's userbuffers: each tensor-parallel collective overlapped with the GEMM "
                         "it feeds, in chunks (NeMo's and Megatron-Core's tp_comm_overlap; needs --sp)")

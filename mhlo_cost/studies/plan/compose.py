@@ -21,8 +21,10 @@ pipeline and the layer's times F (forward), B (backward), R (recompute) per micr
 * data parallel (:mod:`.sharding`): the stage's fp32 gradients all_reduce (or, ZeRO 1, reduce_scatter the
   fp32 gradients and all_gather the bf16 weights) over the ``cp x d`` replicas once per iteration, exposed
   unless ``dp_overlap``, where the last micro-batch's backward hides up to its length (the larger of the slowest
-  stage's and the first stage's: the first stage runs the schedule's last backward; under DeepSpeed's BF16
-  optimizer its embedding reduces with its layers, :func:`.sharding.optimizer_extra_elems`); ZeRO 2 / FSDP's
+  stage's and the first stage's: the first stage runs the schedule's last backward), or with ``ddp="megatron"``
+  Megatron-Core's buckets and chunks, launched as the backward makes their gradients (:mod:`.dp_overlap`); the
+  embedding / LM head reduce with their stage's layers under ZeRO 0 / 1 (:func:`.sharding.optimizer_extra_elems`)
+  and a sharded optimizer steps them; ZeRO 2 / FSDP's
   per-layer collectives are in each micro-batch's F_s / B_s, exposed where they outlast the layer's compute;
 * context parallelism: its K/V exchange per layer and micro-batch in F_s / B_s (what the attention's compute
   does not hide);
@@ -43,6 +45,7 @@ from .config import ScaleConfig
 from .costs import LayerCost
 from .sharding import (cp_collectives, cp_exposure, dp_collectives, dp_exposure, embedding_collective, embedding_elems,
                        optimizer_extra_elems, seconds)
+from .dp_overlap import dp_overlap_exposed
 from .tp_overlap import tp_overlap_exposure
 
 
@@ -173,7 +176,8 @@ def _stages(cfg: ScaleConfig, cost: LayerCost, topo, one: dict, head: LayerCost 
         accum = grad_accum_seconds(cfg, hw, cost, n, embedding_elems(cfg, s)) if hw is not None else 0.0
         out.append({"layers": n, "dp": dp, "head_forward": hf if last else 0.0, "head_backward": hb if last else 0.0,
                     "f_s": n * (one["f"] + dp.forward) + (hf if last else 0.0),
-                    "b_s": n * (one["b"] + dp.backward) + (hb if last else 0.0) + accum, "grad_accum": accum})
+                    "b_s": n * (one["b"] + dp.backward) + (hb if last else 0.0) + accum, "grad_accum": accum,
+                    "optimizer": optimizer_seconds(cfg, cost, s, n)})
     return out
 
 
@@ -202,7 +206,11 @@ def compose(cfg: ScaleConfig, cost: LayerCost, hw, head: LayerCost | None = None
     per_mb = f_s + b_s + p2p_per_mb
     bubble = float(Fraction(p - 1, v)) * (f_s + b_s)
     hidden = min(dp_iter, b_s / v) if cfg.dp_overlap else 0.0
-    opt = n * cost.time_s["optimizer"] / cfg.shard_degree
+    if cfg.ddp == "megatron" and cfg.cp * cfg.d > 1:  # Megatron-Core's buckets and chunks (.dp_overlap)
+        rs, ag = dp_overlap_exposed(cfg, topo, cost.weight_elems, stages, lambda s: optimizer_extra_elems(cfg, s))
+        dp_iter = max(dp_iter, rs + ag)  # (unit by unit, each collective's latency: more than the whole at once)
+        hidden = dp_iter - rs - ag
+    opt = max(st["optimizer"] for st in stages)  # the slowest step: the next iteration starts after it
     emb = embedding_seconds(cfg, topo)  # after the flush, before the step: exposed
     total = float(slots) * per_mb + (dp_iter - hidden) + emb + opt
     compute = {"forward": m * (n * one["forward"] + slow["head_forward"]),
@@ -230,6 +238,16 @@ def _dp_bytes(cfg: ScaleConfig, cost: LayerCost, layers: int, stage: int) -> int
         return 0
     extra = getattr(cfg, "extra_weight_elems", 0) + optimizer_extra_elems(cfg, stage)
     return (cost.weight_elems * layers + extra) * cfg.grad_bytes
+
+
+def optimizer_seconds(cfg: ScaleConfig, cost: LayerCost, stage: int, layers: int) -> float:
+    """The optimizer step of ``stage`` (``layers`` layers): its layers' step and, under a sharded optimizer (ZeRO 1:
+    Megatron's distributed optimizer, DeepSpeed's), its shard of the weights outside them (the embedding or LM head,
+    :func:`.sharding.optimizer_extra_elems`) at the layer's seconds per element (the step is elementwise), over the
+    sharding degree. (ZeRO 0's embedding step is left out, as Korthikanti et al.'s Table 5 was priced.)"""
+    per_layer, w = cost.time_s["optimizer"], cost.weight_elems
+    extra = Fraction(optimizer_extra_elems(cfg, stage), w) if w and cfg.zero_stage == 1 else 0
+    return float((layers + extra) * per_layer) / cfg.shard_degree
 
 
 def _extra_counts(cfg: ScaleConfig, cost: LayerCost, n: int, stage_extra: int = 0) -> dict:

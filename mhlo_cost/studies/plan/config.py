@@ -34,6 +34,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from ...machines.kernels import LIBRARIES
+from .dp_overlap_check import ddp_invalid
 
 RECOMPUTE = ("none", "selective", "full", "op")
 DP_COMM = ("all_reduce", "zero")
@@ -112,6 +113,9 @@ class ScaleConfig:
     # (Megatron-Core's --tp-comm-overlap, NeMo's tp_comm_overlap; needs sequence parallelism: .tp_overlap)
     tp_overlap_rs: str = "pipeline"  # its reduce_scatters: pipeline (4 splits, NeMo's) or ring_exchange
     pipeline_split: str = "megatron"  # whose rule splits interleaved uneven stages: megatron | torchtitan
+    ddp: str = ""  # with dp_overlap: "" (hidden under one chunk's backward) | megatron (Megatron-Core's buckets: .dp_overlap)
+    ddp_bucket_size: int = 0  # Megatron-Core's --ddp-bucket-size (elements; 0: its default); overlap_param_gather too:
+    overlap_param_gather: bool = False  # the distributed optimizer's all-gather prefetched under the next forward
 
     @property
     def mlp(self) -> int:
@@ -298,6 +302,8 @@ class ScaleConfig:
         return interleave_invalid(self)
 
     def _sharding_invalid(self) -> str | None:
+        if ddp_invalid(self):
+            return ddp_invalid(self)
         if self.dp_comm == "zero" and self.zero not in (0, 1):
             return f"dp_comm zero is ZeRO stage 1; it does not go with zero {self.zero}"
         if self.dp_shard and not self.zero_stage:

@@ -31,9 +31,9 @@ gradients ``cp - 1`` times backward, each step overlapping one ``1/cp`` of the a
 ``(cp - 1) max(0, step - core/cp)``); ``all_gather`` gathers K and V forward (S = ``cp`` x the local K and V),
 gathers again and reduce-scatters their gradients backward, not overlapped. ``a2a`` (Ulysses, STDiT3's): the
 model's own all_to_alls (:meth:`mhlo_cost.studies.plan.stdit3.STDiT3ScaleConfig.a2a_collectives`), not overlapped.
-Weights outside the repeated layers (a config's ``extra_weight_elems``: STDiT3's embedders; under DeepSpeed's BF16
-optimizer the embedding and LM head of the first and last stages, :func:`optimizer_extra_elems`) reduce and gather
-once per iteration with the rest.
+Weights outside the repeated layers (a config's ``extra_weight_elems``: STDiT3's embedders; with ZeRO 0 / 1 the
+embedding and LM head of the first and last stages, :func:`optimizer_extra_elems`) reduce and gather once per
+iteration with the rest.
 """
 from __future__ import annotations
 
@@ -129,6 +129,8 @@ def embedding_elems(cfg: ScaleConfig, stage: int) -> int:
     on the first stage, the LM head's ``V/t x h`` on the last (with ``tied_embedding`` a copy of the same
     weight, on a stage of its own; on one stage, tied, a single one). The embedding LayerNorm and the final
     norm (a few ``h``) are left out."""
+    if hasattr(cfg, "extra_weight_elems"):  # a model that names its own weights outside the layers (STDiT3's)
+        return 0
     one = cfg.vocab // cfg.t * cfg.hidden
     if cfg.p == 1:
         return one if cfg.tied_embedding else 2 * one
@@ -136,12 +138,15 @@ def embedding_elems(cfg: ScaleConfig, stage: int) -> int:
 
 
 def optimizer_extra_elems(cfg: ScaleConfig, stage: int) -> int:
-    """Weight elements of ``stage`` outside its layers that its data-parallel reduction carries with the layers':
-    DeepSpeed's BF16 optimizer (``dp_reduce`` all_reduce) flattens every parameter of the stage into its fp32
-    gradient buffer (``fp32_groups_gradients_flat``, all-reduced whole by ``_bf16_reduce_grads``) and
-    all-gathers every bf16 parameter after the step (``all_gather_dp_groups``), the embedding or LM head
-    among them (:func:`embedding_elems`); 0 for the other reductions (their embedding is not priced)."""
-    return embedding_elems(cfg, stage) if cfg.dp_reduce == "all_reduce" and cfg.zero_stage < 2 else 0
+    """Weight elements of ``stage`` outside its layers that its data-parallel reduction carries with the layers'
+    and its optimizer steps (:func:`embedding_elems`: the word embedding, the LM head): DeepSpeed's BF16 optimizer
+    (``dp_reduce`` all_reduce) flattens every parameter of the stage into its fp32 gradient buffer
+    (``fp32_groups_gradients_flat``, all-reduced whole by ``_bf16_reduce_grads``) and all-gathers every bf16
+    parameter after the step (``all_gather_dp_groups``); Megatron's DDP puts every parameter of a model chunk in
+    its gradient buffer (``param_and_grad_buffer.py``), reduce-scattered (the distributed optimizer, which steps its
+    shard and all-gathers them) or all-reduced whole (ZeRO 0). ZeRO 2 / 3 (FSDP): 0 (their embedding is not
+    priced yet)."""
+    return embedding_elems(cfg, stage) if cfg.zero_stage < 2 else 0
 
 
 def dp_collectives(cfg: ScaleConfig, cost: LayerCost, layers: int, stage_extra: int = 0) -> list[Collective]:

@@ -35,7 +35,7 @@ def _seconds(it, st: dict, m: int) -> dict:
             "cp_comm": m * n * (one["cp"].forward + one["cp"].backward), "p2p": it.p2p,
             "dp_exposed": m * n * (dp.forward + dp.backward) + one["dp_iteration_exposed"]
             + one.get("embedding_exposed", 0.0),
-            "optimizer": n * one["optimizer"]}
+            "optimizer": st.get("optimizer", n * one["optimizer"])}
 
 
 def stage_rows(p) -> list[dict]:
@@ -50,7 +50,8 @@ def stage_rows(p) -> list[dict]:
         row.update(_seconds(it, st, cfg.micro_batches))
         busy = sum(row[k] for k in components(cfg)[:-1])
         slow = s == it.layer["slow_stage"] and not cfg.experts
-        row["idle"] = it.bubble if slow else max(0.0, it.total - busy)
+        # (the slow stage waits for the bubble and for a longer step elsewhere: the embedding's stage)
+        row["idle"] = it.bubble + it.optimizer - row["optimizer"] if slow else max(0.0, it.total - busy)
         row["iteration"] = it.total
         own = getattr(cfg, "lower_layer", None) is not None  # a model with its own memory (.stdit3): one stage
         if own:
