@@ -20,7 +20,7 @@ from __future__ import annotations
 #: :mod:`.memory` (the reader's child rendering a summary) imports neither the estimate nor pandas.
 _NAMES = {"SDPA_BACKENDS": "eager", "EXECUTIONS": "estimate", "Roofline": "estimate", "execution_of": "estimate",
           "hardware_from_args": "estimate", "ATTENTION_MODES": "fusion", "FUSE_MODES": "fusion", "Fusion": "fusion",
-          "Kernel": "fusion", "fuse": "fusion", "BOUNDS": "optime", "NO_KERNEL": "optime", "OpTime": "optime",
+          "Kernel": "fusion", "fuse": "program", "BOUNDS": "optime", "NO_KERNEL": "optime", "OpTime": "optime",
           "is_no_kernel": "optime", "op_time": "optime"}
 
 __all__ = sorted(_NAMES)

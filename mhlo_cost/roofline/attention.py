@@ -8,7 +8,7 @@ attention when that chain holds an exponential and a reduction, shares the dots'
 outside it that the chain reads depends on the first dot (the kernel would otherwise wait on itself).
 
 The members are the two dots and the chain rows on a path between them. In the fused estimate
-(:func:`.fusion.fuse` with ``attention="fused"``) they are one kernel: FLOPs unchanged, HBM traffic Q, K,
+(:func:`.program.fuse` with ``attention="fused"``) they are one kernel: FLOPs unchanged, HBM traffic Q, K,
 V, the mask (and any other outside input) read once and O written once; the B x H x S x S scores never
 leave the chip (flash attention). A score that something outside the kernel reads (the probabilities
 saved for a backward pass) is still written.

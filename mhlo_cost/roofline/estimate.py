@@ -11,9 +11,9 @@ from ..machines.hardware import Hardware
 from ..network import CollectiveEstimate, Exposure, exposed_comm, resolve_profile, row_estimate
 from ..ir.tensorinfo import TensorInfo
 from ..walk.row import Row, short_name
-from .fusion import FUSE_MODES, fuse
+from .fusion import FUSE_MODES
 from .optime import op_time, overhead_bound, unit_peaks
-from .program import ProgramPricing
+from .program import ProgramPricing, fuse
 
 
 class Roofline:
@@ -22,7 +22,7 @@ class Roofline:
     def __init__(self, analysis, hw: Hardware, fuse_mode: str = "none", attention: str | None = None,
                  execution: str | None = None, sdpa: str = "auto", written: str = "auto", cudagraphs: bool = False):
         """``execution`` (:data:`EXECUTIONS`; default: the one ``fuse_mode`` maps onto): ``compiled`` groups
-        rows into fused kernels (:func:`.fusion.fuse`), ``eager`` into one kernel per framework op
+        rows into fused kernels (:func:`.program.fuse`), ``eager`` into one kernel per framework op
         (:func:`.eager.eager`, SDPA calls on the backend ``sdpa``; attention written out op by op as written or,
         ``written="sdpa"``, as an SDPA call); either is :attr:`fusion` and the
         ``_fused`` columns; ``inductor``: as torch.compile's Inductor (:func:`.inductor.inductor`, replayed from a

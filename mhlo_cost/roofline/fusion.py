@@ -1,6 +1,6 @@
 """Fusion (``--fuse elementwise``): rows grouped into kernels as a fusing compiler would.
 
-:func:`fuse` groups rows into kernels the way XLA's GPU fusion passes roughly would, from the data flow
+:func:`.program.fuse` groups rows into kernels the way XLA's GPU fusion passes roughly would, from the data flow
 (:func:`~mhlo_cost.analysis.analyze` with ``AnalysisOptions(dataflow=True)`` records, per row, the rows
 producing its operands), in program order:
 
@@ -39,10 +39,7 @@ from dataclasses import dataclass, field
 from ..machines.hardware import Hardware
 from ..ir.tensorinfo import TensorInfo
 from ..walk.row import Row, short_name
-from .band import masks_of
-from .kernel_io import kernel_time, share_time
-from .optime import OpTime, op_time
-from .program import ProgramPricing
+from .optime import op_time
 
 #: Data ops that a loop fusion absorbs (they move or cast elements of one index space).
 FUSIBLE_DATA = frozenset({
@@ -151,7 +148,7 @@ def _row_reduction(r: Row) -> bool:
 
 
 class Grouper:
-    """The grouping pass of :func:`fuse`: walks the rows in program order and gives each a role and
+    """The grouping pass of :func:`.program.fuse`: walks the rows in program order and gives each a role and
     (where it runs in one) a kernel. ``preset`` maps rows to a group id decided beforehand (attention:
     :mod:`.attention`); the rows of one group share one kernel."""
 
@@ -300,7 +297,7 @@ def data_flow(analysis, producers: list | None, who: str) -> list:
 
 
 def grouping_inputs(analysis, hw: Hardware, times, producers, attention: str, who: str) -> tuple:
-    """(rows, producers, times) of a grouping pass (:func:`fuse`, :func:`.inductor.inductor`): the data flow
+    """(rows, producers, times) of a grouping pass (:func:`.program.fuse`, :func:`.inductor.inductor`): the data flow
     (ValueError naming ``who`` without one), ``attention`` checked, each row's time on ``hw`` where not given."""
     rows = analysis.rows
     producers = data_flow(analysis, producers, who)
@@ -309,19 +306,3 @@ def grouping_inputs(analysis, hw: Hardware, times, producers, attention: str, wh
     if times is None:
         times = [op_time(r, hw) for r in rows]
     return rows, producers, times
-
-
-def fuse(analysis, hw: Hardware, times: list[OpTime] | None = None, producers: list | None = None,
-         attention: str = "unfused") -> Fusion:
-    """Group rows into fused kernels (see the module docstring) and time them on ``hw``. ``attention``:
-    ``fused`` prices each attention found by :func:`.attention.find_attention` as one kernel. With the
-    analysis's own data flow (no ``producers`` given) the grouping is the program's
-    (:class:`.program.ProgramPricing`: made once, whatever the chip)."""
-    own = producers is None
-    rows, producers, times = grouping_inputs(analysis, hw, times, producers, attention, "fuse()")
-    shared = ProgramPricing.of(analysis) if own else ProgramPricing(rows, producers)
-    grouping = shared.grouping(times, attention, getattr(hw, "row_fusion", True))
-    kernels, masks = grouping.kernels(), masks_of(analysis)
-    for k in kernels:
-        kernel_time(k, rows, producers, times, hw, masks)
-    return Fusion(kernels, list(grouping.row_kernel), share_time(kernels, times, len(rows)))

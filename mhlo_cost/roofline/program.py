@@ -17,6 +17,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..machines.hardware import Hardware
+from .band import masks_of
+from .fusion import Fusion, Grouper, Kernel, grouping_inputs
+from .kernel_io import kernel_time, share_time
+from .optime import OpTime
+
 #: The attribute of an analysis that holds its :class:`ProgramPricing` (dropped by the wire, as other memos).
 MEMO = "_pricing_memo"
 
@@ -37,8 +43,6 @@ class KernelShape:
 
     def kernel(self):
         """A fresh :class:`~.fusion.Kernel` with this shape (its times left for a chip to fill)."""
-        from .fusion import Kernel
-
         return Kernel(list(self.members), self.multiplicity, has_dot=self.has_dot, attention=self.attention,
                       closed=self.closed, bytes_read=self.bytes_read, bytes_written=self.bytes_written,
                       inputs=list(self.inputs), outputs=list(self.outputs))
@@ -94,7 +98,7 @@ class ProgramPricing:
         return self._attention
 
     def grouping(self, times, attention: str, row_fusion: bool) -> Grouping:
-        """The compiled grouping (:func:`.fusion.fuse`) with ``attention`` (``fused``: each attention one
+        """The compiled grouping (:func:`.program.fuse`) with ``attention`` (``fused``: each attention one
         kernel); ``times`` say only which rows are free."""
         free = tuple(t.bound == "free" for t in times)
         key = (attention, bool(row_fusion), free)
@@ -103,7 +107,6 @@ class ProgramPricing:
         return self._groupings[key]
 
     def _group(self, times, attention: str, row_fusion: bool) -> Grouping:
-        from .fusion import Grouper
         from .kernel_io import KernelIO
 
         rows, producers = self.rows, self.producers
@@ -148,3 +151,19 @@ class ProgramPricing:
 
             self._memory[key] = profile(analysis, row_kernel)
         return self._memory[key]
+
+
+def fuse(analysis, hw: Hardware, times: list[OpTime] | None = None, producers: list | None = None,
+         attention: str = "unfused") -> Fusion:
+    """Group rows into fused kernels (see the module docstring) and time them on ``hw``. ``attention``:
+    ``fused`` prices each attention found by :func:`.attention.find_attention` as one kernel. With the
+    analysis's own data flow (no ``producers`` given) the grouping is the program's
+    (:class:`ProgramPricing`: made once, whatever the chip)."""
+    own = producers is None
+    rows, producers, times = grouping_inputs(analysis, hw, times, producers, attention, "fuse()")
+    shared = ProgramPricing.of(analysis) if own else ProgramPricing(rows, producers)
+    grouping = shared.grouping(times, attention, getattr(hw, "row_fusion", True))
+    kernels, masks = grouping.kernels(), masks_of(analysis)
+    for k in kernels:
+        kernel_time(k, rows, producers, times, hw, masks)
+    return Fusion(kernels, list(grouping.row_kernel), share_time(kernels, times, len(rows)))
