@@ -1,0 +1,104 @@
+"""The weight-only dequantise fused into its GEMM (prologue fusion, :mod:`.fusion`'s rule for a dot).
+
+Marlin, AWQ and Machete kernels read the packed integer weight with its scales and zeros and dequantise in
+registers; the bf16 weight never reaches memory. :func:`prologue_kernels` finds, for a dot, the open kernels
+upstream of it that form such a dequantise: no dot, reduction or attention among them, the dot the only
+reader (outside them) of what they compute, and the signature of a dequantise among them: a ``convert`` from
+an integer of 2..8 bits (``i1`` masks excluded) or a float of at most 8 bits, which no bf16 program feeds a
+GEMM with. (The unpacking's ``and`` and ``shift`` each open a kernel of the grouping, so the dequantise is
+usually several kernels; the dot takes them all in.)
+"""
+from __future__ import annotations
+
+import re
+
+from ..walk.row import short_name
+
+_INT = re.compile(r"^(?:u|s)?i(\d+)$")
+_FLOAT = re.compile(r"^f(\d+)")
+_THROUGH = ("free", "dup")  # roles of the rows looked through (no kernel of their own)
+
+
+def narrow(dtype: str) -> bool:
+    """Whether ``dtype`` (MLIR's spelling) is an integer of 2..8 bits or a float of at most 8 bits."""
+    m = _INT.match(dtype)
+    if m:
+        return 2 <= int(m.group(1)) <= 8
+    m = _FLOAT.match(dtype)
+    return bool(m) and int(m.group(1)) <= 8
+
+
+def _narrow_convert(row) -> bool:
+    return short_name(row.op) == "convert" and bool(row.operands) and narrow(row.operands[0].dtype)
+
+
+def _through(g, r: int) -> bool:
+    return g.row_kernel[r] is None and g.role[r] in _THROUGH
+
+
+def _eligible(g, k: int, mult: int) -> bool:
+    kern = g.kernels[k]
+    if kern.closed or kern.has_dot or kern.attention or kern.multiplicity != mult:
+        return False
+    return not any(g.rows[m].kind in ("dot", "conv", "reduce") for m in kern.members)
+
+
+def dequantises(g, members) -> bool:
+    """Whether ``members`` (rows) hold, or read through a duplicated / no-kernel row, a convert from a
+    narrow type."""
+    seen, todo = set(), list(members)
+    while todo:
+        r = todo.pop()
+        if r in seen:
+            continue
+        seen.add(r)
+        if _narrow_convert(g.rows[r]):
+            return True
+        todo.extend(p for p in g.producers[r] if isinstance(p, int) and _through(g, p))
+    return False
+
+
+def read_only_by(g, members, inside: set, i: int) -> bool:
+    """Whether every reader of ``members`` is dot ``i`` or a row of the kernels ``inside`` (looking through
+    the duplicated / no-kernel rows placed before ``i``); a member nobody reads (a program output) fails."""
+    cons = g.consumers()
+    seen, todo = set(), list(members)
+    while todo:
+        readers = cons[todo.pop()]
+        if not readers:
+            return False
+        for c in readers:
+            if c == i or c in seen or g.row_kernel[c] in inside:
+                continue
+            if c < i and _through(g, c):
+                seen.add(c)
+                todo.append(c)
+            else:
+                return False
+    return True
+
+
+def _feeders(g, members, out: set) -> set:
+    for m in members:
+        g.candidates(m, out)
+    return out
+
+
+def prologue_kernels(g, i: int) -> list[int]:
+    """The kernels dot ``i`` of grouper ``g`` takes in as its prologue (sorted; empty: none). Starting from
+    the kernels producing its operands, a kernel joins when it is eligible and read only by the dot and the
+    kernels already taken, until no more do."""
+    mult = g.rows[i].multiplicity
+    taken: set = set()
+    frontier = g.candidates(i, set())
+    while frontier:
+        added = [k for k in sorted(frontier, reverse=True)
+                 if k not in taken and _eligible(g, k, mult)
+                 and read_only_by(g, g.kernels[k].members, taken | {k}, i)]
+        if not added:
+            break
+        taken.update(added)
+        frontier = _feeders(g, [m for k in added for m in g.kernels[k].members], set()) - taken
+    if not taken or not dequantises(g, [m for k in taken for m in g.kernels[k].members]):
+        return []
+    return sorted(taken)
