@@ -54,6 +54,15 @@ def test_dequantise_joins_the_gemm_as_one_kernel_reading_the_packed_weight():
     assert k.bytes_read + k.bytes_written < 2 * K * N
 
 
+def test_activation_producer_stays_its_own_kernel():
+    # only the dequantising operand's kernels join the dot: the activation's elementwise kernel still writes x
+    d, f = fused(lambda x, p, s, z: dequantised(x * x, p, s, z), *SHAPES)
+    assert len(f.kernels) == 2
+    act, gemm = f.kernels
+    assert (act.bytes_read, act.bytes_written) == (X, X)
+    assert gemm.bytes_read == X + PACKED + SCALES + ZEROS + 4 and gemm.bytes_written == OUT
+
+
 def test_bf16_gemm_kernel_is_unchanged():
     d, f = fused(lambda x, w: x @ w, ((M, K), jnp.bfloat16), ((K, N), jnp.bfloat16))
     assert len(f.kernels) == 1

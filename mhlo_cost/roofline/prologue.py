@@ -1,12 +1,13 @@
 """The weight-only dequantise fused into its GEMM (prologue fusion, :mod:`.fusion`'s rule for a dot).
 
 Marlin, AWQ and Machete kernels read the packed integer weight with its scales and zeros and dequantise in
-registers; the bf16 weight never reaches memory. :func:`prologue_kernels` finds, for a dot, the open kernels
-upstream of it that form such a dequantise: no dot, reduction or attention among them, the dot the only
-reader (outside them) of what they compute, and the signature of a dequantise among them: a ``convert`` from
-an integer of 2..8 bits (``i1`` masks excluded) or a float of at most 8 bits, which no bf16 program feeds a
-GEMM with. (The unpacking's ``and`` and ``shift`` each open a kernel of the grouping, so the dequantise is
-usually several kernels; the dot takes them all in.)
+registers; the bf16 weight never reaches memory. :func:`prologue_kernels` finds, per operand of a dot, the
+open kernels upstream of it that form such a dequantise: no dot, reduction or attention among them, the dot
+the only reader (outside them) of what they compute, and the signature of a dequantise among them: a
+``convert`` from an integer of 2..8 bits (``i1`` masks excluded) or a float of at most 8 bits, which no bf16
+program feeds a GEMM with. (The unpacking's ``and`` and ``shift`` each open a kernel of the grouping, so the
+dequantise is usually several kernels; the dot takes them all in.) Since nothing else reads what the taken
+kernels compute, taking them in makes no cycle.
 """
 from __future__ import annotations
 
@@ -84,13 +85,19 @@ def _feeders(g, members, out: set) -> set:
     return out
 
 
-def prologue_kernels(g, i: int) -> list[int]:
-    """The kernels dot ``i`` of grouper ``g`` takes in as its prologue (sorted; empty: none). Starting from
-    the kernels producing its operands, a kernel joins when it is eligible and read only by the dot and the
-    kernels already taken, until no more do."""
-    mult = g.rows[i].multiplicity
+def _operand_kernels(g, p) -> set:
+    """The kernels producing operand ``p`` of a row (looking through duplicated / no-kernel rows)."""
+    if not isinstance(p, int):
+        return set()
+    if g.row_kernel[p] is not None:
+        return {g.row_kernel[p]}
+    return g.candidates(p, set()) if _through(g, p) else set()
+
+
+def _taken_from(g, i: int, frontier: set, mult: int) -> set:
+    """The kernels upstream of ``frontier`` that dot ``i`` may take in: eligible and read only by the dot and
+    the kernels already taken, added until no more are."""
     taken: set = set()
-    frontier = g.candidates(i, set())
     while frontier:
         added = [k for k in sorted(frontier, reverse=True)
                  if k not in taken and _eligible(g, k, mult)
@@ -99,6 +106,16 @@ def prologue_kernels(g, i: int) -> list[int]:
             break
         taken.update(added)
         frontier = _feeders(g, [m for k in added for m in g.kernels[k].members], set()) - taken
-    if not taken or not dequantises(g, [m for k in taken for m in g.kernels[k].members]):
-        return []
-    return sorted(taken)
+    return taken
+
+
+def prologue_kernels(g, i: int) -> list[int]:
+    """The kernels dot ``i`` of grouper ``g`` takes in as its prologue (sorted; empty: none): per operand,
+    the kernels upstream of it that it may take in (:func:`_taken_from`), where they dequantise."""
+    mult = g.rows[i].multiplicity
+    out: set = set()
+    for p in g.producers[i]:
+        taken = _taken_from(g, i, _operand_kernels(g, p), mult) - out
+        if taken and dequantises(g, [m for k in taken for m in g.kernels[k].members]):
+            out |= taken
+    return sorted(out)
