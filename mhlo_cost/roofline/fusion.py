@@ -4,7 +4,12 @@
 (:func:`~mhlo_cost.analysis.analyze` with ``AnalysisOptions(dataflow=True)`` records, per row, the rows
 producing its operands), in program order:
 
-* a dot or convolution opens a kernel; elementwise consumers that do not widen its result's element
+* a dot or convolution opens a kernel, except that a dot whose operand comes from an open kernel without a dot
+  or reduction that dequantises (holds, or reads through a duplicated row, a ``convert`` from an integer
+  of 2..8 bits or a float of <= 8 bits) and whose results nothing but this dot reads, joins that kernel
+  as its head (prologue fusion: Marlin / AWQ / Machete unpack, subtract the zeros and scale the weight in
+  registers, so the GEMM reads the packed weight, scales and zeros; the bf16 weight never reaches memory);
+  elementwise consumers that do not widen its result's element
   type join it (epilogue: bias, activation, residual, scaling, slices of its output);
 * an elementwise op (or a fusible data op: transpose, slice, concatenate, pad, narrowing convert, ...)
   joins the open kernel of its latest producer, else opens a kernel of its own;
@@ -40,6 +45,7 @@ from ..machines.hardware import Hardware
 from ..ir.tensorinfo import TensorInfo
 from ..walk.row import Row, short_name
 from .optime import op_time
+from .prologue import prologue_kernels
 
 #: Data ops that a loop fusion absorbs (they move or cast elements of one index space).
 FUSIBLE_DATA = frozenset({
@@ -163,6 +169,7 @@ class Grouper:
         self.kernels: list[Kernel] = []
         self.preset = preset or {}
         self.preset_kernel: dict = {}
+        self._consumers: list | None = None
 
     # -- where a row may go ---------------------------------------------------------------------------
     def candidates(self, i: int, out: set) -> set:
@@ -197,9 +204,9 @@ class Grouper:
 
     def acyclic(self, i: int, k: int) -> bool:
         """Whether row i can join kernel k without a cycle: none of its operands from outside k depends
-        on a member of k. Rows before k's head cannot (program order is a topological order); later ones
-        are searched back to the head, within a budget (over budget counts as a dependency)."""
-        head = self.kernels[k].head
+        on a member of k. Rows before k's first member cannot (program order is a topological order); later
+        ones are searched back to it, within a budget (over budget counts as a dependency)."""
+        head = _first(self.kernels[k])
         stack, seen, budget = self._outside_operands(i, k), set(), 4096
         while stack:
             p = stack.pop()
@@ -253,6 +260,37 @@ class Grouper:
         if closed:
             self.kernels[k].closed = True
 
+    def join_prologue(self, i: int, ks: list[int]) -> None:
+        """Dot i takes in the dequantising kernels ``ks`` (sorted): they become one kernel, the first of them,
+        with the dot as its head (its GEMM gives the peak and the epilogue's width); the others are dropped
+        and the kernels after them renumbered."""
+        first = self.kernels[ks[0]]
+        first.members = [i] + sorted(m for k in ks for m in self.kernels[k].members)
+        first.has_dot = True
+        for m in first.members:
+            self.row_kernel[m] = ks[0]
+        self.role[i] = "kernel"
+        for k in reversed(ks[1:]):
+            self.drop_kernel(k)
+
+    def drop_kernel(self, k: int) -> None:
+        """Remove kernel k (its rows already given to another), renumbering the kernels after it."""
+        del self.kernels[k]
+        for later in self.kernels[k:]:
+            for m in later.members:
+                self.row_kernel[m] -= 1
+        self.preset_kernel = {g: (j - 1 if j > k else j) for g, j in self.preset_kernel.items()}
+
+    def consumers(self) -> list:
+        """Per row, the rows reading its result (made on first use)."""
+        if self._consumers is None:
+            self._consumers = [[] for _ in self.rows]
+            for c, ps in enumerate(self.producers):
+                for p in ps:
+                    if isinstance(p, int):
+                        self._consumers[p].append(c)
+        return self._consumers
+
     def place_preset(self, i: int) -> None:
         g = self.preset[i]
         if g in self.preset_kernel:
@@ -274,7 +312,11 @@ class Grouper:
             else:
                 self.role[i] = "free"
         elif r.kind in ("dot", "conv"):
-            self.new_kernel(i, has_dot=True)
+            ks = prologue_kernels(self, i) if r.kind == "dot" else []
+            if ks:
+                self.join_prologue(i, ks)
+            else:
+                self.new_kernel(i, has_dot=True)
         elif r.kind == "reduce":
             # Row-local reductions (softmax, norms) leave their kernel open for the broadcast-back consumers.
             self.join_or_open(i, no_dot=True, closed=not (self.row_fusion and _row_reduction(r)))
@@ -284,6 +326,13 @@ class Grouper:
             self.join_or_open(i)
         else:
             self.new_kernel(i, closed=True)  # sort and other lone kernels
+
+
+def _first(kern: Kernel) -> int:
+    """A kernel's earliest member: its head, or the member after a prologue-fused dot (members[1:] are in
+    program order)."""
+    m = kern.members
+    return min(m[0], m[1]) if len(m) > 1 else m[0]
 
 
 def data_flow(analysis, producers: list | None, who: str) -> list:
