@@ -32,10 +32,12 @@ def _t(kind, nbytes, groups) -> float:
 
 
 def test_the_default_bucket_is_40m_elements_or_1m_per_data_rank():
-    """Megatron-Core: ``max(40000000, 1000000 x dp)``, dp counting the context ranks; a given size wins."""
+    """Megatron-Core: ``max(40000000, 1000000 x get_data_parallel_world_size())``, the data ranks without the
+    context ranks (the call takes no ``with_context_parallel``); a given size wins."""
     assert bucket_elems(ScaleConfig(**TINY, d=8, cp=2)) == 40_000_000
     assert bucket_elems(ScaleConfig(**TINY, d=64)) == 64_000_000
-    assert bucket_elems(ScaleConfig(**TINY, d=32, cp=2)) == 64_000_000
+    assert bucket_elems(ScaleConfig(**TINY, d=32, cp=2)) == 40_000_000
+    assert bucket_elems(ScaleConfig(**TINY, d=48, cp=2)) == 48_000_000
     assert bucket_elems(ScaleConfig(**TINY, d=64, ddp_bucket_size=128 * 2 ** 20)) == 134_217_728
 
 

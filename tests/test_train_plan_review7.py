@@ -61,3 +61,23 @@ def test_torchtitan_runs_uneven_virtual_stages_megatron_does_not():
     assert _why(layers=10, p=2, interleave=2, pipeline_split="torchtitan") is None
     assert "does not divide layers 10" in _why(layers=10, p=2, interleave=2)
     assert "cannot hold 4" in _why(layers=4, p=2, interleave=4, pipeline_split="torchtitan")
+
+
+@pytest.mark.parametrize("options, words", [(["--ddp-bucket-size", "1000"], "--overlap-grad-reduce"),
+                                            (["--overlap-param-gather", "--zero", "1"], "--overlap-grad-reduce"),
+                                            (["--overlap-grad-reduce", "--dp-overlap", "--zero", "1", "--dp-shard",
+                                              "2"], "sharding group"),
+                                            (["--overlap-grad-reduce", "--dp-overlap", "--num-experts", "4",
+                                              "--moe-router-topk", "2"], "experts")])
+def test_megatron_ddp_options_alone_or_unpriced_are_refused(capsys, options, words):
+    assert main([*TOY, "-d", "4", "--global-batch", "4", *options]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and words in err[0]
+
+
+@pytest.mark.parametrize("option", [["--overlap-grad-reduce"], ["--overlap-param-gather"],
+                                    ["--ddp-bucket-size", "1000"]])
+def test_stdit3_refuses_megatrons_ddp_options(capsys, option):
+    assert main(["train-plan", "--model", "stdit3", "--no-cache", "-q", *option]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("mhlo-cost: error:")

@@ -36,6 +36,11 @@ def _check_options(args) -> None:
             if v:
                 raise UserError(f"{opt} goes with --hf (a transformers configuration); the bundled sizes are "
                                 "--layers, --hidden, --heads, --seq, --vocab")
+    for opt, given in (("--ddp-bucket-size", args.ddp_bucket_size), ("--overlap-param-gather",
+                                                                       args.overlap_param_gather)):
+        if given and not args.overlap_grad_reduce:
+            raise UserError(f"{opt} is an option of Megatron-Core's overlapped gradient reduction; give "
+                            "--overlap-grad-reduce with it")
     if args.tp_comm_overlap_rs != "pipeline" and not args.tp_comm_overlap:
         raise UserError("--tp-comm-overlap-rs chooses how --tp-comm-overlap runs its reduce-scatters; give "
                         "--tp-comm-overlap with it")

@@ -20,6 +20,8 @@ NOT_STDIT3 = (("-t", "t", 1), ("-p", "p", 1), ("--sp", "sp", False), ("--interle
               ("--grad-accum-pass", "grad_accum_pass", False), ("--tp-comm-overlap", "tp_comm_overlap", False),
               ("--tp-comm-overlap-rs", "tp_comm_overlap_rs", "pipeline"), ("--pipeline-split", "pipeline_split",
                                                                          "megatron"),
+              ("--overlap-grad-reduce", "overlap_grad_reduce", False),
+              ("--overlap-param-gather", "overlap_param_gather", False), ("--ddp-bucket-size", "ddp_bucket_size", None),
               # the mixture-of-experts options (a dense video transformer has no experts)
               ("--num-experts", "num_experts", None), ("--moe-router-topk", "moe_router_topk", None),
               ("--moe-ffn-hidden-size", "moe_ffn_hidden_size", None), ("--ep", "ep", None),

@@ -5,8 +5,8 @@
 Megatron-Core (``distributed_data_parallel.py``, ``param_and_grad_buffer.py``, ``pipeline_parallel/schedules.py``):
 
 * the gradients of a model chunk live in buckets of ``--ddp-bucket-size`` elements (default
-  ``max(40M, 1M x dp)``, dp the data x context ranks; NeMo's and Megatron-Bridge's comm-overlap configuration set
-  128 Mi): parameters are taken in backward order and a bucket closes once it holds the bucket size. Bucketing is
+  ``max(40M, 1M x dp)``, dp the data ranks, context parallelism not counted; NeMo's and Megatron-Bridge's
+  comm-overlap configuration set 128 Mi): parameters are taken in backward order and a bucket closes once it holds the bucket size. Bucketing is
   off (one bucket a chunk) on every pipeline stage but the first and for every model chunk but the first;
 * without interleaving, the first stage's last micro-batch runs with the gradient hooks on: each bucket's
   reduce-scatter is launched as soon as its last gradient is made (``register_grad_ready``), so the buckets are
@@ -41,8 +41,9 @@ DEFAULT_BUCKET, BUCKET_PER_RANK = 40_000_000, 1_000_000
 
 
 def bucket_elems(cfg) -> int:
-    """Elements of one gradient bucket: ``ddp_bucket_size``, or Megatron-Core's default ``max(40M, 1M x cp d)``."""
-    return cfg.ddp_bucket_size or max(DEFAULT_BUCKET, BUCKET_PER_RANK * cfg.cp * cfg.d)
+    """Elements of one gradient bucket: ``ddp_bucket_size``, or Megatron-Core's default ``max(40M, 1M x dp)``, dp
+    the data-parallel ranks (``get_data_parallel_world_size()``, context parallelism not counted)."""
+    return cfg.ddp_bucket_size or max(DEFAULT_BUCKET, BUCKET_PER_RANK * cfg.d)
 
 
 def buckets(params: list[tuple[int, float]], size: int) -> list[tuple[int, float]]:

@@ -16,6 +16,11 @@ def ddp_invalid(cfg) -> str | None:
     if cfg.ddp == "megatron" and (not cfg.dp_overlap or cfg.zero_stage > 1 or cfg.dp_reduce != "reduce_scatter"):
         return ("ddp megatron (Megatron-Core's overlapped gradient reduction) needs dp_overlap and ZeRO 0 or 1 with "
                 "the reduce_scatter reduction")
+    if cfg.ddp == "megatron" and cfg.experts:
+        return "ddp megatron (Megatron-Core's overlapped gradient reduction) is not priced with experts yet"
+    if cfg.ddp == "megatron" and cfg.replicate_degree > 1:
+        return ("ddp megatron with a sharding group (dp_shard, HSDP) is not priced: its replica all_reduce is not in "
+                "the bucket schedule")
     if (size or cfg.overlap_param_gather) and cfg.ddp != "megatron":
         return "ddp_bucket_size and overlap_param_gather are Megatron-Core's options: they need ddp megatron"
     if cfg.overlap_param_gather and cfg.zero_stage != 1:
