@@ -1,7 +1,11 @@
 """Two-pass row kernels of the eager execution model (torch's LayerNorm / RMSNorm forward: one 128-thread block per
 row, the row read for its statistics, then again to write the output): the second read's HBM bytes against a closed
-form worked out here from the launch and the chip's L2, both in :func:`reread_bytes` and in the eager kernel of a
-torch ``rms_norm`` call (the IR torchax makes of it: every op at one call site)."""
+form worked out here from the launch and the chip's L2 (the lines of a row that the other rows in flight evict
+between its two reads, under random replacement: a line survives D bytes of traffic in an L2 of C bytes with
+probability exp(-D / C)), both in :func:`reread_bytes` and in the eager kernel of a torch ``rms_norm`` call (the IR
+torchax makes of it: every op at one call site)."""
+import math
+
 import pytest
 
 from mhlo_cost.analysis import AnalysisOptions, analyze
@@ -9,29 +13,45 @@ from mhlo_cost.machines.hardware import get_profile
 from mhlo_cost.roofline.two_pass import reread_bytes, resident_fraction
 from mhlo_cost.roofline.estimate import Roofline
 
-
-def test_rows_that_stay_in_l2_are_read_once():
-    # H200: 132 SMs x (2048 / 128) = 2112 rows in flight; 4096 bf16 columns = 8 KiB a row -> 17.3 MB, under the
-    # 25 MiB half of the 50 MiB L2.
-    assert reread_bytes(16384, 4096 * 2, 132, 50 * 2**20) == 0
+L2_GH100 = 50 * 2**20  # 52,428,800 B: the 50 MB L2 of H100 / H200 (the profiles' l2_mib)
 
 
-def test_wide_rows_are_read_again_from_hbm():
-    # H100, f32, 4096 x 16384: 2112 rows x 65536 B = 138,412,032 B in flight; 26,214,400 B of L2 half; the part
-    # of the second read that misses: 268,435,456 x (138,412,032 - 26,214,400) / 138,412,032.
-    in_flight, share, data = 2112 * 16384 * 4, 50 * 2**20 // 2, 4096 * 16384 * 4
-    assert data * (in_flight - share) // in_flight == 217_595_407
-    assert reread_bytes(4096, 16384 * 4, 132, 50 * 2**20) == 217_595_407
+def test_few_rows_in_flight_mostly_hit():
+    # H200: 132 SMs x (2048 / 128) = 2112 rows in flight; 4096 bf16 columns = 8192 B a row -> D = 17,301,504 B;
+    # 16384 rows = 134,217,728 B; exp(-17301504 / 52428800) = 0.71892...: 28.1% of the second read misses.
+    d, data = 2112 * 8192, 16384 * 8192
+    assert d == 17_301_504 and data == 134_217_728
+    miss = data - math.floor(data * math.exp(-d / L2_GH100))
+    assert miss == 37_725_418
+    assert reread_bytes(16384, 4096 * 2, 132, L2_GH100) == miss
+    assert 0 < miss < data // 3  # (an LRU L2 of 50 MB would keep the 17.3 MB of rows in flight whole)
+
+
+def test_wide_rows_are_mostly_read_again_from_hbm():
+    # H100, f32, 4096 x 16384: 2112 rows x 65536 B = 138,412,032 B in flight, 2.64 times the L2: exp(-2.64) of the
+    # lines survive, 92.9% of the 268,435,456 B of the second read come from HBM again.
+    d, data = 2112 * 65536, 4096 * 65536
+    miss = data - math.floor(data * math.exp(-d / L2_GH100))
+    assert miss == 249_279_562
+    assert reread_bytes(4096, 16384 * 4, 132, L2_GH100) == miss
 
 
 def test_fewer_rows_than_blocks_in_flight():
-    # 1024 rows (fewer than the 108 x 16 = 1728 blocks an A100 holds): all in flight, 48 MiB > 20 MiB.
+    # 1024 rows (fewer than the 108 x 16 = 1728 blocks an A100 holds): all in flight, 48 MiB against its 40 MiB L2.
     data = 1024 * 12288 * 4
-    assert reread_bytes(1024, 12288 * 4, 108, 40 * 2**20) == data * (data - 20 * 2**20) // data
+    assert reread_bytes(1024, 12288 * 4, 108, 40 * 2**20) == data - math.floor(data * math.exp(-data / (40 * 2**20)))
+    assert reread_bytes(1024, 12288 * 4, 108, 40 * 2**20) == 35_172_047
+
+
+def test_more_l2_fewer_misses():
+    a = reread_bytes(4096, 8192 * 4, 132, 40 * 2**20)
+    b = reread_bytes(4096, 8192 * 4, 132, 50 * 2**20)
+    assert 0 < b < a < 4096 * 8192 * 4
 
 
 def test_no_l2_no_reread():
     assert reread_bytes(4096, 16384 * 4, 132, 0) == 0
+    assert reread_bytes(0, 16384 * 4, 132, L2_GH100) == 0
 
 
 # torch.nn.functional.rms_norm(x, (C,), w, 1e-6) on a bf16 [N, C] x, as torchax lowers it (one call site).
@@ -89,9 +109,10 @@ def _kernels(n, c, chip):
 
 
 @pytest.mark.parametrize("n,c,chip,reread", [
-    (16384, 4096, "h200", 0),  # 2112 rows of 8 KiB in flight: 17.3 MB, under 25 MiB
-    # H100, 4096 x 16384 bf16: 2112 rows of 32 KiB = 69,206,016 B in flight against 26,214,400 B
-    (4096, 16384, "h100", 4096 * 16384 * 2 * (69_206_016 - 26_214_400) // 69_206_016),
+    # H200, 16384 x 4096 bf16: 2112 rows of 8 KiB = 17,301,504 B in flight against the 52,428,800 B L2
+    (16384, 4096, "h200", 37_725_418),
+    # H100, 4096 x 16384 bf16: 2112 rows of 32 KiB = 69,206,016 B in flight: 1 - exp(-1.32) = 73.3% misses
+    (4096, 16384, "h100", 4096 * 16384 * 2 - math.floor(4096 * 16384 * 2 * math.exp(-69_206_016 / 52_428_800))),
 ])
 def test_rms_norm_call_is_one_kernel_that_reads_its_rows_twice(n, c, chip, reread):
     (k,) = _kernels(n, c, chip)
@@ -113,12 +134,15 @@ def test_a_grid_of_fewer_rows_than_block_slots_streams_at_their_share():
 
 
 def test_small_grid_norm_kernel_memory_time():
-    # 1024 x 12288 bf16 on an H200 (the cudnn-frontend GPT-3 LayerNorm shape): 1024 rows of 24 KiB in flight,
-    # 25,165,824 B, under the 26,214,400 B half of L2 (no second read from HBM). The stream: its bytes at
+    # 1024 x 12288 bf16 on an H200 (the cudnn-frontend GPT-3 LayerNorm shape): all 1024 rows of 24 KiB in flight,
+    # D = 25,165,824 B: 1 - exp(-0.48) of the second read misses (9,593,631 B). The stream: its bytes at
     # 4.8 TB/s x 0.885 (the profile's efficiency) over 1024 / 2112 of the slots; the fill and drain (19 MB at that
     # rate) once; beside it the profile's 0.18 ns a row reduced (reduce_row_ns: an RMSNorm's one reduction).
     (k,) = _kernels(1024, 12288, "h200")
-    nbytes = 1024 * 12288 * 2 * 2 + 12288 * 2 + 4 * 4
+    data = 1024 * 12288 * 2
+    miss = data - math.floor(data * math.exp(-data / L2_GH100))
+    assert miss == 9_593_631
+    nbytes = 2 * data + 12288 * 2 + 4 * 4 + miss
     assert k.bytes_read + k.bytes_written == nbytes
     rate = 4.8e12 * 0.885
     assert k.memory_s == pytest.approx(19e6 / rate + nbytes / rate * 2112 / 1024 + 1024 * 0.18e-9, rel=1e-9)

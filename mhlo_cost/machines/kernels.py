@@ -18,8 +18,8 @@ Two optional rates (TB/s) for PyTorch eager's elementwise kernels that do not st
     reduce_row_ns = 0.18 # its reduction kernel: a fixed time per row reduced (per output element), beside the
                          # stream: a mean over rows of 32 f32 elements runs at a seventh of one over rows of 4096
     l2_mib = 50          # the L2 cache (MiB): a two-pass row kernel of eager (torch's LayerNorm / RMSNorm) reads
-                         # its rows again from HBM where the rows in flight leave the half an SM reads
-                         # (:func:`mhlo_cost.roofline.two_pass.second_pass_bytes`); absent: every second read hits
+                         # again from HBM the lines of its rows that the other rows in flight evicted between the
+                         # two reads (:func:`mhlo_cost.roofline.two_pass.reread_bytes`); absent: every second read hits
 
 A kernel on such a path streams its bytes at ``min(peak x efficiency, rate)`` after the same fill and drain;
 a profile without the field streams at the full rate on every path.

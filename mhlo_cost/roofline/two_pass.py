@@ -1,18 +1,20 @@
 """Two-pass row kernels of the eager execution model: an eager call that reduces each row and then reads the row
 again (torch's LayerNorm / RMSNorm forward: statistics, then the row normalised) reads it twice; the second read
-comes from L2 while the rows in flight fit, from HBM beyond that (:func:`second_pass_bytes`, used by
-:func:`mhlo_cost.roofline.eager.eager` for each kernel it measures)."""
+comes from L2 where the row's lines survived the traffic of the other rows in flight between its two reads, from HBM
+where they did not (:func:`second_pass_bytes`, used by :func:`mhlo_cost.roofline.eager.eager` for each kernel it
+measures)."""
 from __future__ import annotations
+
+import math
 
 from ..machines.hardware import Hardware
 from ..walk.row import short_name
 
 #: torch's CUDA layer_norm / rms_norm forward (pytorch/pytorch aten/src/ATen/native/cuda/layer_norm_kernel.cu at
-#: bad757be, ``vectorized_layer_norm_kernel_impl``): one block per row (``blocks(M)``) of ``num_threads()`` =
+#: bad757be, ``vectorized_layer_norm_kernel_impl``; the fused ``_fused_rms_norm`` runs the same kernel with its
+#: ``rms_norm`` template flag, ``RmsNormKernelImpl``): one block per row (``blocks(M)``) of ``num_threads()`` =
 #: C10_WARP_SIZE x 4 = 128 threads (aten/src/ATen/native/cuda/thread_constants.h); ``compute_stats`` reads the row
-#: for its statistics, then a second loop reads it again to write the output. The second read comes from L2 while
-#: the rows in flight fit in the half of L2 an SM reads (ESTIMATE: the L2 is split in two partitions); beyond that,
-#: the part of it that does not fit comes from HBM again.
+#: for its statistics, then a second loop reads it again to write the output.
 ROW_KERNEL_THREADS = 128
 #: Resident threads per SM (compute capabilities 8.0 and 9.0: the CUDA C++ Programming Guide's table of limits).
 MAX_THREADS_PER_SM = 2048
@@ -20,13 +22,23 @@ MAX_THREADS_PER_SM = 2048
 
 def reread_bytes(rows: int, row_bytes: int, sms: int, l2_bytes: int) -> int:
     """HBM bytes of the second read of ``rows`` rows of ``row_bytes`` each by a kernel of one 128-thread block per
-    row on ``sms`` SMs: the rows in flight (``sms`` x 2048 / 128 of them at most) beyond half of ``l2_bytes``,
-    pro rata (integer bytes; 0 where they fit or the chip gives no L2)."""
-    if sms <= 0 or l2_bytes <= 0 or rows <= 0:
+    row on ``sms`` SMs with an L2 of ``l2_bytes`` (0 where the chip gives no L2, or no rows).
+
+    Between a row's two reads every other row in flight (``sms`` x 2048 / 128 of them at most) is read or written
+    as far: that reuse distance is the rows in flight times ``row_bytes``, ``D``. ESTIMATE: the L2's replacement
+    policy is not documented; taken as random replacement: ``D`` bytes of new lines spread over the sets of a
+    ``W``-way cache of ``C`` bytes make ``W D / C`` misses in a line's set, each evicting it with probability
+    ``1 / W``, so it survives with probability (1 - 1/W)^(W D / C), about exp(-D / C), with no parameter beyond the
+    datasheet's L2 size (an LRU cache would keep every line while D < C and none beyond). ``C`` is the whole L2:
+    each of its two partitions caches the data of the SMs of its own GPCs (NVIDIA A100 Tensor Core GPU
+    Architecture whitepaper, "L2 Cache"; the same for GH100), so half the rows in flight meet half the cache, the
+    same ratio. The second read misses on ``rows x row_bytes x (1 - exp(-D / C))`` bytes (the survival a float,
+    the bytes rounded up to an int)."""
+    if sms <= 0 or l2_bytes <= 0 or rows <= 0 or row_bytes <= 0:
         return 0
     in_flight = min(rows, sms * (MAX_THREADS_PER_SM // ROW_KERNEL_THREADS)) * row_bytes
-    share = l2_bytes // 2
-    return 0 if in_flight <= share else rows * row_bytes * (in_flight - share) // in_flight
+    data = rows * row_bytes
+    return data - math.floor(data * math.exp(-in_flight / l2_bytes))
 
 
 def _inside(start: int, step, members: set) -> set:
