@@ -49,6 +49,7 @@ from mhlo_cost.roofline.estimate import Roofline  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import held_out  # noqa: E402
+import norm_rows  # noqa: E402
 import published_models as pm  # noqa: E402
 
 DATA = os.path.join(ROOT, "benchmarks", "data", "published_gpu.toml")
@@ -373,6 +374,7 @@ def main(argv=None) -> int:
         print(f"{m['id']:44} {m['chip']:5} {ratio * meas * 1e3:8.3f}ms {meas * 1e3:8.3f}ms {ratio:6.2f}  "
               f"{held_out.source_of(m)}", flush=True)
     print("\n".join(table_lines(results)))
+    print("\n".join(norm_rows.table_lines(results, measured_s)))
     print("\n".join(pm.breakdown_lines(results, measured_s)))
     held = [(m, r) for m, r, h in results if h]
     out = [m["id"] for m, _, h in results if not h]
