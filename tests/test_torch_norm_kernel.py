@@ -13,7 +13,7 @@ from mhlo_cost.machines.hardware import get_profile
 from mhlo_cost.roofline.two_pass import reread_bytes, resident_fraction
 from mhlo_cost.roofline.estimate import Roofline
 
-L2_GH100 = 50 * 2**20  # 52,428,800 B: the 50 MB L2 of H100 / H200 (the profiles' l2_mib)
+L2_GH100 = 50 * 2**20  # 52,428,800 B: the L2 of H100 / H200 (the profiles' l2_mib = 50)
 
 
 def test_few_rows_in_flight_mostly_hit():
