@@ -68,6 +68,12 @@ FP32_SET_OPT_DTYPE = frozenset({"prod", "softmax", "_softmax", "log_softmax", "_
 #: AT_FORALL_PROMOTE.
 PROMOTE = frozenset({"addcdiv", "addcmul", "atan2", "bilinear", "cross", "dot", "vdot", "grid_sampler",
                      "index_put", "tensordot", "scatter_add"})
+#: Batch norm: on no list (it runs as it is given), but its CUDA kernel takes a half / bfloat16 input with fp32
+#: weights and statistics and returns the input's dtype (aten/src/ATen/native/cuda/Normalization.cu:
+#: ``batch_norm_cuda`` allocates ``output = at::empty_like(self)``; ``is_mixed_type``), where the IR's type
+#: promotion would make it fp32: its output is converted back inside its own call.
+BATCH_NORM = frozenset({"batch_norm", "native_batch_norm", "_native_batch_norm_legit_no_training",
+                        "_native_batch_norm_legit", "cudnn_batch_norm", "_batch_norm_impl_index"})
 #: Python operators of ``torch.Tensor`` -> the op they call.
 _OPERATORS = {"__matmul__": "matmul", "__rmatmul__": "matmul", "__pow__": "pow", "__rpow__": "pow"}
 
@@ -124,14 +130,39 @@ class CudaAutocast:
     def _dispatch(self, inner, func, types, args, kwargs):
         kwargs = kwargs or {}
         rule = policy(func, kwargs) if self.depth == 0 else None
-        if rule is None or not self._lowered(func):
+        if self.depth == 0 and op_name(func) in BATCH_NORM and self._lowered(func):
+            return self._batch_norm(inner, func, types, args, kwargs)
+        if rule is None:
+            return inner(func, types, args, kwargs)
+        lowered = self._lowered(func)
+        if not lowered and _is_aten(func):  # torchax decomposes it: autocast meets the parts
             return inner(func, types, args, kwargs)
         args, kwargs = self._cast_args(rule, func, args, kwargs)
         self.depth += 1
         try:
-            return inner(func, types, args, kwargs)
+            # a torch function torchax does not lower whole (F.conv2d): run as torchax's function mode falls
+            # back to it (the function itself, its aten ops dispatched again), on the cast arguments
+            return inner(func, types, args, kwargs) if lowered else func(*args, **kwargs)
         finally:
             self.depth -= 1
+
+    def _batch_norm(self, inner, func, types, args, kwargs):
+        """Batch norm of a lower-precision input with fp32 parameters (:data:`BATCH_NORM`): its output in the
+        input's dtype, converted inside the call (the kernel writes it so); its statistics as the op returns them."""
+        x = args[0] if args else kwargs.get("input")
+        self.depth += 1
+        try:
+            out = inner(func, types, args, kwargs)
+        finally:
+            self.depth -= 1
+        if not _is_float(x):
+            return out
+        if isinstance(out, (tuple, list)):
+            return type(out)([self._keep(out[0], x.dtype), *out[1:]])
+        return self._keep(out, x.dtype)
+
+    def _keep(self, out, dtype):
+        return self._to(out, dtype) if _is_float(out) and out.dtype != dtype else out
 
     def _lowered(self, func) -> bool:
         """Whether torchax lowers ``func`` itself (else it decomposes it, and autocast meets the parts)."""
@@ -195,6 +226,10 @@ class CudaAutocast:
         if cached:
             self.cache[key] = out
         return out
+
+
+def _is_aten(func) -> bool:
+    return hasattr(func, "overloadpacket") or type(func).__name__ == "OpOverloadPacket"
 
 
 def _is_float(a) -> bool:
