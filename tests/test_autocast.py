@@ -41,11 +41,27 @@ class Scores(torch.nn.Module):
 
 
 @functools.lru_cache(maxsize=None)  # each program lowered once for the tests that read it
-def _analysis(module, amp="float16", dtype="float32"):
+def _analysis(module, amp="float16", dtype="float32", shape=f"{B}x{D}"):
     with torch.device("meta"):
         m = module()
-    text = lower_request(LowerRequest(module=m, inputs=(f"{B}x{D}:{dtype}",), amp=amp)).text
+    text = lower_request(LowerRequest(module=m, inputs=(f"{shape}:{dtype}",), amp=amp)).text
     return analyze(text, AnalysisOptions(dataflow=True))
+
+
+N, C, H = 2, 16, 8  # images, channels, side
+
+
+class ConvBN(torch.nn.Module):
+    """conv (with bias) -> batch norm -> relu -> 1x1 conv (with bias), as a ResNet or ConvNeXt stage calls them."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv1 = torch.nn.Conv2d(3, C, 3, padding=1)
+        self.bn = torch.nn.BatchNorm2d(C)
+        self.conv2 = torch.nn.Conv2d(C, C, 1)
+
+    def forward(self, x):
+        return self.conv2(torch.relu(self.bn(self.conv1(x))))
 
 
 def _casts(a):
@@ -140,3 +156,15 @@ def test_the_command_line_refuses_amp_with_a_bundled_model(capsys):
     assert main(["lower", "--model", "stdit3", "--small", "--amp", "float16"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("mhlo-cost: error:") and "--amp" in err[0]
+
+
+def test_a_conv_net_casts_its_input_and_weights_and_batch_norm_keeps_half():
+    a = _analysis(ConvBN, shape=f"{N}x3x{H}x{H}")
+    f32, f16 = 4, 2
+    conv1 = (N * 3 * H * H + C * 3 * 3 * 3 + C) * (f32 + f16)  # the fp32 image, weight and bias to fp16
+    conv2 = (C * C + C) * (f32 + f16)  # its input is batch norm's fp16 output: only the parameters
+    assert _ints(a, _casts(a)) == conv1 + conv2
+    convs = [r for r in a.rows if r.op.endswith("convolution")]
+    assert len(convs) == 2 and all(r.result.dtype == "f16" for r in convs)
+    relu = [r for r in a.rows if r.op.endswith("maximum") and r.result.nelems == N * C * H * H]
+    assert relu and relu[0].result.dtype == "f16"  # batch norm of a half input returns half

@@ -171,7 +171,7 @@ def traceable(req: LowerRequest, obj):
 
         module = obj if req.dtype is None else obj.to(tf._torch_dtype(req.dtype))
         fn, args = tf.traceable(module.eval(), inputs, input_kwargs=kw_inputs, kwargs=req.kwargs,
-                                locations=req.locations, values=values, amp=_amp_dtype(req.amp))
+                                locations=req.locations, values=values, amp=req.amp)
         from .moe import Routing, wrap
 
         fn = wrap(fn, module, None if req.routing is None else Routing.parse(req.routing), info)
@@ -195,18 +195,6 @@ def traceable(req: LowerRequest, obj):
                             dtype=req.dtype or "float32")
     info.update(frontend="jax")
     return fn, args, info
-
-
-def _amp_dtype(amp: str | None):
-    """The torch dtype of ``--amp`` (None for none); FrontendError for one autocast does not run in."""
-    if amp is None:
-        return None
-    from .autocast import torch_dtype
-
-    try:
-        return torch_dtype(amp)
-    except ValueError as e:
-        raise FrontendError(str(e)) from None
 
 
 def lowered_dtype(req: LowerRequest, module) -> str:

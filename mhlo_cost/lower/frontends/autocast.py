@@ -238,13 +238,18 @@ def _is_float(a) -> bool:
     return isinstance(a, torch.Tensor) and a.is_floating_point()
 
 
-def torch_dtype(name: str):
-    """``float16`` / ``bfloat16`` (``f16``, ``bf16``, ``half``) -> the torch dtype; ValueError for any other."""
+def torch_dtype(name):
+    """``float16`` / ``bfloat16`` (``f16``, ``bf16``, ``half``, or the torch dtype) -> the torch dtype;
+    FrontendError for any other."""
     import torch
 
+    from . import FrontendError
+
+    if name in (torch.float16, torch.bfloat16):
+        return name
     names = {"float16": torch.float16, "f16": torch.float16, "fp16": torch.float16, "half": torch.float16,
              "bfloat16": torch.bfloat16, "bf16": torch.bfloat16}
     try:
-        return names[name.lower()]
+        return names[str(name).lower()]
     except KeyError:
-        raise ValueError(f"--amp {name}: autocast runs in float16 or bfloat16") from None
+        raise FrontendError(f"--amp {name}: autocast runs in float16 or bfloat16") from None

@@ -240,7 +240,7 @@ def traceable(module, input_specs: Sequence, *, input_kwargs: dict | None = None
     ShapeDtypeStructs or anything :func:`as_spec` reads; ``kwargs`` are plain (static) keyword values;
     ``values`` keyword inputs given by value (name -> ``inputs.ValueSpec``), concrete tensors while the
     forward is traced (see :mod:`.values`). The function returns the tensors of the output as a flat list
-    (:func:`tensor_leaves`). ``amp``: the forward runs under CUDA autocast to this torch dtype
+    (:func:`tensor_leaves`). ``amp``: the forward runs under CUDA autocast to this dtype
     (:mod:`.autocast`: parameters kept as they are, cast where ``torch.autocast("cuda")`` casts them).
     """
     import torch
@@ -280,12 +280,13 @@ def traceable(module, input_specs: Sequence, *, input_kwargs: dict | None = None
 
 
 def _autocast(env, amp, params):
-    """The CUDA autocast of :mod:`.autocast` to torch dtype ``amp`` (None: none) over ``env``'s calls."""
+    """The CUDA autocast of :mod:`.autocast` to ``amp`` (``float16``, ``bfloat16`` or a torch dtype; None: none)
+    over ``env``'s calls."""
     if amp is None:
         return contextlib.nullcontext()
-    from .autocast import CudaAutocast
+    from .autocast import CudaAutocast, torch_dtype
 
-    return CudaAutocast(env, amp, params).active()
+    return CudaAutocast(env, torch_dtype(amp), params).active()
 
 
 def _no_clash(kw_specs: dict, static_kwargs: dict, values: dict) -> None:
