@@ -3,7 +3,9 @@ forward or decode step of a whole model, lowered from its library's configuratio
 execution model the measured code ran as.
 
 Programs (a row's ``program``, its ``params``):
-  timm    ``mhlo-cost lower --timm NAME --input BxCxHxW:DTYPE --dtype DTYPE`` (params: name, batch, image, dtype)
+  timm    ``mhlo-cost lower --timm NAME --input BxCxHxW:DTYPE --dtype DTYPE [--amp AMP]`` (params: name, batch, image,
+          dtype, amp: the autocast dtype where the measured code ran the forward under CUDA autocast, timm's
+          ``benchmark.py --amp``; the row's ``amp_source`` quotes where the source says so)
   hf      ``mhlo-cost lower --hf CLASS --input BxCxHxW:DTYPE`` with the row's ``set`` (params: hf, batch, image,
           dtype, set)
   decode  the decode step of ``mhlo-cost serve`` (batch, context, a transformers class and configuration with the
@@ -56,7 +58,9 @@ def lowered_text(m: dict) -> str:
     """The IR of row ``m``'s whole-model program."""
     p = m["params"]
     if m["program"] == "timm":
-        return _lower_cli(["lower", "--timm", p["name"], "--input", _image_input(p), "--dtype", p["dtype"]], m["id"])
+        amp = ["--amp", p["amp"]] if p.get("amp") else []
+        return _lower_cli(["lower", "--timm", p["name"], "--input", _image_input(p), "--dtype", p["dtype"]] + amp,
+                          m["id"])
     if m["program"] == "hf":
         argv = ["lower", "--hf", p["hf"], "--input", _image_input(p)]
         for k, v in p.get("set", {}).items():

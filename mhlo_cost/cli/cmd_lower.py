@@ -47,6 +47,9 @@ def register(sub) -> None:
     how.add_argument("--frontend", choices=FRONTENDS,
                      help="jax, torchax or torch-xla (default: torchax for torch modules, jax otherwise)")
     how.add_argument("--dtype", metavar="DTYPE", help="cast the model and bare-shape inputs: bf16, f16, f32, ...")
+    how.add_argument("--amp", choices=("float16", "bfloat16"),
+                     help="run a torch module's forward under CUDA autocast to this dtype (torch.autocast('cuda'), "
+                          "timm's benchmark.py --amp): parameters kept as built, cast per call where autocast casts")
     how.add_argument("--no-locations", dest="locations", action="store_false",
                      help="omit op locations (scope names) from the output")
     how.add_argument("-o", "--output", metavar="FILE", help=".mlir / .mlirbc, optionally .gz (default: stdout)")
@@ -167,6 +170,8 @@ def _request(args):
     req, text = _forward_request(args)
     given = [o for o, v in (("--remat", args.remat != "none"), ("--optimizer", args.optimizer != "adamw"),
                             ("--loss", args.loss != "mse")) if v]
+    if args.train and args.amp:
+        raise UserError("--amp lowers the forward under autocast; it does not go with --train yet")
     if not args.train:
         if given:
             raise UserError(f"{', '.join(given)} go(es) with --train")
@@ -198,7 +203,7 @@ def _forward_request(args):
         _refuse(args, ("--input", args.input or args.input_shape), ("--input-value", args.input_value),
                 ("--kwarg", args.kwarg), ("--set", args.set),
                 ("--config", args.config), ("--routing", args.routing),
-                ("--expert-parallel", args.expert_parallel is not None),
+                ("--expert-parallel", args.expert_parallel is not None), ("--amp", args.amp),
                 why="--model (a bundled model has its own inputs)")
         frontend = args.frontend or ("torchax" if args.deployed else "jax")
         if args.deployed:
@@ -226,7 +231,8 @@ def _forward_request(args):
                        overrides=parse_assignments(args.set, "--set"), inputs=tuple(positional),
                        input_kwargs=keyword, input_values=values, kwargs=parse_assignments(args.kwarg),
                        frontend=args.frontend,
-                       dtype=dtype, locations=args.locations, verbose=args.verbose, routing=args.routing)
+                       dtype=dtype, locations=args.locations, verbose=args.verbose, routing=args.routing,
+                       amp=args.amp)
     return req, describe_request(req)
 
 
@@ -248,7 +254,7 @@ def _bounded(args, counts=_MODEL_COUNTS) -> None:
 #: What an inference step (--decode / --prefill) is not made of: the options of a forward or a training step.
 _NOT_A_STEP = (("--train", "train"), ("--module", "module"), ("--diffusers", "diffusers"), ("--timm", "timm"),
                ("--input", "input"), ("--input-shape", "input_shape"), ("--input-value", "input_value"),
-               ("--kwarg", "kwarg"),
+               ("--kwarg", "kwarg"), ("--amp", "amp"),
                ("--expert-parallel", "expert_parallel"), ("--frontend", "frontend"), ("--shape", "shape"),
                ("--depth", "depth"), ("--hidden", "hidden"), ("--heads", "heads"), ("--layers", "layers"),
                ("--scan", "scan"), ("--small", "small"), ("--deployed", "deployed"), ("--devices", "devices"),

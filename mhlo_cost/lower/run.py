@@ -22,6 +22,8 @@ def lower_request(req: LowerRequest, stage: Callable[[str], None] | None = None)
                        req.train is not None)
     if req.train is None:
         return lower_forward(req, stage)
+    if req.amp:
+        raise FrontendError("--amp lowers the forward under autocast; it does not go with a training step yet")
     return run_request(req, stage, _lower_step)
 
 

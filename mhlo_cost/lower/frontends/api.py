@@ -56,6 +56,7 @@ class LowerRequest:
     verbose: bool = False  # let the libraries' warnings and log messages through
     routing: str | None = None  # mixture of experts: dropless (default) or capacity:F (see .moe)
     deployed: bool = False  # bundled stdit3: the torch module as OpenSora 1.2 deploys it (torchax only)
+    amp: str | None = None  # float16 / bfloat16: the forward under CUDA autocast (torch modules; .autocast)
 
     def source(self) -> str:
         if self.model is not None:
@@ -170,15 +171,20 @@ def traceable(req: LowerRequest, obj):
 
         module = obj if req.dtype is None else obj.to(tf._torch_dtype(req.dtype))
         fn, args = tf.traceable(module.eval(), inputs, input_kwargs=kw_inputs, kwargs=req.kwargs,
-                                locations=req.locations, values=values)
+                                locations=req.locations, values=values, amp=req.amp)
         from .moe import Routing, wrap
 
         fn = wrap(fn, module, None if req.routing is None else Routing.parse(req.routing), info)
         info.update(frontend="torchax", model_class=type(obj).__name__)
         dtype = lowered_dtype(req, module)
         if dtype:
-            info["dtype"] = dtype
+            info["dtype"] = dtype + (f", under CUDA autocast to {req.amp}" if req.amp else "")
+        if req.amp:
+            info["amp"] = req.amp
         return fn, args, info
+    if req.amp:
+        raise FrontendError(f"--amp {req.amp} runs a torch module under torch.autocast; "
+                            f"{info['model']} is not a torch.nn.Module")
     if (req.frontend or "jax") != "jax":
         raise FrontendError(f"{info['model']} is not a torch.nn.Module: it lowers with the jax frontend")
     if values:
@@ -245,6 +251,9 @@ def run_request(req: LowerRequest, stage: Callable[[str], None] | None,
 
 
 def _lower_forward(req: LowerRequest, stage: Callable[[str], None]) -> Lowered:
+    if req.amp and (req.model is not None or req.frontend == "torch-xla"):
+        raise FrontendError(f"--amp {req.amp} runs a torch module's forward through torchax under autocast, "
+                            f"not {req.model or 'torch-xla'}")
     if req.model is not None or req.frontend == "torch-xla":
         stage(f"tracing and lowering with {req.frontend or 'jax'}")
         return _lower_by_frontend(req)
@@ -322,7 +331,8 @@ def describe_request(req: LowerRequest) -> str:
     parts += [f"{k}={v!r}" for k, v in req.kwargs.items()]
     what = f"{req.name} ({req.library})" if req.library else req.source()
     frontend = req.frontend or ("torchax" if req.library else "its framework's frontend")
-    return f"{what} with inputs {', '.join(parts) or '(none)'} with {frontend}"
+    amp = f" under CUDA autocast to {req.amp}" if req.amp else ""
+    return f"{what} with inputs {', '.join(parts) or '(none)'} with {frontend}{amp}"
 
 
 #: Why the deployed STDiT3 takes no parallel strategy: a user-facing sentence (lower, sweep).

@@ -230,7 +230,7 @@ def _torch_dtype(dtype):
 
 def traceable(module, input_specs: Sequence, *, input_kwargs: dict | None = None, kwargs: dict | None = None,
               locations: bool = True, aten_scopes: bool = False, fold_alpha: bool = True,
-              name: str = "forward", values: dict | None = None):
+              name: str = "forward", values: dict | None = None, amp=None):
     """``(fn, args)``: a JAX function of ``(state, buffers, inputs, keyword inputs)`` that runs
     ``module.forward`` through torchax, and the abstract arguments to lower it with (``jax.jit(fn).lower(*args)``).
     ``state`` holds the parameters, ``buffers`` the buffers (batch-norm statistics): the lowered arguments are
@@ -240,7 +240,8 @@ def traceable(module, input_specs: Sequence, *, input_kwargs: dict | None = None
     ShapeDtypeStructs or anything :func:`as_spec` reads; ``kwargs`` are plain (static) keyword values;
     ``values`` keyword inputs given by value (name -> ``inputs.ValueSpec``), concrete tensors while the
     forward is traced (see :mod:`.values`). The function returns the tensors of the output as a flat list
-    (:func:`tensor_leaves`).
+    (:func:`tensor_leaves`). ``amp``: the forward runs under CUDA autocast to this dtype
+    (:mod:`.autocast`: parameters kept as they are, cast where ``torch.autocast("cuda")`` casts them).
     """
     import torch
 
@@ -263,11 +264,12 @@ def traceable(module, input_specs: Sequence, *, input_kwargs: dict | None = None
         state_t, inputs_t, kw_t = env.j2t_iso(({**state, **buffers}, inputs, {**kw_inputs, **concrete(values)}))
         state_t, attrs = split(state_t, module)
         scopes = module_scopes(module) if locations else contextlib.nullcontext()
+        amp_cm = _autocast(env, amp, [state_t[k] for k in state if k in state_t])
         # Default device "jax": tensors the forward creates without a device (torch.arange(n)) become JAX
         # values too, instead of CPU tensors that torchax refuses to mix with its own.
         with env, torch.device("jax"), scopes, mute_aten_scopes(not aten_scopes), \
                 fold_unit_alpha(env, fold_alpha), concrete_values(env, bool(values)), torch.no_grad(), \
-                bound(module, attrs):
+                bound(module, attrs), amp_cm:
             out = torch.func.functional_call(module, state_t, tuple(inputs_t), {**static_kwargs, **kw_t},
                                              strict=False)
         return env.t2j_iso(tensor_leaves(out))
@@ -275,6 +277,16 @@ def traceable(module, input_specs: Sequence, *, input_kwargs: dict | None = None
     forward.__name__ = name
     forward.__qualname__ = name
     return forward, (state, buffers, args, kw_specs)
+
+
+def _autocast(env, amp, params):
+    """The CUDA autocast of :mod:`.autocast` to ``amp`` (``float16``, ``bfloat16`` or a torch dtype; None: none)
+    over ``env``'s calls."""
+    if amp is None:
+        return contextlib.nullcontext()
+    from .autocast import CudaAutocast, torch_dtype
+
+    return CudaAutocast(env, torch_dtype(amp), params).active()
 
 
 def _no_clash(kw_specs: dict, static_kwargs: dict, values: dict) -> None:
