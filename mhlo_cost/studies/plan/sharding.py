@@ -23,7 +23,8 @@ parameters gather in bf16, as Megatron's ``main_grad`` and torchtitan's default 
 
 The per-layer collectives run on their own stream, prefetched one layer ahead, so a layer exposes
 ``max(0, comm - compute)`` of them (its forward, or its backward with recompute; the first layer's gather
-is counted the same way).
+is counted the same way); on a chip whose NCCL channels are known, the layer's compute runs on the SMs the
+collective's kernel leaves while it runs, so at least ``comm x n / S`` is exposed (:mod:`.sm_share`).
 
 Context parallelism (``cp`` > 1), per layer and micro-batch, K and V being ``b (s/cp) kv/t d`` bf16 each:
 ring attention (``p2p``) sends and receives the local K and V ``cp - 1`` times forward, K, V and their
@@ -43,6 +44,7 @@ from functools import lru_cache
 from ...network import estimate
 from .config import CP_TORCH, ScaleConfig
 from .costs import LayerCost
+from .sm_share import taxed
 
 
 @dataclass(frozen=True)
@@ -265,14 +267,16 @@ class Exposure:
 
 
 def dp_exposure(cfg: ScaleConfig, topo, cost: LayerCost, layers: int, f_layer: float, b_layer: float,
-                stage_extra: int = 0) -> Exposure:
+                stage_extra: int = 0, sms: tuple[int, int] = (0, 0)) -> Exposure:
     """The data-parallel collectives' seconds; ``f_layer`` / ``b_layer``: one layer's forward / backward compute
-    (what the prefetched per-layer collectives hide under); ``stage_extra`` as :func:`dp_collectives` takes it."""
+    (what the prefetched per-layer collectives hide under); ``stage_extra`` as :func:`dp_collectives` takes it;
+    ``sms``: (SMs the NCCL kernels take, the chip's SMs): the layer's compute runs on the others while its
+    collectives run (:func:`.sm_share.taxed`: ``max(C - G, C n / S)`` exposed)."""
     per = {"iteration": 0.0, "layer_forward": 0.0, "layer_backward": 0.0}
     for c in dp_collectives(cfg, cost, layers, stage_extra):
         per[c.per] += seconds(topo, c)
     f, b = per["layer_forward"], per["layer_backward"]
-    return Exposure(max(0.0, f - f_layer), max(0.0, b - b_layer), f, b, per["iteration"])
+    return Exposure(taxed(f_layer, f, sms), taxed(b_layer, b, sms), f, b, per["iteration"])
 
 
 def cp_exposure(cfg: ScaleConfig, topo, cost: LayerCost) -> Exposure:
