@@ -106,3 +106,21 @@ def test_a_later_stages_bucket_runs_beside_the_first_stages_backward():
     rs, _, beside = stage_exposed(cfg, H100.topology, 1, 2, w, (head, 0), 1.0, 1.0)
     assert rs == 0.0
     assert beside == pytest.approx(reduce, rel=1e-9)
+
+
+def test_a_ring_step_hidden_under_its_attention_block_still_takes_its_sms():
+    """Megatron's ring attention, cp 4 on one H100 node: each of the 3 forward steps (K, V to the next rank) beside
+    a block of the attention far longer than it exposes 16/132 of it; with no attention, all of it."""
+    cfg = ScaleConfig(layers=2, hidden=8192, heads=64, seq=65536, vocab=128, cp=4, micro_batch=1, global_batch=1)
+    kv = 2 * 1 * (65536 // 4) * 8192 * 2
+    pairs = tuple((c, (c + 1) % 4) for c in range(4))
+    step_f = estimate(H100.topology, "collective_permute", kv, pairs).time_s
+    step_b = estimate(H100.topology, "collective_permute", 2 * kv, pairs).time_s
+    core = {"forward": 4.0, "backward": 4.0, "recompute": 0.0, "optimizer": 0.0}  # 1 s blocks
+    assert step_f < 1.0 and step_b < 1.0
+    zero = {"forward": 0, "backward": 0, "recompute": 0, "optimizer": 0}
+    cost = LayerCost("k", "chip", dict(zero), dict(zero),
+                     {"forward": 1.0, "backward": 1.0, "recompute": 0.0, "optimizer": 0.0},
+                     weight_elems=1000, weight_bytes=2000, core_s=core)
+    it = compose(cfg, cost, H100)
+    assert it.cp_comm == pytest.approx(2 * 3 * (step_f + step_b) * 16 / 132, rel=1e-9)

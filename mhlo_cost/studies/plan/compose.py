@@ -150,7 +150,7 @@ def _layer(cfg: ScaleConfig, cost: LayerCost, topo, hw=None) -> dict:
     else:
         tp = {ph: sum(n * _time(topo, kind, s_act, tp_group(cfg)) for kind, n in kinds)
               for ph, kinds in tp_collectives(cfg).items()}
-    cp = cp_exposure(cfg, topo, cost)
+    cp = cp_exposure(cfg, topo, cost, nccl_sms(hw))
     f = t["forward"] + tp["forward"] + cp.forward
     b = t["backward"] + rec + tp["backward"] + cp.backward
     return {"forward": t["forward"], "backward": t["backward"], "recompute": rec, "tp_forward": tp["forward"],
