@@ -8,8 +8,9 @@ here: 24 ring channels on an 8-GPU A100 NVSwitch node (NV12; NVIDIA/nccl issue #
 H100 / H800 nodes, within a node and across nodes (issue #892, H800: ``16 coll channels``; issue #1453, H100 on 3
 nodes: ``Channel 00/16``). A GEMM's thread blocks (cuBLAS / CUTLASS tiles holding most of an SM's shared memory)
 cannot share an SM with them, so while an overlapped collective runs the GEMMs beside it run on the SMs left.
-Megatron-Core launches its overlapped collectives first for that reason (``CUDA_DEVICE_MAX_CONNECTIONS=1``: the
-communication kernel is queued ahead of the compute it overlaps, so it gets its SMs).
+Megatron-Core queues its overlapped collective ahead of the compute it overlaps (``megatron/core/tensor_parallel/
+layers.py``: "we rely on CUDA_DEVICE_MAX_CONNECTIONS=1 to ensure that the gather is scheduled before the input
+gradient computation"), so the collective's blocks are resident first and the compute takes the SMs they leave.
 
 Transformer Engine's userbuffers (``tp_comm_overlap``) choose their SMs per collective
 (``transformer_engine/pytorch/module/base.py``, ``initialize_ub``'s defaults): 16 SMs (``num_sm``) for the
