@@ -18,6 +18,8 @@ from mhlo_cost.studies.plan.tp_overlap import LINEARS, linear_rows
 from mhlo_cost.studies.study import Study
 
 SELENE = resolve_profile("selene")
+SMS, UB = 108, 16  # A100's SMs; the SMs TE's pipelined and bulk overlaps take (initialize_ub's default num_sm)
+MARGIN = SMS / (SMS - UB)  # a pipelined GEMM on the SMs left: G x 108 / 92
 BIG = dict(layers=4, hidden=8192, heads=64, seq=8192, vocab=128, micro_batch=1, global_batch=1)
 S = 1 * 8192 * 8192 * 2  # the activation a collective moves: b x s x h, bf16
 
@@ -69,32 +71,40 @@ def test_no_gemm_exposes_every_chunk():
 
 
 def test_long_gemms_hide_all_but_the_last_reduce_scatter_chunk():
-    """Every GEMM longer than its collective: only the pipelined reduce_scatters' last chunks are left (2 a
-    layer); with ring-exchange reduce_scatters (Megatron-Bridge's fp8 configurations) one step each instead."""
+    """Every GEMM of 1 s, longer than its collective: the pipelined reduce_scatters' last chunks are left (2 a
+    layer), their GEMMs on 108 - 16 SMs (1 s x 108 / 92), and each of the 4 bulk pairs of the backward exposes
+    16/108 of its collective (the GEMM beside it on the SMs left: max(C, G + 16 C / 108) - G); with ring-exchange
+    reduce_scatters (Megatron-Bridge's fp8 configurations: the copy engine, no SM) one step each instead."""
     cfg = ScaleConfig(**BIG, t=4, sp=True, tp_comm_overlap=True)
     n = _net(4)
     long = _layer(dict.fromkeys(LINEARS, 1.0))
-    assert compose(cfg, long, SELENE).tp_comm == pytest.approx(4 * 2 * n["rs_chunk"], rel=1e-9)
+    bulk = (2 * n["ag"] + 2 * n["rs"]) * UB / SMS
+    want = 4 * (2 * (MARGIN - 1.0 + n["rs_chunk"]) + bulk)
+    assert compose(cfg, long, SELENE).tp_comm == pytest.approx(want, rel=1e-9)
     ring = cfg.with_split(tp_overlap_rs="ring_exchange")
-    assert compose(ring, long, SELENE).tp_comm == pytest.approx(4 * 2 * n["step"], rel=1e-9)
+    assert compose(ring, long, SELENE).tp_comm == pytest.approx(4 * (2 * n["step"] + bulk), rel=1e-9)
 
 
 def test_a_short_gemm_hides_part_of_each_step():
     """QKV's GEMM of G = 2 x t x step: each chunk of G/t covers its step twice (0 exposed); fc1's of G = t x step /
-    2: each of the t - 1 steps exposes step / 2; proj's bulk-free pipelined reduce_scatter with G = 4 x chunk / 2:
-    3 x chunk / 2 + chunk; fc2 with G = 0: 4 chunks. The backward's GEMMs long. Full recompute repeats the
-    forward's exposure in the backward."""
+    2: each of the t - 1 steps exposes step / 2; proj's pipelined reduce_scatter with G = 4 x chunk / 2, run on
+    92 of 108 SMs (G' = G x 108 / 92; G' - G exposed): 3 x (chunk - G'/4) + chunk; fc2 with G = 0: 4 chunks. The
+    backward's GEMMs long: each bulk pair exposes 16/108 of its collective. Full recompute repeats the forward's
+    exposure in the backward."""
     t = 4
     n = _net(t)
     g = {k: 1.0 for k in LINEARS if not k.endswith("fprop")}
     g.update(qkv_fprop=2 * t * n["step"], fc1_fprop=t * n["step"] / 2, proj_fprop=4 * n["rs_chunk"] / 2)
     cfg = ScaleConfig(**BIG, t=t, sp=True, tp_comm_overlap=True)
-    fwd = (t - 1) * n["step"] / 2 + (3 * n["rs_chunk"] / 2 + n["rs_chunk"]) + 4 * n["rs_chunk"]
+    proj = g["proj_fprop"] * MARGIN
+    fwd = ((t - 1) * n["step"] / 2 + (proj - g["proj_fprop"]) + 3 * (n["rs_chunk"] - proj / 4) + n["rs_chunk"]
+           + 4 * n["rs_chunk"])
+    bulk = (2 * n["ag"] + 2 * n["rs"]) * UB / SMS
     it = compose(cfg, _layer(g), SELENE)
     assert it.layer["tp_forward"] == pytest.approx(fwd, rel=1e-9)
-    assert it.layer["tp_backward"] == pytest.approx(0.0, abs=1e-15)
+    assert it.layer["tp_backward"] == pytest.approx(bulk, rel=1e-9)
     full = compose(cfg.with_split(recompute="full"), _layer(g), SELENE)
-    assert full.layer["tp_backward"] == pytest.approx(fwd, rel=1e-9)
+    assert full.layer["tp_backward"] == pytest.approx(bulk + fwd, rel=1e-9)
 
 
 def test_overlap_needs_sequence_parallelism_and_names_itself():
@@ -112,12 +122,13 @@ def test_overlap_needs_sequence_parallelism_and_names_itself():
 
 def test_chunked_gemms_charge_what_their_chunks_add():
     """QKV's GEMM of 1 s runs as t = 4 chunks of 0.3 s under the ring exchange: 0.2 s more, exposed; the other
-    GEMMs long and their chunks exact (1/n of them), so only the two pipelined reduce_scatters' last chunks add."""
+    GEMMs long and their chunks exact (1/n of them), so only the two pipelined reduce_scatters add: their last
+    chunks, and their GEMMs on 92 of 108 SMs (16/92 s each)."""
     cfg = ScaleConfig(**BIG, t=4, sp=True, tp_comm_overlap=True)
     n = _net(4)
     lin = dict.fromkeys(LINEARS, 1.0) | {"qkv_fprop@4": 0.3}
     it = compose(cfg, _layer(lin), SELENE)
-    assert it.layer["tp_forward"] == pytest.approx(0.2 + 2 * n["rs_chunk"], rel=1e-9)
+    assert it.layer["tp_forward"] == pytest.approx(0.2 + 2 * (MARGIN - 1.0 + n["rs_chunk"]), rel=1e-9)
 
 
 def test_a_chunk_of_the_lowered_layer_is_priced_on_its_own_shape():

@@ -26,6 +26,8 @@ pipeline and the layer's times F (forward), B (backward), R (recompute) per micr
   embedding / LM head reduce with their stage's layers under ZeRO 0 / 1 (:func:`.sharding.optimizer_extra_elems`)
   and a sharded optimizer steps them; ZeRO 2 / FSDP's
   per-layer collectives are in each micro-batch's F_s / B_s, exposed where they outlast the layer's compute;
+  every overlapped collective's NCCL kernel holds ``n`` of the chip's ``S`` SMs while it runs, so the compute
+  beside it is slowed by ``n / S`` of the overlapped seconds (:mod:`.sm_share`);
 * context parallelism: its K/V exchange per layer and micro-batch in F_s / B_s (what the attention's compute
   does not hide);
 * uneven pipelines: every slot runs at the pace of the slowest stage (the most layers, or the head's);
@@ -46,6 +48,7 @@ from .costs import LayerCost
 from .sharding import (cp_collectives, cp_exposure, dp_collectives, dp_exposure, embedding_collective, embedding_elems,
                        optimizer_extra_elems, seconds)
 from .dp_overlap import dp_overlap_exposed
+from .sm_share import chip_sms, nccl_sms, overlap_tax
 from .tp_overlap import tp_overlap_exposure
 
 
@@ -134,18 +137,20 @@ def activation_bytes(cfg: ScaleConfig) -> int:
     return cfg.micro_batch * cfg.local_seq * cfg.hidden * 2
 
 
-def _layer(cfg: ScaleConfig, cost: LayerCost, topo) -> dict:
+def _layer(cfg: ScaleConfig, cost: LayerCost, topo, hw=None) -> dict:
     """One layer, one micro-batch, on one device (seconds): compute by phase, the tensor-parallel collectives,
-    and what context parallelism and the per-layer data-parallel collectives expose (:mod:`.sharding`)."""
+    and what context parallelism and the per-layer data-parallel collectives expose (:mod:`.sharding`); ``hw``:
+    the profile whose SMs the overlapped communication kernels share (:mod:`.sm_share`)."""
     t = cost.time_s
     rec = t["forward"] if cfg.recompute == "full" else t["recompute"]
     s_act = activation_bytes(cfg)
     if cfg.tp_comm_overlap and cfg.t > 1:  # TE's userbuffers: each collective against its own GEMM
-        tp = tp_overlap_exposure(cfg, cost, s_act, lambda kind, n, groups: _time(topo, kind, n, groups))
+        tp = tp_overlap_exposure(cfg, cost, s_act, lambda kind, n, groups: _time(topo, kind, n, groups),
+                                 chip_sms(hw))
     else:
         tp = {ph: sum(n * _time(topo, kind, s_act, tp_group(cfg)) for kind, n in kinds)
               for ph, kinds in tp_collectives(cfg).items()}
-    cp = cp_exposure(cfg, topo, cost)
+    cp = cp_exposure(cfg, topo, cost, nccl_sms(hw))
     f = t["forward"] + tp["forward"] + cp.forward
     b = t["backward"] + rec + tp["backward"] + cp.backward
     return {"forward": t["forward"], "backward": t["backward"], "recompute": rec, "tp_forward": tp["forward"],
@@ -172,7 +177,8 @@ def _stages(cfg: ScaleConfig, cost: LayerCost, topo, one: dict, head: LayerCost 
     out = []
     for s, n in enumerate(cfg.stage_layers()):
         last = s == cfg.p - 1
-        dp = dp_exposure(cfg, topo, cost, n, one["f"], one["b"], optimizer_extra_elems(cfg, s))
+        dp = dp_exposure(cfg, topo, cost, n, one["f"], one["b"], optimizer_extra_elems(cfg, s),
+                         nccl_sms(hw) if hw is not None else (0, 0))
         accum = grad_accum_seconds(cfg, hw, cost, n, embedding_elems(cfg, s)) if hw is not None else 0.0
         out.append({"layers": n, "dp": dp, "head_forward": hf if last else 0.0, "head_backward": hb if last else 0.0,
                     "f_s": n * (one["f"] + dp.forward) + (hf if last else 0.0),
@@ -187,7 +193,7 @@ def compose(cfg: ScaleConfig, cost: LayerCost, hw, head: LayerCost | None = None
     counts the slowest stage sets the pace of every slot."""
     topo = getattr(hw, "topology", None)
     m, p, v = cfg.micro_batches, cfg.p, cfg.interleave
-    one = _layer(cfg, cost, topo)
+    one = _layer(cfg, cost, topo, hw)
     stages = _stages(cfg, cost, topo, one, head, hw)
     slow_stage = max(reversed(range(p)), key=lambda s: stages[s]["f_s"] + stages[s]["b_s"])  # ties: the last
     slow = stages[slow_stage]
@@ -206,13 +212,16 @@ def compose(cfg: ScaleConfig, cost: LayerCost, hw, head: LayerCost | None = None
     per_mb = f_s + b_s + p2p_per_mb
     bubble = float(Fraction(p - 1, v)) * (f_s + b_s)
     hidden = min(dp_iter, b_s / v) if cfg.dp_overlap else 0.0
+    sms = nccl_sms(hw)
+    tax = overlap_tax(hidden, sms)  # the backward beside the hidden reduction runs on the SMs NCCL leaves
     if cfg.ddp == "megatron" and cfg.cp * cfg.d > 1:  # Megatron-Core's buckets and chunks (.dp_overlap)
-        rs, ag = dp_overlap_exposed(cfg, topo, cost.weight_elems, stages, lambda s: optimizer_extra_elems(cfg, s))
+        rs, ag, tax = dp_overlap_exposed(cfg, topo, cost.weight_elems, stages,
+                                         lambda s: optimizer_extra_elems(cfg, s), sms)
         dp_iter = max(dp_iter, rs + ag)  # (unit by unit, each collective's latency: more than the whole at once)
         hidden = dp_iter - rs - ag
     opt = max(st["optimizer"] for st in stages)  # the slowest step: the next iteration starts after it
     emb = embedding_seconds(cfg, topo)  # after the flush, before the step: exposed
-    total = float(slots) * per_mb + (dp_iter - hidden) + emb + opt
+    total = float(slots) * per_mb + (dp_iter - hidden) + tax + emb + opt
     compute = {"forward": m * (n * one["forward"] + slow["head_forward"]),
                "backward": m * (n * one["backward"] + slow["head_backward"] + slow["grad_accum"]),
                "recompute": m * n * one["recompute"]}
@@ -222,10 +231,10 @@ def compose(cfg: ScaleConfig, cost: LayerCost, hw, head: LayerCost | None = None
                   slots=str(slots), bubble_fraction=str(Fraction(p - 1, v * m)))
     counts.update(_extra_counts(cfg, cost, stages[dp_stage]["layers"], optimizer_extra_elems(cfg, dp_stage)))
     dp_layers = m * n * (dp.forward + dp.backward)
-    one.update(optimizer=cost.time_s["optimizer"] / cfg.shard_degree, dp_iteration_exposed=dp_iter - hidden,
-               slow_stage=slow_stage, embedding_exposed=emb)
+    one.update(optimizer=cost.time_s["optimizer"] / cfg.shard_degree, dp_iteration_exposed=dp_iter - hidden + tax,
+               slow_stage=slow_stage, embedding_exposed=emb, dp_sm_tax=tax)
     return Iteration(cfg, compute, m * n * (one["tp_forward"] + one["tp_backward"]), bubble,
-                     float(slots) * p2p_per_mb, dp_layers + dp_iter - hidden + emb,
+                     float(slots) * p2p_per_mb, dp_layers + dp_iter - hidden + tax + emb,
                      m * n * (dp.forward_total + dp.backward_total) + dp_iter + emb, opt, total, counts,
                      cp_comm=m * n * (one["cp"].forward + one["cp"].backward), stages=tuple(stages), layer=one)
 

@@ -35,6 +35,7 @@ from __future__ import annotations
 import math
 
 from .sharding import Collective, grad_groups, seconds, shard_groups
+from .sm_share import overlap_tax
 
 #: Megatron-Core's default bucket: max(40M, 1M x the data-parallel ranks) elements (``DistributedDataParallel``)
 DEFAULT_BUCKET, BUCKET_PER_RANK = 40_000_000, 1_000_000
@@ -98,17 +99,22 @@ def stage_units(cfg, stage: int, layers: int, weight: int, extra: tuple, span: f
 
 
 def stage_exposed(cfg, topo, stage: int, layers: int, weight: int, extra: tuple, f_span: float,
-                  b_span: float) -> tuple[float, float]:
-    """(reduce-scatter, all-gather) seconds ``stage`` exposes beyond its compute; ``f_span`` / ``b_span``: a
-    micro-batch's forward / backward on the stage (interleaved: one chunk's)."""
+                  b_span: float) -> tuple[float, float, float]:
+    """(reduce-scatter, all-gather, overlapped) seconds of ``stage``: what its collectives expose beyond its
+    compute, and how long they ran beside it (the reduce-scatters before the backward's end, the prefetched
+    all-gathers under the forward); ``f_span`` / ``b_span``: a micro-batch's forward / backward on the stage
+    (interleaved: one chunk's)."""
     units = stage_units(cfg, stage, layers, weight, extra, b_span)
-    rs = reduce_exposed([(at, _seconds(cfg, topo, "reduce_scatter", e)) for e, at in units])
+    launches = [(at, _seconds(cfg, topo, "reduce_scatter", e)) for e, at in units]
+    rs = reduce_exposed(launches)
+    beside = max(0.0, sum(dur for _, dur in launches) - rs)
     if cfg.zero_stage != 1:
-        return rs, 0.0
+        return rs, 0.0, beside
     fwd = [(_seconds(cfg, topo, "all_gather", e), at) for e, at in reversed(units)]  # forward order
     if not cfg.overlap_param_gather:
-        return rs, sum(dur for dur, _ in fwd)
-    return rs, gather_exposed(gather_needs(cfg, stage, fwd, f_span, b_span))
+        return rs, sum(dur for dur, _ in fwd), beside
+    ag = gather_exposed(gather_needs(cfg, stage, fwd, f_span, b_span))
+    return rs, ag, beside + max(0.0, sum(dur for dur, _ in fwd) - ag)
 
 
 def gather_needs(cfg, stage: int, fwd: list, f_span: float, b_span: float) -> list[tuple[float, float]]:
@@ -143,13 +149,15 @@ def stage_extra(cfg, stage: int, elems: int) -> tuple[int, int]:
     return (0, elems) if stage == 0 else (elems, 0)
 
 
-def dp_overlap_exposed(cfg, topo, weight: int, stages: list[dict], extra_of) -> tuple[float, float]:
-    """(reduce-scatter, all-gather) seconds the iteration waits for beyond the schedule: the most any stage exposes
-    (``stages``: compose's per-stage dicts, ``layers``, ``f_s`` and ``b_s`` per micro-batch; ``extra_of(s)``:
-    the stage's elements outside its layers)."""
-    v, rs, ag = cfg.interleave, 0.0, 0.0
+def dp_overlap_exposed(cfg, topo, weight: int, stages: list[dict], extra_of,
+                       sms: tuple[int, int] = (0, 0)) -> tuple[float, float, float]:
+    """(reduce-scatter, all-gather, SM share) seconds the iteration waits for beyond the schedule: the most any
+    stage exposes (``stages``: compose's per-stage dicts, ``layers``, ``f_s`` and ``b_s`` per micro-batch;
+    ``extra_of(s)``: the stage's elements outside its layers), and what the compute beside the overlapped
+    collectives loses to their NCCL kernels on ``sms`` = (n, S) (:func:`.sm_share.overlap_tax`)."""
+    v, rs, ag, tax = cfg.interleave, 0.0, 0.0, 0.0
     for s, st in enumerate(stages):
-        r, a = stage_exposed(cfg, topo, s, st["layers"], weight, stage_extra(cfg, s, extra_of(s)), st["f_s"] / v,
-                             st["b_s"] / v)
-        rs, ag = max(rs, r), max(ag, a)
-    return rs, ag
+        r, a, beside = stage_exposed(cfg, topo, s, st["layers"], weight, stage_extra(cfg, s, extra_of(s)),
+                                     st["f_s"] / v, st["b_s"] / v)
+        rs, ag, tax = max(rs, r), max(ag, a), max(tax, overlap_tax(beside, sms))
+    return rs, ag, tax

@@ -23,12 +23,13 @@ parameters gather in bf16, as Megatron's ``main_grad`` and torchtitan's default 
 
 The per-layer collectives run on their own stream, prefetched one layer ahead, so a layer exposes
 ``max(0, comm - compute)`` of them (its forward, or its backward with recompute; the first layer's gather
-is counted the same way).
+is counted the same way); on a chip whose NCCL channels are known, the layer's compute runs on the SMs the
+collective's kernel leaves while it runs, so at least ``comm x n / S`` is exposed (:mod:`.sm_share`).
 
 Context parallelism (``cp`` > 1), per layer and micro-batch, K and V being ``b (s/cp) kv/t d`` bf16 each:
 ring attention (``p2p``) sends and receives the local K and V ``cp - 1`` times forward, K, V and their
 gradients ``cp - 1`` times backward, each step overlapping one ``1/cp`` of the attention's compute (exposed
-``(cp - 1) max(0, step - core/cp)``); ``all_gather`` gathers K and V forward (S = ``cp`` x the local K and V),
+``(cp - 1) max(step - core/cp, step n / S)``, the second term the SMs the send/recv kernel takes, :mod:`.sm_share`); ``all_gather`` gathers K and V forward (S = ``cp`` x the local K and V),
 gathers again and reduce-scatters their gradients backward, not overlapped. ``a2a`` (Ulysses, STDiT3's): the
 model's own all_to_alls (:meth:`mhlo_cost.studies.plan.stdit3.STDiT3ScaleConfig.a2a_collectives`), not overlapped.
 Weights outside the repeated layers (a config's ``extra_weight_elems``: STDiT3's embedders; with ZeRO 0 / 1 the
@@ -43,6 +44,7 @@ from functools import lru_cache
 from ...network import estimate
 from .config import CP_TORCH, ScaleConfig
 from .costs import LayerCost
+from .sm_share import taxed
 
 
 @dataclass(frozen=True)
@@ -265,35 +267,38 @@ class Exposure:
 
 
 def dp_exposure(cfg: ScaleConfig, topo, cost: LayerCost, layers: int, f_layer: float, b_layer: float,
-                stage_extra: int = 0) -> Exposure:
+                stage_extra: int = 0, sms: tuple[int, int] = (0, 0)) -> Exposure:
     """The data-parallel collectives' seconds; ``f_layer`` / ``b_layer``: one layer's forward / backward compute
-    (what the prefetched per-layer collectives hide under); ``stage_extra`` as :func:`dp_collectives` takes it."""
+    (what the prefetched per-layer collectives hide under); ``stage_extra`` as :func:`dp_collectives` takes it;
+    ``sms``: (SMs the NCCL kernels take, the chip's SMs): the layer's compute runs on the others while its
+    collectives run (:func:`.sm_share.taxed`: ``max(C - G, C n / S)`` exposed)."""
     per = {"iteration": 0.0, "layer_forward": 0.0, "layer_backward": 0.0}
     for c in dp_collectives(cfg, cost, layers, stage_extra):
         per[c.per] += seconds(topo, c)
     f, b = per["layer_forward"], per["layer_backward"]
-    return Exposure(max(0.0, f - f_layer), max(0.0, b - b_layer), f, b, per["iteration"])
+    return Exposure(taxed(f_layer, f, sms), taxed(b_layer, b, sms), f, b, per["iteration"])
 
 
-def cp_exposure(cfg: ScaleConfig, topo, cost: LayerCost) -> Exposure:
+def cp_exposure(cfg: ScaleConfig, topo, cost: LayerCost, sms: tuple[int, int] = (0, 0)) -> Exposure:
     """Context parallelism's seconds per layer and micro-batch: ring steps overlapping 1/cp of the attention's
     compute each (``core_s``), or the all_gather variant's collectives, not overlapped (PyTorch's:
-    :func:`torch_cp_exposure`)."""
+    :func:`torch_cp_exposure`). ``sms``: (SMs an NCCL send/recv or collective takes, the chip's SMs): the attention
+    block beside a ring step runs on the others (:func:`.sm_share.taxed`)."""
     if cfg.cp_comm in CP_TORCH and cfg.cp > 1:
-        return torch_cp_exposure(cfg, topo, cost)
+        return torch_cp_exposure(cfg, topo, cost, sms)
     per = {"ring_step_forward": 0.0, "ring_step_backward": 0.0, "layer_forward": 0.0, "layer_backward": 0.0}
     for c in cp_collectives(cfg):
         per[c.per] += c.count * seconds(topo, c)
     steps = cfg.cp - 1
     core = cost.core_s or {}
-    fx = steps * max(0.0, per["ring_step_forward"] - core.get("forward", 0.0) / cfg.cp)
-    bx = steps * max(0.0, per["ring_step_backward"] - core.get("backward", 0.0) / cfg.cp)
+    fx = steps * taxed(core.get("forward", 0.0) / cfg.cp, per["ring_step_forward"], sms)
+    bx = steps * taxed(core.get("backward", 0.0) / cfg.cp, per["ring_step_backward"], sms)
     f = steps * per["ring_step_forward"] + per["layer_forward"]
     b = steps * per["ring_step_backward"] + per["layer_backward"]
     return Exposure(fx + per["layer_forward"], bx + per["layer_backward"], f, b)
 
 
-def torch_cp_exposure(cfg: ScaleConfig, topo, cost: LayerCost) -> Exposure:
+def torch_cp_exposure(cfg: ScaleConfig, topo, cost: LayerCost, sms: tuple[int, int] = (0, 0)) -> Exposure:
     """PyTorch's context parallel as ``_templated_ring_attention`` runs it, per layer and micro-batch. Each of the
     cp steps computes one load-balanced block, 1/cp of the attention (``core_s``). Forward: the K/V all-gather
     is issued before the first (local) block and waited for after it (exposed beyond that block), or each of
@@ -307,12 +312,12 @@ def torch_cp_exposure(cfg: ScaleConfig, topo, cost: LayerCost) -> Exposure:
     core = cost.core_s or {}
     block_f, block_b = core.get("forward", 0.0) / cfg.cp, core.get("backward", 0.0) / cfg.cp
     steps = cfg.cp - 1
-    f = (max(0.0, per["layer_forward"] - block_f)
-         + steps * max(0.0, per["ring_step_forward"] - block_f))
+    f = (taxed(block_f, per["layer_forward"], sms)
+         + steps * taxed(block_f, per["ring_step_forward"], sms))
     f_total = per["layer_forward"] + steps * per["ring_step_forward"]
     dkv = per["grad_step"]
-    b = (max(0.0, per["layer_backward"] - block_b) + steps * max(0.0, per["ring_step_backward"] - block_b)
-         + steps * max(0.0, dkv - block_b) + dkv)
+    b = (taxed(block_b, per["layer_backward"], sms) + steps * taxed(block_b, per["ring_step_backward"], sms)
+         + steps * taxed(block_b, dkv, sms) + dkv)
     b_total = per["layer_backward"] + steps * per["ring_step_backward"] + cfg.cp * dkv
     if cfg.recompute == "full":
         b, b_total = b + f, b_total + f_total

@@ -26,12 +26,15 @@ its gate and up projections, one GEMM in TE), ``c`` / ``C`` a chunk's / the coll
 network. A chunked GEMM runs as its ``n`` chunks of ``s/n`` rows (``"<name>@<n>"`` in ``linear_s``: each chunk priced
 on the GEMM model, whose wave quantization a chunk of fewer row tiles feels more): what the chunks take beyond the
 whole GEMM is exposed too, and the pair's formula takes the chunked GEMM's time. Full recompute repeats the
-forward's pairs in the backward. No factor: only the chunking and the pairing are the frameworks'; the SMs the
-pipelined and bulk kernels take from the GEMM (a few of 132) are not charged.
+forward's pairs in the backward. The SMs the pipelined and bulk kernels take (TE's defaults, :mod:`.sm_share`):
+a pipelined GEMM runs on ``S - 16`` SMs throughout (``set_sm_margin``: ``G S / (S - 16)``), a bulk pair takes
+``max(C, G + 16 C / S)``; the ring exchange sends by the copy engine. No factor: the chunking, the pairing and the
+SMs are the frameworks'.
 """
 from __future__ import annotations
 
 from .config import ScaleConfig
+from .sm_share import TE_SMS, contended, margin
 
 #: NeMo's and Megatron-Bridge's PipelineOverlapCfg(num_splits=4) for proj_fprop / fc2_fprop
 RS_SPLITS = 4
@@ -140,10 +143,11 @@ def exposed(method: str, gemm: float, t: int, whole: float, chunk: float) -> flo
     return (n - 1) * max(0.0, chunk - gemm / n) + chunk
 
 
-def tp_overlap_exposure(cfg: ScaleConfig, cost, s: int, price) -> dict:
+def tp_overlap_exposure(cfg: ScaleConfig, cost, s: int, price, sms: int = 0) -> dict:
     """Exposed tensor-parallel seconds of one layer and micro-batch, by phase (``forward``, ``backward``), with
     TE's userbuffers overlap. ``s``: the bytes of the activation a collective moves (S); ``price(kind, nbytes,
-    groups)``: one collective's seconds on the system's network."""
+    groups)``: one collective's seconds on the system's network; ``sms``: the chip's SMs, of which the pipelined
+    and bulk overlaps' kernels take :data:`.sm_share.TE_SMS` (0: not charged)."""
     t = cfg.t
     if t == 1:
         return {"forward": 0.0, "backward": 0.0}
@@ -158,10 +162,12 @@ def tp_overlap_exposure(cfg: ScaleConfig, cost, s: int, price) -> dict:
     def one(gemm: str, kind: str, method: str) -> float:
         method = rs if method == "rs" else method
         g = lin.get(gemm, 0.0)
-        if method == "bulk":
-            return exposed(method, g, t, whole[kind], 0.0)
+        if method == "bulk":  # the GEMM beside the collective's kernel (TE_SMS["bulk"] of the SMs)
+            return contended(g, whole[kind], TE_SMS["bulk"], sms) - g
         n = RS_SPLITS if method == "pipeline_rs" else t
         chunked = n * lin.get(f"{gemm}@{n}", g / n)  # the GEMM as its n chunks run
+        if method == "pipeline_rs":  # set_sm_margin: every chunk on the SMs its reduce-scatters leave
+            chunked = margin(chunked, TE_SMS["pipeline"], sms)
         return max(0.0, chunked - g) + exposed(method, chunked, t, whole[kind], chunk[method])
 
     def total(pairs) -> float:
