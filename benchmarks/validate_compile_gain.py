@@ -6,7 +6,8 @@ PyTorch eager runs it (``--execution eager``) and as Inductor compiles it (``--e
 where the pair's mode replays them: reduce-overhead, max-autotune; a training step with its phases recorded, so
 that Inductor compiles its forward and backward as two graphs and leaves the optimizer eager), scale both to the
 pair's layer count
-(``t(L) = t(1) + (L - 1) (t(2) - t(1))``) and print the predicted gain beside the measured one, their ratio, and
+(``t(L) = t(1) + (L - 1) (t(2) - t(1))``; Inductor as the torch release the pair's ``torch`` names, where its source
+names one) and print the predicted gain beside the measured one, their ratio, and
 whether the prediction is on the measured side of 1 (faster or slower compiled). The last line says how many
 predicted gains are within 15% of the measured ones and how many are on their direction. Nothing here is
 fitted to these pairs.
@@ -97,7 +98,8 @@ def _times(text: str, hw, p: dict) -> tuple[float, float]:
     from mhlo_cost.roofline import Roofline
 
     a = analyze(text, AnalysisOptions(dataflow=True, phases=p["kind"] == "train"))  # a training step's graphs
-    rf = Roofline(a, hw, execution="inductor", cudagraphs=p["mode"] in GRAPHS, sdpa=p.get("sdpa", "auto"))
+    rf = Roofline(a, hw, execution="inductor", cudagraphs=p["mode"] in GRAPHS, sdpa=p.get("sdpa", "auto"),
+                  torch_version=p.get("torch"))  # the torch release the source names (None: a current one)
     tot = rf.totals()
     return tot["est_time_eager_overlap_s"], tot["est_time_fused_overlap_s"]
 

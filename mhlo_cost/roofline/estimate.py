@@ -20,7 +20,8 @@ class Roofline:
     """Per-op times of an analysis on one hardware profile, and the views built from them."""
 
     def __init__(self, analysis, hw: Hardware, fuse_mode: str = "none", attention: str | None = None,
-                 execution: str | None = None, sdpa: str = "auto", written: str = "auto", cudagraphs: bool = False):
+                 execution: str | None = None, sdpa: str = "auto", written: str = "auto", cudagraphs: bool = False,
+                 torch_version: str | None = None):
         """``execution`` (:data:`EXECUTIONS`; default: the one ``fuse_mode`` maps onto): ``compiled`` groups
         rows into fused kernels (:func:`.program.fuse`), ``eager`` into one kernel per framework op
         (:func:`.eager.eager`, SDPA calls on the backend ``sdpa``; attention written out op by op as written or,
@@ -28,7 +29,8 @@ class Roofline:
         ``_fused`` columns; ``inductor``: as torch.compile's Inductor (:func:`.inductor.inductor`, replayed from a
         CUDA graph with ``cudagraphs``), with the compile gain over eager (:mod:`.gain`). ``attention`` (compiled,
         inductor): ``fused`` (the default) prices each attention as one kernel
-        (:mod:`.attention`); ``unfused`` as the separate kernels of its ops."""
+        (:mod:`.attention`); ``unfused`` as the separate kernels of its ops. ``torch_version`` (inductor): the
+        torch release whose Inductor is modelled (None: a current one)."""
         if fuse_mode not in FUSE_MODES:
             raise ValueError(f"unknown fuse mode {fuse_mode!r}: choose one of {', '.join(FUSE_MODES)}")
         self.analysis = analysis
@@ -47,7 +49,7 @@ class Roofline:
             from .inductor import inductor
 
             self.fusion = inductor(analysis, hw, self.times, attention=self.attention, cudagraphs=cudagraphs,
-                                    sdpa=sdpa)
+                                    sdpa=sdpa, torch_version=torch_version)
             from .gain import CompileGain
 
             self.gain = CompileGain(self)

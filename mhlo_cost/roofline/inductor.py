@@ -25,11 +25,15 @@ order:
   (``fx_passes/fuse_attention.py``) into one ``scaled_dot_product_attention`` kernel (``attention="fused"``,
   the default; the backend as PyTorch dispatches it: flash where dtype and head dim allow, else
   mem_efficient), or (``attention="unfused"``) runs as its kernels: two library GEMMs and one softmax kernel;
-* each kernel pays the profile's per-kernel gap and, on the host, the launch of a compiled kernel from
-  Inductor's Python wrapper (:data:`LAUNCH_S`): a kernel takes at least that. With CUDA graphs
-  (``cudagraphs=True``: ``mode="reduce-overhead"``) the host launches one graph per step and the kernels follow
-  each other at :data:`GRAPH_GAP_S`, each paying at most :data:`GRAPH_FILL_S` of fixed memory time (the
-  profile's fill and drain is read off kernels timed one at a time).
+* each kernel pays the profile's per-kernel gap and, on the host, its launch from Inductor's Python wrapper
+  (:mod:`.inductor_launch`: a Triton kernel through ``CachingAutotuner.run`` and Triton's binder, an extern
+  kernel as an eager ATen call): a kernel takes at least that. With CUDA graphs (``cudagraphs=True``:
+  ``mode="reduce-overhead"``) the host launches one graph per step and the kernels follow each other at
+  :data:`GRAPH_GAP_S`, each paying at most :data:`GRAPH_FILL_S` of fixed memory time (the profile's fill and
+  drain is read off kernels timed one at a time);
+* ``torch_version`` (None: a current release) is the torch whose Inductor is modelled: before 2.1 it has no
+  SDPA pattern rewrite (:func:`.inductor_launch.sdpa_rewrite`), and written-out attention runs as its kernels
+  whatever ``attention`` says (an SDPA call in the program stays one library kernel).
 
 * a training step (its phases recorded: :attr:`~mhlo_cost.analysis.Analysis.phases`) is the graphs AOTAutograd
   partitions it into (:data:`GRAPHS`): the forward, and the backward with what it recomputes; nothing fuses
@@ -50,24 +54,14 @@ from ..machines.hardware import Hardware
 from ..walk.row import Row, short_name
 from .band import masks_of
 from .fusion import Fusion, Grouper, Kernel, grouping_inputs
+from .inductor_launch import (GRAPH_FILL_S, GRAPH_GAP_S, TRITON_ARG_S, TRITON_LAUNCH_S,  # noqa: F401
+                              graph_memory_s, launch, sdpa_rewrite)
 from .kernel_io import KernelIO, share_time
 from .optime import OpTime
 from .torch_math import torch_times
 
 #: Inductor's ``config.max_fusion_size``: the most nodes one fused kernel holds.
 MAX_FUSION_SIZE = 64
-#: ESTIMATE: host time to launch one compiled kernel from Inductor's Python wrapper (the wrapper call, Triton's
-#: launcher or an extern call): about half of an eager op's dispatch (no dispatcher, no TensorIterator set-up).
-LAUNCH_S = 4e-6
-#: ESTIMATE: the gap between back-to-back kernels replayed from a CUDA graph (no host launch): about 1 us.
-GRAPH_GAP_S = 1e-6
-#: ESTIMATE: the most fixed device time (grid start, first HBM round trip, drain) a kernel replayed back to back
-#: from a CUDA graph pays beside its bytes: about 2 us, the order of a small kernel's whole duration in a graph
-#: (NVIDIA, "Getting Started with CUDA Graphs", 2019: a ~2.9 us kernel replayed at ~3.4 us per kernel on V100).
-#: The profile's ``half_size_mb`` fill (5.8 us on A100) is read off kernels timed one at a time between CUDA
-#: events after an L2 flush (``triton.testing.do_bench``): it holds the event and launch latency a replay does
-#: not pay, so it would act as a per-kernel floor of every tiny kernel of a decode step.
-GRAPH_FILL_S = 2e-6
 #: How a training step's optimizer runs beside the compiled model (:func:`inductor`).
 OPTIMIZER_MODES = ("eager", "compiled")
 #: Ops Inductor turns into index arithmetic of their readers (no loop of their own).
@@ -267,16 +261,23 @@ def inlined(rows, producers) -> set[int]:
     return out
 
 
-def _attention_preset(rows, producers, attention: str, sdpa: str, hw: Hardware) -> tuple[dict, set, list]:
-    """Rows of each attention Inductor's SDPA rewrite makes one kernel (none with ``attention="unfused"``), the
-    score shapes kept on chip, and each attention's SDPA backend."""
+def _attention_preset(rows, producers, attention: str, sdpa: str, hw: Hardware,
+                      rewrite: bool = True) -> tuple[dict, set, list]:
+    """Rows of each attention Inductor's SDPA rewrite makes one kernel (none with ``attention="unfused"``; only
+    the SDPA calls of the program without ``rewrite``: a torch before 2.1), the score shapes kept on chip, and
+    each attention's SDPA backend."""
     if attention == "unfused":
         return {}, set(), []
     from .attention import find_attention, find_attention_backward
-    from .sdpa import backward_backend, resolve
+    from .sdpa import backward_backend, backward_owner, is_sdpa_call, resolve
 
     forward = find_attention(rows, producers)
     backward, onchip = find_attention_backward(rows, producers, forward)
+    if not rewrite:  # only the SDPA calls (and their backward): written attention stays its ops
+        backward = [b for b in backward if (n := backward_owner(rows, forward, b)) is not None
+                    and is_sdpa_call(rows, forward[n])]
+        forward = [att for att in forward if is_sdpa_call(rows, att)]
+        onchip = onchip if backward else set()
     preset = {}
     for g, att in enumerate(forward + backward):
         preset.update((i, g) for i in att.members)
@@ -286,17 +287,18 @@ def _attention_preset(rows, producers, attention: str, sdpa: str, hw: Hardware) 
 
 def inductor(analysis, hw: Hardware, times: list[OpTime] | None = None, producers: list | None = None,
              attention: str = "fused", cudagraphs: bool = False, sdpa: str = "auto",
-             optimizer: str = "eager") -> Fusion:
+             optimizer: str = "eager", torch_version: str | None = None) -> Fusion:
     """The kernels of ``analysis`` as Inductor compiles it (see the module docstring), timed on ``hw``;
     ``cudagraphs``: replayed from a CUDA graph (``mode="reduce-overhead"``); ``sdpa``: the SDPA backend asked
     (``auto``: PyTorch's own choice; a backend that cannot run the attention is refused, :func:`.sdpa.resolve`);
     ``optimizer``: how a training step's optimizer runs (``eager``: :func:`_eager_optimizer`; ``compiled``: in
-    a graph of its own, as ``torch.compile(optimizer.step)``)."""
+    a graph of its own, as ``torch.compile(optimizer.step)``); ``torch_version``: the torch modelled (None: a
+    current release; :func:`.inductor_launch.sdpa_rewrite`)."""
     if optimizer not in OPTIMIZER_MODES:
         raise ValueError(f"unknown optimizer mode {optimizer!r}: choose one of {', '.join(OPTIMIZER_MODES)}")
     rows, producers, times = grouping_inputs(analysis, hw, times, producers, attention, "inductor()")
     times = torch_times(rows, times, hw)
-    preset, onchip, backends = _attention_preset(rows, producers, attention, sdpa, hw)
+    preset, onchip, backends = _attention_preset(rows, producers, attention, sdpa, hw, sdpa_rewrite(torch_version))
     graph = graphs_of(analysis)
     kept = _eager_optimizer(analysis, hw, times, graph, sdpa) if optimizer == "eager" else []
     grouper = _InductorGrouper(rows, producers, times, preset, inline=inlined(rows, producers) - set(preset),
@@ -346,30 +348,6 @@ def _eager_optimizer(analysis, hw: Hardware, times, graph, sdpa: str) -> list:
 
     opt = GRAPHS["optimizer"]
     return [k for k in eager(analysis, hw, times, sdpa=sdpa).kernels if all(graph[i] == opt for i in k.members)]
-
-
-def launch(k: InductorKernel, hw: Hardware, cudagraphs: bool) -> None:
-    """A kernel's launch costs: the profile's gap between kernels and the host's launch, or (CUDA graphs) the
-    graph's gap, no host launch and a fixed memory time of at most :data:`GRAPH_FILL_S` (:func:`graph_memory_s`)."""
-    if cudagraphs:
-        k.overhead_s = min(hw.kernel_overhead, GRAPH_GAP_S) * k.multiplicity
-        k.host_s = 0.0
-        k.memory_s = graph_memory_s(k, hw)
-    else:
-        k.host_s = LAUNCH_S * k.multiplicity
-
-
-def graph_memory_s(k: InductorKernel, hw: Hardware) -> float:
-    """Kernel ``k``'s memory time replayed from a CUDA graph: its bytes streamed as
-    :meth:`~mhlo_cost.machines.profile.Hardware.memory_time` streams them, with each execution's fixed fill and
-    drain (:meth:`~mhlo_cost.machines.profile.Hardware.memory_fixed`) at most :data:`GRAPH_FILL_S`; never above
-    the memory time measured outside a graph."""
-    m, nbytes = k.multiplicity, k.bytes_read + k.bytes_written
-    if k.memory_s <= 0 or nbytes <= 0:
-        return k.memory_s
-    fixed = hw.memory_fixed(m)
-    stream = hw.memory_time(nbytes, m) - fixed
-    return min(k.memory_s, stream + min(fixed, GRAPH_FILL_S * m))
 
 
 def compile_gain(eager_s: float, inductor_s: float) -> float:
