@@ -177,9 +177,12 @@ class _Objects:
         return self.memo[key]
 
 
-def _layer_rows(layer1: list, layer2: list, keys: _Keys, objs: _Objects, k: int, delta: int) -> list:
-    """The rows of layer ``k`` (>= 3)."""
-    out, locs, scopes, key_at = [], {}, {}, {}
+def _layer_rows(layer1: list, layer2: list, keys: _Keys, objs: _Objects, k: int, delta: int, shift: int = 0,
+                locs: dict | None = None) -> list:
+    """The rows of layer ``k`` (>= 3), their index ``shift`` on (``locs``: the new locations by the id of layer
+    2's, to share with another list of the same rows)."""
+    out, scopes, key_at = [], {}, {}
+    locs = {} if locs is None else locs
 
     def at(x):
         y = key_at.get(x)
@@ -196,7 +199,8 @@ def _layer_rows(layer1: list, layer2: list, keys: _Keys, objs: _Objects, k: int,
         scope = scopes.get((r1.scope, r2.scope))
         if scope is None:
             scope = scopes[r1.scope, r2.scope] = _stepped(r1.scope, r2.scope, k)
-        out.append(_with(r2, values=_map_keys(r2.values, at), loc=loc, scope=scope, index=r2.index + (k - 2) * delta,
+        out.append(_with(r2, values=_map_keys(r2.values, at), loc=loc, scope=scope,
+                         index=r2.index + (k - 2) * delta + shift,
                          result=objs.at(r2.result, k), operands=objs.at(r2.operands, k)))
     return out
 
