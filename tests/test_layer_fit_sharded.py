@@ -54,3 +54,22 @@ def test_sharded_table_rebuilt_from_depths_2_and_3_is_the_depth_5_lowering(paral
     again = study_of(lower_text(task.point, task.options), task)
     again.__dict__["analysis"] = rebuilt  # (the study priced from the rebuilt table instead of its walk)
     assert sweep_row(again.on(task.profiles()[0]).figures) == row
+
+
+@pytest.mark.parametrize("parallel,devices", [("ulysses", 2), ("none", 1)])
+def test_sweep_point_rebuilt_from_shallow_lowerings_equals_the_full_lowering(parallel, devices, monkeypatch):
+    """A sweep point of a model deeper than the check depth (6 here) is lowered at depths 2, 3 and 4 and its rows
+    are those of the point lowered at full depth."""
+    from mhlo_cost.studies.sweep import point as sweep_point
+
+    task = Task(Point("stdit3", "default", parallel, devices, "bf16"), {"small": True, "depth": 6, "batch": 2},
+                ["dgx-a100", "dgx-h100"], 30, "elementwise")
+    lowered = []
+    real = sweep_point.lower_text
+    monkeypatch.setattr(sweep_point, "lower_text", lambda p, o: lowered.append(o.get("depth")) or real(p, o))
+    fast = sweep_point.compute(task)
+    assert lowered == [2, 3, 4] and fast.status == "ok"
+    monkeypatch.setattr(sweep_point, "_rebuilt_depth", lambda task: None)
+    full = sweep_point.compute(task)
+    assert lowered == [2, 3, 4, 6] and full.status == "ok"
+    assert fast.rows == full.rows and fast.ir_sha256 != full.ir_sha256
