@@ -16,8 +16,8 @@ from __future__ import annotations
 import copy
 
 from .gridfit import FitFailed
-from .layerfit import (FRESH_BASE, _after_rows, _arg_name, _expand, _ints, _Keys, _layer_rows, _map_keys, _Objects,
-                       _sig, _sorted_by_name, _stepped, _with)
+from .layerfit import (_ROW_FIELDS, FRESH_BASE, _after_rows, _arg_name, _expand, _ints, _Keys, _layer_rows, _map_keys,
+                       _Objects, _sig, _sorted_by_name, _stepped, _with)
 
 
 def find_segments(s1: list, s2: list) -> list[tuple[int, int]]:
@@ -168,11 +168,19 @@ def _rows(shallow, deep, body1, body2, starts: tuple, plan: _Plan, keys: _Keys) 
         rows += [r if not shift else _with(r, index=r.index + shift) for r in deep.rows[pos:q + 2 * m]]
         body += body2.rows[max(pos, s0) - s0:max(q + 2 * m, s0) - s0]
         delta = deep.rows[q + m].index - deep.rows[q].index
+        e1, e2 = deep.rows[q:q + m], deep.rows[q + m:q + 2 * m]
+        b1, b2 = body2.rows[q - s0:q - s0 + m], body2.rows[q - s0 + m:q - s0 + 2 * m]
+        derived = q >= s0 and _entry_of_body(b2, e2)
         for k in range(3, depth + 1):
+            if derived:  # (the entry's rows are the body's with their own note, index, cost and no values)
+                made = _layer_rows(b1, b2, keys, objs, k, b2[0].index - b1[0].index)
+                body += made
+                rows += [_with(b, note=e.note, index=e.index + (k - 2) * delta + shift, values=e.values, cost=e.cost)
+                         for b, e in zip(made, e2)]
+                continue
             locs: dict = {}
-            rows += _layer_rows(deep.rows[q:q + m], deep.rows[q + m:q + 2 * m], keys, objs, k, delta, shift, locs)
+            rows += _layer_rows(e1, e2, keys, objs, k, delta, shift, locs)
             if q >= s0:
-                b1, b2 = body2.rows[q - s0:q - s0 + m], body2.rows[q - s0 + m:q - s0 + 2 * m]
                 body += _layer_rows(b1, b2, keys, objs, k, b2[0].index - b1[0].index, 0, locs)
         pos = q + 2 * m
     grown = sum(m for _, m in segs)
@@ -182,6 +190,17 @@ def _rows(shallow, deep, body1, body2, starts: tuple, plan: _Plan, keys: _Keys) 
     else:
         body += body2.rows[max(pos, s0) - s0:]
     return rows, body
+
+
+_OWN = ("note", "index", "values", "cost")
+_SHARED = tuple(f for f in _ROW_FIELDS if f not in _OWN)
+
+
+def _entry_of_body(body: list, entry: list) -> bool:
+    """Whether each of the entry's rows is the body's row with only its note, index and cost of its own, and no
+    values (the region's rows as the walk replays them): then a layer's entry rows are made from its body rows."""
+    return all(not e.values and all(getattr(b, f) is getattr(e, f) or getattr(b, f) == getattr(e, f)
+                                    for f in _SHARED) for b, e in zip(body, entry))
 
 
 def _order(plan: _Plan, n: int):
