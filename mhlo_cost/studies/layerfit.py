@@ -22,10 +22,12 @@ from __future__ import annotations
 
 import copy
 import re
-from dataclasses import fields, replace
+from dataclasses import fields
+from operator import attrgetter
 
-from ..walk.row import LocationInfo
+from ..walk.row import LocationInfo, Row
 from .gridfit import FitFailed
+from .layerfit_positions import Shift, calls
 
 #: Fresh value keys are this plus a count (no hash of an MLIR value, and no count of a program, comes near it).
 FRESH_BASE = 1 << 61
@@ -111,12 +113,13 @@ class _Keys:
         for x, y in self.f.items():
             if x != y and y in defined_outside:
                 raise FitFailed("a layer reads a value made outside the layers that differs per layer")
+        self.images = set(self.f.values())  # (what ``at`` asks of every key: a set, not the dict's values)
         self.memo: dict = {}
         self.next = fresh_base
 
     def at(self, key, k: int):
         """Layer 2's ``key`` at layer ``k`` (>= 2)."""
-        if k == 2 or key not in self.f.values():
+        if k == 2 or key not in self.images:
             return key
         memo = self.memo.get((key, k))
         if memo is None:
@@ -150,6 +153,8 @@ def _map_keys(obj, fn):
     if type(obj) is int:
         return fn(obj)
     if isinstance(obj, tuple):
+        if all(type(x) is int for x in obj):
+            return tuple(map(fn, obj))
         return tuple(_map_keys(x, fn) for x in obj)
     return obj
 
@@ -172,19 +177,46 @@ class _Objects:
         return self.memo[key]
 
 
-def _layer_rows(layer1: list, layer2: list, keys: _Keys, objs: _Objects, k: int, delta: int) -> list:
-    """The rows of layer ``k`` (>= 3)."""
-    out, locs = [], {}
+def _layer_rows(layer1: list, layer2: list, keys: _Keys, objs: _Objects, k: int, delta: int, shift: int = 0,
+                locs: dict | None = None) -> list:
+    """The rows of layer ``k`` (>= 3), their index ``shift`` on (``locs``: the new locations by the id of layer
+    2's, to share with another list of the same rows)."""
+    out, scopes, key_at = [], {}, {}
+    locs = {} if locs is None else locs
+
+    def at(x):
+        y = key_at.get(x)
+        if y is None:
+            y = key_at[x] = keys.at(x, k)
+        return y
+
     for r1, r2 in zip(layer1, layer2):
         loc = r2.loc if r1.loc is r2.loc else locs.get(id(r2.loc))
         if loc is None:
             a, b = r1.loc, r2.loc
             loc = locs[id(b)] = LocationInfo.resolved(_stepped(a.name, b.name, k), _stepped(a.scope, b.scope, k),
                                                       b.file_line, keys.at(b.site, k), b.stack)
-        out.append(replace(r2, values=_map_keys(r2.values, lambda x: keys.at(x, k)), loc=loc,
-                           scope=_stepped(r1.scope, r2.scope, k), index=r2.index + (k - 2) * delta,
-                           result=objs.at(r2.result, k), operands=objs.at(r2.operands, k)))
+        scope = scopes.get((r1.scope, r2.scope))
+        if scope is None:
+            scope = scopes[r1.scope, r2.scope] = _stepped(r1.scope, r2.scope, k)
+        out.append(_with(r2, values=_map_keys(r2.values, at), loc=loc, scope=scope,
+                         index=r2.index + (k - 2) * delta + shift,
+                         result=objs.at(r2.result, k), operands=objs.at(r2.operands, k)))
     return out
+
+
+_ROW_FIELDS = tuple(f.name for f in fields(Row))
+_ROW_VALUES = attrgetter(*_ROW_FIELDS)
+_ROW_AT = {name: i for i, name in enumerate(_ROW_FIELDS)}
+
+
+def _with(row, **changes):
+    """``dataclasses.replace(row, **changes)`` for a :class:`~mhlo_cost.walk.row.Row`, without looking up its
+    fields again for every row (a rebuilt table makes one per row of every further layer)."""
+    values = list(_ROW_VALUES(row))
+    for name, value in changes.items():
+        values[_ROW_AT[name]] = value
+    return Row(*values)
 
 
 def _after_rows(after1: list, after2: list, keys: _Keys, depth: int, delta: int) -> list:
@@ -200,8 +232,8 @@ def _after_rows(after1: list, after2: list, keys: _Keys, depth: int, delta: int)
             loc = b if (a.name, a.scope) == (b.name, b.scope) else LocationInfo.resolved(
                 _stepped(a.name, b.name, depth), _stepped(a.scope, b.scope, depth), b.file_line, b.site, b.stack)
             locs[id(b)] = loc
-        out.append(replace(r2, values=_map_keys(r2.values, last), index=r2.index + (depth - 2) * delta, loc=loc,
-                           scope=_stepped(r1.scope, r2.scope, depth)))
+        out.append(_with(r2, values=_map_keys(r2.values, last), index=r2.index + (depth - 2) * delta, loc=loc,
+                         scope=_stepped(r1.scope, r2.scope, depth)))
     return out
 
 
@@ -312,12 +344,12 @@ def repeat_layers(shallow, deep, depth: int, base: int = 1):
     args = _sorted_by_name(args, shallow.liveness.arg_names, rec.arg_names, pairs)
     entry = Frame()
     entry.rows = list(rows)
-    entry.items = _calls(deep.liveness.entry.items[:-1], q, m, depth, keys) + [Return(len(rows), tuple(uses))]
+    entry.items = calls(deep.liveness.entry.items[:-1], q, m, depth, keys) + [Return(len(rows), tuple(uses))]
     out = copy.copy(deep)
     for memo in ("_memory", "_ops", "_summary_memo"):
         out.__dict__.pop(memo, None)
     out.rows = rows
-    shift = _Shift(q, m, depth, keys)
+    shift = Shift(q, m, depth, keys)
     out.producers = shift.producers(deep.producers)
     out.records = {name: shift.positions(table) for name, table in deep.records.items()}
     out.liveness = Recording(entry, [a[0] for a in args], {}, {}, [a[1] for a in args], [a[2] for a in args])
@@ -332,78 +364,3 @@ def _arg_name(rec, arg, keys: _Keys, k: int) -> str:
         if a[0] == first:
             return _stepped(name, arg[1], k)
     return arg[1]
-
-
-class _Shift:
-    """Row positions of the program at depth 2 at ``depth``: the rows of layer 2 (and those that follow) move down
-    by one layer's rows per further layer."""
-
-    def __init__(self, q: int, m: int, depth: int, keys: _Keys):
-        self.q, self.m, self.depth, self.keys = q, m, depth, keys
-
-    def _at(self, p, k: int):
-        """Position (or ``argKEY``) ``p`` that a row of layer ``k`` reads (as layer 2's row at the same place)."""
-        if type(p) is str:
-            if p.startswith("arg") and p[3:].lstrip("-").isdigit():
-                return "arg%d" % self.keys.at(int(p[3:]), k)
-            return p
-        return p + (k - 2) * self.m if type(p) is int and p >= self.q else p
-
-    def producers(self, prod: list) -> list:
-        q, m = self.q, self.m
-        if len(prod) < q + 2 * m:
-            raise FitFailed("the program's producers do not cover its rows")
-        for a, b in zip(prod[q:q + m], prod[q + m:q + 2 * m]):
-            if len(a) != len(b):
-                raise FitFailed("layer 2 reads other producers than layer 1")
-        out = list(prod[:q + 2 * m])
-        for k in range(3, self.depth + 1):
-            out += [tuple(self._at(p, k) for p in b) for b in prod[q + m:q + 2 * m]]
-        last = self.depth
-        out += [tuple(self._at(p, last) if type(p) is not int or p >= q + m else p for p in b)
-                for b in prod[q + 2 * m:]]
-        return out
-
-    def positions(self, table: dict) -> dict:
-        """A record keyed by row position (a recorder's), at ``depth``; layer 2's entries must be layer 1's."""
-        q, m = self.q, self.m
-        if not isinstance(table, dict) or any(type(p) is not int for p in table):
-            raise FitFailed("a recorder's record is not keyed by row")
-        for p in range(q, q + m):
-            if table.get(p) != table.get(p + m):
-                raise FitFailed("a recorder's record of layer 2 differs from layer 1's")
-        out = {}
-        for p, v in table.items():
-            if p < q + 2 * m:
-                out[p] = v
-            if q + m <= p < q + 2 * m:
-                for k in range(3, self.depth + 1):
-                    out[p + (k - 2) * m] = v
-            elif p >= q + 2 * m:
-                out[p + (self.depth - 2) * m] = v
-        return dict(sorted(out.items()))
-
-
-def _calls(items: list, q: int, m: int, depth: int, keys: _Keys) -> list:
-    """The entry's call items at ``depth``: those of layer 2 repeated for each further layer, those after the
-    layers moved down. A folded call's rows (a child with ``k`` 0) stay where they are unless layer 2 made them."""
-    from ..walk.frames import Region
-
-    def at(it, k: int, fn):
-        shift = (k - 2) * m
-        children = [(fr, st + shift if st >= q + m else st, n) for fr, st, n in it.children]
-        return Region(it.name, tuple(map(fn, it.uses)), tuple(map(fn, it.defs)), it.sizes, children, it.branches,
-                      it.argpos, it.passthrough, it.start + shift, it.end + shift)
-
-    before, layer2, after = [], [], []
-    for it in items:
-        ends = (it.start, max(it.start, it.end - 1))
-        part = [0 if p < q + m else 1 if p < q + 2 * m else 2 for p in ends]
-        if part[0] != part[1]:
-            raise FitFailed("a call spans the end of a layer")
-        (before, layer2, after)[part[0]].append(it)
-    out = before + layer2
-    for k in range(3, depth + 1):
-        out += [at(it, k, lambda x, k=k: keys.at(x, k)) for it in layer2]
-    last = (lambda x: keys.at(x, depth) if x in keys.defs2 else x)
-    return out + [at(it, depth, last) for it in after]

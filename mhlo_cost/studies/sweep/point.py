@@ -121,12 +121,73 @@ def compute(task: Task) -> Result:
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
     t0 = time.perf_counter()
     try:
-        text = lower_text(task.point, task.options)
-        sha = hashlib.sha256(text.encode()).hexdigest()
-        study = study_of(text, task)
-        study.analysis  # noqa: B018 (walked once, for every profile)
+        sha, study = point_study(task)
         rows = [sweep_row(study.on(hw).figures) for hw in task.profiles()]
     except Exception as e:  # noqa: BLE001 - any failure of the point is its row, never the sweep's end
         first = (str(e).strip().splitlines() or [""])[0][:300]
         return Result(task.point, "failed", f"{type(e).__name__}: {first}", seconds=time.perf_counter() - t0)
     return Result(task.point, "ok", "", sha, rows, time.perf_counter() - t0)
+
+
+#: The depths a deep bundled model is lowered at, its table rebuilt at full depth from them
+#: (:mod:`mhlo_cost.studies.layerfit`, :mod:`mhlo_cost.studies.layerfit_sharded`), and the depth the rebuild is
+#: checked at (lowered too, never used to rebuild: the independent reference).
+DEPTHS, CHECK_DEPTH = (2, 3), 4
+
+
+def point_study(task: Task) -> tuple[str, object]:
+    """(the sha256 of what was lowered, the study walked once) of ``task``'s point: a bundled stdit3 deeper than
+    :data:`CHECK_DEPTH` lowered at :data:`DEPTHS` and :data:`CHECK_DEPTH`, its table rebuilt at full depth where
+    the rebuild at :data:`CHECK_DEPTH` is the table lowered there (the sha then of the three lowerings), else the
+    point lowered at full depth. Every depth is lowered from one line (a lowering's locations hold the stack)."""
+    from ..study import Study
+
+    depth = _rebuilt_depth(task)
+    wanted, made = ([*DEPTHS, CHECK_DEPTH] if depth else [None]), {}
+    while wanted:
+        d = wanted.pop(0)
+        text = lower_text(task.point, task.options if d is None else dict(task.options, depth=d))
+        made[d] = (text, study_of(text, task))
+        made[d][1].analysis  # noqa: B018 (walked once, for every profile)
+        if d == CHECK_DEPTH:
+            rebuilt = _rebuilt(made, depth)
+            if rebuilt is None:
+                wanted = [None]
+            else:
+                digest = hashlib.sha256("".join(made[x][0] for x in (*DEPTHS, CHECK_DEPTH)).encode()).hexdigest()
+                return digest, Study.of(rebuilt, **{f: getattr(made[d][1].options, f) for f in _STUDY_FIELDS})
+    text, study = made[None]
+    return hashlib.sha256(text.encode()).hexdigest(), study
+
+
+_STUDY_FIELDS = ("conv_padding", "execution", "fuse", "steps", "isolate", "dataflow")
+
+
+def _rebuilt_depth(task: Task) -> int | None:
+    """The depth of ``task``'s point where its table may be rebuilt from shallow lowerings (the bundled stdit3 at
+    the default precision, not ``deployed``, deeper than :data:`CHECK_DEPTH`), else None."""
+    p = task.point
+    if p.source or p.model != "stdit3" or p.precision != DEFAULT_PRECISION or task.options.get("deployed"):
+        return None
+    cfg, _ = build_config(p, task.options)
+    depth = getattr(getattr(cfg, "cfg", cfg), "depth", 0)
+    return depth if depth > CHECK_DEPTH else None
+
+
+def _rebuilt(made: dict, depth: int):
+    """The analysis at ``depth`` rebuilt from ``made`` (depth -> (text, study)) at :data:`DEPTHS`, or None where
+    the layers do not repeat or the rebuild at :data:`CHECK_DEPTH` is not the table lowered there."""
+    from ..gridfit import FitFailed, skeleton
+    from ..layerfit import repeat_layers
+    from ..layerfit_sharded import repeat_sharded
+
+    a2, a3, a4 = (made[d][1].analysis for d in (*DEPTHS, CHECK_DEPTH))
+    items = a3.liveness.entry.items if a3.liveness is not None and a3.liveness.entry is not None else []
+    repeat = repeat_sharded if any(getattr(it, "name", "") == "manual_computation" for it in items) else \
+        repeat_layers
+    try:
+        if skeleton(repeat(a2, a3, CHECK_DEPTH, base=DEPTHS[0])) != skeleton(a4):
+            return None
+        return repeat(a2, a3, depth, base=DEPTHS[0])
+    except FitFailed:
+        return None
