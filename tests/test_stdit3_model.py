@@ -222,15 +222,7 @@ def test_named_scopes(small_text):
 def test_plain_ops_only(small_text):
     text = stdit3.lower(SMALL).as_text(debug_info=False)
     assert "custom_call" not in text  # no fused attention
-    # the only nested functions are the linears (stdit3_kernels.dense: a product and its bias, one call as
-    # nn.Linear's addmm is): each holds one dot_general and one add, and every dot_general outside them is an
-    # attention product
-    funcs = re.findall(r"func\.func (?:private|public) @(\w+)", text)
-    assert funcs[0] == "main" and funcs[1:] and all(f.startswith("_affine") for f in funcs[1:]), funcs
-    called = set(re.findall(r"call @(\w+)\(", text))
-    assert called == set(funcs[1:])
-    bodies = text.split("func.func")[2:]
-    assert all(b.count("stablehlo.dot_general") == 1 and b.count("stablehlo.add") == 1 for b in bodies)
+    assert "func.call" not in text and text.count("func.func") == 1  # no nested jit functions
     assert text.count("stablehlo.convolution") == 1
 
 

@@ -26,20 +26,20 @@ def _affine(x, w, b):
     return y + b.astype(y.dtype)
 
 
-_affine_call = jax.jit(_affine)
+#: Inlined (no nested function in the IR): its ops take the location of the call, one source position for all.
+_affine_call = jax.jit(_affine, inline=True)
 
 
 def dense(p: Params, x):
-    """x (..., in) @ w (in, out) + b: one dot_general and its bias, as one call under the scope ``linear``.
+    """x (..., in) @ w (in, out) + b: one dot_general and its bias add, made as one call.
 
     OpenSora's linears are ``nn.Linear`` with a bias, and eager PyTorch runs one as one aten call: ``at::linear``
     sends a contiguous input with a 1-D bias to ``_flatten_nd_linear``, one ``addmm`` whose GEMM adds the bias
     (``aten/src/ATen/native/Linear.cpp``), not a matmul and then an add. Here the product and its bias are one
-    jitted function (its ops carry no source position of their own) under a scope of their own, so the eager model
+    inlined jitted function, whose ops all carry the location of the one call, so the eager model
     (``mhlo_cost.roofline.eager_calls``) takes them as one call, as it takes the torch module's ``addmm``; the ops,
     and so every count, are those of the product and the add written out."""
-    with jax.named_scope("linear"):
-        return _affine_call(x, p["w"], p["b"])
+    return _affine_call(x, p["w"], p["b"])
 
 
 def gelu(x):
