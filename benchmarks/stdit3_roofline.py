@@ -14,9 +14,10 @@ per aten call of the torch STDiT3 lowered through torchax, at depth 1 and 2 and 
 1.2 deploys it (``build(cfg, deployed=True)``: the all-ones temporal mask, fused LayerNorm, flash where it calls
 flash, the temporal attention's math written out, per-sample cross-attention), each with its ratio to the
 measurement, and what the compiled and the deployed eager times are made of. Also ``--execution eager`` on the
-default lowering (``lower --model stdit3``: the JAX model, whose jnp calls are its framework ops: its GELU is eleven
-calls where the torch module's ``F.gelu`` is one, so it prices more kernels; ``lower --model stdit3 --deployed`` is
-the module to price eager). Every shape at once, and 8 x A100 Ulysses: ``benchmarks/stdit3_scaling.py``.
+default lowering (``lower --model stdit3``: the JAX model, whose jnp calls are its framework ops: its GELU and each
+linear one call, as the counting torch module's ``F.gelu`` and ``addmm``, so the two price within 5% of each other;
+``lower --model stdit3 --deployed`` adds what OpenSora's sampling runs besides). Every shape at once, and 8 x A100
+Ulysses: ``benchmarks/stdit3_scaling.py``.
 
     python benchmarks/stdit3_roofline.py [--hardware a100] [--steps 30] [--shape 204_640_360]
 """

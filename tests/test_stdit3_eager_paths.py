@@ -1,12 +1,13 @@
-"""One model, two lowerings (issue 35, item 4): why ``--execution eager`` on the JAX STDiT3 (the default
-``lower --model stdit3``) is not the torch module's answer, and where the two agree.
+"""One model, two lowerings (issue 35, item 4): ``--execution eager`` on the JAX STDiT3 (the default ``lower --model
+stdit3``) against the torch module it mirrors (``stdit3_torch.build(cfg)``, through torchax), for one configuration.
 
-The eager model prices a program's framework calls (a ``jnp`` call, an ``aten`` call) as kernels. The two
-programs make the same GEMMs, the same self-attention and the same norms, so those kernels agree; they differ in
-how the element-wise work is written: the JAX model's tanh-GELU is eleven ``jnp`` calls (``layers.gelu_tanh``),
-the torch module's one ``F.gelu(approximate="tanh")``; so the JAX program is priced as more, smaller kernels.
-The difference is the programs', not the pricing's: ``lower --model stdit3 --deployed`` is the module to price
-eager, the JAX model the one to count (and to shard)."""
+The eager model prices a program's framework calls (a ``jnp`` call, an ``aten`` call) as kernels, so the two agree
+where the programs make the same calls. They do: the same GEMMs, each ``nn.Linear`` one call with its bias (``addmm``;
+in JAX one jitted product-and-bias, ``stdit3_kernels.dense``), the same self-attention, the same norms, and the
+tanh GELU as one call (``F.gelu(approximate="tanh")``; ``jax.nn.gelu(approximate=True)``), where the JAX model
+once wrote the GELU as eleven ``jnp`` calls and each bias as an add of its own. The deployed module (``lower --model
+stdit3 --deployed``) differs from both in what OpenSora's sampling runs besides (its temporal mask, apex's
+LayerNorm, flash and xformers attention)."""
 from __future__ import annotations
 
 import dataclasses
@@ -66,31 +67,46 @@ def test_same_gemms_and_self_attention(two):
         assert math.isclose(jax_[kind][0], torch_[kind][0], rel_tol=0.02), kind
 
 
-def _gelu_kernels(rf) -> list:
-    """The non-GEMM kernels of the spatial block's MLP: its GELU as the program writes it."""
+def _mlp_kernels(rf) -> list:
+    """The kernels of the spatial block's MLP: fc1, its GELU, fc2."""
     rows = rf.analysis.rows
-    return [k for k in rf.fusion.kernels if not k.has_dot and "spatial_blocks" in rows[k.members[0]].scope
+    return [k for k in rf.fusion.kernels if "spatial_blocks" in rows[k.members[0]].scope
             and "mlp" in rows[k.members[0]].scope]
 
 
-def test_the_gelu_is_eleven_jnp_calls_against_one_aten_call(two):
-    """0.5 * x * (1 + tanh(c * (x + 0.044715 * x * x * x))): eleven jnp operations (five multiplies of x, the
-    scalar products and sums), each its own call; F.gelu is one kernel reading x once."""
-    jax_k, torch_k = (_gelu_kernels(rf) for rf in two)
-    assert len(torch_k) == 1
-    assert "tanh" in {short_name(two[1].analysis.rows[i].op) for i in torch_k[0].members}
-    assert len(jax_k) == 11
-    assert sum(k.time_s for k in jax_k) > 5 * torch_k[0].time_s  # eleven passes over the activation, not one
+def _names(rf, k) -> set:
+    return {short_name(rf.analysis.rows[i].op) for i in k.members}
 
 
-def test_the_difference_is_in_the_element_wise_kernels(two):
-    """All of the difference in eager time is in the element-wise and conversion kernels the programs write
-    differently: the JAX program launches more of them, and its total is larger by their time alone."""
+def test_the_gelu_is_one_call_in_both_programs(two):
+    """0.5 * x * (1 + tanh(c * (x + 0.044715 * x^3))): one call in each program (jax.nn.gelu, F.gelu), one kernel
+    reading the activation once, priced the same; the MLP is three kernels: fc1, the GELU, fc2."""
+    jax_k, torch_k = (_mlp_kernels(rf) for rf in two)
+    assert len(jax_k) == len(torch_k) == 3
+    gelus = [[k for k in ks if not k.has_dot] for ks in (jax_k, torch_k)]
+    assert [len(g) for g in gelus] == [1, 1]
+    assert all("tanh" in _names(rf, g[0]) for rf, g in zip(two, gelus))
+    assert math.isclose(gelus[0][0].time_s, gelus[1][0].time_s, rel_tol=0.02)
+
+
+def test_each_linear_is_one_kernel_with_its_bias(two):
+    """nn.Linear is one addmm (the bias added in the GEMM); the JAX dense is one call too: every GEMM kernel of
+    the blocks holds its bias add, in both programs, and no add of a bias is left as a kernel of its own."""
+    for rf in two:
+        rows = rf.analysis.rows
+        gemms = [k for k in rf.fusion.kernels if k.has_dot and not k.attention
+                 and "_blocks" in rows[k.members[0]].scope]
+        assert len(gemms) == 2 * 7  # a spatial and a temporal block: qkv, proj, q, kv, proj, fc1, fc2
+        assert all(_names(rf, k) >= {"dot_general", "add"} for k in gemms)
+
+
+def test_the_two_programs_within_five_percent(two):
+    """The element-wise kernels still differ in detail (the modulation's adds, the cross-attention's mask as each
+    program builds it), but the eager totals of the two programs agree within 5% (before the GELU and the linears
+    were one call each, the JAX program's was over 1.05 x the torch module's)."""
     jax_, torch_ = (_by_class(rf) for rf in two)
-    assert jax_["elementwise"][1] > torch_["elementwise"][1]
     same = ("GEMM", "attention, spatial", "attention, temporal", "norm (reductions)")
-    rest_jax = sum(jax_[k][0] for k in same)
-    rest_torch = sum(torch_[k][0] for k in same)
-    assert math.isclose(rest_jax, rest_torch, rel_tol=0.05)
+    for kind in same:
+        assert jax_[kind][1] == torch_[kind][1], kind
     total_jax, total_torch = (rf.totals()["est_time_fused_s"] for rf in two)
-    assert total_jax > 1.05 * total_torch
+    assert abs(total_jax / total_torch - 1) < 0.05

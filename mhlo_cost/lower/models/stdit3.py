@@ -36,7 +36,7 @@ from .config import STDiT3Config
 from .layers import (F32, apply_rope, gelu_tanh, layer_norm, modulate, pos_embed_2d, rms_norm, rope_tables, silu,
                      sinusoidal_embedding, softmax)
 from .stdit3_kernels import (DEFAULT_KERNELS, Kernels, Params, block_diagonal_mask, cross_attention, dense,
-                             dot_product_attention, mlp, self_attention, video_attention)
+                             dot_product_attention, gelu, mlp, self_attention, video_attention)
 from .stdit3_params import dtype_of, init_params, input_shapes, is_spec_leaf, param_shapes, param_spec
 
 __all__ = [
@@ -44,7 +44,7 @@ __all__ = [
     "apply_rope", "gelu_tanh", "layer_norm", "modulate", "pos_embed_2d", "rms_norm", "rope_tables", "silu",
     "sinusoidal_embedding", "softmax",
     "DEFAULT_KERNELS", "Kernels", "Params", "block_diagonal_mask", "cross_attention", "dense",
-    "dot_product_attention", "mlp", "self_attention", "video_attention",
+    "dot_product_attention", "gelu", "mlp", "self_attention", "video_attention",
     "dtype_of", "init_params", "input_shapes", "is_spec_leaf", "param_shapes", "param_spec",
     # defined here
     "stdit3_block", "patch_embed", "timestep_embedder", "caption_embedder", "final_layer", "unpatchify",
@@ -109,7 +109,7 @@ def timestep_embedder(p: Params, t, freq_dim: int, dtype):
 
 
 def caption_embedder(p: Params, y):
-    return dense(p["fc2"], gelu_tanh(dense(p["fc1"], y)))
+    return dense(p["fc2"], gelu(dense(p["fc1"], y)))
 
 
 def final_layer(p: Params, x, t):

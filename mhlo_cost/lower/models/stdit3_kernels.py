@@ -9,21 +9,49 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
+import jax
 import jax.numpy as jnp
 from jax import lax
 
 from .config import STDiT3Config
-from .layers import F32, apply_rope, gelu_tanh, rms_norm, rope_tables, softmax
+from .layers import F32, apply_rope, rms_norm, rope_tables, softmax
 
 Params = dict
 
 NEG = -1e30  # masked score (finite so that a fully masked row would give a uniform, not NaN, softmax)
 
 
+def _affine(x, w, b):
+    y = lax.dot_general(x, w, (((x.ndim - 1,), (0,)), ((), ())))
+    return y + b.astype(y.dtype)
+
+
+#: Inlined (no nested function in the IR): its ops take the location of the call, one source position for all.
+_affine_call = jax.jit(_affine, inline=True)
+
+
 def dense(p: Params, x):
-    """x (..., in) @ w (in, out) + b: one dot_general."""
-    y = lax.dot_general(x, p["w"], (((x.ndim - 1,), (0,)), ((), ())))
-    return y + p["b"].astype(y.dtype)
+    """x (..., in) @ w (in, out) + b: one dot_general and its bias add, made as one call.
+
+    OpenSora's linears are ``nn.Linear`` with a bias, and eager PyTorch runs one as one aten call: ``at::linear``
+    sends a contiguous input with a 1-D bias to ``_flatten_nd_linear``, one ``addmm`` whose GEMM adds the bias
+    (``aten/src/ATen/native/Linear.cpp``), not a matmul and then an add. Here the product and its bias are one
+    inlined jitted function, whose ops all carry the location of the one call, so the eager model
+    (``mhlo_cost.roofline.eager_calls``) takes them as one call, as it takes the torch module's ``addmm``; the ops,
+    and so every count, are those of the product and the add written out."""
+    return _affine_call(x, p["w"], p["b"])
+
+
+def gelu(x):
+    """The tanh GELU as one call, as OpenSora's STDiT3 makes it: its ``Mlp`` (timm) and caption ``y_proj`` take
+    ``act_layer=approx_gelu``, ``lambda: nn.GELU(approximate="tanh")`` (``opensora/models/stdit/stdit3.py``,
+    ``opensora/models/layers/blocks.py`` ``CaptionEmbedder``, hpcaitech/Open-Sora v1.2.0), one aten call that
+    eager PyTorch runs as one kernel. ``jax.nn.gelu(approximate=True)`` computes the same
+    ``0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))`` with the same element-wise ops as
+    :func:`~mhlo_cost.lower.models.layers.gelu_tanh` (``x^3`` as two multiplies), and every op it lowers to carries
+    its one call site, so the eager model prices it as one kernel, not as the eleven ``jnp`` calls of the
+    written-out form."""
+    return jax.nn.gelu(x, approximate=True)
 
 
 def dot_product_attention(q, k, v, mask=None):
@@ -89,7 +117,7 @@ def cross_attention(p: Params, x, cond, cfg: STDiT3Config, *, kernels: "Kernels 
 
 def mlp(p: Params, x, cfg: STDiT3Config | None = None, *, kernels: "Kernels | None" = None):
     kn = kernels or DEFAULT_KERNELS
-    return kn.out_linear(p["fc2"], gelu_tanh(kn.linear(p["fc1"], x)))
+    return kn.out_linear(p["fc2"], gelu(kn.linear(p["fc1"], x)))
 
 
 def video_attention(p: Params, h, cfg: STDiT3Config, *, temporal: bool, T: int, S: int, positions=None,
