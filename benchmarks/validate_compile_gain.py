@@ -96,7 +96,7 @@ def _times(text: str, hw, p: dict) -> tuple[float, float]:
     from mhlo_cost.analysis import AnalysisOptions, analyze
     from mhlo_cost.roofline import Roofline
 
-    a = analyze(text, AnalysisOptions(dataflow=True, phases=p["kind"] == "train"))  # a training step's graphs
+    a = analyze(text, AnalysisOptions(dataflow=True, records=("layouts",), phases=p["kind"] == "train"))  # a training step's graphs
     rf = Roofline(a, hw, execution="inductor", cudagraphs=p["mode"] in GRAPHS, sdpa=p.get("sdpa", "auto"))
     tot = rf.totals()
     return tot["est_time_eager_overlap_s"], tot["est_time_fused_overlap_s"]
