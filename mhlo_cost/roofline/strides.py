@@ -148,6 +148,8 @@ def blas_copies(shape, strides, batch, contracting) -> bool:
     """Whether PyTorch copies a matmul operand of ``shape`` / ``strides`` (batch and contracting dimensions of the
     dot) before cuBLAS takes it: its batch dimensions do not fold, its free dimensions do not fold, or its matrix is
     neither row- nor column-major (Blas.cpp: one stride 1, the other at least the extent it leads)."""
+    if _plain(shape, strides):
+        return False  # a contiguous operand: torch's matmul folds it as a view whatever the dot's dimension order
     free = [d for d in range(len(shape)) if d not in batch and d not in contracting]
     parts = [_merged(shape, strides, g) for g in (batch, free, contracting)]
     if any(p is None for p in parts):
@@ -178,10 +180,15 @@ def copies_of(rows, producers, facts: dict, strides: list, copying: set, skip: s
 _VIEWS = frozenset({"transpose", "reshape", "bitcast", "broadcast_in_dim", "slice"})
 
 
+def _plain(shape, strides) -> bool:
+    """Contiguous, size-1 dimensions aside."""
+    live = [(n, s) for n, s in zip(shape, strides) if n != 1]
+    return [s for _, s in live] == list(contiguous([n for n, _ in live]))
+
+
 def _strided(shape, strides) -> bool:
     """A view that is not contiguous (size-1 dimensions aside) and broadcasts nothing (no zero stride)."""
-    live = [(n, s) for n, s in zip(shape, strides) if n != 1]
-    return 0 not in (s for _, s in live) and [s for _, s in live] != list(contiguous([n for n, _ in live]))
+    return 0 not in (s for n, s in zip(shape, strides) if n != 1) and not _plain(shape, strides)
 
 
 def row_kernel_copies(rows, producers, strides: list, groups) -> set:
