@@ -46,7 +46,7 @@ from .kernel_io import KernelIO, share_time
 from .optime import OpTime, op_time
 from .torch_math import torch_times
 from .two_pass import row_occupancy, second_pass_bytes
-from .strides import copies_of, row_kernel_copies, strides_of
+from .strides import eager_copies
 from .sdpa import (BACKEND_LIBRARY, FLASH_DTYPES, FLASH_MAX_HEAD_DIM, SDPA_BACKENDS, WRITTEN_ATTENTION,  # noqa: F401
                    BackendError, backward_owner, is_sdpa_call, math_pieces, notes, resolve, written_default)
 
@@ -289,16 +289,10 @@ def sdpa_backward(rows, producers, found: list, calls: list, backends: list[str]
 
 
 def _copies(analysis, producers, calls: list, library: set) -> set | None:
-    """The rows eager PyTorch runs as copies of a non-contiguous tensor (:func:`.strides.copies_of`, and the views
-    a norm or softmax of ``calls`` reads: :func:`.strides.row_kernel_copies`; ``library``: the rows of library
-    attention kernels, whose operands are not checked); None where the walk did not record the views' attributes
-    (``layouts``): then a reshape of a permuted view is a copy where it regroups dimensions."""
+    """The copies eager PyTorch makes (:func:`.strides.eager_copies`); None where the walk did not record the views'
+    ``layouts``: then a reshape of a permuted view is a copy where it regroups dimensions."""
     facts = analysis.record("layouts")
-    if facts is None:
-        return None
-    strides, copying = strides_of(analysis.rows, producers, facts)
-    return (copies_of(analysis.rows, producers, facts, strides, copying, library)
-            | row_kernel_copies(analysis.rows, producers, strides, calls))
+    return None if facts is None else eager_copies(analysis.rows, producers, facts, calls, library)
 
 
 def _is_copy(rows, producers, role, copies, grp: set, i: int, views_only: bool) -> bool:

@@ -24,6 +24,7 @@ tensor returns a permuted, dense tensor); any other kernel writes a contiguous r
 from __future__ import annotations
 
 from ..walk.row import short_name
+from .eager_calls import call_key
 
 #: Ops whose result PyTorch lays out as its operands (TensorIterator's elementwise loops).
 _ELEMENTWISE_KINDS = frozenset({"elementwise", "transcendental"})
@@ -208,3 +209,14 @@ def row_kernel_copies(rows, producers, strides: list, groups) -> set:
                         and short_name(rows[p].op) in _VIEWS and _strided(rows[p].result.shape, strides[p])):
                     out.add(p)
     return out
+
+
+def eager_copies(rows, producers, facts: dict, calls: list, library: set) -> set:
+    """The rows eager PyTorch runs as copies of a non-contiguous tensor (:func:`copies_of`, and the views a norm or
+    softmax of ``calls`` reads: :func:`row_kernel_copies`), none in the calls of the library attention kernels (rows
+    ``library``: SDPA takes strided operands; the lowering's own reshapes of them are not PyTorch's)."""
+    strides, copying = strides_of(rows, producers, facts)
+    found = copies_of(rows, producers, facts, strides, copying, library)
+    found |= row_kernel_copies(rows, producers, strides, calls)
+    sdpa = {call_key(rows[i]) for i in library} - {None}
+    return {i for i in found if call_key(rows[i]) not in sdpa}
