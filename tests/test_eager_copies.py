@@ -29,7 +29,8 @@ def _torch_view(shape, perm, new):
 
 @pytest.mark.parametrize("shape,new", [
     ((2, 3, 4), (6, 4)), ((2, 3, 4), (2, 12)), ((2, 3, 4), (24,)), ((2, 3, 4), (2, 3, 2, 2)),
-    ((2, 1, 4, 6), (2, 4, 3, 2)), ((4, 2, 2, 3), (16, 3)), ((4, 2, 2, 3), (4, 2, 6)), ((2, 3, 4), (3, 2, 4))])
+    ((2, 1, 4, 6), (2, 4, 3, 2)), ((4, 2, 2, 3), (16, 3)), ((4, 2, 2, 3), (4, 2, 6)), ((2, 3, 4), (3, 2, 4)),
+    ((2, 4, 1, 8), (2, 1, 32))])  # the last: a decode step's heads merged back at sequence length 1
 def test_view_strides_are_torchs(shape, new):
     """Every permutation of ``shape`` viewed as ``new``: the strides torch gives, or no view where torch raises."""
     for perm in itertools.permutations(range(len(shape))):
