@@ -46,6 +46,10 @@ def test_elementwise_output_takes_the_first_operands_layout():
     for perm in itertools.permutations(range(4)):
         t = torch.empty(2, 3, 4, 5).permute(perm)
         assert dense_like(t.shape, t.stride()) == tuple((t * 2).stride()), perm
+        u = torch.empty(2, 1, 4, 5).permute(perm)  # a size-1 dimension's stride says nothing: the others compared
+        live = [d for d in range(4) if u.shape[d] != 1]
+        got, want = dense_like(u.shape, u.stride()), (u * 2).stride()
+        assert [got[d] for d in live] == [want[d] for d in live], perm
 
 
 def test_blas_takes_row_and_column_major_matrices_only():

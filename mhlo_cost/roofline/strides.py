@@ -66,7 +66,7 @@ def view_strides(old_shape, old_strides, new_shape) -> tuple | None:
 
 def dense_like(shape, strides) -> tuple:
     """A dense tensor of ``shape`` laid out in the memory order of ``strides`` (TensorIterator's output)."""
-    order = sorted(range(len(shape)), key=lambda d: (strides[d], d))  # innermost first
+    order = sorted(range(len(shape)), key=lambda d: (strides[d], -d))  # innermost first; ties: the later inner
     out, acc = [0] * len(shape), 1
     for d in order:
         out[d] = acc
@@ -125,7 +125,7 @@ def _result_strides(i, r, shape, ops, facts, copying) -> tuple:
         return tuple(s * k for s, k in zip(src, fact[1]))
     if _elementwise(r):
         for s, t in zip(ops, r.operands):
-            if s is not None and _shape(t) == shape and 0 not in s:
+            if s is not None and _shape(t) == shape and all(st or n == 1 for st, n in zip(s, shape)):
                 return dense_like(shape, s)  # the first full, non-broadcast operand decides the layout
     return contiguous(shape)
 
