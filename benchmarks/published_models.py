@@ -81,7 +81,7 @@ def _analysis(program: str, params: str):
     from mhlo_cost.analysis import AnalysisOptions, analyze
 
     return analyze(lowered_text({"program": program, "params": json.loads(params), "id": f"{program} {params}"}),
-                   AnalysisOptions(dataflow=True))
+                   AnalysisOptions(dataflow=True, records=("layouts",)))
 
 
 def estimated_s(m: dict, hw) -> float:

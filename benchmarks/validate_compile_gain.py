@@ -97,7 +97,8 @@ def _times(text: str, hw, p: dict) -> tuple[float, float]:
     from mhlo_cost.analysis import AnalysisOptions, analyze
     from mhlo_cost.roofline import Roofline
 
-    a = analyze(text, AnalysisOptions(dataflow=True, phases=p["kind"] == "train"))  # a training step's graphs
+    a = analyze(text, AnalysisOptions(dataflow=True, records=("layouts",),
+                                      phases=p["kind"] == "train"))  # a training step's graphs
     rf = Roofline(a, hw, execution="inductor", cudagraphs=p["mode"] in GRAPHS, sdpa=p.get("sdpa", "auto"),
                   torch_version=p.get("torch"))  # the torch release the source names (None: a current one)
     tot = rf.totals()

@@ -51,6 +51,8 @@ DATA = ((os.path.join(ROOT, "benchmarks", "data", "measured_h200.toml"), "h200")
         (os.path.join(ROOT, "benchmarks", "data", "measured_h100.toml"), "h100"))
 ACCURACY = os.path.join(ROOT, "mhlo_cost", "machines", "data", "accuracy_eager.toml")
 LIBRARY = {"flash": "fa2", "cudnn": "cudnn"}
+#: The walk's record the eager model reads for the copies PyTorch makes: the views' layouts (roofline/strides.py).
+LAYOUTS = ("layouts",)
 B, T, S, C = 2, 60, 920, 1152  # STDiT3's activations at 204_640_360: [2, 60 x 920, 1152]
 
 
@@ -103,7 +105,8 @@ def torch_call_estimate(name: str, hw) -> float:
 
     spec = "2x55200x1152:bfloat16" if "layer_norm" in name else "1840x16x60x60:float32"
     text = lower_model(Call(), spec, frontend="torchax").text
-    return Roofline(analyze(text, AnalysisOptions(dataflow=True)), hw, execution="eager").totals()["est_time_fused_s"]
+    rf = Roofline(analyze(text, AnalysisOptions(dataflow=True, records=LAYOUTS)), hw, execution="eager")
+    return rf.totals()["est_time_fused_s"]
 
 
 def corpus_estimate(m: dict, hw) -> float | None:
@@ -122,7 +125,8 @@ def corpus_estimate(m: dict, hw) -> float | None:
 
 def _priced(fn, args, hw, execution: str) -> float:
     text = jax.jit(fn).lower(*args).as_text(debug_info=True)
-    return Roofline(analyze(text, AnalysisOptions(dataflow=True)), hw, execution=execution).totals()["est_time_fused_s"]
+    rf = Roofline(analyze(text, AnalysisOptions(dataflow=True, records=LAYOUTS)), hw, execution=execution)
+    return rf.totals()["est_time_fused_s"]
 
 
 def stdit3_estimate(shape: str, hw, execution: str, depth: int = 28, sdpa: str = "cudnn") -> float:
@@ -137,7 +141,8 @@ def stdit3_estimate(shape: str, hw, execution: str, depth: int = 28, sdpa: str =
         cfg = dataclasses.replace(STDiT3Config().with_shape(shape), depth=d, dtype="bfloat16")
         specs = [f"{'x'.join(map(str, s))}:{str(t).replace('torch.', '')}" for s, t in stdit3_torch.input_specs(cfg)]
         text = lower_model(stdit3_torch.build(cfg, deployed=True), *specs, frontend="torchax").text
-        rf = Roofline(analyze(text, AnalysisOptions(dataflow=True)), hw, execution=execution, written="math", sdpa=sdpa)
+        a = analyze(text, AnalysisOptions(dataflow=True, records=LAYOUTS))
+        rf = Roofline(a, hw, execution=execution, written="math", sdpa=sdpa)
         times.append(rf.totals()["est_time_fused_s"])
     return times[0] + (depth - 1) * (times[1] - times[0])
 

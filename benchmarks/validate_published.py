@@ -231,7 +231,7 @@ def _analysis(m):
     """The analysis of a row's program (lowered and walked once per program and shapes: the fits reprice rows)."""
     key = (m["program"], is_torch_eager(m), tuple(sorted(m["params"].items())))
     if key not in _ANALYSES:
-        _ANALYSES[key] = analyze(lowered_text(m), AnalysisOptions(dataflow=True))
+        _ANALYSES[key] = analyze(lowered_text(m), AnalysisOptions(dataflow=True, records=("layouts",)))
     return _ANALYSES[key]
 
 

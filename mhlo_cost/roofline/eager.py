@@ -27,9 +27,11 @@ A row without a source position belongs to the call before it (the ops of a help
 such as a decomposition's ``jit(_where)``), except where it begins a call of its own (:mod:`.eager_calls`): where
 the module scope changes (an activation module, ``bn1`` then ``act1``) or where a jax.nn activation's jitted
 function begins (``jit(relu)``, ``jit(silu)``: torchax's lowering of one aten op, one eager kernel); where no
-call came before, it is a call of its own. What the model does not see: a copy torch makes
-for a ``reshape`` of a non-contiguous tensor (taken as a free view), in-place ops (``add_``: the IR is
-functional; the memory estimate counts a new buffer), and fused library kernels the model code does not call.
+call came before, it is a call of its own. A copy PyTorch makes of a non-contiguous tensor (:mod:`.strides`, where the
+walk recorded the views' ``layouts``: a ``reshape`` that is not a view, a matmul operand cuBLAS cannot take, a norm's
+input) is a kernel of its own. What the model does not see: a ``.contiguous()`` whose result is not reshaped (the IR
+writes nothing for it), in-place ops (``add_``: the IR is functional; the memory estimate counts a new buffer), and
+fused library kernels the model code does not call.
 """
 from __future__ import annotations
 
@@ -44,6 +46,7 @@ from .kernel_io import KernelIO, share_time
 from .optime import OpTime, op_time
 from .torch_math import torch_times
 from .two_pass import row_occupancy, second_pass_bytes
+from .strides import eager_copies
 from .sdpa import (BACKEND_LIBRARY, FLASH_DTYPES, FLASH_MAX_HEAD_DIM, SDPA_BACKENDS, WRITTEN_ATTENTION,  # noqa: F401
                    BackendError, backward_owner, is_sdpa_call, math_pieces, notes, resolve, written_default)
 
@@ -164,13 +167,13 @@ def reduced_rows(rows, k) -> int:
     return rows[red[0]].result.nelems * k.multiplicity if len(red) == 1 else 0
 
 
-def eager_path(rows, producers, role, k) -> str:
+def eager_path(rows, producers, role, k, reshapes: bool = True) -> str:
     """How an eager kernel moves its bytes (:data:`mhlo_cost.machines.kernels.PATHS`): an elementwise kernel that
     reads a broadcast or a permuted view (inside its call, or handed to it as a view) runs TensorIterator's
     generic path; one that widens a dtype its unrolled path; GEMMs, attention, reductions and indexing stream."""
     if k.attention or k.has_dot or any(short_name(rows[i].op) in _NOT_ELEMENTWISE for i in k.members):
         return "stream"
-    if any(_copying_reshape(rows, producers, role, i) for i in k.members):
+    if reshapes and any(_copying_reshape(rows, producers, role, i) for i in k.members):
         return "generic"
     members = set(k.members)
     views = {_input_view(rows, producers, role, members, i, p) for i in k.members for p in producers[i]}
@@ -227,10 +230,12 @@ def eager(analysis, hw: Hardware, times: list[OpTime] | None = None, producers: 
     row_kernel: list[int | None] = [None] * n
     kernels, note, onchip = _attention_kernels(rows, producers, hw, sdpa, written, role, row_kernel)
     preset = {i for k in kernels for i in k.members}
-    calls = _call_kernels(rows, producers, times, preset, role, row_kernel, kernels)
+    copies = _copies(analysis, producers, _groups(rows, times, preset),
+                     {i for k in kernels if k.attention for i in k.members})
+    calls = _call_kernels(rows, producers, times, preset, role, row_kernel, kernels, copies)
     io = KernelIO(rows, producers, times, role, onchip, masks=masks_of(analysis))
     for k in kernels:
-        _measure(k, io, rows, producers, role, times, hw)
+        _measure(k, io, rows, producers, role, times, hw, copies)
     _host_times(kernels, calls, dispatch_overhead(hw))
     return EagerFusion(kernels, row_kernel, share_time(kernels, times, n), note)
 
@@ -283,9 +288,26 @@ def sdpa_backward(rows, producers, found: list, calls: list, backends: list[str]
     return [forward[index[id(att)]] for att in calls], [(a, b) for a, b in pairs if b != "math"], onchip
 
 
-def _call_kernels(rows, producers, times, preset: set, role: list, row_kernel: list, kernels: list) -> list:
-    """A kernel per framework call (appended to ``kernels``), views made only for the next call free; the calls
-    in program order, as (kernel id, or -1 for a call that only makes views; executions)."""
+def _copies(analysis, producers, calls: list, library: set) -> set | None:
+    """The copies eager PyTorch makes (:func:`.strides.eager_copies`); None where the walk did not record the views'
+    ``layouts``: then a reshape of a permuted view is a copy where it regroups dimensions."""
+    facts = analysis.record("layouts")
+    return None if facts is None else eager_copies(analysis.rows, producers, facts, calls, library)
+
+
+def _is_copy(rows, producers, role, copies, grp: set, i: int, views_only: bool) -> bool:
+    """Whether row ``i`` of a call (rows ``grp``) is a copy kernel: of a tensor the call reads, not of a value made
+    inside it (a lowering's own reshapes)."""
+    if copies is None:
+        return views_only and _copying_reshape(rows, producers, role, i)
+    return i in copies and (views_only or not any(isinstance(p, int) and p in grp for p in producers[i]))
+
+
+def _call_kernels(rows, producers, times, preset: set, role: list, row_kernel: list, kernels: list,
+                  copy_rows: set | None = None) -> list:
+    """A kernel per framework call (appended to ``kernels``), views made only for the next call free, a copy of a
+    non-contiguous tensor (``copy_rows``, :func:`_copies`) a kernel of its own before its call's; the calls in
+    program order, as (kernel id, or -1 for a call that only makes views; executions)."""
     calls: list[tuple[int, int]] = []
     for i, r in enumerate(rows):
         if short_name(r.op) == "constant":
@@ -296,25 +318,41 @@ def _call_kernels(rows, producers, times, preset: set, role: list, row_kernel: l
             if isinstance(q, int):
                 consumers[q].append(i)
     for grp in _groups(rows, times, preset):
-        handed = _handed_views(rows, times, grp, consumers)
+        handed = _handed_views(rows, times, grp, consumers) - (copy_rows or set())  # a copy is made by its call
         for i in handed:  # views another call reads (its broadcast operand, its mask): not made here
             role[i] = _view_role(rows[i])
         grp = [i for i in grp if i not in handed] or grp
-        if all(_is_view(rows[i], times[i]) for i in grp):
+        views = all(_is_view(rows[i], times[i]) for i in grp)
+        if views:
             for i in grp:
                 role[i] = _view_role(rows[i])
-            copies = [i for i in grp if _copying_reshape(rows, producers, role, i)]
+        inside = set(grp)
+        copies = [i for i in grp if _is_copy(rows, producers, role, copy_rows, inside, i, views)]
+        if copy_rows is None and copies:
+            copies = [copies]  # torch copies a permuted tensor to reshape it: one copy kernel
+        else:
+            copies = [[i] for i in copies]  # one copy kernel each, a call of its own where the call only views
+        for c in copies:
+            _add_kernel(kernels, rows, c, role, row_kernel, calls if views else None)
+        if views:
             if not copies:
                 calls.append((-1, rows[grp[0]].multiplicity))
-                continue
-            grp = copies  # torch copies a permuted tensor to reshape it: one copy kernel
-        k = len(kernels)
-        kernels.append(EagerKernel(grp, rows[grp[0]].multiplicity,
-                                   has_dot=any(rows[i].kind in ("dot", "conv") for i in grp)))
-        for i in grp:
-            row_kernel[i], role[i] = k, "kernel"
-        calls.append((k, rows[grp[0]].multiplicity))
+            continue
+        rest = [i for i in grp if [i] not in copies]
+        if rest:
+            _add_kernel(kernels, rows, rest, role, row_kernel, calls)
     return calls
+
+
+def _add_kernel(kernels, rows, grp: list, role, row_kernel, calls) -> None:
+    """A kernel of ``grp`` appended; a call of its own in ``calls`` (None: a copy its call makes, no dispatch)."""
+    k = len(kernels)
+    kernels.append(EagerKernel(grp, rows[grp[0]].multiplicity,
+                               has_dot=any(rows[i].kind in ("dot", "conv") for i in grp)))
+    for i in grp:
+        row_kernel[i], role[i] = k, "kernel"
+    if calls is not None:
+        calls.append((k, rows[grp[0]].multiplicity))
 
 
 def _view_role(r) -> str:
@@ -322,12 +360,14 @@ def _view_role(r) -> str:
     return "dup" if short_name(r.op) in ("broadcast_in_dim", "broadcast") else "free"
 
 
-def _measure(k: EagerKernel, io, rows, producers, role, times, hw: Hardware) -> None:
-    """A kernel's bytes, its memory time on the path its elementwise work takes, and its matrix peak."""
+def _measure(k: EagerKernel, io, rows, producers, role, times, hw: Hardware, copies: set | None = None) -> None:
+    """A kernel's bytes, its memory time on the path its elementwise work takes (a copy of a non-contiguous
+    tensor: TensorIterator's generic path, reading through strides), and its matrix peak."""
     io.measure(k, hw)
     again = second_pass_bytes(rows, producers, role, k, hw)
     k.bytes_read += again
-    k.path = eager_path(rows, producers, role, k)
+    copy = copies is not None and len(k.members) == 1 and k.members[0] in copies
+    k.path = "generic" if copy else eager_path(rows, producers, role, k, copies is None)
     share = row_occupancy(rows, producers, role, k, hw)
     if k.path != "stream" or again or share < 1:
         k.memory_s = hw.memory_time(k.bytes_read + k.bytes_written, k.multiplicity, k.path)

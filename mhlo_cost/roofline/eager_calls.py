@@ -16,9 +16,9 @@ import re
 from ..walk.row import Row, short_name
 
 
-def _key(r: Row):
-    loc = r.loc
-    site = getattr(loc, "site", 0)
+def call_key(r: Row):
+    """The call a row belongs to, as its location says: (scope, source position), None without a position."""
+    site = getattr(r.loc, "site", 0)
     return (r.scope, site) if site else None
 
 
@@ -58,7 +58,7 @@ def groups(rows, times, preset: set) -> list[list[int]]:
         if r.kind in ("collective", "unknown") or i in preset:
             last_key = None
             continue
-        key = _key(r)
+        key = call_key(r)
         prev = rows[out[-1][-1]] if out else None
         same = prev is not None and prev.multiplicity == r.multiplicity
         follows = last_key is not None and same

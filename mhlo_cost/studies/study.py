@@ -151,9 +151,9 @@ class Study:
         o = self.options
         record = ("training" if o.training == "always" else "training-if-backward" if o.training
                   else "dataflow" if self.dataflow else "counts")
+        records = ("masks", "layouts") if self.dataflow else ()  # layouts: the eager model's copies (issue 35)
         return WalkOptions(entry=o.entry, conv_padding=o.conv_padding, record=record,
-                           dataflow_if_forward=self.dataflow, records=("masks",) if self.dataflow else (),
-                           shapes=tuple(o.shapes))
+                           dataflow_if_forward=self.dataflow, records=records, shapes=tuple(o.shapes))
 
     # -- the walk --------------------------------------------------------------------------------------------
 

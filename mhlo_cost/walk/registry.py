@@ -21,6 +21,7 @@ from .collective import COMM
 from .custom_call import CUSTOM_CALL
 from .dataflow import DataflowRecorder
 from .linalg import LINALG
+from .layouts import LayoutRecorder
 from .liveness import LivenessRecorder
 from .masks import MaskRecorder
 from .matrix import MATRIX
@@ -36,7 +37,7 @@ RULES = compose(*TABLES)
 
 
 #: The built-in recorders, in the order the walk tells them.
-RECORDERS = (ArgumentsRecorder, DataflowRecorder, LivenessRecorder, MaskRecorder)
+RECORDERS = (ArgumentsRecorder, DataflowRecorder, LivenessRecorder, MaskRecorder, LayoutRecorder)
 
 
 class RuleEntry(NamedTuple):
@@ -71,7 +72,8 @@ def first_sentence(fn) -> str:
 def recorders() -> dict[str, type]:
     """Every declared recorder by record name, in the order the walk tells them: the built-in ones,
     ``arguments`` (:class:`~.arguments.ArgumentsRecorder`), ``dataflow`` (:class:`~.dataflow.DataflowRecorder`),
-    ``liveness`` (:class:`~.liveness.LivenessRecorder`) and ``masks`` (:class:`~.masks.MaskRecorder`), then any
+    ``liveness`` (:class:`~.liveness.LivenessRecorder`), ``masks`` (:class:`~.masks.MaskRecorder`) and ``layouts``
+    (:class:`~.layouts.LayoutRecorder`), then any
     other declared so far by its class statement (``class Tally(Recorder, record="tally")``)."""
     known = {cls.name: cls for cls in RECORDERS}
     known.update((name, cls) for name, cls in DECLARED.items() if name not in known)

@@ -1,0 +1,79 @@
+"""The attributes that say how a view rearranges its operand, as the walk reads them (issue 35): :class:`LayoutRecorder`
+records, per row, what a row does not carry but the eager model needs to follow a tensor's strides as PyTorch does
+(:mod:`mhlo_cost.roofline.strides`): a ``transpose``'s permutation, a ``broadcast_in_dim``'s dimensions, a
+``slice``'s steps and a ``dot_general``'s batching and contracting dimensions. Asked for with
+``AnalysisOptions(records=("layouts",))``; the record is ``{row index: fact}`` (plain tuples: it crosses to the
+caller as it is)."""
+from __future__ import annotations
+
+from jaxlib.mlir.dialects import mhlo, stablehlo
+
+from .masks import _ints
+from .recorder import Recorder
+
+#: The ops whose facts are recorded (the row's op name ends with one of these).
+_WATCHED = (".transpose", ".broadcast_in_dim", ".slice", ".dot_general")
+_ATTR = {"transpose": ("permutation", "perm"), "broadcast_in_dim": ("broadcast_dimensions", "dims"),
+         "slice": ("strides", "step")}
+
+
+def _dot(attr) -> tuple | None:
+    for cls in (stablehlo.DotDimensionNumbers, mhlo.DotDimensionNumbers):
+        if cls.isinstance(attr):
+            d = cls(attr)
+            return ("dot", (tuple(d.lhs_batching_dimensions), tuple(d.lhs_contracting_dimensions)),
+                    (tuple(d.rhs_batching_dimensions), tuple(d.rhs_contracting_dimensions)))
+    return None
+
+
+def layout_fact(op, name: str):
+    """The fact of ``op`` (its short name ``name``), or None: ``("perm", (0, 2, 1))``, ``("dims", (0, 2))``,
+    ``("step", (1, 2))``, ``("dot", (lhs batch, lhs contracting), (rhs batch, rhs contracting))``."""
+    attrs = op.attributes
+    if name == "dot_general":
+        return _dot(attrs["dot_dimension_numbers"]) if "dot_dimension_numbers" in attrs else None
+    attr, tag = _ATTR.get(name, (None, None))
+    if attr is None or attr not in attrs:
+        return None
+    vals = _ints(attrs[attr])
+    return None if vals is None else (tag, vals)
+
+
+class LayoutRecorder(Recorder, record="layouts"):
+    """Per row index, the fact (:func:`layout_fact`) of each transpose, broadcast_in_dim, slice and dot_general;
+    rows a call, loop or branch replays get their original's fact."""
+
+    wants_rows = True
+
+    def __init__(self):
+        self._walk = None
+        self._facts: dict[int, tuple] = {}
+        self._keep: list = []  # keeps every row with a fact alive, so that id() stays unique
+        self._record: dict[int, tuple] = {}
+
+    def started(self, walk):
+        self._walk = walk
+
+    def emitted(self, op, row) -> None:
+        name = row.op
+        if not name.endswith(_WATCHED):
+            return
+        fact = layout_fact(op, name.rsplit(".", 1)[1])
+        if fact is not None:
+            self._facts[id(row)] = fact
+            self._keep.append(row)
+
+    def replayed(self, rows, k, start) -> None:
+        facts = self._facts
+        for o, n in zip(rows, self._walk.out[start:]):
+            f = facts.get(id(o))
+            if f is not None:
+                facts[id(n)] = f
+                self._keep.append(n)
+
+    def finished(self, walk) -> None:
+        facts = self._facts
+        self._record = {i: facts[id(r)] for i, r in enumerate(walk.rows) if id(r) in facts}
+
+    def record(self) -> dict[int, tuple]:
+        return self._record
