@@ -27,6 +27,7 @@ from .callgraph import CallGraph
 from .control import ControlFlow
 from .entry import choose_entry
 from .locations import LocationCache, LocationInfo
+from .memo import RuleMemo
 from .module_facts import module_facts
 from .optable import SHARED_DIALECTS, compose, shared_short_name
 from .options import AnalysisOptions
@@ -76,6 +77,7 @@ class IRVisitor(ControlFlow, RowMaker):
         self._args: set = set()
         self._types = TypeCache()
         self._known_type = self._types.known
+        self._memo = RuleMemo()  # a rule's answer per signature of op (mhlo_cost.walk.memo)
         self._locations = LocationCache()
         self.rows: list[Row] = []
         self._after_op: list[Row] = []

@@ -39,6 +39,14 @@ class RowMaker:
         """:meth:`count` of an op whose name is known already (the walk dispatches by name: it binds ``rule``
         and ``name`` once per op name, and the op's name is not read from the IR again)."""
         facts = self._facts(op, rule.reads, rule.weights)
+        memo = key = None
+        if attrs is None and rule.body is None:  # a pure function of the op's name, types and attributes
+            memo = self._memo
+            key = memo.key(rule.fn, name, facts[0], facts[3])
+            out = memo.answer(key, op)
+            if out is not None:
+                return self._counted(op, rule, name, out, facts)
+            attrs = memo.reads(op)
         bodies = tuple(rule.body(r, self.functions) for r in op.regions) if rule.body is not None else ()
         ctx = _new(OpContext, (name, facts[3], facts[0], op.attributes if attrs is None else attrs, self.options,
                                facts[4], facts[1], bodies, self.module_facts))  # OpContext(...), as a tuple is made
@@ -46,6 +54,12 @@ class RowMaker:
             out = rule.fn(ctx)
         except (ValueError, IndexError, ZeroDivisionError) as e:  # a window too large to count, odd attributes
             raise AnalysisError(f"{name} at {self.loc(op).describe()}: {e}") from None
+        if memo is not None:
+            memo.keep(key, attrs, out)
+        return self._counted(op, rule, name, out, facts)
+
+    def _counted(self, op: ir.Operation, rule: OpRule, name: str, out, facts: tuple) -> Row:
+        """The row of ``op`` from its rule's answer ``out`` (a Cost, or a Counted that says more)."""
         if type(out) is Cost:
             return self._row(op, rule.kind, out, facts, name=name)
         if out.warning:
