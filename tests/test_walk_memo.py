@@ -64,13 +64,13 @@ def test_an_answer_is_reused_only_where_each_read_finds_the_same_and_never_after
     reads = memo.reads(_Op({"a": 1, "b": 2}))
     assert "a" in reads and "c" not in reads and reads["b"] == 2 and reads.get("d", 9) == 9
     memo.keep(key, reads, "answer")
-    assert memo.answer(key, _Op({"a": 1, "b": 2, "z": 0})) == "answer"  # an attribute not read: the same
-    assert memo.answer(key, _Op({"a": 1, "b": 3})) is None  # b differs
-    assert memo.answer(key, _Op({"a": 1, "b": 2, "c": 0})) is None  # c was absent
-    assert memo.answer(key, _Op({"b": 2})) is None  # a was present
+    assert memo.get(key, _Op({"a": 1, "b": 2, "z": 0})) == "answer"  # an attribute not read: the same
+    assert memo.get(key, _Op({"a": 1, "b": 3})) is None  # b differs
+    assert memo.get(key, _Op({"a": 1, "b": 2, "c": 0})) is None  # c was absent
+    assert memo.get(key, _Op({"b": 2})) is None  # a was present
     other = memo.key(len, "x.op", (), ())
     seen = memo.reads(_Op({"a": 1}))
     assert list(seen) == ["a"] and seen.opaque  # iterated: the rule may read anything
     memo2 = RuleMemo()
     memo2.keep(other, seen, "answer")
-    assert memo2.answer(other, _Op({"a": 1})) is None
+    assert memo2.get(other, _Op({"a": 1})) is None

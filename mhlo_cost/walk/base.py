@@ -77,6 +77,7 @@ class IRVisitor(ControlFlow, RowMaker):
         self._args: set = set()
         self._types = TypeCache()
         self._known_type = self._types.known
+        self._value_types: dict = {}  # value key -> TensorInfo of the values the rows' ops made
         self._memo = RuleMemo()  # a rule's answer per signature of op (mhlo_cost.walk.memo)
         self._locations = LocationCache()
         self.rows: list[Row] = []

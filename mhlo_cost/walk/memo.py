@@ -98,10 +98,11 @@ def _same(attrs, log) -> bool:
 class RuleMemo:
     """signature -> the answers a rule gave for it, each with the attribute reads it made (one walk's)."""
 
-    __slots__ = ("_known",)
+    __slots__ = ("_known", "known")
 
     def __init__(self):
         self._known: dict[tuple, list] = {}
+        self.known = self._known.get  # key -> the answers kept for it (each (reads logged, answer)), or None
 
     @staticmethod
     def key(fn, name: str, result, operands: tuple) -> tuple:
@@ -111,11 +112,14 @@ class RuleMemo:
             return fn, name, id(result), tuple(map(id, operands))
         return fn, name, tuple(map(id, result)), tuple(map(id, operands))
 
-    def answer(self, key: tuple, op):
+    def get(self, key: tuple, op):
         """The answer given before for ``key`` whose attribute reads find the same on ``op``; else None."""
         variants = self._known.get(key)
-        if variants is None:
-            return None
+        return None if variants is None else self.answer(variants, op)
+
+    @staticmethod
+    def answer(variants: list, op):
+        """The first of ``variants`` (a key's answers) whose attribute reads find the same on ``op``; else None."""
         attrs = None
         for log, out in variants:
             if not log:
