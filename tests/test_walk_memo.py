@@ -74,3 +74,29 @@ def test_an_answer_is_reused_only_where_each_read_finds_the_same_and_never_after
     memo2 = RuleMemo()
     memo2.keep(other, seen, "answer")
     assert memo2.get(other, _Op({"a": 1})) is None
+
+
+SORTED = """
+func.func @main(%k: tensor<16xf32>, %v: tensor<16xi8>) -> (tensor<16xf32>, tensor<16xi8>) {
+  %0:2 = "stablehlo.sort"(%k, %v) ({
+  ^bb0(%a: tensor<f32>, %b: tensor<f32>, %c: tensor<i8>, %d: tensor<i8>):
+    %p = stablehlo.compare GT, %a, %b : (tensor<f32>, tensor<f32>) -> tensor<i1>
+    stablehlo.return %p : tensor<i1>
+  }) {dimension = 0 : i64} : (tensor<16xf32>, tensor<16xi8>) -> (tensor<16xf32>, tensor<16xi8>)
+  %1 = stablehlo.negate %0#0 : tensor<16xf32>
+  %2 = stablehlo.convert %0#1 : (tensor<16xi8>) -> tensor<16xf32>
+  %3 = stablehlo.add %1, %2 : tensor<16xf32>
+  return %3, %0#1 : tensor<16xf32>, tensor<16xi8>
+}
+"""
+
+
+def test_operands_made_by_earlier_ops_have_their_own_types_each_result_of_several_its_own():
+    rows = analyze(SORTED).rows
+    assert [r.op.split(".")[1] for r in rows] == ["sort", "negate", "convert", "add"]
+    sort, neg, conv, add = rows
+    assert [t.pretty for t in sort.operands] == ["f32[16]", "i8[16]"]  # function arguments, read from the IR
+    assert sort.bytes_read == 16 * 4 + 16 * 1
+    assert [t.pretty for t in neg.operands] == ["f32[16]"] and neg.bytes_read == 64  # the sort's first result
+    assert [t.pretty for t in conv.operands] == ["i8[16]"] and conv.bytes_read == 16  # its second: a byte each
+    assert conv.bytes_written == 64 and add.bytes_read == 2 * 64
