@@ -117,6 +117,7 @@ class IRVisitor(ControlFlow, RowMaker):
         for r in self.recorders:
             r.started(self)
         self.rows = list(self._function_rows(self.entry))
+        self._value_types.clear()  # (one entry a value: what the walk needs no more, freed for what follows)
         body = self.functions[self.entry].regions[0]
         if not len(body.blocks) or len(body.blocks[0].operations) <= 1:
             self.warnings.append(f"{EMPTY_ENTRY}: @{self.entry} does nothing but return, every count is 0")
