@@ -27,6 +27,7 @@ from .callgraph import CallGraph
 from .control import ControlFlow
 from .entry import choose_entry
 from .locations import LocationCache, LocationInfo
+from .memo import RuleMemo
 from .module_facts import module_facts
 from .optable import SHARED_DIALECTS, compose, shared_short_name
 from .options import AnalysisOptions
@@ -76,6 +77,8 @@ class IRVisitor(ControlFlow, RowMaker):
         self._args: set = set()
         self._types = TypeCache()
         self._known_type = self._types.known
+        self._value_types: dict = {}  # value key -> TensorInfo of the values the rows' ops made
+        self._memo = RuleMemo()  # a rule's answer per signature of op (mhlo_cost.walk.memo)
         self._locations = LocationCache()
         self.rows: list[Row] = []
         self._after_op: list[Row] = []
@@ -114,6 +117,7 @@ class IRVisitor(ControlFlow, RowMaker):
         for r in self.recorders:
             r.started(self)
         self.rows = list(self._function_rows(self.entry))
+        self._value_types.clear()  # (one entry a value: what the walk needs no more, freed for what follows)
         body = self.functions[self.entry].regions[0]
         if not len(body.blocks) or len(body.blocks[0].operations) <= 1:
             self.warnings.append(f"{EMPTY_ENTRY}: @{self.entry} does nothing but return, every count is 0")

@@ -13,6 +13,7 @@ from collections import ChainMap
 
 from jaxlib.mlir import ir
 
+from ..ir.tensorinfo import TensorInfo
 from .costvalue import Cost
 from .optable import OpContext, OpRule
 from .row import AnalysisError, Row
@@ -39,6 +40,22 @@ class RowMaker:
         """:meth:`count` of an op whose name is known already (the walk dispatches by name: it binds ``rule``
         and ``name`` once per op name, and the op's name is not read from the IR again)."""
         facts = self._facts(op, rule.reads, rule.weights)
+        memo = key = None
+        if attrs is None and rule.body is None:  # a pure function of the op's name, types and attributes
+            memo = self._memo
+            result = facts[0]  # (RuleMemo.key, inlined: the walk's hot path)
+            key = (rule.fn, name, id(result) if type(result) is TensorInfo else tuple(map(id, result)),
+                   tuple(map(id, facts[3])))
+            variants = memo.known(key)
+            if variants is not None:
+                log, out = variants[0]
+                if log:  # the rule read attributes: they must find the same on this op
+                    out = memo.answer(variants, op)
+                if type(out) is Cost:
+                    return self._row(op, rule.kind, out, facts, name=name)
+                if out is not None:
+                    return self._counted(op, rule, name, out, facts)
+            attrs = memo.reads(op)
         bodies = tuple(rule.body(r, self.functions) for r in op.regions) if rule.body is not None else ()
         ctx = _new(OpContext, (name, facts[3], facts[0], op.attributes if attrs is None else attrs, self.options,
                                facts[4], facts[1], bodies, self.module_facts))  # OpContext(...), as a tuple is made
@@ -46,6 +63,12 @@ class RowMaker:
             out = rule.fn(ctx)
         except (ValueError, IndexError, ZeroDivisionError) as e:  # a window too large to count, odd attributes
             raise AnalysisError(f"{name} at {self.loc(op).describe()}: {e}") from None
+        if memo is not None:
+            memo.keep(key, attrs, out)
+        return self._counted(op, rule, name, out, facts)
+
+    def _counted(self, op: ir.Operation, rule: OpRule, name: str, out, facts: tuple) -> Row:
+        """The row of ``op`` from its rule's answer ``out`` (a Cost, or a Counted that says more)."""
         if type(out) is Cost:
             return self._row(op, rule.kind, out, facts, name=name)
         if out.warning:
@@ -97,12 +120,15 @@ class RowMaker:
                 t = r.type
                 result = known(hash(t)) or types(t)
                 written = result.nbytes
-                defs = (hash(r),)
+                h = hash(r)
+                defs = (h,)
+                self._value_types[h] = result
             else:
                 results = op.results
                 result = tuple(types(r.type) for r in results)
                 written = sum(t.nbytes for t in result)
                 defs = tuple(map(hash, results))
+                self._value_types.update(zip(defs, result))
             if reads == "none":
                 return result, written, defs, (), 0, (), ()
             if reads == "same_type":  # weight operands are not looked for on this path
@@ -113,22 +139,29 @@ class RowMaker:
             raise AnalysisError(f"{op.name} at {self.loc(op).describe()}: {e}") from None
 
     def _operand_facts(self, operands, weights: bool) -> tuple:
-        """(operand types, bytes read, operand keys, weight operands)."""
-        types, known = self._types, self._known_type
+        """(operand types, bytes read, operand keys, weight operands). An operand made by an op this walk has
+        read already has its type from there (by the value's key, the walk's identity of a value: liveness and
+        data flow key values by it too), not read from the IR again; any other (a function's or a region's
+        argument, a result of control flow) is read."""
+        types, known, made = self._types, self._known_type, self._value_types.get
         if len(operands) == 1:  # most data movement: broadcast, convert, reshape, transpose, slice
             v = operands[0]
-            t = v.type
-            ti = known(hash(t)) or types(t)
             h = hash(v)
+            ti = made(h)
+            if ti is None:
+                t = v.type
+                ti = known(hash(t)) or types(t)
             return (ti,), ti.nbytes, (h,), ((0,) if weights and h in self._args else ())
         read = 0
         infos, uses, found = [], [], ()
         args = self._args
         for v in operands:
-            t = v.type
-            ti = known(hash(t)) or types(t)
-            read += ti.nbytes
             h = hash(v)
+            ti = made(h)
+            if ti is None:
+                t = v.type
+                ti = known(hash(t)) or types(t)
+            read += ti.nbytes
             if weights and h in args:
                 found += (len(infos),)
             infos.append(ti)
