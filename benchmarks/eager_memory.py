@@ -156,7 +156,8 @@ def estimated_peaks(build, dtype, specs, kw_specs, sdpa: str) -> dict:
         torch.set_default_dtype(old)
     kwargs = {k: _spec_text(s, d) for k, (s, d) in kw_specs.items()}
     lowered = lower_model(model, *[_spec_text(s, d) for s, d in specs], frontend="torchax", **kwargs)
-    analysis = analyze(lowered.text, AnalysisOptions(dataflow=True))
+    # the layouts record: the copies eager PyTorch makes of non-contiguous tensors, as `report --execution eager` sees them
+    analysis = analyze(lowered.text, AnalysisOptions(dataflow=True, records=("layouts",)))
     return {"eager": eager_profile(analysis, sdpa=sdpa).peak_bytes, "unfused": analysis.memory.peak_bytes,
             "compiled": fused_profile(analysis, attention="fused").peak_bytes}
 
