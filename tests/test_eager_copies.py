@@ -62,6 +62,16 @@ def test_blas_takes_row_and_column_major_matrices_only():
     assert blas_copies((8, 16), (32, 2), (), (1,))
 
 
+def test_batch_dimensions_fold_across_a_size_one_dimension():
+    """Batch dims (0, 1, 2) with dim 1 of size 1 fold as torch folds them: reshape of this tensor is a view."""
+    shape, strides = (2, 1, 3, 8, 16), (384, 384, 128, 1, 8)
+    t = torch.empty_strided(shape, strides)
+    assert t.reshape(6, 8, 16).data_ptr() == t.data_ptr() and t.reshape(6, 8, 16)._base is not None  # torch: a view
+    assert not blas_copies(shape, strides, (0, 1, 2), (3,))
+    # a size-2 dimension outside the batch between two batch dimensions breaks the fold
+    assert blas_copies((2, 2, 3, 8, 16), (768, 16, 256, 1, 32), (0, 2), (3,))
+
+
 needs_torchax = pytest.mark.skipif(importlib.util.find_spec("torchax") is None, reason="torchax is not installed")
 B, H, W, C, WS = 2, 8, 8, 16, 4  # a window partition of [B, H, W, C] into 4 x 4 windows
 S = B * H * W * C * F32
@@ -157,8 +167,10 @@ def test_matmul_copies_an_operand_whose_batch_does_not_fold():
 @needs_torchax
 def test_layer_norm_of_a_permuted_tensor_copies_its_input():
     """x [B, C, H, W] permuted to [B, H, W, C]: layer_norm takes its input contiguous (a copy, S read and written),
-    then reads it once and writes its result (S, S)."""
+    then reads it once and writes its result (S, S); its second read of the rows misses in the h200's 50 MB L2 on
+    at most S x S / L2 of them (all rows in flight at once: 1 - exp(-S / L2) <= S / L2), under 2 bytes."""
     text, _, ks = _work(NormPermuted, (B, C, H, W))
     assert [(k.bytes_read, k.bytes_written) for k in ks[:1]] == [(S, S)]
-    assert S <= ks[1].bytes_read <= S + _scalars(text) and ks[1].bytes_written == S and len(ks) == 2
+    reread = -(-S * S // (50 * 2**20))  # S^2 / L2 rounded up
+    assert S <= ks[1].bytes_read <= S + _scalars(text) + reread and ks[1].bytes_written == S and len(ks) == 2
     assert ks[0].path == "generic" and ks[0].members and len(ks[0].members) == 1

@@ -137,8 +137,8 @@ def _merged(shape, strides, dims) -> tuple | None:
     if not dims:
         return 1, 1
     size = 1
-    for a, b in zip(dims, dims[1:]):
-        if b != a + 1 or strides[a] != strides[b] * shape[b]:
+    for a, b in zip(dims, dims[1:]):  # adjacent but for size-1 dimensions between them, and dense across
+        if any(shape[d] != 1 for d in range(a + 1, b)) or strides[a] != strides[b] * shape[b]:
             return None
     for d in dims:
         size *= shape[d]
@@ -194,7 +194,8 @@ def _strided(shape, strides) -> bool:
 
 def row_kernel_copies(rows, producers, strides: list, groups) -> set:
     """The views PyTorch copies contiguous before a row-wise kernel reads them: a call of two reductions or more and
-    no matmul (LayerNorm, RMSNorm, softmax) takes its input contiguous (``input.expect_contiguous()`` in
+    no matmul (LayerNorm, softmax; not recognised: an RMSNorm's one reduction, and a TensorIterator reduction of two,
+    as ``var_mean``, which reads through strides, is taken for one) takes its input contiguous (``input.expect_contiguous()`` in
     aten/src/ATen/native/cuda/layer_norm_kernel.cu ``layer_norm_cuda``, ``input_.contiguous()`` in
     aten/src/ATen/native/cuda/SoftMax.cu ``host_softmax``): a permuted or sliced view of it is copied first."""
     out = set()
