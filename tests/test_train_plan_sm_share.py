@@ -92,6 +92,17 @@ def test_the_reduction_hidden_under_the_last_backward_slows_it():
     assert on.dp_exposed == pytest.approx(reduce * 16 / 132, rel=1e-9)
 
 
+def test_a_reduction_outlasting_the_backward_it_hides_under_exposes_its_excess_only():
+    """As above with a last backward of half the reduction C (4 layers of C/8): the backward, slowed to
+    G + C x 16/132, still ends inside the reduction (C x 116/132 > C / 2), so the pair takes C and exposes C - G:
+    no SM tax on top (max(C, G + C n / S), not C - G + G n / S)."""
+    w = 10_000_000
+    cfg = ScaleConfig(**TINY, d=8, global_batch=16)
+    reduce = estimate(H100.topology, "all_reduce", 4 * (4 * w + 2 * 128 * 64), (tuple(range(8)),)).time_s
+    on = compose(cfg.with_split(dp_overlap=True), _fake(1.0, reduce / 8, w), H100)
+    assert on.dp_exposed == pytest.approx(reduce - 4 * reduce / 8, rel=1e-9)
+
+
 def test_a_later_stages_bucket_runs_beside_the_first_stages_backward():
     """Megatron-Core's DDP, p 2: stage 1 launches its one bucket (4 layers and the LM head, 4 bytes a gradient)
     one backward slot before the first stage's end; a slot of 1 s outlasts it, so none of it is exposed and all of

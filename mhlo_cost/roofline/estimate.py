@@ -12,6 +12,7 @@ from ..network import CollectiveEstimate, Exposure, exposed_comm, resolve_profil
 from ..ir.tensorinfo import TensorInfo
 from ..walk.row import Row, short_name
 from .fusion import FUSE_MODES
+from .inductor_launch import parse_torch
 from .optime import op_time, overhead_bound, unit_peaks
 from .program import ProgramPricing, fuse
 
@@ -36,6 +37,7 @@ class Roofline:
         self.analysis = analysis
         self.hw = hw
         self.execution = execution_of(fuse_mode, execution)
+        parse_torch(torch_version)  # a version that is not major.minor[.patch] is refused whatever the execution
         self.times = [op_time(r, hw) for r in analysis.rows]
         self.attention = attention or ("fused" if self.execution in ("compiled", "inductor") else "unfused")
         self.sdpa, self.written = sdpa, written

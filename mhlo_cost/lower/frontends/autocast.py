@@ -184,8 +184,10 @@ class CudaAutocast:
             to = self.dtype
         elif rule == "fp32":
             to = torch.float32
-        else:  # promote: the widest floating type among the arguments
-            to = max((a.dtype for a in floats), key=lambda d: torch.finfo(d).bits)
+        else:  # promote: torch's promotion of the arguments' floating types (float16 with bfloat16: float32)
+            to = floats[0].dtype
+            for a in floats[1:]:
+                to = torch.promote_types(to, a.dtype)
         return pytree.tree_map_only(torch.Tensor, lambda a: self.cast(a, to), (args, kwargs))
 
     def _set_opt_dtype(self, func, args, kwargs):
@@ -213,7 +215,9 @@ class CudaAutocast:
         :data:`CAST_SCOPE`); a parameter's cast to the autocast dtype once per forward."""
         import jax
 
-        if not _is_float(a) or a.dtype == to:
+        import torch
+
+        if not _is_float(a) or a.dtype in (to, torch.float64):  # is_eligible: a double is never cast
             return a
         key = id(a)
         cached = key in self.params and to == self.dtype

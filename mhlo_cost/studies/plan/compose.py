@@ -48,7 +48,7 @@ from .costs import LayerCost
 from .sharding import (cp_collectives, cp_exposure, dp_collectives, dp_exposure, embedding_collective, embedding_elems,
                        optimizer_extra_elems, seconds)
 from .dp_overlap import dp_overlap_exposed
-from .sm_share import chip_sms, nccl_sms, overlap_tax
+from .sm_share import chip_sms, nccl_sms, overlap_tax, taxed
 from .tp_overlap import tp_overlap_exposure
 
 
@@ -213,7 +213,9 @@ def compose(cfg: ScaleConfig, cost: LayerCost, hw, head: LayerCost | None = None
     bubble = float(Fraction(p - 1, v)) * (f_s + b_s)
     hidden = min(dp_iter, b_s / v) if cfg.dp_overlap else 0.0
     sms = nccl_sms(hw)
-    tax = overlap_tax(hidden, sms)  # the backward beside the hidden reduction runs on the SMs NCCL leaves
+    # the backward beside the hidden reduction runs on the SMs NCCL leaves: the pair takes sm_share.contended; the
+    # tax is what that adds beyond the reduction's own exposed part (none beyond it where the reduction outlasts)
+    tax = taxed(b_s / v, dp_iter, sms) - (dp_iter - hidden) if cfg.dp_overlap else 0.0
     if cfg.ddp == "megatron" and cfg.cp * cfg.d > 1:  # Megatron-Core's buckets and chunks (.dp_overlap)
         rs, ag, tax = dp_overlap_exposed(cfg, topo, cost.weight_elems, stages,
                                          lambda s: optimizer_extra_elems(cfg, s), sms)

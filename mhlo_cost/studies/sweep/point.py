@@ -189,5 +189,5 @@ def _rebuilt(made: dict, depth: int):
         if skeleton(repeat(a2, a3, CHECK_DEPTH, base=DEPTHS[0])) != skeleton(a4):
             return None
         return repeat(a2, a3, depth, base=DEPTHS[0])
-    except FitFailed:
-        return None
+    except (FitFailed, ValueError, IndexError, KeyError, TypeError, AttributeError):
+        return None  # a program the rebuild does not take: lowered at full depth, as before the rebuild existed
