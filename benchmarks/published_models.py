@@ -94,7 +94,7 @@ def estimated_s(m: dict, hw) -> float:
     graphs = bool(m.get("cudagraphs", False))
     if graphs and execution != "inductor":
         raise ValueError(f"{m['id']}: cudagraphs is priced with execution 'inductor' only")
-    rf = Roofline(analysis(m), hw, execution=execution, cudagraphs=graphs)
+    rf = Roofline(analysis(m), hw, execution=execution, cudagraphs=graphs, torch_version=m.get("torch"))
     return rf.totals()["est_time_fused_overlap_s"]
 
 
@@ -119,7 +119,8 @@ def kernel_parts(m: dict, hw) -> tuple[dict, list, float]:
     ({kind: (kernels, seconds, bytes)}, [host-bound kernels, their host time over their device time], launch gaps)."""
     from mhlo_cost.roofline.estimate import Roofline
 
-    rf = Roofline(analysis(m), hw, execution=m["execution"], cudagraphs=bool(m.get("cudagraphs", False)))
+    rf = Roofline(analysis(m), hw, execution=m["execution"], cudagraphs=bool(m.get("cudagraphs", False)),
+                  torch_version=m.get("torch"))
     parts, host, gaps = {}, [0, 0.0], 0.0
     for k in rf.fusion.kernels:
         n, t, b = parts.get(_kind(k), (0, 0.0, 0))
