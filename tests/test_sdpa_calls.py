@@ -67,7 +67,10 @@ def test_written_attention_kernels_and_peak_closed_form(written):
     assert not any(k.attention for k in ks)
     assert [k.bytes_written for k in ks] == [scores, scores, qkv]
     assert ks[0].bytes_read == 2 * qkv
-    assert 0 <= ks[1].bytes_read - scores < SCALARS
+    # the softmax reads each row twice (max and sum, then the output): its second read misses in the A100's 40 MiB L2
+    # on at most scores x scores / L2 bytes (every row in flight at once: 1 - exp(-x) <= x)
+    reread = -(-scores * scores // (40 * 2**20))
+    assert 0 <= ks[1].bytes_read - scores < SCALARS + reread
     assert ks[2].bytes_read == scores + qkv
     peak = eager_profile(written, f).peak_bytes
     assert 0 <= peak - (3 * qkv + 2 * scores) < SCALARS
