@@ -9,7 +9,7 @@ from __future__ import annotations
 from jaxlib.mlir.dialects import mhlo, stablehlo
 
 from .masks import _ints
-from .recorder import Recorder
+from .recorder import RowFactRecorder
 
 #: The ops whose facts are recorded (the row's op name ends with one of these).
 _WATCHED = (".transpose", ".broadcast_in_dim", ".slice", ".dot_general")
@@ -39,41 +39,10 @@ def layout_fact(op, name: str):
     return None if vals is None else (tag, vals)
 
 
-class LayoutRecorder(Recorder, record="layouts"):
+class LayoutRecorder(RowFactRecorder, record="layouts"):
     """Per row index, the fact (:func:`layout_fact`) of each transpose, broadcast_in_dim, slice and dot_general;
     rows a call, loop or branch replays get their original's fact."""
 
-    wants_rows = True
-
-    def __init__(self):
-        self._walk = None
-        self._facts: dict[int, tuple] = {}
-        self._keep: list = []  # keeps every row with a fact alive, so that id() stays unique
-        self._record: dict[int, tuple] = {}
-
-    def started(self, walk):
-        self._walk = walk
-
-    def emitted(self, op, row) -> None:
+    def fact(self, op, row) -> tuple | None:
         name = row.op
-        if not name.endswith(_WATCHED):
-            return
-        fact = layout_fact(op, name.rsplit(".", 1)[1])
-        if fact is not None:
-            self._facts[id(row)] = fact
-            self._keep.append(row)
-
-    def replayed(self, rows, k, start) -> None:
-        facts = self._facts
-        for o, n in zip(rows, self._walk.out[start:]):
-            f = facts.get(id(o))
-            if f is not None:
-                facts[id(n)] = f
-                self._keep.append(n)
-
-    def finished(self, walk) -> None:
-        facts = self._facts
-        self._record = {i: facts[id(r)] for i, r in enumerate(walk.rows) if id(r) in facts}
-
-    def record(self) -> dict[int, tuple]:
-        return self._record
+        return layout_fact(op, name.rsplit(".", 1)[1]) if name.endswith(_WATCHED) else None

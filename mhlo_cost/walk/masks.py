@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from jaxlib.mlir import ir
 
-from .recorder import Recorder
+from .recorder import RowFactRecorder
 from .trips import comparison_direction
 
 #: The ops whose facts are recorded (the row's op name ends with one of these).
@@ -57,41 +57,12 @@ def _integral(row) -> bool:
     return dtype.startswith(("i", "ui"))
 
 
-class MaskRecorder(Recorder, record="masks"):
+class MaskRecorder(RowFactRecorder, record="masks"):
     """Per row index, the fact (:func:`fact_of`) of each compare, iota, integer broadcast and integer constant;
     rows a call, loop or branch replays get their original's fact."""
 
-    wants_rows = True
-
-    def __init__(self):
-        self._walk = None
-        self._facts: dict[int, tuple] = {}
-        self._keep: list = []  # keeps every row with a fact alive, so that id() stays unique
-        self._record: dict[int, tuple] = {}
-
-    def started(self, walk):
-        self._walk = walk
-
-    def emitted(self, op, row) -> None:
+    def fact(self, op, row) -> tuple | None:
         name = row.op
         if not name.endswith(_WATCHED) or not _integral(row):
-            return
-        fact = fact_of(op, name.rsplit(".", 1)[1])
-        if fact is not None:
-            self._facts[id(row)] = fact
-            self._keep.append(row)
-
-    def replayed(self, rows, k, start) -> None:
-        facts = self._facts
-        for o, n in zip(rows, self._walk.out[start:]):
-            f = facts.get(id(o))
-            if f is not None:
-                facts[id(n)] = f
-                self._keep.append(n)
-
-    def finished(self, walk) -> None:
-        facts = self._facts
-        self._record = {i: facts[id(r)] for i, r in enumerate(walk.rows) if id(r) in facts}
-
-    def record(self) -> dict[int, tuple]:
-        return self._record
+            return None
+        return fact_of(op, name.rsplit(".", 1)[1])

@@ -130,3 +130,44 @@ class Recorder:
 
     def region_finished(self, kind: str, op, token, start: int) -> None:
         """... and ended; its rows are ``walk.out[start:]``."""
+
+
+class RowFactRecorder(Recorder):
+    """A recorder of one fact per row (:meth:`fact`: a tuple, or None for a row without one), read back per row
+    index; rows a call, loop or branch replays get their original's fact."""
+
+    wants_rows = True
+
+    def __init__(self):
+        self._walk = None
+        self._facts: dict[int, tuple] = {}
+        self._keep: list = []  # keeps every row with a fact alive, so that id() stays unique
+        self._record: dict[int, tuple] = {}
+
+    def fact(self, op, row) -> tuple | None:
+        """The fact of ``row`` (made from ``op``), or None."""
+        raise NotImplementedError
+
+    def started(self, walk):
+        self._walk = walk
+
+    def emitted(self, op, row) -> None:
+        fact = self.fact(op, row)
+        if fact is not None:
+            self._facts[id(row)] = fact
+            self._keep.append(row)
+
+    def replayed(self, rows, k, start) -> None:
+        facts = self._facts
+        for o, n in zip(rows, self._walk.out[start:]):
+            f = facts.get(id(o))
+            if f is not None:
+                facts[id(n)] = f
+                self._keep.append(n)
+
+    def finished(self, walk) -> None:
+        facts = self._facts
+        self._record = {i: facts[id(r)] for i, r in enumerate(walk.rows) if id(r) in facts}
+
+    def record(self) -> dict[int, tuple]:
+        return self._record
