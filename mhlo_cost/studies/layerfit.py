@@ -303,6 +303,16 @@ def _index_quoted(a: str, b: str) -> bool:
     return False
 
 
+def check_plain(shallow, deep) -> None:
+    """FitFailed where two lowerings of one program at consecutive depths differ in more than their layers (warnings,
+    entry, options, source), or where the program has asynchronous collectives or phases."""
+    for name in ("warnings", "entry", "options", "source"):
+        if shallow.__dict__.get(name) != deep.__dict__.get(name):
+            raise FitFailed(f"the program's {name} change with its depth")
+    if deep.__dict__.get("async_done") or deep.__dict__.get("_phases"):
+        raise FitFailed("the program has asynchronous collectives or phases")
+
+
 def repeat_layers(shallow, deep, depth: int, base: int = 1):
     """The analysis of the program at ``depth`` layers from ``shallow`` (its analysis at depth ``base``) and
     ``deep`` (at ``base + 1``). FitFailed says why where the layers do not repeat or the program is not plain.
@@ -317,11 +327,7 @@ def repeat_layers(shallow, deep, depth: int, base: int = 1):
     if depth <= base + 1:
         return shallow if depth == base else deep
     depth -= base - 1
-    for name in ("warnings", "entry", "options", "source"):
-        if shallow.__dict__.get(name) != deep.__dict__.get(name):
-            raise FitFailed(f"the program's {name} change with its depth")
-    if deep.__dict__.get("async_done") or deep.__dict__.get("_phases"):
-        raise FitFailed("the program has asynchronous collectives or phases")
+    check_plain(shallow, deep)
     q, m = find_layer(rows1, rows2)
     layer1, layer2 = rows2[q:q + m], rows2[q + m:q + 2 * m]
     delta = layer2[0].index - layer1[0].index

@@ -17,7 +17,7 @@ import copy
 
 from .gridfit import FitFailed
 from .layerfit import (_ROW_FIELDS, FRESH_BASE, _after_rows, _arg_name, _expand, _ints, _Keys, _layer_rows, _map_keys,
-                       _Objects, _sig, _sorted_by_name, _stepped, _with)
+                       _Objects, _sig, _sorted_by_name, _stepped, _with, check_plain)
 
 
 def find_segments(s1: list, s2: list) -> list[tuple[int, int]]:
@@ -108,19 +108,18 @@ class _Plan:
         (q, m), j, _ = where
         return self.layer(p, self.depth) if free and j == 2 and row >= q + 2 * m else self.new(p)
 
+
 def repeat_sharded(shallow, deep, depth: int, base: int = 2):
     """The analysis of the program at ``depth`` layers from ``shallow`` (at depth ``base``) and ``deep`` (at
     ``base + 1``), both one ``shard_map`` region (:func:`_region`). FitFailed says why where they are not."""
     reg1, body1 = _region(shallow)
     reg2, body2 = _region(deep)
+    if depth < base:
+        raise FitFailed(f"depth {depth} is below the shallow lowering's {base}")
     if depth <= base + 1:
         return shallow if depth == base else deep
     depth -= base - 1
-    for name in ("warnings", "entry", "options", "source"):
-        if shallow.__dict__.get(name) != deep.__dict__.get(name):
-            raise FitFailed(f"the program's {name} change with its depth")
-    if deep.__dict__.get("async_done") or deep.__dict__.get("_phases"):
-        raise FitFailed("the program has asynchronous collectives or phases")
+    check_plain(shallow, deep)
     segs = find_segments([_sig(r) for r in shallow.rows], [_sig(r) for r in deep.rows])
     s0, e0 = reg2.start, reg2.end
     if any(q < s0 < q + 2 * m or q < e0 < q + 2 * m for q, m in segs):
