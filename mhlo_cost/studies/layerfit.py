@@ -303,6 +303,18 @@ def _index_quoted(a: str, b: str) -> bool:
     return False
 
 
+def entry_args(shallow, deep, keys, depth: int) -> list:
+    """The program's arguments at ``depth`` layers, (key, name, elements) each: ``deep``'s with every layer
+    argument repeated (named as the layer's), in the order of ``shallow``'s names."""
+    rec = deep.liveness
+    args = _expand(list(zip(rec.args, rec.arg_names, rec.arg_elems)), lambda a: a[0][0], keys, depth,
+                   lambda a, k: ((keys.at(a[0][0], k),) + tuple(a[0][1:]), _arg_name(rec, a, keys, k), a[2]),
+                   lambda j, a: (a[0], _stepped(shallow.liveness.arg_names[j], a[1], depth), a[2]))
+    names = dict(zip((a[0] for a in rec.args), rec.arg_names))
+    pairs = [(names[x], names[y]) for x, y in keys.f.items() if x != y and x in names and y in names]
+    return _sorted_by_name(args, shallow.liveness.arg_names, rec.arg_names, pairs)
+
+
 def check_plain(shallow, deep) -> None:
     """FitFailed where two lowerings of one program at consecutive depths differ in more than their layers (warnings,
     entry, options, source), or where the program has asynchronous collectives or phases."""
@@ -340,14 +352,8 @@ def repeat_layers(shallow, deep, depth: int, base: int = 1):
     for k in range(3, depth + 1):
         rows += _layer_rows(layer1, layer2, keys, objs, k, delta)
     rows += _after_rows(rows1[q + m:], rows2[q + 2 * m:], keys, depth, delta)
-    rec = deep.liveness
     uses = _expand(list(uses), lambda x: x, keys, depth, lambda x, k: keys.at(x, k))
-    args = _expand(list(zip(rec.args, rec.arg_names, rec.arg_elems)), lambda a: a[0][0], keys, depth,
-                   lambda a, k: ((keys.at(a[0][0], k),) + tuple(a[0][1:]), _arg_name(rec, a, keys, k), a[2]),
-                   lambda j, a: (a[0], _stepped(shallow.liveness.arg_names[j], a[1], depth), a[2]))
-    names = dict(zip((a[0] for a in rec.args), rec.arg_names))
-    pairs = [(names[x], names[y]) for x, y in keys.f.items() if x != y and x in names and y in names]
-    args = _sorted_by_name(args, shallow.liveness.arg_names, rec.arg_names, pairs)
+    args = entry_args(shallow, deep, keys, depth)
     entry = Frame()
     entry.rows = list(rows)
     entry.items = calls(deep.liveness.entry.items[:-1], q, m, depth, keys) + [Return(len(rows), tuple(uses))]

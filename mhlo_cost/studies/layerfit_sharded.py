@@ -16,8 +16,8 @@ from __future__ import annotations
 import copy
 
 from .gridfit import FitFailed
-from .layerfit import (_ROW_FIELDS, FRESH_BASE, _after_rows, _arg_name, _expand, _ints, _Keys, _layer_rows, _map_keys,
-                       _Objects, _sig, _sorted_by_name, _stepped, _with, check_plain)
+from .layerfit import (_ROW_FIELDS, FRESH_BASE, _after_rows, _expand, _ints, _Keys, _layer_rows, _map_keys, _Objects,
+                       _sig, _with, check_plain, entry_args)
 
 
 def find_segments(s1: list, s2: list) -> list[tuple[int, int]]:
@@ -237,13 +237,7 @@ def _assemble(shallow, deep, region, body, plan: _Plan, keys: _Keys, rows: list,
     entry.items = [Region(region.name, uses, region.defs, region.sizes, [(inner, plan.new(region.start), 1)], [],
                           argpos, passthrough, plan.new(region.start), plan.new(region.end)),
                    Return(len(rows), tuple(_map_keys(tuple(deep.liveness.entry.items[-1].uses), last)))]
-    rec = deep.liveness
-    args = _expand(list(zip(rec.args, rec.arg_names, rec.arg_elems)), lambda a: a[0][0], keys, depth,
-                   lambda a, k: ((keys.at(a[0][0], k),) + tuple(a[0][1:]), _arg_name(rec, a, keys, k), a[2]),
-                   lambda j, a: (a[0], _stepped(shallow.liveness.arg_names[j], a[1], depth), a[2]))
-    names = dict(zip((a[0] for a in rec.args), rec.arg_names))
-    pairs = [(names[x], names[y]) for x, y in keys.f.items() if x != y and x in names and y in names]
-    args = _sorted_by_name(args, shallow.liveness.arg_names, rec.arg_names, pairs)
+    args = entry_args(shallow, deep, keys, depth)
     out.liveness = Recording(entry, [a[0] for a in args], {}, local, [a[1] for a in args], [a[2] for a in args])
     return out
 
