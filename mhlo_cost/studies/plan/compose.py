@@ -48,7 +48,7 @@ from .costs import LayerCost
 from .sharding import (cp_collectives, cp_exposure, dp_collectives, dp_exposure, embedding_collective, embedding_elems,
                        optimizer_extra_elems, seconds)
 from .dp_overlap import dp_overlap_exposed
-from .sm_share import chip_sms, nccl_sms, overlap_tax, taxed
+from .sm_share import chip_sms, nccl_sms, taxed
 from .tp_overlap import tp_overlap_exposure
 
 
