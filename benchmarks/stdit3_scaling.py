@@ -85,12 +85,64 @@ def excess(one: float, many: float, devices: int) -> float:
     return many - one / devices
 
 
+# Each 1280x720 shape beside the 640x360 shape of (nearly) the same tokens T x S: 54,000 / 55,200 and
+# 108,000 / 110,400 (the data file's S and T).
+PARTNERS = {"51_1280_720": "204_640_360", "102_1280_720": "408_640_360"}
+
+
+def measured_forward_h200() -> dict[str, float]:
+    """Seconds per forward of the deployed STDiT3 (bf16, batch 2, eager) measured on the lent H200, per shape
+    (``benchmarks/data/measured_h200.toml``, the ``stdit3`` rows): one-device forwards with no per-run work in them."""
+    with open(os.path.join(HERE, "data", "measured_h200.toml"), "rb") as f:
+        rows = tomllib.load(f)["m"]
+    return {r["shape"]: r["measured_s"] for r in rows if r.get("kind") == "stdit3" and r.get("module") == "deployed"}
+
+
+def t1_room(t1_hi: float, t1_lo: float, forward_ratio: float) -> float:
+    """What a one-device run holds beyond ``forward_ratio`` times another's: T1_hi - r T1_lo.
+
+    Write each published one-device run as T1 = F + V (F its 30 forwards, V any per-run work the timer spans).
+    With r = F_hi / F_lo taken from forwards measured without any per-run work, T1_hi - r T1_lo = V_hi - r V_lo:
+    the room the published one-device times leave for a per-run term that is larger at the higher resolution."""
+    return t1_hi - forward_ratio * t1_lo
+
+
+def beyond_tokens(excess_hi: float, excess_lo: float, tokens_hi: int, tokens_lo: int) -> float:
+    """The part of one excess that another's, scaled by tokens, cannot account for: E_hi - E_lo N_hi / N_lo.
+
+    Under Ulysses every all_to_all of OpenSora 1.2 moves B x T x S x C elements per device (the spatial blocks'
+    q/k/v and output, the cross-attention's q and output: ``opensora/models/layers/blocks.py``
+    ``SeqParallelAttention`` and ``SeqParallelMultiHeadCrossAttention``, ``opensora/acceleration/communications.py``
+    ``_all_to_all``), in the same messages per peer at equal T x S; so do the copies around them and the gather
+    after the last block. Whatever the link (the source names none), what grows with T x S at the low resolution
+    scales by N_hi / N_lo at the high one; the rest of E_hi grows with something else."""
+    return excess_hi - excess_lo * tokens_hi / tokens_lo
+
+
 def _print_row(shape: str, est: dict, t1: float, t8: float | None, devices: int) -> None:
     r = [f"{est['jax']:>8.2f}{est['jax'] / t1:>7.3f}x", f"{est['deployed']:>8.2f}{est['deployed'] / t1:>7.3f}x"]
     for key in ("ulysses8", "ulysses8 deployed"):
         r.append(f"{est[key]:>8.2f}" + (f"{est[key] / t8:>7.3f}x" if t8 else f"{'':>8}"))
     speed = f"{t1 / t8:>6.2f} {est['deployed'] / est['ulysses8 deployed']:>5.2f}" if t8 else ""
     print(f"  {shape:<13}{t1:>8.2f}{t8 or float('nan'):>7.2f} " + " ".join(r) + f" {speed}")
+
+
+def _print_partners(pub8: dict, devices: int) -> None:
+    """Each 1280x720 shape against its 640x360 partner of equal tokens, from published and measured times only."""
+    with open(PUBLISHED, "rb") as f:
+        tokens = {s["name"]: s["S"] * s["T"] for s in tomllib.load(f)["shape"]}
+    h200 = measured_forward_h200()
+    pairs = [(hi, lo) for hi, lo in PARTNERS.items() if {hi, lo} <= set(pub8) and {hi, lo} <= set(h200)]
+    if not pairs:
+        return
+    print(f"\n  1280x720 against 640x360 at equal tokens (published and measured times only, s per run): the\n"
+          f"  {devices}-device excess not covered by the 640x360 one scaled by tokens, and the room T1 leaves for a\n"
+          "  per-run term (T1_hi - r T1_lo, r the ratio of the deployed forwards measured on the H200):")
+    for hi, lo in pairs:
+        e_hi, e_lo = excess(MEASURED_S[hi], pub8[hi], devices), excess(MEASURED_S[lo], pub8[lo], devices)
+        r = h200[hi] / h200[lo]
+        print(f"  {hi:<13}vs {lo:<12} beyond tokens {beyond_tokens(e_hi, e_lo, tokens[hi], tokens[lo]):>6.2f} s"
+              f"   T1 room {t1_room(MEASURED_S[hi], MEASURED_S[lo], r):>5.2f} s (r = {r:.3f})")
 
 
 def main(argv=None) -> int:
@@ -116,6 +168,7 @@ def main(argv=None) -> int:
             est_x = excess(est["deployed"], est["ulysses8 deployed"], args.devices)
             print(f"  {shape:<13}published {pub_x:>6.2f} s   estimate {est_x:>6.2f} s "
                   f"(all_to_all {est['ulysses8 comm']:.2f} s)")
+    _print_partners(pub8, args.devices)
     return 0
 
 
