@@ -69,10 +69,11 @@ OPTIONS = (
 #: ``tp_overlap_rs``), whose rule splits the interleaved uneven stages (``pipeline_split``) and Megatron-Core's
 #: embedding / loss counted as layers (``account_embedding``, ``account_loss``: the stages then follow from them, not
 #: from ``layers_per_stage``), Megatron-Core's overlapped data-parallel reduction (``ddp`` megatron, ``ddp_bucket_size``,
-#: ``overlap_param_gather``), the loss's cross-entropy kernels (``cross_entropy``: Megatron-LM's own).
+#: ``overlap_param_gather``), the loss's cross-entropy kernels (``cross_entropy``: Megatron-LM's own) and Megatron-LM's
+#: main-gradient hook before gradient-accumulation fusion (``main_grad_add``).
 PASSED = ("cp_comm", "kv_repeat", "dp_reduce", "tied_embedding", "grad_accum_pass", "grad_reduce_fp32",
           "tp_comm_overlap", "tp_overlap_rs", "pipeline_split", "account_embedding", "account_loss", "ddp",
-          "ddp_bucket_size", "overlap_param_gather", "cross_entropy")
+          "ddp_bucket_size", "overlap_param_gather", "cross_entropy", "main_grad_add")
 
 
 def split_options(run: dict) -> dict:

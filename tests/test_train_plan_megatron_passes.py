@@ -91,3 +91,22 @@ def test_fp16s_loss_scaling_adds_16_bytes_a_weight_to_the_optimizer_step():
 def test_an_unknown_cross_entropy_is_refused():
     assert "cross_entropy" in ScaleConfig(**TINY, cross_entropy="apex").invalid()
     assert ScaleConfig(**TINY, cross_entropy="megatron").invalid() is None
+
+
+def test_the_main_grad_hook_adds_each_micro_batchs_gradients_once_per_micro_batch():
+    """Local DDP before gradient-accumulation fusion, fp16 main gradients (grad_bytes 2): each of 3 micro-batches
+    reads and writes main_grad (2 + 2) and reads the new gradient (2): 6 bytes a weight, over the stage's 4 layers
+    of 1000 and the tied embedding's 128 x 64, in 4 kernels a layer and 1 for the embedding; fp32 main gradients:
+    10 bytes. The iteration grows by the three passes (one stage: they are on the critical path)."""
+    base = dict(TINY, micro_batch=1, global_batch=3, tied_embedding=True, grad_reduce_fp32=False)
+    layer = _fake(1e-3, 2e-3, 1000)
+    plain = compose(ScaleConfig(**base), layer, A100)
+    hook = compose(ScaleConfig(**base, main_grad_add=True), layer, A100)
+    elems = 4 * 1000 + 128 * 64
+    one = A100.memory_time(6 * elems, kernels=4 * 4 + 1)
+    assert hook.compute["backward"] - plain.compute["backward"] == pytest.approx(3 * one, rel=1e-9)
+    assert hook.total - plain.total == pytest.approx(3 * one, rel=1e-9)
+    fp32 = dict(base, grad_reduce_fp32=True)
+    diff = (compose(ScaleConfig(**fp32, main_grad_add=True), layer, A100).total
+            - compose(ScaleConfig(**fp32), layer, A100).total)
+    assert diff == pytest.approx(3 * A100.memory_time(10 * elems, kernels=17), rel=1e-9)

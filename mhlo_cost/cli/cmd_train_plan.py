@@ -138,6 +138,7 @@ def _sharding(args) -> dict:
                 grad_reduce_fp32=not args.grad_reduce_in_bf16, execution=args.execution,
                 tp_comm_overlap=args.tp_comm_overlap, tp_overlap_rs=args.tp_comm_overlap_rs,
                 pipeline_split=args.pipeline_split, cross_entropy=args.cross_entropy, loss_scale=args.loss_scale,
+                main_grad_add=args.no_gradient_accumulation_fusion,
                 **_ddp(args), **_experts(args))
 
 
@@ -303,6 +304,9 @@ def _register_pipeline_and_kernels(p) -> None:
     p.add_argument("--loss-scale", action="store_true",
                    help="fp16's dynamic loss scaling: Megatron's fp16 optimizer copies the gradients to fp32 and "
                         "unscales them before the step")
+    p.add_argument("--no-gradient-accumulation-fusion", action="store_true",
+                   help="Megatron-LM's local DDP without fused wgrad accumulation: each micro-batch's gradients added "
+                        "into main_grad by a hook (Megatron-LM before late 2021)")
     p.add_argument("--tp-comm-overlap", action="store_true",
                    help="Transformer Engine's userbuffers: each tensor-parallel collective overlapped with the GEMM "
                         "it feeds, in chunks (NeMo's and Megatron-Core's tp_comm_overlap; needs --sp)")

@@ -20,7 +20,8 @@ pipeline and the layer's times F (forward), B (backward), R (recompute) per micr
   (Megatron's scatter/gather optimisation, :mod:`.megatron_passes`);
 * the last stage's head: its program's seconds, with ``cross_entropy="megatron"`` its loss replaced by
   Megatron's own cross-entropy kernels over the fp32 logits; ``loss_scale`` (fp16): the optimizer's gradient
-  copy and unscale passes (:mod:`.megatron_passes`);
+  copy and unscale passes; ``main_grad_add``: Megatron-LM's local DDP hook adding each micro-batch's gradients into
+  ``main_grad`` (in the stage's backward, :mod:`.megatron_passes`);
 * the tied embedding (``tied_embedding``, with a pipeline): its gradient all_reduce between the first and last
   stages after the flush, exposed (Megatron's ``_allreduce_embedding_grads``, DeepSpeed's tied-weight reduce);
 * data parallel (:mod:`.sharding`): the stage's fp32 gradients all_reduce (or, ZeRO 1, reduce_scatter the
@@ -53,7 +54,7 @@ from .costs import LayerCost
 from .sharding import (cp_collectives, cp_exposure, dp_collectives, dp_exposure, embedding_collective, embedding_elems,
                        optimizer_extra_elems, seconds)
 from .dp_overlap import dp_overlap_exposed
-from .megatron_passes import gather_seconds, head_seconds, loss_scale_seconds
+from .megatron_passes import gather_seconds, head_seconds, loss_scale_seconds, main_grad_add_seconds
 from .sm_share import chip_sms, nccl_sms, taxed
 from .tp_overlap import tp_overlap_exposure
 
@@ -185,6 +186,7 @@ def _stages(cfg: ScaleConfig, cost: LayerCost, topo, one: dict, head: LayerCost 
         dp = dp_exposure(cfg, topo, cost, n, one["f"], one["b"], optimizer_extra_elems(cfg, s),
                          nccl_sms(hw) if hw is not None else (0, 0))
         accum = grad_accum_seconds(cfg, hw, cost, n, embedding_elems(cfg, s)) if hw is not None else 0.0
+        accum += main_grad_add_seconds(cfg, hw, cost.weight_elems, n, embedding_elems(cfg, s))  # (.megatron_passes)
         out.append({"layers": n, "dp": dp, "head_forward": hf if last else 0.0, "head_backward": hb if last else 0.0,
                     "f_s": n * (one["f"] + dp.forward) + (hf if last else 0.0),
                     "b_s": n * (one["b"] + dp.backward) + (hb if last else 0.0) + accum, "grad_accum": accum,

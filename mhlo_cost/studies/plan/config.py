@@ -118,6 +118,7 @@ class ScaleConfig:
     overlap_param_gather: bool = False  # the distributed optimizer's all-gather prefetched under the next forward
     cross_entropy: str = "fused"  # fused: the head's loss as lowered; megatron: Megatron-LM's eager kernels (.megatron_passes)
     loss_scale: bool = False  # fp16's dynamic loss scaling: Megatron's Float16Optimizer's grad copy and unscale passes
+    main_grad_add: bool = False  # Megatron-LM's local DDP hook adding each micro-batch's gradients to main_grad
 
     @property
     def mlp(self) -> int:

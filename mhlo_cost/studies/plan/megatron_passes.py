@@ -26,6 +26,15 @@ framework's code, as closed forms (bytes: exact ints; seconds on the chip's memo
   reads 4-byte gradients where the lowered step reads the 2-byte ones cast on the fly (2 more): 16 bytes a weight
   element in 3 kernels. With bf16 there is no loss scaler and Megatron accumulates fp32 main gradients
   (``--accumulate-allreduce-grads-in-fp32``, forced with bf16): nothing of this runs.
+* **The main-gradient hook** (``main_grad_add``). Megatron-LM's local DDP (``--DDP-impl local``,
+  ``megatron/model/distributed.py``) registers a hook on every parameter's gradient accumulator that adds the
+  gradient the backward just made into the parameter's ``main_grad`` buffer and frees it
+  (``_make_param_hook``: ``param.main_grad.add_(param.grad.data)``), once per micro-batch: the main gradient read and
+  written (``grad_bytes`` each: 2 in fp16, 4 with fp32 accumulation) and the new one read (2), for every weight of
+  the stage, the embedding and LM head too. From late 2021 (``--gradient-accumulation-fusion``, on by default in the
+  2022 code Korthikanti et al. ran) the wgrad GEMMs accumulate into ``main_grad`` themselves and the hook finds no
+  gradient on the linears' weights: ``main_grad_add`` is for the code before it (Narayanan et al. 2021's runs).
+  Counted as 4 kernels a layer (its four weight matrices; the biases' and norms' adds are a few ``h`` each).
 """
 from __future__ import annotations
 
@@ -94,3 +103,18 @@ def loss_scale_seconds(cfg, hw, elems: int) -> float:
     if not cfg.loss_scale or hw is None or elems == 0:
         return 0.0
     return hw.memory_time(LOSS_SCALE_BYTES * elems, kernels=LOSS_SCALE_KERNELS)
+
+
+def main_grad_add_bytes(cfg, elems: int) -> int:
+    """Bytes of one micro-batch's main-gradient hook over ``elems`` weight elements (0 without ``main_grad_add``):
+    the main gradient read and written at ``grad_bytes``, the new 2-byte gradient read."""
+    return (2 * cfg.grad_bytes + 2) * elems if cfg.main_grad_add else 0
+
+
+def main_grad_add_seconds(cfg, hw, layer_elems: int, layers: int, extra: int = 0) -> float:
+    """One micro-batch's main-gradient hook on a stage of ``layers`` layers of ``layer_elems`` weights and ``extra``
+    weights outside them (0 without ``main_grad_add`` or a profile)."""
+    n = main_grad_add_bytes(cfg, layer_elems * layers + extra)
+    if n == 0 or hw is None:
+        return 0.0
+    return hw.memory_time(n, kernels=4 * layers + (1 if extra else 0))
