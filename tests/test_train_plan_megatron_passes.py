@@ -110,3 +110,10 @@ def test_the_main_grad_hook_adds_each_micro_batchs_gradients_once_per_micro_batc
     diff = (compose(ScaleConfig(**fp32, main_grad_add=True), layer, A100).total
             - compose(ScaleConfig(**fp32), layer, A100).total)
     assert diff == pytest.approx(3 * A100.memory_time(10 * elems, kernels=17), rel=1e-9)
+
+
+def test_megatrons_own_passes_are_refused_with_experts_until_the_moe_plan_prices_them():
+    moe = dict(TINY, experts=4, top_k=2, expert_ffn=64, shared_experts=1)
+    assert ScaleConfig(**moe).invalid() is None
+    for extra in (dict(cross_entropy="megatron"), dict(loss_scale=True), dict(main_grad_add=True)):
+        assert "not planned with experts" in ScaleConfig(**moe, **extra).invalid(), extra

@@ -322,9 +322,10 @@ class ScaleConfig:
         if self.dp_reduce == "all_reduce" and self.zero_stage != 1:
             return "dp_reduce all_reduce (DeepSpeed's BF16 optimizer) applies to ZeRO 1 only"
         if self.experts and (self.dp_reduce != "reduce_scatter" or self.tied_embedding or self.grad_accum_pass
-                             or self.cp_comm in CP_TORCH):
-            return ("dp_reduce all_reduce, a tied embedding and PyTorch's context parallel are not planned with "
-                    "experts yet")
+                             or self.cp_comm in CP_TORCH or self.cross_entropy != "fused" or self.loss_scale
+                             or self.main_grad_add):
+            return ("dp_reduce all_reduce, a tied embedding, PyTorch's context parallel and Megatron-LM's own passes "
+                    "(cross_entropy megatron, loss_scale, main_grad_add) are not planned with experts yet")
         return None
 
     def _cp_invalid(self) -> str | None:
