@@ -23,11 +23,14 @@ from mhlo_cost.network import resolve_profile
 from mhlo_cost.studies.plan.config import model_config
 from mhlo_cost.studies.plan.plan import plan
 
+#: The loss as Megatron-LM of 2022 computes it: the logits cast to fp32 and its vocabulary-parallel cross-entropy's
+#: separate kernels (megatron/core/tensor_parallel/cross_entropy.py; mhlo_cost.studies.plan.megatron_passes).
+MEGATRON_2022 = dict(cross_entropy="megatron")
 RUNS = {  # Table 5 / Figure 1 configurations (Calculon's validation/seqsel/tab5 and fig1)
-    "gpt-22b": dict(t=8, p=1, d=1, global_batch=4, micro_batch=4, interleave=1),
-    "gpt-175b": dict(t=8, p=8, d=1, global_batch=64, micro_batch=1, interleave=3),
-    "gpt-530b": dict(t=8, p=35, d=1, global_batch=280, micro_batch=1, interleave=3),
-    "gpt-1t": dict(t=8, p=64, d=1, global_batch=512, micro_batch=1, interleave=1),
+    "gpt-22b": dict(t=8, p=1, d=1, global_batch=4, micro_batch=4, interleave=1, **MEGATRON_2022),
+    "gpt-175b": dict(t=8, p=8, d=1, global_batch=64, micro_batch=1, interleave=3, **MEGATRON_2022),
+    "gpt-530b": dict(t=8, p=35, d=1, global_batch=280, micro_batch=1, interleave=3, **MEGATRON_2022),
+    "gpt-1t": dict(t=8, p=64, d=1, global_batch=512, micro_batch=1, interleave=1, **MEGATRON_2022),
 }
 #: Table 5 iteration seconds: (full recompute, sequence parallel + selective recompute)
 TABLE5 = {"gpt-22b": (1.42, 1.10), "gpt-175b": (18.13, 13.75), "gpt-530b": (49.05, 37.83),

@@ -69,10 +69,11 @@ OPTIONS = (
 #: ``tp_overlap_rs``), whose rule splits the interleaved uneven stages (``pipeline_split``) and Megatron-Core's
 #: embedding / loss counted as layers (``account_embedding``, ``account_loss``: the stages then follow from them, not
 #: from ``layers_per_stage``), Megatron-Core's overlapped data-parallel reduction (``ddp`` megatron, ``ddp_bucket_size``,
-#: ``overlap_param_gather``).
+#: ``overlap_param_gather``), the loss's cross-entropy kernels (``cross_entropy``: Megatron-LM's own) and Megatron-LM's
+#: main-gradient hook before gradient-accumulation fusion (``main_grad_add``).
 PASSED = ("cp_comm", "kv_repeat", "dp_reduce", "tied_embedding", "grad_accum_pass", "grad_reduce_fp32",
           "tp_comm_overlap", "tp_overlap_rs", "pipeline_split", "account_embedding", "account_loss", "ddp",
-          "ddp_bucket_size", "overlap_param_gather")
+          "ddp_bucket_size", "overlap_param_gather", "cross_entropy", "main_grad_add")
 
 
 def split_options(run: dict) -> dict:
@@ -81,11 +82,12 @@ def split_options(run: dict) -> dict:
     ``layers_per_stage`` gives the first and last stages' layers (the others must split the rest evenly, which
     :func:`price` checks); flash attention is ``attention="fused"`` with the row's ``attention_library`` (the
     library its framework calls; absent: the profile's default); fp16 (Megatron 2021) reduces its gradients
-    in fp16 (``--accumulate-allreduce-grads-in-fp32`` is off by default and forced only with bf16)."""
+    in fp16 (``--accumulate-allreduce-grads-in-fp32`` is off by default and forced only with bf16) and scales its
+    loss (``loss_scale``: Megatron's fp16 optimizer copies and unscales the gradients, ``studies/plan/megatron_passes``)."""
     kw = {"zero": 3 if run.get("fsdp", 0) > 0 else run.get("zero", 0), "cp": run.get("cp", 1),
           "attention": "fused" if run.get("attention") == "flash" else "unfused",
           "grad_reduce_fp32": run["precision"] != "fp16", "attention_library": run.get("attention_library", ""),
-          "execution": run.get("execution", EXECUTION[run.get("compile")])}
+          "execution": run.get("execution", EXECUTION[run.get("compile")]), "loss_scale": run["precision"] == "fp16"}
     kw.update({k: run[k] for k in PASSED if k in run})
     if run.get("fsdp", 0) > 0:
         kw["dp_shard"] = run["fsdp"] if run["fsdp"] < run.get("dp", 1) else 0

@@ -254,6 +254,19 @@ def test_narayanans_rows_take_the_authors_table_1_scripts(data):
         assert cfg.invalid() is None, size
 
 
+def test_megatron_lms_own_passes_reach_the_rows_whose_code_runs_them(data):
+    """Megatron-LM 2021's rows (fp16, its eager cross-entropy; --DDP-impl local, its main-gradient hook, from 39B:
+    run_table_1.sh) and DeepSpeed-Megatron's BLOOM (the same cross-entropy, bf16) take them; NeMo's do not."""
+    for run in data["run"]:
+        cfg = vt.scale_config(run, data["model"][run["model"]])
+        src = run["source"]
+        local = src == "narayanan2021" and not run.get("dp_overlap", False)
+        assert cfg.cross_entropy == ("megatron" if src in ("narayanan2021", "bloom2022") else "fused"), run["id"]
+        assert cfg.loss_scale == (src == "narayanan2021"), run["id"]
+        assert cfg.main_grad_add == local, run["id"]
+    assert sum(vt.scale_config(r, data["model"][r["model"]]).main_grad_add for r in data["run"]) == 6
+
+
 def test_nemo_and_bridge_rows_overlap_their_tensor_parallel_collectives(data):
     """Every NeMo / Megatron-Bridge row with a tensor degree above 1 runs TE's userbuffers overlap (the recipes'
     tp_comm_overlap); Megatron-Bridge's fp8 H100 configurations ring-exchange the reduce-scatters."""

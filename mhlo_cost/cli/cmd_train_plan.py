@@ -137,7 +137,9 @@ def _sharding(args) -> dict:
                 attention_library=args.attention_library or "",
                 grad_reduce_fp32=not args.grad_reduce_in_bf16, execution=args.execution,
                 tp_comm_overlap=args.tp_comm_overlap, tp_overlap_rs=args.tp_comm_overlap_rs,
-                pipeline_split=args.pipeline_split, **_ddp(args), **_experts(args))
+                pipeline_split=args.pipeline_split, cross_entropy=args.cross_entropy, loss_scale=args.loss_scale,
+                main_grad_add=args.no_gradient_accumulation_fusion,
+                **_ddp(args), **_experts(args))
 
 
 def _ddp(args) -> dict:
@@ -296,6 +298,15 @@ def _register_pipeline_and_kernels(p) -> None:
     p.add_argument("--overlap-param-gather", action="store_true",
                    help="with --overlap-grad-reduce and --zero 1: the parameter all-gather prefetched under the "
                         "next forward, bucket by bucket")
+    p.add_argument("--cross-entropy", choices=("fused", "megatron"), default="fused",
+                   help="the loss: fused, the head program's own (default), or megatron, Megatron-LM's "
+                        "vocabulary-parallel cross-entropy of 2020-2023 (separate kernels over the fp32 logits)")
+    p.add_argument("--loss-scale", action="store_true",
+                   help="fp16's dynamic loss scaling: Megatron's fp16 optimizer copies the gradients to fp32 and "
+                        "unscales them before the step")
+    p.add_argument("--no-gradient-accumulation-fusion", action="store_true",
+                   help="Megatron-LM's local DDP without fused wgrad accumulation: each micro-batch's gradients added "
+                        "into main_grad by a hook (Megatron-LM before late 2021)")
     p.add_argument("--tp-comm-overlap", action="store_true",
                    help="Transformer Engine's userbuffers: each tensor-parallel collective overlapped with the GEMM "
                         "it feeds, in chunks (NeMo's and Megatron-Core's tp_comm_overlap; needs --sp)")

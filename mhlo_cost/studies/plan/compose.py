@@ -15,7 +15,13 @@ pipeline and the layer's times F (forward), B (backward), R (recompute) per micr
 * 1F1B: ``(m + p - 1)(F_s + B_s)``; interleaved with ``v`` chunks: ``(m + (p - 1)/v)(F_s + B_s)``; the
   bubble is the ``(p - 1)/v`` part (fraction ``(p - 1)/(v m)`` of the ideal time);
 * point-to-point: each micro-batch crosses ``v`` chunk boundaries forward and ``v`` backward per device,
-  the activation ``b x s x h`` bf16 (``/t`` with sequence parallelism), device to the next stage's;
+  1/t of the activation ``b x s x h`` bf16 (the ``s/t`` shard with sequence parallelism), device to the next
+  stage's; without sequence parallelism the receiver all-gathers the whole over its tensor group before using it
+  (Megatron's scatter/gather optimisation, :mod:`.megatron_passes`);
+* the last stage's head: its program's seconds, with ``cross_entropy="megatron"`` its loss replaced by
+  Megatron's own cross-entropy kernels over the fp32 logits; ``loss_scale`` (fp16): the optimizer's gradient
+  copy and unscale passes; ``main_grad_add``: Megatron-LM's local DDP hook adding each micro-batch's gradients into
+  ``main_grad`` (in the stage's backward, :mod:`.megatron_passes`);
 * the tied embedding (``tied_embedding``, with a pipeline): its gradient all_reduce between the first and last
   stages after the flush, exposed (Megatron's ``_allreduce_embedding_grads``, DeepSpeed's tied-weight reduce);
 * data parallel (:mod:`.sharding`): the stage's fp32 gradients all_reduce (or, ZeRO 1, reduce_scatter the
@@ -48,6 +54,7 @@ from .costs import LayerCost
 from .sharding import (cp_collectives, cp_exposure, dp_collectives, dp_exposure, embedding_collective, embedding_elems,
                        optimizer_extra_elems, seconds)
 from .dp_overlap import dp_overlap_exposed
+from .megatron_passes import gather_seconds, head_seconds, loss_scale_seconds, main_grad_add_seconds
 from .sm_share import chip_sms, nccl_sms, taxed
 from .tp_overlap import tp_overlap_exposure
 
@@ -172,18 +179,19 @@ def grad_accum_seconds(cfg: ScaleConfig, hw, cost: LayerCost, layers: int, extra
 def _stages(cfg: ScaleConfig, cost: LayerCost, topo, one: dict, head: LayerCost | None, hw=None) -> list[dict]:
     """Per pipeline stage: its layers, and its forward / backward seconds per micro-batch (the data-parallel
     per-layer collectives' exposure in them; the last stage's head)."""
-    hf = head.time_s["forward"] if head is not None else 0.0
-    hb = head.time_s["backward"] if head is not None else 0.0
+    hf, hb = head_seconds(cfg, head, hw)  # (Megatron's own cross-entropy kernels where cfg says: .megatron_passes)
     out = []
     for s, n in enumerate(cfg.stage_layers()):
         last = s == cfg.p - 1
         dp = dp_exposure(cfg, topo, cost, n, one["f"], one["b"], optimizer_extra_elems(cfg, s),
                          nccl_sms(hw) if hw is not None else (0, 0))
         accum = grad_accum_seconds(cfg, hw, cost, n, embedding_elems(cfg, s)) if hw is not None else 0.0
+        accum += main_grad_add_seconds(cfg, hw, cost.weight_elems, n, embedding_elems(cfg, s))  # (.megatron_passes)
         out.append({"layers": n, "dp": dp, "head_forward": hf if last else 0.0, "head_backward": hb if last else 0.0,
                     "f_s": n * (one["f"] + dp.forward) + (hf if last else 0.0),
                     "b_s": n * (one["b"] + dp.backward) + (hb if last else 0.0) + accum, "grad_accum": accum,
-                    "optimizer": optimizer_seconds(cfg, cost, s, n)})
+                    "optimizer": optimizer_seconds(cfg, cost, s, n) + loss_scale_seconds(
+                        cfg, hw, (cost.weight_elems * n + embedding_elems(cfg, s)) // cfg.shard_degree)})
     return out
 
 
@@ -207,6 +215,7 @@ def compose(cfg: ScaleConfig, cost: LayerCost, hw, head: LayerCost | None = None
     p2p_bytes = activation_bytes(cfg) // cfg.t
     hop = cfg.t * cfg.cp * cfg.d  # the next stage's device with the same tensor, context and data rank
     p2p_one = _time(topo, "collective_permute", p2p_bytes, ((0, hop),)) if p > 1 else 0.0
+    p2p_one += gather_seconds(cfg, topo)  # the receiver's all_gather of the whole tensor (.megatron_passes)
     p2p_per_mb = 2 * v * p2p_one if p > 1 else 0.0
     slots = Fraction(m) + Fraction(p - 1, v)  # micro-batch slots on the critical path
     per_mb = f_s + b_s + p2p_per_mb

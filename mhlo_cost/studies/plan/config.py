@@ -116,6 +116,9 @@ class ScaleConfig:
     ddp: str = ""  # with dp_overlap: "" (hidden under one chunk's backward) | megatron (Megatron-Core's buckets: .dp_overlap)
     ddp_bucket_size: int = 0  # Megatron-Core's --ddp-bucket-size (elements; 0: its default); overlap_param_gather too:
     overlap_param_gather: bool = False  # the distributed optimizer's all-gather prefetched under the next forward
+    cross_entropy: str = "fused"  # fused: the head's loss as lowered; megatron: Megatron-LM's eager kernels (.megatron_passes)
+    loss_scale: bool = False  # fp16's dynamic loss scaling: Megatron's Float16Optimizer's grad copy and unscale passes
+    main_grad_add: bool = False  # Megatron-LM's local DDP hook adding each micro-batch's gradients to main_grad
 
     @property
     def mlp(self) -> int:
@@ -267,6 +270,8 @@ class ScaleConfig:
             return "sequence parallelism needs a tensor degree above 1"
         if self.tp_overlap_rs not in TP_OVERLAP_RS:
             return f"tp_overlap_rs must be one of {', '.join(TP_OVERLAP_RS)}, got {self.tp_overlap_rs!r}"
+        if self.cross_entropy not in ("fused", "megatron"):
+            return f"cross_entropy must be fused or megatron, got {self.cross_entropy!r}"
         if self.tp_comm_overlap and self.t > 1 and not self.sp:
             return "tensor-parallel communication overlap (userbuffers) needs sequence parallelism"
         why = self._pipeline_invalid() or self._sharding_invalid() or self._cp_invalid() or self._moe_invalid()
@@ -317,9 +322,10 @@ class ScaleConfig:
         if self.dp_reduce == "all_reduce" and self.zero_stage != 1:
             return "dp_reduce all_reduce (DeepSpeed's BF16 optimizer) applies to ZeRO 1 only"
         if self.experts and (self.dp_reduce != "reduce_scatter" or self.tied_embedding or self.grad_accum_pass
-                             or self.cp_comm in CP_TORCH):
-            return ("dp_reduce all_reduce, a tied embedding and PyTorch's context parallel are not planned with "
-                    "experts yet")
+                             or self.cp_comm in CP_TORCH or self.cross_entropy != "fused" or self.loss_scale
+                             or self.main_grad_add):
+            return ("dp_reduce all_reduce, a tied embedding, PyTorch's context parallel and Megatron-LM's own passes "
+                    "(cross_entropy megatron, loss_scale, main_grad_add) are not planned with experts yet")
         return None
 
     def _cp_invalid(self) -> str | None:

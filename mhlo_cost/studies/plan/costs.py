@@ -49,6 +49,8 @@ class LayerCost:
     # proper (scope core)
     linear_s: dict = field(default_factory=dict)  # TE's GEMM name (qkv_fprop, fc1_wgrad, ...) -> seconds of that
     # tensor-parallel linear's GEMMs (what a userbuffers-overlapped collective hides under: .tp_overlap)
+    loss_s: dict = field(default_factory=lambda: {p: 0.0 for p in PHASES})  # phase -> seconds of the head's
+    # cross-entropy (scope loss: what a framework's own cross-entropy kernels replace, .megatron_passes)
 
     @property
     def activation_bytes(self) -> int:
@@ -59,12 +61,12 @@ class LayerCost:
 
 _BY_PHASE = Record({p: COUNT for p in PHASES})
 #: What a layer's entry holds: the fields of :class:`LayerCost`.
-LAYERS = Schema("plan/layers", 3, Record({
+LAYERS = Schema("plan/layers", 4, Record({
     "key": TEXT, "chip": TEXT, "gemm_flops": _BY_PHASE, "vector_flops": _BY_PHASE,
     "time_s": Record({p: AMOUNT for p in PHASES}), "dgrad_flops": COUNT, "wgrad_flops": COUNT,
     "saved_bytes": COUNT, "input_bytes": COUNT, "weight_elems": COUNT, "weight_bytes": COUNT, "master_bytes": COUNT,
     "moment_bytes": COUNT, "ops": COUNT, "core_s": Record({p: AMOUNT for p in PHASES}),
-    "linear_s": MapOf(AMOUNT)}))
+    "linear_s": MapOf(AMOUNT), "loss_s": Record({p: AMOUNT for p in PHASES})}))
 #: Fields of a profile that name or describe it: a chip's cost does not depend on them.
 _NAMING = ("name", "aliases", "vendor", "description", "source")
 
@@ -196,6 +198,7 @@ def analyse_layer(cfg: ScaleConfig, hw, key: str = "", chip: str = "", part: str
     vec = {p: 0 for p in PHASES}
     times = {p: 0.0 for p in PHASES}
     core = {p: 0.0 for p in PHASES}
+    loss = {p: 0.0 for p in PHASES}
     dgrad = wgrad = 0
     for i, r in enumerate(a.rows):
         p = ph.phase[i]
@@ -205,6 +208,7 @@ def analyse_layer(cfg: ScaleConfig, hw, key: str = "", chip: str = "", part: str
         if "tp_comm" not in scopes and "cp_comm" not in scopes:
             times[p] += rf.fusion.row_time[i]
             core[p] += rf.fusion.row_time[i] if "core" in scopes else 0.0
+            loss[p] += rf.fusion.row_time[i] if "loss" in scopes else 0.0
         if p == "backward" and ph.grad[i] == "dgrad":
             dgrad += r.gemm_flops
         elif p == "backward" and ph.grad[i] == "wgrad":
@@ -219,7 +223,7 @@ def analyse_layer(cfg: ScaleConfig, hw, key: str = "", chip: str = "", part: str
         dgrad_flops=dgrad, wgrad_flops=wgrad, saved_bytes=saved,
         input_bytes=sum(x.type.nbytes for x in inputs), weight_elems=sum(x.type.nelems for x in weights),
         weight_bytes=sum(x.type.nbytes for x in weights), master_bytes=sum(x.type.nbytes for x in master),
-        moment_bytes=sum(x.type.nbytes for x in moments), ops=len(a.rows), core_s=core,
+        moment_bytes=sum(x.type.nbytes for x in moments), ops=len(a.rows), core_s=core, loss_s=loss,
         linear_s=linear_seconds(a, rf.times, hw, cfg.t))
 
 

@@ -323,8 +323,9 @@ def head_step_fn(cfg: ScaleConfig):
             hdn = _layer_norm(p["ln_f"], x)
         with scope("lm_head"):
             hdn = _gather(hdn, cfg)
-            z = lax.dot_general(hdn, p["w"], (((2,), (0,)), ((), ()))).astype(F32)
-        with scope("loss"):
+            z = lax.dot_general(hdn, p["w"], (((2,), (0,)), ((), ())))
+        with scope("loss"):  # (the fp32 logits are the loss's: Megatron's ``output.float()`` before it)
+            z = z.astype(F32)
             m = lax.stop_gradient(jnp.max(z, axis=-1, keepdims=True))
             lse = jnp.log(jnp.sum(jnp.exp(z - m), axis=-1)) + m[..., 0]
             picked = jnp.take_along_axis(z, targets[..., None], axis=-1)[..., 0]

@@ -1,0 +1,120 @@
+"""What Megatron-LM runs beside the layers that the lowered programs fuse away or leave out, each from the
+framework's code, as closed forms (bytes: exact ints; seconds on the chip's memory model or the system's network).
+
+* **The vocabulary-parallel cross-entropy** (``cross_entropy="megatron"``). Megatron-LM (2020-2023) computes the
+  loss of the ``E = b x s x V/t`` logits of a device with separate PyTorch kernels, each a pass over all of them:
+  ``megatron/model/gpt_model.py`` (``post_language_model_processing``) casts the logits to fp32
+  (``output.float()``, unless ``--fp16-lm-cross-entropy``), and ``megatron/mpu/cross_entropy.py``
+  (``_VocabParallelCrossEntropy``; ``megatron/core/tensor_parallel/cross_entropy.py`` later, the same kernels) runs
+  ``torch.max`` over the vocabulary, ``sub_`` of the maximum, ``torch.exp(out=)``, ``sum``, and keeps the softmax
+  for the backward with ``div_``; the backward ``mul_`` s it by the incoming gradient in place and autograd casts the
+  fp32 gradient back to the logits' dtype. Per logit, with ``d`` bytes of the logits' dtype, the forward moves
+  ``(d + 4) + 4 + 8 + 8 + 4 + 8 = d + 36`` bytes in 6 kernels, the backward ``8 + (4 + d) = 12 + d`` in 2 (the
+  target gathers and the ``b x s`` loss are left out: ``V/t`` times smaller). They replace the head program's own
+  loss (scope ``loss``: XLA's fused reductions), whose seconds :class:`~.costs.LayerCost` keeps as ``loss_s``.
+* **The scatter/gather optimisation's all_gather** (Narayanan et al. 2021, section 4.1). Megatron-LM's
+  ``p2p_communication._communicate`` sends 1/t of the activation (``split_tensor_into_1d_equal_chunks``) and the
+  receiver rebuilds it with ``gather_split_1d_tensor``: an all_gather of the whole ``b x s x h`` over the tensor
+  group, before the tensor can be used (``--scatter-gather-tensors-in-pipeline``, on by default; with sequence
+  parallelism the tensor is already the ``s/t`` shard and nothing is gathered). Each of the ``2 v`` tensors a
+  device receives per micro-batch (activation forward, gradient backward) waits for its gather.
+* **fp16's loss scaling** (``loss_scale``). Megatron-LM's ``Float16OptimizerWithFloat16Params.step``
+  (``megatron/optimizer/optimizer.py``) copies the fp16 gradients into fp32 main gradients
+  (``_copy_model_grads_to_main_grads``: ``main_grad.float()``, 2 bytes read and 4 written a weight) and unscales
+  them checking for inf/NaN (``_unscale_main_grads_and_check_for_nan``:
+  ``torch._amp_foreach_non_finite_check_and_unscale_``, 4 read and 4 written), before the Adam step, which then
+  reads 4-byte gradients where the lowered step reads the 2-byte ones cast on the fly (2 more): 16 bytes a weight
+  element in 3 kernels. With bf16 there is no loss scaler and Megatron accumulates fp32 main gradients
+  (``--accumulate-allreduce-grads-in-fp32``, forced with bf16): nothing of this runs.
+* **The main-gradient hook** (``main_grad_add``). Megatron-LM's local DDP (``--DDP-impl local``,
+  ``megatron/model/distributed.py``) registers a hook on every parameter's gradient accumulator that adds the
+  gradient the backward just made into the parameter's ``main_grad`` buffer and frees it
+  (``_make_param_hook``: ``param.main_grad.add_(param.grad.data)``), once per micro-batch: the main gradient read and
+  written (``grad_bytes`` each: 2 in fp16, 4 with fp32 accumulation) and the new one read (2), for every weight of
+  the stage, the embedding and LM head too. From late 2021 (``--gradient-accumulation-fusion``, on by default in the
+  2022 code Korthikanti et al. ran) the wgrad GEMMs accumulate into ``main_grad`` themselves and the hook finds no
+  gradient on the linears' weights: ``main_grad_add`` is for the code before it (Narayanan et al. 2021's runs).
+  Counted as 4 kernels a layer (its four weight matrices; the biases' and norms' adds are a few ``h`` each).
+"""
+from __future__ import annotations
+
+from ...network import estimate
+
+#: Megatron's cross-entropy kernels over the logits: (name, bytes read, bytes written) per logit, by phase; "d" is
+#: the logits' own dtype (the fp32 cast's input, the cast back's output), every other tensor fp32.
+CE_KERNELS = {
+    "forward": (("output.float()", "d", 4), ("torch.max", 4, 0), ("sub_", 4, 4), ("torch.exp", 4, 4),
+                ("sum", 4, 0), ("div_", 4, 4)),
+    "backward": (("mul_", 4, 4), ("cast to the logits' dtype", 4, "d")),
+}
+#: fp16's optimizer passes per weight element: the fp32 copy of the gradient, the unscale-and-check, the Adam
+#: step's wider gradient read (see the module's text).
+LOSS_SCALE_BYTES = (2 + 4) + (4 + 4) + (4 - 2)
+LOSS_SCALE_KERNELS = 3
+
+
+def logits(cfg) -> int:
+    """The logits one device holds for one micro-batch: ``b x s/cp x V/t`` (the LM head's output is gathered to
+    the whole local sequence under sequence parallelism)."""
+    return cfg.micro_batch * cfg.local_seq * (cfg.vocab // cfg.t)
+
+
+def cross_entropy_bytes(cfg, dtype_bytes: int = 2) -> dict:
+    """phase -> (bytes, kernels) of Megatron's cross-entropy of one micro-batch on one device (:data:`CE_KERNELS`)."""
+    n = logits(cfg)
+    out = {}
+    for phase, kernels in CE_KERNELS.items():
+        per = sum((dtype_bytes if r == "d" else r) + (dtype_bytes if w == "d" else w) for _, r, w in kernels)
+        out[phase] = (n * per, len(kernels))
+    return out
+
+
+def head_seconds(cfg, head, hw) -> tuple[float, float]:
+    """(forward, backward) seconds of the last stage's head per micro-batch: the head program's, its own loss
+    replaced by Megatron's kernels where ``cfg.cross_entropy`` is ``megatron`` (0, 0 without a head)."""
+    if head is None:
+        return 0.0, 0.0
+    f, b = head.time_s["forward"], head.time_s["backward"]
+    if cfg.cross_entropy != "megatron" or hw is None:
+        return f, b
+    loss = head.loss_s or {}
+    ce = {ph: hw.memory_time(n, kernels=k) for ph, (n, k) in cross_entropy_bytes(cfg).items()}
+    return (f - loss.get("forward", 0.0) + ce["forward"], b - loss.get("backward", 0.0) + ce["backward"])
+
+
+def gather_bytes(cfg) -> int:
+    """S of the all_gather that rebuilds a received pipeline tensor (0 where nothing is gathered: one stage, one
+    tensor rank, or sequence parallelism): the whole ``b x s/cp x h`` in bf16."""
+    if cfg.p == 1 or cfg.t == 1 or cfg.sp:
+        return 0
+    return cfg.micro_batch * cfg.local_seq * cfg.hidden * 2
+
+
+def gather_seconds(cfg, topo) -> float:
+    """One received tensor's all_gather over the tensor group (0 without one or without a network)."""
+    n = gather_bytes(cfg)
+    if topo is None or n == 0:
+        return 0.0
+    return estimate(topo, "all_gather", n, (tuple(range(cfg.t)),)).time_s
+
+
+def loss_scale_seconds(cfg, hw, elems: int) -> float:
+    """fp16's optimizer passes over ``elems`` weight elements (0 without ``loss_scale`` or a profile)."""
+    if not cfg.loss_scale or hw is None or elems == 0:
+        return 0.0
+    return hw.memory_time(LOSS_SCALE_BYTES * elems, kernels=LOSS_SCALE_KERNELS)
+
+
+def main_grad_add_bytes(cfg, elems: int) -> int:
+    """Bytes of one micro-batch's main-gradient hook over ``elems`` weight elements (0 without ``main_grad_add``):
+    the main gradient read and written at ``grad_bytes``, the new 2-byte gradient read."""
+    return (2 * cfg.grad_bytes + 2) * elems if cfg.main_grad_add else 0
+
+
+def main_grad_add_seconds(cfg, hw, layer_elems: int, layers: int, extra: int = 0) -> float:
+    """One micro-batch's main-gradient hook on a stage of ``layers`` layers of ``layer_elems`` weights and ``extra``
+    weights outside them (0 without ``main_grad_add`` or a profile)."""
+    n = main_grad_add_bytes(cfg, layer_elems * layers + extra)
+    if n == 0 or hw is None:
+        return 0.0
+    return hw.memory_time(n, kernels=4 * layers + (1 if extra else 0))
