@@ -29,7 +29,8 @@ pipeline and the layer's times F (forward), B (backward), R (recompute) per micr
   every overlapped collective's NCCL kernel holds ``n`` of the chip's ``S`` SMs while it runs, so the compute
   beside it is slowed by ``n / S`` of the overlapped seconds (:mod:`.sm_share`);
 * context parallelism: its K/V exchange per layer and micro-batch in F_s / B_s (what the attention's compute
-  does not hide);
+  does not hide); PyTorch's ring attention's own merges and fp32 accumulators (:mod:`.ring_passes`) are kernels of
+  the layer's forward / backward (and of its full recompute);
 * uneven pipelines: every slot runs at the pace of the slowest stage (the most layers, or the head's);
   interleaved, a stage's layers are its ``v`` chunks together (torchtitan splits 126 layers into 16 virtual
   stages of 7, 8 x 14, 7: two a device, 15 or 16 layers), a chunk's time its stage's over ``v``;
@@ -48,6 +49,7 @@ from .costs import LayerCost
 from .sharding import (cp_collectives, cp_exposure, dp_collectives, dp_exposure, embedding_collective, embedding_elems,
                        optimizer_extra_elems, seconds)
 from .dp_overlap import dp_overlap_exposed
+from .ring_passes import ring_pass_seconds
 from .sm_share import chip_sms, nccl_sms, taxed
 from .tp_overlap import tp_overlap_exposure
 
@@ -151,10 +153,15 @@ def _layer(cfg: ScaleConfig, cost: LayerCost, topo, hw=None) -> dict:
         tp = {ph: sum(n * _time(topo, kind, s_act, tp_group(cfg)) for kind, n in kinds)
               for ph, kinds in tp_collectives(cfg).items()}
     cp = cp_exposure(cfg, topo, cost, nccl_sms(hw))
-    f = t["forward"] + tp["forward"] + cp.forward
-    b = t["backward"] + rec + tp["backward"] + cp.backward
-    return {"forward": t["forward"], "backward": t["backward"], "recompute": rec, "tp_forward": tp["forward"],
-            "tp_backward": tp["backward"], "cp": cp, "f": f, "b": b}
+    # PyTorch's ring attention's own merges and accumulators: kernels of the layer's compute (.ring_passes); full
+    # recompute runs the forward's again
+    ring_f, ring_b = ring_pass_seconds(cfg, hw)
+    fwd, bwd = t["forward"] + ring_f, t["backward"] + ring_b
+    rec += ring_f if cfg.recompute == "full" else 0.0
+    f = fwd + tp["forward"] + cp.forward
+    b = bwd + rec + tp["backward"] + cp.backward
+    return {"forward": fwd, "backward": bwd, "recompute": rec, "tp_forward": tp["forward"],
+            "tp_backward": tp["backward"], "cp": cp, "ring_forward": ring_f, "ring_backward": ring_b, "f": f, "b": b}
 
 
 def grad_accum_seconds(cfg: ScaleConfig, hw, cost: LayerCost, layers: int, extra: int = 0) -> float:
