@@ -69,11 +69,13 @@ OPTIONS = (
 #: ``tp_overlap_rs``), whose rule splits the interleaved uneven stages (``pipeline_split``) and Megatron-Core's
 #: embedding / loss counted as layers (``account_embedding``, ``account_loss``: the stages then follow from them, not
 #: from ``layers_per_stage``), Megatron-Core's overlapped data-parallel reduction (``ddp`` megatron, ``ddp_bucket_size``,
-#: ``overlap_param_gather``), the loss's cross-entropy kernels (``cross_entropy``: Megatron-LM's own) and Megatron-LM's
-#: main-gradient hook before gradient-accumulation fusion (``main_grad_add``).
+#: ``overlap_param_gather``), the loss's cross-entropy kernels (``cross_entropy``: Megatron-LM's own), Megatron-LM's
+#: main-gradient hook before gradient-accumulation fusion (``main_grad_add``) and FSDP2's copies around its
+#: collectives (``fsdp_version`` 2: torchtitan's ``fully_shard``).
 PASSED = ("cp_comm", "kv_repeat", "dp_reduce", "tied_embedding", "grad_accum_pass", "grad_reduce_fp32",
           "tp_comm_overlap", "tp_overlap_rs", "pipeline_split", "account_embedding", "account_loss", "ddp",
-          "ddp_bucket_size", "overlap_param_gather", "cross_entropy", "main_grad_add")
+          "ddp_bucket_size", "overlap_param_gather", "cross_entropy", "main_grad_add",
+          "fsdp_version")
 
 
 def split_options(run: dict) -> dict:
@@ -262,10 +264,14 @@ def price(run: dict, data: dict, cache_dir=None) -> dict:
 
 
 def _parts(it) -> dict:
+    """The iteration's parts (seconds); ``cp``: context parallelism's exposed exchange; ``ring``: PyTorch's ring
+    attention's own passes, forward and backward, already inside ``fwd`` / ``bwd`` (shown apart)."""
     c = it.compute
     return {"fwd": c["forward"], "bwd": c["backward"], "rec": c["recompute"], "tp": it.tp_comm,
             "bubble": it.bubble, "p2p": it.p2p, "dp": it.dp_exposed, "dp_total": it.dp_total,
-            "opt": it.optimizer}
+            "opt": it.optimizer, "cp": it.cp_comm,
+            "ring": it.cfg.micro_batches * it.cfg.layers_per_stage * (it.layer.get("ring_forward", 0.0)
+                                                                       + it.layer.get("ring_backward", 0.0))}
 
 
 def summary(rows: list[dict]) -> list[str]:
@@ -293,7 +299,8 @@ def _row_line(r: dict) -> str:
     if "ratio" not in r:
         return f"{r['id']:40s} {r['published_s']:9.3f} {'-':>9s} {'-':>6s}  NOT PRICED: {r['reason']}"
     p = r["parts"]
-    parts = " ".join(f"{k} {p[k]:.3f}" for k in ("fwd", "bwd", "rec", "tp", "bubble", "p2p", "dp", "opt"))
+    keys = ("fwd", "bwd", "rec", "tp", "bubble", "p2p", "dp", "opt") + (("cp", "ring") if p["cp"] or p["ring"] else ())
+    parts = " ".join(f"{k} {p[k]:.3f}" for k in keys)
     approx = f"  [approx: {'; '.join(r['approx'])}]" if r["approx"] else ""
     return f"{r['id']:40s} {r['published_s']:9.3f} {r['estimate_s']:9.3f} {r['ratio']:6.3f}  {parts}{approx}"
 

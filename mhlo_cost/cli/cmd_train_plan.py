@@ -128,7 +128,8 @@ def _sharding(args) -> dict:
         shard = args.d // args.dp_replicate
     zero = _zero_stage(args)
     return dict(zero=0 if args.dp_comm == "zero" else zero, dp_shard=shard,
-                reshard_after_forward=args.fsdp_reshard_after_forward != "never", cp=args.cp,
+                reshard_after_forward=args.fsdp_reshard_after_forward != "never", fsdp_version=int(args.fsdp_version),
+                cp=args.cp,
                 cp_comm=args.cp_comm_type, kv_repeat=args.cp_kv_repeat, dp_reduce=args.dp_reduce,
                 tied_embedding=args.tied_embedding, grad_accum_pass=args.grad_accum_pass,
                 first_stage_layers=args.first_stage_layers,
@@ -254,6 +255,10 @@ def _register_sharding(p) -> None:
     p.add_argument("--fsdp-reshard-after-forward", choices=("always", "never"), default="always",
                    help="FSDP: free the gathered parameters after the forward (always, default) or keep them "
                         "for the backward (never: no second all-gather, every layer's parameters held)")
+    p.add_argument("--fsdp-version", choices=("1", "2"), default="1",
+                   help="FSDP's implementation: 1 (flat parameters: FSDP1, ZeRO 3; default) or 2 (fully_shard, "
+                        "torchtitan's: each all-gather copied out and each reduce-scatter copied in on the compute "
+                        "stream)")
     p.add_argument("--cp", "--context-parallel-size", dest="cp", type=positive_int,
                    help="context-parallel degree: the sequence split cp ways, load-balanced causal (default 1)")
     p.add_argument("--cp-comm-type", choices=("p2p", "all_gather", "torch-allgather", "torch-alltoall"),

@@ -35,7 +35,9 @@ pipeline and the layer's times F (forward), B (backward), R (recompute) per micr
   every overlapped collective's NCCL kernel holds ``n`` of the chip's ``S`` SMs while it runs, so the compute
   beside it is slowed by ``n / S`` of the overlapped seconds (:mod:`.sm_share`);
 * context parallelism: its K/V exchange per layer and micro-batch in F_s / B_s (what the attention's compute
-  does not hide);
+  does not hide); PyTorch's ring attention's own merges and fp32 accumulators (:mod:`.ring_passes`) are kernels of
+  the layer's forward / backward (and of its full recompute), as are FSDP2's copy-out of each all-gather and
+  copy-in of each reduce-scatter (:mod:`.fsdp_copies`);
 * uneven pipelines: every slot runs at the pace of the slowest stage (the most layers, or the head's);
   interleaved, a stage's layers are its ``v`` chunks together (torchtitan splits 126 layers into 16 virtual
   stages of 7, 8 x 14, 7: two a device, 15 or 16 layers), a chunk's time its stage's over ``v``;
@@ -55,6 +57,8 @@ from .sharding import (cp_collectives, cp_exposure, dp_collectives, dp_exposure,
                        optimizer_extra_elems, seconds)
 from .dp_overlap import dp_overlap_exposed
 from .megatron_passes import gather_seconds, head_seconds, loss_scale_seconds, main_grad_add_seconds
+from .fsdp_copies import fsdp_copy_seconds
+from .ring_passes import ring_pass_seconds
 from .sm_share import chip_sms, nccl_sms, taxed
 from .tp_overlap import tp_overlap_exposure
 
@@ -101,6 +105,8 @@ class Iteration:
             out.update(cp=cfg.cp, cp_comm=cfg.cp_comm, cp_comm_s=self.cp_comm)
         if cfg.zero_stage >= 2 or cfg.replicate_degree > 1 or not cfg.reshard_after_forward or every:
             out.update(zero=cfg.zero_stage, shard=cfg.shard_degree, replicate=cfg.replicate_degree)
+        if cfg.fsdp_version != 1:  # (FSDP1 rows and sweeps unchanged)
+            out["fsdp_version"] = cfg.fsdp_version
         if cfg.uneven or every:
             out["stage_layers"] = "/".join(map(str, cfg.stage_layers()))
         if cfg.attention != "unfused":
@@ -158,10 +164,17 @@ def _layer(cfg: ScaleConfig, cost: LayerCost, topo, hw=None) -> dict:
         tp = {ph: sum(n * _time(topo, kind, s_act, tp_group(cfg)) for kind, n in kinds)
               for ph, kinds in tp_collectives(cfg).items()}
     cp = cp_exposure(cfg, topo, cost, nccl_sms(hw))
-    f = t["forward"] + tp["forward"] + cp.forward
-    b = t["backward"] + rec + tp["backward"] + cp.backward
-    return {"forward": t["forward"], "backward": t["backward"], "recompute": rec, "tp_forward": tp["forward"],
-            "tp_backward": tp["backward"], "cp": cp, "f": f, "b": b}
+    # PyTorch's ring attention's own merges and accumulators: kernels of the layer's compute (.ring_passes); full
+    # recompute runs the forward's again
+    ring_f, ring_b = ring_pass_seconds(cfg, hw)
+    copy_f, copy_b = fsdp_copy_seconds(cfg, hw, cost.weight_elems)  # FSDP2's copy-out / copy-in (.fsdp_copies)
+    fwd, bwd = t["forward"] + ring_f + copy_f, t["backward"] + ring_b + copy_b
+    rec += ring_f if cfg.recompute == "full" else 0.0
+    f = fwd + tp["forward"] + cp.forward
+    b = bwd + rec + tp["backward"] + cp.backward
+    return {"forward": fwd, "backward": bwd, "recompute": rec, "tp_forward": tp["forward"],
+            "tp_backward": tp["backward"], "cp": cp, "ring_forward": ring_f, "ring_backward": ring_b,
+            "fsdp_copies": copy_f + copy_b, "f": f, "b": b}
 
 
 def grad_accum_seconds(cfg: ScaleConfig, hw, cost: LayerCost, layers: int, extra: int = 0) -> float:

@@ -81,6 +81,7 @@ class ScaleConfig:
     zero: int = 0  # ZeRO stage 0-3 (3: FSDP); dp_comm="zero" (the old spelling) is stage 1
     dp_shard: int = 0  # HSDP: the sharding group's size (replicated d / dp_shard ways); 0: d
     reshard_after_forward: bool = True  # FSDP: parameters gathered again in the backward
+    fsdp_version: int = 1  # FSDP's implementation: 1 (flat parameters: FSDP1, ZeRO 3) or 2 (fully_shard: .fsdp_copies)
     cp: int = 1  # context-parallel degree (the sequence split cp ways)
     cp_comm: str = "p2p"  # p2p: ring attention's K/V send/recv; all_gather: K/V all-gathered; CP_TORCH: PyTorch's
     kv_repeat: bool = False  # the model repeats its K/V heads to the query heads before the attention call
@@ -317,6 +318,8 @@ class ScaleConfig:
             return f"sharding group {self.dp_shard} does not divide the data degree {self.d}"
         if not self.reshard_after_forward and self.zero_stage != 3:
             return "reshard-after-forward off applies to FSDP (zero 3) only"
+        if self.fsdp_version not in (1, 2) or (self.fsdp_version == 2 and self.zero_stage != 3):
+            return f"fsdp_version must be 1 or 2, and 2 (fully_shard) with FSDP (zero 3), got {self.fsdp_version}"
         if self.dp_reduce not in DP_REDUCE:
             return f"dp_reduce must be one of {', '.join(DP_REDUCE)}, got {self.dp_reduce!r}"
         if self.dp_reduce == "all_reduce" and self.zero_stage != 1:
@@ -384,7 +387,7 @@ class ScaleConfig:
         if z < 3:
             return ("", " zero-ar" if self.dp_reduce == "all_reduce" else " zero", " zero2")[z]
         hsdp = f" hsdp{self.dp_shard}x{self.replicate_degree}" if self.replicate_degree > 1 else " fsdp"
-        return hsdp + ("" if self.reshard_after_forward else "-noreshard")
+        return hsdp + ("" if self.reshard_after_forward else "-noreshard") + ("2" if self.fsdp_version == 2 else "")
 
 
 _CP_LABEL = {"p2p": "", "torch-allgather": "-torch-ag", "torch-alltoall": "-torch-a2a"}
