@@ -34,17 +34,11 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from ...machines.kernels import LIBRARIES
-from .dp_overlap_check import ddp_invalid
+from .sharding_check import CP_TORCH, DP_REDUCE, cp_invalid, sharding_invalid  # noqa: F401 (re-exported)
 
 RECOMPUTE = ("none", "selective", "full", "op")
 DP_COMM = ("all_reduce", "zero")
 CP_COMM = ("p2p", "all_gather", "a2a", "torch-allgather", "torch-alltoall")  # a2a: Ulysses (STDiT3, .stdit3)
-#: PyTorch's context parallel (torch.distributed.tensor.experimental context_parallel, as torchtitan runs it), by
-#: its rotate method (torchtitan's ``context_parallel_rotate_method``: allgather, the default, or alltoall)
-CP_TORCH = ("torch-allgather", "torch-alltoall")
-#: How ZeRO 1 reduces the gradients: reduce_scatter (Megatron's distributed optimizer) or all_reduce (DeepSpeed's
-#: pipeline engine with its BF16 optimizer: the fp32 gradients all-reduced whole, each rank stepping its shard)
-DP_REDUCE = ("reduce_scatter", "all_reduce")
 ATTENTION = ("unfused", "fused")
 #: How TE's userbuffers overlap a row-parallel GEMM's reduce_scatter (:mod:`.tp_overlap`)
 TP_OVERLAP_RS = ("pipeline", "ring_exchange")
@@ -275,7 +269,7 @@ class ScaleConfig:
             return f"cross_entropy must be fused or megatron, got {self.cross_entropy!r}"
         if self.tp_comm_overlap and self.t > 1 and not self.sp:
             return "tensor-parallel communication overlap (userbuffers) needs sequence parallelism"
-        why = self._pipeline_invalid() or self._sharding_invalid() or self._cp_invalid() or self._moe_invalid()
+        why = self._pipeline_invalid() or sharding_invalid(self) or cp_invalid(self) or self._moe_invalid()
         if why:
             return why
         if self.interleave > 1 and self.p == 1:
@@ -306,40 +300,6 @@ class ScaleConfig:
         from .pipeline_split import interleave_invalid
 
         return interleave_invalid(self)
-
-    def _sharding_invalid(self) -> str | None:
-        if ddp_invalid(self):
-            return ddp_invalid(self)
-        if self.dp_comm == "zero" and self.zero not in (0, 1):
-            return f"dp_comm zero is ZeRO stage 1; it does not go with zero {self.zero}"
-        if self.dp_shard and not self.zero_stage:
-            return "a sharding group (dp_shard, HSDP) needs a ZeRO stage (zero 1-3)"
-        if self.dp_shard and self.d % self.dp_shard:
-            return f"sharding group {self.dp_shard} does not divide the data degree {self.d}"
-        if not self.reshard_after_forward and self.zero_stage != 3:
-            return "reshard-after-forward off applies to FSDP (zero 3) only"
-        if self.fsdp_version not in (1, 2) or (self.fsdp_version == 2 and self.zero_stage != 3):
-            return f"fsdp_version must be 1 or 2, and 2 (fully_shard) with FSDP (zero 3), got {self.fsdp_version}"
-        if self.dp_reduce not in DP_REDUCE:
-            return f"dp_reduce must be one of {', '.join(DP_REDUCE)}, got {self.dp_reduce!r}"
-        if self.dp_reduce == "all_reduce" and self.zero_stage != 1:
-            return "dp_reduce all_reduce (DeepSpeed's BF16 optimizer) applies to ZeRO 1 only"
-        if self.experts and (self.dp_reduce != "reduce_scatter" or self.tied_embedding or self.grad_accum_pass
-                             or self.cp_comm in CP_TORCH or self.cross_entropy != "fused" or self.loss_scale
-                             or self.main_grad_add):
-            return ("dp_reduce all_reduce, a tied embedding, PyTorch's context parallel and Megatron-LM's own passes "
-                    "(cross_entropy megatron, loss_scale, main_grad_add) are not planned with experts yet")
-        return None
-
-    def _cp_invalid(self) -> str | None:
-        if self.cp_comm == "a2a" and not hasattr(self, "a2a_collectives"):
-            return "cp_comm a2a (Ulysses all_to_all) is planned for --model stdit3 only"
-        if self.cp > 1 and self.seq % (2 * self.cp):
-            return (f"context parallelism: 2 x cp ({2 * self.cp}) does not divide seq {self.seq} (load-balanced "
-                    "causal chunks)")
-        if self.sp and self.local_seq % self.t:
-            return f"sequence parallelism: tensor degree {self.t} does not divide seq / cp {self.local_seq}"
-        return None
 
     def _moe_invalid(self) -> str | None:
         if (not self.experts and self.ep == 1 and not self.ep_overlap and self.top_k == self.expert_ffn ==

@@ -1,0 +1,50 @@
+"""Why a configuration's data-parallel sharding and context parallelism cannot run, in one sentence
+(:meth:`.config.ScaleConfig.invalid` asks these after its model and tensor-split checks)."""
+from __future__ import annotations
+
+from .dp_overlap_check import ddp_invalid
+
+#: PyTorch's context parallel (torch.distributed.tensor.experimental context_parallel, as torchtitan runs it), by
+#: its rotate method (torchtitan's ``context_parallel_rotate_method``: allgather, the default, or alltoall)
+CP_TORCH = ("torch-allgather", "torch-alltoall")
+#: How ZeRO 1 reduces the gradients: reduce_scatter (Megatron's distributed optimizer) or all_reduce (DeepSpeed's
+#: pipeline engine with its BF16 optimizer: the fp32 gradients all-reduced whole, each rank stepping its shard)
+DP_REDUCE = ("reduce_scatter", "all_reduce")
+
+
+def sharding_invalid(cfg) -> str | None:
+    """Why ``cfg``'s data-parallel sharding (ZeRO stage, HSDP group, FSDP version, DP reduction) cannot run; None
+    where it can."""
+    if ddp_invalid(cfg):
+        return ddp_invalid(cfg)
+    if cfg.dp_comm == "zero" and cfg.zero not in (0, 1):
+        return f"dp_comm zero is ZeRO stage 1; it does not go with zero {cfg.zero}"
+    if cfg.dp_shard and not cfg.zero_stage:
+        return "a sharding group (dp_shard, HSDP) needs a ZeRO stage (zero 1-3)"
+    if cfg.dp_shard and cfg.d % cfg.dp_shard:
+        return f"sharding group {cfg.dp_shard} does not divide the data degree {cfg.d}"
+    if not cfg.reshard_after_forward and cfg.zero_stage != 3:
+        return "reshard-after-forward off applies to FSDP (zero 3) only"
+    if cfg.fsdp_version not in (1, 2) or (cfg.fsdp_version == 2 and cfg.zero_stage != 3):
+        return f"fsdp_version must be 1 or 2, and 2 (fully_shard) with FSDP (zero 3), got {cfg.fsdp_version}"
+    if cfg.dp_reduce not in DP_REDUCE:
+        return f"dp_reduce must be one of {', '.join(DP_REDUCE)}, got {cfg.dp_reduce!r}"
+    if cfg.dp_reduce == "all_reduce" and cfg.zero_stage != 1:
+        return "dp_reduce all_reduce (DeepSpeed's BF16 optimizer) applies to ZeRO 1 only"
+    if cfg.experts and (cfg.dp_reduce != "reduce_scatter" or cfg.tied_embedding or cfg.grad_accum_pass
+                         or cfg.cp_comm in CP_TORCH or cfg.cross_entropy != "fused" or cfg.loss_scale
+                         or cfg.main_grad_add):
+        return ("dp_reduce all_reduce, a tied embedding, PyTorch's context parallel and Megatron-LM's own passes "
+                "(cross_entropy megatron, loss_scale, main_grad_add) are not planned with experts yet")
+    return None
+
+def cp_invalid(cfg) -> str | None:
+    """Why ``cfg``'s context parallelism cannot run; None where it can."""
+    if cfg.cp_comm == "a2a" and not hasattr(cfg, "a2a_collectives"):
+        return "cp_comm a2a (Ulysses all_to_all) is planned for --model stdit3 only"
+    if cfg.cp > 1 and cfg.seq % (2 * cfg.cp):
+        return (f"context parallelism: 2 x cp ({2 * cfg.cp}) does not divide seq {cfg.seq} (load-balanced "
+                "causal chunks)")
+    if cfg.sp and cfg.local_seq % cfg.t:
+        return f"sequence parallelism: tensor degree {cfg.t} does not divide seq / cp {cfg.local_seq}"
+    return None
