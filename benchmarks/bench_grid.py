@@ -7,6 +7,10 @@ two tables. Each run is a fresh process with its own empty cache folder. Prints 
     python benchmarks/bench_grid.py --breakdown --only fit  # the fitted path alone, each stage's time printed
     python benchmarks/bench_grid.py --sweep               # also time `mhlo-cost sweep --spec benchmarks/sweep_stdit3.toml`
     python benchmarks/bench_grid.py --only fit --before 792ab51  # and the same with the code of a git revision
+    python benchmarks/bench_grid.py --only fit --jobs 2   # the batch-1 points in a second process (serve -j 2)
+
+Each time is wall-clock, with the CPU seconds (user + sys) of the run's processes beside it (the machine's load
+says how far apart they are).
 
 The issue's targets: the 7B serve grid under 20 s from an empty cache, the STDiT3 published-table sweep under 10 s
 (each sweep point lowered at depths 2, 3 and 4 and its table rebuilt at full depth: studies/sweep/point.py).
@@ -16,6 +20,7 @@ from __future__ import annotations
 import argparse
 import io
 import os
+import resource
 import subprocess
 import sys
 import tarfile
@@ -26,7 +31,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 
 
-def child(model: str, batches: str, contexts: str, fit: str, out: str, breakdown: bool = False) -> None:
+def child(model: str, batches: str, contexts: str, fit: str, out: str, breakdown: bool = False,
+          jobs: int = 1) -> None:
     """One sweep in this (fresh) process, its table written to ``out`` as CSV; ``breakdown``: each stage printed
     to stderr with the seconds since the process started (imports included)."""
     start = time.perf_counter() - _since_start()
@@ -38,14 +44,15 @@ def child(model: str, batches: str, contexts: str, fit: str, out: str, breakdown
     notes = []
 
     def stage(text: str) -> None:
-        print(f"  {time.perf_counter() - start:7.2f} s  {text}", file=sys.stderr, flush=True)
+        print(f"  {time.perf_counter() - start:7.2f} s  (CPU {time.process_time():6.2f} s)  {text}", file=sys.stderr,
+              flush=True)
 
     if breakdown:
         stage(f"{fit}: imports done")
     with tempfile.TemporaryDirectory() as cache:
         figs = sweep(base, [int(b) for b in batches.split(",")], [int(c) for c in contexts.split(",")],
                      hardware_from_args("h100", None), cache=StepCache(cache), fit=fit == "fit", note=notes.append,
-                     stage=stage if breakdown else None)
+                     stage=stage if breakdown else None, **({"jobs": jobs} if jobs != 1 else {}))
     if breakdown:
         stage(f"{fit}: done")
     with open(out, "w", encoding="utf-8") as f:
@@ -68,12 +75,29 @@ def _since_start() -> float:
 
 
 def timed(cmd: list[str], code: str | None = None) -> float:
-    """Seconds ``cmd`` took, with the package of ``code`` (default: this checkout) first on the path."""
+    """Seconds ``cmd`` took, with the package of ``code`` (default: this checkout) first on the path; the CPU
+    seconds of its processes (user + sys, those waited for) are added to :data:`CPU` under the command."""
     env = dict(os.environ, PYTHONPATH=(code or ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
                XDG_STATE_HOME=tempfile.mkdtemp())
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     subprocess.run(cmd, check=True, env=env)
-    return time.perf_counter() - t0
+    wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    CPU[" ".join(cmd)] = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+    return wall
+
+
+#: CPU seconds (user + sys) of each command :func:`timed` ran.
+CPU: dict = {}
+
+
+def load() -> str:
+    """The machine's load averages (1, 5, 15 minutes), where the platform says."""
+    try:
+        return "load " + " ".join(f"{x:.2f}" for x in os.getloadavg())
+    except OSError:
+        return "load unknown"
 
 
 def extract(rev: str) -> str:
@@ -117,17 +141,21 @@ def main() -> None:
     ap.add_argument("--only", choices=("lower", "fit"), help="time one path only (no comparison)")
     ap.add_argument("--before", metavar="REF", help="also time each run with the code of git revision REF "
                     "(792ab51: before issue 41's shared pricing) and compare the tables byte for byte")
+    ap.add_argument("--jobs", type=int, default=1, help="processes of each run (serve -j; 2: the batch-1 points "
+                    "in a second process); --before runs the revision's code with one")
     ap.add_argument("--child", nargs=2, metavar=("MODE", "OUT"), help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.child:
-        child(a.model, a.batches, a.contexts, *a.child, breakdown=a.breakdown)
+        child(a.model, a.batches, a.contexts, *a.child, breakdown=a.breakdown, jobs=a.jobs)
         return
+    print(f"{load()} before the runs; {os.cpu_count()} cores; --jobs {a.jobs}")
     work = tempfile.mkdtemp()
     times, tables = {}, {}
     for mode in (a.only,) if a.only else ("lower", "fit"):
         out = os.path.join(work, f"{mode}.csv")
         times[mode] = timed([sys.executable, __file__, "--model", a.model, "--batches", a.batches, "--contexts",
-                             a.contexts, "--child", mode, out] + (["--breakdown"] if a.breakdown else []))
+                             a.contexts, "--child", mode, out, "--jobs", str(a.jobs)]
+                            + (["--breakdown"] if a.breakdown else []))
         with open(out, "rb") as f:
             tables[mode] = f.read()
     points = len(a.batches.split(",")) * len(a.contexts.split(","))
@@ -145,6 +173,9 @@ def main() -> None:
               "and 3); target < 10 s")
     if a.before:
         before_after(a, work, times, tables)
+    for cmd, cpu in CPU.items():
+        print(f"CPU {cpu:.1f} s (user + sys): {cmd.replace(sys.executable, 'python')}")
+    print(f"{load()} after the runs")
 
 
 if __name__ == "__main__":

@@ -98,6 +98,8 @@ def register(sub) -> None:
     w.add_argument("--plot", metavar="FILE.png", help="tokens/s and memory against batch (points that do not fit: x); "
                                                       "a simulation: KV utilisation and batch sizes over time; "
                                                       ".png, .svg or .pdf, under the -o rule")
+    w.add_argument("-j", "--jobs", type=positive_int, metavar="N",
+                   help="processes (default 1); 2: a fitted sweep's batch-1 points in a second one meanwhile")
     add_cache(w, "lowered steps and their figures")
     add_sim_options(p)
     o = p.add_argument_group("output")
@@ -217,7 +219,7 @@ def cmd_serve(args, console) -> int:
     study = ServeStudy(ServeOptions(req, hw, tp=args.tp or 1, launch=args.launch, batches=args.batches,
                                     contexts=args.contexts, tps=args.tps, cache=root is not None,
                                     cache_dir=root, execution=args.execution or "compiled", ep=args.ep or 1,
-                                    moe_imbalance=args.moe_imbalance or 1.0),
+                                    moe_imbalance=args.moe_imbalance or 1.0, jobs=args.jobs or 1),
                        stage=bar.stage, note=cache_note(console))
     if sweeping:
         console.say(f"sweeping {req.describe()} on {hw.name}", note=True)

@@ -48,6 +48,7 @@ class StepCache:
     told of an entry not trusted or not kept."""
 
     def __init__(self, root: str | os.PathLike | None, note: Callable[[str], None] | None = None):
+        self.root = root
         self.steps = DiskCache(root, STEPS, note)
         self.figures_kept = DiskCache(root, FIGURES, note)
 
@@ -111,16 +112,17 @@ def pricing(execution: str = "compiled", split=None) -> dict:
 
 def sweep(base: StepRequest, batches, contexts, hw, tps=(1,), cache: StepCache | None = None,
           stage=None, launch: str = "stream", note=None, fit: bool = True, execution: str = "compiled",
-          split=None) -> list[Figures]:
+          split=None, jobs: int = 1) -> list[Figures]:
     """Figures of ``base`` at every batch x context x tp, in that order; kernels launched by ``launch``
     (:data:`~mhlo_cost.studies.serve.serve.LAUNCHES`). Lowered once per shape, or, where it lowers fewer, a few
     shapes lowered and the others' op tables fitted from them (:mod:`.fitted`; ``note(text)`` told where the
     fit cannot be made and every shape is lowered; ``fit`` False: every shape lowered); priced under
-    ``execution`` (eager: every shape lowered), the experts split by ``split`` (:mod:`.expert`)."""
-    from .fitted import fitted_steps
-    from .serve import launched, step_study
+    ``execution`` (eager: every shape lowered), the experts split by ``split`` (:mod:`.expert`). ``jobs`` 2 or
+    more: a fitted sweep's points of batch 1 swept in a second process meanwhile (:mod:`.aside`; the same
+    figures)."""
+    from .serve import launched
 
-    hw = launched(hw, launch)
+    given, hw = hw, launched(hw, launch)
     how = pricing(execution, split)
     cache = cache or StepCache(None)
     stage = stage or (lambda text: None)
@@ -131,6 +133,48 @@ def sweep(base: StepRequest, batches, contexts, hw, tps=(1,), cache: StepCache |
             found.update({(b, c, tp): cache.figures(req, hw, tp, how) for tp in tps})
     todo = [(b, c) for b in batches for c in contexts if any(found[b, c, tp] is None for tp in tps)]
     fit = fit and execution == "compiled"  # (the fit is of the compiled step's kernels)
+    aside, said = None, _Said(note)
+    if fit and jobs > 1:
+        from .aside import start
+
+        aside = start(base, todo, given, tps, cache.root, launch, split)
+        todo = [p for p in todo if aside is None or p[0] != 1]
+        if aside is not None:
+            stage(f"batch 1 at context{'s' if len(aside.contexts) > 1 else ''} "
+                  f"{', '.join(map(str, aside.contexts))} in a second process")
+    try:
+        _sweep_here(base, todo, found, hw, tps, cache, stage, launch, said, fit, execution, split, how)
+    except BaseException:
+        if aside is not None:
+            aside.stop()
+        raise
+    if aside is not None:
+        left = aside.gather(found, tps, said.again)
+        _sweep_here(base, left, found, hw, tps, cache, stage, launch, said, fit, execution, split, how)
+    return [found[b, c, tp] for b in batches for c in contexts for tp in tps]
+
+
+class _Said:
+    """A sweep's ``note`` (None: none) that remembers what it said; :meth:`again` says only what it has not."""
+
+    def __init__(self, note):
+        self.note, self.texts = note, set()
+
+    def __call__(self, text: str) -> None:
+        self.texts.add(text)
+        if self.note is not None:
+            self.note(text)
+
+    def again(self, text: str) -> None:
+        if text not in self.texts:
+            self(text)
+
+
+def _sweep_here(base, todo, found, hw, tps, cache, stage, launch, note, fit, execution, split, how) -> None:
+    """:func:`sweep`'s ``todo`` points ((batch, context) pairs) swept in this process, into ``found``."""
+    from .fitted import fitted_steps
+    from .serve import step_study
+
     made = fitted_steps(base, todo, hw, cache, stage, note) if todo and fit else {}
     for b, c in todo:
         req = replace(base, batch=b, context=c)
@@ -146,7 +190,6 @@ def sweep(base: StepRequest, batches, contexts, hw, tps=(1,), cache: StepCache |
                 found[b, c, tp] = figures(step, hw, tp, analysis=analysis, launch=launch, execution=execution,
                                           split=split)
                 cache.put(req, hw, tp, found[b, c, tp], how)
-    return [found[b, c, tp] for b in batches for c in contexts for tp in tps]
 
 
 COLUMNS = ("batch", "context", "tp", "kv_cache_bytes", "weight_bytes", "input_bytes", "activation_bytes",

@@ -37,6 +37,7 @@ class ServeOptions:
     execution: str = "compiled"  # or eager: plain transformers generate (.eager)
     ep: int = 1  # devices the routed experts are split over (.expert)
     moe_imbalance: float = 1.0
+    jobs: int = 1  # processes a sweep runs in (2: its batch-1 points in a second one; grid.sweep)
 
     def __post_init__(self):
         from ..limits import OptionError, check, check_list, count
@@ -166,7 +167,7 @@ class ServeStudy(StepCacheStudy):
         o = self.options
         return sweep(o.request, o.batches or [o.request.batch], o.contexts or [o.request.context], self.hardware,
                      tps=o.tps or [o.tp], cache=self.cache, stage=self.stage, launch=o.launch, note=self.note,
-                     execution=o.execution, split=o.split)
+                     execution=o.execution, split=o.split, jobs=o.jobs)
 
     def check(self) -> None:
         """What needs the model's configuration (read, never built), before anything is lowered (:attr:`step`
