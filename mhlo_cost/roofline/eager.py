@@ -18,10 +18,11 @@ consecutive in program order and of one multiplicity, into one kernel:
 * an f32 convolution runs on TF32 tensor cores, a matmul in f32 (PyTorch's defaults: :mod:`.torch_math`);
 * any other call is one kernel: it reads its inputs once and writes what others read (:class:`.kernel_io.KernelIO`),
   and pays the profile's kernel launch overhead; the host dispatches each framework op (views included) in
-  :func:`dispatch_overhead` seconds, so a kernel takes at least its calls' dispatch time (a small kernel is
-  host-bound; a large one hides the host behind it); a call that reduces its rows and then reads them again (a
-  norm) reads the part of its rows that no longer fits in L2 twice from HBM, and one over fewer rows than the chip
-  holds row blocks streams at their share of the rate (:mod:`.two_pass`).
+  :func:`dispatch_overhead` seconds (a cuDNN convolution far more: :mod:`.eager_host`), so a kernel takes at
+  least its calls' host time (a small kernel is host-bound; a large one hides the host behind it); a call that
+  reduces its rows and then reads them again (a norm) reads the part of its rows that no longer fits in L2 twice
+  from HBM, and one over fewer rows than the chip holds row blocks streams at their share of the rate
+  (:mod:`.two_pass`).
 
 A row without a source position belongs to the call before it (the ops of a helper function the call runs,
 such as a decomposition's ``jit(_where)``), except where it begins a call of its own (:mod:`.eager_calls`): where
@@ -41,6 +42,7 @@ from ..machines.hardware import Hardware
 from ..walk.row import Row, short_name
 from .band import masks_of
 from .eager_calls import groups as _groups
+from .eager_host import DISPATCH_S, dispatch_overhead, host_times  # noqa: F401 (DISPATCH_S: the eager names)
 from .fusion import Fusion, Kernel, data_flow
 from .kernel_io import KernelIO, share_time
 from .optime import OpTime, op_time
@@ -52,18 +54,6 @@ from .sdpa import (BACKEND_LIBRARY, FLASH_DTYPES, FLASH_MAX_HEAD_DIM, SDPA_BACKE
 
 #: Ops a framework runs as views of their operand's storage (no kernel).
 VIEW_OPS = frozenset({"reshape", "bitcast", "transpose", "broadcast_in_dim", "broadcast", "slice", "constant"})
-#: ESTIMATE: host time per framework op in PyTorch eager (Python, the dispatcher, the launch call): about
-#: 5-10 us on a current server CPU (PyTorch's operator-overhead benchmarks); a profile may set
-#: ``dispatch_overhead_us`` instead (:attr:`~mhlo_cost.machines.hardware.Hardware.dispatch_overhead`, seconds).
-DISPATCH_S = 8e-6
-
-
-def dispatch_overhead(hw: Hardware) -> float:
-    """Seconds of host time per framework op: the profile's ``dispatch_overhead_us`` where it has one."""
-    v = getattr(hw, "dispatch_overhead", None)
-    return DISPATCH_S if v is None else float(v)
-
-
 @dataclass
 class EagerKernel(Kernel):
     """A kernel of one framework call; ``host_s``: the host's dispatch time of its call (and of the view
@@ -236,7 +226,7 @@ def eager(analysis, hw: Hardware, times: list[OpTime] | None = None, producers: 
     io = KernelIO(rows, producers, times, role, onchip, masks=masks_of(analysis))
     for k in kernels:
         _measure(k, io, rows, producers, role, times, hw, copies)
-    _host_times(kernels, calls, dispatch_overhead(hw))
+    host_times(kernels, calls, rows, dispatch_overhead(hw))
     return EagerFusion(kernels, row_kernel, share_time(kernels, times, n), note)
 
 
@@ -378,17 +368,3 @@ def _measure(k: EagerKernel, io, rows, producers, role, times, hw: Hardware, cop
     dots = [i for i in k.members if rows[i].kind in ("dot", "conv")]
     if dots:
         k.peak = times[dots[0]].peak
-
-
-def _host_times(kernels, calls, per_call: float) -> None:
-    """Each kernel's host time: its call's dispatch and that of the view calls just before it; an attention's
-    (a call of its own, SDPA) its own dispatch."""
-    pending = 0
-    for k, m in calls:
-        pending += m
-        if k >= 0:
-            kernels[k].host_s = per_call * pending
-            pending = 0
-    for k in kernels:
-        if k.backend:  # an SDPA call's kernel (or one of its math kernels): a call of its own
-            k.host_s = per_call * k.multiplicity
