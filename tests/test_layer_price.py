@@ -82,3 +82,25 @@ def test_layers_that_do_not_repeat_are_refused():
         Repeat(made[3].analysis, made[2].analysis, 6)  # (deep and shallow swapped: no layer to repeat)
     with pytest.raises(FitFailed):
         Repeat(made[2].analysis, made[3].analysis, 3)  # (nothing to repeat: the deep lowering itself)
+
+
+def test_a_sweep_point_checks_the_repetition_once_per_program(monkeypatch):
+    """The sweep's first point of each program (model, strategy, dtype, precision) lowers at depths 2, 3 and the
+    check depth 4; the others at 2 and 3 alone; both give the rows of the point lowered at full depth."""
+    from mhlo_cost.studies.sweep import _first_of_program
+    from mhlo_cost.studies.sweep import point as sweep_point
+
+    pts = [Point("stdit3", s, p, n, "bf16") for s in ("a", "b") for p, n in (("ulysses", 2), ("none", 1))]
+    assert _first_of_program(pts) == [True, True, False, False]
+    lowered = []
+    real = sweep_point.lower_text
+    monkeypatch.setattr(sweep_point, "lower_text", lambda p, o: lowered.append(o.get("depth")) or real(p, o))
+    task = Task(Point("stdit3", "default", "ulysses", 2, "bf16"), {"small": True, "depth": 6, "batch": 2},
+                ["dgx-a100", "dgx-h100"], 30, "elementwise", check=False)
+    fast = sweep_point.compute(task)
+    assert lowered == [2, 3] and fast.status == "ok"
+    monkeypatch.setattr(sweep_point, "_rebuilt_depth", lambda task: None)
+    full = sweep_point.compute(task)
+    assert lowered == [2, 3, 6] and full.status == "ok"
+    for a, b in zip(fast.rows, full.rows):
+        _same(a, b)
