@@ -6,7 +6,7 @@ two tables. Each run is a fresh process with its own empty cache folder. Prints 
     python benchmarks/bench_grid.py --model gpt           # the bundled gpt (small: quick)
     python benchmarks/bench_grid.py --breakdown --only fit  # the fitted path alone, each stage's time printed
     python benchmarks/bench_grid.py --sweep               # also time `mhlo-cost sweep --spec benchmarks/sweep_stdit3.toml`
-    python benchmarks/bench_grid.py --only sweep --before 7fe3784  # the sweep alone, now and before its one-layer pricing
+    python benchmarks/bench_grid.py --only sweep --before 7fe3784  # the sweep alone, now and before one-layer pricing
     python benchmarks/bench_grid.py --only fit --before 792ab51  # and the same with the code of a git revision
 
 The issue's targets: the 7B serve grid under 20 s from an empty cache, the STDiT3 published-table sweep under 10 s

@@ -56,6 +56,7 @@ def test_stdit3_priced_from_one_layer_is_the_full_depth_pricing(parallel, device
         assert rows_read(repeat.program().producers) == rows_read(rebuilt.producers)
     # the memory peaks and counts grow by a constant per layer: linear in the depth
     a2, a3, a6 = (made[d].analysis for d in (2, 3, 6))
+    assert repeat.program().summary == a6.summary
     assert a6.memory.peak_bytes == a3.memory.peak_bytes + 3 * (a3.memory.peak_bytes - a2.memory.peak_bytes)
 
 

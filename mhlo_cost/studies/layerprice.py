@@ -11,7 +11,11 @@ Why the repetition is the full-depth pricing, figure by figure:
   is the same row (same op, types, counts: :func:`~mhlo_cost.studies.layerfit._sig`), so each copy's time is the
   same float; a kernel's time reads its members and their inputs, so a copy of layer 2's kernel costs what it
   does (a kernel is a copy when it is headed in a copy of layer 2: the grouping of a middle layer is the same in
-  every middle layer, its neighbours being a layer before and one after);
+  every middle layer, its neighbours being a layer before and one after). Two kinds of kernel are not a layer's
+  alone: one that runs past its layer's end (a layer's last add fused with the next layer's norm: in a middle
+  layer it is layer 1's kernel at that place, which runs into layer 2; only the last layer's is layer 2's,
+  :meth:`Repeat.kernels`), and one headed before the layers with members in every layer (the conditioning's
+  projection fused with each layer's add: made again at full depth, :func:`_spanning`);
 * every time total of the estimate is a ``math.fsum`` (:meth:`mhlo_cost.roofline.estimate.Roofline.totals`,
   :class:`mhlo_cost.roofline.fusion.Fusion`), the correctly rounded sum of its terms whatever their order, so a
   total over the repeated terms is bit for bit the total over the program's own;
@@ -22,7 +26,8 @@ Why the repetition is the full-depth pricing, figure by figure:
 * the counts (exact ints) and the memory peaks grow by a constant per layer: a layer adds its rows' counts, its
   weights (arguments, live throughout) and, at the peak (inside a layer, after the ones before it), the same
   values live per layer before it; each is ``deep + (L - 2) (deep - shallow)`` at ``L`` layers per segment. The
-  caller checks the repetition against a lowering at a depth not used to make it (:func:`check_repeated`).
+  caller checks the repetition against a lowering at a depth not used to make it
+  (:func:`mhlo_cost.studies.sweep.point._repeated_rows`: the row at depth 4 equal to the depth-4 lowering's).
 """
 from __future__ import annotations
 
@@ -80,7 +85,7 @@ class Repeat:
         they are), as :func:`~mhlo_cost.studies.layerfit_sharded.repeat_sharded` maps them."""
         plan, prods, n = self.plan, self.deep.producers, len(self.deep.rows)
         new = [plan.new(p) for p in range(n)]
-        at = [None] * n  # per position in a segment's layer 1 or 2: (its layer 1's start at full depth, m, layer, offset)
+        at = [None] * n  # in a segment's layer 1 or 2: (its layer 1's start at full depth, m, layer, offset)
         for q, m in plan.segs:
             for p in range(q, q + 2 * m):
                 at[p] = (new[q], m, 1 + (p - q) // m, (p - q) % m)
@@ -191,10 +196,10 @@ def repeated_figures(repeat: Repeat, program, study, shallow_study):
 def _spanning(repeat: Repeat, fusion, deep, shallow, times: list, program, hw) -> None:
     """Each kernel of ``deep`` (the deep program's fusion) headed outside the layers with members in a layer 2
     and whose other members are ``shallow``'s kernel of the same head (the conditioning's projection fused with an
-    add in every layer; not one that joins a layer 1's last rows to the next layer's first) made again at full depth in ``fusion``: its
-    members every copy of theirs, its compute and unfused times the ``fsum`` of theirs, its bytes (what it reads
-    and writes grows by the same per layer) grown from ``shallow``'s kernel of the same head, its memory time and
-    its members' shares of its time as :func:`mhlo_cost.roofline.kernel_io.kernel_time` and
+    add in every layer; not one that joins a layer 1's last rows to the next layer's first) made again at full
+    depth in ``fusion``: its members every copy of theirs, its compute and unfused times the ``fsum`` of theirs,
+    its bytes (what it reads and writes grows by the same per layer) grown from ``shallow``'s kernel of the same
+    head, its memory time and its members' shares of its time as :func:`mhlo_cost.roofline.kernel_io.kernel_time` and
     :func:`~mhlo_cost.roofline.kernel_io.share_time` make them."""
     from dataclasses import replace
 
@@ -263,9 +268,3 @@ class _Figures:
     def __init__(self, analysis, hardware, roofline, steps, fused_peak):
         self.analysis, self.hardware, self.roofline, self.steps = analysis, hardware, roofline, steps
         self.fused_memory = None if fused_peak is None else _FusedMemory(fused_peak)
-
-
-def check_repeated(rows: list, reference: list) -> bool:
-    """Whether sweep rows made by repetition are the reference's (the program lowered at that depth) exactly:
-    every value equal, each float bit for bit (``==`` on floats, NaN never occurring)."""
-    return len(rows) == len(reference) and all(a == b and list(a) == list(b) for a, b in zip(rows, reference))
