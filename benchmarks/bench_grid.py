@@ -6,6 +6,7 @@ two tables. Each run is a fresh process with its own empty cache folder. Prints 
     python benchmarks/bench_grid.py --model gpt           # the bundled gpt (small: quick)
     python benchmarks/bench_grid.py --breakdown --only fit  # the fitted path alone, each stage's time printed
     python benchmarks/bench_grid.py --sweep               # also time `mhlo-cost sweep --spec benchmarks/sweep_stdit3.toml`
+    python benchmarks/bench_grid.py --only sweep --before 7fe3784  # the sweep alone, now and before one-layer pricing
     python benchmarks/bench_grid.py --only fit --before 792ab51  # and the same with the code of a git revision
     python benchmarks/bench_grid.py --only fit --jobs 2   # the batch-1 points in a second process (serve -j 2)
 
@@ -13,7 +14,10 @@ Each time is wall-clock, with the CPU seconds (user + sys) of the run's processe
 says how far apart they are).
 
 The issue's targets: the 7B serve grid under 20 s from an empty cache, the STDiT3 published-table sweep under 10 s
-(each sweep point lowered at depths 2, 3 and 4 and its table rebuilt at full depth: studies/sweep/point.py).
+(each sweep point lowered at depths 2 and 3 and priced at full depth by repeating its priced layer,
+studies/layerprice.py; the first point of each strategy lowered at depth 4 too, to check the repetition:
+studies/sweep/point.py). The sweep's line gives its wall and CPU seconds (the sweep's process and its workers) and
+the load average, since the machine may be shared.
 """
 from __future__ import annotations
 
@@ -100,6 +104,16 @@ def load() -> str:
         return "load unknown"
 
 
+def time_sweep(out: str, code: str | None = None) -> str:
+    """Run the STDiT3 published-table sweep (empty cache) into ``out``; its line of figures (wall, CPU, load)."""
+    spec = os.path.join(HERE, "sweep_stdit3.toml")
+    before = os.getloadavg()[0]
+    cmd = [sys.executable, "-m", "mhlo_cost", "sweep", "--spec", spec, "--cache-dir", tempfile.mkdtemp(), "-q",
+           "-o", out]
+    t = timed(cmd, code=code)
+    return f"{t:.1f} s wall, {CPU[' '.join(cmd)]:.1f} s CPU, load {before:.1f} -> {os.getloadavg()[0]:.1f}"
+
+
 def extract(rev: str) -> str:
     """A temporary folder holding the tree of git revision ``rev`` of this checkout."""
     into = tempfile.mkdtemp()
@@ -121,13 +135,11 @@ def before_after(a, work: str, times: dict, tables: dict) -> None:
         print(f"{mode}: before ({a.before}) {t:.1f} s, now {times[mode]:.1f} s ({t / times[mode]:.2f}x); "
               f"table byte-identical to before: {same}")
     if a.sweep:
-        spec = os.path.join(HERE, "sweep_stdit3.toml")
         outs = [os.path.join(work, f"sweep{x}.csv") for x in ("", "-before")]
-        t = timed([sys.executable, "-m", "mhlo_cost", "sweep", "--spec", spec, "--cache-dir", tempfile.mkdtemp(),
-                   "-q", "-o", outs[1]], code=old)
+        figures = time_sweep(outs[1], code=old)
         with open(outs[0], "rb") as f0, open(outs[1], "rb") as f1:
             same = f0.read() == f1.read()
-        print(f"STDiT3 sweep: before ({a.before}) {t:.1f} s; table byte-identical to before: {same}")
+        print(f"STDiT3 sweep: before ({a.before}) {figures}; table byte-identical to before: {same}")
 
 
 def main() -> None:
@@ -138,7 +150,8 @@ def main() -> None:
     ap.add_argument("--sweep", action="store_true", help="also time the STDiT3 published-table sweep")
     ap.add_argument("--breakdown", action="store_true",
                     help="print each stage of both runs (lowerings, evaluations) with its time since the start")
-    ap.add_argument("--only", choices=("lower", "fit"), help="time one path only (no comparison)")
+    ap.add_argument("--only", choices=("lower", "fit", "sweep"), help="time one path only (no comparison; sweep: "
+                    "the STDiT3 sweep alone)")
     ap.add_argument("--before", metavar="REF", help="also time each run with the code of git revision REF "
                     "(792ab51: before issue 41's shared pricing) and compare the tables byte for byte")
     ap.add_argument("--jobs", type=int, default=1, help="processes of each run (serve -j; 2: the batch-1 points "
@@ -151,7 +164,9 @@ def main() -> None:
     print(f"{load()} before the runs; {os.cpu_count()} cores; --jobs {a.jobs}")
     work = tempfile.mkdtemp()
     times, tables = {}, {}
-    for mode in (a.only,) if a.only else ("lower", "fit"):
+    if a.only == "sweep":
+        a.sweep = True
+    for mode in () if a.only == "sweep" else (a.only,) if a.only else ("lower", "fit"):
         out = os.path.join(work, f"{mode}.csv")
         times[mode] = timed([sys.executable, __file__, "--model", a.model, "--batches", a.batches, "--contexts",
                              a.contexts, "--child", mode, out, "--jobs", str(a.jobs)]
@@ -159,18 +174,18 @@ def main() -> None:
         with open(out, "rb") as f:
             tables[mode] = f.read()
     points = len(a.batches.split(",")) * len(a.contexts.split(","))
-    if a.only:
+    if a.only == "sweep":
+        pass
+    elif a.only:
         print(f"serve grid, {a.model}, {points} points, empty cache: {a.only} {times[a.only]:.1f} s")
     else:
         print(f"serve grid, {a.model}, {points} points, empty cache: every point lowered {times['lower']:.1f} s, "
               f"fitted {times['fit']:.1f} s ({times['lower'] / times['fit']:.2f}x); target < 20 s (7B)")
         print(f"tables byte-identical: {tables['lower'] == tables['fit']}")
     if a.sweep:
-        spec = os.path.join(HERE, "sweep_stdit3.toml")
-        t = timed([sys.executable, "-m", "mhlo_cost", "sweep", "--spec", spec, "--cache-dir", tempfile.mkdtemp(),
-                   "-q", "-o", os.path.join(work, "sweep.csv")])
-        print(f"STDiT3 published-table sweep (24 points), empty cache: {t:.1f} s (each point rebuilt from depths 2 "
-              "and 3); target < 10 s")
+        figures = time_sweep(os.path.join(work, "sweep.csv"))
+        print(f"STDiT3 published-table sweep (24 points), empty cache: {figures} (each point priced from one layer "
+              "of its lowerings at depths 2 and 3); target < 10 s")
     if a.before:
         before_after(a, work, times, tables)
     for cmd, cpu in CPU.items():

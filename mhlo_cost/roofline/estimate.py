@@ -61,6 +61,18 @@ class Roofline:
         self._exposed: dict = {}
         self._totals: dict | None = None
 
+    @classmethod
+    def priced(cls, analysis, hw: Hardware, times: list, fusion, execution: str, attention: str) -> "Roofline":
+        """The estimate of ``analysis`` with its rows' ``times`` and ``fusion`` already made (a program priced
+        from a layer priced once: :mod:`mhlo_cost.studies.layerprice`)."""
+        if execution == "inductor":
+            raise ValueError("priced(): the inductor estimate is made from its program (its compile gain)")
+        rf = cls.__new__(cls)
+        rf.analysis, rf.hw, rf.execution, rf.times, rf.fusion = analysis, hw, execution, times, fusion
+        rf.attention, rf.sdpa, rf.written = attention, "auto", "auto"
+        rf._exposure, rf._exposed, rf._totals = {}, {}, None
+        return rf
+
     # -- communication: algorithm and tier per collective, and what compute cannot hide ---------------------
     def comm_detail(self, i: int):
         """:class:`~mhlo_cost.network.CollectiveEstimate` of one execution of collective row ``i`` (a chip

@@ -24,8 +24,8 @@ def run_sweep(grid: Grid, hardware_toml: str | None = None, *, cache_dir=None, s
 
     skipped = {p: r for p in grid.points if (r := skip_reason(p, grid.options)) is not None}
     valid = [p for p in grid.points if p not in skipped]
-    tasks = [Task(p, grid.options, grid.hardware, grid.steps, grid.fuse, grid.conv_padding, hardware_toml)
-             for p in valid]
+    tasks = [Task(p, grid.options, grid.hardware, grid.steps, grid.fuse, grid.conv_padding, hardware_toml,
+                  check=first) for p, first in zip(valid, _first_of_program(valid))]
     results, stats = run_tasks(tasks, Cache(cache_dir, note), scheduler=scheduler, jobs=jobs, progress=progress,
                                worker_timeout=worker_timeout)
     rows = make_rows(grid.points, dict(zip(valid, results)), skipped, grid.hardware)
@@ -33,3 +33,17 @@ def run_sweep(grid: Grid, hardware_toml: str | None = None, *, cache_dir=None, s
     for row in rows:
         row["execution"] = execution
     return frame(rows, grid.fuse != "none"), stats
+
+
+def _first_of_program(points: list) -> list:
+    """Per point, whether it is the first of its program (its model, strategy, dtype and precision: the points
+    of one program differ only in shape): a point priced from one layer checks the repetition against a deeper
+    lowering there alone (:func:`~.point._repeated_rows`), the layers of one program repeating alike at every
+    shape."""
+    seen: set = set()
+    out = []
+    for p in points:
+        key = (p.model, p.parallel, p.devices, p.dtype, p.precision, p.source)
+        out.append(key not in seen)
+        seen.add(key)
+    return out

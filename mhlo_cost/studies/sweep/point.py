@@ -30,6 +30,7 @@ class Task:
     fuse: str = "none"
     conv_padding: str = "xla"
     hardware_toml: str | None = None  # the text of --hardware-file
+    check: bool = True  # a point priced from one layer checks the repetition at CHECK_DEPTH (else: checked once)
 
     def profiles(self) -> list:
         """The Hardware objects of ``hardware`` (resolved as ``--hardware NAME --hardware-file FILE``)."""
@@ -121,8 +122,7 @@ def compute(task: Task) -> Result:
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
     t0 = time.perf_counter()
     try:
-        sha, study = point_study(task)
-        rows = [sweep_row(study.on(hw).figures) for hw in task.profiles()]
+        sha, rows = point_rows(task)
     except Exception as e:  # noqa: BLE001 - any failure of the point is its row, never the sweep's end
         first = (str(e).strip().splitlines() or [""])[0][:300]
         return Result(task.point, "failed", f"{type(e).__name__}: {first}", seconds=time.perf_counter() - t0)
@@ -133,6 +133,44 @@ def compute(task: Task) -> Result:
 #: (:mod:`mhlo_cost.studies.layerfit`, :mod:`mhlo_cost.studies.layerfit_sharded`), and the depth the rebuild is
 #: checked at (lowered too, never used to rebuild: the independent reference).
 DEPTHS, CHECK_DEPTH = (2, 3), 4
+
+
+def point_rows(task: Task) -> tuple[str, list]:
+    """(the sha256 of what was lowered, the point's row per profile): priced from one layer where the point's
+    model repeats (:func:`_repeated_rows`), else from the study of :func:`point_study`."""
+    if _rebuilt_depth(task) and task.fuse in ("none", "elementwise"):
+        got = _repeated_rows(task, _rebuilt_depth(task))
+        if got is not None:
+            return got
+    sha, study = point_study(task)
+    return sha, [sweep_row(study.on(hw).figures) for hw in task.profiles()]
+
+
+def _repeated_rows(task: Task, depth: int):
+    """(sha256 of the lowerings, rows) of a point lowered at :data:`DEPTHS` and priced at ``depth`` by repeating
+    its priced layer (:mod:`mhlo_cost.studies.layerprice`), the repetition checked against the program lowered at
+    :data:`CHECK_DEPTH` (where ``task.check``: the sweep checks one point per model and strategy); None where the
+    layers do not repeat or the check fails (the point is then lowered at full depth)."""
+    from ..gridfit import FitFailed
+    from ..layerprice import Repeat, repeated_rows
+
+    made = {d: lower_text(task.point, dict(task.options, depth=d)) for d in DEPTHS}
+    studies = {d: study_of(text, task) for d, text in made.items()}
+    a2, a3 = (studies[d].analysis for d in DEPTHS)  # (walked once, for every profile)
+    profiles = task.profiles()
+    priced = [tuple(studies[d].on(hw) for d in DEPTHS) for hw in profiles]
+    try:
+        if task.check:
+            made[CHECK_DEPTH] = lower_text(task.point, dict(task.options, depth=CHECK_DEPTH))
+            at = study_of(made[CHECK_DEPTH], task)
+            at.analysis  # noqa: B018
+            if repeated_rows(Repeat(a2, a3, CHECK_DEPTH, base=DEPTHS[0]), priced) != \
+                    [sweep_row(at.on(hw).figures) for hw in profiles]:
+                return None
+        rows = repeated_rows(Repeat(a2, a3, depth, base=DEPTHS[0]), priced)
+    except (FitFailed, ValueError, IndexError, KeyError, TypeError, AttributeError):
+        return None  # a program the repetition does not take: lowered at full depth
+    return hashlib.sha256("".join(made[d] for d in sorted(made)).encode()).hexdigest(), rows
 
 
 def point_study(task: Task) -> tuple[str, object]:
