@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from ..machines.hardware import Hardware
 from ..walk.row import Row, short_name
 from .band import masks_of
+from .conv_calls import call_host_s
 from .eager_calls import groups as _groups
 from .fusion import Fusion, Kernel, data_flow
 from .kernel_io import KernelIO, share_time
@@ -236,7 +237,7 @@ def eager(analysis, hw: Hardware, times: list[OpTime] | None = None, producers: 
     io = KernelIO(rows, producers, times, role, onchip, masks=masks_of(analysis))
     for k in kernels:
         _measure(k, io, rows, producers, role, times, hw, copies)
-    _host_times(kernels, calls, dispatch_overhead(hw))
+    _host_times(kernels, calls, dispatch_overhead(hw), rows)
     return EagerFusion(kernels, row_kernel, share_time(kernels, times, n), note)
 
 
@@ -380,14 +381,15 @@ def _measure(k: EagerKernel, io, rows, producers, role, times, hw: Hardware, cop
         k.peak = times[dots[0]].peak
 
 
-def _host_times(kernels, calls, per_call: float) -> None:
-    """Each kernel's host time: its call's dispatch and that of the view calls just before it; an attention's
-    (a call of its own, SDPA) its own dispatch."""
+def _host_times(kernels, calls, per_call: float, rows) -> None:
+    """Each kernel's host time: its call's dispatch (a cuDNN convolution's: :func:`.conv_calls.call_host_s`) and
+    that of the view calls just before it; an attention's (a call of its own, SDPA) its own dispatch."""
     pending = 0
     for k, m in calls:
         pending += m
-        if k >= 0:
-            kernels[k].host_s = per_call * pending
+        if k >= 0:  # (a cuDNN convolution's call: its own host time, :func:`.conv_calls.call_host_s`)
+            own = call_host_s(rows, kernels[k].members, per_call)
+            kernels[k].host_s = per_call * pending if own == per_call else per_call * (pending - m) + own * m
             pending = 0
     for k in kernels:
         if k.backend:  # an SDPA call's kernel (or one of its math kernels): a call of its own

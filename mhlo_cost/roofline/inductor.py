@@ -314,7 +314,7 @@ def inductor(analysis, hw: Hardware, times: list[OpTime] | None = None, producer
     io = KernelIO(rows, producers, times, grouper.role, onchip, masks=masks_of(analysis))
     for k in grouper.kernels:
         io.measure(k, hw)
-        launch(k, hw, cudagraphs)
+        launch(k, hw, cudagraphs, rows)
     kernels = sorted(grouper.kernels + kept, key=lambda k: k.head)
     row_kernel: list[int | None] = [None] * len(rows)
     for n, k in enumerate(kernels):
