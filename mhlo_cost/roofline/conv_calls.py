@@ -3,12 +3,12 @@
 
 **Which backend** (``aten/src/ATen/native/Convolution.cpp``, ``_select_conv_backend``): a depthwise convolution
 (``ConvParams::is_depthwise``: a 4- or 5-d CUDA input, ``groups == input.size(1) > 1``, the output channels a
-multiple of it) goes to cuDNN only where ``use_cudnn_depthwise`` says so (a channels-last input, or half precision:
-its ``kernel_cond`` asks for ``kHalf`` input and weight; bfloat16 in later releases); a float32 one in the
-default (contiguous) memory format runs ATen's own ``conv_depthwise2d`` kernel
-(``aten/src/ATen/native/cuda/DepthwiseConv2d.cu``, ``ConvBackend::CudaDepthwise2d``): one thread per output
-element on the CUDA cores, no tensor cores and so no TF32 (:func:`cudnn_convolution`). Every other CUDA
-convolution goes to cuDNN.
+multiple of it) goes to cuDNN only where ``use_cudnn_depthwise`` says so: a channels-last input, or a half-precision
+one whose shapes pass its ``kernel_cond`` and ``check_cudnn_depthwise_workload_with_filter`` (filters of 1, 3 or 5
+taps only, by stride, channels and width). Those exceptions are not modelled: a depthwise convolution runs ATen's
+own ``conv_depthwise2d`` kernel (``aten/src/ATen/native/cuda/DepthwiseConv2d.cu``, ``ConvBackend::CudaDepthwise2d``:
+one thread per output element on the CUDA cores, no tensor cores and so no TF32; ConvNeXt's 7 x 7 ones in any
+precision). Every other CUDA convolution goes to cuDNN (:func:`cudnn_convolution`).
 
 **The host time of a cuDNN call** (:data:`CUDNN_CONV_HOST_S`): ``cudnn_convolution`` builds its parameter key,
 looks the execution plan up in the plan cache (``Conv_v8.cpp``'s benchmark cache; the first call of a shape builds
@@ -19,20 +19,16 @@ cuDNN v8 API's first step, 2021) timed ``nn.Conv2d(1, 1, 1)`` on a ``100 x 1 x 1
 kernel of that size runs for a few us, so the figure is the host's), and Callgrind at 135.9 thousand instructions
 a call (v8) against 124.7 thousand for the v7 API: the host work is the convolution path's, not the v8 API's
 alone. The figure holds the call's own dispatch, so a cuDNN convolution's call costs it *instead of* the
-per-op dispatch (:func:`.eager.dispatch_overhead`). A depthwise float32 call (ATen's kernel) costs the dispatch.
+per-op dispatch (:func:`.eager.dispatch_overhead`). A depthwise call (ATen's kernel) costs the dispatch.
 
 The convolution's operands are read as PyTorch lays them out (``NCHW`` input, ``OIHW`` weight: torchax and
 torch-xla lower a torch convolution so); a program lowered from JAX has no torch call to describe.
 """
 from __future__ import annotations
 
-from ..machines.hardware import canonical_dtype
-
 #: Host seconds of one cuDNN convolution call at steady state, its dispatch included (PyTorch PR #51390: 51.95 us
 #: a call of ``nn.Conv2d`` over 1,000,000 calls; module docstring).
 CUDNN_CONV_HOST_S = 51.95e-6
-#: Dtypes whose depthwise convolutions PyTorch sends to cuDNN in the default memory format (``use_cudnn_depthwise``).
-CUDNN_DEPTHWISE_DTYPES = frozenset({"f16", "bf16"})
 
 
 def depthwise(r) -> bool:
@@ -49,12 +45,8 @@ def depthwise(r) -> bool:
 
 def cudnn_convolution(r) -> bool:
     """Whether PyTorch runs convolution row ``r`` through cuDNN (module docstring): every convolution but a
-    depthwise one outside :data:`CUDNN_DEPTHWISE_DTYPES` (ATen's ``conv_depthwise2d``)."""
-    if r.kind != "conv":
-        return False
-    if not depthwise(r):
-        return True
-    return canonical_dtype(r.operands[0].dtype) in CUDNN_DEPTHWISE_DTYPES
+    depthwise one (ATen's ``conv_depthwise2d``)."""
+    return r.kind == "conv" and not depthwise(r)
 
 
 def call_host_s(rows, members, per_call: float) -> float:
