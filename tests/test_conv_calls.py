@@ -76,3 +76,55 @@ def test_a_slower_host_keeps_the_larger_of_its_dispatch_and_the_call_time():
     slow = dataclasses.replace(A100, dispatch_overhead=80e-6)  # a host whose every op costs more than 51.95 us
     assert _only_conv(eager(a, slow), a).host_s == pytest.approx(80e-6, rel=1e-12)
     assert _only_conv(inductor(a, slow), a).host_s == pytest.approx(80e-6, rel=1e-12)
+
+
+# -- the copies Inductor makes before an extern GEMM (mhlo_cost/roofline/inductor_copies.py) ----------------------
+B, N, H, D = 2, 8, 4, 16
+C = H * D
+
+
+def _heads(t):
+    """(B*N, C) -> (B*H, N, D): torch's ``view(B, N, H, D).transpose(1, 2)`` and at::matmul's batch fold."""
+    return t.reshape(B, N, H, D).transpose(0, 2, 1, 3).reshape(B * H, N, D)
+
+
+def _scores(x, wq, wk):
+    """q k^T of attention written out, q and k from their linears."""
+    return jnp.matmul(_heads(x @ wq), _heads(x @ wk).transpose(0, 2, 1))
+
+
+def _scores_of_pointwise(x, wq, wk):
+    """The same with q and k made by a pointwise op after the linear (a Triton kernel the copy fuses into)."""
+    return jnp.matmul(_heads((x @ wq) * 2.0), _heads((x @ wk) * 2.0).transpose(0, 2, 1))
+
+
+def _inductor_of(f):
+    a = analyze(lowered(f, ((B * N, C), jnp.float32), ((C, C), jnp.float32), ((C, C), jnp.float32)),
+                AnalysisOptions(dataflow=True, records=("layouts",)))
+    return a, inductor(a, A100, torch_version="2.0.1")
+
+
+def test_heads_regrouped_after_a_gemm_are_copied_by_a_triton_kernel_each():
+    a, fus = _inductor_of(_scores)
+    gemms = [k for k in fus.kernels if k.extern]
+    loops = [k for k in fus.kernels if not k.extern]
+    assert len(gemms) == 3  # the two linears and the batched q k^T
+    assert len(loops) == 2  # q's copy and k's: a (B, H, N, D) permute regrouped to B*H batches is no strided map
+    for k in loops:
+        assert k.bytes_read == k.bytes_written == B * N * C * 4  # one read and one write of the tensor
+        assert k.memory_s > 0
+
+
+def test_a_copy_fuses_into_its_producer_when_that_is_a_triton_kernel():
+    a, fus = _inductor_of(_scores_of_pointwise)
+    loops = [k for k in fus.kernels if not k.extern]
+    assert len(loops) == 2  # the scale and the copy in one loop each for q and for k
+    for k in loops:
+        assert k.bytes_written == B * N * C * 4  # the scaled value is never written unpermuted
+        assert k.bytes_read == B * N * C * 4 + 4  # the GEMM's output and the scalar 2.0
+
+
+def test_without_the_layouts_record_no_copy_is_priced():
+    a = analyze(lowered(_scores, ((B * N, C), jnp.float32), ((C, C), jnp.float32), ((C, C), jnp.float32)),
+                AnalysisOptions(dataflow=True))
+    assert all(k.extern for k in inductor(a, A100, torch_version="2.0.1").kernels)
