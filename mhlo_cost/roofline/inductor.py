@@ -20,7 +20,9 @@ order:
   ``max_autotune``; an f32 convolution on TF32 tensor cores, PyTorch's default: :mod:`.torch_math`): nothing
   fuses into it but the bias of ``addmm`` (an add of a broadcast of a smaller operand) and the cast to its
   output dtype;
-  its other consumers are Triton kernels of their own;
+  its other consumers are Triton kernels of their own; a view it reads that is no row- or column-major matrix (a
+  reshape regrouping permuted dimensions: attention's q, k, v and output written out) is copied first by a Triton
+  loop, fused into its producer where that is a Triton kernel (:mod:`.inductor_copies`);
 * attention written out (``q @ k^T``, softmax, ``@ v``) is rewritten by Inductor's SDPA patterns
   (``fx_passes/fuse_attention.py``) into one ``scaled_dot_product_attention`` kernel (``attention="fused"``,
   the default; the backend as PyTorch dispatches it: flash where dtype and head dim allow, else
@@ -54,6 +56,7 @@ from ..machines.hardware import Hardware
 from ..walk.row import Row, short_name
 from .band import masks_of
 from .fusion import Fusion, Grouper, Kernel, grouping_inputs
+from .inductor_copies import extern_copies
 from .inductor_launch import (GRAPH_FILL_S, GRAPH_GAP_S, TRITON_ARG_S, TRITON_LAUNCH_S,  # noqa: F401
                               graph_memory_s, launch, sdpa_rewrite)
 from .kernel_io import KernelIO, share_time
@@ -128,9 +131,11 @@ def _epilogue(rows, producers, role, i: int) -> bool:
 class _InductorGrouper(Grouper):
     """The grouping of :func:`inductor`: the placement of :class:`.fusion.Grouper` with Inductor's rules."""
 
-    def __init__(self, *a, inline: set | None = None, graph: list | None = None, skip: set | None = None, **kw):
+    def __init__(self, *a, inline: set | None = None, graph: list | None = None, skip: set | None = None,
+                 copies: set | None = None, **kw):
         super().__init__(*a, **kw)
         self.inline = inline or set()
+        self.copies = copies or set()  # views copied before an extern GEMM (:mod:`.inductor_copies`)
         self.graph = graph  # each row's graph (:func:`graphs_of`; None: one graph)
         self.skip = skip or set()  # rows another model runs (the optimizer's step, eager)
         self.readers: dict = {}  # a value read by a kernel (a row, or an argument's name) -> those kernels
@@ -212,6 +217,14 @@ class _InductorGrouper(Grouper):
         else:
             self.preset_kernel[g] = self.new_kernel(i, has_dot=True, attention=True, extern=True, closed=True)
 
+    def place_loop(self, i: int) -> None:
+        """Row i into the open kernel it fuses with (:meth:`open_kernel_of`), else a Triton kernel of its own."""
+        k = self.open_kernel_of(i)
+        if k is None:
+            self.new_kernel(i)
+        else:
+            self.join(i, k)
+
     def place(self, i: int) -> None:
         r, t = self.rows[i], self.times[i]
         name = short_name(r.op)
@@ -225,16 +238,14 @@ class _InductorGrouper(Grouper):
             self.role[i] = "dup"
         elif i in self.inline:
             self.role[i] = "dup"  # recomputed by its readers (:func:`inlined`)
+        elif i in self.copies:  # a copy loop, fused into its producer where that is a Triton kernel of its size
+            self.place_loop(i)
         elif t.bound == "free" or name in VIEWS:
             self.role[i] = "dup" if name in ("broadcast_in_dim", "broadcast") else "free"
         elif r.kind in ("dot", "conv"):
             self.new_kernel(i, has_dot=True, extern=True)
         elif r.kind in ("elementwise", "transcendental", "reduce") or name in POINTWISE_DATA:
-            k = self.open_kernel_of(i)
-            if k is None:
-                self.new_kernel(i)
-            else:
-                self.join(i, k)
+            self.place_loop(i)
         else:
             self.new_kernel(i, closed=True, extern=name in ("sort", "custom_call", "fft", "scatter"))
 
@@ -301,8 +312,10 @@ def inductor(analysis, hw: Hardware, times: list[OpTime] | None = None, producer
     preset, onchip, backends = _attention_preset(rows, producers, attention, sdpa, hw, sdpa_rewrite(torch_version))
     graph = graphs_of(analysis)
     kept = _eager_optimizer(analysis, hw, times, graph, sdpa) if optimizer == "eager" else []
+    skip = {i for k in kept for i in k.members}
+    copies = extern_copies(analysis, rows, producers, set(preset)) - skip
     grouper = _InductorGrouper(rows, producers, times, preset, inline=inlined(rows, producers) - set(preset),
-                               graph=graph, skip={i for k in kept for i in k.members})
+                               graph=graph, skip=skip, copies=copies)
     for i in range(len(rows)):
         grouper.place(i)
     from .eager import BACKEND_LIBRARY
@@ -314,7 +327,9 @@ def inductor(analysis, hw: Hardware, times: list[OpTime] | None = None, producer
     io = KernelIO(rows, producers, times, grouper.role, onchip, masks=masks_of(analysis))
     for k in grouper.kernels:
         io.measure(k, hw)
-        launch(k, hw, cudagraphs)
+        if copies.intersection(k.members):  # a copy's bytes (its view's unfused time is nil: no cap by it)
+            k.memory_s = hw.memory_time(k.bytes_read + k.bytes_written, k.multiplicity)
+        launch(k, hw, cudagraphs, rows)
     kernels = sorted(grouper.kernels + kept, key=lambda k: k.head)
     row_kernel: list[int | None] = [None] * len(rows)
     for n, k in enumerate(kernels):

@@ -13,7 +13,8 @@ Python wrapper (``torch/_inductor/codegen/wrapper.py``) whose ``call()`` runs th
 * an extern kernel (a cuBLAS GEMM, a cuDNN convolution, an SDPA call) is an ATen op called from that Python
   (``extern_kernels.mm(a, b, out=buf)``, ``extern_kernels.convolution(...)``): the same Python-to-dispatcher
   path an eager op takes, so its host time is the eager model's per-op dispatch
-  (:func:`.eager.dispatch_overhead`).
+  (:func:`.eager.dispatch_overhead`); a cuDNN convolution's is its call's (:mod:`.conv_calls`: the plan-cache
+  lookup, variant pack and ``cudnnBackendExecute`` of every call, 51.95 us in PyTorch PR #51390), as in eager.
 
 A kernel cannot start before the host has launched it (:attr:`.inductor.InductorKernel.host_s`). The per-call
 cost of the graph (Dynamo's guards, AOTAutograd's wrapper, the call itself: 33-44 us in the same study) is not
@@ -31,6 +32,7 @@ from __future__ import annotations
 import re
 
 from ..machines.hardware import Hardware
+from .conv_calls import call_host_s
 
 #: Host time of one Triton kernel's launch from Inductor's wrapper with no arguments: ``CachingAutotuner.run``
 #: through the launcher and Triton's binder to ``cuLaunchKernel`` (tritonbench PR #1017: 6.8 us, GB200).
@@ -76,17 +78,18 @@ def triton_args(k) -> int:
     return tensors + (1 if getattr(k, "rnumel", 1) <= 1 else 2)
 
 
-def host_launch_s(k, hw: Hardware) -> float:
+def host_launch_s(k, hw: Hardware, rows=None) -> float:
     """Host seconds to launch kernel ``k`` once from Inductor's wrapper (module docstring): an extern kernel
-    as an eager op's dispatch, a Triton kernel :data:`TRITON_LAUNCH_S` plus :data:`TRITON_ARG_S` per argument."""
+    as an eager op's dispatch (a cuDNN convolution as its call, :func:`.conv_calls.call_host_s`, where ``rows``
+    are given), a Triton kernel :data:`TRITON_LAUNCH_S` plus :data:`TRITON_ARG_S` per argument."""
     if k.extern:
         from .eager import dispatch_overhead
 
-        return dispatch_overhead(hw)
+        return dispatch_overhead(hw) if rows is None else call_host_s(rows, k.members, dispatch_overhead(hw))
     return TRITON_LAUNCH_S + TRITON_ARG_S * triton_args(k)
 
 
-def launch(k, hw: Hardware, cudagraphs: bool) -> None:
+def launch(k, hw: Hardware, cudagraphs: bool, rows=None) -> None:
     """A kernel's launch costs: the profile's gap between kernels and the host's launch (:func:`host_launch_s`),
     or (CUDA graphs) the graph's gap, no host launch and a fixed memory time of at most :data:`GRAPH_FILL_S`
     (:func:`graph_memory_s`)."""
@@ -95,7 +98,7 @@ def launch(k, hw: Hardware, cudagraphs: bool) -> None:
         k.host_s = 0.0
         k.memory_s = graph_memory_s(k, hw)
     else:
-        k.host_s = host_launch_s(k, hw) * k.multiplicity
+        k.host_s = host_launch_s(k, hw, rows) * k.multiplicity
 
 
 def graph_memory_s(k, hw: Hardware) -> float:
