@@ -11,9 +11,10 @@ from ..machines.hardware import Hardware
 from ..network import CollectiveEstimate, Exposure, exposed_comm, resolve_profile, row_estimate
 from ..ir.tensorinfo import TensorInfo
 from ..walk.row import Row, short_name
+from .bounds import span_bound
 from .fusion import FUSE_MODES
 from .inductor_launch import parse_torch
-from .optime import op_time, overhead_bound, unit_peaks
+from .optime import op_time, unit_peaks
 from .program import ProgramPricing, fuse
 
 
@@ -360,26 +361,6 @@ def _total_from(df: pd.DataFrame, totals: dict) -> None:
     for c in df.columns:
         if c in totals and str(c).endswith("_s"):
             df.loc[at, c] = totals[c]
-
-
-def span_bound(device_s: float, compute_bound_s: float, comm_s: float, fixed_cost_s: float,
-               growing_s: float) -> str:
-    """The bound of a span of ops (a block, the program): :func:`time_bound` of its (fused, if estimated) device
-    time, ``overhead`` instead of ``memory`` where op by op the fixed costs (launch overhead, fill and drain) are
-    more than the work that grows with the size: the op table's rule (:func:`.optime.overhead_bound`) on the
-    span's sums."""
-    b = time_bound(device_s, compute_bound_s, comm_s)
-    return "overhead" if b == "memory" and overhead_bound(fixed_cost_s, growing_s) else b
-
-
-def time_bound(device_s: float, compute_bound_s: float, comm_s: float) -> str:
-    """Where most of a span's time goes: ``comm`` where communication outweighs the device's time, else
-    ``compute`` where compute-bound kernels take half of that or more, else ``memory`` (``free``: no time)."""
-    if comm_s > device_s and comm_s > 0:
-        return "comm"
-    if device_s > 0:
-        return "compute" if compute_bound_s >= device_s / 2 else "memory"
-    return "free"
 
 
 def _operation(r: Row) -> str:
