@@ -128,3 +128,16 @@ def test_without_the_layouts_record_no_copy_is_priced():
     a = analyze(lowered(_scores, ((B * N, C), jnp.float32), ((C, C), jnp.float32), ((C, C), jnp.float32)),
                 AnalysisOptions(dataflow=True))
     assert all(k.extern for k in inductor(a, A100, torch_version="2.0.1").kernels)
+
+
+def test_a_1d_depthwise_convolution_is_atens_kernel_as_its_2d_view():
+    # nn.Conv1d(64, 64, 4, groups=64) on (8, 64, 1024): ATen views a 1-d convolution 4-d before choosing its backend
+    # (Convolution.cpp "Expand 1d -> 2d"), so is_depthwise holds: groups == C_in == 64 > 1, weight (64, 1, 4).
+    from types import SimpleNamespace as NS
+
+    from mhlo_cost.roofline.conv_calls import cudnn_convolution, depthwise
+
+    dw = NS(kind="conv", operands=[NS(shape=(8, 64, 1024)), NS(shape=(64, 1, 4))])
+    dense = NS(kind="conv", operands=[NS(shape=(8, 64, 1024)), NS(shape=(64, 64, 4))])
+    assert depthwise(dw) and not cudnn_convolution(dw)
+    assert not depthwise(dense) and cudnn_convolution(dense)

@@ -98,8 +98,9 @@ def register(sub) -> None:
     w.add_argument("--plot", metavar="FILE.png", help="tokens/s and memory against batch (points that do not fit: x); "
                                                       "a simulation: KV utilisation and batch sizes over time; "
                                                       ".png, .svg or .pdf, under the -o rule")
-    w.add_argument("-j", "--jobs", type=positive_int, metavar="N",
-                   help="processes (default 1); 2: a fitted sweep's batch-1 points in a second one meanwhile")
+    w.add_argument("-j", "--jobs", type=int, choices=(1, 2), metavar="N",
+                   help="processes, 1 (default) or 2: a fitted compiled sweep's batch-1 points in a second one "
+                        "meanwhile (nothing else uses it)")
     add_cache(w, "lowered steps and their figures")
     add_sim_options(p)
     o = p.add_argument_group("output")

@@ -175,6 +175,12 @@ class Hardware:
                 f"hardware {self.name!r}: f32_matmul must be 'f32' or 'tf32', got {self.f32_matmul!r}"
             )
 
+    def __reduce__(self):
+        """Pickled (to a worker process) as its attributes, the frozen tables as plain dicts (pickle refuses a
+        ``MappingProxyType``), frozen again where it arrives: :func:`_unpickled`."""
+        state = {k: (dict(v), True) if isinstance(v, MappingProxyType) else (v, False) for k, v in vars(self).items()}
+        return _unpickled, (type(self), state)
+
     def __hash__(self) -> int:
         return hash((self.name, tuple(sorted(self.matrix_flops.items())),
                      tuple(sorted(self.vector_flops.items())), self.hbm_bandwidth,
@@ -254,3 +260,11 @@ class Hardware:
         d["memory"] = self.memory.as_toml() if self.memory is not None else None
         d["attention"] = self.attention.as_toml() if self.attention is not None else None
         return d
+
+
+def _unpickled(kind: type, state: dict) -> Hardware:
+    """A profile of class ``kind`` as :meth:`Hardware.__reduce__` sent it (a subclass's own attributes too)."""
+    hw = object.__new__(kind)
+    for k, (v, proxy) in state.items():
+        object.__setattr__(hw, k, MappingProxyType(v) if proxy else v)
+    return hw

@@ -10,35 +10,43 @@ own ``conv_depthwise2d`` kernel (``aten/src/ATen/native/cuda/DepthwiseConv2d.cu`
 one thread per output element on the CUDA cores, no tensor cores and so no TF32; ConvNeXt's 7 x 7 ones in any
 precision). Every other CUDA convolution goes to cuDNN (:func:`cudnn_convolution`).
 
-**The host time of a cuDNN call** (:data:`CUDNN_CONV_HOST_S`): ``cudnn_convolution`` builds its parameter key,
-looks the execution plan up in the plan cache (``Conv_v8.cpp``'s benchmark cache; the first call of a shape builds
-the plan, every later call hits the cache), builds the variant pack, takes its workspace from the caching allocator
-and calls ``cudnnBackendExecute``: far more host work than an elementwise op's launch. PyTorch PR #51390 (the
-cuDNN v8 API's first step, 2021) timed ``nn.Conv2d(1, 1, 1)`` on a ``100 x 1 x 100 x 100`` CUDA input at
-51.95 us a call over 1,000,000 calls (``torch.utils.benchmark``: the steady state, every call a cache hit; a
-kernel of that size runs for a few us, so the figure is the host's), and Callgrind at 135.9 thousand instructions
-a call (v8) against 124.7 thousand for the v7 API: the host work is the convolution path's, not the v8 API's
-alone. The figure holds the call's own dispatch, so a cuDNN convolution's call costs it *instead of* the
+**The host time of a cuDNN call** (:data:`CUDNN_CONV_HOST_S`, an ESTIMATE from one 2021 measurement):
+``cudnn_convolution`` builds its parameter key and descriptors, finds or builds the execution plan, builds the
+variant pack, takes its workspace from the caching allocator and calls ``cudnnBackendExecute``: far more host work
+than an elementwise op's launch. PyTorch PR #51390 (the cuDNN v8 API's first step, 2021) timed
+``nn.Conv2d(1, 1, 1)`` on a ``100 x 1 x 100 x 100`` CUDA input at 51.95 us a call over 1,000,000 calls
+(``torch.utils.benchmark``; a kernel of that size runs for a few us, so the figure is the host's), and Callgrind at
+135.9 thousand instructions a call (v8) against 124.7 thousand for the v7 API: the host work is the convolution
+path's, not the v8 API's alone. The figure is likely high for today's torch: in that PR the execution plan was
+still built on every call (plans are cached since PR #59656), and it holds ``nn.Module.__call__``'s Python, which
+Inductor's extern call does not pay. No later published figure was found. The figure holds the call's own dispatch, so a cuDNN convolution's call costs it *instead of* the
 per-op dispatch (:func:`.eager.dispatch_overhead`). A depthwise call (ATen's kernel) costs the dispatch.
+
+Not modelled: Inductor's layout optimisation (torch >= 2.1, ``graph.py`` ``decide_layout_opt``) makes a conv graph
+channels-last, which sends its depthwise convolutions to cuDNN (``use_cudnn_depthwise``); the backward
+convolutions of a depthwise one (ATen's ``conv_depthwise2d_backward``, one call) and transposed convolutions are
+told apart by shapes only (a row carries no group count), so they may be taken as cuDNN calls; a half-precision
+depthwise convolution is priced at the matrix rate.
 
 The convolution's operands are read as PyTorch lays them out (``NCHW`` input, ``OIHW`` weight: torchax and
 torch-xla lower a torch convolution so); a program lowered from JAX has no torch call to describe.
 """
 from __future__ import annotations
 
-#: Host seconds of one cuDNN convolution call at steady state, its dispatch included (PyTorch PR #51390: 51.95 us
-#: a call of ``nn.Conv2d`` over 1,000,000 calls; module docstring).
+#: ESTIMATE: host seconds of one cuDNN convolution call, its dispatch included (PyTorch PR #51390: 51.95 us a call of
+#: ``nn.Conv2d`` over 1,000,000 calls in 2021, likely high for today's torch; module docstring).
 CUDNN_CONV_HOST_S = 51.95e-6
 
 
 def depthwise(r) -> bool:
-    """Whether convolution row ``r`` is depthwise as ``ConvParams::is_depthwise`` asks: a 4- or 5-d input
+    """Whether convolution row ``r`` is depthwise as ``ConvParams::is_depthwise`` asks (a 1-d convolution being
+    expanded to 2-d first, ``Convolution.cpp``'s "Expand 1d -> 2d"): a 3-, 4- or 5-d input
     ``(N, C, ...)`` and a weight ``(O, C / groups, ...)`` of one input channel per group, ``C > 1``, ``O`` a
     multiple of ``C``."""
     if r.kind != "conv" or len(r.operands) < 2:
         return False
     x, w = r.operands[0].shape, r.operands[1].shape
-    if len(x) not in (4, 5) or len(w) != len(x):
+    if len(x) not in (3, 4, 5) or len(w) != len(x):  # (a 1-d one is viewed 4-d before the choice: view4d)
         return False
     return x[1] > 1 and w[1] == 1 and w[0] % x[1] == 0
 

@@ -54,6 +54,8 @@ from .sdpa import (BACKEND_LIBRARY, FLASH_DTYPES, FLASH_MAX_HEAD_DIM, SDPA_BACKE
 
 #: Ops a framework runs as views of their operand's storage (no kernel).
 VIEW_OPS = frozenset({"reshape", "bitcast", "transpose", "broadcast_in_dim", "broadcast", "slice", "constant"})
+
+
 @dataclass
 class EagerKernel(Kernel):
     """A kernel of one framework call; ``host_s``: the host's dispatch time of its call (and of the view

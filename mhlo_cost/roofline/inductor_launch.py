@@ -13,8 +13,8 @@ Python wrapper (``torch/_inductor/codegen/wrapper.py``) whose ``call()`` runs th
 * an extern kernel (a cuBLAS GEMM, a cuDNN convolution, an SDPA call) is an ATen op called from that Python
   (``extern_kernels.mm(a, b, out=buf)``, ``extern_kernels.convolution(...)``): the same Python-to-dispatcher
   path an eager op takes, so its host time is the eager model's per-op dispatch
-  (:func:`.eager.dispatch_overhead`); a cuDNN convolution's is its call's (:mod:`.conv_calls`: the plan-cache
-  lookup, variant pack and ``cudnnBackendExecute`` of every call, 51.95 us in PyTorch PR #51390), as in eager.
+  (:func:`.eager_host.dispatch_overhead`); a cuDNN convolution's is its call's (:mod:`.conv_calls`: the plan,
+  variant pack and ``cudnnBackendExecute`` of every call, 51.95 us in PyTorch PR #51390, an ESTIMATE), as in eager.
 
 A kernel cannot start before the host has launched it (:attr:`.inductor.InductorKernel.host_s`). The per-call
 cost of the graph (Dynamo's guards, AOTAutograd's wrapper, the call itself: 33-44 us in the same study) is not
@@ -83,7 +83,7 @@ def host_launch_s(k, hw: Hardware, rows=None) -> float:
     as an eager op's dispatch (a cuDNN convolution as its call, :func:`.conv_calls.call_host_s`, where ``rows``
     are given), a Triton kernel :data:`TRITON_LAUNCH_S` plus :data:`TRITON_ARG_S` per argument."""
     if k.extern:
-        from .eager import dispatch_overhead
+        from .eager_host import dispatch_overhead
 
         return dispatch_overhead(hw) if rows is None else call_host_s(rows, k.members, dispatch_overhead(hw))
     return TRITON_LAUNCH_S + TRITON_ARG_S * triton_args(k)

@@ -19,7 +19,6 @@ from __future__ import annotations
 import sys
 import time
 from dataclasses import asdict, dataclass
-from types import MappingProxyType
 from itertools import product
 from typing import Callable
 
@@ -168,7 +167,8 @@ def needs(cfg: ScaleConfig) -> list[tuple[ScaleConfig, str]]:
 @dataclass(frozen=True)
 class LayerJob:
     """One layer cost to lower and analyse, in a worker (what :func:`~mhlo_cost.studies.sweep.run.run_tasks`
-    sends: the job is its own ``point``)."""
+    sends: the job is its own ``point``; its profile pickles itself:
+    :meth:`~mhlo_cost.machines.profile.Hardware.__reduce__`)."""
 
     cfg: ScaleConfig
     hw: object
@@ -183,21 +183,6 @@ class LayerJob:
     def label(self) -> str:
         c = self.cfg
         return f"{self.part} of t{c.t} cp{c.cp} mb{c.micro_batch} {c.recompute} {c.precision}"
-
-    def __reduce__(self):
-        """Sent to a worker with the profile's read-only mappings (``MappingProxyType``, which pickle refuses) as
-        plain dicts, made read-only again there."""
-        state = {k: (dict(v), True) if isinstance(v, MappingProxyType) else (v, False)
-                 for k, v in vars(self.hw).items()}
-        return _job, (self.cfg, type(self.hw), state, self.part, self.key, self.chip)
-
-
-def _job(cfg: ScaleConfig, kind: type, state: dict, part: str, key: str, chip: str) -> LayerJob:
-    """A :class:`LayerJob` as :meth:`LayerJob.__reduce__` sent it."""
-    hw = object.__new__(kind)
-    for k, (v, proxy) in state.items():
-        object.__setattr__(hw, k, MappingProxyType(v) if proxy else v)
-    return LayerJob(cfg, hw, part, key, chip)
 
 
 def analyse_job(job: LayerJob):

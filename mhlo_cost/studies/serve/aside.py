@@ -11,7 +11,6 @@ Where the second process is lost (killed, out of memory), its points are swept h
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 
 
@@ -31,9 +30,12 @@ class Aside:
         try:
             figs, notes = self.future.result()
         except BrokenProcessPool:
-            return [(1, c) for c in self.contexts]
-        finally:
             self.pool.shutdown(wait=True)
+            return [(1, c) for c in self.contexts]
+        except BaseException:  # interrupted while waiting (or the part failed): end it, do not wait for it
+            self.stop()
+            raise
+        self.pool.shutdown(wait=True)
         it = iter(figs)
         for c in self.contexts:
             for tp in tps:
@@ -59,24 +61,16 @@ def start(base, todo: list, hw, tps, root, launch: str, split) -> Aside | None:
     if not contexts or len(contexts) == len(todo):
         return None
     pool = ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"))
-    future = pool.submit(_part, base, contexts, type(hw), _fields(hw), list(tps), root, launch, split)
+    future = pool.submit(_part, base, contexts, hw, list(tps), root, launch, split)
     return Aside(pool, future, contexts)
 
 
-def _fields(hw) -> dict:
-    """The fields of a hardware profile, its frozen tables as plain dicts (a mapping proxy does not pickle): the
-    profile is made again from them in the second process, equal to this one."""
-    from dataclasses import fields
-
-    return {f.name: dict(v) if isinstance(v, Mapping) else v for f in fields(hw) for v in (getattr(hw, f.name),)}
-
-
-def _part(base, contexts: list, kind, hw: dict, tps: list, root, launch: str, split) -> tuple[list, list]:
+def _part(base, contexts: list, hw, tps: list, root, launch: str, split) -> tuple[list, list]:
     """(the figures of ``base`` at batch 1 and each of ``contexts`` x ``tps``, the notes said): the second
-    process's part (``hw``: the :func:`_fields` of a profile of class ``kind``)."""
+    process's part (``hw`` pickles itself: :meth:`~mhlo_cost.machines.profile.Hardware.__reduce__`)."""
     from .grid import StepCache, sweep
 
     notes: list = []
-    figs = sweep(base, [1], contexts, kind(**hw), tps, cache=StepCache(root, notes.append), launch=launch,
+    figs = sweep(base, [1], contexts, hw, tps, cache=StepCache(root, notes.append), launch=launch,
                  note=notes.append, split=split)
     return figs, notes
