@@ -35,6 +35,9 @@ def answer(kind: str, data: bytes, name: str, walk: str | None) -> bytes:
         with module.context:
             module = ir.Module.parse(bytecode(op))
     from mhlo_cost.analysis.isolated import answer as walk_answer
+    from mhlo_cost.walk.split import enable
+
+    enable()  # this process runs one thread: a large entry function is walked by two (mhlo_cost.walk.split)
 
     try:
         code, payload = walk_answer(module, name, walk, _answer_whole)
