@@ -59,7 +59,7 @@ def forking(monkeypatch):
         return pid
 
     monkeypatch.setattr(split, "MIN_OPS", 64)
-    monkeypatch.setattr(split, "_forkable", lambda: split._on)  # (enabled; threads or not)
+    monkeypatch.setattr(split, "_forkable", lambda: split._on is not None)  # (enabled; threads, load or not)
     monkeypatch.setattr(split.os, "fork", fork)
     return forks
 
@@ -117,6 +117,7 @@ def test_a_call_in_the_forks_part_is_walked_here(forking):
 def test_small_or_unforkable_walks_stay_in_one_process(monkeypatch):
     forks = []
     monkeypatch.setattr(split.os, "fork", lambda: forks.append(1) or 0)
+    monkeypatch.setattr(split, "_idle_enough", lambda: True)  # (a quiet machine: only the size and threads refuse)
     split.enable()
     try:
         analyze(load(program(20)))  # 81 ops: below MIN_OPS
@@ -149,3 +150,19 @@ def test_an_error_before_the_cut_ends_the_fork(forking):
     assert len(forking) == 1 and str(two.value) == str(one.value) and "dynamic" in str(two.value)
     with pytest.raises(ChildProcessError):
         os.waitpid(forking[0], os.WNOHANG)  # reaped: not left behind
+
+
+def test_the_fork_waits_for_an_idle_core(monkeypatch):
+    """Forked only where the machine had at least MIN_IDLE_CORES idle since enable(): ticks (all, idle) of 2 cores."""
+    ticks = iter([(1000, 500), (1200, 580), (1000, 500), (1200, 520)])
+    monkeypatch.setattr(split, "_cpu_ticks", lambda: next(ticks))
+    monkeypatch.setattr(split.os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    monkeypatch.setattr(split.os, "cpu_count", lambda: 2)
+    try:
+        split.enable()
+        assert split.idle_cores((1000, 500), (1200, 580), 2) == 0.8  # 80 of 200 ticks idle, of 2 cores
+        assert split._idle_enough()  # 0.8 core idle
+        split.enable()
+        assert not split._idle_enough()  # 0.2 core idle: a loaded machine
+    finally:
+        split.enable(False)

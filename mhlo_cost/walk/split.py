@@ -33,18 +33,58 @@ MIN_OPS = 4096
 #: pickles them (3.8 us), against 24 us an op walked: both ends meet at (24 + 3.8) / (2 x 24 + 3.8) = 0.54.
 SHARE = 0.54
 
-_on = False
+#: The idle CPU, in cores, the machine must have had since :func:`enable` (the parse, most often) for the fork to
+#: pay: the fork's part is 46% of the ops at ~1.2 x the cost (its rows pickled, its pages copied on write: the
+#: fork's 0.63 s CPU against the walk's 0.55 s for that part, on the benchmark), so it ends before this process
+#: would have walked the part itself only on at least 0.46 x 1.2 / 0.46 ~ 0.6 of a core. On a loaded machine the
+#: fork would only add its CPU (and the wall time of what it shares a core with): the walk stays in one process.
+MIN_IDLE_CORES = 0.6
+
+_on: tuple | None = None  # (total, idle) CPU ticks of the machine when enabled; None: not enabled
 
 
 def enable(on: bool = True) -> None:
-    """Let the walks of this process split their entry function (the reader's child, single-threaded)."""
+    """Let the walks of this process split their entry function (the reader's child, single-threaded), where the
+    machine has an idle core from now on (:data:`MIN_IDLE_CORES`, measured when the walk begins)."""
     global _on
-    _on = on
+    _on = (_cpu_ticks() or (0, 0)) if on else None
+
+
+def _cpu_ticks() -> tuple[int, int] | None:
+    """(all, idle) CPU ticks of the machine since boot, every core together (Linux's /proc/stat); None elsewhere."""
+    try:
+        with open("/proc/stat", "rb") as f:
+            ticks = [int(x) for x in f.readline().split()[1:9]]  # user nice system idle iowait irq softirq steal
+    except (OSError, ValueError):
+        return None
+    return sum(ticks), ticks[3] + ticks[4]
+
+
+def idle_cores(before: tuple[int, int], after: tuple[int, int], cores: int) -> float:
+    """The cores idle on average between two readings of :func:`_cpu_ticks`."""
+    total = after[0] - before[0]
+    return cores * (after[1] - before[1]) / total if total > 0 else 0.0
+
+
+def _idle_enough() -> bool:
+    """Whether an idle core was there since :func:`enable` (where the machine says; elsewhere, from the load
+    average: under one process a core besides this one)."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    if cores < 2:
+        return False
+    now = _cpu_ticks()
+    if now is not None and _on and _on[0]:
+        return idle_cores(_on, now, os.cpu_count() or cores) >= MIN_IDLE_CORES
+    try:
+        return cores - os.getloadavg()[0] >= MIN_IDLE_CORES  # (this walk is one of the load)
+    except (OSError, AttributeError):
+        return False
 
 
 def _forkable() -> bool:
-    """Whether this process may fork for a walk: enabled, POSIX, and one thread (none that fork would not carry)."""
-    if not _on or not hasattr(os, "fork"):
+    """Whether this process may fork for a walk: enabled, POSIX, an idle core (:func:`_idle_enough`), and one thread
+    (none that fork would not carry)."""
+    if _on is None or not hasattr(os, "fork") or not _idle_enough():
         return False
     try:
         return len(os.listdir("/proc/self/task")) == 1
