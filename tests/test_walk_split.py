@@ -13,7 +13,8 @@ from mhlo_cost.ir.loader import load
 from mhlo_cost.walk import split
 from mhlo_cost.walk.row import AnalysisError, Row
 
-pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="the split walk forks (POSIX)")
+pytestmark = [pytest.mark.skipif(not hasattr(os, "fork"), reason="the split walk forks (POSIX)"),
+              pytest.mark.filterwarnings("ignore:os.fork:RuntimeWarning")]  # (this process's jax threads: unused by the fork)
 
 T = "tensor<8x16xf32>"
 

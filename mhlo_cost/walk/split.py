@@ -29,9 +29,11 @@ from types import SimpleNamespace
 
 #: Fewer ops than this in the entry function: walked by one process (the fork and the rows' trip cost ~5 ms).
 MIN_OPS = 4096
-#: The part of the ops the process itself walks: it also makes the fork's rows again (3.3 us a row) while the fork
-#: pickles them (3.8 us), against 24 us an op walked: both ends meet at (24 + 3.8) / (2 x 24 + 3.8) = 0.54.
-SHARE = 0.54
+#: The part of the ops the process itself walks. Measured on the benchmark (CPU): the fork walks ~1.2 x slower an op
+#: (pages copied on write as it touches the shared heap, the ops before the cut iterated to reach it) and pickles its
+#: rows (0.08 s); this process makes them again (0.07 s): with 0.54 the fork ended last (0.58 s against 0.51 s),
+#: with 0.58 the two ends meet.
+SHARE = 0.58
 
 #: The idle CPU, in cores, the machine must have had since :func:`enable` (the parse, most often) for the fork to
 #: pay: the fork's part is 46% of the ops at ~1.2 x the cost (its rows pickled, its pages copied on write: the
@@ -116,12 +118,16 @@ def walk_split(walk, block) -> bool:
     except BaseException:  # (an analysis error here): the fork's work is not wanted
         _stop(pid, read_end)
         raise
-    sent = _received(read_end, pid)
+    sent = _received(read_end)
     if sent is None:  # walked here after all, from the cut
         walk.visit_ops(islice(block.operations, cut, None))
     else:
         _merge(walk, sent, block, cut)
         walk.visit_ops((ops[n - 1],))
+    try:
+        os.waitpid(pid, 0)  # (reaped once its rows are in: its exit overlaps the merge)
+    except ChildProcessError:
+        pass
     return True
 
 
@@ -136,6 +142,7 @@ def _answer(walk, ops, start: int, stop: int, fd: int) -> None:
         view = memoryview(blob)
         while view:
             view = view[os.write(fd, view):]
+        os.close(fd)  # the end of the answer now, not after the kernel has freed this process's pages
     finally:
         os._exit(0)
 
@@ -165,7 +172,7 @@ def _walked(walk, ops, start: int) -> bytes:
     return pickle.dumps((locs, rows, walk.warnings[warned:]), protocol=pickle.HIGHEST_PROTOCOL)
 
 
-def _received(fd: int, pid: int):
+def _received(fd: int):
     """What the fork sent (locations, rows, warnings), or None where it sent nothing whole."""
     chunks = []
     with os.fdopen(fd, "rb") as f:
@@ -174,10 +181,6 @@ def _received(fd: int, pid: int):
             if not chunk:
                 break
             chunks.append(chunk)
-    try:
-        os.waitpid(pid, 0)
-    except ChildProcessError:
-        pass
     try:
         return pickle.loads(b"".join(chunks)) if chunks else None
     except Exception:  # noqa: BLE001 (cut short: the fork died while writing)
