@@ -1,5 +1,6 @@
 """Where the CPU of ``mhlo-cost report FILE -q`` goes: the reader child's start, then jaxlib's parse, the walk and the
-rendering, each timed in fresh processes started as the child is (``bench_analyze.py --breakdown`` runs it).
+rendering, each timed in fresh processes started as the child is (``bench_analyze.py --breakdown`` runs it); the
+walk's fork (:mod:`mhlo_cost.walk.split`: a large entry function's second part, walked alongside) apart.
 
 The child is the report's critical path: the caller's own process starts the child first and overlaps its own
 imports with the child's start, then waits for the whole answer; the whole-process comparison measures both.
@@ -29,14 +30,19 @@ start = time.process_time() - c0
 from mhlo_cost.ir import reader
 from mhlo_cost.analysis import isolated
 phases = {}
+import resource
+def forks():  # the CPU of the children this process waited for: the walk's fork (mhlo_cost.walk.split)
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
 def timed(space, name, label):
     f = space[name]
     def run(*a, **k):
-        t = time.process_time()
+        t, c = time.process_time(), forks()
         try:
             return f(*a, **k)
         finally:
             phases[label] = phases.get(label, 0.0) + time.process_time() - t
+            phases[label + " fork"] = phases.get(label + " fork", 0.0) + forks() - c
     space[name] = run
 timed(vars(reader), "parse", "parse")
 timed(vars(isolated), "walk_loaded", "walk")
@@ -70,10 +76,11 @@ def breakdown(path: Path, runs: int, trees: dict[str, str], neutral: str) -> Non
             got[tag].append(json.loads(out.splitlines()[-1]))
     for tag, done in got.items():
         med = {k: statistics.median(r.get(k, 0.0) for r in done) for k in ("start", "parse", "walk", "render",
-                                                                             "answer")}
+                                                                             "answer", "walk fork")}
         other = med["answer"] - med["parse"] - med["walk"] - med["render"]
         whole = "" if all(r["rendered"] for r in done) else " (the child did not render the whole answer)"
-        print(f"child CPU{tag}: start {med['start']:.3f} s, then parse {med['parse']:.3f}, walk {med['walk']:.3f}, "
+        fork = f" (+ {med['walk fork']:.3f} in its fork, alongside)" if med["walk fork"] else ""
+        print(f"child CPU{tag}: start {med['start']:.3f} s, then parse {med['parse']:.3f}, walk {med['walk']:.3f}{fork}, "
               f"render {med['render']:.3f}, other {other:.3f}: request {med['answer']:.3f} s (medians of "
               f"{len(done)}){whole}")
 

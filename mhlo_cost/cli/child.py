@@ -24,6 +24,10 @@ def answer(kind: str, data: bytes, name: str, walk: str | None) -> bytes:
     from mhlo_cost.ir.codes import Answer
     from mhlo_cost.ir.reader import bytecode, parsed
 
+    if walk is not None:
+        from mhlo_cost.walk.split import enable
+
+        enable()  # one thread here: a large entry function is walked by two processes where a core is idle meanwhile
     module, op = parsed(kind, data, name)
     if module is None:
         return op  # the error answer

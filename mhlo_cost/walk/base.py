@@ -35,6 +35,7 @@ from .recorder import region_kind, told
 from .registry import RULES
 from .row import EMPTY_ENTRY, AnalysisError, Row
 from .rowmaker import RowMaker
+from .split import walk_split
 
 _SHARED = frozenset(SHARED_DIALECTS)
 
@@ -150,7 +151,9 @@ class IRVisitor(ControlFlow, RowMaker):
         for r in self.recorders:
             r.function_started(name)
         try:
-            self.visit_region(fn.regions[0])
+            body = fn.regions[0]
+            if not (name == self.entry and len(body.blocks) == 1 and walk_split(self, body.blocks[0])):
+                self.visit_region(body)
             rows = self._out
         finally:
             self._out, self._func_name, self._args, self._sets = saved_out, saved_func, saved_args, saved_sets
@@ -162,21 +165,28 @@ class IRVisitor(ControlFlow, RowMaker):
 
     # -- dispatch -------------------------------------------------------------------------------------------
     def visit_region(self, region: ir.Region) -> None:
-        dispatch = self._dispatch
         for block in region.blocks:
-            for op in block.operations:
-                op = op.operation
-                method = dispatch.get(op.name)
-                if method is None:
-                    self.visit(op)
-                else:
-                    method(op)
-                if self._after_op:  # rows an op leaves to follow it (case / if: the per-metric maximum)
-                    self._out.extend(self._after_op)
-                    self._after_op.clear()
+            self.visit_ops(block.operations)
+
+    def visit_ops(self, ops) -> None:
+        """Visit ``ops`` (a block's, or a run of them: :mod:`mhlo_cost.walk.split`) in order."""
+        dispatch = self._dispatch
+        for op in ops:
+            op = op.operation
+            method = dispatch.get(op.name)
+            if method is None:
+                self.visit(op)
+            else:
+                method(op)
+            if self._after_op:  # rows an op leaves to follow it (case / if: the per-metric maximum)
+                self._out.extend(self._after_op)
+                self._after_op.clear()
 
     def visit(self, op: ir.Operation) -> None:
-        name = op.name
+        self.method_of(op.name)(op)
+
+    def method_of(self, name: str):
+        """The method that visits ops named ``name`` (found once per name: :meth:`rule_of`, its recorders told)."""
         method = self._dispatch.get(name)
         if method is None:
             method = self.rule_of(name)
@@ -184,7 +194,7 @@ class IRVisitor(ControlFlow, RowMaker):
             if kind is not None:
                 method = told(self, kind, method)
             self._dispatch[name] = method
-        method(op)
+        return method
 
     def rule_of(self, op_name: str, named: bool = True):
         """The method that visits ops named ``op_name``: its rule in :attr:`rules`, counted by :meth:`count`; else

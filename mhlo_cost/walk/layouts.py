@@ -6,8 +6,7 @@ records, per row, what a row does not carry but the eager model needs to follow 
 caller as it is)."""
 from __future__ import annotations
 
-from jaxlib.mlir.dialects import mhlo, stablehlo
-
+from ..ir.bindings import mhlo, stablehlo  # (the native extensions: not the generated op classes, 50-100 ms)
 from .masks import _ints
 from .recorder import RowFactRecorder
 

@@ -67,6 +67,22 @@ class LocationCache:
             hit = self._map[key] = _location_info(loc, self._file_lines)
         return hit
 
+    # -- what a split walk (mhlo_cost.walk.split) reads and adds: its fork's locations, by the same keys ---------
+    def get(self, key: int | None) -> LocationInfo | None:
+        return self._map.get(key)
+
+    def put(self, key: int, info: LocationInfo) -> None:
+        self._map[key] = info
+
+    def keys(self) -> dict[int, int]:
+        """id(location info) -> its key, for every location met so far."""
+        return {id(info): key for key, info in self._map.items()}
+
+    @property
+    def file_lines(self) -> dict:
+        """The memo of source positions the infos of this cache share."""
+        return self._file_lines
+
 
 def location_info(loc: ir.Location) -> LocationInfo:
     return _location_info(loc, {})

@@ -1,0 +1,252 @@
+"""The entry function's ops walked by two processes (issue 41: the second core, where it pays): :func:`walk_split`.
+
+A large program is most often one function of independent ops (``jax.jit`` of an unrolled model: the 400 layers of
+``benchmarks/bench_analyze.py`` are 42,400 ops of one ``@main``). Its walk costs ~24 us an op in Python (jaxlib's
+reads of names, types and locations, the rule's answer, the row), on one core. The MLIR reader's child
+(:mod:`mhlo_cost.cli.child`), single-threaded, forks (POSIX ``fork``: the parsed module is shared, copy on write,
+never parsed twice): the fork walks the ops after a cut, the process itself those before, and the fork's rows
+come back over a pipe, pickled as plain tuples (the rules' :class:`Cost` answers and the cached
+:class:`TensorInfo` objects once each; a location as its name and scope, read again from the module here only
+where something asks for its source position). Measured on the 400-layer benchmark (CPU seconds): 21,200 rows
+sent cost 0.08 to pickle there and 0.07 to make again here, against 0.5 of walking them; the wire of the whole
+analysis (:mod:`mhlo_cost.analysis.wire`, every location resolved) would cost as much as the walk it spares.
+
+Only where it changes nothing: the fork takes only ops a pure rule counts (:meth:`RowMaker.count_named`: one row
+each, from the op alone), in a walk whose recorders want no rows; the function's own argument set, type and location
+caches are copies, and a rule is pure, so each row is the one the sequential walk makes (the tests compare them
+field by field). Anything else in the fork's part (control flow, a call, an unknown op, an error, the fork's death)
+and this process walks that part itself, from the cut, as the sequential walk would have (the fork's work is lost,
+never its answer half used). Warnings come back in program order. Enabled by the reader's child alone
+(:func:`enable`): a user's process may run threads, which ``fork`` does not carry.
+"""
+from __future__ import annotations
+
+import os
+import pickle
+from functools import partial
+from itertools import islice
+from types import SimpleNamespace
+
+#: Fewer ops than this in the entry function: walked by one process (the fork and the rows' trip cost ~5 ms).
+MIN_OPS = 4096
+#: The part of the ops the process itself walks. Measured on the benchmark (CPU): the fork walks ~1.2 x slower an op
+#: (pages copied on write as it touches the shared heap, the ops before the cut iterated to reach it) and pickles its
+#: rows (0.08 s); this process makes them again (0.07 s): with 0.54 the fork ended last (0.58 s against 0.51 s),
+#: with 0.58 the two ends meet.
+SHARE = 0.58
+
+#: The idle CPU, in cores, the machine must have had since :func:`enable` (the parse, most often) for the fork to
+#: pay: the fork's part is 46% of the ops at ~1.2 x the cost (its rows pickled, its pages copied on write: the
+#: fork's 0.63 s CPU against the walk's 0.55 s for that part, on the benchmark), so it ends before this process
+#: would have walked the part itself only on at least 0.46 x 1.2 / 0.46 ~ 0.6 of a core. On a loaded machine the
+#: fork would only add its CPU (and the wall time of what it shares a core with): the walk stays in one process.
+MIN_IDLE_CORES = 0.6
+
+_on: tuple | None = None  # (total, idle) CPU ticks of the machine when enabled; None: not enabled
+
+
+def enable(on: bool = True) -> None:
+    """Let the walks of this process split their entry function (the reader's child, single-threaded), where the
+    machine has an idle core from now on (:data:`MIN_IDLE_CORES`, measured when the walk begins)."""
+    global _on
+    _on = (_cpu_ticks() or (0, 0)) if on else None
+
+
+def _cpu_ticks() -> tuple[int, int] | None:
+    """(all, idle) CPU ticks of the machine since boot, every core together (Linux's /proc/stat); None elsewhere."""
+    try:
+        with open("/proc/stat", "rb") as f:
+            ticks = [int(x) for x in f.readline().split()[1:9]]  # user nice system idle iowait irq softirq steal
+    except (OSError, ValueError):
+        return None
+    return sum(ticks), ticks[3] + ticks[4]
+
+
+def idle_cores(before: tuple[int, int], after: tuple[int, int], cores: int) -> float:
+    """The cores idle on average between two readings of :func:`_cpu_ticks`."""
+    total = after[0] - before[0]
+    return cores * (after[1] - before[1]) / total if total > 0 else 0.0
+
+
+def _idle_enough() -> bool:
+    """Whether an idle core was there since :func:`enable` (where the machine says; elsewhere, from the load
+    average: under one process a core besides this one)."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    if cores < 2:
+        return False
+    now = _cpu_ticks()
+    if now is not None and _on and _on[0]:
+        return idle_cores(_on, now, os.cpu_count() or cores) >= MIN_IDLE_CORES
+    try:
+        return cores - os.getloadavg()[0] >= MIN_IDLE_CORES  # (this walk is one of the load)
+    except (OSError, AttributeError):
+        return False
+
+
+def _forkable() -> bool:
+    """Whether this process may fork for a walk: enabled, POSIX, an idle core (:func:`_idle_enough`), and one thread
+    (none that fork would not carry)."""
+    if _on is None or not hasattr(os, "fork") or not _idle_enough():
+        return False
+    try:
+        return len(os.listdir("/proc/self/task")) == 1
+    except OSError:
+        import threading
+
+        return threading.active_count() == 1
+
+
+def walk_split(walk, block) -> bool:
+    """Walk ``block`` (the entry function's one block) in two processes, its rows to ``walk.out`` in program order;
+    False (nothing done) where it is not worth it or not possible: the caller walks it itself."""
+    ops = block.operations
+    n = len(ops)
+    if n < MIN_OPS or walk._row_hooks or not _forkable():
+        return False
+    cut = int(n * SHARE)
+    try:
+        read_end, write_end = os.pipe()
+        pid = os.fork()
+    except OSError:
+        return False
+    if pid == 0:  # the fork: the ops from the cut to the last (the return stays with the process itself)
+        os.close(read_end)
+        _answer(walk, ops, cut, n - 1, write_end)  # (never returns)
+    os.close(write_end)
+    try:
+        walk.visit_ops(islice(ops, cut))
+    except BaseException:  # (an analysis error here): the fork's work is not wanted
+        _stop(pid, read_end)
+        raise
+    sent = _received(read_end)
+    if sent is None:  # walked here after all, from the cut
+        walk.visit_ops(islice(block.operations, cut, None))
+    else:
+        _merge(walk, sent, block, cut)
+        walk.visit_ops((ops[n - 1],))
+    try:
+        os.waitpid(pid, 0)  # (reaped once its rows are in: its exit overlaps the merge)
+    except ChildProcessError:
+        pass
+    return True
+
+
+def _answer(walk, ops, start: int, stop: int, fd: int) -> None:
+    """In the fork: the rows of ``ops[start:stop]`` pickled to ``fd`` (or nothing, where one is not a pure rule's
+    row), then the fork ends at once (no clean-up of the parent's objects, no buffers flushed)."""
+    try:
+        blob = _walked(walk, islice(ops, start, stop), start)
+    except BaseException:  # noqa: BLE001 (an analysis error, a bug: the process itself walks the part and says it)
+        blob = b""
+    try:
+        view = memoryview(blob)
+        while view:
+            view = view[os.write(fd, view):]
+        os.close(fd)  # the end of the answer now, not after the kernel has freed this process's pages
+    finally:
+        os._exit(0)
+
+
+def _walked(walk, ops, start: int) -> bytes:
+    """The rows of ``ops`` (the first at position ``start``), pickled (see :func:`_merge`); b"" where an op is not
+    counted by a pure rule."""
+    method_of, out, warned = walk.method_of, walk.out, len(walk.warnings)
+    first = len(out)
+    count = type(walk).count_named
+    for op in ops:
+        op = op.operation
+        method = method_of(op.name)
+        if type(method) is not partial or method.func.__func__ is not count:
+            return b""
+        method(op)
+    places: dict[int, int] = {}  # id(location info) -> its number
+    keys = walk._locations.keys()
+    locs, rows = [], []
+    for i, r in enumerate(out[first:]):
+        info = r.loc
+        at = places.get(id(info))
+        if at is None:
+            at = places[id(info)] = len(locs)
+            locs.append((keys.get(id(info)), info.name, info.scope, info._site, start + i))
+        rows.append((r.op, r.kind, at) + _FIELDS(r))
+    return pickle.dumps((locs, rows, walk.warnings[warned:]), protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def _received(fd: int):
+    """What the fork sent (locations, rows, warnings), or None where it sent nothing whole."""
+    chunks = []
+    with os.fdopen(fd, "rb") as f:
+        while True:
+            chunk = f.read(1 << 20)
+            if not chunk:
+                break
+            chunks.append(chunk)
+    try:
+        return pickle.loads(b"".join(chunks)) if chunks else None
+    except Exception:  # noqa: BLE001 (cut short: the fork died while writing)
+        return None
+
+
+def _stop(pid: int, fd: int) -> None:
+    """End the fork (killed, reaped) and close the pipe from it."""
+    import signal
+
+    try:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+    except OSError:
+        pass
+    os.close(fd)
+
+
+def _merge(walk, sent, block, cut: int) -> None:
+    """The fork's rows appended to ``walk.out``, each with this process's location info of its op: the one the
+    walk's location cache holds for it, or one read from the module on first use (its site, file and stack)."""
+    from .row import LocationInfo, Row
+
+    locs, rows, warnings = sent
+    known = walk._locations
+    lazy = _LazyLocations(block, cut)
+    infos = []
+    for key, name, scope, site, at in locs:
+        info = known.get(key)
+        if info is None:
+            info = LocationInfo(name, scope, at, known.file_lines, lazy.read, site)
+            if key is not None:
+                known.put(key, info)
+        infos.append(info)
+    out = walk.out
+    out.extend(Row(op, kind, infos[at], *rest) for op, kind, at, *rest in rows)
+    walk.warnings.extend(warnings)
+
+
+class _LazyLocations:
+    """The MLIR locations of the ops from ``cut`` on, read from the module once something asks for one (a row's
+    source position: :class:`~mhlo_cost.walk.row.LocationInfo` reads it through :attr:`read`)."""
+
+    def __init__(self, block, cut: int):
+        self._block, self._cut = block, cut
+        self._locations: list | None = None
+        from .locations import READ
+
+        self.read = SimpleNamespace(site=lambda at: READ.site(self._at(at)),
+                                    file_line=lambda at, memo: READ.file_line(self._at(at), memo),
+                                    stack=lambda at, memo: READ.stack(self._at(at), memo))
+
+    def _at(self, position: int):
+        if self._locations is None:
+            self._locations = [op.operation.location for op in islice(self._block.operations, self._cut, None)]
+        return self._locations[position - self._cut]
+
+
+def _fields_after_loc():
+    """A row's fields after ``op``, ``kind`` and ``loc`` (its first three), in order, as one tuple."""
+    from dataclasses import fields
+    from operator import attrgetter
+
+    from .row import Row
+
+    return attrgetter(*[f.name for f in fields(Row)][3:])
+
+
+_FIELDS = _fields_after_loc()
