@@ -51,9 +51,12 @@ class Aside:
             p.terminate()
 
 
-def start(base, todo: list, hw, tps, root, launch: str, split) -> Aside | None:
+def start(part, base, todo: list, hw, tps, root, launch: str, split) -> Aside | None:
     """The batch-1 points of ``todo`` ((batch, context) pairs) of a compiled, fitted sweep of ``base`` started in a
-    second process (cache root ``root``), or None where ``todo`` has no batch-1 point or nothing else."""
+    second process (cache root ``root``), or None where ``todo`` has no batch-1 point or nothing else. ``part`` (a
+    module-level function, :func:`.grid.batch_one_part`) sweeps them there: ``part(base, contexts, hw, tps, root,
+    launch, split)`` -> (figures, notes said); ``hw`` pickles itself
+    (:meth:`~mhlo_cost.machines.profile.Hardware.__reduce__`)."""
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
@@ -61,16 +64,5 @@ def start(base, todo: list, hw, tps, root, launch: str, split) -> Aside | None:
     if not contexts or len(contexts) == len(todo):
         return None
     pool = ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"))
-    future = pool.submit(_part, base, contexts, hw, list(tps), root, launch, split)
+    future = pool.submit(part, base, contexts, hw, list(tps), root, launch, split)
     return Aside(pool, future, contexts)
-
-
-def _part(base, contexts: list, hw, tps: list, root, launch: str, split) -> tuple[list, list]:
-    """(the figures of ``base`` at batch 1 and each of ``contexts`` x ``tps``, the notes said): the second
-    process's part (``hw`` pickles itself: :meth:`~mhlo_cost.machines.profile.Hardware.__reduce__`)."""
-    from .grid import StepCache, sweep
-
-    notes: list = []
-    figs = sweep(base, [1], contexts, hw, tps, cache=StepCache(root, notes.append), launch=launch,
-                 note=notes.append, split=split)
-    return figs, notes

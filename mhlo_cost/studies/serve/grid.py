@@ -137,7 +137,7 @@ def sweep(base: StepRequest, batches, contexts, hw, tps=(1,), cache: StepCache |
     if fit and jobs > 1:
         from .aside import start
 
-        aside = start(base, todo, given, tps, cache.root, launch, split)
+        aside = start(batch_one_part, base, todo, given, tps, cache.root, launch, split)
         todo = [p for p in todo if aside is None or p[0] != 1]
         if aside is not None:
             stage(f"batch 1 at context{'s' if len(aside.contexts) > 1 else ''} "
@@ -152,6 +152,15 @@ def sweep(base: StepRequest, batches, contexts, hw, tps=(1,), cache: StepCache |
         left = aside.gather(found, tps, said.again)
         _sweep_here(base, left, found, hw, tps, cache, stage, launch, said, fit, execution, split, how)
     return [found[b, c, tp] for b in batches for c in contexts for tp in tps]
+
+
+def batch_one_part(base, contexts: list, hw, tps: list, root, launch: str, split) -> tuple[list, list]:
+    """(the figures of ``base`` at batch 1 and each of ``contexts`` x ``tps``, the notes said): the part a second
+    process sweeps (:func:`.aside.start`), into the cache at ``root``."""
+    notes: list = []
+    figs = sweep(base, [1], contexts, hw, tps, cache=StepCache(root, notes.append), launch=launch,
+                 note=notes.append, split=split)
+    return figs, notes
 
 
 class _Said:
