@@ -87,10 +87,13 @@ def same_rows(one, two) -> None:
             assert getattr(a.loc, n) == getattr(b.loc, n), (a.index, n)
 
 
-def test_split_walk_rows_are_the_sequential_walks(forking):
+def test_split_walk_rows_are_the_sequential_walks(forking, monkeypatch):
     layers = 300
+    merged = []
+    real = split._merge
+    monkeypatch.setattr(split, "_merge", lambda *a: merged.append(1) or real(*a))
     one, two = both(program(layers), forking)
-    assert len(forking) == 1
+    assert len(forking) == 1 and merged == [1]  # (the fork's rows merged, not walked here again)
     same_rows(one, two)
     assert one.warnings == two.warnings and one.summary == two.summary
     # Closed forms: per layer a [8,16]x[16,16] product (2*8*16*16 FLOPs), an add, a multiply and an exponential
@@ -105,11 +108,13 @@ def test_split_walk_rows_are_the_sequential_walks(forking):
     assert two.rows[-1].scope == f"layers.{layers - 1}"
 
 
-def test_a_call_in_the_forks_part_is_walked_here(forking):
+def test_a_call_in_the_forks_part_is_walked_here(forking, monkeypatch):
     """An op no pure rule counts (a call) in the fork's part: this process walks the part itself, as one walk."""
     layers = 300
+    merged = []
+    monkeypatch.setattr(split, "_merge", lambda *a: merged.append(1))
     one, two = both(program(layers, call_at=layers - 5), forking)
-    assert len(forking) == 1
+    assert len(forking) == 1 and merged == []
     same_rows(one, two)
     assert two.summary == one.summary
     assert two.summary["vector_flops"] == (layers - 1) * 3 * 128 + 128  # the call's multiply
@@ -117,7 +122,11 @@ def test_a_call_in_the_forks_part_is_walked_here(forking):
 
 def test_small_or_unforkable_walks_stay_in_one_process(monkeypatch):
     forks = []
-    monkeypatch.setattr(split.os, "fork", lambda: forks.append(1) or 0)
+    def fork():  # (a fork let through here would be a bug: never return 0 in pytest's own process)
+        forks.append(1)
+        raise AssertionError("forked")
+
+    monkeypatch.setattr(split.os, "fork", fork)
     monkeypatch.setattr(split, "_idle_enough", lambda: True)  # (a quiet machine: only the size and threads refuse)
     split.enable()
     try:
@@ -130,16 +139,23 @@ def test_small_or_unforkable_walks_stay_in_one_process(monkeypatch):
     assert forks == []
 
 
-def test_an_error_before_the_cut_ends_the_fork(forking):
-    """IR the walk cannot count in this process's part: the same error as one walk's, and the fork is reaped."""
-    text = program(300).replace("%d3 = stablehlo.dot_general %m2, %w", "%d3 = stablehlo.dot_general %m2, %u", 1)
+def _dynamic_at(layer: int) -> str:
+    """The 300-layer program with layer ``layer``'s product made dynamic (a shape the walk refuses)."""
+    i, j = layer, layer - 1
+    text = program(300).replace(f"%d{i} = stablehlo.dot_general %m{j}, %w",
+                                f"%d{i} = stablehlo.dot_general %m{j}, %u", 1)
     text = text.replace("%w: tensor<16x16xf32>)", "%w: tensor<16x16xf32>, %u: tensor<16x?xf32>)", 1)
     text = text.replace("contracting_dims = [1] x [0] : (tensor<8x16xf32>, tensor<16x16xf32>) -> tensor<8x16xf32>"
-                        ' loc("jit(f)/layers.3/', "contracting_dims = [1] x [0] : (tensor<8x16xf32>, tensor<16x?xf32>)"
-                        ' -> tensor<8x?xf32> loc("jit(f)/layers.3/', 1)
-    text = text.replace("%a3 = stablehlo.add %d3, %m2 : tensor<8x16xf32>",
-                        "%a3 = stablehlo.add %m2, %m2 : tensor<8x16xf32>", 1)
-    loaded = load(text)
+                        f' loc("jit(f)/layers.{i}/', "contracting_dims = [1] x [0] : (tensor<8x16xf32>, "
+                        f'tensor<16x?xf32>) -> tensor<8x?xf32> loc("jit(f)/layers.{i}/', 1)
+    return text.replace(f"%a{i} = stablehlo.add %d{i}, %m{j} : tensor<8x16xf32>",
+                        f"%a{i} = stablehlo.add %m{j}, %m{j} : tensor<8x16xf32>", 1)
+
+
+@pytest.mark.parametrize("layer", [3, 290])  # before the cut (this process's part) and after it (the fork's)
+def test_an_error_ends_the_fork(forking, layer):
+    """IR the walk cannot count, in either part: the same error as one walk's, and the fork is reaped."""
+    loaded = load(_dynamic_at(layer))
     with pytest.raises(AnalysisError) as one:
         analyze(loaded)
     split.enable()

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import time
 from functools import partial
 from itertools import islice
 from types import SimpleNamespace
@@ -36,9 +37,10 @@ MIN_OPS = 4096
 SHARE = 0.58
 
 #: The idle CPU, in cores, the machine must have had since :func:`enable` (the parse, most often) for the fork to
-#: pay: the fork's part is 46% of the ops at ~1.2 x the cost (its rows pickled, its pages copied on write: the
-#: fork's 0.63 s CPU against the walk's 0.55 s for that part, on the benchmark), so it ends before this process
-#: would have walked the part itself only on at least 0.46 x 1.2 / 0.46 ~ 0.6 of a core. On a loaded machine the
+#: pay: the fork's part is 42% of the ops at ~1.2 x the cost (its rows pickled, its pages copied on write: the
+#: fork's 0.63 s CPU against the walk's 0.55 s for its part at the first cut, 46%, on the benchmark), about 0.5 of
+#: the one-process walk's time; it pays where it ends before this process would have walked everything itself
+#: (1.0, less ~0.1 for the merge): on at least 0.5 / 0.9 ~ 0.6 of a core. On a loaded machine the
 #: fork would only add its CPU (and the wall time of what it shares a core with): the walk stays in one process.
 MIN_IDLE_CORES = 0.6
 
@@ -111,24 +113,56 @@ def walk_split(walk, block) -> bool:
         return False
     if pid == 0:  # the fork: the ops from the cut to the last (the return stays with the process itself)
         os.close(read_end)
+        _detach()
         _answer(walk, ops, cut, n - 1, write_end)  # (never returns)
     os.close(write_end)
+    began = time.perf_counter()
     try:
         walk.visit_ops(islice(ops, cut))
     except BaseException:  # (an analysis error here): the fork's work is not wanted
         _stop(pid, read_end)
         raise
-    sent = _received(read_end)
-    if sent is None:  # walked here after all, from the cut
-        walk.visit_ops(islice(block.operations, cut, None))
-    else:
+    sent = _received(read_end, _deadline(time.perf_counter() - began))
+    if sent is None:
+        _stop(pid, None)  # (silent, dead or late: ended and reaped before this process walks its part)
+        walk.visit_ops(islice(block.operations, cut, None))  # walked here after all, from the cut
+        return True
+    try:
         _merge(walk, sent, block, cut)
         walk.visit_ops((ops[n - 1],))
+    finally:
+        _reap(pid)  # (its rows are in: its exit overlapped the merge)
+    return True
+
+
+def _deadline(own_s: float) -> float:
+    """Seconds this process waits for the fork's rows beyond its own part, which took ``own_s``: the fork's part is
+    smaller (:data:`SHARE`); ten times that and a minute more is a fork that will not answer (it cannot deadlock:
+    one thread, :func:`_forkable`; this bounds what nothing should cause)."""
+    return 60.0 + 10.0 * own_s
+
+
+def _reap(pid: int) -> None:
     try:
-        os.waitpid(pid, 0)  # (reaped once its rows are in: its exit overlaps the merge)
+        os.waitpid(pid, 0)
     except ChildProcessError:
         pass
-    return True
+
+
+def _detach() -> None:
+    """In the fork: let go of the reader's stdin and stdout (its caller sees their end when the child ends, not the
+    fork), and die with the child (Linux's ``PR_SET_PDEATHSIG``: a child killed by its guard takes the fork along)."""
+    null = os.open(os.devnull, os.O_RDWR)
+    os.dup2(null, 0)
+    os.dup2(null, 1)
+    os.close(null)
+    try:
+        import ctypes
+        import signal
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG = 1
+    except (OSError, AttributeError):
+        pass  # (not Linux: the fork ends when its part is walked)
 
 
 def _answer(walk, ops, start: int, stop: int, fd: int) -> None:
@@ -172,11 +206,16 @@ def _walked(walk, ops, start: int) -> bytes:
     return pickle.dumps((locs, rows, walk.warnings[warned:]), protocol=pickle.HIGHEST_PROTOCOL)
 
 
-def _received(fd: int):
-    """What the fork sent (locations, rows, warnings), or None where it sent nothing whole."""
+def _received(fd: int, wait_s: float):
+    """What the fork sent (locations, rows, warnings), or None where it sent nothing whole within ``wait_s``
+    seconds of silence."""
+    import select
+
     chunks = []
-    with os.fdopen(fd, "rb") as f:
+    with os.fdopen(fd, "rb", buffering=0) as f:
         while True:
+            if not select.select([f], [], [], wait_s)[0]:
+                return None  # (a fork that does not answer)
             chunk = f.read(1 << 20)
             if not chunk:
                 break
@@ -187,8 +226,8 @@ def _received(fd: int):
         return None
 
 
-def _stop(pid: int, fd: int) -> None:
-    """End the fork (killed, reaped) and close the pipe from it."""
+def _stop(pid: int, fd: int | None) -> None:
+    """End the fork (killed, reaped) and close the pipe from it (``fd``; None: closed already)."""
     import signal
 
     try:
@@ -196,7 +235,8 @@ def _stop(pid: int, fd: int) -> None:
         os.waitpid(pid, 0)
     except OSError:
         pass
-    os.close(fd)
+    if fd is not None:
+        os.close(fd)
 
 
 def _merge(walk, sent, block, cut: int) -> None:
