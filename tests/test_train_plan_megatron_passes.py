@@ -54,38 +54,56 @@ def test_the_heads_own_loss_is_replaced_by_megatrons_kernels():
     assert eager.total - fused.total == pytest.approx(ce_f - 1e-4 + ce_b - 2e-4, rel=1e-9)
 
 
-def test_each_received_pipeline_tensor_is_all_gathered_over_the_tensor_group_without_sp():
+def test_each_received_pipeline_tensor_is_all_gathered_over_the_tensor_group_with_scatter_gather():
     """t 2, p 2, 4 micro-batches of b 2, s 32, h 64: each micro-batch a device receives one activation and one
-    gradient; each sends 1/t of b s h bf16 = 4096 bytes and is rebuilt by an all_gather of the whole 8192 bytes
-    over the 2 tensor ranks. p2p = (m + p - 1) x 2 x (send + gather). With sequence parallelism: no gather."""
-    cfg = ScaleConfig(**TINY, t=2, p=2, micro_batch=2, global_batch=8)
+    gradient. Scatter/gather on (Megatron-LM 2021): each sends 1/t of b s h bf16 = 4096 bytes and is rebuilt by an
+    all_gather of the whole 8192 bytes over the 2 tensor ranks; p2p = (m + p - 1) x 2 x (send + gather). Off (the
+    default, Megatron-Core's p2p_communication): the whole 8192 bytes sent, nothing gathered. With sequence
+    parallelism: the s/t shard of 4096 bytes sent, no gather, whichever the flag."""
+    fake = _fake(1e-3, 2e-3, 1000)
+    cfg = ScaleConfig(**TINY, t=2, p=2, micro_batch=2, global_batch=8, scatter_gather=True)
     assert gather_bytes(cfg) == 2 * 32 * 64 * 2 == 8192
     send = estimate(A100.topology, "collective_permute", 4096, ((0, 2),)).time_s
+    whole = estimate(A100.topology, "collective_permute", 8192, ((0, 2),)).time_s
     gather = estimate(A100.topology, "all_gather", 8192, ((0, 1),)).time_s
-    assert send > 0 and gather > 0
-    it = compose(cfg, _fake(1e-3, 2e-3, 1000), A100)
+    assert send > 0 and gather > 0 and whole > send
+    it = compose(cfg, fake, A100)
     assert it.p2p == pytest.approx((4 + 1) * 2 * (send + gather), rel=1e-9)
-    sp = ScaleConfig(**TINY, t=2, p=2, sp=True, micro_batch=2, global_batch=8)
-    assert gather_bytes(sp) == 0
-    assert compose(sp, _fake(1e-3, 2e-3, 1000), A100).p2p == pytest.approx((4 + 1) * 2 * send, rel=1e-9)
-    assert gather_bytes(ScaleConfig(**TINY, t=2, micro_batch=2, global_batch=2)) == 0  # one stage: no p2p
+    assert it.counts["p2p_bytes"] == 4096
+    off = ScaleConfig(**TINY, t=2, p=2, micro_batch=2, global_batch=8)
+    assert gather_bytes(off) == 0
+    it_off = compose(off, fake, A100)
+    assert it_off.p2p == pytest.approx((4 + 1) * 2 * whole, rel=1e-9)
+    assert it_off.counts["p2p_bytes"] == 8192
+    for flag in (False, True):
+        sp = ScaleConfig(**TINY, t=2, p=2, sp=True, micro_batch=2, global_batch=8, scatter_gather=flag)
+        assert gather_bytes(sp) == 0
+        assert compose(sp, fake, A100).p2p == pytest.approx((4 + 1) * 2 * send, rel=1e-9)
+    one_stage = ScaleConfig(**TINY, t=2, micro_batch=2, global_batch=2, scatter_gather=True)
+    assert gather_bytes(one_stage) == 0  # one stage: no p2p
 
 
-def test_fp16s_loss_scaling_adds_16_bytes_a_weight_to_the_optimizer_step():
-    """One stage of 4 layers of 1000 weights and the tied embedding (V 128 x h 64 = 8192): fp16's copy of the
-    gradients to fp32 (2 + 4), unscale (4 + 4), Adam's wider gradient read (+2) = 16 bytes a weight in 3 kernels;
-    sharded (ZeRO 1 over 4 ranks) a quarter of the weights."""
+def test_fp16s_loss_scaling_adds_16_bytes_a_weight_with_fp16_main_gradients_and_10_with_fp32():
+    """One stage of 4 GPT layers (12 parameter tensors each: two LayerNorms, four linears, a weight and a bias each)
+    of 1000 weights and the tied embedding (V 128 x h 64 = 8192, one tensor). fp16 main gradients: the copy to fp32
+    (2 + 4, one ``.float()`` per tensor: 49), unscale (4 + 4, one foreach call), Adam's wider gradient read (+2, one)
+    = 16 bytes a weight in 51 kernels; fp32 main gradients (the default): ``.float()`` is the tensor itself, 10 bytes
+    in 2 kernels. Sharded (ZeRO 1 over 4 ranks): a quarter of the weights, the same tensors."""
     base = dict(TINY, micro_batch=1, global_batch=1, tied_embedding=True)
     layer = _fake(1e-3, 2e-3, 1000, opt=1e-4)
-    plain = compose(ScaleConfig(**base), layer, A100)
-    scaled = compose(ScaleConfig(**base, loss_scale=True), layer, A100)
     elems = 4 * 1000 + 128 * 64
-    assert scaled.optimizer - plain.optimizer == pytest.approx(A100.memory_time(16 * elems, kernels=3), rel=1e-9)
-    assert scaled.total - plain.total == pytest.approx(scaled.optimizer - plain.optimizer, rel=1e-9)
-    z = dict(base, d=4, global_batch=4, zero=1)
-    diff = compose(ScaleConfig(**z, loss_scale=True), layer, A100).optimizer - compose(ScaleConfig(**z), layer,
-                                                                                       A100).optimizer
-    assert diff == pytest.approx(A100.memory_time(16 * (elems // 4), kernels=3), rel=1e-9)
+    for fp32, per, kernels in ((False, 16, 4 * 12 + 1 + 2), (True, 10, 2)):
+        cfg = dict(base, grad_reduce_fp32=fp32)
+        plain = compose(ScaleConfig(**cfg), layer, A100)
+        scaled = compose(ScaleConfig(**cfg, loss_scale=True), layer, A100)
+        want = A100.memory_time(per * elems, kernels=kernels)
+        assert scaled.optimizer - plain.optimizer == pytest.approx(want, rel=1e-9), fp32
+        assert scaled.total - plain.total == pytest.approx(scaled.optimizer - plain.optimizer, rel=1e-9)
+        z = dict(cfg, d=4, global_batch=4, zero=1)
+        diff = compose(ScaleConfig(**z, loss_scale=True), layer, A100).optimizer - compose(ScaleConfig(**z), layer,
+                                                                                           A100).optimizer
+        assert diff == pytest.approx(A100.memory_time(per * (elems // 4), kernels=kernels), rel=1e-9)
+    assert A100.memory_time(16 * elems, kernels=51) != A100.memory_time(10 * elems, kernels=2)
 
 
 def test_an_unknown_cross_entropy_is_refused():
@@ -96,24 +114,42 @@ def test_an_unknown_cross_entropy_is_refused():
 def test_the_main_grad_hook_adds_each_micro_batchs_gradients_once_per_micro_batch():
     """Local DDP before gradient-accumulation fusion, fp16 main gradients (grad_bytes 2): each of 3 micro-batches
     reads and writes main_grad (2 + 2) and reads the new gradient (2): 6 bytes a weight, over the stage's 4 layers
-    of 1000 and the tied embedding's 128 x 64, in 4 kernels a layer and 1 for the embedding; fp32 main gradients:
-    10 bytes. The iteration grows by the three passes (one stage: they are on the critical path)."""
+    of 1000 and the tied embedding's 128 x 64, the hook once per parameter tensor: 12 a GPT layer (two LayerNorms,
+    four linears, a weight and a bias each) and 1 for the embedding; fp32 main gradients: 10 bytes. A SwiGLU layer
+    (RMSNorms, bias-free fused linears) has 6 tensors. The iteration grows by the three passes (one stage: they are
+    on the critical path)."""
     base = dict(TINY, micro_batch=1, global_batch=3, tied_embedding=True, grad_reduce_fp32=False)
     layer = _fake(1e-3, 2e-3, 1000)
     plain = compose(ScaleConfig(**base), layer, A100)
     hook = compose(ScaleConfig(**base, main_grad_add=True), layer, A100)
     elems = 4 * 1000 + 128 * 64
-    one = A100.memory_time(6 * elems, kernels=4 * 4 + 1)
+    one = A100.memory_time(6 * elems, kernels=4 * 12 + 1)
     assert hook.compute["backward"] - plain.compute["backward"] == pytest.approx(3 * one, rel=1e-9)
     assert hook.total - plain.total == pytest.approx(3 * one, rel=1e-9)
     fp32 = dict(base, grad_reduce_fp32=True)
     diff = (compose(ScaleConfig(**fp32, main_grad_add=True), layer, A100).total
             - compose(ScaleConfig(**fp32), layer, A100).total)
-    assert diff == pytest.approx(3 * A100.memory_time(10 * elems, kernels=17), rel=1e-9)
+    assert diff == pytest.approx(3 * A100.memory_time(10 * elems, kernels=49), rel=1e-9)
+    swi = dict(base, mlp_kind="swiglu")
+    diff = (compose(ScaleConfig(**swi, main_grad_add=True), layer, A100).total
+            - compose(ScaleConfig(**swi), layer, A100).total)
+    assert diff == pytest.approx(3 * A100.memory_time(6 * elems, kernels=4 * 6 + 1), rel=1e-9)
 
 
 def test_megatrons_own_passes_are_refused_with_experts_until_the_moe_plan_prices_them():
     moe = dict(TINY, experts=4, top_k=2, expert_ffn=64, shared_experts=1)
     assert ScaleConfig(**moe).invalid() is None
-    for extra in (dict(cross_entropy="megatron"), dict(loss_scale=True), dict(main_grad_add=True)):
+    for extra in (dict(cross_entropy="megatron"), dict(loss_scale=True), dict(main_grad_add=True),
+                  dict(scatter_gather=True)):
         assert "not planned with experts" in ScaleConfig(**moe, **extra).invalid(), extra
+
+
+def test_the_main_grad_hook_is_refused_beside_a_separate_accumulation_pass_and_with_fsdp():
+    """The hook is the accumulation: with DeepSpeed's separate pass it would be counted twice; FSDP (zero 3) keeps
+    no whole main_grad per rank. Alone, and with ZeRO 1, it runs."""
+    base = dict(TINY, d=2, micro_batch=1, global_batch=2, main_grad_add=True)
+    assert ScaleConfig(**base).invalid() is None
+    assert ScaleConfig(**base, zero=1).invalid() is None
+    assert "both accumulate" in ScaleConfig(**base, grad_accum_pass=True).invalid()
+    assert "zero 3" in ScaleConfig(**base, zero=3).invalid()
+    assert ScaleConfig(**dict(base, main_grad_add=False), zero=3).invalid() is None

@@ -140,6 +140,7 @@ def _sharding(args) -> dict:
                 tp_comm_overlap=args.tp_comm_overlap, tp_overlap_rs=args.tp_comm_overlap_rs,
                 pipeline_split=args.pipeline_split, cross_entropy=args.cross_entropy, loss_scale=args.loss_scale,
                 main_grad_add=args.no_gradient_accumulation_fusion,
+                scatter_gather=args.scatter_gather_tensors_in_pipeline,
                 **_ddp(args), **_experts(args))
 
 
@@ -305,13 +306,17 @@ def _register_pipeline_and_kernels(p) -> None:
                         "next forward, bucket by bucket")
     p.add_argument("--cross-entropy", choices=("fused", "megatron"), default="fused",
                    help="the loss: fused, the head program's own (default), or megatron, Megatron-LM's "
-                        "vocabulary-parallel cross-entropy of 2020-2023 (separate kernels over the fp32 logits)")
+                        "vocabulary-parallel cross-entropy of 2021 (separate kernels over the fp32 logits)")
     p.add_argument("--loss-scale", action="store_true",
                    help="fp16's dynamic loss scaling: Megatron's fp16 optimizer copies the gradients to fp32 and "
                         "unscales them before the step")
     p.add_argument("--no-gradient-accumulation-fusion", action="store_true",
                    help="Megatron-LM's local DDP without fused wgrad accumulation: each micro-batch's gradients added "
                         "into main_grad by a hook (Megatron-LM before late 2021)")
+    p.add_argument("--scatter-gather-tensors-in-pipeline", action="store_true",
+                   help="without --sp: a pipeline send carries 1/t of the tensor and the receiver all-gathers it over "
+                        "the tensor group (Megatron-LM 2021-2022's default, DeepSpeed's pipeline engine; "
+                        "Megatron-Core sends it whole)")
     p.add_argument("--tp-comm-overlap", action="store_true",
                    help="Transformer Engine's userbuffers: each tensor-parallel collective overlapped with the GEMM "
                         "it feeds, in chunks (NeMo's and Megatron-Core's tp_comm_overlap; needs --sp)")

@@ -56,7 +56,7 @@ from .costs import LayerCost
 from .sharding import (cp_collectives, cp_exposure, dp_collectives, dp_exposure, embedding_collective, embedding_elems,
                        optimizer_extra_elems, seconds)
 from .dp_overlap import dp_overlap_exposed
-from .megatron_passes import gather_seconds, head_seconds, loss_scale_seconds, main_grad_add_seconds
+from .megatron_passes import gather_seconds, head_seconds, loss_scale_seconds, main_grad_add_seconds, send_bytes
 from .fsdp_copies import fsdp_copy_seconds
 from .ring_passes import ring_pass_seconds
 from .sm_share import chip_sms, nccl_sms, taxed
@@ -204,7 +204,8 @@ def _stages(cfg: ScaleConfig, cost: LayerCost, topo, one: dict, head: LayerCost 
                     "f_s": n * (one["f"] + dp.forward) + (hf if last else 0.0),
                     "b_s": n * (one["b"] + dp.backward) + (hb if last else 0.0) + accum, "grad_accum": accum,
                     "optimizer": optimizer_seconds(cfg, cost, s, n) + loss_scale_seconds(
-                        cfg, hw, (cost.weight_elems * n + embedding_elems(cfg, s)) // cfg.shard_degree)})
+                        cfg, hw, (cost.weight_elems * n + embedding_elems(cfg, s)) // cfg.shard_degree, n,
+                        embedding_elems(cfg, s))})
     return out
 
 
@@ -223,9 +224,9 @@ def compose(cfg: ScaleConfig, cost: LayerCost, hw, head: LayerCost | None = None
     # behind another stage's work: the larger of its and the slowest stage's sets the end of the iteration
     dp_stage = 0 if stages[0]["dp"].iteration > dp.iteration else slow_stage  # whose reduction ends it
     dp_iter = stages[dp_stage]["dp"].iteration
-    # point-to-point: v boundaries forward and v backward per micro-batch (none with one stage); Megatron's
-    # scatter/gather optimisation sends 1/t of the activation per tensor rank (all-gathered on NVLink after)
-    p2p_bytes = activation_bytes(cfg) // cfg.t
+    # point-to-point: v boundaries forward and v backward per micro-batch (none with one stage); 1/t of the
+    # activation with sequence parallelism or Megatron-LM's scatter/gather (all-gathered after), else all of it
+    p2p_bytes = send_bytes(cfg, activation_bytes(cfg))
     hop = cfg.t * cfg.cp * cfg.d  # the next stage's device with the same tensor, context and data rank
     p2p_one = _time(topo, "collective_permute", p2p_bytes, ((0, hop),)) if p > 1 else 0.0
     p2p_one += gather_seconds(cfg, topo)  # the receiver's all_gather of the whole tensor (.megatron_passes)

@@ -114,6 +114,7 @@ class ScaleConfig:
     cross_entropy: str = "fused"  # fused: the head's loss as lowered; megatron: Megatron-LM's eager kernels (.megatron_passes)
     loss_scale: bool = False  # fp16's dynamic loss scaling: Megatron's Float16Optimizer's grad copy and unscale passes
     main_grad_add: bool = False  # Megatron-LM's local DDP hook adding each micro-batch's gradients to main_grad
+    scatter_gather: bool = False  # Megatron-LM's (2021-2022) / DeepSpeed's pipeline send of 1/t, all-gathered after
 
     @property
     def mlp(self) -> int:

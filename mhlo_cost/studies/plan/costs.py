@@ -193,6 +193,24 @@ def analyse_layer(cfg: ScaleConfig, hw, key: str = "", chip: str = "", part: str
     study = Study(text, training="always", hardware=hw,
                   execution=cfg.execution, attention=cfg.attention, dataflow=True)
     a, rf = study.analysis, study.roofline
+    gemm, vec, times, core, loss, dgrad, wgrad = _row_sums(a, rf)
+    saved = _saved_bytes(a, a.phases, cfg, hw, part == "layer" and own is None)
+    weights = [x for x in a.arguments if x.donated and x.name.startswith("params")]
+    master = [x for x in a.arguments if x.donated and x.name.startswith("master")]
+    moments = [x for x in a.arguments if x.donated and x.name.startswith("opt_state")]
+    inputs = [x for x in a.arguments if not x.donated and x.name.startswith("x")]
+    return LayerCost(
+        key=key, chip=chip or hw.name, gemm_flops=gemm, vector_flops=vec, time_s=times,
+        dgrad_flops=dgrad, wgrad_flops=wgrad, saved_bytes=saved,
+        input_bytes=sum(x.type.nbytes for x in inputs), weight_elems=sum(x.type.nelems for x in weights),
+        weight_bytes=sum(x.type.nbytes for x in weights), master_bytes=sum(x.type.nbytes for x in master),
+        moment_bytes=sum(x.type.nbytes for x in moments), ops=len(a.rows), core_s=core, loss_s=loss,
+        linear_s=linear_seconds(a, rf.times, hw, cfg.t))
+
+
+def _row_sums(a, rf) -> tuple:
+    """The program's rows summed by phase: GEMM and vector FLOPs, seconds (the tensor- and context-parallel
+    collectives left out), the seconds of scopes ``core`` and ``loss``, and the backward's dgrad and wgrad FLOPs."""
     ph = a.phases
     gemm = {p: 0 for p in PHASES}
     vec = {p: 0 for p in PHASES}
@@ -213,18 +231,7 @@ def analyse_layer(cfg: ScaleConfig, hw, key: str = "", chip: str = "", part: str
             dgrad += r.gemm_flops
         elif p == "backward" and ph.grad[i] == "wgrad":
             wgrad += r.gemm_flops
-    saved = _saved_bytes(a, ph, cfg, hw, part == "layer" and own is None)
-    weights = [x for x in a.arguments if x.donated and x.name.startswith("params")]
-    master = [x for x in a.arguments if x.donated and x.name.startswith("master")]
-    moments = [x for x in a.arguments if x.donated and x.name.startswith("opt_state")]
-    inputs = [x for x in a.arguments if not x.donated and x.name.startswith("x")]
-    return LayerCost(
-        key=key, chip=chip or hw.name, gemm_flops=gemm, vector_flops=vec, time_s=times,
-        dgrad_flops=dgrad, wgrad_flops=wgrad, saved_bytes=saved,
-        input_bytes=sum(x.type.nbytes for x in inputs), weight_elems=sum(x.type.nelems for x in weights),
-        weight_bytes=sum(x.type.nbytes for x in weights), master_bytes=sum(x.type.nbytes for x in master),
-        moment_bytes=sum(x.type.nbytes for x in moments), ops=len(a.rows), core_s=core, loss_s=loss,
-        linear_s=linear_seconds(a, rf.times, hw, cfg.t))
+    return gemm, vec, times, core, loss, dgrad, wgrad
 
 
 def _saved_bytes(a, phases, cfg: ScaleConfig, hw, dense_layer: bool) -> int:

@@ -1,31 +1,40 @@
 """What Megatron-LM runs beside the layers that the lowered programs fuse away or leave out, each from the
 framework's code, as closed forms (bytes: exact ints; seconds on the chip's memory model or the system's network).
 
-* **The vocabulary-parallel cross-entropy** (``cross_entropy="megatron"``). Megatron-LM (2020-2023) computes the
-  loss of the ``E = b x s x V/t`` logits of a device with separate PyTorch kernels, each a pass over all of them:
+* **The vocabulary-parallel cross-entropy** (``cross_entropy="megatron"``). Megatron-LM (its code as read at the
+  sc21 scripts' commit de7dc40, which Narayanan et al. 2021 ran; other versions not checked here) computes the loss
+  of the ``E = b x s x V/t`` logits of a device with separate PyTorch kernels, each a pass over all of them:
   ``megatron/model/gpt_model.py`` (``post_language_model_processing``) casts the logits to fp32
   (``output.float()``, unless ``--fp16-lm-cross-entropy``), and ``megatron/mpu/cross_entropy.py``
-  (``_VocabParallelCrossEntropy``; ``megatron/core/tensor_parallel/cross_entropy.py`` later, the same kernels) runs
-  ``torch.max`` over the vocabulary, ``sub_`` of the maximum, ``torch.exp(out=)``, ``sum``, and keeps the softmax
-  for the backward with ``div_``; the backward ``mul_`` s it by the incoming gradient in place and autograd casts the
-  fp32 gradient back to the logits' dtype. Per logit, with ``d`` bytes of the logits' dtype, the forward moves
+  (``_VocabParallelCrossEntropy``) runs ``torch.max`` over the vocabulary, ``sub_`` of the maximum,
+  ``torch.exp(out=)``, ``sum``, and keeps the softmax for the backward with ``div_`` (the same in-place
+  ``torch.exp(vocab_parallel_logits, out=exp_logits)`` is in many public copies of the file; when it changed is
+  not checked here); the backward ``mul_`` s it by the incoming gradient in place and autograd casts the fp32
+  gradient back to the logits' dtype. Per logit, with ``d`` bytes of the logits' dtype, the forward moves
   ``(d + 4) + 4 + 8 + 8 + 4 + 8 = d + 36`` bytes in 6 kernels, the backward ``8 + (4 + d) = 12 + d`` in 2 (the
   target gathers and the ``b x s`` loss are left out: ``V/t`` times smaller). They replace the head program's own
   loss (scope ``loss``: XLA's fused reductions), whose seconds :class:`~.costs.LayerCost` keeps as ``loss_s``.
-* **The scatter/gather optimisation's all_gather** (Narayanan et al. 2021, section 4.1). Megatron-LM's
-  ``p2p_communication._communicate`` sends 1/t of the activation (``split_tensor_into_1d_equal_chunks``) and the
-  receiver rebuilds it with ``gather_split_1d_tensor``: an all_gather of the whole ``b x s x h`` over the tensor
-  group, before the tensor can be used (``--scatter-gather-tensors-in-pipeline``, on by default; with sequence
-  parallelism the tensor is already the ``s/t`` shard and nothing is gathered). Each of the ``2 v`` tensors a
-  device receives per micro-batch (activation forward, gradient backward) waits for its gather.
+* **The scatter/gather optimisation's all_gather** (``scatter_gather``; Narayanan et al. 2021, section 4.1).
+  Megatron-LM's ``p2p_communication._communicate`` (``megatron/p2p_communication.py``, 2021-2022) sends 1/t of the
+  activation (``split_tensor_into_1d_equal_chunks``) and the receiver rebuilds it with ``gather_split_1d_tensor``: an
+  all_gather of the whole ``b x s x h`` over the tensor group, before the tensor can be used
+  (``--scatter-gather-tensors-in-pipeline``, on by default there; with sequence parallelism the tensor is already the
+  ``s/t`` shard and nothing is gathered). DeepSpeed's pipeline engine (Megatron-DeepSpeed, BLOOM's runs) does the
+  same with tensor parallelism (``PipelineEngine``: ``is_pipe_partitioned = is_model_parallel``, the received
+  ``PartitionedTensor``'s ``full()`` all-gathers it). Megatron-Core's ``megatron/core/pipeline_parallel/
+  p2p_communication.py`` sends the whole tensor (the sequence-parallel shard with ``--sp``) and gathers nothing: the
+  flag is off by default (NeMo, Megatron-Core, torchtitan, llm-foundry rows). Each of the ``2 v`` tensors a device
+  receives per micro-batch (activation forward, gradient backward) waits for its gather.
 * **fp16's loss scaling** (``loss_scale``). Megatron-LM's ``Float16OptimizerWithFloat16Params.step``
   (``megatron/optimizer/optimizer.py``) copies the fp16 gradients into fp32 main gradients
-  (``_copy_model_grads_to_main_grads``: ``main_grad.float()``, 2 bytes read and 4 written a weight) and unscales
-  them checking for inf/NaN (``_unscale_main_grads_and_check_for_nan``:
-  ``torch._amp_foreach_non_finite_check_and_unscale_``, 4 read and 4 written), before the Adam step, which then
-  reads 4-byte gradients where the lowered step reads the 2-byte ones cast on the fly (2 more): 16 bytes a weight
-  element in 3 kernels. With bf16 there is no loss scaler and Megatron accumulates fp32 main gradients
-  (``--accumulate-allreduce-grads-in-fp32``, forced with bf16): nothing of this runs.
+  (``_copy_model_grads_to_main_grads``: ``main_param.grad = model_param.main_grad.float()``, once per parameter
+  tensor, 2 bytes read and 4 written a weight, only where ``main_grad`` is fp16: with fp32 main gradients,
+  ``grad_bytes`` 4, ``.float()`` returns the tensor itself and copies nothing) and unscales them checking for inf/NaN
+  (``_unscale_main_grads_and_check_for_nan``: ``torch._amp_foreach_non_finite_check_and_unscale_``, one foreach
+  call, 4 read and 4 written), before the Adam step, which then reads 4-byte gradients where the lowered step reads
+  the 2-byte ones cast on the fly (2 more): 16 bytes a weight element in a kernel per parameter tensor and 2 more
+  (10 bytes in 2 kernels with fp32 main gradients). With bf16 there is no loss scaler and Megatron accumulates fp32
+  main gradients (``--accumulate-allreduce-grads-in-fp32``, forced with bf16): nothing of this runs.
 * **The main-gradient hook** (``main_grad_add``). Megatron-LM's local DDP (``--DDP-impl local``,
   ``megatron/model/distributed.py``) registers a hook on every parameter's gradient accumulator that adds the
   gradient the backward just made into the parameter's ``main_grad`` buffer and frees it
@@ -34,7 +43,10 @@ framework's code, as closed forms (bytes: exact ints; seconds on the chip's memo
   the stage, the embedding and LM head too. From late 2021 (``--gradient-accumulation-fusion``, on by default in the
   2022 code Korthikanti et al. ran) the wgrad GEMMs accumulate into ``main_grad`` themselves and the hook finds no
   gradient on the linears' weights: ``main_grad_add`` is for the code before it (Narayanan et al. 2021's runs).
-  Counted as 4 kernels a layer (its four weight matrices; the biases' and norms' adds are a few ``h`` each).
+  The hook runs once per parameter tensor: :func:`layer_tensors` a layer (a GPT layer's 12: two LayerNorms' weight
+  and bias, four linears' weight and bias; the biases' and norms' bytes, a few ``h`` each, are left out), one per
+  embedding or LM head weight. Not with a separate accumulation pass (``grad_accum_pass``, DeepSpeed's) nor with
+  FSDP (zero 3): :mod:`.sharding_check` refuses both.
 """
 from __future__ import annotations
 
@@ -49,8 +61,23 @@ CE_KERNELS = {
 }
 #: fp16's optimizer passes per weight element: the fp32 copy of the gradient, the unscale-and-check, the Adam
 #: step's wider gradient read (see the module's text).
-LOSS_SCALE_BYTES = (2 + 4) + (4 + 4) + (4 - 2)
-LOSS_SCALE_KERNELS = 3
+LOSS_SCALE_COPY = 2 + 4  # main_grad.float(): only with 2-byte main gradients
+LOSS_SCALE_BYTES = (4 + 4) + (4 - 2)  # the unscale and the Adam step's wider read, whatever the main gradients
+#: Parameter tensors of one layer by MLP kind: gelu (Megatron-LM's GPT layer: input and post-attention LayerNorm,
+#: QKV, projection, fc1, fc2, each a weight and a bias: 12); swiglu (Llama-style: RMSNorm weights, no linear biases
+#: (--disable-bias-linear), Megatron's fused QKV and gate/up linears: 2 norms + 4 linears = 6).
+LAYER_TENSORS = {"gelu": 12, "swiglu": 6}
+
+
+def layer_tensors(cfg) -> int:
+    """Parameter tensors of one layer (:data:`LAYER_TENSORS`), each a launch of a per-parameter loop."""
+    return LAYER_TENSORS[cfg.mlp_kind]
+
+
+def extra_tensors(cfg, extra: int) -> int:
+    """Weights outside the layers in ``extra`` elements: one a ``V/t x h`` embedding or LM head copy."""
+    one = cfg.vocab // cfg.t * cfg.hidden
+    return -(-extra // one) if one and extra else 0
 
 
 def logits(cfg) -> int:
@@ -82,10 +109,22 @@ def head_seconds(cfg, head, hw) -> tuple[float, float]:
     return (f - loss.get("forward", 0.0) + ce["forward"], b - loss.get("backward", 0.0) + ce["backward"])
 
 
+def scatter_gathered(cfg) -> bool:
+    """Whether a received pipeline tensor is all-gathered over the tensor group: the scatter/gather optimisation on,
+    more than one stage and tensor rank, no sequence parallelism."""
+    return getattr(cfg, "scatter_gather", False) and cfg.p > 1 and cfg.t > 1 and not cfg.sp
+
+
+def send_bytes(cfg, whole: int) -> int:
+    """Bytes of one pipeline send of a ``whole``-byte activation: 1/t with sequence parallelism (the ``s/t`` shard)
+    or the scatter/gather optimisation, else all of it (Megatron-Core's p2p_communication)."""
+    return whole // cfg.t if cfg.sp or getattr(cfg, "scatter_gather", False) else whole
+
+
 def gather_bytes(cfg) -> int:
-    """S of the all_gather that rebuilds a received pipeline tensor (0 where nothing is gathered: one stage, one
-    tensor rank, or sequence parallelism): the whole ``b x s/cp x h`` in bf16."""
-    if cfg.p == 1 or cfg.t == 1 or cfg.sp:
+    """S of the all_gather that rebuilds a received pipeline tensor (0 where nothing is gathered: see
+    :func:`scatter_gathered`): the whole ``b x s/cp x h`` in bf16."""
+    if not scatter_gathered(cfg):
         return 0
     return cfg.micro_batch * cfg.local_seq * cfg.hidden * 2
 
@@ -98,11 +137,28 @@ def gather_seconds(cfg, topo) -> float:
     return estimate(topo, "all_gather", n, (tuple(range(cfg.t)),)).time_s
 
 
-def loss_scale_seconds(cfg, hw, elems: int) -> float:
-    """fp16's optimizer passes over ``elems`` weight elements (0 without ``loss_scale`` or a profile)."""
+def loss_scale_bytes(cfg, elems: int) -> int:
+    """Bytes of fp16's optimizer passes over ``elems`` weight elements: the copy to fp32 only with 2-byte main
+    gradients (0 without ``loss_scale``)."""
+    if not cfg.loss_scale:
+        return 0
+    return (LOSS_SCALE_BYTES + (LOSS_SCALE_COPY if cfg.grad_bytes == 2 else 0)) * elems
+
+
+def loss_scale_kernels(cfg, tensors: int) -> int:
+    """Launches of fp16's optimizer passes: the copy's ``.float()`` once per parameter tensor (with 2-byte main
+    gradients), the foreach unscale and the Adam step's read once each."""
+    return 2 + (tensors if cfg.grad_bytes == 2 else 0)
+
+
+def loss_scale_seconds(cfg, hw, elems: int, layers: int = 0, extra: int = 0) -> float:
+    """fp16's optimizer passes over ``elems`` weight elements, those of ``layers`` layers and ``extra`` elements
+    outside them (their parameter tensors: :func:`layer_tensors`, :func:`extra_tensors`; 0 without ``loss_scale``
+    or a profile)."""
     if not cfg.loss_scale or hw is None or elems == 0:
         return 0.0
-    return hw.memory_time(LOSS_SCALE_BYTES * elems, kernels=LOSS_SCALE_KERNELS)
+    tensors = layer_tensors(cfg) * layers + extra_tensors(cfg, extra)
+    return hw.memory_time(loss_scale_bytes(cfg, elems), kernels=loss_scale_kernels(cfg, tensors))
 
 
 def main_grad_add_bytes(cfg, elems: int) -> int:
@@ -113,8 +169,8 @@ def main_grad_add_bytes(cfg, elems: int) -> int:
 
 def main_grad_add_seconds(cfg, hw, layer_elems: int, layers: int, extra: int = 0) -> float:
     """One micro-batch's main-gradient hook on a stage of ``layers`` layers of ``layer_elems`` weights and ``extra``
-    weights outside them (0 without ``main_grad_add`` or a profile)."""
+    weights outside them (0 without ``main_grad_add`` or a profile): one launch per parameter tensor."""
     n = main_grad_add_bytes(cfg, layer_elems * layers + extra)
     if n == 0 or hw is None:
         return 0.0
-    return hw.memory_time(n, kernels=4 * layers + (1 if extra else 0))
+    return hw.memory_time(n, kernels=layer_tensors(cfg) * layers + extra_tensors(cfg, extra))

@@ -34,6 +34,7 @@ from ...network import estimate
 from .compose import Iteration, _layer, _time, activation_bytes
 from .config import ScaleConfig
 from .costs import LayerCost, layer_cost
+from .megatron_passes import send_bytes
 from .memory import CATEGORIES, held_layer_microbatches
 from .moe import base_config, dense_config, expert_rows, local_experts, router_elems, stage_kinds, tokens
 from .moe_sharding import (a2a_collectives, dp_collectives, ep_groups, expert_dp, expert_dp_groups,
@@ -142,7 +143,7 @@ def moe_compose(cfg: ScaleConfig, costs: MoECosts, hw) -> Iteration:
     stages = [_stage(cfg, costs, topo, s, d, e, layers) for s, (d, e) in enumerate(stage_kinds(cfg))]
     slow_stage = max(reversed(range(p)), key=lambda s: stages[s]["f_s"] + stages[s]["b_s"])
     slow = stages[slow_stage]
-    p2p_bytes = activation_bytes(cfg) // cfg.t  # (Megatron's scatter/gather: 1/t per tensor rank)
+    p2p_bytes = send_bytes(cfg, activation_bytes(cfg))  # (the s/t shard with --sp; scatter_gather is refused here)
     p2p_one = _time(topo, "collective_permute", p2p_bytes, ((0, cfg.t * cfg.cp * cfg.d),)) if p > 1 else 0.0
     v = cfg.interleave  # v chunk boundaries crossed forward and v backward per micro-batch
     per_mb = slow["f_s"] + slow["b_s"] + 2 * v * p2p_one

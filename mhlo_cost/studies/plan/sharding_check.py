@@ -33,10 +33,23 @@ def sharding_invalid(cfg) -> str | None:
         return "dp_reduce all_reduce (DeepSpeed's BF16 optimizer) applies to ZeRO 1 only"
     if cfg.experts and (cfg.dp_reduce != "reduce_scatter" or cfg.tied_embedding or cfg.grad_accum_pass
                          or cfg.cp_comm in CP_TORCH or cfg.cross_entropy != "fused" or cfg.loss_scale
-                         or cfg.main_grad_add):
+                         or cfg.main_grad_add or cfg.scatter_gather):
         return ("dp_reduce all_reduce, a tied embedding, PyTorch's context parallel and Megatron-LM's own passes "
-                "(cross_entropy megatron, loss_scale, main_grad_add) are not planned with experts yet")
+                "(cross_entropy megatron, loss_scale, main_grad_add, scatter_gather) are not planned with experts "
+                "yet")
+    return main_grad_invalid(cfg)
+
+
+def main_grad_invalid(cfg) -> str | None:
+    """Why Megatron-LM's main-gradient hook (``main_grad_add``) cannot go with ``cfg``: it is the gradient
+    accumulation itself, so not beside DeepSpeed's separate pass (``grad_accum_pass``: counted twice), and its
+    ``main_grad`` buffers are whole per rank, which FSDP (zero 3) does not keep; None where it can."""
+    if cfg.main_grad_add and cfg.grad_accum_pass:
+        return "main_grad_add (Megatron-LM's hook) and grad_accum_pass (DeepSpeed's pass) both accumulate the gradients"
+    if cfg.main_grad_add and cfg.zero_stage == 3:
+        return "main_grad_add (Megatron-LM's local DDP hook) does not go with FSDP (zero 3)"
     return None
+
 
 def cp_invalid(cfg) -> str | None:
     """Why ``cfg``'s context parallelism cannot run; None where it can."""
