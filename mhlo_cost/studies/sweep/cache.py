@@ -7,7 +7,9 @@ request and the code hash), read and written by the process that runs the sweep 
 - ``sweep/results`` (:data:`RESULTS`): the point, its IR's sha256 and the analysis settings (conv padding,
   fusion, steps) -> the point's rows, one per hardware profile, keyed by a hash of the profile in full. A
   sweep on any list of profiles whose rows are there (a subset of an earlier sweep's) reads them; one that
-  needs a profile not there computes the point and adds its rows.
+  needs a profile not there computes the point and adds its rows; with them, for a point priced from one layer,
+  whether its repetition's check ran and held (the first point of a program read from here counts as checked
+  only where it did run).
 
 A point whose two entries are there is not lowered again; deleting its ``results`` entry recomputes it (and
 only it); a damaged one is computed again with a note. The folder is the cache root's ``sweep/``
