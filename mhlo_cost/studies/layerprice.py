@@ -174,7 +174,6 @@ def repeated_figures(repeat: Repeat, program, study, shallow_study):
     deep program's study on a chip), with ``shallow_study`` (the shallow one's, same chip: its fused memory peak)
     and ``program`` (:meth:`Repeat.program`)."""
     from ..roofline.estimate import Roofline
-    from ..roofline.fusion import Fusion
 
     fig = study.figures
     rf = fig.roofline

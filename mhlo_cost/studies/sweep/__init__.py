@@ -24,10 +24,11 @@ def run_sweep(grid: Grid, hardware_toml: str | None = None, *, cache_dir=None, s
 
     skipped = {p: r for p in grid.points if (r := skip_reason(p, grid.options)) is not None}
     valid = [p for p in grid.points if p not in skipped]
+    first = _first_of_program(valid)
     tasks = [Task(p, grid.options, grid.hardware, grid.steps, grid.fuse, grid.conv_padding, hardware_toml,
-                  check=first) for p, first in zip(valid, _first_of_program(valid))]
+                  check=f) for p, f in zip(valid, first)]
     results, stats = run_tasks(tasks, Cache(cache_dir, note), scheduler=scheduler, jobs=jobs, progress=progress,
-                               worker_timeout=worker_timeout)
+                               worker_timeout=worker_timeout, first=first, settle=_settle)
     rows = make_rows(grid.points, dict(zip(valid, results)), skipped, grid.hardware)
     execution = EXECUTION_OF_FUSE.get(grid.fuse, grid.fuse)
     for row in rows:
@@ -35,15 +36,38 @@ def run_sweep(grid: Grid, hardware_toml: str | None = None, *, cache_dir=None, s
     return frame(rows, grid.fuse != "none"), stats
 
 
+def _settle(tasks: list, results: list) -> list:
+    """The tasks after the first point of each program has run (``results``: theirs, None for the others): the
+    others of a program whose check passed repeat its layer unchecked (``check=False``); those of a program whose
+    check failed are never priced from one layer (``repeat=False``: :func:`~.point.point_study`'s path); those of
+    a program whose first point has no outcome (it failed, or was not priced from one layer) check their own."""
+    from dataclasses import replace
+
+    outcome = {_program(t.point): r.check for t, r in zip(tasks, results) if r is not None and t.check}
+    out = []
+    for t, r in zip(tasks, results):
+        if r is None and not t.check:
+            got = outcome.get(_program(t.point), "")
+            t = replace(t, check=got == "", repeat=got != "failed")
+        out.append(t)
+    return out
+
+
+def _program(p) -> tuple:
+    """A point's program: its model, strategy, dtype and precision (the points of one program differ only in
+    shape)."""
+    return p.model, p.parallel, p.devices, p.dtype, p.precision, p.source
+
+
 def _first_of_program(points: list) -> list:
     """Per point, whether it is the first of its program (its model, strategy, dtype and precision: the points
     of one program differ only in shape): a point priced from one layer checks the repetition against a deeper
-    lowering there alone (:func:`~.point._repeated_rows`), the layers of one program repeating alike at every
-    shape."""
+    lowering there (:func:`~.point._repeated_rows`), the layers of one program repeating alike at every shape: it
+    runs first, and the others of its program repeat unchecked only where its check passed (:func:`_settle`)."""
     seen: set = set()
     out = []
     for p in points:
-        key = (p.model, p.parallel, p.devices, p.dtype, p.precision, p.source)
+        key = _program(p)
         out.append(key not in seen)
         seen.add(key)
     return out

@@ -7,7 +7,9 @@ request and the code hash), read and written by the process that runs the sweep 
 - ``sweep/results`` (:data:`RESULTS`): the point, its IR's sha256 and the analysis settings (conv padding,
   fusion, steps) -> the point's rows, one per hardware profile, keyed by a hash of the profile in full. A
   sweep on any list of profiles whose rows are there (a subset of an earlier sweep's) reads them; one that
-  needs a profile not there computes the point and adds its rows.
+  needs a profile not there computes the point and adds its rows; with them, for a point priced from one layer,
+  whether its repetition's check ran and held (the first point of a program read from here counts as checked
+  only where it did run).
 
 A point whose two entries are there is not lowered again; deleting its ``results`` entry recomputes it (and
 only it); a damaged one is computed again with a note. The folder is the cache root's ``sweep/``
@@ -36,7 +38,10 @@ ROW = Record(
               "comm_exposed_s": AMOUNT, "comm_exposed_fused_s": AMOUNT, "utilisation": AMOUNT,
               "utilisation_fused": AMOUNT})
 LOWERED = Schema("sweep/lowered", 1, Record({"ir_sha256": SHA256}))
-RESULTS = Schema("sweep/results", 1, Record({"rows": MapOf(ROW)}))
+#: ``checked`` (by profile key): whether the rows were priced from one layer with the repetition checked at the
+#: check depth and the check held (``yes``) or not (``no``: the rows are the full path's); absent where no check
+#: ran. The first point of a program read from here counts as checked only with a ``yes`` for every profile.
+RESULTS = Schema("sweep/results", 1, Record({"rows": MapOf(ROW)}, optional={"checked": MapOf(_YES_NO)}))
 
 
 def _lowered(task: Task):
@@ -131,32 +136,48 @@ class Cache:
                 "conv_padding": task.conv_padding}
 
     def _entry(self, task: Task) -> tuple[str, dict] | None:
-        """(the IR's sha256, the rows by profile key) kept for the point, or None."""
+        """(the IR's sha256, the entry: rows and check markers by profile key) kept for the point, or None."""
         if self.lowered.folder is None:  # nothing kept: nothing to resolve either
             return None
         lowered = self.lowered.get(self.lowering_request(task))
         if lowered is None:
             return None
         entry = self.results.get(self.result_request(lowered["ir_sha256"], task))
-        return (lowered["ir_sha256"], entry["rows"]) if entry is not None else None
+        return (lowered["ir_sha256"], entry) if entry is not None else None
 
     def get(self, task: Task) -> Result | None:
         """The point's rows where the cache holds a row for every profile of the task (any subset of the
-        profiles a sweep of the point computed), else None."""
+        profiles a sweep of the point computed), else None; a point that checks its program's repetition
+        (``task.check``, priced from one layer) only where the check's outcome is kept for every profile."""
+        from .point import repeats
+
         entry = self._entry(task)
         keys = self.profile_keys(task) if entry is not None else []
-        if entry is None or not all(k in entry[1] for k in keys):
+        if entry is None or not all(k in entry[1]["rows"] for k in keys):
             return None
-        return Result(task.point, "ok", "", entry[0], [entry[1][k] for k in keys], 0.0)
+        check = ""
+        if task.check and repeats(task):
+            marks = entry[1].get("checked", {})
+            if not all(k in marks for k in keys):
+                return None  # computed without the check (or before it was kept): computed again, with it
+            check = "passed" if all(marks[k] == "yes" for k in keys) else "failed"
+        return Result(task.point, "ok", "", entry[0], [entry[1]["rows"][k] for k in keys], 0.0, check)
 
     def put(self, task: Task, result: Result) -> None:
         """Keep an ``ok`` result, beside the rows of other profiles kept for the point (a failure is tried
-        again next time)."""
+        again next time), with its check's outcome per profile."""
         if result.status != "ok" or self.lowered.folder is None:
             return
         self.lowered.put(self.lowering_request(task), {"ir_sha256": result.ir_sha256})
         request = self.result_request(result.ir_sha256, task)
         old = self.results.get(request)
         rows = dict(old["rows"]) if old is not None else {}
-        rows.update(zip(self.profile_keys(task), result.rows))
-        self.results.put(request, {"rows": rows})
+        checked = dict(old.get("checked", {})) if old is not None else {}
+        keys = self.profile_keys(task)
+        rows.update(zip(keys, result.rows))
+        for k in keys:
+            if result.check:
+                checked[k] = "yes" if result.check == "passed" else "no"
+            else:
+                checked.pop(k, None)
+        self.results.put(request, {"rows": rows, **({"checked": checked} if checked else {})})

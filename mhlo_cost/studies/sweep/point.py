@@ -31,6 +31,7 @@ class Task:
     conv_padding: str = "xla"
     hardware_toml: str | None = None  # the text of --hardware-file
     check: bool = True  # a point priced from one layer checks the repetition at CHECK_DEPTH (else: checked once)
+    repeat: bool = True  # False: never priced from one layer (its program's check failed): :func:`point_study`
 
     def profiles(self) -> list:
         """The Hardware objects of ``hardware`` (resolved as ``--hardware NAME --hardware-file FILE``)."""
@@ -55,6 +56,7 @@ class Result:
     ir_sha256: str = ""
     rows: list = field(default_factory=list)  # one dict of metrics per hardware profile, the task's order
     seconds: float = 0.0
+    check: str = ""  # passed | failed: the repetition's check at CHECK_DEPTH (where the task checked it), else ""
 
 
 def lower_text(point: Point, options: dict) -> str:
@@ -122,11 +124,11 @@ def compute(task: Task) -> Result:
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
     t0 = time.perf_counter()
     try:
-        sha, rows = point_rows(task)
+        sha, rows, check = point_rows(task)
     except Exception as e:  # noqa: BLE001 - any failure of the point is its row, never the sweep's end
         first = (str(e).strip().splitlines() or [""])[0][:300]
         return Result(task.point, "failed", f"{type(e).__name__}: {first}", seconds=time.perf_counter() - t0)
-    return Result(task.point, "ok", "", sha, rows, time.perf_counter() - t0)
+    return Result(task.point, "ok", "", sha, rows, time.perf_counter() - t0, check)
 
 
 #: The depths a deep bundled model is lowered at, its table rebuilt at full depth from them
@@ -135,22 +137,37 @@ def compute(task: Task) -> Result:
 DEPTHS, CHECK_DEPTH = (2, 3), 4
 
 
-def point_rows(task: Task) -> tuple[str, list]:
-    """(the sha256 of what was lowered, the point's row per profile): priced from one layer where the point's
-    model repeats (:func:`_repeated_rows`), else from the study of :func:`point_study`."""
-    if _rebuilt_depth(task) and task.fuse in ("none", "elementwise"):
-        got = _repeated_rows(task, _rebuilt_depth(task))
+def point_rows(task: Task) -> tuple[str, list, str]:
+    """(the sha256 of what was lowered, the point's row per profile, the check's outcome): priced from one layer
+    where the point's model repeats and ``task.repeat`` (:func:`_repeated_rows`), else from the study of
+    :func:`point_study`. The outcome, where ``task.check`` and the repetition was tried: ``passed`` (the rows are
+    the repetition's, checked at :data:`CHECK_DEPTH`) or ``failed`` (the repetition was not taken or its check
+    did not hold: the rows are :func:`point_study`'s); else ``""``."""
+    depth = _rebuilt_depth(task) if task.repeat and task.fuse in REPEATED_FUSE else None
+    if depth:
+        got = _repeated_rows(task, depth)
         if got is not None:
-            return got
+            return (*got, "passed" if task.check else "")
     sha, study = point_study(task)
-    return sha, [sweep_row(study.on(hw).figures) for hw in task.profiles()]
+    return sha, [sweep_row(study.on(hw).figures) for hw in task.profiles()], "failed" if depth and task.check else ""
+
+
+#: The fusion modes a point is priced from one layer under (:mod:`mhlo_cost.studies.layerprice`).
+REPEATED_FUSE = ("none", "elementwise")
+
+
+def repeats(task: Task) -> bool:
+    """Whether ``task``'s point is priced from one layer (so its program's check matters)."""
+    return task.repeat and task.fuse in REPEATED_FUSE and _rebuilt_depth(task) is not None
 
 
 def _repeated_rows(task: Task, depth: int):
     """(sha256 of the lowerings, rows) of a point lowered at :data:`DEPTHS` and priced at ``depth`` by repeating
     its priced layer (:mod:`mhlo_cost.studies.layerprice`), the repetition checked against the program lowered at
-    :data:`CHECK_DEPTH` (where ``task.check``: the sweep checks one point per model and strategy); None where the
-    layers do not repeat or the check fails (the point is then lowered at full depth)."""
+    :data:`CHECK_DEPTH` (where ``task.check``: the sweep checks the first point of each program and prices the
+    others of that program so only where the check passed: :func:`mhlo_cost.studies.sweep.run_sweep`); None where
+    the layers do not repeat or the check fails (the point then takes :func:`point_study`'s path: lowered at
+    depths 2, 3 and 4 again and rebuilt row by row where that rebuild holds at depth 4, else at full depth)."""
     from ..gridfit import FitFailed
     from ..layerprice import Repeat, repeated_rows
 
@@ -160,17 +177,23 @@ def _repeated_rows(task: Task, depth: int):
     profiles = task.profiles()
     priced = [tuple(studies[d].on(hw) for d in DEPTHS) for hw in profiles]
     try:
-        if task.check:
-            made[CHECK_DEPTH] = lower_text(task.point, dict(task.options, depth=CHECK_DEPTH))
-            at = study_of(made[CHECK_DEPTH], task)
-            at.analysis  # noqa: B018
-            if repeated_rows(Repeat(a2, a3, CHECK_DEPTH, base=DEPTHS[0]), priced) != \
-                    [sweep_row(at.on(hw).figures) for hw in profiles]:
-                return None
+        if task.check and not _check_holds(task, made, Repeat(a2, a3, CHECK_DEPTH, base=DEPTHS[0]), priced):
+            return None
         rows = repeated_rows(Repeat(a2, a3, depth, base=DEPTHS[0]), priced)
     except (FitFailed, ValueError, IndexError, KeyError, TypeError, AttributeError):
-        return None  # a program the repetition does not take: lowered at full depth
+        return None  # a program the repetition does not take: point_study's path
     return hashlib.sha256("".join(made[d] for d in sorted(made)).encode()).hexdigest(), rows
+
+
+def _check_holds(task: Task, made: dict, repeat, priced: list) -> bool:
+    """Whether ``repeat`` (the repetition to :data:`CHECK_DEPTH`) gives, on every profile, the row of the point
+    lowered and priced at :data:`CHECK_DEPTH` (that lowering's text put into ``made``), to the last bit."""
+    from ..layerprice import repeated_rows
+
+    made[CHECK_DEPTH] = lower_text(task.point, dict(task.options, depth=CHECK_DEPTH))
+    at = study_of(made[CHECK_DEPTH], task)
+    at.analysis  # noqa: B018 (walked once, for every profile)
+    return repeated_rows(repeat, priced) == [sweep_row(at.on(hw).figures) for hw in task.profiles()]
 
 
 def point_study(task: Task) -> tuple[str, object]:

@@ -71,11 +71,14 @@ class Progress:
 
 
 def run_tasks(tasks: list[Task], cache: Cache, *, scheduler: str | None = None, jobs: int | None = None,
-              progress=True, work: Callable[[Task], Result] = compute,
-              worker_timeout: float = WORKER_TIMEOUT) -> tuple[list[Result], Stats]:
+              progress=True, work: Callable[[Task], Result] = compute, worker_timeout: float = WORKER_TIMEOUT,
+              first: list[bool] | None = None, settle=None) -> tuple[list[Result], Stats]:
     """The results of ``tasks`` in their order: cached ones read, the others computed by ``work`` (a
     module-level function, sent to the workers) (``scheduler``: on that Dask cluster, ``worker_timeout``:
-    the longest it may have no worker; else a pool of ``jobs`` processes, 1: in this process)."""
+    the longest it may have no worker; else a pool of ``jobs`` processes, 1: in this process). ``first``: per
+    task, whether it runs in the first stage; the others wait for it, and ``settle(tasks, results)`` (the results
+    so far, None where not yet run) gives them again, revised from its results, before they run (one pool for
+    both stages: its workers start once)."""
     t0 = time.perf_counter()
     stats = Stats(total=len(tasks))
     bar = Progress(stats, progress)
@@ -101,33 +104,57 @@ def run_tasks(tasks: list[Task], cache: Cache, *, scheduler: str | None = None, 
             stats.failed += 1
         bar.update(f"{r.point.label()} {r.status} in {r.seconds:.1f}s")
 
-    if todo:
-        if scheduler:
-            _run_dask(tasks, todo, scheduler, finished, work, worker_timeout)
-        else:
-            _run_local(tasks, todo, jobs, finished, work)
+    stages = [todo] if first is None else [[i for i in todo if first[i]], [i for i in todo if not first[i]]]
+    pools = _Pools(max(1, min(jobs or os.cpu_count() or 1, len(todo))))
+    try:
+        for n, stage in enumerate(stages):
+            if n and stage and settle is not None:
+                tasks = list(settle(tasks, results))
+            if stage and scheduler:
+                _run_dask(tasks, stage, scheduler, finished, work, worker_timeout)
+            elif stage:
+                _run_local(tasks, stage, pools, finished, work)
+    finally:
+        pools.close()
     stats.seconds = time.perf_counter() - t0
     return results, stats
 
 
-def _run_local(tasks, todo, jobs, finished, work) -> None:
-    jobs = max(1, min(jobs or os.cpu_count() or 1, len(todo)))
-    if jobs == 1:
+class _Pools:
+    """The process pool of a sweep's stages (``jobs`` workers; 1: none, the points run in this process): started
+    once, so its workers' imports are paid once, and started again where it breaks."""
+
+    def __init__(self, jobs: int):
+        self.jobs, self.pool = jobs, None
+
+    def get(self):
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
+        if self.pool is None:
+            self.pool = ProcessPoolExecutor(max_workers=self.jobs, mp_context=multiprocessing.get_context("spawn"))
+        return self.pool
+
+    def close(self, wait: bool = True) -> None:
+        if self.pool is not None:
+            self.pool.shutdown(wait=wait, cancel_futures=True)
+            self.pool = None
+
+
+def _run_local(tasks, todo, pools: _Pools, finished, work) -> None:
+    if pools.jobs == 1:
         for i in todo:
             finished(i, work(tasks[i]), 0)
         return
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
-
     fresh, suspects, lost = deque(todo), deque(), Counter()
     while fresh or suspects:
-        pool = ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn"))
         try:
-            gone = _drain(pool, tasks, fresh, suspects, jobs, finished, work)
+            gone = _drain(pools.get(), tasks, fresh, suspects, pools.jobs, finished, work)
         except BaseException:  # interrupted: drop what has not started (what finished is cached already)
-            pool.shutdown(wait=False, cancel_futures=True)
+            pools.close(wait=False)
             raise
-        pool.shutdown(wait=True, cancel_futures=True)
+        if gone:  # the pool broke: a fresh one for what is left
+            pools.close()
         for i in gone:
             lost[i] += 1
             if lost[i] > RETRIES:
