@@ -165,11 +165,23 @@ class IRVisitor(ControlFlow, RowMaker):
 
     # -- dispatch -------------------------------------------------------------------------------------------
     def visit_region(self, region: ir.Region) -> None:
+        # (the loop of visit_ops written again, not called: a call chain or nested regions recurse through here,
+        # and one more Python frame a level would take the deepest program the walk takes from ~3300 levels down)
+        dispatch = self._dispatch
         for block in region.blocks:
-            self.visit_ops(block.operations)
+            for op in block.operations:
+                op = op.operation
+                method = dispatch.get(op.name)
+                if method is None:
+                    self.visit(op)
+                else:
+                    method(op)
+                if self._after_op:  # rows an op leaves to follow it (case / if: the per-metric maximum)
+                    self._out.extend(self._after_op)
+                    self._after_op.clear()
 
     def visit_ops(self, ops) -> None:
-        """Visit ``ops`` (a block's, or a run of them: :mod:`mhlo_cost.walk.split`) in order."""
+        """Visit ``ops`` (a run of a block's: :mod:`mhlo_cost.walk.split`) in order, as :meth:`visit_region` does."""
         dispatch = self._dispatch
         for op in ops:
             op = op.operation
