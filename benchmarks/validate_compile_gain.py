@@ -4,7 +4,8 @@ we hold.
 Two files, one number in one place:
 - ``benchmarks/data/published_models.toml`` (the whole-model rows of ``validate_published.py``): an ``eager`` row
   and an ``inductor`` row that agree in program, chip, parameters (model, batch, image, dtype, autocast, ``set``),
-  torch release, unit and publisher (the same repository at the same commit) make a pair (:func:`model_pairs`):
+  torch release, unit and published table (the same file at the same commit; timm's compiled twin of a CSV is its
+  name with ``-dynamo``) make a pair (:func:`model_pairs`):
   the transformers guide's torch.compile table (ViT, BEiT, ConvNeXt-L, ResNet-50 on A100 at batch 1, 4 and 16) and
   timm's benchmark CSVs (eager against ``-dynamo`` of one commit, RTX 4090 and RTX 5090, batch 1024);
 - ``benchmarks/data/published_compile_gain.toml``: the pairs that are not rows there (the deployed STDiT3 measured
@@ -97,11 +98,19 @@ def publisher(m: dict) -> str:
     return hit.group(0) if hit else m["source"]
 
 
+def source_table(m: dict) -> str:
+    """The published table a row is read from, its compiled twin named as its eager one: timm publishes a run's
+    torch.compile figures as the eager CSV's name with ``-dynamo`` (torch release, CUDA, layout and chip are in
+    that name, not in the row), so two CSVs of one commit are two configurations."""
+    return re.sub(r"-dynamo(?=\.csv\b)", "", m["source"])
+
+
 def pair_key(m: dict) -> tuple:
     """What an eager row and an Inductor row must agree in to be one pair: the program and its parameters (model,
-    batch, image, dtype, autocast, ``set``), the chip, the torch release, the unit and the publisher."""
+    batch, image, dtype, autocast, ``set``), the chip, the torch release, the unit and the published table (the
+    same file at the same commit, :func:`source_table`)."""
     return (m["program"], m["chip"], json.dumps(m["params"], sort_keys=True), m.get("torch"), m["unit"],
-            publisher(m))
+            source_table(m))
 
 
 def model_pairs(rows: list[dict]) -> list[dict]:
@@ -113,15 +122,18 @@ def model_pairs(rows: list[dict]) -> list[dict]:
         side = sides.get(m["execution"])
         if side is None:
             continue
-        k = pair_key(m)
+        # an Inductor row's CUDA graphs (reduce-overhead) make another compiled side of the same eager row
+        k = pair_key(m) + ((bool(m.get("cudagraphs")),) if m["execution"] == "inductor" else ())
         if k in side:
             raise ValueError(f"{side[k]['id']} and {m['id']}: two {m['execution']} rows of one configuration")
         side[k] = m
-    return [_model_pair(e, sides["inductor"][k]) for k, e in sides["eager"].items() if k in sides["inductor"]]
+    return [_model_pair(e, sides["inductor"][k + (g,)]) for k, e in sides["eager"].items()
+            for g in (False, True) if k + (g,) in sides["inductor"]]
 
 
 def _model_pair(e: dict, c: dict) -> dict:
-    return {"id": e["id"].replace("-eager", ""), "kind": "model", "gpu": e["chip"], "torch": c.get("torch"),
+    graphs = "-cudagraphs" if c.get("cudagraphs") else ""
+    return {"id": e["id"].replace("-eager", "") + graphs, "kind": "model", "gpu": e["chip"], "torch": c.get("torch"),
             "mode": "reduce-overhead" if c.get("cudagraphs") else "default", "eager_row": e, "compiled_row": c,
             "source": publisher(e)}
 
@@ -182,12 +194,12 @@ def measured(p: dict) -> tuple[float, float]:
 
 
 def group(p: dict) -> str:
-    """The source a pair is counted under: the publisher's repository (and the chip, for timm's tables of two
-    chips), else the host of its source, else the pair's own id (a measurement of ours)."""
+    """The source a pair is counted under: the publisher's repository (and the chip, for a table of model rows),
+    else the host of its source, else the pair's own id (a measurement of ours)."""
     src = p["source"]
     hit = re.search(r"github\.com/([^/]+/[^/#?]+)", src) or re.search(r"https?://([^/ ]+)", src)
     name = hit.group(1) if hit else p["id"].split("-")[0]
-    return f"{name} {p['gpu']}" if p["kind"] == "model" and p["gpu"].startswith("rtx") else name
+    return f"{name} {p['gpu']}" if p["kind"] == "model" else name
 
 
 def score(results: list[tuple[dict, float, float]]) -> tuple[int, int, float]:

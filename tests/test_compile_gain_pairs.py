@@ -67,6 +67,26 @@ def test_rows_that_differ_in_model_chip_batch_dtype_torch_or_publisher_are_no_pa
         assert vcg.model_pairs([e, other]) == [], other
 
 
+def test_a_csv_pairs_with_its_dynamo_twin_only():
+    # timm names a run's torch.compile CSV as its eager CSV with -dynamo; another CSV of the same commit (another
+    # torch, CUDA or layout, named only in the file name) is another configuration
+    e = _row(source=TIMM + "results/benchmark-infer-amp-nchw-pt291-cu128-4090.csv")
+    twin = _row(execution="inductor", source=TIMM + "results/benchmark-infer-amp-nchw-pt291-cu128-4090-dynamo.csv")
+    other = _row(execution="inductor", source=TIMM + "results/benchmark-infer-amp-nchw-pt240-cu124-rtx4090-dynamo.csv")
+    nhwc = _row(source=TIMM + "results/benchmark-infer-amp-nhwc-pt291-cu128-4090.csv")
+    assert [p["compiled_row"]["source"] for p in vcg.model_pairs([e, twin, other])] == [twin["source"]]
+    assert vcg.model_pairs([nhwc, twin]) == []
+
+
+def test_cuda_graphs_make_a_second_compiled_side():
+    e = _row()
+    plain = _row(id="x-inductor-b1", execution="inductor", measured=1.0)
+    graphs = _row(id="x-inductor-graphs-b1", execution="inductor", measured=0.5, cudagraphs=True)
+    got = vcg.model_pairs([e, plain, graphs])
+    assert [(p["id"], p["mode"], p["compiled_row"]["measured"]) for p in got] == [
+        ("x-b1", "default", 1.0), ("x-b1-cudagraphs", "reduce-overhead", 0.5)]
+
+
 def test_two_rows_of_one_side_and_configuration_are_refused():
     with pytest.raises(ValueError, match="two inductor rows"):
         vcg.model_pairs([_row(), _row(id="a", execution="inductor"), _row(id="b", execution="inductor")])
