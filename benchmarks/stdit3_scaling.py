@@ -50,7 +50,7 @@ def _jax_eager(shape: str, hw, parallel: str = "none", devices: int | None = Non
     """(seconds, comm seconds) per forward of ``--execution eager`` on the JAX lowering (``parallel`` on
     ``devices``), depth 1 and 2 scaled to 28 blocks."""
     from mhlo_cost.analysis import AnalysisOptions, analyze
-    from mhlo_cost.lower.frontends.api import bundled_config
+    from mhlo_cost.lower.frontends.bundled import bundled_config
     from mhlo_cost.lower.frontends.jax_frontend import lower
     from mhlo_cost.roofline import Roofline
 

@@ -81,7 +81,7 @@ def test_backward_passes_move_q_sized_tensors_in_the_inputs_type_and_f32(dtype, 
     """The backward's two memory-bound passes (FlashAttention's bwd preprocess and postprocess) move, per element of
     Q: O and dO read and dQ written in the inputs' type, the f32 dQ accumulator zeroed and read (2 x 4 bytes); and
     D (f32) written per query row. Worked out here from B, H, S, D."""
-    from mhlo_cost.roofline.attention import _pass_bytes
+    from mhlo_cost.roofline.attention_compute import _pass_bytes
 
     spec = jax.ShapeDtypeStruct((B, H, S, D), dtype)
     a = analyze(jax.jit(_step).lower(spec, spec, spec, spec).as_text(), AnalysisOptions(dataflow=True))

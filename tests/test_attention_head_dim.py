@@ -14,7 +14,7 @@ from mhlo_cost.analysis import AnalysisOptions, analyze  # noqa: E402
 from mhlo_cost.machines.hardware import get_profile  # noqa: E402
 from mhlo_cost.machines.kernels import AttentionLibrary, AttentionModel  # noqa: E402
 from mhlo_cost.roofline import Roofline  # noqa: E402
-from mhlo_cost.roofline.attention import padded_head_dim  # noqa: E402
+from mhlo_cost.roofline.attention_compute import padded_head_dim  # noqa: E402
 
 B, H, S = 2, 4, 512
 FRACTION = 0.5

@@ -10,7 +10,9 @@ import pytest
 from mhlo_cost.machines.accuracy import median_error, statement
 from mhlo_cost.analysis import AnalysisOptions, analyze
 from mhlo_cost.machines.hardware import HardwareError, get_profile, load_profiles
-from mhlo_cost.roofline.attention import find_attention, find_attention_backward, is_causal
+from mhlo_cost.roofline.attention import find_attention
+from mhlo_cost.roofline.attention_backward import find_attention_backward
+from mhlo_cost.roofline.attention_compute import is_causal
 from mhlo_cost.roofline.estimate import Roofline
 
 F32, BF16 = jnp.float32, jnp.bfloat16

@@ -185,7 +185,8 @@ def _request(args):
 def _forward_request(args):
     """The LowerRequest of the model's forward, and a one-line description of it."""
     from ..lower.frontends import DTYPES
-    from ..lower.frontends.api import LowerRequest, bundled_config, describe_request
+    from ..lower.frontends.api import LowerRequest, describe_request
+    from ..lower.frontends.bundled import bundled_config
     from ..lower.frontends.inputs import parse_assignments, weight_dtype
 
     named = [o for o, v in (("--model", args.model), ("--module", args.module), ("--hf", args.hf),
@@ -207,7 +208,7 @@ def _forward_request(args):
                 why="--model (a bundled model has its own inputs)")
         frontend = args.frontend or ("torchax" if args.deployed else "jax")
         if args.deployed:
-            from ..lower.frontends.api import check_deployed
+            from ..lower.frontends.bundled import check_deployed
 
             check_deployed(args.model, frontend, args.parallel, args.train)
         short = {v: k for k, v in DTYPES.items()}

@@ -15,7 +15,11 @@ def isa(obj, cls) -> bool:
 
 
 def element_bits(et: ir.Type) -> int:
-    """Bits of storage of one element (i1 takes a byte, as XLA stores PRED)."""
+    """Bits of storage of one element: the one width every byte count read from the IR comes from (each
+    :class:`TensorInfo`'s ``nbytes``). An i1 takes a byte, as XLA stores a PRED: ``ByteWidth(PRED)`` is 1 in XLA's
+    ``xla/primitive_util.h`` (its ``BitWidth`` of 1 rounded up to a byte), and its elemental IR emitter holds a
+    PRED as an i8 with the truth value in the bottom bit; sub-byte packing is for the 2- and 4-bit types only
+    (tests/test_pred_bytes.py holds the bytes against XLA's cost and memory analyses)."""
     if isa(et, ir.ComplexType):
         return 2 * element_bits(ir.ComplexType(et).element_type)
     if isa(et, ir.IntegerType):

@@ -9,8 +9,9 @@ from typing import Callable
 import os
 
 from .frontends import FrontendError, Lowered
-from .frontends.api import LowerFailed, LowerRequest, check_deployed, failure_message, run_request
+from .frontends.api import LowerFailed, LowerRequest, failure_message, run_request
 from .frontends.api import lower_request as lower_forward
+from .frontends.bundled import check_deployed
 from .training import lower_request_step
 
 

@@ -128,7 +128,7 @@ def backward_pass_bytes(q_rows: int, head_dim: int, itemsize: int) -> int:
     accumulator zeroed; after it, that accumulator (into which the main kernel adds each key tile's dQ with
     atomics) read and written out as dQ. Per element of Q (``q_rows`` x ``head_dim``, ``itemsize`` bytes each):
     3 x ``itemsize`` + 2 x 4; per query row 4. They run one after the other with the main kernel, so their time
-    adds to its time (:func:`mhlo_cost.roofline.attention.kernel_compute_s`)."""
+    adds to its time (:func:`mhlo_cost.roofline.attention_compute.kernel_compute_s`)."""
     return q_rows * head_dim * (3 * itemsize + 8) + 4 * q_rows
 
 

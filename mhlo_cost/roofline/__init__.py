@@ -8,6 +8,8 @@
 * :mod:`.inductor`: the kernels torch.compile's Inductor makes (``--execution inductor``; ``--cudagraphs``), and
   :mod:`.gain`: the compile gain over eager (eager time / Inductor time, per program and per block);
 * :mod:`.attention`: dot -> softmax -> dot found in the data flow, one kernel (``--attention fused``);
+  :mod:`.attention_backward`: the backward kernel of each in a training program; :mod:`.attention_compute`: the
+  compute time of one such kernel;
 * :mod:`.calibrate`: microbenchmarks on the local JAX device, written as a profile (``mhlo-cost calibrate``);
 * :mod:`.estimate`: :class:`Roofline`, a program's totals, its disassembly table and its blocks.
 

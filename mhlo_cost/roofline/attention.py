@@ -12,17 +12,17 @@ The members are the two dots and the chain rows on a path between them. In the f
 V, the mask (and any other outside input) read once and O written once; the B x H x S x S scores never
 leave the chip (flash attention). A score that something outside the kernel reads (the probabilities
 saved for a backward pass) is still written.
+
+The backward kernels of a training program are found in :mod:`.attention_backward`; the compute time of one
+fused kernel is :func:`.attention_compute.kernel_compute_s`.
 """
 from __future__ import annotations
 
-import math
 from bisect import bisect_right
 from collections import deque
 from dataclasses import dataclass
 
-from ..machines.kernels import backward_pass_bytes
 from ..walk.row import short_name
-from .band import mask_fraction
 
 #: Data ops a fused attention kernel keeps on chip (besides no-kernel ops: reshape, constant, ...).
 _CHAIN_DATA = frozenset({
@@ -39,6 +39,12 @@ class Attention:
     qk: int
     pv: int
     members: tuple[int, ...]
+
+
+def shape_of(res) -> tuple:
+    """The shape of a row's result (its first, where it has several) or of one tensor."""
+    t = res if hasattr(res, "shape") else res[0]
+    return tuple(t.shape)
 
 
 def _in_chain(r) -> bool:
@@ -229,193 +235,3 @@ def find_attention(rows, producers) -> list[Attention]:
                 taken.update(att.members)
                 break
     return found
-
-
-# -- training programs: the backward of each attention, and what a flash kernel keeps on chip -------------
-def _shape(res) -> tuple:
-    t = res if hasattr(res, "shape") else res[0]
-    return tuple(t.shape)
-
-
-def trails(t, shapes) -> bool:
-    s = tuple(getattr(t, "shape", ()))
-    return any(len(s) >= len(q) and s[len(s) - len(q):] == q for q in shapes)
-
-
-def _components(cand: list[int], producers) -> list[list[int]]:
-    """Connected components of ``cand`` rows along producer edges (program order inside each)."""
-    parent = {i: i for i in cand}
-
-    def root(i):
-        while parent[i] != i:
-            parent[i] = parent[parent[i]]
-            i = parent[i]
-        return i
-    for i in cand:
-        for p in producers[i]:
-            if isinstance(p, int) and p in parent:
-                parent[root(i)] = root(p)
-    groups: dict = {}
-    for i in cand:
-        groups.setdefault(root(i), []).append(i)
-    return list(groups.values())
-
-
-def find_attention_backward(rows, producers, forward: list[Attention]) -> tuple[list[Attention], set]:
-    """The backward kernels of the forward attentions of a training program, and the score shapes a flash
-    kernel keeps on chip. A backward is the connected rows outside the forward kernels that make or read a
-    tensor ending in a forward score shape (B x H x Sq x Sk, stacked per layer or not): the dots of dV, dP,
-    dQ, dK and the softmax gradient between them. A flash training kernel saves no score: its backward
-    recomputes the probabilities from Q, K and the row statistics, so the rows that save and reload them
-    (a loop's stacked residuals) join the kernels and the scores never reach HBM."""
-    shapes = {_shape(rows[a.qk].result) for a in forward}
-    taken = {i for a in forward for i in a.members}
-    owner = {i: n for n, a in enumerate(forward) for i in a.members}
-    cand = []
-    for i, r in enumerate(rows):
-        if i in taken or r.kind in ("collective", "unknown") or not r.result:
-            continue
-        if trails(r.result if hasattr(r.result, "shape") else r.result[0], shapes) or any(
-                trails(t, shapes) for t in r.operands):
-            cand.append(i)
-    extra: dict = {}
-    grads: dict = {}  # forward attention -> the rows of its backward (every component with a dot)
-    for comp in _components(cand, producers):
-        if len({rows[i].multiplicity for i in comp}) != 1:
-            continue
-        dots = [i for i in comp if rows[i].kind == "dot"]
-        owners = {owner[p] for i in comp for p in producers[i] if isinstance(p, int) and p in owner}
-        if not dots:
-            if len(owners) == 1:
-                extra.setdefault(owners.pop(), []).extend(comp)
-            continue
-        n = min(owners) if owners else next((n for n, a in enumerate(forward) if any(
-            trails(t, {_shape(rows[a.qk].result)}) for i in comp for t in (*rows[i].operands,))), None)
-        if n is not None:
-            grads.setdefault(n, []).extend(comp)
-    backward: list[Attention] = []
-    for n, comp in sorted(grads.items()):
-        comp = sorted(set(comp))
-        dots = [i for i in comp if rows[i].kind == "dot"]
-        if len(dots) >= 2 and len({rows[i].multiplicity for i in comp}) == 1:
-            backward.append(Attention(dots[0], dots[-1], tuple(comp)))
-    if not backward:
-        return [], set()
-    for n, more in extra.items():
-        a = forward[n]
-        if rows[more[0]].multiplicity == rows[a.qk].multiplicity:
-            forward[n] = Attention(a.qk, a.pv, tuple(sorted(set(a.members) | set(more))))
-    return backward, shapes
-
-
-def is_causal(rows, producers, members) -> bool:
-    """Whether a forward attention masks with an index comparison (iota against iota: a causal or windowed
-    mask): a ``select`` member whose outside operand comes from an ``iota`` within a few data ops."""
-    inside = set(members)
-    for i in members:
-        if short_name(rows[i].op) != "select":
-            continue
-        stack = [(p, 0) for p in producers[i] if isinstance(p, int) and p not in inside]
-        while stack:
-            p, d = stack.pop()
-            name = short_name(rows[p].op)
-            if name == "iota":
-                return True
-            if d < 6 and (rows[p].kind in ("data", "free", "other", "elementwise") or name == "compare"):
-                stack.extend((q, d + 1) for q in producers[p] if isinstance(q, int))
-    return False
-
-
-#: The head dims a library compiles its kernels for: a call runs the smallest at least its own, computing on the
-#: padded width (both products scale with it). FlashAttention-2: ``HEADDIM_SWITCH`` in
-#: Dao-AILab/flash-attention ``csrc/flash_attn/src/static_switch.h`` (the copy PyTorch's flash SDPA backend
-#: bundles has the same ladder): 32, 64, 96, 128, 160, 192, 256; a head dim of 72 (STDiT3) runs the 96 kernel.
-#: cuDNN 9 (its sm90 SDPA kernels, as PyTorch 2.11 calls them on an H200, [MEAS] kernel names in
-#: benchmarks/data/measured_h200.toml): head dim 64 runs a ``..._64x128x64`` kernel, 72 and 128 ``..._64x128x128``.
-PADDED_HEAD_DIMS = {"fa2": (32, 64, 96, 128, 160, 192, 256), "cudnn": (64, 128)}
-
-
-def score_head_dim(r) -> int:
-    """The contracted dimension of a score product Q K^T: its FLOPs / (2 x its elements); 0 where unknown."""
-    n = r.out_elems * max(r.multiplicity, 1)
-    return r.gemm_flops // (2 * n) if n else 0
-
-
-def padded_head_dim(d: int, ladder: tuple) -> int:
-    """The kernel head dim a call of head dim ``d`` runs (``d`` itself above the ladder)."""
-    return next((k for k in ladder if k >= d), d)
-
-
-def kernel_compute_s(rows, producers, times, members, hw, multiplicity: int, library: str = "",
-                     masks: dict | None = None) -> float | None:
-    """The compute time of one fused attention kernel on ``hw`` (totals over its multiplicity): its GEMM FLOPs
-    over the blocks it computes at the library's fraction of the matrix peak plus the library's exposed share of
-    its exponentials (``exp_exposed``), beside its exponentials and its vector work; a backward recomputes the score product; a library's kernel computes on its
-    padded head dim (:data:`PADDED_HEAD_DIMS`). ``library``: the kernel's library where the profile has a model
-    of it, else the profile's default. ``masks``: the walk's ``masks`` record (:mod:`mhlo_cost.roofline.band`): an
-    index mask read from it that leaves fewer key tiles than a causal one (a sliding window) prices the blocks it
-    visits; a causal kernel skips the blocks above the diagonal whole: their products, exponentials and vector
-    work. A backward adds the HBM time of its two memory-bound passes (``backward_pass_bytes``). None without a
-    model."""
-    model = getattr(hw, "attention", None)
-    if model is None or model.get() is None:
-        return None
-    name = library if library and model.get(library) is not None else model.library
-    lib = model.get(name)
-    dots = [i for i in members if rows[i].kind == "dot"]
-    gemm_flops = sum(rows[i].gemm_flops for i in dots)
-    backward = len(dots) > 2
-    recomputed = _recomputed_exps(rows, dots, gemm_flops) if backward and lib.exp_exposed else 0
-    if backward:
-        gemm_flops += gemm_flops // len(dots)  # the score product recomputed from Q and K
-    qk = dots[0]
-    if name in PADDED_HEAD_DIMS:
-        d = score_head_dim(rows[qk])
-        gemm_flops = gemm_flops * padded_head_dim(d, PADDED_HEAD_DIMS[name]) // d if d else gemm_flops
-    sq, sk = _shape(rows[qk].result)[-2:] if backward is False else _score_of(rows, dots)
-    tiles = sk / model.tile
-    n = max(1.0, -(-sk // model.tile))
-    band = mask_fraction(rows, producers, masks, members, model.tile)
-    if band is not None and band >= (n + 1) / (2 * n):
-        band = None  # no fewer blocks than a causal mask visits: priced as one, as before
-    if band is None and (is_causal(rows, producers, members) or (backward and _masked(rows, members))):
-        band = (n + 1) / (2 * n)  # causal: the blocks on and below the diagonal
-    peak = times[qk].peak or 1.0
-    matrix = gemm_flops * (1 if band is None else band) / (peak * lib.fraction(backward, tiles))
-    trans = (sum(rows[i].transcendentals for i in members) + recomputed) / hw.transcendental_rate
-    vector = sum(times[i].compute_s for i in members if rows[i].kind != "dot" and times[i].unit == "vector")
-    if band is not None:  # a window or a causal mask: the blocks it visits, their exponentials and vector work
-        trans, vector = trans * band, vector * band
-    passes = hw.memory_time(_pass_bytes(rows, dots, sk), 2 * max(multiplicity, 1)) if backward else 0.0
-    return max(matrix + lib.exp_exposed * trans, trans, vector) + passes
-
-
-def _pass_bytes(rows, dots, sk: int) -> int:
-    """:func:`~mhlo_cost.machines.kernels.backward_pass_bytes` of a backward kernel: its query rows (B x H x Sq:
-    one product's FLOPs / 2d / Sk), head dim and narrowest operand type (Q, K, V, O and dO's)."""
-    d = min((score_head_dim(rows[i]) for i in dots), default=0)
-    if not d or not sk:
-        return 0
-    sizes = [t.nbytes // math.prod(t.shape) for i in dots for t in rows[i].operands
-             if getattr(t, "shape", None) and getattr(t, "nbytes", 0) and math.prod(t.shape)]
-    return backward_pass_bytes(rows[dots[0]].gemm_flops // (2 * d) // sk, d, max(1, min(sizes, default=2)))
-
-
-def _recomputed_exps(rows, dots, gemm_flops: int) -> int:
-    """The exponentials a backward kernel recomputes (P = exp(S - L), one per score): one product's FLOPs over
-    2 x the head dim (the smallest contracted dimension of its products)."""
-    d = min((score_head_dim(rows[i]) for i in dots), default=0)
-    return gemm_flops // len(dots) // (2 * d) if d else 0
-
-
-def _score_of(rows, dots) -> tuple:
-    for i in dots:
-        for t in (rows[i].result, *rows[i].operands):
-            s = _shape(t) if hasattr(t, "shape") else ()
-            if len(s) >= 2 and s[-1] == s[-2]:
-                return s[-2:]
-    return _shape(rows[dots[0]].result)[-2:]
-
-
-def _masked(rows, members) -> bool:
-    return any(short_name(rows[i].op) == "select" for i in members)

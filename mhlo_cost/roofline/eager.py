@@ -76,7 +76,7 @@ def _is_view(r: Row, t: OpTime) -> bool:
 
 def head_dim(rows, att) -> int:
     """The contracted dimension of an attention's score product (Q K^T): its FLOPs / (2 x its elements)."""
-    from .attention import score_head_dim
+    from .attention_compute import score_head_dim
 
     return score_head_dim(rows[att.qk])
 
@@ -264,11 +264,11 @@ def sdpa_backward(rows, producers, found: list, calls: list, backends: list[str]
     """The backward of the SDPA calls a library backend runs (a training program): PyTorch's SDPA autograd runs
     that backend's own backward kernel (flash: FlashAttention-2's, from Q, K, V, the output and the row
     statistics; it recomputes the probabilities), one kernel per call and never the scores through HBM
-    (:func:`.attention.find_attention_backward`, given every attention ``found`` so that none is taken for
+    (:func:`.attention_backward.find_attention_backward`, given every attention ``found`` so that none is taken for
     another's backward); an attention written out, or a call on the math backend, is differentiated op by op
     (its backward stays the kernels autograd runs). Returns the calls (with the rows that save their
     statistics), each library backward with its forward's backend, and the score shapes kept on chip."""
-    from .attention import find_attention_backward
+    from .attention_backward import find_attention_backward
 
     if all(b == "math" for b in backends):
         return calls, [], set()

@@ -70,6 +70,9 @@ class Roofline:
             raise ValueError("priced(): the inductor estimate is made from its program (its compile gain)")
         rf = cls.__new__(cls)
         rf.analysis, rf.hw, rf.execution, rf.times, rf.fusion = analysis, hw, execution, times, fusion
+        # No caller has another sdpa/written to pass: only the eager and Inductor estimates read them (inductor is
+        # refused above), the one caller (layerprice) prices sweep points of fuse none/elementwise
+        # (sweep.point.REPEATED_FUSE), the sweep has no SDPA setting and ``report --sdpa`` builds Roofline(...).
         rf.attention, rf.sdpa, rf.written = attention, "auto", "auto"
         rf._exposure, rf._exposed, rf._totals = {}, {}, None
         return rf

@@ -279,7 +279,8 @@ def _attention_preset(rows, producers, attention: str, sdpa: str, hw: Hardware,
     each attention's SDPA backend."""
     if attention == "unfused":
         return {}, set(), []
-    from .attention import find_attention, find_attention_backward
+    from .attention import find_attention
+    from .attention_backward import find_attention_backward
     from .sdpa import backward_backend, backward_owner, is_sdpa_call, resolve
 
     forward = find_attention(rows, producers)

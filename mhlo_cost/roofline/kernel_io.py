@@ -30,7 +30,7 @@ class KernelIO:
     def __init__(self, rows, producers, times: list[OpTime], role: list[str], onchip=frozenset(),
                  masks: dict | None = None):
         """``onchip``: score shapes that a flash attention kernel never reads or writes through HBM
-        (:func:`.attention.find_attention_backward`); ``masks``: the walk's ``masks`` record (None: not recorded)."""
+        (:func:`.attention_backward.find_attention_backward`); ``masks``: the walk's ``masks`` record (None: not recorded)."""
         self.rows, self.producers, self.times, self.role = rows, producers, times, role
         self.onchip, self.masks = onchip, masks
         self.consumers: list[list[int]] = [[] for _ in rows]
@@ -146,7 +146,7 @@ class KernelIO:
         k.inputs = self.inputs(members, k.members)
         outs = self.outputs(members, k.members)
         if k.attention and self.onchip:
-            from .attention import trails
+            from .attention_backward import trails
             k.inputs = [t for t in k.inputs if not trails(t, self.onchip)]
             outs = [(t, b) for t, b in outs if not trails(t, self.onchip)]
         k.outputs = [t for t, _ in outs]
@@ -161,7 +161,7 @@ def kernel_time(k, rows, producers, times: list[OpTime], hw: Hardware, masks: di
     m = k.multiplicity
     k.compute_s = math.fsum(times[i].compute_s for i in k.members)
     if k.attention:
-        from .attention import kernel_compute_s
+        from .attention_compute import kernel_compute_s
         c = kernel_compute_s(rows, producers, times, k.members, hw, m, k.library, masks)
         k.compute_s = k.compute_s if c is None else c
     k.memory_s = hw.memory_time(k.bytes_read + k.bytes_written, m)

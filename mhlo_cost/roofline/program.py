@@ -88,9 +88,10 @@ class ProgramPricing:
 
     def attention(self) -> tuple:
         """(every attention, forward then backward, as :func:`.attention.find_attention` and
-        :func:`.attention.find_attention_backward` find them; the score shapes a flash kernel keeps on chip)."""
+        :func:`.attention_backward.find_attention_backward` find them; the score shapes a flash kernel keeps on chip)."""
         if self._attention is None:
-            from .attention import find_attention, find_attention_backward
+            from .attention import find_attention
+            from .attention_backward import find_attention_backward
 
             forward = find_attention(self.rows, self.producers)
             backward, onchip = find_attention_backward(self.rows, self.producers, forward)

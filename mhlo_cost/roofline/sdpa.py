@@ -24,7 +24,8 @@ call, the SDPA backend each call runs on, and the kernels of PyTorch's math back
 from __future__ import annotations
 
 from ..walk.row import short_name
-from .attention import score_head_dim, trails
+from .attention_backward import trails
+from .attention_compute import score_head_dim
 
 #: ``--sdpa``: ``auto`` (PyTorch's choice) or one backend by name (PyTorch's SDPA backends).
 SDPA_BACKENDS = ("auto", "flash", "cudnn", "mem_efficient", "math")
@@ -41,7 +42,7 @@ WRITTEN_ATTENTION = ("auto", "sdpa", "math")
 FLASH_MAX_HEAD_DIM = 256
 FLASH_DTYPES = ("bf16", "f16")
 #: cuDNN's SDPA kernels take f16/bf16; the head dims it has kernels for here reach 128
-#: (:data:`.attention.PADDED_HEAD_DIMS`).
+#: (:data:`.attention_compute.PADDED_HEAD_DIMS`).
 CUDNN_MAX_HEAD_DIM = 128
 
 

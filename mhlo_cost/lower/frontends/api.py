@@ -8,7 +8,8 @@ hand: ``lower_model(model, "1x128:int64").analyze().summary``.
 
 The steps: build the model (``meta`` tensors or flax.nnx abstract state: never weights), make a JAX
 function of it and its abstract arguments (a "traceable": torchax for torch modules, the function
-itself for JAX), apply the request's ``transforms`` to that pair, lower it with ``jax.jit(...).lower``.
+itself for JAX; both in :mod:`.build`), apply the request's ``transforms`` to that pair, lower it with
+``jax.jit(...).lower``. A bundled model's configuration and the deployed STDiT3's checks are in :mod:`.bundled`.
 Transforms are where options that change *what* is lowered plug in (a training step around the
 forward, issue 15): each is ``f(fn, args, info) -> (fn, args)``.
 """
@@ -17,13 +18,14 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import sys
 import time
 import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from . import FrontendError, Lowered, get_frontend, resolve_spec
+from . import FrontendError, Lowered, get_frontend
+from .build import build_object, is_torch_module, traceable
+from .bundled import check_deployed
 
 Transform = Callable[[Callable, tuple, dict], tuple]
 
@@ -90,139 +92,6 @@ def quiet(verbose: bool = False):
                 os.environ[k] = v
 
 
-def _is_torch_module(obj) -> bool:
-    torch = sys.modules.get("torch")
-    return torch is not None and isinstance(obj, torch.nn.Module)
-
-
-def build_object(req: LowerRequest):
-    """The model object the request names (torch modules on ``meta``)."""
-    if req.library is not None:
-        from . import hub
-
-        return hub.build(req.library, req.name, req.config, req.overrides)
-    if req.overrides:
-        raise FrontendError("--set applies to --hf, --diffusers and --timm models")
-    obj = req.module
-    if isinstance(obj, str):
-        return build_factory(resolve_spec(obj))
-    return obj
-
-
-def _frameworks_of(factory) -> set:
-    """Which of torch and flax the factory's own module uses (names a module or a class of theirs)."""
-    found = set()
-    torch = sys.modules.get("torch")
-    if torch is not None and isinstance(factory, type) and issubclass(factory, torch.nn.Module):
-        found.add("torch")
-    module = sys.modules.get(getattr(factory, "__module__", "") or "")
-    for v in vars(module).values() if module is not None else ():
-        name = v.__name__ if isinstance(v, type(sys)) else getattr(v, "__module__", None)
-        root = name.split(".", 1)[0] if isinstance(name, str) else ""
-        if root in ("torch", "flax"):
-            found.add(root)
-        elif root in ("transformers", "diffusers", "timm", "torchvision"):  # torch models
-            found.add("torch")
-    return found
-
-
-def build_factory(factory):
-    """Call a user's factory so that no weight is allocated: under ``nnx.eval_shape`` where its module
-    uses flax (a flax.nnx Module comes back with abstract state), under ``torch.device('meta')`` where it
-    uses torch; a factory of a plain JAX function is just called. A module instance is returned as is."""
-    if _is_torch_module(factory):
-        return factory
-    uses = _frameworks_of(factory)
-    if "flax" in uses:
-        from flax import nnx
-
-        from .jax_frontend import is_nnx_module
-
-        try:
-            obj = nnx.eval_shape(factory)
-        except Exception:  # noqa: BLE001 - not a module (a function): called plainly below
-            obj = None
-        if is_nnx_module(obj):
-            return obj
-    if "torch" in uses:
-        import torch
-
-        with torch.device("meta"):
-            return factory()
-    return factory()
-
-
-def traceable(req: LowerRequest, obj):
-    """``(fn, args, info)`` of the object: its JAX function and abstract arguments."""
-    from .inputs import TensorSpec, parse_input, parse_input_value
-
-    inputs = [parse_input(s) if isinstance(s, str) else s for s in req.inputs]
-    values = {k: parse_input_value(f"{k}={v}") if isinstance(v, str) else v for k, v in req.input_values.items()}
-    if any(isinstance(s, TensorSpec) and s.name for s in inputs):
-        raise FrontendError("keyword inputs go in input_kwargs, not among the positional inputs")
-    kw_inputs = {k: parse_input(v) if isinstance(v, str) else v for k, v in req.input_kwargs.items()}
-    info = {"model": req.source()}
-    if _is_torch_module(obj):
-        frontend = req.frontend or "torchax"
-        if frontend != "torchax":
-            raise FrontendError(f"a torch module in hand lowers with torchax, not {frontend} (torch-xla "
-                                "lowers a 'package.module:factory' in its own environment)")
-        from . import torchax_frontend as tf
-
-        module = obj if req.dtype is None else obj.to(tf._torch_dtype(req.dtype))
-        fn, args = tf.traceable(module.eval(), inputs, input_kwargs=kw_inputs, kwargs=req.kwargs,
-                                locations=req.locations, values=values, amp=req.amp)
-        from .moe import Routing, wrap
-
-        fn = wrap(fn, module, None if req.routing is None else Routing.parse(req.routing), info)
-        info.update(frontend="torchax", model_class=type(obj).__name__)
-        dtype = lowered_dtype(req, module)
-        if dtype:
-            info["dtype"] = dtype + (f", under CUDA autocast to {req.amp}" if req.amp else "")
-        if req.amp:
-            info["amp"] = req.amp
-        return fn, args, info
-    if req.amp:
-        raise FrontendError(f"--amp {req.amp} runs a torch module under torch.autocast; "
-                            f"{info['model']} is not a torch.nn.Module")
-    if (req.frontend or "jax") != "jax":
-        raise FrontendError(f"{info['model']} is not a torch.nn.Module: it lowers with the jax frontend")
-    if values:
-        raise FrontendError("--input-value applies to torch modules (a JAX function reads a plain --kwarg)")
-    from . import jax_frontend as jf
-
-    fn, args = jf.traceable(obj, inputs, input_kwargs=kw_inputs, kwargs=req.kwargs, locations=req.locations,
-                            dtype=req.dtype or "float32")
-    info.update(frontend="jax")
-    return fn, args, info
-
-
-def lowered_dtype(req: LowerRequest, module) -> str:
-    """The dtype a torch module is lowered in (that of most of its floating parameters) and why:
-    ``bfloat16 (the configuration's dtype)``; "" for a module without floating parameters."""
-    counts: dict[str, int] = {}
-    for p in module.parameters():
-        if p.is_floating_point():
-            name = str(p.dtype).removeprefix("torch.")
-            counts[name] = counts.get(name, 0) + p.numel()
-    if not counts:
-        return ""
-    name = max(sorted(counts), key=counts.get)
-    if req.dtype is not None:
-        why = "--dtype"
-    elif req.library == "hf" and _config_dtype(module) is not None:
-        why = "the configuration's dtype"
-    else:
-        why = "as the model is built; --dtype casts it"
-    return f"{name} ({why})"
-
-
-def _config_dtype(module):
-    from .hub import config_dtype
-
-    return config_dtype(getattr(module, "config", None))
-
-
 def lower_request(req: LowerRequest, stage: Callable[[str], None] | None = None) -> Lowered:
     """Lower the forward of what ``req`` names; FrontendError (one sentence) for what cannot be. ``stage(text)``
     hears what it does as it goes (importing, building, tracing and lowering). A training step (``req.train``
@@ -278,7 +147,7 @@ def _lower_object(req: LowerRequest, stage: Callable[[str], None]) -> Lowered:
     stage("building the model (meta device: no weights)" if req.library or isinstance(req.module, str)
           else "preparing the model")
     obj = build_object(req)
-    stage(f"making a JAX function of it ({req.frontend or ('torchax' if _is_torch_module(obj) else 'jax')})")
+    stage(f"making a JAX function of it ({req.frontend or ('torchax' if is_torch_module(obj) else 'jax')})")
     fn, args, info = traceable(req, obj)
     for transform in req.transforms:
         fn, args = transform(fn, args, info)
@@ -335,26 +204,6 @@ def describe_request(req: LowerRequest) -> str:
     return f"{what} with inputs {', '.join(parts) or '(none)'} with {frontend}{amp}"
 
 
-#: Why the deployed STDiT3 takes no parallel strategy: a user-facing sentence (lower, sweep).
-DEPLOYED_NO_PARALLEL = ("the parallel strategies are written in JAX (shard_map with explicit all_to_all, "
-                        "all_gather, ppermute); the deployed torch module has no collectives of its own: lower "
-                        "the JAX model with --parallel (its counts are the counting module's)")
-
-
-def check_deployed(model: str, frontend: str, parallel: str = "none", train: bool = False) -> None:
-    """FrontendError unless a ``deployed`` request can be lowered: stdit3, through torchax, one device, a forward."""
-    if model != "stdit3":
-        raise FrontendError(f"--deployed applies to --model stdit3 only, not {model}")
-    if frontend != "torchax":
-        raise FrontendError(f"--deployed is the torch module as OpenSora 1.2 runs it: it lowers with torchax, "
-                            f"not {frontend}")
-    if parallel != "none":
-        raise FrontendError(f"--deployed takes no --parallel: {DEPLOYED_NO_PARALLEL}")
-    if train:
-        raise FrontendError("--deployed is OpenSora 1.2's sampling forward (no training step): drop --train, "
-                            "or lower the training step of the JAX model")
-
-
 def _lower_by_frontend(req: LowerRequest) -> Lowered:
     """Bundled models, and torch-xla (its own interpreter): the frontend modules' own entry points."""
     if req.transforms:
@@ -395,29 +244,3 @@ def lower_model(model, *inputs, frontend: str | None = None, dtype: str | None =
                        verbose=verbose, input_kwargs={k: v for k, v in kwargs.items() if is_tensor_like(v)},
                        kwargs={k: v for k, v in kwargs.items() if not is_tensor_like(v)})
     return lower_request(req)
-
-
-def bundled_config(model: str, *, frontend: str = "jax", parallel: str = "none", devices: int | None = None,
-                   mesh: str | None = None, **overrides):
-    """(configuration, text) of a bundled model: ``make_config`` overrides (``shape``, ``small``,
-    ``depth``...), wrapped with its parallel plan where ``parallel`` names a strategy (stdit3, jax)."""
-    from . import make_config
-
-    cfg = make_config(model, **overrides)
-    if parallel == "none":
-        if devices is not None or mesh is not None:
-            raise FrontendError("--devices and --mesh need a --parallel strategy")
-        return cfg, ""
-    if model != "stdit3":
-        raise FrontendError(f"--parallel applies to stdit3 only, not {model}")
-    if frontend != "jax":
-        raise FrontendError("--parallel needs the jax frontend")
-    from ..models import parallel as par
-
-    if devices is None:
-        if mesh is None:
-            raise FrontendError(f"--parallel {parallel} needs --devices N")
-        nx, ny = par.parse_mesh(mesh)
-        devices = nx * ny
-    plan = par.make_plan(parallel, devices, mesh, cfg)
-    return par.ShardedConfig(cfg, plan), f", {plan.describe()}"

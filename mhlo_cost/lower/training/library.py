@@ -14,7 +14,6 @@ tensor's shape, ``xent`` against integer targets, or a function named ``package.
 from __future__ import annotations
 
 import contextlib
-import sys
 
 import jax
 
@@ -53,15 +52,10 @@ def pick_output(out):
     raise FrontendError(f"the model's forward returned no tensor to take a loss of ({type(out).__name__})")
 
 
-def _is_torch_module(obj) -> bool:
-    torch = sys.modules.get("torch")
-    return torch is not None and isinstance(obj, torch.nn.Module)
-
-
 def lower_object_step(req) -> Lowered:
     """The training step of what ``req`` (a LowerRequest with ``train`` set) names other than a bundled
     model: its object built as the forward builds it (meta device, no weights), then differentiated."""
-    from ..frontends.api import build_object
+    from ..frontends.build import build_object, is_torch_module
 
     if req.frontend == "torch-xla":
         raise FrontendError("--train lowers torch modules through torchax, not torch-xla: drop --frontend")
@@ -72,7 +66,7 @@ def lower_object_step(req) -> Lowered:
 
         hub.import_library(req.library)
     obj = build_object(req)
-    if _is_torch_module(obj):
+    if is_torch_module(obj):
         if req.frontend not in (None, "torchax"):
             raise FrontendError(f"a torch module's training step lowers with torchax, not {req.frontend}")
         return _torch_step(req, obj)

@@ -133,7 +133,8 @@ def token_wise(analysis):
     """The predicate of the chunk scenario: a node of the forward or backward whose rows each treat a token
     alone (elementwise and data ops, reductions over a row's trailing dimensions, matrix products outside
     attention that are not weight gradients)."""
-    from ..attention import find_attention, find_attention_backward
+    from ..attention import find_attention
+    from ..attention_backward import find_attention_backward
     from ..fusion import _row_reduction
 
     rows, producers, phases = analysis.rows, analysis.producers, analysis.phases

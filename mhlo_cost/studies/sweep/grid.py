@@ -194,7 +194,7 @@ def _precision(text) -> str:
 def build_config(point: Point, options: dict):
     """(configuration, plan text) of ``point``: what ``lower`` builds. ValueError / FrontendError say why not.
     ``deployed`` (stdit3 as OpenSora 1.2 deploys it, lowered with torchax) takes no parallel strategy."""
-    from ...lower.frontends.api import bundled_config, check_deployed
+    from ...lower.frontends.bundled import bundled_config, check_deployed
 
     options = dict(options)
     if options.pop("deployed", False):
