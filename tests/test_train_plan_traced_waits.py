@@ -96,3 +96,10 @@ def test_the_option_without_inductor_is_one_line(capsys):
     assert main(ARGS + ["--inductor-comm-reorder"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("mhlo-cost: error:") and "inductor" in err and err.count("\n") == 1
+
+
+def test_stdit3_refuses_the_option_in_one_line(capsys):
+    """STDiT3's plan (ColossalAI, not torch.compile's traced context parallel) does not take it."""
+    assert main(["train-plan", "--model", "stdit3", "--inductor-comm-reorder"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("mhlo-cost: error:") and "--inductor-comm-reorder" in err and err.count("\n") == 1
