@@ -137,6 +137,7 @@ def _sharding(args) -> dict:
                 account_loss=args.account_loss, attention=args.attention,
                 attention_library=args.attention_library or "",
                 grad_reduce_fp32=not args.grad_reduce_in_bf16, execution=args.execution,
+                inductor_comm_reorder=args.inductor_comm_reorder,
                 tp_comm_overlap=args.tp_comm_overlap, tp_overlap_rs=args.tp_comm_overlap_rs,
                 pipeline_split=args.pipeline_split, cross_entropy=args.cross_entropy, loss_scale=args.loss_scale,
                 main_grad_add=args.no_gradient_accumulation_fusion,
@@ -334,6 +335,10 @@ def _register_pipeline_and_kernels(p) -> None:
     p.add_argument("--execution", choices=("compiled", "eager", "inductor"), default="compiled",
                    help="how the step runs: compiled, fused kernels (Megatron, NeMo; default), eager (PyTorch eager, "
                         "one kernel per op) or inductor (torch.compile); eager and inductor need --attention fused")
+    p.add_argument("--inductor-comm-reorder", action="store_true",
+                   help="with --execution inductor: Inductor's reorder_for_compute_comm_overlap on, so the "
+                        "collectives torch.compile traces (PyTorch's context parallel) overlap compute; off (torch's "
+                        "default) each is waited for where it is issued, exposed")
     p.add_argument("--grad-reduce-in-bf16", action="store_true",
                    help="gradients reduced in the 2-byte dtype, not fp32 (Megatron-Core's option; Megatron 2021's "
                         "fp16 default without --accumulate-allreduce-grads-in-fp32)")

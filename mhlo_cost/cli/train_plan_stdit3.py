@@ -15,6 +15,7 @@ NOT_STDIT3 = (("-t", "t", 1), ("-p", "p", 1), ("--sp", "sp", False), ("--interle
                                                    False),
               ("--account-for-loss-in-pipeline-split", "account_loss", False), ("--dp-overlap", "dp_overlap", False),
               ("--cp-comm-type", "cp_comm_type", "p2p"), ("--execution", "execution", "compiled"),
+              ("--inductor-comm-reorder", "inductor_comm_reorder", False),
               ("--cp-kv-repeat", "cp_kv_repeat", False), ("--fsdp-version", "fsdp_version", "1"), ("--dp-reduce", "dp_reduce", "reduce_scatter"),
               ("--share-embeddings-and-output-weights", "tied_embedding", False),
               ("--grad-accum-pass", "grad_accum_pass", False), ("--tp-comm-overlap", "tp_comm_overlap", False),

@@ -104,6 +104,9 @@ class ScaleConfig:
     ep_overlap: bool = False  # the all_to_all hidden under another micro-batch's compute (DualPipe-style)
     expert_tp: int = 0  # expert tensor parallelism (--expert-tensor-parallel-size); 0: t, Megatron's default
     execution: str = "compiled"  # compiled (fused kernels), eager (PyTorch eager), inductor (torch.compile)
+    inductor_comm_reorder: bool = False  # inductor: torch._inductor.config.reorder_for_compute_comm_overlap on, so
+    # the collectives torch.compile traces (PyTorch's context parallel) overlap compute; off (torch's default): each
+    # waited for where it is issued (.traced_waits)
     tp_comm_overlap: bool = False  # Transformer Engine's userbuffers: each TP collective overlapped with its GEMM
     # (Megatron-Core's --tp-comm-overlap, NeMo's tp_comm_overlap; needs sequence parallelism: .tp_overlap)
     tp_overlap_rs: str = "pipeline"  # its reduce_scatters: pipeline (4 splits, NeMo's) or ring_exchange

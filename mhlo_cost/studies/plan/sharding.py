@@ -45,6 +45,7 @@ from ...network import estimate
 from .config import CP_TORCH, ScaleConfig
 from .costs import LayerCost
 from .sm_share import taxed
+from .traced_waits import cp_waits_at_once
 
 
 @dataclass(frozen=True)
@@ -304,7 +305,8 @@ def torch_cp_exposure(cfg: ScaleConfig, topo, cost: LayerCost, sms: tuple[int, i
     is issued before the first (local) block and waited for after it (exposed beyond that block), or each of
     the cp - 1 permutes overlaps one block. Backward: the same for K/V; each of the cp dK/dV permutes is waited
     for after the next block, the last one after the loop (exposed whole). Full recompute runs the forward's
-    exchange again in the backward."""
+    exchange again in the backward. Traced by torch.compile without Inductor's reordering, each exchange is
+    waited for where it is issued (:mod:`.traced_waits`): all of it exposed."""
     per = {"layer_forward": 0.0, "layer_backward": 0.0, "ring_step_forward": 0.0, "ring_step_backward": 0.0,
            "grad_step": 0.0}
     for c in cp_collectives(cfg):
@@ -321,4 +323,6 @@ def torch_cp_exposure(cfg: ScaleConfig, topo, cost: LayerCost, sms: tuple[int, i
     b_total = per["layer_backward"] + steps * per["ring_step_backward"] + cfg.cp * dkv
     if cfg.recompute == "full":
         b, b_total = b + f, b_total + f_total
+    if cp_waits_at_once(cfg):
+        return Exposure(f_total, b_total, f_total, b_total)
     return Exposure(f, b, f_total, b_total)

@@ -58,6 +58,8 @@ def cp_invalid(cfg) -> str | None:
     if cfg.cp > 1 and cfg.seq % (2 * cfg.cp):
         return (f"context parallelism: 2 x cp ({2 * cfg.cp}) does not divide seq {cfg.seq} (load-balanced "
                 "causal chunks)")
+    if getattr(cfg, "inductor_comm_reorder", False) and cfg.execution != "inductor":
+        return "inductor_comm_reorder (Inductor's compute/communication reordering) applies to execution inductor only"
     if cfg.sp and cfg.local_seq % cfg.t:
         return f"sequence parallelism: tensor degree {cfg.t} does not divide seq / cp {cfg.local_seq}"
     return None
