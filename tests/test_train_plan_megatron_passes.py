@@ -39,6 +39,33 @@ def test_megatrons_cross_entropy_moves_38_bytes_a_logit_forward_and_14_backward(
     assert cross_entropy_bytes(sp) == cross_entropy_bytes(cfg)
 
 
+def test_megatron_cores_fused_cross_entropy_moves_22_bytes_a_logit_forward_and_10_backward():
+    """Megatron-Core's cross_entropy_loss_fusion (fused_cross_entropy.py, each jit_fuser function one compiled
+    kernel): b 2, s 32, V 128 over t 2 = 4096 logits. Forward: calculate_logits_max reads the bf16 logits (2) and
+    returns their fp32 copy (4); calculate_predicted_logits reads it (4) and writes exp back in place (4);
+    calculate_cross_entropy_loss's div_ (4 + 4): 22 bytes in 3 kernels. Backward: calculate_gradients reads the
+    softmax (4), writes it back mutated (4) and returns the bf16 gradient (2): 10 bytes in 1 kernel. Against the
+    unfused kernels (38 and 14 bytes in 6 and 2), 20 bytes a logit fewer."""
+    cfg = ScaleConfig(**TINY, t=2, micro_batch=2, global_batch=2, cross_entropy="megatron-fused")
+    assert cross_entropy_bytes(cfg) == {"forward": (4096 * 22, 3), "backward": (4096 * 10, 1)}
+    eager = cross_entropy_bytes(ScaleConfig(**TINY, t=2, micro_batch=2, global_batch=2, cross_entropy="megatron"))
+    assert sum(b for b, _ in eager.values()) - sum(b for b, _ in cross_entropy_bytes(cfg).values()) == 4096 * 20
+    assert cfg.invalid() is None
+
+
+def test_the_heads_own_loss_is_replaced_by_megatron_cores_fused_kernels():
+    """As the eager kernels: the head program's loss seconds out, the fused kernels' (22 and 10 bytes a logit, 3
+    and 1 launches on the profile's memory model) in; b 1, s 32, V 128: 4096 logits."""
+    base = dict(TINY, micro_batch=1, global_batch=1)
+    layer, head = _fake(1e-3, 2e-3, 1000), _fake(5e-4, 9e-4, 0, loss=(1e-4, 2e-4))
+    fused = compose(ScaleConfig(**base), layer, A100, head)
+    mcore = compose(ScaleConfig(**base, cross_entropy="megatron-fused"), layer, A100, head)
+    n = 32 * 128
+    ce_f, ce_b = A100.memory_time(22 * n, kernels=3), A100.memory_time(10 * n, kernels=1)
+    assert mcore.compute["forward"] - fused.compute["forward"] == pytest.approx(ce_f - 1e-4, rel=1e-9)
+    assert mcore.compute["backward"] - fused.compute["backward"] == pytest.approx(ce_b - 2e-4, rel=1e-9)
+
+
 def test_the_heads_own_loss_is_replaced_by_megatrons_kernels():
     """One stage, one micro-batch: the iteration with ``cross_entropy="megatron"`` is the fused one less the head
     program's loss seconds plus the eager kernels' (b 1, s 32, V 128: 4096 logits), forward and backward."""
@@ -109,6 +136,7 @@ def test_fp16s_loss_scaling_adds_16_bytes_a_weight_with_fp16_main_gradients_and_
 def test_an_unknown_cross_entropy_is_refused():
     assert "cross_entropy" in ScaleConfig(**TINY, cross_entropy="apex").invalid()
     assert ScaleConfig(**TINY, cross_entropy="megatron").invalid() is None
+    assert ScaleConfig(**TINY, cross_entropy="megatron-fused").invalid() is None
 
 
 def test_the_main_grad_hook_adds_each_micro_batchs_gradients_once_per_micro_batch():

@@ -304,9 +304,10 @@ def _register_pipeline_and_kernels(p) -> None:
     p.add_argument("--overlap-param-gather", action="store_true",
                    help="with --overlap-grad-reduce and --zero 1: the parameter all-gather prefetched under the "
                         "next forward, bucket by bucket")
-    p.add_argument("--cross-entropy", choices=("fused", "megatron"), default="fused",
-                   help="the loss: fused, the head program's own (default), or megatron, Megatron-LM's "
-                        "vocabulary-parallel cross-entropy of 2021 (separate kernels over the fp32 logits)")
+    p.add_argument("--cross-entropy", choices=("fused", "megatron", "megatron-fused"), default="fused",
+                   help="the loss: fused, the head program's own (default); megatron, Megatron-LM's / "
+                        "Megatron-Core's vocabulary-parallel cross-entropy (separate kernels over the fp32 logits); "
+                        "megatron-fused, Megatron-Core's cross_entropy_loss_fusion (its torch.compile'd functions)")
     p.add_argument("--loss-scale", action="store_true",
                    help="fp16's dynamic loss scaling: Megatron's fp16 optimizer copies the gradients to fp32 and "
                         "unscales them before the step")

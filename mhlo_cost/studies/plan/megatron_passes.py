@@ -14,6 +14,24 @@ framework's code, as closed forms (bytes: exact ints; seconds on the chip's memo
   ``(d + 4) + 4 + 8 + 8 + 4 + 8 = d + 36`` bytes in 6 kernels, the backward ``8 + (4 + d) = 12 + d`` in 2 (the
   target gathers and the ``b x s`` loss are left out: ``V/t`` times smaller). They replace the head program's own
   loss (scope ``loss``: XLA's fused reductions), whose seconds :class:`~.costs.LayerCost` keeps as ``loss_s``.
+  Megatron-Core's unfused ``vocab_parallel_cross_entropy`` (``megatron/core/tensor_parallel/cross_entropy.py`` at
+  338af51, the Megatron-Core of NeMo r2.0.0rc1's ``Dockerfile.ci``, the NeMo 24.07 release) runs the same kernels:
+  ``calculate_logits_max`` casts with ``.float()`` and takes ``torch.max``, ``calculate_predicted_logits`` the
+  in-place ``-=``, ``torch.exp(out=)`` and ``sum``, ``calculate_cross_entropy_loss`` the ``div_``; the backward's
+  ``mul_``, and autograd casts the fp32 gradient the Function returns to the bf16 logits' dtype.
+* **Megatron-Core's fused cross-entropy** (``cross_entropy="megatron-fused"``: ``cross_entropy_loss_fusion``, off
+  by default in its ``ModelParallelConfig``; NeMo 24.07's launcher sets it for Llama 3 and Nemotron 3, not for GPT-3,
+  Llama 2 or Nemotron 4). ``megatron/core/fusions/fused_cross_entropy.py`` (338af51) wraps the same steps in
+  ``jit_fuser`` functions, ``torch.compile`` from torch 2.2 (``megatron/core/jit.py``): ``calculate_logits_max``
+  returns the fp32 copy of the logits (read ``d``, write 4) with their maximum; ``calculate_predicted_logits``
+  subtracts it in place, exponentiates and sums (read 4, write 4 back into that buffer: a mutated input is written
+  back); ``calculate_cross_entropy_loss`` divides in place (4 + 4); the backward's ``calculate_gradients``
+  subtracts the target's one, multiplies by the incoming gradient in place and returns ``.to(torch.bfloat16)``
+  (read 4, the mutated softmax written back 4, the bf16 gradient ``d``). Per logit ``d + 20`` bytes forward in 3
+  kernels, ``8 + d`` backward in 1, each compiled function taken as one kernel that reads and writes each tensor
+  once (a lower bound: Inductor may split a reduction from its pointwise part; the target gathers and scatters,
+  ``b x s`` elements, left out). Megatron-Bridge's performance scripts take Transformer Engine's one-pass kernel
+  instead (``scripts/performance/utils/overrides.py``: ``cross_entropy_fusion_impl = "te"``): the head's own loss.
 * **The scatter/gather optimisation's all_gather** (``scatter_gather``; Narayanan et al. 2021, section 4.1).
   Megatron-LM's ``p2p_communication._communicate`` (``megatron/p2p_communication.py``, 2021-2022) sends 1/t of the
   activation (``split_tensor_into_1d_equal_chunks``) and the receiver rebuilds it with ``gather_split_1d_tensor``: an
@@ -59,6 +77,15 @@ CE_KERNELS = {
                 ("sum", 4, 0), ("div_", 4, 4)),
     "backward": (("mul_", 4, 4), ("cast to the logits' dtype", 4, "d")),
 }
+#: Megatron-Core's fused cross-entropy (``fused_cross_entropy.py``), one kernel per compiled function; the backward
+#: writes the mutated fp32 softmax back (4) and returns the gradient in bf16 ("d").
+CE_FUSED_KERNELS = {
+    "forward": (("calculate_logits_max: .float(), max", "d", 4), ("calculate_predicted_logits: -=, exp, sum", 4, 4),
+                ("calculate_cross_entropy_loss: div_", 4, 4)),
+    "backward": (("calculate_gradients: -=, mul_, .to(bfloat16)", 4, (4, "d")),),
+}
+#: The loss's kernels by ``ScaleConfig.cross_entropy`` (``fused``: the head program's own loss, none replaced)
+CE_BY_KIND = {"megatron": CE_KERNELS, "megatron-fused": CE_FUSED_KERNELS}
 #: fp16's optimizer passes per weight element: the fp32 copy of the gradient, the unscale-and-check, the Adam
 #: step's wider gradient read (see the module's text).
 LOSS_SCALE_COPY = 2 + 4  # main_grad.float(): only with 2-byte main gradients
@@ -86,23 +113,32 @@ def logits(cfg) -> int:
     return cfg.micro_batch * cfg.local_seq * (cfg.vocab // cfg.t)
 
 
+def _bytes(n, d: int) -> int:
+    """Bytes of one kernel table entry: an int, ``"d"`` (the logits' dtype) or a tuple of them (several writes)."""
+    if isinstance(n, tuple):
+        return sum(_bytes(x, d) for x in n)
+    return d if n == "d" else n
+
+
 def cross_entropy_bytes(cfg, dtype_bytes: int = 2) -> dict:
-    """phase -> (bytes, kernels) of Megatron's cross-entropy of one micro-batch on one device (:data:`CE_KERNELS`)."""
+    """phase -> (bytes, kernels) of Megatron's cross-entropy of one micro-batch on one device, by
+    ``cfg.cross_entropy`` (:data:`CE_BY_KIND`; ``megatron`` when it names none, as the fused head has none)."""
     n = logits(cfg)
     out = {}
-    for phase, kernels in CE_KERNELS.items():
-        per = sum((dtype_bytes if r == "d" else r) + (dtype_bytes if w == "d" else w) for _, r, w in kernels)
+    for phase, kernels in CE_BY_KIND.get(cfg.cross_entropy, CE_KERNELS).items():
+        per = sum(_bytes(r, dtype_bytes) + _bytes(w, dtype_bytes) for _, r, w in kernels)
         out[phase] = (n * per, len(kernels))
     return out
 
 
 def head_seconds(cfg, head, hw) -> tuple[float, float]:
     """(forward, backward) seconds of the last stage's head per micro-batch: the head program's, its own loss
-    replaced by Megatron's kernels where ``cfg.cross_entropy`` is ``megatron`` (0, 0 without a head)."""
+    replaced by Megatron's kernels where ``cfg.cross_entropy`` names them (:data:`CE_BY_KIND`; 0, 0 without a
+    head)."""
     if head is None:
         return 0.0, 0.0
     f, b = head.time_s["forward"], head.time_s["backward"]
-    if cfg.cross_entropy != "megatron" or hw is None:
+    if cfg.cross_entropy not in CE_BY_KIND or hw is None:
         return f, b
     loss = head.loss_s or {}
     ce = {ph: hw.memory_time(n, kernels=k) for ph, (n, k) in cross_entropy_bytes(cfg).items()}
