@@ -15,7 +15,8 @@ are, fp16 (Megatron 2021) with its gradients reduced in fp16, ``compile`` as the
 ``inductor``; false: ``eager``; absent: ``compiled``, the fused kernels of Megatron and NeMo; a row's
 ``execution`` overrides it, with its reason).
 
-Where a row is priced with an approximation (the squared-ReLU MLP priced as GELU: the same two GEMMs; fp16 at
+Where a row is priced with an approximation (the squared-ReLU MLP lowered as GELU: the same two GEMMs, NeMo's eager
+relu and pow kernels added beyond the fused activation, ``activation="squared-relu"``; fp16 at
 bf16's rate), the row says so.
 
     PYTHONPATH=. python benchmarks/validate_training.py [--only ID-SUBSTRING] [--source ID] [--cache DIR]
@@ -213,7 +214,7 @@ def approximations(run: dict, model: dict) -> list[str]:
     """What the priced row stands for only approximately."""
     out = []
     if model["mlp"] == "squared_relu":
-        out.append("squared-ReLU MLP priced as GELU (the same two GEMMs)")
+        out.append("squared-ReLU MLP lowered as GELU (the same two GEMMs), NeMo's eager relu and pow kernels added")
     if run["precision"] == "fp16":
         out.append("fp16 priced as bf16 (the same A100 rate)")
     if run.get("attn_impl") == "triton":
@@ -237,6 +238,8 @@ def scale_config(run: dict, model: dict, fields: set | None = None):
               recompute=run["recompute"],
               dp_overlap=bool(run.get("dp_overlap", False)), dropout=bool(run.get("dropout", True)),
               precision="bf16" if run["precision"] == "fp16" else run["precision"])
+    if model["mlp"] == "squared_relu" and "activation" in fields:  # NeMo's eager relu and pow (Nemotron's rows)
+        kw["activation"] = "squared-relu"
     return ScaleConfig(**kw, **{k: v for k, v in split_options(run).items() if k in fields})
 
 

@@ -138,7 +138,8 @@ def _sharding(args) -> dict:
                 attention_library=args.attention_library or "",
                 grad_reduce_fp32=not args.grad_reduce_in_bf16, execution=args.execution,
                 tp_comm_overlap=args.tp_comm_overlap, tp_overlap_rs=args.tp_comm_overlap_rs,
-                pipeline_split=args.pipeline_split, cross_entropy=args.cross_entropy, loss_scale=args.loss_scale,
+                pipeline_split=args.pipeline_split, cross_entropy=args.cross_entropy, activation=args.activation,
+                loss_scale=args.loss_scale,
                 main_grad_add=args.no_gradient_accumulation_fusion,
                 scatter_gather=args.scatter_gather_tensors_in_pipeline,
                 **_ddp(args), **_experts(args))
@@ -308,6 +309,9 @@ def _register_pipeline_and_kernels(p) -> None:
                    help="the loss: fused, the head program's own (default); megatron, Megatron-LM's / "
                         "Megatron-Core's vocabulary-parallel cross-entropy (separate kernels over the fp32 logits); "
                         "megatron-fused, Megatron-Core's cross_entropy_loss_fusion (its torch.compile'd functions)")
+    p.add_argument("--activation", choices=("gelu", "squared-relu"), default="gelu",
+                   help="the two-linear MLP's activation: gelu (fused, default) or squared-relu, NeMo's "
+                        "torch.pow(F.relu(x), 2) run as eager kernels (Nemotron; the layer lowered with GELU)")
     p.add_argument("--loss-scale", action="store_true",
                    help="fp16's dynamic loss scaling: Megatron's fp16 optimizer copies the gradients to fp32 and "
                         "unscales them before the step")

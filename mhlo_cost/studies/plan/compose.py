@@ -56,7 +56,8 @@ from .costs import LayerCost
 from .sharding import (cp_collectives, cp_exposure, dp_collectives, dp_exposure, embedding_collective, embedding_elems,
                        optimizer_extra_elems, seconds)
 from .dp_overlap import dp_overlap_exposed
-from .megatron_passes import gather_seconds, head_seconds, loss_scale_seconds, main_grad_add_seconds, send_bytes
+from .megatron_passes import (activation_pass_seconds, gather_seconds, head_seconds, loss_scale_seconds,
+                              main_grad_add_seconds, send_bytes)
 from .fsdp_copies import fsdp_copy_seconds
 from .ring_passes import ring_pass_seconds
 from .sm_share import chip_sms, nccl_sms, taxed
@@ -168,8 +169,9 @@ def _layer(cfg: ScaleConfig, cost: LayerCost, topo, hw=None) -> dict:
     # recompute runs the forward's again
     ring_f, ring_b = ring_pass_seconds(cfg, hw)
     copy_f, copy_b = fsdp_copy_seconds(cfg, hw, cost.weight_elems)  # FSDP2's copy-out / copy-in (.fsdp_copies)
-    fwd, bwd = t["forward"] + ring_f + copy_f, t["backward"] + ring_b + copy_b
-    rec += ring_f if cfg.recompute == "full" else 0.0
+    act_f, act_b = activation_pass_seconds(cfg, hw)  # NeMo's eager squared-ReLU (.megatron_passes)
+    fwd, bwd = t["forward"] + ring_f + copy_f + act_f, t["backward"] + ring_b + copy_b + act_b
+    rec += ring_f + act_f if cfg.recompute == "full" else 0.0
     f = fwd + tp["forward"] + cp.forward
     b = bwd + rec + tp["backward"] + cp.backward
     return {"forward": fwd, "backward": bwd, "recompute": rec, "tp_forward": tp["forward"],

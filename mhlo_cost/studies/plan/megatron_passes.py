@@ -32,6 +32,21 @@ framework's code, as closed forms (bytes: exact ints; seconds on the chip's memo
   once (a lower bound: Inductor may split a reduction from its pointwise part; the target gathers and scatters,
   ``b x s`` elements, left out). Megatron-Bridge's performance scripts take Transformer Engine's one-pass kernel
   instead (``scripts/performance/utils/overrides.py``: ``cross_entropy_fusion_impl = "te"``): the head's own loss.
+* **NeMo's squared-ReLU** (``activation="squared-relu"``: Nemotron's ``activation: squared-relu``, with
+  ``bias: false`` and ``bias_activation_fusion: false`` in its NeMo-Framework-Launcher 24.07 yamls). NeMo r2.0.0rc1's
+  ``activation_to_func`` (``nemo/collections/nlp/parts/utils_funcs.py``) gives Megatron-Core
+  ``squared_relu`` (``nemo/collections/nlp/modules/common/megatron/utils.py``: ``torch.pow(F.relu(x), 2)``, not
+  jitted), which ``MLP.forward`` (``megatron/core/transformer/mlp.py`` at 338af51) calls on fc1's output without
+  bias-activation fusion: PyTorch eager kernels over the ``b x s/cp x ffn/t`` elements, each a pass in the bf16
+  activation dtype (2 bytes). Forward: ``relu`` (2 + 2), ``pow`` (2 + 2). Backward, autograd's formulas
+  (``tools/autograd/derivatives.yaml``): ``pow_backward`` = ``grad * (2 * self.pow(1))``, ``self.pow(1)`` a copy
+  (``pow_Tensor_Scalar_out``: ``out.copy_(base)`` for exponent 1, 2 + 2), the scalar product (2 + 2) and the
+  product with the gradient (4 + 2); relu's ``threshold_backward(grad, result, 0)`` (4 + 2): 8 bytes in 2
+  kernels forward, 20 in 4 backward. The layer is lowered with a GELU MLP (the same two GEMMs), whose activation
+  the compiled model prices as one fused kernel each way (forward x read, y written: 4 bytes; backward x and the
+  gradient read, one written: 6); the squared-ReLU adds what its eager kernels move beyond that: 4 bytes and 1
+  kernel forward, 14 bytes and 3 kernels backward (the fused kernel's bytes as that one kernel would move them: where
+  the compiled GELU fuses into a neighbour, less is priced for it, and the difference is a lower bound).
 * **The scatter/gather optimisation's all_gather** (``scatter_gather``; Narayanan et al. 2021, section 4.1).
   Megatron-LM's ``p2p_communication._communicate`` (``megatron/p2p_communication.py``, 2021-2022) sends 1/t of the
   activation (``split_tensor_into_1d_equal_chunks``) and the receiver rebuilds it with ``gather_split_1d_tensor``: an
@@ -86,6 +101,13 @@ CE_FUSED_KERNELS = {
 }
 #: The loss's kernels by ``ScaleConfig.cross_entropy`` (``fused``: the head program's own loss, none replaced)
 CE_BY_KIND = {"megatron": CE_KERNELS, "megatron-fused": CE_FUSED_KERNELS}
+#: NeMo's squared-ReLU by phase: its eager kernels (name, bytes read, bytes written per fc1-output element, bf16)
+SQUARED_RELU = {
+    "forward": (("relu", 2, 2), ("pow", 2, 2)),
+    "backward": (("self.pow(1): copy", 2, 2), ("2 * ...", 2, 2), ("grad * ...", 4, 2), ("threshold_backward", 4, 2)),
+}
+#: ... and the one fused activation kernel each way that the lowered GELU layer is priced with, which they replace
+FUSED_ACTIVATION = {"forward": (("activation", 2, 2),), "backward": (("activation backward", 4, 2),)}
 #: fp16's optimizer passes per weight element: the fp32 copy of the gradient, the unscale-and-check, the Adam
 #: step's wider gradient read (see the module's text).
 LOSS_SCALE_COPY = 2 + 4  # main_grad.float(): only with 2-byte main gradients
@@ -210,3 +232,33 @@ def main_grad_add_seconds(cfg, hw, layer_elems: int, layers: int, extra: int = 0
     if n == 0 or hw is None:
         return 0.0
     return hw.memory_time(n, kernels=layer_tensors(cfg) * layers + extra_tensors(cfg, extra))
+
+
+def activation_elems(cfg) -> int:
+    """Elements of fc1's output on one device for one micro-batch: ``b x s/cp x ffn/t`` (the whole local sequence:
+    under sequence parallelism fc1 runs on the all-gathered one)."""
+    return cfg.micro_batch * cfg.local_seq * (cfg.mlp // cfg.t)
+
+
+def activation_pass_bytes(cfg) -> dict:
+    """phase -> (bytes, kernels) that NeMo's eager squared-ReLU moves and launches beyond the lowered layer's one
+    fused activation kernel (:data:`SQUARED_RELU`, :data:`FUSED_ACTIVATION`), for one layer and micro-batch (0, 0
+    without ``activation="squared-relu"``)."""
+    if cfg.activation != "squared-relu":
+        return {ph: (0, 0) for ph in SQUARED_RELU}
+    n = activation_elems(cfg)
+    out = {}
+    for ph, kernels in SQUARED_RELU.items():
+        fused = FUSED_ACTIVATION[ph]
+        per = sum(r + w for _, r, w in kernels) - sum(r + w for _, r, w in fused)
+        out[ph] = (n * per, len(kernels) - len(fused))
+    return out
+
+
+def activation_pass_seconds(cfg, hw) -> tuple[float, float]:
+    """(forward, backward) seconds the squared-ReLU's eager kernels add to one layer's micro-batch (0, 0 without it
+    or a profile)."""
+    if cfg.activation != "squared-relu" or hw is None:
+        return 0.0, 0.0
+    extra = activation_pass_bytes(cfg)
+    return tuple(hw.memory_time(n, kernels=k) for n, k in (extra["forward"], extra["backward"]))
