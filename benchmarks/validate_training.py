@@ -72,12 +72,13 @@ OPTIONS = (
 #: from ``layers_per_stage``), Megatron-Core's overlapped data-parallel reduction (``ddp`` megatron, ``ddp_bucket_size``,
 #: ``overlap_param_gather``), the loss's cross-entropy kernels (``cross_entropy``: Megatron-LM's own), Megatron-LM's
 #: main-gradient hook before gradient-accumulation fusion (``main_grad_add``), the pipeline send of 1/t all-gathered
-#: by the receiver (``scatter_gather``: Megatron-LM 2021's and DeepSpeed's pipeline engine's, not Megatron-Core's)
-#: and FSDP2's copies around its collectives (``fsdp_version`` 2: torchtitan's ``fully_shard``).
+#: by the receiver (``scatter_gather``: Megatron-LM 2021's and DeepSpeed's pipeline engine's, not Megatron-Core's),
+#: FSDP2's copies around its collectives (``fsdp_version`` 2: torchtitan's ``fully_shard``) and Megatron FSDP's
+#: NCCL-registered buffers, its collectives on fewer SMs (``nccl_ub``: Megatron-Core's ``--use-nccl-ub``).
 PASSED = ("cp_comm", "kv_repeat", "dp_reduce", "tied_embedding", "grad_accum_pass", "grad_reduce_fp32",
           "tp_comm_overlap", "tp_overlap_rs", "pipeline_split", "account_embedding", "account_loss", "ddp",
           "ddp_bucket_size", "overlap_param_gather", "cross_entropy", "main_grad_add",
-          "scatter_gather", "fsdp_version")
+          "scatter_gather", "fsdp_version", "nccl_ub")
 
 
 def split_options(run: dict) -> dict:

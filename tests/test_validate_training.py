@@ -334,3 +334,10 @@ def test_the_script_runs_on_a_small_data_file(tmp_path, capsys):
     assert "held out (nothing fitted on any source): median |error|" in out
     assert "0 rows not expressible yet" in out
     assert "rows using FSDP, CP, fp8 or uneven stages: 1 priced of 1" in out
+
+
+def test_only_megatron_bridges_fsdp_row_registers_nccl_user_buffers(data):
+    """Megatron-Bridge's 25.11 H100 Llama 3 8B configuration (Megatron FSDP) sets ddp.nccl_ub; no other row's
+    framework does (NeMo 24.07 has no such option; the other Bridge rows run Megatron-Core's DDP)."""
+    ub = [r["id"] for r in data["run"] if vt.scale_config(r, data["model"][r["model"]]).nccl_ub]
+    assert ub == ["bridge2511/llama3-8b-h100"]

@@ -138,7 +138,7 @@ def _sharding(args) -> dict:
                 attention_library=args.attention_library or "",
                 grad_reduce_fp32=not args.grad_reduce_in_bf16, execution=args.execution,
                 tp_comm_overlap=args.tp_comm_overlap, tp_overlap_rs=args.tp_comm_overlap_rs,
-                pipeline_split=args.pipeline_split, cross_entropy=args.cross_entropy, activation=args.activation,
+                pipeline_split=args.pipeline_split, cross_entropy=args.cross_entropy, activation=args.activation, nccl_ub=args.use_nccl_ub,
                 loss_scale=args.loss_scale,
                 main_grad_add=args.no_gradient_accumulation_fusion,
                 scatter_gather=args.scatter_gather_tensors_in_pipeline,
@@ -309,6 +309,9 @@ def _register_pipeline_and_kernels(p) -> None:
                    help="the loss: fused, the head program's own (default); megatron, Megatron-LM's / "
                         "Megatron-Core's vocabulary-parallel cross-entropy (separate kernels over the fp32 logits); "
                         "megatron-fused, Megatron-Core's cross_entropy_loss_fusion (its torch.compile'd functions)")
+    p.add_argument("--use-nccl-ub", action="store_true",
+                   help="with --zero 2|3: Megatron-Core's nccl_ub, FSDP's buffers registered with NCCL so that its "
+                        "per-layer all-gathers and reduce-scatters run on fewer SMs (4 / 5 within a node on H100)")
     p.add_argument("--activation", choices=("gelu", "squared-relu"), default="gelu",
                    help="the two-linear MLP's activation: gelu (fused, default) or squared-relu, NeMo's "
                         "torch.pow(F.relu(x), 2) run as eager kernels (Nemotron; the layer lowered with GELU)")

@@ -120,6 +120,7 @@ class ScaleConfig:
     loss_scale: bool = False  # fp16's dynamic loss scaling: Megatron's Float16Optimizer's grad copy and unscale passes
     main_grad_add: bool = False  # Megatron-LM's local DDP hook adding each micro-batch's gradients to main_grad
     scatter_gather: bool = False  # Megatron-LM's (2021-2022) / DeepSpeed's pipeline send of 1/t, all-gathered after
+    nccl_ub: bool = False  # Megatron-Core's --nccl-ub: FSDP's buffers NCCL-registered, its collectives on fewer SMs
     activation: str = "gelu"  # a gelu MLP's activation: gelu (fused) | squared-relu: NeMo's eager relu and pow
     # kernels (Nemotron; the layer lowered with GELU, the same GEMMs: .megatron_passes)
 
@@ -275,6 +276,8 @@ class ScaleConfig:
             return f"tp_overlap_rs must be one of {', '.join(TP_OVERLAP_RS)}, got {self.tp_overlap_rs!r}"
         if self.cross_entropy not in CROSS_ENTROPY:
             return f"cross_entropy must be one of {', '.join(CROSS_ENTROPY)}, got {self.cross_entropy!r}"
+        if self.nccl_ub and self.zero_stage < 2:
+            return "nccl_ub is priced for the per-layer collectives of ZeRO 2 / 3 (FSDP) only"
         if self.activation not in ACTIVATION:
             return f"activation must be one of {', '.join(ACTIVATION)}, got {self.activation!r}"
         if self.activation != "gelu" and (self.mlp_kind != "gelu" or self.experts):
