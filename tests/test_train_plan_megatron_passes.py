@@ -221,3 +221,24 @@ def test_squared_relu_is_refused_beside_a_gated_mlp():
     assert "activation" in ScaleConfig(**TINY, mlp_kind="swiglu", activation="squared-relu").invalid()
     assert "activation" in ScaleConfig(**TINY, activation="relu").invalid()
     assert ScaleConfig(**TINY, activation="squared-relu").invalid() is None
+
+
+def test_pytorch_ddps_bucket_copies_move_8_bytes_a_weight_once_an_iteration():
+    """--DDP-impl torch (no gradient_as_bucket_view): PyTorch's reducer copies each 2-byte gradient into its bucket
+    scaled by 1/n (2 read, 2 written) and back after the all-reduce (2 + 2): 8 bytes a weight element, two launches
+    per parameter tensor (12 a GPT layer, 1 for the tied embedding of V/t x h). One stage of 4 layers of 1000
+    weights and the V x h = 128 x 64 embedding, 2 micro-batches: the copies run once, in the optimizer's figure."""
+    base = dict(TINY, d=2, micro_batch=1, global_batch=4, dp_overlap=True, tied_embedding=True)
+    layer = _fake(1e-3, 2e-3, 1000)
+    plain = compose(ScaleConfig(**base), layer, A100)
+    ddp = compose(ScaleConfig(**base, torch_ddp=True), layer, A100)
+    elems = 4 * 1000 + 128 * 64
+    copies = A100.memory_time(8 * elems, kernels=2 * (4 * 12 + 1))
+    assert ddp.total - plain.total == pytest.approx(copies, rel=1e-9)
+    assert ddp.optimizer - plain.optimizer == pytest.approx(copies, rel=1e-9)
+
+
+def test_torch_ddp_is_refused_beside_zero_and_local_ddp():
+    assert "torch_ddp" in ScaleConfig(**TINY, d=2, global_batch=2, zero=1, torch_ddp=True).invalid()
+    assert "torch_ddp" in ScaleConfig(**TINY, d=2, global_batch=2, main_grad_add=True, torch_ddp=True).invalid()
+    assert ScaleConfig(**TINY, d=2, global_batch=2, torch_ddp=True).invalid() is None

@@ -277,6 +277,7 @@ def test_megatron_lms_own_passes_reach_the_rows_whose_code_runs_them(data):
         assert cfg.cross_entropy == _cross_entropy(run), run["id"]
         assert cfg.loss_scale == (src == "narayanan2021"), run["id"]
         assert cfg.main_grad_add == local, run["id"]
+        assert cfg.torch_ddp == (src == "narayanan2021" and run.get("dp_overlap", False)), run["id"]  # DDP-impl torch
     assert sum(vt.scale_config(r, data["model"][r["model"]]).main_grad_add for r in data["run"]) == 6
 
 

@@ -57,7 +57,7 @@ from .sharding import (cp_collectives, cp_exposure, dp_collectives, dp_exposure,
                        optimizer_extra_elems, seconds)
 from .dp_overlap import dp_overlap_exposed
 from .megatron_passes import (activation_pass_seconds, gather_seconds, head_seconds, loss_scale_seconds,
-                              main_grad_add_seconds, send_bytes)
+                              main_grad_add_seconds, send_bytes, torch_ddp_seconds)
 from .fsdp_copies import fsdp_copy_seconds
 from .nccl_ub import ub_sms_of
 from .ring_passes import ring_pass_seconds
@@ -207,7 +207,9 @@ def _stages(cfg: ScaleConfig, cost: LayerCost, topo, one: dict, head: LayerCost 
         out.append({"layers": n, "dp": dp, "head_forward": hf if last else 0.0, "head_backward": hb if last else 0.0,
                     "f_s": n * (one["f"] + dp.forward) + (hf if last else 0.0),
                     "b_s": n * (one["b"] + dp.backward) + (hb if last else 0.0) + accum, "grad_accum": accum,
-                    "optimizer": optimizer_seconds(cfg, cost, s, n) + loss_scale_seconds(
+                    "optimizer": optimizer_seconds(cfg, cost, s, n) + torch_ddp_seconds(
+                        cfg, hw, cost.weight_elems * n + embedding_elems(cfg, s), n, embedding_elems(cfg, s)
+                    ) + loss_scale_seconds(
                         cfg, hw, (cost.weight_elems * n + embedding_elems(cfg, s)) // cfg.shard_degree, n,
                         embedding_elems(cfg, s))})
     return out

@@ -34,6 +34,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from ...machines.kernels import LIBRARIES
+from .megatron_passes import ACTIVATION, passes_invalid  # noqa: F401 (ACTIVATION re-exported)
 from .sharding_check import CP_TORCH, DP_REDUCE, cp_invalid, sharding_invalid  # noqa: F401 (re-exported)
 
 RECOMPUTE = ("none", "selective", "full", "op")
@@ -42,8 +43,6 @@ CP_COMM = ("p2p", "all_gather", "a2a", "torch-allgather", "torch-alltoall")  # a
 ATTENTION = ("unfused", "fused")
 #: The loss: the head program's own (fused), Megatron-LM's eager kernels, Megatron-Core's compiled fusion
 CROSS_ENTROPY = ("fused", "megatron", "megatron-fused")
-#: A two-linear MLP's activation: GELU (fused, as lowered) or NeMo's squared ReLU (eager relu and pow)
-ACTIVATION = ("gelu", "squared-relu")
 #: How TE's userbuffers overlap a row-parallel GEMM's reduce_scatter (:mod:`.tp_overlap`)
 TP_OVERLAP_RS = ("pipeline", "ring_exchange")
 #: How the training step runs (:mod:`mhlo_cost.machines.execution`): ``compiled`` (fused kernels: Megatron's fused
@@ -120,6 +119,7 @@ class ScaleConfig:
     loss_scale: bool = False  # fp16's dynamic loss scaling: Megatron's Float16Optimizer's grad copy and unscale passes
     main_grad_add: bool = False  # Megatron-LM's local DDP hook adding each micro-batch's gradients to main_grad
     scatter_gather: bool = False  # Megatron-LM's (2021-2022) / DeepSpeed's pipeline send of 1/t, all-gathered after
+    torch_ddp: bool = False  # Megatron-LM 2021's --DDP-impl torch: PyTorch DDP's gradient bucket copies
     nccl_ub: bool = False  # Megatron-Core's --nccl-ub: FSDP's buffers NCCL-registered, its collectives on fewer SMs
     activation: str = "gelu"  # a gelu MLP's activation: gelu (fused) | squared-relu: NeMo's eager relu and pow
     # kernels (Nemotron; the layer lowered with GELU, the same GEMMs: .megatron_passes)
@@ -276,13 +276,9 @@ class ScaleConfig:
             return f"tp_overlap_rs must be one of {', '.join(TP_OVERLAP_RS)}, got {self.tp_overlap_rs!r}"
         if self.cross_entropy not in CROSS_ENTROPY:
             return f"cross_entropy must be one of {', '.join(CROSS_ENTROPY)}, got {self.cross_entropy!r}"
-        if self.nccl_ub and self.zero_stage < 2:
-            return "nccl_ub is priced for the per-layer collectives of ZeRO 2 / 3 (FSDP) only"
-        if self.activation not in ACTIVATION:
-            return f"activation must be one of {', '.join(ACTIVATION)}, got {self.activation!r}"
-        if self.activation != "gelu" and (self.mlp_kind != "gelu" or self.experts):
-            return f"activation {self.activation} is for the dense two-linear (gelu) MLP, not {self.mlp_kind}" + (
-                " with experts" if self.experts else "")
+        why = passes_invalid(self)  # the activation, nccl_ub, torch_ddp (.megatron_passes)
+        if why:
+            return why
         if self.tp_comm_overlap and self.t > 1 and not self.sp:
             return "tensor-parallel communication overlap (userbuffers) needs sequence parallelism"
         why = self._pipeline_invalid() or sharding_invalid(self) or cp_invalid(self) or self._moe_invalid()

@@ -47,6 +47,16 @@ framework's code, as closed forms (bytes: exact ints; seconds on the chip's memo
   gradient read, one written: 6); the squared-ReLU adds what its eager kernels move beyond that: 4 bytes and 1
   kernel forward, 14 bytes and 3 kernels backward (the fused kernel's bytes as that one kernel would move them: where
   the compiled GELU fuses into a neighbour, less is priced for it, and the difference is a lower bound).
+* **PyTorch DDP's bucket copies** (``torch_ddp``). Megatron-LM 2021's ``--DDP-impl torch`` (``megatron/training.py``
+  at de7dc40: ``torchDDP(model_module, device_ids=[i], output_device=i, process_group=...)``, so
+  ``gradient_as_bucket_view`` is off, PyTorch's default; ``schedules.py`` runs every micro-batch but the last under
+  ``model.no_sync``). PyTorch's reducer (``torch/csrc/distributed/c10d/reducer.cpp``) copies each gradient into its
+  bucket as the backward makes it, scaled by 1/n (``mark_variable_ready_dense`` / ``copy_grad_to_bucket``:
+  ``at::mul_out(bucket_view, grad, 1 / div_factor)``), and after the all-reduce copies the bucket back into the
+  gradient (``finalize_backward`` / ``copy_bucket_to_grad``: "If gradient_as_bucket_view_ is false, after allreduce
+  buckets, copy bucket results back to grads"): the 2-byte gradients read and written twice, 8 bytes a weight element
+  in 2 kernels per parameter tensor, once an iteration (the last micro-batch), on the compute stream: priced with the
+  stage's optimizer step (the copy back waits for the reduction; the copy in runs in the last backward).
 * **The scatter/gather optimisation's all_gather** (``scatter_gather``; Narayanan et al. 2021, section 4.1).
   Megatron-LM's ``p2p_communication._communicate`` (``megatron/p2p_communication.py``, 2021-2022) sends 1/t of the
   activation (``split_tensor_into_1d_equal_chunks``) and the receiver rebuilds it with ``gather_split_1d_tensor``: an
@@ -101,6 +111,8 @@ CE_FUSED_KERNELS = {
 }
 #: The loss's kernels by ``ScaleConfig.cross_entropy`` (``fused``: the head program's own loss, none replaced)
 CE_BY_KIND = {"megatron": CE_KERNELS, "megatron-fused": CE_FUSED_KERNELS}
+#: A two-linear MLP's activation: GELU (fused, as lowered) or NeMo's squared ReLU (eager relu and pow)
+ACTIVATION = ("gelu", "squared-relu")
 #: NeMo's squared-ReLU by phase: its eager kernels (name, bytes read, bytes written per fc1-output element, bf16)
 SQUARED_RELU = {
     "forward": (("relu", 2, 2), ("pow", 2, 2)),
@@ -262,3 +274,33 @@ def activation_pass_seconds(cfg, hw) -> tuple[float, float]:
         return 0.0, 0.0
     extra = activation_pass_bytes(cfg)
     return tuple(hw.memory_time(n, kernels=k) for n, k in (extra["forward"], extra["backward"]))
+
+
+#: PyTorch DDP's reducer per weight element: the 2-byte gradient copied into its bucket (scaled) and back
+TORCH_DDP_BYTES = (2 + 2) + (2 + 2)
+
+
+def torch_ddp_seconds(cfg, hw, elems: int, layers: int = 0, extra: int = 0) -> float:
+    """PyTorch DDP's two bucket copies over a stage's ``elems`` weight elements, those of ``layers`` layers and
+    ``extra`` outside them (one launch each per parameter tensor: :func:`layer_tensors`, :func:`extra_tensors`);
+    0 without ``torch_ddp`` or a profile."""
+    if not getattr(cfg, "torch_ddp", False) or hw is None or elems == 0:
+        return 0.0
+    tensors = layer_tensors(cfg) * layers + extra_tensors(cfg, extra)
+    return hw.memory_time(TORCH_DDP_BYTES * elems, kernels=2 * tensors)
+
+
+def passes_invalid(cfg) -> str | None:
+    """Why the Megatron options of ``cfg`` (the activation, nccl_ub, torch_ddp) cannot go together; None where they
+    can."""
+    if cfg.activation not in ACTIVATION:
+        return f"activation must be one of {', '.join(ACTIVATION)}, got {cfg.activation!r}"
+    if cfg.activation != "gelu" and (cfg.mlp_kind != "gelu" or cfg.experts):
+        return (f"activation {cfg.activation} is for the dense two-linear (gelu) MLP, not {cfg.mlp_kind}"
+                + (" with experts" if cfg.experts else ""))
+    if cfg.nccl_ub and cfg.zero_stage < 2:
+        return "nccl_ub is priced for the per-layer collectives of ZeRO 2 / 3 (FSDP) only"
+    if cfg.torch_ddp and (cfg.zero_stage or cfg.main_grad_add or cfg.ddp or cfg.experts):
+        return ("torch_ddp (PyTorch DDP's bucket copies) is a replicated optimizer's reduction: not with ZeRO, "
+                "local DDP's main_grad hook, Megatron-Core's DDP or experts")
+    return None
