@@ -15,7 +15,8 @@ are, fp16 (Megatron 2021) with its gradients reduced in fp16, ``compile`` as the
 ``inductor``; false: ``eager``; absent: ``compiled``, the fused kernels of Megatron and NeMo; a row's
 ``execution`` overrides it, with its reason).
 
-Where a row is priced with an approximation (the squared-ReLU MLP priced as GELU: the same two GEMMs; fp16 at
+Where a row is priced with an approximation (the squared-ReLU MLP lowered as GELU: the same two GEMMs, NeMo's eager
+relu and pow kernels added beyond the fused activation, ``activation="squared-relu"``; fp16 at
 bf16's rate), the row says so.
 
     PYTHONPATH=. python benchmarks/validate_training.py [--only ID-SUBSTRING] [--source ID] [--cache DIR]
@@ -71,12 +72,14 @@ OPTIONS = (
 #: from ``layers_per_stage``), Megatron-Core's overlapped data-parallel reduction (``ddp`` megatron, ``ddp_bucket_size``,
 #: ``overlap_param_gather``), the loss's cross-entropy kernels (``cross_entropy``: Megatron-LM's own), Megatron-LM's
 #: main-gradient hook before gradient-accumulation fusion (``main_grad_add``), the pipeline send of 1/t all-gathered
-#: by the receiver (``scatter_gather``: Megatron-LM 2021's and DeepSpeed's pipeline engine's, not Megatron-Core's)
-#: and FSDP2's copies around its collectives (``fsdp_version`` 2: torchtitan's ``fully_shard``).
+#: by the receiver (``scatter_gather``: Megatron-LM 2021's and DeepSpeed's pipeline engine's, not Megatron-Core's),
+#: FSDP2's copies around its collectives (``fsdp_version`` 2: torchtitan's ``fully_shard``) and Megatron FSDP's
+#: NCCL-registered buffers, its collectives on fewer SMs (``nccl_ub``: Megatron-Core's ``--use-nccl-ub``), and
+#: PyTorch DDP's gradient bucket copies (``torch_ddp``: Megatron-LM 2021's ``--DDP-impl torch``).
 PASSED = ("cp_comm", "kv_repeat", "dp_reduce", "tied_embedding", "grad_accum_pass", "grad_reduce_fp32",
           "tp_comm_overlap", "tp_overlap_rs", "pipeline_split", "account_embedding", "account_loss", "ddp",
           "ddp_bucket_size", "overlap_param_gather", "cross_entropy", "main_grad_add",
-          "scatter_gather", "fsdp_version")
+          "scatter_gather", "fsdp_version", "nccl_ub", "torch_ddp")
 
 
 def split_options(run: dict) -> dict:
@@ -213,7 +216,7 @@ def approximations(run: dict, model: dict) -> list[str]:
     """What the priced row stands for only approximately."""
     out = []
     if model["mlp"] == "squared_relu":
-        out.append("squared-ReLU MLP priced as GELU (the same two GEMMs)")
+        out.append("squared-ReLU MLP lowered as GELU (the same two GEMMs), NeMo's eager relu and pow kernels added")
     if run["precision"] == "fp16":
         out.append("fp16 priced as bf16 (the same A100 rate)")
     if run.get("attn_impl") == "triton":
@@ -237,6 +240,8 @@ def scale_config(run: dict, model: dict, fields: set | None = None):
               recompute=run["recompute"],
               dp_overlap=bool(run.get("dp_overlap", False)), dropout=bool(run.get("dropout", True)),
               precision="bf16" if run["precision"] == "fp16" else run["precision"])
+    if model["mlp"] == "squared_relu" and "activation" in fields:  # NeMo's eager relu and pow (Nemotron's rows)
+        kw["activation"] = "squared-relu"
     return ScaleConfig(**kw, **{k: v for k, v in split_options(run).items() if k in fields})
 
 

@@ -11,7 +11,7 @@ from mhlo_cost.network import estimate, resolve_profile
 from mhlo_cost.studies.plan.compose import compose
 from mhlo_cost.studies.plan.config import ScaleConfig
 from mhlo_cost.studies.plan.costs import LayerCost
-from mhlo_cost.studies.plan.megatron_passes import cross_entropy_bytes, gather_bytes
+from mhlo_cost.studies.plan.megatron_passes import activation_pass_bytes, cross_entropy_bytes, gather_bytes
 
 A100 = resolve_profile("dgx-a100")
 TINY = dict(layers=4, hidden=64, heads=4, seq=32, vocab=128)
@@ -37,6 +37,33 @@ def test_megatrons_cross_entropy_moves_38_bytes_a_logit_forward_and_14_backward(
     assert cross_entropy_bytes(cp)["forward"] == (2 * 16 * 128 * 38, 6)
     sp = ScaleConfig(**TINY, t=2, sp=True, micro_batch=2, global_batch=2)
     assert cross_entropy_bytes(sp) == cross_entropy_bytes(cfg)
+
+
+def test_megatron_cores_fused_cross_entropy_moves_22_bytes_a_logit_forward_and_10_backward():
+    """Megatron-Core's cross_entropy_loss_fusion (fused_cross_entropy.py, each jit_fuser function one compiled
+    kernel): b 2, s 32, V 128 over t 2 = 4096 logits. Forward: calculate_logits_max reads the bf16 logits (2) and
+    returns their fp32 copy (4); calculate_predicted_logits reads it (4) and writes exp back in place (4);
+    calculate_cross_entropy_loss's div_ (4 + 4): 22 bytes in 3 kernels. Backward: calculate_gradients reads the
+    softmax (4), writes it back mutated (4) and returns the bf16 gradient (2): 10 bytes in 1 kernel. Against the
+    unfused kernels (38 and 14 bytes in 6 and 2), 20 bytes a logit fewer."""
+    cfg = ScaleConfig(**TINY, t=2, micro_batch=2, global_batch=2, cross_entropy="megatron-fused")
+    assert cross_entropy_bytes(cfg) == {"forward": (4096 * 22, 3), "backward": (4096 * 10, 1)}
+    eager = cross_entropy_bytes(ScaleConfig(**TINY, t=2, micro_batch=2, global_batch=2, cross_entropy="megatron"))
+    assert sum(b for b, _ in eager.values()) - sum(b for b, _ in cross_entropy_bytes(cfg).values()) == 4096 * 20
+    assert cfg.invalid() is None
+
+
+def test_the_heads_own_loss_is_replaced_by_megatron_cores_fused_kernels():
+    """As the eager kernels: the head program's loss seconds out, the fused kernels' (22 and 10 bytes a logit, 3
+    and 1 launches on the profile's memory model) in; b 1, s 32, V 128: 4096 logits."""
+    base = dict(TINY, micro_batch=1, global_batch=1)
+    layer, head = _fake(1e-3, 2e-3, 1000), _fake(5e-4, 9e-4, 0, loss=(1e-4, 2e-4))
+    fused = compose(ScaleConfig(**base), layer, A100, head)
+    mcore = compose(ScaleConfig(**base, cross_entropy="megatron-fused"), layer, A100, head)
+    n = 32 * 128
+    ce_f, ce_b = A100.memory_time(22 * n, kernels=3), A100.memory_time(10 * n, kernels=1)
+    assert mcore.compute["forward"] - fused.compute["forward"] == pytest.approx(ce_f - 1e-4, rel=1e-9)
+    assert mcore.compute["backward"] - fused.compute["backward"] == pytest.approx(ce_b - 2e-4, rel=1e-9)
 
 
 def test_the_heads_own_loss_is_replaced_by_megatrons_kernels():
@@ -109,6 +136,7 @@ def test_fp16s_loss_scaling_adds_16_bytes_a_weight_with_fp16_main_gradients_and_
 def test_an_unknown_cross_entropy_is_refused():
     assert "cross_entropy" in ScaleConfig(**TINY, cross_entropy="apex").invalid()
     assert ScaleConfig(**TINY, cross_entropy="megatron").invalid() is None
+    assert ScaleConfig(**TINY, cross_entropy="megatron-fused").invalid() is None
 
 
 def test_the_main_grad_hook_adds_each_micro_batchs_gradients_once_per_micro_batch():
@@ -153,3 +181,64 @@ def test_the_main_grad_hook_is_refused_beside_a_separate_accumulation_pass_and_w
     assert "both accumulate" in ScaleConfig(**base, grad_accum_pass=True).invalid()
     assert "zero 3" in ScaleConfig(**base, zero=3).invalid()
     assert ScaleConfig(**dict(base, main_grad_add=False), zero=3).invalid() is None
+
+
+def test_nemos_squared_relu_adds_4_bytes_and_a_kernel_forward_and_14_bytes_and_3_kernels_backward():
+    """NeMo's squared_relu (torch.pow(F.relu(x), 2), eager) over fc1's output: b 2, s 32, ffn 4 x 64 = 256 over t 2:
+    2 x 32 x 128 = 8192 bf16 elements. Forward: relu (2 + 2) and pow (2 + 2) = 8 bytes in 2 kernels; backward:
+    self.pow(1)'s copy (2 + 2), 2 * it (2 + 2), grad * it (4 + 2), threshold_backward (4 + 2) = 20 bytes in 4.
+    Beyond one fused activation kernel each way (2 + 2 forward, 4 + 2 backward): 4 bytes and 1 kernel, 14 bytes and
+    3 kernels. Context parallelism halves the local sequence; sequence parallelism does not (fc1 runs on the
+    all-gathered sequence)."""
+    cfg = ScaleConfig(**TINY, t=2, micro_batch=2, global_batch=2, activation="squared-relu")
+    assert activation_pass_bytes(cfg) == {"forward": (8192 * 4, 1), "backward": (8192 * 14, 3)}
+    sp = ScaleConfig(**TINY, t=2, sp=True, micro_batch=2, global_batch=2, activation="squared-relu")
+    assert activation_pass_bytes(sp) == activation_pass_bytes(cfg)
+    cp = ScaleConfig(**TINY, t=2, cp=2, d=2, micro_batch=2, global_batch=4, activation="squared-relu")
+    assert activation_pass_bytes(cp)["backward"] == (4096 * 14, 3)
+    assert activation_pass_bytes(ScaleConfig(**TINY, t=2, micro_batch=2, global_batch=2)) == {
+        "forward": (0, 0), "backward": (0, 0)}
+
+
+def test_the_squared_relus_kernels_are_added_to_every_layer_and_micro_batch():
+    """4 layers on one stage, 2 micro-batches of b 1, s 32, ffn 256: 8192 elements a layer. The iteration's forward
+    grows by 4 x 2 x the forward extra, its backward by 4 x 2 x the backward extra; full recompute runs the
+    forward's kernels again (in the recompute)."""
+    base = dict(TINY, micro_batch=1, global_batch=2)
+    layer = _fake(1e-3, 2e-3, 1000)
+    gelu = compose(ScaleConfig(**base), layer, A100)
+    relu2 = compose(ScaleConfig(**base, activation="squared-relu"), layer, A100)
+    n = 32 * 256
+    f, b = A100.memory_time(4 * n, kernels=1), A100.memory_time(14 * n, kernels=3)
+    assert relu2.compute["forward"] - gelu.compute["forward"] == pytest.approx(8 * f, rel=1e-9)
+    assert relu2.compute["backward"] - gelu.compute["backward"] == pytest.approx(8 * b, rel=1e-9)
+    full = dict(base, recompute="full")
+    assert (compose(ScaleConfig(**full, activation="squared-relu"), layer, A100).compute["recompute"]
+            - compose(ScaleConfig(**full), layer, A100).compute["recompute"]) == pytest.approx(8 * f, rel=1e-9)
+
+
+def test_squared_relu_is_refused_beside_a_gated_mlp():
+    assert "activation" in ScaleConfig(**TINY, mlp_kind="swiglu", activation="squared-relu").invalid()
+    assert "activation" in ScaleConfig(**TINY, activation="relu").invalid()
+    assert ScaleConfig(**TINY, activation="squared-relu").invalid() is None
+
+
+def test_pytorch_ddps_bucket_copies_move_8_bytes_a_weight_once_an_iteration():
+    """--DDP-impl torch (no gradient_as_bucket_view): PyTorch's reducer copies each 2-byte gradient into its bucket
+    scaled by 1/n (2 read, 2 written) and back after the all-reduce (2 + 2): 8 bytes a weight element, two launches
+    per parameter tensor (12 a GPT layer, 1 for the tied embedding of V/t x h). One stage of 4 layers of 1000
+    weights and the V x h = 128 x 64 embedding, 2 micro-batches: the copies run once, in the optimizer's figure."""
+    base = dict(TINY, d=2, micro_batch=1, global_batch=4, dp_overlap=True, tied_embedding=True)
+    layer = _fake(1e-3, 2e-3, 1000)
+    plain = compose(ScaleConfig(**base), layer, A100)
+    ddp = compose(ScaleConfig(**base, torch_ddp=True), layer, A100)
+    elems = 4 * 1000 + 128 * 64
+    copies = A100.memory_time(8 * elems, kernels=2 * (4 * 12 + 1))
+    assert ddp.total - plain.total == pytest.approx(copies, rel=1e-9)
+    assert ddp.optimizer - plain.optimizer == pytest.approx(copies, rel=1e-9)
+
+
+def test_torch_ddp_is_refused_beside_zero_and_local_ddp():
+    assert "torch_ddp" in ScaleConfig(**TINY, d=2, global_batch=2, zero=1, torch_ddp=True).invalid()
+    assert "torch_ddp" in ScaleConfig(**TINY, d=2, global_batch=2, main_grad_add=True, torch_ddp=True).invalid()
+    assert ScaleConfig(**TINY, d=2, global_batch=2, torch_ddp=True).invalid() is None

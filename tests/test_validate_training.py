@@ -254,16 +254,30 @@ def test_narayanans_rows_take_the_authors_table_1_scripts(data):
         assert cfg.invalid() is None, size
 
 
+#: NeMo 24.07's rows whose launcher yaml (NeMo-Framework-Launcher 24.07, conf/training) sets
+#: cross_entropy_loss_fusion: true (Llama 3, Nemotron 3); every other model's yaml leaves Megatron-Core's default off
+NEMO_FUSED_CE = ("nemo2407/llama3-8b", "nemo2407/llama3-70b", "nemo2407/nemotron3-8b", "nemo2407/nemotron3-22b")
+
+
+def _cross_entropy(run: dict) -> str:
+    if run["id"] in NEMO_FUSED_CE:
+        return "megatron-fused"
+    return "megatron" if run["source"] in ("narayanan2021", "bloom2022", "nemo2407") else "fused"
+
+
 def test_megatron_lms_own_passes_reach_the_rows_whose_code_runs_them(data):
     """Megatron-LM 2021's rows (fp16, its eager cross-entropy; --DDP-impl local, its main-gradient hook, from 39B:
-    run_table_1.sh) and DeepSpeed-Megatron's BLOOM (the same cross-entropy, bf16) take them; NeMo's do not."""
+    run_table_1.sh) and DeepSpeed-Megatron's BLOOM (the same cross-entropy, bf16) take them; NeMo 24.07's rows take
+    Megatron-Core's cross-entropy as their launcher yaml sets it (fused for Llama 3 and Nemotron 3, the unfused
+    kernels for the others); Megatron-Bridge's (TE's one-pass kernel) and the PyTorch stacks' keep the head's own."""
     for run in data["run"]:
         cfg = vt.scale_config(run, data["model"][run["model"]])
         src = run["source"]
         local = src == "narayanan2021" and not run.get("dp_overlap", False)
-        assert cfg.cross_entropy == ("megatron" if src in ("narayanan2021", "bloom2022") else "fused"), run["id"]
+        assert cfg.cross_entropy == _cross_entropy(run), run["id"]
         assert cfg.loss_scale == (src == "narayanan2021"), run["id"]
         assert cfg.main_grad_add == local, run["id"]
+        assert cfg.torch_ddp == (src == "narayanan2021" and run.get("dp_overlap", False)), run["id"]  # DDP-impl torch
     assert sum(vt.scale_config(r, data["model"][r["model"]]).main_grad_add for r in data["run"]) == 6
 
 
@@ -321,3 +335,10 @@ def test_the_script_runs_on_a_small_data_file(tmp_path, capsys):
     assert "held out (nothing fitted on any source): median |error|" in out
     assert "0 rows not expressible yet" in out
     assert "rows using FSDP, CP, fp8 or uneven stages: 1 priced of 1" in out
+
+
+def test_only_megatron_bridges_fsdp_row_registers_nccl_user_buffers(data):
+    """Megatron-Bridge's 25.11 H100 Llama 3 8B configuration (Megatron FSDP) sets ddp.nccl_ub; no other row's
+    framework does (NeMo 24.07 has no such option; the other Bridge rows run Megatron-Core's DDP)."""
+    ub = [r["id"] for r in data["run"] if vt.scale_config(r, data["model"][r["model"]]).nccl_ub]
+    assert ub == ["bridge2511/llama3-8b-h100"]

@@ -139,7 +139,9 @@ def _sharding(args) -> dict:
                 grad_reduce_fp32=not args.grad_reduce_in_bf16, execution=args.execution,
                 inductor_comm_reorder=args.inductor_comm_reorder,
                 tp_comm_overlap=args.tp_comm_overlap, tp_overlap_rs=args.tp_comm_overlap_rs,
-                pipeline_split=args.pipeline_split, cross_entropy=args.cross_entropy, loss_scale=args.loss_scale,
+                pipeline_split=args.pipeline_split, cross_entropy=args.cross_entropy, activation=args.activation, nccl_ub=args.use_nccl_ub,
+                torch_ddp=args.torch_ddp,
+                loss_scale=args.loss_scale,
                 main_grad_add=args.no_gradient_accumulation_fusion,
                 scatter_gather=args.scatter_gather_tensors_in_pipeline,
                 **_ddp(args), **_experts(args))
@@ -305,9 +307,6 @@ def _register_pipeline_and_kernels(p) -> None:
     p.add_argument("--overlap-param-gather", action="store_true",
                    help="with --overlap-grad-reduce and --zero 1: the parameter all-gather prefetched under the "
                         "next forward, bucket by bucket")
-    p.add_argument("--cross-entropy", choices=("fused", "megatron"), default="fused",
-                   help="the loss: fused, the head program's own (default), or megatron, Megatron-LM's "
-                        "vocabulary-parallel cross-entropy of 2021 (separate kernels over the fp32 logits)")
     p.add_argument("--loss-scale", action="store_true",
                    help="fp16's dynamic loss scaling: Megatron's fp16 optimizer copies the gradients to fp32 and "
                         "unscales them before the step")
@@ -332,6 +331,7 @@ def _register_pipeline_and_kernels(p) -> None:
                         "flash-attn 2 and PyTorch SDPA's flash backend; fa3; cudnn: Transformer Engine's fused "
                         "attention on Hopper); default: the profile's")
     _register_experts(p)
+    _register_framework_passes(p)
     p.add_argument("--execution", choices=("compiled", "eager", "inductor"), default="compiled",
                    help="how the step runs: compiled, fused kernels (Megatron, NeMo; default), eager (PyTorch eager, "
                         "one kernel per op) or inductor (torch.compile); eager and inductor need --attention fused")
@@ -342,6 +342,25 @@ def _register_pipeline_and_kernels(p) -> None:
     p.add_argument("--grad-reduce-in-bf16", action="store_true",
                    help="gradients reduced in the 2-byte dtype, not fp32 (Megatron-Core's option; Megatron 2021's "
                         "fp16 default without --accumulate-allreduce-grads-in-fp32)")
+
+
+def _register_framework_passes(p) -> None:
+    """What a framework runs beside the lowered layer that it does its own way (``studies/plan/megatron_passes``,
+    ``studies/plan/nccl_ub``): the loss's kernels, PyTorch DDP's bucket copies, FSDP's NCCL-registered buffers,
+    NeMo's activation."""
+    p.add_argument("--cross-entropy", choices=("fused", "megatron", "megatron-fused"), default="fused",
+                   help="the loss: fused, the head program's own (default); megatron, Megatron-LM's / "
+                        "Megatron-Core's vocabulary-parallel cross-entropy (separate kernels over the fp32 logits); "
+                        "megatron-fused, Megatron-Core's cross_entropy_loss_fusion (its torch.compile'd functions)")
+    p.add_argument("--torch-ddp", action="store_true",
+                   help="Megatron-LM 2021's --DDP-impl torch: PyTorch DDP copies each gradient into its bucket and "
+                        "back after the all-reduce (gradient_as_bucket_view off), once an iteration")
+    p.add_argument("--use-nccl-ub", action="store_true",
+                   help="with --zero 2|3: Megatron-Core's nccl_ub, FSDP's buffers registered with NCCL so that its "
+                        "per-layer all-gathers and reduce-scatters run on fewer SMs (4 / 5 within a node on H100)")
+    p.add_argument("--activation", choices=("gelu", "squared-relu"), default="gelu",
+                   help="the two-linear MLP's activation: gelu (fused, default) or squared-relu, NeMo's "
+                        "torch.pow(F.relu(x), 2) run as eager kernels (Nemotron; the layer lowered with GELU)")
 
 
 def _register_experts(p) -> None:

@@ -23,7 +23,9 @@ NOT_STDIT3 = (("-t", "t", 1), ("-p", "p", 1), ("--sp", "sp", False), ("--interle
                                                                          "megatron"),
               ("--overlap-grad-reduce", "overlap_grad_reduce", False),
               ("--overlap-param-gather", "overlap_param_gather", False), ("--ddp-bucket-size", "ddp_bucket_size", None),
-              ("--cross-entropy", "cross_entropy", "fused"), ("--loss-scale", "loss_scale", False),
+              ("--cross-entropy", "cross_entropy", "fused"), ("--activation", "activation", "gelu"), ("--use-nccl-ub", "use_nccl_ub", False),
+              ("--torch-ddp", "torch_ddp", False),
+              ("--loss-scale", "loss_scale", False),
               ("--no-gradient-accumulation-fusion", "no_gradient_accumulation_fusion", False),
               # the mixture-of-experts options (a dense video transformer has no experts)
               ("--num-experts", "num_experts", None), ("--moe-router-topk", "moe_router_topk", None),

@@ -56,8 +56,10 @@ from .costs import LayerCost
 from .sharding import (cp_collectives, cp_exposure, dp_collectives, dp_exposure, embedding_collective, embedding_elems,
                        optimizer_extra_elems, seconds)
 from .dp_overlap import dp_overlap_exposed
-from .megatron_passes import gather_seconds, head_seconds, loss_scale_seconds, main_grad_add_seconds, send_bytes
+from .megatron_passes import (activation_pass_seconds, gather_seconds, head_seconds, loss_scale_seconds,
+                              main_grad_add_seconds, send_bytes, torch_ddp_seconds)
 from .fsdp_copies import fsdp_copy_seconds
+from .nccl_ub import ub_sms_of
 from .ring_passes import ring_pass_seconds
 from .sm_share import chip_sms, nccl_sms, taxed
 from .tp_overlap import tp_overlap_exposure
@@ -168,8 +170,9 @@ def _layer(cfg: ScaleConfig, cost: LayerCost, topo, hw=None) -> dict:
     # recompute runs the forward's again
     ring_f, ring_b = ring_pass_seconds(cfg, hw)
     copy_f, copy_b = fsdp_copy_seconds(cfg, hw, cost.weight_elems)  # FSDP2's copy-out / copy-in (.fsdp_copies)
-    fwd, bwd = t["forward"] + ring_f + copy_f, t["backward"] + ring_b + copy_b
-    rec += ring_f if cfg.recompute == "full" else 0.0
+    act_f, act_b = activation_pass_seconds(cfg, hw)  # NeMo's eager squared-ReLU (.megatron_passes)
+    fwd, bwd = t["forward"] + ring_f + copy_f + act_f, t["backward"] + ring_b + copy_b + act_b
+    rec += ring_f + act_f if cfg.recompute == "full" else 0.0
     f = fwd + tp["forward"] + cp.forward
     b = bwd + rec + tp["backward"] + cp.backward
     return {"forward": fwd, "backward": bwd, "recompute": rec, "tp_forward": tp["forward"],
@@ -196,14 +199,17 @@ def _stages(cfg: ScaleConfig, cost: LayerCost, topo, one: dict, head: LayerCost 
     out = []
     for s, n in enumerate(cfg.stage_layers()):
         last = s == cfg.p - 1
-        dp = dp_exposure(cfg, topo, cost, n, one["f"], one["b"], optimizer_extra_elems(cfg, s),
-                         nccl_sms(hw) if hw is not None else (0, 0))
+        sms = nccl_sms(hw) if hw is not None else (0, 0)
+        dp = dp_exposure(cfg, topo, cost, n, one["f"], one["b"], optimizer_extra_elems(cfg, s), sms,
+                         ub_sms_of(cfg, topo, sms[1]))  # (nccl_ub's SM-efficient collectives: .nccl_ub)
         accum = grad_accum_seconds(cfg, hw, cost, n, embedding_elems(cfg, s)) if hw is not None else 0.0
         accum += main_grad_add_seconds(cfg, hw, cost.weight_elems, n, embedding_elems(cfg, s))  # (.megatron_passes)
         out.append({"layers": n, "dp": dp, "head_forward": hf if last else 0.0, "head_backward": hb if last else 0.0,
                     "f_s": n * (one["f"] + dp.forward) + (hf if last else 0.0),
                     "b_s": n * (one["b"] + dp.backward) + (hb if last else 0.0) + accum, "grad_accum": accum,
-                    "optimizer": optimizer_seconds(cfg, cost, s, n) + loss_scale_seconds(
+                    "optimizer": optimizer_seconds(cfg, cost, s, n) + torch_ddp_seconds(
+                        cfg, hw, cost.weight_elems * n + embedding_elems(cfg, s), n, embedding_elems(cfg, s)
+                    ) + loss_scale_seconds(
                         cfg, hw, (cost.weight_elems * n + embedding_elems(cfg, s)) // cfg.shard_degree, n,
                         embedding_elems(cfg, s))})
     return out

@@ -34,12 +34,15 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from ...machines.kernels import LIBRARIES
+from .megatron_passes import ACTIVATION, passes_invalid  # noqa: F401 (ACTIVATION re-exported)
 from .sharding_check import CP_TORCH, DP_REDUCE, cp_invalid, sharding_invalid  # noqa: F401 (re-exported)
 
 RECOMPUTE = ("none", "selective", "full", "op")
 DP_COMM = ("all_reduce", "zero")
 CP_COMM = ("p2p", "all_gather", "a2a", "torch-allgather", "torch-alltoall")  # a2a: Ulysses (STDiT3, .stdit3)
 ATTENTION = ("unfused", "fused")
+#: The loss: the head program's own (fused), Megatron-LM's eager kernels, Megatron-Core's compiled fusion
+CROSS_ENTROPY = ("fused", "megatron", "megatron-fused")
 #: How TE's userbuffers overlap a row-parallel GEMM's reduce_scatter (:mod:`.tp_overlap`)
 TP_OVERLAP_RS = ("pipeline", "ring_exchange")
 #: How the training step runs (:mod:`mhlo_cost.machines.execution`): ``compiled`` (fused kernels: Megatron's fused
@@ -114,10 +117,15 @@ class ScaleConfig:
     ddp: str = ""  # with dp_overlap: "" (hidden under one chunk's backward) | megatron (Megatron-Core's buckets: .dp_overlap)
     ddp_bucket_size: int = 0  # Megatron-Core's --ddp-bucket-size (elements; 0: its default); overlap_param_gather too:
     overlap_param_gather: bool = False  # the distributed optimizer's all-gather prefetched under the next forward
-    cross_entropy: str = "fused"  # fused: the head's loss as lowered; megatron: Megatron-LM's eager kernels (.megatron_passes)
+    cross_entropy: str = "fused"  # fused: the head's loss as lowered; megatron: Megatron-LM's eager kernels;
+    # megatron-fused: Megatron-Core's cross_entropy_loss_fusion, torch.compile'd (.megatron_passes)
     loss_scale: bool = False  # fp16's dynamic loss scaling: Megatron's Float16Optimizer's grad copy and unscale passes
     main_grad_add: bool = False  # Megatron-LM's local DDP hook adding each micro-batch's gradients to main_grad
     scatter_gather: bool = False  # Megatron-LM's (2021-2022) / DeepSpeed's pipeline send of 1/t, all-gathered after
+    torch_ddp: bool = False  # Megatron-LM 2021's --DDP-impl torch: PyTorch DDP's gradient bucket copies
+    nccl_ub: bool = False  # Megatron-Core's --nccl-ub: FSDP's buffers NCCL-registered, its collectives on fewer SMs
+    activation: str = "gelu"  # a gelu MLP's activation: gelu (fused) | squared-relu: NeMo's eager relu and pow
+    # kernels (Nemotron; the layer lowered with GELU, the same GEMMs: .megatron_passes)
 
     @property
     def mlp(self) -> int:
@@ -269,8 +277,11 @@ class ScaleConfig:
             return "sequence parallelism needs a tensor degree above 1"
         if self.tp_overlap_rs not in TP_OVERLAP_RS:
             return f"tp_overlap_rs must be one of {', '.join(TP_OVERLAP_RS)}, got {self.tp_overlap_rs!r}"
-        if self.cross_entropy not in ("fused", "megatron"):
-            return f"cross_entropy must be fused or megatron, got {self.cross_entropy!r}"
+        if self.cross_entropy not in CROSS_ENTROPY:
+            return f"cross_entropy must be one of {', '.join(CROSS_ENTROPY)}, got {self.cross_entropy!r}"
+        why = passes_invalid(self)  # the activation, nccl_ub, torch_ddp (.megatron_passes)
+        if why:
+            return why
         if self.tp_comm_overlap and self.t > 1 and not self.sp:
             return "tensor-parallel communication overlap (userbuffers) needs sequence parallelism"
         why = self._pipeline_invalid() or sharding_invalid(self) or cp_invalid(self) or self._moe_invalid()

@@ -14,6 +14,49 @@ framework's code, as closed forms (bytes: exact ints; seconds on the chip's memo
   ``(d + 4) + 4 + 8 + 8 + 4 + 8 = d + 36`` bytes in 6 kernels, the backward ``8 + (4 + d) = 12 + d`` in 2 (the
   target gathers and the ``b x s`` loss are left out: ``V/t`` times smaller). They replace the head program's own
   loss (scope ``loss``: XLA's fused reductions), whose seconds :class:`~.costs.LayerCost` keeps as ``loss_s``.
+  Megatron-Core's unfused ``vocab_parallel_cross_entropy`` (``megatron/core/tensor_parallel/cross_entropy.py`` at
+  338af51, the Megatron-Core of NeMo r2.0.0rc1's ``Dockerfile.ci``, the NeMo 24.07 release) runs the same kernels:
+  ``calculate_logits_max`` casts with ``.float()`` and takes ``torch.max``, ``calculate_predicted_logits`` the
+  in-place ``-=``, ``torch.exp(out=)`` and ``sum``, ``calculate_cross_entropy_loss`` the ``div_``; the backward's
+  ``mul_``, and autograd casts the fp32 gradient the Function returns to the bf16 logits' dtype.
+* **Megatron-Core's fused cross-entropy** (``cross_entropy="megatron-fused"``: ``cross_entropy_loss_fusion``, off
+  by default in its ``ModelParallelConfig``; NeMo 24.07's launcher sets it for Llama 3 and Nemotron 3, not for GPT-3,
+  Llama 2 or Nemotron 4). ``megatron/core/fusions/fused_cross_entropy.py`` (338af51) wraps the same steps in
+  ``jit_fuser`` functions, ``torch.compile`` from torch 2.2 (``megatron/core/jit.py``): ``calculate_logits_max``
+  returns the fp32 copy of the logits (read ``d``, write 4) with their maximum; ``calculate_predicted_logits``
+  subtracts it in place, exponentiates and sums (read 4, write 4 back into that buffer: a mutated input is written
+  back); ``calculate_cross_entropy_loss`` divides in place (4 + 4); the backward's ``calculate_gradients``
+  subtracts the target's one, multiplies by the incoming gradient in place and returns ``.to(torch.bfloat16)``
+  (read 4, the mutated softmax written back 4, the bf16 gradient ``d``). Per logit ``d + 20`` bytes forward in 3
+  kernels, ``8 + d`` backward in 1, each compiled function taken as one kernel that reads and writes each tensor
+  once (a lower bound: Inductor may split a reduction from its pointwise part; the target gathers and scatters,
+  ``b x s`` elements, left out). Megatron-Bridge's performance scripts take Transformer Engine's one-pass kernel
+  instead (``scripts/performance/utils/overrides.py``: ``cross_entropy_fusion_impl = "te"``): the head's own loss.
+* **NeMo's squared-ReLU** (``activation="squared-relu"``: Nemotron's ``activation: squared-relu``, with
+  ``bias: false`` and ``bias_activation_fusion: false`` in its NeMo-Framework-Launcher 24.07 yamls). NeMo r2.0.0rc1's
+  ``activation_to_func`` (``nemo/collections/nlp/parts/utils_funcs.py``) gives Megatron-Core
+  ``squared_relu`` (``nemo/collections/nlp/modules/common/megatron/utils.py``: ``torch.pow(F.relu(x), 2)``, not
+  jitted), which ``MLP.forward`` (``megatron/core/transformer/mlp.py`` at 338af51) calls on fc1's output without
+  bias-activation fusion: PyTorch eager kernels over the ``b x s/cp x ffn/t`` elements, each a pass in the bf16
+  activation dtype (2 bytes). Forward: ``relu`` (2 + 2), ``pow`` (2 + 2). Backward, autograd's formulas
+  (``tools/autograd/derivatives.yaml``): ``pow_backward`` = ``grad * (2 * self.pow(1))``, ``self.pow(1)`` a copy
+  (``pow_Tensor_Scalar_out``: ``out.copy_(base)`` for exponent 1, 2 + 2), the scalar product (2 + 2) and the
+  product with the gradient (4 + 2); relu's ``threshold_backward(grad, result, 0)`` (4 + 2): 8 bytes in 2
+  kernels forward, 20 in 4 backward. The layer is lowered with a GELU MLP (the same two GEMMs), whose activation
+  the compiled model prices as one fused kernel each way (forward x read, y written: 4 bytes; backward x and the
+  gradient read, one written: 6); the squared-ReLU adds what its eager kernels move beyond that: 4 bytes and 1
+  kernel forward, 14 bytes and 3 kernels backward (the fused kernel's bytes as that one kernel would move them: where
+  the compiled GELU fuses into a neighbour, less is priced for it, and the difference is a lower bound).
+* **PyTorch DDP's bucket copies** (``torch_ddp``). Megatron-LM 2021's ``--DDP-impl torch`` (``megatron/training.py``
+  at de7dc40: ``torchDDP(model_module, device_ids=[i], output_device=i, process_group=...)``, so
+  ``gradient_as_bucket_view`` is off, PyTorch's default; ``schedules.py`` runs every micro-batch but the last under
+  ``model.no_sync``). PyTorch's reducer (``torch/csrc/distributed/c10d/reducer.cpp``) copies each gradient into its
+  bucket as the backward makes it, scaled by 1/n (``mark_variable_ready_dense`` / ``copy_grad_to_bucket``:
+  ``at::mul_out(bucket_view, grad, 1 / div_factor)``), and after the all-reduce copies the bucket back into the
+  gradient (``finalize_backward`` / ``copy_bucket_to_grad``: "If gradient_as_bucket_view_ is false, after allreduce
+  buckets, copy bucket results back to grads"): the 2-byte gradients read and written twice, 8 bytes a weight element
+  in 2 kernels per parameter tensor, once an iteration (the last micro-batch), on the compute stream: priced with the
+  stage's optimizer step (the copy back waits for the reduction; the copy in runs in the last backward).
 * **The scatter/gather optimisation's all_gather** (``scatter_gather``; Narayanan et al. 2021, section 4.1).
   Megatron-LM's ``p2p_communication._communicate`` (``megatron/p2p_communication.py``, 2021-2022) sends 1/t of the
   activation (``split_tensor_into_1d_equal_chunks``) and the receiver rebuilds it with ``gather_split_1d_tensor``: an
@@ -59,6 +102,24 @@ CE_KERNELS = {
                 ("sum", 4, 0), ("div_", 4, 4)),
     "backward": (("mul_", 4, 4), ("cast to the logits' dtype", 4, "d")),
 }
+#: Megatron-Core's fused cross-entropy (``fused_cross_entropy.py``), one kernel per compiled function; the backward
+#: writes the mutated fp32 softmax back (4) and returns the gradient in bf16 ("d").
+CE_FUSED_KERNELS = {
+    "forward": (("calculate_logits_max: .float(), max", "d", 4), ("calculate_predicted_logits: -=, exp, sum", 4, 4),
+                ("calculate_cross_entropy_loss: div_", 4, 4)),
+    "backward": (("calculate_gradients: -=, mul_, .to(bfloat16)", 4, (4, "d")),),
+}
+#: The loss's kernels by ``ScaleConfig.cross_entropy`` (``fused``: the head program's own loss, none replaced)
+CE_BY_KIND = {"megatron": CE_KERNELS, "megatron-fused": CE_FUSED_KERNELS}
+#: A two-linear MLP's activation: GELU (fused, as lowered) or NeMo's squared ReLU (eager relu and pow)
+ACTIVATION = ("gelu", "squared-relu")
+#: NeMo's squared-ReLU by phase: its eager kernels (name, bytes read, bytes written per fc1-output element, bf16)
+SQUARED_RELU = {
+    "forward": (("relu", 2, 2), ("pow", 2, 2)),
+    "backward": (("self.pow(1): copy", 2, 2), ("2 * ...", 2, 2), ("grad * ...", 4, 2), ("threshold_backward", 4, 2)),
+}
+#: ... and the one fused activation kernel each way that the lowered GELU layer is priced with, which they replace
+FUSED_ACTIVATION = {"forward": (("activation", 2, 2),), "backward": (("activation backward", 4, 2),)}
 #: fp16's optimizer passes per weight element: the fp32 copy of the gradient, the unscale-and-check, the Adam
 #: step's wider gradient read (see the module's text).
 LOSS_SCALE_COPY = 2 + 4  # main_grad.float(): only with 2-byte main gradients
@@ -86,23 +147,32 @@ def logits(cfg) -> int:
     return cfg.micro_batch * cfg.local_seq * (cfg.vocab // cfg.t)
 
 
+def _bytes(n, d: int) -> int:
+    """Bytes of one kernel table entry: an int, ``"d"`` (the logits' dtype) or a tuple of them (several writes)."""
+    if isinstance(n, tuple):
+        return sum(_bytes(x, d) for x in n)
+    return d if n == "d" else n
+
+
 def cross_entropy_bytes(cfg, dtype_bytes: int = 2) -> dict:
-    """phase -> (bytes, kernels) of Megatron's cross-entropy of one micro-batch on one device (:data:`CE_KERNELS`)."""
+    """phase -> (bytes, kernels) of Megatron's cross-entropy of one micro-batch on one device, by
+    ``cfg.cross_entropy`` (:data:`CE_BY_KIND`; ``megatron`` when it names none, as the fused head has none)."""
     n = logits(cfg)
     out = {}
-    for phase, kernels in CE_KERNELS.items():
-        per = sum((dtype_bytes if r == "d" else r) + (dtype_bytes if w == "d" else w) for _, r, w in kernels)
+    for phase, kernels in CE_BY_KIND.get(cfg.cross_entropy, CE_KERNELS).items():
+        per = sum(_bytes(r, dtype_bytes) + _bytes(w, dtype_bytes) for _, r, w in kernels)
         out[phase] = (n * per, len(kernels))
     return out
 
 
 def head_seconds(cfg, head, hw) -> tuple[float, float]:
     """(forward, backward) seconds of the last stage's head per micro-batch: the head program's, its own loss
-    replaced by Megatron's kernels where ``cfg.cross_entropy`` is ``megatron`` (0, 0 without a head)."""
+    replaced by Megatron's kernels where ``cfg.cross_entropy`` names them (:data:`CE_BY_KIND`; 0, 0 without a
+    head)."""
     if head is None:
         return 0.0, 0.0
     f, b = head.time_s["forward"], head.time_s["backward"]
-    if cfg.cross_entropy != "megatron" or hw is None:
+    if cfg.cross_entropy not in CE_BY_KIND or hw is None:
         return f, b
     loss = head.loss_s or {}
     ce = {ph: hw.memory_time(n, kernels=k) for ph, (n, k) in cross_entropy_bytes(cfg).items()}
@@ -174,3 +244,63 @@ def main_grad_add_seconds(cfg, hw, layer_elems: int, layers: int, extra: int = 0
     if n == 0 or hw is None:
         return 0.0
     return hw.memory_time(n, kernels=layer_tensors(cfg) * layers + extra_tensors(cfg, extra))
+
+
+def activation_elems(cfg) -> int:
+    """Elements of fc1's output on one device for one micro-batch: ``b x s/cp x ffn/t`` (the whole local sequence:
+    under sequence parallelism fc1 runs on the all-gathered one)."""
+    return cfg.micro_batch * cfg.local_seq * (cfg.mlp // cfg.t)
+
+
+def activation_pass_bytes(cfg) -> dict:
+    """phase -> (bytes, kernels) that NeMo's eager squared-ReLU moves and launches beyond the lowered layer's one
+    fused activation kernel (:data:`SQUARED_RELU`, :data:`FUSED_ACTIVATION`), for one layer and micro-batch (0, 0
+    without ``activation="squared-relu"``)."""
+    if cfg.activation != "squared-relu":
+        return {ph: (0, 0) for ph in SQUARED_RELU}
+    n = activation_elems(cfg)
+    out = {}
+    for ph, kernels in SQUARED_RELU.items():
+        fused = FUSED_ACTIVATION[ph]
+        per = sum(r + w for _, r, w in kernels) - sum(r + w for _, r, w in fused)
+        out[ph] = (n * per, len(kernels) - len(fused))
+    return out
+
+
+def activation_pass_seconds(cfg, hw) -> tuple[float, float]:
+    """(forward, backward) seconds the squared-ReLU's eager kernels add to one layer's micro-batch (0, 0 without it
+    or a profile)."""
+    if cfg.activation != "squared-relu" or hw is None:
+        return 0.0, 0.0
+    extra = activation_pass_bytes(cfg)
+    return tuple(hw.memory_time(n, kernels=k) for n, k in (extra["forward"], extra["backward"]))
+
+
+#: PyTorch DDP's reducer per weight element: the 2-byte gradient copied into its bucket (scaled) and back
+TORCH_DDP_BYTES = (2 + 2) + (2 + 2)
+
+
+def torch_ddp_seconds(cfg, hw, elems: int, layers: int = 0, extra: int = 0) -> float:
+    """PyTorch DDP's two bucket copies over a stage's ``elems`` weight elements, those of ``layers`` layers and
+    ``extra`` outside them (one launch each per parameter tensor: :func:`layer_tensors`, :func:`extra_tensors`);
+    0 without ``torch_ddp`` or a profile."""
+    if not getattr(cfg, "torch_ddp", False) or hw is None or elems == 0:
+        return 0.0
+    tensors = layer_tensors(cfg) * layers + extra_tensors(cfg, extra)
+    return hw.memory_time(TORCH_DDP_BYTES * elems, kernels=2 * tensors)
+
+
+def passes_invalid(cfg) -> str | None:
+    """Why the Megatron options of ``cfg`` (the activation, nccl_ub, torch_ddp) cannot go together; None where they
+    can."""
+    if cfg.activation not in ACTIVATION:
+        return f"activation must be one of {', '.join(ACTIVATION)}, got {cfg.activation!r}"
+    if cfg.activation != "gelu" and (cfg.mlp_kind != "gelu" or cfg.experts):
+        return (f"activation {cfg.activation} is for the dense two-linear (gelu) MLP, not {cfg.mlp_kind}"
+                + (" with experts" if cfg.experts else ""))
+    if cfg.nccl_ub and cfg.zero_stage < 2:
+        return "nccl_ub is priced for the per-layer collectives of ZeRO 2 / 3 (FSDP) only"
+    if cfg.torch_ddp and (cfg.zero_stage or cfg.main_grad_add or cfg.ddp or cfg.experts):
+        return ("torch_ddp (PyTorch DDP's bucket copies) is a replicated optimizer's reduction: not with ZeRO, "
+                "local DDP's main_grad hook, Megatron-Core's DDP or experts")
+    return None

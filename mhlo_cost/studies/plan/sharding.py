@@ -268,16 +268,25 @@ class Exposure:
 
 
 def dp_exposure(cfg: ScaleConfig, topo, cost: LayerCost, layers: int, f_layer: float, b_layer: float,
-                stage_extra: int = 0, sms: tuple[int, int] = (0, 0)) -> Exposure:
+                stage_extra: int = 0, sms: tuple[int, int] = (0, 0), sms_of=None) -> Exposure:
     """The data-parallel collectives' seconds; ``f_layer`` / ``b_layer``: one layer's forward / backward compute
     (what the prefetched per-layer collectives hide under); ``stage_extra`` as :func:`dp_collectives` takes it;
     ``sms``: (SMs the NCCL kernels take, the chip's SMs): the layer's compute runs on the others while its
-    collectives run (:func:`.sm_share.taxed`: ``max(C - G, C n / S)`` exposed)."""
+    collectives run (:func:`.sm_share.taxed`: ``max(C - G, C n / S)`` exposed); ``sms_of``: each collective's own
+    SMs where they differ by kind (``nccl_ub``: :mod:`.nccl_ub`), the phase taxed at their seconds-weighted mean."""
     per = {"iteration": 0.0, "layer_forward": 0.0, "layer_backward": 0.0}
+    held = dict.fromkeys(per, 0.0)  # seconds x SMs, with sms_of
     for c in dp_collectives(cfg, cost, layers, stage_extra):
-        per[c.per] += seconds(topo, c)
+        t = seconds(topo, c)
+        per[c.per] += t
+        held[c.per] += t * sms_of(c) if sms_of is not None else 0.0
     f, b = per["layer_forward"], per["layer_backward"]
-    return Exposure(taxed(f_layer, f, sms), taxed(b_layer, b, sms), f, b, per["iteration"])
+
+    def phase(k: str) -> tuple:
+        return (held[k] / per[k], sms[1]) if sms_of is not None and per[k] else sms
+
+    return Exposure(taxed(f_layer, f, phase("layer_forward")), taxed(b_layer, b, phase("layer_backward")), f, b,
+                    per["iteration"])
 
 
 def cp_exposure(cfg: ScaleConfig, topo, cost: LayerCost, sms: tuple[int, int] = (0, 0)) -> Exposure:
