@@ -24,7 +24,7 @@ from jaxlib.mlir import ir
 
 from ..ir.types import TensorInfo, TypeCache
 from .callgraph import CallGraph
-from .control import ControlFlow
+from .control import ControlFlow, region_ops
 from .entry import choose_entry
 from .locations import LocationCache, LocationInfo
 from .memo import RuleMemo
@@ -153,7 +153,7 @@ class IRVisitor(ControlFlow, RowMaker):
         try:
             body = fn.regions[0]
             if not (name == self.entry and len(body.blocks) == 1 and walk_split(self, body.blocks[0])):
-                self.visit_region(body)
+                self.visit_ops(region_ops(body))
             rows = self._out
         finally:
             self._out, self._func_name, self._args, self._sets = saved_out, saved_func, saved_args, saved_sets
@@ -164,24 +164,11 @@ class IRVisitor(ControlFlow, RowMaker):
         return rows
 
     # -- dispatch -------------------------------------------------------------------------------------------
-    def visit_region(self, region: ir.Region) -> None:
-        # (the loop of visit_ops written again, not called: a call chain or nested regions recurse through here,
-        # and one more Python frame a level would take the deepest program the walk takes from ~3300 levels down)
-        dispatch = self._dispatch
-        for block in region.blocks:
-            for op in block.operations:
-                op = op.operation
-                method = dispatch.get(op.name)
-                if method is None:
-                    self.visit(op)
-                else:
-                    method(op)
-                if self._after_op:  # rows an op leaves to follow it (case / if: the per-metric maximum)
-                    self._out.extend(self._after_op)
-                    self._after_op.clear()
-
     def visit_ops(self, ops) -> None:
-        """Visit ``ops`` (a run of a block's: :mod:`mhlo_cost.walk.split`) in order, as :meth:`visit_region` does."""
+        """Visit ``ops`` in order: a region's (:func:`region_ops`) or a run of a block's (:mod:`mhlo_cost.walk.split`).
+        The one op loop of the walk: a region's ops come as an iterable, not the region, so that a call chain or
+        nested regions recurse through this loop alone (a second method around it would add a Python frame a
+        level: tests/test_deep_nesting.py)."""
         dispatch = self._dispatch
         for op in ops:
             op = op.operation
@@ -237,7 +224,7 @@ class IRVisitor(ControlFlow, RowMaker):
     def walk_regions(self, op: ir.Operation) -> None:
         """Walk the regions of ``op`` (a container whose body runs once)."""
         for region in op.regions:
-            self.visit_region(region)
+            self.visit_ops(region_ops(region))
 
     def visit_return(self, op: ir.Operation) -> None:
         for r in self.recorders:

@@ -28,6 +28,9 @@ An op of ``scf``, ``affine``, ``gpu`` or ``sdy`` not named here has no rule: it 
 """
 from __future__ import annotations
 
+from itertools import chain
+from operator import attrgetter
+
 from jaxlib.mlir import ir
 
 from .costvalue import Cost
@@ -37,6 +40,15 @@ from .trips import (affine_for_trips, affine_parallel_trips, for_trip_count, gpu
 
 #: The warning of a walk that counts a shard_map body (once, however many there are).
 MANUAL_WARNING = "ops inside shard_map (sdy.manual_computation) are counted per device"
+
+
+def region_ops(region: ir.Region):
+    """The ops of ``region``, block after block, as one iterable (for :meth:`IRVisitor.visit_ops`): C iterators
+    only, no Python frame is left on the stack while they are visited."""
+    return chain.from_iterable(map(_OPERATIONS, region.blocks))
+
+
+_OPERATIONS = attrgetter("operations")
 
 
 class ControlFlow:
@@ -62,17 +74,17 @@ class ControlFlow:
         if trips is None:
             note = "trip_count_unknown"
             self.warnings.append(f"while loop at {self.loc(op).describe()}: trip count not provable, counted once")
-            self.replay(self.collect(self.visit_region, cond), 1, scope, note)
-            self.replay(self.collect(self.visit_region, body), 1, scope, note)
+            self.replay(self.collect(self.visit_ops, region_ops(cond)), 1, scope, note)
+            self.replay(self.collect(self.visit_ops, region_ops(body)), 1, scope, note)
             return
-        self.replay(self.collect(self.visit_region, cond), trips + 1, scope, f"while x{trips}")
-        self.replay(self.collect(self.visit_region, body), trips, scope, f"while x{trips}")
+        self.replay(self.collect(self.visit_ops, region_ops(cond)), trips + 1, scope, f"while x{trips}")
+        self.replay(self.collect(self.visit_ops, region_ops(body)), trips, scope, f"while x{trips}")
 
     def _visit_branches(self, op: ir.Operation, regions) -> None:
         """The branch with the most compute (then bytes) is replayed; where another branch is above it in a
         metric (comm bytes, transcendentals, ...), a ``branch_max`` row after the op adds the difference,
         so every metric is its maximum over the branches."""
-        branches = [self.collect(self.visit_region, r) for r in regions]
+        branches = [self.collect(self.visit_ops, region_ops(r)) for r in regions]
         if not branches:
             return
         n = len(branches)
@@ -138,9 +150,9 @@ class ControlFlow:
         scope = self.loc(op).scope
         if trips is None:
             self.warnings.append(f"{what} at {self.loc(op).describe()}: trip count not provable, counted once")
-            self.replay(self.collect(self.visit_region, body), 1, scope, "trip_count_unknown")
+            self.replay(self.collect(self.visit_ops, region_ops(body)), 1, scope, "trip_count_unknown")
             return
-        self.replay(self.collect(self.visit_region, body), trips, scope, f"{what} x{trips}")
+        self.replay(self.collect(self.visit_ops, region_ops(body)), trips, scope, f"{what} x{trips}")
 
     def visit_func_call(self, op: ir.Operation) -> None:
         self.visit_shared("call", op)
@@ -167,7 +179,7 @@ class ControlFlow:
 
     def _inline(self, op: ir.Operation) -> None:
         for region in op.regions:
-            self.visit_region(region)
+            self.visit_ops(region_ops(region))
 
     visit_scf_execute_region = visit_sdy_named_computation = visit_scf_forall_in_parallel = _inline
 
@@ -202,4 +214,4 @@ class ControlFlow:
         scope = self.loc(op).scope
         self.warnings.append(f"scf.while at {self.loc(op).describe()}: trip count not provable, counted once")
         for region in op.regions:
-            self.replay(self.collect(self.visit_region, region), 1, scope, "trip_count_unknown")
+            self.replay(self.collect(self.visit_ops, region_ops(region)), 1, scope, "trip_count_unknown")
