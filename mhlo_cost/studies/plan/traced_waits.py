@@ -14,6 +14,8 @@ permutes and the fp32 dK/dV permutes through the functional collectives (``ft_c.
 
 Inductor keeps that order unless ``torch._inductor.config.reorder_for_compute_comm_overlap`` is set (default False,
 ``torch/_inductor/config.py``: "enable reordering pass for increasing overlap between compute and communication").
+Inductor's default ``reorder_for_peak_memory`` pass (on since torch 2.6) orders nodes for peak memory, not overlap;
+it was not read to show that it leaves each wait in place, so "exposed whole" is an upper bound there.
 torchtitan 9dec370 (the 2412 tables) compiles each TransformerBlock whole (``apply_compile``:
 ``torch.compile(transformer_block, fullgraph=True)``, torchtitan/parallelisms/parallelize_llama.py), so the SDPA
 call and the ring it dispatches to are traced into the block's graph (with ``fullgraph=True`` a graph break would
