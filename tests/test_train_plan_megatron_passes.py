@@ -228,7 +228,8 @@ def test_pytorch_ddps_bucket_copies_move_8_bytes_a_weight_once_an_iteration():
     scaled by 1/n (2 read, 2 written) and back after the all-reduce (2 + 2): 8 bytes a weight element, two launches
     per parameter tensor (12 a GPT layer, 1 for the tied embedding of V/t x h). One stage of 4 layers of 1000
     weights and the V x h = 128 x 64 embedding, 2 micro-batches: the copies run once, in the optimizer's figure."""
-    base = dict(TINY, d=2, micro_batch=1, global_batch=4, dp_overlap=True, tied_embedding=True)
+    base = dict(TINY, d=2, micro_batch=1, global_batch=4, dp_overlap=True, tied_embedding=True,
+                grad_reduce_fp32=False)
     layer = _fake(1e-3, 2e-3, 1000)
     plain = compose(ScaleConfig(**base), layer, A100)
     ddp = compose(ScaleConfig(**base, torch_ddp=True), layer, A100)
@@ -241,4 +242,6 @@ def test_pytorch_ddps_bucket_copies_move_8_bytes_a_weight_once_an_iteration():
 def test_torch_ddp_is_refused_beside_zero_and_local_ddp():
     assert "torch_ddp" in ScaleConfig(**TINY, d=2, global_batch=2, zero=1, torch_ddp=True).invalid()
     assert "torch_ddp" in ScaleConfig(**TINY, d=2, global_batch=2, main_grad_add=True, torch_ddp=True).invalid()
-    assert ScaleConfig(**TINY, d=2, global_batch=2, torch_ddp=True).invalid() is None
+    assert ScaleConfig(**TINY, d=2, global_batch=2, torch_ddp=True, grad_reduce_fp32=False).invalid() is None
+    # Megatron-LM de7dc40 asserts local DDP wherever gradients are reduced in fp32
+    assert "grad-reduce-in-bf16" in ScaleConfig(**TINY, d=2, global_batch=2, torch_ddp=True).invalid()

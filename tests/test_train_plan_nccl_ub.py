@@ -62,3 +62,5 @@ def test_nccl_ub_changes_nothing_off_hopper_without_it_or_without_sharding():
     assert ub_sms_of(cfg, None, 132) is None
     assert "nccl_ub" in ScaleConfig(**TINY, d=8, global_batch=8, zero=1, nccl_ub=True).invalid()
     assert ScaleConfig(**TINY, d=8, global_batch=8, zero=2, nccl_ub=True).invalid() is None
+    # accepted and ignored would be worse than refused: FSDP2 has no nccl_ub, the MoE plan does not price it
+    assert "FSDP2" in ScaleConfig(**TINY, d=8, global_batch=8, zero=3, fsdp_version=2, nccl_ub=True).invalid()

@@ -31,7 +31,7 @@ framework's code, as closed forms (bytes: exact ints; seconds on the chip's memo
   kernels, ``8 + d`` backward in 1, each compiled function taken as one kernel that reads and writes each tensor
   once (a lower bound: Inductor may split a reduction from its pointwise part; the target gathers and scatters,
   ``b x s`` elements, left out). Megatron-Bridge's performance scripts take Transformer Engine's one-pass kernel
-  instead (``scripts/performance/utils/overrides.py``: ``cross_entropy_fusion_impl = "te"``): the head's own loss.
+  instead (``scripts/performance/utils/helpers.py`` at 13785e5: ``cross_entropy_fusion_impl = "te"``): the head's own loss.
 * **NeMo's squared-ReLU** (``activation="squared-relu"``: Nemotron's ``activation: squared-relu``, with
   ``bias: false`` and ``bias_activation_fusion: false`` in its NeMo-Framework-Launcher 24.07 yamls). NeMo r2.0.0rc1's
   ``activation_to_func`` (``nemo/collections/nlp/parts/utils_funcs.py``) gives Megatron-Core
@@ -300,7 +300,14 @@ def passes_invalid(cfg) -> str | None:
                 + (" with experts" if cfg.experts else ""))
     if cfg.nccl_ub and cfg.zero_stage < 2:
         return "nccl_ub is priced for the per-layer collectives of ZeRO 2 / 3 (FSDP) only"
+    if cfg.nccl_ub and (cfg.experts or cfg.fsdp_version == 2):
+        return ("nccl_ub is Megatron-Core's (Megatron FSDP's buffers registered with NCCL): not with experts (the MoE "
+                "plan's data-parallel collectives are not priced with it) or PyTorch's FSDP2 (fsdp_version 2)")
     if cfg.torch_ddp and (cfg.zero_stage or cfg.main_grad_add or cfg.ddp or cfg.experts):
         return ("torch_ddp (PyTorch DDP's bucket copies) is a replicated optimizer's reduction: not with ZeRO, "
                 "local DDP's main_grad hook, Megatron-Core's DDP or experts")
+    if cfg.torch_ddp and cfg.grad_reduce_fp32:
+        # Megatron-LM de7dc40 arguments.py: accumulating and all-reducing in fp32 asserts DDP_impl == 'local'
+        return "torch_ddp reduces the 2-byte gradients (Megatron-LM allows fp32 reduction only with local DDP): " \
+               "add --grad-reduce-in-bf16"
     return None

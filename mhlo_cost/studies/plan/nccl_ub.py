@@ -48,8 +48,11 @@ def domain(topo, c) -> str:
 
 def ub_sms_of(cfg, topo, total: int):
     """A function giving the SMs a per-layer collective takes under ``nccl_ub`` (:data:`UB_SMS`), or None where it
-    does not apply: ``nccl_ub`` off, no network, another chip than the table's, a kind the table does not state."""
+    does not apply: ``nccl_ub`` off, no network or no node of NVLink, another chip than the table's, a kind the
+    table does not state."""
     if not getattr(cfg, "nccl_ub", False) or topo is None or total != UB_CHIP_SMS:
+        return None
+    if getattr(topo, "intra", None) is None:  # no NVLink node (a mesh template): the table's domains do not apply
         return None
     default = NCCL_CHANNELS.get(total, 0)
 
