@@ -92,6 +92,8 @@ class _State:
         self.avail: list = []  # index
         # Gates: rows after an async collective's done wait for it.
         self.gates = sorted((max(d, c), c) for c, d in async_done.items())
+        self.gate_at = 0  # gates before it have passed (their collective done by ``t``): they stay passed
+        self.plain = [not b and not c for b, c in zip(barrier, is_comm)]  # a compute row that waits for no prefix
 
     def _earliest(self, i: int) -> tuple[float, int | None]:
         """Row i's earliest start: its latest producer's finish, and that producer if a collective."""
@@ -118,13 +120,27 @@ class _State:
         if self.is_comm[i]:
             self._schedule(i, est, est + self.comm[i], cause)
         else:
-            self.cause[i] = cause
+            self._wait(i, est, cause)
+
+    def _wait(self, i: int, est: float, cause) -> None:
+        """Compute row i may start at ``est``: available now where ``est`` has come (``t`` never goes back, so
+        the row would be moved there before the next choice anyway), else waiting until it comes."""
+        self.cause[i] = cause
+        if est <= self.t:
+            heapq.heappush(self.avail, i)
+        else:
             heapq.heappush(self.waiting, (est, i))
 
     def _schedule(self, i: int, start: float, finish: float, cause) -> None:
         self.start[i], self.finish[i], self.done[i] = start, finish, True
         if self.is_comm[i]:
             self.cause[i] = cause
+        if i == self.ptr:  # (else row ptr is still not scheduled: nothing moves)
+            self._advance()
+        self._newly.append(i)
+
+    def _advance(self) -> None:
+        """Move ptr past the rows scheduled; ready the held rows it passes."""
         while self.ptr < self.n and self.done[self.ptr]:
             j = self.ptr
             if self.finish[j] > self.prefix[0]:
@@ -134,14 +150,16 @@ class _State:
             self.ptr += 1
         while self.held and self.held[0] <= self.ptr:
             self._ready(heapq.heappop(self.held))
-        self._newly.append(i)
 
     def _gate(self) -> tuple[int, int | None]:
-        """(index above which rows may not run yet, the async collective holding them)."""
-        for d, c in self.gates:
-            if not self.done[c] or self.finish[c] > self.t:
-                return d, c
-        return self.n, None
+        """(index above which rows may not run yet, the async collective holding them): the first gate in order
+        whose collective is not done by ``t``. A gate that has passed stays passed (a row is scheduled once and
+        ``t`` never goes back), so the search starts where the last one stopped: linear in the gates over a run."""
+        gates, k = self.gates, self.gate_at
+        while k < len(gates) and self.done[gates[k][1]] and self.finish[gates[k][1]] <= self.t:
+            k += 1
+        self.gate_at = k
+        return gates[k] if k < len(gates) else (self.n, None)
 
     def _charge(self, c, t0: float, t1: float) -> None:
         """The wait [t0, t1] for collective c: its own part, then what it waited for in turn."""
@@ -152,17 +170,16 @@ class _State:
 
     def run(self, succs) -> None:
         self._flush(succs)
+        waiting, avail, pop, push = self.waiting, self.avail, heapq.heappop, heapq.heappush
+        gated = bool(self.gates)
         while True:
-            while self.waiting and self.waiting[0][0] <= self.t:
-                heapq.heappush(self.avail, heapq.heappop(self.waiting)[1])
-            gate, holder = self._gate()
-            if self.avail and self.avail[0] <= gate:
-                i = heapq.heappop(self.avail)
-                self._schedule(i, self.t, self.t + self.compute[i], None)
-                self.t = self.finish[i]
-                self._flush(succs)
+            while waiting and waiting[0][0] <= self.t:
+                push(avail, pop(waiting)[1])
+            gate, holder = self._gate() if gated else (self.n, None)
+            if avail and avail[0] <= gate:
+                self._step(pop(avail), succs)
                 continue
-            nxt = [(self.waiting[0][0], self.cause[self.waiting[0][1]])] if self.waiting else []
+            nxt = [(waiting[0][0], self.cause[waiting[0][1]])] if waiting else []
             if holder is not None and self.done[holder]:
                 nxt.append((self.finish[holder], holder))
             if not nxt:
@@ -174,6 +191,38 @@ class _State:
         for when, c in tail:
             self._charge(c, self.t, when)
             self.t = when
+
+    def _step(self, i: int, succs) -> None:
+        """Run compute row i on the stream now, then release what it was the last producer of: ``_schedule``,
+        ``t`` moved to its finish and ``_flush`` with a plain compute row's release made here (the same steps,
+        in the same order: each row's earliest start is the same float)."""
+        t0 = self.t
+        finish, done, left, preds, is_comm, plain = self.finish, self.done, self.left, self.preds, self.is_comm, \
+            self.plain
+        t = finish[i] = t0 + self.compute[i]
+        self.start[i], done[i] = t0, True
+        newly = self._newly
+        if i == self.ptr:
+            self._advance()
+        newly.append(i)
+        self.t = t
+        while newly:
+            for j in succs[newly.pop()]:
+                left[j] -= 1
+                if left[j]:
+                    continue
+                if not plain[j]:
+                    self.release(j)
+                    continue
+                est, cause = 0.0, None  # (_earliest, inlined)
+                for p in preds[j]:
+                    if finish[p] > est:
+                        est, cause = finish[p], (p if is_comm[p] else None)
+                self.cause[j] = cause
+                if est <= t:
+                    heapq.heappush(self.avail, j)
+                else:
+                    heapq.heappush(self.waiting, (est, j))
 
     def _flush(self, succs) -> None:
         while self._newly:
