@@ -24,7 +24,7 @@ def reference_exposed(producers: list, compute: list, comm: list, is_comm: list,
             t += c  # (as the schedule adds them)
         return Exposure([0.0] * n, t, math.fsum(compute))
     async_done = async_done or {}
-    preds, barrier, succs = graph if graph is not None else schedule_graph(producers)
+    preds, barrier, succs = graph if graph is not None else reference_graph(producers)
     s = _RefState(n, compute, comm, is_comm, preds, barrier, async_done)
     for i in range(n):
         if not preds[i]:
@@ -34,7 +34,7 @@ def reference_exposed(producers: list, compute: list, comm: list, is_comm: list,
     return Exposure(s.exposed, max(s.t, max(s.finish, default=0.0)), busy)
 
 
-def schedule_graph(producers: list) -> tuple:
+def reference_graph(producers: list) -> tuple:
     n = len(producers)
     preds = [sorted({p for p in ps if isinstance(p, int) and 0 <= p < i}) for i, ps in enumerate(producers)]
     barrier = [any(p is None for p in ps) for ps in producers]
@@ -197,6 +197,8 @@ def test_random_programs_schedule_as_before(seed):
     want = reference_exposed(producers, compute, comm, is_comm, async_done)
     _same(got, want)
     _same(exposed_comm(producers, compute, comm, is_comm, async_done, graph=schedule_graph(producers)), want)
+    assert [list(x) for x in schedule_graph(producers)[0]] == reference_graph(producers)[0]
+    assert schedule_graph(producers)[1:] == reference_graph(producers)[1:]
     if any(is_comm):
         assert sum(want.exposed) >= 0.0 and want.makespan >= want.compute * (1 - 1e-12)
 

@@ -63,11 +63,27 @@ def schedule_graph(producers: list) -> tuple:
     """(preds, barrier, succs) of the schedule: per row, its earlier producer rows (sorted, each once), whether
     it waits for everything before it (an unknown producer), and the rows it feeds."""
     n = len(producers)
-    preds = [sorted({p for p in ps if isinstance(p, int) and 0 <= p < i}) for i, ps in enumerate(producers)]
-    barrier = [any(p is None for p in ps) for ps in producers]
+    preds: list = [()] * n
+    barrier = [False] * n
     succs: list[list[int]] = [[] for _ in range(n)]
-    for i, ps in enumerate(preds):
-        for p in ps:
+    for i, ps in enumerate(producers):
+        if len(ps) == 1:  # (most rows: one operand)
+            p = ps[0]
+            if isinstance(p, int) and 0 <= p < i:
+                preds[i] = [p]
+                succs[p].append(i)
+            else:
+                preds[i], barrier[i] = [], p is None
+            continue
+        if len(ps) == 2:  # (the next most: two operands)
+            a, b = ps
+            ka, kb = isinstance(a, int) and 0 <= a < i, isinstance(b, int) and 0 <= b < i
+            mine = ([a] if a == b else [a, b] if a < b else [b, a]) if ka and kb else [a] if ka else [b] if kb else []
+            preds[i], barrier[i] = mine, a is None or b is None
+        else:
+            preds[i] = mine = sorted({p for p in ps if isinstance(p, int) and 0 <= p < i})
+            barrier[i] = None in ps
+        for p in mine:
             succs[p].append(i)
     return preds, barrier, succs
 
@@ -202,8 +218,19 @@ class _State:
         t = finish[i] = t0 + self.compute[i]
         self.start[i], done[i] = t0, True
         newly = self._newly
-        if i == self.ptr:
-            self._advance()
+        if i == self.ptr:  # (_advance's loop, inlined: max(a, b) keeps a unless b is greater, as here)
+            ptr, n, top, most = i, self.n, self.prefix[0], self.prefix_compute
+            while ptr < n and done[ptr]:
+                f = finish[ptr]
+                if f > top:
+                    top = f
+                    self.prefix = (f, ptr if is_comm[ptr] else None)
+                if not is_comm[ptr] and f > most:
+                    most = f
+                ptr += 1
+            self.ptr, self.prefix_compute = ptr, most
+            if self.held and self.held[0] <= ptr:
+                self._advance()
         newly.append(i)
         self.t = t
         while newly:
