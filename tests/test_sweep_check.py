@@ -76,6 +76,28 @@ def test_a_passed_check_lets_the_others_repeat_unchecked(monkeypatch):
     assert len(checked) == 1
 
 
+def test_a_checked_point_stays_checked_after_a_sweep_that_repeats_it_unchecked(monkeypatch, tmp_path):
+    """A point checked in one sweep, then computed again unchecked in another (a profile not kept, the point not the
+    first of its program there), is read as checked by a third: its IR key is that of its lowerings at depths 2 and
+    3 whether its check ran or not, and rows made again unchecked keep the check kept for them."""
+    computed, checked = _spy(monkeypatch, holds=True)
+
+    def sweep(shapes, hardware):
+        grid = make_grid({"model": "stdit3", "shape": shapes, "strategies": ["ulysses:2"], "hardware": hardware,
+                          "steps": 30, "fuse": "elementwise", "options": OPTIONS})
+        return run_sweep(grid, jobs=1, progress=False, cache_dir=tmp_path)[1]
+
+    # (all from one line: a lowering's locations hold the stack; h100: a profile not kept)
+    runs = [sweep(shapes, hw) for shapes, hw in ((["default"], HW), (["8_64_64", "default"], [HW[0], "h100"]),
+                                                 (["default"], HW))]
+    assert [t.point.shape for t in checked] == ["default", "8_64_64"]
+    assert [(t.point.shape, t.check, out[2]) for t, out in computed] == [
+        ("default", True, "passed"), ("8_64_64", True, "passed"), ("default", False, "")]
+    assert computed[0][1][0] == computed[2][1][0]  # one IR key, checked or not
+    # the third: default first of its program again, read with its check (before: computed again)
+    assert [(r.computed, r.cached) for r in runs] == [(1, 0), (2, 0), (0, 1)]
+
+
 @pytest.mark.parametrize("outcome,check,repeat", [("passed", False, True), ("failed", False, False),
                                                    ("", True, True)])
 def test_settle_takes_the_first_points_outcome(outcome, check, repeat):
@@ -109,8 +131,8 @@ def test_a_cached_first_point_counts_as_checked_only_with_its_check(tmp_path):
     assert cache.get(first).check == "failed"
     cache.put(first, Result(point, "ok", "", "0" * 64, rows, check="passed"))
     assert cache.get(first).check == "passed" and cache.get(other).check == ""
-    cache.put(other, Result(point, "ok", "", "0" * 64, rows))  # rows made again unchecked: no longer checked
-    assert cache.get(first) is None
+    cache.put(other, Result(point, "ok", "", "0" * 64, rows))  # the same rows made again unchecked: still checked
+    assert cache.get(first).check == "passed" and cache.get(other).check == ""
     shallow = Task(point, dict(OPTIONS, depth=3), HW, 30, "elementwise")  # not priced from one layer: no check
     cache.put(shallow, Result(point, "ok", "", "1" * 64, rows))
     assert cache.get(shallow).rows == rows

@@ -63,11 +63,27 @@ def schedule_graph(producers: list) -> tuple:
     """(preds, barrier, succs) of the schedule: per row, its earlier producer rows (sorted, each once), whether
     it waits for everything before it (an unknown producer), and the rows it feeds."""
     n = len(producers)
-    preds = [sorted({p for p in ps if isinstance(p, int) and 0 <= p < i}) for i, ps in enumerate(producers)]
-    barrier = [any(p is None for p in ps) for ps in producers]
+    preds: list = [()] * n
+    barrier = [False] * n
     succs: list[list[int]] = [[] for _ in range(n)]
-    for i, ps in enumerate(preds):
-        for p in ps:
+    for i, ps in enumerate(producers):
+        if len(ps) == 1:  # (most rows: one operand)
+            p = ps[0]
+            if isinstance(p, int) and 0 <= p < i:
+                preds[i] = [p]
+                succs[p].append(i)
+            else:
+                preds[i], barrier[i] = [], p is None
+            continue
+        if len(ps) == 2:  # (the next most: two operands)
+            a, b = ps
+            ka, kb = isinstance(a, int) and 0 <= a < i, isinstance(b, int) and 0 <= b < i
+            mine = ([a] if a == b else [a, b] if a < b else [b, a]) if ka and kb else [a] if ka else [b] if kb else []
+            preds[i], barrier[i] = mine, a is None or b is None
+        else:
+            preds[i] = mine = sorted({p for p in ps if isinstance(p, int) and 0 <= p < i})
+            barrier[i] = None in ps
+        for p in mine:
             succs[p].append(i)
     return preds, barrier, succs
 
@@ -92,6 +108,8 @@ class _State:
         self.avail: list = []  # index
         # Gates: rows after an async collective's done wait for it.
         self.gates = sorted((max(d, c), c) for c, d in async_done.items())
+        self.gate_at = 0  # gates before it have passed (their collective done by ``t``): they stay passed
+        self.plain = [not b and not c for b, c in zip(barrier, is_comm)]  # a compute row that waits for no prefix
 
     def _earliest(self, i: int) -> tuple[float, int | None]:
         """Row i's earliest start: its latest producer's finish, and that producer if a collective."""
@@ -118,13 +136,27 @@ class _State:
         if self.is_comm[i]:
             self._schedule(i, est, est + self.comm[i], cause)
         else:
-            self.cause[i] = cause
+            self._wait(i, est, cause)
+
+    def _wait(self, i: int, est: float, cause) -> None:
+        """Compute row i may start at ``est``: available now where ``est`` has come (``t`` never goes back, so
+        the row would be moved there before the next choice anyway), else waiting until it comes."""
+        self.cause[i] = cause
+        if est <= self.t:
+            heapq.heappush(self.avail, i)
+        else:
             heapq.heappush(self.waiting, (est, i))
 
     def _schedule(self, i: int, start: float, finish: float, cause) -> None:
         self.start[i], self.finish[i], self.done[i] = start, finish, True
         if self.is_comm[i]:
             self.cause[i] = cause
+        if i == self.ptr:  # (else row ptr is still not scheduled: nothing moves)
+            self._advance()
+        self._newly.append(i)
+
+    def _advance(self) -> None:
+        """Move ptr past the rows scheduled; ready the held rows it passes."""
         while self.ptr < self.n and self.done[self.ptr]:
             j = self.ptr
             if self.finish[j] > self.prefix[0]:
@@ -134,14 +166,16 @@ class _State:
             self.ptr += 1
         while self.held and self.held[0] <= self.ptr:
             self._ready(heapq.heappop(self.held))
-        self._newly.append(i)
 
     def _gate(self) -> tuple[int, int | None]:
-        """(index above which rows may not run yet, the async collective holding them)."""
-        for d, c in self.gates:
-            if not self.done[c] or self.finish[c] > self.t:
-                return d, c
-        return self.n, None
+        """(index above which rows may not run yet, the async collective holding them): the first gate in order
+        whose collective is not done by ``t``. A gate that has passed stays passed (a row is scheduled once and
+        ``t`` never goes back), so the search starts where the last one stopped: linear in the gates over a run."""
+        gates, k = self.gates, self.gate_at
+        while k < len(gates) and self.done[gates[k][1]] and self.finish[gates[k][1]] <= self.t:
+            k += 1
+        self.gate_at = k
+        return gates[k] if k < len(gates) else (self.n, None)
 
     def _charge(self, c, t0: float, t1: float) -> None:
         """The wait [t0, t1] for collective c: its own part, then what it waited for in turn."""
@@ -152,17 +186,16 @@ class _State:
 
     def run(self, succs) -> None:
         self._flush(succs)
+        waiting, avail, pop, push = self.waiting, self.avail, heapq.heappop, heapq.heappush
+        gated = bool(self.gates)
         while True:
-            while self.waiting and self.waiting[0][0] <= self.t:
-                heapq.heappush(self.avail, heapq.heappop(self.waiting)[1])
-            gate, holder = self._gate()
-            if self.avail and self.avail[0] <= gate:
-                i = heapq.heappop(self.avail)
-                self._schedule(i, self.t, self.t + self.compute[i], None)
-                self.t = self.finish[i]
-                self._flush(succs)
+            while waiting and waiting[0][0] <= self.t:
+                push(avail, pop(waiting)[1])
+            gate, holder = self._gate() if gated else (self.n, None)
+            if avail and avail[0] <= gate:
+                self._step(pop(avail), succs)
                 continue
-            nxt = [(self.waiting[0][0], self.cause[self.waiting[0][1]])] if self.waiting else []
+            nxt = [(waiting[0][0], self.cause[waiting[0][1]])] if waiting else []
             if holder is not None and self.done[holder]:
                 nxt.append((self.finish[holder], holder))
             if not nxt:
@@ -174,6 +207,49 @@ class _State:
         for when, c in tail:
             self._charge(c, self.t, when)
             self.t = when
+
+    def _step(self, i: int, succs) -> None:
+        """Run compute row i on the stream now, then release what it was the last producer of: ``_schedule``,
+        ``t`` moved to its finish and ``_flush`` with a plain compute row's release made here (the same steps,
+        in the same order: each row's earliest start is the same float)."""
+        t0 = self.t
+        finish, done, left, preds, is_comm, plain = self.finish, self.done, self.left, self.preds, self.is_comm, \
+            self.plain
+        t = finish[i] = t0 + self.compute[i]
+        self.start[i], done[i] = t0, True
+        newly = self._newly
+        if i == self.ptr:  # (_advance's loop, inlined: max(a, b) keeps a unless b is greater, as here)
+            ptr, n, top, most = i, self.n, self.prefix[0], self.prefix_compute
+            while ptr < n and done[ptr]:
+                f = finish[ptr]
+                if f > top:
+                    top = f
+                    self.prefix = (f, ptr if is_comm[ptr] else None)
+                if not is_comm[ptr] and f > most:
+                    most = f
+                ptr += 1
+            self.ptr, self.prefix_compute = ptr, most
+            if self.held and self.held[0] <= ptr:
+                self._advance()
+        newly.append(i)
+        self.t = t
+        while newly:
+            for j in succs[newly.pop()]:
+                left[j] -= 1
+                if left[j]:
+                    continue
+                if not plain[j]:
+                    self.release(j)
+                    continue
+                est, cause = 0.0, None  # (_earliest, inlined)
+                for p in preds[j]:
+                    if finish[p] > est:
+                        est, cause = finish[p], (p if is_comm[p] else None)
+                self.cause[j] = cause
+                if est <= t:
+                    heapq.heappush(self.avail, j)
+                else:
+                    heapq.heappush(self.waiting, (est, j))
 
     def _flush(self, succs) -> None:
         while self._newly:

@@ -116,10 +116,12 @@ class Repeat:
 
     def copies(self) -> dict:
         """Position in ``deep`` -> its rows' positions at full depth (one, or one per copy of a layer 2's row)."""
-        out: dict = {}
-        for new, (p, _) in enumerate(self.order):
-            out.setdefault(p, []).append(new)
-        return out
+        if "_copies" not in self.__dict__:  # (made once: every chip's pricing asks)
+            out: dict = {}
+            for new, (p, _) in enumerate(self.order):
+                out.setdefault(p, []).append(new)
+            self._copies = out
+        return self._copies
 
     def shallow_pos(self, p: int) -> int:
         """The position in ``shallow`` of ``deep``'s row ``p`` (one not in a layer 2)."""

@@ -9,7 +9,9 @@ request and the code hash), read and written by the process that runs the sweep 
   sweep on any list of profiles whose rows are there (a subset of an earlier sweep's) reads them; one that
   needs a profile not there computes the point and adds its rows; with them, for a point priced from one layer,
   whether its repetition's check ran and held (the first point of a program read from here counts as checked
-  only where it did run).
+  only where it did run). A point priced from one layer has one IR key whether its check ran or not (the
+  lowerings its rows are made from), so rows made again unchecked (a later sweep where the point is not the first
+  of its program) land in the entry of the checked ones and keep its check.
 
 A point whose two entries are there is not lowered again; deleting its ``results`` entry recomputes it (and
 only it); a damaged one is computed again with a note. The folder is the cache root's ``sweep/``
@@ -175,9 +177,6 @@ class Cache:
         checked = dict(old.get("checked", {})) if old is not None else {}
         keys = self.profile_keys(task)
         rows.update(zip(keys, result.rows))
-        for k in keys:
-            if result.check:
-                checked[k] = "yes" if result.check == "passed" else "no"
-            else:
-                checked.pop(k, None)
+        if result.check:  # (rows made again unchecked are the same rows: a check kept for them still holds)
+            checked.update((k, "yes" if result.check == "passed" else "no") for k in keys)
         self.results.put(request, {"rows": rows, **({"checked": checked} if checked else {})})

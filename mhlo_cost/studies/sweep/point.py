@@ -162,7 +162,7 @@ def repeats(task: Task) -> bool:
 
 
 def _repeated_rows(task: Task, depth: int):
-    """(sha256 of the lowerings, rows) of a point lowered at :data:`DEPTHS` and priced at ``depth`` by repeating
+    """(sha256 of the lowerings at :data:`DEPTHS`, rows) of a point lowered there and priced at ``depth`` by repeating
     its priced layer (:mod:`mhlo_cost.studies.layerprice`), the repetition checked against the program lowered at
     :data:`CHECK_DEPTH` (where ``task.check``: the sweep checks the first point of each program and prices the
     others of that program so only where the check passed: :func:`mhlo_cost.studies.sweep.run_sweep`); None where
@@ -182,7 +182,7 @@ def _repeated_rows(task: Task, depth: int):
         rows = repeated_rows(Repeat(a2, a3, depth, base=DEPTHS[0]), priced)
     except (FitFailed, ValueError, IndexError, KeyError, TypeError, AttributeError):
         return None  # a program the repetition does not take: point_study's path
-    return hashlib.sha256("".join(made[d] for d in sorted(made)).encode()).hexdigest(), rows
+    return hashlib.sha256("".join(made[d] for d in DEPTHS).encode()).hexdigest(), rows  # (checked or not: one key)
 
 
 def _check_holds(task: Task, made: dict, repeat, priced: list) -> bool:
