@@ -52,7 +52,9 @@ def layer_priced(step, shallow: tuple, deep: tuple, hw, tp: int, launch: str = "
     hw = launched(hw, launch)
     st2, st3 = (step_study(s, hw, a) for s, a in (shallow, deep))
     repeat = Repeat(shallow[1], deep[1], step.layers, base=base)
-    priced = repeated_figures(repeat, repeat.program(), st3, st2)
+    # (a step on one device has no collective: its exposed communication is none, whatever the data flow)
+    flow = any(r.kind == "collective" for r in deep[1].rows)
+    priced = repeated_figures(repeat, repeat.program(flow), st3, st2)
     m2, m3 = st2.fused_memory, st3.fused_memory
     mem = _Liveness(priced.fused_memory.peak_bytes, repeat.grown(m2.argument_bytes, m3.argument_bytes),
                     repeat.grown(m2.output_bytes, m3.output_bytes), [repeat.grown(_end(m2), _end(m3))])
@@ -95,28 +97,49 @@ def _full_blocks(repeat, blocks, per_layer: int):
             raise FitFailed(f"two blocks at full depth are both block {j}")
     if sorted(out) != list(range(len(out))):
         raise FitFailed("the blocks at full depth are not numbered in order")
-    return replace(blocks, blocks=[out[j] for j in range(len(out))], row_blocks=row_blocks,
-                   row_parts=[blocks.row_parts[p] for p, _ in repeat.order],
+    return replace(blocks, blocks=[out[j] for j in range(len(out))], row_blocks=row_blocks, row_parts=[],
                    row_groups=[blocks.row_groups[p] for p, _ in repeat.order])
 
 
 def block_times(repeat, blocks, rf, per_layer: int) -> list:
     """(block, est_time_fused_s, bound) of every block of the full-depth estimate ``rf`` and the TOTAL, as
-    :func:`~.serve._blocks` reads them of :meth:`mhlo_cost.roofline.Roofline.block_frame`: the fused time and the
-    bound's sums per block (:func:`mhlo_cost.analysis.blocks._accumulate`, over the rows at full depth)."""
-    from ...analysis.blocks import TOTAL, _accumulate, _sort_key
+    :func:`~.serve._blocks` reads them of :meth:`mhlo_cost.roofline.Roofline.block_frame`: each block's sums of its
+    rows' fused time, compute-bound fused time, communication, fixed and growing costs, added in program order
+    as :func:`mhlo_cost.analysis.blocks._accumulate` adds them (a row in k blocks gives each 1/k), the blocks and
+    groups in the block table's order (:func:`mhlo_cost.analysis.blocks._sort_key`), the TOTAL's times the
+    estimate's totals (:func:`mhlo_cost.roofline.estimate._total_from`)."""
+    from ...analysis.blocks import TOTAL, _sort_key, taken_names
     from ...roofline.bounds import span_bound
 
     full = _full_blocks(repeat, blocks, per_layer)
     ts, f = rf.times, rf.fusion
     ks, rk, ft = f.kernels, f.row_kernel, f.row_time
-    funcs = [lambda i: ft[i] + ts[i].comm_s,
-             lambda i: ft[i] if rk[i] is not None and ks[rk[i]].bound == "compute" else 0.0,
-             lambda i: ts[i].comm_s, lambda i: ts[i].fixed_cost_s, lambda i: ts[i].growing_s]
-    acc, order, _ = _accumulate(range(len(ts)), full, funcs, False)
+    compute = [k.bound == "compute" for k in ks]
+    taken = taken_names(full)
+    acc: dict = {}
+    order: dict = {}
+    for i, (bids, group) in enumerate(zip(full.row_blocks, full.row_groups)):
+        t, fused = ts[i], ft[i]
+        comm = t.comm_s
+        vals = (fused + comm, fused if rk[i] is not None and compute[rk[i]] else 0.0, comm, t.fixed_cost_s,
+                t.growing_s)
+        if bids:
+            keys = [("b", b, "") for b in bids]
+            if len(bids) > 1:
+                vals = tuple(v / len(bids) for v in vals)
+        else:
+            group = group or "(top)"
+            keys = [("g", "(top)" if group in taken else group, "")]
+        for key, b in zip(keys, bids or (-1,)):
+            a = acc.get(key)
+            if a is None:
+                a = acc[key] = [0] * 5
+                order[key] = (i, b)
+            for c in range(5):
+                a[c] += vals[c]
     keys = sorted(acc, key=_sort_key(order))
     tot = rf.totals()
-    sums = [sum(acc[k][c] for k in keys) for c in range(len(funcs))]
+    sums = [sum(acc[k][c] for k in keys) for c in range(5)]
     out = []
     for key, v in [(k, acc[k]) for k in keys] + [(None, [tot["est_time_fused_s"], sums[1], tot["comm_time_s"],
                                                          sums[3], sums[4]])]:
