@@ -34,8 +34,8 @@ def test_one_layer_pricing_is_the_full_depth_pricing():
 
 def _grid(tmp_path, name: str, **kw):
     base = StepRequest(model="gpt", overrides=TINY + (("layers", 7),))
-    return sweep(base, batches=[1, 2, 3, 4], contexts=[128, 256, 512], hw=HW, tps=(1, 2), cache=StepCache(tmp_path / name),
-                 **kw)
+    return sweep(base, batches=[1, 2, 3, 4], contexts=[128, 256, 512], hw=HW, tps=(1, 2),
+                 cache=StepCache(tmp_path / name), **kw)
 
 
 def test_grid_prices_from_one_layer_once_its_check_holds(tmp_path, monkeypatch):

@@ -1,7 +1,8 @@
-"""A serve point priced from one layer: the step's figures at full depth from its programs at depths 2 and 3, each
-priced once, the deep one's repeated layer's priced rows and kernels copied once per further layer
-(:class:`mhlo_cost.studies.layerprice.Repeat`, as the sweep prices a deep STDiT3), instead of the op table rebuilt
-at full depth row by row (:func:`mhlo_cost.studies.layerfit.repeat_layers`) and priced whole.
+"""A serve point priced from one layer: the step's figures at full depth from its programs at two depths (the
+grid's :data:`~.fitted.DEPTHS`, 3 and 4), each priced once, the deep one's repeated layer's priced rows and kernels
+copied once per further layer (:class:`mhlo_cost.studies.layerprice.Repeat`, as the sweep prices a deep STDiT3),
+instead of the op table rebuilt at full depth row by row (:func:`mhlo_cost.studies.layerfit.repeat_layers`) and
+priced whole.
 
 What :func:`~.serve.figures_of` reads, and why the repetition gives it:
 
@@ -11,14 +12,18 @@ What :func:`~.serve.figures_of` reads, and why the repetition gives it:
 * the compiled execution's liveness: its peak, its arguments (weights and KV cache per layer), its outputs (the
   updated cache per layer) and what is live at its end each grow by a constant per layer (a layer adds its
   weights and cache and, at the peak inside a layer, the same live values per layer before it), so each is
-  ``deep + (L - 3) (deep - shallow)`` at ``L`` layers (:meth:`~mhlo_cost.studies.layerprice.Repeat.grown`);
+  ``deep + (L - d) (deep - shallow)`` at ``L`` layers, ``d`` the deep program's depth
+  (:meth:`~mhlo_cost.studies.layerprice.Repeat.grown`; which two depths it holds from is the check's to say: at
+  depths 2 and 3 Llama-2's decode peak is not on one line, :data:`~.fitted.DEPTHS`);
+* a step on one device has no collective, so its exposed communication is none whatever its data flow: the
+  full-depth program is then priced without one (:meth:`~mhlo_cost.studies.layerprice.Repeat.program`);
 * the per-block times (:func:`block_times`): each row at full depth is a copy of a row of the deep program, in
   that row's block, or for a copy of layer 2's row, in the block of its copy's layer (the block's index and the
   digits ending its name moved on by the layers before it); the rows' fused times and the sums made as the
   block table makes them (:func:`mhlo_cost.analysis.blocks._accumulate`, in program order), the TOTAL's from the
   estimate's totals (:meth:`mhlo_cost.roofline.Roofline.block_frame`).
 
-The grid checks all of it first, once per program, against the program lowered at depth 4 and priced whole
+The grid checks all of it first, once per program, against the program lowered at depth 5 and priced whole
 (:class:`Check`); a point whose check does not hold is priced as before, from its table rebuilt at full depth.
 """
 from __future__ import annotations
