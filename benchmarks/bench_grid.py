@@ -13,6 +13,12 @@ two tables. Each run is a fresh process with its own empty cache folder. Prints 
 Each time is wall-clock, with the CPU seconds (user + sys) of the run's processes beside it (the machine's load
 says how far apart they are).
 
+A run ends as the command line does (its cyclic garbage collector frozen: the interpreter's exit does not traverse
+the frameworks' objects again, about 2.5 CPU seconds here). The table of each path is written as CSV and compared
+byte for byte; the fitted path prices its points from one layer (mhlo_cost/studies/serve/onelayer.py) where its
+program's check at depth 5 holds, so the comparison with ``lower`` (every point lowered at full depth and priced
+whole) is the one against the full path.
+
 The issue's targets: the 7B serve grid under 20 s from an empty cache, the STDiT3 published-table sweep under 10 s
 (each sweep point lowered at depths 2 and 3 and priced at full depth by repeating its priced layer,
 studies/layerprice.py; the first point of each strategy lowered at depth 4 too, to check the repetition:
@@ -63,6 +69,9 @@ def child(model: str, batches: str, contexts: str, fit: str, out: str, breakdown
         f.write(table(figs).to_csv(index=False))
     for n in notes:
         print(f"note: {n}", file=sys.stderr)
+    import gc
+
+    gc.freeze()  # (as the command line does at its end, mhlo_cost/cli/__init__.py: no cyclic collection at exit)
 
 
 def _since_start() -> float:

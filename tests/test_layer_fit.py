@@ -1,7 +1,7 @@
 """Repeated layers (issue 41 part 3): a program's table at full depth rebuilt from its lowerings at depths 1 and
 2 equals the program lowered at full depth (the independent reference); a serve grid built that way gives the
 table of lowering every point; a model whose layers differ falls back and says so, whether its configuration
-says so, the layers at depth 3 differ, or only the check at depth 4 sees it."""
+says so, the layers at depth 4 differ, or only the check at depth 5 sees it."""
 from __future__ import annotations
 
 import importlib.util
@@ -73,19 +73,19 @@ def test_layers_that_differ_are_refused():
 
 
 def test_serve_grid_with_repeated_layers_equals_lowering_every_point(tmp_path):
-    """Every point lowered at depths 2 and 3 only (nodes, the check point, batch 1), the repetition checked once
-    per program at depth 4: the table equals lowering every point at full depth (6 layers)."""
-    base = StepRequest(model="gpt", overrides=TINY + (("layers", 6),))
+    """Every point lowered at depths 3 and 4 only (nodes, the check point, batch 1), the repetition checked once
+    per program at depth 5: the table equals lowering every point at full depth (7 layers)."""
+    base = StepRequest(model="gpt", overrides=TINY + (("layers", 7),))
     stages, notes = [], []
     grid = dict(batches=[1, 2, 3, 4], contexts=[128, 256, 512], hw=HW, tps=(1, 2))
     fitted = sweep(base, cache=StepCache(tmp_path / "a"), stage=stages.append, note=notes.append, **grid)
     lowered = sweep(base, cache=StepCache(tmp_path / "b"), fit=False, **grid)
     assert not notes
     lowering = [s for s in stages if s.startswith("lowering")]
-    assert sum("(a node of the fit, at depths 2 and 3" in s for s in lowering) == 5  # 2 x 2 nodes and the check
-    assert sum("and 4 to check the repetition" in s for s in lowering) == 1  # the grid's program, at a node
-    assert sum(s.endswith("(at depths 2 and 3)") for s in lowering) == 3  # batch 1, its own program
-    assert sum(s.endswith("(at depth 4 to check the repetition)") for s in lowering) == 1
+    assert sum("(a node of the fit, at depths 3 and 4" in s for s in lowering) == 5  # 2 x 2 nodes and the check
+    assert sum("and 5 to check the repetition" in s for s in lowering) == 1  # the grid's program, at a node
+    assert sum(s.endswith("(at depths 3 and 4)") for s in lowering) == 3  # batch 1, its own program
+    assert sum(s.endswith("(at depth 5 to check the repetition)") for s in lowering) == 1
     assert len(lowering) == 9  # no point lowered at full depth
     assert table(fitted).to_csv() == table(lowered).to_csv()
     assert fitted == lowered  # every figure, the blocks' times too
@@ -101,12 +101,12 @@ def _qwen(**sets):
 
 @pytest.mark.skipif(importlib.util.find_spec("torchax") is None, reason="torchax is not installed")
 def test_serve_grid_of_a_model_whose_layers_differ_falls_back_and_says_so(tmp_path, monkeypatch):
-    """Qwen2 with a sliding window from layer 2 on: its configuration's layer_types says so; unread, at depth 3,
-    layer 2 (sliding) is not layer 1 (full)."""
+    """Qwen2 with a sliding window from layer 4 on: its configuration's layer_types says so; unread, at depth 4,
+    layer 4 (sliding) is not layer 3 (full)."""
     pytest.importorskip("transformers")
     from mhlo_cost.studies.serve import fitted as fitted_module
 
-    base = _qwen(num_hidden_layers=4, max_window_layers=2)
+    base = _qwen(num_hidden_layers=5, max_window_layers=3)
     grid = dict(batches=[2, 3, 4], contexts=[16, 24, 32], hw=HW)
     stages, notes = [], []
     fitted = sweep(base, cache=StepCache(tmp_path / "a"), stage=stages.append, note=notes.append, **grid)
@@ -119,26 +119,26 @@ def test_serve_grid_of_a_model_whose_layers_differ_falls_back_and_says_so(tmp_pa
     again = sweep(base, cache=StepCache(tmp_path / "c"), stage=stages.append, note=notes.append, **grid)
     assert notes[0] == ("serve: nodes lowered at full depth: the rows of layer 2 are not those of layer 1 (the "
                         "layers differ)")
-    assert not any("depths 2 and 3" in s for s in stages[1:])  # (the first node's try only)
+    assert not any("depths 3 and 4" in s for s in stages[1:])  # (the first node's try only)
     assert again == fitted
 
 
 @pytest.mark.skipif(importlib.util.find_spec("torchax") is None, reason="torchax is not installed")
-def test_layers_that_differ_beyond_depth_3_are_caught_at_depth_4(tmp_path, monkeypatch):
-    """Qwen2 of 6 layers, sliding from layer 3 on: depths 2 and 3 hold full-attention layers only and repeat;
-    the check at depth 4 (a layer 3 that slides) refuses the rebuilt tables, and the points are lowered at
+def test_layers_that_differ_beyond_depth_4_are_caught_at_depth_5(tmp_path, monkeypatch):
+    """Qwen2 of 7 layers, sliding from layer 5 on: depths 3 and 4 hold full-attention layers only and repeat;
+    the check at depth 5 (a layer 5 that slides) refuses the rebuilt tables, and the points are lowered at
     full depth (the configuration's layer_types left unread, to reach the check)."""
     pytest.importorskip("transformers")
     from mhlo_cost.studies.serve import fitted as fitted_module
 
     monkeypatch.setattr(fitted_module, "layers_differ", lambda base, layers: None)
-    base = _qwen(num_hidden_layers=6, max_window_layers=3)
+    base = _qwen(num_hidden_layers=7, max_window_layers=4)
     grid = dict(batches=[1, 2, 3, 4], contexts=[16, 24, 32], hw=HW)
     stages, notes = [], []
     fitted = sweep(base, cache=StepCache(tmp_path / "a"), stage=stages.append, note=notes.append, **grid)
-    said = "the table rebuilt at depth 4 by repeating layer 2 is not the one lowered there"
+    said = "the table rebuilt at depth 5 by repeating layer 2 is not the one lowered there"
     assert notes[0] == f"serve: nodes lowered at full depth: {said}"
     assert [s for s in stages if "depth" in s] == [  # the first node's try only; then every point at full depth
-        "lowering batch 2, context 16 (a node of the fit, at depths 2 and 3, and 4 to check the repetition)"]
+        "lowering batch 2, context 16 (a node of the fit, at depths 3 and 4, and 5 to check the repetition)"]
     lowered = sweep(base, cache=StepCache(tmp_path / "b"), fit=False, **grid)
     assert fitted == lowered

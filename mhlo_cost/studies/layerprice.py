@@ -104,15 +104,16 @@ class Repeat:
 
         return [tuple(read(x, k, p) for x in prods[p]) for p, k in self.order]
 
-    def program(self):
-        """The full-depth program pricing reads (made once, shared by every chip)."""
+    def program(self, flow: bool = True):
+        """The full-depth program pricing reads (made once, shared by every chip); ``flow`` False: without its data
+        flow (a program without collectives, whose exposed communication is none whatever the flow)."""
         sh, dp = self.shallow, self.deep
         s1, s2 = sh.summary, dp.summary
         summary = {k: self.grown(s1[k], v) if type(v) is int and type(s1.get(k)) is int else v
                    for k, v in s2.items()}
         peak = self.grown(sh.memory.peak_bytes, dp.memory.peak_bytes)
         rows = [dp.rows[p] for p, _ in self.order]
-        return _Program(rows, self.producers(), summary, peak, dict(dp.async_done or {}))
+        return _Program(rows, self.producers() if flow else [], summary, peak, dict(dp.async_done or {}))
 
     def copies(self) -> dict:
         """Position in ``deep`` -> its rows' positions at full depth (one, or one per copy of a layer 2's row)."""

@@ -4,11 +4,14 @@ lowerings (:mod:`mhlo_cost.studies.gridfit`) and evaluated at the others, priced
 A batch of 1 is its own program (the IR drops unit dimensions), so points of batch 1 are not in the grid fit;
 the others are fitted where that lowers fewer points than the grid has: nodes at the first two batches and
 contexts (the counts of a step are bilinear in them), checked at the last batch and context, lowered too.
-Where the model has more than three layers, every point lowered (nodes, the check point, a batch of 1) is lowered
-at depths 2 and 3 only and its op table rebuilt at full depth by repeating the layer's rows
-(:mod:`mhlo_cost.studies.layerfit`); the fit is made and checked on the tables at depths 2 and 3, and the
-repetition is checked once per program (the grid's, batch 1's) against a lowering at depth 4, a depth not used
-to rebuild (the independent reference), the table rebuilt there compared whole with the one lowered. Where
+Where the model has more than four layers, every point lowered (nodes, the check point, a batch of 1) is lowered
+at depths 3 and 4 only (:data:`DEPTHS`) and priced at full depth from its priced layer repeated (:mod:`.onelayer`;
+or its op table rebuilt at full depth by repeating the layer's rows, :mod:`mhlo_cost.studies.layerfit`, and priced
+whole); the fit is made and checked on the tables at depths 3 and 4, and the repetition is checked once per
+program (the grid's, batch 1's) against a lowering at depth 5, a depth not used to rebuild (the independent
+reference): the table rebuilt there compared whole with the one lowered, and the figures priced from one layer
+there with those of the lowering priced whole (per profile, tp and launch; where they differ, the program's
+points are priced from their rebuilt tables). Where
 the layers do not repeat (or the configuration says its layers differ), the points are lowered at full depth;
 where the op graph changes with the shape, or the fit misses the check point, or the cache layout does not
 scale as :meth:`CacheLayout.at` says, the grid is not fitted; ``note`` says why.
@@ -18,13 +21,18 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Callable
 
+from .onelayer import Check, Layered
+
 #: Node values per symbol: counts of a decode or prefill step are of degree 1 in the batch and in the context.
 PER_SYMBOL = 2
-#: The depths a point is lowered at, its table rebuilt at full depth from them: 2 and 3, not 1 and 2, as a
-#: lowering keeps one copy of a constant every layer uses, in the first layer (torchax's programs).
-DEPTHS = (2, 3)
+#: The depths a point is lowered at, its table rebuilt (or its figures priced) at full depth from them: 3 and 4, not
+#: 1 and 2, as a lowering keeps one copy of a constant every layer uses, in the first layer (torchax's programs), and
+#: not 2 and 3, as the compiled execution's memory peak can sit elsewhere at depth 2 than deeper (Llama-2's decode
+#: step: its peak grows by 4 bytes from depth 2 to 3, by 8 per layer from 3 on), which no repetition of layer 2
+#: gives (the check at :data:`CHECK_DEPTH` sees it, and the points are then priced from the rebuilt table).
+DEPTHS = (3, 4)
 #: The depth the repetition is checked at: not one of :data:`DEPTHS`, lowered on its own, the cheapest such.
-CHECK_DEPTH = 4
+CHECK_DEPTH = 5
 
 
 def depth_key(base) -> tuple[str, int] | None:
@@ -154,8 +162,8 @@ def _fit_full(base, domain, plan, corner, hw, cache, stage) -> dict:
 
 
 def _fit_shallow(base, domain, plan, corner, hw, cache, stage, depth) -> dict:
-    """:func:`fitted_steps`' grid, its nodes and check point lowered at depths 2 and 3 (``depth``: (key, layers)),
-    the repetition checked at the corner (the first node) at depth 4, the tables at each depth fitted and
+    """:func:`fitted_steps`' grid, its nodes and check point lowered at :data:`DEPTHS` (``depth``: (key, layers)),
+    the repetition checked at the corner (the first node) at :data:`CHECK_DEPTH`, the tables at each depth fitted and
     checked, each point's table rebuilt at full depth from the two tables evaluated there."""
     from ..gridfit import FitFailed, fit_tables
 
@@ -167,11 +175,11 @@ def _fit_shallow(base, domain, plan, corner, hw, cache, stage, depth) -> dict:
             b, c = _at(point, corner)
             if (b, c) not in made:
                 check = (b, c) == corner  # (lowered from this same line: a lowering's locations hold the stack)
-                stage(f"lowering batch {b}, context {c} (a node of the fit, at depths 2 and 3"
+                stage(f"lowering batch {b}, context {c} (a node of the fit, at depths {DEPTHS[0]} and {DEPTHS[1]}"
                       f"{f', and {CHECK_DEPTH} to check the repetition' if check else ''})")
                 made[b, c] = _lowered(replace(base, batch=b, context=c), hw, cache, depth,
                                       DEPTHS + ((CHECK_DEPTH,) if check else ()))
-                if check:  # (first: where the layers do not repeat, no other node is lowered at depths 2 and 3)
+                if check:  # (first: where the layers do not repeat, no other node is lowered at DEPTHS)
                     _check_repeated(made[b, c], depth)
                     _uniform(made[b, c])
             step, analysis = made[b, c][d]
@@ -183,22 +191,23 @@ def _fit_shallow(base, domain, plan, corner, hw, cache, stage, depth) -> dict:
     for (b, c), m in made.items():
         if any(m[d][0].layout != made[corner][d][0].layout.at(batch=b, context=c) for d in DEPTHS):
             raise FitFailed(f"the KV cache at batch {b}, context {c} is not the layout scaled")
-    out = {}
+    check, out = Check(made[corner], DEPTHS[0], CHECK_DEPTH), {}
     for b, c in domain:
         stage(f"evaluating batch {b}, context {c}")
         (a2, f2), (a3, f3) = (tables[d].at(_point(nodes, b, c)) for d in DEPTHS)
-        analysis, weights, positions = _repeated(a2, a3, f2, f3, depth)
-        out[b, c] = (_full_step(first, replace(base, batch=b, context=c), weights, positions, depth), analysis)
+        weights, positions = _grown(f2, f3, depth)
+        step = _full_step(first, replace(base, batch=b, context=c), weights, positions, depth)
+        out[b, c] = (step, Layered((None, a2), (None, a3), depth, check))  # (pricing reads the tables alone)
     return out
 
 
 def _rebuilt(base, points: list, hw, cache, stage, say, depth) -> dict:
-    """The ``points`` each lowered at depths 2 and 3 and rebuilt at full depth, the repetition checked at depth 4
+    """The ``points`` each lowered at :data:`DEPTHS` and rebuilt at full depth, the repetition checked at its depth
     once per program (as the op graph at depth 2 tells them apart: a batch of 1 is one); where it does not hold,
     the points left are not given (the caller lowers them at full depth) and ``say`` says why."""
     from ..gridfit import skeleton
 
-    out, checked = {}, set()
+    out, checked = {}, {}
     try:
         for b, c in points:
             req = replace(base, batch=b, context=c)
@@ -213,11 +222,12 @@ def _rebuilt(base, points: list, hw, cache, stage, say, depth) -> dict:
                     wanted.append((CHECK_DEPTH,))
             first = _uniform(made)
             (s2, a2), (s3, a3) = made[DEPTHS[0]], made[DEPTHS[1]]
-            analysis, weights, positions = _repeated(a2, a3, _facts(s2), _facts(s3), depth)
+            weights, positions = _grown(_facts(s2), _facts(s3), depth)
             if program not in checked:
                 _check_repeated(made, depth)
-                checked.add(program)
-            out[b, c] = (_full_step(first, req, weights, positions, depth), analysis)
+                checked[program] = Check(made, DEPTHS[0], CHECK_DEPTH)
+            out[b, c] = (_full_step(first, req, weights, positions, depth),
+                         Layered(made[DEPTHS[0]], made[DEPTHS[1]], depth, checked[program]))
     except _NotRepeated as e:
         say(f"serve: points lowered at full depth: {e}")
     return out
@@ -262,27 +272,34 @@ def _full_step(shallow, req, weights: int, positions: int | None, depth):
                    weight_bytes=weights, positions=positions, layers=depth[1])
 
 
+def _grown(f2: tuple, f3: tuple, depth) -> tuple:
+    """(the weight bytes, the positions) at full depth (``depth``: (key, layers)) from the facts (:func:`_facts`)
+    at :data:`DEPTHS`; :class:`_NotRepeated` where the positions change with the depth."""
+    layers, d = depth[1], DEPTHS[0]
+    (w2, p2), (w3, p3) = f2, f3
+    if p2 != p3:
+        raise _NotRepeated("the model's positions change with its depth")
+    return w2 + (layers - d) * (w3 - w2), None if p2 < 0 else p2
+
+
 def _repeated(a2, a3, f2: tuple, f3: tuple, depth) -> tuple:
-    """(the analysis rebuilt at full depth (``depth``: (key, layers)) from those at depths 2 and 3 and their
+    """(the analysis rebuilt at full depth (``depth``: (key, layers)) from those at :data:`DEPTHS` and their
     facts (:func:`_facts`), its weight bytes, its positions); :class:`_NotRepeated` says why where the layers do
     not repeat."""
     from ..gridfit import FitFailed
     from ..layerfit import repeat_layers
 
-    layers, d = depth[1], DEPTHS[0]
-    (w2, p2), (w3, p3) = f2, f3
-    if p2 != p3:
-        raise _NotRepeated("the model's positions change with its depth")
+    weights, positions = _grown(f2, f3, depth)
     try:
-        analysis = repeat_layers(a2, a3, layers, base=d)
+        analysis = repeat_layers(a2, a3, depth[1], base=DEPTHS[0])
     except FitFailed as e:
         raise _NotRepeated(str(e)) from None
-    return analysis, w2 + (layers - d) * (w3 - w2), None if p2 < 0 else p2
+    return analysis, weights, positions
 
 
 def _check_repeated(made: dict, depth) -> None:
     """:class:`_NotRepeated` where the table (and step) rebuilt at :data:`CHECK_DEPTH` from ``made``'s tables at
-    depths 2 and 3 (depth -> (step, analysis), all at one point) is not the one lowered there."""
+    :data:`DEPTHS` (depth -> (step, analysis), all at one point) is not the one lowered there."""
     from ..gridfit import skeleton
 
     step, lowered = made[CHECK_DEPTH]

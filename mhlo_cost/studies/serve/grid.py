@@ -181,24 +181,36 @@ class _Said:
 
 def _sweep_here(base, todo, found, hw, tps, cache, stage, launch, note, fit, execution, split, how) -> None:
     """:func:`sweep`'s ``todo`` points ((batch, context) pairs) swept in this process, into ``found``."""
+    from ..gridfit import FitFailed
     from .fitted import fitted_steps
+    from .onelayer import Layered
     from .serve import step_study
 
     made = fitted_steps(base, todo, hw, cache, stage, note) if todo and fit else {}
     for b, c in todo:
         req = replace(base, batch=b, context=c)
-        if (b, c) in made:
-            step, analysis = made[b, c]
-        else:
+        step, analysis = made.get((b, c), (None, None))
+        if isinstance(analysis, Layered):  # (at depths 2 and 3: priced from one layer where its check holds)
+            try:
+                _put(found, b, c, tps, lambda tp: analysis.figures(step, hw, tp, launch, split), cache, req, hw, how)
+                continue
+            except FitFailed:  # (its layers do not repeat at this point: lowered at full depth)
+                step = None
+        if step is None:
             stage(f"lowering batch {b}, context {c}")
             step, _ = cache.step(req)
             stage(f"estimating batch {b}, context {c}")
             analysis = step_study(step, hw, execution=execution).analysis
-        for tp in tps:
-            if found[b, c, tp] is None:
-                found[b, c, tp] = figures(step, hw, tp, analysis=analysis, launch=launch, execution=execution,
-                                          split=split)
-                cache.put(req, hw, tp, found[b, c, tp], how)
+        _put(found, b, c, tps, lambda tp: figures(step, hw, tp, analysis=analysis, launch=launch, execution=execution,
+                                                  split=split), cache, req, hw, how)
+
+
+def _put(found: dict, b: int, c: int, tps, priced, cache, req, hw, how) -> None:
+    """The figures ``priced(tp)`` of each ``tp`` not found yet at (``b``, ``c``), into ``found`` and the cache."""
+    for tp in tps:
+        if found[b, c, tp] is None:
+            found[b, c, tp] = priced(tp)
+            cache.put(req, hw, tp, found[b, c, tp], how)
 
 
 COLUMNS = ("batch", "context", "tp", "kv_cache_bytes", "weight_bytes", "input_bytes", "activation_bytes",

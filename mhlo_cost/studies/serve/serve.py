@@ -150,14 +150,22 @@ def figures(step, hw, tp: int = 1, analysis=None, blocks: bool = True, launch: s
     """The figures of a lowered :class:`~mhlo_cost.studies.serve.Step` on ``hw`` over ``tp`` devices, its kernels
     launched by ``launch`` (:data:`LAUNCHES`), from the step's study (:func:`step_study`) under ``execution``;
     ``split``: an :class:`~.expert.ExpertSplit` (experts over ``split.ep`` devices; :func:`.expert.apply`)."""
-    from ...analysis import precision_flops
-
     hw = launched(hw, launch)
     study = step_study(step, hw, analysis, execution)
-    rf = study.roofline
+    return figures_of(step, hw, tp, study.roofline, study.fused_memory, _blocks(study) if blocks else [],
+                      launch, execution, split)
+
+
+def figures_of(step, hw, tp: int, rf, mem, blocks: list, launch: str = "stream", execution: str = "compiled",
+               split=None) -> Figures:
+    """:func:`figures` from the step's priced estimate ``rf`` (a :class:`~mhlo_cost.roofline.Roofline` under its
+    execution, ``hw`` launched by ``launch``), the liveness of that execution ``mem`` (its peak, arguments,
+    outputs and what is live at the end) and the per-block times ``blocks`` ((block, est_time_fused_s, bound));
+    the step priced from one layer (:mod:`.onelayer`) gives these without the full-depth study."""
+    from ...analysis import precision_flops
+
     req, layout = step.request, step.layout
     tot = rf.totals()
-    mem = study.fused_memory  # the liveness of the execution priced, as report --execution's peak
     cache = layout.nbytes
     activations, inputs, transient = _memory(step, mem)
     activations += transient  # (a dynamic cache's concatenation: the largest layer's past beside its copy)
@@ -182,9 +190,9 @@ def figures(step, hw, tp: int = 1, analysis=None, blocks: bool = True, launch: s
         tokens_per_s=produced / step_s if step_s > 0 else math.inf, intensity=intensity, ridge=ridge,
         bound=rf.program_bound(),  # the block table's TOTAL and the sweep's rule; intensity and ridge beside it
         max_batch=max_batch(layout, step.weight_bytes, -(-(activations + inputs) // req.batch), capacity, tp),
-        max_context=longest, blocks=_blocks(study) if blocks else [], launch=launch, input_bytes=inputs,
+        max_context=longest, blocks=blocks, launch=launch, input_bytes=inputs,
         max_context_bound=bound, precision=req.recipe().name,
-        flops_by_precision=precision_flops(study.analysis.rows),
+        flops_by_precision=precision_flops(rf.analysis.rows),
         precision_note="; ".join(rf.precision_notes()), execution=execution)
     if split is None or split.ep <= 1:
         return fig
