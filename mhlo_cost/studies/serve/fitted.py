@@ -203,7 +203,7 @@ def _fit_shallow(base, domain, plan, corner, hw, cache, stage, depth) -> dict:
 
 def _rebuilt(base, points: list, hw, cache, stage, say, depth) -> dict:
     """The ``points`` each lowered at :data:`DEPTHS` and rebuilt at full depth, the repetition checked at its depth
-    once per program (as the op graph at depth 2 tells them apart: a batch of 1 is one); where it does not hold,
+    once per program (as the op graph at the first of DEPTHS tells them apart: a batch of 1 is one); where it does not hold,
     the points left are not given (the caller lowers them at full depth) and ``say`` says why."""
     from ..gridfit import skeleton
 
@@ -253,7 +253,7 @@ def _lowered(req, hw, cache, depth, depths: tuple) -> dict:
 
 
 def _uniform(made: dict):
-    """The step at depth 2 of ``made`` (depth -> (step, analysis)); :class:`_NotRepeated` where the KV cache
+    """The step at the first of :data:`DEPTHS` of ``made`` (depth -> (step, analysis)); :class:`_NotRepeated` where the KV cache
     differs between its layers."""
     s2, s3 = made[DEPTHS[0]][0], made[DEPTHS[1]][0]
     if len(set(s2.layout.layers)) != 1 or set(s3.layout.layers) != set(s2.layout.layers):
@@ -262,7 +262,7 @@ def _uniform(made: dict):
 
 
 def _full_step(shallow, req, weights: int, positions: int | None, depth):
-    """The step of ``req`` at full depth (``depth``: (key, layers)) from one at depth 2 (its layers' cache
+    """The step of ``req`` at full depth (``depth``: (key, layers)) from one at the first of :data:`DEPTHS` (its layers' cache
     repeated), with the weights and positions rebuilt."""
     from ...lower.inference.cache import CacheLayout
 

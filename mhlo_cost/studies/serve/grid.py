@@ -190,11 +190,12 @@ def _sweep_here(base, todo, found, hw, tps, cache, stage, launch, note, fit, exe
     for b, c in todo:
         req = replace(base, batch=b, context=c)
         step, analysis = made.get((b, c), (None, None))
-        if isinstance(analysis, Layered):  # (at depths 2 and 3: priced from one layer where its check holds)
+        if isinstance(analysis, Layered):  # (at the fit's depths: priced from one layer where its check holds)
             try:
                 _put(found, b, c, tps, lambda tp: analysis.figures(step, hw, tp, launch, split), cache, req, hw, how)
                 continue
-            except FitFailed:  # (its layers do not repeat at this point: lowered at full depth)
+            except FitFailed as e:  # (its layers do not repeat at this point: lowered at full depth)
+                note(f"serve: batch {b}, context {c} lowered at full depth: {e}")
                 step = None
         if step is None:
             stage(f"lowering batch {b}, context {c}")
