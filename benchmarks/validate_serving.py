@@ -6,7 +6,7 @@ chip shares the fit), the load is the row's (a static ``batch``: ``batch`` reque
 ``max_num_seqs`` the batch, its token budget the whole batch's prompts (prefilled in one step, as a static-batch
 benchmark runs them) and all of the device's memory (such a benchmark sizes its KV cache for the batch); a
 ``concurrency``: a closed loop, ``requests`` requests (default ten times the concurrency)), on ``tp`` GPUs, launched
-as the row's ``launch`` says, the server's knobs from the row's ``server`` (:class:`~mhlo_cost.studies.serve.sim.
+as the row's ``launch`` says, the server's knobs from the row's ``server`` (:class:`~mhlo_cost.studies.serve.server.
 ServerConfig` fields), its all-reduce library from ``allreduce`` and its decode attention's reads of the KV cache
 from ``heads_per_kv_read`` (:func:`mhlo_cost.studies.serve.parallel.kv_reads`). Nothing is fitted to the figures.
 It prints,
@@ -39,7 +39,7 @@ def options(row: dict, cache_dir, launch: str):
     """The row's :class:`SimOptions`."""
     from mhlo_cost.lower.inference.steps import StepRequest
     from mhlo_cost.roofline import hardware_from_args
-    from mhlo_cost.studies.serve.sim import ServerConfig
+    from mhlo_cost.studies.serve.server import ServerConfig
     from mhlo_cost.studies.serve.simload import Lengths
     from mhlo_cost.studies.serve.simstudy import SimOptions
 

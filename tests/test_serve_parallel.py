@@ -12,7 +12,8 @@ from mhlo_cost.cli import main
 from mhlo_cost.machines.hardware import get_profile
 from mhlo_cost.network.allreduce import allreduce_time, choose, traffic
 from mhlo_cost.studies.serve.parallel import ShardedStep, activations_per_device
-from mhlo_cost.studies.serve.sim import ServerConfig, memory, simulate
+from mhlo_cost.studies.serve.server import ServerConfig, memory
+from mhlo_cost.studies.serve.sim import simulate
 from mhlo_cost.studies.serve.simload import Lengths, LoadError, make
 from mhlo_cost.studies.serve.simstats import figures
 from mhlo_cost.studies.serve.spec import Speculation

@@ -11,7 +11,8 @@ import pytest
 from mhlo_cost.cli import main
 from mhlo_cost.studies.serve.pipeline import pp_partition, stage_shares, stage_weights
 from mhlo_cost.studies.serve.pools import Lane, simulate_pools
-from mhlo_cost.studies.serve.sim import ServerConfig, simulate
+from mhlo_cost.studies.serve.server import ServerConfig
+from mhlo_cost.studies.serve.sim import simulate
 from mhlo_cost.studies.serve.simload import Lengths, make
 from mhlo_cost.studies.serve.simstats import figures
 

@@ -10,7 +10,7 @@ import pytest
 from mhlo_cost.machines.hardware import get_profile
 from mhlo_cost.studies.serve import StepRequest, lower_step
 from mhlo_cost.studies.serve.serve import activation_bytes, step_study
-from mhlo_cost.studies.serve.sim import GIB, ServerConfig, memory
+from mhlo_cost.studies.serve.server import GIB, ServerConfig, memory
 from mhlo_cost.studies.serve.simload import LoadError
 from mhlo_cost.studies.serve.stepmodel import context_free_activations
 

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from mhlo_cost.cli import main
-from mhlo_cost.studies.serve.sim import GIB, ServerConfig, memory, simulate
+from mhlo_cost.studies.serve.server import GIB, ServerConfig, memory
+from mhlo_cost.studies.serve.sim import simulate
 from mhlo_cost.studies.serve.simload import Lengths, LoadError, make, read_trace
 from mhlo_cost.studies.serve.simstats import figures
 

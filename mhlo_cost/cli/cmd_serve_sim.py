@@ -193,7 +193,7 @@ def _check(args) -> None:
 def cmd_simulate(args, console, profile, step_request) -> int:
     """The simulation's command; ``profile(args)``: the chip; ``step_request(args, batch, tokens)``: the model's
     step (``serve``'s own, passed in so that this module does not import the one that imports it)."""
-    from ..studies.serve.sim import ServerConfig
+    from ..studies.serve.server import ServerConfig
     from ..studies.limits import OptionError
     from ..studies.serve.simload import Lengths, LoadError
     from ..studies.serve.simstudy import SimOptions, SimStudy

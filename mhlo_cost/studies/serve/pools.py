@@ -36,7 +36,8 @@ from typing import Callable
 import numpy as np
 
 from .parallel import step_seconds
-from .sim import ServerConfig, Trace, _State, _advance, _composition, schedule
+from .server import ServerConfig
+from .sim import Trace, _State, _advance, _composition, schedule
 from .simload import LoadError, Workload
 
 #: Event kinds, in the order events of one instant are handled: steps end (their requests finish and the

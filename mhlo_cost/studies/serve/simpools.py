@@ -65,7 +65,7 @@ def check_with(par: Parallel, spec, tp: int) -> None:
 
 class PoolRun:
     """One run on ``par`` (see the module) of ``study`` (a :class:`~.simstudy.SimStudy`): its engines
-    (:attr:`pools`), the :class:`~.sim.Memory` its KV blocks follow (:attr:`memory`, per engine) and the
+    (:attr:`pools`), the :class:`~.server.Memory` its KV blocks follow (:attr:`memory`, per engine) and the
     stages' rows (:attr:`stages`)."""
 
     def __init__(self, study, par: Parallel):
@@ -79,7 +79,7 @@ class PoolRun:
     def _memory(self):
         from .parallel import activations_per_device, per_device
         from .pipeline import embedding_bytes, stage_kv, stage_weights, tied
-        from .sim import memory
+        from .server import memory
 
         study, m, tp = self.study, self.study.model, self.tp
         if len(self.parts) == 1:

@@ -10,7 +10,7 @@ KV utilisation and the batches run, as one ordered dict per section (the view wr
 - KV utilisation: blocks in use / blocks, weighted by each step's time (mean; every step alike where none takes
   time) and its maximum;
 - batches: sequences and tokens per step (mean, p50, max), steps, preemptions;
-- memory: the server's accounting (:func:`.sim.memory`) and ``max_concurrency``, the requests of the longest
+- memory: the server's accounting (:func:`.server.memory`) and ``max_concurrency``, the requests of the longest
   length (input + output) whose KV blocks fit at once.
 """
 from __future__ import annotations
@@ -29,7 +29,7 @@ def _spread(values, name: str) -> dict:
 
 
 def figures(trace, work, mem, cfg, gpus: int = 1) -> dict:
-    """Sections (dicts of figures) of one run; ``mem``: its :class:`~.sim.Memory` (None: the blocks were given)."""
+    """Sections (dicts of figures) of one run; ``mem``: its :class:`~.server.Memory` (None: the blocks were given)."""
     dur = float(np.max(trace.finish))
     n = len(work)
     ins, outs = int(work.inputs.sum()), int(work.outputs.sum())

@@ -1,5 +1,5 @@
 """``mhlo-cost serve --isl .. --osl .. --concurrency ..``: a serving simulation as a study. The decode step is
-lowered at a few shapes and fitted (:mod:`.stepmodel`), the server's memory gives the KV blocks (:func:`.sim.memory`),
+lowered at a few shapes and fitted (:mod:`.stepmodel`), the server's memory gives the KV blocks (:func:`.server.memory`),
 the workload (:mod:`.simload`) runs through the scheduler (:mod:`.sim`), and the figures (:mod:`.simstats`) are a
 view (:mod:`mhlo_cost.views.serve_sim`) for the shared renderers."""
 from __future__ import annotations
@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 
 from ...lower.inference.steps import StepRequest
-from .sim import ServerConfig
+from .server import ServerConfig
 from .simload import Lengths
 from .study import StepCacheStudy
 
@@ -111,7 +111,7 @@ class SimStudy(StepCacheStudy):
 
     @cached_property
     def memory(self):
-        from .sim import memory
+        from .server import memory
 
         from .parallel import activations_per_device, per_device
 
