@@ -315,7 +315,8 @@ def deprecated(old: str, new: str, stacklevel: int = 3) -> None:
                   stacklevel=stacklevel)
 
 
-#: Python frames the walk may use: each level of func.call or region nesting takes about five. From
+#: Python frames the walk may use: each level of func.call or region nesting takes about six (3,312 levels fit
+#: in 20,000, measured). From
 #: Python 3.11 on, Python-to-Python calls do not grow the C stack, so the limit can be generous.
 WALK_RECURSION_LIMIT = 20000 if sys.version_info >= (3, 11) else 4000
 
@@ -352,7 +353,7 @@ def walk(source, visitor_class, entry: str | None = None, after=None):
         raise AnalysisError(f"{loaded.name}: {e}") from None
     except RecursionError:
         raise AnalysisError(f"{loaded.name}: calls or regions nested too deeply to walk (over about "
-                            f"{WALK_RECURSION_LIMIT // 5} levels)") from None
+                            f"{WALK_RECURSION_LIMIT // 6} levels)") from None
     except RuntimeError as e:
         if "conversion error" not in str(e):
             raise

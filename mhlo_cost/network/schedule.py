@@ -15,6 +15,11 @@ The model (documented in docs/network.md, "Communication on real systems"):
 When no op is ready the stream waits; that wait is exposed communication, charged to the collective
 it waits for (and, for the part before that collective started, to the collective it waited for in
 turn). The waits add up to the makespan minus the compute time, so per-block sums add up too.
+
+Times are finite and >= 0 (every profile figure is checked so: :mod:`mhlo_cost.machines.limits`): the schedule
+relies on ``t`` never going back. ``_step`` holds its own copies of ``_advance``'s loop and of ``_earliest`` /
+``_wait`` (a call per row saved): a change to one is made to the other (``tests/test_schedule_fast.py`` compares
+both with the former code).
 """
 from __future__ import annotations
 
@@ -172,7 +177,7 @@ class _State:
         whose collective is not done by ``t``. A gate that has passed stays passed (a row is scheduled once and
         ``t`` never goes back), so the search starts where the last one stopped: linear in the gates over a run."""
         gates, k = self.gates, self.gate_at
-        while k < len(gates) and self.done[gates[k][1]] and self.finish[gates[k][1]] <= self.t:
+        while k < len(gates) and self.done[gates[k][1]] and not self.finish[gates[k][1]] > self.t:
             k += 1
         self.gate_at = k
         return gates[k] if k < len(gates) else (self.n, None)

@@ -3,7 +3,8 @@ shares points reuses them: two kinds of entry of the one cache (:mod:`mhlo_cost.
 request and the code hash), read and written by the process that runs the sweep (never by a worker):
 
 - ``sweep/lowered`` (:data:`LOWERED`): what a point lowers (the point, the model configuration it resolves
-  to; for a ``[[models]]`` entry its files and libraries) -> the sha256 of the IR that lowering made.
+  to; for a ``[[models]]`` entry its files and libraries) -> the sha256 of the IR its rows are made from (for a point priced from one layer, depths 2 and 3,
+  not the depth-4 lowering of its check).
 - ``sweep/results`` (:data:`RESULTS`): the point, its IR's sha256 and the analysis settings (conv padding,
   fusion, steps) -> the point's rows, one per hardware profile, keyed by a hash of the profile in full. A
   sweep on any list of profiles whose rows are there (a subset of an earlier sweep's) reads them; one that
