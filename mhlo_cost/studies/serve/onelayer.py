@@ -118,38 +118,21 @@ def block_times(repeat, blocks, rf, per_layer: int) -> list:
     """(block, est_time_fused_s, bound) of every block of the full-depth estimate ``rf`` and the TOTAL, as
     :func:`~.serve._blocks` reads them of :meth:`mhlo_cost.roofline.Roofline.block_frame`: each block's sums of its
     rows' fused time, compute-bound fused time, communication, fixed and growing costs, added in program order
-    as :func:`mhlo_cost.analysis.blocks._accumulate` adds them (a row in k blocks gives each 1/k), the blocks and
-    groups in the block table's order (:func:`mhlo_cost.analysis.blocks._sort_key`), the TOTAL's times the
-    estimate's totals (:func:`mhlo_cost.roofline.estimate._total_from`)."""
-    from ...analysis.blocks import TOTAL, _sort_key, taken_names
+    by the block table's own :func:`mhlo_cost.analysis.blocks._accumulate` (a row in k blocks gives each 1/k),
+    the blocks and groups in the block table's order (:func:`mhlo_cost.analysis.blocks._sort_key`), the TOTAL's
+    times the estimate's totals (:func:`mhlo_cost.roofline.estimate._total_from`)."""
+    from operator import itemgetter
+
+    from ...analysis.blocks import TOTAL, _accumulate, _sort_key
     from ...roofline.bounds import span_bound
 
     full = _full_blocks(repeat, blocks, per_layer)
     ts, f = rf.times, rf.fusion
     ks, rk, ft = f.kernels, f.row_kernel, f.row_time
     compute = [k.bound == "compute" for k in ks]
-    taken = taken_names(full)
-    acc: dict = {}
-    order: dict = {}
-    for i, (bids, group) in enumerate(zip(full.row_blocks, full.row_groups)):
-        t, fused = ts[i], ft[i]
-        comm = t.comm_s
-        vals = (fused + comm, fused if rk[i] is not None and compute[rk[i]] else 0.0, comm, t.fixed_cost_s,
-                t.growing_s)
-        if bids:
-            keys = [("b", b, "") for b in bids]
-            if len(bids) > 1:
-                vals = tuple(v / len(bids) for v in vals)
-        else:
-            group = group or "(top)"
-            keys = [("g", "(top)" if group in taken else group, "")]
-        for key, b in zip(keys, bids or (-1,)):
-            a = acc.get(key)
-            if a is None:
-                a = acc[key] = [0] * 5
-                order[key] = (i, b)
-            for c in range(5):
-                a[c] += vals[c]
+    vals = [(ft[i] + t.comm_s, ft[i] if rk[i] is not None and compute[rk[i]] else 0.0, t.comm_s, t.fixed_cost_s,
+             t.growing_s) for i, t in enumerate(ts)]
+    acc, order, _ = _accumulate(vals, full, [itemgetter(c) for c in range(5)], parts=False)
     keys = sorted(acc, key=_sort_key(order))
     tot = rf.totals()
     sums = [sum(acc[k][c] for k in keys) for c in range(5)]
