@@ -17,9 +17,7 @@ it waits for (and, for the part before that collective started, to the collectiv
 turn). The waits add up to the makespan minus the compute time, so per-block sums add up too.
 
 Times are finite and >= 0 (every profile figure is checked so: :mod:`mhlo_cost.machines.limits`): the schedule
-relies on ``t`` never going back. ``_step`` holds its own copies of ``_advance``'s loop and of ``_earliest`` /
-``_wait`` (a call per row saved): a change to one is made to the other (``tests/test_schedule_fast.py`` compares
-both with the former code).
+relies on ``t`` never going back (``tests/test_schedule_fast.py`` compares the schedule with its former code).
 """
 from __future__ import annotations
 
@@ -114,7 +112,6 @@ class _State:
         # Gates: rows after an async collective's done wait for it.
         self.gates = sorted((max(d, c), c) for c, d in async_done.items())
         self.gate_at = 0  # gates before it have passed (their collective done by ``t``): they stay passed
-        self.plain = [not b and not c for b, c in zip(barrier, is_comm)]  # a compute row that waits for no prefix
 
     def _earliest(self, i: int) -> tuple[float, int | None]:
         """Row i's earliest start: its latest producer's finish, and that producer if a collective."""
@@ -214,47 +211,10 @@ class _State:
             self.t = when
 
     def _step(self, i: int, succs) -> None:
-        """Run compute row i on the stream now, then release what it was the last producer of: ``_schedule``,
-        ``t`` moved to its finish and ``_flush`` with a plain compute row's release made here (the same steps,
-        in the same order: each row's earliest start is the same float)."""
-        t0 = self.t
-        finish, done, left, preds, is_comm, plain = self.finish, self.done, self.left, self.preds, self.is_comm, \
-            self.plain
-        t = finish[i] = t0 + self.compute[i]
-        self.start[i], done[i] = t0, True
-        newly = self._newly
-        if i == self.ptr:  # (_advance's loop, inlined: max(a, b) keeps a unless b is greater, as here)
-            ptr, n, top, most = i, self.n, self.prefix[0], self.prefix_compute
-            while ptr < n and done[ptr]:
-                f = finish[ptr]
-                if f > top:
-                    top = f
-                    self.prefix = (f, ptr if is_comm[ptr] else None)
-                if not is_comm[ptr] and f > most:
-                    most = f
-                ptr += 1
-            self.ptr, self.prefix_compute = ptr, most
-            if self.held and self.held[0] <= ptr:
-                self._advance()
-        newly.append(i)
-        self.t = t
-        while newly:
-            for j in succs[newly.pop()]:
-                left[j] -= 1
-                if left[j]:
-                    continue
-                if not plain[j]:
-                    self.release(j)
-                    continue
-                est, cause = 0.0, None  # (_earliest, inlined)
-                for p in preds[j]:
-                    if finish[p] > est:
-                        est, cause = finish[p], (p if is_comm[p] else None)
-                self.cause[j] = cause
-                if est <= t:
-                    heapq.heappush(self.avail, j)
-                else:
-                    heapq.heappush(self.waiting, (est, j))
+        """Run compute row i on the stream now, move ``t`` to its finish and release what it fed."""
+        self._schedule(i, self.t, self.t + self.compute[i], None)
+        self.t = self.finish[i]
+        self._flush(succs)
 
     def _flush(self, succs) -> None:
         while self._newly:
