@@ -139,7 +139,7 @@ def test_profiles_are_immutable():
     ("bf16", "bf16"), ("f16", "f16"), ("f32", "f32"), ("f64", "f64"), ("tf32", "tf32"),
     ("f8E4M3FN", "fp8"), ("f8E5M2", "fp8"), ("f8E4M3FNUZ", "fp8"), ("f8E5M2FNUZ", "fp8"),
     ("f8E4M3B11FNUZ", "fp8"), ("f4E2M1FN", "fp4"), ("f6E2M3FN", "fp6"),
-    ("i1", "int4"), ("i4", "int4"), ("i8", "int8"), ("ui8", "int8"), ("si8", "int8"),
+    ("i1", "int8"), ("i2", "int4"), ("i4", "int4"), ("i8", "int8"), ("ui8", "int8"), ("si8", "int8"),
     ("i16", "int32"), ("i32", "int32"), ("i64", "int32"), ("ui32", "int32"), ("index", "int32"),
     ("complex<f32>", "f32"), ("complex<f64>", "f64"),
 ])

@@ -86,8 +86,8 @@ _COMPLEX_RE = re.compile(r"^complex\s*<\s*(.+?)\s*>$")
 def canonical_dtype(dtype: str) -> str:
     """Map an MLIR element type name (or a profile key) to a profile key.
 
-    >>> canonical_dtype("f8E4M3FN"), canonical_dtype("i8"), canonical_dtype("complex<f32>")
-    ('fp8', 'int8', 'f32')
+    >>> canonical_dtype("f8E4M3FN"), canonical_dtype("i8"), canonical_dtype("complex<f32>"), canonical_dtype("i1")
+    ('fp8', 'int8', 'f32', 'int8')
     """
     if not isinstance(dtype, str):
         raise HardwareError(f"dtype must be a string, got {dtype!r}")
@@ -120,7 +120,9 @@ def canonical_dtype(dtype: str) -> str:
     m = _INT_RE.match(low)
     if m:
         bits = int(m.group(1))
-        if 1 <= bits <= 4:
+        if bits == 1:  # a predicate is stored and computed on as a byte (XLA's ByteWidth(PRED) is 1)
+            return "int8"
+        if 2 <= bits <= 4:
             return "int4"
         if bits <= 8:
             return "int8"
