@@ -11,8 +11,8 @@ from mhlo_cost.network import estimate, resolve_profile
 from mhlo_cost.studies.plan.compose import compose
 from mhlo_cost.studies.plan.config import ScaleConfig
 from mhlo_cost.studies.plan.costs import LayerCost
-from mhlo_cost.studies.plan.dp_overlap import (bucket_elems, buckets, gather_exposed, reduce_exposed, stage_extra,
-                                               stage_units)
+from mhlo_cost.studies.plan.dp_overlap import (bucket_elems, buckets, gather_exposed, layer_pieces, reduce_exposed,
+                                               stage_extra, stage_units)
 from mhlo_cost.studies.plan.sharding import dp_collectives, optimizer_extra_elems
 
 SELENE = resolve_profile("selene")
@@ -175,3 +175,46 @@ def test_the_command_line_prices_megatron_cores_overlap(capsys, tmp_path, monkey
     assert runs[0] > 0
     assert runs[1] == pytest.approx(runs[0], rel=1e-12)
     assert runs[2] != pytest.approx(runs[0], rel=1e-6)
+
+
+TORCH_DDP = dict(torch_ddp=True, dp_overlap=True, grad_reduce_fp32=False, tied_embedding=True)
+
+
+def test_a_layer_is_made_in_pieces_of_a_bucket_at_most_in_proportion_to_its_weights():
+    """10 weights over 1 s from 0 in pieces of at most 4: 3 pieces (cuts 0, 3, 6, 10), each ready at its share."""
+    assert layer_pieces(10, 0.0, 1.0, 4) == [(3, 0.3), (3, 0.6), (4, 1.0)]
+    assert layer_pieces(8, -2.0, 1.0, 8) == [(8, -1.0)]
+
+
+def test_pytorch_ddps_first_bucket_closes_at_its_own_smaller_cap():
+    """First cap 500 000, then 1 000 000: 300 000 + 300 000 closes the first at -2; 900 000 + 200 000 the next."""
+    params = [(300_000, -3.0), (300_000, -2.0), (900_000, -1.5), (200_000, -1.0), (5, 0.0)]
+    assert buckets(params, 1_000_000, 500_000) == [(600_000, -2.0), (1_100_000, -1.0), (5, 0.0)]
+
+
+def test_pytorch_ddps_buckets_are_25_mib_of_its_2_byte_gradients():
+    """torch/nn/parallel/distributed.py: bucket_cap_mb = 25, x 1024 x 1024 bytes; 2-byte gradients: 13 107 200
+    elements. Only with dp_overlap on one stage; Megatron-Core's rule otherwise."""
+    assert bucket_elems(ScaleConfig(**TINY, d=8, global_batch=8, **TORCH_DDP)) == 25 * 1024 * 1024 // 2
+    assert bucket_elems(ScaleConfig(**TINY, d=8, p=2, global_batch=8, **TORCH_DDP)) == 40_000_000
+
+
+def test_pytorch_ddp_exposes_the_reduction_of_its_last_bucket_with_the_tied_embedding():
+    """One stage, 4 layers of 30 000 000 weights, 1 s of backward each (a micro-batch: 4 s); buckets of 13 107 200
+    elements: each layer in 3 pieces of 10 000 000 (ready at 1/3, 2/3, 1 of its backward); the first bucket
+    (1 MiB: 524 288) closes on the first piece, then every two pieces close one (20 000 000), the twelfth piece and
+    the tied embedding (V x h = 8192, made last) the last, at the backward's end: its all-reduce (2-byte gradients,
+    8 data ranks) is what the iteration waits for (the others, tiny against the layers' seconds, end before it);
+    the rest run beside the backward on 24 of the A100's 108 SMs (NCCL's channels)."""
+    cfg = ScaleConfig(**TINY, d=8, global_batch=8, **TORCH_DDP)
+    w = 30_000_000
+    units = stage_units(cfg, 0, 4, w, (0, 8192), 4.0)
+    assert [e for e, _ in units] == [10_000_000] + [20_000_000] * 5 + [10_008_192]
+    assert [round(at, 9) for _, at in units] == [round(-4 + 1 / 3, 9), -3.0, round(-2 - 1 / 3, 9),
+                                                 round(-1 - 2 / 3, 9), -1.0, round(-1 / 3, 9), 0.0]
+    it = compose(cfg, _fake(1.0, 1.0, w), SELENE)
+    group = (tuple(range(8)),)
+    last = _t("all_reduce", 2 * 10_008_192, group)
+    beside = _t("all_reduce", 2 * 10_000_000, group) + 5 * _t("all_reduce", 2 * 20_000_000, group)
+    assert 0 < last < 1.0 / 3
+    assert it.dp_exposed == pytest.approx(last + beside * 24 / 108, rel=1e-9)

@@ -55,7 +55,7 @@ from .config import ScaleConfig
 from .costs import LayerCost
 from .sharding import (cp_collectives, cp_exposure, dp_collectives, dp_exposure, embedding_collective, embedding_elems,
                        optimizer_extra_elems, seconds)
-from .dp_overlap import dp_overlap_exposed
+from .dp_overlap import bucketed, dp_overlap_exposed
 from .megatron_passes import (activation_pass_seconds, gather_seconds, head_seconds, loss_scale_seconds,
                               main_grad_add_seconds, send_bytes, torch_ddp_seconds)
 from .fsdp_copies import fsdp_copy_seconds
@@ -245,7 +245,7 @@ def compose(cfg: ScaleConfig, cost: LayerCost, hw, head: LayerCost | None = None
     # the backward beside the hidden reduction runs on the SMs NCCL leaves: the pair takes sm_share.contended; the
     # tax is what that adds beyond the reduction's own exposed part (none beyond it where the reduction outlasts)
     tax = taxed(b_s / v, dp_iter, sms) - (dp_iter - hidden) if cfg.dp_overlap else 0.0
-    if cfg.ddp == "megatron" and cfg.cp * cfg.d > 1:  # Megatron-Core's buckets and chunks (.dp_overlap)
+    if bucketed(cfg) and cfg.cp * cfg.d > 1:  # Megatron-Core's or PyTorch DDP's buckets (.dp_overlap)
         rs, ag, tax = dp_overlap_exposed(cfg, topo, cost.weight_elems, stages,
                                          lambda s: optimizer_extra_elems(cfg, s), sms)
         dp_iter = max(dp_iter, rs + ag)  # (unit by unit, each collective's latency: more than the whole at once)

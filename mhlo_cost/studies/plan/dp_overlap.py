@@ -28,6 +28,19 @@ The word embedding is the first stage's first parameter (its gradient made last)
 stage's last (its gradient made first: :func:`.sharding.optimizer_extra_elems`). Priced at layer granularity: a
 layer's parameters become one unit (a bucket closes at a layer's end), the head and the embedding one each.
 The iteration waits for the slowest stage's exposed reduction (the gradient-norm all-reduce and the step follow).
+
+PyTorch's ``DistributedDataParallel`` (``torch_ddp``, Megatron-LM 2021's ``--DDP-impl torch``, with ``dp_overlap``
+and one pipeline stage: :func:`torch_bucketed`) reduces the same way, with its own buckets: ``bucket_cap_mb=25``
+(``torch/nn/parallel/distributed.py``: ``bucket_bytes_cap = int(bucket_cap_mb * 1024 * 1024)``) and a first bucket
+of ``dist._DEFAULT_FIRST_BUCKET_BYTES`` (1 MiB), in bytes of the gradients' dtype, filled in the order the
+gradients are made (``_compute_bucket_assignment_by_size`` over the parameters, the list reversed for the
+``Reducer``; from torch 1.7 rebuilt after the first iteration in the order they became ready); a bucket closes once
+it holds its cap (``reducer.cpp``) and is all-reduced when its last gradient is ready, the buckets in order on one
+stream. Megatron-LM's ``forward_backward_no_pipelining`` (``megatron/schedules.py``, de7dc40) runs every
+micro-batch but the last under ``model.no_sync()``: the last one's backward reduces. Its buckets are far smaller
+than a layer: a layer's gradients are taken as made in proportion to its weights through its backward (a linear's
+dgrad and wgrad GEMMs take ``4 x tokens x weights`` FLOPs), in pieces of at most one bucket; the word embedding's
+gradient (the first parameter: made last, the tied one after both its uses) closes the last bucket at the end.
 Counts are exact ints; times are floats in seconds.
 """
 from __future__ import annotations
@@ -39,24 +52,50 @@ from .sm_share import overlap_tax
 
 #: Megatron-Core's default bucket: max(40M, 1M x the data-parallel ranks) elements (``DistributedDataParallel``)
 DEFAULT_BUCKET, BUCKET_PER_RANK = 40_000_000, 1_000_000
+#: PyTorch DDP's buckets in bytes: ``bucket_cap_mb=25`` (x 1024 x 1024) and the first one's
+#: ``dist._DEFAULT_FIRST_BUCKET_BYTES`` (``torch/nn/parallel/distributed.py``)
+TORCH_BUCKET_BYTES, TORCH_FIRST_BUCKET_BYTES = 25 * 1024 * 1024, 1024 * 1024
+
+
+def torch_bucketed(cfg) -> bool:
+    """Whether PyTorch DDP's buckets price the overlapped reduction: ``torch_ddp`` with ``dp_overlap`` on one
+    pipeline stage (Megatron-LM's no-pipelining schedule; its pipelined schedules of 2021 are not read here)."""
+    return bool(getattr(cfg, "torch_ddp", False)) and cfg.dp_overlap and cfg.p == 1
+
+
+def bucketed(cfg) -> bool:
+    """Whether the reduction is priced bucket by bucket here: Megatron-Core's DDP or PyTorch's (:func:`torch_bucketed`)."""
+    return cfg.ddp == "megatron" or torch_bucketed(cfg)
 
 
 def bucket_elems(cfg) -> int:
-    """Elements of one gradient bucket: ``ddp_bucket_size``, or Megatron-Core's default ``max(40M, 1M x dp)``, dp
-    the data-parallel ranks (``get_data_parallel_world_size()``, context parallelism not counted)."""
+    """Elements of one gradient bucket: PyTorch DDP's 25 MiB of ``grad_bytes`` gradients (:func:`torch_bucketed`);
+    else ``ddp_bucket_size``, or Megatron-Core's default ``max(40M, 1M x dp)``, dp the data-parallel ranks
+    (``get_data_parallel_world_size()``, context parallelism not counted)."""
+    if torch_bucketed(cfg):
+        return TORCH_BUCKET_BYTES // cfg.grad_bytes
     return cfg.ddp_bucket_size or max(DEFAULT_BUCKET, BUCKET_PER_RANK * cfg.d)
 
 
-def buckets(params: list[tuple[int, float]], size: int) -> list[tuple[int, float]]:
-    """Megatron's buckets of ``params`` (elements, time its gradient is ready), in backward order: a bucket takes
-    parameters until it holds ``size`` elements at least; each is (elements, time its last gradient is ready)."""
+def buckets(params: list[tuple[int, float]], size: int, first: int = 0) -> list[tuple[int, float]]:
+    """The buckets of ``params`` (elements, time its gradient is ready), in backward order: a bucket takes
+    parameters until it holds ``size`` elements at least (the first one ``first``, where given: PyTorch's); each is
+    (elements, time its last gradient is ready)."""
     out, held, ready = [], 0, 0.0
     for elems, at in params:
         held, ready = held + elems, at
-        if held >= size:
+        if held >= (first if first and not out else size):
             out.append((held, ready))
             held = 0
     return out + ([(held, ready)] if held else [])
+
+
+def layer_pieces(weight: int, start: float, span: float, size: int) -> list[tuple[int, float]]:
+    """A layer's ``weight`` gradients made from ``start`` over ``span`` seconds in proportion to the weights, in
+    pieces of at most ``size`` elements (exact ints; the last piece takes the remainder), each with its ready time."""
+    n = max(1, -(-weight // size)) if size else 1
+    cuts = [weight * i // n for i in range(n + 1)]
+    return [(cuts[i + 1] - cuts[i], start + span * cuts[i + 1] / weight if weight else start) for i in range(n)]
 
 
 def reduce_exposed(launches: list[tuple[float, float]]) -> float:
@@ -94,8 +133,13 @@ def stage_units(cfg, stage: int, layers: int, weight: int, extra: tuple, span: f
     if stage > 0:  # one bucket, after the stage's last backward, s slots before the first stage's end
         return [(layers * weight + head + emb, -stage * span)]
     layer_s = span / max(1, layers)
+    size = bucket_elems(cfg)
+    if torch_bucketed(cfg):  # PyTorch DDP: buckets far smaller than a layer, the first of 1 MiB
+        params = ([(head, -span)] if head else []) + [
+            piece for i in range(layers) for piece in layer_pieces(weight, -span + i * layer_s, layer_s, size)]
+        return buckets(params + ([(emb, 0.0)] if emb else []), size, TORCH_FIRST_BUCKET_BYTES // cfg.grad_bytes)
     params = ([(head, -span)] if head else []) + [(weight, -span + (i + 1) * layer_s) for i in range(layers)]
-    return buckets(params + ([(emb, 0.0)] if emb else []), bucket_elems(cfg))
+    return buckets(params + ([(emb, 0.0)] if emb else []), size)
 
 
 def stage_exposed(cfg, topo, stage: int, layers: int, weight: int, extra: tuple, f_span: float,
