@@ -12,7 +12,7 @@ from mhlo_cost.studies.plan.compose import compose
 from mhlo_cost.studies.plan.config import ScaleConfig
 from mhlo_cost.studies.plan.costs import LayerCost
 from mhlo_cost.studies.plan.dp_overlap import (bucket_elems, buckets, gather_exposed, layer_pieces, reduce_exposed,
-                                               stage_extra, stage_units)
+                                               stage_extra, stage_units, torch_bucketed)
 from mhlo_cost.studies.plan.sharding import dp_collectives, optimizer_extra_elems
 
 SELENE = resolve_profile("selene")
@@ -196,7 +196,8 @@ def test_pytorch_ddps_buckets_are_25_mib_of_its_2_byte_gradients():
     """torch/nn/parallel/distributed.py: bucket_cap_mb = 25, x 1024 x 1024 bytes; 2-byte gradients: 13 107 200
     elements. Only with dp_overlap on one stage; Megatron-Core's rule otherwise."""
     assert bucket_elems(ScaleConfig(**TINY, d=8, global_batch=8, **TORCH_DDP)) == 25 * 1024 * 1024 // 2
-    assert bucket_elems(ScaleConfig(**TINY, d=8, p=2, global_batch=8, **TORCH_DDP)) == 40_000_000
+    pipelined = ScaleConfig(**TINY, d=8, p=2, global_batch=8, **TORCH_DDP)
+    assert not torch_bucketed(pipelined) and bucket_elems(pipelined) == 40_000_000  # Megatron-Core's default
 
 
 def test_pytorch_ddp_exposes_the_reduction_of_its_last_bucket_with_the_tied_embedding():

@@ -135,6 +135,7 @@ def stage_units(cfg, stage: int, layers: int, weight: int, extra: tuple, span: f
     layer_s = span / max(1, layers)
     size = bucket_elems(cfg)
     if torch_bucketed(cfg):  # PyTorch DDP: buckets far smaller than a layer, the first of 1 MiB
+        emb += getattr(cfg, "extra_weight_elems", 0)  # a model's own weights outside its layers: made last
         params = ([(head, -span)] if head else []) + [
             piece for i in range(layers) for piece in layer_pieces(weight, -span + i * layer_s, layer_s, size)]
         return buckets(params + ([(emb, 0.0)] if emb else []), size, TORCH_FIRST_BUCKET_BYTES // cfg.grad_bytes)
