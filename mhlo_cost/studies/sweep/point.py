@@ -8,9 +8,11 @@ fails returns its error as a result; it never raises.
 """
 from __future__ import annotations
 
+import gc
 import hashlib
 import os
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from ...views.sweep_row import sweep_row
@@ -60,7 +62,8 @@ class Result:
 
 
 def lower_text(point: Point, options: dict) -> str:
-    """The MLIR text ``mhlo-cost lower`` writes for ``point`` (with locations)."""
+    """The MLIR text ``mhlo-cost lower`` writes for ``point`` (with locations; the bundled stdit3's ops with the
+    frames of their block's call only: :func:`~mhlo_cost.lower.models.stdit3.blocks_traced_once`)."""
     from ...lower.frontends import write
     from ...lower.frontends.api import LowerRequest, lower_request
 
@@ -72,6 +75,11 @@ def lower_text(point: Point, options: dict) -> str:
         cfg, _ = build_config(point, options)
         deployed = bool(options.get("deployed"))
         req = LowerRequest(model=point.model, config=cfg, frontend="torchax" if deployed else "jax", deployed=deployed)
+        if point.model == "stdit3" and not deployed:  # (each block's Python run once: the same ops, fewer frames)
+            from ...lower.models.stdit3 import blocks_traced_once
+
+            with blocks_traced_once():
+                return write(lower_request(req), None).text
     return write(lower_request(req), None).text
 
 
@@ -124,11 +132,33 @@ def compute(task: Task) -> Result:
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
     t0 = time.perf_counter()
     try:
-        sha, rows, check = point_rows(task)
+        with _collector_paused():
+            sha, rows, check = point_rows(task)
     except Exception as e:  # noqa: BLE001 - any failure of the point is its row, never the sweep's end
         first = (str(e).strip().splitlines() or [""])[0][:300]
         return Result(task.point, "failed", f"{type(e).__name__}: {first}", seconds=time.perf_counter() - t0)
     return Result(task.point, "ok", "", sha, rows, time.perf_counter() - t0, check)
+
+
+@contextmanager
+def _collector_paused():
+    """Python's cyclic garbage collector paused while one point runs, as it was after. A point makes the analyses
+    and pricings of its lowerings, a few hundred thousand objects that live until it ends, and the collector runs
+    after every few hundred allocations, now and then over every tracked object (CPython's generational
+    collector, ``InternalDocs/garbage_collector.md``): measured, a sixth of a sweep's CPU time (its full
+    collections most of it), for no garbage, what has no cycle being freed by its reference count as ever. The
+    cycles the point left (jax's traces, its studies) are collected as it ends, in the young generations (where all
+    it made stays while the collector is paused; the old one, the process's modules, is not walked). The cost: the
+    cycles that die within a point wait for its end (the published STDiT3 table's peak per process, measured:
+    317 -> 567 MB with ``--jobs 1``, 306 -> 436 MB with two workers)."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.collect(1)
+        if was:
+            gc.enable()
 
 
 #: The depths a deep bundled model is lowered at, its table rebuilt at full depth from them

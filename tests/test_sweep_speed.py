@@ -1,0 +1,101 @@
+"""What the sweep does to go faster changes none of its numbers: the bundled STDiT3 lowered with each kind of block
+traced once (:func:`mhlo_cost.lower.models.stdit3.blocks_traced_once`) is op for op the program traced block by
+block, every op under the same scope name, only the frames inside a block gone from its location; a point runs
+with Python's cyclic collector paused and leaves it as it found it, whatever the point's outcome. (The sweep's
+rows against ``lower`` + ``report`` of the plain lowering: tests/test_sweep.py.)"""
+from __future__ import annotations
+
+import contextlib
+import gc
+import re
+from dataclasses import replace
+
+import pytest
+
+from mhlo_cost.lower.models import parallel, stdit3
+from mhlo_cost.lower.models.config import STDiT3Config
+from mhlo_cost.lower.models.parallel_plan import make_plan
+from mhlo_cost.studies.sweep import make_grid
+from mhlo_cost.studies.sweep import point as sweep_point
+from mhlo_cost.studies.sweep.point import Task, compute
+
+CFG = replace(STDiT3Config().small(), depth=3)
+LOC_DEF = re.compile(r"^(#loc\d+) = (.*)$", re.M)
+LOC_REF = re.compile(r"loc\((#loc\d+)\)\s*$")
+
+
+def _text(strategy: str, once: bool) -> str:
+    """The lowering's text, with each kind of block traced once or not (called from one line: a location's frames
+    hold the caller's too)."""
+    with stdit3.blocks_traced_once() if once else contextlib.nullcontext():
+        if strategy == "none":
+            return stdit3.lower(CFG).as_text(debug_info=True)
+        return parallel.lower(CFG, make_plan(strategy, 2, cfg=CFG)).as_text(debug_info=True)
+
+
+def _ops(text: str) -> list[tuple[str, str, str]]:
+    """Per op line of the body: (the line without its location, the op's scope name, the files of its frames),
+    the location followed through the text's location table by hand (independent of the walk's reader)."""
+    table = dict(LOC_DEF.findall(text))
+
+    def resolve(ref: str, seen: int = 0) -> str:
+        body = table[ref]
+        return re.sub(r"#loc\d+", lambda m: resolve(m.group(0), seen + 1) if seen < 40 else "", body)
+
+    out = []
+    for line in text.splitlines():
+        m = LOC_REF.search(line)
+        if line.startswith("#loc") or m is None or "=" not in line:
+            continue
+        where = resolve(m.group(1))
+        name = re.search(r'"([^"]*/[^"]*)"\(', where)
+        out.append((line[:m.start()].strip(), name.group(1) if name else "", " ".join(sorted(set(
+            re.findall(r'"([^"]+\.py)":', where))))))
+    return out
+
+
+@pytest.mark.parametrize("strategy", ["none", "ulysses", "megatron"])
+def test_blocks_traced_once_is_the_same_program_under_the_same_names(strategy):
+    plain, once, again = [_text(strategy, o) for o in (False, True, False)]
+    assert again == plain  # the context gone, the plain lowering again
+    a, b = _ops(plain), _ops(once)
+    assert len(a) == len(b) > 100
+    assert [x[0] for x in a] == [x[0] for x in b]  # op for op, operands and types
+    assert [x[1] for x in a] == [x[1] for x in b]  # the same scope name per op
+    blocks = [i for i, x in enumerate(a) if "_blocks." in x[1]]
+    assert {re.search(r"\w+_blocks\.\d+", a[i][1]).group(0) for i in blocks} == {
+        f"{k}_blocks.{i}" for k in ("spatial", "temporal") for i in range(CFG.depth)}
+    # the frames inside a block (its kernels' file) are in the plain lowering's locations, not in the other's
+    assert any("stdit3_kernels.py" in a[i][2] for i in blocks)
+    assert not any("stdit3_kernels.py" in b[i][2] for i in blocks)
+    assert all("stdit3.py" in b[i][2] for i in blocks)  # (the call of the block, in the forward)
+
+
+def _task() -> Task:
+    grid = make_grid({"model": "stdit3", "strategies": ["none:1"], "hardware": ["dgx-h100"], "dtype": ["bf16"],
+                      "options": {"small": True, "depth": 1}})
+    return Task(grid.points[0], grid.options, grid.hardware)
+
+
+@pytest.mark.parametrize("fails", [False, True])
+@pytest.mark.parametrize("enabled", [True, False])
+def test_a_point_runs_with_the_collector_paused_and_leaves_it_as_it_was(monkeypatch, fails, enabled):
+    seen = []
+
+    def rows(task):
+        seen.append(gc.isenabled())
+        if fails:
+            raise ValueError("no such point")
+        return "sha", [{"flops": 1}], ""
+
+    monkeypatch.setattr(sweep_point, "point_rows", rows)
+    was = gc.isenabled()
+    try:
+        (gc.enable if enabled else gc.disable)()
+        got = compute(_task())
+        after = gc.isenabled()
+    finally:
+        (gc.enable if was else gc.disable)()
+    assert seen == [False]
+    assert after is enabled
+    assert (got.status, got.reason) == (("failed", "ValueError: no such point") if fails else ("ok", ""))
