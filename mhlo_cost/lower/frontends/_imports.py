@@ -2,7 +2,7 @@
 
 Importing torch and a transformers model class makes about half a million objects that live as long as the
 process (modules, functions, classes, operator tables) and almost no cyclic garbage: the full collections
-CPython runs meanwhile found 20 to 1,200 unreachable objects each on the 7B serve grid
+CPython runs meanwhile found 0 to 1,180 unreachable objects each on the 7B serve grid
 (``benchmarks/bench_grid.py``). Each full collection traverses the whole heap made so far, and the heap grows
 with every module, so nine of them cost 1.8 of the 2.5-3.0 CPU seconds the collector spent in that run
 (measured with ``gc.callbacks``, load 3-5 on 2 cores). Paused, the objects are traversed once, at the first
