@@ -84,6 +84,13 @@ def import_torchax() -> ModuleType:
     mod = sys.modules.get("torchax")
     if mod is not None and getattr(mod, "_mhlo_cost_ready", False):
         return mod
+    from ._imports import collector_paused
+
+    with collector_paused():
+        return _import_torchax(mod)
+
+
+def _import_torchax(mod) -> ModuleType:
     import torch  # noqa: F401  (the shim patches torch's op packets)
 
     # A failed earlier ``import torchax`` leaves partially initialised torchax.* modules behind: drop them.

@@ -14,11 +14,13 @@ Nothing is downloaded: no hub name is looked up, no weight is read.
 """
 from __future__ import annotations
 
+import contextlib
 import difflib
 import importlib
 import json
 import os
 import re
+import sys
 
 from . import FrontendError
 
@@ -28,12 +30,16 @@ _SPECIAL = ("attn_implementation", "experts_implementation")
 
 
 def _import(lib: str):
-    try:
-        if lib == "timm":
-            from . import _torchvision
+    """The library ``lib``, its first import with the cyclic collector paused (:mod:`._imports`)."""
+    from ._imports import collector_paused
 
-            return _torchvision.import_timm()
-        return importlib.import_module(lib)
+    try:
+        with collector_paused() if lib not in sys.modules else contextlib.nullcontext():
+            if lib == "timm":
+                from . import _torchvision
+
+                return _torchvision.import_timm()
+            return importlib.import_module(lib)
     except ModuleNotFoundError as e:
         raise FrontendError(f"{lib} is not installed ({e.name} is missing); install it with: "
                             "pip install 'mhlo-cost[models]'") from None
@@ -57,9 +63,12 @@ def _closest(word: str, names) -> str:
 
 
 def _class(lib: str, name: str):
+    from ._imports import collector_paused
+
     mod = _import(lib)
-    try:
-        return getattr(mod, name)
+    try:  # (a lazy library imports the class's module on first use: transformers' modelling code, torch)
+        with collector_paused() if name not in vars(mod) else contextlib.nullcontext():
+            return getattr(mod, name)
     except (AttributeError, ImportError, ModuleNotFoundError, RuntimeError) as e:
         if isinstance(e, AttributeError):
             return _unknown_class(lib, mod, name)

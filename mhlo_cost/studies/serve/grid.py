@@ -191,6 +191,7 @@ def _sweep_here(base, todo, found, hw, tps, cache, stage, launch, note, fit, exe
         req = replace(base, batch=b, context=c)
         step, analysis = made.get((b, c), (None, None))
         if isinstance(analysis, Layered):  # (at the fit's depths: priced from one layer where its check holds)
+            stage(f"pricing batch {b}, context {c}")
             try:
                 _put(found, b, c, tps, lambda tp: analysis.figures(step, hw, tp, launch, split), cache, req, hw, how)
                 continue
