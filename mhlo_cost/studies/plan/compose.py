@@ -83,7 +83,7 @@ class Iteration:
     stages: tuple = ()  # per stage: layers, f_s / b_s seconds per micro-batch, its dp Exposure (compose._stages)
     layer: dict = field(default_factory=dict)  # one layer, one micro-batch: seconds by part (compose._layer)
     ep_comm: float = 0.0  # expert parallelism's all_to_all dispatch and combine (not overlapped; :mod:`.moe_plan`)
-    launch_host: float = 0.0  # CUDA_LAUNCH_BLOCKING=1: the host's call time in series outside the bubble (.launch_blocking)
+    launch_host: float = 0.0  # CUDA_LAUNCH_BLOCKING=1: host call time in series, outside the bubble (.launch_blocking)
 
     def row(self, every: bool = False) -> dict:
         """The iteration as one table row (``every``: the sharding/CP/stage columns whether used or not)."""
@@ -226,7 +226,7 @@ def compose(cfg: ScaleConfig, cost: LayerCost, hw, head: LayerCost | None = None
     m, p, v = cfg.micro_batches, cfg.p, cfg.interleave
     one = _layer(cfg, cost, topo, hw)
     stages = _stages(cfg, cost, topo, one, head, hw)
-    if cfg.launch_blocking:  # CUDA_LAUNCH_BLOCKING=1: each call's host time in series with its kernel (.launch_blocking)
+    if cfg.launch_blocking:  # CUDA_LAUNCH_BLOCKING=1: each call's host time in series with its kernel
         from .launch_blocking import add_host, layer_calls
 
         add_host(cfg, hw, stages, layer_calls(cfg, head is not None), tp_collectives(cfg), cost.weight_elems,

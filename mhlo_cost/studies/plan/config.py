@@ -125,7 +125,7 @@ class ScaleConfig:
     scatter_gather: bool = False  # Megatron-LM's (2021-2022) / DeepSpeed's pipeline send of 1/t, all-gathered after
     torch_ddp: bool = False  # Megatron-LM 2021's --DDP-impl torch: PyTorch DDP's gradient bucket copies
     nccl_ub: bool = False  # Megatron-Core's --nccl-ub: FSDP's buffers NCCL-registered, its collectives on fewer SMs
-    launch_blocking: bool = False  # CUDA_LAUNCH_BLOCKING=1: each call's host time in series with its kernel (.launch_blocking)
+    launch_blocking: bool = False  # CUDA_LAUNCH_BLOCKING=1: host time in series with each kernel (.launch_blocking)
     activation: str = "gelu"  # a gelu MLP's activation: gelu (fused) | squared-relu: NeMo's eager relu and pow
     # kernels (Nemotron; the layer lowered with GELU, the same GEMMs: .megatron_passes)
 

@@ -31,8 +31,9 @@ per-call host time (:func:`mhlo_cost.roofline.eager_host.dispatch_overhead`: ``D
   threshold: left out.
 
 Every collective is already priced exposed for a plan without overlap (the BLOOM rows: tensor-parallel all-reduces
-in series, Megatron 2022's; the pipeline transfers between micro-batches; the data-parallel reduction after the
-flush), so the flag exposes nothing more there; a plan that overlaps its data-parallel reduction (``dp_overlap``)
+in series, Megatron 2022's; the pipeline transfers between micro-batches, which DeepSpeed's pipeline engine makes
+with ``dist.send`` / ``dist.recv``, ``async_op`` asserted False, deepspeed/runtime/pipe/p2p.py, flag or not; the
+data-parallel reduction after the flush), so the flag exposes nothing more there; a plan that overlaps its data-parallel reduction (``dp_overlap``)
 cannot take the flag (refused, :func:`blocking_invalid`). Not priced: the lock-step a blocking send imposes on
 neighbouring stages (each send returns only once the peer has posted its receive), host time beyond the per-call
 dispatch (Python of the pipeline engine's instruction loop), and the eager kernels Megatron's layer runs beyond the
