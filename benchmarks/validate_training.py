@@ -74,12 +74,13 @@ OPTIONS = (
 #: main-gradient hook before gradient-accumulation fusion (``main_grad_add``), the pipeline send of 1/t all-gathered
 #: by the receiver (``scatter_gather``: Megatron-LM 2021's and DeepSpeed's pipeline engine's, not Megatron-Core's),
 #: FSDP2's copies around its collectives (``fsdp_version`` 2: torchtitan's ``fully_shard``) and Megatron FSDP's
-#: NCCL-registered buffers, its collectives on fewer SMs (``nccl_ub``: Megatron-Core's ``--use-nccl-ub``), and
-#: PyTorch DDP's gradient bucket copies (``torch_ddp``: Megatron-LM 2021's ``--DDP-impl torch``).
+#: NCCL-registered buffers, its collectives on fewer SMs (``nccl_ub``: Megatron-Core's ``--use-nccl-ub``),
+#: PyTorch DDP's gradient bucket copies (``torch_ddp``: Megatron-LM 2021's ``--DDP-impl torch``), and
+#: CUDA_LAUNCH_BLOCKING=1 (``launch_blocking``: BLOOM's training script, each call's host time in series).
 PASSED = ("cp_comm", "kv_repeat", "dp_reduce", "tied_embedding", "grad_accum_pass", "grad_reduce_fp32",
           "tp_comm_overlap", "tp_overlap_rs", "pipeline_split", "account_embedding", "account_loss", "ddp",
           "ddp_bucket_size", "overlap_param_gather", "cross_entropy", "main_grad_add",
-          "scatter_gather", "fsdp_version", "nccl_ub", "torch_ddp")
+          "scatter_gather", "fsdp_version", "nccl_ub", "torch_ddp", "launch_blocking")
 
 
 def split_options(run: dict) -> dict:
