@@ -106,3 +106,15 @@ def test_cli_option_and_its_refusal(tmp_path, capsys):
     assert main([*argv, "--dp-overlap"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("mhlo-cost: error:") and "launch_blocking" in err[0]
+
+
+def test_both_bloom_rows_run_with_the_flag():
+    """The data file's BLOOM rows (its training script exports CUDA_LAUNCH_BLOCKING=1) reach the configuration with
+    launch_blocking, and only they: no other source's script sets it."""
+    from helpers import script
+
+    vt = script("benchmarks/validate_training.py")
+    data = vt.load()
+    flagged = {r["id"] for r in data["run"]
+               if vt.scale_config(r, data["model"][r["model"]]).launch_blocking}
+    assert flagged == {"bloom2022/gbs2048", "bloom2022/gbs16"}
