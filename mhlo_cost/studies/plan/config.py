@@ -34,9 +34,9 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from ...machines.kernels import LIBRARIES
-from .launch_blocking import blocking_invalid
 from .megatron_passes import ACTIVATION, passes_invalid  # noqa: F401 (ACTIVATION re-exported)
-from .sharding_check import CP_TORCH, DP_REDUCE, cp_invalid, sharding_invalid  # noqa: F401 (re-exported)
+from .sharding_check import (CP_TORCH, DP_REDUCE, blocking_invalid, cp_invalid,  # noqa: F401 (re-exported)
+                             sharding_invalid)
 
 RECOMPUTE = ("none", "selective", "full", "op")
 DP_COMM = ("all_reduce", "zero")
@@ -281,7 +281,7 @@ class ScaleConfig:
             return f"tp_overlap_rs must be one of {', '.join(TP_OVERLAP_RS)}, got {self.tp_overlap_rs!r}"
         if self.cross_entropy not in CROSS_ENTROPY:
             return f"cross_entropy must be one of {', '.join(CROSS_ENTROPY)}, got {self.cross_entropy!r}"
-        why = passes_invalid(self) or blocking_invalid(self)  # (.megatron_passes, .launch_blocking)
+        why = passes_invalid(self) or blocking_invalid(self)  # (.megatron_passes, .sharding_check)
         if why:
             return why
         if self.tp_comm_overlap and self.t > 1 and not self.sp:
