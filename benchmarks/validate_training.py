@@ -276,7 +276,7 @@ def _parts(it) -> dict:
     c = it.compute
     return {"fwd": c["forward"], "bwd": c["backward"], "rec": c["recompute"], "tp": it.tp_comm,
             "bubble": it.bubble, "p2p": it.p2p, "dp": it.dp_exposed, "dp_total": it.dp_total,
-            "opt": it.optimizer, "cp": it.cp_comm,
+            "opt": it.optimizer, "cp": it.cp_comm, "host": it.launch_host,
             "ring": it.cfg.micro_batches * it.cfg.layers_per_stage * (it.layer.get("ring_forward", 0.0)
                                                                        + it.layer.get("ring_backward", 0.0))}
 
@@ -307,6 +307,7 @@ def _row_line(r: dict) -> str:
         return f"{r['id']:40s} {r['published_s']:9.3f} {'-':>9s} {'-':>6s}  NOT PRICED: {r['reason']}"
     p = r["parts"]
     keys = ("fwd", "bwd", "rec", "tp", "bubble", "p2p", "dp", "opt") + (("cp", "ring") if p["cp"] or p["ring"] else ())
+    keys += ("host",) if p["host"] else ()
     parts = " ".join(f"{k} {p[k]:.3f}" for k in keys)
     approx = f"  [approx: {'; '.join(r['approx'])}]" if r["approx"] else ""
     return f"{r['id']:40s} {r['published_s']:9.3f} {r['estimate_s']:9.3f} {r['ratio']:6.3f}  {parts}{approx}"
