@@ -23,21 +23,32 @@ per-call host time (:func:`mhlo_cost.roofline.eager_host.dispatch_overhead`: ``D
 * once an iteration, the step: ``get_global_norm_of_tensors`` (deepspeed/runtime/utils.py) takes
   ``t.data.float().norm(2).item()`` of every gradient tensor (2 calls a tensor: the norm and the ``.item()``
   sync; ``float()`` of an fp32 tensor is no call), then one FloatTensor, an all_reduce and an ``.item()``; the
-  optimizer's multi-tensor Adam over each group's flat fp32 partition (one launch per ``ADAM_CHUNK`` elements:
-  multi_tensor_apply's 65,536-element chunks, 320 blocks a launch); ``update_lp_params`` (one copy a group, the
-  all_gather of each group's bf16 partitions), ``clear_hp_grads`` (one ``zero_`` a group); the data-parallel
-  reduction's buckets (``buffered_allreduce_fallback``: flatten, ``div_``, all_reduce, copy back: 4 calls a bucket
-  of ``REDUCE_BUCKET`` elements). Gradient clipping's per-tensor ``mul_`` runs only when the norm exceeds the
-  threshold: left out.
+  optimizer's multi-tensor Adam over each group's flat fp32 partition (Megatron-DeepSpeed's
+  megatron/optimizer/__init__.py returns apex's ``apex.optimizers.FusedAdam`` when ``args.deepspeed`` is set: one
+  launch per ``ADAM_CHUNK`` elements); ``update_lp_params`` (one copy a group, the all_gather of each group's bf16
+  partitions), ``clear_hp_grads`` (one ``zero_`` a group); the data-parallel reduction (engine.py's
+  ``buffered_allreduce_fallback`` over ``get_grads_for_reduction``, the BF16 optimizer's ``PARAM_GROUPS`` flat fp32
+  gradient buffers: ``allreduce_no_retain`` buckets whole tensors and never splits one, so each buffer is one
+  bucket: flatten, ``div_``, all_reduce, copy back, 4 calls a group). Gradient clipping's per-tensor ``mul_``
+  runs only when the norm exceeds the threshold: left out.
 
 Every collective is already priced exposed for a plan without overlap (the BLOOM rows: tensor-parallel all-reduces
 in series, Megatron 2022's; the pipeline transfers between micro-batches, which DeepSpeed's pipeline engine makes
 with ``dist.send`` / ``dist.recv``, ``async_op`` asserted False, deepspeed/runtime/pipe/p2p.py, flag or not; the
-data-parallel reduction after the flush), so the flag exposes nothing more there; a plan that overlaps its data-parallel reduction (``dp_overlap``)
-cannot take the flag (refused, :func:`blocking_invalid`). Not priced: the lock-step a blocking send imposes on
-neighbouring stages (each send returns only once the peer has posted its receive), host time beyond the per-call
-dispatch (Python of the pipeline engine's instruction loop), and the eager kernels Megatron's layer runs beyond the
-compiled model's fused ones (the device side stays the compiled model's).
+data-parallel reduction after the flush), so the flag exposes nothing more there; a plan whose collectives are
+priced overlapped cannot take the flag (refused, :func:`.sharding_check.blocking_invalid`).
+
+An overcount, stated: the calls are counted on JAX's unfused program, one per call site, while Megatron-DeepSpeed
+runs FusedLayerNorm, ``bias_gelu``, the fused scale-mask-softmax and ``bias_dropout_add`` as one call each; here a
+LayerNorm counts ~8 calls, GELU ~8, each dropout ~4, the causal mask ~5 a layer (BLOOM's layer: 69 forward calls).
+JAX's ``optimization_barrier`` (a remat artifact, no framework call) is not counted.
+
+Not priced: the lock-step a blocking send imposes on neighbouring stages (each send returns only once the peer has
+posted its receive); DeepSpeed's partitioned pipeline send making several calls a transfer (the meta tensor and the
+data: ``PartitionedTensor.to_meta()`` / ``.full()``); the embedding LayerNorm's tensors; the ``narrow`` / ``detach``
+views in ``all_gather_dp_groups``; host time beyond the per-call dispatch (Python of the pipeline engine's
+instruction loop); and the eager kernels Megatron's layer runs beyond the compiled model's fused ones (the device
+side stays the compiled model's).
 """
 from __future__ import annotations
 
@@ -45,12 +56,10 @@ from dataclasses import dataclass
 
 from ...roofline.eager_host import dispatch_overhead
 
-#: Elements one multi_tensor_apply launch covers: chunks of 2048 x 32 (DeepSpeed's FusedAdam ``chunk_size``), 320
-#: blocks a launch (``depth_to_max_blocks`` of csrc/includes/multi_tensor_apply.cuh).
+#: Elements one multi_tensor_apply launch covers (apex.optimizers.FusedAdam, which Megatron-DeepSpeed's optimizer
+#: factory returns under DeepSpeed): apex's 65,536-element chunks (``multi_tensor_applier(..., 2048*32)``), 320
+#: blocks a launch (``depth_to_max_blocks`` of apex csrc/multi_tensor_apply.cuh).
 ADAM_CHUNK = 2048 * 32 * 320
-#: Elements of one bucket of the pipeline engine's data-parallel reduction (deepspeed/runtime/engine.py:
-#: ``MEMORY_OPT_ALLREDUCE_SIZE = 500000000``, the ``elements_per_buffer`` of ``_bf16_reduce_grads``).
-REDUCE_BUCKET = 500_000_000
 #: Megatron's optimizer parameter groups (megatron/optimizer/__init__.py ``get_param_groups``: weight decay, none).
 PARAM_GROUPS = 2
 
@@ -76,6 +85,8 @@ def program_calls(analysis) -> tuple[dict, int]:
 
     ph, out = analysis.phases.phase, {}
     for g in groups(analysis.rows, None, set()):
+        if all(analysis.rows[i].op.endswith("optimization_barrier") for i in g):
+            continue  # JAX's remat barrier: no framework call
         p = ph[g[0]]
         out[p] = out.get(p, 0) + analysis.rows[g[0]].multiplicity
     return out, sum(1 for x in analysis.arguments if x.name.startswith("params"))
@@ -98,18 +109,6 @@ def layer_calls(cfg, with_head: bool = True) -> Calls:
         _MEMO[key] = Calls(fwd, layer.get("backward", 0), fwd if cfg.recompute == "full" else layer.get("recompute", 0),
                            n, head.get("forward", 0), head.get("backward", 0), hn)
     return _MEMO[key]
-
-
-def blocking_invalid(cfg) -> str | None:
-    """Why ``launch_blocking`` cannot be priced for ``cfg`` (one sentence), or None."""
-    if not getattr(cfg, "launch_blocking", False):
-        return None
-    if cfg.execution != "compiled":
-        return f"launch_blocking is priced on the compiled execution model's kernels, not {cfg.execution}"
-    if cfg.dp_overlap or cfg.ddp or cfg.tp_comm_overlap or cfg.experts:
-        return ("launch_blocking: every collective waits for its kernel, so it cannot overlap compute "
-                "(dp_overlap, ddp, tp_comm_overlap) and is not priced with experts")
-    return None
 
 
 def micro_batch_calls(cfg, calls: Calls, layers: int, first: bool, last: bool, tp: dict) -> tuple[int, int]:
@@ -141,7 +140,7 @@ def step_calls(cfg, calls: Calls, layers: int, first: bool, last: bool, elems: i
     shard = -(-elems // cfg.shard_degree)
     adam = -(-shard // ADAM_CHUNK) + PARAM_GROUPS
     gather = 2 * PARAM_GROUPS if cfg.d > 1 else PARAM_GROUPS  # copy_ (and the all_gather) a group
-    reduce = 4 * -(-elems // REDUCE_BUCKET) if cfg.d > 1 else 0
+    reduce = 4 * PARAM_GROUPS if cfg.d > 1 else 0  # one bucket a group's flat buffer (never split)
     return norm + adam + gather + PARAM_GROUPS + reduce  # (PARAM_GROUPS: clear_hp_grads' zero_)
 
 
