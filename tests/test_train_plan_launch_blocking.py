@@ -63,11 +63,12 @@ def test_collectives_transfers_head_and_accumulation_are_calls():
 def test_step_calls_with_data_parallel_buckets():
     """d = 8, ZeRO 1 (sharded 8 ways): 1.2e9 weight elements on a stage of 10 layers of 12 tensors. Norms 2 x 120 + 3;
     Adam over the 1.5e8-element shard, 65,536 x 320 elements a launch: ceil(1.5e8 / 20,971,520) = 8 launches + 2;
-    copy_ and all_gather for 2 groups: 4; zero_: 2; the reduction's 500M-element buckets: ceil(1.2e9 / 5e8) = 3,
+    copy_ and all_gather for 2 groups: 4; zero_: 2; the reduction: DeepSpeed's allreduce_no_retain never splits a
+    tensor and the BF16 optimizer hands it its 2 flat fp32 group buffers: 2 buckets (not ceil(1.2e9 / 5e8) = 3),
     4 calls each."""
     cfg = ScaleConfig(**TINY, d=8, global_batch=8, zero=1)
     n = lb.step_calls(cfg, lb.Calls(1, 1, 0, 12), 10, first=False, last=False, elems=1_200_000_000)
-    assert n == (2 * 120 + 3) + (8 + 2) + 4 + 2 + 4 * 3
+    assert n == (2 * 120 + 3) + (8 + 2) + 4 + 2 + 4 * 2
 
 
 def test_program_calls_one_per_call_site():
@@ -91,10 +92,58 @@ def test_program_calls_one_per_call_site():
     assert calls == {"forward": 4}
 
 
-@pytest.mark.parametrize("kw, why", [(dict(execution="eager", attention="fused"), "compiled execution"),
-                                     (dict(dp_overlap=True), "cannot overlap")])
+@pytest.mark.parametrize("kw, why", [
+    (dict(execution="eager", attention="fused"), "compiled execution"),
+    (dict(dp_overlap=True, d=2, global_batch=2), "cannot overlap"),
+    (dict(ddp="megatron", dp_overlap=True, d=2, global_batch=2, zero=1), "cannot overlap"),
+    (dict(tp_comm_overlap=True, t=2, sp=True), "cannot overlap"),
+    (dict(experts=4, top_k=2, expert_ffn=128, shared_experts=1), "experts"),
+    (dict(zero=3, d=4, global_batch=4), "FSDP"),
+    (dict(zero=3, d=4, dp_shard=2, global_batch=4), "dp_shard"),
+    (dict(cp=2), "cp > 1"),
+])
 def test_refused_where_it_cannot_be_priced(kw, why):
-    assert why in ScaleConfig(**TINY, launch_blocking=True, **kw).invalid()
+    """Each plan whose collectives are priced overlapped (or not priced for the flag) is refused with the flag, and
+    runs without it (so the refusal is the flag's, not another check's)."""
+    assert ScaleConfig(**TINY, **kw).invalid() is None
+    why_not = ScaleConfig(**TINY, launch_blocking=True, **kw).invalid()
+    assert why_not is not None and "launch_blocking" in why_not and why in why_not
+
+
+def test_flag_off_is_the_plan_without_the_field():
+    """launch_blocking=False gives the plan made without the field, field by field: the iteration's every field, the
+    row, the breakdown and the stage table (no host column, no launch_host_s)."""
+    import dataclasses
+
+    from mhlo_cost.studies.plan.plan import breakdown_frame, plan
+    from mhlo_cost.studies.plan.stages import COMPONENTS, stage_frame
+
+    kw = dict(TINY, t=2, p=2, d=2, global_batch=8)
+    a, b = plan(ScaleConfig(**kw), SELENE), plan(ScaleConfig(**kw, launch_blocking=False), SELENE)
+    for f in dataclasses.fields(a.iteration):
+        assert getattr(a.iteration, f.name) == getattr(b.iteration, f.name), f.name
+    assert a.iteration.launch_host == 0.0 and "launch_host_s" not in b.row(every=True)
+    assert a.row(every=True) == b.row(every=True) and a.memory == b.memory
+    assert breakdown_frame(a).equals(breakdown_frame(b)) and stage_frame(a).equals(stage_frame(b))
+    assert [c for c in stage_frame(b).columns if c.endswith("_s")] == [k + "_s" for k in (*COMPONENTS, "iteration")]
+
+
+def test_stage_rows_add_up_with_the_flag():
+    """-t 2 -p 2 -d 2 with the flag: each stage's components, host among them, add up to the iteration; the slow
+    stage's host column is the breakdown's host (launch blocking) line, and every stage has host time."""
+    from mhlo_cost.studies.plan.plan import breakdown_frame, plan
+    from mhlo_cost.studies.plan.stages import components, stage_rows
+
+    cfg = ScaleConfig(**TINY, t=2, p=2, d=2, global_batch=8, launch_blocking=True)
+    pl = plan(cfg, SELENE)
+    rows, it = stage_rows(pl), pl.iteration
+    assert "host" in components(cfg)
+    for r in rows:
+        assert r["host"] > 0
+        assert sum(r[k] for k in components(cfg)) == pytest.approx(it.total, rel=1e-12)
+    assert rows[it.layer["slow_stage"]]["host"] == pytest.approx(it.launch_host, rel=1e-12)
+    df = breakdown_frame(pl)
+    assert float(df.loc[df.component == "host (launch blocking)", "seconds"].iloc[0]) == round(it.launch_host, 6)
 
 
 def test_cli_option_and_its_refusal(tmp_path, capsys):
@@ -118,3 +167,26 @@ def test_both_bloom_rows_run_with_the_flag():
     flagged = {r["id"] for r in data["run"]
                if vt.scale_config(r, data["model"][r["model"]]).launch_blocking}
     assert flagged == {"bloom2022/gbs2048", "bloom2022/gbs16"}
+
+
+def test_optimization_barrier_is_no_call():
+    """JAX's remat puts an optimization_barrier in the backward (no framework call): the calls are the eager model's
+    groups of the program less the groups made of barriers only, and the program has at least one."""
+    import jax
+    import jax.numpy as jnp
+
+    from mhlo_cost.roofline.eager_calls import groups
+    from mhlo_cost.studies.study import Study
+
+    def loss(params, x):
+        return jnp.sum(jax.checkpoint(lambda p, y: jnp.sin(p * y))(params, x))
+
+    spec = jax.ShapeDtypeStruct((8,), jnp.float32)
+    text = jax.jit(jax.grad(loss)).lower(spec, spec).as_text(debug_info=True)
+    a = Study(text, training="always").analysis
+    every = groups(a.rows, None, set())
+    barrier = [g for g in every if all(a.rows[i].op.endswith("optimization_barrier") for i in g)]
+    assert barrier
+    calls, _ = lb.program_calls(a)
+    assert sum(calls.values()) == sum(a.rows[g[0]].multiplicity for g in every) - sum(
+        a.rows[g[0]].multiplicity for g in barrier)
