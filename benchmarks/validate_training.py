@@ -74,12 +74,13 @@ OPTIONS = (
 #: main-gradient hook before gradient-accumulation fusion (``main_grad_add``), the pipeline send of 1/t all-gathered
 #: by the receiver (``scatter_gather``: Megatron-LM 2021's and DeepSpeed's pipeline engine's, not Megatron-Core's),
 #: FSDP2's copies around its collectives (``fsdp_version`` 2: torchtitan's ``fully_shard``) and Megatron FSDP's
-#: NCCL-registered buffers, its collectives on fewer SMs (``nccl_ub``: Megatron-Core's ``--use-nccl-ub``), and
-#: PyTorch DDP's gradient bucket copies (``torch_ddp``: Megatron-LM 2021's ``--DDP-impl torch``).
+#: NCCL-registered buffers, its collectives on fewer SMs (``nccl_ub``: Megatron-Core's ``--use-nccl-ub``),
+#: PyTorch DDP's gradient bucket copies (``torch_ddp``: Megatron-LM 2021's ``--DDP-impl torch``), and
+#: CUDA_LAUNCH_BLOCKING=1 (``launch_blocking``: BLOOM's training script, each call's host time in series).
 PASSED = ("cp_comm", "kv_repeat", "dp_reduce", "tied_embedding", "grad_accum_pass", "grad_reduce_fp32",
           "tp_comm_overlap", "tp_overlap_rs", "pipeline_split", "account_embedding", "account_loss", "ddp",
           "ddp_bucket_size", "overlap_param_gather", "cross_entropy", "main_grad_add",
-          "scatter_gather", "fsdp_version", "nccl_ub", "torch_ddp")
+          "scatter_gather", "fsdp_version", "nccl_ub", "torch_ddp", "launch_blocking")
 
 
 def split_options(run: dict) -> dict:
@@ -275,7 +276,7 @@ def _parts(it) -> dict:
     c = it.compute
     return {"fwd": c["forward"], "bwd": c["backward"], "rec": c["recompute"], "tp": it.tp_comm,
             "bubble": it.bubble, "p2p": it.p2p, "dp": it.dp_exposed, "dp_total": it.dp_total,
-            "opt": it.optimizer, "cp": it.cp_comm,
+            "opt": it.optimizer, "cp": it.cp_comm, "host": it.launch_host,
             "ring": it.cfg.micro_batches * it.cfg.layers_per_stage * (it.layer.get("ring_forward", 0.0)
                                                                        + it.layer.get("ring_backward", 0.0))}
 
@@ -306,6 +307,7 @@ def _row_line(r: dict) -> str:
         return f"{r['id']:40s} {r['published_s']:9.3f} {'-':>9s} {'-':>6s}  NOT PRICED: {r['reason']}"
     p = r["parts"]
     keys = ("fwd", "bwd", "rec", "tp", "bubble", "p2p", "dp", "opt") + (("cp", "ring") if p["cp"] or p["ring"] else ())
+    keys += ("host",) if p["host"] else ()
     parts = " ".join(f"{k} {p[k]:.3f}" for k in keys)
     approx = f"  [approx: {'; '.join(r['approx'])}]" if r["approx"] else ""
     return f"{r['id']:40s} {r['published_s']:9.3f} {r['estimate_s']:9.3f} {r['ratio']:6.3f}  {parts}{approx}"

@@ -144,7 +144,7 @@ def _sharding(args) -> dict:
                 torch_ddp=args.torch_ddp,
                 loss_scale=args.loss_scale,
                 main_grad_add=args.no_gradient_accumulation_fusion,
-                scatter_gather=args.scatter_gather_tensors_in_pipeline,
+                scatter_gather=args.scatter_gather_tensors_in_pipeline, launch_blocking=args.launch_blocking,
                 **_ddp(args), **_experts(args))
 
 
@@ -280,6 +280,9 @@ def _register_sharding(p) -> None:
     p.add_argument("--grad-accum-pass", action="store_true",
                    help="gradients accumulated by a separate pass after each micro-batch's backward (DeepSpeed's "
                         "BF16 optimizer: bf16 gradients added into an fp32 buffer), not inside the wgrad GEMMs")
+    p.add_argument("--launch-blocking", action="store_true",
+                   help="CUDA_LAUNCH_BLOCKING=1 (BLOOM's training script): every kernel launch waits for the kernel, "
+                        "so each framework call's host time adds to its kernel's time (compiled execution only)")
     p.add_argument("--share-embeddings-and-output-weights", dest="tied_embedding", action="store_true",
                    help="the embedding and the LM head share one weight: with a pipeline, its gradient is "
                         "all-reduced between the first and last stages each iteration")

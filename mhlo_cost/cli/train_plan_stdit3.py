@@ -25,7 +25,7 @@ NOT_STDIT3 = (("-t", "t", 1), ("-p", "p", 1), ("--sp", "sp", False), ("--interle
               ("--overlap-param-gather", "overlap_param_gather", False), ("--ddp-bucket-size", "ddp_bucket_size", None),
               ("--cross-entropy", "cross_entropy", "fused"), ("--activation", "activation", "gelu"),
               ("--use-nccl-ub", "use_nccl_ub", False),
-              ("--torch-ddp", "torch_ddp", False),
+              ("--torch-ddp", "torch_ddp", False), ("--launch-blocking", "launch_blocking", False),
               ("--loss-scale", "loss_scale", False),
               ("--no-gradient-accumulation-fusion", "no_gradient_accumulation_fusion", False),
               # the mixture-of-experts options (a dense video transformer has no experts)

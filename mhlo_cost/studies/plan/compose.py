@@ -83,6 +83,7 @@ class Iteration:
     stages: tuple = ()  # per stage: layers, f_s / b_s seconds per micro-batch, its dp Exposure (compose._stages)
     layer: dict = field(default_factory=dict)  # one layer, one micro-batch: seconds by part (compose._layer)
     ep_comm: float = 0.0  # expert parallelism's all_to_all dispatch and combine (not overlapped; :mod:`.moe_plan`)
+    launch_host: float = 0.0  # CUDA_LAUNCH_BLOCKING=1: host call time in series, outside the bubble (.launch_blocking)
 
     def row(self, every: bool = False) -> dict:
         """The iteration as one table row (``every``: the sharding/CP/stage columns whether used or not)."""
@@ -119,6 +120,8 @@ class Iteration:
             out["grad_bytes"] = cfg.grad_bytes
         if cfg.experts:
             out.update(experts=cfg.experts, top_k=cfg.top_k, ep=cfg.ep, ep_comm_s=self.ep_comm)
+        if cfg.launch_blocking:
+            out["launch_host_s"] = self.launch_host
         return out
 
 
@@ -223,6 +226,11 @@ def compose(cfg: ScaleConfig, cost: LayerCost, hw, head: LayerCost | None = None
     m, p, v = cfg.micro_batches, cfg.p, cfg.interleave
     one = _layer(cfg, cost, topo, hw)
     stages = _stages(cfg, cost, topo, one, head, hw)
+    if cfg.launch_blocking:  # CUDA_LAUNCH_BLOCKING=1: each call's host time in series with its kernel
+        from .launch_blocking import add_host, layer_calls
+
+        add_host(cfg, hw, stages, layer_calls(cfg, head is not None), tp_collectives(cfg), cost.weight_elems,
+                 lambda s: optimizer_extra_elems(cfg, s))
     slow_stage = max(reversed(range(p)), key=lambda s: stages[s]["f_s"] + stages[s]["b_s"])  # ties: the last
     slow = stages[slow_stage]
     n, f_s, b_s, dp = slow["layers"], slow["f_s"], slow["b_s"], slow["dp"]
@@ -267,7 +275,8 @@ def compose(cfg: ScaleConfig, cost: LayerCost, hw, head: LayerCost | None = None
     return Iteration(cfg, compute, m * n * (one["tp_forward"] + one["tp_backward"]), bubble,
                      float(slots) * p2p_per_mb, dp_layers + dp_iter - hidden + tax + emb,
                      m * n * (dp.forward_total + dp.backward_total) + dp_iter + emb, opt, total, counts,
-                     cp_comm=m * n * (one["cp"].forward + one["cp"].backward), stages=tuple(stages), layer=one)
+                     cp_comm=m * n * (one["cp"].forward + one["cp"].backward), stages=tuple(stages), layer=one,
+                     launch_host=m * sum(slow.get("launch_host", (0.0, 0.0))[:2]))
 
 
 def _dp_bytes(cfg: ScaleConfig, cost: LayerCost, layers: int, stage: int) -> int:

@@ -35,7 +35,8 @@ from dataclasses import dataclass, replace
 
 from ...machines.kernels import LIBRARIES
 from .megatron_passes import ACTIVATION, passes_invalid  # noqa: F401 (ACTIVATION re-exported)
-from .sharding_check import CP_TORCH, DP_REDUCE, cp_invalid, sharding_invalid  # noqa: F401 (re-exported)
+from .sharding_check import (CP_TORCH, DP_REDUCE, blocking_invalid, cp_invalid,  # noqa: F401 (re-exported)
+                             sharding_invalid)
 
 RECOMPUTE = ("none", "selective", "full", "op")
 DP_COMM = ("all_reduce", "zero")
@@ -124,6 +125,7 @@ class ScaleConfig:
     scatter_gather: bool = False  # Megatron-LM's (2021-2022) / DeepSpeed's pipeline send of 1/t, all-gathered after
     torch_ddp: bool = False  # Megatron-LM 2021's --DDP-impl torch: PyTorch DDP's gradient bucket copies
     nccl_ub: bool = False  # Megatron-Core's --nccl-ub: FSDP's buffers NCCL-registered, its collectives on fewer SMs
+    launch_blocking: bool = False  # CUDA_LAUNCH_BLOCKING=1: host time in series with each kernel (.launch_blocking)
     activation: str = "gelu"  # a gelu MLP's activation: gelu (fused) | squared-relu: NeMo's eager relu and pow
     # kernels (Nemotron; the layer lowered with GELU, the same GEMMs: .megatron_passes)
 
@@ -279,7 +281,7 @@ class ScaleConfig:
             return f"tp_overlap_rs must be one of {', '.join(TP_OVERLAP_RS)}, got {self.tp_overlap_rs!r}"
         if self.cross_entropy not in CROSS_ENTROPY:
             return f"cross_entropy must be one of {', '.join(CROSS_ENTROPY)}, got {self.cross_entropy!r}"
-        why = passes_invalid(self)  # the activation, nccl_ub, torch_ddp (.megatron_passes)
+        why = passes_invalid(self) or blocking_invalid(self)  # (.megatron_passes, .sharding_check)
         if why:
             return why
         if self.tp_comm_overlap and self.t > 1 and not self.sp:
@@ -352,6 +354,7 @@ class ScaleConfig:
         ep += f" etp{self.etp}" if self.experts and self.etp != self.t else ""
         ex = "" if self.execution == "compiled" else f" {self.execution}"
         ex += " tied-emb" if self.tied_embedding else ""
+        ex += " launch-blocking" if self.launch_blocking else ""
         ex += (" tp-overlap" + ("-rs-ring" if self.tp_overlap_rs == "ring_exchange" else "")
                if self.tp_comm_overlap and self.t > 1 else "")
         return (f"t{self.t}{sp}{cp} p{self.p}{pp}{v} d{self.d}{ep} mb{self.micro_batch} {self.recompute}"

@@ -59,7 +59,8 @@ def breakdown_frame(p: Plan) -> pd.DataFrame:
              *([("cp_comm (exposed)", it.cp_comm)] if p.cfg.cp > 1 else []),
              *([("ep_comm (all_to_all)", it.ep_comm)] if p.cfg.experts else []),
              ("pipeline bubble", it.bubble), ("p2p", it.p2p), ("dp_comm (exposed)", it.dp_exposed),
-             ("optimizer", it.optimizer)]
+             ("optimizer", it.optimizer),
+             *([("host (launch blocking)", it.launch_host)] if p.cfg.launch_blocking else [])]
     total = it.total
     df = pd.DataFrame({"component": [k for k, _ in parts] + ["TOTAL"],
                        "seconds": [round(v, 6) for _, v in parts] + [round(total, 6)],

@@ -63,3 +63,20 @@ def cp_invalid(cfg) -> str | None:
     if cfg.sp and cfg.local_seq % cfg.t:
         return f"sequence parallelism: tensor degree {cfg.t} does not divide seq / cp {cfg.local_seq}"
     return None
+
+
+def blocking_invalid(cfg) -> str | None:
+    """Why ``launch_blocking`` (:mod:`.launch_blocking`) cannot be priced for ``cfg`` (one sentence), or None: it
+    is priced on the compiled model's kernels, with every collective exposed; the plans whose collectives are
+    priced overlapped (the overlapped gradient reduction, DDP's buckets, tensor-parallel overlap, FSDP's / ZeRO-3's
+    and HSDP's prefetched gathers, context parallelism's ring exchange under attention) or not priced for it
+    (experts) are refused rather than priced as if the flag changed nothing there."""
+    if not getattr(cfg, "launch_blocking", False):
+        return None
+    if cfg.execution != "compiled":
+        return f"launch_blocking is priced on the compiled execution model's kernels, not {cfg.execution}"
+    if (cfg.dp_overlap or cfg.ddp or cfg.tp_comm_overlap or cfg.experts or cfg.zero_stage >= 3 or cfg.dp_shard
+            or cfg.cp > 1):
+        return ("launch_blocking: every collective waits for its kernel, so it cannot overlap compute "
+                "(dp_overlap, ddp, tp_comm_overlap, FSDP / ZeRO-3 / dp_shard, cp > 1); not priced with experts")
+    return None

@@ -19,7 +19,10 @@ COMPONENTS = ("forward", "backward", "recompute", "tp_comm", "cp_comm", "p2p", "
 
 
 def components(cfg) -> tuple:
-    """The components of ``cfg``'s stages: :data:`COMPONENTS`, with ``ep_comm`` (the all_to_all) for a MoE model."""
+    """The components of ``cfg``'s stages: :data:`COMPONENTS`, with ``ep_comm`` (the all_to_all) for a MoE model and
+    ``host`` (the calls' host time in series, :mod:`.launch_blocking`) with ``launch_blocking``."""
+    if getattr(cfg, "launch_blocking", False):
+        return (*COMPONENTS[:-1], "host", COMPONENTS[-1])
     return COMPONENTS if not cfg.experts else (*COMPONENTS[:5], "ep_comm", *COMPONENTS[5:])
 
 
@@ -28,6 +31,7 @@ def _seconds(it, st: dict, m: int) -> dict:
     if "seconds" in st:  # a MoE model's stage (:mod:`.moe_plan`): its mix of layers priced there
         return dict(st["seconds"])
     one, n, dp = it.layer, st["layers"], st["dp"]
+    host = {"host": m * sum(st["launch_host"][:2])} if "launch_host" in st else {}  # (the step's: in optimizer)
     return {"forward": m * (n * one["forward"] + st["head_forward"]),
             "backward": m * (n * one["backward"] + st["head_backward"] + st.get("grad_accum", 0.0)),
             "recompute": m * n * one["recompute"],
@@ -35,7 +39,7 @@ def _seconds(it, st: dict, m: int) -> dict:
             "cp_comm": m * n * (one["cp"].forward + one["cp"].backward), "p2p": it.p2p,
             "dp_exposed": m * n * (dp.forward + dp.backward) + one["dp_iteration_exposed"]
             + one.get("embedding_exposed", 0.0),
-            "optimizer": st.get("optimizer", n * one["optimizer"])}
+            "optimizer": st.get("optimizer", n * one["optimizer"]), **host}
 
 
 def stage_rows(p) -> list[dict]:
