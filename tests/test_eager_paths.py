@@ -91,3 +91,19 @@ def test_a_reduction_pays_a_fixed_time_per_row():
     nbytes = 4 * rows * width + 4 * rows  # read once, one f32 per row written
     stream = (nbytes + hw.memory.half_bytes) / (hw.hbm_bandwidth * hw.memory.efficiency)
     assert k.memory_s == pytest.approx(stream + rows * 0.18e-9, rel=1e-9)  # reduce_row_ns = 0.18 [MEAS]
+
+
+def test_a_reduction_over_a_non_minor_dimension_streams():
+    """The backward of torchtitan's repeat_kv (expand over a repeat axis, then reshape): a sum over the repeat axis
+    of (b, s, kv, rep, d), the head dim kept. PyTorch's Reduce.cuh maps threads to the outputs there (no
+    fastest-striding reduction): the bytes stream with no per-output time."""
+    outs, rep, d = 1 << 12, 4, 128
+    (k,) = [k for k in _kernels(lambda x: x.sum(1), ((outs, rep, d), jnp.float32)) if k.bytes_read]
+    hw = get_profile("h200")
+    nbytes = 4 * outs * rep * d + 4 + 4 * outs * d  # read once (and the f32 init value), each output written once
+    assert k.bytes_read + k.bytes_written == nbytes
+    stream = (nbytes + hw.memory.half_bytes) / (hw.hbm_bandwidth * hw.memory.efficiency)
+    assert k.memory_s == pytest.approx(stream, rel=1e-9)  # no outs x 0.18 ns
+    # the same bytes reduced over the minor dimension pay it: (outs x d) rows of rep elements
+    (inner,) = [k for k in _kernels(lambda x: x.sum(-1), ((outs, d, rep), jnp.float32)) if k.bytes_read]
+    assert inner.memory_s == pytest.approx(stream + outs * d * 0.18e-9, rel=1e-9)

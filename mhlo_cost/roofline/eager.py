@@ -150,13 +150,32 @@ def _copying_reshape(rows, producers, role, i: int) -> bool:
 
 def reduced_rows(rows, k) -> int:
     """The rows an eager call's one reduction reduces (its output elements, over the multiplicity): PyTorch's
-    generic reduction kernel (a mean, a sum) pays a fixed time per row beside its stream (``reduce_row_ns``). A
-    call of several reductions is a kernel of its own (softmax, LayerNorm: a warp or a block per row): 0, as for
+    generic reduction kernel (a mean, a sum) pays a fixed time per row beside its stream (``reduce_row_ns``) where
+    it reduces the minor dimension (:func:`over_minor`; over another dimension it streams). A call of several reductions is a kernel of its own (softmax, LayerNorm: a warp or a block per row): 0, as for
     a GEMM or an attention."""
     if k.attention or k.has_dot:
         return 0
     red = [i for i in k.members if short_name(rows[i].op) == "reduce" and hasattr(rows[i].result, "nelems")]
-    return rows[red[0]].result.nelems * k.multiplicity if len(red) == 1 else 0
+    if len(red) != 1 or not over_minor(rows[red[0]]):
+        return 0
+    return rows[red[0]].result.nelems * k.multiplicity
+
+
+def over_minor(r) -> bool:
+    """Whether a reduction reduces its operand's minor (fastest-moving) dimension, read off the shapes (a row
+    carries no reduce dimensions): the result a prefix of the operand's shape (trailing dimensions reduced) or
+    without the operand's last extent. Only such a reduction pays ``reduce_row_ns``: PyTorch's ``setReduceConfig``
+    (aten/src/ATen/native/cuda/Reduce.cuh) maps block.x to the reduced dimension where it is the fastest-striding
+    (``reduction_on_fastest_striding_dimension``: a warp or block shares each output, ``block_x_reduce``), and
+    otherwise to the outputs (``split_output``): each thread sums its own outputs down the reduced dimension, the
+    loads coalesced across neighbouring outputs, a stream with no per-output reduction step (the backward of
+    ``repeat_kv``'s expand, a sum over the repeat axis of (b, s, kv, rep, d); a bias gradient)."""
+    if not r.operands or not getattr(r.operands[0], "shape", None):
+        return True
+    shape, out = tuple(r.operands[0].shape), tuple(r.result.shape)
+    if out == shape[:len(out)]:
+        return True
+    return not (out and out[-1] == shape[-1])
 
 
 def eager_path(rows, producers, role, k, reshapes: bool = True) -> str:
