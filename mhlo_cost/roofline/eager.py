@@ -47,6 +47,7 @@ from .fusion import Fusion, Kernel, data_flow
 from .kernel_io import KernelIO, share_time
 from .optime import OpTime, op_time
 from .torch_math import torch_times
+from .torch_reduce import pays_row_time
 from .two_pass import row_occupancy, second_pass_bytes
 from .strides import eager_copies
 from .sdpa import (BACKEND_LIBRARY, FLASH_DTYPES, FLASH_MAX_HEAD_DIM, SDPA_BACKENDS, WRITTEN_ATTENTION,  # noqa: F401
@@ -151,31 +152,16 @@ def _copying_reshape(rows, producers, role, i: int) -> bool:
 def reduced_rows(rows, k) -> int:
     """The rows an eager call's one reduction reduces (its output elements, over the multiplicity): PyTorch's
     generic reduction kernel (a mean, a sum) pays a fixed time per row beside its stream (``reduce_row_ns``) where
-    it reduces the minor dimension (:func:`over_minor`; over another dimension it streams). A call of several reductions is a kernel of its own (softmax, LayerNorm: a warp or a block per row): 0, as for
-    a GEMM or an attention."""
+    a warp or a block shares each output (:func:`.torch_reduce.pays_row_time`: over the minor dimension, or over
+    another with many inputs per output); one over another dimension with few inputs per output streams. A call of
+    several reductions is a kernel of its own (softmax, LayerNorm: a warp or a block per row): 0, as for a GEMM or
+    an attention."""
     if k.attention or k.has_dot:
         return 0
     red = [i for i in k.members if short_name(rows[i].op) == "reduce" and hasattr(rows[i].result, "nelems")]
-    if len(red) != 1 or not over_minor(rows[red[0]]):
+    if len(red) != 1 or not pays_row_time(rows[red[0]]):
         return 0
     return rows[red[0]].result.nelems * k.multiplicity
-
-
-def over_minor(r) -> bool:
-    """Whether a reduction reduces its operand's minor (fastest-moving) dimension, read off the shapes (a row
-    carries no reduce dimensions): the result a prefix of the operand's shape (trailing dimensions reduced) or
-    without the operand's last extent. Only such a reduction pays ``reduce_row_ns``: PyTorch's ``setReduceConfig``
-    (aten/src/ATen/native/cuda/Reduce.cuh) maps block.x to the reduced dimension where it is the fastest-striding
-    (``reduction_on_fastest_striding_dimension``: a warp or block shares each output, ``block_x_reduce``), and
-    otherwise to the outputs (``split_output``): each thread sums its own outputs down the reduced dimension, the
-    loads coalesced across neighbouring outputs, a stream with no per-output reduction step (the backward of
-    ``repeat_kv``'s expand, a sum over the repeat axis of (b, s, kv, rep, d); a bias gradient)."""
-    if not r.operands or not getattr(r.operands[0], "shape", None):
-        return True
-    shape, out = tuple(r.operands[0].shape), tuple(r.result.shape)
-    if out == shape[:len(out)]:
-        return True
-    return not (out and out[-1] == shape[-1])
 
 
 def eager_path(rows, producers, role, k, reshapes: bool = True) -> str:
