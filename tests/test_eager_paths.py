@@ -91,3 +91,61 @@ def test_a_reduction_pays_a_fixed_time_per_row():
     nbytes = 4 * rows * width + 4 * rows  # read once, one f32 per row written
     stream = (nbytes + hw.memory.half_bytes) / (hw.hbm_bandwidth * hw.memory.efficiency)
     assert k.memory_s == pytest.approx(stream + rows * 0.18e-9, rel=1e-9)  # reduce_row_ns = 0.18 [MEAS]
+
+
+def test_a_reduction_over_a_non_minor_dimension_streams():
+    """The backward of torchtitan's repeat_kv (expand over a repeat axis, then reshape): a sum over the repeat axis
+    of (b, s, kv, rep, d), the head dim kept. PyTorch's Reduce.cuh maps threads to the outputs there (no
+    fastest-striding reduction): the bytes stream with no per-output time."""
+    outs, rep, d = 1 << 12, 4, 128
+    (k,) = [k for k in _kernels(lambda x: x.sum(1), ((outs, rep, d), jnp.float32)) if k.bytes_read]
+    hw = get_profile("h200")
+    nbytes = 4 * outs * rep * d + 4 + 4 * outs * d  # read once (and the f32 init value), each output written once
+    assert k.bytes_read + k.bytes_written == nbytes
+    stream = (nbytes + hw.memory.half_bytes) / (hw.hbm_bandwidth * hw.memory.efficiency)
+    assert k.memory_s == pytest.approx(stream, rel=1e-9)  # no outs x 0.18 ns
+    # the same bytes reduced over the minor dimension pay it: (outs x d) rows of rep elements
+    (inner,) = [k for k in _kernels(lambda x: x.sum(-1), ((outs, d, rep), jnp.float32)) if k.bytes_read]
+    assert inner.memory_s == pytest.approx(stream + outs * d * 0.18e-9, rel=1e-9)
+
+
+def _row_time(k, nbytes: int) -> float:
+    """The kernel's time beyond its stream of ``nbytes`` (the closed form's bytes, asserted first)."""
+    hw = get_profile("h200")
+    assert k.bytes_read + k.bytes_written == nbytes
+    return k.memory_s - (nbytes + hw.memory.half_bytes) / (hw.hbm_bandwidth * hw.memory.efficiency)
+
+
+def _reduce(fn, shape):
+    (k,) = [k for k in _kernels(fn, (shape, jnp.float32)) if k.bytes_read]
+    return k
+
+
+def test_a_reduction_next_to_a_size_one_extent_is_innermost():
+    """TensorIterator coalesces extents of 1: (65536, 256, 1) summed over dim 1 reduces the fastest-moving
+    dimension, a warp per output: it pays reduce_row_ns (0.18 ns [MEAS]) for each of its 65536 outputs."""
+    outs, width = 1 << 16, 256
+    k = _reduce(lambda x: x.sum(1), (outs, width, 1))
+    extra = _row_time(k, 4 * outs * width + 4 + 4 * outs)  # read once, the f32 init value, one f32 an output
+    assert extra == pytest.approx(outs * 0.18e-9, rel=1e-6)
+
+
+def test_a_reduction_that_could_be_over_the_minor_dimension_keeps_the_row_time():
+    """(256, 64, 64) summed over (0, 2) gives (64,), the shape a sum over (0, 1) would give too: the shapes
+    cannot tell whether the minor dimension is reduced, so it keeps the minor reduction's time per output."""
+    k = _reduce(lambda x: x.sum((0, 2)), (256, 64, 64))
+    extra = _row_time(k, 4 * 256 * 64 * 64 + 4 + 4 * 64)
+    assert extra == pytest.approx(64 * 0.18e-9, rel=1e-6)
+
+
+def test_a_reduction_with_many_inputs_per_output_keeps_the_row_time():
+    """Outside the minor dimension Reduce.cuh's setReduceConfig puts 32 lanes on 4-wide output vectors (512 / 4
+    = 128 threads, so block_height = 128 / 32 = 4 warps) and splits the input across those warps when the
+    inputs per output reach 16 x 4 = 64: a block reduction per output, priced like the minor one. (2048, 64, 128)
+    over dim 1 has 64 inputs per output and pays 2048 x 128 x 0.18 ns; (2048, 32, 128) has 32 and streams."""
+    outs, d = 2048, 128
+    k = _reduce(lambda x: x.sum(1), (outs, 64, d))
+    extra = _row_time(k, 4 * outs * 64 * d + 4 + 4 * outs * d)
+    assert extra == pytest.approx(outs * d * 0.18e-9, rel=1e-6)
+    k = _reduce(lambda x: x.sum(1), (outs, 32, d))
+    assert _row_time(k, 4 * outs * 32 * d + 4 + 4 * outs * d) == pytest.approx(0.0, abs=1e-12)

@@ -47,6 +47,7 @@ from .fusion import Fusion, Kernel, data_flow
 from .kernel_io import KernelIO, share_time
 from .optime import OpTime, op_time
 from .torch_math import torch_times
+from .torch_reduce import pays_row_time
 from .two_pass import row_occupancy, second_pass_bytes
 from .strides import eager_copies
 from .sdpa import (BACKEND_LIBRARY, FLASH_DTYPES, FLASH_MAX_HEAD_DIM, SDPA_BACKENDS, WRITTEN_ATTENTION,  # noqa: F401
@@ -150,13 +151,17 @@ def _copying_reshape(rows, producers, role, i: int) -> bool:
 
 def reduced_rows(rows, k) -> int:
     """The rows an eager call's one reduction reduces (its output elements, over the multiplicity): PyTorch's
-    generic reduction kernel (a mean, a sum) pays a fixed time per row beside its stream (``reduce_row_ns``). A
-    call of several reductions is a kernel of its own (softmax, LayerNorm: a warp or a block per row): 0, as for
-    a GEMM or an attention."""
+    generic reduction kernel (a mean, a sum) pays a fixed time per row beside its stream (``reduce_row_ns``) where
+    a warp or a block shares each output (:func:`.torch_reduce.pays_row_time`: over the minor dimension, or over
+    another with many inputs per output); one over another dimension with few inputs per output streams. A call of
+    several reductions is a kernel of its own (softmax, LayerNorm: a warp or a block per row): 0, as for a GEMM or
+    an attention."""
     if k.attention or k.has_dot:
         return 0
     red = [i for i in k.members if short_name(rows[i].op) == "reduce" and hasattr(rows[i].result, "nelems")]
-    return rows[red[0]].result.nelems * k.multiplicity if len(red) == 1 else 0
+    if len(red) != 1 or not pays_row_time(rows[red[0]]):
+        return 0
+    return rows[red[0]].result.nelems * k.multiplicity
 
 
 def eager_path(rows, producers, role, k, reshapes: bool = True) -> str:
