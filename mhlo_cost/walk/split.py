@@ -45,13 +45,15 @@ SHARE = 0.58
 MIN_IDLE_CORES = 0.6
 
 _on: tuple | None = None  # (total, idle) CPU ticks of the machine when enabled; None: not enabled
+_split = False  # whether a walk split since :func:`enable` (its fork used the idle core, and has ended)
 
 
 def enable(on: bool = True) -> None:
     """Let the walks of this process split their entry function (the reader's child, single-threaded), where the
     machine has an idle core from now on (:data:`MIN_IDLE_CORES`, measured when the walk begins)."""
-    global _on
+    global _on, _split
     _on = (_cpu_ticks() or (0, 0)) if on else None
+    _split = False
 
 
 def _cpu_ticks() -> tuple[int, int] | None:
@@ -88,8 +90,11 @@ def _idle_enough() -> bool:
 def _forkable() -> bool:
     """Whether this process may fork for a walk: enabled, POSIX, an idle core (:func:`_idle_enough`), and one thread
     (none that fork would not carry)."""
-    if _on is None or not hasattr(os, "fork") or not _idle_enough():
-        return False
+    return _on is not None and hasattr(os, "fork") and _idle_enough() and _one_thread()
+
+
+def _one_thread() -> bool:
+    """Whether this process runs one thread (none that ``fork`` would not carry)."""
     try:
         return len(os.listdir("/proc/self/task")) == 1
     except OSError:
@@ -115,6 +120,8 @@ def walk_split(walk, block) -> bool:
         os.close(read_end)
         _detach()
         _answer(walk, ops, cut, n - 1, write_end)  # (never returns)
+    global _split
+    _split = True
     os.close(write_end)
     began = time.perf_counter()
     try:
@@ -172,6 +179,11 @@ def _answer(walk, ops, start: int, stop: int, fd: int) -> None:
         blob = _walked(walk, islice(ops, start, stop), start)
     except BaseException:  # noqa: BLE001 (an analysis error, a bug: the process itself walks the part and says it)
         blob = b""
+    _sent(blob, fd)
+
+
+def _sent(blob: bytes, fd: int) -> None:
+    """In a fork: ``blob`` written to ``fd``, then the fork ends at once."""
     try:
         view = memoryview(blob)
         while view:
@@ -179,6 +191,55 @@ def _answer(walk, ops, start: int, stop: int, fd: int) -> None:
         os.close(fd)  # the end of the answer now, not after the kernel has freed this process's pages
     finally:
         os._exit(0)
+
+
+class Alongside:
+    """``fn()`` computed in a fork (:func:`alongside`) while this process goes on; :meth:`result` waits for it."""
+
+    def __init__(self, pid: int, fd: int):
+        self.pid, self.fd, self.began = pid, fd, time.perf_counter()
+
+    def result(self):
+        """What ``fn()`` returned (pickled over a pipe), or None where the fork failed, died or was silent too long
+        (the caller computes it itself: an error is raised there, as it would have been without the fork)."""
+        if self.fd is None:
+            return None
+        sent = _received(self.fd, _deadline(time.perf_counter() - self.began))
+        self.fd = None
+        if sent is None:
+            _stop(self.pid, None)
+            return None
+        _reap(self.pid)
+        return sent[0]
+
+    def close(self) -> None:
+        """The fork ended (killed where its result was not taken) and its pipe closed."""
+        if self.fd is not None:
+            _stop(self.pid, self.fd)
+            self.fd = None
+
+
+def alongside(fn) -> Alongside | None:
+    """``fn()`` started in a fork, where a walk of this request split (:func:`walk_split`: the machine had an idle
+    core, which the walk's fork has given back) and this process may fork (:func:`_forkable`); None otherwise.
+    ``fn`` must change nothing this process needs (the fork's changes stay in the fork); its result must pickle."""
+    if not _split or _on is None or not hasattr(os, "fork") or not _one_thread():
+        return None
+    try:
+        read_end, write_end = os.pipe()
+        pid = os.fork()
+    except OSError:
+        return None
+    if pid == 0:
+        os.close(read_end)
+        _detach()
+        try:
+            blob = pickle.dumps((fn(),), protocol=pickle.HIGHEST_PROTOCOL)
+        except BaseException:  # noqa: BLE001 (this process computes it again, and says what is wrong)
+            blob = b""
+        _sent(blob, write_end)  # (never returns)
+    os.close(write_end)
+    return Alongside(pid, read_end)
 
 
 def _walked(walk, ops, start: int) -> bytes:
