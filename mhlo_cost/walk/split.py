@@ -46,6 +46,7 @@ MIN_IDLE_CORES = 0.6
 
 _on: tuple | None = None  # (total, idle) CPU ticks of the machine when enabled; None: not enabled
 _split = False  # whether a walk split since :func:`enable` (its fork used the idle core, and has ended)
+_exiting: list[int] = []  # forks that answered and were still exiting: reaped at the next enable()
 
 
 def enable(on: bool = True) -> None:
@@ -54,6 +55,15 @@ def enable(on: bool = True) -> None:
     global _on, _split
     _on = (_cpu_ticks() or (0, 0)) if on else None
     _split = False
+    _exiting[:] = [pid for pid in _exiting if not _reaped(pid)]
+
+
+def _reaped(pid: int) -> bool:
+    """Whether fork ``pid`` has ended (and is reaped now), without waiting for it."""
+    try:
+        return os.waitpid(pid, os.WNOHANG)[0] != 0
+    except ChildProcessError:
+        return True
 
 
 def _cpu_ticks() -> tuple[int, int] | None:
@@ -209,7 +219,8 @@ class Alongside:
         if sent is None:
             _stop(self.pid, None)
             return None
-        _reap(self.pid)
+        if not _reaped(self.pid):  # (its exit, the kernel freeing its copy of the heap, overlaps what follows)
+            _exiting.append(self.pid)
         return sent[0]
 
     def close(self) -> None:
