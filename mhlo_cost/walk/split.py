@@ -232,7 +232,7 @@ class Alongside:
 
 def alongside(fn) -> Alongside | None:
     """``fn()`` started in a fork, where a walk of this request split (:func:`walk_split`: the machine had an idle
-    core, which the walk's fork has given back) and this process may fork (:func:`_forkable`); None otherwise.
+    core, which the walk's fork has given back) and this process may fork (enabled, POSIX, one thread); None otherwise.
     ``fn`` must change nothing this process needs (the fork's changes stay in the fork); its result must pickle."""
     if not _split or _on is None or not hasattr(os, "fork") or not _one_thread():
         return None
@@ -242,6 +242,9 @@ def alongside(fn) -> Alongside | None:
     except OSError:
         return None
     if pid == 0:
+        import gc
+
+        gc.disable()  # a collection here would touch (and copy, on write) every object of the heap it shares
         os.close(read_end)
         _detach()
         try:
