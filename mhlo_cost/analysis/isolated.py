@@ -108,10 +108,13 @@ def _render_alongside(render, analysis, asked):
     behind ``peak_bytes``, ~0.1 s CPU at 4*10^4 ops) and the rest of the render (the blocks behind ``peak_block``,
     the summary's sums, the view's imports) run on two cores instead of one after the other. The profile comes
     back pickled (exact ints), the one :attr:`Analysis.memory` would have made here; where the fork fails,
-    :attr:`Analysis.memory` makes it here."""
+    :attr:`Analysis.memory` makes it here. No fork where ``render`` will not answer (its ``answerable(analysis)``
+    says so, cheaply: :func:`mhlo_cost.studies.compose.answerable`): the analysis goes back instead."""
     from ..walk.split import alongside
 
-    pending = alongside(lambda: analysis.memory) if analysis.liveness is not None else None
+    answerable = getattr(render, "answerable", None)
+    wanted = analysis.liveness is not None and (answerable is None or answerable(analysis))
+    pending = alongside(lambda: analysis.memory, len(analysis.rows)) if wanted else None
     if pending is None:
         return _render_paused(render, analysis, asked)
     analysis.__dict__["_memory_alongside"] = pending
