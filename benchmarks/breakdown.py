@@ -1,6 +1,7 @@
 """Where the CPU of ``mhlo-cost report FILE -q`` goes: the reader child's start, then jaxlib's parse, the walk and the
 rendering, each timed in fresh processes started as the child is (``bench_analyze.py --breakdown`` runs it); the
-walk's fork (:mod:`mhlo_cost.walk.split`: a large entry function's second part, walked alongside) apart.
+walk's fork (:mod:`mhlo_cost.walk.split`: a large entry function's second part, walked alongside) and the render's
+(the memory profile, computed alongside where the walk split) apart.
 
 The child is the report's critical path: the caller's own process starts the child first and overlaps its own
 imports with the child's start, then waits for the whole answer; the whole-process comparison measures both.
@@ -51,6 +52,13 @@ data = open(path, "rb").read()
 t = time.process_time()
 reply = child["answer"]("text", data, path, options)
 phases["answer"] = time.process_time() - t
+c = forks()  # the render's fork (the memory profile alongside: mhlo_cost.walk.split.alongside), reaped after it answered
+try:
+    while True:
+        os.waitpid(-1, 0)
+except ChildProcessError:
+    pass
+phases["render fork"] = phases.get("render fork", 0.0) + forks() - c
 phases["start"] = start
 phases["rendered"] = reply[:1] == b"R"
 print(json.dumps(phases))
@@ -76,12 +84,13 @@ def breakdown(path: Path, runs: int, trees: dict[str, str], neutral: str) -> Non
             got[tag].append(json.loads(out.splitlines()[-1]))
     for tag, done in got.items():
         med = {k: statistics.median(r.get(k, 0.0) for r in done) for k in ("start", "parse", "walk", "render",
-                                                                             "answer", "walk fork")}
+                                                                             "answer", "walk fork", "render fork")}
         other = med["answer"] - med["parse"] - med["walk"] - med["render"]
         whole = "" if all(r["rendered"] for r in done) else " (the child did not render the whole answer)"
         fork = f" (+ {med['walk fork']:.3f} in its fork, alongside)" if med["walk fork"] else ""
+        rfork = f" (+ {med['render fork']:.3f} in its fork, alongside)" if med["render fork"] else ""
         print(f"child CPU{tag}: start {med['start']:.3f} s, then parse {med['parse']:.3f}, walk {med['walk']:.3f}{fork}, "
-              f"render {med['render']:.3f}, other {other:.3f}: request {med['answer']:.3f} s (medians of "
+              f"render {med['render']:.3f}{rfork}, other {other:.3f}: request {med['answer']:.3f} s (medians of "
               f"{len(done)}){whole}")
 
 

@@ -106,6 +106,10 @@ class Analysis:
         if self._memory is None:
             from ..memory.profile import profile
 
+            pending = self.__dict__.pop("_memory_alongside", None)  # computing in a fork (isolated.answer)
+            self._memory = pending.result() if pending is not None else None
+            if self._memory is not None:
+                return self._memory
             with deep_recursion():  # the sweep follows call frames as deep as the walk did
                 try:
                     self._memory = profile(self)

@@ -59,6 +59,7 @@ def encode(analysis) -> bytes:
     extra = dict(analysis.__dict__)
     extra.pop("rows")
     extra.pop("_memory", None)
+    extra.pop("_memory_alongside", None)
     extra.pop("_ops", None)
     extra.pop("_summary_memo", None)
     extra.pop("_pricing_memo", None)  # (mhlo_cost.roofline.program: rebuilt where the analysis is priced)

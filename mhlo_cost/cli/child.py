@@ -55,6 +55,17 @@ def _answer_whole(analysis, asked: str):
     return answer_in_child(analysis, asked)
 
 
+def _answerable(analysis) -> bool:
+    """:func:`mhlo_cost.studies.compose.answerable`: whether :func:`_answer_whole` may answer (asked before the
+    child forks to compute for the answer: :mod:`mhlo_cost.analysis.isolated`)."""
+    from mhlo_cost.studies.compose import answerable
+
+    return answerable(analysis)
+
+
+_answer_whole.answerable = _answerable
+
+
 def serve(walk: bool = False) -> None:
     """Answer requests until stdin closes; ``walk``: import the walk before the first request."""
     from jaxlib.mlir._mlir_libs import _mlir

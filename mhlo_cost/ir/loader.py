@@ -6,7 +6,6 @@ imported only by :func:`load` itself: :func:`prepare` (the checks before any par
 """
 from __future__ import annotations
 
-import gzip
 import io
 import os
 import zlib
@@ -197,6 +196,8 @@ def _gunzip(data, name: str):
     ``GZIP_MIN_LIMIT``) so that a small hostile file cannot fill this process's memory."""
     if not (isinstance(data, bytes) and data[:2] == _GZIP_MAGIC):
         return data
+    import gzip  # (here: 3-5 ms of every start, the reader's child's and the command line's, for gzipped input alone)
+
     limit = max(GZIP_MIN_LIMIT, GZIP_MAX_RATIO * len(data))
     out, total = [], 0
     try:

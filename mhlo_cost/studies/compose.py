@@ -194,15 +194,24 @@ def wire(options: StudyOptions, request: ViewRequest, fmt: str, wide: bool = Fal
                       sort_keys=True)
 
 
+def answerable(analysis) -> bool:
+    """Whether :func:`answer_in_child` may answer for ``analysis`` (no warnings, no unknown op: those the caller
+    says, from the analysis); cheap, asked before anything is computed for the answer."""
+    return not analysis.warnings and not any(r.kind == "unknown" for r in analysis.rows)
+
+
 def answer_in_child(analysis, asked: str) -> bytes | None:
     """The whole answer to ``asked`` (:func:`wire`) for ``analysis`` (walked in the reader's child), or None
     (see the module docstring)."""
-    if analysis.warnings or any(r.kind == "unknown" for r in analysis.rows):
+    if not answerable(analysis):
         return None
     try:
         return json.dumps(_answered(analysis, json.loads(asked))).encode("utf-8")
     except Exception:  # noqa: BLE001 (MemoryError too: the rows go back, and the caller says what is wrong)
         return None
+
+
+answer_in_child.answerable = answerable  # (mhlo_cost.analysis.isolated asks it before it forks)
 
 
 def _answered(analysis, asked: dict) -> list:

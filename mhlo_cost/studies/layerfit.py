@@ -358,7 +358,7 @@ def repeat_layers(shallow, deep, depth: int, base: int = 1):
     entry.rows = list(rows)
     entry.items = calls(deep.liveness.entry.items[:-1], q, m, depth, keys) + [Return(len(rows), tuple(uses))]
     out = copy.copy(deep)
-    for memo in ("_memory", "_ops", "_summary_memo"):
+    for memo in ("_memory", "_memory_alongside", "_ops", "_summary_memo"):
         out.__dict__.pop(memo, None)
     out.rows = rows
     shift = Shift(q, m, depth, keys)

@@ -223,7 +223,7 @@ def _assemble(shallow, deep, region, body, plan: _Plan, keys: _Keys, rows: list,
     if len(order) != len(rows):
         raise FitFailed("the rebuilt rows are not where the plan puts them")
     out = copy.copy(deep)
-    for memo in ("_memory", "_ops", "_summary_memo", "_pricing_memo"):
+    for memo in ("_memory", "_memory_alongside", "_ops", "_summary_memo", "_pricing_memo"):
         out.__dict__.pop(memo, None)
     out.rows = rows
     out.producers = [tuple(plan.read(x, k, p, keys) for x in deep.producers[p]) for p, k in order]

@@ -45,13 +45,25 @@ SHARE = 0.58
 MIN_IDLE_CORES = 0.6
 
 _on: tuple | None = None  # (total, idle) CPU ticks of the machine when enabled; None: not enabled
+_split = False  # whether a walk's fork answered since :func:`enable` (it used the idle core, and its rows are merged)
+_exiting: list[int] = []  # forks that answered and were still exiting: reaped at the next enable()
 
 
 def enable(on: bool = True) -> None:
     """Let the walks of this process split their entry function (the reader's child, single-threaded), where the
     machine has an idle core from now on (:data:`MIN_IDLE_CORES`, measured when the walk begins)."""
-    global _on
+    global _on, _split
     _on = (_cpu_ticks() or (0, 0)) if on else None
+    _split = False
+    _exiting[:] = [pid for pid in _exiting if not _reaped(pid)]
+
+
+def _reaped(pid: int) -> bool:
+    """Whether fork ``pid`` has ended (and is reaped now), without waiting for it."""
+    try:
+        return os.waitpid(pid, os.WNOHANG)[0] != 0
+    except ChildProcessError:
+        return True
 
 
 def _cpu_ticks() -> tuple[int, int] | None:
@@ -88,8 +100,11 @@ def _idle_enough() -> bool:
 def _forkable() -> bool:
     """Whether this process may fork for a walk: enabled, POSIX, an idle core (:func:`_idle_enough`), and one thread
     (none that fork would not carry)."""
-    if _on is None or not hasattr(os, "fork") or not _idle_enough():
-        return False
+    return _on is not None and hasattr(os, "fork") and _idle_enough() and _one_thread()
+
+
+def _one_thread() -> bool:
+    """Whether this process runs one thread (none that ``fork`` would not carry)."""
     try:
         return len(os.listdir("/proc/self/task")) == 1
     except OSError:
@@ -106,6 +121,7 @@ def walk_split(walk, block) -> bool:
     if n < MIN_OPS or walk._row_hooks or not _forkable():
         return False
     cut = int(n * SHARE)
+    parent = os.getpid()
     try:
         read_end, write_end = os.pipe()
         pid = os.fork()
@@ -113,7 +129,7 @@ def walk_split(walk, block) -> bool:
         return False
     if pid == 0:  # the fork: the ops from the cut to the last (the return stays with the process itself)
         os.close(read_end)
-        _detach()
+        _detach(parent)
         _answer(walk, ops, cut, n - 1, write_end)  # (never returns)
     os.close(write_end)
     began = time.perf_counter()
@@ -132,6 +148,8 @@ def walk_split(walk, block) -> bool:
         walk.visit_ops((ops[n - 1],))
     finally:
         _reap(pid)  # (its rows are in: its exit overlapped the merge)
+    global _split
+    _split = True  # (only here: the fork ran, answered and ended; :func:`alongside` may use the core it gave back)
     return True
 
 
@@ -149,9 +167,11 @@ def _reap(pid: int) -> None:
         pass
 
 
-def _detach() -> None:
+def _detach(parent: int) -> None:
     """In the fork: let go of the reader's stdin and stdout (its caller sees their end when the child ends, not the
-    fork), and die with the child (Linux's ``PR_SET_PDEATHSIG``: a child killed by its guard takes the fork along)."""
+    fork), and die with the child (Linux's ``PR_SET_PDEATHSIG``: a child killed by its guard takes the fork along;
+    ``parent``, the child's process id: one that ended before the signal was asked for is seen at once, as
+    prctl(2) advises, and the fork ends)."""
     null = os.open(os.devnull, os.O_RDWR)
     os.dup2(null, 0)
     os.dup2(null, 1)
@@ -163,6 +183,8 @@ def _detach() -> None:
         ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG = 1
     except (OSError, AttributeError):
         pass  # (not Linux: the fork ends when its part is walked)
+    if os.getppid() != parent:  # (the child ended between the fork and the prctl: no signal will come)
+        os._exit(0)
 
 
 def _answer(walk, ops, start: int, stop: int, fd: int) -> None:
@@ -172,6 +194,11 @@ def _answer(walk, ops, start: int, stop: int, fd: int) -> None:
         blob = _walked(walk, islice(ops, start, stop), start)
     except BaseException:  # noqa: BLE001 (an analysis error, a bug: the process itself walks the part and says it)
         blob = b""
+    _sent(blob, fd)
+
+
+def _sent(blob: bytes, fd: int) -> None:
+    """In a fork: ``blob`` written to ``fd``, then the fork ends at once."""
     try:
         view = memoryview(blob)
         while view:
@@ -179,6 +206,82 @@ def _answer(walk, ops, start: int, stop: int, fd: int) -> None:
         os.close(fd)  # the end of the answer now, not after the kernel has freed this process's pages
     finally:
         os._exit(0)
+
+
+class Alongside:
+    """``fn()`` computed in a fork (:func:`alongside`) while this process goes on; :meth:`result` waits for it."""
+
+    def __init__(self, pid: int, fd: int, wait_s: float):
+        self.pid, self.fd, self.wait_s = pid, fd, wait_s
+
+    def result(self):
+        """What ``fn()`` returned (pickled over a pipe), or None where the fork failed, died or was silent for
+        ``wait_s`` seconds (the caller computes it itself: an error is raised there, as it would have been without
+        the fork). Where the wait itself raises (a MemoryError), the fork is ended and the error raised."""
+        fd, self.fd = self.fd, None  # (the pipe is closed by _received, whatever happens there)
+        if fd is None:
+            return None
+        try:
+            sent = _received(fd, self.wait_s)
+        except BaseException:
+            _stop(self.pid, None)
+            raise
+        if sent is None:
+            _stop(self.pid, None)
+            return None
+        if not _reaped(self.pid):  # (its exit, the kernel freeing its copy of the heap, overlaps what follows)
+            _exiting.append(self.pid)
+        return sent[0]
+
+    def close(self) -> None:
+        """The fork ended (killed where its result was not taken) and its pipe closed."""
+        if self.fd is not None:
+            _stop(self.pid, self.fd)
+            self.fd = None
+
+
+#: The wait for :func:`alongside`'s fork (:func:`alongside_deadline`): seconds of silence, a floor plus a time per
+#: row of the analysis, at most :data:`ALONGSIDE_MAX_S`. The memory profile it computes costs ~2.5 us a row
+#: (0.1 s CPU at 4*10^4 rows); 100 us a row is forty times that, for a loaded machine.
+ALONGSIDE_BASE_S = 5.0
+ALONGSIDE_PER_ROW_S = 1e-4
+#: Well below the reader guard's wall-clock backstop (``mhlo_cost.ir.guard``: BASE_SECONDS * WALL_FACTOR, at
+#: least 200 s), so that a stalled fork is always given up, and the profile made here, before the guard ends the
+#: whole request.
+ALONGSIDE_MAX_S = 60.0
+
+
+def alongside_deadline(rows: int) -> float:
+    """Seconds :meth:`Alongside.result` waits for a fork computing from an analysis of ``rows`` rows."""
+    return min(ALONGSIDE_MAX_S, ALONGSIDE_BASE_S + ALONGSIDE_PER_ROW_S * rows)
+
+
+def alongside(fn, rows: int) -> Alongside | None:
+    """``fn()`` started in a fork, where a walk of this request split (:func:`walk_split`: its fork ran on an idle
+    core, answered and has ended) and this process may fork (enabled, POSIX, one thread); None otherwise. ``fn``
+    must change nothing this process needs (the fork's changes stay in the fork); its result must pickle; ``rows``,
+    the size of its work in rows, sets the wait for it (:func:`alongside_deadline`)."""
+    if not _split or _on is None or not hasattr(os, "fork") or not _one_thread():
+        return None
+    parent = os.getpid()
+    try:
+        read_end, write_end = os.pipe()
+        pid = os.fork()
+    except OSError:
+        return None
+    if pid == 0:
+        import gc
+
+        gc.disable()  # a collection here would touch (and copy, on write) every object of the heap it shares
+        os.close(read_end)
+        _detach(parent)
+        try:
+            blob = pickle.dumps((fn(),), protocol=pickle.HIGHEST_PROTOCOL)
+        except BaseException:  # noqa: BLE001 (this process computes it again, and says what is wrong)
+            blob = b""
+        _sent(blob, write_end)  # (never returns)
+    os.close(write_end)
+    return Alongside(pid, read_end, alongside_deadline(rows))
 
 
 def _walked(walk, ops, start: int) -> bytes:
