@@ -1,5 +1,5 @@
 """What the sweep does to go faster changes none of its numbers: the bundled STDiT3 lowered with each kind of block
-traced once (:func:`mhlo_cost.lower.models.stdit3.blocks_traced_once`) is op for op the program traced block by
+traced once (:func:`mhlo_cost.lower.models.stdit3_once.blocks_traced_once`) is op for op the program traced block by
 block, every op under the same scope name, only the frames inside a block gone from its location; a point runs
 with Python's cyclic collector paused and leaves it as it found it, whatever the point's outcome. (The sweep's
 rows against ``lower`` + ``report`` of the plain lowering: tests/test_sweep.py.)"""
@@ -12,7 +12,7 @@ from dataclasses import replace
 
 import pytest
 
-from mhlo_cost.lower.models import parallel, stdit3
+from mhlo_cost.lower.models import parallel, stdit3, stdit3_once
 from mhlo_cost.lower.models.config import STDiT3Config
 from mhlo_cost.lower.models.parallel_plan import make_plan
 from mhlo_cost.studies.sweep import make_grid
@@ -27,7 +27,7 @@ LOC_REF = re.compile(r"loc\((#loc\d+)\)\s*$")
 def _text(strategy: str, once: bool) -> str:
     """The lowering's text, with each kind of block traced once or not (called from one line: a location's frames
     hold the caller's too)."""
-    with stdit3.blocks_traced_once() if once else contextlib.nullcontext():
+    with stdit3_once.blocks_traced_once() if once else contextlib.nullcontext():
         if strategy == "none":
             return stdit3.lower(CFG).as_text(debug_info=True)
         return parallel.lower(CFG, make_plan(strategy, 2, cfg=CFG)).as_text(debug_info=True)

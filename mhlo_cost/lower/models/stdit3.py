@@ -25,11 +25,8 @@ sample sees only its own caption). This dense form is the one the published FLOP
 """
 from __future__ import annotations
 
-import contextvars
 import math
-from contextlib import contextmanager
 from typing import Callable
-
 import jax
 import jax.numpy as jnp
 from jax import lax
@@ -40,6 +37,7 @@ from .layers import (F32, apply_rope, gelu_tanh, layer_norm, modulate, pos_embed
 from .stdit3_kernels import (DEFAULT_KERNELS, Kernels, Params, block_diagonal_mask, cross_attention, dense,
                              dot_product_attention, gelu, mlp, self_attention, video_attention)
 from .stdit3_params import dtype_of, init_params, input_shapes, is_spec_leaf, param_shapes, param_spec
+from .stdit3_once import traced_once
 
 __all__ = [
     # re-exported: the building blocks, kernels and parameters live in their own modules
@@ -50,32 +48,10 @@ __all__ = [
     "dtype_of", "init_params", "input_shapes", "is_spec_leaf", "param_shapes", "param_spec",
     # defined here
     "stdit3_block", "patch_embed", "timestep_embedder", "caption_embedder", "final_layer", "unpatchify",
-    "make_forward", "lower", "blocks_traced_once",
+    "make_forward", "lower",
 ]
 
 scope = jax.named_scope
-
-#: Whether :func:`make_forward` traces each kind of block once per forward (:func:`blocks_traced_once`).
-_BLOCKS_ONCE = contextvars.ContextVar("stdit3_blocks_traced_once", default=False)
-
-
-@contextmanager
-def blocks_traced_once():
-    """Within it, a forward made by :func:`make_forward` (without ``remat``) traces its spatial block once and its
-    temporal block once, each under ``jax.jit(inline=True)``, and replays that jaxpr for every further block of its
-    kind. The program is op for op the same, each op under the same ``spatial_blocks.{i}/...`` scope name: jax
-    keeps the traced jaxpr per function and argument types, and an inline call is copied into the caller's trace
-    with the caller's name stack put before each op's own (``pjit_staging_rule`` -> ``pe.inline_jaxpr_into_trace``
-    in ``jax/_src/pjit.py`` and ``jax/_src/interpreters/partial_eval.py``). What changes is the op's location:
-    its frames are the call of the block, not the frames inside it (the caller's ``source_info``). About a third
-    of the sweep's lowering time on this machine; the sweep, which reads op names and never frames, lowers so
-    (:func:`mhlo_cost.studies.sweep.point.lower_text`); ``lower`` does not (its locations keep the stack)."""
-    token = _BLOCKS_ONCE.set(True)
-    try:
-        yield
-    finally:
-        _BLOCKS_ONCE.reset(token)
-
 
 # --------------------------------------------------------------------------------------------------------
 # Block, embedders, final layer
@@ -165,13 +141,12 @@ def make_forward(cfg: STDiT3Config, kernels: Kernels | None = None, *, remat: bo
     """
     kn = kernels or DEFAULT_KERNELS
     dt = dtype_of(cfg)
-    once = _BLOCKS_ONCE.get()
 
     def block(temporal: bool, T: int, S: int) -> Callable:
         def run(p, h, cap, t_mod):
             return stdit3_block(p, h, cap, t_mod, cfg, temporal=temporal, T=T, S=S, kernels=kn)
 
-        return jax.checkpoint(run) if remat else jax.jit(run, inline=True) if once else run
+        return jax.checkpoint(run) if remat else traced_once(run)
 
     def stdit3(params, x, timestep, y, fps):
         b = x.shape[0]

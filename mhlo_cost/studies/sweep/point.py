@@ -63,7 +63,7 @@ class Result:
 
 def lower_text(point: Point, options: dict) -> str:
     """The MLIR text ``mhlo-cost lower`` writes for ``point`` (with locations; the bundled stdit3's ops with the
-    frames of their block's call only: :func:`~mhlo_cost.lower.models.stdit3.blocks_traced_once`)."""
+    frames of their block's call only: :func:`~mhlo_cost.lower.models.stdit3_once.blocks_traced_once`)."""
     from ...lower.frontends import write
     from ...lower.frontends.api import LowerRequest, lower_request
 
@@ -76,7 +76,7 @@ def lower_text(point: Point, options: dict) -> str:
         deployed = bool(options.get("deployed"))
         req = LowerRequest(model=point.model, config=cfg, frontend="torchax" if deployed else "jax", deployed=deployed)
         if point.model == "stdit3" and not deployed:  # (each block's Python run once: the same ops, fewer frames)
-            from ...lower.models.stdit3 import blocks_traced_once
+            from ...lower.models.stdit3_once import blocks_traced_once
 
             with blocks_traced_once():
                 return write(lower_request(req), None).text
