@@ -5,6 +5,9 @@
   at micro-batch 1, 2 (seq 8192), bf16, eager: the forward and backward (the gradient of the output given) of
   stacks of 1 and 2 layers; per layer = the difference. The kernels one layer's step launches (torch.profiler).
 * ``compiled``: the same Llama and GPT stacks under ``torch.compile`` (default mode), micro-batch 1.
+* ``gemm``: each linear's three products (forward, data and weight gradients) of one tensor-parallel rank of NeMo's
+  fp8 GPT-3 and Nemotron layers, bf16 (torch.matmul) and fp8 (torch._scaled_mm, tensorwise), at each micro-batch,
+  the L2 flushed before each call.
 * ``ring``: one rank's attention work in PyTorch's ring attention with load-balanced causal chunks for Llama 3 8B
   (32 heads after ``repeat_kv``, head 128, 32768 positions per rank) at cp 1, 2, 4, 8: the flash forward of each
   step with its fp32 log-sum-exp merge, then each step's flash backward with the fp32 accumulation of dq, dk, dv.
@@ -12,7 +15,7 @@
 
 Writes one JSON object per measurement to ``OUT/gpu_results.jsonl`` as it goes.
 
-    python3 benchmarks/gpu_train_measure.py OUT_DIR [--only layer,compiled,ring] [--budget-s 400]
+    python3 benchmarks/gpu_train_measure.py OUT_DIR [--only layer,compiled,ring,gemm] [--budget-s 400]
 """
 from __future__ import annotations
 
@@ -139,6 +142,46 @@ def ring_rows(log, cp: int, local: int = 32768, heads: int = 32, hd: int = 128) 
     torch.cuda.empty_cache()
 
 
+#: name: (tokens per micro-batch, micro-batches, [(K, N) of each linear of one tensor-parallel rank]) of NeMo 24.07's
+#: fp8 rows (benchmarks/data/published_training.toml): QKV, projection, fc1, fc2 at hidden/tp splits
+GEMM_LAYERS = {
+    "gpt3-5b-tp1": (2048, (1, 2, 4), [(4096, 12288), (4096, 4096), (4096, 16384), (16384, 4096)]),
+    "gpt3-20b-tp2": (2048, (1, 2), [(6144, 9216), (3072, 6144), (6144, 12288), (12288, 6144)]),
+    "gpt3-175b-tp4": (2048, (1, 2), [(12288, 9216), (3072, 12288), (12288, 12288), (12288, 12288)]),
+    "nemotron3-8b-tp2": (4096, (1, 2, 4), [(4096, 6144), (2048, 4096), (4096, 8192), (8192, 4096)]),
+}
+
+
+def _mm(m, k, n, dtype):
+    """A zero-argument call of one (m, k) x (k, n) product: torch.matmul in bf16, torch._scaled_mm (tensorwise
+    scales, bf16 out) in fp8 e4m3."""
+    a = torch.randn(m, k, device="cuda", dtype=BF16)
+    b = torch.randn(n, k, device="cuda", dtype=BF16)
+    if dtype == "bf16":
+        bt = b.t()
+        return lambda: torch.matmul(a, bt)
+    f8 = torch.float8_e4m3fn
+    a8, b8 = a.to(f8), b.to(f8).t()
+    one = torch.ones((), device="cuda", dtype=torch.float32)
+    return lambda: torch._scaled_mm(a8, b8, scale_a=one, scale_b=one, out_dtype=BF16)
+
+
+def gemm_rows(log, name: str) -> None:
+    """Each linear's forward (tokens x K x N), data gradient (tokens x N x K) and weight gradient (K x tokens x N)
+    products at each micro-batch, bf16 and fp8: the layer's GEMM time per token against the micro-batch."""
+    seq, mbs, linears = GEMM_LAYERS[name]
+    for dtype in ("bf16", "fp8"):
+        for mb in mbs:
+            m = seq * mb
+            ms = []
+            for k, n in linears:
+                for shape in ((m, k, n), (m, n, k), (k, m, n)):
+                    ms.append(bench(_mm(*shape, dtype), target_s=0.2, min_reps=5, flush=True)["median_ms"])
+            log.put(kind="gemm", layer=name, dtype=dtype, micro_batch=mb, tokens=m, linears=linears,
+                    calls_ms=[round(x, 5) for x in ms], total_ms=sum(ms), us_per_token=1000 * sum(ms) / m)
+            torch.cuda.empty_cache()
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("out")
@@ -154,6 +197,8 @@ def main(argv=None) -> int:
                  lambda: layer_rows(log, "llama", "llama3-8b", (1, 2))]
     if "ring" in only:
         jobs += [lambda c=c: ring_rows(log, c) for c in (1, 2, 4, 8)]
+    if "gemm" in only:
+        jobs += [lambda n=n: gemm_rows(log, n) for n in GEMM_LAYERS]
     if "compiled" in only:
         jobs += [lambda: layer_rows(log, "llama", "llama3-8b", (1,), compiled=True),
                  lambda: layer_rows(log, "gpt", "gpt3-5b", (1,), compiled=True)]
