@@ -20,9 +20,10 @@ from mhlo_cost.studies.study import StudyOptions
 from mhlo_cost.views.table import ViewRequest
 from mhlo_cost.walk import split
 
-from test_walk_split import program
+from test_walk_split import FORK_WARNING, program
 
-pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="the fork is POSIX's")
+pytestmark = [pytest.mark.skipif(not hasattr(os, "fork"), reason="the fork is POSIX's"),
+              pytest.mark.filterwarnings(FORK_WARNING)]
 
 LAYERS = 300
 memory_profile = importlib.import_module("mhlo_cost.memory.profile")
