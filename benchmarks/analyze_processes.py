@@ -61,6 +61,7 @@ def whole_processes(path: Path, runs: int, before: str | None = None) -> None:
 
     compiled(trees(before))
     reaps = _subreaper()
+    own = _children()  # (the reader's child of an earlier load here: never waited for)
     times: dict = {k: [] for k in cmds}
     cpu: dict = {k: [] for k in cmds}
     before_load = _load()
@@ -71,7 +72,7 @@ def whole_processes(path: Path, runs: int, before: str | None = None) -> None:
             subprocess.run(cmd, check=True, capture_output=True, env=env, cwd=NEUTRAL)
             times[name].append(time.perf_counter() - t0)
             if reaps:
-                _reap()
+                _reap(own)
             c1 = resource.getrusage(resource.RUSAGE_CHILDREN)
             cpu[name].append(c1.ru_utime - c0.ru_utime + c1.ru_stime - c0.ru_stime)
     med = {k: statistics.median(v) for k, v in times.items()}
@@ -122,15 +123,29 @@ def _subreaper() -> bool:
         return False
 
 
-def _reap() -> None:
-    """Wait for every orphan handed to this process (the reader's child ending after its parent)."""
+def _children() -> set[int]:
+    """This process's children now (Linux's ``/proc/PID/task/TID/children``, every thread's)."""
+    import glob
     import os
 
-    while True:
+    found: set[int] = set()
+    for name in glob.glob(f"/proc/{os.getpid()}/task/*/children"):
+        with open(name) as f:
+            found.update(int(pid) for pid in f.read().split())
+    return found
+
+
+def _reap(own: set[int]) -> None:
+    """Wait for every orphan handed to this process (the reader's child ending after its parent, which has been
+    reaped: the orphan is this process's child by then), not for ``own``, its own children that live on (the
+    reader's child a load in this process started: ``os.waitpid(-1, 0)`` waited for it for ever)."""
+    import os
+
+    for pid in _children() - own:
         try:
-            os.waitpid(-1, 0)
+            os.waitpid(pid, 0)
         except ChildProcessError:
-            return
+            pass
 
 
 #: One process: warm up, then time ``repeat`` runs of one way to analyse FILE; prints the median seconds.
