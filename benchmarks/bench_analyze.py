@@ -40,15 +40,15 @@ with the child's start) is measured by the whole-process comparison.
 from __future__ import annotations
 
 import argparse
-import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import jax
 import jax.numpy as jnp
+
+# (this script's folder is on the path)
+from analyze_processes import NEUTRAL, compiled, in_processes, trees, whole_processes
 
 
 def transformer(layers: int, hidden: int, heads: int):
@@ -121,14 +121,14 @@ def _one_comparison(args) -> None:
         if not args.file:
             path.write_text(lower(args.layers).as_text(debug_info=True))
         if args.processes_only:
-            _whole_processes(path, args.processes, args.before)
+            whole_processes(path, args.processes, args.before)
         elif args.breakdown:
             from breakdown import breakdown  # (this script's folder is on the path)
 
-            _compiled(_trees(args.before))
-            breakdown(path, args.processes, dict(zip(["", " (before)"], _trees(args.before))), NEUTRAL)
+            compiled(trees(args.before))
+            breakdown(path, args.processes, dict(zip(["", " (before)"], trees(args.before))), NEUTRAL)
         else:
-            _in_processes(path, args.processes, args.repeat, args.before)
+            in_processes(path, args.processes, args.repeat, args.before)
 
 
 def main() -> None:
@@ -156,8 +156,8 @@ def main() -> None:
         t_full, analysis = best(lambda: _end_to_end(analyze, path), args.repeat)
         t_xla, xla = best(lambda: lowered.cost_analysis(), args.repeat)
         t_plain, t_live = _liveness_cost(path, max(args.repeat, 5))
-        _whole_processes(path, args.processes, args.before)
-        _in_processes(path, args.processes, args.repeat, args.before)
+        whole_processes(path, args.processes, args.before)
+        in_processes(path, args.processes, args.repeat, args.before)
         guard = _guard_cost(path, max(args.repeat, 5))
 
     s = analysis.summary
@@ -202,170 +202,6 @@ def _liveness_cost(path, repeat: int) -> tuple[float, float]:
             times[live].append(time.process_time() - t0)
             del a, v, module
     return min(times[False]), min(times[True])
-
-
-#: XLA's cost analysis of an MLIR file, in a process of its own (what Lowered.cost_analysis() runs).
-XLA_PROCESS = """
-import sys
-import jax
-from jax._src.lib import _jax
-text = open(sys.argv[1]).read()
-backend = jax.devices("cpu")[0].client
-comp = _jax.mlir.mlir_module_to_xla_computation(text, use_tuple_args=False)
-print(int(_jax.hlo_module_cost_analysis(backend, comp.as_hlo_module())["flops"]))
-"""
-
-
-#: The folder the measured processes run in: not a checkout (``python -m``/``-c`` put it first on sys.path,
-#: so a checkout there would be measured instead of the one PYTHONPATH names: ``--before`` would not be).
-NEUTRAL = tempfile.gettempdir()
-
-
-def _envs(before: str | None) -> dict:
-    """name -> the environment of a process running this checkout's mhlo-cost (and ``before``'s)."""
-    import os
-
-    env = dict(os.environ, JAX_PLATFORMS="cpu")
-    here = str(Path(__file__).resolve().parent.parent)
-    envs = {"": dict(env, PYTHONPATH=os.pathsep.join([here, env.get("PYTHONPATH", "")]))}
-    if before:
-        envs[" (before)"] = dict(env, PYTHONPATH=os.pathsep.join([str(Path(before).resolve()), env.get("PYTHONPATH", "")]))
-    return envs
-
-
-def _whole_processes(path: Path, runs: int, before: str | None = None) -> None:
-    """``mhlo-cost report FILE -q`` (this checkout's, and ``before``'s) and XLA's cost analysis of FILE, each a
-    whole process, alternating; prints the medians and their ratios."""
-    envs = _envs(before)
-    cmds = {f"mhlo-cost report{tag}": ([sys.executable, "-m", "mhlo_cost", "report", str(path), "-q"], env)
-            for tag, env in envs.items()}
-    cmds["xla cost analysis"] = ([sys.executable, "-c", XLA_PROCESS, str(path)], envs[""])
-    import resource
-
-    _compiled(_trees(before))
-    reaps = _subreaper()
-    times: dict = {k: [] for k in cmds}
-    cpu: dict = {k: [] for k in cmds}
-    before_load = _load()
-    for _ in range(runs):
-        for name, (cmd, env) in cmds.items():
-            c0 = resource.getrusage(resource.RUSAGE_CHILDREN)
-            t0 = time.perf_counter()
-            subprocess.run(cmd, check=True, capture_output=True, env=env, cwd=NEUTRAL)
-            times[name].append(time.perf_counter() - t0)
-            if reaps:
-                _reap()
-            c1 = resource.getrusage(resource.RUSAGE_CHILDREN)
-            cpu[name].append(c1.ru_utime - c0.ru_utime + c1.ru_stime - c0.ru_stime)
-    med = {k: statistics.median(v) for k, v in times.items()}
-    mcpu = {k: statistics.median(v) for k, v in cpu.items()}
-    print(f"load average (1/5/15 min) before {before_load}, after {_load()}")
-    for k, v in times.items():
-        print(f"process: {k:<18} median {med[k]:6.3f} s wall, {mcpu[k]:6.3f} s CPU, of {runs} "
-              f"({', '.join(f'{t:.2f}' for t in v)})")
-    xla = "xla cost analysis"
-    for mine in (k for k in cmds if k != xla):
-        print(f"ratio {mine}/xla (whole processes) {med[mine] / med[xla]:6.2f} wall, {mcpu[mine] / mcpu[xla]:6.2f} "
-              f"CPU   (target <= 0.25)")
-
-
-def _load() -> str:
-    """The load average now (1, 5, 15 minutes): the whole-process figures are wall times on a shared machine."""
-    import os
-
-    try:
-        return "/".join(f"{x:.1f}" for x in os.getloadavg())
-    except OSError:
-        return "?"
-
-
-def _trees(before: str | None) -> list[str]:
-    """The checkouts measured: this one, and ``before``."""
-    here = str(Path(__file__).resolve().parent.parent)
-    return [here] + ([str(Path(before).resolve())] if before else [])
-
-
-def _compiled(trees: list[str]) -> None:
-    """Each checkout's package compiled to bytecode first, as ``pip install`` leaves it (a checkout run from
-    source under PYTHONDONTWRITEBYTECODE would otherwise compile every module in every run)."""
-    import compileall
-
-    for tree in trees:
-        compileall.compile_dir(str(Path(tree) / "mhlo_cost"), quiet=1)
-
-
-def _subreaper() -> bool:
-    """Make this process the reaper of its orphaned descendants (Linux), so that the CPU of mhlo-cost's
-    reader child, which the process does not wait for at its exit, is counted in RUSAGE_CHILDREN."""
-    try:
-        import ctypes
-
-        return ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0) == 0  # PR_SET_CHILD_SUBREAPER
-    except (OSError, AttributeError):
-        return False
-
-
-def _reap() -> None:
-    """Wait for every orphan handed to this process (the reader's child ending after its parent)."""
-    import os
-
-    while True:
-        try:
-            os.waitpid(-1, 0)
-        except ChildProcessError:
-            return
-
-
-#: One process: warm up, then time ``repeat`` runs of one way to analyse FILE; prints the median seconds.
-IN_PROCESS = """
-import statistics, sys, time
-path, how, repeat = sys.argv[1], sys.argv[2], int(sys.argv[3])
-if how == "xla":
-    import jax
-    from jax._src.lib import _jax
-    backend = jax.devices("cpu")[0].client
-    def run():
-        text = open(path).read()
-        comp = _jax.mlir.mlir_module_to_xla_computation(text, use_tuple_args=False)
-        return _jax.hlo_module_cost_analysis(backend, comp.as_hlo_module())["flops"]
-else:
-    from mhlo_cost.analysis import analyze
-    from mhlo_cost.ir.guard import prestart
-    prestart(walk=True)
-    if how == "worker":
-        from mhlo_cost.analysis.isolated import analyze_isolated as analyze
-    def run():
-        return analyze(path).summary
-run()
-times = []
-for _ in range(repeat):
-    t0 = time.perf_counter()
-    run()
-    times.append(time.perf_counter() - t0)
-print(statistics.median(times))
-"""
-
-
-def _in_processes(path: Path, rounds: int, repeat: int, before: str | None = None) -> None:
-    """The analysis in process (API and worker; ``before``'s API), and XLA's, alternating processes; prints
-    the medians of the per-process medians and their ratios to XLA's."""
-    envs = _envs(before)
-    ways = {"xla in process": ("xla", envs[""]), "mhlo-cost analyze()": ("api", envs[""])}
-    ways["mhlo-cost worker"] = ("worker", envs[""])  # the walk in the reader's child, the rows back
-    if before:
-        ways["mhlo-cost analyze() (before)"] = ("api", envs[" (before)"])
-    times: dict = {k: [] for k in ways}
-    for _ in range(rounds):
-        for name, (how, env) in ways.items():
-            out = subprocess.run([sys.executable, "-c", IN_PROCESS, str(path), how, str(repeat)], check=True,
-                                 capture_output=True, env=env, text=True, cwd=NEUTRAL).stdout
-            times[name].append(float(out.split()[-1]))
-    med = {k: statistics.median(v) for k, v in times.items()}
-    for k, v in times.items():
-        print(f"in process: {k:<28} median {med[k]:6.3f} s  ({', '.join(f'{t:.2f}' for t in v)})")
-    for k in ways:
-        if k != "xla in process":
-            print(f"ratio {k}/xla (in process) {med[k] / med['xla in process']:6.2f}   (target <= 2)")
 
 
 def _guard_cost(path, repeat: int) -> tuple[float, float, float, float]:

@@ -20,9 +20,10 @@ from mhlo_cost.studies.study import StudyOptions
 from mhlo_cost.views.table import ViewRequest
 from mhlo_cost.walk import split
 
-from test_walk_split import program
+from test_walk_split import FORK_WARNING, program
 
-pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="the fork is POSIX's")
+pytestmark = [pytest.mark.skipif(not hasattr(os, "fork"), reason="the fork is POSIX's"),
+              pytest.mark.filterwarnings(FORK_WARNING)]
 
 LAYERS = 300
 memory_profile = importlib.import_module("mhlo_cost.memory.profile")
@@ -208,3 +209,36 @@ def test_no_memory_fork_where_the_walk_fork_did_not_answer(forking, monkeypatch)
     code, _ = whole_answer(text, split_on=True)
     assert code == Answer.RENDERED
     assert len(forks) == 1 and made == [os.getpid()]  # the walk walked its part here; no second fork
+
+
+def open_fds() -> int:
+    """How many file descriptors this process holds open (Linux's /proc/self/fd)."""
+    return len(os.listdir("/proc/self/fd"))
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="counts this process's open files (Linux)")
+@pytest.mark.parametrize("failing", [1, 2])  # the walk's fork, the memory's
+def test_a_fork_that_cannot_start_leaves_no_pipe_open(forking, monkeypatch, failing):
+    """``os.fork`` raising (EAGAIN: no process left): the pipe's two ends closed, and the part the fork would have
+    done made here (the walk's part walked, the profile made), the answer the one process's, byte for byte."""
+    import errno
+
+    forks, made = forking
+    text = program(LAYERS)
+    _, one = whole_answer(text, split_on=False)
+    del made[:]
+    real, calls = os.fork, []
+
+    def fork():
+        calls.append(1)
+        if len(calls) == failing:
+            raise OSError(errno.EAGAIN, "Resource temporarily unavailable")
+        return real()
+
+    monkeypatch.setattr(split.os, "fork", fork)
+    before = open_fds()
+    code, two = whole_answer(text, split_on=True)
+    assert open_fds() == before
+    assert code == Answer.RENDERED and two == one
+    assert len(calls) == failing and len(forks) == failing - 1 and made == [os.getpid()]
+    assert all(gone(pid) for pid in forks)

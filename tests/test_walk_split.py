@@ -13,8 +13,11 @@ from mhlo_cost.ir.loader import load
 from mhlo_cost.walk import split
 from mhlo_cost.walk.row import AnalysisError, Row
 
+# JAX's warning at every fork once its backends have started (jax/_src/xla_bridge.py, _at_fork: "os.fork() was
+# called ..."), which an earlier test of the same pytest process does: the forks here use none of JAX's threads.
+FORK_WARNING = "ignore:os.fork:RuntimeWarning"
 pytestmark = [pytest.mark.skipif(not hasattr(os, "fork"), reason="the split walk forks (POSIX)"),
-              pytest.mark.filterwarnings("ignore:os.fork:RuntimeWarning")]  # (this process's jax threads: unused by the fork)
+              pytest.mark.filterwarnings(FORK_WARNING)]
 
 T = "tensor<8x16xf32>"
 

@@ -3,13 +3,13 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import gc
 import os
 import sys
 from dataclasses import dataclass, field, replace
 from operator import attrgetter, itemgetter
 from typing import TYPE_CHECKING
 
+from ..files import collector
 from ..ir.loader import LoadError, Loaded, load
 from .series import int_series
 from ..walk.options import AnalysisOptions
@@ -345,10 +345,8 @@ def walk(source, visitor_class, entry: str | None = None, after=None):
     loaded = source if isinstance(source, Loaded) else load(source)
     # The walk allocates one row per op and frees nothing: the cyclic collector would only rescan the
     # growing heap again and again (that alone doubled the time on 50k ops), so it pauses meanwhile.
-    gc_was_enabled = gc.isenabled()
-    gc.disable()
     try:
-        with loaded.context, deep_recursion():
+        with collector.paused(), loaded.context, deep_recursion():
             visitor = visitor_class(loaded.module, entry)
             visitor.run()
             if after is not None:
@@ -362,9 +360,6 @@ def walk(source, visitor_class, entry: str | None = None, after=None):
         if "conversion error" not in str(e):
             raise
         raise AnalysisError(f"{loaded.name}: a name or location in the IR is not valid UTF-8") from None
-    finally:
-        if gc_was_enabled:
-            gc.enable()
     return loaded, visitor
 
 

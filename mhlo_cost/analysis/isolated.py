@@ -15,6 +15,9 @@ import json
 import os
 from dataclasses import asdict, dataclass
 
+from ..files import collector
+
+
 @dataclass(frozen=True)
 class WalkOptions:
     entry: str | None = None
@@ -66,22 +69,11 @@ def _decode(payload: bytes):
     """The analysis in ``payload``, made with the cyclic collector paused (it would traverse every new row
     again and again), then moved to its oldest generation at once, as the walk does with its rows
     (:meth:`mhlo_cost.walk.liveness.LivenessRecorder.finished`)."""
-    import gc
-
     from . import deep_recursion
     from .wire import decode
 
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        with deep_recursion():
-            analysis = decode(payload)
-        gc.freeze()
-        gc.unfreeze()
-    finally:
-        if was:
-            gc.enable()
-    return analysis
+    with collector.paused(settle=True), deep_recursion():
+        return decode(payload)
 
 
 # -- the child's side ----------------------------------------------------------------------------------------
@@ -91,15 +83,8 @@ def _render_paused(render, analysis, asked):
     """``render(analysis, asked)`` with the cyclic collector paused: the view's allocations would set off a full
     collection of every row the walk left (0.3 s at 10^5 ops, each time), and what the view makes is freed as it
     ends (its cycles, if any, at the next collection). A caller that had paused the collector keeps it paused."""
-    import gc
-
-    was = gc.isenabled()
-    gc.disable()
-    try:
+    with collector.paused():
         return render(analysis, asked)
-    finally:
-        if was:
-            gc.enable()
 
 
 def _render_alongside(render, analysis, asked):
@@ -132,8 +117,6 @@ def answer(module, name: str, options_json: str, render=None) -> tuple[bytes, by
     analysis, ``BYTECODE`` and the module as bytecode (where the walk's record is too large to send:
     :func:`mhlo_cost.analysis.wire.worth_sending`), ``ANALYSIS_ERROR`` and an :class:`AnalysisError`'s line, or
     ``BUG`` and an unexpected exception's (the caller says so)."""
-    import gc
-
     from . import deep_recursion
     from ..ir.codes import Answer
     from ..ir.loader import Loaded
@@ -155,12 +138,8 @@ def answer(module, name: str, options_json: str, render=None) -> tuple[bytes, by
             buf = io.BytesIO()
             module.operation.write_bytecode(buf)
             return Answer.BYTECODE, buf.getvalue()
-        gc.disable()
-        try:
-            with deep_recursion():
-                return Answer.ANALYSIS, encode(analysis)
-        finally:
-            gc.enable()
+        with collector.paused(), deep_recursion():
+            return Answer.ANALYSIS, encode(analysis)
     except AnalysisError as e:
         return Answer.ANALYSIS_ERROR, str(e).encode("utf-8", "replace")
     except RecursionError:

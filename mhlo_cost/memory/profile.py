@@ -1,10 +1,10 @@
 """A program's memory: live bytes per row, the peak and where it is, arguments, parameters and outputs."""
 from __future__ import annotations
 
-import gc
 from operator import is_
 from dataclasses import dataclass, field
 
+from ..files import collector
 from .params import first_readers, parameters
 from .sweep import Sweep
 
@@ -53,13 +53,8 @@ def profile(analysis, kernels: list | None = None, eager: bool = False) -> Memor
 
         hold = holds(analysis.rows, analysis.producers)
     sw = Sweep(rec, n, kernels, eager, hold)
-    gc_was_enabled = gc.isenabled()
-    gc.disable()  # the sweep allocates and frees nothing cyclic: rescanning the rows' heap is wasted time
-    try:
+    with collector.paused():  # the sweep allocates and frees nothing cyclic: rescanning the rows' heap is wasted time
         peak = sw.run()
-    finally:
-        if gc_was_enabled:
-            gc.enable()
     peak_row = None
     if n:
         top = max(sw.during)

@@ -22,6 +22,7 @@ import gc
 
 from jaxlib.mlir import ir
 
+from ..files import collector
 from .frames import Frame, Recording, Region, Return
 from .locations import location_info
 from .recorder import REGION_OPS, Recorder
@@ -56,7 +57,12 @@ class LivenessRecorder(Recorder, record="liveness", fields=("liveness",)):
     def finished(self, walk):
         self._entry_frame = self._frames.get(id(walk.function_rows(walk.entry)))  # the cached entry rows
         if not gc.isenabled():
-            _settle_heap()
+            # The rows, their value keys and this record are kept for the analysis' life and hold no cycles; made
+            # while the caller paused the cyclic collector (:func:`mhlo_cost.analysis.walk`), they would all wait
+            # in its youngest generation, and the first collection after the walk would traverse every one of them
+            # (the keys alone are three tuples per row: 20 -> 37 ms on the 400-layer benchmark). Moved to the
+            # oldest generation at once, they skip that pass.
+            collector.settle_heap()
 
     def function_started(self, name):
         self._stack.append(self._frame)
@@ -140,17 +146,6 @@ class LivenessRecorder(Recorder, record="liveness", fields=("liveness",)):
         for u, nbytes in zip(uses, local):  # shard_map: the operands are per-device buffers of these sizes
             if nbytes < self._local.get(u, nbytes + 1):
                 self._local[u] = nbytes
-
-
-def _settle_heap() -> None:
-    """The rows, their value keys and this record are kept for the analysis' life and hold no cycles; made
-    while the caller paused the cyclic collector (:func:`mhlo_cost.analysis.walk`), they would all wait in
-    its youngest generation, and the first collection after the walk would traverse every one of them (the
-    keys alone are three tuples per row: 20 -> 37 ms on the 400-layer benchmark). Moving them to the oldest
-    generation at once (``gc.freeze`` then ``gc.unfreeze``) skips that pass; they are still collected, with
-    everything else, by a full collection."""
-    gc.freeze()
-    gc.unfreeze()
 
 
 def _arguments(visitor, fn):

@@ -21,6 +21,7 @@ never its answer half used). Warnings come back in program order. Enabled by the
 """
 from __future__ import annotations
 
+import gc
 import os
 import pickle
 import time
@@ -121,17 +122,10 @@ def walk_split(walk, block) -> bool:
     if n < MIN_OPS or walk._row_hooks or not _forkable():
         return False
     cut = int(n * SHARE)
-    parent = os.getpid()
-    try:
-        read_end, write_end = os.pipe()
-        pid = os.fork()
-    except OSError:
+    # The fork: the rows of the ops from the cut to the last (the return stays with the process itself).
+    pid, read_end = _forked_answer(lambda: _walked(walk, islice(ops, cut, n - 1), cut)) or (None, None)
+    if pid is None:
         return False
-    if pid == 0:  # the fork: the ops from the cut to the last (the return stays with the process itself)
-        os.close(read_end)
-        _detach(parent)
-        _answer(walk, ops, cut, n - 1, write_end)  # (never returns)
-    os.close(write_end)
     began = time.perf_counter()
     try:
         walk.visit_ops(islice(ops, cut))
@@ -187,19 +181,39 @@ def _detach(parent: int) -> None:
         os._exit(0)
 
 
-def _answer(walk, ops, start: int, stop: int, fd: int) -> None:
-    """In the fork: the rows of ``ops[start:stop]`` pickled to ``fd`` (or nothing, where one is not a pure rule's
-    row), then the fork ends at once (no clean-up of the parent's objects, no buffers flushed)."""
+def _forked_answer(make) -> tuple[int, int] | None:
+    """(the fork's process id, the read end of a pipe from it) of a new fork that writes ``make()`` (bytes) to the
+    pipe and ends (:func:`_sent`); None where the pipe or the fork failed (EMFILE, EAGAIN, ENOMEM), nothing left
+    open. In the fork, the cyclic collector is paused (a collection would touch, and copy on write, every object of
+    the heap it shares) and the reader's stdin and stdout let go (:func:`_detach`)."""
+    parent = os.getpid()
     try:
-        blob = _walked(walk, islice(ops, start, stop), start)
-    except BaseException:  # noqa: BLE001 (an analysis error, a bug: the process itself walks the part and says it)
-        blob = b""
-    _sent(blob, fd)
+        read_end, write_end = os.pipe()
+    except OSError:
+        return None
+    try:
+        pid = os.fork()
+    except OSError:
+        os.close(read_end)
+        os.close(write_end)
+        return None
+    if pid == 0:
+        gc.disable()
+        os.close(read_end)
+        _detach(parent)
+        _sent(make, write_end)  # (never returns)
+    os.close(write_end)
+    return pid, read_end
 
 
-def _sent(blob: bytes, fd: int) -> None:
-    """In a fork: ``blob`` written to ``fd``, then the fork ends at once."""
+def _sent(make, fd: int) -> None:
+    """In a fork: ``make()`` written to ``fd`` (nothing where it raises: this process computes it again and says
+    what is wrong), then the fork ends at once (no clean-up of the parent's objects, no buffers flushed)."""
     try:
+        try:
+            blob = make()
+        except BaseException:  # noqa: BLE001 (an analysis error, a bug)
+            blob = b""
         view = memoryview(blob)
         while view:
             view = view[os.write(fd, view):]
@@ -263,25 +277,8 @@ def alongside(fn, rows: int) -> Alongside | None:
     the size of its work in rows, sets the wait for it (:func:`alongside_deadline`)."""
     if not _split or _on is None or not hasattr(os, "fork") or not _one_thread():
         return None
-    parent = os.getpid()
-    try:
-        read_end, write_end = os.pipe()
-        pid = os.fork()
-    except OSError:
-        return None
-    if pid == 0:
-        import gc
-
-        gc.disable()  # a collection here would touch (and copy, on write) every object of the heap it shares
-        os.close(read_end)
-        _detach(parent)
-        try:
-            blob = pickle.dumps((fn(),), protocol=pickle.HIGHEST_PROTOCOL)
-        except BaseException:  # noqa: BLE001 (this process computes it again, and says what is wrong)
-            blob = b""
-        _sent(blob, write_end)  # (never returns)
-    os.close(write_end)
-    return Alongside(pid, read_end, alongside_deadline(rows))
+    forked = _forked_answer(lambda: pickle.dumps((fn(),), protocol=pickle.HIGHEST_PROTOCOL))
+    return None if forked is None else Alongside(*forked, alongside_deadline(rows))
 
 
 def _walked(walk, ops, start: int) -> bytes:

@@ -17,20 +17,12 @@ nothing cyclic gains nothing from the collector rescanning its growing heap.
 """
 from __future__ import annotations
 
-import contextlib
 import gc
 
+from ...files import collector
 
-@contextlib.contextmanager
+
 def collector_paused():
-    """Run the body (a first import of a framework) with the cyclic collector paused, then freeze what it made
-    (module docstring); where the collector was already paused, nothing changes."""
-    if not gc.isenabled():
-        yield
-        return
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.freeze()
-        gc.enable()
+    """A context in which to run the body (a first import of a framework) with the cyclic collector paused, then
+    freeze what it made (module docstring); where the collector was already paused, nothing changes (no freeze)."""
+    return collector.paused(freeze=gc.isenabled())

@@ -8,13 +8,12 @@ fails returns its error as a result; it never raises.
 """
 from __future__ import annotations
 
-import gc
 import hashlib
 import os
 import time
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 
+from ...files import collector
 from ...views.sweep_row import sweep_row
 from .grid import DEFAULT_PRECISION, Point, build_config, lowering_of, recipe_of
 
@@ -140,7 +139,6 @@ def compute(task: Task) -> Result:
     return Result(task.point, "ok", "", sha, rows, time.perf_counter() - t0, check)
 
 
-@contextmanager
 def _collector_paused():
     """Python's cyclic garbage collector paused while one point runs, as it was after. A point makes the analyses
     and pricings of its lowerings, a few hundred thousand objects that live until it ends, and the collector runs
@@ -151,14 +149,7 @@ def _collector_paused():
     it made stays while the collector is paused; the old one, the process's modules, is not walked). The cost: the
     cycles that die within a point wait for its end (the published STDiT3 table's peak per process, measured:
     317 -> 567 MB with ``--jobs 1``, 306 -> 436 MB with two workers)."""
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.collect(1)
-        if was:
-            gc.enable()
+    return collector.paused(collect=1)
 
 
 #: The depths a deep bundled model is lowered at, its table rebuilt at full depth from them
