@@ -51,3 +51,28 @@ def test_the_rank_s_forward_and_backward_are_priced_within_six_percent(compared)
         assert fwd / r["fwd_ms"] == pytest.approx(1.0, abs=0.06), r["cp"]
         assert bwd / r["bwd_ms"] == pytest.approx(1.0, abs=0.06), r["cp"]
         assert (r["fwd_passes_est_ms"] == 0) == (r["cp"] == 1)  # no merges without a ring
+
+
+def test_table2_exchanges_and_fsdp_group_are_the_closed_form():
+    """torchtitan Table 2 as validate_training.py builds it (Llama 3 8B, 32768 positions a GPU, FSDP 8 / cp, K/V
+    repeated to 32 heads): per layer the K/V all-gather of cp x (2 x 32768 x 32 x 128 x 2 bytes) (forward, and the
+    backward's own), the fp32 dK/dV (2 x 32768 x 32 x 128 x 4 bytes) passed cp times; FSDP shards over all 8 GPUs
+    at every cp (torchtitan 9dec370 parallelize_llama.py: ``fully_shard`` over the flattened ``dp_shard_cp``
+    mesh), so nothing of FSDP changes with cp."""
+    from mhlo_cost.studies.plan.sharding import cp_collectives, shard_groups
+
+    vt = script("benchmarks/validate_training.py")
+    data = vt.load()
+    model = data["model"]["llama3-8b"]
+    kv = 2 * 32768 * 32 * 128 * 2
+    for r in data["run"]:
+        if not r["id"].startswith("torchtitan2412/t2-8b-cp"):
+            continue
+        cfg = vt.scale_config(r, model)
+        cp = cfg.cp
+        assert cfg.local_seq == 32768 and cfg.shard_degree == 8
+        assert sorted(shard_groups(cfg)[0]) == list(range(8))
+        got = [(c.kind, c.nbytes, c.per, c.count) for c in cp_collectives(cfg)]
+        assert got == ([] if cp == 1 else [("all_gather", cp * kv, "layer_forward", 1),
+                                           ("all_gather", cp * kv, "layer_backward", 1),
+                                           ("collective_permute", 2 * kv, "grad_step", cp)])
