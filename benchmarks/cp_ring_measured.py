@@ -143,6 +143,24 @@ def _key_of(name: str) -> tuple[int, int, bool]:
     return int(sq), int(sk), causal
 
 
+def backward_step_kinds(rows=None) -> dict:
+    """Each backward step's measured ms by kind, from the rank's totals and the schedule each row records: the local
+    causal step (cp 1), ``A`` = every query against half the keys (cp 2's later step), ``B`` = half the queries
+    against every key (cp 4's third); and cp 8's total as they predict it. Under torch.compile each fp32 dK/dV
+    permute is waited for where it is issued, so every backward step waits for the slowest rank, whose step is the
+    slower of A and B: their difference is what that wait costs a step."""
+    by = {r["cp"]: r for r in (rows if rows is not None else ring_rows())}
+    causal = by[1]["bwd_ms"]
+    a = by[2]["bwd_ms"] - causal
+    kinds = [tuple(s) for s in by[4]["steps"][1:]]
+    n_a = sum(1 for sq, sk, _ in kinds if sk < sq)
+    b = (by[4]["bwd_ms"] - causal - n_a * a) / (len(kinds) - n_a)
+    steps8 = [tuple(s) for s in by[8]["steps"][1:]]
+    n8 = sum(1 for sq, sk, _ in steps8 if sk < sq)
+    return {"causal": causal, "A": a, "B": b, "cp8_predicted": causal + n8 * a + (len(steps8) - n8) * b,
+            "cp8_measured": by[8]["bwd_ms"]}
+
+
 def layer_rows(cache_dir=None) -> list[tuple[int, dict]]:
     """(cp, train-plan's attention seconds by phase) of the torchtitan Table 2 rows' layer (one rank, 32768
     positions) on the ``h200`` profile: the ``core`` scope of the layer train-plan lowers and prices
@@ -194,6 +212,10 @@ def main(argv=None) -> int:
         seen.update(r["calls"])
     for k, (m, e) in sorted(seen.items()):
         print(f"  {k:<14s} {m:8.2f} {e:8.2f} {e / m:6.3f}")
+    k = backward_step_kinds()
+    print(f"backward step by kind (measured, derived): causal {k['causal']:.1f}, A (all queries x half the keys) "
+          f"{k['A']:.1f}, B (half the queries x all keys) {k['B']:.1f} ms; cp 8 predicted {k['cp8_predicted']:.1f}, "
+          f"measured {k['cp8_measured']:.1f}")
     if a.layer:
         _print_layer(rows, a.cache)
     return 0

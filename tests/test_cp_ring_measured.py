@@ -76,3 +76,13 @@ def test_table2_exchanges_and_fsdp_group_are_the_closed_form():
         assert got == ([] if cp == 1 else [("all_gather", cp * kv, "layer_forward", 1),
                                            ("all_gather", cp * kv, "layer_backward", 1),
                                            ("collective_permute", 2 * kv, "grad_step", cp)])
+
+
+def test_the_two_later_backward_steps_cost_alike_so_waiting_for_the_slowest_rank_costs_little():
+    """The backward's steps by kind, read off the measured totals (cp 1: the causal step; cp 2: + one ``A``; cp 4:
+    + two ``A`` and one ``B``), predict cp 8's (+ four ``A``, three ``B``) to within 1%; ``A`` and ``B`` differ by
+    under 3 ms of ~71, so the per-step wait for the slowest rank (each fp32 dK/dV permute waited for at once under
+    torch.compile) adds under 3 ms a step: not the published rows' gap."""
+    k = cr.backward_step_kinds()
+    assert k["cp8_predicted"] == pytest.approx(k["cp8_measured"], rel=0.01)
+    assert abs(k["A"] - k["B"]) < 3.0 and 60.0 < k["B"] < 80.0
