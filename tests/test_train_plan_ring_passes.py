@@ -58,6 +58,19 @@ def test_allgather_ring_bytes_match_the_statements_of_the_last_rank():
     assert (p.forward_kernels, p.backward_kernels) == (2 + 1 + 3, 2 + 1 + 2 * 4 + 1 + 2 * 3)
 
 
+def test_eager_allgather_builds_the_send_buffer_every_step():
+    """The loop makes ``torch.cat([key.flatten(), value.flatten()])`` before each ``exchange_buffers`` call (every
+    step but the last), which the all-gather rotater ignores after the first: eager runs every cat (2 kernels more
+    a phase at cp 4), a trace drops the unused ones."""
+    cfg = _cfg(execution="eager")
+    e, ekv, rows = 1 * 4 * 16 * 16, 1 * 2 * 16 * 16, 1 * 4 * 16
+    p = ring_passes(cfg)
+    assert (p.forward_bytes, p.backward_bytes) == _walk(4, e, ekv, rows, 16, every_step_cat=True)
+    assert (p.forward_kernels, p.backward_kernels) == (2 + 3 + 3, 2 + 3 + 2 * 4 + 1 + 2 * 3)
+    traced = ring_passes(cfg.with_split(execution="inductor"))
+    assert (traced.forward_bytes, traced.backward_bytes) == _walk(4, e, ekv, rows, 16, every_step_cat=False)
+
+
 def test_alltoall_cats_every_step_and_repeated_kv_heads_move_the_query_heads():
     cfg = _cfg(cp_comm="torch-alltoall", kv_repeat=True)
     e = 1 * 4 * 16 * 16

@@ -8,9 +8,11 @@ between the calls runs elementwise work of its own that a single attention kerne
 forward (per layer and micro-batch, one rank)
   * ``key.contiguous()``, ``value.contiguous()`` (the keys and values come transposed out of the projection):
     each read and written once, bf16;
-  * the rotater's buffer ``torch.cat([key.flatten(), value.flatten()])``: with ALL_GATHER (the default
-    ``rotate_method``) only the first step's is sent (``_AllGatherRotater.exchange_buffers`` ignores the later
-    ones); with ALL_TO_ALL every step but the last;
+  * the rotater's buffer ``torch.cat([key.flatten(), value.flatten()])``: with ALL_TO_ALL every step but the
+    last; with ALL_GATHER (the default ``rotate_method``) only the first step's is sent
+    (``_AllGatherRotater.exchange_buffers`` ignores the later ones), but the loop builds it before every call of
+    ``exchange_buffers`` all the same: PyTorch eager (``execution`` eager) runs each of the cp - 1 cats; traced by
+    torch.compile the later ones have no user and are dropped as dead code, one is left;
   * ``_SDPAMerger.step``: the first block's output converted to fp32 (``convert_to_f32``, default True), then each
     later block merged into it, ``out = out - sigmoid(block_lse - lse) * (out - block_out)`` and
     ``lse = lse - logsigmoid(lse - block_lse)``: the fp32 accumulator read and written, the block's bf16 output
@@ -34,8 +36,8 @@ every rank.
 
 Bytes are the least these statements move, each statement group one kernel that reads its inputs once and writes
 its outputs once (what Inductor makes of them under torch.compile, which traces the ring loop in torchtitan's
-compiled blocks); PyTorch eager runs each operator as its own kernel and moves more (not priced here: a lower
-bound there). Counts are exact ints; times are the profile's memory model.
+compiled blocks); PyTorch eager runs each operator as its own kernel and moves more (not priced here beyond the
+cats it does not drop: a lower bound there). Counts are exact ints; times are the profile's memory model.
 """
 from __future__ import annotations
 
@@ -71,7 +73,8 @@ def ring_passes(cfg: ScaleConfig) -> RingPasses:
         return RingPasses()
     e, ekv, lse, d = _sizes(cfg)
     later = cfg.cp - 1  # steps after the local one
-    cats = 1 if cfg.cp_comm == "torch-allgather" else later
+    # the K/V send buffer's cats: every step but the last, save under a trace with ALL_GATHER (only the first used)
+    cats = 1 if cfg.cp_comm == "torch-allgather" and cfg.execution != "eager" else later
     copies = 2 * (2 + 2) * ekv  # K and V, bf16: read + written (contiguous(); one cat into the send buffer)
     # each merge: the fp32 accumulated output read and written, the block's bf16 output read; the fp32 log-sum-exps
     # (accumulated and the block's) read, the accumulated written. The first block's cast to fp32 fuses into the first
