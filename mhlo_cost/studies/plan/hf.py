@@ -1,4 +1,5 @@
-"""A transformers decoder of the Llama family (or DeepSeek-V3's mixture of experts), as a :class:`~mhlo_cost.studies.plan.config.ScaleConfig`.
+"""A transformers decoder of the Llama family (or DeepSeek-V3's mixture of experts) as a
+:class:`~mhlo_cost.studies.plan.config.ScaleConfig`.
 
 The configuration is read as ``lower --hf`` reads it (:func:`mhlo_cost.lower.frontends.hub.hf_config`: a
 config.json, a model type, ``--set`` overrides; no weights). A Llama-family model (``model_type`` llama,
