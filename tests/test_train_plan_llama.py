@@ -78,8 +78,9 @@ def test_inductor_prices_the_complex_rope_as_aten_kernels():
     cfg = ScaleConfig(**SMALL, arch="llama", execution="inductor")
     a = Study(_program("inductor"), training="always", execution="inductor", attention="fused").analysis
     rows = costs._aten_rows(a, cfg)
-    assert rows and all("rope" in a.rows[i].scope.split("/") for i in rows)
+    assert rows and all({"rope", "complex"} <= set(a.rows[i].scope.split("/")) for i in rows)
     assert any(a.rows[i].op.endswith("complex") for i in rows)
+    assert not any(a.rows[i].op.endswith("convert") for i in rows)  # (the casts around it: Inductor's kernels)
     assert not costs._aten_rows(a, ScaleConfig(**SMALL, arch="llama", execution="compiled"))
     assert not costs._aten_rows(a, ScaleConfig(**SMALL, execution="inductor"))
 
@@ -107,7 +108,7 @@ def _measured(layer: str, kind: str) -> float:
 
 def test_llama3_8b_layer_against_its_h200_measurement():
     """One torchtitan Llama 3 8B layer, forward + backward, mb 1, seq 8192, on the lent H200 (torch 2.11): eager
-    23.33 ms, torch.compile 21.27 ms. The estimate must be within 20% of each (eager +14%, compiled +5% when this
+    23.33 ms, torch.compile 21.27 ms. The estimate must be within 20% of each (eager +14%, compiled +4% when this
     was written; the bundled GPT layer at the same shapes gave +23% and +2%, and a compile gain of 1.32 where the
     measured one is 1.10), and its compile gain within 15% of the measured one."""
     sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
