@@ -46,6 +46,8 @@ SOURCE_FIELDS = ("title", "url", "where", "year", "gpu", "system", "metric")
 METRICS = ("iteration_s", "tokens_per_s_per_gpu", "tflops_per_gpu", "mfu")
 DEGREES = ("tp", "pp", "dp", "cp", "ep", "vp")
 MLPS = ("gelu", "swiglu", "squared_relu", "moe")
+#: A model's layer architecture (ScaleConfig.arch; absent: gpt): llama is RMSNorm, no biases, rotary embedding.
+ARCHS = ("gpt", "llama")
 RECOMPUTES = ("none", "selective", "full", "op")
 #: How a row's step runs, from its ``compile`` field: torch.compile (True), PyTorch eager (False), or (absent) the
 #: fused kernels of Megatron / NeMo / Transformer Engine.
@@ -126,6 +128,8 @@ def check(data: dict) -> list[str]:
         out += [f"model {mid}: no {k}" for k in MODEL_FIELDS if k not in m]
         if m.get("mlp") not in MLPS:
             out.append(f"model {mid}: mlp {m.get('mlp')!r} is not one of {', '.join(MLPS)}")
+        if m.get("arch", "gpt") not in ARCHS:
+            out.append(f"model {mid}: arch {m.get('arch')!r} is not one of {', '.join(ARCHS)}")
     seen = set()
     for r in data.get("run", []):
         rid = r.get("id", "?")
@@ -243,6 +247,8 @@ def scale_config(run: dict, model: dict, fields: set | None = None):
               precision="bf16" if run["precision"] == "fp16" else run["precision"])
     if model["mlp"] == "squared_relu" and "activation" in fields:  # NeMo's eager relu and pow (Nemotron's rows)
         kw["activation"] = "squared-relu"
+    if model.get("arch", "gpt") != "gpt" and "arch" in fields:  # the Llama layer (studies/plan/llama_layer.py)
+        kw["arch"] = model["arch"]
     return ScaleConfig(**kw, **{k: v for k, v in split_options(run).items() if k in fields})
 
 

@@ -18,7 +18,9 @@ ZeRO stage (0: replicated, gradients all_reduced; 1: optimizer state sharded, Me
 backward, or kept unsharded from the forward). Context parallelism ``cp`` splits the sequence (load-balanced
 causal chunks; ``cp_comm``: ``p2p``, ring attention's send/recv of K/V, or ``all_gather``). Uneven
 pipelines: ``first_stage_layers`` / ``last_stage_layers`` (Megatron's ``--decoder-first/last-pipeline-num-
-layers``), the other stages splitting the rest evenly (:meth:`ScaleConfig.stage_layers`). ``attention``:
+layers``), the other stages splitting the rest evenly (:meth:`ScaleConfig.stage_layers`).
+``arch``: the layer's architecture, ``gpt`` (the bundled GPT's: LayerNorm with biases, biased linears) or
+``llama`` (RMSNorm, no biases, rotary embedding: :mod:`.llama_layer`). ``attention``:
 ``unfused`` (the attention as its separate kernels, Megatron 2022's; the default) or ``fused`` (one flash-attention
 kernel, as NeMo, Megatron-Core and torchtitan run it), with ``attention_library`` the fused kernel's library
 (``fa2``, ``fa3``, ``cudnn``; empty: the profile's default) as the training stack calls it. ``execution``: how
@@ -33,23 +35,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from ...machines.kernels import LIBRARIES
-from .megatron_passes import ACTIVATION, passes_invalid  # noqa: F401 (ACTIVATION re-exported)
-from .sharding_check import (CP_TORCH, DP_REDUCE, blocking_invalid, cp_invalid,  # noqa: F401 (re-exported)
-                             sharding_invalid)
-
-RECOMPUTE = ("none", "selective", "full", "op")
-DP_COMM = ("all_reduce", "zero")
-CP_COMM = ("p2p", "all_gather", "a2a", "torch-allgather", "torch-alltoall")  # a2a: Ulysses (STDiT3, .stdit3)
-ATTENTION = ("unfused", "fused")
-#: The loss: the head program's own (fused), Megatron-LM's eager kernels, Megatron-Core's compiled fusion
-CROSS_ENTROPY = ("fused", "megatron", "megatron-fused")
-#: How TE's userbuffers overlap a row-parallel GEMM's reduce_scatter (:mod:`.tp_overlap`)
-TP_OVERLAP_RS = ("pipeline", "ring_exchange")
-#: How the training step runs (:mod:`mhlo_cost.machines.execution`): ``compiled`` (fused kernels: Megatron's fused
-#: kernels, XLA), ``eager`` (PyTorch eager, one kernel per framework op), ``inductor`` (torch.compile).
-EXECUTION = ("compiled", "eager", "inductor")
-
+from .config_check import (ARCH, ATTENTION, CP_COMM, CROSS_ENTROPY, DP_COMM, EXECUTION, RECOMPUTE,  # noqa: F401
+                           TP_OVERLAP_RS, invalid, model_invalid)
+from .megatron_passes import ACTIVATION  # noqa: F401 (re-exported)
+from .sharding_check import CP_TORCH, DP_REDUCE  # noqa: F401 (re-exported)
 
 @dataclass(frozen=True)
 class ScaleConfig:
@@ -62,6 +51,7 @@ class ScaleConfig:
     ffn: int = 0  # MLP width; 0: 4 x hidden
     kv_heads: int = 0  # key/value heads (grouped-query attention); 0: heads
     mlp_kind: str = "gelu"  # gelu: fc1, GELU, fc2 (GPT); swiglu: gate and up, SiLU(gate) x up, down (Llama)
+    arch: str = "gpt"  # the layer: gpt (LayerNorm, biases: .layer) | llama (RMSNorm, no biases, RoPE: .llama_layer)
     # the split
     t: int = 1
     p: int = 1
@@ -219,113 +209,13 @@ class ScaleConfig:
         return ((first,) if first else ()) + mid + ((last,) if last else ())
 
     def model_invalid(self) -> str | None:
-        """Why the model itself (whatever its split) cannot run, in one sentence; None where it can."""
-        for k in ("layers", "hidden", "heads", "seq", "vocab", "t", "p", "d", "interleave", "micro_batch",
-                  "global_batch", "cp"):
-            v = getattr(self, k)
-            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-                return f"{k} must be a positive integer, got {v!r}"
-        for k in ("ffn", "kv_heads", "zero", "dp_shard", "first_stage_layers", "last_stage_layers"):
-            v = getattr(self, k)
-            if not isinstance(v, int) or isinstance(v, bool) or v < 0:
-                return f"{k} must be a positive integer (0: the default), got {v!r}"
-        if self.recompute not in RECOMPUTE:
-            return f"recompute must be one of {', '.join(RECOMPUTE)}, got {self.recompute!r}"
-        if self.dp_comm not in DP_COMM:
-            return f"dp_comm must be one of {', '.join(DP_COMM)}, got {self.dp_comm!r}"
-        if self.zero > 3:
-            return f"zero (the ZeRO stage) must be 0, 1, 2 or 3, got {self.zero}"
-        if self.cp_comm not in CP_COMM:
-            return f"cp_comm must be one of {', '.join(CP_COMM)}, got {self.cp_comm!r}"
-        if self.attention not in ATTENTION:
-            return f"attention must be one of {', '.join(ATTENTION)}, got {self.attention!r}"
-        if self.execution not in EXECUTION:
-            return f"execution must be one of {', '.join(EXECUTION)}, got {self.execution!r}"
-        if self.execution != "compiled" and self.attention != "fused":
-            return (f"{self.execution} execution runs the attention as PyTorch's SDPA call: it needs fused attention, "
-                    f"got {self.attention}")
-        if self.attention_library and (self.attention_library not in LIBRARIES or self.attention != "fused"):
-            return (f"attention_library must be one of {', '.join(LIBRARIES)} with fused attention, "
-                    f"got {self.attention_library!r} with {self.attention} attention")
-        if self.hidden % self.heads:
-            return f"heads {self.heads} do not divide hidden {self.hidden}"
-        if self.mlp_kind not in ("gelu", "swiglu"):
-            return f"mlp_kind must be gelu or swiglu, got {self.mlp_kind!r}"
-        if self.heads % self.kv:
-            return f"key/value heads {self.kv} must divide heads {self.heads}"
-        from ...machines.precision import PrecisionError, training_recipe
-
-        try:
-            training_recipe(self.precision)
-        except PrecisionError as e:
-            return str(e)
-        return None
+        """Why the model itself (whatever its split) cannot run, in one sentence; None where it can
+        (:func:`.config_check.model_invalid`)."""
+        return model_invalid(self)
 
     def invalid(self) -> str | None:
-        """Why this configuration cannot run, in one sentence; None where it can."""
-        why = self.model_invalid()
-        if why:
-            return why
-        if self.heads % self.t:
-            return f"tensor degree {self.t} does not divide heads {self.heads}"
-        if self.heads % self.kv or self.kv % self.t:
-            return (f"key/value heads {self.kv} must divide heads {self.heads} and be divisible by the tensor "
-                    f"degree {self.t}")
-        if self.mlp % self.t:
-            return f"tensor degree {self.t} does not divide the MLP width {self.mlp}"
-        if self.sp and self.seq % self.t:
-            return f"sequence parallelism: tensor degree {self.t} does not divide seq {self.seq}"
-        if self.sp and self.t == 1:
-            return "sequence parallelism needs a tensor degree above 1"
-        if self.tp_overlap_rs not in TP_OVERLAP_RS:
-            return f"tp_overlap_rs must be one of {', '.join(TP_OVERLAP_RS)}, got {self.tp_overlap_rs!r}"
-        if self.cross_entropy not in CROSS_ENTROPY:
-            return f"cross_entropy must be one of {', '.join(CROSS_ENTROPY)}, got {self.cross_entropy!r}"
-        why = passes_invalid(self) or blocking_invalid(self)  # (.megatron_passes, .sharding_check)
-        if why:
-            return why
-        if self.tp_comm_overlap and self.t > 1 and not self.sp:
-            return "tensor-parallel communication overlap (userbuffers) needs sequence parallelism"
-        why = self._pipeline_invalid() or sharding_invalid(self) or cp_invalid(self) or self._moe_invalid()
-        if why:
-            return why
-        if self.interleave > 1 and self.p == 1:
-            return "interleaving needs a pipeline degree above 1"
-        if self.global_batch % (self.micro_batch * self.d):
-            return (f"micro-batch {self.micro_batch} x data degree {self.d} does not divide global batch "
-                    f"{self.global_batch}")
-        if self.interleave > 1 and self.micro_batches % self.p:
-            return (f"the interleaved schedule needs micro-batches ({self.micro_batches}) to be a multiple of "
-                    f"the pipeline degree {self.p}")
-        return None
-
-    def _pipeline_invalid(self) -> str | None:
-        if not self.stage_layers():
-            given = self.first_stage_layers or self.last_stage_layers
-            extra = int(self.account_embedding) + int(self.account_loss)
-            return (f"pipeline degree {self.p}: first/last stage layers {self.first_stage_layers}/"
-                    f"{self.last_stage_layers} leave no even split of the other stages' layers of {self.layers}"
-                    if given else f"pipeline degree {self.p} does not divide layers {self.layers}"
-                    + (f" + {extra} (embedding/loss counted)" if extra else "")
-                    + "; give --decoder-first/last-pipeline-num-layers or "
-                    "--account-for-embedding/loss-in-pipeline-split")
-        counted = self.account_embedding or self.account_loss  # Megatron-Core's rule for these: interleave_invalid
-        if (self.interleave > 1 and not self.uneven and not counted and self.pipeline_split == "megatron"
-                and self.layers % (self.p * self.interleave)):
-            return (f"pipeline degree {self.p} x interleave {self.interleave} does not divide "
-                    f"layers {self.layers}")
-        from .pipeline_split import interleave_invalid
-
-        return interleave_invalid(self)
-
-    def _moe_invalid(self) -> str | None:
-        if (not self.experts and self.ep == 1 and not self.ep_overlap and self.top_k == self.expert_ffn ==
-                self.shared_experts == self.dense_layers == self.expert_tp == 0 and self.capacity_factor == 0
-                and self.expert_imbalance == 1):
-            return None
-        from .moe_checks import moe_invalid
-
-        return moe_invalid(self)
+        """Why this configuration cannot run, in one sentence; None where it can (:func:`.config_check.invalid`)."""
+        return invalid(self)
 
     def with_split(self, **kw) -> "ScaleConfig":
         return replace(self, **kw)
@@ -340,6 +230,7 @@ class ScaleConfig:
         key = key if self.precision == "bf16" else key + (self.precision,)  # (bf16 keys unchanged)
         key = key if self.attention == "unfused" else key + (("attention", self.attention),)
         key = key if self.execution == "compiled" else key + (("execution", self.execution),)
+        key = key if self.arch == "gpt" else key + (("arch", self.arch),)  # (gpt keys unchanged)
         return key + (("attention_library", self.attention_library),) if self.attention_library else key
 
     def label(self) -> str:

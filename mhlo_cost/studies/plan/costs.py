@@ -175,7 +175,7 @@ def analyse_layer(cfg: ScaleConfig, hw, key: str = "", chip: str = "", part: str
     separate kernels; fused: one flash-attention kernel, at ``cfg.attention_library``'s fractions where set, else
     the profile's default)."""
     from ..study import Study
-    from .layer import lower_head, lower_layer
+    from .layer import lower_head
     from .tp_overlap import linear_seconds
 
     why = library_refusal(cfg, hw)
@@ -189,11 +189,11 @@ def analyse_layer(cfg: ScaleConfig, hw, key: str = "", chip: str = "", part: str
 
         text = lower_experts(cfg)
     else:
-        text = lower_head(cfg) if part == "head" else own() if own is not None else lower_layer(cfg)
+        text = lower_head(cfg) if part == "head" else own() if own is not None else dense_layer(cfg)
     study = Study(text, training="always", hardware=hw,
                   execution=cfg.execution, attention=cfg.attention, dataflow=True)
     a, rf = study.analysis, study.roofline
-    gemm, vec, times, core, loss, dgrad, wgrad = _row_sums(a, rf)
+    gemm, vec, times, core, loss, dgrad, wgrad = _row_sums(a, rf, _aten_rows(a, cfg))
     saved = _saved_bytes(a, a.phases, cfg, hw, part == "layer" and own is None)
     weights = [x for x in a.arguments if x.donated and x.name.startswith("params")]
     master = [x for x in a.arguments if x.donated and x.name.startswith("master")]
@@ -208,10 +208,38 @@ def analyse_layer(cfg: ScaleConfig, hw, key: str = "", chip: str = "", part: str
         linear_s=linear_seconds(a, rf.times, hw, cfg.t))
 
 
-def _row_sums(a, rf) -> tuple:
+def dense_layer(cfg: ScaleConfig) -> str:
+    """The StableHLO text of ``cfg``'s dense per-device layer: the GPT layer (:mod:`.layer`) or, with ``arch="llama"``,
+    the Llama layer (:mod:`.llama_layer`)."""
+    if cfg.arch == "llama":
+        from .llama_layer import lower_llama_layer
+
+        return lower_llama_layer(cfg)
+    from .layer import lower_layer
+
+    return lower_layer(cfg)
+
+
+def _aten_rows(a, cfg: ScaleConfig) -> frozenset:
+    """Rows that torch.compile leaves to ATen: under ``inductor``, the Llama layer's complex product of its rotary
+    embedding (scope ``rope/complex``: Inductor does not generate code for complex operators, :mod:`.llama_layer`;
+    the casts around it are Triton kernels, as the H200 profile of torchtitan's ``apply_rotary_emb`` compiled shows:
+    the ATen complex ``mul`` kept, the ``.float()`` and ``type_as`` copies ``triton_poi_fused__to_copy_view``)."""
+    if cfg.execution != "inductor" or cfg.arch != "llama":
+        return frozenset()
+    return frozenset(i for i, r in enumerate(a.rows) if {"rope", "complex"} <= set(r.scope.split("/")))
+
+
+def _row_sums(a, rf, aten: frozenset = frozenset()) -> tuple:
     """The program's rows summed by phase: GEMM and vector FLOPs, seconds (the tensor- and context-parallel
-    collectives left out), the seconds of scopes ``core`` and ``loss``, and the backward's dgrad and wgrad FLOPs."""
+    collectives left out), the seconds of scopes ``core`` and ``loss``, and the backward's dgrad and wgrad FLOPs.
+    The rows of ``aten`` take their eager seconds (ATen kernels under torch.compile: :func:`_aten_rows`)."""
     ph = a.phases
+    row_time = list(rf.fusion.row_time)
+    if aten:
+        eager = rf.gain.eager.row_time
+        for i in aten:
+            row_time[i] = eager[i]
     gemm = {p: 0 for p in PHASES}
     vec = {p: 0 for p in PHASES}
     times = {p: 0.0 for p in PHASES}
@@ -224,9 +252,9 @@ def _row_sums(a, rf) -> tuple:
         vec[p] += r.vector_flops
         scopes = r.scope.split("/")
         if "tp_comm" not in scopes and "cp_comm" not in scopes:
-            times[p] += rf.fusion.row_time[i]
-            core[p] += rf.fusion.row_time[i] if "core" in scopes else 0.0
-            loss[p] += rf.fusion.row_time[i] if "loss" in scopes else 0.0
+            times[p] += row_time[i]
+            core[p] += row_time[i] if "core" in scopes else 0.0
+            loss[p] += row_time[i] if "loss" in scopes else 0.0
         if p == "backward" and ph.grad[i] == "dgrad":
             dgrad += r.gemm_flops
         elif p == "backward" and ph.grad[i] == "wgrad":
@@ -253,9 +281,8 @@ def flash_saved_bytes(cfg: ScaleConfig, hw) -> int:
     kernel's, from the layer as lowered (:func:`analyse_layer`)."""
     from ...analysis.training import memory_categories
     from ..study import Study
-    from .layer import lower_layer
 
-    study = Study(lower_layer(cfg.with_split(recompute="selective")), training="always", hardware=hw,
+    study = Study(dense_layer(cfg.with_split(recompute="selective")), training="always", hardware=hw,
                   execution=cfg.execution, attention=cfg.attention, dataflow=True)
     lse = cfg.micro_batch * (cfg.heads // cfg.t) * cfg.local_seq * 4
     return memory_categories(study.analysis, study.analysis.phases)["saved_activations"] + lse

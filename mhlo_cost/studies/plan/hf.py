@@ -1,13 +1,13 @@
-"""A transformers decoder that fits the GPT pattern (or DeepSeek-V3's mixture of experts), as a :class:`~mhlo_cost.studies.plan.config.ScaleConfig`.
+"""A transformers decoder of the Llama family (or DeepSeek-V3's mixture of experts) as a
+:class:`~mhlo_cost.studies.plan.config.ScaleConfig`.
 
 The configuration is read as ``lower --hf`` reads it (:func:`mhlo_cost.lower.frontends.hub.hf_config`: a
 config.json, a model type, ``--set`` overrides; no weights). A Llama-family model (``model_type`` llama,
 mistral, qwen2) maps to: layers = ``num_hidden_layers``, hidden = ``hidden_size``, heads =
 ``num_attention_heads``, key/value heads = ``num_key_value_heads`` (grouped-query attention), ffn =
 ``intermediate_size`` with the SwiGLU MLP (gate, up, down: three ffn GEMMs), vocabulary = ``vocab_size``.
-What the per-device layer still does the GPT way: LayerNorm with bias where Llama has RMSNorm, biases on the
-projections, no rotary embedding (elementwise work, a few percent of a layer's time; no GEMM FLOPs), the
-dropouts (Llama trains without: ``dropout=False`` is the caller's choice).
+The per-device layer is the Llama block (``arch="llama"``, :mod:`.llama_layer`): RMSNorm, no biases, the rotary
+embedding of q and k; the dropouts stay the caller's choice (Llama trains without: ``dropout=False``).
 """
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ def hf_scale_config(name: str, config: str | None, overrides: dict, seq: int | N
     heads = cfg.num_attention_heads
     return ScaleConfig(layers=cfg.num_hidden_layers, hidden=cfg.hidden_size, heads=heads,
                        kv_heads=getattr(cfg, "num_key_value_heads", None) or heads, ffn=cfg.intermediate_size,
-                       vocab=cfg.vocab_size, seq=seq or cfg.max_position_embeddings, mlp_kind="swiglu")
+                       vocab=cfg.vocab_size, seq=seq or cfg.max_position_embeddings, mlp_kind="swiglu", arch="llama")
 
 
 def _moe_scale_config(name: str, cfg, seq: int | None) -> ScaleConfig:
