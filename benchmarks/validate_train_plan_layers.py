@@ -15,7 +15,7 @@ inductor; its forward + backward + recompute seconds (the optimizer left out, as
 Nothing here is fitted to these rows. Prints per row the measured and estimated milliseconds and their ratio, and
 the compile gain (eager / compiled) measured and estimated.
 
-    PYTHONPATH=. python benchmarks/validate_train_layers.py [--data FILE]
+    PYTHONPATH=. python benchmarks/validate_train_plan_layers.py [--data FILE]
 """
 from __future__ import annotations
 
