@@ -19,7 +19,8 @@ with the Llama block's own elementwise work.
   "Torchinductor does not support code generation for complex operators"), so under torch.compile the complex
   product (scope ``rope/complex``) is priced as eager runs it, one ATen kernel, and the casts around it are
   Inductor's (:func:`mhlo_cost.studies.plan.costs.analyse_layer`; profiled on the lent H200, torch 2.11, q and k of
-  Llama 3 8B at seq 8192, forward + backward (benchmarks/data/measured_h200_rope.json): eager 624 us in 16 kernels, compiled 495 us in 15, the ATen complex
+  Llama 3 8B at seq 8192, forward + backward, benchmarks/data/measured_h200_rope.json: eager 624 us in 16
+  kernels, compiled 495 us in 15, the ATen complex
   ``mul`` 189 / 191 us in both, the copies Triton kernels when compiled).
   Megatron-Core's ``apply_rotary_pos_emb`` with ``apply_rope_fusion`` (megatron/core/models/common/embeddings/
   rotary_pos_embedding.py; NeMo's Llama configs set it) calls Transformer Engine's fused RoPE
