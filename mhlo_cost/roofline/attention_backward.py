@@ -8,12 +8,24 @@ shape test, which :mod:`.sdpa` and :mod:`.kernel_io` share.
 """
 from __future__ import annotations
 
+import math
+
 from .attention import Attention, shape_of
 
 
 def trails(t, shapes) -> bool:
+    """Whether tensor ``t`` is a score of one of ``shapes`` (B x H x Sq x Sk, or stacked with more leading dims): its
+    shape ends in one, or it ends in the same Sq x Sk and holds a whole number of scores. The second form is a score
+    whose batch and head dims were split or merged (PyTorch's SDPA lowered through torchax multiplies Q K^T as a
+    [B*H, Sq, D] bmm and computes the softmax and its gradient on [B, H, Sq, Sk]: with B > 1 neither shape ends in
+    the other)."""
     s = tuple(getattr(t, "shape", ()))
-    return any(len(s) >= len(q) and s[len(s) - len(q):] == q for q in shapes)
+    for q in shapes:
+        if len(s) >= len(q) and s[len(s) - len(q):] == q:
+            return True
+        if len(s) >= 2 and len(q) >= 2 and s[-2:] == q[-2:] and math.prod(s) % math.prod(q) == 0:
+            return True
+    return False
 
 
 def _components(cand: list[int], producers) -> list[list[int]]:

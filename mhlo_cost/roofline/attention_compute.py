@@ -17,8 +17,11 @@ from .band import mask_fraction
 
 def is_causal(rows, producers, members) -> bool:
     """Whether a forward attention masks with an index comparison (iota against iota: a causal or windowed
-    mask): a ``select`` member whose outside operand comes from an ``iota`` within a few data ops."""
+    mask): a ``select`` member whose outside operand comes from an ``iota`` within a few data ops, or an ``add``
+    member whose outside operand is an additive bias made from such a comparison (:func:`additive_index_mask`)."""
     inside = set(members)
+    if additive_index_mask(rows, producers, [i for i in members if short_name(rows[i].op) == "add"], inside):
+        return True
     for i in members:
         if short_name(rows[i].op) != "select":
             continue
@@ -30,6 +33,50 @@ def is_causal(rows, producers, members) -> bool:
                 return True
             if d < 6 and (rows[p].kind in ("data", "free", "other", "elementwise") or name == "compare"):
                 stack.extend((q, d + 1) for q in producers[p] if isinstance(q, int))
+    return False
+
+
+#: Rows walked back from an attention's members to the comparison of indices that makes its mask: a forward's
+#: additive bias (broadcasts, the ``where`` of -inf and 0, ``not``, ``and``) sits about 8 rows behind its ``add``;
+#: a backward reads the forward's probabilities, 4 rows (divide, exponential, subtract, add) further.
+MASK_DEPTH = 16
+#: Ops whose result is read from a table at computed indices, not the indices themselves: a bias looked up this way
+#: (T5's relative-position buckets: comparisons of iotas index an embedding) is not an index mask.
+LOOKUPS = frozenset({"gather", "dynamic_slice", "dynamic_gather", "torch_index_select"})
+
+
+def additive_index_mask(rows, producers, starts, inside, depth: int = MASK_DEPTH) -> bool:
+    """Whether an operand of rows ``starts`` from outside ``inside`` is made, within ``depth`` elementwise, data or
+    transcendental rows (the forward's exponential, for a backward), from a ``compare`` of values made from ``iota``
+    (an index mask). PyTorch's SDPA with ``is_causal=True`` lowered through torchax is of this form: torchax's
+    ``_sdpa_reference`` (torchax/ops/jtorch.py, as ``torch.nn.functional.scaled_dot_product_attention``'s documented
+    equivalent) builds ``ones(L, S).tril()``, fills a zero bias with -inf where it is False and adds it to the scores;
+    the library kernel the call runs on a GPU (FlashAttention-2's ``Is_causal``: flash_fwd_kernel.h stops each query
+    block's loop at the diagonal) skips the key blocks above the diagonal instead."""
+    seen: set = set()
+    stack = [(p, 0) for i in starts for p in producers[i] if isinstance(p, int) and p not in inside]
+    while stack:
+        p, d = stack.pop()
+        if p in seen:
+            continue
+        seen.add(p)
+        if short_name(rows[p].op) == "compare" and _from_iota(rows, producers, p):
+            return True
+        if d < depth and rows[p].kind in ("data", "free", "other", "elementwise", "transcendental") and (
+                short_name(rows[p].op) not in LOOKUPS):
+            stack.extend((q, d + 1) for q in producers[p] if isinstance(q, int))
+    return False
+
+
+def _from_iota(rows, producers, i: int, depth: int = 6) -> bool:
+    """Whether an operand of row ``i`` comes from an ``iota`` within ``depth`` data or elementwise rows."""
+    stack = [(p, 0) for p in producers[i] if isinstance(p, int)]
+    while stack:
+        p, d = stack.pop()
+        if short_name(rows[p].op) == "iota":
+            return True
+        if d < depth and rows[p].kind in ("data", "free", "other", "elementwise"):
+            stack.extend((q, d + 1) for q in producers[p] if isinstance(q, int))
     return False
 
 
@@ -85,7 +132,8 @@ def kernel_compute_s(rows, producers, times, members, hw, multiplicity: int, lib
     band = mask_fraction(rows, producers, masks, members, model.tile)
     if band is not None and band >= (n + 1) / (2 * n):
         band = None  # no fewer blocks than a causal mask visits: priced as one, as before
-    if band is None and (is_causal(rows, producers, members) or (backward and _masked(rows, members))):
+    if band is None and (is_causal(rows, producers, members) or (backward and (_masked(rows, members) or (
+            additive_index_mask(rows, producers, members, set(members)))))):
         band = (n + 1) / (2 * n)  # causal: the blocks on and below the diagonal
     peak = times[qk].peak or 1.0
     matrix = gemm_flops * (1 if band is None else band) / (peak * lib.fraction(backward, tiles))
