@@ -17,6 +17,8 @@ pytestmark = pytest.mark.skipif(importlib.util.find_spec("torchax") is None
 
 LOC_DEF = re.compile(r"^(#loc\d+) = (.*)$", re.M)
 LOC_REF = re.compile(r"loc\((#loc\d+)\)\s*$")
+#: The frame of the trace a replayed op comes from.
+REPLAYED = "Replayer._trace.<locals>.traced@_torchax_replay.py"
 SETS = dict(hidden_size=64, intermediate_size=128, num_attention_heads=4, num_key_value_heads=2, vocab_size=128)
 
 
@@ -39,7 +41,7 @@ def _step(req, once: bool):
 
 
 def _ops(text: str) -> list[tuple[str, str, str]]:
-    """Per op line of the body: (the line without its location, the op's scope name, the files of its frames),
+    """Per op line of the body: (the line without its location, the op's scope name, its frames as function@file),
     the location followed through the text's location table by hand (independent of the walk's reader)."""
     table = dict(LOC_DEF.findall(text))
 
@@ -53,8 +55,9 @@ def _ops(text: str) -> list[tuple[str, str, str]]:
             continue
         where = resolve(m.group(1))
         name = re.search(r'"([^"]*/[^"]*)"\(', where)
+        frames = re.findall(r'loc\("([^"]+)"\(loc\("[^"]*?([^"/]+\.py)":', where)
         out.append((line[:m.start()].strip(), name.group(1) if name else "",
-                    " ".join(sorted(set(re.findall(r'"([^"]+\.py)":', where))))))
+                    " ".join(sorted({f"{function}@{file}" for function, file in frames}))))
     return out
 
 
@@ -71,10 +74,25 @@ def test_layers_traced_once_are_the_same_program_under_the_same_names(mode):
     assert {re.search(r"/layers\.\d+/", a[i][1]).group(0) for i in layers} == {f"/layers.{i}/" for i in range(3)}
     assert any("/layers.2/self_attn/" in a[i][1] for i in layers) and any("/layers.2/mlp/" in a[i][1]
                                                                             for i in layers)
-    # every layer's ops come from the replay (its frame is in their locations), none of the plain lowering's do
-    replay = "_torchax_replay.py"
-    assert all(replay in b[i][2] for i in layers) and not any(replay in x[2] for x in a)
-    assert not any(replay in x[2] for i, x in enumerate(b) if i not in set(layers))  # (embedding, norm, head)
+    # every layer's ops come from the replayed trace (its frame is in their locations), none of the plain
+    # lowering's do, nor the ops outside the layers (embedding, norm, head)
+    assert all(REPLAYED in b[i][2] for i in layers) and not any(REPLAYED in x[2] for x in a)
+    assert not any(REPLAYED in x[2] for i, x in enumerate(b) if i not in set(layers))
+
+
+def test_a_kind_of_layer_that_makes_constants_runs_as_it_is():
+    """Qwen2 with a sliding window from layer 4 on: its sliding layers' cache update makes a constant array each (one
+    per layer traced one by one, where a replay would share one), and counts its positions in a plain integer of
+    its cache entry (which a replay would not count again): those layers run as they are, the others replay."""
+    from mhlo_cost.lower.inference.steps import StepRequest
+
+    sets = dict(SETS, num_hidden_layers=7, max_window_layers=4, use_sliding_window=True, sliding_window=8)
+    req = StepRequest(hf="Qwen2ForCausalLM", config="qwen2", batch=2, context=16,
+                      overrides=tuple(sorted(sets.items())))
+    a, b = [_ops(_step(req, o).lowered.text) for o in (False, True)]
+    assert [x[:2] for x in a] == [x[:2] for x in b] and len(a) > 1000
+    replayed = {re.search(r"/layers\.(\d+)/", x[1]).group(1) for x in b if REPLAYED in x[2]}
+    assert replayed == {"0", "1", "2", "3"}
 
 
 def test_layers_traced_once_price_the_same():
@@ -99,9 +117,11 @@ def test_only_within_the_context():
     assert not torchax_once.enabled()
 
 
-def _toy_ops(replay: bool, reads_outside: bool) -> list:
-    """The ops (line, scope) of a toy model of three alike layers through torchax, its layers replayed or not; each
-    layer reads a value the model computes beside its arguments where ``reads_outside``."""
+def _toy_ops(replay: bool, how: str) -> tuple[list, dict, int]:
+    """(the ops (line, scope), each kind's whether it replays, the calls counted) of a toy model of three alike
+    layers through torchax, its layers replayed or not. Each layer reads its arguments alone (``how`` "inputs"),
+    also a value the model computes beside them ("outside"), or counts its calls in a plain attribute of an
+    argument ("counts")."""
     import jax
     import torch
 
@@ -110,14 +130,22 @@ def _toy_ops(replay: bool, reads_outside: bool) -> list:
 
     seen = {}
 
+    class Counter:
+        calls = 0
+
+    counter = Counter()
+
     class Layer(torch.nn.Module):
         def __init__(self):
             super().__init__()
             self.lin = torch.nn.Linear(8, 8)
 
-        def forward(self, x):
+        def forward(self, x, counter):
             y = torch.relu(self.lin(x))
-            return y * seen["scale"] if reads_outside else y
+            if how == "counts":
+                counter.calls += 1
+                y = y + counter.calls
+            return y * seen["scale"] if how == "outside" else y
 
     class Model(torch.nn.Module):
         def __init__(self):
@@ -127,7 +155,7 @@ def _toy_ops(replay: bool, reads_outside: bool) -> list:
         def forward(self, x):
             seen["scale"] = x.sum()
             for layer in self.layers:
-                x = layer(x)
+                x = layer(x, counter)
             return x
 
     with torch.device("meta"):
@@ -147,13 +175,14 @@ def _toy_ops(replay: bool, reads_outside: bool) -> list:
 
     text = jax.jit(run).lower(*args).as_text(debug_info=True)
     kinds = {k: r.closed is not None for k, r in replayer.recipes.items()}
-    return [x[:2] for x in _ops(text)], kinds
+    return [x[:2] for x in _ops(text)], kinds, counter.calls
 
 
-@pytest.mark.parametrize("reads_outside", [False, True])
-def test_a_layer_that_reads_a_traced_value_it_is_not_given_runs_as_it_is(reads_outside):
-    plain, _ = _toy_ops(False, reads_outside)
-    replayed, kinds = _toy_ops(True, reads_outside)
+@pytest.mark.parametrize("how", ["inputs", "outside", "counts"])
+def test_a_layer_that_reads_or_changes_what_it_is_not_given_runs_as_it_is(how):
+    plain, _, calls = _toy_ops(False, how)
+    replayed, kinds, calls_replayed = _toy_ops(True, how)
     assert replayed == plain and len(plain) > 6
     assert {s.split("/")[1] for _, s in plain if s.count("/") > 1} >= {f"layers.{i}" for i in range(3)}
-    assert list(kinds.values()) == [not reads_outside]  # one kind; replayed only where it reads its inputs alone
+    assert list(kinds.values()) == [how == "inputs"]  # one kind; replayed only where it reads its inputs alone
+    assert calls_replayed == calls == (3 if how == "counts" else 0)  # (the trace's own call undone)

@@ -87,7 +87,7 @@ class Replayer:
         key = (type(layer), spec, tuple(described), tuple((p, n, _aval(t)) for p, n, _m, t in params),
                _module_state(layer), type(entry), names, entry_plain,
                tuple(_aval(getattr(entry, n)) for n in names))
-        return _Parts(key, leaves, spec, dynamic, params, entry, names)
+        return _Parts(key, leaves, spec, dynamic, params, entry, names, layer)
 
     # -- tracing the first of a kind ---------------------------------------------------------------------------
 
@@ -103,6 +103,7 @@ class Replayer:
 
         def traced(flat):
             inner = [tensor(x, env) for x in flat]
+            watched, kept = parts.watch(), [(x, dict(vars(x))) for x in parts.watched()]
             saved = parts.swap(inner)
             try:
                 leaves = list(parts.leaves)
@@ -118,17 +119,25 @@ class Replayer:
                 if any(not isinstance(x, tensor) for x in after):
                     raise _Plain("the layer left a cache entry that is not a tensor")
                 recipe.replaced = tuple(a is not b for a, b in zip(after, inner[len(inner) - len(after):]))
+                if parts.watch() != watched:  # (a replay would not do it again)
+                    raise _Plain("the layer changed a plain value of its modules, its cache entry or an argument")
                 return [x.jax() for x in results] + [t.jax() for t in inner[:len(inner) - len(after)]] + \
                     [x.jax() for x in after]
             finally:
                 parts.swap(saved)
+                for x, attributes in kept:  # (as they were: the layer may yet run as it is)
+                    x.__dict__.clear()
+                    x.__dict__.update(attributes)
 
         try:
             closed = jax.make_jaxpr(traced)([jax.ShapeDtypeStruct(x.shape, x.dtype) for x in outer])
         except _Plain:
             return recipe
-        if any(isinstance(c, jax.core.Tracer) for c in closed.consts):
-            return recipe  # (it reads a traced value it is not given: every layer of the kind runs plainly)
+        if closed.consts:
+            # a traced value it is not given (another layer's cache entry) or a constant array the layer makes:
+            # one such array per layer traced one by one, but one shared by every replay (the program would hold
+            # fewer constants); every layer of the kind runs as it is
+            return recipe
         recipe.closed = closed
         return recipe
 
@@ -171,6 +180,22 @@ class _Parts:
     params: list
     entry: object
     names: tuple
+    layer: object
+
+    def watched(self) -> list:
+        """The objects whose attributes the call could change: the layer's modules, each object among the
+        arguments (a cache), the layer's cache entry."""
+        objects = [m for m in self.layer.modules()] + [x for x in self.leaves if _describe(x)[0] == "object"] + \
+            ([self.entry] if self.entry is not None else [])
+        return [x for x in objects if hasattr(x, "__dict__")]
+
+    def watch(self) -> tuple:
+        """The plain values of :meth:`watched`'s attributes (tensors aside; a container by identity)."""
+        import torch
+
+        return _module_state(self.layer), tuple(
+            tuple(sorted((n, _describe(v)) for n, v in vars(x).items() if not isinstance(v, torch.Tensor)))
+            for x in self.watched()[len(list(self.layer.modules())):])
 
     def input_objects(self) -> list:
         """The torchax tensors the jaxpr takes, in order: parameters, arguments, the cache entry's."""
