@@ -26,9 +26,6 @@ from typing import Callable, Mapping, Sequence
 
 #: Renumbered value keys are this plus their order of first use (no count of a program comes near it).
 KEY_BASE = 1 << 62
-#: A list of at least this many integers, none a value key, is taken out whole (:class:`_Taker`).
-_RUN_MIN = 4
-_ONLY_INT = {int}
 _RUN = re.compile(r"(-?\d+)")
 
 
@@ -86,11 +83,6 @@ class _Taker(pickle.Pickler):
         t = type(obj)
         if t is int:
             return self._int(obj)
-        if t is list and len(obj) >= _RUN_MIN and _ONLY_INT == set(map(type, obj)) and self.keys.isdisjoint(obj):
-            # a run of plain integers (a column of the op table, an index table) taken whole: the same values in
-            # the same order as one by one, without a call per integer
-            self.values.extend(obj)
-            return b"r%d,%d" % (len(self.values) - len(obj), len(obj))
         if t is str and _RUN.search(obj):
             pieces = _RUN.split(obj)
             out = []
@@ -112,9 +104,6 @@ class _Giver(pickle.Unpickler):
         return self.values[int(pid[1:])] if pid[:1] == b"i" else KEY_BASE + int(pid[1:])
 
     def persistent_load(self, pid: bytes):
-        if pid[:1] == b"r":
-            start, n = map(int, pid[1:].split(b","))
-            return list(self.values[start:start + n])
         if pid[:1] == b"s":
             return "".join(p if type(p) is str else str(self._int(p)) for p in pickle.loads(pid[1:]))
         return self._int(pid)

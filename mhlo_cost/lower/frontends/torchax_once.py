@@ -2,22 +2,27 @@
 (:func:`layers_traced_once`).
 
 torchax runs a torch forward op by op, each aten op dispatched in Python to JAX functions that ``jax.jit`` stages
-into its trace: a decode step's tracing is almost all of its lowering's time, and every decoder layer of a model
-runs the same Python again. Within :func:`layers_traced_once`, :func:`replayed_layers` traces the first layer of
+into its trace, and every decoder layer of a model runs the same Python again. Within :func:`layers_traced_once`, :func:`replayed_layers` traces the first layer of
 each kind to a jaxpr (``jax.make_jaxpr``: its parameters, tensor arguments and its own KV-cache layer's tensors as
 the jaxpr's inputs) and replays that jaxpr for every later layer of the same kind with that layer's tensors
 (``jax.core.eval_jaxpr``). The replay binds each equation into the step's trace as the traced layer did, with the
 name stack in force put before the equation's own and the equation's traceback propagated (``eval_jaxpr`` in
 ``jax/_src/core.py``): the layer's ``jax.named_scope`` (its module path, :mod:`.scopes`) is entered by its
-forward pre-hook before the replay, so every op keeps its ``model/layers.{i}/self_attn/...`` scope name, and its
-location's frames are those of the traced layer (the same lines of the same code). The program is op for op the
-one the layers give traced one by one (tests/test_serve_traced_once.py compares them).
+forward pre-hook before the replay, so every op keeps its ``model/layers.{i}/self_attn/...`` scope name. What
+changes is the op's location: its frames are those inside the traced layer, then the step's lowering call (the
+frames between, the model's forward that called the layer, are not in it). The program is op for op the one the
+layers give traced one by one (tests/test_serve_traced_once.py compares them); the serve grid, which reads op
+names and never frames, lowers so.
 
 What makes two layers of a kind: the same class and parameter shapes, the same attributes throughout the layer's
 modules (``layer_idx`` aside: it only picks the layer's own cache entry), the same argument structure and
-shapes, the same plain values among the arguments. A layer whose trace reads a traced value it was not given
-(another layer's cache, a tensor attribute) is not replayed: its jaxpr would close over that value, so it is
-found (a tracer among the jaxpr's constants) and the layer runs as it is, traced, as every layer of its kind.
+shapes, the same plain values among the arguments and in its cache entry. A kind runs as it is, traced layer by
+layer, where its trace holds any constant (a traced value it was not given, such as another layer's cache entry,
+which the jaxpr would close over; or a constant array the layer makes, one per layer traced one by one but one
+shared by every replay: Qwen2's sliding-window cache update), or where the layer changes a plain value of its
+modules, its cache entry or an argument (a replay would not change it again: the sliding-window entry's count
+of positions); the trace's own changes are undone first. What the replay cannot see: a change inside a container
+(a list appended to) or of an object reached only through a module's attribute.
 
 Only the serve grid lowers so (:mod:`mhlo_cost.studies.serve.fitted`); ``lower`` never does (its stored golden
 inputs record every location's frames).
