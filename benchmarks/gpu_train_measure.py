@@ -8,6 +8,8 @@
 * ``gemm``: each linear's three products (forward, data and weight gradients) of one tensor-parallel rank of NeMo's
   fp8 GPT-3 and Nemotron layers, bf16 (torch.matmul) and fp8 (torch._scaled_mm, tensorwise), at each micro-batch,
   the L2 flushed before each call.
+* ``sustained``: one product shape run back to back for 12 s (bf16 8192 cube, random and zeros; a NeMo-sized
+  bf16 and fp8 product): TFLOP/s each second with the SM clock and board power (NVML).
 * ``ring``: one rank's attention work in PyTorch's ring attention with load-balanced causal chunks for Llama 3 8B
   (32 heads after ``repeat_kv``, head 128, 32768 positions per rank) at cp 1, 2, 4, 8: the flash forward of each
   step with its fp32 log-sum-exp merge, then each step's flash backward with the fp32 accumulation of dq, dk, dv.
@@ -15,7 +17,7 @@
 
 Writes one JSON object per measurement to ``OUT/gpu_results.jsonl`` as it goes.
 
-    python3 benchmarks/gpu_train_measure.py OUT_DIR [--only layer,compiled,ring,gemm] [--budget-s 400]
+    python3 benchmarks/gpu_train_measure.py OUT_DIR [--only layer,compiled,ring,gemm,sustained] [--budget-s 400]
 """
 from __future__ import annotations
 
@@ -182,6 +184,48 @@ def gemm_rows(log, name: str) -> None:
             torch.cuda.empty_cache()
 
 
+def _nvml():
+    try:
+        import pynvml
+        pynvml.nvmlInit()
+        h = pynvml.nvmlDeviceGetHandleByIndex(torch.cuda.current_device())
+        return lambda: (pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_SM),
+                        pynvml.nvmlDeviceGetPowerUsage(h) / 1000.0)
+    except Exception:  # noqa: BLE001 (no NVML: clocks not read)
+        return lambda: (None, None)
+
+
+def sustained_rows(log, seconds: float = 12.0) -> None:
+    """Back-to-back products of one shape for ``seconds``: TFLOP/s per second of the run with the SM clock and
+    the board power read then (NVML), random data (and zeros for the 8192 cube): what a step's GEMMs get once
+    the clock settles under the power limit, against a short benchmark's first calls."""
+    read = _nvml()
+    shapes = [("bf16", 8192, 8192, 8192, "random"), ("bf16", 8192, 8192, 8192, "zeros"),
+              ("bf16", 8192, 4096, 16384, "random"), ("fp8", 8192, 4096, 16384, "random")]
+    for dtype, m, k, n, data in shapes:
+        call = _mm(m, k, n, dtype)
+        if data == "zeros":
+            a, b = torch.zeros(m, k, device="cuda", dtype=BF16), torch.zeros(k, n, device="cuda", dtype=BF16)
+            call = lambda a=a, b=b: torch.matmul(a, b)  # noqa: E731
+        for _ in range(3):
+            call()
+        torch.cuda.synchronize()
+        per_s, t_end = [], time.monotonic() + seconds
+        while time.monotonic() < t_end:
+            t0, calls = time.monotonic(), 0
+            while time.monotonic() - t0 < 1.0:
+                for _ in range(20):
+                    call()
+                calls += 20
+                torch.cuda.synchronize()
+            dt = time.monotonic() - t0
+            clock, watts = read()
+            per_s.append([round(2 * m * k * n * calls / dt / 1e12, 1), clock, watts])
+        log.put(kind="sustained", dtype=dtype, m=m, k=k, n=n, data=data, seconds=seconds,
+                tflops_clock_watts=per_s)
+        torch.cuda.empty_cache()
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("out")
@@ -199,6 +243,8 @@ def main(argv=None) -> int:
         jobs += [lambda c=c: ring_rows(log, c) for c in (1, 2, 4, 8)]
     if "gemm" in only:
         jobs += [lambda n=n: gemm_rows(log, n) for n in GEMM_LAYERS]
+    if "sustained" in only:
+        jobs += [lambda: sustained_rows(log)]
     if "compiled" in only:
         jobs += [lambda: layer_rows(log, "llama", "llama3-8b", (1,), compiled=True),
                  lambda: layer_rows(log, "gpt", "gpt3-5b", (1,), compiled=True)]
