@@ -18,7 +18,7 @@ import gc
 def paused(*, collect: int | None = None, settle: bool = False, freeze: bool = False):
     """The body run with the cyclic collector paused. On the way out, whether the body raised or not, in this order:
     ``collect``, the generation then collected (``gc.collect``; None: no collection); ``settle``, every tracked
-    object moved to the oldest generation (:func:`settle`); ``freeze``, every tracked object moved to the permanent
+    object moved to the oldest generation (:func:`settle_heap`); ``freeze``, every tracked object moved to the permanent
     generation (``gc.freeze``: CPython's advice for objects made once and kept); then the collector's previous state
     restored: enabled again where it was enabled on the way in, left paused where a caller had paused it."""
     was = gc.isenabled()
