@@ -186,3 +186,24 @@ def test_a_layer_that_reads_or_changes_what_it_is_not_given_runs_as_it_is(how):
     assert {s.split("/")[1] for _, s in plain if s.count("/") > 1} >= {f"layers.{i}" for i in range(3)}
     assert list(kinds.values()) == [how == "inputs"]  # one kind; replayed only where it reads its inputs alone
     assert calls_replayed == calls == (3 if how == "counts" else 0)  # (the trace's own call undone)
+
+
+def test_a_step_traced_once_is_kept_apart_from_the_plain_one(tmp_path):
+    """The grid's step (shorter frames) and a plain ``serve``'s step of the same request are two cache entries: a
+    plain lowering after the grid's is not read from the grid's entry, and its IR keeps the frames between the
+    model's forward and the layer."""
+    from mhlo_cost.lower.frontends.torchax_once import layers_traced_once
+    from mhlo_cost.studies.serve.grid import StepCache
+
+    cache, req = StepCache(tmp_path), _request(3)
+    with layers_traced_once():
+        once, hit = cache.step(req)
+    assert not hit
+    plain, hit = cache.step(req)
+    assert not hit  # not the grid's entry
+    assert "_torchax_replay.py" in once.lowered.text and "_torchax_replay.py" not in plain.lowered.text
+    again, hit = cache.step(req)
+    assert hit and again.lowered.text == plain.lowered.text
+    with layers_traced_once():
+        kept, hit = cache.step(req)
+    assert hit and kept.lowered.text == once.lowered.text

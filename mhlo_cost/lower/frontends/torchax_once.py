@@ -2,8 +2,8 @@
 (:func:`layers_traced_once`).
 
 torchax runs a torch forward op by op, each aten op dispatched in Python to JAX functions that ``jax.jit`` stages
-into its trace, and every decoder layer of a model runs the same Python again. Within :func:`layers_traced_once`, :func:`replayed_layers` traces the first layer of
-each kind to a jaxpr (``jax.make_jaxpr``: its parameters, tensor arguments and its own KV-cache layer's tensors as
+into its trace, and every decoder layer of a model runs the same Python again. Within
+:func:`layers_traced_once`, :func:`replayed_layers` traces the first layer of each kind to a jaxpr (``jax.make_jaxpr``: its parameters, tensor arguments and its own KV-cache layer's tensors as
 the jaxpr's inputs) and replays that jaxpr for every later layer of the same kind with that layer's tensors
 (``jax.core.eval_jaxpr``). The replay binds each equation into the step's trace as the traced layer did, with the
 name stack in force put before the equation's own and the equation's traceback propagated (``eval_jaxpr`` in
@@ -24,7 +24,8 @@ modules, its cache entry or an argument (a replay would not change it again: the
 of positions); the trace's own changes are undone first. What the replay cannot see: a change inside a container
 (a list appended to) or of an object reached only through a module's attribute.
 
-Only the serve grid lowers so (:mod:`mhlo_cost.studies.serve.fitted`); ``lower`` never does (its stored golden
+Only the serve grid lowers so (:mod:`mhlo_cost.studies.serve.fitted`), and keeps such a step in its cache under a
+key of its own (:meth:`mhlo_cost.studies.serve.grid.StepCache.step`); ``lower`` never does (its stored golden
 inputs record every location's frames).
 """
 from __future__ import annotations
