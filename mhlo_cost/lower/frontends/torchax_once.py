@@ -4,7 +4,8 @@
 torchax runs a torch forward op by op, each aten op dispatched in Python to JAX functions that ``jax.jit`` stages
 into its trace, and every decoder layer of a model runs the same Python again. Within
 :func:`layers_traced_once`, :func:`replayed_layers` traces the first layer of each kind to a jaxpr
-(``jax.make_jaxpr``: its parameters, tensor arguments and its own KV-cache layer's tensors as the jaxpr's inputs) and replays that jaxpr for every later layer of the same kind with that layer's tensors
+(``jax.make_jaxpr``: its parameters, tensor arguments and its own KV-cache layer's tensors as the jaxpr's inputs) and
+replays that jaxpr for every later layer of the same kind with that layer's tensors
 (``jax.core.eval_jaxpr``). The replay binds each equation into the step's trace as the traced layer did, with the
 name stack in force put before the equation's own and the equation's traceback propagated (``eval_jaxpr`` in
 ``jax/_src/core.py``): the layer's ``jax.named_scope`` (its module path, :mod:`.scopes`) is entered by its
