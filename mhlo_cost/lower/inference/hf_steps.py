@@ -18,6 +18,7 @@ import jax
 import numpy as np
 
 from ..frontends import torchax_frontend as tf
+from ..frontends.torchax_once import replayed_layers
 from . import hf_experts_quant, hf_quant
 from .cache import CacheLayout, LayerCache
 
@@ -94,10 +95,11 @@ def copy_from_views(env):
         env._ops[op] = saved
 
 
-def step_function(model, mode: str, context: int, tokens: int, locations: bool = True):
+def step_function(model, mode: str, context: int, tokens: int, locations: bool = True, replay: bool = False):
     """``fn(state, buffers, cache, ids, pos) -> (logits of the last position, cache)`` through torchax. A cache
     entry of four tensors (key, value, key scale, value scale) is an fp8 cache (:func:`.hf_quant.fp8_cache`); its
-    scales are passed through."""
+    scales are passed through. ``replay``: the decoder layers traced once per kind where the serve grid asks
+    (:func:`~mhlo_cost.lower.frontends.torchax_once.replayed_layers`)."""
     import torch
     from transformers import StaticCache
 
@@ -109,7 +111,8 @@ def step_function(model, mode: str, context: int, tokens: int, locations: bool =
         state_t, cache_t, ids_t, pos_t = env.j2t_iso(({**state, **buffers}, cache, ids, pos))
         scopes = tf.module_scopes(model) if locations else contextlib.nullcontext()
         with env, torch.device("jax"), scopes, tf.mute_aten_scopes(True), tf.fold_unit_alpha(env, True), \
-                copy_from_views(env), torch.no_grad():
+                copy_from_views(env), torch.no_grad(), \
+                (replayed_layers(env, model) if replay else contextlib.nullcontext()):
             static = StaticCache(config=model.config, max_cache_len=context)
             # prefill: the cache is empty and the prompt fills 0..P-1; decode: P = 1 token at ``pos``, the
             # cache holding context - 1 positions before it (a full window for a sliding layer).
@@ -159,6 +162,8 @@ def lower_step(model, mode: str, batch: int, context: int, tokens: int = 1, loca
     n = tokens if mode == "prefill" else 1
     ids = jax.ShapeDtypeStruct((batch, n), jnp.int32)
     pos = jax.ShapeDtypeStruct((), jnp.int32)
-    fn = moe.wrap(step_function(model, mode, context, n, locations), model, routing, {} if info is None else info)
+    replay = recipe is None or not recipe.quantised and recipe.kv is None  # (bf16: the serve grid's replay)
+    fn = moe.wrap(step_function(model, mode, context, n, locations, replay), model, routing,
+                  {} if info is None else info)
     low = jax.jit(fn, donate_argnums=(2,)).lower(state, bufs, cache, ids, pos)
     return low, layout, weight_bytes(model)

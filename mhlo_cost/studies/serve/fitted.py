@@ -238,12 +238,14 @@ def _lowered(req, hw, cache, depth, depths: tuple) -> dict:
     lowered from this one call site (a lowering's locations hold the Python stack)."""
     from ...lower.frontends import FrontendError
     from ...lower.frontends.api import LowerFailed
+    from ...lower.frontends.torchax_once import layers_traced_once
     from .serve import step_study
 
     out = {}
     for d in depths:
         try:
-            step, _ = cache.step(req if d is None else at_depth(req, depth[0], d))
+            with layers_traced_once():  # (each kind of decoder layer traced once: the same ops and scope names)
+                step, _ = cache.step(req if d is None else at_depth(req, depth[0], d))
         except (FrontendError, LowerFailed) as e:
             if d is None:
                 raise

@@ -53,17 +53,22 @@ class StepCache:
         self.figures_kept = DiskCache(root, FIGURES, note)
 
     def step(self, req: StepRequest) -> tuple[Step, bool]:
-        """The lowered step (and whether it came from the cache)."""
-        found = self.steps.get_blob(req.key())
+        """The lowered step (and whether it came from the cache). A step lowered with its decoder layers traced
+        once (the serve grid's, :mod:`~mhlo_cost.lower.frontends.torchax_once`: the same ops, shorter location
+        frames) is kept under a key of its own, so that a plain ``serve`` never reads its IR."""
+        from ...lower.frontends.torchax_once import enabled
+
+        key = {"step": req.key(), "layers_traced_once": True} if enabled() else req.key()
+        found = self.steps.get_blob(key)
         step = _step_of(req, *found) if found is not None else None
         if step is not None:
             return step, True
         if found is not None:
-            self.steps.note(f"cache: the entry {self.steps.path(req.key())} is not trusted (its IR is not gzipped "
+            self.steps.note(f"cache: the entry {self.steps.path(key)} is not trusted (its IR is not gzipped "
                             "text); computed again")
         step = lower_step(req)
         info = {k: v for k, v in step.lowered.info.items() if k != "seconds"}
-        self.steps.put(req.key(), {"layout": asdict(step.layout), "weight_bytes": step.weight_bytes,
+        self.steps.put(key, {"layout": asdict(step.layout), "weight_bytes": step.weight_bytes,
                                    "hidden": step.hidden, "layers": step.layers, "positions": step.positions,
                                    "info": info},
                        gzip.compress(step.lowered.text.encode(), mtime=0))
