@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import logging
 import re
 
 import pytest
@@ -19,7 +20,14 @@ LOC_DEF = re.compile(r"^(#loc\d+) = (.*)$", re.M)
 LOC_REF = re.compile(r"loc\((#loc\d+)\)\s*$")
 #: The frame of the trace a replayed op comes from.
 REPLAYED = "Replayer._trace.<locals>.traced@_torchax_replay.py"
+#: The replay says in its log why a kind of layer runs as it is (shown with a failing test's output).
+WHY = "mhlo_cost.lower.frontends._torchax_replay"
 SETS = dict(hidden_size=64, intermediate_size=128, num_attention_heads=4, num_key_value_heads=2, vocab_size=128)
+
+
+@pytest.fixture(autouse=True)
+def _why(caplog):
+    caplog.set_level(logging.INFO, logger=WHY)
 
 
 def _request(layers: int, mode: str = "decode"):
@@ -64,7 +72,11 @@ def _ops(text: str) -> list[tuple[str, str, str]]:
 @pytest.mark.parametrize("mode", ["decode", "prefill"])
 def test_layers_traced_once_are_the_same_program_under_the_same_names(mode):
     req = _request(3, mode)
-    plain, once, again = [_step(req, o).lowered.text for o in (False, True, False)]
+    steps = [_step(req, o) for o in (False, True, False)]
+    plain, once, again = [s.lowered.text for s in steps]
+    said = steps[1].lowered.info.get("layers_traced_once")
+    assert said == ["LlamaDecoderLayer: replayed"]
+    assert "layers_traced_once" not in steps[0].lowered.info
     a, b = _ops(plain), _ops(once)
     assert _ops(again) == a  # the context gone, the plain lowering again
     assert len(a) == len(b) > 300
@@ -89,7 +101,10 @@ def test_a_kind_of_layer_that_makes_constants_runs_as_it_is():
     sets = dict(SETS, num_hidden_layers=7, max_window_layers=4, use_sliding_window=True, sliding_window=8)
     req = StepRequest(hf="Qwen2ForCausalLM", config="qwen2", batch=2, context=16,
                       overrides=tuple(sorted(sets.items())))
-    a, b = [_ops(_step(req, o).lowered.text) for o in (False, True)]
+    steps = [_step(req, o) for o in (False, True)]
+    a, b = [_ops(s.lowered.text) for s in steps]
+    said = steps[1].lowered.info["layers_traced_once"]
+    assert said[0] == "Qwen2DecoderLayer: replayed" and said[1].startswith("Qwen2DecoderLayer: ") and len(said) == 2
     assert [x[:2] for x in a] == [x[:2] for x in b] and len(a) > 1000
     replayed = {re.search(r"/layers\.(\d+)/", x[1]).group(1) for x in b if REPLAYED in x[2]}
     assert replayed == {"0", "1", "2", "3"}

@@ -3,10 +3,12 @@ others (:class:`Replayer`)."""
 from __future__ import annotations
 
 import importlib
+import logging
 from dataclasses import dataclass
 
 #: Plain values an argument or a module attribute may hold that are told apart by value (others by identity).
 _PLAIN = (type(None), bool, int, float, str, bytes)
+_LOG = logging.getLogger(__name__)
 #: A module attribute that differs between the layers of one kind: it names the layer's own cache entry, which
 #: the replay passes in (:meth:`Replayer.call`).
 _INDEX = "layer_idx"
@@ -25,6 +27,7 @@ class _Recipe:
     out_plain: tuple = ()  # (position, value) of each output leaf that is not a tensor
     n_results: int = 0
     replaced: tuple = ()  # per cache tensor: whether the layer put a new tensor there (else updated it in place)
+    why: str = ""  # why the kind runs plainly (where ``closed`` is None)
 
 
 class Replayer:
@@ -36,6 +39,7 @@ class Replayer:
         self.tensor = importlib.import_module("torchax.tensor").Tensor
         self.recipes: dict = {}
         self.installed: list = []
+        self.plain: list = []  # why a layer's call could not be taken apart (each reason once)
 
     def install(self, layer) -> None:
         forward = layer.forward
@@ -53,14 +57,27 @@ class Replayer:
         value it is not given."""
         try:
             parts = self._parts(layer, args, kwargs)
-        except _Plain:
+        except _Plain as e:
+            why = f"{type(layer).__name__}: {e}"
+            if why not in self.plain:
+                self.plain.append(why)
+                _LOG.info("runs as it is, traced: %s", why)
             return forward(*args, **kwargs)
         recipe = self.recipes.get(parts.key)
         if recipe is None:
             recipe = self.recipes[parts.key] = self._trace(forward, parts)
+            if recipe.closed is None:
+                _LOG.info("%s: its kind of layer runs as it is, traced layer by layer: %s", type(layer).__name__,
+                          recipe.why)
         if recipe.closed is None:
             return forward(*args, **kwargs)
         return self._replay(recipe, parts)
+
+    def said(self) -> list[str]:
+        """Per kind of layer met, in order, "replayed" or why it ran as it is, then why a call could not be
+        taken apart (each reason once)."""
+        kinds = [f"{k[0].__name__}: {'replayed' if r.closed is not None else r.why}" for k, r in self.recipes.items()]
+        return kinds + self.plain
 
     # -- taking a call apart ---------------------------------------------------------------------------------
 
@@ -119,8 +136,10 @@ class Replayer:
                 if any(not isinstance(x, tensor) for x in after):
                     raise _Plain("the layer left a cache entry that is not a tensor")
                 recipe.replaced = tuple(a is not b for a, b in zip(after, inner[len(inner) - len(after):]))
-                if parts.watch() != watched:  # (a replay would not do it again)
-                    raise _Plain("the layer changed a plain value of its modules, its cache entry or an argument")
+                changed = _changed(watched, parts.watch())
+                if changed:  # (a replay would not do it again)
+                    raise _Plain(f"the layer changed a plain value of its modules, its cache entry or an argument: "
+                                 f"{changed}")
                 return [x.jax() for x in results] + [t.jax() for t in inner[:len(inner) - len(after)]] + \
                     [x.jax() for x in after]
             finally:
@@ -131,12 +150,14 @@ class Replayer:
 
         try:
             closed = jax.make_jaxpr(traced)([jax.ShapeDtypeStruct(x.shape, x.dtype) for x in outer])
-        except _Plain:
+        except _Plain as e:
+            recipe.why = str(e)
             return recipe
         if closed.consts:
             # a traced value it is not given (another layer's cache entry) or a constant array the layer makes:
             # one such array per layer traced one by one, but one shared by every replay (the program would hold
             # fewer constants); every layer of the kind runs as it is
+            recipe.why = "a constant in the trace: " + ", ".join(_const(c) for c in closed.consts[:4])
             return recipe
         recipe.closed = closed
         return recipe
@@ -218,6 +239,26 @@ class _Parts:
         for name, t in zip(self.names, tensors[len(tensors) - len(self.names):] if self.names else ()):
             setattr(self.entry, name, t)
         return saved
+
+
+def _changed(before: tuple, after: tuple) -> str:
+    """The first plain value :meth:`_Parts.watch` saw change, in words."""
+    (mods_a, objs_a), (mods_b, objs_b) = before, after
+    for (path, _t, attrs_a), (_p, _u, attrs_b) in zip(mods_a, mods_b):
+        if attrs_a != attrs_b:
+            return f"module {path or '(the layer)'}: {sorted(set(attrs_b) ^ set(attrs_a))[:2]}"
+    for a, b in zip(objs_a, objs_b):
+        if a != b:
+            return f"an object's attributes: {sorted(set(b) ^ set(a))[:2]}"
+    return "" if before == after else "the modules or objects watched differ"
+
+
+def _const(c) -> str:
+    """A constant of a trace in words: its type, shape and dtype, and its value where it is small."""
+    shape, dtype = getattr(c, "shape", ()), getattr(c, "dtype", "")
+    size = getattr(c, "size", 1)
+    value = f" = {c!r}"[:80] if size <= 4 else ""
+    return f"{type(c).__name__}{list(shape)} {dtype}{value}"
 
 
 def _aval(t) -> tuple:

@@ -54,13 +54,16 @@ def enabled() -> bool:
 
 
 @contextlib.contextmanager
-def replayed_layers(env, model):
+def replayed_layers(env, model, said: dict | None = None):
     """While active (and within :func:`layers_traced_once`), each decoder layer of ``model`` (a transformers
     model, :func:`decoder_layers`) runs as a replayed jaxpr (see the module's docstring); ``env`` is the torchax
     environment. Outside :func:`layers_traced_once`, or where the model routes experts (their loads are
-    recorded per layer as it is traced: :mod:`.moe`), nothing changes."""
+    recorded per layer as it is traced: :mod:`.moe`), nothing changes. ``said["layers_traced_once"]`` (where
+    ``said`` is a dict) gets, per kind of layer in the order met, "replayed" or why it ran as it is."""
     layers = decoder_layers(model) if _ONCE.get() else []
     if len(layers) < 2:
+        if _ONCE.get() and said is not None:
+            said["layers_traced_once"] = ["none: the model has no list of two or more decoder layers of one class"]
         yield
         return
     from ._torchax_replay import Replayer
@@ -72,6 +75,8 @@ def replayed_layers(env, model):
         yield
     finally:
         replayer.remove()
+        if said is not None:
+            said["layers_traced_once"] = replayer.said()
 
 
 def decoder_layers(model) -> list:

@@ -95,11 +95,13 @@ def copy_from_views(env):
         env._ops[op] = saved
 
 
-def step_function(model, mode: str, context: int, tokens: int, locations: bool = True, replay: bool = False):
+def step_function(model, mode: str, context: int, tokens: int, locations: bool = True, replay: bool = False,
+                  said: dict | None = None):
     """``fn(state, buffers, cache, ids, pos) -> (logits of the last position, cache)`` through torchax. A cache
     entry of four tensors (key, value, key scale, value scale) is an fp8 cache (:func:`.hf_quant.fp8_cache`); its
     scales are passed through. ``replay``: the decoder layers traced once per kind where the serve grid asks
-    (:func:`~mhlo_cost.lower.frontends.torchax_once.replayed_layers`)."""
+    (:func:`~mhlo_cost.lower.frontends.torchax_once.replayed_layers`; ``said["layers_traced_once"]`` gets what each
+    kind of layer did)."""
     import torch
     from transformers import StaticCache
 
@@ -112,7 +114,7 @@ def step_function(model, mode: str, context: int, tokens: int, locations: bool =
         scopes = tf.module_scopes(model) if locations else contextlib.nullcontext()
         with env, torch.device("jax"), scopes, tf.mute_aten_scopes(True), tf.fold_unit_alpha(env, True), \
                 copy_from_views(env), torch.no_grad(), \
-                (replayed_layers(env, model) if replay else contextlib.nullcontext()):
+                (replayed_layers(env, model, said) if replay else contextlib.nullcontext()):
             static = StaticCache(config=model.config, max_cache_len=context)
             # prefill: the cache is empty and the prompt fills 0..P-1; decode: P = 1 token at ``pos``, the
             # cache holding context - 1 positions before it (a full window for a sliding layer).
@@ -163,7 +165,7 @@ def lower_step(model, mode: str, batch: int, context: int, tokens: int = 1, loca
     ids = jax.ShapeDtypeStruct((batch, n), jnp.int32)
     pos = jax.ShapeDtypeStruct((), jnp.int32)
     replay = recipe is None or not recipe.quantised and recipe.kv is None  # (bf16: the serve grid's replay)
-    fn = moe.wrap(step_function(model, mode, context, n, locations, replay), model, routing,
-                  {} if info is None else info)
+    info = {} if info is None else info
+    fn = moe.wrap(step_function(model, mode, context, n, locations, replay, info), model, routing, info)
     low = jax.jit(fn, donate_argnums=(2,)).lower(state, bufs, cache, ids, pos)
     return low, layout, weight_bytes(model)
