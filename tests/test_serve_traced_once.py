@@ -222,3 +222,26 @@ def test_a_step_traced_once_is_kept_apart_from_the_plain_one(tmp_path):
     with layers_traced_once():
         kept, hit = cache.step(req)
     assert hit and kept.lowered.text == once.lowered.text
+
+
+def test_the_replay_and_its_frames_after_a_lower_in_the_same_process():
+    """A ``lower`` run earlier in the process (the suite's order: tests/test_lower.py and the command line in
+    process sort before this file) made its driver's frames (``mhlo_cost/lower/frontends/``, where the replay's
+    trace lives) excluded from op locations for good: a later step traced once lost the replayed trace's frame
+    from its locations (the replay itself went on; only the frames showed it no more), so the IR of a step hung on
+    what ran before it in the process. ``relative_locations`` now holds its exclusions while it is active only."""
+    from jax._src import source_info_util
+
+    from mhlo_cost.lower.frontends.preflight import driver_frames, relative_locations
+
+    before = list(source_info_util._exclude_paths)
+    with relative_locations():  # (what every ``lower`` does around its tracing)
+        assert set(driver_frames()) <= set(source_info_util._exclude_paths)
+    assert source_info_util._exclude_paths == before
+    req = _request(3)
+    plain, once = _step(req, False), _step(req, True)
+    assert once.lowered.info["layers_traced_once"] == ["LlamaDecoderLayer: replayed"]
+    a, b = _ops(plain.lowered.text), _ops(once.lowered.text)
+    layers = [i for i, x in enumerate(a) if "/layers." in x[1]]
+    assert [x[:2] for x in a] == [x[:2] for x in b] and len(layers) > 100
+    assert all(REPLAYED in b[i][2] for i in layers) and not any(REPLAYED in x[2] for x in a)

@@ -115,24 +115,45 @@ def driver_frames() -> list[str]:
     return paths
 
 
-def _exclude_driver_frames() -> None:
+def _exclude_driver_frames() -> list[str]:
+    """:func:`driver_frames` added to the paths jax's locations skip; the paths it added (those not there yet)."""
     try:  # jax's own list of paths its tracebacks and locations skip (it has no public name for it)
         from jax._src import source_info_util
     except ImportError:
-        return
+        return []
     known = set(getattr(source_info_util, "_exclude_paths", ()))
-    for path in driver_frames():
-        if path not in known:
-            source_info_util.register_exclusion(path)
+    added = [path for path in driver_frames() if path not in known]
+    for path in added:
+        source_info_util.register_exclusion(path)
+    return added
+
+
+def _include_again(added: list[str]) -> None:
+    """The paths :func:`_exclude_driver_frames` added taken out of jax's list again, and its caches of what the
+    list says cleared (as ``register_exclusion`` in ``jax/_src/source_info_util.py`` clears them on adding)."""
+    if not added:
+        return
+    from jax._src import source_info_util
+
+    paths = source_info_util._exclude_paths
+    for path in added:
+        if path in paths:
+            paths.remove(path)
+    for cached in ("_exclude_path_regex", "is_user_filename"):
+        clear = getattr(getattr(source_info_util, cached, None), "cache_clear", None)
+        if clear is not None:
+            clear()
 
 
 @contextlib.contextmanager
 def relative_locations():
     """While lowering with jax (torchax too): op locations name files relative to their package root, and
-    carry no frame of the command that drives the lowering (:func:`driver_frames`)."""
+    carry no frame of the command that drives the lowering (:func:`driver_frames`). Both hold while it is
+    active only: a lowering after it in the same process (the serve grid's steps, whose traced-once layers are
+    traced from a file under ``frontends/``) records the frames it would record in a process of its own."""
     import jax
 
-    _exclude_driver_frames()
+    added = _exclude_driver_frames()
     key = "jax_hlo_source_file_canonicalization_regex"
     saved = getattr(jax.config, key)
     jax.config.update(key, location_regex())
@@ -140,3 +161,4 @@ def relative_locations():
         yield
     finally:
         jax.config.update(key, saved)
+        _include_again(added)
