@@ -109,28 +109,35 @@ def run_tasks(tasks: list[Task], cache: Cache, *, scheduler: str | None = None, 
         bar.update(f"{r.point.label()} {r.status} in {r.seconds:.1f}s")
 
     pools = _Pools(max(1, min(jobs or os.cpu_count() or 1, len(todo))))
-    if after is not None and not scheduler and pools.jobs > 1:
-        try:
+
+    def run(stage: list) -> None:
+        if scheduler:
+            _run_dask(tasks, stage, scheduler, finished, work, worker_timeout)
+        else:
+            _run_local(tasks, stage, pools, finished, work)
+
+    try:
+        if after is not None and not scheduler and pools.jobs > 1:
             fresh, done = _released(tasks, todo, results, after, settle, finished)
             _run_local(tasks, fresh, pools, done, work)
-        finally:
-            pools.close()
-        stats.seconds = time.perf_counter() - t0
-        return results, stats
-    stages = [todo] if after is None else [[i for i in todo if after[i] is None],
-                                           [i for i in todo if after[i] is not None]]
-    try:
-        for n, stage in enumerate(stages):
-            if n and stage and settle is not None:
-                tasks = list(settle(tasks, results))
-            if stage and scheduler:
-                _run_dask(tasks, stage, scheduler, finished, work, worker_timeout)
-            elif stage:
-                _run_local(tasks, stage, pools, finished, work)
+        else:
+            _run_staged(tasks, todo, results, after, settle, run)
     finally:
         pools.close()
     stats.seconds = time.perf_counter() - t0
     return results, stats
+
+
+def _run_staged(tasks: list, todo: list, results: list, after, settle, run) -> None:
+    """The points waited for (``after``) run first (``run(stage)``), then the others, as ``settle`` revises them
+    (``tasks`` revised in place: what the caller's ``finished`` reads)."""
+    stages = [todo] if after is None else [[i for i in todo if after[i] is None],
+                                           [i for i in todo if after[i] is not None]]
+    for n, stage in enumerate(stages):
+        if n and stage and settle is not None:
+            tasks[:] = settle(tasks, results)
+        if stage:
+            run(stage)
 
 
 class _Pools:
