@@ -28,3 +28,22 @@ def work(task):
     if kind == "slow":
         time.sleep(float(os.environ.get("SWEEP_WORK_SLEEP", "1")))
     return Result(task.point, "ok", "", "0" * 64, [{"devices": task.point.devices}], 0.0)
+
+
+def checked(task):
+    """A point of a sweep whose first point of each program checks (``task.check``): its check ``failed`` where the
+    point's shape is ``fail``, else ``passed``; unchecked, none. Logged as it ends: ``shape parallel check repeat``
+    (a ``slow`` shape sleeps ``$SWEEP_WORK_SLEEP`` seconds first)."""
+    if task.point.shape == "slow":
+        time.sleep(float(os.environ.get("SWEEP_WORK_SLEEP", "1")))
+    with open(os.environ["SWEEP_WORK_LOG"], "a", encoding="utf-8") as f:
+        f.write(f"{task.point.shape} {task.point.parallel} {task.check} {task.repeat}\n")
+    outcome = ("failed" if task.point.shape == "fail" else "passed") if task.check else ""
+    return Result(task.point, "ok", "", "0" * 64, [row(task.point.devices) for _ in task.hardware], 0.0, outcome)
+
+
+def row(flops: int) -> dict:
+    """A sweep row as the cache keeps it (its schema's fields), ``flops`` its FLOPs."""
+    return {"gemm_flops": flops, "conv_flops": 0, "vector_flops": 0, "comm_bytes": 0, "flops": flops, "peak_bytes": 1,
+            "hbm_bytes": 1, "fits": "yes", "est_time_s": 1.0, "bound": "compute", "accuracy_error": None, "steps": 1,
+            "time_step_s": 1.0, "time_run_s": 1.0}

@@ -28,7 +28,7 @@ def run_sweep(grid: Grid, hardware_toml: str | None = None, *, cache_dir=None, s
     tasks = [Task(p, grid.options, grid.hardware, grid.steps, grid.fuse, grid.conv_padding, hardware_toml,
                   check=f) for p, f in zip(valid, first)]
     results, stats = run_tasks(tasks, Cache(cache_dir, note), scheduler=scheduler, jobs=jobs, progress=progress,
-                               worker_timeout=worker_timeout, first=first, settle=_settle)
+                               worker_timeout=worker_timeout, after=_after(valid, first), settle=_settle)
     rows = make_rows(grid.points, dict(zip(valid, results)), skipped, grid.hardware)
     execution = EXECUTION_OF_FUSE.get(grid.fuse, grid.fuse)
     for row in rows:
@@ -71,3 +71,13 @@ def _first_of_program(points: list) -> list:
         out.append(key not in seen)
         seen.add(key)
     return out
+
+
+def _after(points: list, first: list) -> list:
+    """Per point, the index of the first point of its program (:func:`_first_of_program`), which it waits for
+    (:func:`_settle` revises it from that one's check); None for a first point."""
+    at: dict = {}
+    for i, (p, f) in enumerate(zip(points, first)):
+        if f:
+            at[_program(p)] = i
+    return [None if f else at[_program(p)] for p, f in zip(points, first)]

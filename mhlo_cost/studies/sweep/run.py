@@ -72,14 +72,18 @@ class Progress:
 
 def run_tasks(tasks: list[Task], cache: Cache, *, scheduler: str | None = None, jobs: int | None = None,
               progress=True, work: Callable[[Task], Result] = compute, worker_timeout: float = WORKER_TIMEOUT,
-              first: list[bool] | None = None, settle=None) -> tuple[list[Result], Stats]:
+              after: list[int | None] | None = None, settle=None) -> tuple[list[Result], Stats]:
     """The results of ``tasks`` in their order: cached ones read, the others computed by ``work`` (a
     module-level function, sent to the workers) (``scheduler``: on that Dask cluster, ``worker_timeout``:
-    the longest it may have no worker; else a pool of ``jobs`` processes, 1: in this process). ``first``: per
-    task, whether it runs in the first stage; the others wait for it, and ``settle(tasks, results)`` (the results
-    so far, None where not yet run) gives them again, revised from its results, before they run (one pool for
-    both stages: its workers start once)."""
+    the longest it may have no worker; else a pool of ``jobs`` processes, 1: in this process). ``after``: per
+    task, the index of the task it waits for (None: none); ``settle(tasks, results)`` (the results so far, None
+    where not yet run) gives the tasks again, revised from the results of those waited for, and a task that
+    waited runs as ``settle`` gives it once its own has finished. On a local pool of more than one process it
+    starts then, beside the others still running (:func:`_released`: no worker idles while a first stage ends);
+    in this process or on Dask the tasks waited for run first, as one stage, then the others (one pool for both
+    stages: its workers start once)."""
     t0 = time.perf_counter()
+    tasks = list(tasks)  # (revised here as the points they wait for finish: the caller's list stays as given)
     stats = Stats(total=len(tasks))
     bar = Progress(stats, progress)
     results: list[Result | None] = [None] * len(tasks)
@@ -104,20 +108,36 @@ def run_tasks(tasks: list[Task], cache: Cache, *, scheduler: str | None = None, 
             stats.failed += 1
         bar.update(f"{r.point.label()} {r.status} in {r.seconds:.1f}s")
 
-    stages = [todo] if first is None else [[i for i in todo if first[i]], [i for i in todo if not first[i]]]
     pools = _Pools(max(1, min(jobs or os.cpu_count() or 1, len(todo))))
+
+    def run(stage: list) -> None:
+        if scheduler:
+            _run_dask(tasks, stage, scheduler, finished, work, worker_timeout)
+        else:
+            _run_local(tasks, stage, pools, finished, work)
+
     try:
-        for n, stage in enumerate(stages):
-            if n and stage and settle is not None:
-                tasks = list(settle(tasks, results))
-            if stage and scheduler:
-                _run_dask(tasks, stage, scheduler, finished, work, worker_timeout)
-            elif stage:
-                _run_local(tasks, stage, pools, finished, work)
+        if after is not None and not scheduler and pools.jobs > 1:
+            fresh, done = _released(tasks, todo, results, after, settle, finished)
+            _run_local(tasks, fresh, pools, done, work)
+        else:
+            _run_staged(tasks, todo, results, after, settle, run)
     finally:
         pools.close()
     stats.seconds = time.perf_counter() - t0
     return results, stats
+
+
+def _run_staged(tasks: list, todo: list, results: list, after, settle, run) -> None:
+    """The points waited for (``after``) run first (``run(stage)``), then the others, as ``settle`` revises them
+    (``tasks`` revised in place: what the caller's ``finished`` reads)."""
+    stages = [todo] if after is None else [[i for i in todo if after[i] is None],
+                                           [i for i in todo if after[i] is not None]]
+    for n, stage in enumerate(stages):
+        if n and stage and settle is not None:
+            tasks[:] = settle(tasks, results)
+        if stage:
+            run(stage)
 
 
 class _Pools:
@@ -141,12 +161,41 @@ class _Pools:
             self.pool = None
 
 
+def _released(tasks: list, todo: list, results: list, after: list, settle, finished) -> tuple:
+    """(the points to run, in a deque that grows as they are released, and ``finished`` telling it): a point that
+    waits for another (``after``) is put at the deque's end, as ``settle`` revises it from the results so far,
+    as soon as the one it waits for has finished (or at once, where that one was read from the cache). Each point
+    is revised from the result of the one it waits for alone, as the staged run revises it (:func:`run_tasks`)."""
+    waiting: dict = {}
+    fresh = deque()
+    for i in todo:
+        j = after[i]
+        (fresh if j is None else waiting.setdefault(j, [])).append(i)
+
+    def release(ks: list) -> None:  # (revised alone: a point still waiting stays as it is)
+        if settle is not None:
+            revised = settle(tasks, results)
+            for k in ks:
+                tasks[k] = revised[k]
+        fresh.extend(ks)
+
+    for j in [j for j in waiting if results[j] is not None]:  # waiting for a point read from the cache
+        release(waiting.pop(j))
+
+    def done(i: int, r: Result, running: int) -> None:
+        finished(i, r, running)
+        if i in waiting:
+            release(waiting.pop(i))
+
+    return fresh, done
+
+
 def _run_local(tasks, todo, pools: _Pools, finished, work) -> None:
     if pools.jobs == 1:
         for i in todo:
             finished(i, work(tasks[i]), 0)
         return
-    fresh, suspects, lost = deque(todo), deque(), Counter()
+    fresh, suspects, lost = todo if isinstance(todo, deque) else deque(todo), deque(), Counter()
     while fresh or suspects:
         try:
             gone = _drain(pools.get(), tasks, fresh, suspects, pools.jobs, finished, work)
