@@ -250,7 +250,8 @@ def compose(cfg: ScaleConfig, cost: LayerCost, hw, head: LayerCost | None = None
     p2p_per_mb = 2 * v * p2p_one if p > 1 else 0.0
     slots = Fraction(m) + Fraction(p - 1, v)  # micro-batch slots on the critical path
     per_mb = f_s + b_s + p2p_per_mb
-    bubble = float(Fraction(p - 1, v)) * (f_s + b_s)
+    cast_own, cast_fill = split_step(cfg, cost, stages, n)  # TE's once-a-step fp8 weight copies (.fp8_weights)
+    bubble = float(Fraction(p - 1, v)) * (f_s + b_s) + cast_fill
     hidden = min(dp_iter, b_s / v) if cfg.dp_overlap else 0.0
     sms = nccl_sms(hw)
     # the backward beside the hidden reduction runs on the SMs NCCL leaves: the pair takes sm_share.contended; the
@@ -263,8 +264,6 @@ def compose(cfg: ScaleConfig, cost: LayerCost, hw, head: LayerCost | None = None
         hidden = dp_iter - rs - ag
     opt = max(st["optimizer"] for st in stages)  # the slowest step: the next iteration starts after it
     emb = embedding_seconds(cfg, topo)  # after the flush, before the step: exposed
-    cast_own, cast_fill = split_step(cfg, cost, stages, n)  # TE's once-a-step fp8 weight copies (.fp8_weights)
-    bubble += cast_fill
     total = float(slots) * per_mb + (dp_iter - hidden) + tax + emb + opt + cast_own + cast_fill
     compute = {"forward": m * (n * one["forward"] + slow["head_forward"]) + cast_own,
                "backward": m * (n * one["backward"] + slow["head_backward"] + slow["grad_accum"]),
