@@ -70,7 +70,7 @@ def test_command_table_options_exist(page, entry):
     command, row = entry
     sub = _subparsers()[command]
     actions = {s: a for a in sub._actions for s in a.option_strings}
-    for opt in set(re.findall(r"(?<![\w-])(--[a-z][a-z-]*)", row)):
+    for opt in set(re.findall(r"(?<![\w-])(--[a-z][a-z0-9-]*)", row)):
         assert opt in actions, f"{d.page_id(page)} says `mhlo-cost {command} {opt}`, which the command does not take"
     for opt, alts in re.findall(r"\[(--[a-z-]+) ([\w:\[\]-]+(?:\\\|[\w:\[\]-]+)+)\]", row):
         choices = actions[opt].choices

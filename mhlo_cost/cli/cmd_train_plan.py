@@ -145,6 +145,7 @@ def _sharding(args) -> dict:
                 loss_scale=args.loss_scale,
                 main_grad_add=args.no_gradient_accumulation_fusion,
                 scatter_gather=args.scatter_gather_tensors_in_pipeline, launch_blocking=args.launch_blocking,
+                fp8_weight_cache=args.fp8_weight_cache,
                 **_ddp(args), **_experts(args))
 
 
@@ -227,6 +228,10 @@ def register(sub) -> None:
     p.add_argument("--precision", metavar="RECIPE",
                    help="the linears' precision: bf16 (default), fp8-tensorwise or fp8-rowwise (torchao Float8Linear: "
                         "forward, dgrad and wgrad GEMMs in fp8; weights bf16, master weights and AdamW moments fp32)")
+    p.add_argument("--fp8-weight-cache", action="store_true",
+                   help="under an fp8 precision, each weight's fp8 copy is made on a step's first micro-batch and "
+                        "kept for the others (Transformer Engine's is_first_microbatch, as Megatron-Core and NeMo "
+                        "run it); without it the weights are cast at every use (torchao's Float8Linear)")
     p.add_argument("--sweep", type=positive_int, metavar="GPUS",
                    help="rank every combination of the sweep's dimensions on GPUS devices that fits (the rejected "
                         "ones after, each with its reason)")

@@ -20,6 +20,9 @@ producing its operands), in program order:
   reduction on a profile with ``row_fusion = false`` (XLA:CPU: a pass over the input per reduction);
 * ``broadcast_in_dim``, ``iota`` and widening converts are duplicated into each consumer, which then
   reads their small operand rather than their result; no-kernel ops (reshape, constant) pass through;
+  an ``optimization_barrier`` (JAX's remat fence) joins no kernel: XLA emits no kernel for it and its results alias
+  its operands (it only orders the program), so a kernel that took it in would be charged a read of every operand
+  it fences (the saved activations of a whole layer, where remat puts one before the backward);
 * an op never joins a kernel one of its other operands depends on (that would be a cycle), and the
   members of a kernel share one multiplicity; collectives and unknown ops stay alone.
 
@@ -303,7 +306,9 @@ class Grouper:
         r, t = self.rows[i], self.times[i]
         if r.kind in ("collective", "unknown"):
             return
-        if i in self.preset:
+        if short_name(r.op) == "optimization_barrier":
+            self.role[i] = "free"  # (an ordering fence of no kernel: never a member that would read its operands)
+        elif i in self.preset:
             self.place_preset(i)
         elif t.bound == "free":
             k = self.open_kernel_of(i)

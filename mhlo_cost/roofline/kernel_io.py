@@ -14,6 +14,17 @@ from .optime import OpTime, vector_dtype
 _READS_RESULT = frozenset({"slice", "dynamic_slice", "real_dynamic_slice", "gather"})
 
 
+def _fenced(r, j: int, p) -> int | None:
+    """Where row ``r``'s operand ``j`` is a result of ``p``, an ``optimization_barrier`` (an identity on each of its
+    operands: XLA aliases result m to operand m and emits no kernel), the index m of that operand; else None (or
+    where the data flow kept no value keys)."""
+    if short_name(p.op) != "optimization_barrier" or not r.values or not p.values:
+        return None
+    key = r.values[0][j] if j < len(r.values[0]) else None
+    results = p.values[1]
+    return results.index(key) if key is not None and key in results else None
+
+
 def _scattered(r) -> int:
     """How many leading operands of row ``r`` a scatter may update in place (0: not a scatter). A scatter's
     operands are its buffers, the indices, then one update per buffer; XLA writes the updates into the
@@ -84,6 +95,10 @@ class KernelIO:
             p = self.producers[i][j] if j < len(self.producers[i]) else None
             if isinstance(p, int):
                 if p in members:
+                    return
+                fenced = _fenced(self.rows[i], j, self.rows[p])
+                if fenced is not None and depth < 64:  # a barrier's result m is its operand m: read that one only
+                    take(p, fenced, ti, depth + 1)
                     return
                 if self.role[p] in ("dup", "free") and depth < 64 and short_name(self.rows[p].op) != "constant":
                     ops = self.rows[p].operands

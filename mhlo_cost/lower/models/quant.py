@@ -26,6 +26,10 @@ F32 = jnp.float32
 #: Largest finite magnitude of each element type, the target of a scale (amax / max).
 QMAX = {"float8_e4m3fn": 448.0, "float8_e5m2": 57344.0, "float4_e2m1fn": 6.0, "int8": 127.0, "int4": 7.0}
 TINY = 1e-12
+#: The scope of a training linear's weight casts (its amax and its cast to fp8, forward and backward): what
+#: Transformer Engine makes once per optimizer step and keeps for the later micro-batches
+#: (:mod:`mhlo_cost.studies.plan.fp8_weights`).
+WEIGHT_SCOPE = "fp8_weight"
 
 
 def _sds(shape, dtype):
@@ -198,7 +202,8 @@ def _f32_dot(a, b, dims):
 def _fp8_forward(x, w, recipe: Recipe):
     row, e4, _ = _fp8_kinds(recipe)
     xq, xs = _cast(x, x.ndim - 1 if row else None, e4)
-    wq, ws = _cast(w, 0 if row else None, e4)
+    with jax.named_scope(WEIGHT_SCOPE):
+        wq, ws = _cast(w, 0 if row else None, e4)
     return (_f32_dot(xq, wq, ((x.ndim - 1,), (0,))) * xs * ws).astype(x.dtype)
 
 
@@ -206,7 +211,8 @@ def _fp8_backward(x, w, dy, recipe: Recipe, scales_first: bool):
     row, e4, grad = _fp8_kinds(recipe)
     last, lead = x.ndim - 1, tuple(range(x.ndim - 1))
     dq, ds = _cast(dy, last if row else None, grad)  # dgrad: dy (..., o) @ w^T, contracting o
-    wq, ws = _cast(w, 1 if row else None, e4)
+    with jax.named_scope(WEIGHT_SCOPE):
+        wq, ws = _cast(w, 1 if row else None, e4)
     dx = _f32_dot(dq, wq, ((last,), (1,))) * ds * (jnp.swapaxes(ws, 0, 1) if row else ws)
     xq, xs = _cast(x, lead if row else None, e4)  # wgrad: x^T @ dy, contracting the tokens
     gq, gs = _cast(dy, lead if row else None, grad)

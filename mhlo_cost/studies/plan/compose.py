@@ -59,6 +59,7 @@ from .dp_overlap import bucketed, dp_overlap_exposed
 from .megatron_passes import (activation_pass_seconds, gather_seconds, head_seconds, loss_scale_seconds,
                               main_grad_add_seconds, send_bytes, torch_ddp_seconds)
 from .fsdp_copies import fsdp_copy_seconds
+from .fp8_weights import per_micro_batch, split_step
 from .nccl_ub import ub_sms_of
 from .ring_passes import ring_pass_seconds
 from .sm_share import chip_sms, nccl_sms, taxed
@@ -160,7 +161,8 @@ def _layer(cfg: ScaleConfig, cost: LayerCost, topo, hw=None) -> dict:
     and what context parallelism and the per-layer data-parallel collectives expose (:mod:`.sharding`); ``hw``:
     the profile whose SMs the overlapped communication kernels share (:mod:`.sm_share`)."""
     t = cost.time_s
-    rec = t["forward"] if cfg.recompute == "full" else t["recompute"]
+    cast_f, cast_b, cast_r = per_micro_batch(cfg, cost)  # fp8 weight copies made once a step (.fp8_weights)
+    rec = (t["forward"] if cfg.recompute == "full" else t["recompute"]) - cast_r
     s_act = activation_bytes(cfg)
     if cfg.tp_comm_overlap and cfg.t > 1:  # TE's userbuffers: each collective against its own GEMM
         tp = tp_overlap_exposure(cfg, cost, s_act, lambda kind, n, groups: _time(topo, kind, n, groups),
@@ -174,7 +176,8 @@ def _layer(cfg: ScaleConfig, cost: LayerCost, topo, hw=None) -> dict:
     ring_f, ring_b = ring_pass_seconds(cfg, hw)
     copy_f, copy_b = fsdp_copy_seconds(cfg, hw, cost.weight_elems)  # FSDP2's copy-out / copy-in (.fsdp_copies)
     act_f, act_b = activation_pass_seconds(cfg, hw)  # NeMo's eager squared-ReLU (.megatron_passes)
-    fwd, bwd = t["forward"] + ring_f + copy_f + act_f, t["backward"] + ring_b + copy_b + act_b
+    fwd = t["forward"] - cast_f + ring_f + copy_f + act_f
+    bwd = t["backward"] - cast_b + ring_b + copy_b + act_b
     rec += ring_f + act_f if cfg.recompute == "full" else 0.0
     f = fwd + tp["forward"] + cp.forward
     b = bwd + rec + tp["backward"] + cp.backward
@@ -247,7 +250,8 @@ def compose(cfg: ScaleConfig, cost: LayerCost, hw, head: LayerCost | None = None
     p2p_per_mb = 2 * v * p2p_one if p > 1 else 0.0
     slots = Fraction(m) + Fraction(p - 1, v)  # micro-batch slots on the critical path
     per_mb = f_s + b_s + p2p_per_mb
-    bubble = float(Fraction(p - 1, v)) * (f_s + b_s)
+    cast_own, cast_fill = split_step(cfg, cost, stages, n)  # TE's once-a-step fp8 weight copies (.fp8_weights)
+    bubble = float(Fraction(p - 1, v)) * (f_s + b_s) + cast_fill
     hidden = min(dp_iter, b_s / v) if cfg.dp_overlap else 0.0
     sms = nccl_sms(hw)
     # the backward beside the hidden reduction runs on the SMs NCCL leaves: the pair takes sm_share.contended; the
@@ -260,8 +264,8 @@ def compose(cfg: ScaleConfig, cost: LayerCost, hw, head: LayerCost | None = None
         hidden = dp_iter - rs - ag
     opt = max(st["optimizer"] for st in stages)  # the slowest step: the next iteration starts after it
     emb = embedding_seconds(cfg, topo)  # after the flush, before the step: exposed
-    total = float(slots) * per_mb + (dp_iter - hidden) + tax + emb + opt
-    compute = {"forward": m * (n * one["forward"] + slow["head_forward"]),
+    total = float(slots) * per_mb + (dp_iter - hidden) + tax + emb + opt + cast_own + cast_fill
+    compute = {"forward": m * (n * one["forward"] + slow["head_forward"]) + cast_own,
                "backward": m * (n * one["backward"] + slow["head_backward"] + slow["grad_accum"]),
                "recompute": m * n * one["recompute"]}
     counts = flop_counts(cfg, cost, hw, total, head)

@@ -116,6 +116,8 @@ class ScaleConfig:
     torch_ddp: bool = False  # Megatron-LM 2021's --DDP-impl torch: PyTorch DDP's gradient bucket copies
     nccl_ub: bool = False  # Megatron-Core's --nccl-ub: FSDP's buffers NCCL-registered, its collectives on fewer SMs
     launch_blocking: bool = False  # CUDA_LAUNCH_BLOCKING=1: host time in series with each kernel (.launch_blocking)
+    fp8_weight_cache: bool = False  # fp8 weight copies made on a step's first micro-batch and kept (Transformer
+    # Engine's is_first_microbatch, as Megatron-Core / NeMo run it); False: cast at every use (torchao): .fp8_weights
     activation: str = "gelu"  # a gelu MLP's activation: gelu (fused) | squared-relu: NeMo's eager relu and pow
     # kernels (Nemotron; the layer lowered with GELU, the same GEMMs: .megatron_passes)
 
@@ -246,6 +248,7 @@ class ScaleConfig:
         ex = "" if self.execution == "compiled" else f" {self.execution}"
         ex += " tied-emb" if self.tied_embedding else ""
         ex += " launch-blocking" if self.launch_blocking else ""
+        ex += " fp8-weights-once" if self.fp8_weight_cache and self.precision != "bf16" else ""
         ex += (" tp-overlap" + ("-rs-ring" if self.tp_overlap_rs == "ring_exchange" else "")
                if self.tp_comm_overlap and self.t > 1 else "")
         return (f"t{self.t}{sp}{cp} p{self.p}{pp}{v} d{self.d}{ep} mb{self.micro_batch} {self.recompute}"

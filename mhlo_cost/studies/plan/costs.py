@@ -51,6 +51,8 @@ class LayerCost:
     # tensor-parallel linear's GEMMs (what a userbuffers-overlapped collective hides under: .tp_overlap)
     loss_s: dict = field(default_factory=lambda: {p: 0.0 for p in PHASES})  # phase -> seconds of the head's
     # cross-entropy (scope loss: what a framework's own cross-entropy kernels replace, .megatron_passes)
+    weight_cast_s: dict = field(default_factory=lambda: {p: 0.0 for p in PHASES})  # phase -> seconds of the fp8
+    # recipe's weight casts (scope fp8_weight: what Transformer Engine makes once a step, .fp8_weights)
 
     @property
     def activation_bytes(self) -> int:
@@ -61,12 +63,13 @@ class LayerCost:
 
 _BY_PHASE = Record({p: COUNT for p in PHASES})
 #: What a layer's entry holds: the fields of :class:`LayerCost`.
-LAYERS = Schema("plan/layers", 4, Record({
+LAYERS = Schema("plan/layers", 5, Record({
     "key": TEXT, "chip": TEXT, "gemm_flops": _BY_PHASE, "vector_flops": _BY_PHASE,
     "time_s": Record({p: AMOUNT for p in PHASES}), "dgrad_flops": COUNT, "wgrad_flops": COUNT,
     "saved_bytes": COUNT, "input_bytes": COUNT, "weight_elems": COUNT, "weight_bytes": COUNT, "master_bytes": COUNT,
     "moment_bytes": COUNT, "ops": COUNT, "core_s": Record({p: AMOUNT for p in PHASES}),
-    "linear_s": MapOf(AMOUNT), "loss_s": Record({p: AMOUNT for p in PHASES})}))
+    "linear_s": MapOf(AMOUNT), "loss_s": Record({p: AMOUNT for p in PHASES}),
+    "weight_cast_s": Record({p: AMOUNT for p in PHASES})}))
 #: Fields of a profile that name or describe it: a chip's cost does not depend on them.
 _NAMING = ("name", "aliases", "vendor", "description", "source")
 
@@ -193,7 +196,7 @@ def analyse_layer(cfg: ScaleConfig, hw, key: str = "", chip: str = "", part: str
     study = Study(text, training="always", hardware=hw,
                   execution=cfg.execution, attention=cfg.attention, dataflow=True)
     a, rf = study.analysis, study.roofline
-    gemm, vec, times, core, loss, dgrad, wgrad = _row_sums(a, rf, _aten_rows(a, cfg))
+    gemm, vec, times, core, loss, cast, dgrad, wgrad = _row_sums(a, rf, _aten_rows(a, cfg))
     saved = _saved_bytes(a, a.phases, cfg, hw, part == "layer" and own is None)
     weights = [x for x in a.arguments if x.donated and x.name.startswith("params")]
     master = [x for x in a.arguments if x.donated and x.name.startswith("master")]
@@ -205,7 +208,7 @@ def analyse_layer(cfg: ScaleConfig, hw, key: str = "", chip: str = "", part: str
         input_bytes=sum(x.type.nbytes for x in inputs), weight_elems=sum(x.type.nelems for x in weights),
         weight_bytes=sum(x.type.nbytes for x in weights), master_bytes=sum(x.type.nbytes for x in master),
         moment_bytes=sum(x.type.nbytes for x in moments), ops=len(a.rows), core_s=core, loss_s=loss,
-        linear_s=linear_seconds(a, rf.times, hw, cfg.t))
+        weight_cast_s=cast,         linear_s=linear_seconds(a, rf.times, hw, cfg.t))
 
 
 def dense_layer(cfg: ScaleConfig) -> str:
@@ -232,8 +235,10 @@ def _aten_rows(a, cfg: ScaleConfig) -> frozenset:
 
 def _row_sums(a, rf, aten: frozenset = frozenset()) -> tuple:
     """The program's rows summed by phase: GEMM and vector FLOPs, seconds (the tensor- and context-parallel
-    collectives left out), the seconds of scopes ``core`` and ``loss``, and the backward's dgrad and wgrad FLOPs.
+    collectives left out), the seconds of scopes ``core``, ``loss`` and ``fp8_weight``, and the backward's dgrad and wgrad FLOPs.
     The rows of ``aten`` take their eager seconds (ATen kernels under torch.compile: :func:`_aten_rows`)."""
+    from ...lower.models.quant import WEIGHT_SCOPE
+
     ph = a.phases
     row_time = list(rf.fusion.row_time)
     if aten:
@@ -245,6 +250,7 @@ def _row_sums(a, rf, aten: frozenset = frozenset()) -> tuple:
     times = {p: 0.0 for p in PHASES}
     core = {p: 0.0 for p in PHASES}
     loss = {p: 0.0 for p in PHASES}
+    cast = {p: 0.0 for p in PHASES}
     dgrad = wgrad = 0
     for i, r in enumerate(a.rows):
         p = ph.phase[i]
@@ -255,11 +261,12 @@ def _row_sums(a, rf, aten: frozenset = frozenset()) -> tuple:
             times[p] += row_time[i]
             core[p] += row_time[i] if "core" in scopes else 0.0
             loss[p] += row_time[i] if "loss" in scopes else 0.0
+            cast[p] += row_time[i] if WEIGHT_SCOPE in scopes else 0.0
         if p == "backward" and ph.grad[i] == "dgrad":
             dgrad += r.gemm_flops
         elif p == "backward" and ph.grad[i] == "wgrad":
             wgrad += r.gemm_flops
-    return gemm, vec, times, core, loss, dgrad, wgrad
+    return gemm, vec, times, core, loss, cast, dgrad, wgrad
 
 
 def _saved_bytes(a, phases, cfg: ScaleConfig, hw, dense_layer: bool) -> int:

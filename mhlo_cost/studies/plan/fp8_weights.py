@@ -1,0 +1,66 @@
+"""fp8 weight copies made once an optimizer step (``fp8_weight_cache``): Transformer Engine's ``is_first_microbatch``.
+
+Under an fp8 recipe each linear's GEMMs read an fp8 copy of its bf16 weight (its amax, its scale, the cast: the
+layer's rows under the scope ``fp8_weight``, :data:`mhlo_cost.lower.models.quant.WEIGHT_SCOPE`, whose seconds
+:func:`mhlo_cost.studies.plan.costs.analyse_layer` keeps by phase in ``LayerCost.weight_cast_s``). The weights change
+only at the optimizer step, and the stacks differ in whether they make that copy again each micro-batch:
+
+* **Megatron-Core / NeMo / Megatron-Bridge with Transformer Engine** (``fp8_weight_cache=True``): the schedule's
+  ``forward_step`` calls ``model.set_is_first_microbatch()`` on micro-batch 0 of each step
+  (megatron/core/pipeline_parallel/schedules.py), which sets every TE wrapper's ``is_first_microbatch``; each
+  wrapper passes it to TE and clears it after its forward (megatron/core/extensions/transformer_engine.py,
+  ``TELinear.forward``: ``_is_first_microbatch = None if self.disable_parameter_transpose_cache else
+  self.is_first_microbatch``, then ``self.is_first_microbatch = False``). TE's Linear / LayerNormLinear /
+  LayerNormMLP / GroupedLinear forward then quantizes the weight into a named workspace only when the flag is True
+  (transformer_engine/pytorch/module/linear.py: ``update_workspace = is_first_microbatch is None or
+  is_first_microbatch``; ``get_weight_workspace(cache_name="weight", update_workspace=...)``), with the row-wise
+  (forward) and column-wise (dgrad's transposed) copies both made then (``weight_quantizer.set_usage(rowwise=True,
+  columnwise=...)``). So the later micro-batches' forwards, their backwards and any activation recompute (which
+  runs after the flag was cleared) make no weight cast at all: the casts are paid once a step.
+* **torchtitan's float8 (torchao)** (``fp8_weight_cache=False``, the default): ``Float8Linear.forward`` calls
+  ``matmul_with_hp_or_float8_args``, which saves the bf16 input and weight for the backward and casts the weight
+  in its forward and again in its backward (torchao/float8/float8_linear.py), every call: no copy is kept between
+  micro-batches (torchao's ``precompute_float8_dynamic_scale_for_fsdp`` computes only the scales, for FSDP's fp8
+  all-gather), so its casts stay in every micro-batch as lowered.
+
+Where the once-a-step cast sits in the iteration: it runs in micro-batch 0's forward on every pipeline stage, and
+micro-batch 0's forward crosses every stage on the schedule's critical path (the pipeline's fill), so the iteration
+takes the casts of every layer of the pipeline once (:func:`split_step`); the slowest stage's own share is its
+forward compute, the other stages' lengthen the fill (priced with the bubble, :mod:`.compose`).
+"""
+from __future__ import annotations
+
+
+def cached(cfg) -> bool:
+    """Whether ``cfg``'s fp8 weight copies are made once a step (TE's ``is_first_microbatch``)."""
+    return bool(getattr(cfg, "fp8_weight_cache", False)) and cfg.precision != "bf16"
+
+
+def per_micro_batch(cfg, cost) -> tuple[float, float, float]:
+    """Seconds of weight casts to take OUT of each micro-batch's (forward, backward, recompute) of one layer:
+    every phase's casts where they are cached (full recompute re-runs the forward's, the others their own
+    recompute phase's), none otherwise."""
+    if not cached(cfg):
+        return 0.0, 0.0, 0.0
+    w = cost.weight_cast_s
+    rec = w["forward"] if cfg.recompute == "full" else w["recompute"]
+    return w["forward"], w["backward"], rec
+
+
+def layer_step_seconds(cfg, cost) -> float:
+    """One layer's weight casts made once a step where cached (0.0 otherwise): the forward's and the backward's
+    (TE makes the row-wise and the column-wise copy on the first micro-batch); a recompute's are a repeat of the
+    forward's, never needed."""
+    if not cached(cfg):
+        return 0.0
+    return cost.weight_cast_s["forward"] + cost.weight_cast_s["backward"]
+
+
+def split_step(cfg, cost, stages: list, slow_layers: int) -> tuple[float, float]:
+    """The once-a-step casts of one iteration as (the slowest stage's own: its ``slow_layers`` layers' casts, a
+    forward compute of micro-batch 0; the other stages': the fill made longer), seconds; (0.0, 0.0) where the
+    copies are made each micro-batch."""
+    one = layer_step_seconds(cfg, cost)
+    every = one * sum(s["layers"] for s in stages)
+    own = one * slow_layers
+    return own, every - own
