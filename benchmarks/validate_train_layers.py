@@ -13,7 +13,7 @@ Prints estimate / measured per row, then the change of the time per token from m
 measured (the issue's question: does a larger micro-batch make a token cheaper?), and per kind the median |error|.
 All rows are held out: no profile number was read off them.
 
-    python benchmarks/validate_train_layers.py [--only SUBSTRING] [--sdpa BACKEND]
+    python benchmarks/validate_train_layers.py [--only SUBSTRING] [--sdpa BACKEND] [--clock peak|sustained]
 """
 from __future__ import annotations
 
@@ -119,10 +119,14 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", help="only the rows whose model or kind contains this")
     ap.add_argument("--sdpa", default="auto", help="the eager rows' SDPA backend (default: PyTorch's own choice)")
+    ap.add_argument("--clock", choices=("peak", "sustained"), default="peak",
+                    help="the dots' clock: the peak's (default), or what a product stream holds at 700 W")
     args = ap.parse_args(argv)
+    from mhlo_cost.machines.clock import sustained
     from mhlo_cost.machines.hardware import get_profile
 
     hw = get_profile("h200")
+    hw = sustained(hw) if args.clock == "sustained" else hw
     rows = []
     print(f"{'row':34} {'estimate':>10} {'measured':>10} {'ratio':>6}  kernels  fixed ms  gemm ms")
     for m in load():

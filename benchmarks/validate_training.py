@@ -20,6 +20,7 @@ relu and pow kernels added beyond the fused activation, ``activation="squared-re
 bf16's rate), the row says so.
 
     PYTHONPATH=. python benchmarks/validate_training.py [--only ID-SUBSTRING] [--source ID] [--cache DIR]
+        [--clock peak|sustained]
 """
 from __future__ import annotations
 
@@ -253,9 +254,9 @@ def scale_config(run: dict, model: dict, fields: set | None = None):
     return ScaleConfig(**kw, **{k: v for k, v in split_options(run).items() if k in fields})
 
 
-def price(run: dict, data: dict, cache_dir=None) -> dict:
+def price(run: dict, data: dict, cache_dir=None, clock: str = "peak") -> dict:
     """The row's result: published and estimated seconds, their ratio, breakdown, or the reason it is not
-    priced (``reason``)."""
+    priced (``reason``); the step's dots at ``clock`` (train-plan's ``--clock``: sustained or peak)."""
     from mhlo_cost.network import resolve_profile
     from mhlo_cost.studies.plan.study import PlanOptions, PlanStudy
 
@@ -272,7 +273,7 @@ def price(run: dict, data: dict, cache_dir=None) -> dict:
     if bad:
         return out | {"reason": f"train-plan refuses it: {bad}"}
     hw = resolve_profile(run.get("system", source["system"]))
-    it = PlanStudy(PlanOptions(cfg, hw, cache_dir=cache_dir)).plan.iteration
+    it = PlanStudy(PlanOptions(cfg, hw, cache_dir=cache_dir, clock=clock)).plan.iteration
     return out | {"estimate_s": it.total, "ratio": it.total / out["published_s"], "system": hw.name,
                   "approx": approximations(run, model), "parts": _parts(it)}
 
@@ -326,6 +327,9 @@ def main(argv=None) -> int:
     ap.add_argument("--source", help="the runs of this source id")
     ap.add_argument("--cache", help="keep each layer's analysis here")
     ap.add_argument("--data", default=DATA, help="the data file (default: %(default)s)")
+    ap.add_argument("--clock", choices=("peak", "sustained"), default="peak",
+                    help="the dots' clock: the datasheet peak's (default) or a product stream's under the power limit "
+                         "(train-plan --clock)")
     args = ap.parse_args(argv)
     data = load(args.data)
     runs = [r for r in data["run"] if (not args.only or args.only in r["id"])
@@ -333,7 +337,7 @@ def main(argv=None) -> int:
     print(f"{'run':40s} {'published':>9s} {'estimate':>9s} {'ratio':>6s}  seconds per iteration; breakdown")
     rows = []
     for run in runs:
-        rows.append(price(run, data, args.cache))
+        rows.append(price(run, data, args.cache, args.clock))
         print(_row_line(rows[-1]), flush=True)
     print()
     for line in summary(rows):

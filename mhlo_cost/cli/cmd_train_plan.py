@@ -186,9 +186,9 @@ def cmd_train_plan(args, console) -> int:
     progress = console.progress()
     progress.stage(f"planning {cfg.label()} on {hw.name}" if not args.sweep else f"sweeping {args.sweep} GPUs")
     space = train_plan_sweep.space(args, cfg) if args.sweep else None
-    study = PlanStudy(PlanOptions(cfg, hw, gpus=args.sweep, cache_dir=cache_root(args, console),  # checked
-                                  space=space, scheduler=args.scheduler, jobs=args.jobs), note=cache_note(console),
-                      progress=progress.count if progress.enabled else False)
+    options = PlanOptions(cfg, hw, gpus=args.sweep, cache_dir=cache_root(args, console), space=space,  # checked
+                          scheduler=args.scheduler, jobs=args.jobs, clock=args.clock)
+    study = PlanStudy(options, note=cache_note(console), progress=progress.count if progress.enabled else False)
     table = study.view(ViewRequest(by=args.by or "component"))
     progress.done()
     write_output(render(table, args.format, "raw", wide=True), args.output)
@@ -344,6 +344,9 @@ def _register_pipeline_and_kernels(p) -> None:
     p.add_argument("--execution", choices=("compiled", "eager", "inductor"), default="compiled",
                    help="how the step runs: compiled, fused kernels (Megatron, NeMo; default), eager (PyTorch eager, "
                         "one kernel per op) or inductor (torch.compile); eager and inductor need --attention fused")
+    p.add_argument("--clock", choices=("peak", "sustained"), default="peak",
+                   help="the clock the step's dots run at: peak, the datasheet's (default), or sustained, what the "
+                        "chip holds under its power limit through a stream of products alone (its clock table)")
     p.add_argument("--inductor-comm-reorder", action="store_true",
                    help="with --execution inductor: Inductor's reorder_for_compute_comm_overlap on, so the "
                         "collectives torch.compile traces (PyTorch's context parallel) overlap compute; off (torch's "

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from ..files.read import FileRefused, read_settings
+from .clock import parse_clock
 from .gemm import parse_gemm
 from .kernels import parse_attention, parse_memory
 from .profile import DTYPE_KEYS, Hardware, HardwareError
@@ -47,7 +48,7 @@ _FACTS: dict[str, tuple[str, Decimal, str]] = {
     "sram_mb": ("sram", Decimal(10) ** 6, "mb"),
     "tdp_w": ("tdp", Decimal(1), "w"),
 }
-_OPTIONAL = ("aliases", "vendor", "source", "f32_matmul", "gemm", "row_fusion", "memory", "attention",
+_OPTIONAL = ("aliases", "vendor", "source", "f32_matmul", "gemm", "row_fusion", "memory", "attention", "clock",
              *_OPTIONAL_SCALARS, *_FACTS, "link_generation", "link_count", "sources")
 _TAG_RE = re.compile(r"\[([A-Za-z0-9][A-Za-z0-9._-]*)\]")
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
@@ -130,15 +131,16 @@ def _check_fields(entry: Mapping, where: str) -> None:
 
 
 def _models(entry: Mapping, where: str) -> tuple:
-    """The profile's optional efficiency tables (gemm, memory, attention; None where absent)."""
+    """The profile's optional efficiency tables (gemm, memory, attention, clock; None where absent)."""
     try:
         gemm = parse_gemm(entry["gemm"], f"{where}: field 'gemm'", DTYPE_KEYS) if "gemm" in entry else None
         memory = parse_memory(entry["memory"], f"{where}: field 'memory'") if "memory" in entry else None
         attention = (parse_attention(entry["attention"], f"{where}: field 'attention'") if "attention" in entry
                      else None)
+        clock = parse_clock(entry["clock"], f"{where}: field 'clock'", DTYPE_KEYS) if "clock" in entry else None
     except ValueError as e:
         raise HardwareError(str(e)) from None
-    return gemm, memory, attention
+    return gemm, memory, attention, clock
 
 
 def _build(name: str, entry: Any, origin: str, refs: Mapping[str, str] | None = None) -> Hardware:
@@ -167,7 +169,7 @@ def _build(name: str, entry: Any, origin: str, refs: Mapping[str, str] | None = 
         raise HardwareError(f"{where}: field 'vector_tflops' needs an 'f32' rate")
     if f32_matmul == "tf32" and "tf32" not in matrix:
         raise HardwareError(f"{where}: f32_matmul = \"tf32\" needs a 'tf32' rate in 'matrix_tflops'")
-    gemm, memory, attention = _models(entry, where)
+    gemm, memory, attention, clock = _models(entry, where)
     row_fusion = entry.get("row_fusion", True)
     if not isinstance(row_fusion, bool):
         raise HardwareError(f"{where}: field 'row_fusion' must be true or false, got {row_fusion!r}")
@@ -186,6 +188,7 @@ def _build(name: str, entry: Any, origin: str, refs: Mapping[str, str] | None = 
         gemm=gemm,
         memory=memory,
         attention=attention,
+        clock=clock,
         row_fusion=row_fusion,
         notes=notes,
         references=cited,

@@ -54,7 +54,7 @@ _SCALARS: tuple[tuple[str, str, Callable[[Hardware], Any]], ...] = (
 )
 _TABLE_UNITS = {"efficiency": "fraction", "compute_units": "units", "tile": "rows x cols", "k_half": "steps",
                 "split_k": "", "half_size_mb": "MB", "generic_tbps": "TB/s", "convert_tbps": "TB/s",
-                "reduce_row_ns": "ns", "l2_mib": "MiB", "library": ""}
+                "reduce_row_ns": "ns", "l2_mib": "MiB", "library": "", "power_limit_w": "W"}
 
 
 def _rates(hw: Hardware) -> list[Row]:
@@ -72,7 +72,8 @@ def _models(hw: Hardware) -> list[Row]:
     """The efficiency tables (gemm, memory, attention) as rows of their TOML keys; a table inside one (an attention
     library, a GEMM curve) as a row per entry."""
     out = []
-    for name, model in (("gemm", hw.gemm), ("memory", hw.memory), ("attention", hw.attention)):
+    for name, model in (("gemm", hw.gemm), ("memory", hw.memory), ("attention", hw.attention),
+                        ("clock", getattr(hw, "clock", None))):
         if model is None:
             continue
         for k, v in model.as_toml().items():
@@ -83,7 +84,7 @@ def _models(hw: Hardware) -> list[Row]:
                     unit = "key tiles" if sub == "ramp" else ("fraction of peak" if name == "attention" else "")
                     out.append(Row(f"{key}.{sub}", float(x) if isinstance(x, (int, float)) else x, unit, note))
                 continue
-            unit = "keys" if key == "attention.tile" else _TABLE_UNITS.get(k, "")
+            unit = "keys" if key == "attention.tile" else _TABLE_UNITS.get(k, "MHz" if name == "clock" else "")
             out.append(Row(key, float(v) if isinstance(v, float) else v, unit, note))
     return out
 

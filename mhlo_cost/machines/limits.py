@@ -22,7 +22,8 @@ gemm curve GFLOP                            [1e-09, 1e+09]    GFLOP of one dot (
 memory.efficiency, attention.*.forward,     [0.0001, 1]       fraction of peak
 attention.*.backward
 memory.half_size_mb, sram_mb                [0, 1e+06]        MB (1e6 bytes)
-tdp_w                                       [0.001, 1e+06]    W
+tdp_w, clock.power_limit_w                  [0.001, 1e+06]    W
+clock.peak_mhz, clock.<dtype>               [1, 1e+05]        MHz
 attention.*.ramp                            [0, 1e+06]        key/value tiles
 attention.*.exp_exposed                     [0, 1]            share of the exponentials' time
 devices_per_node, nics_per_node, dims,      [1, 1e+06]        whole numbers (mesh: product too)
@@ -50,6 +51,7 @@ RANGES: dict[str, tuple[Decimal, Decimal, str]] = {
     "count": (Decimal(0), Decimal("1e6"), "(tiles)"),
     "share": (Decimal(0), Decimal(1), "(share)"),
     "w": (Decimal("0.001"), Decimal("1e6"), "W"),
+    "mhz": (Decimal(1), Decimal("1e5"), "MHz"),
 }
 #: The largest whole number of a profile (devices per node, NICs, mesh dimensions and their product).
 MAX_COUNT = 1_000_000

@@ -53,6 +53,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Mapping
 
+from .clock import ClockModel
 from .gemm import GemmModel
 from .kernels import AttentionModel, MemoryModel
 
@@ -157,6 +158,8 @@ class Hardware:
     memory: MemoryModel | None = None  # achievable HBM bandwidth by kernel size (None: the datasheet figure)
     attention: AttentionModel | None = None  # fused attention kernels per library (None: at the GEMM model)
     dispatch_overhead: float | None = None  # host seconds per framework op in eager mode (None: the model's estimate)
+    clock: ClockModel | None = None  # the tensor cores' clock under the power limit (None: at the peak's clock)
+    sustained: bool = False  # dots priced at ``clock``'s sustained clocks (a long stream of matrix work: .clock)
     # Datasheet facts shown by `mhlo-cost hardware show` that price nothing (no estimate reads them):
     sram: float | None = None  # on-chip SRAM, bytes (L2 / Infinity Cache / SRAM / SBUF, as the datasheet names it)
     tdp: float | None = None  # board power, watts
@@ -261,6 +264,7 @@ class Hardware:
         d["gemm"] = self.gemm.as_toml() if self.gemm is not None else None
         d["memory"] = self.memory.as_toml() if self.memory is not None else None
         d["attention"] = self.attention.as_toml() if self.attention is not None else None
+        d["clock"] = self.clock.as_toml() if self.clock is not None else None
         return d
 
 

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..machines.clock import clock_factor
 from ..machines.hardware import Hardware, HardwareError, canonical_dtype
 from ..network import row_estimate
 from ..ir.tensorinfo import TensorInfo
@@ -150,16 +151,19 @@ def gemm_dims(r: Row) -> tuple[int, int, int, int]:
 def gemm_efficiency(r: Row, hw: Hardware) -> float:
     """The fraction of the matrix peak a dot reaches on ``hw`` (:mod:`mhlo_cost.machines.gemm`; 1 without a model).
     Convolutions get the large-shape efficiency (no wave quantization), and so do f32 dots priced on the
-    vector unit (:func:`on_vector_unit`)."""
+    vector unit (:func:`on_vector_unit`). On a profile marked sustained (a training step, a long prefill:
+    :func:`mhlo_cost.machines.clock.sustained`) it is multiplied by the dtype's clock under the power limit over the
+    clock of the peak (:mod:`mhlo_cost.machines.clock`)."""
     model = getattr(hw, "gemm", None)
     if model is None:
         return 1.0
     dts = [t.dtype for t in r.operands[:2] if _dtype_ok(t.dtype)] or [vector_dtype(r)]
     key = canonical_dtype(min(dts, key=hw.matrix_peak))
+    clock = clock_factor(hw, key)  # 1 unless the profile is marked sustained (machines/clock.py)
     if r.kind != "dot" or not r.gemm_flops:
-        return model.base(r.conv_flops // max(r.multiplicity, 1), key)
+        return model.base(r.conv_flops // max(r.multiplicity, 1), key) * clock
     batch, m, n, k = gemm_dims(r)
-    return model.efficiency_of(batch, m, n, k, key, tiled=not on_vector_unit(key, hw))
+    return model.efficiency_of(batch, m, n, k, key, tiled=not on_vector_unit(key, hw)) * clock
 
 
 def on_vector_unit(key: str, hw: Hardware) -> bool:

@@ -18,7 +18,11 @@ class PlanOptions:
     there; None: nothing kept), ``space`` the values of the sweep's dimensions (:class:`~.search.Space`: micro-batch,
     recompute, interleaving, context-parallel degree, ZeRO stage, HSDP sharding group, expert-parallel degree,
     precision), ``scheduler`` / ``jobs`` where the sweep's layers are lowered (a Dask cluster, or a local pool of
-    that many processes: :func:`~.search.prefetch`).
+    that many processes: :func:`~.search.prefetch`), ``clock`` the clock the step's dots run at: ``peak`` (the
+    default: the clock of the datasheet's peak, at which the profile's GEMM efficiency was fitted) or ``sustained``
+    (what a stream of products alone holds under the power limit: the profile's ``clock`` table,
+    :mod:`mhlo_cost.machines.clock`; not the default: over whole training steps it made the published rows and the
+    H200 layer measurements worse, docs/validation.md "The tensor cores' clock under the power limit").
 
     Checked when made (:mod:`mhlo_cost.studies.limits`; OptionError): the configuration valid (with a sweep: the
     model; the sweep makes the splits), its counts and the sweep's within their limits."""
@@ -30,11 +34,17 @@ class PlanOptions:
     space: object = None  # the sweep's dimensions (a .search.Space; None: its defaults)
     scheduler: str | None = None  # a Dask scheduler's address: the sweep's layers lowered on that cluster
     jobs: int | None = None  # local worker processes lowering the sweep's layers (None: the cores)
+    clock: str = "peak"  # the dots' clock: peak (the datasheet's) or sustained (a product stream's, power-limited)
 
     def __post_init__(self):
+        from ...machines.clock import CLOCKS, sustained
         from ..limits import OptionError, check, count
         from .search import Space, split_count
 
+        if self.clock not in CLOCKS:
+            raise OptionError(f"--clock must be one of {', '.join(CLOCKS)}, got {self.clock!r}")
+        if self.clock == "sustained" and self.hardware is not None:
+            object.__setattr__(self, "hardware", sustained(self.hardware))
         cfg = self.config
         why = cfg.model_invalid() if self.gpus is not None else cfg.invalid()
         if why:

@@ -1,0 +1,101 @@
+"""The clock a chip's tensor cores hold under its power limit through a long stream of matrix work.
+
+A profile's optional ``[profile.<name>.clock]`` table::
+
+    power_limit_w = 700      # the board power limit the clocks below are held under
+    peak_mhz = 1830          # the SM clock the profile's matrix peaks are stated at
+    bf16 = 1447              # per dtype key: the SM clock a back-to-back stream of such dots holds at that limit
+    fp8 = 1395
+
+Why. A datasheet's matrix peak is the tensor cores' FLOPs per clock times one clock: for the H100 SXM,
+132 SMs x 2048 dense FP16/BF16 FMA per clock and SM ([H100-WP] per-SM throughput table) x 2 x 1.830 GHz =
+989.4 TFLOP/s, so the peak is stated at 1830 MHz. A GEMM kernel issues its MMA instructions at a fixed share of
+the SM's clock cycles, so its rate is (FLOPs per clock) x (its efficiency per clock) x (the clock it runs at). The
+power management unit lowers the clock until the board's draw is within its power limit (NVIDIA's
+``nvidia-smi -pl`` / NVML power capping: ``clocks_event_reasons.sw_power_cap``); dynamic power is
+alpha x C x V^2 x f, and on the DVFS curve V rises with f, so a dense random-data matrix stream (the largest
+switching activity alpha the chip has) is held at a clock below the peak's. Measured on a lent H200 at its 700 W
+limit (``benchmarks/data/measured_h200_train_run3.jsonl``, 12 s of one product back to back, NVML each second):
+bf16 8192^3 on random data 662 TFLOP/s at 1440-1455 MHz and 692-705 W from the first second; the same product on
+zeros (little switching) 772 TFLOP/s at 1725 MHz and 403 W; fp8 8192 x 4096 x 16384 1190 TFLOP/s at 1395 MHz.
+Both runs give one efficiency per clock (662 / (132 x 4096 x 1.447 GHz) = 0.846, 772 / (... x 1.725) = 0.828):
+the clock, not the kernel, is what the power limit takes.
+
+Where. ``factor(key)`` = the dtype's sustained clock / ``peak_mhz`` (1 for a dtype the table does not list). The
+roofline multiplies a dot's efficiency by it only on a profile marked ``sustained`` (:func:`sustained`): the
+work of a training step or a long prefill, thousands of products back to back, not a one-off product timed in a
+short loop (the published GEMM benchmarks the profile's ``gemm.efficiency`` was fitted on: best of a brute-force
+search, 100 calls after 50 warm-up, whose clock the power limit has not pulled down the way a stream's does).
+Nothing marks a profile sustained by default: ``train-plan --clock sustained`` asks for it. Priced so, whole
+training steps came out too slow (the H200 layer measurements 0.93 -> 1.11 of measured; NeMo's and Megatron-Bridge's
+H100 rows 0.89-1.07 -> 0.99-1.26): a step's GEMMs share the power budget with its memory-bound kernels, launch gaps
+and communication waits, and the limit binds on the board's average power, so a step's clock lies between this
+stream's and the peak's (docs/validation.md, "The tensor cores' clock under the power limit").
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from .limits import checked, known_table
+
+#: The clocks a step's dots can be priced at: under the power limit (``sustained``) or the peak's.
+CLOCKS = ("sustained", "peak")
+
+
+@dataclass(frozen=True)
+class ClockModel:
+    power_limit_w: float
+    peak_mhz: float
+    sustained_mhz: tuple = ()  # ((dtype key, MHz), ...), sorted by key
+
+    def factor(self, key: str) -> float:
+        """The dtype's sustained clock over the clock the matrix peak is stated at (1 for an unlisted dtype)."""
+        mhz = dict(self.sustained_mhz).get(key)
+        return mhz / self.peak_mhz if mhz is not None else 1.0
+
+    def as_toml(self) -> dict[str, Any]:
+        return {"power_limit_w": self.power_limit_w, "peak_mhz": self.peak_mhz, **dict(self.sustained_mhz)}
+
+
+def _number(v: Any, kind: str, where: str) -> float:
+    try:
+        return float(checked(v, kind))
+    except ValueError as e:
+        raise ValueError(f"{where} {e}") from None
+
+
+def parse_clock(table: Any, where: str, keys: tuple) -> ClockModel:
+    """A :class:`ClockModel` from a profile's ``clock`` table (ValueError with ``where`` on bad input): both of
+    ``power_limit_w`` and ``peak_mhz``, and per dtype key a sustained clock no higher than ``peak_mhz``."""
+    known_table(table, where, ("power_limit_w", "peak_mhz") + tuple(keys))
+    for need in ("power_limit_w", "peak_mhz"):
+        if need not in table:
+            raise ValueError(f"{where}: missing field {need!r}")
+    limit = _number(table["power_limit_w"], "w", f"{where}.power_limit_w")
+    peak = _number(table["peak_mhz"], "mhz", f"{where}.peak_mhz")
+    held = []
+    for key in sorted(k for k in table if k in keys):
+        mhz = _number(table[key], "mhz", f"{where}.{key}")
+        if mhz > peak:
+            raise ValueError(f"{where}.{key}: a sustained clock above peak_mhz ({mhz:g} > {peak:g} MHz)")
+        held.append((key, mhz))
+    return ClockModel(limit, peak, tuple(held))
+
+
+def sustained(hw):
+    """``hw`` marked as running a long stream of matrix work: its dots priced at the clock its ``clock`` table
+    holds under the power limit (``hw`` itself where it has no such table or is marked already)."""
+    if getattr(hw, "clock", None) is None or getattr(hw, "sustained", False):
+        return hw
+    return dataclasses.replace(hw, sustained=True)
+
+
+def clock_factor(hw, key: str) -> float:
+    """What a dot's efficiency is multiplied by on ``hw``: the clock factor of ``key`` on a sustained profile,
+    else 1."""
+    model = getattr(hw, "clock", None)
+    if model is None or not getattr(hw, "sustained", False):
+        return 1.0
+    return model.factor(key)
