@@ -74,15 +74,22 @@ class KernelIO:
                 stack.append(iter(self.consumers[c]))
         return out
 
-    def inputs(self, members: set, order: list[int]) -> list[TensorInfo]:
+    def inputs(self, members: set, order: list[int], barriers: bool = True) -> list[TensorInfo]:
         """Each external input once (deduplicated by the producing value, looking through reshapes);
-        duplicated and no-kernel producers are recomputed inside, so their operands are read instead."""
+        duplicated and no-kernel producers are recomputed inside, so their operands are read instead.
+        ``barriers=False``: a member ``optimization_barrier`` reads nothing (an identity: what it passes from
+        outside the kernel to outside it is not read by the kernel, :meth:`results`)."""
         seen: set = set()
         out: list[TensorInfo] = []
 
         def take(i: int, j: int, ti: TensorInfo, depth: int = 0) -> None:
             p = self.producers[i][j] if j < len(self.producers[i]) else None
             if isinstance(p, int):
+                if p in members and not barriers and short_name(self.rows[p].op) == "optimization_barrier":
+                    r = self._through(p, ti)  # read through the barrier: the value it passes on
+                    if r is not None and depth < 64:
+                        take(p, r, self.rows[p].operands[r], depth + 1)
+                    return
                 if p in members:
                     return
                 if self.role[p] in ("dup", "free") and depth < 64 and short_name(self.rows[p].op) != "constant":
@@ -102,6 +109,8 @@ class KernelIO:
 
         for i in order:
             name = short_name(self.rows[i].op)
+            if not barriers and name == "optimization_barrier":
+                continue
             for j, ti in enumerate(self.rows[i].operands):
                 if j == 0 and name in _READS_RESULT:
                     ti = self.rows[i].result  # a slice reads what it returns, not its whole operand
@@ -110,9 +119,17 @@ class KernelIO:
                 take(i, j, ti)
         return out
 
-    def outputs(self, members: set, order: list[int]) -> list:
+    def _through(self, p: int, ti) -> int | None:
+        """Which result of row ``p`` (several results) tensor ``ti`` is: the same object, else the first equal."""
+        res = self.rows[p].result
+        res = res if isinstance(res, (list, tuple)) else [res]
+        hit = next((j for j, t in enumerate(res) if t is ti), None)
+        return hit if hit is not None else next((j for j, t in enumerate(res) if t == ti), None)
+
+    def outputs(self, members: set, order: list[int], split: bool = False) -> list:
         """Each value a member writes that is read outside the kernel (or is a program output), as
-        ``(TensorInfo shown, bytes)``."""
+        ``(TensorInfo shown, bytes)``. ``split``: a row of several results gives one pair per result
+        (:meth:`results`), so that a flash attention kernel can leave out the scores among them."""
         out, seen = [], set()
         for i in order:
             rd = self.readers(i)
@@ -131,9 +148,22 @@ class KernelIO:
                             sum(t.nbytes for t in ops[self.scattered(i) + 1:])))  # only the updates
             elif isinstance(res, TensorInfo):
                 out.append((res, res.nbytes))
+            elif res and split:
+                out.extend(self.results(i, members))
             elif res:  # several results; none (a branch_max row) writes nothing
                 out.append((res[0], sum(t.nbytes for t in res)))
         return out
+
+    def results(self, i: int, members: set) -> list:
+        """Row ``i``'s results as ``(TensorInfo, bytes)`` pairs, one per result. An ``optimization_barrier`` is an
+        identity (XLA emits no kernel for it: its results are its operands' buffers), so a result whose operand
+        was made outside ``members`` is written by its own producer's kernel, not by this one."""
+        res = self.rows[i].result
+        if short_name(self.rows[i].op) != "optimization_barrier":
+            return [(t, t.nbytes) for t in res]
+        made = self.producers[i]
+        return [(t, t.nbytes) for j, t in enumerate(res)
+                if j < len(made) and isinstance(made[j], int) and made[j] in members]
 
     def measure(self, k, hw: Hardware) -> None:
         """Fill kernel ``k``'s bytes, times, FLOPs and peak."""
@@ -143,9 +173,10 @@ class KernelIO:
     def measure_io(self, k) -> None:
         """Fill kernel ``k``'s inputs, outputs and bytes (no chip needed: :mod:`.program` keeps them)."""
         members = set(k.members)
-        k.inputs = self.inputs(members, k.members)
-        outs = self.outputs(members, k.members)
-        if k.attention and self.onchip:
+        flash = bool(k.attention and self.onchip)
+        k.inputs = self.inputs(members, k.members, barriers=not flash)
+        outs = self.outputs(members, k.members, split=flash)
+        if flash:  # a flash kernel keeps its scores on chip: it writes O and the row statistics, not P
             from .attention_backward import trails
             k.inputs = [t for t in k.inputs if not trails(t, self.onchip)]
             outs = [(t, b) for t, b in outs if not trails(t, self.onchip)]
