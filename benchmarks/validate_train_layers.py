@@ -119,8 +119,9 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", help="only the rows whose model or kind contains this")
     ap.add_argument("--sdpa", default="auto", help="the eager rows' SDPA backend (default: PyTorch's own choice)")
-    ap.add_argument("--clock", choices=("peak", "sustained"), default="peak",
-                    help="the dots' clock: the peak's (default), or what a product stream holds at 700 W")
+    ap.add_argument("--clock", choices=("peak", "sustained"), default="sustained",
+                    help="the dots' clock: what a product stream holds at 700 W (default, as train-plan's), or "
+                         "the peak's")
     args = ap.parse_args(argv)
     from mhlo_cost.machines.clock import sustained
     from mhlo_cost.machines.hardware import get_profile

@@ -254,7 +254,7 @@ def scale_config(run: dict, model: dict, fields: set | None = None):
     return ScaleConfig(**kw, **{k: v for k, v in split_options(run).items() if k in fields})
 
 
-def price(run: dict, data: dict, cache_dir=None, clock: str = "peak") -> dict:
+def price(run: dict, data: dict, cache_dir=None, clock: str = "sustained") -> dict:
     """The row's result: published and estimated seconds, their ratio, breakdown, or the reason it is not
     priced (``reason``); the step's dots at ``clock`` (train-plan's ``--clock``: sustained or peak)."""
     from mhlo_cost.network import resolve_profile
@@ -327,9 +327,9 @@ def main(argv=None) -> int:
     ap.add_argument("--source", help="the runs of this source id")
     ap.add_argument("--cache", help="keep each layer's analysis here")
     ap.add_argument("--data", default=DATA, help="the data file (default: %(default)s)")
-    ap.add_argument("--clock", choices=("peak", "sustained"), default="peak",
-                    help="the dots' clock: the datasheet peak's (default) or a product stream's under the power limit "
-                         "(train-plan --clock)")
+    ap.add_argument("--clock", choices=("peak", "sustained"), default="sustained",
+                    help="the dots' clock: a product stream's under the power limit (default, as train-plan's) or "
+                         "the datasheet peak's (train-plan --clock)")
     args = ap.parse_args(argv)
     data = load(args.data)
     runs = [r for r in data["run"] if (not args.only or args.only in r["id"])

@@ -99,6 +99,7 @@ def test_train_plan_options_mark_the_profile_sustained_when_asked():
     assert held.hardware.sustained and held.hardware.chip == hw.chip
     # grand-teton's H100 at 500 W: bf16 at 1287 of the 1640 MHz its interpolated peak implies
     assert clock_factor(held.hardware, "bf16") == pytest.approx(1287 / 1640, rel=1e-12)
-    assert PlanOptions(cfg, hw).hardware is hw  # the default: the peak's clock
+    assert PlanOptions(cfg, hw, clock="peak").hardware is hw  # the datasheet peak's clock, asked for
+    assert PlanOptions(cfg, hw).hardware.sustained  # the default: the sustained clock
     with pytest.raises(OptionError, match="--clock"):
         PlanOptions(cfg, hw, clock="boost")

@@ -344,9 +344,9 @@ def _register_pipeline_and_kernels(p) -> None:
     p.add_argument("--execution", choices=("compiled", "eager", "inductor"), default="compiled",
                    help="how the step runs: compiled, fused kernels (Megatron, NeMo; default), eager (PyTorch eager, "
                         "one kernel per op) or inductor (torch.compile); eager and inductor need --attention fused")
-    p.add_argument("--clock", choices=("peak", "sustained"), default="peak",
-                   help="the clock the step's dots run at: peak, the datasheet's (default), or sustained, what the "
-                        "chip holds under its power limit through a stream of products alone (its clock table)")
+    p.add_argument("--clock", choices=("peak", "sustained"), default="sustained",
+                   help="the clock the step's dots run at: sustained, what the chip holds under its power limit "
+                        "through a stream of products (its clock table; default), or peak, the datasheet's")
     p.add_argument("--inductor-comm-reorder", action="store_true",
                    help="with --execution inductor: Inductor's reorder_for_compute_comm_overlap on, so the "
                         "collectives torch.compile traces (PyTorch's context parallel) overlap compute; off (torch's "

@@ -26,11 +26,12 @@ roofline multiplies a dot's efficiency by it only on a profile marked ``sustaine
 work of a training step or a long prefill, thousands of products back to back, not a one-off product timed in a
 short loop (the published GEMM benchmarks the profile's ``gemm.efficiency`` was fitted on: best of a brute-force
 search, 100 calls after 50 warm-up, whose clock the power limit has not pulled down the way a stream's does).
-Nothing marks a profile sustained by default: ``train-plan --clock sustained`` asks for it. Priced so, whole
-training steps came out too slow (the H200 layer measurements 0.93 -> 1.11 of measured; NeMo's and Megatron-Bridge's
-H100 rows 0.89-1.07 -> 0.99-1.26): a step's GEMMs share the power budget with its memory-bound kernels, launch gaps
+``train-plan`` marks its profile sustained by default (``--clock peak`` does not); nothing else does. It is an
+upper bound on the throttling: a step's GEMMs share the power budget with its memory-bound kernels, launch gaps
 and communication waits, and the limit binds on the board's average power, so a step's clock lies between this
-stream's and the peak's (docs/validation.md, "The tensor cores' clock under the power limit").
+stream's and the peak's (the H200 layer measurements: 0.93 of measured at peak, 1.11 sustained). Over the published
+training rows, once the barrier and fp8-weight over-charges were removed, the sustained clock is the nearer of the
+two (median 7.25% against 11.71%; docs/validation.md, "The tensor cores' clock under the power limit").
 """
 from __future__ import annotations
 

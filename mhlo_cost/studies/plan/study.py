@@ -18,11 +18,13 @@ class PlanOptions:
     there; None: nothing kept), ``space`` the values of the sweep's dimensions (:class:`~.search.Space`: micro-batch,
     recompute, interleaving, context-parallel degree, ZeRO stage, HSDP sharding group, expert-parallel degree,
     precision), ``scheduler`` / ``jobs`` where the sweep's layers are lowered (a Dask cluster, or a local pool of
-    that many processes: :func:`~.search.prefetch`), ``clock`` the clock the step's dots run at: ``peak`` (the
-    default: the clock of the datasheet's peak, at which the profile's GEMM efficiency was fitted) or ``sustained``
-    (what a stream of products alone holds under the power limit: the profile's ``clock`` table,
-    :mod:`mhlo_cost.machines.clock`; not the default: over whole training steps it made the published rows and the
-    H200 layer measurements worse, docs/validation.md "The tensor cores' clock under the power limit").
+    that many processes: :func:`~.search.prefetch`), ``clock`` the clock the step's dots run at: ``sustained``
+    (the default: what a stream of products holds under the power limit, the profile's ``clock`` table,
+    :mod:`mhlo_cost.machines.clock`; a profile without one is priced at its peak) or ``peak`` (the clock of the
+    datasheet's peak, at which the profile's GEMM efficiency was fitted on short benchmark runs). Sustained is the
+    default since the barrier and fp8-cache over-charges were removed: over the 54 published training rows it gives
+    median 7.25% where peak gives 11.71%; on the H200 layer measurements it is the worse of the two (11.1% against
+    7.0%): a step's clock lies between the two, docs/validation.md "The tensor cores' clock under the power limit".
 
     Checked when made (:mod:`mhlo_cost.studies.limits`; OptionError): the configuration valid (with a sweep: the
     model; the sweep makes the splits), its counts and the sweep's within their limits."""
@@ -34,7 +36,7 @@ class PlanOptions:
     space: object = None  # the sweep's dimensions (a .search.Space; None: its defaults)
     scheduler: str | None = None  # a Dask scheduler's address: the sweep's layers lowered on that cluster
     jobs: int | None = None  # local worker processes lowering the sweep's layers (None: the cores)
-    clock: str = "peak"  # the dots' clock: peak (the datasheet's) or sustained (a product stream's, power-limited)
+    clock: str = "sustained"  # the dots' clock: sustained (a product stream's, power-limited) or peak (the datasheet's)
 
     def __post_init__(self):
         from ...machines.clock import CLOCKS, sustained
