@@ -23,8 +23,8 @@ The issue's targets: the 7B serve grid under 20 s from an empty cache, the STDiT
 (each sweep point lowered at depths 2 and 3 and priced at full depth by repeating its priced layer,
 studies/layerprice.py; the first point of each strategy lowered at depth 4 too, to check the repetition:
 studies/sweep/point.py; the other points of a strategy start on the pool as soon as its check has ended, beside the
-checks still running: studies/sweep/run.py). The sweep's line gives its wall and CPU seconds (the sweep's process and its workers) and
-the load average, since the machine may be shared.
+checks still running: studies/sweep/run.py). The sweep's line gives its wall and CPU seconds (the sweep's process
+and its workers) and the load average, since the machine may be shared.
 """
 from __future__ import annotations
 

@@ -208,7 +208,7 @@ def analyse_layer(cfg: ScaleConfig, hw, key: str = "", chip: str = "", part: str
         input_bytes=sum(x.type.nbytes for x in inputs), weight_elems=sum(x.type.nelems for x in weights),
         weight_bytes=sum(x.type.nbytes for x in weights), master_bytes=sum(x.type.nbytes for x in master),
         moment_bytes=sum(x.type.nbytes for x in moments), ops=len(a.rows), core_s=core, loss_s=loss,
-        weight_cast_s=cast,         linear_s=linear_seconds(a, rf.times, hw, cfg.t))
+        weight_cast_s=cast, linear_s=linear_seconds(a, rf.times, hw, cfg.t))
 
 
 def dense_layer(cfg: ScaleConfig) -> str:
@@ -235,7 +235,8 @@ def _aten_rows(a, cfg: ScaleConfig) -> frozenset:
 
 def _row_sums(a, rf, aten: frozenset = frozenset()) -> tuple:
     """The program's rows summed by phase: GEMM and vector FLOPs, seconds (the tensor- and context-parallel
-    collectives left out), the seconds of scopes ``core``, ``loss`` and ``fp8_weight``, and the backward's dgrad and wgrad FLOPs.
+    collectives left out), the seconds of scopes ``core``, ``loss`` and ``fp8_weight``, and the backward's dgrad and
+    wgrad FLOPs.
     The rows of ``aten`` take their eager seconds (ATen kernels under torch.compile: :func:`_aten_rows`)."""
     from ...lower.models.quant import WEIGHT_SCOPE
 
