@@ -3,7 +3,7 @@
 that fit. The per-device layer is lowered from shapes once per distinct shape (:mod:`mhlo_cost.studies.plan`)."""
 from __future__ import annotations
 
-from . import train_plan_stdit3, train_plan_sweep
+from . import train_plan_options, train_plan_stdit3, train_plan_sweep
 from .cache import add_cache, cache_note, cache_root
 from .common import (EXIT_OK, UserError, add_force, add_progress, add_quiet, claim_output, positive_int,
                      write_output)
@@ -223,7 +223,7 @@ def register(sub) -> None:
                    help="default none; op: torchtitan's selective op checkpointing (every second linear recomputed)")
     p.add_argument("--dp-comm", default="all_reduce", choices=("all_reduce", "zero"))
     p.add_argument("--dp-overlap", action="store_true", help="the gradient reduction overlaps the last backward")
-    _register_sharding(p)
+    train_plan_options.register_sharding(p)
     train_plan_stdit3.register(p)
     p.add_argument("--precision", metavar="RECIPE",
                    help="the linears' precision: bf16 (default), fp8-tensorwise or fp8-rowwise (torchao Float8Linear: "
@@ -246,154 +246,3 @@ def register(sub) -> None:
     add_quiet(p)
     add_progress(p)
     p.set_defaults(func=cmd_train_plan)
-
-
-def _register_sharding(p) -> None:
-    """The data-parallel sharding, context-parallel and uneven-pipeline options, in Megatron-LM's and PyTorch's
-    (torchtitan's) spellings."""
-    p.add_argument("--zero", type=int, choices=(0, 1, 2, 3),
-                   help="ZeRO stage: 1 optimizer state sharded, 2 and gradients, 3 and parameters (FSDP); default 0")
-    p.add_argument("--fsdp", action="store_true", help="FSDP (ZeRO 3): parameters all-gathered per layer, "
-                                                       "gradients reduce-scattered, prefetched under compute")
-    p.add_argument("--use-distributed-optimizer", action="store_true",
-                   help="Megatron's distributed optimizer: ZeRO 1 (as --dp-comm zero)")
-    p.add_argument("--dp-shard", type=positive_int, metavar="N",
-                   help="HSDP: shard within groups of N data-parallel ranks (x cp), replicate across d / N "
-                        "(torchtitan's data_parallel_shard_degree); default: all d")
-    p.add_argument("--dp-replicate", type=positive_int, metavar="N",
-                   help="HSDP: N replicas of the sharded state (data_parallel_replicate_degree; shard = d / N)")
-    p.add_argument("--fsdp-reshard-after-forward", choices=("always", "never"), default="always",
-                   help="FSDP: free the gathered parameters after the forward (always, default) or keep them "
-                        "for the backward (never: no second all-gather, every layer's parameters held)")
-    p.add_argument("--fsdp-version", choices=("1", "2"), default="1",
-                   help="FSDP's implementation: 1 (flat parameters: FSDP1, ZeRO 3; default) or 2 (fully_shard, "
-                        "torchtitan's: each all-gather copied out and each reduce-scatter copied in on the compute "
-                        "stream)")
-    p.add_argument("--cp", "--context-parallel-size", dest="cp", type=positive_int,
-                   help="context-parallel degree: the sequence split cp ways, load-balanced causal (default 1)")
-    p.add_argument("--cp-comm-type", choices=("p2p", "all_gather", "torch-allgather", "torch-alltoall"),
-                   default="p2p",
-                   help="p2p: ring attention, K/V send/recv per step overlapping the attention (default); "
-                        "all_gather: K/V all-gathered, not overlapped; torch-allgather / torch-alltoall: PyTorch's "
-                        "context_parallel by its rotate method (torchtitan's), the fp32 dK/dV passed round the ring")
-    p.add_argument("--cp-kv-repeat", action="store_true",
-                   help="the model repeats its K/V heads to the query heads before attention (torchtitan's "
-                        "Llama): context parallelism exchanges heads/t heads, not kv_heads/t")
-    p.add_argument("--dp-reduce", choices=("reduce_scatter", "all_reduce"), default="reduce_scatter",
-                   help="ZeRO 1's gradient reduction: reduce_scatter (Megatron's distributed optimizer, default) "
-                        "or all_reduce (DeepSpeed's BF16 optimizer under its pipeline engine)")
-    p.add_argument("--grad-accum-pass", action="store_true",
-                   help="gradients accumulated by a separate pass after each micro-batch's backward (DeepSpeed's "
-                        "BF16 optimizer: bf16 gradients added into an fp32 buffer), not inside the wgrad GEMMs")
-    p.add_argument("--launch-blocking", action="store_true",
-                   help="CUDA_LAUNCH_BLOCKING=1 (BLOOM's training script): every kernel launch waits for the kernel, "
-                        "so each framework call's host time adds to its kernel's time (compiled execution only)")
-    p.add_argument("--share-embeddings-and-output-weights", dest="tied_embedding", action="store_true",
-                   help="the embedding and the LM head share one weight: with a pipeline, its gradient is "
-                        "all-reduced between the first and last stages each iteration")
-    _register_pipeline_and_kernels(p)
-
-
-def _register_pipeline_and_kernels(p) -> None:
-    """The uneven pipeline's options (Megatron-LM's spellings), the attention kernel, the experts and how the
-    step runs."""
-    p.add_argument("--decoder-first-pipeline-num-layers", dest="first_stage_layers", type=positive_int,
-                   metavar="N", help="uneven pipeline: the first stage's layers (the others split the rest)")
-    p.add_argument("--decoder-last-pipeline-num-layers", dest="last_stage_layers", type=positive_int,
-                   metavar="N", help="uneven pipeline: the last stage's layers")
-    p.add_argument("--account-for-embedding-in-pipeline-split", dest="account_embedding", action="store_true",
-                   help="count the embedding as a layer of the first stage when splitting the layers")
-    p.add_argument("--account-for-loss-in-pipeline-split", dest="account_loss", action="store_true",
-                   help="count the loss (LM head) as a layer of the last stage when splitting the layers")
-    p.add_argument("--pipeline-split", choices=("megatron", "torchtitan"), default="megatron",
-                   help="whose rule splits interleaved uneven stages: megatron (each stage's layers divisible by "
-                        "--interleave; default) or torchtitan (uneven virtual stages, as generate_split_points)")
-    p.add_argument("--overlap-grad-reduce", action="store_true",
-                   help="Megatron-Core's DDP: each gradient bucket (each model chunk, interleaved) reduced as the "
-                        "backward makes it, only the last exposed (with --ddp-bucket-size, --overlap-param-gather)")
-    p.add_argument("--ddp-bucket-size", type=int, metavar="ELEMENTS",
-                   help="with --overlap-grad-reduce: a gradient bucket's elements (default max(40M, 1M x dp))")
-    p.add_argument("--overlap-param-gather", action="store_true",
-                   help="with --overlap-grad-reduce and --zero 1: the parameter all-gather prefetched under the "
-                        "next forward, bucket by bucket")
-    p.add_argument("--loss-scale", action="store_true",
-                   help="fp16's dynamic loss scaling: Megatron's fp16 optimizer copies the gradients to fp32 and "
-                        "unscales them before the step")
-    p.add_argument("--no-gradient-accumulation-fusion", action="store_true",
-                   help="Megatron-LM's local DDP without fused wgrad accumulation: each micro-batch's gradients added "
-                        "into main_grad by a hook (Megatron-LM before late 2021)")
-    p.add_argument("--scatter-gather-tensors-in-pipeline", action="store_true",
-                   help="without --sp: a pipeline send carries 1/t of the tensor and the receiver all-gathers it over "
-                        "the tensor group (Megatron-LM 2021-2022's default, DeepSpeed's pipeline engine; "
-                        "Megatron-Core sends it whole)")
-    p.add_argument("--tp-comm-overlap", action="store_true",
-                   help="Transformer Engine's userbuffers: each tensor-parallel collective overlapped with the GEMM "
-                        "it feeds, in chunks (NeMo's and Megatron-Core's tp_comm_overlap; needs --sp)")
-    p.add_argument("--tp-comm-overlap-rs", choices=("pipeline", "ring_exchange"), default="pipeline",
-                   help="with --tp-comm-overlap: the reduce-scatters pipelined in 4 splits (NeMo's; default) or "
-                        "ring-exchanged (Megatron-Bridge's fp8 H100 configurations)")
-    p.add_argument("--attention", choices=("unfused", "fused"),
-                   help="the layer's attention: unfused, its separate kernels as Megatron 2022 ran them (default), "
-                        "or fused, one flash-attention kernel (NeMo, Megatron-Core, torchtitan; stdit3's default)")
-    p.add_argument("--attention-library", choices=("fa2", "fa3", "cudnn"),
-                   help="with --attention fused: the kernel's library as the training stack calls it (fa2: "
-                        "flash-attn 2 and PyTorch SDPA's flash backend; fa3; cudnn: Transformer Engine's fused "
-                        "attention on Hopper); default: the profile's")
-    _register_experts(p)
-    _register_framework_passes(p)
-    p.add_argument("--execution", choices=("compiled", "eager", "inductor"), default="compiled",
-                   help="how the step runs: compiled, fused kernels (Megatron, NeMo; default), eager (PyTorch eager, "
-                        "one kernel per op) or inductor (torch.compile); eager and inductor need --attention fused")
-    p.add_argument("--clock", choices=("peak", "sustained"), default="sustained",
-                   help="the clock the step's dots run at: sustained, what the chip holds under its power limit "
-                        "through a stream of products (its clock table; default), or peak, the datasheet's")
-    p.add_argument("--inductor-comm-reorder", action="store_true",
-                   help="with --execution inductor: Inductor's reorder_for_compute_comm_overlap on, so the "
-                        "collectives torch.compile traces (PyTorch's context parallel) overlap compute; off (torch's "
-                        "default) each is waited for where it is issued, exposed")
-    p.add_argument("--grad-reduce-in-bf16", action="store_true",
-                   help="gradients reduced in the 2-byte dtype, not fp32 (Megatron-Core's option; Megatron 2021's "
-                        "fp16 default without --accumulate-allreduce-grads-in-fp32)")
-
-
-def _register_framework_passes(p) -> None:
-    """What a framework runs beside the lowered layer that it does its own way (``studies/plan/megatron_passes``,
-    ``studies/plan/nccl_ub``): the loss's kernels, PyTorch DDP's bucket copies, FSDP's NCCL-registered buffers,
-    NeMo's activation."""
-    p.add_argument("--cross-entropy", choices=("fused", "megatron", "megatron-fused"), default="fused",
-                   help="the loss: fused, the head program's own (default); megatron, Megatron-LM's / "
-                        "Megatron-Core's vocabulary-parallel cross-entropy (separate kernels over the fp32 logits); "
-                        "megatron-fused, Megatron-Core's cross_entropy_loss_fusion (its torch.compile'd functions)")
-    p.add_argument("--torch-ddp", action="store_true",
-                   help="Megatron-LM 2021's --DDP-impl torch: PyTorch DDP copies each gradient into its bucket and "
-                        "back after the all-reduce (gradient_as_bucket_view off), once an iteration")
-    p.add_argument("--use-nccl-ub", action="store_true",
-                   help="with --zero 2|3: Megatron-Core's nccl_ub, FSDP's buffers registered with NCCL so that its "
-                        "per-layer all-gathers and reduce-scatters run on fewer SMs (4 / 5 within a node on H100)")
-    p.add_argument("--activation", choices=("gelu", "squared-relu"), default="gelu",
-                   help="the two-linear MLP's activation: gelu (fused, default) or squared-relu, NeMo's "
-                        "torch.pow(F.relu(x), 2) run as eager kernels (Nemotron; the layer lowered with GELU)")
-
-
-def _register_experts(p) -> None:
-    """The mixture-of-experts options, in Megatron-LM's spellings (``--moe-shared-experts``, ``--moe-dense-layers``
-    and ``--moe-imbalance`` are this tool's: Megatron gives the shared experts' width and a layer pattern)."""
-    p.add_argument("--num-experts", type=positive_int, metavar="E", help="routed experts of each MoE layer")
-    p.add_argument("--moe-router-topk", type=positive_int, metavar="K", help="experts each token is routed to")
-    p.add_argument("--moe-ffn-hidden-size", type=positive_int, metavar="N", help="one expert's (SwiGLU) width")
-    p.add_argument("--moe-shared-experts", type=positive_int, metavar="N", help="shared experts, each N wide")
-    p.add_argument("--moe-dense-layers", type=int, metavar="N", help="the first N layers keep the dense MLP")
-    p.add_argument("--ep", "--expert-model-parallel-size", dest="ep", type=positive_int, metavar="N",
-                   help="expert-parallel degree: each MoE layer's experts split over N of the data-parallel ranks, "
-                        "tokens sent to them and back by all_to_all (default 1)")
-    p.add_argument("--moe-expert-capacity-factor", type=float, metavar="C",
-                   help="each expert takes C x its balanced share of tokens, padded to it (default: dropless)")
-    p.add_argument("--moe-imbalance", type=float, metavar="F",
-                   help="dropless routing: the busiest expert-parallel rank gets F x the balanced share of tokens "
-                        "(default 1.0: balanced)")
-    p.add_argument("--moe-a2a-overlap", action="store_true", default=None,
-                   help="the all_to_all hidden under another micro-batch's compute, as DeepSeek's DualPipe runs it "
-                        "(default: not overlapped, Megatron's dispatcher)")
-    p.add_argument("--expert-tensor-parallel-size", type=positive_int, metavar="N",
-                   help="expert tensor parallelism: each expert's width split over N ranks, the dispatched tokens "
-                        "all-gathered over them (default: -t, Megatron-Core's default; 1: whole experts)")
