@@ -277,12 +277,18 @@ def master_shapes(tx, params) -> tuple:
 
 def step_fn(cfg: ScaleConfig):
     """``step(params, master, opt_state, x, dy, key) -> (params, master, opt_state, y, dx)``."""
-    tx = adamw()
-    layer = layer_fn(cfg)
+    return step_of(layer_fn(cfg))
 
-    def step(params, master, opt_state, x, dy, key):
+
+def step_of(layer):
+    """``(step, tx)``: ``step(params, master, opt_state, x, dy, key, *extra)``, the forward and backward of
+    ``layer(params, x, key, *extra)`` (the Llama layer's ``extra`` is its rotary table) and Megatron's
+    mixed-precision AdamW on the fp32 master weights."""
+    tx = adamw()
+
+    def step(params, master, opt_state, x, dy, key, *extra):
         with scope("layer"):
-            y, vjp = jax.vjp(lambda p, h: layer(p, h, key), params, x)
+            y, vjp = jax.vjp(lambda p, h: layer(p, h, key, *extra), params, x)
             gp, dx = vjp(dy)
         params, master, opt_state = master_update(tx, gp, params, master, opt_state)
         return params, master, opt_state, y, dx
@@ -309,7 +315,7 @@ def layer_params(cfg: ScaleConfig) -> int:
     return h * 3 * h // t + 3 * h // t + h // t * h + h + h * f // t + f // t + f // t * h + h + 4 * h
 
 
-__all__ = ["SAVED", "layer_fn", "step_fn", "lower_layer", "param_shapes", "layer_params", "adamw", "master_update",
+__all__ = ["SAVED", "layer_fn", "step_fn", "step_of", "lower_layer", "param_shapes", "layer_params", "adamw", "master_update",
            "master_shapes"]
 
 

@@ -38,8 +38,8 @@ from jax import lax
 from jax.ad_checkpoint import checkpoint_name
 
 from .config import ScaleConfig
-from .layer import (F32, _cp_gather, _dropout, _gather, _saved, _scatter, _scores, _softmax, adamw, master_shapes,
-                    master_update)
+from .layer import (F32, _cp_gather, _dropout, _gather, _saved, _scatter, _scores, _softmax, master_shapes,
+                    step_of)
 
 scope = jax.named_scope
 #: torchtitan's Llama 3 RMSNorm epsilon (ModelArgs.norm_eps) and RoPE base (rope_theta, Llama 3's 500000).
@@ -191,18 +191,7 @@ def layer_fn(cfg: ScaleConfig):
 
 def step_fn(cfg: ScaleConfig):
     """``step(params, master, opt_state, x, dy, key, freqs) -> (params, master, opt_state, y, dx)``."""
-    tx = adamw()
-    layer = layer_fn(cfg)
-
-    def step(params, master, opt_state, x, dy, key, freqs):
-        with scope("layer"):
-            y, vjp = jax.vjp(lambda p, h: layer(p, h, key, freqs), params, x)
-            gp, dx = vjp(dy)
-        params, master, opt_state = master_update(tx, gp, params, master, opt_state)
-        return params, master, opt_state, y, dx
-
-    step.__name__ = step.__qualname__ = "layer_step"
-    return step, tx
+    return step_of(layer_fn(cfg))
 
 
 def lower_llama_layer(cfg: ScaleConfig, locations: bool = True) -> str:
