@@ -177,6 +177,19 @@ def _byte_unit(top: int) -> tuple[float, str]:
     return 1.0, "bytes"
 
 
+def _capacity_line(ax, hbm_bytes: int | None, shown: bool, scale, unit: str, data_top: int) -> None:
+    """The chip's HBM capacity: a dashed line where ``shown``, else (a capacity given) only named in the legend,
+    since an axis up to it would flatten the data."""
+    if shown:
+        ax.axhline(hbm_bytes / scale, color="#7b4fa8", linestyle="--", linewidth=1.0,
+                   label=f"HBM capacity {hbm_bytes / scale:.3g} {unit}")
+    elif hbm_bytes:
+        cap_scale, cap_unit = _byte_unit(hbm_bytes)
+        ax.plot([], [], color="#7b4fa8", linestyle="--", linewidth=1.0,
+                label=f"HBM capacity {hbm_bytes / cap_scale:.3g} {cap_unit}, off the scale "
+                      f"(peak {100 * data_top / hbm_bytes:.2g}% of it)")
+
+
 def plot_memory(path: str, labels: list[str], kinds: dict, unfused, fused=None, hbm_bytes: int | None = None,
                 title: str = "", fused_label: str = "fused elementwise") -> None:
     """Live bytes (while each op runs) against program order into ``path``: one colour band per block (its
@@ -208,14 +221,7 @@ def plot_memory(path: str, labels: list[str], kinds: dict, unfused, fused=None, 
         ax.plot(x, [v / scale for v in prof.during], color=colour, linewidth=0.9, label=f"{name}: {peak}{where}")
         if prof.peak_row is not None:
             ax.plot([prof.peak_row], [prof.peak_bytes / scale], marker="v", color=colour, markersize=8)
-    if cap_shown:
-        ax.axhline(hbm_bytes / scale, color="#7b4fa8", linestyle="--", linewidth=1.0,
-                   label=f"HBM capacity {hbm_bytes / scale:.3g} {unit}")
-    elif hbm_bytes:  # named, not drawn: an axis to the chip's capacity would flatten the data
-        cap_scale, cap_unit = _byte_unit(hbm_bytes)
-        ax.plot([], [], color="#7b4fa8", linestyle="--", linewidth=1.0,
-                label=f"HBM capacity {hbm_bytes / cap_scale:.3g} {cap_unit}, off the scale "
-                      f"(peak {100 * data_top / hbm_bytes:.2g}% of it)")
+    _capacity_line(ax, hbm_bytes, cap_shown, scale, unit, data_top)
     ax.set_xlim(-0.5, max(len(labels), 1) - 0.5)
     ax.set_ylim(0, top / scale * 1.08)
     ax.set_xlabel("op, in program order (bands: blocks)")

@@ -165,7 +165,11 @@ def dot_parts(rows, s: int, e: int, norms, parts: list[str]) -> None:
             else:
                 dot_part[i] = "attention" if attention + kk == 0 else "cross_attention"
         attention += n_inst
-    # Other rows: the part of the last GEMM before them in their segment, else of the next GEMM.
+    _other_rows(bounds, s, e, dot_part, parts)
+
+
+def _other_rows(bounds: list[int], s: int, e: int, dot_part: dict[int, str], parts: list[str]) -> None:
+    """Every row that is not a GEMM: the part of the last GEMM before it in its segment, else of the next GEMM."""
     seg_of = {}
     for a, b in zip(bounds, bounds[1:]):
         for i in range(a, b):
