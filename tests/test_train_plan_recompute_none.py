@@ -71,3 +71,17 @@ def test_model_with_its_own_layer_keeps_its_recompute():
 
     assert recompute_seconds(Own(), {"forward": 1.0, "recompute": 0.25}) == 0.25
     assert recompute_seconds(ScaleConfig(**TINY, global_batch=B), {"forward": 1.0, "recompute": 0.25}) == 0.0
+
+
+def test_selective_over_one_flash_kernel_reruns_its_forward():
+    """Megatron-Core's selective recompute over a fused attention kernel re-runs that kernel's forward: with the
+    attention's forward 0.3 ms (scope core), 8 micro-batches of 4 layers recompute 8 x 4 x 0.3 ms, whatever the
+    program's recompute phase holds (0.5 ms); over unfused attention the program's recompute phase is kept."""
+    from dataclasses import replace
+
+    cost = replace(_fake(), core_s={"forward": 3e-4, "backward": 6e-4, "recompute": 1e-4, "optimizer": 0.0})
+    cfg = ScaleConfig(**TINY, global_batch=8 * B, recompute="selective")
+    fused = compose(cfg.with_split(attention="fused"), cost, SELENE)
+    assert fused.compute["recompute"] == pytest.approx(8 * L * 3e-4, rel=1e-12)
+    unfused = compose(cfg.with_split(attention="unfused"), cost, SELENE)
+    assert unfused.compute["recompute"] == pytest.approx(8 * L * 5e-4, rel=1e-12)

@@ -163,7 +163,7 @@ def _layer(cfg: ScaleConfig, cost: LayerCost, topo, hw=None) -> dict:
     the profile whose SMs the overlapped communication kernels share (:mod:`.sm_share`)."""
     t = cost.time_s
     cast_f, cast_b, cast_r = per_micro_batch(cfg, cost)  # fp8 weight copies made once a step (.fp8_weights)
-    rec = recompute_seconds(cfg, t) - cast_r  # (none: no recompute pass at all, .recompute)
+    rec = recompute_seconds(cfg, t, cost.core_s) - cast_r  # (none: no recompute pass; selective: .recompute)
     s_act = activation_bytes(cfg)
     if cfg.tp_comm_overlap and cfg.t > 1:  # TE's userbuffers: each collective against its own GEMM
         tp = tp_overlap_exposure(cfg, cost, s_act, lambda kind, n, groups: _time(topo, kind, n, groups),

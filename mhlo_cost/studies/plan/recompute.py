@@ -18,10 +18,21 @@ No framework runs them as a recompute pass:
   input; ``gelu_backward`` reads the GELU's input (aten/src/ATen/native/native_functions.yaml, derivatives.yaml).
 
 So with no recompute the step is the forward and the backward alone (the gradients only): the rows JAX remats are
-arithmetic those backward kernels do on tensors they read anyway, and are priced at nothing. The other policies
-keep the program's recompute (``selective``: the attention's softmax and dropout, as Korthikanti's Table 5 is
-priced; ``op``: torchtitan's ``torch.utils.checkpoint``, which does re-run each unsaved op; ``full``: the whole
-forward, priced as F by :mod:`.compose`). A model's own layer (STDiT3: ``cfg.lower_layer``) keeps its program's
+arithmetic those backward kernels do on tensors they read anyway, and are priced at nothing.
+
+``selective`` with one fused (flash) attention kernel (``attention="fused"``): Megatron-Core's selective recompute
+checkpoints the core attention only (megatron/core/transformer/attention.py: ``self.checkpoint_core_attention =
+self.config.recompute_granularity == 'selective'``, then ``_checkpointed_attention_forward`` runs the core attention
+under ``tensor_parallel.checkpoint``), so its backward runs the fused attention kernel's forward again (TE's
+``DotProductAttention``: the kernel keeps no scores to remake, it is re-run whole): R = the layer's ``core`` forward
+seconds (the norms' and GELU's remat'd rows: nothing, as under ``none``). NeMo-Framework-Launcher 24.07's
+``activations_checkpoint_granularity: selective`` (nemotron/nemotron_340b.yaml) is this policy. (Its hardware FLOPs
+stay the program's recompute GEMMs: the scores' product, not the values'.)
+
+The other policies keep the program's recompute (``selective`` with unfused attention: the softmax and dropout, as
+Korthikanti's Table 5 is priced, its remat'd norm and GELU rows included as they always were; ``op``: torchtitan's
+``torch.utils.checkpoint``, which does re-run each unsaved op; ``full``: the whole forward, priced as F by
+:mod:`.compose`). A model's own layer (STDiT3: ``cfg.lower_layer``) keeps its program's
 recompute: there the remat'd rows are the flash attention's remade scores.
 """
 from __future__ import annotations
@@ -32,12 +43,23 @@ def no_recompute(cfg) -> bool:
     return cfg.recompute == "none" and getattr(cfg, "lower_layer", None) is None
 
 
-def recompute_seconds(cfg, time_s: dict) -> float:
+def recompute_seconds(cfg, time_s: dict, core_s: dict | None = None) -> float:
     """Seconds of one micro-batch's recompute of a layer priced at ``time_s`` (phase -> seconds): the whole
-    forward under ``full``, nothing under ``none`` (:func:`no_recompute`), else the program's recompute phase."""
+    forward under ``full``, nothing under ``none`` (:func:`no_recompute`), the fused attention's forward again under
+    ``selective`` where ``core_s`` (phase -> seconds of the scope ``core``) is given and the attention is one fused
+    kernel, else the program's recompute phase."""
     if cfg.recompute == "full":
         return time_s["forward"]
+    if core_s is not None and reruns_flash(cfg):
+        return core_s["forward"]
     return 0.0 if no_recompute(cfg) else time_s["recompute"]
+
+
+def reruns_flash(cfg) -> bool:
+    """Whether ``cfg``'s selective recompute re-runs one fused attention kernel's forward (Megatron-Core's
+    checkpointed core attention over TE's fused attention) rather than remaking the program's scores."""
+    own = getattr(cfg, "lower_layer", None) is not None
+    return cfg.recompute == "selective" and getattr(cfg, "attention", "") == "fused" and not own
 
 
 def recompute_flops(cfg, gemm_flops: dict) -> int:
