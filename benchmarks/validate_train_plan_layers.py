@@ -11,7 +11,8 @@ mode), of
 
 The estimate: train-plan's layer (:func:`mhlo_cost.studies.plan.costs.analyse_layer`; ``arch`` llama or gpt) on the
 ``h200`` profile, t = p = d = cp = 1, no dropout, no recompute, fused attention, as ``execution`` eager and
-inductor; its forward + backward + recompute seconds (the optimizer left out, as the measurement leaves it out).
+inductor; its forward + backward + recompute seconds (none without recompute: studies/plan/recompute.py; the
+optimizer left out, as the measurement leaves it out).
 Nothing here is fitted to these rows. Prints per row the measured and estimated milliseconds and their ratio, and
 the compile gain (eager / compiled) measured and estimated.
 
@@ -60,11 +61,15 @@ def layer_config(row: dict):
 
 
 def estimate_ms(row: dict, hw) -> float:
-    """train-plan's forward + backward (+ what the backward recomputes) of the row's layer, milliseconds."""
+    """train-plan's forward + backward (+ what the backward recomputes: nothing without recompute, as
+    :mod:`mhlo_cost.studies.plan.recompute` prices it) of the row's layer, milliseconds."""
     from mhlo_cost.studies.plan.costs import analyse_layer
+    from mhlo_cost.studies.plan.recompute import recompute_seconds
 
-    t = analyse_layer(layer_config(row), hw).time_s
-    return (t["forward"] + t["backward"] + t["recompute"]) * 1e3
+    cfg = layer_config(row)
+    cost = analyse_layer(cfg, hw)
+    t = cost.time_s
+    return (t["forward"] + t["backward"] + recompute_seconds(cfg, t, cost.core_s)) * 1e3
 
 
 def main(argv=None) -> int:

@@ -61,6 +61,7 @@ from .megatron_passes import (activation_pass_seconds, gather_seconds, head_seco
 from .fsdp_copies import fsdp_copy_seconds
 from .fp8_weights import per_micro_batch, split_step
 from .nccl_ub import ub_sms_of
+from .recompute import recompute_flops, recompute_seconds
 from .ring_passes import ring_pass_seconds
 from .sm_share import chip_sms, nccl_sms, taxed
 from .tp_overlap import tp_overlap_exposure
@@ -162,7 +163,7 @@ def _layer(cfg: ScaleConfig, cost: LayerCost, topo, hw=None) -> dict:
     the profile whose SMs the overlapped communication kernels share (:mod:`.sm_share`)."""
     t = cost.time_s
     cast_f, cast_b, cast_r = per_micro_batch(cfg, cost)  # fp8 weight copies made once a step (.fp8_weights)
-    rec = (t["forward"] if cfg.recompute == "full" else t["recompute"]) - cast_r
+    rec = recompute_seconds(cfg, t, cost.core_s) - cast_r  # (none: no recompute pass; selective: .recompute)
     s_act = activation_bytes(cfg)
     if cfg.tp_comm_overlap and cfg.t > 1:  # TE's userbuffers: each collective against its own GEMM
         tp = tp_overlap_exposure(cfg, cost, s_act, lambda kind, n, groups: _time(topo, kind, n, groups),
@@ -341,7 +342,7 @@ def flop_counts(cfg: ScaleConfig, cost: LayerCost, hw, total: float, head: Layer
     (recompute included) per iteration, the 6ND-style closed form beside them, MFU and HFU."""
     g = cost.gemm_flops
     per_mb_model = g["forward"] + g["backward"]
-    rec = g["forward"] if cfg.recompute == "full" else g["recompute"]
+    rec = recompute_flops(cfg, g)
     mbs = cfg.micro_batches * cfg.d  # micro-batches of the whole iteration per tensor/pipeline slot
     head_flops = head.gemm_flops["forward"] + head.gemm_flops["backward"] if head is not None else 0
     model = (per_mb_model * cfg.layers + head_flops) * cfg.t * cfg.cp * mbs

@@ -27,8 +27,31 @@ Where the once-a-step cast sits in the iteration: it runs in micro-batch 0's for
 micro-batch 0's forward crosses every stage on the schedule's critical path (the pipeline's fill), so the iteration
 takes the casts of every layer of the pipeline once (:func:`split_step`); the slowest stage's own share is its
 forward compute, the other stages' lengthen the fill (priced with the bubble, :mod:`.compose`).
+
+**MoE experts** (:mod:`.moe`): Megatron-Core runs the local experts' GEMMs as Transformer Engine's grouped GEMM,
+``TEGroupedLinear`` (megatron/core/extensions/transformer_engine.py), whose ``forward`` passes
+``is_first_microbatch`` to TE and clears it exactly as ``TELinear.forward`` does; TE's ``_GroupedLinear.forward``
+(transformer_engine/pytorch/module/grouped_linear.py) casts each expert's weight with ``update_workspace =
+is_first_microbatch is None or is_first_microbatch`` into the workspace ``cache_name=f"weight{i}"``, saves those fp8
+weights for its backward (no cast there), and sets the weight quantizer's column-wise usage with its row-wise one.
+So the experts' casts (scope ``fp8_weight`` in the routed part's program, each expert's forward and backward cast)
+are paid once a step as the dense linears' are (:func:`per_micro_batch`, :func:`layer_step_seconds` on the routed
+part's :class:`~.costs.LayerCost`).
+
+**Memory** (:func:`copy_bytes`): the kept copies live through the step. Per fp8 weight TE keeps its row-wise fp8
+data and, for the backward's dgrad, a column-wise one: on Hopper the fp8 GEMM takes only the TN layout, so the
+column-wise data is the transposed fp8 copy (transformer_engine/pytorch/tensor/float8_tensor.py at 006257e:
+``Float8Quantizer.make_empty`` and ``Float8CurrentScalingQuantizer.make_empty`` allocate ``data``, uint8 of the
+weight's shape, for the row-wise usage and ``data_transpose``, uint8 of the transposed shape, for the column-wise
+one; TE 1.x's ``Float8Tensor`` kept it as ``_transpose``, filled by ``transpose_2d(fill_cache=True)``);
+MXFP8 keeps a row-wise and a column-wise scaled copy too. So 2 bytes per fp8 weight element (one each), beside the
+bf16 weight; the per-tensor / per-block scales are not counted (a few bytes per tensor; 1/32 byte per element and
+copy under MXFP8). Only the weights of the linears the recipe runs in fp8: the norms, biases, router, embedding and
+LM head stay bf16.
 """
 from __future__ import annotations
+
+import math
 
 
 def cached(cfg) -> bool:
@@ -42,9 +65,10 @@ def per_micro_batch(cfg, cost) -> tuple[float, float, float]:
     recompute phase's), none otherwise."""
     if not cached(cfg):
         return 0.0, 0.0, 0.0
+    from .recompute import recompute_seconds
+
     w = cost.weight_cast_s
-    rec = w["forward"] if cfg.recompute == "full" else w["recompute"]
-    return w["forward"], w["backward"], rec
+    return w["forward"], w["backward"], recompute_seconds(cfg, w)
 
 
 def layer_step_seconds(cfg, cost) -> float:
@@ -64,3 +88,26 @@ def split_step(cfg, cost, stages: list, slow_layers: int) -> tuple[float, float]
     every = one * sum(s["layers"] for s in stages)
     own = one * slow_layers
     return own, every - own
+
+
+def linear_weight_elems(cfg) -> int:
+    """Elements of one device's dense-layer linear weights (the operands an fp8 recipe casts), from the layer's own
+    parameter shapes (:func:`.layer.param_shapes`, :func:`.llama_layer.param_shapes`): 0 for a model's own layer."""
+    if getattr(cfg, "lower_layer", None) is not None:
+        return 0
+    if cfg.arch == "llama":
+        from .llama_layer import param_shapes
+    else:
+        from .layer import param_shapes
+    return sum(math.prod(p["w"].shape) for p in param_shapes(cfg).values() if "w" in p)
+
+
+def copy_bytes(cfg, linear_elems: int) -> int:
+    """Bytes of the fp8 weight copies kept for ``linear_elems`` fp8 weight elements where cached (row-wise and
+    column-wise: 2 a element), else 0."""
+    return 2 * linear_elems if cached(cfg) else 0
+
+
+def kept_bytes(cfg, layers: int) -> int:
+    """Bytes of the fp8 weight copies ``layers`` dense layers keep where cached (:func:`copy_bytes`), else 0."""
+    return copy_bytes(cfg, linear_weight_elems(cfg) * layers) if cached(cfg) else 0

@@ -5,6 +5,10 @@ pipeline stage), as exact ints from the per-device layer's IR.
   dp_shard)``) plus the unsharded buffers of two layers (the one running and the one prefetched; one on a stage
   of one layer), or, with
   reshard-after-forward off, of every layer of the stage (the forward leaves them gathered for the backward);
+* fp8 weight copies (``fp8_weight_cache`` under an fp8 recipe, :func:`.fp8_weights.copy_bytes`): Transformer
+  Engine's row-wise and column-wise fp8 copy of each linear's weight, kept from the step's first micro-batch, 2
+  bytes per linear weight element x layers per stage, counted in weights and given apart
+  (``fp8_weight_copies``);
 * gradients: Megatron's fp32 gradient buffer (``main_grad``), 4 bytes per weight element; ZeRO 2 / 3: its
   shard plus one layer's unsharded fp32 gradient (the one being reduce-scattered);
 * optimizer state: the fp32 master weights and AdamW's two moments (the step's donated fp32 arguments),
@@ -24,6 +28,7 @@ from fractions import Fraction
 
 from .config import ScaleConfig
 from .costs import LayerCost
+from .fp8_weights import kept_bytes
 
 CATEGORIES = ("weights", "gradients", "optimizer_state", "activations")
 
@@ -50,13 +55,16 @@ def memory(cfg: ScaleConfig, cost: LayerCost, capacity: float | None = None, sta
     if z == 3:
         weights = weights // shard + cost.weight_bytes * (min(2, n) if cfg.reshard_after_forward else n)
     grads = cost.weight_elems * 4 * n
+    copies = kept_bytes(cfg, n)  # TE's kept fp8 weights (0 without the cache)
     out = {
-        "weights": weights,
+        "weights": weights + copies,
         "gradients": grads // shard + cost.weight_elems * 4 if z >= 2 else grads,
         "optimizer_state": (cost.master_bytes + cost.moment_bytes) * n // shard,
         "activations": held.numerator // held.denominator,
     }
     out["total"] = sum(out[k] for k in CATEGORIES)
+    if copies:
+        out["fp8_weight_copies"] = copies
     if capacity:
         out["capacity"] = int(capacity)
         out["fits"] = out["total"] <= capacity

@@ -34,11 +34,13 @@ from ...network import estimate
 from .compose import Iteration, _layer, _time, activation_bytes
 from .config import ScaleConfig
 from .costs import LayerCost, layer_cost
+from .fp8_weights import cached, copy_bytes, layer_step_seconds, linear_weight_elems, per_micro_batch
 from .megatron_passes import send_bytes
 from .memory import CATEGORIES, held_layer_microbatches
 from .moe import base_config, dense_config, expert_rows, local_experts, router_elems, stage_kinds, tokens
 from .moe_sharding import (a2a_collectives, dp_collectives, ep_groups, expert_dp, expert_dp_groups,
                            expert_shard_degree, layer_dp_collectives, sharded_state)
+from .recompute import recompute_flops, recompute_seconds
 from .result import Plan
 from .sharding import Exposure, seconds
 
@@ -72,8 +74,10 @@ def moe_costs(cfg: ScaleConfig, hw, cache_dir=None, note=None) -> MoECosts:
 def _moe_layer(cfg: ScaleConfig, costs: MoECosts, topo) -> dict:
     """One MoE layer, one micro-batch: the base's parts, the routed part's compute and the all_to_all."""
     one = _layer(base_config(cfg), costs.base, topo)
-    ex = costs.experts.time_s
-    rec = ex["forward"] if cfg.recompute == "full" else ex["recompute"]
+    cf, cb, cr = per_micro_batch(cfg, costs.experts)  # TEGroupedLinear's fp8 weights made once a step (.fp8_weights)
+    t = costs.experts.time_s
+    ex = {"forward": t["forward"] - cf, "backward": t["backward"] - cb}
+    rec = recompute_seconds(cfg, t) - cr
     a2a = {"layer_forward": 0.0, "layer_backward": 0.0}
     for c in a2a_collectives(cfg):
         a2a[c.per] += seconds(topo, c)
@@ -157,8 +161,11 @@ def moe_compose(cfg: ScaleConfig, costs: MoECosts, hw) -> Iteration:
                              dp_exposed=st["dp_layers"] + max(0.0, st["dp"].iteration - hidden))
     sec = slow["seconds"]
     opt = max(st["seconds"]["optimizer"] for st in stages)
-    total = float(slots) * per_mb + (dp_iter - hidden) + opt
+    cast_own, cast_fill = _step_casts(cfg, costs, stages, slow_stage)  # the once-a-step fp8 weight copies
+    bubble += cast_fill
+    total = float(slots) * per_mb + (dp_iter - hidden) + opt + cast_own + cast_fill
     compute = {k: sec[k] for k in ("forward", "backward", "recompute")}
+    compute["forward"] += cast_own
     counts = moe_counts(cfg, costs, hw, total, stages)
     counts["ep_total_s"] = m * slow["moe"] * layers[1]["ep_total"]
     counts.update(micro_batches=m, p2p_transfers=2 * v * m if p > 1 else 0, p2p_bytes=p2p_bytes, slots=str(slots),
@@ -167,6 +174,15 @@ def moe_compose(cfg: ScaleConfig, costs: MoECosts, hw) -> Iteration:
     return Iteration(cfg, compute, sec["tp_comm"], bubble, float(slots) * 2 * v * p2p_one,
                      slow["dp_layers"] + dp_iter - hidden, slow["dp_all"] + dp_iter, opt, total, counts,
                      cp_comm=sec["cp_comm"], stages=tuple(stages), layer=one, ep_comm=sec["ep_comm"])
+
+
+def _step_casts(cfg: ScaleConfig, costs: MoECosts, stages: list, slow: int) -> tuple[float, float]:
+    """The fp8 weight casts made once a step where cached (:func:`.fp8_weights.split_step`, every layer's: the dense
+    layers', the MoE layers' base and routed part): (the slowest stage's own, the other stages' in the fill)."""
+    dense = layer_step_seconds(cfg, costs.dense) if costs.dense else 0.0
+    moe = layer_step_seconds(cfg, costs.base) + layer_step_seconds(cfg, costs.experts)
+    each = [st["dense"] * dense + st["moe"] * moe for st in stages]
+    return each[slow], sum(each) - each[slow]
 
 
 def moe_flops_formula(cfg: ScaleConfig) -> int:
@@ -189,7 +205,7 @@ def moe_counts(cfg: ScaleConfig, costs: MoECosts, hw, total: float, stages: list
         return c.gemm_flops["forward"] + c.gemm_flops["backward"] if c is not None else 0
 
     def rec(c):
-        return (c.gemm_flops["forward"] if cfg.recompute == "full" else c.gemm_flops["recompute"]) if c else 0
+        return recompute_flops(cfg, c.gemm_flops) if c else 0
 
     dense_n, moe_n = cfg.dense_layers, cfg.layers - cfg.dense_layers
     per_mb = dense_n * fb(costs.dense) + moe_n * (fb(costs.base) + fb(costs.experts)) + fb(costs.head)
@@ -250,15 +266,28 @@ def moe_memory(cfg: ScaleConfig, costs: MoECosts, capacity=None, stage: int = 0)
     act = dense * (d.activation_bytes if d else 0) + moe * (b.activation_bytes + routed)
     state = sharded_state(cfg, costs, dense, moe)
     eo = moe * sp["expert_opt"] // expert_shard_degree(cfg)
-    out = {"weights": state["weights"], "gradients": state["gradients"],
+    copies = _copy_bytes(cfg, costs, dense, moe)  # TE's kept fp8 weights (.fp8_weights; 0 without the cache)
+    out = {"weights": state["weights"] + copies, "gradients": state["gradients"],
            "optimizer_state": dense_opt // cfg.shard_degree + eo, "activations": int(held * act)}
     out["total"] = sum(out[k] for k in CATEGORIES)
     out.update(expert_weights=state["expert_weights"], expert_gradients=state["expert_gradients"],
                expert_optimizer_state=eo)
+    if copies:
+        out["fp8_weight_copies"] = copies
     if capacity:
         out["capacity"] = int(capacity)
         out["fits"] = out["total"] <= capacity
     return out
+
+
+def _copy_bytes(cfg: ScaleConfig, costs: MoECosts, dense: int, moe: int) -> int:
+    """Bytes of the fp8 weight copies a stage of ``dense`` and ``moe`` layers keeps where cached: the dense layers'
+    and the bases' linears and the local experts' weights (the router stays bf16), 2 bytes an element."""
+    if not cached(cfg):
+        return 0
+    elems = dense * linear_weight_elems(dense_config(cfg)) + moe * (
+        linear_weight_elems(base_config(cfg)) + costs.split(cfg)["expert_elems"])
+    return copy_bytes(cfg, elems)
 
 
 def moe_plan(cfg: ScaleConfig, hw, cache_dir=None, note=None):

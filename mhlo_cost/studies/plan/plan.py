@@ -106,7 +106,8 @@ def _precision_facts(cfg) -> list[str]:
             f"activations, {grads} gradients, float32 accumulator); the attention's, the LM head's and a MoE router's "
             "in bf16; memory at bf16 training's widths: weights bf16, gradients float32, master weights and AdamW's "
             "two moments float32 " + ("(the fp8 weight copies made on a step's first micro-batch and kept for the "
-                                      "others, Transformer Engine's; their bytes not counted in memory)"
+                                      "others, Transformer Engine's: a row-wise and a column-wise fp8 copy of each "
+                                      "linear's weight, 2 bytes an element, counted in weights)"
                                       if getattr(cfg, "fp8_weight_cache", False) else
                                       "(the fp8 copies are made at each use and never kept)")]
 
