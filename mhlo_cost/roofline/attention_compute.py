@@ -167,14 +167,14 @@ def sm_clock(qk, hw, activity: float) -> float:
     alpha, the switching, is set by how densely the tensor cores issue (clock.py: the same product on zeros held
     1725 MHz at 403 W, on random data 1440 at 692). With P_limit - P_static = k x activity x f^3 for both the
     stream and the kernel, the static part cancels: f_kernel = f_stream x (stream / activity)^(1/3). A
-    FlashAttention-2 kernel (fractions 0.35-0.42, about 0.3-0.35 of its time's peak with its exponentials) against a
+    FlashAttention-2 kernel (fractions 0.35-0.42, activity 0.33-0.35 at head dim 128 with its exponentials) against a
     GEMM stream's 0.88 is left the peak's clock (the rule gives 1.07 of it at 700 W and at 500 W): what the lent H200
     measured (benchmarks/cp_ring_measured.py, measured_h200_train_run1.jsonl: FA2 ring calls priced at the peak's
     clock 0.97-0.99 of measured, where the stream's 1440 MHz would have made them about 1.25). A denser kernel
-    (cuDNN's, fractions 0.64-0.78) is held lower, near 0.9 of the peak's. Its exponentials (the SFU, 16 per clock per SM) and its vector work
-    issue on the same SM clock, so the kernel's whole compute time scales by it; its two memory-bound backward
-    passes run at the HBM's clock and do not. The activity counts the tensor cores only (the exponentials, shared
-    memory and register traffic switch too): the kernel's clock is an upper bound."""
+    (cuDNN's and FA3's, activity 0.57-0.65) is held at 0.87-0.91 of the peak's. Its exponentials (the SFU, 16 per
+    clock per SM) and its vector work issue on the same SM clock, so the kernel's whole compute time scales by it;
+    its two memory-bound backward passes run at the HBM's clock and do not. The activity counts the tensor cores
+    only (the exponentials, shared memory and register traffic switch too): the kernel's clock is an upper bound."""
     held = clock_factor(hw, matrix_key(qk, hw))
     if held >= 1.0 or activity <= 0.0:
         return held
