@@ -148,6 +148,12 @@ def gemm_dims(r: Row) -> tuple[int, int, int, int]:
     return batch, m, n, k
 
 
+def matrix_key(r: Row, hw: Hardware) -> str:
+    """The dtype key a dot's matrix rate is read at: its two operands' slowest on ``hw`` (:func:`matrix_peak`)."""
+    dts = [t.dtype for t in r.operands[:2] if _dtype_ok(t.dtype)] or [vector_dtype(r)]
+    return canonical_dtype(min(dts, key=hw.matrix_peak))
+
+
 def gemm_efficiency(r: Row, hw: Hardware) -> float:
     """The fraction of the matrix peak a dot reaches on ``hw`` (:mod:`mhlo_cost.machines.gemm`; 1 without a model).
     Convolutions get the large-shape efficiency (no wave quantization), and so do f32 dots priced on the
@@ -157,8 +163,7 @@ def gemm_efficiency(r: Row, hw: Hardware) -> float:
     model = getattr(hw, "gemm", None)
     if model is None:
         return 1.0
-    dts = [t.dtype for t in r.operands[:2] if _dtype_ok(t.dtype)] or [vector_dtype(r)]
-    key = canonical_dtype(min(dts, key=hw.matrix_peak))
+    key = matrix_key(r, hw)
     clock = clock_factor(hw, key)  # 1 unless the profile is marked sustained (machines/clock.py)
     if r.kind != "dot" or not r.gemm_flops:
         return model.base(r.conv_flops // max(r.multiplicity, 1), key) * clock

@@ -1,0 +1,109 @@
+"""A fused attention kernel on a profile marked sustained (train-plan's default) runs at the SM clock the board's
+power limit leaves it (mhlo_cost/roofline/attention_compute.py ``sm_clock``): the dynamic power k x activity x f^3
+of a kernel whose tensor cores issue ``activity`` of their peak per clock, set equal to the GEMM stream's at the
+clock that stream holds (machines/clock.py), gives f = f_stream x (stream / activity)^(1/3), at most the peak's.
+Its products, exponentials and vector work all issue on the SM clock; the backward's two memory-bound passes run at
+the HBM's clock. Expected times are closed forms of the shapes and the h100-sxm profile's figures."""
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+from mhlo_cost.analysis import AnalysisOptions, analyze
+from mhlo_cost.machines.clock import sustained
+from mhlo_cost.machines.hardware import get_profile
+from mhlo_cost.machines.kernels import AttentionLibrary
+from mhlo_cost.roofline import Roofline
+
+B, H, S, D = 2, 8, 1024, 128
+PEAK_MHZ, BF16_MHZ = 1830, 1440  # hardware.toml [profile.h100-sxm.clock]
+BF16_PEAK = 989.4e12  # [H100-WP] dense BF16
+STREAM = 0.88  # hardware.toml [profile.h100-sxm.gemm] efficiency: the large-shape GEMM's fraction per clock
+
+
+def _attention(q, k, v):
+    s = jnp.einsum("bhqd,bhkd->bhqk", q, k) / jnp.sqrt(jnp.float32(D)).astype(q.dtype)
+    return jnp.einsum("bhqk,bhkd->bhqd", jax.nn.softmax(s, axis=-1), v)
+
+
+def _step(q, k, v, do):
+    out, vjp = jax.vjp(_attention, q, k, v)
+    return (out, *vjp(do))
+
+
+@pytest.fixture(scope="module")
+def program():
+    spec = jax.ShapeDtypeStruct((B, H, S, D), jnp.bfloat16)
+    return analyze(jax.jit(_step).lower(spec, spec, spec, spec).as_text(), AnalysisOptions(dataflow=True))
+
+
+def _kernels(program, hw):
+    return [k for k in Roofline(program, hw, execution="inductor").fusion.kernels if k.attention]
+
+
+def _h100(fraction: float, exp_exposed: float, rate: float):
+    """h100-sxm with its FA2 (what the inductor estimate runs) at ``fraction`` forward and backward, no ramp."""
+    h100 = get_profile("h100")
+    libs = tuple((n, AttentionLibrary(fraction, fraction, 0.0, exp_exposed) if n == "fa2" else lib)
+                 for n, lib in h100.attention.libraries)
+    return dataclasses.replace(h100, attention=dataclasses.replace(h100.attention, libraries=libs),
+                               transcendental_rate=rate)
+
+
+def test_the_h100_profile_states_the_clocks_used_here():
+    hw = get_profile("h100")
+    assert (hw.clock.peak_mhz, dict(hw.clock.sustained_mhz)["bf16"]) == (PEAK_MHZ, BF16_MHZ)
+    assert hw.gemm.efficiency == STREAM and not hw.gemm.curve
+    assert (hw.attention.get("fa2").forward, hw.attention.get("fa2").backward) == (0.419, 0.349)
+
+
+def test_a_kernel_as_dense_as_the_stream_holds_the_streams_clock_its_passes_the_hbms(program):
+    hw = _h100(STREAM, 0.0, 1e30)  # its products at the stream's fraction; no exponential time
+    one = 2 * B * H * S * S * D  # one product of the score's size
+    passes = hw.memory_time(B * H * S * D * (2 + 2 + 4 + 4 + 2) + B * H * S * 4, 2)  # bwd pre/postprocess
+    slow = PEAK_MHZ / BF16_MHZ
+    fwd, bwd = _kernels(program, sustained(hw))
+    assert fwd.compute_s == pytest.approx(2 * one / (BF16_PEAK * STREAM) * slow, rel=1e-9)
+    assert bwd.compute_s == pytest.approx(5 * one / (BF16_PEAK * STREAM) * slow + passes, rel=1e-9)
+    # the same kernels at the peak clock (a profile not marked sustained: report, serve, validate_published)
+    fwd0, bwd0 = _kernels(program, hw)
+    assert fwd0.compute_s == pytest.approx(2 * one / (BF16_PEAK * STREAM), rel=1e-9)
+    assert bwd0.compute_s == pytest.approx(5 * one / (BF16_PEAK * STREAM) + passes, rel=1e-9)
+
+
+def test_a_sparser_kernel_holds_a_higher_clock_by_the_cube_root_of_its_activity(program):
+    fraction = 0.6
+    hw = _h100(fraction, 0.0, 1e30)
+    one = 2 * B * H * S * S * D
+    held = BF16_MHZ / PEAK_MHZ * (STREAM / fraction) ** (1 / 3)  # 0.893: still below the peak
+    fwd, _ = _kernels(program, sustained(hw))
+    assert held < 1 and fwd.compute_s == pytest.approx(2 * one / (BF16_PEAK * fraction) / held, rel=1e-9)
+
+
+def test_flashattention2_at_the_profiles_fraction_is_left_the_peaks_clock(program):
+    hw = get_profile("h100")  # fa2: forward 0.419, backward 0.349 of the peak (the FA3 paper's FA2 bars)
+    assert BF16_MHZ / PEAK_MHZ * (STREAM / 0.419) ** (1 / 3) > 1  # 1.008 before its exponentials lower it further
+    for k, k0 in zip(_kernels(program, sustained(hw)), _kernels(program, hw)):
+        assert k.compute_s == k0.compute_s
+
+
+def test_the_exposed_exponentials_lower_the_activity_and_slow_with_the_clock(program):
+    rate = 132 * 16 * PEAK_MHZ * 1e6  # GH100's MUFU: 16 exponentials per clock per SM at the peak clock
+    hw = _h100(STREAM, 1.0, rate)
+    one = 2 * B * H * S * S * D
+    matrix, exps = 2 * one / (BF16_PEAK * STREAM), B * H * S * S / rate  # one exponential per score
+    activity = STREAM * matrix / (matrix + exps)
+    held = BF16_MHZ / PEAK_MHZ * (STREAM / activity) ** (1 / 3)
+    fwd, _ = _kernels(program, sustained(hw))
+    assert fwd.compute_s == pytest.approx((matrix + exps) / held, rel=1e-9)
+
+
+def test_a_profile_without_a_clock_table_is_not_slowed(program):
+    a100 = get_profile("a100")
+    assert a100.clock is None
+    fwd, bwd = _kernels(program, sustained(a100))
+    fwd0, bwd0 = _kernels(program, a100)
+    assert (fwd.compute_s, bwd.compute_s) == (fwd0.compute_s, bwd0.compute_s)
