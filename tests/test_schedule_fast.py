@@ -224,3 +224,19 @@ def test_a_sharded_stdit3_schedules_as_before():
             comm = [t.comm_s for t in rf.times]
             _same(exposed_comm(a.producers, times, comm, is_comm, a.async_done),
                   reference_exposed(a.producers, times, comm, is_comm, a.async_done))
+
+
+@pytest.mark.parametrize("seed", range(40, 100))
+def test_the_inline_step_schedules_as_before_with_held_and_gated_rows(seed):
+    """The step written out in one loop (:meth:`_State._run_compute`) and ``_advance`` over locals: many rows that
+    wait for everything before them (held, then readied as ``ptr`` passes them, within a compute row's step),
+    async collectives whose gates stop the loop, collectives released by a compute row, and ties."""
+    rng = random.Random(seed)
+    n = rng.choice([3, 40, 300])
+    shares = [(0.2, 0.6, 0.15), (0.4, 0.0, 0.3), (0.1, 1.0, 0.1)][seed % 3]
+    producers, compute, comm, is_comm, async_done = _program(rng, n, *shares)
+    if seed % 2:  # whole seconds: a collective and a compute row often finish together (which one is the cause)
+        compute = [0.0 if c else float(rng.randint(0, 2)) for c in is_comm]
+        comm = [float(rng.randint(1, 3)) if c else 0.0 for c in is_comm]
+    _same(exposed_comm(producers, compute, comm, is_comm, async_done),
+          reference_exposed(producers, compute, comm, is_comm, async_done))

@@ -158,16 +158,20 @@ class _State:
         self._newly.append(i)
 
     def _advance(self) -> None:
-        """Move ptr past the rows scheduled; ready the held rows it passes."""
-        while self.ptr < self.n and self.done[self.ptr]:
-            j = self.ptr
-            if self.finish[j] > self.prefix[0]:
-                self.prefix = (self.finish[j], j if self.is_comm[j] else None)
-            if not self.is_comm[j]:
-                self.prefix_compute = max(self.prefix_compute, self.finish[j])
-            self.ptr += 1
-        while self.held and self.held[0] <= self.ptr:
-            self._ready(heapq.heappop(self.held))
+        """Move ptr past the rows scheduled; ready the held rows it passes (readying one may move ptr again)."""
+        n, done, finish, is_comm = self.n, self.done, self.finish, self.is_comm
+        ptr, prefix, prefix_compute = self.ptr, self.prefix, self.prefix_compute
+        while ptr < n and done[ptr]:
+            f = finish[ptr]
+            if f > prefix[0]:
+                prefix = (f, ptr if is_comm[ptr] else None)
+            if not is_comm[ptr] and f > prefix_compute:  # (a max of finite times)
+                prefix_compute = f
+            ptr += 1
+        self.ptr, self.prefix, self.prefix_compute = ptr, prefix, prefix_compute
+        held = self.held
+        while held and held[0] <= self.ptr:
+            self._ready(heapq.heappop(held))
 
     def _gate(self) -> tuple[int, int | None]:
         """(index above which rows may not run yet, the async collective holding them): the first gate in order
@@ -187,6 +191,7 @@ class _State:
             t1, c = lo, self.cause[c]
 
     def run(self, succs) -> None:
+        """The list schedule, its common step inline (:meth:`_run_compute`); what ``t`` waits for charged."""
         self._flush(succs)
         waiting, avail, pop, push = self.waiting, self.avail, heapq.heappop, heapq.heappush
         gated = bool(self.gates)
@@ -195,7 +200,7 @@ class _State:
                 push(avail, pop(waiting)[1])
             gate, holder = self._gate() if gated else (self.n, None)
             if avail and avail[0] <= gate:
-                self._step(pop(avail), succs)
+                self._run_compute(succs, gate if gated else None)
                 continue
             nxt = [(waiting[0][0], self.cause[waiting[0][1]])] if waiting else []
             if holder is not None and self.done[holder]:
@@ -210,11 +215,53 @@ class _State:
             self._charge(c, self.t, when)
             self.t = when
 
-    def _step(self, i: int, succs) -> None:
-        """Run compute row i on the stream now, move ``t`` to its finish and release what it fed."""
-        self._schedule(i, self.t, self.t + self.compute[i], None)
-        self.t = self.finish[i]
-        self._flush(succs)
+    def _run_compute(self, succs, gate) -> None:
+        """Run the available compute rows one after another while the first may run (``gate``: :meth:`_gate`'s, None
+        where there is no async collective): each on the stream now (:meth:`_advance` where it was the first row not
+        scheduled, before ``t`` moves to its finish), then what it fed released as :meth:`_flush` releases it, the
+        common case written out here (a compute row with known producers: ready now or waiting, as :meth:`_ready`
+        and :meth:`_wait` make it; a collective or a row that waits for what is before it goes through
+        :meth:`release`). The same operations in the same order as one call per step made them, with a few calls
+        per row instead of ten (issue 41: the sweep schedules every full-depth program, ten thousand rows and more;
+        ``tests/test_schedule_fast.py`` compares it with the schedule written before)."""
+        waiting, avail, pop, push = self.waiting, self.avail, heapq.heappop, heapq.heappush
+        start, finish, done, compute, left = self.start, self.finish, self.done, self.compute, self.left
+        preds, barrier, is_comm, cause_of = self.preds, self.barrier, self.is_comm, self.cause
+        newly, release, advance = self._newly, self.release, self._advance
+        t = self.t
+        while True:
+            i = pop(avail)
+            start[i], done[i] = t, True
+            finish[i] = t + compute[i]
+            if i == self.ptr:  # (before ``t`` moves: a row it readies is compared with the start)
+                advance()
+            t = self.t = finish[i]
+            newly.append(i)
+            while newly:
+                for j in succs[newly.pop()]:
+                    left[j] -= 1
+                    if left[j]:
+                        continue
+                    if barrier[j] or is_comm[j]:
+                        release(j)
+                        continue
+                    est, cause = 0.0, None
+                    for p in preds[j]:
+                        if finish[p] > est:
+                            est, cause = finish[p], (p if is_comm[p] else None)
+                    cause_of[j] = cause
+                    if est <= t:
+                        push(avail, j)
+                    else:
+                        push(waiting, (est, j))
+            while waiting and waiting[0][0] <= t:
+                push(avail, pop(waiting)[1])
+            if not avail:
+                return
+            if gate is not None:
+                gate = self._gate()[0]
+            if avail[0] > (self.n if gate is None else gate):
+                return
 
     def _flush(self, succs) -> None:
         while self._newly:
