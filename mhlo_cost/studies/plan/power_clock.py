@@ -8,8 +8,8 @@ the peak times (peak / stream - 1): dots_s = (T_sustained - T_peak) / (peak / st
 (scope ``core``: priced by the attention model, not clock-scaled) are tensor-core work too and join them. The
 rest of the busiest device's kernels (forward, backward, recompute and the optimizer step, as
 :class:`~.compose.Iteration` counts them) are memory-bound kernels; what is left of the iteration (the pipeline
-bubble, exposed tensor-, data- and context-parallel communication, point-to-point waits) is time the GPU waits. The clocks solved from that
-breakdown (per dtype key of the profile's clock table) price the step a third time.
+bubble, exposed tensor-, data- and context-parallel communication, point-to-point waits) is time the GPU waits.
+The clocks solved from that breakdown (per dtype key of the profile's clock table) price the step a third time.
 """
 from __future__ import annotations
 
