@@ -45,6 +45,9 @@ def test_the_500_w_clock_of_the_700_w_stream_is_where_it_draws_500_w():
     f = 625 + (want - 199) * (1132 - 625) / (298 - 199)  # on the 625-1132 MHz segment
     assert stream_clock(500, 1440, 700) == pytest.approx(f, abs=0.01)
     assert 1000 < f < 1100  # well below the cube law's 1440 x (5/7)^(1/3) = 1287 MHz
+    teton = dict(get_profile("h100-sxm-96gb-500w").clock.sustained_mhz)
+    assert teton["bf16"] == round(f)  # the 500 W profile's clock is this one (h100-sxm's 1440 MHz at 700 W)
+    assert teton["fp8"] == round(stream_clock(500, 1395, 700))
     with pytest.raises(ValueError, match="floor"):
         stream_clock(50, 1440, 700)
 

@@ -32,6 +32,13 @@ and communication waits, and the limit binds on the board's average power, so a 
 stream's and the peak's (the H200 layer measurements: 0.93 of measured at peak, 1.11 sustained). Over the published
 training rows, once the barrier and fp8-weight over-charges were removed, the sustained clock is the nearer of the
 two (median 7.25% against 11.71%; docs/validation.md, "The tensor cores' clock under the power limit").
+
+The step's own clock (``average``, :func:`step_average`, :mod:`.power`): the limit binds on power averaged over about
+a second, so a step whose memory-bound kernels (``memory_w``) and waits (``idle_w``) draw less than the limit holds
+its products at a clock above the stream's: the one at which the step's average power is the limit, on a measured
+board-power-against-clock curve. ``train-plan`` prices with it when asked (studies/plan/power_clock.py), not by
+default: over the published rows it is nearer on torchtitan's 500 W H100 and on the measured H200 layers and
+farther on NeMo's and Megatron-Bridge's 700 W H100 rows (docs/validation.md, "The step-average clock").
 """
 from __future__ import annotations
 
