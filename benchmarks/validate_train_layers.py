@@ -13,7 +13,7 @@ Prints estimate / measured per row, then the change of the time per token from m
 measured (the issue's question: does a larger micro-batch make a token cheaper?), and per kind the median |error|.
 All rows are held out: no profile number was read off them.
 
-    python benchmarks/validate_train_layers.py [--only SUBSTRING] [--sdpa BACKEND] [--clock peak|sustained]
+    python benchmarks/validate_train_layers.py [--only SUBSTRING] [--sdpa BACKEND] [--clock peak|sustained|average]
 """
 from __future__ import annotations
 
@@ -59,18 +59,35 @@ def layer_step_text(kind: str, depth: int, micro_batch: int, shape: dict) -> str
     return jax.jit(step).lower(params, buffers, x, x).as_text(debug_info=True)
 
 
-def layer_estimate(kind: str, micro_batch: int, shape: dict, hw, execution: str, sdpa: str = "auto") -> dict:
+def layer_estimate(kind: str, micro_batch: int, shape: dict, hw, execution: str, sdpa: str = "auto",
+                   average: bool = False) -> dict:
     """Seconds of one layer's step (depth 2 - depth 1) and its parts: ``kernels`` (per layer), ``fixed``
-    (their launch overhead plus fill and drain), ``gemm`` (the dot kernels' time)."""
+    (their launch overhead plus fill and drain), ``gemm`` (the dot kernels' time); ``average``: each depth's
+    program at its own step-average clock (:func:`at_step_clock`)."""
     from mhlo_cost.analysis import AnalysisOptions, analyze
     from mhlo_cost.roofline import Roofline
 
     parts = []
     for depth in (1, 2):
         a = analyze(layer_step_text(kind, depth, micro_batch, shape), AnalysisOptions(dataflow=True, records=RECORDS))
-        rf = Roofline(a, hw, execution=execution, sdpa=sdpa)
-        parts.append(breakdown(rf))
+        at = at_step_clock(a, hw, execution, sdpa) if average else hw
+        parts.append(breakdown(Roofline(a, at, execution=execution, sdpa=sdpa)))
     return {k: parts[1][k] - parts[0][k] for k in parts[0]}
+
+
+def at_step_clock(a, hw, execution: str, sdpa: str):
+    """``hw`` at the clock at which the program ``a`` run back to back holds its power limit on average
+    (:func:`mhlo_cost.machines.clock.step_average`): its dot kernels' time at the peak's clock, its kernels' fixed
+    costs as waits, the rest memory-bound (the sustained clock where the profile has no power of those)."""
+    import dataclasses
+
+    from mhlo_cost.machines.clock import at_clocks, step_average
+    from mhlo_cost.roofline import Roofline
+
+    peak = dataclasses.replace(hw, sustained=False)
+    b = breakdown(Roofline(a, peak, execution=execution, sdpa=sdpa))
+    clocks = step_average(peak, b["gemm"], max(b["time"] - b["gemm"] - b["fixed"], 0.0), b["fixed"])
+    return at_clocks(peak, clocks) if clocks else dataclasses.replace(hw, sustained=True)
 
 
 def breakdown(rf) -> dict:
@@ -119,9 +136,9 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", help="only the rows whose model or kind contains this")
     ap.add_argument("--sdpa", default="auto", help="the eager rows' SDPA backend (default: PyTorch's own choice)")
-    ap.add_argument("--clock", choices=("peak", "sustained"), default="sustained",
-                    help="the dots' clock: what a product stream holds at 700 W (default, as train-plan's), or "
-                         "the peak's")
+    ap.add_argument("--clock", choices=("peak", "sustained", "average"), default="sustained",
+                    help="the dots' clock: what a product stream holds at 700 W (default, as train-plan's), the "
+                         "peak's, or the one each program's own average power holds at the limit")
     args = ap.parse_args(argv)
     from mhlo_cost.machines.clock import sustained
     from mhlo_cost.machines.hardware import get_profile
@@ -136,7 +153,7 @@ def main(argv=None) -> int:
             continue
         shape = {k: m[k] for k in ("hidden", "heads", "kv_heads", "ffn", "seq") if k in m}
         est = layer_estimate(m["layer"], m["micro_batch"], shape, hw, EXECUTION[m["kind"]],
-                             args.sdpa if m["kind"] == "layer" else "auto")
+                             args.sdpa if m["kind"] == "layer" else "auto", average=args.clock == "average")
         meas = m["layer_ms"] * 1e-3
         rows.append({**m, "estimate_s": est["time"], "measured_s": meas})
         print(f"{label:34} {est['time'] * 1e3:8.3f}ms {m['layer_ms']:8.3f}ms {est['time'] / meas:6.2f}  "

@@ -20,7 +20,7 @@ relu and pow kernels added beyond the fused activation, ``activation="squared-re
 bf16's rate), the row says so.
 
     PYTHONPATH=. python benchmarks/validate_training.py [--only ID-SUBSTRING] [--source ID] [--cache DIR]
-        [--clock peak|sustained]
+        [--clock peak|sustained|average]
 """
 from __future__ import annotations
 
@@ -256,7 +256,7 @@ def scale_config(run: dict, model: dict, fields: set | None = None):
 
 def price(run: dict, data: dict, cache_dir=None, clock: str = "sustained") -> dict:
     """The row's result: published and estimated seconds, their ratio, breakdown, or the reason it is not
-    priced (``reason``); the step's dots at ``clock`` (train-plan's ``--clock``: sustained or peak)."""
+    priced (``reason``); the step's dots at ``clock`` (train-plan's ``--clock``: sustained, peak or average)."""
     from mhlo_cost.network import resolve_profile
     from mhlo_cost.studies.plan.study import PlanOptions, PlanStudy
 
@@ -284,7 +284,7 @@ def _parts(it) -> dict:
     c = it.compute
     return {"fwd": c["forward"], "bwd": c["backward"], "rec": c["recompute"], "tp": it.tp_comm,
             "bubble": it.bubble, "p2p": it.p2p, "dp": it.dp_exposed, "dp_total": it.dp_total,
-            "opt": it.optimizer, "cp": it.cp_comm, "host": it.launch_host,
+            "opt": it.optimizer, "cp": it.cp_comm, "host": it.launch_host, "clk": it.counts.get("dot_clock_mhz", 0.0),
             "ring": it.cfg.micro_batches * it.cfg.layers_per_stage * (it.layer.get("ring_forward", 0.0)
                                                                        + it.layer.get("ring_backward", 0.0))}
 
@@ -316,20 +316,23 @@ def _row_line(r: dict) -> str:
     p = r["parts"]
     keys = ("fwd", "bwd", "rec", "tp", "bubble", "p2p", "dp", "opt") + (("cp", "ring") if p["cp"] or p["ring"] else ())
     keys += ("host",) if p["host"] else ()
+    keys += ("clk",) if p.get("clk") else ()
     parts = " ".join(f"{k} {p[k]:.3f}" for k in keys)
     approx = f"  [approx: {'; '.join(r['approx'])}]" if r["approx"] else ""
     return f"{r['id']:40s} {r['published_s']:9.3f} {r['estimate_s']:9.3f} {r['ratio']:6.3f}  {parts}{approx}"
 
 
 def main(argv=None) -> int:
+    from mhlo_cost.machines.clock import CLOCKS
+
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", help="the runs whose id contains this")
     ap.add_argument("--source", help="the runs of this source id")
     ap.add_argument("--cache", help="keep each layer's analysis here")
     ap.add_argument("--data", default=DATA, help="the data file (default: %(default)s)")
-    ap.add_argument("--clock", choices=("peak", "sustained"), default="sustained",
-                    help="the dots' clock: a product stream's under the power limit (default, as train-plan's) or "
-                         "the datasheet peak's (train-plan --clock)")
+    ap.add_argument("--clock", choices=CLOCKS, default="sustained",
+                    help="the dots' clock: a product stream's under the power limit (default, as train-plan's), "
+                         "the datasheet peak's, or the step's own average power's (train-plan --clock)")
     args = ap.parse_args(argv)
     data = load(args.data)
     runs = [r for r in data["run"] if (not args.only or args.only in r["id"])

@@ -32,6 +32,13 @@ and communication waits, and the limit binds on the board's average power, so a 
 stream's and the peak's (the H200 layer measurements: 0.93 of measured at peak, 1.11 sustained). Over the published
 training rows, once the barrier and fp8-weight over-charges were removed, the sustained clock is the nearer of the
 two (median 7.25% against 11.71%; docs/validation.md, "The tensor cores' clock under the power limit").
+
+The step's own clock (``average``, :func:`step_average`, :mod:`.power`): the limit binds on power averaged over about
+a second, so a step whose memory-bound kernels (``memory_w``) and waits (``idle_w``) draw less than the limit holds
+its products at a clock above the stream's: the one at which the step's average power is the limit, on a measured
+board-power-against-clock curve. ``train-plan`` prices with it when asked (studies/plan/power_clock.py), not by
+default: over the published rows it is nearer on torchtitan's 500 W H100 and on the measured H200 layers and
+farther on NeMo's and Megatron-Bridge's 700 W H100 rows (docs/validation.md, "The step-average clock").
 """
 from __future__ import annotations
 
@@ -41,8 +48,12 @@ from typing import Any
 
 from .limits import checked, known_table
 
-#: The clocks a step's dots can be priced at: under the power limit (``sustained``) or the peak's.
-CLOCKS = ("sustained", "peak")
+#: The clocks a step's dots can be priced at: under the power limit through a stream of products (``sustained``),
+#: the peak's, or the one the step's own average power holds at the limit (``average``: :mod:`.power`; where the
+#: profile's table has no ``memory_w`` and ``idle_w``, the sustained clock).
+CLOCKS = ("sustained", "peak", "average")
+#: The clock table's fields beside its per-dtype clocks.
+_FIELDS = ("power_limit_w", "peak_mhz", "memory_w", "idle_w")
 
 
 @dataclass(frozen=True)
@@ -50,6 +61,8 @@ class ClockModel:
     power_limit_w: float
     peak_mhz: float
     sustained_mhz: tuple = ()  # ((dtype key, MHz), ...), sorted by key
+    memory_w: float | None = None  # board power while memory-bound kernels run (the step-average clock: .power)
+    idle_w: float | None = None  # board power through communication waits and launch gaps
 
     def factor(self, key: str) -> float:
         """The dtype's sustained clock over the clock the matrix peak is stated at (1 for an unlisted dtype)."""
@@ -57,7 +70,13 @@ class ClockModel:
         return mhz / self.peak_mhz if mhz is not None else 1.0
 
     def as_toml(self) -> dict[str, Any]:
-        return {"power_limit_w": self.power_limit_w, "peak_mhz": self.peak_mhz, **dict(self.sustained_mhz)}
+        power = {k: v for k, v in (("memory_w", self.memory_w), ("idle_w", self.idle_w)) if v is not None}
+        return {"power_limit_w": self.power_limit_w, "peak_mhz": self.peak_mhz, **power, **dict(self.sustained_mhz)}
+
+    @property
+    def has_power(self) -> bool:
+        """Whether the table gives the power of a step's other kernels (what :func:`step_average` needs)."""
+        return self.memory_w is not None and self.idle_w is not None
 
 
 def _number(v: Any, kind: str, where: str) -> float:
@@ -69,8 +88,9 @@ def _number(v: Any, kind: str, where: str) -> float:
 
 def parse_clock(table: Any, where: str, keys: tuple) -> ClockModel:
     """A :class:`ClockModel` from a profile's ``clock`` table (ValueError with ``where`` on bad input): both of
-    ``power_limit_w`` and ``peak_mhz``, and per dtype key a sustained clock no higher than ``peak_mhz``."""
-    known_table(table, where, ("power_limit_w", "peak_mhz") + tuple(keys))
+    ``power_limit_w`` and ``peak_mhz``, per dtype key a sustained clock no higher than ``peak_mhz``, and optionally
+    ``memory_w`` and ``idle_w`` (both or neither), each below the limit."""
+    known_table(table, where, _FIELDS + tuple(keys))
     for need in ("power_limit_w", "peak_mhz"):
         if need not in table:
             raise ValueError(f"{where}: missing field {need!r}")
@@ -82,7 +102,15 @@ def parse_clock(table: Any, where: str, keys: tuple) -> ClockModel:
         if mhz > peak:
             raise ValueError(f"{where}.{key}: a sustained clock above peak_mhz ({mhz:g} > {peak:g} MHz)")
         held.append((key, mhz))
-    return ClockModel(limit, peak, tuple(held))
+    if ("memory_w" in table) != ("idle_w" in table):
+        raise ValueError(f"{where}: memory_w and idle_w go together (the step-average clock needs both)")
+    power = {}
+    for key in ("memory_w", "idle_w"):
+        if key in table:
+            power[key] = _number(table[key], "w", f"{where}.{key}")
+            if power[key] >= limit:
+                raise ValueError(f"{where}.{key}: at or above power_limit_w ({power[key]:g} >= {limit:g} W)")
+    return ClockModel(limit, peak, tuple(held), **power)
 
 
 def sustained(hw):
@@ -100,3 +128,26 @@ def clock_factor(hw, key: str) -> float:
     if model is None or not getattr(hw, "sustained", False):
         return 1.0
     return model.factor(key)
+
+
+def at_clocks(hw, mhz: dict):
+    """``hw`` marked sustained with its clock table's per-dtype clocks replaced by ``mhz`` (dtype key -> MHz: the
+    clocks a step holds, :func:`step_average`); the keys ``mhz`` lacks keep theirs."""
+    model = hw.clock
+    held = dict(model.sustained_mhz) | {k: min(float(v), model.peak_mhz) for k, v in mhz.items()}
+    return dataclasses.replace(hw, clock=dataclasses.replace(model, sustained_mhz=tuple(sorted(held.items()))),
+                               sustained=True)
+
+
+def step_average(hw, dots_s: float, memory_s: float, idle_s: float) -> dict:
+    """Per dtype key of ``hw``'s clock table, the clock a step holds whose products take ``dots_s`` at the peak's
+    clock, its memory-bound kernels ``memory_s`` and its waits and gaps ``idle_s`` (:func:`.power.step_clock`); {}
+    where the profile has no clock table or no power of the other kernels."""
+    from .power import step_clock
+
+    model = getattr(hw, "clock", None)
+    if model is None or not model.has_power:
+        return {}
+    return {key: step_clock(dots_s, memory_s, idle_s, peak_mhz=model.peak_mhz, stream_mhz=mhz,
+                            limit_w=model.power_limit_w, memory_w=model.memory_w, idle_w=model.idle_w)
+            for key, mhz in model.sustained_mhz}

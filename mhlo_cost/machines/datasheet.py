@@ -54,7 +54,8 @@ _SCALARS: tuple[tuple[str, str, Callable[[Hardware], Any]], ...] = (
 )
 _TABLE_UNITS = {"efficiency": "fraction", "compute_units": "units", "tile": "rows x cols", "k_half": "steps",
                 "split_k": "", "half_size_mb": "MB", "generic_tbps": "TB/s", "convert_tbps": "TB/s",
-                "reduce_row_ns": "ns", "l2_mib": "MiB", "library": "", "power_limit_w": "W"}
+                "reduce_row_ns": "ns", "l2_mib": "MiB", "library": "", "power_limit_w": "W",
+                "memory_w": "W", "idle_w": "W"}
 
 
 def _rates(hw: Hardware) -> list[Row]:

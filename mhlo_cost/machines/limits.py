@@ -22,7 +22,8 @@ gemm curve GFLOP                            [1e-09, 1e+09]    GFLOP of one dot (
 memory.efficiency, attention.*.forward,     [0.0001, 1]       fraction of peak
 attention.*.backward
 memory.half_size_mb, sram_mb                [0, 1e+06]        MB (1e6 bytes)
-tdp_w, clock.power_limit_w                  [0.001, 1e+06]    W
+tdp_w, clock.power_limit_w,                 [0.001, 1e+06]    W
+clock.memory_w, clock.idle_w
 clock.peak_mhz, clock.<dtype>               [1, 1e+05]        MHz
 attention.*.ramp                            [0, 1e+06]        key/value tiles
 attention.*.exp_exposed                     [0, 1]            share of the exponentials' time

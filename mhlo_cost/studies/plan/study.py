@@ -25,6 +25,8 @@ class PlanOptions:
     default since the barrier and fp8-cache over-charges were removed: over the 54 published training rows it gives
     median 7.25% where peak gives 11.71%; on the H200 layer measurements it is the worse of the two (11.1% against
     7.0%): a step's clock lies between the two, docs/validation.md "The tensor cores' clock under the power limit".
+    ``average``: the clock at which the step's own average board power is the limit (:mod:`.power_clock`; the
+    sweep ranks its splits at the sustained clock).
 
     Checked when made (:mod:`mhlo_cost.studies.limits`; OptionError): the configuration valid (with a sweep: the
     model; the sweep makes the splits), its counts and the sweep's within their limits."""
@@ -36,7 +38,8 @@ class PlanOptions:
     space: object = None  # the sweep's dimensions (a .search.Space; None: its defaults)
     scheduler: str | None = None  # a Dask scheduler's address: the sweep's layers lowered on that cluster
     jobs: int | None = None  # local worker processes lowering the sweep's layers (None: the cores)
-    clock: str = "sustained"  # the dots' clock: sustained (a product stream's, power-limited) or peak (the datasheet's)
+    clock: str = "sustained"  # the dots' clock: sustained (a product stream's, power-limited), peak (the datasheet's)
+    # or average (the step's own, .power_clock)
 
     def __post_init__(self):
         from ...machines.clock import CLOCKS, sustained
@@ -79,7 +82,12 @@ class PlanStudy:
         """The :class:`~.result.Plan` of the configuration (ValueError where it is not a valid one)."""
         from .plan import plan
 
-        return plan(self.options.config, self.options.hardware, self.options.cache_dir, self.note)
+        o = self.options
+        if o.clock == "average":
+            from .power_clock import average_plan
+
+            return average_plan(o.config, o.hardware, o.cache_dir, self.note)
+        return plan(o.config, o.hardware, o.cache_dir, self.note)
 
     @cached_property
     def sweep(self):
@@ -88,7 +96,10 @@ class PlanStudy:
         from .search import sweep
 
         o = self.options
-        df, skipped = sweep(o.config, o.gpus, o.hardware, o.cache_dir, self.note, scheduler=o.scheduler, jobs=o.jobs,
+        from ...machines.clock import sustained
+
+        hw = sustained(o.hardware) if o.clock == "average" and o.hardware is not None else o.hardware
+        df, skipped = sweep(o.config, o.gpus, hw, o.cache_dir, self.note, scheduler=o.scheduler, jobs=o.jobs,
                             progress=self.progress, **vars(o.space))
         if not len(df):
             first = skipped["reason"].iloc[0] if len(skipped) else "none considered"

@@ -1,0 +1,77 @@
+"""train-plan's ``--clock average``: the step's products priced at the clock the step's own average board power holds
+at the power limit (:func:`mhlo_cost.machines.power.step_clock`), not at a stream's.
+
+The step's time breakdown comes from pricing it twice: at the peak's clock and at the stream's (``sustained``).
+Only the products' time depends on the clock (a dot's efficiency is multiplied by clock / peak,
+:func:`mhlo_cost.machines.clock.clock_factor`), so the difference of the two iterations is the products' time at
+the peak times (peak / stream - 1): dots_s = (T_sustained - T_peak) / (peak / stream - 1). The attention kernels
+(scope ``core``: priced by the attention model, not clock-scaled) are tensor-core work too and join them. The
+rest of the busiest device's kernels (forward, backward, recompute and the optimizer step, as
+:class:`~.compose.Iteration` counts them) are memory-bound kernels; what is left of the iteration (the pipeline
+bubble, exposed tensor-, data- and context-parallel communication, point-to-point waits) is time the GPU waits.
+The clocks solved from that breakdown (per dtype key of the profile's clock table) price the step a third time.
+"""
+from __future__ import annotations
+
+
+def dots_key(cfg) -> str:
+    """The clock table's key of the step's linears: fp8 for an fp8 recipe, else bf16."""
+    return "fp8" if str(getattr(cfg, "precision", "bf16")).startswith("fp8") else "bf16"
+
+
+def breakdown(peak_it, stream_it, peak_mhz: float, stream_mhz: float, attention_s: float = 0.0) -> tuple:
+    """(tensor-core work, memory-bound kernels, waits) seconds of the iteration at the peak's clock, from
+    ``peak_it`` and ``stream_it`` (the same step priced at the peak's clock and at the stream's) and
+    ``attention_s``, the attention kernels' seconds (tensor-core work the roofline prices at a rate of its own,
+    not clock-scaled: counted with the products, as their power is the tensor cores')."""
+    total = peak_it.total
+    dots = max(stream_it.total - total, 0.0) / (peak_mhz / stream_mhz - 1) if stream_mhz < peak_mhz else 0.0
+    busy = min(sum(peak_it.compute.values()) + peak_it.optimizer, total)
+    dots = min(dots + attention_s, busy)
+    return dots, busy - dots, total - busy
+
+
+def attention_seconds(p) -> float:
+    """The attention proper's seconds (scope ``core``) of the busiest stage per iteration in the plan ``p``."""
+    it, cost = p.iteration, p.cost
+    if cost is None or not it.stages:
+        return 0.0
+    layers = it.stages[it.layer.get("slow_stage", 0)]["layers"]
+    return it.cfg.micro_batches * layers * sum(cost.core_s.get(k, 0.0) for k in ("forward", "backward", "recompute"))
+
+
+def step_clocks(cfg, hw, at_peak, at_stream) -> dict:
+    """The clocks (dtype key -> MHz) the step of ``cfg`` holds on ``hw``, from its plans at the peak's clock and
+    at the stream's ({} where the profile's clock table has no power of the other kernels,
+    :func:`mhlo_cost.machines.clock.step_average`)."""
+    from ...machines.clock import step_average
+
+    model = getattr(hw, "clock", None)
+    if model is None or not model.has_power:
+        return {}
+    stream = dict(model.sustained_mhz).get(dots_key(cfg), model.peak_mhz)
+    return step_average(hw, *breakdown(at_peak.iteration, at_stream.iteration, model.peak_mhz, stream,
+                                       attention_seconds(at_peak)))
+
+
+def average_plan(cfg, hw, cache_dir=None, note=None):
+    """The :class:`~.result.Plan` of ``cfg`` on ``hw`` at the step-average clock (at the sustained clock where the
+    profile gives no power of the other kernels)."""
+    from ...machines.clock import at_clocks, sustained
+    from .plan import plan
+
+    held = sustained(hw)
+    at_stream = plan(cfg, held, cache_dir, note)
+    if getattr(hw, "clock", None) is None or not hw.clock.has_power:
+        return at_stream
+    peak = hw if not getattr(hw, "sustained", False) else _unmarked(hw)
+    clocks = step_clocks(cfg, hw, plan(cfg, peak, cache_dir, note), at_stream)
+    out = plan(cfg, at_clocks(hw, clocks), cache_dir, note)
+    out.iteration.counts["dot_clock_mhz"] = clocks.get(dots_key(cfg), hw.clock.peak_mhz)
+    return out
+
+
+def _unmarked(hw):
+    import dataclasses
+
+    return dataclasses.replace(hw, sustained=False)
