@@ -106,9 +106,11 @@ def register_kernels(p) -> None:
     p.add_argument("--execution", choices=("compiled", "eager", "inductor"), default="compiled",
                    help="how the step runs: compiled, fused kernels (Megatron, NeMo; default), eager (PyTorch eager, "
                         "one kernel per op) or inductor (torch.compile); eager and inductor need --attention fused")
-    p.add_argument("--clock", choices=("peak", "sustained"), default="sustained",
+    p.add_argument("--clock", choices=("peak", "sustained", "average"), default="sustained",
                    help="the clock the step's dots run at: sustained, what the chip holds under its power limit "
-                        "through a stream of products (its clock table; default), or peak, the datasheet's")
+                        "through a stream of products (its clock table; default); peak, the datasheet's; or "
+                        "average, the clock at which the step's own average board power is the limit (the "
+                        "table's power of memory-bound kernels and waits; priced three times)")
     p.add_argument("--inductor-comm-reorder", action="store_true",
                    help="with --execution inductor: Inductor's reorder_for_compute_comm_overlap on, so the "
                         "collectives torch.compile traces (PyTorch's context parallel) overlap compute; off (torch's "
