@@ -242,27 +242,12 @@ def compose(cfg: ScaleConfig, cost: LayerCost, hw, head: LayerCost | None = None
     # behind another stage's work: the larger of its and the slowest stage's sets the end of the iteration
     dp_stage = 0 if stages[0]["dp"].iteration > dp.iteration else slow_stage  # whose reduction ends it
     dp_iter = stages[dp_stage]["dp"].iteration
-    # point-to-point: v boundaries forward and v backward per micro-batch (none with one stage); 1/t of the
-    # activation with sequence parallelism or Megatron-LM's scatter/gather (all-gathered after), else all of it
-    p2p_bytes = send_bytes(cfg, activation_bytes(cfg))
-    hop = cfg.t * cfg.cp * cfg.d  # the next stage's device with the same tensor, context and data rank
-    p2p_one = _time(topo, "collective_permute", p2p_bytes, ((0, hop),)) if p > 1 else 0.0
-    p2p_one += gather_seconds(cfg, topo)  # the receiver's all_gather of the whole tensor (.megatron_passes)
-    p2p_per_mb = 2 * v * p2p_one if p > 1 else 0.0
+    p2p_bytes, p2p_per_mb = _p2p(cfg, topo)
     slots = Fraction(m) + Fraction(p - 1, v)  # micro-batch slots on the critical path
     per_mb = f_s + b_s + p2p_per_mb
     cast_own, cast_fill = split_step(cfg, cost, stages, n)  # TE's once-a-step fp8 weight copies (.fp8_weights)
     bubble = float(Fraction(p - 1, v)) * (f_s + b_s) + cast_fill
-    hidden = min(dp_iter, b_s / v) if cfg.dp_overlap else 0.0
-    sms = nccl_sms(hw)
-    # the backward beside the hidden reduction runs on the SMs NCCL leaves: the pair takes sm_share.contended; the
-    # tax is what that adds beyond the reduction's own exposed part (none beyond it where the reduction outlasts)
-    tax = taxed(b_s / v, dp_iter, sms) - (dp_iter - hidden) if cfg.dp_overlap else 0.0
-    if bucketed(cfg) and cfg.cp * cfg.d > 1:  # Megatron-Core's or PyTorch DDP's buckets (.dp_overlap)
-        rs, ag, tax = dp_overlap_exposed(cfg, topo, cost.weight_elems, stages,
-                                         lambda s: optimizer_extra_elems(cfg, s), sms)
-        dp_iter = max(dp_iter, rs + ag)  # (unit by unit, each collective's latency: more than the whole at once)
-        hidden = dp_iter - rs - ag
+    dp_iter, hidden, tax = _dp_reduction(cfg, cost, hw, stages, dp_iter, b_s / v)
     opt = max(st["optimizer"] for st in stages)  # the slowest step: the next iteration starts after it
     emb = embedding_seconds(cfg, topo)  # after the flush, before the step: exposed
     total = float(slots) * per_mb + (dp_iter - hidden) + tax + emb + opt + cast_own + cast_fill
@@ -283,6 +268,37 @@ def compose(cfg: ScaleConfig, cost: LayerCost, hw, head: LayerCost | None = None
                      cp_comm=m * n * (one["cp"].forward + one["cp"].backward), stages=tuple(stages), layer=one,
                      launch_host=m * sum(slow.get("launch_host", (0.0, 0.0))[:2]))
 
+
+
+def _p2p(cfg: ScaleConfig, topo) -> tuple:
+    """``(bytes of one send, seconds of the pipeline's sends per micro-batch)``: v boundaries forward and v
+    backward per micro-batch (none with one stage); 1/t of the activation with sequence parallelism or Megatron-LM's
+    scatter/gather (all-gathered after), else all of it."""
+    p2p_bytes = send_bytes(cfg, activation_bytes(cfg))
+    if cfg.p == 1:
+        return p2p_bytes, 0.0
+    hop = cfg.t * cfg.cp * cfg.d  # the next stage's device with the same tensor, context and data rank
+    one = _time(topo, "collective_permute", p2p_bytes, ((0, hop),))
+    one += gather_seconds(cfg, topo)  # the receiver's all_gather of the whole tensor (.megatron_passes)
+    return p2p_bytes, 2 * cfg.interleave * one
+
+
+def _dp_reduction(cfg: ScaleConfig, cost: LayerCost, hw, stages, dp_iter: float, last_backward: float) -> tuple:
+    """``(the data-parallel reduction's seconds, its part hidden under the last backward, the backward's SM tax)``
+    from the once-an-iteration reduction's ``dp_iter``; Megatron-Core's or PyTorch DDP's buckets (.dp_overlap)
+    reduce unit by unit instead."""
+    topo = getattr(hw, "topology", None)
+    hidden = min(dp_iter, last_backward) if cfg.dp_overlap else 0.0
+    sms = nccl_sms(hw)
+    # the backward beside the hidden reduction runs on the SMs NCCL leaves: the pair takes sm_share.contended; the
+    # tax is what that adds beyond the reduction's own exposed part (none beyond it where the reduction outlasts)
+    tax = taxed(last_backward, dp_iter, sms) - (dp_iter - hidden) if cfg.dp_overlap else 0.0
+    if bucketed(cfg) and cfg.cp * cfg.d > 1:
+        rs, ag, tax = dp_overlap_exposed(cfg, topo, cost.weight_elems, stages,
+                                         lambda s: optimizer_extra_elems(cfg, s), sms)
+        dp_iter = max(dp_iter, rs + ag)  # (unit by unit, each collective's latency: more than the whole at once)
+        hidden = dp_iter - rs - ag
+    return dp_iter, hidden, tax
 
 def _dp_bytes(cfg: ScaleConfig, cost: LayerCost, layers: int, stage: int) -> int:
     """The gradient bytes one device's data-parallel reduction carries per iteration: the stage's ``layers``
