@@ -125,3 +125,16 @@ def test_lost_second_process_leaves_its_steps_here(monkeypatch):
     assert w.lost and w.over == set()
     w.wait("b")
     assert w.lost
+
+
+def test_check_after_the_second_process_started_still_refuses(tmp_path, capsys):
+    """With -j 2 the checks that read the model's configuration run once the second process has started (beside
+    its imports): a tensor-parallel degree that does not divide the heads is still one error line (exit 2), before
+    anything is lowered here, the second process ended."""
+    from mhlo_cost.cli import main
+
+    code = main(["serve", "--model", "gpt", "--set", "layers=5", "--batches", "1,2", "--contexts", "128,256",
+                 "--tps", "1,3", "-j", "2", "--cache-dir", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert code == 2 and "degree 3 does not divide" in err and "Traceback" not in err
+    assert not (tmp_path / "serve" / "figures").exists()

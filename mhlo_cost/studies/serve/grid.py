@@ -117,14 +117,15 @@ def pricing(execution: str = "compiled", split=None) -> dict:
 
 def sweep(base: StepRequest, batches, contexts, hw, tps=(1,), cache: StepCache | None = None,
           stage=None, launch: str = "stream", note=None, fit: bool = True, execution: str = "compiled",
-          split=None, jobs: int = 1) -> list[Figures]:
+          split=None, jobs: int = 1, check=None) -> list[Figures]:
     """Figures of ``base`` at every batch x context x tp, in that order; kernels launched by ``launch``
     (:data:`~mhlo_cost.studies.serve.serve.LAUNCHES`). Lowered once per shape, or, where it lowers fewer, a few
     shapes lowered and the others' op tables fitted from them (:mod:`.fitted`; ``note(text)`` told where the
     fit cannot be made and every shape is lowered; ``fit`` False: every shape lowered); priced under
     ``execution`` (eager: every shape lowered), the experts split by ``split`` (:mod:`.expert`). ``jobs`` 2 or
     more: a fitted sweep's steps lowered in a second process while this one walks, fits and prices them
-    (:mod:`.warm`; the same figures)."""
+    (:mod:`.warm`; the same figures). ``check()``: run before anything is lowered (once the second process has
+    started: the checks that read the model's configuration import the frameworks beside its own imports)."""
     from .serve import launched
 
     hw = launched(hw, launch)
@@ -146,6 +147,8 @@ def sweep(base: StepRequest, batches, contexts, hw, tps=(1,), cache: StepCache |
         cache = Warmed(cache, warmer)
         stage("the steps lowered in a second process")
     try:
+        if check is not None:
+            check()
         _sweep_here(base, todo, found, hw, tps, cache, stage, launch, note or (lambda text: None), fit, execution,
                     split, how)
     finally:
