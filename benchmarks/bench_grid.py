@@ -8,7 +8,7 @@ two tables. Each run is a fresh process with its own empty cache folder. Prints 
     python benchmarks/bench_grid.py --sweep               # also time `mhlo-cost sweep --spec benchmarks/sweep_stdit3.toml`
     python benchmarks/bench_grid.py --only sweep --before 7fe3784  # the sweep alone, now and before one-layer pricing
     python benchmarks/bench_grid.py --only fit --before 792ab51  # and the same with the code of a git revision
-    python benchmarks/bench_grid.py --only fit --jobs 2   # the batch-1 points in a second process (serve -j 2)
+    python benchmarks/bench_grid.py --only fit --jobs 2   # the steps lowered in a second process (serve -j 2)
 
 Each time is wall-clock, with the CPU seconds (user + sys) of the run's processes beside it (the machine's load
 says how far apart they are).
@@ -164,7 +164,7 @@ def main() -> None:
                     "the STDiT3 sweep alone)")
     ap.add_argument("--before", metavar="REF", help="also time each run with the code of git revision REF "
                     "(792ab51: before issue 41's shared pricing) and compare the tables byte for byte")
-    ap.add_argument("--jobs", type=int, default=1, help="processes of each run (serve -j; 2: the batch-1 points "
+    ap.add_argument("--jobs", type=int, default=1, help="processes of each run (serve -j; 2: the steps lowered "
                     "in a second process); --before runs the revision's code with one")
     ap.add_argument("--child", nargs=2, metavar=("MODE", "OUT"), help=argparse.SUPPRESS)
     a = ap.parse_args()

@@ -99,8 +99,8 @@ def register(sub) -> None:
                                                       "a simulation: KV utilisation and batch sizes over time; "
                                                       ".png, .svg or .pdf, under the -o rule")
     w.add_argument("-j", "--jobs", type=int, choices=(1, 2), metavar="N",
-                   help="processes, 1 (default) or 2: a fitted compiled sweep's batch-1 points in a second one "
-                        "meanwhile (nothing else uses it)")
+                   help="processes, 1 (default) or 2: a fitted compiled sweep's steps lowered in a second one "
+                        "while this one walks, fits and prices them (nothing else uses it)")
     add_cache(w, "lowered steps and their figures")
     add_sim_options(p)
     o = p.add_argument_group("output")

@@ -160,9 +160,7 @@ def fit_tables(analyze_at: Callable[[dict], tuple], nodes: Mapping[str, Sequence
     where the op graph changes between two points or the fit misses a check point.
 
     Every point is analysed from one call site (a lowering's locations hold the Python stack that made it)."""
-    symbols = tuple(nodes)
-    grid = [dict(zip(symbols, combo)) for combo in itertools.product(*(nodes[s] for s in symbols))]
-    points = grid + [dict(c) for c in checks]
+    grid, points = fit_points(nodes, checks)
     sampled, known = {}, {}
     template = first = None
     for point in points:
@@ -190,6 +188,14 @@ def fit_tables(analyze_at: Callable[[dict], tuple], nodes: Mapping[str, Sequence
             raise FitFailed(f"the fit on {len(grid)} shape point(s) misses the lowering at {_said(point)} (a count "
                             "of a higher degree than the nodes allow)")
     return TableFit(template, base, varying, fit, known)
+
+
+def fit_points(nodes: Mapping[str, Sequence[int]], checks: Sequence[Mapping[str, int]]) -> tuple[list, list]:
+    """(the nodes of the tensor grid ``nodes`` as points, every point :func:`fit_tables` analyses, in its order:
+    the nodes in the order of ``itertools.product``, then the ``checks``)."""
+    symbols = tuple(nodes)
+    grid = [dict(zip(symbols, combo)) for combo in itertools.product(*(nodes[s] for s in symbols))]
+    return grid, grid + [dict(c) for c in checks]
 
 
 class GridValues:

@@ -70,10 +70,11 @@ def layers_differ(base, layers: int) -> str | None:
 
 
 def fitted_steps(base, points: list, hw, cache, stage: Callable[[str], None],
-                 note: Callable[[str], None] | None = None) -> dict:
+                 note: Callable[[str], None] | None = None, ready: Callable[[dict], None] | None = None) -> dict:
     """(batch, context) -> (Step, Analysis) for the ``points`` (batch, context) of ``base``'s sweep that a fit
     gives, that were rebuilt from shallow lowerings or lowered to make a fit; the points it does not hold are
-    lowered one by one by the caller."""
+    lowered one by one by the caller. ``ready(made)``: told of the grid's points as soon as they are made, before
+    the points left are lowered (the caller prices them meanwhile)."""
     say = note or (lambda text: None)
     depth = depth_key(base)
     why = layers_differ(base, depth[1]) if depth is not None else None
@@ -81,6 +82,8 @@ def fitted_steps(base, points: list, hw, cache, stage: Callable[[str], None],
         say(f"serve: points lowered at full depth: {why}")
         depth = None
     out, depth = _grid(base, points, hw, cache, stage, say, depth)
+    if out and ready is not None:
+        ready(dict(out))
     rest = [p for p in points if p not in out]
     if rest and depth is not None:
         out.update(_rebuilt(base, rest, hw, cache, stage, say, depth))
@@ -90,17 +93,12 @@ def fitted_steps(base, points: list, hw, cache, stage: Callable[[str], None],
 def _grid(base, points: list, hw, cache, stage, say, depth) -> tuple[dict, tuple | None]:
     """(the points of batch > 1 the grid fit gives, ``depth`` or None where the layers were found not to
     repeat)."""
-    from ..gridfit import FitFailed, plan_nodes
+    from ..gridfit import FitFailed
 
-    domain = [(b, c) for b, c in points if b > 1]
-    batches = list(dict.fromkeys(b for b, _ in domain))
-    contexts = list(dict.fromkeys(c for _, c in domain))
-    if len(domain) != len(batches) * len(contexts):
-        return {}, depth  # (part of the grid cached: not a grid)
-    plan = plan_nodes({"batch": batches, "context": contexts}, PER_SYMBOL)
-    if plan is None:
+    grid = grid_plan(points)
+    if grid is None:
         return {}, depth
-    corner = (batches[0], contexts[0])
+    domain, plan, corner = grid
     try:
         if depth is not None:
             try:
@@ -112,6 +110,47 @@ def _grid(base, points: list, hw, cache, stage, say, depth) -> tuple[dict, tuple
     except FitFailed as e:
         say(f"serve: every point lowered: {e}")
         return {}, depth
+
+
+def grid_plan(points: list) -> tuple | None:
+    """(the points of batch > 1 fitted as one grid, the fit's (nodes, checks), its corner: the first node) of a
+    sweep's ``points`` ((batch, context) pairs), or None where they are not fitted as a grid (part of the grid
+    cached, or fitting lowers as many points as the grid has)."""
+    from ..gridfit import plan_nodes
+
+    domain = [(b, c) for b, c in points if b > 1]
+    batches = list(dict.fromkeys(b for b, _ in domain))
+    contexts = list(dict.fromkeys(c for _, c in domain))
+    if len(domain) != len(batches) * len(contexts):
+        return None  # (part of the grid cached: not a grid)
+    plan = plan_nodes({"batch": batches, "context": contexts}, PER_SYMBOL)
+    return None if plan is None else (domain, plan, (batches[0], contexts[0]))
+
+
+def planned(base, points: list) -> list:
+    """The requests, each at its depth, that :func:`fitted_steps` lowers for ``points`` ((batch, context) pairs)
+    where the layers repeat and the fit holds, in the order it asks for them (a second process lowers them
+    meanwhile, :mod:`.warm`): the grid's nodes and check point at :data:`DEPTHS` (its corner at
+    :data:`CHECK_DEPTH` too), then each point left at DEPTHS, the first of each program (a batch of 1, a larger
+    batch) at CHECK_DEPTH too; none where the points are lowered at full depth."""
+    from ..gridfit import fit_points
+
+    depth = depth_key(base)
+    if depth is None or layers_differ(base, depth[1]) is not None:
+        return []
+    wanted, fitted, checked = [], set(), set()
+    grid = grid_plan(points)
+    if grid is not None:
+        domain, (nodes, checks), corner = grid
+        for point in fit_points(nodes, checks)[1]:
+            b, c = _at(point, corner)
+            wanted += [(b, c, d) for d in DEPTHS + ((CHECK_DEPTH,) if (b, c) == corner else ())]
+        fitted = set(domain)
+    for b, c in points:
+        if (b, c) not in fitted:
+            wanted += [(b, c, d) for d in DEPTHS + (() if (b > 1) in checked else (CHECK_DEPTH,))]
+            checked.add(b > 1)
+    return [at_depth(replace(base, batch=b, context=c), depth[0], d) for b, c, d in wanted]
 
 
 class _NotRepeated(ValueError):

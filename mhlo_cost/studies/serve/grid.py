@@ -117,17 +117,18 @@ def pricing(execution: str = "compiled", split=None) -> dict:
 
 def sweep(base: StepRequest, batches, contexts, hw, tps=(1,), cache: StepCache | None = None,
           stage=None, launch: str = "stream", note=None, fit: bool = True, execution: str = "compiled",
-          split=None, jobs: int = 1) -> list[Figures]:
+          split=None, jobs: int = 1, check=None) -> list[Figures]:
     """Figures of ``base`` at every batch x context x tp, in that order; kernels launched by ``launch``
     (:data:`~mhlo_cost.studies.serve.serve.LAUNCHES`). Lowered once per shape, or, where it lowers fewer, a few
     shapes lowered and the others' op tables fitted from them (:mod:`.fitted`; ``note(text)`` told where the
     fit cannot be made and every shape is lowered; ``fit`` False: every shape lowered); priced under
     ``execution`` (eager: every shape lowered), the experts split by ``split`` (:mod:`.expert`). ``jobs`` 2 or
-    more: a fitted sweep's points of batch 1 swept in a second process meanwhile (:mod:`.aside`; the same
-    figures)."""
+    more: a fitted sweep's steps lowered in a second process while this one walks, fits and prices them
+    (:mod:`.warm`; the same figures). ``check()``: run before anything is lowered (once the second process has
+    started: the checks that read the model's configuration import the frameworks beside its own imports)."""
     from .serve import launched
 
-    given, hw = hw, launched(hw, launch)
+    hw = launched(hw, launch)
     how = pricing(execution, split)
     cache = cache or StepCache(None)
     stage = stage or (lambda text: None)
@@ -138,78 +139,64 @@ def sweep(base: StepRequest, batches, contexts, hw, tps=(1,), cache: StepCache |
             found.update({(b, c, tp): cache.figures(req, hw, tp, how) for tp in tps})
     todo = [(b, c) for b in batches for c in contexts if any(found[b, c, tp] is None for tp in tps)]
     fit = fit and execution == "compiled"  # (the fit is of the compiled step's kernels)
-    aside, said = None, _Said(note)
-    if fit and jobs > 1:
-        from .aside import start
+    warmer = None
+    if fit and jobs > 1 and todo and cache.root is not None:
+        from .warm import Warmed, start
 
-        aside = start(batch_one_part, base, todo, given, tps, cache.root, launch, split)
-        todo = [p for p in todo if aside is None or p[0] != 1]
-        if aside is not None:
-            stage(f"batch 1 at context{'s' if len(aside.contexts) > 1 else ''} "
-                  f"{', '.join(map(str, aside.contexts))} in a second process")
+        warmer = start(StepCache, base, todo, cache.root)
+        cache = Warmed(cache, warmer)
+        stage("the steps lowered in a second process")
     try:
-        _sweep_here(base, todo, found, hw, tps, cache, stage, launch, said, fit, execution, split, how)
-    except BaseException:
-        if aside is not None:
-            aside.stop()
-        raise
-    if aside is not None:
-        left = aside.gather(found, tps, said.again)
-        _sweep_here(base, left, found, hw, tps, cache, stage, launch, said, fit, execution, split, how)
+        if check is not None:
+            check()
+        _sweep_here(base, todo, found, hw, tps, cache, stage, launch, note or (lambda text: None), fit, execution,
+                    split, how)
+    finally:
+        if warmer is not None:
+            warmer.stop()
     return [found[b, c, tp] for b in batches for c in contexts for tp in tps]
 
 
-def batch_one_part(base, contexts: list, hw, tps: list, root, launch: str, split) -> tuple[list, list]:
-    """(the figures of ``base`` at batch 1 and each of ``contexts`` x ``tps``, the notes said): the part a second
-    process sweeps (:func:`.aside.start`), into the cache at ``root``."""
-    notes: list = []
-    figs = sweep(base, [1], contexts, hw, tps, cache=StepCache(root, notes.append), launch=launch,
-                 note=notes.append, split=split)
-    return figs, notes
-
-
-class _Said:
-    """A sweep's ``note`` (None: none) that remembers what it said; :meth:`again` says only what it has not."""
-
-    def __init__(self, note):
-        self.note, self.texts = note, set()
-
-    def __call__(self, text: str) -> None:
-        self.texts.add(text)
-        if self.note is not None:
-            self.note(text)
-
-    def again(self, text: str) -> None:
-        if text not in self.texts:
-            self(text)
-
-
 def _sweep_here(base, todo, found, hw, tps, cache, stage, launch, note, fit, execution, split, how) -> None:
-    """:func:`sweep`'s ``todo`` points ((batch, context) pairs) swept in this process, into ``found``."""
+    """:func:`sweep`'s ``todo`` points ((batch, context) pairs) swept in this process, into ``found``: the grid's
+    fitted points priced as soon as they are made (:func:`.fitted.fitted_steps`' ``ready``), while a second
+    process, where there is one, lowers the points left (:mod:`.warm`), then the others."""
     from ..gridfit import FitFailed
     from .fitted import fitted_steps
     from .onelayer import Layered
     from .serve import step_study
 
-    made = fitted_steps(base, todo, hw, cache, stage, note) if todo and fit else {}
-    for b, c in todo:
-        req = replace(base, batch=b, context=c)
-        step, analysis = made.get((b, c), (None, None))
-        if isinstance(analysis, Layered):  # (at the fit's depths: priced from one layer where its check holds)
-            stage(f"pricing batch {b}, context {c}")
-            try:
-                _put(found, b, c, tps, lambda tp: analysis.figures(step, hw, tp, launch, split), cache, req, hw, how)
-                continue
-            except FitFailed as e:  # (its layers do not repeat at this point: lowered at full depth)
-                note(f"serve: batch {b}, context {c} lowered at full depth: {e}")
-                step = None
-        if step is None:
-            stage(f"lowering batch {b}, context {c}")
-            step, _ = cache.step(req)
-            stage(f"estimating batch {b}, context {c}")
-            analysis = step_study(step, hw, execution=execution).analysis
-        _put(found, b, c, tps, lambda tp: figures(step, hw, tp, analysis=analysis, launch=launch, execution=execution,
-                                                  split=split), cache, req, hw, how)
+    made, done = {}, set()
+
+    def price(points) -> None:
+        for b, c in points:
+            done.add((b, c))
+            req = replace(base, batch=b, context=c)
+            step, analysis = made.get((b, c), (None, None))
+            if isinstance(analysis, Layered):  # (at the fit's depths: priced from one layer where its check holds)
+                stage(f"pricing batch {b}, context {c}")
+                try:
+                    _put(found, b, c, tps, lambda tp: analysis.figures(step, hw, tp, launch, split), cache, req, hw,
+                         how)
+                    continue
+                except FitFailed as e:  # (its layers do not repeat at this point: lowered at full depth)
+                    note(f"serve: batch {b}, context {c} lowered at full depth: {e}")
+                    step = None
+            if step is None:
+                stage(f"lowering batch {b}, context {c}")
+                step, _ = cache.step(req)
+                stage(f"estimating batch {b}, context {c}")
+                analysis = step_study(step, hw, execution=execution).analysis
+            _put(found, b, c, tps, lambda tp: figures(step, hw, tp, analysis=analysis, launch=launch,
+                                                      execution=execution, split=split), cache, req, hw, how)
+
+    def ready(grid: dict) -> None:
+        made.update(grid)
+        price([p for p in todo if p in grid])
+
+    if todo and fit:
+        made.update(fitted_steps(base, todo, hw, cache, stage, note, ready=ready))
+    price([p for p in todo if p not in done])
 
 
 def _put(found: dict, b: int, c: int, tps, priced, cache, req, hw, how) -> None:

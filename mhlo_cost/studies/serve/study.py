@@ -163,11 +163,12 @@ class ServeStudy(StepCacheStudy):
         """The sweep's figures: every batch x context x tp, once :meth:`check` passes."""
         from .grid import sweep
 
-        self.check()
         o = self.options
+        if o.jobs == 1:
+            self.check()
         return sweep(o.request, o.batches or [o.request.batch], o.contexts or [o.request.context], self.hardware,
                      tps=o.tps or [o.tp], cache=self.cache, stage=self.stage, launch=o.launch, note=self.note,
-                     execution=o.execution, split=o.split, jobs=o.jobs)
+                     execution=o.execution, split=o.split, jobs=o.jobs, check=None if o.jobs == 1 else self.check)
 
     def check(self) -> None:
         """What needs the model's configuration (read, never built), before anything is lowered (:attr:`step`
