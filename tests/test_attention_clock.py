@@ -1,7 +1,8 @@
 """A fused attention kernel on a profile marked sustained (train-plan's default) runs at the SM clock the board's
-power limit leaves it (mhlo_cost/roofline/attention_compute.py ``sm_clock``): the dynamic power k x activity x f^3
-of a kernel whose tensor cores issue ``activity`` of their peak per clock, set equal to the GEMM stream's at the
-clock that stream holds (machines/clock.py), gives f = f_stream x (stream / activity)^(1/3), at most the peak's.
+power limit leaves it (mhlo_cost/roofline/attention_compute.py ``sm_clock``): board power is the floor plus the
+switching activity times the measured curve's part above it (Ujeniya et al. 2026's H100 points, written out here),
+so a kernel whose tensor cores issue ``activity`` of their peak per clock holds the clock at which that part is the
+stream's at the stream's clock over activity / stream, at most the peak's.
 Its products, exponentials and vector work all issue on the SM clock; the backward's two memory-bound passes run at
 the HBM's clock. Expected times are closed forms of the shapes and the h100-sxm profile's figures."""
 from __future__ import annotations
@@ -22,6 +23,25 @@ B, H, S, D = 2, 8, 1024, 128
 PEAK_MHZ, BF16_MHZ = 1830, 1440  # hardware.toml [profile.h100-sxm.clock]
 BF16_PEAK = 989.4e12  # [H100-WP] dense BF16
 STREAM = 0.88  # hardware.toml [profile.h100-sxm.gemm] efficiency: the large-shape GEMM's fraction per clock
+# (SM MHz, board W) under caps of 200-700 W: Ujeniya, Eitzinger, Hager, Wellein 2026, Fig. 6b and 9b (an H100)
+POINTS = ((625, 199), (1132, 298), (1501, 395), (1731, 493), (1889, 591), (1969, 647))
+
+
+def _curve(f):
+    """The points joined by straight lines (and the end segments beyond them)."""
+    i = next((i for i in range(1, len(POINTS) - 1) if f <= POINTS[i][0]), len(POINTS) - 1)
+    (f0, p0), (f1, p1) = POINTS[i - 1], POINTS[i]
+    return p0 + (p1 - p0) * (f - f0) / (f1 - f0)
+
+
+def _held(activity):
+    """The kernel's clock over the peak's: where the curve reaches floor + (curve(stream clock) - floor) x
+    stream / activity, the floor the first segment's value at 0 MHz; capped at 1."""
+    floor = _curve(0)
+    target = floor + (_curve(BF16_MHZ) - floor) * STREAM / activity
+    for (f0, p0), (f1, p1) in zip(POINTS, POINTS[1:]):
+        if target <= p1 or (f1, p1) == POINTS[-1]:
+            return min(1.0, (f0 + (f1 - f0) * (target - p0) / (p1 - p0)) / PEAK_MHZ)
 
 
 def _attention(q, k, v):
@@ -74,18 +94,19 @@ def test_a_kernel_as_dense_as_the_stream_holds_the_streams_clock_its_passes_the_
     assert bwd0.compute_s == pytest.approx(5 * one / (BF16_PEAK * STREAM) + passes, rel=1e-9)
 
 
-def test_a_sparser_kernel_holds_a_higher_clock_by_the_cube_root_of_its_activity(program):
+def test_a_sparser_kernel_holds_a_higher_clock_along_the_power_curve(program):
     fraction = 0.6
     hw = _h100(fraction, 0.0, 1e30)
     one = 2 * B * H * S * S * D
-    held = BF16_MHZ / PEAK_MHZ * (STREAM / fraction) ** (1 / 3)  # 0.893: still below the peak
+    held = _held(fraction)  # 520 W on the curve: 1774 MHz, 0.969 of the peak's
+    assert BF16_MHZ / PEAK_MHZ < held
     fwd, _ = _kernels(program, sustained(hw))
     assert held < 1 and fwd.compute_s == pytest.approx(2 * one / (BF16_PEAK * fraction) / held, rel=1e-9)
 
 
 def test_flashattention2_at_the_profiles_fraction_is_left_the_peaks_clock(program):
     hw = get_profile("h100")  # fa2: forward 0.419, backward 0.349 of the peak (the FA3 paper's FA2 bars)
-    assert BF16_MHZ / PEAK_MHZ * (STREAM / 0.419) ** (1 / 3) > 1  # 1.008 before its exponentials lower it further
+    assert _held(0.419) == 1  # 711 W on the curve, past its 1969 MHz point, before its exponentials lower it further
     for k, k0 in zip(_kernels(program, sustained(hw)), _kernels(program, hw)):
         assert k.compute_s == k0.compute_s
 
@@ -96,7 +117,8 @@ def test_the_exposed_exponentials_lower_the_activity_and_slow_with_the_clock(pro
     one = 2 * B * H * S * S * D
     matrix, exps = 2 * one / (BF16_PEAK * STREAM), B * H * S * S / rate  # one exponential per score
     activity = STREAM * matrix / (matrix + exps)
-    held = BF16_MHZ / PEAK_MHZ * (STREAM / activity) ** (1 / 3)
+    held = _held(activity)
+    assert held < 1
     fwd, _ = _kernels(program, sustained(hw))
     assert fwd.compute_s == pytest.approx((matrix + exps) / held, rel=1e-9)
 

@@ -68,6 +68,19 @@ def stream_w(mhz: float, at_mhz: float, at_w: float) -> float:
     return p0 + (at_w - p0) * (curve_w(mhz) - p0) / (curve_w(at_mhz) - p0)
 
 
+def activity_clock(stream_mhz: float, ratio: float) -> float:
+    """The clock at which a kernel switching ``ratio`` times as much as a product stream draws what the stream
+    draws at ``stream_mhz`` (the stream at its limit: the kernel's clock under the same limit). Both are the floor
+    plus their activity times the curve's part above it, so the kernel's curve power is the floor plus the stream's
+    part over ``ratio``; beyond the curve's last point along its last segment (the caller caps it at the peak)."""
+    p0 = floor_w()
+    target = p0 + (curve_w(stream_mhz) - p0) / ratio
+    hi = max(stream_mhz, 1.0)
+    while curve_w(hi) < target:
+        hi *= 2
+    return _bisect(lambda f: curve_w(f) - target, 0.0, hi)
+
+
 def _bisect(g, lo: float, hi: float) -> float:
     """The root of the increasing ``g`` in [lo, hi] (g(lo) <= 0 <= g(hi)), to well under a MHz."""
     for _ in range(60):

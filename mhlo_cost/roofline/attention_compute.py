@@ -11,6 +11,7 @@ import math
 
 from ..machines.clock import clock_factor
 from ..machines.kernels import backward_pass_bytes
+from ..machines.power import activity_clock
 from ..walk.row import short_name
 from .attention import shape_of
 from .band import mask_fraction
@@ -104,14 +105,15 @@ def padded_head_dim(d: int, ladder: tuple) -> int:
 
 def kernel_compute_s(rows, producers, times, members, hw, multiplicity: int, library: str = "",
                      masks: dict | None = None) -> float | None:
-    """The compute time of one fused attention kernel on ``hw`` (totals over its multiplicity): its GEMM FLOPs
-    over the blocks it computes at the library's fraction of the matrix peak plus the library's exposed share of
-    its exponentials (``exp_exposed``), beside its exponentials and its vector work; a backward recomputes the score product; a library's kernel computes on its
-    padded head dim (:data:`PADDED_HEAD_DIMS`). ``library``: the kernel's library where the profile has a model
-    of it, else the profile's default. ``masks``: the walk's ``masks`` record (:mod:`mhlo_cost.roofline.band`): an
-    index mask read from it that leaves fewer key tiles than a causal one (a sliding window) prices the blocks it
-    visits; a causal kernel skips the blocks above the diagonal whole: their products, exponentials and vector
-    work. On a profile marked sustained the compute runs at the SM clock the power limit leaves it (:func:`sm_clock`).
+    """The compute time of one fused attention kernel on ``hw`` (totals over its multiplicity): its GEMM FLOPs over the
+    blocks it computes at the library's fraction of the matrix peak plus the library's exposed share of its exponentials
+    (``exp_exposed``), beside its exponentials and its vector work; a backward recomputes the score product; a library's
+    kernel computes on its padded head dim (:data:`PADDED_HEAD_DIMS`). ``library``: the kernel's library where the
+    profile has a model of it, else the profile's default. ``masks``: the walk's ``masks`` record
+    (:mod:`mhlo_cost.roofline.band`): an index mask read from it that leaves fewer key tiles than a causal one (a
+    sliding window) prices the blocks it visits; a causal kernel skips the blocks above the diagonal whole: their
+    products, exponentials and vector work. On a profile marked sustained the compute runs at the SM clock the power
+    limit leaves it (:func:`sm_clock`).
     A backward adds the HBM time of its two memory-bound passes (``backward_pass_bytes``). None without a model."""
     model = getattr(hw, "attention", None)
     if model is None or model.get() is None:
@@ -157,30 +159,33 @@ def sm_clock(qk, hw, activity: float) -> float:
     (:func:`mhlo_cost.machines.clock.clock_factor` of the score product's dtype, at the profile's large-shape GEMM
     efficiency), capped at 1.
 
-    Why. The libraries' fractions (``[profile.<name>.attention]``) were read off short loops at the unthrottled
-    clock, like the GEMM tables: the FA3 paper's bars (Dao-AILab/flash-attention ``hopper/benchmark_attn.py``, read
-    at 20b84d6: ``triton.testing.do_bench`` of one call for a few ms, after ``time.sleep(1)`` "to avoid residual
-    power throttling from the previous benchmark") and cudnn-frontend's ``benchmark/benchmark_flash_attention.py``
-    (mean of 30 repeats; its README locks the clocks, ``nvidia-smi -ac 3201,1980 -pl 700``). Under a power limit
-    the power manager lowers the one SM clock until the board's draw is within it (machines/clock.py): the
-    dynamic power is alpha C V^2 f with V rising with f (f^3, the rule the profiles' clock estimates use), and
-    alpha, the switching, is set by how densely the tensor cores issue (clock.py: the same product on zeros held
-    1725 MHz at 403 W, on random data 1440 at 692). With P_limit - P_static = k x activity x f^3 for both the
-    stream and the kernel, the static part cancels: f_kernel = f_stream x (stream / activity)^(1/3). A
-    FlashAttention-2 kernel (fractions 0.35-0.42, activity 0.33-0.35 at head dim 128 with its exponentials) against a
-    GEMM stream's 0.88 is left the peak's clock (the rule gives 1.07 of it at 700 W and at 500 W): what the lent H200
-    measured (benchmarks/cp_ring_measured.py, measured_h200_train_run1.jsonl: FA2 ring calls priced at the peak's
-    clock 0.97-0.99 of measured, where the stream's 1440 MHz would have made them about 1.25). A denser kernel
-    (cuDNN's and FA3's, activity 0.57-0.65) is held at 0.87-0.91 of the peak's. Its exponentials (the SFU, 16 per
-    clock per SM) and its vector work issue on the same SM clock, so the kernel's whole compute time scales by it;
-    its two memory-bound backward passes run at the HBM's clock and do not. The activity counts the tensor cores
-    only (the exponentials, shared memory and register traffic switch too): the kernel's clock is an upper bound."""
+    Why. The libraries' fractions (``[profile.<name>.attention]``) were read off short loops at the unthrottled clock,
+    like the GEMM tables: the FA3 paper's bars (Dao-AILab/flash-attention ``hopper/benchmark_attn.py``, read at 20b84d6:
+    ``triton.testing.do_bench`` of one call for a few ms, after ``time.sleep(1)`` "to avoid residual power throttling
+    from the previous benchmark") and cudnn-frontend's ``benchmark/benchmark_flash_attention.py`` (mean of 30 repeats;
+    its README locks the clocks, ``nvidia-smi -ac 3201,1980 -pl 700``). Under a power limit the power manager lowers the
+    one SM clock until the board's draw is within it (machines/clock.py): the dynamic power is alpha C V(f)^2 f, and
+    alpha, the switching, is set by how densely the tensor cores issue (clock.py: the same product on zeros held 1725
+    MHz at 403 W, on random data 1440 at 692). Board power against clock is the measured curve of
+    :mod:`mhlo_cost.machines.power` (an H100 under caps of 200-700 W), its part above the floor scaled by the activity
+    for the stream and the kernel alike, so the kernel holds the clock at which its share of that part equals the
+    stream's at the stream's clock (:func:`~mhlo_cost.machines.power. activity_clock` of activity / the stream's
+    efficiency). A FlashAttention-2 kernel (fractions 0.35-0.42, activity 0.33-0.35 at head dim 128 with its
+    exponentials) against a GEMM stream's 0.88 is left the peak's clock (the curve puts it above the peak at 700 W and
+    at 500 W): what the lent H200 measured (benchmarks/cp_ring_measured.py, measured_h200_train_run1.jsonl: FA2 ring
+    calls priced at the peak's clock 0.97-0.99 of measured, where the stream's 1440 MHz would have made them about
+    1.25). A denser kernel (cuDNN's and FA3's, activity 0.57-0.65) is held at 0.94-0.99 of the peak's at 700 W,
+    0.82-0.91 at 500 W. Its exponentials (the SFU, 16 per clock per SM) and its vector work issue on the same SM clock,
+    so the kernel's whole compute time scales by it; its two memory-bound backward passes run at the HBM's clock and do
+    not. The activity counts the tensor cores only (the exponentials, shared memory and register traffic switch too):
+    the kernel's clock is an upper bound."""
     held = clock_factor(hw, matrix_key(qk, hw))
     if held >= 1.0 or activity <= 0.0:
         return held
     gemm = getattr(hw, "gemm", None)
     stream = gemm.base(1 << 62, matrix_key(qk, hw)) if gemm is not None else 1.0
-    return min(1.0, held * (stream / activity) ** (1 / 3))
+    peak = hw.clock.peak_mhz
+    return min(1.0, activity_clock(held * peak, activity / stream) / peak)
 
 
 def _pass_bytes(rows, dots, sk: int) -> int:
