@@ -315,8 +315,8 @@ def layer_params(cfg: ScaleConfig) -> int:
     return h * 3 * h // t + 3 * h // t + h // t * h + h + h * f // t + f // t + f // t * h + h + 4 * h
 
 
-__all__ = ["SAVED", "layer_fn", "step_fn", "step_of", "lower_layer", "param_shapes", "layer_params", "adamw", "master_update",
-           "master_shapes"]
+__all__ = ["SAVED", "layer_fn", "step_fn", "step_of", "lower_layer", "param_shapes", "layer_params", "adamw",
+           "master_update", "master_shapes"]
 
 
 def head_step_fn(cfg: ScaleConfig):
