@@ -31,7 +31,7 @@ upper bound on the throttling: a step's GEMMs share the power budget with its me
 and communication waits, and the limit binds on the board's average power, so a step's clock lies between this
 stream's and the peak's (the H200 layer measurements: 0.93 of measured at peak, 1.11 sustained). Over the published
 training rows, once the barrier and fp8-weight over-charges were removed, the sustained clock is the nearer of the
-two (median 7.25% against 11.71%; docs/validation.md, "The tensor cores' clock under the power limit").
+two (median 7.25% against 11.71% on 2026-11-30; docs/validation.md, "The tensor cores' clock under the power limit").
 
 The step's own clock (``average``, :func:`step_average`, :mod:`.power`): the limit binds on power averaged over about
 a second, so a step whose memory-bound kernels (``memory_w``) and waits (``idle_w``) draw less than the limit holds

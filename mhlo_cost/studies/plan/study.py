@@ -22,9 +22,10 @@ class PlanOptions:
     (the default: what a stream of products holds under the power limit, the profile's ``clock`` table,
     :mod:`mhlo_cost.machines.clock`; a profile without one is priced at its peak) or ``peak`` (the clock of the
     datasheet's peak, at which the profile's GEMM efficiency was fitted on short benchmark runs). Sustained is the
-    default since the barrier and fp8-cache over-charges were removed: over the 54 published training rows it gives
-    median 7.25% where peak gives 11.71%; on the H200 layer measurements it is the worse of the two (11.1% against
-    7.0%): a step's clock lies between the two, docs/validation.md "The tensor cores' clock under the power limit".
+    default since the barrier and fp8-cache over-charges were removed: over the 54 published training rows it gave
+    median 7.25% where peak gave 11.71% (2026-11-30); on the H200 layer measurements it is the worse of the two
+    (11.1% against 7.0%): a step's clock lies between the two, docs/validation.md "The tensor cores' clock under the
+    power limit".
     ``average``: the clock at which the step's own average board power is the limit (:mod:`.power_clock`; the
     sweep ranks its splits at the sustained clock).
 
