@@ -6,31 +6,18 @@ from __future__ import annotations
 
 import dataclasses
 
-import jax
 import jax.numpy as jnp
 import pytest
+from attention_case import B, D, H, S, attention_step_program
 
-from mhlo_cost.analysis import AnalysisOptions, analyze
 from mhlo_cost.machines.hardware import get_profile
 from mhlo_cost.roofline import Roofline
 
-B, H, S, D = 2, 8, 1024, 128
-
-
-def _attention(q, k, v):
-    s = jnp.einsum("bhqd,bhkd->bhqk", q, k) / jnp.sqrt(jnp.float32(D)).astype(q.dtype)
-    return jnp.einsum("bhqk,bhkd->bhqd", jax.nn.softmax(s, axis=-1), v)
-
-
-def _step(q, k, v, do):
-    out, vjp = jax.vjp(_attention, q, k, v)
-    return (out, *vjp(do))
 
 
 @pytest.fixture(scope="module")
 def program():
-    spec = jax.ShapeDtypeStruct((B, H, S, D), jnp.bfloat16)
-    return analyze(jax.jit(_step).lower(spec, spec, spec, spec).as_text(), AnalysisOptions(dataflow=True))
+    return attention_step_program()
 
 
 # The h100 profile's attention table gives each library's forward and backward fraction of the bf16 peak and its
@@ -83,8 +70,7 @@ def test_backward_passes_move_q_sized_tensors_in_the_inputs_type_and_f32(dtype, 
     D (f32) written per query row. Worked out here from B, H, S, D."""
     from mhlo_cost.roofline.attention_compute import _pass_bytes
 
-    spec = jax.ShapeDtypeStruct((B, H, S, D), dtype)
-    a = analyze(jax.jit(_step).lower(spec, spec, spec, spec).as_text(), AnalysisOptions(dataflow=True))
+    a = attention_step_program(dtype)
     rf = Roofline(a, get_profile("h100"), execution="compiled")
     bwd = [k for k in rf.fusion.kernels if k.attention][-1]
     dots = [i for i in bwd.members if a.rows[i].kind == "dot"]

@@ -9,17 +9,14 @@ from __future__ import annotations
 
 import dataclasses
 
-import jax
-import jax.numpy as jnp
 import pytest
+from attention_case import B, D, H, S, attention_step_program
 
-from mhlo_cost.analysis import AnalysisOptions, analyze
 from mhlo_cost.machines.clock import sustained
 from mhlo_cost.machines.hardware import get_profile
 from mhlo_cost.machines.kernels import AttentionLibrary
 from mhlo_cost.roofline import Roofline
 
-B, H, S, D = 2, 8, 1024, 128
 PEAK_MHZ, BF16_MHZ = 1830, 1440  # hardware.toml [profile.h100-sxm.clock]
 BF16_PEAK = 989.4e12  # [H100-WP] dense BF16
 STREAM = 0.88  # hardware.toml [profile.h100-sxm.gemm] efficiency: the large-shape GEMM's fraction per clock
@@ -44,20 +41,9 @@ def _held(activity):
             return min(1.0, (f0 + (f1 - f0) * (target - p0) / (p1 - p0)) / PEAK_MHZ)
 
 
-def _attention(q, k, v):
-    s = jnp.einsum("bhqd,bhkd->bhqk", q, k) / jnp.sqrt(jnp.float32(D)).astype(q.dtype)
-    return jnp.einsum("bhqk,bhkd->bhqd", jax.nn.softmax(s, axis=-1), v)
-
-
-def _step(q, k, v, do):
-    out, vjp = jax.vjp(_attention, q, k, v)
-    return (out, *vjp(do))
-
-
 @pytest.fixture(scope="module")
 def program():
-    spec = jax.ShapeDtypeStruct((B, H, S, D), jnp.bfloat16)
-    return analyze(jax.jit(_step).lower(spec, spec, spec, spec).as_text(), AnalysisOptions(dataflow=True))
+    return attention_step_program()
 
 
 def _kernels(program, hw):

@@ -102,9 +102,16 @@ def test_the_breakdown_takes_the_products_time_from_the_two_pricings():
     from mhlo_cost.studies.plan.power_clock import breakdown
 
     peak = SimpleNamespace(total=10.0, compute={"forward": 2.0, "backward": 4.0, "recompute": 1.0}, optimizer=1.0)
-    stream = SimpleNamespace(total=10.0 + 5.0 * (1830 / 1440 - 1))  # 5 s of products at the peak's clock
+    slower = 5.0 * (1830 / 1440 - 1)  # 5 s of products at the peak's clock, at the stream's
+    # the pipeline's fill and drain (in the total, not the busy kernels) grow too: not products a second time
+    stream = SimpleNamespace(total=10.0 + 3 * slower, compute={"forward": 2.0 + slower, "backward": 4.0,
+                                                             "recompute": 1.0}, optimizer=1.0)
     dots, mem, idle = breakdown(peak, stream, 1830, 1440)
     assert dots == pytest.approx(5.0) and mem == pytest.approx(8.0 - 5.0) and idle == pytest.approx(2.0)
+    # 1 s of attention at the peak's clock that its own clock stretches to 1.2 s: its 0.2 s is not products' time
+    stream.compute["backward"] += 0.2
+    dots, mem, idle = breakdown(peak, stream, 1830, 1440, attention=(1.0, 1.2))
+    assert dots == pytest.approx(5.0 + 1.0) and mem == pytest.approx(8.0 - 6.0) and idle == pytest.approx(2.0)
 
 
 def test_average_is_a_clock_train_plan_takes_and_lies_between_the_other_two():
@@ -119,3 +126,19 @@ def test_average_is_a_clock_train_plan_takes_and_lies_between_the_other_two():
     assert totals["peak"].iteration.total <= totals["average"].iteration.total <= totals["sustained"].iteration.total
     clock = totals["average"].iteration.counts["dot_clock_mhz"]
     assert dict(sustained(hw).clock.sustained_mhz)["bf16"] <= clock <= hw.clock.peak_mhz
+
+
+def test_a_limit_at_the_curves_floor_is_refused_not_priced_at_the_peak():
+    from mhlo_cost.machines.clock import parse_clock
+    from mhlo_cost.machines.power import step_clock, stream_clock
+
+    floor = 199 - 625 * (298 - 199) / (1132 - 625)  # the first segment of the published points at 0 MHz: 76.96 W
+    with pytest.raises(ValueError, match="floor"):
+        step_clock(1.0, 0.0, 0.0, peak_mhz=2000, stream_mhz=1500, limit_w=70, memory_w=50, idle_w=30)
+    with pytest.raises(ValueError, match="floor"):
+        stream_clock(600, 1440, 70)
+    with pytest.raises(ValueError, match="power_limit_w"):
+        parse_clock({"power_limit_w": floor - 1, "peak_mhz": 1830, "memory_w": 50, "idle_w": 30, "bf16": 1440},
+                    "profile.x.clock", ("bf16",))
+    held = parse_clock({"power_limit_w": floor - 1, "peak_mhz": 1830, "bf16": 1440}, "x", ("bf16",))
+    assert not held.has_power  # without the other kernels' power no step-average clock is asked of it

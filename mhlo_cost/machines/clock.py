@@ -47,6 +47,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .limits import checked, known_table
+from .power import floor_w, step_clock
 
 #: The clocks a step's dots can be priced at: under the power limit through a stream of products (``sustained``),
 #: the peak's, or the one the step's own average power holds at the limit (``average``: :mod:`.power`; where the
@@ -63,6 +64,7 @@ class ClockModel:
     sustained_mhz: tuple = ()  # ((dtype key, MHz), ...), sorted by key
     memory_w: float | None = None  # board power while memory-bound kernels run (the step-average clock: .power)
     idle_w: float | None = None  # board power through communication waits and launch gaps
+    step: bool = False  # the clocks are a step's own (:func:`at_clocks`), every kernel's: not a stream's at the limit
 
     def factor(self, key: str) -> float:
         """The dtype's sustained clock over the clock the matrix peak is stated at (1 for an unlisted dtype)."""
@@ -105,6 +107,10 @@ def parse_clock(table: Any, where: str, keys: tuple) -> ClockModel:
     if ("memory_w" in table) != ("idle_w" in table):
         raise ValueError(f"{where}: memory_w and idle_w go together (the step-average clock needs both)")
     power = {}
+    if "memory_w" in table:
+        if limit <= floor_w():
+            raise ValueError(f"{where}.power_limit_w: at or below the power curve's floor ({limit:g} <= "
+                             f"{floor_w():.0f} W): no step-average clock")
     for key in ("memory_w", "idle_w"):
         if key in table:
             power[key] = _number(table[key], "w", f"{where}.{key}")
@@ -135,16 +141,14 @@ def at_clocks(hw, mhz: dict):
     clocks a step holds, :func:`step_average`); the keys ``mhz`` lacks keep theirs."""
     model = hw.clock
     held = dict(model.sustained_mhz) | {k: min(float(v), model.peak_mhz) for k, v in mhz.items()}
-    return dataclasses.replace(hw, clock=dataclasses.replace(model, sustained_mhz=tuple(sorted(held.items()))),
-                               sustained=True)
+    return dataclasses.replace(hw, clock=dataclasses.replace(model, sustained_mhz=tuple(sorted(held.items())),
+                                                             step=True), sustained=True)
 
 
 def step_average(hw, dots_s: float, memory_s: float, idle_s: float) -> dict:
     """Per dtype key of ``hw``'s clock table, the clock a step holds whose products take ``dots_s`` at the peak's
     clock, its memory-bound kernels ``memory_s`` and its waits and gaps ``idle_s`` (:func:`.power.step_clock`); {}
     where the profile has no clock table or no power of the other kernels."""
-    from .power import step_clock
-
     model = getattr(hw, "clock", None)
     if model is None or not model.has_power:
         return {}

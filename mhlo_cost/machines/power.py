@@ -95,8 +95,9 @@ def _bisect(g, lo: float, hi: float) -> float:
 def stream_clock(limit_w: float, at_mhz: float, at_w: float) -> float:
     """The clock at which the stream that draws ``at_w`` at ``at_mhz`` draws ``limit_w`` (ValueError where the
     curve never gets there: at or below its floor)."""
-    if limit_w <= floor_w():
-        raise ValueError(f"a limit of {limit_w:g} W is at or below the curve's floor ({floor_w():.0f} W)")
+    for w in (limit_w, at_w):
+        if w <= floor_w():
+            raise ValueError(f"a power of {w:g} W is at or below the curve's floor ({floor_w():.0f} W)")
     hi = at_mhz
     while stream_w(hi, at_mhz, at_w) < limit_w:
         hi *= 2
@@ -109,6 +110,8 @@ def step_clock(dots_s: float, memory_s: float, idle_s: float, *, peak_mhz: float
     memory-bound kernels take ``memory_s`` at ``memory_w`` and whose waits and gaps take ``idle_s`` at ``idle_w``,
     under ``limit_w``, where a stream of the products alone holds ``stream_mhz``: the clock at which the step's
     average power is the limit, no lower than ``stream_mhz`` and no higher than ``peak_mhz``."""
+    if limit_w <= floor_w():
+        raise ValueError(f"a limit of {limit_w:g} W is at or below the power curve's floor ({floor_w():.0f} W)")
     if dots_s <= 0 or stream_mhz >= peak_mhz:
         return peak_mhz if dots_s <= 0 else stream_mhz
 

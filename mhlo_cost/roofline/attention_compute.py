@@ -180,7 +180,7 @@ def sm_clock(qk, hw, activity: float) -> float:
     not. The activity counts the tensor cores only (the exponentials, shared memory and register traffic switch too):
     the kernel's clock is an upper bound."""
     held = clock_factor(hw, matrix_key(qk, hw))
-    if held >= 1.0 or activity <= 0.0:
+    if held >= 1.0 or activity <= 0.0 or hw.clock.step:  # (a step's own clock, --clock average: every kernel's)
         return held
     gemm = getattr(hw, "gemm", None)
     stream = gemm.base(1 << 62, matrix_key(qk, hw)) if gemm is not None else 1.0

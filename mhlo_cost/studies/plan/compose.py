@@ -269,7 +269,6 @@ def compose(cfg: ScaleConfig, cost: LayerCost, hw, head: LayerCost | None = None
                      launch_host=m * sum(slow.get("launch_host", (0.0, 0.0))[:2]))
 
 
-
 def _p2p(cfg: ScaleConfig, topo) -> tuple:
     """``(bytes of one send, seconds of the pipeline's sends per micro-batch)``: v boundaries forward and v
     backward per micro-batch (none with one stage); 1/t of the activation with sequence parallelism or Megatron-LM's
@@ -299,6 +298,7 @@ def _dp_reduction(cfg: ScaleConfig, cost: LayerCost, hw, stages, dp_iter: float,
         dp_iter = max(dp_iter, rs + ag)  # (unit by unit, each collective's latency: more than the whole at once)
         hidden = dp_iter - rs - ag
     return dp_iter, hidden, tax
+
 
 def _dp_bytes(cfg: ScaleConfig, cost: LayerCost, layers: int, stage: int) -> int:
     """The gradient bytes one device's data-parallel reduction carries per iteration: the stage's ``layers``

@@ -2,16 +2,23 @@
 at the power limit (:func:`mhlo_cost.machines.power.step_clock`), not at a stream's.
 
 The step's time breakdown comes from pricing it twice: at the peak's clock and at the stream's (``sustained``).
-Only the products' time depends on the clock (a dot's efficiency is multiplied by clock / peak,
-:func:`mhlo_cost.machines.clock.clock_factor`), so the difference of the two iterations is the products' time at
-the peak times (peak / stream - 1): dots_s = (T_sustained - T_peak) / (peak / stream - 1). The attention kernels
-(scope ``core``: priced by the attention model, not clock-scaled) are tensor-core work too and join them. The
-rest of the busiest device's kernels (forward, backward, recompute and the optimizer step, as
-:class:`~.compose.Iteration` counts them) are memory-bound kernels; what is left of the iteration (the pipeline
-bubble, exposed tensor-, data- and context-parallel communication, point-to-point waits) is time the GPU waits.
-The clocks solved from that breakdown (per dtype key of the profile's clock table) price the step a third time.
+The busiest device's kernels (forward, backward, recompute and the optimizer step, as :class:`~.compose.Iteration`
+counts them: not the pipeline's fill and drain, which are waits) are what the clock moves. Of them, the products
+other than the fused attention move by peak / stream (a dot's efficiency is multiplied by clock / peak,
+:func:`mhlo_cost.machines.clock.clock_factor`), so their time at the peak's clock is the difference of the two
+busy times, less the attention's own difference, over (peak / stream - 1). The attention kernels (scope ``core``,
+clock-scaled by their own activity, :func:`mhlo_cost.roofline.attention_compute.sm_clock`) are tensor-core work
+too and join them at their peak-clock seconds, as the recompute compose charges counts them. The rest of the busy
+time is memory-bound kernels; what is left of the iteration (the pipeline bubble, exposed tensor-, data- and
+context-parallel communication, point-to-point waits) is time the GPU waits. The clocks solved from that breakdown
+(per dtype key of the profile's clock table) price the step a third time, every kernel at the one solved clock
+(the attention's power taken as the products', an upper bound on it).
+For an fp8 recipe the one difference is divided by the fp8 clock's step; the bf16 products in it (the attention's
+scores) moved by the bf16 clock's, so they are a little under-counted.
 """
 from __future__ import annotations
+
+from .recompute import recompute_seconds
 
 
 def dots_key(cfg) -> str:
@@ -19,25 +26,34 @@ def dots_key(cfg) -> str:
     return "fp8" if str(getattr(cfg, "precision", "bf16")).startswith("fp8") else "bf16"
 
 
-def breakdown(peak_it, stream_it, peak_mhz: float, stream_mhz: float, attention_s: float = 0.0) -> tuple:
+def breakdown(peak_it, stream_it, peak_mhz: float, stream_mhz: float, attention=(0.0, 0.0)) -> tuple:
     """(tensor-core work, memory-bound kernels, waits) seconds of the iteration at the peak's clock, from
-    ``peak_it`` and ``stream_it`` (the same step priced at the peak's clock and at the stream's) and
-    ``attention_s``, the attention kernels' seconds (tensor-core work the roofline prices at a rate of its own,
-    not clock-scaled: counted with the products, as their power is the tensor cores')."""
+    ``peak_it`` and ``stream_it`` (the same step priced at the peak's clock and at the stream's) and ``attention``,
+    the attention kernels' seconds in each (tensor-core work with a clock of its own: counted with the products at
+    its peak-clock seconds, as their power is the tensor cores')."""
     total = peak_it.total
-    dots = max(stream_it.total - total, 0.0) / (peak_mhz / stream_mhz - 1) if stream_mhz < peak_mhz else 0.0
-    busy = min(sum(peak_it.compute.values()) + peak_it.optimizer, total)
-    dots = min(dots + attention_s, busy)
+    busy = min(_busy(peak_it), total)
+    moved = (_busy(stream_it) - attention[1]) - (_busy(peak_it) - attention[0])
+    dots = max(moved, 0.0) / (peak_mhz / stream_mhz - 1) if stream_mhz < peak_mhz else 0.0
+    dots = min(dots + attention[0], busy)
     return dots, busy - dots, total - busy
 
 
+def _busy(it) -> float:
+    """The busiest device's kernel seconds of the iteration ``it``: its compute phases and the optimizer step."""
+    return sum(it.compute.values()) + it.optimizer
+
+
 def attention_seconds(p) -> float:
-    """The attention proper's seconds (scope ``core``) of the busiest stage per iteration in the plan ``p``."""
+    """The attention proper's seconds (scope ``core``) of the busiest stage per iteration in the plan ``p``: its
+    forward and backward, and the recompute compose charges for it (:func:`.recompute.recompute_seconds`)."""
     it, cost = p.iteration, p.cost
     if cost is None or not it.stages:
         return 0.0
     layers = it.stages[it.layer.get("slow_stage", 0)]["layers"]
-    return it.cfg.micro_batches * layers * sum(cost.core_s.get(k, 0.0) for k in ("forward", "backward", "recompute"))
+    core = {k: cost.core_s.get(k, 0.0) for k in ("forward", "backward", "recompute")}
+    one = core["forward"] + core["backward"] + recompute_seconds(it.cfg, core, core)
+    return it.cfg.micro_batches * layers * one
 
 
 def step_clocks(cfg, hw, at_peak, at_stream) -> dict:
@@ -50,8 +66,8 @@ def step_clocks(cfg, hw, at_peak, at_stream) -> dict:
     if model is None or not model.has_power:
         return {}
     stream = dict(model.sustained_mhz).get(dots_key(cfg), model.peak_mhz)
-    return step_average(hw, *breakdown(at_peak.iteration, at_stream.iteration, model.peak_mhz, stream,
-                                       attention_seconds(at_peak)))
+    attention = (attention_seconds(at_peak), attention_seconds(at_stream))
+    return step_average(hw, *breakdown(at_peak.iteration, at_stream.iteration, model.peak_mhz, stream, attention))
 
 
 def average_plan(cfg, hw, cache_dir=None, note=None):
