@@ -13,11 +13,12 @@ two tables. Each run is a fresh process with its own empty cache folder. Prints 
 Each time is wall-clock, with the CPU seconds (user + sys) of the run's processes beside it (the machine's load
 says how far apart they are).
 
-A run ends as the command line does (its cyclic garbage collector frozen: the interpreter's exit does not traverse
-the frameworks' objects again, about 2.5 CPU seconds here). The table of each path is written as CSV and compared
-byte for byte; the fitted path prices its points from one layer (mhlo_cost/studies/serve/onelayer.py) where its
-program's check at depth 5 holds, so the comparison with ``lower`` (every point lowered at full depth and priced
-whole) is the one against the full path.
+A run holds the command line's collector thresholds (full collections deferred: mhlo_cost/cli/cmd_serve.py
+``deferred_full_collections``) and ends as the command line does (its cyclic garbage collector frozen: the
+interpreter's exit does not traverse the frameworks' objects again, about 2.5 CPU seconds here). The table of each
+path is written as CSV and compared byte for byte; the fitted path prices its points from one layer
+(mhlo_cost/studies/serve/onelayer.py) where its program's check at depth 5 holds, so the comparison with ``lower``
+(every point lowered at full depth and priced whole) is the one against the full path.
 
 The issue's targets: the 7B serve grid under 20 s from an empty cache, the STDiT3 published-table sweep under 10 s
 (each sweep point lowered at depths 2 and 3 and priced at full depth by repeating its priced layer,
@@ -60,7 +61,11 @@ def child(model: str, batches: str, contexts: str, fit: str, out: str, breakdown
 
     if breakdown:
         stage(f"{fit}: imports done")
-    with tempfile.TemporaryDirectory() as cache:
+    try:  # (the command line's collector thresholds over the run; a revision before them: CPython's)
+        from mhlo_cost.cli.cmd_serve import deferred_full_collections
+    except ImportError:
+        from contextlib import nullcontext as deferred_full_collections
+    with tempfile.TemporaryDirectory() as cache, deferred_full_collections():
         figs = sweep(base, [int(b) for b in batches.split(",")], [int(c) for c in contexts.split(",")],
                      hardware_from_args("h100", None), cache=StepCache(cache), fit=fit == "fit", note=notes.append,
                      stage=stage if breakdown else None, **({"jobs": jobs} if jobs != 1 else {}))

@@ -5,6 +5,8 @@ time per output token and tokens/s (decode), memory per device and what fits; wi
 """
 from __future__ import annotations
 
+import contextlib
+
 from .cache import add_cache, cache_note, cache_root
 from .common import UserError, add_force, add_progress, add_quiet, claim_output, positive_int
 from .cmd_serve_sim import add_sim_options, check_step, cmd_simulate, simulating, write_view
@@ -193,7 +195,42 @@ def _check_eager_expert(args) -> None:
         raise UserError("--ep splits the routed experts of a --hf mixture of experts; the bundled gpt has none")
 
 
+#: Young-generation collections (CPython's middle generation) between two full collections of a serve run at the
+#: least (:func:`deferred_full_collections`); CPython's default is 10.
+FULL_COLLECTION_EVERY = 1000
+
+
+@contextlib.contextmanager
+def deferred_full_collections():
+    """The body run with CPython's full (oldest-generation) collections deferred, its threshold restored on the way
+    out. CPython 3.11's collector (Modules/gcmodule.c, ``gc_collect_generations``; ``gc.set_threshold``) collects the
+    oldest generation once its count of middle-generation collections passes the third threshold (10) and the
+    objects that reached it since its last collection are a quarter of those there before. A serve run's heap is the
+    frameworks' half a million objects (torch, transformers, jax, kept for the process's life): frozen after their
+    import (:mod:`mhlo_cost.lower.frontends._imports`) but put back in the oldest generation by the first walk
+    (:func:`mhlo_cost.files.collector.settle_heap`), so that the full collection the lowerings' survivors then trigger
+    traverses them all for a few tens of thousands of cyclic objects: 0.7-0.8 CPU s of the 7B grid's 16
+    (``benchmarks/bench_grid.py``, measured with ``gc.callbacks``; 3 such collections in one run at load 5). A
+    ``gc.freeze`` here would not last past that walk. With the threshold at :data:`FULL_COLLECTION_EVERY` the grid's
+    127 middle collections run none; the young generations are collected as ever (the lowerings' cyclic garbage, a
+    hundred thousand objects), and what reaches the oldest waits for a later full collection or the process's end.
+    The command line's, never the library's: a test's process keeps CPython's thresholds."""
+    import gc
+
+    young, middle, old = gc.get_threshold()
+    gc.set_threshold(young, middle, max(old, FULL_COLLECTION_EVERY))
+    try:
+        yield
+    finally:
+        gc.set_threshold(young, middle, old)
+
+
 def cmd_serve(args, console) -> int:
+    with deferred_full_collections():
+        return _serve(args, console)
+
+
+def _serve(args, console) -> int:
     import os
 
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")

@@ -184,6 +184,29 @@ def hf_config(cls, config: str | None, overrides: dict):
     return cfg
 
 
+def hf_model_config(name: str, config: str | None, overrides: dict):
+    """``hf_config(hf_class(name), config, overrides)``, without importing the class where ``config`` names a model
+    type: that configuration comes from transformers' ``CONFIG_MAPPING`` and :func:`hf_config` never reads the
+    class, which only building the model needs (importing ``LlamaForCausalLM``'s modelling code past its
+    configuration's: about 1.4 CPU s, for a process that never builds the model: ``serve -j 2``'s first). The name is
+    still checked first, as :func:`hf_class` checks it, against the names transformers' lazy module lists
+    (``_class_to_module``, transformers.utils.import_utils._LazyModule); a name it does not list is looked up as
+    before (the same errors, in the same order)."""
+    from ._imports import collector_paused
+
+    if config is None or os.path.exists(config) or config.endswith(".json") or not _listed("transformers", name):
+        return hf_config(hf_class(name), config, overrides)
+    with collector_paused() if "torch" not in sys.modules else contextlib.nullcontext():  # (the configuration's
+        return hf_config(None, config, overrides)  # module imports torch in transformers 5, as the class's did)
+
+
+def _listed(lib: str, name: str) -> bool:
+    """Whether the library ``lib`` has ``name`` loaded or lists it to load on first use (a lazy module's map of class
+    names to modules), without importing it."""
+    mod = _import(lib)
+    return name in vars(mod) or name in (getattr(mod, "_class_to_module", None) or {})
+
+
 def _one_line(e: Exception) -> str:
     """What a library's exception says, in one line: its last line (transformers' validation errors say where
     first, then the cause), without the name of the exception type it quotes."""

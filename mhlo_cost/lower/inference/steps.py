@@ -120,7 +120,7 @@ class StepRequest:
             return ModelFacts(cfg.layers, cfg.heads, cfg.heads, cfg.hidden)
         from ..frontends import hub
 
-        cfg = hub.hf_config(hub.hf_class(self.hf), self.config, dict(self.overrides))
+        cfg = hub.hf_model_config(self.hf, self.config, dict(self.overrides))
         text = cfg.get_text_config(decoder=True)
         heads = getattr(text, "num_attention_heads", None)
         kv = getattr(text, "num_key_value_heads", None) or heads

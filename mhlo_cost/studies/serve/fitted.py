@@ -59,7 +59,7 @@ def layers_differ(base, layers: int) -> str | None:
     from ...lower.frontends import hub
 
     try:
-        cfg = hub.hf_config(hub.hf_class(base.hf), base.config, dict(base.overrides))
+        cfg = hub.hf_model_config(base.hf, base.config, dict(base.overrides))
         text = cfg.get_text_config(decoder=True)
     except Exception:  # (the lowering says why)
         return None

@@ -66,7 +66,7 @@ def embedding_bytes(request, itemsize: int) -> int:
         return cfg.vocab * cfg.hidden * itemsize
     from ...lower.frontends import hub
 
-    cfg = hub.hf_config(hub.hf_class(request.hf), request.config, dict(request.overrides))
+    cfg = hub.hf_model_config(request.hf, request.config, dict(request.overrides))
     text = cfg.get_text_config(decoder=True)
     return int(text.vocab_size) * int(text.hidden_size) * itemsize
 
@@ -77,7 +77,7 @@ def tied(request) -> bool:
         return False  # the bundled gpt's head is its own (lower/models/gpt.py)
     from ...lower.frontends import hub
 
-    cfg = hub.hf_config(hub.hf_class(request.hf), request.config, dict(request.overrides))
+    cfg = hub.hf_model_config(request.hf, request.config, dict(request.overrides))
     return bool(getattr(cfg, "tie_word_embeddings", False))
 
 

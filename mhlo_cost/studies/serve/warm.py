@@ -27,10 +27,16 @@ import queue as _queue
 POLL_S = 0.5
 
 
-def _lower_all(cache_class, base, points: list, root, said) -> None:
+def _lower_all(cache_class, base, points: list, root, said, thresholds: tuple | None = None) -> None:
     """The second process: the plan of ``base``'s sweep of ``points`` sent to ``said`` (a queue), then each of its
     steps lowered into the cache at ``root`` (``cache_class``: :class:`~.grid.StepCache`), its index and
-    whether it lowered sent after it."""
+    whether it lowered sent after it. ``thresholds``: the cyclic collector's of the process that started it
+    (``gc.get_threshold``; a spawned interpreter starts at CPython's own), set first, so that the command line's
+    deferred full collections (:func:`mhlo_cost.cli.cmd_serve.deferred_full_collections`) hold in both processes."""
+    if thresholds is not None:
+        import gc
+
+        gc.set_threshold(*thresholds)
     from ...lower.frontends import FrontendError
     from ...lower.frontends.api import LowerFailed
     from ...lower.frontends.torchax_once import layers_traced_once
@@ -115,10 +121,12 @@ class Warmed:
 def start(cache_class, base, points: list, root) -> Warmer:
     """The second process started on ``base``'s fitted sweep of ``points`` ((batch, context) pairs) with its cache
     at ``root`` (``cache_class``: :class:`~.grid.StepCache`, passed in: this module does not import the grid's)."""
+    import gc
     import multiprocessing
 
     ctx = multiprocessing.get_context("spawn")
     said = ctx.Queue()
-    process = ctx.Process(target=_lower_all, args=(cache_class, base, list(points), root, said), daemon=True)
+    process = ctx.Process(target=_lower_all, args=(cache_class, base, list(points), root, said, gc.get_threshold()),
+                          daemon=True)
     process.start()
     return Warmer(process, said)
