@@ -37,7 +37,7 @@ class ServeOptions:
     execution: str = "compiled"  # or eager: plain transformers generate (.eager)
     ep: int = 1  # devices the routed experts are split over (.expert)
     moe_imbalance: float = 1.0
-    jobs: int = 1  # processes a sweep runs in (2: its batch-1 points in a second one; grid.sweep)
+    jobs: int = 1  # processes a sweep runs in (2: its planned steps lowered in a second one, .warm)
 
     def __post_init__(self):
         from ..limits import OptionError, check, check_list, count
