@@ -112,6 +112,21 @@ def test_waits_for_a_planned_step_only(monkeypatch):
     assert w.process.ended
 
 
+def test_what_the_second_processs_cache_says_goes_through_the_sweeps_note_once(monkeypatch):
+    """The second process's cache notes (an entry not kept, not trusted) are the sweep's to tell (its quiet and its
+    console), each text once, not printed by the second process itself."""
+    from mhlo_cost.studies.serve import warm
+
+    monkeypatch.setattr(warm, "POLL_S", 0.01)
+    said, notes = queue.Queue(), []
+    for what in (("plan", ["a"]), ("note", "cannot keep a"), ("note", "cannot keep a"), ("note", "b not trusted"),
+                 ("kept", 0)):
+        said.put(what)
+    w = warm.Warmer(_Process(True), said, notes.append)
+    w.wait("a")
+    assert notes == ["cannot keep a", "b not trusted"] and w.over == {0}
+
+
 def test_lost_second_process_leaves_its_steps_here(monkeypatch):
     """Where the second process is lost (killed, out of memory) before it says a step is kept, waiting for the step
     ends (this process lowers it); the rest of its plan is not waited for either."""

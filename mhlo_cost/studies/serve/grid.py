@@ -143,7 +143,7 @@ def sweep(base: StepRequest, batches, contexts, hw, tps=(1,), cache: StepCache |
     if fit and jobs > 1 and todo and cache.root is not None:
         from .warm import Warmed, start
 
-        warmer = start(StepCache, base, todo, cache.root)
+        warmer = start(StepCache, base, todo, cache.root, note)
         cache = Warmed(cache, warmer)
         stage("the steps lowered in a second process")
     try:

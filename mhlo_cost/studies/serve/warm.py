@@ -47,7 +47,7 @@ def _lower_all(cache_class, base, points: list, root, said, thresholds: tuple | 
     except FrontendError:  # (this process says why, as it would alone)
         plan = []
     said.put(("plan", plan))
-    cache = cache_class(root)
+    cache = cache_class(root, note=lambda text: said.put(("note", text)))  # (told through the sweep's note)
     for i, req in enumerate(plan):
         try:
             with layers_traced_once():  # (as fitted._lowered lowers: the grid's own cache key)
@@ -60,8 +60,10 @@ def _lower_all(cache_class, base, points: list, root, said, thresholds: tuple | 
 class Warmer:
     """The second process (``process``) and what it has said (``said``, a queue): its plan, the steps kept."""
 
-    def __init__(self, process, said):
+    def __init__(self, process, said, note=None):
         self.process, self.said = process, said
+        self.note = note or (lambda text: None)  # the sweep's: what the second process's cache has to say
+        self.noted: set = set()
         self.plan: dict | None = None  # request -> its index in the plan
         self.over: set = set()  # indices kept (or failed)
         self.lost = False
@@ -91,6 +93,10 @@ class Warmer:
                     continue
             if what[0] == "plan":
                 self.plan = {req: i for i, req in enumerate(what[1])}
+            elif what[0] == "note":
+                if what[1] not in self.noted:
+                    self.noted.add(what[1])
+                    self.note(what[1])
             else:
                 self.over.add(what[1])
             return True
@@ -118,9 +124,10 @@ class Warmed:
         return getattr(self.cache, name)
 
 
-def start(cache_class, base, points: list, root) -> Warmer:
+def start(cache_class, base, points: list, root, note=None) -> Warmer:
     """The second process started on ``base``'s fitted sweep of ``points`` ((batch, context) pairs) with its cache
-    at ``root`` (``cache_class``: :class:`~.grid.StepCache`, passed in: this module does not import the grid's)."""
+    at ``root`` (``cache_class``: :class:`~.grid.StepCache`, passed in: this module does not import the grid's);
+    ``note(text)``: told, once each, what its cache says (an entry not trusted or not kept), as the sweep's own."""
     import gc
     import multiprocessing
 
@@ -129,4 +136,4 @@ def start(cache_class, base, points: list, root) -> Warmer:
     process = ctx.Process(target=_lower_all, args=(cache_class, base, list(points), root, said, gc.get_threshold()),
                           daemon=True)
     process.start()
-    return Warmer(process, said)
+    return Warmer(process, said, note)
