@@ -89,7 +89,7 @@ def test_second_process_takes_the_thresholds_of_its_starter(monkeypatch, thresho
     gc.set_threshold(700, 10, 10)
     said = queue.Queue()  # (a 4-layer gpt: nothing planned, nothing lowered)
     base = StepRequest(model="gpt", overrides=(("layers", 4), ("hidden", 64), ("heads", 2), ("vocab", 128)))
-    warm._lower_all(lambda root: None, base, [(1, 128)], None, said, (701, 11, 1001))
+    warm._lower_all(lambda root, note=None: None, base, [(1, 128)], None, said, (701, 11, 1001))
     assert gc.get_threshold() == (701, 11, 1001) and said.get_nowait() == ("plan", [])
 
 
