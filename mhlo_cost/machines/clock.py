@@ -145,13 +145,23 @@ def at_clocks(hw, mhz: dict):
                                                              step=True), sustained=True)
 
 
-def step_average(hw, dots_s: float, memory_s: float, idle_s: float) -> dict:
+def step_average(hw, dots_s: float, memory_s: float, idle_s: float, attention: tuple = (0.0, 0.0)) -> dict:
     """Per dtype key of ``hw``'s clock table, the clock a step holds whose products take ``dots_s`` at the peak's
     clock, its memory-bound kernels ``memory_s`` and its waits and gaps ``idle_s`` (:func:`.power.step_clock`); {}
-    where the profile has no clock table or no power of the other kernels."""
+    where the profile has no clock table or no power of the other kernels. ``attention``: the fused attention's
+    (seconds at the peak's clock, seconds its products would take at the tensor cores' full issue rate): tensor-core
+    work at its own activity (that rate's share of its time) over the bf16 stream's (the profile's large-shape GEMM
+    efficiency, held at the bf16 clock: the attention's products are bf16 under an fp8 recipe too)."""
     model = getattr(hw, "clock", None)
     if model is None or not model.has_power:
         return {}
+    held = dict(model.sustained_mhz)
+    others = ()
+    if attention[0] > 0:
+        gemm = getattr(hw, "gemm", None)
+        stream = gemm.base(1 << 62, "bf16") if gemm is not None else 1.0
+        others = ((attention[0], attention[1] / stream, held.get("bf16", model.peak_mhz)),)
     return {key: step_clock(dots_s, memory_s, idle_s, peak_mhz=model.peak_mhz, stream_mhz=mhz,
-                            limit_w=model.power_limit_w, memory_w=model.memory_w, idle_w=model.idle_w)
+                            limit_w=model.power_limit_w, memory_w=model.memory_w, idle_w=model.idle_w,
+                            others=others)
             for key, mhz in model.sustained_mhz}

@@ -34,6 +34,11 @@ one at which the step's average power equals the limit: its products' time t_d(f
 its memory-bound kernels' time t_m at ``memory_w``, its waits and gaps t_i at ``idle_w``:
 t_d(f) (P(f) - L) + t_m (P_m - L) + t_i (P_i - L) = 0, solved by bisection between the stream's clock (a step of
 products alone) and ``peak_mhz`` (the clock the matrix peak is stated at: a step that cannot reach the limit).
+Every kernel runs at the one clock (the power manager sets one SM clock for the chip), so tensor-core work of another
+activity (the fused attention: its tensor cores issue about 0.4 of a GEMM stream's rate,
+:func:`mhlo_cost.roofline.attention_compute.sm_clock`) is another term of the same sum, its time t_a(f) stretched
+like the products' and its power the floor plus its activity's share of the stream's part above it,
+P_a(f) = P0 + r (P(f) - P0) (r: its activity over the stream's; ``others`` of :func:`step_clock`).
 ``memory_w`` and ``idle_w``: Ma, Afzal, Eitzinger, Wellein, "The Illusion of Power Capping in LLM Decode"
 (arXiv 2605.11999, 2026): on an H200 at its 700 W limit, memory-bound decode (HBM saturated) draws 137-300 W; the
 top of that range is taken as a memory-bound kernel's power and the bottom as a GPU whose kernels barely load it
@@ -105,22 +110,40 @@ def stream_clock(limit_w: float, at_mhz: float, at_w: float) -> float:
 
 
 def step_clock(dots_s: float, memory_s: float, idle_s: float, *, peak_mhz: float, stream_mhz: float,
-               limit_w: float, memory_w: float, idle_w: float) -> float:
+               limit_w: float, memory_w: float, idle_w: float, others: tuple = ()) -> float:
     """The SM clock of a step whose products take ``dots_s`` at ``peak_mhz`` (and peak / f times that at f), whose
     memory-bound kernels take ``memory_s`` at ``memory_w`` and whose waits and gaps take ``idle_s`` at ``idle_w``,
     under ``limit_w``, where a stream of the products alone holds ``stream_mhz``: the clock at which the step's
-    average power is the limit, no lower than ``stream_mhz`` and no higher than ``peak_mhz``."""
+    average power is the limit, no higher than ``peak_mhz`` and, while no kernel switches more than the stream, no
+    lower than ``stream_mhz``. ``others``: tensor-core work of its own activity, each ``(seconds, stream_seconds,
+    at_mhz)``: its seconds at the peak's clock (peak / f times that at f, like the products) and the seconds a stream
+    that holds ``at_mhz`` at the limit would take at the same tensor-core issue (its activity over the stream's
+    times its seconds): its power is the floor plus that share of the stream's part above it (:func:`class_w`)."""
     if limit_w <= floor_w():
         raise ValueError(f"a limit of {limit_w:g} W is at or below the power curve's floor ({floor_w():.0f} W)")
-    if dots_s <= 0 or stream_mhz >= peak_mhz:
-        return peak_mhz if dots_s <= 0 else stream_mhz
+    tensor = dots_s + sum(t for t, _, _ in others)
+    if tensor <= 0 or stream_mhz >= peak_mhz:
+        return peak_mhz if tensor <= 0 else stream_mhz
 
     def excess(f: float) -> float:  # energy above the limit over the step (J); increasing in f
-        return (dots_s * peak_mhz / f * (stream_w(f, stream_mhz, limit_w) - limit_w)
-                + memory_s * (memory_w - limit_w) + idle_s * (idle_w - limit_w))
+        work = dots_s * (stream_w(f, stream_mhz, limit_w) - limit_w)
+        work += sum(class_w(f, t, w, at, limit_w) - t * limit_w for t, w, at in others)
+        return work * peak_mhz / f + memory_s * (memory_w - limit_w) + idle_s * (idle_w - limit_w)
 
     if excess(peak_mhz) <= 0:
         return peak_mhz
-    if excess(stream_mhz) >= 0:
-        return stream_mhz
-    return _bisect(excess, stream_mhz, peak_mhz)
+    lo = stream_mhz
+    while excess(lo) > 0:  # a kernel switching more than the stream: the step holds a clock below the stream's
+        lo /= 2
+    if excess(lo) >= 0:
+        return lo
+    return _bisect(excess, lo, peak_mhz)
+
+
+def class_w(mhz: float, seconds: float, stream_seconds: float, at_mhz: float, limit_w: float) -> float:
+    """Energy per second of peak-clock time (W x s) of ``seconds`` of tensor-core work at ``mhz`` whose tensor cores
+    issue as much as ``stream_seconds`` of the stream that holds ``at_mhz`` at ``limit_w``: the floor through all of
+    its time, and the stream's part above the floor through the stream's seconds (dynamic power is linear in the
+    switching activity: P = P0 + a (CURVE(f) - P0), :func:`stream_w`)."""
+    p0 = floor_w()
+    return seconds * p0 + stream_seconds * (stream_w(mhz, at_mhz, limit_w) - p0)
