@@ -104,7 +104,7 @@ def padded_head_dim(d: int, ladder: tuple) -> int:
 
 
 def kernel_compute_s(rows, producers, times, members, hw, multiplicity: int, library: str = "",
-                     masks: dict | None = None) -> float | None:
+                     masks: dict | None = None) -> tuple | None:
     """The compute time of one fused attention kernel on ``hw`` (totals over its multiplicity): its GEMM FLOPs over the
     blocks it computes at the library's fraction of the matrix peak plus the library's exposed share of its exponentials
     (``exp_exposed``), beside its exponentials and its vector work; a backward recomputes the score product; a library's
@@ -114,7 +114,9 @@ def kernel_compute_s(rows, producers, times, members, hw, multiplicity: int, lib
     sliding window) prices the blocks it visits; a causal kernel skips the blocks above the diagonal whole: their
     products, exponentials and vector work. On a profile marked sustained the compute runs at the SM clock the power
     limit leaves it (:func:`sm_clock`).
-    A backward adds the HBM time of its two memory-bound passes (``backward_pass_bytes``). None without a model."""
+    A backward adds the HBM time of its two memory-bound passes (``backward_pass_bytes``). Returns (those seconds,
+    the seconds its products would take at the tensor cores' full issue rate: their FLOPs over the blocks it visits
+    over the matrix peak, what its power's activity is read from), None without a model."""
     model = getattr(hw, "attention", None)
     if model is None or model.get() is None:
         return None
@@ -147,8 +149,9 @@ def kernel_compute_s(rows, producers, times, members, hw, multiplicity: int, lib
         trans, vector = trans * band, vector * band
     passes = hw.memory_time(_pass_bytes(rows, dots, sk), 2 * max(multiplicity, 1)) if backward else 0.0
     compute = max(matrix + lib.exp_exposed * trans, trans, vector)
-    activity = lib.fraction(backward, tiles) * matrix / compute if compute > 0 else 0.0
-    return compute / sm_clock(rows[qk], hw, activity) + passes
+    tensor = lib.fraction(backward, tiles) * matrix  # its products at the tensor cores' full issue rate
+    activity = tensor / compute if compute > 0 else 0.0
+    return compute / sm_clock(rows[qk], hw, activity) + passes, tensor
 
 
 def sm_clock(qk, hw, activity: float) -> float:

@@ -82,6 +82,7 @@ class Kernel:
     overhead_s: float = 0.0
     flops: int = 0
     peak: float = 0.0
+    tensor_s: float = 0.0  # a fused attention's products at the tensor cores' full issue rate (.attention_compute)
     inputs: list = field(default_factory=list)  # TensorInfo of each external input
     outputs: list = field(default_factory=list)  # TensorInfo of each written output
 

@@ -178,7 +178,7 @@ def kernel_time(k, rows, producers, times: list[OpTime], hw: Hardware, masks: di
     if k.attention:
         from .attention_compute import kernel_compute_s
         c = kernel_compute_s(rows, producers, times, k.members, hw, m, k.library, masks)
-        k.compute_s = k.compute_s if c is None else c
+        k.compute_s, k.tensor_s = (k.compute_s, 0.0) if c is None else c
     k.memory_s = hw.memory_time(k.bytes_read + k.bytes_written, m)
     k.overhead_s = hw.kernel_overhead * m
     k.flops = sum(rows[i].gemm_flops + rows[i].conv_flops + rows[i].vector_flops for i in k.members)

@@ -53,6 +53,8 @@ class LayerCost:
     # cross-entropy (scope loss: what a framework's own cross-entropy kernels replace, .megatron_passes)
     weight_cast_s: dict = field(default_factory=lambda: {p: 0.0 for p in PHASES})  # phase -> seconds of the fp8
     # recipe's weight casts (scope fp8_weight: what Transformer Engine makes once a step, .fp8_weights)
+    core_tensor_s: dict = field(default_factory=lambda: {p: 0.0 for p in PHASES})  # phase -> seconds the fused
+    # attention's products would take at the tensor cores' full issue rate (its power's activity: .power_clock)
 
     @property
     def activation_bytes(self) -> int:
@@ -63,13 +65,13 @@ class LayerCost:
 
 _BY_PHASE = Record({p: COUNT for p in PHASES})
 #: What a layer's entry holds: the fields of :class:`LayerCost`.
-LAYERS = Schema("plan/layers", 5, Record({
+LAYERS = Schema("plan/layers", 6, Record({
     "key": TEXT, "chip": TEXT, "gemm_flops": _BY_PHASE, "vector_flops": _BY_PHASE,
     "time_s": Record({p: AMOUNT for p in PHASES}), "dgrad_flops": COUNT, "wgrad_flops": COUNT,
     "saved_bytes": COUNT, "input_bytes": COUNT, "weight_elems": COUNT, "weight_bytes": COUNT, "master_bytes": COUNT,
     "moment_bytes": COUNT, "ops": COUNT, "core_s": Record({p: AMOUNT for p in PHASES}),
     "linear_s": MapOf(AMOUNT), "loss_s": Record({p: AMOUNT for p in PHASES}),
-    "weight_cast_s": Record({p: AMOUNT for p in PHASES})}))
+    "weight_cast_s": Record({p: AMOUNT for p in PHASES}), "core_tensor_s": Record({p: AMOUNT for p in PHASES})}))
 #: Fields of a profile that name or describe it: a chip's cost does not depend on them.
 _NAMING = ("name", "aliases", "vendor", "description", "source")
 
@@ -208,7 +210,7 @@ def analyse_layer(cfg: ScaleConfig, hw, key: str = "", chip: str = "", part: str
         input_bytes=sum(x.type.nbytes for x in inputs), weight_elems=sum(x.type.nelems for x in weights),
         weight_bytes=sum(x.type.nbytes for x in weights), master_bytes=sum(x.type.nbytes for x in master),
         moment_bytes=sum(x.type.nbytes for x in moments), ops=len(a.rows), core_s=core, loss_s=loss,
-        weight_cast_s=cast, linear_s=linear_seconds(a, rf.times, hw, cfg.t))
+        weight_cast_s=cast, linear_s=linear_seconds(a, rf.times, hw, cfg.t), core_tensor_s=_core_tensor(a, rf))
 
 
 def dense_layer(cfg: ScaleConfig) -> str:
@@ -268,6 +270,21 @@ def _row_sums(a, rf, aten: frozenset = frozenset()) -> tuple:
         elif p == "backward" and ph.grad[i] == "wgrad":
             wgrad += r.gemm_flops
     return gemm, vec, times, core, loss, cast, dgrad, wgrad
+
+
+def _core_tensor(a, rf) -> dict:
+    """Phase -> seconds the fused attention kernels of scope ``core`` would spend at the tensor cores' full issue
+    rate (:attr:`mhlo_cost.roofline.fusion.Kernel.tensor_s`; 0 where the attention is not one fused kernel), shared
+    among its rows' phases as its time is (``row_time``: a kernel's head may be a forward row its backward reads)."""
+    out = {p: 0.0 for p in PHASES}
+    row_time = rf.fusion.row_time
+    for k in rf.fusion.kernels:
+        if not (k.attention and k.tensor_s > 0 and k.time_s > 0):
+            continue
+        for i in k.members:
+            if "core" in a.rows[i].scope.split("/"):
+                out[a.phases.phase[i]] += k.tensor_s * row_time[i] / k.time_s
+    return out
 
 
 def _saved_bytes(a, phases, cfg: ScaleConfig, hw, dense_layer: bool) -> int:

@@ -11,8 +11,12 @@ clock-scaled by their own activity, :func:`mhlo_cost.roofline.attention_compute.
 too and join them at their peak-clock seconds, as the recompute compose charges counts them. The rest of the busy
 time is memory-bound kernels; what is left of the iteration (the pipeline bubble, exposed tensor-, data- and
 context-parallel communication, point-to-point waits) is time the GPU waits. The clocks solved from that breakdown
-(per dtype key of the profile's clock table) price the step a third time, every kernel at the one solved clock
-(the attention's power taken as the products', an upper bound on it).
+(per dtype key of the profile's clock table) price the step a third time, every kernel at the one solved clock.
+In the solve the attention is tensor-core work at its own power: the floor plus its activity's share of the
+stream's part above it (:func:`mhlo_cost.machines.power.step_clock`'s ``others``), its activity the seconds its
+products would take at the tensor cores' full issue rate (``core_tensor_s``, composed like its seconds) over its
+seconds and the stream's GEMM efficiency (FlashAttention-2: about 0.4 of the products'). Where no fused kernel
+gives that (the unfused attention's separate kernels), the attention stays with the products, as their power.
 For an fp8 recipe the one difference is divided by the fp8 clock's step; the bf16 products in it (the attention's
 scores) moved by the bf16 clock's, so they are a little under-counted.
 """
@@ -44,14 +48,15 @@ def _busy(it) -> float:
     return sum(it.compute.values()) + it.optimizer
 
 
-def attention_seconds(p) -> float:
+def attention_seconds(p, field: str = "core_s") -> float:
     """The attention proper's seconds (scope ``core``) of the busiest stage per iteration in the plan ``p``: its
-    forward and backward, and the recompute compose charges for it (:func:`.recompute.recompute_seconds`)."""
+    forward and backward, and the recompute compose charges for it (:func:`.recompute.recompute_seconds`);
+    ``field="core_tensor_s"``: the seconds its products would take at the tensor cores' full issue rate."""
     it, cost = p.iteration, p.cost
     if cost is None or not it.stages:
         return 0.0
     layers = it.stages[it.layer.get("slow_stage", 0)]["layers"]
-    core = {k: cost.core_s.get(k, 0.0) for k in ("forward", "backward", "recompute")}
+    core = {k: getattr(cost, field).get(k, 0.0) for k in ("forward", "backward", "recompute")}
     one = core["forward"] + core["backward"] + recompute_seconds(it.cfg, core, core)
     return it.cfg.micro_batches * layers * one
 
@@ -67,7 +72,12 @@ def step_clocks(cfg, hw, at_peak, at_stream) -> dict:
         return {}
     stream = dict(model.sustained_mhz).get(dots_key(cfg), model.peak_mhz)
     attention = (attention_seconds(at_peak), attention_seconds(at_stream))
-    return step_average(hw, *breakdown(at_peak.iteration, at_stream.iteration, model.peak_mhz, stream, attention))
+    dots, memory, idle = breakdown(at_peak.iteration, at_stream.iteration, model.peak_mhz, stream, attention)
+    tensor = attention_seconds(at_peak, "core_tensor_s")
+    if tensor <= 0:  # no fused attention kernel (or none whose activity is known): with the products, as their power
+        return step_average(hw, dots, memory, idle)
+    own = min(attention[0], dots)
+    return step_average(hw, dots - own, memory, idle, attention=(own, tensor * own / attention[0]))
 
 
 def average_plan(cfg, hw, cache_dir=None, note=None):
