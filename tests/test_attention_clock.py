@@ -115,3 +115,14 @@ def test_a_profile_without_a_clock_table_is_not_slowed(program):
     fwd, bwd = _kernels(program, sustained(a100))
     fwd0, bwd0 = _kernels(program, a100)
     assert (fwd.compute_s, bwd.compute_s) == (fwd0.compute_s, bwd0.compute_s)
+
+
+def test_a_kernels_products_at_full_issue_are_its_flops_over_the_peak_whatever_its_fraction(program):
+    # what the step-average clock reads the attention's power from (studies/plan/power_clock.py): 2 products forward,
+    # 5 backward (the score product recomputed), over the dense BF16 peak, at any fraction and on any clock
+    one = 2 * B * H * S * S * D
+    for fraction in (STREAM, 0.35):
+        for hw in (_h100(fraction, 0.0, 1e30), sustained(_h100(fraction, 0.0, 1e30))):
+            fwd, bwd = _kernels(program, hw)
+            assert fwd.tensor_s == pytest.approx(2 * one / BF16_PEAK, rel=1e-9)
+            assert bwd.tensor_s == pytest.approx(5 * one / BF16_PEAK, rel=1e-9)

@@ -142,3 +142,83 @@ def test_a_limit_at_the_curves_floor_is_refused_not_priced_at_the_peak():
                     "profile.x.clock", ("bf16",))
     held = parse_clock({"power_limit_w": floor - 1, "peak_mhz": 1830, "bf16": 1440}, "x", ("bf16",))
     assert not held.has_power  # without the other kernels' power no step-average clock is asked of it
+
+
+def _segment(f):
+    """The slope and intercept (W, W/MHz) of the published points' segment that holds ``f`` MHz."""
+    i = next((i for i in range(1, len(PAPER) - 1) if f <= PAPER[i][0]), len(PAPER) - 1)
+    (f0, p0), (f1, p1) = PAPER[i - 1], PAPER[i]
+    slope = (p1 - p0) / (f1 - f0)
+    return p0 - slope * f0, slope
+
+
+def test_the_attention_at_its_own_activity_solves_to_the_clock_worked_out_by_hand():
+    # products t_d, attention t_a whose tensor cores issue r of the stream's, memory t_m, waits t_i (s at 1830 MHz)
+    peak, fs, lim, pm, pi = 1830, 1440, 700, 300, 137
+    t_d, t_a, r, t_m, t_i = 0.6, 0.2, 0.4, 0.1, 0.05
+    p0 = 199 - 625 * (298 - 199) / (1132 - 625)
+    k = (lim - p0) / (298 + (fs - 1132) * 97 / 369 - p0)  # the stream's activity: it draws the limit at fs
+    e_m = t_m * (pm - lim) + t_i * (pi - lim)
+    # the average power is the limit: (t_d + r t_a) k (a + b f - p0) + (t_d + t_a)(p0 - L) + f e_m / peak = 0, linear
+    # in f on one segment a + b f of the curve; solved on the segment it lands in
+    a, b = _segment(1700)
+    f = ((t_d + t_a) * (lim - p0) - (t_d + r * t_a) * k * (a - p0)) / ((t_d + r * t_a) * k * b + e_m / peak)
+    assert _segment(f) == (a, b) and 1501 < f < 1731
+    kw = dict(peak_mhz=peak, stream_mhz=fs, limit_w=lim, memory_w=pm, idle_w=pi)
+    got = step_clock(t_d, t_m, t_i, others=((t_a, r * t_a, fs),), **kw)
+    assert got == pytest.approx(f, abs=1e-6)
+    # the attention priced as products (its power the stream's: the bound the step clock took before) holds less
+    as_products = step_clock(t_d + t_a, t_m, t_i, **kw)
+    assert as_products == pytest.approx(step_clock(t_d, t_m, t_i, others=((t_a, t_a, fs),), **kw), abs=1e-6)
+    assert as_products < got
+
+
+def test_the_step_clocks_average_power_is_the_limit_with_each_class_at_its_own():
+    kw = dict(peak_mhz=1830, stream_mhz=1440, limit_w=700, memory_w=300, idle_w=137)
+    t_d, t_a, w_a, t_m, t_i = 0.6, 0.2, 0.07, 0.15, 0.05
+    f = step_clock(t_d, t_m, t_i, others=((t_a, w_a, 1440),), **kw)
+    p0 = floor_w()
+    stretch = 1830 / f
+    att_w = p0 + (w_a / t_a) * (stream_w(f, 1440, 700) - p0)  # its activity's share of the stream's dynamic part
+    energy = stretch * (t_d * stream_w(f, 1440, 700) + t_a * att_w) + t_m * 300 + t_i * 137
+    assert energy / (stretch * (t_d + t_a) + t_m + t_i) == pytest.approx(700, rel=1e-9)
+    # attention alone, no products: still pulled below the peak when it draws enough, never below the stream's
+    assert 1440 < step_clock(0.0, 0.0, 0.0, others=((1.0, 0.5, 1440),), **kw) <= 1830
+    # a kernel switching more than the stream holds the step below the stream's clock (the solve is not clamped)
+    assert step_clock(0.0, 0.0, 0.0, others=((1.0, 1.2, 1440),), **kw) < 1440
+
+
+def test_step_average_reads_the_attentions_activity_against_the_bf16_stream():
+    hw = get_profile("h100")
+    stream = hw.gemm.base(1 << 62, "bf16")
+    got = step_average(hw, 0.5, 0.2, 0.1, attention=(0.3, 0.3 * 0.35))
+    kw = dict(peak_mhz=hw.clock.peak_mhz, limit_w=700, memory_w=300, idle_w=137)
+    bf16 = dict(hw.clock.sustained_mhz)["bf16"]
+    for key, mhz in hw.clock.sustained_mhz:  # fp8's products at fp8's stream; the attention's bf16 at bf16's
+        want = step_clock(0.5, 0.2, 0.1, stream_mhz=mhz, others=((0.3, 0.3 * 0.35 / stream, bf16),), **kw)
+        assert got[key] == pytest.approx(want, rel=1e-12)
+    assert step_average(hw, 0.5, 0.2, 0.1) == step_average(hw, 0.5, 0.2, 0.1, attention=(0.0, 0.0))
+
+
+def test_the_plans_attention_is_solved_at_its_own_activity_and_without_it_with_the_products():
+    from mhlo_cost.studies.plan.power_clock import step_clocks
+
+    hw = get_profile("h100")
+    cfg = SimpleNamespace(precision="bf16", recompute="full", attention="fused", micro_batches=4)
+
+    def plan(compute, tensor):  # 2 layers on the busiest stage; full recompute: the attention's forward again
+        it = SimpleNamespace(total=12.0, compute=compute, optimizer=0.5, stages=[{"layers": 2}], layer={}, cfg=cfg)
+        cost = SimpleNamespace(core_s={"forward": 0.1, "backward": 0.2, "recompute": 0.0},
+                               core_tensor_s={"forward": 0.04, "backward": tensor, "recompute": 0.0})
+        return SimpleNamespace(iteration=it, cost=cost)
+
+    slow = 1830 / 1440
+    peak = plan({"forward": 2.0, "backward": 5.0, "recompute": 2.0}, 0.07)
+    # 6 s of products (4 of them the attention's 4 x 2 x (0.1 + 0.2 + 0.1) = 3.2 s kept at the peak's clock here)
+    stream = plan({"forward": 2.0 + (6.0 - 3.2) * (slow - 1), "backward": 5.0, "recompute": 2.0}, 0.07)
+    att, tensor = 4 * 2 * (0.1 + 0.2 + 0.1), 4 * 2 * (0.04 + 0.07 + 0.04)
+    dots, mem, idle = 6.0 - att, 9.5 - 6.0, 12.0 - 9.5
+    assert step_clocks(cfg, hw, peak, stream) == pytest.approx(step_average(hw, dots, mem, idle, (att, tensor)))
+    unknown = plan({"forward": 2.0, "backward": 5.0, "recompute": 2.0}, 0.0)
+    unknown.cost.core_tensor_s["forward"] = 0.0  # no fused kernel's activity known: the attention with the products
+    assert step_clocks(cfg, hw, unknown, stream) == pytest.approx(step_average(hw, 6.0, mem, idle))
