@@ -86,19 +86,23 @@ def at_step_clock(a, hw, execution: str, sdpa: str):
 
     peak = dataclasses.replace(hw, sustained=False)
     b = breakdown(Roofline(a, peak, execution=execution, sdpa=sdpa))
-    clocks = step_average(peak, b["gemm"], max(b["time"] - b["gemm"] - b["fixed"], 0.0), b["fixed"])
+    attention = (b["attention"], b["tensor"]) if b["tensor"] > 0 else (0.0, 0.0)  # at its own activity's power
+    clocks = step_average(peak, b["gemm"] - attention[0], max(b["time"] - b["gemm"] - b["fixed"], 0.0), b["fixed"],
+                          attention)
     return at_clocks(peak, clocks) if clocks else dataclasses.replace(hw, sustained=True)
 
 
 def breakdown(rf) -> dict:
-    """The step's estimate (``time``), its kernels, their fixed costs and the GEMM kernels' time."""
+    """The step's estimate (``time``), its kernels, their fixed costs, the GEMM kernels' time (the fused attention's
+    with them), the fused attention kernels' time and their products' at the tensor cores' full issue rate."""
     kernels, hw = rf.fusion.kernels, rf.hw
     # a memory-bound kernel's fill and drain (the profile's memory model) adds to its time like the launch overhead
     fixed = sum(k.overhead_s + (hw.memory_fixed(k.multiplicity) if k.memory_s > k.compute_s else 0.0)
                 for k in kernels)
     dots = sum(k.time_s for k in kernels if any(rf.analysis.rows[i].kind == "dot" for i in k.members))
     return {"time": rf.totals()["est_time_fused_s"], "kernels": sum(k.multiplicity for k in kernels),
-            "fixed": fixed, "gemm": dots}
+            "fixed": fixed, "gemm": dots, "attention": sum(k.time_s for k in kernels if k.attention),
+            "tensor": sum(k.tensor_s for k in kernels if k.attention)}
 
 
 def per_token_change(rows: list[dict]) -> list[tuple[str, int, float, float]]:
