@@ -87,6 +87,13 @@ PASSED = ("cp_comm", "kv_repeat", "dp_reduce", "tied_embedding", "grad_accum_pas
           "scatter_gather", "fsdp_version", "nccl_ub", "torch_ddp", "launch_blocking", "fp8_weight_cache")
 
 
+def layer_ac(run: dict) -> int:
+    """torchtitan's selective layer checkpointing's N (``selective_ac_option = "N"``: every N-th block checkpointed
+    whole, train-plan's ``--recompute full --recompute-every N``); 0 for any other policy."""
+    option = str(run.get("selective_ac_option", "op"))
+    return int(option) if option.isdigit() else 0
+
+
 def split_options(run: dict) -> dict:
     """The ScaleConfig fields of the row's sharding, context parallelism, uneven stages, attention and gradient
     dtype: ``fsdp`` (the sharding group's size) is ZeRO 3 with ``dp_shard`` (0 where the group is all of dp);
@@ -102,6 +109,8 @@ def split_options(run: dict) -> dict:
     kw.update({k: run[k] for k in PASSED if k in run})
     if run.get("fsdp", 0) > 0:
         kw["dp_shard"] = run["fsdp"] if run["fsdp"] < run.get("dp", 1) else 0
+    if layer_ac(run):  # torchtitan's selective layer checkpointing: every N-th block recomputed whole
+        kw["recompute_every"] = layer_ac(run)
     stages = run.get("layers_per_stage")
     if stages and len(set(stages)) > 1 and not (run.get("account_embedding") or run.get("account_loss")):
         kw.update(first_stage_layers=stages[0], last_stage_layers=stages[-1])
@@ -202,7 +211,7 @@ def why_not(run: dict, model: dict, fields: set | None = None) -> str | None:
             return reason
     if model["mlp"] == "moe" and "ep" not in fields:
         return "a mixture-of-experts model: not an option yet"
-    if run.get("selective_ac_option", "op") != "op":
+    if layer_ac(run) and "recompute_every" not in fields:
         return (f"torchtitan's selective layer checkpointing (one block in {run['selective_ac_option']} checkpointed "
                 "whole, the others keeping everything): not an option yet")
     if run["precision"] not in (*TRAINING, "fp16"):
@@ -244,7 +253,7 @@ def scale_config(run: dict, model: dict, fields: set | None = None):
               mlp_kind="swiglu" if model["mlp"] == "swiglu" else "gelu",
               t=run.get("tp", 1), p=run.get("pp", 1), d=run.get("dp", 1), sp=bool(run.get("sp", False)),
               interleave=run.get("vp", 1), micro_batch=run["micro_batch"], global_batch=run["global_batch"],
-              recompute=run["recompute"],
+              recompute="full" if layer_ac(run) else run["recompute"],
               dp_overlap=bool(run.get("dp_overlap", False)), dropout=bool(run.get("dropout", True)),
               precision="bf16" if run["precision"] == "fp16" else run["precision"])
     if model["mlp"] == "squared_relu" and "activation" in fields:  # NeMo's eager relu and pow (Nemotron's rows)

@@ -303,8 +303,10 @@ def test_a_rows_compile_field_names_its_execution_model(data):
     assert vt.scale_config(foundry, m["mpt-7b"]).execution == "compiled"
     assert any("eager priced as fused" in a for a in vt.approximations(foundry, m["mpt-7b"]))
     assert eager.recompute == "op" and eager.invalid() is None  # torchtitan's selective op policy
-    layer = _run(data, "torchtitan2406/8b-selective-layer")  # every 2nd block whole: said, not priced as another
-    assert "selective layer" in vt.why_not(layer, m["llama3-8b"])
+    layer = _run(data, "torchtitan2406/8b-selective-layer")  # every 2nd block whole, the others keeping everything
+    cfg = vt.scale_config(layer, m["llama3-8b"])
+    assert vt.why_not(layer, m["llama3-8b"]) is None and cfg.invalid() is None
+    assert (cfg.recompute, cfg.recompute_every, cfg.recompute_num_layers) == ("full", 2, 0)
 
 
 def test_llm_foundrys_rows_say_what_their_runs_reduced_in_and_which_attention_they_called(data):

@@ -13,11 +13,12 @@ from .common import (EXIT_OK, UserError, add_force, add_progress, add_quiet, cla
 SPLIT = (("-t", "t"), ("-p", "p"), ("-d", "d"), ("--sp", "sp"), ("--interleave", "interleave"),
          ("--micro-batch", "micro_batch"), ("--recompute", "recompute"), ("--cp", "cp"), ("--dp-shard", "dp_shard"),
          ("--dp-replicate", "dp_replicate"), ("--decoder-first-pipeline-num-layers", "first_stage_layers"),
-         ("--decoder-last-pipeline-num-layers", "last_stage_layers"))
+         ("--decoder-last-pipeline-num-layers", "last_stage_layers"), ("--recompute-num-layers", "recompute_num_layers"),
+         ("--recompute-every", "recompute_every"))
 #: Their values where not given.
 SPLIT_DEFAULTS = (("t", 1), ("p", 1), ("d", 1), ("sp", False), ("interleave", 1), ("micro_batch", 1),
                   ("recompute", "none"), ("cp", 1), ("dp_shard", 0), ("first_stage_layers", 0),
-                  ("last_stage_layers", 0))
+                  ("last_stage_layers", 0), ("recompute_num_layers", 0), ("recompute_every", 0))
 
 
 def _check_options(args) -> None:
@@ -89,7 +90,8 @@ def _split(args, base):
         raise UserError(f"--recompute must be one of {', '.join(RECOMPUTE)}")
     cfg = base.with_split(t=args.t, p=args.p, d=args.d, sp=args.sp, interleave=args.interleave,
                           micro_batch=args.micro_batch, global_batch=args.global_batch,
-                          recompute=args.recompute, dp_comm=args.dp_comm,
+                          recompute=args.recompute, recompute_num_layers=args.recompute_num_layers,
+                          recompute_every=args.recompute_every, dp_comm=args.dp_comm,
                           dp_overlap=args.dp_overlap or bool(_ddp(args)), **_sharding(args))
     if args.precision is None:
         return cfg
@@ -221,6 +223,12 @@ def register(sub) -> None:
     p.add_argument("--global-batch", type=positive_int, help="default 1 (stdit3: --micro-batch x -d)")
     p.add_argument("--recompute", choices=("none", "selective", "full", "op"),
                    help="default none; op: torchtitan's selective op checkpointing (every second linear recomputed)")
+    p.add_argument("--recompute-num-layers", type=positive_int, metavar="K",
+                   help="with --recompute full: only the first K layers of each model chunk recomputed, the others "
+                        "keeping everything (Megatron's --recompute-method block --recompute-num-layers K)")
+    p.add_argument("--recompute-every", type=positive_int, metavar="N",
+                   help="with --recompute full: only every N-th block recomputed, the others keeping everything "
+                        "(torchtitan's selective layer checkpointing, selective_ac_option = N)")
     p.add_argument("--dp-comm", default="all_reduce", choices=("all_reduce", "zero"))
     p.add_argument("--dp-overlap", action="store_true", help="the gradient reduction overlaps the last backward")
     train_plan_options.register_sharding(p)

@@ -61,6 +61,8 @@ from .megatron_passes import (activation_pass_seconds, gather_seconds, head_seco
 from .fsdp_copies import fsdp_copy_seconds
 from .fp8_weights import per_micro_batch, split_step
 from .nccl_ub import ub_sms_of
+from .partial_recompute import full_share, mean_layer, recomputed_layers, whole
+from .partial_recompute import kept as without
 from .recompute import recompute_flops, recompute_seconds
 from .ring_passes import ring_pass_seconds
 from .sm_share import chip_sms, nccl_sms, taxed
@@ -110,6 +112,8 @@ class Iteration:
             out.update(cp=cfg.cp, cp_comm=cfg.cp_comm, cp_comm_s=self.cp_comm)
         if cfg.zero_stage >= 2 or cfg.replicate_degree > 1 or not cfg.reshard_after_forward or every:
             out.update(zero=cfg.zero_stage, shard=cfg.shard_degree, replicate=cfg.replicate_degree)
+        if cfg.recompute_num_layers or cfg.recompute_every:  # (a partial recompute: the layers recomputed whole)
+            out["recompute_layers"] = recomputed_layers(cfg)
         if cfg.fsdp_version != 1:  # (FSDP1 rows and sweeps unchanged)
             out["fsdp_version"] = cfg.fsdp_version
         if cfg.uneven or every:
@@ -222,13 +226,16 @@ def _stages(cfg: ScaleConfig, cost: LayerCost, topo, one: dict, head: LayerCost 
     return out
 
 
-def compose(cfg: ScaleConfig, cost: LayerCost, hw, head: LayerCost | None = None) -> Iteration:
+def compose(cfg: ScaleConfig, cost: LayerCost, hw, head: LayerCost | None = None,
+            kept: LayerCost | None = None) -> Iteration:
     """The :class:`Iteration` of ``cfg`` from its layer's ``cost`` (and the last stage's ``head``: LM head
     and loss, which make that stage the slowest) on ``hw`` (a system profile). With stages of unequal layer
-    counts the slowest stage sets the pace of every slot."""
+    counts the slowest stage sets the pace of every slot. ``kept``: under a partial recompute
+    (:mod:`.partial_recompute`), the layer lowered without recompute, which the layers not checkpointed run."""
     topo = getattr(hw, "topology", None)
     m, p, v = cfg.micro_batches, cfg.p, cfg.interleave
-    one = _layer(cfg, cost, topo, hw)
+    one = _layer(cfg, cost, topo, hw) if kept is None else mean_layer(
+        full_share(cfg), _layer(whole(cfg), cost, topo, hw), _layer(without(cfg), kept, topo, hw))
     stages = _stages(cfg, cost, topo, one, head, hw)
     if cfg.launch_blocking:  # CUDA_LAUNCH_BLOCKING=1: each call's host time in series with its kernel
         from .launch_blocking import add_host, layer_calls
@@ -362,7 +369,7 @@ def flop_counts(cfg: ScaleConfig, cost: LayerCost, hw, total: float, head: Layer
     mbs = cfg.micro_batches * cfg.d  # micro-batches of the whole iteration per tensor/pipeline slot
     head_flops = head.gemm_flops["forward"] + head.gemm_flops["backward"] if head is not None else 0
     model = (per_mb_model * cfg.layers + head_flops) * cfg.t * cfg.cp * mbs
-    hardware = model + rec * cfg.layers * cfg.t * cfg.cp * mbs
+    hardware = model + rec * recomputed_layers(cfg) * cfg.t * cfg.cp * mbs
     peak = hw.matrix_peak("bf16")
     denom = total * peak * cfg.gpus
     return {"model_flops": model, "hardware_flops": hardware, "formula_flops": model_flops_6nd(cfg),

@@ -61,6 +61,9 @@ class ScaleConfig:
     micro_batch: int = 1
     global_batch: int = 1
     recompute: str = "none"
+    recompute_num_layers: int = 0  # with recompute full: the first K layers of each model chunk only (Megatron's
+    # --recompute-method block --recompute-num-layers K), the others keeping everything (.partial_recompute)
+    recompute_every: int = 0  # with recompute full: every N-th block only (torchtitan's selective_ac_option = "N")
     dp_comm: str = "all_reduce"
     dp_overlap: bool = False  # the data-parallel reduction overlaps the last micro-batch's backward
     dropout: bool = True  # Megatron's attention and hidden dropouts (their masks are activations)
@@ -251,7 +254,9 @@ class ScaleConfig:
         ex += " fp8-weights-once" if self.fp8_weight_cache and self.precision != "bf16" else ""
         ex += (" tp-overlap" + ("-rs-ring" if self.tp_overlap_rs == "ring_exchange" else "")
                if self.tp_comm_overlap and self.t > 1 else "")
-        return (f"t{self.t}{sp}{cp} p{self.p}{pp}{v} d{self.d}{ep} mb{self.micro_batch} {self.recompute}"
+        rec = self.recompute + (f"-block{self.recompute_num_layers}" if self.recompute_num_layers else "")
+        rec += f"-every{self.recompute_every}" if self.recompute_every else ""
+        return (f"t{self.t}{sp}{cp} p{self.p}{pp}{v} d{self.d}{ep} mb{self.micro_batch} {rec}"
                 f"{self._sharding_label()}{fa}{g}{ex}")
 
     def _sharding_label(self) -> str:

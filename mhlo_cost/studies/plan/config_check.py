@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from ...machines.kernels import LIBRARIES
 from .megatron_passes import passes_invalid
+from .partial_recompute import partial_invalid
 from .sharding_check import blocking_invalid, cp_invalid, sharding_invalid
 
 RECOMPUTE = ("none", "selective", "full", "op")
@@ -93,7 +94,8 @@ def invalid(cfg) -> str | None:
         return why
     if cfg.tp_comm_overlap and cfg.t > 1 and not cfg.sp:
         return "tensor-parallel communication overlap (userbuffers) needs sequence parallelism"
-    why = pipeline_invalid(cfg) or sharding_invalid(cfg) or cp_invalid(cfg) or moe_invalid_of(cfg)
+    why = (pipeline_invalid(cfg) or sharding_invalid(cfg) or cp_invalid(cfg) or moe_invalid_of(cfg)
+           or partial_invalid(cfg))
     if why:
         return why
     if cfg.interleave > 1 and cfg.p == 1:

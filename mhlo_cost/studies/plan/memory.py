@@ -14,7 +14,8 @@ pipeline stage), as exact ints from the per-device layer's IR.
 * optimizer state: the fp32 master weights and AdamW's two moments (the step's donated fp32 arguments),
   divided by the sharding degree (``cp x d``, or ``cp x dp_shard`` with HSDP) under ZeRO 1-3;
 * activations: what one micro-batch of one layer keeps (the tensors the backward reads from the forward,
-  from the IR's data flow; with full recompute, the layer's input), times the layer-micro-batches the first
+  from the IR's data flow; with full recompute, the layer's input; with a partial recompute, the mean of the two
+  over the stage's layers), times the layer-micro-batches the first
   stage holds at once: 1F1B keeps ``min(p, m)`` micro-batches of its ``L/p`` layers; the interleaved
   schedule ``(1 + (p - 1)/(p v))`` times as many (Korthikanti et al. 2022, section 4.2.3).
 
@@ -29,6 +30,7 @@ from fractions import Fraction
 from .config import ScaleConfig
 from .costs import LayerCost
 from .fp8_weights import kept_bytes
+from .partial_recompute import full_share, mean_activation_bytes
 
 CATEGORIES = ("weights", "gradients", "optimizer_state", "activations")
 
@@ -45,12 +47,16 @@ def held_layer_microbatches(cfg: ScaleConfig, stage: int = 0) -> Fraction:
     return Fraction(cfg.stage_layers()[stage], v) * min(2 * (p - stage - 1) + (v - 1) * p + 1, m * v)
 
 
-def memory(cfg: ScaleConfig, cost: LayerCost, capacity: float | None = None, stage: int = 0) -> dict:
+def memory(cfg: ScaleConfig, cost: LayerCost, capacity: float | None = None, stage: int = 0,
+           kept: LayerCost | None = None) -> dict:
     """Bytes per GPU of pipeline stage ``stage`` (default the first, which holds the most) by category, their
-    ``total``, and ``fits`` where ``capacity`` (bytes) is given."""
+    ``total``, and ``fits`` where ``capacity`` (bytes) is given. ``kept``: under a partial recompute, the layer
+    without recompute, whose activations the layers not checkpointed keep (:mod:`.partial_recompute`)."""
     n = cfg.stage_layers()[stage]
     z, shard = cfg.zero_stage, cfg.shard_degree
-    held = held_layer_microbatches(cfg, stage) * cost.activation_bytes
+    per_layer = (cost.activation_bytes if kept is None else
+                 mean_activation_bytes(full_share(cfg), cost.activation_bytes, kept.activation_bytes))
+    held = held_layer_microbatches(cfg, stage) * per_layer
     weights = cost.weight_bytes * n
     if z == 3:
         weights = weights // shard + cost.weight_bytes * (min(2, n) if cfg.reshard_after_forward else n)

@@ -15,6 +15,8 @@ from .compose import compose
 from .config import ScaleConfig
 from .costs import LayerCost, layer_cost
 from .memory import CATEGORIES, memory
+from .partial_recompute import kept as without
+from .partial_recompute import partial
 from .result import Plan
 
 
@@ -32,10 +34,11 @@ def plan(cfg: ScaleConfig, hw, cache_dir: str | os.PathLike | None = None, note=
     if getattr(cfg, "lower_layer", None) is not None:  # STDiT3 (.stdit3): no LM head, ColossalAI's ZeRO memory
         return _own_plan(cfg, hw, cost, cache_dir, note)
     head = layer_cost(cfg, hw, cache_dir, part="head", note=note)
-    it = compose(cfg, cost, hw, head)
+    kept = layer_cost(without(cfg), hw, cache_dir, note=note) if partial(cfg) else None  # (.partial_recompute)
+    it = compose(cfg, cost, hw, head, kept)
     cap = getattr(hw, "hbm_capacity", None)
     stages = range(cfg.p) if cfg.uneven else (0,)  # even: the first stage holds the most
-    held = max((memory(cfg, cost, cap, stage=s) | ({"stage": s} if cfg.uneven else {}) for s in stages),
+    held = max((memory(cfg, cost, cap, stage=s, kept=kept) | ({"stage": s} if cfg.uneven else {}) for s in stages),
                key=lambda r: r["total"])
     return Plan(cfg, it, held, cost, head)
 
