@@ -22,6 +22,7 @@ scores) moved by the bf16 clock's, so they are a little under-counted.
 """
 from __future__ import annotations
 
+from .partial_recompute import full_share, partial
 from .recompute import recompute_seconds
 
 
@@ -50,14 +51,16 @@ def _busy(it) -> float:
 
 def attention_seconds(p, field: str = "core_s") -> float:
     """The attention proper's seconds (scope ``core``) of the busiest stage per iteration in the plan ``p``: its
-    forward and backward, and the recompute compose charges for it (:func:`.recompute.recompute_seconds`);
+    forward and backward, and the recompute compose charges for it (:func:`.recompute.recompute_seconds`; under a
+    partial recompute, for the share of layers checkpointed);
     ``field="core_tensor_s"``: the seconds its products would take at the tensor cores' full issue rate."""
     it, cost = p.iteration, p.cost
     if cost is None or not it.stages:
         return 0.0
     layers = it.stages[it.layer.get("slow_stage", 0)]["layers"]
     core = {k: getattr(cost, field).get(k, 0.0) for k in ("forward", "backward", "recompute")}
-    one = core["forward"] + core["backward"] + recompute_seconds(it.cfg, core, core)
+    share = float(full_share(it.cfg)) if partial(it.cfg) else 1.0  # (a partial recompute: its layers' share)
+    one = core["forward"] + core["backward"] + share * recompute_seconds(it.cfg, core, core)
     return it.cfg.micro_batches * layers * one
 
 
