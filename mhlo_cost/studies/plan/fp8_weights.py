@@ -65,11 +65,11 @@ def per_micro_batch(cfg, cost) -> tuple[float, float, float]:
     recompute phase's), none otherwise."""
     if not cached(cfg):
         return 0.0, 0.0, 0.0
-    from .recompute import recompute_seconds, reruns_flash
+    from .recompute import recompute_seconds, reruns_core
 
     w = cost.weight_cast_s
-    # (a re-run attention kernel holds no weight casts: the recompute it is charged for has none to take out)
-    return w["forward"], w["backward"], 0.0 if reruns_flash(cfg) else recompute_seconds(cfg, w)
+    # (a re-run core attention holds no weight casts: the recompute it is charged for has none to take out)
+    return w["forward"], w["backward"], 0.0 if reruns_core(cfg) else recompute_seconds(cfg, w)
 
 
 def layer_step_seconds(cfg, cost) -> float:
