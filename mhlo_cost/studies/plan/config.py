@@ -6,9 +6,9 @@ sequence parallelism ``sp`` (the norms and dropouts sharded along the sequence; 
 reduce_scatter + all_gather), pipeline degree ``p`` with ``interleave`` virtual stages per device (1: 1F1B),
 data degree ``d`` with the gradient reduction ``dp_comm`` (``all_reduce``, or ``zero``: reduce_scatter +
 all_gather with the optimizer state sharded d ways), the micro-batch ``micro_batch`` and the
-``global_batch``, and the ``recompute`` policy (``none``; ``selective``: attention's softmax and dropout
-only; ``full``: the whole layer, only its input kept; ``op``: torchtitan's selective op policy, every second linear's
-output and the elementwise ops recomputed, :data:`~.layer.OP_SAVED`).
+``global_batch``, and the ``recompute`` policy (``none``; ``selective``: the core attention's forward again,
+its scores not kept, :mod:`.recompute`; ``full``: the whole layer, only its input kept; ``op``: torchtitan's
+selective op policy, every second linear's output and the elementwise ops recomputed, :data:`~.layer.OP_SAVED`).
 
 The sharding of the data-parallel replicas, in one vocabulary (:mod:`.sharding` prices it): ``zero`` the
 ZeRO stage (0: replicated, gradients all_reduced; 1: optimizer state sharded, Megatron's

@@ -1,4 +1,4 @@
-"""Transformer Engine's fp8 scaling state per GPU: the scales and amax histories of its quantizers (``fp8_scale_state``).
+"""Transformer Engine's fp8 scaling state per GPU: its quantizers' scales and amax histories (``fp8_scale_state``).
 
 Each TE module that runs its GEMMs in fp8 holds a recipe state for its forward and one for its backward
 (transformer_engine/pytorch/module/base.py at 006257e, ``TransformerEngineBaseModule.set_meta_tensor``:
@@ -58,6 +58,7 @@ def layer_gemms(cfg) -> int:
 
 
 def state_bytes(cfg, gemms: int) -> int:
-    """Bytes of the scaling state of ``gemms`` fp8 GEMM weights where TE keeps them (:func:`.fp8_weights.cached`),
-    else 0."""
-    return gemms * gemm_state_bytes(cfg) if cached(cfg) else 0
+    """Bytes of the scaling state of ``gemms`` fp8 GEMM weights where TE keeps them (:func:`.fp8_weights.cached`)
+    under a per-tensor recipe, else 0 (MXFP8's and block scaling's recipe states allocate nothing, fp8.py; their
+    per-block scales are not counted)."""
+    return gemms * gemm_state_bytes(cfg) if cached(cfg) and cfg.precision == "fp8-tensorwise" else 0

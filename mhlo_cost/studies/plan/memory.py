@@ -10,8 +10,8 @@ pipeline stage), as exact ints from the per-device layer's IR.
   bytes per linear weight element x layers per stage, counted in weights and given apart
   (``fp8_weight_copies``), per tensor-parallel shard and whole over the data-parallel group at every ZeRO stage
   (TE's workspaces are the module's); with them TE's scales and amax histories (:mod:`.fp8_state`,
-  ``fp8_scale_state``), counted in weights too; torchao's fp8 all-gather under FSDP
-  (``fsdp_float8_all_gather``) holds the gathered layers' fp8 linear weights at 1 byte (:func:`.fp8_weights.gathered_bytes`);
+  ``fp8_scale_state``), counted in weights too; torchao's fp8 all-gather under FSDP (``fsdp_float8_all_gather``)
+  holds the gathered layers' fp8 linear weights at 1 byte (:func:`.fp8_weights.gathered_bytes`);
 * gradients: Megatron's fp32 gradient buffer (``main_grad``), 4 bytes per weight element; ZeRO 2 / 3: its
   shard plus one layer's unsharded fp32 gradient (the one being reduce-scattered);
 * optimizer state: the fp32 master weights and AdamW's two moments (the step's donated fp32 arguments),
