@@ -226,6 +226,26 @@ def register(sub) -> None:
     p.add_argument("--dp-overlap", action="store_true", help="the gradient reduction overlaps the last backward")
     train_plan_options.register_sharding(p)
     train_plan_stdit3.register(p)
+    _register_precision(p)
+    p.add_argument("--sweep", type=positive_int, metavar="GPUS",
+                   help="rank every combination of the sweep's dimensions on GPUS devices that fits (the rejected "
+                        "ones after, each with its reason)")
+    train_plan_sweep.register(p)
+    add_cache(p, "each lowered layer's analysis")
+    p.add_argument("--format", default="table", choices=("table", "csv", "json", "markdown", "html"),
+                   help="html: a page with a stacked bar per pipeline stage and both tables (-o FILE)")
+    p.add_argument("--by", choices=("component", "stage"),
+                   help="the table: the busiest device's components (default), or one row per pipeline stage")
+    p.add_argument("-o", "--output", metavar="FILE", help="write to a file instead of stdout")
+    add_force(p)
+    add_quiet(p)
+    add_progress(p)
+    p.set_defaults(func=cmd_train_plan)
+
+
+def _register_precision(p) -> None:
+    """The linears' precision and what an fp8 recipe keeps (Transformer Engine's copies and scaling state, torchao's
+    fp8 all-gather)."""
     p.add_argument("--precision", metavar="RECIPE",
                    help="the linears' precision: bf16 (default), fp8-tensorwise or fp8-rowwise (torchao Float8Linear: "
                         "forward, dgrad and wgrad GEMMs in fp8; weights bf16, master weights and AdamW moments fp32)")
@@ -241,17 +261,3 @@ def register(sub) -> None:
     p.add_argument("--fsdp-float8-all-gather", action="store_true",
                    help="under FSDP (--zero 3) with an fp8 precision: torchao's enable_fsdp_float8_all_gather, the fp8 "
                         "linears' weights all-gathered in fp8 (the gathered layers' copies 1 byte an element)")
-    p.add_argument("--sweep", type=positive_int, metavar="GPUS",
-                   help="rank every combination of the sweep's dimensions on GPUS devices that fits (the rejected "
-                        "ones after, each with its reason)")
-    train_plan_sweep.register(p)
-    add_cache(p, "each lowered layer's analysis")
-    p.add_argument("--format", default="table", choices=("table", "csv", "json", "markdown", "html"),
-                   help="html: a page with a stacked bar per pipeline stage and both tables (-o FILE)")
-    p.add_argument("--by", choices=("component", "stage"),
-                   help="the table: the busiest device's components (default), or one row per pipeline stage")
-    p.add_argument("-o", "--output", metavar="FILE", help="write to a file instead of stdout")
-    add_force(p)
-    add_quiet(p)
-    add_progress(p)
-    p.set_defaults(func=cmd_train_plan)
