@@ -72,7 +72,8 @@ def test_pipeline_bubble_and_iteration(p, v, m):
     from mhlo_cost.machines.hardware import get_profile
 
     chip = get_profile("a100")  # a chip: no topology, so no communication
-    cfg = ScaleConfig(**{**TINY, "layers": 24}, p=p, interleave=v, micro_batch=1, global_batch=m, recompute="selective")
+    # (op: the program's recompute phase, 0.5, as charged; selective charges the core attention's forward)
+    cfg = ScaleConfig(**{**TINY, "layers": 24}, p=p, interleave=v, micro_batch=1, global_batch=m, recompute="op")
     it = compose(cfg, _fake(), chip)
     lps = 24 // p
     per_mb = lps * (1.0 + 2.0 + 0.5)

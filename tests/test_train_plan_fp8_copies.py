@@ -16,6 +16,10 @@ from mhlo_cost.studies.plan.memory import memory
 H = 64
 TINY = dict(layers=4, hidden=H, heads=4, seq=32, vocab=128, global_batch=8)
 ZERO = {"forward": 0, "backward": 0, "recompute": 0, "optimizer": 0}
+#: TE's scaling state per fp8 GEMM weight (4 a layer: qkv, proj, fc1, fc2), delayed scaling with TE's default history
+#: of 1024 (base.py set_meta_tensor: 3 + 2 quantizers, fp8.py DelayedScalingRecipeState: scale + amax_history fp32)
+#: and the kept copy's scale_inv (float8_tensor.py): tests/test_train_plan_fp8_state.py
+STATE = 5 * 4 * (1 + 1024) + 4
 COST = LayerCost("k", "chip", dict(ZERO), dict(ZERO), {"forward": 1e-3, "backward": 2e-3, "recompute": 0.0,
                                                         "optimizer": 0.0}, weight_elems=1000, weight_bytes=2000)
 
@@ -32,8 +36,8 @@ def test_kept_copies_are_two_bytes_per_linear_weight(kw, per_layer):
     cfg = ScaleConfig(**TINY, precision="fp8-tensorwise", **kw)
     off, on = memory(cfg, COST), memory(cfg.with_split(fp8_weight_cache=True), COST)
     assert on["fp8_weight_copies"] == 2 * 4 * per_layer
-    assert on["weights"] - off["weights"] == 2 * 4 * per_layer
-    assert on["total"] - off["total"] == 2 * 4 * per_layer
+    assert on["weights"] - off["weights"] == 2 * 4 * per_layer + 4 * 4 * STATE  # (+ TE's scales: .fp8_state)
+    assert on["total"] - off["total"] == 2 * 4 * per_layer + 4 * 4 * STATE
     assert "fp8_weight_copies" not in off
     assert memory(cfg.with_split(precision="bf16", fp8_weight_cache=True), COST) == memory(
         cfg.with_split(precision="bf16"), COST)
@@ -74,4 +78,6 @@ def test_moe_experts_cast_once_a_step_and_their_copies_are_kept():
     assert on.iteration.total - off.iteration.total == pytest.approx(-(m - 1) * every, rel=1e-9)
     dense, base, experts = 4 * H * H + 3 * H * 256, 4 * H * H + 3 * H * 32, 2 * 3 * H * 32
     assert on.memory["fp8_weight_copies"] == 2 * (dense + 3 * (base + experts))
-    assert on.memory["weights"] - off.memory["weights"] == 2 * (dense + 3 * (base + experts))
+    gemms = 4 + 3 * (4 + 2 * 2)  # the dense layer's and each base's 4 TE linears, 2 local experts' fc1 and fc2
+    assert on.memory["fp8_scale_state"] == gemms * STATE
+    assert on.memory["weights"] - off.memory["weights"] == 2 * (dense + 3 * (base + experts)) + gemms * STATE

@@ -27,10 +27,11 @@ def _fake(cast=(1e-4, 2e-4, 3e-4)) -> LayerCost:
 
 
 def test_one_stage_pays_the_casts_once_a_step():
-    """One stage of 4 layers, 8 micro-batches: each micro-batch's forward, backward and (selective) recompute leave
+    """One stage of 4 layers, 8 micro-batches: each micro-batch's forward, backward and (op) recompute leave
     their casts out (8 x 4 x (0.1 + 0.2 + 0.3) ms), the step takes the forward's and the backward's once (4 x 0.3
-    ms). (Selective: a policy whose recompute phase is the program's; under none there is no recompute at all.)"""
-    cfg = ScaleConfig(**TINY, global_batch=8, precision="fp8-tensorwise", recompute="selective")
+    ms). (op: a policy whose recompute phase is the program's; under none there is no recompute at all, and
+    selective re-runs the core attention, which holds no casts.)"""
+    cfg = ScaleConfig(**TINY, global_batch=8, precision="fp8-tensorwise", recompute="op")
     cost = _fake()
     base, once = compose(cfg, cost, SELENE), compose(cfg.with_split(fp8_weight_cache=True), cost, SELENE)
     assert once.total - base.total == pytest.approx(-8 * 4 * 6e-4 + 4 * 3e-4, rel=1e-9)
@@ -53,8 +54,8 @@ def test_pipeline_fill_takes_every_stages_casts():
     """Two stages of 2 layers, 8 micro-batches: each of the m + p - 1 = 9 slots is shorter by a stage's 2 layers'
     per-micro-batch casts (2 x 0.6 ms); micro-batch 0's forward crosses both stages, so the step adds all 4 layers'
     once-a-step casts (4 x 0.3 ms): the slowest stage's 2 in its forward, the other stage's 2 in the fill
-    (selective recompute: its casts are the program's recompute phase's)."""
-    cfg = ScaleConfig(**TINY, p=2, global_batch=8, precision="fp8-rowwise", recompute="selective")
+    (op recompute: its casts are the program's recompute phase's)."""
+    cfg = ScaleConfig(**TINY, p=2, global_batch=8, precision="fp8-rowwise", recompute="op")
     cost = _fake()
     base, once = compose(cfg, cost, SELENE), compose(cfg.with_split(fp8_weight_cache=True), cost, SELENE)
     assert once.total - base.total == pytest.approx(-9 * 2 * 6e-4 + 4 * 3e-4, rel=1e-9)

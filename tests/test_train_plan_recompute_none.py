@@ -26,15 +26,15 @@ def _fake(rec: float = 5e-4) -> LayerCost:
                      weight_elems=1000, weight_bytes=2000)
 
 
-def test_none_charges_no_recompute_and_selective_keeps_the_programs():
+def test_none_charges_no_recompute_and_op_keeps_the_programs():
     """8 micro-batches of 4 layers on one stage: ``none`` takes nothing of the program's 0.5 ms recompute phase (the
-    same iteration as a program without one), ``selective`` all of it (8 x 4 x 0.5 ms)."""
+    same iteration as a program without one), torchtitan's ``op`` all of it (8 x 4 x 0.5 ms)."""
     cfg = ScaleConfig(**TINY, global_batch=8 * B)
     none, bare = compose(cfg, _fake(), SELENE), compose(cfg, _fake(0.0), SELENE)
     assert none.compute["recompute"] == 0.0
     assert none.total == bare.total
-    sel = cfg.with_split(recompute="selective")
-    assert compose(sel, _fake(), SELENE).compute["recompute"] == pytest.approx(8 * L * 5e-4, rel=1e-12)
+    op = cfg.with_split(recompute="op")
+    assert compose(op, _fake(), SELENE).compute["recompute"] == pytest.approx(8 * L * 5e-4, rel=1e-12)
     assert compose(cfg.with_split(recompute="full"), _fake(), SELENE).compute["recompute"] == pytest.approx(
         8 * L * 1e-3, rel=1e-12)  # full: the whole forward again
 
@@ -73,10 +73,11 @@ def test_model_with_its_own_layer_keeps_its_recompute():
     assert recompute_seconds(ScaleConfig(**TINY, global_batch=B), {"forward": 1.0, "recompute": 0.25}) == 0.0
 
 
-def test_selective_over_one_flash_kernel_reruns_its_forward():
-    """Megatron-Core's selective recompute over a fused attention kernel re-runs that kernel's forward: with the
-    attention's forward 0.3 ms (scope core), 8 micro-batches of 4 layers recompute 8 x 4 x 0.3 ms, whatever the
-    program's recompute phase holds (0.5 ms); over unfused attention the program's recompute phase is kept."""
+def test_selective_reruns_the_core_attentions_forward():
+    """Megatron-Core's selective recompute re-runs the core attention module's forward, fused kernel or not
+    (Korthikanti section 4.2; attention.py ``_checkpointed_attention_forward``): with the attention's forward 0.3 ms
+    (scope core), 8 micro-batches of 4 layers recompute 8 x 4 x 0.3 ms, whatever the program's recompute phase holds
+    (0.5 ms: its remat'd norm and GELU rows are not charged)."""
     from dataclasses import replace
 
     cost = replace(_fake(), core_s={"forward": 3e-4, "backward": 6e-4, "recompute": 1e-4, "optimizer": 0.0})
@@ -84,4 +85,18 @@ def test_selective_over_one_flash_kernel_reruns_its_forward():
     fused = compose(cfg.with_split(attention="fused"), cost, SELENE)
     assert fused.compute["recompute"] == pytest.approx(8 * L * 3e-4, rel=1e-12)
     unfused = compose(cfg.with_split(attention="unfused"), cost, SELENE)
-    assert unfused.compute["recompute"] == pytest.approx(8 * L * 5e-4, rel=1e-12)
+    assert unfused.compute["recompute"] == pytest.approx(8 * L * 3e-4, rel=1e-12)
+
+
+def test_lowered_selective_layer_recomputes_the_attention_core_only():
+    """The GPT layer lowered at b 2, s 32, h 64 with unfused attention and selective recompute: the plan charges each
+    layer-micro-batch the seconds of its ``core`` scope's forward (the program's recompute phase, with its remat'd
+    LayerNorm and GELU rows, is not what it charges), and its hardware FLOPs add the core's two products again,
+    QK^T and the product with V: 2 x 2 b s^2 h per layer-micro-batch (Korthikanti section 4.2's recomputed
+    matrix multiplies), 4 micro-batches of 4 layers."""
+    cfg = ScaleConfig(**TINY, global_batch=4 * B, attention="unfused", recompute="selective")
+    cost = analyse_layer(cfg, SELENE)
+    assert cost.time_s["recompute"] != pytest.approx(cost.core_s["forward"], rel=1e-3)  # (else the test shows nothing)
+    it = compose(cfg, cost, SELENE)
+    assert it.compute["recompute"] == pytest.approx(4 * L * cost.core_s["forward"], rel=1e-12)
+    assert it.counts["hardware_flops"] - it.counts["model_flops"] == 4 * L * 2 * 2 * B * S * S * H

@@ -147,7 +147,8 @@ def _sharding(args) -> dict:
                 loss_scale=args.loss_scale,
                 main_grad_add=args.no_gradient_accumulation_fusion,
                 scatter_gather=args.scatter_gather_tensors_in_pipeline, launch_blocking=args.launch_blocking,
-                fp8_weight_cache=args.fp8_weight_cache,
+                fp8_weight_cache=args.fp8_weight_cache, fp8_amax_history=args.fp8_amax_history,
+                fsdp_float8_all_gather=args.fsdp_float8_all_gather,
                 **_ddp(args), **_experts(args))
 
 
@@ -233,13 +234,7 @@ def register(sub) -> None:
     p.add_argument("--dp-overlap", action="store_true", help="the gradient reduction overlaps the last backward")
     train_plan_options.register_sharding(p)
     train_plan_stdit3.register(p)
-    p.add_argument("--precision", metavar="RECIPE",
-                   help="the linears' precision: bf16 (default), fp8-tensorwise or fp8-rowwise (torchao Float8Linear: "
-                        "forward, dgrad and wgrad GEMMs in fp8; weights bf16, master weights and AdamW moments fp32)")
-    p.add_argument("--fp8-weight-cache", action="store_true",
-                   help="under an fp8 precision, each weight's fp8 copy is made on a step's first micro-batch and "
-                        "kept for the others (Transformer Engine's is_first_microbatch, as Megatron-Core and NeMo "
-                        "run it); without it the weights are cast at every use (torchao's Float8Linear)")
+    _register_precision(p)
     p.add_argument("--sweep", type=positive_int, metavar="GPUS",
                    help="rank every combination of the sweep's dimensions on GPUS devices that fits (the rejected "
                         "ones after, each with its reason)")
@@ -254,3 +249,23 @@ def register(sub) -> None:
     add_quiet(p)
     add_progress(p)
     p.set_defaults(func=cmd_train_plan)
+
+
+def _register_precision(p) -> None:
+    """The linears' precision and what an fp8 recipe keeps (Transformer Engine's copies and scaling state, torchao's
+    fp8 all-gather)."""
+    p.add_argument("--precision", metavar="RECIPE",
+                   help="the linears' precision: bf16 (default), fp8-tensorwise or fp8-rowwise (torchao Float8Linear: "
+                        "forward, dgrad and wgrad GEMMs in fp8; weights bf16, master weights and AdamW moments fp32)")
+    p.add_argument("--fp8-weight-cache", action="store_true",
+                   help="under an fp8 precision, each weight's fp8 copy is made on a step's first micro-batch and "
+                        "kept for the others (Transformer Engine's is_first_microbatch, as Megatron-Core and NeMo "
+                        "run it); without it the weights are cast at every use (torchao's Float8Linear)")
+    p.add_argument("--fp8-amax-history", type=positive_int, default=1024, metavar="N",
+                   help="with --fp8-weight-cache: Transformer Engine's delayed-scaling amax history length, whose "
+                        "scales and histories (fp32, five per fp8 GEMM) count in memory (default 1024: TE's "
+                        "DelayedScaling and NeMo's; Megatron-Core's --fp8-amax-history-len default is 1; current "
+                        "scaling: 1)")
+    p.add_argument("--fsdp-float8-all-gather", action="store_true",
+                   help="under FSDP (--zero 3) with an fp8 precision: torchao's enable_fsdp_float8_all_gather, the fp8 "
+                        "linears' weights all-gathered in fp8 (the gathered layers' copies 1 byte an element)")

@@ -6,9 +6,9 @@ sequence parallelism ``sp`` (the norms and dropouts sharded along the sequence; 
 reduce_scatter + all_gather), pipeline degree ``p`` with ``interleave`` virtual stages per device (1: 1F1B),
 data degree ``d`` with the gradient reduction ``dp_comm`` (``all_reduce``, or ``zero``: reduce_scatter +
 all_gather with the optimizer state sharded d ways), the micro-batch ``micro_batch`` and the
-``global_batch``, and the ``recompute`` policy (``none``; ``selective``: attention's softmax and dropout
-only; ``full``: the whole layer, only its input kept; ``op``: torchtitan's selective op policy, every second linear's
-output and the elementwise ops recomputed, :data:`~.layer.OP_SAVED`).
+``global_batch``, and the ``recompute`` policy (``none``; ``selective``: the core attention's forward again,
+its scores not kept, :mod:`.recompute`; ``full``: the whole layer, only its input kept; ``op``: torchtitan's
+selective op policy, every second linear's output and the elementwise ops recomputed, :data:`~.layer.OP_SAVED`).
 
 The sharding of the data-parallel replicas, in one vocabulary (:mod:`.sharding` prices it): ``zero`` the
 ZeRO stage (0: replicated, gradients all_reduced; 1: optimizer state sharded, Megatron's
@@ -121,6 +121,10 @@ class ScaleConfig:
     launch_blocking: bool = False  # CUDA_LAUNCH_BLOCKING=1: host time in series with each kernel (.launch_blocking)
     fp8_weight_cache: bool = False  # fp8 weight copies made on a step's first micro-batch and kept (Transformer
     # Engine's is_first_microbatch, as Megatron-Core / NeMo run it); False: cast at every use (torchao): .fp8_weights
+    fp8_amax_history: int = 1024  # TE's delayed-scaling amax_history_len (its DelayedScaling default; NeMo's yamls);
+    # 1 for current scaling (a scale and an amax per quantizer): TE's scaling state per GPU, .fp8_state
+    fsdp_float8_all_gather: bool = False  # torchao Float8Linear's enable_fsdp_float8_all_gather under FSDP (ZeRO 3):
+    # the fp8 linears' weights all-gathered in fp8, their unsharded copies 1 byte an element: .fp8_weights
     activation: str = "gelu"  # a gelu MLP's activation: gelu (fused) | squared-relu: NeMo's eager relu and pow
     # kernels (Nemotron; the layer lowered with GELU, the same GEMMs: .megatron_passes)
 

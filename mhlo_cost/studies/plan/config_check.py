@@ -67,6 +67,16 @@ def model_invalid(cfg) -> str | None:
         training_recipe(cfg.precision)
     except PrecisionError as e:
         return str(e)
+    return fp8_invalid(cfg)
+
+
+def fp8_invalid(cfg) -> str | None:
+    """Why the fp8 state options cannot hold (:mod:`.fp8_state`, :mod:`.fp8_weights`); None where they can."""
+    v = cfg.fp8_amax_history
+    if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+        return f"fp8_amax_history must be a positive integer, got {v!r}"
+    if cfg.fsdp_float8_all_gather and (cfg.precision == "bf16" or cfg.fp8_weight_cache):
+        return "the FSDP float8 all-gather (torchao's) needs an fp8 precision and no fp8 weight cache (TE's)"
     return None
 
 def invalid(cfg) -> str | None:

@@ -45,9 +45,25 @@ column-wise data is the transposed fp8 copy (transformer_engine/pytorch/tensor/f
 weight's shape, for the row-wise usage and ``data_transpose``, uint8 of the transposed shape, for the column-wise
 one; TE 1.x's ``Float8Tensor`` kept it as ``_transpose``, filled by ``transpose_2d(fill_cache=True)``);
 MXFP8 keeps a row-wise and a column-wise scaled copy too. So 2 bytes per fp8 weight element (one each), beside the
-bf16 weight; the per-tensor / per-block scales are not counted (a few bytes per tensor; 1/32 byte per element and
-copy under MXFP8). Only the weights of the linears the recipe runs in fp8: the norms, biases, router, embedding and
-LM head stay bf16.
+bf16 weight; the per-tensor scales, scale_inv and amax histories TE keeps are :mod:`.fp8_state`'s (MXFP8's
+per-block scales, 1/32 byte per element and copy, are not counted). Only the weights of the linears the recipe runs in
+fp8: the norms, biases, router, embedding and LM head stay bf16.
+
+**Under data-parallel sharding** each stack keeps a different fp8 weight per GPU:
+
+* TE (``fp8_weight_cache``): the workspaces are attributes of the module (transformer_engine/pytorch/module/base.py
+  ``get_weight_workspace``: ``self._fp8_workspaces[cache_name]``), made from the weight the module runs with: its
+  tensor-parallel shard, whole over the data-parallel group. Megatron-Core's distributed optimizer (ZeRO 1) shards
+  the fp32 main weights and moments only; under ZeRO 3 (Megatron FSDP without ``--fp8-param-gather``) the bf16
+  weight is gathered for the forward and freed, but the workspace made from it on micro-batch 0 stays the module's
+  for the step. So 2 bytes per linear weight element x the stage's layers, per TP shard, whatever the ZeRO stage
+  (:func:`kept_bytes`).
+* torchao's ``Float8Linear`` (torchtitan) keeps none: under FSDP2 with ``enable_fsdp_float8_all_gather``
+  (``fsdp_float8_all_gather``; torchao/float8/fsdp_utils.py ``WeightWithDynamicFloat8CastTensor.fsdp_pre_all_gather``
+  casts the local shard to fp8 and ``fsdp_post_all_gather`` wraps the gathered uint8 data as a ``Float8Tensor``), the
+  persistent weight is the shard alone and the unsharded copy FSDP holds while a layer runs is fp8, 1 byte a linear
+  weight element instead of 2 (:func:`gathered_bytes`); without it the gathered weight is bf16, cast at each use.
+  (Memory only: :mod:`.sharding` still prices those all-gathers at the layer's bf16 bytes.)
 """
 from __future__ import annotations
 
@@ -65,11 +81,11 @@ def per_micro_batch(cfg, cost) -> tuple[float, float, float]:
     recompute phase's), none otherwise."""
     if not cached(cfg):
         return 0.0, 0.0, 0.0
-    from .recompute import recompute_seconds, reruns_flash
+    from .recompute import recompute_seconds, reruns_core
 
     w = cost.weight_cast_s
-    # (a re-run attention kernel holds no weight casts: the recompute it is charged for has none to take out)
-    return w["forward"], w["backward"], 0.0 if reruns_flash(cfg) else recompute_seconds(cfg, w)
+    # (a re-run core attention holds no weight casts: the recompute it is charged for has none to take out)
+    return w["forward"], w["backward"], 0.0 if reruns_core(cfg) else recompute_seconds(cfg, w)
 
 
 def layer_step_seconds(cfg, cost) -> float:
@@ -112,3 +128,13 @@ def copy_bytes(cfg, linear_elems: int) -> int:
 def kept_bytes(cfg, layers: int) -> int:
     """Bytes of the fp8 weight copies ``layers`` dense layers keep where cached (:func:`copy_bytes`), else 0."""
     return copy_bytes(cfg, linear_weight_elems(cfg) * layers) if cached(cfg) else 0
+
+
+def gathered_bytes(cfg, weight_bytes: int) -> int:
+    """Bytes of one layer's unsharded weights while FSDP holds them gathered (``weight_bytes`` in the layer's dtype):
+    with torchao's fp8 all-gather (``fsdp_float8_all_gather``) the fp8 linears' weights at 1 byte an element."""
+    if not cfg.fsdp_float8_all_gather or cfg.precision == "bf16":
+        return weight_bytes
+    import jax.numpy as jnp
+
+    return weight_bytes - (jnp.dtype(cfg.dtype).itemsize - 1) * linear_weight_elems(cfg)

@@ -8,7 +8,10 @@ pipeline stage), as exact ints from the per-device layer's IR.
 * fp8 weight copies (``fp8_weight_cache`` under an fp8 recipe, :func:`.fp8_weights.copy_bytes`): Transformer
   Engine's row-wise and column-wise fp8 copy of each linear's weight, kept from the step's first micro-batch, 2
   bytes per linear weight element x layers per stage, counted in weights and given apart
-  (``fp8_weight_copies``);
+  (``fp8_weight_copies``), per tensor-parallel shard and whole over the data-parallel group at every ZeRO stage
+  (TE's workspaces are the module's); with them TE's scales and amax histories (:mod:`.fp8_state`,
+  ``fp8_scale_state``), counted in weights too; torchao's fp8 all-gather under FSDP (``fsdp_float8_all_gather``)
+  holds the gathered layers' fp8 linear weights at 1 byte (:func:`.fp8_weights.gathered_bytes`);
 * gradients: Megatron's fp32 gradient buffer (``main_grad``), 4 bytes per weight element; ZeRO 2 / 3: its
   shard plus one layer's unsharded fp32 gradient (the one being reduce-scattered);
 * optimizer state: the fp32 master weights and AdamW's two moments (the step's donated fp32 arguments),
@@ -29,7 +32,8 @@ from fractions import Fraction
 
 from .config import ScaleConfig
 from .costs import LayerCost
-from .fp8_weights import kept_bytes
+from .fp8_state import layer_gemms, state_bytes
+from .fp8_weights import gathered_bytes, kept_bytes
 from .partial_recompute import full_share, mean_activation_bytes
 
 CATEGORIES = ("weights", "gradients", "optimizer_state", "activations")
@@ -58,19 +62,21 @@ def memory(cfg: ScaleConfig, cost: LayerCost, capacity: float | None = None, sta
                  mean_activation_bytes(full_share(cfg), cost.activation_bytes, kept.activation_bytes))
     held = held_layer_microbatches(cfg, stage) * per_layer
     weights = cost.weight_bytes * n
-    if z == 3:
-        weights = weights // shard + cost.weight_bytes * (min(2, n) if cfg.reshard_after_forward else n)
+    if z == 3:  # (torchao's fp8 all-gather: the gathered fp8 linears at 1 byte, .fp8_weights)
+        weights = weights // shard + gathered_bytes(cfg, cost.weight_bytes) * (
+            min(2, n) if cfg.reshard_after_forward else n)
     grads = cost.weight_elems * 4 * n
     copies = kept_bytes(cfg, n)  # TE's kept fp8 weights (0 without the cache)
+    scales = state_bytes(cfg, layer_gemms(cfg) * n)  # TE's scales and amax histories (.fp8_state)
     out = {
-        "weights": weights + copies,
+        "weights": weights + copies + scales,
         "gradients": grads // shard + cost.weight_elems * 4 if z >= 2 else grads,
         "optimizer_state": (cost.master_bytes + cost.moment_bytes) * n // shard,
         "activations": held.numerator // held.denominator,
     }
     out["total"] = sum(out[k] for k in CATEGORIES)
     if copies:
-        out["fp8_weight_copies"] = copies
+        out.update(fp8_weight_copies=copies, fp8_scale_state=scales)
     if capacity:
         out["capacity"] = int(capacity)
         out["fits"] = out["total"] <= capacity

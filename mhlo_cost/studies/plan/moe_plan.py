@@ -34,6 +34,7 @@ from ...network import estimate
 from .compose import Iteration, _layer, _time, activation_bytes
 from .config import ScaleConfig
 from .costs import LayerCost, layer_cost
+from .fp8_state import layer_gemms, state_bytes
 from .fp8_weights import cached, copy_bytes, layer_step_seconds, linear_weight_elems, per_micro_batch
 from .megatron_passes import send_bytes
 from .memory import CATEGORIES, held_layer_microbatches
@@ -267,13 +268,14 @@ def moe_memory(cfg: ScaleConfig, costs: MoECosts, capacity=None, stage: int = 0)
     state = sharded_state(cfg, costs, dense, moe)
     eo = moe * sp["expert_opt"] // expert_shard_degree(cfg)
     copies = _copy_bytes(cfg, costs, dense, moe)  # TE's kept fp8 weights (.fp8_weights; 0 without the cache)
-    out = {"weights": state["weights"] + copies, "gradients": state["gradients"],
+    scales = _scale_bytes(cfg, dense, moe)  # and their scales and amax histories (.fp8_state)
+    out = {"weights": state["weights"] + copies + scales, "gradients": state["gradients"],
            "optimizer_state": dense_opt // cfg.shard_degree + eo, "activations": int(held * act)}
     out["total"] = sum(out[k] for k in CATEGORIES)
     out.update(expert_weights=state["expert_weights"], expert_gradients=state["expert_gradients"],
                expert_optimizer_state=eo)
     if copies:
-        out["fp8_weight_copies"] = copies
+        out.update(fp8_weight_copies=copies, fp8_scale_state=scales)
     if capacity:
         out["capacity"] = int(capacity)
         out["fits"] = out["total"] <= capacity
@@ -288,6 +290,14 @@ def _copy_bytes(cfg: ScaleConfig, costs: MoECosts, dense: int, moe: int) -> int:
     elems = dense * linear_weight_elems(dense_config(cfg)) + moe * (
         linear_weight_elems(base_config(cfg)) + costs.split(cfg)["expert_elems"])
     return copy_bytes(cfg, elems)
+
+
+def _scale_bytes(cfg: ScaleConfig, dense: int, moe: int) -> int:
+    """Bytes of TE's fp8 scaling state a stage of ``dense`` and ``moe`` layers keeps where cached (:mod:`.fp8_state`):
+    the dense layers' and the bases' TE linears, and each local expert's fc1 and fc2 GEMM (``TEGroupedLinear``,
+    num_gemms = the local experts)."""
+    gemms = dense * layer_gemms(dense_config(cfg)) + moe * (layer_gemms(base_config(cfg)) + 2 * local_experts(cfg))
+    return state_bytes(cfg, gemms)
 
 
 def moe_plan(cfg: ScaleConfig, hw, cache_dir=None, note=None):

@@ -20,20 +20,26 @@ No framework runs them as a recompute pass:
 So with no recompute the step is the forward and the backward alone (the gradients only): the rows JAX remats are
 arithmetic those backward kernels do on tensors they read anyway, and are priced at nothing.
 
-``selective`` with one fused (flash) attention kernel (``attention="fused"``): Megatron-Core's selective recompute
-checkpoints the core attention only (megatron/core/transformer/attention.py: ``self.checkpoint_core_attention =
-self.config.recompute_granularity == 'selective'``, then ``_checkpointed_attention_forward`` runs the core attention
-under ``tensor_parallel.checkpoint``), so its backward runs the fused attention kernel's forward again (TE's
-``DotProductAttention``: the kernel keeps no scores to remake, it is re-run whole): R = the layer's ``core`` forward
-seconds (the norms' and GELU's remat'd rows: nothing, as under ``none``). NeMo-Framework-Launcher 24.07's
-``activations_checkpoint_granularity: selective`` (nemotron/nemotron_340b.yaml) is this policy. (Its hardware FLOPs
-stay the program's recompute GEMMs: the scores' product, not the values'.)
+``selective`` (Korthikanti et al. 2022, section 4.2: only the attention core, QK^T, softmax, softmax dropout and
+attention over V, is recomputed): Megatron-Core checkpoints the core attention module only
+(megatron/core/transformer/attention.py: ``self.checkpoint_core_attention = self.config.recompute_granularity ==
+'selective'``, then ``_checkpointed_attention_forward`` runs ``self.core_attention`` under
+``tensor_parallel.checkpoint``), so its backward runs that module's forward again, whole, and nothing else: with
+unfused attention Megatron's ``DotProductAttention`` (its ``baddbmm`` of the scores, the fused scale-mask-softmax,
+the attention dropout with the checkpoint's restored RNG state, the ``bmm`` over V); with one fused kernel TE's
+``DotProductAttention`` (the kernel keeps no scores to remake, it is re-run whole). So R = the layer's ``core``
+forward seconds (scope ``core``, :mod:`.layer`: exactly those rows), whichever the attention; the norms' and the
+GELU's rows JAX remats from the saved ``ln*_in`` / ``gelu_in`` are nothing, as under ``none`` (the backward kernels
+above do that arithmetic), and the program's own remade scores are replaced by the module's forward (which adds the
+product with V the program does not remake). A part without attention (a MoE layer's routed experts, whose program
+is not checkpointed under ``selective``) recomputes nothing. NeMo-Framework-Launcher 24.07's
+``activations_checkpoint_granularity: selective`` (nemotron/nemotron_340b.yaml) is this policy. Hardware FLOPs: the
+core's forward GEMMs, the scores' product the program remakes and the product with V, of the same FLOPs
+(b x heads/t x s/cp x s x d x 2 each): twice the program's recompute GEMMs.
 
-The other policies keep the program's recompute (``selective`` with unfused attention: the softmax and dropout, as
-Korthikanti's Table 5 is priced, its remat'd norm and GELU rows included as they always were; ``op``: torchtitan's
-``torch.utils.checkpoint``, which does re-run each unsaved op; ``full``: the whole forward, priced as F by
-:mod:`.compose`). A model's own layer (STDiT3: ``cfg.lower_layer``) keeps its program's
-recompute: there the remat'd rows are the flash attention's remade scores.
+The other policies keep the program's recompute (``op``: torchtitan's ``torch.utils.checkpoint``, which does re-run
+each unsaved op; ``full``: the whole forward, priced as F by :mod:`.compose`). A model's own layer (STDiT3:
+``cfg.lower_layer``) keeps its program's recompute: there the remat'd rows are the flash attention's remade scores.
 """
 from __future__ import annotations
 
@@ -45,25 +51,28 @@ def no_recompute(cfg) -> bool:
 
 def recompute_seconds(cfg, time_s: dict, core_s: dict | None = None) -> float:
     """Seconds of one micro-batch's recompute of a layer priced at ``time_s`` (phase -> seconds): the whole
-    forward under ``full``, nothing under ``none`` (:func:`no_recompute`), the fused attention's forward again under
-    ``selective`` where ``core_s`` (phase -> seconds of the scope ``core``) is given and the attention is one fused
-    kernel, else the program's recompute phase."""
+    forward under ``full``, nothing under ``none`` (:func:`no_recompute`), the core attention's forward again under
+    ``selective`` (``core_s``: phase -> seconds of the scope ``core``; none given: a part without attention, nothing),
+    else the program's recompute phase."""
     if cfg.recompute == "full":
         return time_s["forward"]
-    if core_s is not None and reruns_flash(cfg):
-        return core_s["forward"]
+    if reruns_core(cfg):
+        return core_s["forward"] if core_s is not None else 0.0
     return 0.0 if no_recompute(cfg) else time_s["recompute"]
 
 
-def reruns_flash(cfg) -> bool:
-    """Whether ``cfg``'s selective recompute re-runs one fused attention kernel's forward (Megatron-Core's
-    checkpointed core attention over TE's fused attention) rather than remaking the program's scores."""
+def reruns_core(cfg) -> bool:
+    """Whether ``cfg``'s recompute re-runs the core attention module's forward and nothing else (Megatron-Core's
+    selective recompute of a framework's own dense layer) rather than the program's recompute phase."""
     own = getattr(cfg, "lower_layer", None) is not None
-    return cfg.recompute == "selective" and getattr(cfg, "attention", "") == "fused" and not own
+    return cfg.recompute == "selective" and not own
 
 
 def recompute_flops(cfg, gemm_flops: dict) -> int:
-    """GEMM FLOPs of one micro-batch's recompute (as :func:`recompute_seconds`)."""
+    """GEMM FLOPs of one micro-batch's recompute (as :func:`recompute_seconds`): under ``selective`` the core's
+    two products, the scores' (the program's recompute GEMMs) and the one with V (the same FLOPs)."""
     if cfg.recompute == "full":
         return gemm_flops["forward"]
+    if reruns_core(cfg):
+        return 2 * gemm_flops["recompute"]
     return 0 if no_recompute(cfg) else gemm_flops["recompute"]
