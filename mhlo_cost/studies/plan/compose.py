@@ -35,7 +35,8 @@ pipeline and the layer's times F (forward), B (backward), R (recompute) per micr
   every overlapped collective's NCCL kernel holds ``n`` of the chip's ``S`` SMs while it runs, so the compute
   beside it is slowed by ``n / S`` of the overlapped seconds (:mod:`.sm_share`);
 * context parallelism: its K/V exchange per layer and micro-batch in F_s / B_s (what the attention's compute
-  does not hide); PyTorch's ring attention's own merges and fp32 accumulators (:mod:`.ring_passes`) are kernels of
+  does not hide); PyTorch's ring attention's own merges and fp32 accumulators (:mod:`.ring_passes`) and Transformer
+  Engine's (``p2p``, :mod:`.te_cp_passes`) are kernels of
   the layer's forward / backward (and of its full recompute), as are FSDP2's copy-out of each all-gather and
   copy-in of each reduce-scatter (:mod:`.fsdp_copies`);
 * uneven pipelines: every slot runs at the pace of the slowest stage (the most layers, or the head's);
@@ -63,6 +64,7 @@ from .fp8_weights import per_micro_batch, split_step
 from .nccl_ub import ub_sms_of
 from .recompute import recompute_flops, recompute_seconds
 from .ring_passes import ring_pass_seconds
+from .te_cp_passes import te_cp_pass_seconds
 from .sm_share import chip_sms, nccl_sms, taxed
 from .tp_overlap import tp_overlap_exposure
 
@@ -175,6 +177,8 @@ def _layer(cfg: ScaleConfig, cost: LayerCost, topo, hw=None) -> dict:
     # PyTorch's ring attention's own merges and accumulators: kernels of the layer's compute (.ring_passes); full
     # recompute runs the forward's again
     ring_f, ring_b = ring_pass_seconds(cfg, hw)
+    te_f, te_b = te_cp_pass_seconds(cfg, hw)  # TE's p2p ring (Megatron-Core's): its merges and copies (.te_cp_passes)
+    ring_f, ring_b = ring_f + te_f, ring_b + te_b
     copy_f, copy_b = fsdp_copy_seconds(cfg, hw, cost.weight_elems)  # FSDP2's copy-out / copy-in (.fsdp_copies)
     act_f, act_b = activation_pass_seconds(cfg, hw)  # NeMo's eager squared-ReLU (.megatron_passes)
     fwd = t["forward"] - cast_f + ring_f + copy_f + act_f
