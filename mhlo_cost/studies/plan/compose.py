@@ -59,6 +59,7 @@ from .sharding import (cp_collectives, cp_exposure, dp_collectives, dp_exposure,
 from .dp_overlap import bucketed, dp_overlap_exposed
 from .megatron_passes import (activation_pass_seconds, gather_seconds, head_seconds, loss_scale_seconds,
                               main_grad_add_seconds, send_bytes, torch_ddp_seconds)
+from .embedding_pass import word_embedding_seconds
 from .fsdp_copies import fsdp_copy_seconds
 from .fp8_weights import per_micro_batch, split_step
 from .nccl_ub import ub_sms_of
@@ -207,17 +208,20 @@ def _stages(cfg: ScaleConfig, cost: LayerCost, topo, one: dict, head: LayerCost 
     """Per pipeline stage: its layers, and its forward / backward seconds per micro-batch (the data-parallel
     per-layer collectives' exposure in them; the last stage's head)."""
     hf, hb = head_seconds(cfg, head, hw)  # (Megatron's own cross-entropy kernels where cfg says: .megatron_passes)
+    ef, eb = word_embedding_seconds(cfg, hw)  # the first stage's word embedding (Megatron-Core's: .embedding_pass)
     out = []
     for s, n in enumerate(cfg.stage_layers()):
         last = s == cfg.p - 1
+        ef_s, eb_s = (ef, eb) if s == 0 else (0.0, 0.0)
         sms = nccl_sms(hw) if hw is not None else (0, 0)
         dp = dp_exposure(cfg, topo, cost, n, one["f"], one["b"], optimizer_extra_elems(cfg, s), sms,
                          ub_sms_of(cfg, topo, sms[1]))  # (nccl_ub's SM-efficient collectives: .nccl_ub)
         accum = grad_accum_seconds(cfg, hw, cost, n, embedding_elems(cfg, s)) if hw is not None else 0.0
         accum += main_grad_add_seconds(cfg, hw, cost.weight_elems, n, embedding_elems(cfg, s))  # (.megatron_passes)
         out.append({"layers": n, "dp": dp, "head_forward": hf if last else 0.0, "head_backward": hb if last else 0.0,
-                    "f_s": n * (one["f"] + dp.forward) + (hf if last else 0.0),
-                    "b_s": n * (one["b"] + dp.backward) + (hb if last else 0.0) + accum, "grad_accum": accum,
+                    "embed_forward": ef_s, "embed_backward": eb_s,
+                    "f_s": n * (one["f"] + dp.forward) + (hf if last else 0.0) + ef_s,
+                    "b_s": n * (one["b"] + dp.backward) + (hb if last else 0.0) + eb_s + accum, "grad_accum": accum,
                     "optimizer": optimizer_seconds(cfg, cost, s, n) + torch_ddp_seconds(
                         cfg, hw, cost.weight_elems * n + embedding_elems(cfg, s), n, embedding_elems(cfg, s)
                     ) + loss_scale_seconds(
@@ -255,8 +259,9 @@ def compose(cfg: ScaleConfig, cost: LayerCost, hw, head: LayerCost | None = None
     opt = max(st["optimizer"] for st in stages)  # the slowest step: the next iteration starts after it
     emb = embedding_seconds(cfg, topo)  # after the flush, before the step: exposed
     total = float(slots) * per_mb + (dp_iter - hidden) + tax + emb + opt + cast_own + cast_fill
-    compute = {"forward": m * (n * one["forward"] + slow["head_forward"]) + cast_own,
-               "backward": m * (n * one["backward"] + slow["head_backward"] + slow["grad_accum"]),
+    compute = {"forward": m * (n * one["forward"] + slow["head_forward"] + slow["embed_forward"]) + cast_own,
+               "backward": m * (n * one["backward"] + slow["head_backward"] + slow["embed_backward"]
+                                + slow["grad_accum"]),
                "recompute": m * n * one["recompute"]}
     counts = flop_counts(cfg, cost, hw, total, head)
     counts.update(micro_batches=m, p2p_transfers=2 * v * m if p > 1 else 0, p2p_bytes=p2p_bytes,
