@@ -74,3 +74,16 @@ def test_first_stage_only():
     assert with_it[0]["f_s"] - without[0]["f_s"] == pytest.approx(ef)
     assert with_it[0]["b_s"] - without[0]["b_s"] == pytest.approx(eb)
     assert with_it[1]["f_s"] == without[1]["f_s"] and with_it[1]["b_s"] == without[1]["b_s"]
+
+
+def test_grad_buffer_zeroed_once_an_iteration():
+    """Megatron-Core's ``zero_grad_buffer`` writes the whole fp32 buffer of the stage's weights (4 layers of 1000 and
+    the untied embedding and LM head, 2 x 1000 x 64), one kernel, into the step's seconds; not without its DDP."""
+    from mhlo_cost.studies.plan.dp_overlap import grad_buffer_zero_seconds
+
+    cfg = _cfg()
+    elems = 4 * 1000 + 2 * 1000 * 64
+    assert grad_buffer_zero_seconds(cfg, H100, elems) == H100.memory_time(elems * 4, kernels=1)
+    with_it = compose(cfg, _cost(), H100)
+    without = compose(cfg.with_split(ddp=""), _cost(), H100)
+    assert with_it.optimizer - without.optimizer == pytest.approx(H100.memory_time(elems * 4, kernels=1))

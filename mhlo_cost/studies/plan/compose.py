@@ -56,7 +56,7 @@ from .config import ScaleConfig
 from .costs import LayerCost
 from .sharding import (cp_collectives, cp_exposure, dp_collectives, dp_exposure, embedding_collective, embedding_elems,
                        optimizer_extra_elems, seconds)
-from .dp_overlap import bucketed, dp_overlap_exposed
+from .dp_overlap import bucketed, dp_overlap_exposed, grad_buffer_zero_seconds
 from .megatron_passes import (activation_pass_seconds, gather_seconds, head_seconds, loss_scale_seconds,
                               main_grad_add_seconds, send_bytes, torch_ddp_seconds)
 from .embedding_pass import word_embedding_seconds
@@ -216,17 +216,18 @@ def _stages(cfg: ScaleConfig, cost: LayerCost, topo, one: dict, head: LayerCost 
         sms = nccl_sms(hw) if hw is not None else (0, 0)
         dp = dp_exposure(cfg, topo, cost, n, one["f"], one["b"], optimizer_extra_elems(cfg, s), sms,
                          ub_sms_of(cfg, topo, sms[1]))  # (nccl_ub's SM-efficient collectives: .nccl_ub)
-        accum = grad_accum_seconds(cfg, hw, cost, n, embedding_elems(cfg, s)) if hw is not None else 0.0
-        accum += main_grad_add_seconds(cfg, hw, cost.weight_elems, n, embedding_elems(cfg, s))  # (.megatron_passes)
+        extra = embedding_elems(cfg, s)
+        elems = cost.weight_elems * n + extra  # the stage's weights
+        accum = grad_accum_seconds(cfg, hw, cost, n, extra) if hw is not None else 0.0
+        accum += main_grad_add_seconds(cfg, hw, cost.weight_elems, n, extra)  # (.megatron_passes)
+        step = (optimizer_seconds(cfg, cost, s, n) + grad_buffer_zero_seconds(cfg, hw, elems)  # (.dp_overlap)
+                + torch_ddp_seconds(cfg, hw, elems, n, extra)
+                + loss_scale_seconds(cfg, hw, elems // cfg.shard_degree, n, extra))
         out.append({"layers": n, "dp": dp, "head_forward": hf if last else 0.0, "head_backward": hb if last else 0.0,
                     "embed_forward": ef_s, "embed_backward": eb_s,
                     "f_s": n * (one["f"] + dp.forward) + (hf if last else 0.0) + ef_s,
                     "b_s": n * (one["b"] + dp.backward) + (hb if last else 0.0) + eb_s + accum, "grad_accum": accum,
-                    "optimizer": optimizer_seconds(cfg, cost, s, n) + torch_ddp_seconds(
-                        cfg, hw, cost.weight_elems * n + embedding_elems(cfg, s), n, embedding_elems(cfg, s)
-                    ) + loss_scale_seconds(
-                        cfg, hw, (cost.weight_elems * n + embedding_elems(cfg, s)) // cfg.shard_degree, n,
-                        embedding_elems(cfg, s))})
+                    "optimizer": step})
     return out
 
 
