@@ -1,12 +1,13 @@
 """Transformer Engine's context-parallel ring: its own memory passes beside the attention kernels (``cp_comm`` p2p).
 
 Megatron-Core's ``--cp-comm-type p2p`` (the default) runs TE's ``AttnFuncWithCP`` (``transformer_engine/pytorch/
-attention.py`` at tag v1.8, the Transformer Engine of NeMo's 24.07 container; the same steps in
-``attention/dot_product_attention/context_parallel.py`` later), which calls the fused attention kernel once per ring
-step, on the load-balanced chunks, and between the calls runs elementwise work of its own that the layer's single
-attention kernel does not. The causal, ``sbhd`` (Megatron's) path, on rank ``cp - 1``: with the load-balanced split
-every later step of it is an ``i <= rank`` step (its full queries against the first half of the received keys, the
-output merged whole), the most merge work of any rank; the attention's FLOPs are the same on every rank.
+attention.py`` at tag v1.8, July 2024; the same statements at v1.7 and v1.9, which bracket NeMo's 24.07 container;
+moved to ``attention/dot_product_attention/context_parallel.py`` later), which calls the fused attention kernel once
+per ring step, on the load-balanced chunks, and between the calls runs elementwise work of its own that the layer's
+single attention kernel does not. The causal, ``sbhd`` (Megatron's) path, on rank ``cp - 1``: with the load-balanced
+split every later step of it is an ``i <= rank`` step (its full queries against the first half of the received keys,
+the output merged whole), the most bytes of any rank (forward and backward together); the attention's FLOPs are the
+same on every rank.
 
 forward (per layer and micro-batch)
   * ``p2p_comm_buffers[0] = torch.cat((k.unsqueeze(0), v.unsqueeze(0)))``: K and V read and written, bf16;
