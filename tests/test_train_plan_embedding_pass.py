@@ -40,6 +40,8 @@ def test_tensor_parallel_context_parallel_and_tied():
     assert embedding_bytes(_cfg(t=2, cp=2))["backward"] == (table * 12 + rows * 4, 4)
     # tied: the LM head's fused wgrad marks the shared weight added, the hook skips it: only the zeroed gradient
     assert embedding_bytes(_cfg(tied_embedding=True))["backward"] == (1000 * 64 * 2 + 2 * 32 * 64 * 4, 3)
+    # with a pipeline the first stage's copy is the embedding's alone: its hook adds it
+    assert embedding_bytes(_cfg(tied_embedding=True, p=2))["backward"] == (1000 * 64 * 12 + 2 * 32 * 64 * 4, 4)
 
 
 def test_only_megatron_core_ddp():
