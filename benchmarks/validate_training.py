@@ -291,7 +291,8 @@ def price(run: dict, data: dict, cache_dir=None, clock: str = "sustained") -> di
 
 def _parts(it) -> dict:
     """The iteration's parts (seconds); ``cp``: context parallelism's exposed exchange; ``ring``: PyTorch's ring
-    attention's own passes, forward and backward, already inside ``fwd`` / ``bwd`` (shown apart)."""
+    attention's own passes (or Transformer Engine's, ``p2p``), forward and backward, already inside ``fwd`` / ``bwd``
+    (shown apart)."""
     c = it.compute
     return {"fwd": c["forward"], "bwd": c["backward"], "rec": c["recompute"], "tp": it.tp_comm,
             "bubble": it.bubble, "p2p": it.p2p, "dp": it.dp_exposed, "dp_total": it.dp_total,

@@ -13,6 +13,7 @@ from mhlo_cost.studies.plan.compose import compose
 from mhlo_cost.studies.plan.config import ScaleConfig
 from mhlo_cost.studies.plan.costs import LayerCost
 from mhlo_cost.studies.plan.ring_passes import ring_pass_seconds, ring_passes
+from mhlo_cost.studies.plan.te_cp_passes import te_cp_pass_seconds
 
 BF16, F32 = 2, 4
 SELENE = resolve_profile("selene")
@@ -102,4 +103,7 @@ def test_compose_adds_the_passes_to_the_layer_and_full_recompute_runs_the_forwar
     assert it.layer["recompute"] == 0.0
     full = compose(cfg.with_split(recompute="full"), _fake(1.0, 2.0), SELENE)
     assert full.layer["recompute"] == pytest.approx(1.0 + ring_f, rel=1e-12)
-    assert compose(cfg.with_split(cp_comm="p2p"), _fake(1.0, 2.0), SELENE).layer["forward"] == 1.0
+    # Megatron-Core's p2p ring has none of PyTorch's passes, only Transformer Engine's own (.te_cp_passes)
+    te = cfg.with_split(cp_comm="p2p")
+    assert ring_passes(te).forward_bytes == 0
+    assert compose(te, _fake(1.0, 2.0), SELENE).layer["forward"] == 1.0 + te_cp_pass_seconds(te, SELENE)[0]

@@ -31,7 +31,8 @@ def register_sharding(p) -> None:
                    help="context-parallel degree: the sequence split cp ways, load-balanced causal (default 1)")
     p.add_argument("--cp-comm-type", choices=("p2p", "all_gather", "torch-allgather", "torch-alltoall"),
                    default="p2p",
-                   help="p2p: ring attention, K/V send/recv per step overlapping the attention (default); "
+                   help="p2p: ring attention, K/V send/recv per step overlapping the attention, with Transformer "
+                        "Engine's merge and copy passes (Megatron-Core's; default); "
                         "all_gather: K/V all-gathered, not overlapped; torch-allgather / torch-alltoall: PyTorch's "
                         "context_parallel by its rotate method (torchtitan's), the fp32 dK/dV passed round the ring")
     p.add_argument("--cp-kv-repeat", action="store_true",
@@ -67,7 +68,8 @@ def register_pipeline_and_kernels(p) -> None:
                         "--interleave; default) or torchtitan (uneven virtual stages, as generate_split_points)")
     p.add_argument("--overlap-grad-reduce", action="store_true",
                    help="Megatron-Core's DDP: each gradient bucket (each model chunk, interleaved) reduced as the "
-                        "backward makes it, only the last exposed (with --ddp-bucket-size, --overlap-param-gather)")
+                        "backward makes it, only the last exposed (with --ddp-bucket-size, --overlap-param-gather); "
+                        "the word embedding's dense gradient and main_grad add priced each micro-batch")
     p.add_argument("--ddp-bucket-size", type=int, metavar="ELEMENTS",
                    help="with --overlap-grad-reduce: a gradient bucket's elements (default max(40M, 1M x dp))")
     p.add_argument("--overlap-param-gather", action="store_true",

@@ -35,7 +35,8 @@ pipeline and the layer's times F (forward), B (backward), R (recompute) per micr
   every overlapped collective's NCCL kernel holds ``n`` of the chip's ``S`` SMs while it runs, so the compute
   beside it is slowed by ``n / S`` of the overlapped seconds (:mod:`.sm_share`);
 * context parallelism: its K/V exchange per layer and micro-batch in F_s / B_s (what the attention's compute
-  does not hide); PyTorch's ring attention's own merges and fp32 accumulators (:mod:`.ring_passes`) are kernels of
+  does not hide); PyTorch's ring attention's own merges and fp32 accumulators (:mod:`.ring_passes`) and Transformer
+  Engine's (``p2p``, :mod:`.te_cp_passes`) are kernels of
   the layer's forward / backward (and of its full recompute), as are FSDP2's copy-out of each all-gather and
   copy-in of each reduce-scatter (:mod:`.fsdp_copies`);
 * uneven pipelines: every slot runs at the pace of the slowest stage (the most layers, or the head's);
@@ -55,9 +56,10 @@ from .config import ScaleConfig
 from .costs import LayerCost
 from .sharding import (cp_collectives, cp_exposure, dp_collectives, dp_exposure, embedding_collective, embedding_elems,
                        optimizer_extra_elems, seconds)
-from .dp_overlap import bucketed, dp_overlap_exposed
+from .dp_overlap import bucketed, dp_overlap_exposed, grad_buffer_zero_seconds
 from .megatron_passes import (activation_pass_seconds, gather_seconds, head_seconds, loss_scale_seconds,
                               main_grad_add_seconds, send_bytes, torch_ddp_seconds)
+from .embedding_pass import word_embedding_seconds
 from .fsdp_copies import fsdp_copy_seconds
 from .fp8_weights import per_micro_batch, split_step
 from .nccl_ub import ub_sms_of
@@ -65,6 +67,7 @@ from .partial_recompute import full_share, mean_layer, recomputed_layers, whole
 from .partial_recompute import kept as without
 from .recompute import recompute_flops, recompute_seconds
 from .ring_passes import ring_pass_seconds
+from .te_cp_passes import te_cp_pass_seconds
 from .sm_share import chip_sms, nccl_sms, taxed
 from .tp_overlap import tp_overlap_exposure
 
@@ -179,6 +182,8 @@ def _layer(cfg: ScaleConfig, cost: LayerCost, topo, hw=None) -> dict:
     # PyTorch's ring attention's own merges and accumulators: kernels of the layer's compute (.ring_passes); full
     # recompute runs the forward's again
     ring_f, ring_b = ring_pass_seconds(cfg, hw)
+    te_f, te_b = te_cp_pass_seconds(cfg, hw)  # TE's p2p ring (Megatron-Core's): its merges and copies (.te_cp_passes)
+    ring_f, ring_b = ring_f + te_f, ring_b + te_b
     copy_f, copy_b = fsdp_copy_seconds(cfg, hw, cost.weight_elems)  # FSDP2's copy-out / copy-in (.fsdp_copies)
     act_f, act_b = activation_pass_seconds(cfg, hw)  # NeMo's eager squared-ReLU (.megatron_passes)
     fwd = t["forward"] - cast_f + ring_f + copy_f + act_f
@@ -207,22 +212,26 @@ def _stages(cfg: ScaleConfig, cost: LayerCost, topo, one: dict, head: LayerCost 
     """Per pipeline stage: its layers, and its forward / backward seconds per micro-batch (the data-parallel
     per-layer collectives' exposure in them; the last stage's head)."""
     hf, hb = head_seconds(cfg, head, hw)  # (Megatron's own cross-entropy kernels where cfg says: .megatron_passes)
+    ef, eb = word_embedding_seconds(cfg, hw)  # the first stage's word embedding (Megatron-Core's: .embedding_pass)
     out = []
     for s, n in enumerate(cfg.stage_layers()):
         last = s == cfg.p - 1
+        ef_s, eb_s = (ef, eb) if s == 0 else (0.0, 0.0)
         sms = nccl_sms(hw) if hw is not None else (0, 0)
         dp = dp_exposure(cfg, topo, cost, n, one["f"], one["b"], optimizer_extra_elems(cfg, s), sms,
                          ub_sms_of(cfg, topo, sms[1]))  # (nccl_ub's SM-efficient collectives: .nccl_ub)
-        accum = grad_accum_seconds(cfg, hw, cost, n, embedding_elems(cfg, s)) if hw is not None else 0.0
-        accum += main_grad_add_seconds(cfg, hw, cost.weight_elems, n, embedding_elems(cfg, s))  # (.megatron_passes)
+        extra = embedding_elems(cfg, s)
+        elems = cost.weight_elems * n + extra  # the stage's weights
+        accum = grad_accum_seconds(cfg, hw, cost, n, extra) if hw is not None else 0.0
+        accum += main_grad_add_seconds(cfg, hw, cost.weight_elems, n, extra)  # (.megatron_passes)
+        step = (optimizer_seconds(cfg, cost, s, n) + grad_buffer_zero_seconds(cfg, hw, elems)  # (.dp_overlap)
+                + torch_ddp_seconds(cfg, hw, elems, n, extra)
+                + loss_scale_seconds(cfg, hw, elems // cfg.shard_degree, n, extra))
         out.append({"layers": n, "dp": dp, "head_forward": hf if last else 0.0, "head_backward": hb if last else 0.0,
-                    "f_s": n * (one["f"] + dp.forward) + (hf if last else 0.0),
-                    "b_s": n * (one["b"] + dp.backward) + (hb if last else 0.0) + accum, "grad_accum": accum,
-                    "optimizer": optimizer_seconds(cfg, cost, s, n) + torch_ddp_seconds(
-                        cfg, hw, cost.weight_elems * n + embedding_elems(cfg, s), n, embedding_elems(cfg, s)
-                    ) + loss_scale_seconds(
-                        cfg, hw, (cost.weight_elems * n + embedding_elems(cfg, s)) // cfg.shard_degree, n,
-                        embedding_elems(cfg, s))})
+                    "embed_forward": ef_s, "embed_backward": eb_s,
+                    "f_s": n * (one["f"] + dp.forward) + (hf if last else 0.0) + ef_s,
+                    "b_s": n * (one["b"] + dp.backward) + (hb if last else 0.0) + eb_s + accum, "grad_accum": accum,
+                    "optimizer": step})
     return out
 
 
@@ -258,8 +267,9 @@ def compose(cfg: ScaleConfig, cost: LayerCost, hw, head: LayerCost | None = None
     opt = max(st["optimizer"] for st in stages)  # the slowest step: the next iteration starts after it
     emb = embedding_seconds(cfg, topo)  # after the flush, before the step: exposed
     total = float(slots) * per_mb + (dp_iter - hidden) + tax + emb + opt + cast_own + cast_fill
-    compute = {"forward": m * (n * one["forward"] + slow["head_forward"]) + cast_own,
-               "backward": m * (n * one["backward"] + slow["head_backward"] + slow["grad_accum"]),
+    compute = {"forward": m * (n * one["forward"] + slow["head_forward"] + slow["embed_forward"]) + cast_own,
+               "backward": m * (n * one["backward"] + slow["head_backward"] + slow["embed_backward"]
+                                + slow["grad_accum"]),
                "recompute": m * n * one["recompute"]}
     counts = flop_counts(cfg, cost, hw, total, head)
     counts.update(micro_batches=m, p2p_transfers=2 * v * m if p > 1 else 0, p2p_bytes=p2p_bytes,

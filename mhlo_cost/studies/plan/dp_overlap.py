@@ -68,6 +68,17 @@ def bucketed(cfg) -> bool:
     return cfg.ddp == "megatron" or torch_bucketed(cfg)
 
 
+def grad_buffer_zero_seconds(cfg, hw, elems: int) -> float:
+    """Megatron-Core's DDP zeroing its gradient buffer once an iteration, before the first forward (``training.py``
+    ``train_step``: ``model_chunk.zero_grad_buffer()``; ``param_and_grad_buffer.py`` ``reset``:
+    ``self.grad_data.zero_()``, at fd5cfec): the stage's ``elems`` weights (all of them: every data rank holds the
+    whole buffer, the distributed optimizer only reduce-scatters into it) x the gradient's bytes written, one kernel
+    (0 without ``ddp="megatron"`` or a profile)."""
+    if cfg.ddp != "megatron" or hw is None or elems == 0:
+        return 0.0
+    return hw.memory_time(elems * cfg.grad_bytes, kernels=1)
+
+
 def bucket_elems(cfg) -> int:
     """Elements of one gradient bucket: PyTorch DDP's 25 MiB of ``grad_bytes`` gradients (:func:`torch_bucketed`);
     else ``ddp_bucket_size``, or Megatron-Core's default ``max(40M, 1M x dp)``, dp the data-parallel ranks

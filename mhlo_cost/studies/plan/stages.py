@@ -32,8 +32,9 @@ def _seconds(it, st: dict, m: int) -> dict:
         return dict(st["seconds"])
     one, n, dp = it.layer, st["layers"], st["dp"]
     host = {"host": m * sum(st["launch_host"][:2])} if "launch_host" in st else {}  # (the step's: in optimizer)
-    return {"forward": m * (n * one["forward"] + st["head_forward"]),
-            "backward": m * (n * one["backward"] + st["head_backward"] + st.get("grad_accum", 0.0)),
+    return {"forward": m * (n * one["forward"] + st["head_forward"] + st.get("embed_forward", 0.0)),
+            "backward": m * (n * one["backward"] + st["head_backward"] + st.get("embed_backward", 0.0)
+                             + st.get("grad_accum", 0.0)),
             "recompute": m * n * one["recompute"],
             "tp_comm": m * n * (one["tp_forward"] + one["tp_backward"]),
             "cp_comm": m * n * (one["cp"].forward + one["cp"].backward), "p2p": it.p2p,
