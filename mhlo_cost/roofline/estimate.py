@@ -18,7 +18,6 @@ from .inductor_launch import parse_torch
 from .optime import op_time, unit_peaks
 from .program import ProgramPricing, fuse
 
-
 _COMM, _COMPUTE, _MEMORY, _OVERHEAD = (attrgetter(f"{x}_s") for x in ("comm", "compute", "memory", "overhead"))
 _FIXED_OF, _GROWING_OF, _KERNEL = attrgetter("fixed_cost_s"), attrgetter("growing_s"), attrgetter("kernel_s")
 
@@ -134,8 +133,7 @@ class Roofline:
         return dict(self._totals)
 
     def kernel_times(self) -> list:
-        """Per row, its time on the compute side (:attr:`~.optime.OpTime.kernel_s`), made once: the totals, the
-        bounds and the schedule each read it (a full-depth sweep program: ten thousand rows and more per chip)."""
+        """Per row, :attr:`~.optime.OpTime.kernel_s`, listed once (the totals and the schedule each read it)."""
         if self._kernel is None:
             self._kernel = list(map(_KERNEL, self.times))
         return self._kernel
