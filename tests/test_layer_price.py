@@ -105,3 +105,22 @@ def test_a_sweep_point_checks_the_repetition_once_per_program(monkeypatch):
     assert lowered == [2, 3, 6] and full.status == "ok"
     for a, b in zip(fast.rows, full.rows):
         _same(a, b)
+
+
+@pytest.mark.parametrize("parallel,devices", [("ulysses", 2), ("megatron", 2), ("ring", 2)])
+def test_a_repetition_checked_at_one_depth_prices_another(parallel, devices):
+    """A sweep point checked at depth 4 prices its full depth from the same layers' segments (:meth:`Repeat.at`:
+    found once): the rows at depth 7 are the rows of the program lowered and priced at depth 7 (the independent
+    reference, not used to build them), and the repetition is the one made afresh at that depth."""
+    made, profiles = _stdit3(parallel, devices, (2, 3, 7))
+    a2, a3 = made[2].analysis, made[3].analysis
+    checked = Repeat(a2, a3, 4)
+    repeat = checked.at(7)
+    assert repeat.plan.segs is checked.plan.segs and repeat.plan.depth == 6 and checked.plan.depth == 3
+    fresh = Repeat(a2, a3, 7)
+    assert repeat.order == fresh.order and repeat.plan.segs == fresh.plan.segs
+    got = repeated_rows(repeat, [(made[2].on(hw), made[3].on(hw)) for hw in profiles])
+    want = [sweep_row(made[7].on(hw).figures) for hw in profiles]
+    for a, b in zip(got, want):
+        _same(a, b)
+    assert want[0]["comm_bytes"] > 0

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import math
 import os
+from operator import attrgetter
 
 import pandas as pd
 
@@ -16,6 +17,9 @@ from .fusion import FUSE_MODES
 from .inductor_launch import parse_torch
 from .optime import op_time, unit_peaks
 from .program import ProgramPricing, fuse
+
+_COMM, _COMPUTE, _MEMORY, _OVERHEAD = (attrgetter(f"{x}_s") for x in ("comm", "compute", "memory", "overhead"))
+_FIXED_OF, _GROWING_OF, _KERNEL = attrgetter("fixed_cost_s"), attrgetter("growing_s"), attrgetter("kernel_s")
 
 
 class Roofline:
@@ -61,6 +65,7 @@ class Roofline:
         self._exposure: dict = {}
         self._exposed: dict = {}
         self._totals: dict | None = None
+        self._kernel: list | None = None
 
     @classmethod
     def priced(cls, analysis, hw: Hardware, times: list, fusion, execution: str, attention: str) -> "Roofline":
@@ -74,7 +79,7 @@ class Roofline:
         # refused above), the one caller (layerprice) prices sweep points of fuse none/elementwise
         # (sweep.point.REPEATED_FUSE), the sweep has no SDPA setting and ``report --sdpa`` builds Roofline(...).
         rf.attention, rf.sdpa, rf.written = attention, "auto", "auto"
-        rf._exposure, rf._exposed, rf._totals = {}, {}, None
+        rf._exposure, rf._exposed, rf._totals, rf._kernel = {}, {}, None, None
         return rf
 
     # -- communication: algorithm and tier per collective, and what compute cannot hide ---------------------
@@ -94,8 +99,8 @@ class Roofline:
         key = bool(fused)
         if key not in self._exposure:
             ts, rows = self.times, self.analysis.rows
-            compute = list(self.fusion.row_time) if fused else [t.kernel_s for t in ts]
-            comm = [t.comm_s for t in ts]
+            compute = list(self.fusion.row_time) if fused else list(self.kernel_times())
+            comm = list(map(_COMM, ts))
             producers = self.analysis.producers
             if not producers:
                 producers = [(None,)] * len(rows)  # every op waits for everything before it
@@ -127,21 +132,27 @@ class Roofline:
             self._totals = self._sum_totals()
         return dict(self._totals)
 
+    def kernel_times(self) -> list:
+        """Per row, :attr:`~.optime.OpTime.kernel_s`, listed once (the totals and the schedule each read it)."""
+        if self._kernel is None:
+            self._kernel = list(map(_KERNEL, self.times))
+        return self._kernel
+
     def _sum_totals(self) -> dict:
-        ts = self.times
-        kernel = math.fsum(t.kernel_s for t in ts)
-        comm = math.fsum(t.comm_s for t in ts)
+        ts, ks = self.times, self.kernel_times()
+        kernel = math.fsum(ks)
+        comm = math.fsum(map(_COMM, ts))  # (``map`` of an attrgetter: the same terms in the same order, in C)
         out = {
-            "est_compute_s": math.fsum(t.compute_s for t in ts),
-            "est_memory_s": math.fsum(t.memory_s for t in ts),
-            "est_overhead_s": math.fsum(t.overhead_s for t in ts),
+            "est_compute_s": math.fsum(map(_COMPUTE, ts)),
+            "est_memory_s": math.fsum(map(_MEMORY, ts)),
+            "est_overhead_s": math.fsum(map(_OVERHEAD, ts)),
             "comm_time_s": comm,
             "comm_exposed_s": self.comm_exposed(),
             "est_time_s": kernel + comm,
         }
         out["est_time_overlap_s"] = kernel + out["comm_exposed_s"]
         for b in ("compute", "memory"):
-            out[f"{b}_bound_s"] = math.fsum(t.kernel_s for t in ts if t.bound == b)
+            out[f"{b}_bound_s"] = math.fsum(k for k, t in zip(ks, ts) if t.bound == b)
             out[f"{b}_bound_ops"] = sum(r.multiplicity for r, t in zip(self.analysis.rows, ts) if t.bound == b)
         out["kernels"] = sum(r.multiplicity for r, t in zip(self.analysis.rows, ts) if t.overhead_s > 0)
         out["free_ops"] = sum(r.multiplicity for r, t in zip(self.analysis.rows, ts) if t.bound == "free")
@@ -317,12 +328,13 @@ class Roofline:
         tot, ts, fused = self.totals(), self.times, self.fusion is not None
         if fused:
             ks, rk, ft = self.fusion.kernels, self.fusion.row_kernel, self.fusion.row_time
-            compute = math.fsum(ft[i] for i in range(len(ts)) if rk[i] is not None and ks[rk[i]].bound == "compute")
+            bound = [k.bound == "compute" for k in ks]  # (per kernel once, not per member row)
+            compute = math.fsum(f for f, j in zip(ft, rk) if j is not None and bound[j])
         else:
             compute = tot["compute_bound_s"]
         comm = tot["comm_time_s"]
         return span_bound(tot["est_time_fused_s" if fused else "est_time_s"] - comm, compute, comm,
-                          math.fsum(t.fixed_cost_s for t in ts), math.fsum(t.growing_s for t in ts))
+                          math.fsum(map(_FIXED_OF, ts)), math.fsum(map(_GROWING_OF, ts)))
 
     def block_frame(self, blocks, parts: bool = False, memory: list | None = None) -> pd.DataFrame:
         """The block table with the estimate columns (and ``memory``'s, see :func:`~mhlo_cost.analysis.blocks.block_table`);

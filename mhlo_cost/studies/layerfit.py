@@ -23,6 +23,7 @@ from __future__ import annotations
 import copy
 import re
 from dataclasses import fields
+from functools import lru_cache
 from operator import attrgetter
 
 from ..walk.row import LocationInfo, Row
@@ -35,15 +36,23 @@ _DIGITS = re.compile(r"\d+")
 _KEYED = ("index", "values", "loc", "scope")
 
 
+@lru_cache(maxsize=1 << 16)  # (a program's names repeat, layer after layer: each made once)
 def _norm(s: str) -> str:
     return _DIGITS.sub("#", s)
 
 
+#: Per row class, its fields but :data:`_KEYED` read at once (``operator.attrgetter``: one C call a row, not a
+#: ``fields()`` look-up and a ``getattr`` per field; the same tuple).
+_SIG_FIELDS: dict = {}
+
+
 def _sig(row) -> tuple:
     """A row without its value keys, program order and layer index: what must repeat."""
+    get = _SIG_FIELDS.get(type(row))
+    if get is None:
+        get = _SIG_FIELDS[type(row)] = attrgetter(*(f.name for f in fields(row) if f.name not in _KEYED))
     loc = row.loc
-    return (tuple(getattr(row, f.name) for f in fields(row) if f.name not in _KEYED), _norm(row.scope),
-            _norm(loc.name), _norm(loc.scope), loc.file_line, loc.stack)
+    return (get(row), _norm(row.scope), _norm(loc.name), _norm(loc.scope), loc.file_line, loc.stack)
 
 
 def _stepped(s1: str, s2: str, k: int) -> str:

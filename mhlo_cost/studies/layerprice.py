@@ -60,14 +60,17 @@ class Repeat:
     full depth, (its position in ``deep``, its layer: None for a row that is not a copy); :attr:`layers`: the
     copies of each segment's layer 2 at full depth (``L - 1``, ``L`` the layers per segment)."""
 
-    def __init__(self, shallow, deep, depth: int, base: int = 2):
+    def __init__(self, shallow, deep, depth: int, base: int = 2, segs: list | None = None):
+        """``segs``: the layers' segments of ``deep`` over ``shallow`` where known (:meth:`at`), else found."""
         from .layerfit import _sig, check_plain
         from .layerfit_sharded import _order, _Plan, find_segments
 
         if depth <= base + 1:
             raise FitFailed(f"depth {depth} is not above the deep lowering's {base + 1}")
         check_plain(shallow, deep)
-        segs = find_segments([_sig(r) for r in shallow.rows], [_sig(r) for r in deep.rows])
+        if segs is None:
+            segs = find_segments([_sig(r) for r in shallow.rows], [_sig(r) for r in deep.rows])
+        self.base = base
         self.shallow, self.deep, self.plan = shallow, deep, _Plan(segs, depth - (base - 1))
         self.order = list(_order(self.plan, len(deep.rows)))
         self.layers = self.plan.depth - 1
@@ -75,6 +78,11 @@ class Repeat:
         for q, m in segs:
             for p in range(q + m, q + 2 * m):
                 self.in_layer2[p] = True
+
+    def at(self, depth: int) -> "Repeat":
+        """The same repetition to ``depth`` (its layers' segments found once: a point checked at one depth and
+        priced at another)."""
+        return Repeat(self.shallow, self.deep, depth, self.base, segs=self.plan.segs)
 
     def grown(self, a: int, b: int) -> int:
         """``b`` (at depth ``base + 1``) grown from ``a`` (at ``base``) by a constant per layer, to full depth."""

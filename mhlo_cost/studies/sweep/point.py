@@ -198,9 +198,10 @@ def _repeated_rows(task: Task, depth: int):
     profiles = task.profiles()
     priced = [tuple(studies[d].on(hw) for d in DEPTHS) for hw in profiles]
     try:
-        if task.check and not _check_holds(task, made, Repeat(a2, a3, CHECK_DEPTH, base=DEPTHS[0]), priced):
+        first = Repeat(a2, a3, CHECK_DEPTH if task.check else depth, base=DEPTHS[0])
+        if task.check and not _check_holds(task, made, first, priced):
             return None
-        rows = repeated_rows(Repeat(a2, a3, depth, base=DEPTHS[0]), priced)
+        rows = repeated_rows(first.at(depth) if task.check else first, priced)
     except (FitFailed, ValueError, IndexError, KeyError, TypeError, AttributeError):
         return None  # a program the repetition does not take: point_study's path
     return hashlib.sha256("".join(made[d] for d in DEPTHS).encode()).hexdigest(), rows  # (checked or not: one key)
