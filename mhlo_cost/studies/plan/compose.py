@@ -9,7 +9,9 @@ pipeline and the layer's times F (forward), B (backward), R (recompute) per micr
   the sharded norm outputs the weight gradients need; full recompute repeats the forward's collectives),
   each of the full activation ``b x s x h`` (bf16) over the ``t`` devices of a tensor group, priced on the
   system's network. Megatron (2022) does not overlap them: all are exposed; with ``tp_comm_overlap`` (TE's
-  userbuffers, NeMo's) each is priced against the GEMM it is overlapped with (:mod:`.tp_overlap`);
+  userbuffers, NeMo's) each is priced against the GEMM it is overlapped with (:mod:`.tp_overlap`); with
+  ``async_tp`` (PyTorch's, torch.compile) Inductor's fused all_gather-matmul / matmul-reduce_scatter pairs
+  (:mod:`.async_tp`);
 * Megatron's full recompute re-runs the layer's whole forward, so its R is priced as F (JAX's remat
   leaves out what the backward does not read; its IR count is kept beside, ``recompute_ir``);
 * 1F1B: ``(m + p - 1)(F_s + B_s)``; interleaved with ``v`` chunks: ``(m + (p - 1)/v)(F_s + B_s)``; the
@@ -70,6 +72,7 @@ from .ring_passes import ring_pass_seconds
 from .te_cp_passes import te_cp_pass_seconds
 from .sm_share import chip_sms, nccl_sms, taxed
 from .tp_overlap import tp_overlap_exposure
+from .async_tp import async_tp_exposure
 
 
 @dataclass(frozen=True)
@@ -175,6 +178,8 @@ def _layer(cfg: ScaleConfig, cost: LayerCost, topo, hw=None) -> dict:
     if cfg.tp_comm_overlap and cfg.t > 1:  # TE's userbuffers: each collective against its own GEMM
         tp = tp_overlap_exposure(cfg, cost, s_act, lambda kind, n, groups: _time(topo, kind, n, groups),
                                  chip_sms(hw))
+    elif cfg.async_tp and cfg.t > 1:  # PyTorch's async TP: Inductor's fused pairs, the rest exposed (.async_tp)
+        tp = async_tp_exposure(cfg, cost, s_act, lambda kind, n, groups: _time(topo, kind, n, groups), hw)
     else:
         tp = {ph: sum(n * _time(topo, kind, s_act, tp_group(cfg)) for kind, n in kinds)
               for ph, kinds in tp_collectives(cfg).items()}
