@@ -125,3 +125,25 @@ def test_the_command_line_takes_async_tp(capsys, tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))
     assert main(ARGS + ["--sp", "--execution", "inductor", "--async-tp"]) == 0
     assert "async-tp" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("execution, recompute, regather", [
+    ("inductor", "full", 0), ("inductor", "none", 0), ("compiled", "full", 2), ("compiled", "none", 2),
+    ("inductor", "selective", 2)])
+def test_pytorch_tensor_parallel_does_not_gather_again(execution, recompute, regather):
+    """Plain sequence-parallel TP, each collective exposed (Selene's network): forward 2 all_gathers + 2
+    reduce_scatters; backward 2 + 2, Megatron's 2 re-gathers of the norm outputs (its linears save the shard) but
+    not PyTorch's (autograd keeps the gathered input, or full recompute gathers it again), and full recompute's
+    forward again."""
+    from mhlo_cost.network import estimate, resolve_profile
+    from mhlo_cost.studies.plan.compose import compose
+
+    dgx = resolve_profile("selene")
+    group = (tuple(range(4)),)
+    ag, rs = (estimate(dgx.topology, k, S, group).time_s for k in ("all_gather", "reduce_scatter"))
+    cfg = ScaleConfig(**(BIG | {"execution": execution}), t=4, sp=True, recompute=recompute)
+    it = compose(cfg, _cost(dict.fromkeys(LINEARS, 1.0)), dgx)
+    fwd = 2 * ag + 2 * rs
+    assert it.layer["tp_forward"] == pytest.approx(fwd, rel=1e-12)
+    want = (2 + regather) * ag + 2 * rs + (fwd if recompute == "full" else 0.0)
+    assert it.layer["tp_backward"] == pytest.approx(want, rel=1e-12)
