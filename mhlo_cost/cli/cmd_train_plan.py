@@ -141,6 +141,7 @@ def _sharding(args) -> dict:
                 grad_reduce_fp32=not args.grad_reduce_in_bf16, execution=args.execution,
                 inductor_comm_reorder=args.inductor_comm_reorder,
                 tp_comm_overlap=args.tp_comm_overlap, tp_overlap_rs=args.tp_comm_overlap_rs,
+                async_tp=args.async_tp,
                 pipeline_split=args.pipeline_split, cross_entropy=args.cross_entropy, activation=args.activation,
                 nccl_ub=args.use_nccl_ub,
                 torch_ddp=args.torch_ddp,

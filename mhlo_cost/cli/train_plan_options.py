@@ -91,6 +91,11 @@ def register_pipeline_and_kernels(p) -> None:
     p.add_argument("--tp-comm-overlap-rs", choices=("pipeline", "ring_exchange"), default="pipeline",
                    help="with --tp-comm-overlap: the reduce-scatters pipelined in 4 splits (NeMo's; default) or "
                         "ring-exchanged (Megatron-Bridge's fp8 H100 configurations)")
+    p.add_argument("--async-tp", action="store_true",
+                   help="PyTorch's async tensor parallelism (torchtitan's experimental.enable_async_tensor_parallel: "
+                        "Inductor's micro-pipeline TP fusing each all-gather with the matmuls it feeds and each "
+                        "matmul with its reduce-scatter, shards moved by the copy engine); needs --sp, -t > 1 and "
+                        "--execution inductor")
     register_kernels(p)
 
 

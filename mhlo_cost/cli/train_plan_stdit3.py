@@ -20,7 +20,7 @@ NOT_STDIT3 = (("-t", "t", 1), ("-p", "p", 1), ("--sp", "sp", False), ("--interle
               ("--share-embeddings-and-output-weights", "tied_embedding", False),
               ("--grad-accum-pass", "grad_accum_pass", False), ("--tp-comm-overlap", "tp_comm_overlap", False),
               ("--tp-comm-overlap-rs", "tp_comm_overlap_rs", "pipeline"), ("--pipeline-split", "pipeline_split",
-                                                                         "megatron"),
+                                                                         "megatron"), ("--async-tp", "async_tp", False),
               ("--overlap-grad-reduce", "overlap_grad_reduce", False),
               ("--overlap-param-gather", "overlap_param_gather", False), ("--ddp-bucket-size", "ddp_bucket_size", None),
               ("--cross-entropy", "cross_entropy", "fused"), ("--activation", "activation", "gelu"),

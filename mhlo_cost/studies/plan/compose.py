@@ -5,11 +5,13 @@ pipeline and the layer's times F (forward), B (backward), R (recompute) per micr
 
 * stage time per micro-batch: ``F_s = (L/p)(F + TP_f)``, ``B_s = (L/p)(B + R + TP_b)``, where TP_f / TP_b
   are the layer's tensor-parallel collectives (no sequence parallelism: 2 all_reduce forward, 2 backward;
-  with it: 2 all_gather + 2 reduce_scatter forward, 2 + 2 backward and 2 all_gather more that re-gather
-  the sharded norm outputs the weight gradients need; full recompute repeats the forward's collectives),
+  with it: 2 all_gather + 2 reduce_scatter forward, 2 + 2 backward and, Megatron's, 2 all_gather more that
+  re-gather the sharded norm outputs the weight gradients need; full recompute repeats the forward's collectives),
   each of the full activation ``b x s x h`` (bf16) over the ``t`` devices of a tensor group, priced on the
   system's network. Megatron (2022) does not overlap them: all are exposed; with ``tp_comm_overlap`` (TE's
-  userbuffers, NeMo's) each is priced against the GEMM it is overlapped with (:mod:`.tp_overlap`);
+  userbuffers, NeMo's) each is priced against the GEMM it is overlapped with (:mod:`.tp_overlap`); with
+  ``async_tp`` (PyTorch's, torch.compile) Inductor's fused all_gather-matmul / matmul-reduce_scatter pairs
+  (:mod:`.async_tp`);
 * Megatron's full recompute re-runs the layer's whole forward, so its R is priced as F (JAX's remat
   leaves out what the backward does not read; its IR count is kept beside, ``recompute_ir``);
 * 1F1B: ``(m + p - 1)(F_s + B_s)``; interleaved with ``v`` chunks: ``(m + (p - 1)/v)(F_s + B_s)``; the
@@ -70,6 +72,7 @@ from .ring_passes import ring_pass_seconds
 from .te_cp_passes import te_cp_pass_seconds
 from .sm_share import chip_sms, nccl_sms, taxed
 from .tp_overlap import tp_overlap_exposure
+from .async_tp import async_tp_exposure
 
 
 @dataclass(frozen=True)
@@ -135,12 +138,19 @@ class Iteration:
 
 
 def tp_collectives(cfg: ScaleConfig) -> dict:
-    """(kind, count) of the tensor-parallel collectives of one layer, forward and backward, per micro-batch."""
+    """(kind, count) of the tensor-parallel collectives of one layer, forward and backward, per micro-batch. With
+    sequence parallelism Megatron's linears save the norm's output sharded and all-gather it again for the weight
+    gradients (``LinearWithGradAccumulationAndAsyncCommunication.backward``, megatron/core/tensor_parallel/layers.py):
+    2 all_gathers more. PyTorch's tensor parallel (execution eager / inductor: DTensor's ``PrepareModuleInput``
+    gathers, then a plain ``mm``) has autograd keep the gathered input (``mm``'s derivative reads ``self`` for the
+    weight's gradient, tools/autograd/derivatives.yaml), or with full recompute the recomputed forward gathers it:
+    no re-gather (other recompute policies keep Megatron's count: what they save is not read here)."""
     if cfg.t == 1:
         return {"forward": (), "backward": ()}
     if cfg.sp:
         fwd = (("all_gather", 2), ("reduce_scatter", 2))
-        bwd = [("all_gather", 2 + 2), ("reduce_scatter", 2)]
+        kept = cfg.execution != "compiled" and cfg.recompute in ("none", "full")  # PyTorch's: no re-gather
+        bwd = [("all_gather", 2 + (0 if kept else 2)), ("reduce_scatter", 2)]
     else:
         fwd = (("all_reduce", 2),)
         bwd = [("all_reduce", 2)]
@@ -175,6 +185,8 @@ def _layer(cfg: ScaleConfig, cost: LayerCost, topo, hw=None) -> dict:
     if cfg.tp_comm_overlap and cfg.t > 1:  # TE's userbuffers: each collective against its own GEMM
         tp = tp_overlap_exposure(cfg, cost, s_act, lambda kind, n, groups: _time(topo, kind, n, groups),
                                  chip_sms(hw))
+    elif cfg.async_tp and cfg.t > 1:  # PyTorch's async TP: Inductor's fused pairs, the rest exposed (.async_tp)
+        tp = async_tp_exposure(cfg, cost, s_act, lambda kind, n, groups: _time(topo, kind, n, groups), hw)
     else:
         tp = {ph: sum(n * _time(topo, kind, s_act, tp_group(cfg)) for kind, n in kinds)
               for ph, kinds in tp_collectives(cfg).items()}

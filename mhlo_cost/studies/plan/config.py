@@ -107,6 +107,8 @@ class ScaleConfig:
     tp_comm_overlap: bool = False  # Transformer Engine's userbuffers: each TP collective overlapped with its GEMM
     # (Megatron-Core's --tp-comm-overlap, NeMo's tp_comm_overlap; needs sequence parallelism: .tp_overlap)
     tp_overlap_rs: str = "pipeline"  # its reduce_scatters: pipeline (4 splits, NeMo's) or ring_exchange
+    async_tp: bool = False  # PyTorch's async TP (torchtitan's enable_async_tensor_parallel: Inductor's micro-pipeline
+    # TP pass, symmetric memory): its fused all_gather-matmul / matmul-reduce_scatter pairs (.async_tp)
     pipeline_split: str = "megatron"  # whose rule splits interleaved uneven stages: megatron | torchtitan
     ddp: str = ""  # with dp_overlap: "" (hidden under one chunk's backward) | megatron (Megatron-Core's buckets: .dp_overlap)
     ddp_bucket_size: int = 0  # Megatron-Core's --ddp-bucket-size (elements; 0: its default); overlap_param_gather too:
@@ -258,6 +260,7 @@ class ScaleConfig:
         ex += " fp8-weights-once" if self.fp8_weight_cache and self.precision != "bf16" else ""
         ex += (" tp-overlap" + ("-rs-ring" if self.tp_overlap_rs == "ring_exchange" else "")
                if self.tp_comm_overlap and self.t > 1 else "")
+        ex += " async-tp" if self.async_tp and self.t > 1 else ""
         rec = self.recompute + (f"-block{self.recompute_num_layers}" if self.recompute_num_layers else "")
         rec += f"-every{self.recompute_every}" if self.recompute_every else ""
         return (f"t{self.t}{sp}{cp} p{self.p}{pp}{v} d{self.d}{ep} mb{self.micro_batch} {rec}"

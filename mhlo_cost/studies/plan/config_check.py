@@ -104,6 +104,9 @@ def invalid(cfg) -> str | None:
         return why
     if cfg.tp_comm_overlap and cfg.t > 1 and not cfg.sp:
         return "tensor-parallel communication overlap (userbuffers) needs sequence parallelism"
+    why = async_tp_invalid(cfg)
+    if why:
+        return why
     why = (pipeline_invalid(cfg) or sharding_invalid(cfg) or cp_invalid(cfg) or moe_invalid_of(cfg)
            or partial_invalid(cfg))
     if why:
@@ -145,3 +148,19 @@ def moe_invalid_of(cfg) -> str | None:
     from .moe_checks import moe_invalid
 
     return moe_invalid(cfg)
+
+
+def async_tp_invalid(cfg) -> str | None:
+    """PyTorch's async TP (:mod:`.async_tp`): an Inductor pass over sequence-parallel all_gathers and
+    reduce_scatters of a tensor group."""
+    if not cfg.async_tp:
+        return None
+    if cfg.t == 1 or not cfg.sp:
+        return ("async tensor parallelism fuses the sequence-parallel collectives: it needs t > 1 and sequence "
+                "parallelism")
+    if cfg.execution != "inductor":
+        return (f"async tensor parallelism is an Inductor pass (torch.compile): it needs execution inductor, "
+                f"not {cfg.execution}")
+    if cfg.tp_comm_overlap:
+        return "async tensor parallelism (PyTorch's) and tp_comm_overlap (Transformer Engine's) do not go together"
+    return None
