@@ -75,3 +75,17 @@ def test_fp8_state_options_are_checked():
     assert "all-gather" in ScaleConfig(**TINY, zero=3, d=8, fsdp_float8_all_gather=True,
                                        fp8_weight_cache=True).invalid()
     assert ScaleConfig(**TINY, zero=3, d=8, fsdp_float8_all_gather=True).invalid() is None
+    # torchao's Float8LinearConfig: enable_fsdp_float8_all_gather supports tensorwise scaling only; FSDP only
+    assert "tensorwise" in ScaleConfig(**dict(TINY, precision="fp8-rowwise"), zero=3, d=8,
+                                       fsdp_float8_all_gather=True).invalid()
+    assert "ZeRO 3" in ScaleConfig(**TINY, d=8, fsdp_float8_all_gather=True).invalid()
+
+
+def test_amax_history_goes_with_the_weight_cache(capsys):
+    from mhlo_cost.cli import main
+
+    args = ["train-plan", "--layers", "4", "--hidden", "64", "--heads", "4", "--seq", "32", "--vocab", "128",
+            "--precision", "fp8-tensorwise", "--fp8-amax-history", "16"]
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--fp8-weight-cache" in err[0]

@@ -91,3 +91,16 @@ def test_command_line(tmp_path, capsys):
     assert len(err) == 1 and err[0].startswith("mhlo-cost: error:") and "--recompute full" in err[0]
     assert main(["train-plan", "--model", "gpt-1.3b", "--sweep", "8", "--recompute-every", "2"]) == 2
     assert "--recompute-every" in capsys.readouterr().err
+
+
+def test_the_stage_table_keeps_the_partial_recompute(tmp_path):
+    """The per-stage rows (``--by stage``, JSON ``stages``) hold the plan's own activations: the mean layer's."""
+    from mhlo_cost.studies.plan.stages import stage_rows
+
+    p = _plan(tmp_path, recompute="full", recompute_every=2)
+    assert stage_rows(p)[0]["mem_activations"] == p.memory["activations"] == 2 * INPUT + 2 * KEEPS
+
+
+def test_stdit3_refuses_the_partial_options(capsys):
+    assert main(["train-plan", "--model", "stdit3", "--recompute", "full", "--recompute-every", "2"]) == 2
+    assert "--recompute-every" in capsys.readouterr().err

@@ -13,8 +13,8 @@ from .common import (EXIT_OK, UserError, add_force, add_progress, add_quiet, cla
 SPLIT = (("-t", "t"), ("-p", "p"), ("-d", "d"), ("--sp", "sp"), ("--interleave", "interleave"),
          ("--micro-batch", "micro_batch"), ("--recompute", "recompute"), ("--cp", "cp"), ("--dp-shard", "dp_shard"),
          ("--dp-replicate", "dp_replicate"), ("--decoder-first-pipeline-num-layers", "first_stage_layers"),
-         ("--decoder-last-pipeline-num-layers", "last_stage_layers"), ("--recompute-num-layers", "recompute_num_layers"),
-         ("--recompute-every", "recompute_every"))
+         ("--decoder-last-pipeline-num-layers", "last_stage_layers"),
+         ("--recompute-num-layers", "recompute_num_layers"), ("--recompute-every", "recompute_every"))
 #: Their values where not given.
 SPLIT_DEFAULTS = (("t", 1), ("p", 1), ("d", 1), ("sp", False), ("interleave", 1), ("micro_batch", 1),
                   ("recompute", "none"), ("cp", 1), ("dp_shard", 0), ("first_stage_layers", 0),
@@ -45,6 +45,9 @@ def _check_options(args) -> None:
     if args.tp_comm_overlap_rs != "pipeline" and not args.tp_comm_overlap:
         raise UserError("--tp-comm-overlap-rs chooses how --tp-comm-overlap runs its reduce-scatters; give "
                         "--tp-comm-overlap with it")
+    if args.fp8_amax_history is not None and not args.fp8_weight_cache:
+        raise UserError("--fp8-amax-history sizes Transformer Engine's scaling state, counted with --fp8-weight-cache; "
+                        "give --fp8-weight-cache with it")
     if args.by is not None and args.format in ("json", "html"):
         raise UserError(f"--by chooses the table; --format {args.format} holds both tables")
     for dest, value in SPLIT_DEFAULTS:
@@ -148,7 +151,7 @@ def _sharding(args) -> dict:
                 loss_scale=args.loss_scale,
                 main_grad_add=args.no_gradient_accumulation_fusion,
                 scatter_gather=args.scatter_gather_tensors_in_pipeline, launch_blocking=args.launch_blocking,
-                fp8_weight_cache=args.fp8_weight_cache, fp8_amax_history=args.fp8_amax_history,
+                fp8_weight_cache=args.fp8_weight_cache, fp8_amax_history=args.fp8_amax_history or 1024,
                 fsdp_float8_all_gather=args.fsdp_float8_all_gather,
                 **_ddp(args), **_experts(args))
 
@@ -262,7 +265,7 @@ def _register_precision(p) -> None:
                    help="under an fp8 precision, each weight's fp8 copy is made on a step's first micro-batch and "
                         "kept for the others (Transformer Engine's is_first_microbatch, as Megatron-Core and NeMo "
                         "run it); without it the weights are cast at every use (torchao's Float8Linear)")
-    p.add_argument("--fp8-amax-history", type=positive_int, default=1024, metavar="N",
+    p.add_argument("--fp8-amax-history", type=positive_int, metavar="N",
                    help="with --fp8-weight-cache: Transformer Engine's delayed-scaling amax history length, whose "
                         "scales and histories (fp32, five per fp8 GEMM) count in memory (default 1024: TE's "
                         "DelayedScaling and NeMo's; Megatron-Core's --fp8-amax-history-len default is 1; current "

@@ -28,6 +28,9 @@ NOT_STDIT3 = (("-t", "t", 1), ("-p", "p", 1), ("--sp", "sp", False), ("--interle
               ("--torch-ddp", "torch_ddp", False), ("--launch-blocking", "launch_blocking", False),
               ("--loss-scale", "loss_scale", False),
               ("--no-gradient-accumulation-fusion", "no_gradient_accumulation_fusion", False),
+              ("--recompute-num-layers", "recompute_num_layers", 0), ("--recompute-every", "recompute_every", 0),
+              ("--fsdp-float8-all-gather", "fsdp_float8_all_gather", False),
+              ("--fp8-amax-history", "fp8_amax_history", None),
               # the mixture-of-experts options (a dense video transformer has no experts)
               ("--num-experts", "num_experts", None), ("--moe-router-topk", "moe_router_topk", None),
               ("--moe-ffn-hidden-size", "moe_ffn_hidden_size", None), ("--ep", "ep", None),

@@ -75,9 +75,12 @@ def fp8_invalid(cfg) -> str | None:
     v = cfg.fp8_amax_history
     if not isinstance(v, int) or isinstance(v, bool) or v < 1:
         return f"fp8_amax_history must be a positive integer, got {v!r}"
-    if cfg.fsdp_float8_all_gather and (cfg.precision == "bf16" or cfg.fp8_weight_cache):
-        return "the FSDP float8 all-gather (torchao's) needs an fp8 precision and no fp8 weight cache (TE's)"
+    if cfg.fsdp_float8_all_gather and (cfg.precision != "fp8-tensorwise" or cfg.fp8_weight_cache
+                                       or cfg.zero_stage != 3):
+        return ("the FSDP float8 all-gather (torchao's enable_fsdp_float8_all_gather) needs FSDP (ZeRO 3), the "
+                "fp8-tensorwise recipe (torchao: tensorwise scaling only) and no fp8 weight cache (TE's)")
     return None
+
 
 def invalid(cfg) -> str | None:
     """Why this configuration cannot run, in one sentence; None where it can."""

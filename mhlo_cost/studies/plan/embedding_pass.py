@@ -17,9 +17,11 @@ backward
   * Megatron-Core's DDP hook (``distributed_data_parallel.py`` ``_make_param_hook``): the embedding is not a
     gradient-accumulation-fused linear (``grad_added_to_main_grad`` unset), so every micro-batch runs
     ``param.main_grad.add_(param.grad.data)``: the bf16 gradient and the fp32 ``main_grad`` read, ``main_grad``
-    written (``V/t x h``). With ``tied_embedding`` on one stage the LM head's fused wgrad marks the shared weight as
-    added (``grad_added_to_main_grad``), so the hook's add is skipped: only the dense gradient is priced (with a
-    pipeline the first stage's copy is the embedding's alone: added);
+    written (``V/t x h``). With ``tied_embedding`` too: on one stage the LM head's fused wgrad adds into the shared
+    weight's ``main_grad`` and sets ``grad_added_to_main_grad``, but Megatron marks that weight ``zero_out_wgrad``
+    (``LanguageModule.setup_embeddings_and_output_layer`` with one pipeline stage), and the hook adds where
+    ``not param.grad_added_to_main_grad or getattr(param, 'zero_out_wgrad', False)``: the add runs (the head's
+    dummy zeroed wgrad that autograd sums into ``.grad`` is left out: a lower bound);
   * with sequence parallelism, the all_gather of the incoming ``b x s/cp x h`` gradient over the tensor group.
 
 Counts are exact ints; times are the profile's memory model and the system's network.
@@ -47,10 +49,8 @@ def embedding_bytes(cfg) -> dict:
         return {"forward": (0, 0), "backward": (0, 0)}
     rows = cfg.micro_batch * cfg.local_seq * cfg.hidden  # the looked-up rows' elements
     table = cfg.vocab // cfg.t * cfg.hidden
-    shared = cfg.tied_embedding and cfg.p == 1  # the LM head's own weight on this stage: its wgrad marks it added
-    per_table = ZERO_BYTES + (0 if shared else HOOK_ADD_BYTES)
-    backward = table * per_table + rows * (2 + 2)  # zeroed (+ hook add); the rows' gradients read, summed in
-    kernels = 2 + (0 if shared else 1) + 1  # zero, sort, segmented sum (+ hook add)
+    backward = table * (ZERO_BYTES + HOOK_ADD_BYTES) + rows * (2 + 2)  # zeroed, hook add; the rows' grads summed in
+    kernels = 4  # zero, sort, segmented sum, hook add
     return {"forward": (rows * (2 + 2), 1), "backward": (backward, kernels)}
 
 

@@ -40,7 +40,7 @@ def plan(cfg: ScaleConfig, hw, cache_dir: str | os.PathLike | None = None, note=
     stages = range(cfg.p) if cfg.uneven else (0,)  # even: the first stage holds the most
     held = max((memory(cfg, cost, cap, stage=s, kept=kept) | ({"stage": s} if cfg.uneven else {}) for s in stages),
                key=lambda r: r["total"])
-    return Plan(cfg, it, held, cost, head)
+    return Plan(cfg, it, held, cost, head, kept=kept)
 
 
 def _own_plan(cfg: ScaleConfig, hw, cost: LayerCost, cache_dir, note) -> Plan:

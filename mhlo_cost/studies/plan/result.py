@@ -19,6 +19,7 @@ class Plan:
     cost: LayerCost | None = None  # the per-device layer's analysis
     head: LayerCost | None = None  # the last stage's head's
     moe: object = None  # a MoE model's costs and per-stage memory (:class:`.moe_plan.MoECosts`)
+    kept: LayerCost | None = None  # a partial recompute's layer without recompute (:mod:`.partial_recompute`)
 
     def row(self, every: bool = False) -> dict:
         r = self.iteration.row(every)

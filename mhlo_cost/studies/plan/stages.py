@@ -66,7 +66,7 @@ def stage_rows(p) -> list[dict]:
 
             mem = moe_memory(cfg, p.moe, capacity, stage=s)
         else:
-            mem = memory(cfg, p.cost, capacity, stage=s) if p.cost is not None else {}
+            mem = memory(cfg, p.cost, capacity, stage=s, kept=p.kept) if p.cost is not None else {}
         row.update({f"mem_{k}": mem.get(k, 0) for k in (*CATEGORIES, "total")})
         rows.append(row)
     return rows
