@@ -241,12 +241,7 @@ def _attention_kernels(rows, producers, hw, sdpa: str, written: str, role: list,
     """The kernels of the SDPA calls (one per call; on the math backend the kernels PyTorch's math path runs,
     :func:`.sdpa.math_pieces`) and of their backward (:func:`sdpa_backward`), in program order of their first
     member; their rows' ``role`` and ``row_kernel`` set; the note (:func:`.sdpa.notes`) and the score shapes the
-    library kernels keep on chip. An ``optimization_barrier`` the backward finder joined to a forward (JAX's
-    fence over the residuals a layer saves for its backward: under ``--recompute none`` the probabilities among
-    them) is no member: PyTorch runs no such op (its SDPA saves the output and the row statistics whatever
-    autograd keeps), and a kernel holding it would read every residual it fences and write them all again. It
-    stays a view call, as in a program that saves no probability (:class:`.fusion.Grouper` keeps it out of
-    every kernel too)."""
+    library kernels keep on chip."""
     from .attention import find_attention
 
     found = find_attention(rows, producers)
@@ -261,7 +256,6 @@ def _attention_kernels(rows, producers, hw, sdpa: str, written: str, role: list,
             pieces.append((sorted(att.members), b))
     kernels: list[EagerKernel] = []
     for members, b in sorted(pieces, key=lambda pb: pb[0][0]):
-        members = [i for i in members if short_name(rows[i].op) != "optimization_barrier"] or members
         whole = b != "math"
         kernels.append(EagerKernel(members, rows[members[0]].multiplicity, attention=whole, backend=b,
                                    has_dot=any(rows[i].kind == "dot" for i in members),
