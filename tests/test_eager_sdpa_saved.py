@@ -3,7 +3,8 @@ JAX program saves the probabilities for its backward behind an ``optimization_ba
 residuals), and the eager attention kernel must not take that fence in (it read every residual of the layer and wrote
 them all again: 7.57 ms against 2.75 ms for torchtitan's Llama 3 8B layer on an A100). The independent checks: the
 same SDPA kernel runs under ``--recompute full`` (the program saves no probability there), and the kernel's traffic is
-the closed form of a flash forward (Q, K, V and the mask in, O out)."""
+the closed form of a flash forward (Q, K, V and the mask in, O out). Inductor took the same fence into its SDPA kernel
+(its attention finder is the one shared with eager: :func:`mhlo_cost.roofline.attention_backward.find_attention_backward`)."""
 from __future__ import annotations
 
 import pytest
@@ -61,3 +62,16 @@ def test_the_sdpa_forward_reads_qkv_and_the_mask_and_writes_o(recompute):
     assert not any(short_name(rows[i].op) == "optimization_barrier" for i in k.members)
     assert k.bytes_written == B * S * H * 2
     assert k.bytes_read == 3 * B * S * H * 2 + S * S + 2 * 2 + 4
+
+
+@pytest.mark.parametrize("recompute", ["none", "full"])
+def test_inductors_sdpa_forward_writes_o_only(recompute):
+    """Under torch.compile the SDPA kernel Inductor calls holds no fence either: one forward attention kernel, O
+    (B x S x H bf16) its only write, and it reads no more than Q, K and V at every head, the mask and three scalars
+    (the closed form above; it read every residual the fence holds before)."""
+    ks, rows = _forward_sdpa(_cfg(recompute=recompute, execution="inductor"))
+    assert len(ks) == 1
+    k = ks[0]
+    assert not any(short_name(rows[i].op) == "optimization_barrier" for i in k.members)
+    assert k.bytes_written == B * S * H * 2
+    assert B * S * H * 2 <= k.bytes_read <= 3 * B * S * H * 2 + S * S + 2 * 2 + 4
