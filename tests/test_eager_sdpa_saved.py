@@ -1,10 +1,10 @@
-"""An SDPA call in eager PyTorch is one kernel whatever autograd keeps (issue 38): under ``--recompute none`` the layer's
-JAX program saves the probabilities for its backward behind an ``optimization_barrier`` (JAX's fence over the
+"""An SDPA call in eager PyTorch is one kernel whatever autograd keeps (issue 38): under ``--recompute none`` the
+layer's JAX program saves the probabilities for its backward behind an ``optimization_barrier`` (JAX's fence over the
 residuals), and the eager attention kernel must not take that fence in (it read every residual of the layer and wrote
 them all again: 7.57 ms against 2.75 ms for torchtitan's Llama 3 8B layer on an A100). The independent checks: the
 same SDPA kernel runs under ``--recompute full`` (the program saves no probability there), and the kernel's traffic is
 the closed form of a flash forward (Q, K, V and the mask in, O out). Inductor took the same fence into its SDPA kernel
-(its attention finder is the one shared with eager: :func:`mhlo_cost.roofline.attention_backward.find_attention_backward`)."""
+(the attention finder it shares with eager: :func:`mhlo_cost.roofline.attention_backward.find_attention_backward`)."""
 from __future__ import annotations
 
 import pytest
