@@ -117,27 +117,55 @@ def test_no_ramp_no_change_a_ramp_adds():
 
 
 def test_cp1_and_no_profile_unchanged():
-    """cp 1: no calls added and the layer as before; without a profile each call is 1/cp of the core."""
+    """cp 1: no calls added and the layer as before; without a profile, or with the attention unfused, each call
+    is 1/cp of the core."""
     one = _cfg(cp=1)
     r = ring_call_seconds(one, H100, CORE)
     assert (r.added_forward, r.added_backward) == (0.0, 0.0)
     it = compose(one, _fake(CORE), H100)
     assert it.layer["forward"] == 1.0 and it.layer["backward"] == 2.0
-    r = ring_call_seconds(_cfg(), None, CORE)
-    assert r.forward == (CORE["forward"] / 4,) * 4 and r.added_forward == 0.0
+    for hw, cfg in ((None, _cfg()), (H100, _cfg(attention="unfused"))):
+        r = ring_call_seconds(cfg, hw, CORE)
+        assert r.forward == (CORE["forward"] / 4,) * 4 and r.added_forward == 0.0
 
 
 def test_each_exchange_beside_its_own_call():
-    """TE's ring: the exchange of step i + 1 beside call i, the backward's first cp - 1 calls (the local one
-    last): exposed the sum of max(0, exchange - call), here with no SMs taken; the layer's compute takes what
-    the calls add."""
+    """TE's ring: the exchange of step i + 1 beside call i (the local, causal call first), the backward's beside
+    its first cp - 1 calls (the local one last). The core is set so that a step's exchange outlasts the local call
+    (it visits fewer blocks' worth of time) and not the others: forward, the local call's step alone exposes;
+    backward, nothing does (no SMs taken). The layer's compute takes what the calls add."""
     cfg = _cfg(seq=4096 * 4, hidden=4096, heads=32, kv_heads=8, t=1, micro_batch=1)
-    r = ring_call_seconds(cfg, H100, CORE)
     x = cp_exposure(cfg, H100.topology, _fake(CORE), (0, 0), H100)
     step_f, step_b = x.forward_total / 3, x.backward_total / 3
-    assert x.forward == pytest.approx(sum(max(0.0, step_f - c) for c in r.forward[:3]), rel=1e-9)
-    assert x.backward == pytest.approx(sum(max(0.0, step_b - c) for c in r.backward[:3]), rel=1e-9)
-    it = compose(cfg, _fake(CORE), H100)
+    r = ring_call_seconds(cfg, H100, CORE)
+    assert r.forward[0] < r.forward[1] and r.backward[-1] < r.backward[0]  # the local call, the quickest
+    # a call is affine in the core (a backward call's memory-bound passes do not scale): the core whose quickest
+    # and next calls straddle the step, from two cores
+    mid = [ring_call_seconds(cfg, H100, {"forward": c, "backward": c}) for c in (1e-3, 2e-3)]
+    cores = {}
+    for phase, step, pick in (("forward", step_f, (0, 1)), ("backward", step_b, (-1, 0))):
+        y = [sum(getattr(m, phase)[i] for i in pick) / 2 for m in mid]
+        cores[phase] = 1e-3 + (step - y[0]) * 1e-3 / (y[1] - y[0])
+    core = cores
+    r = ring_call_seconds(cfg, H100, core)
+    assert r.forward[0] < step_f < r.forward[1] and r.backward[-1] < step_b < r.backward[0]
+    x = cp_exposure(cfg, H100.topology, _fake(core), (0, 0), H100)
+    assert x.forward == pytest.approx(step_f - r.forward[0], rel=1e-9) and x.forward > 0
+    assert x.backward == 0.0
+    it = compose(cfg, _fake(core), H100)
     te_f, te_b = te_cp_pass_seconds(cfg, H100)
     assert it.layer["forward"] == pytest.approx(1.0 + te_f + r.added_forward, rel=1e-12)
     assert it.layer["backward"] == pytest.approx(2.0 + te_b + r.added_backward, rel=1e-12)
+
+
+def test_torch_ring_pairs_the_same_way():
+    """PyTorch's ring (all_to_all rotation): the K/V permute of step i + 1 beside call i, the dK/dV permute of
+    step i waited for after call i + 1, the last one after the loop: with no attention time every exchange shows;
+    with a long one only the last dK/dV."""
+    cfg = _cfg(seq=4096 * 4, hidden=4096, heads=32, kv_heads=8, t=1, micro_batch=1, cp_comm="torch-alltoall")
+    bare = cp_exposure(cfg, H100.topology, _fake({"forward": 0.0, "backward": 0.0}), (0, 0), H100)
+    assert (bare.forward, bare.backward) == (bare.forward_total, bare.backward_total)
+    x = cp_exposure(cfg, H100.topology, _fake({"forward": 1.0, "backward": 1.0}), (0, 0), H100)
+    kv_f = bare.forward_total / 3
+    dkv = (bare.backward_total - 3 * kv_f) / 4  # 3 K/V permutes (as forward's) and 4 dK/dV (fp32, twice the bytes)
+    assert x.forward == 0.0 and x.backward == pytest.approx(dkv, rel=1e-9)

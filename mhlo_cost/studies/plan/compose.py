@@ -35,11 +35,11 @@ pipeline and the layer's times F (forward), B (backward), R (recompute) per micr
   every overlapped collective's NCCL kernel holds ``n`` of the chip's ``S`` SMs while it runs, so the compute
   beside it is slowed by ``n / S`` of the overlapped seconds (:mod:`.sm_share`);
 * context parallelism: its K/V exchange per layer and micro-batch in F_s / B_s (what each ring step's attention
-  call does not hide); the ring's calls, each at its own shape, in place of the layer's one kernel (:mod:`.cp_calls`:
-  what they add to it is the layer's forward / backward and its recompute's); PyTorch's ring attention's own merges and fp32 accumulators (:mod:`.ring_passes`) and Transformer
-  Engine's (``p2p``, :mod:`.te_cp_passes`) are kernels of
-  the layer's forward / backward (and of its full recompute), as are FSDP2's copy-out of each all-gather and
-  copy-in of each reduce-scatter (:mod:`.fsdp_copies`);
+  call does not hide); the ring's calls, each at its own shape, in place of the layer's one kernel
+  (:mod:`.cp_calls`: what they add to it is the layer's forward / backward and its recompute's); PyTorch's ring
+  attention's own merges and fp32 accumulators (:mod:`.ring_passes`) and Transformer Engine's (``p2p``,
+  :mod:`.te_cp_passes`) are kernels of the layer's forward / backward (and of its full recompute), as are FSDP2's
+  copy-out of each all-gather and copy-in of each reduce-scatter (:mod:`.fsdp_copies`);
 * uneven pipelines: every slot runs at the pace of the slowest stage (the most layers, or the head's);
   interleaved, a stage's layers are its ``v`` chunks together (torchtitan splits 126 layers into 16 virtual
   stages of 7, 8 x 14, 7: two a device, 15 or 16 layers), a chunk's time its stage's over ``v``;

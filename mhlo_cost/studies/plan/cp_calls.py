@@ -23,7 +23,8 @@ plus the exposed share of its exponentials) relative to the layer's single kerne
 that share of the single kernel's seconds: ``call = core x model(call) / model(kernel)``. The single kernel's
 other terms (its vector work, the clock it holds) scale with it. A backward call's two memory-bound passes are not
 scaled: the single kernel's (over the rank's ``L`` query rows) stay with one call, the further calls' are priced by
-:mod:`.te_cp_passes` / :mod:`.ring_passes`. Without a profile's attention model each call is ``core / cp``.
+:mod:`.te_cp_passes` / :mod:`.ring_passes`. Without a profile's attention model, or with the attention unfused
+(``attention="unfused"``: separate kernels, not the fused model's), each call is ``core / cp``.
 """
 from __future__ import annotations
 
@@ -109,7 +110,9 @@ class RingCalls:
 def ring_call_seconds(cfg: ScaleConfig, hw, core_s: dict | None) -> RingCalls:
     """The :class:`RingCalls` of ``cfg`` from the layer's ``core_s``: each call ``core x model(call) /
     model(kernel)``; a backward's passes over the rank's query rows kept whole with each call (they run in its step;
-    the single kernel's once in ``added_backward``). Without a model (or a core): ``core / cp`` each, nothing added."""
+    the single kernel's once in ``added_backward``). Without a model, a core, or a fused attention (``attention``
+    unfused: the layer's separate kernels, which the fused model does not price): ``core / cp`` each, nothing
+    added."""
     core = core_s or {}
     f_core, b_core = core.get("forward", 0.0), core.get("backward", 0.0)
     fwd, bwd = ring_calls(cfg)
@@ -117,10 +120,10 @@ def ring_call_seconds(cfg: ScaleConfig, hw, core_s: dict | None) -> RingCalls:
     one = single_kernel(cfg)
     base_f = model_seconds(one, hw, library, False) if hw is not None else 0.0
     base_b = model_seconds(one, hw, library, True) if hw is not None else 0.0
-    if cfg.cp == 1 or base_f <= 0 or base_b <= 0 or f_core <= 0 or b_core <= 0:
+    if cfg.cp == 1 or cfg.attention != "fused" or min(base_f, base_b, f_core, b_core) <= 0:
         return RingCalls((f_core / cfg.cp,) * cfg.cp, (b_core / cfg.cp,) * cfg.cp)
-    passes = hw.memory_time(backward_pass_bytes(one.rows * one.sq, one.d, 2), 2)
-    b_compute = max(b_core - passes, 0.0)
+    passes = min(hw.memory_time(backward_pass_bytes(one.rows * one.sq, one.d, 2), 2), b_core)
+    b_compute = b_core - passes
     f = tuple(f_core * model_seconds(c, hw, library, False) / base_f for c in fwd)
     b = tuple(b_compute * model_seconds(c, hw, library, True) / base_b + passes for c in bwd)
     return RingCalls(f, b, sum(f) - f_core, sum(b) - (cfg.cp - 1) * passes - b_core)
