@@ -164,18 +164,28 @@ def backward_step_kinds(rows=None) -> dict:
 def layer_rows(cache_dir=None) -> list[tuple[int, dict]]:
     """(cp, train-plan's attention seconds by phase) of the torchtitan Table 2 rows' layer (one rank, 32768
     positions) on the ``h200`` profile: the ``core`` scope of the layer train-plan lowers and prices
-    (:func:`mhlo_cost.studies.plan.costs.layer_cost`), its forward, recompute and backward."""
+    (:func:`mhlo_cost.studies.plan.costs.layer_cost`), its forward, recompute and backward, with what the ring's
+    calls at their own shapes add to it (:func:`mhlo_cost.studies.plan.cp_calls.ring_call_seconds`: forward and
+    backward; the recompute reruns the forward's calls where it reruns the core)."""
     sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
     import validate_training as vt
 
     from mhlo_cost.studies.plan.costs import layer_cost
+    from mhlo_cost.studies.plan.cp_calls import ring_call_seconds
 
     data = vt.load()
     model = data["model"]["llama3-8b"]
+    hw = get_profile("h200")
     out = []
     for r in data["run"]:
         if r["id"].startswith("torchtitan2412/t2-8b-cp"):
-            out.append((r.get("cp", 1), layer_cost(vt.scale_config(r, model), get_profile("h200"), cache_dir).core_s))
+            cfg = vt.scale_config(r, model)
+            core = dict(layer_cost(cfg, hw, cache_dir).core_s)
+            calls = ring_call_seconds(cfg, hw, core)
+            core["forward"] += calls.added_forward
+            core["backward"] += calls.added_backward
+            core["recompute"] += calls.added_forward if core["recompute"] > 0 else 0.0
+            out.append((r.get("cp", 1), core))
     return sorted(out, key=lambda x: x[0])
 
 

@@ -36,11 +36,12 @@ pipeline and the layer's times F (forward), B (backward), R (recompute) per micr
   per-layer collectives are in each micro-batch's F_s / B_s, exposed where they outlast the layer's compute;
   every overlapped collective's NCCL kernel holds ``n`` of the chip's ``S`` SMs while it runs, so the compute
   beside it is slowed by ``n / S`` of the overlapped seconds (:mod:`.sm_share`);
-* context parallelism: its K/V exchange per layer and micro-batch in F_s / B_s (what the attention's compute
-  does not hide); PyTorch's ring attention's own merges and fp32 accumulators (:mod:`.ring_passes`) and Transformer
-  Engine's (``p2p``, :mod:`.te_cp_passes`) are kernels of
-  the layer's forward / backward (and of its full recompute), as are FSDP2's copy-out of each all-gather and
-  copy-in of each reduce-scatter (:mod:`.fsdp_copies`);
+* context parallelism: its K/V exchange per layer and micro-batch in F_s / B_s (what each ring step's attention
+  call does not hide); the ring's calls, each at its own shape, in place of the layer's one kernel
+  (:mod:`.cp_calls`: what they add to it is the layer's forward / backward and its recompute's); PyTorch's ring
+  attention's own merges and fp32 accumulators (:mod:`.ring_passes`) and Transformer Engine's (``p2p``,
+  :mod:`.te_cp_passes`) are kernels of the layer's forward / backward (and of its full recompute), as are FSDP2's
+  copy-out of each all-gather and copy-in of each reduce-scatter (:mod:`.fsdp_copies`);
 * uneven pipelines: every slot runs at the pace of the slowest stage (the most layers, or the head's);
   interleaved, a stage's layers are its ``v`` chunks together (torchtitan splits 126 layers into 16 virtual
   stages of 7, 8 x 14, 7: two a device, 15 or 16 layers), a chunk's time its stage's over ``v``;
@@ -67,8 +68,9 @@ from .fp8_weights import per_micro_batch, split_step
 from .nccl_ub import ub_sms_of
 from .partial_recompute import full_share, mean_layer, recomputed_layers, whole
 from .partial_recompute import kept as without
-from .recompute import recompute_flops, recompute_seconds
+from .recompute import recompute_flops, recompute_seconds, reruns_core
 from .ring_passes import ring_pass_seconds
+from .cp_calls import ring_call_seconds
 from .te_cp_passes import te_cp_pass_seconds
 from .sm_share import chip_sms, nccl_sms, taxed
 from .tp_overlap import tp_overlap_exposure
@@ -190,7 +192,8 @@ def _layer(cfg: ScaleConfig, cost: LayerCost, topo, hw=None) -> dict:
     else:
         tp = {ph: sum(n * _time(topo, kind, s_act, tp_group(cfg)) for kind, n in kinds)
               for ph, kinds in tp_collectives(cfg).items()}
-    cp = cp_exposure(cfg, topo, cost, nccl_sms(hw))
+    cp = cp_exposure(cfg, topo, cost, nccl_sms(hw), hw)
+    calls = ring_call_seconds(cfg, hw, cost.core_s)  # the ring's calls at their own shapes less the one kernel
     # PyTorch's ring attention's own merges and accumulators: kernels of the layer's compute (.ring_passes); full
     # recompute runs the forward's again
     ring_f, ring_b = ring_pass_seconds(cfg, hw)
@@ -198,9 +201,10 @@ def _layer(cfg: ScaleConfig, cost: LayerCost, topo, hw=None) -> dict:
     ring_f, ring_b = ring_f + te_f, ring_b + te_b
     copy_f, copy_b = fsdp_copy_seconds(cfg, hw, cost.weight_elems)  # FSDP2's copy-out / copy-in (.fsdp_copies)
     act_f, act_b = activation_pass_seconds(cfg, hw)  # NeMo's eager squared-ReLU (.megatron_passes)
-    fwd = t["forward"] - cast_f + ring_f + copy_f + act_f
-    bwd = t["backward"] - cast_b + ring_b + copy_b + act_b
+    fwd = t["forward"] - cast_f + ring_f + copy_f + act_f + calls.added_forward
+    bwd = t["backward"] - cast_b + ring_b + copy_b + act_b + calls.added_backward
     rec += ring_f + act_f if cfg.recompute == "full" else 0.0
+    rec += calls.added_forward if cfg.recompute == "full" or reruns_core(cfg) else 0.0
     f = fwd + tp["forward"] + cp.forward
     b = bwd + rec + tp["backward"] + cp.backward
     return {"forward": fwd, "backward": bwd, "recompute": rec, "tp_forward": tp["forward"],

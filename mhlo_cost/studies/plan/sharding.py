@@ -28,8 +28,9 @@ collective's kernel leaves while it runs, so at least ``comm x n / S`` is expose
 
 Context parallelism (``cp`` > 1), per layer and micro-batch, K and V being ``b (s/cp) kv/t d`` bf16 each:
 ring attention (``p2p``) sends and receives the local K and V ``cp - 1`` times forward, K, V and their
-gradients ``cp - 1`` times backward, each step overlapping one ``1/cp`` of the attention's compute (exposed
-``(cp - 1) max(step - core/cp, step n / S)``, the second term the SMs the send/recv kernel takes, :mod:`.sm_share`); ``all_gather`` gathers K and V forward (S = ``cp`` x the local K and V),
+gradients ``cp - 1`` times backward, each step overlapping that step's attention call (:mod:`.cp_calls`: exposed
+``max(step - call, step n / S)`` a step, the second term the SMs the send/recv kernel takes, :mod:`.sm_share`);
+``all_gather`` gathers K and V forward (S = ``cp`` x the local K and V),
 gathers again and reduce-scatters their gradients backward, not overlapped. ``a2a`` (Ulysses, STDiT3's): the
 model's own all_to_alls (:meth:`mhlo_cost.studies.plan.stdit3.STDiT3ScaleConfig.a2a_collectives`), not overlapped.
 Weights outside the repeated layers (a config's ``extra_weight_elems``: STDiT3's embedders; with ZeRO 0 / 1 the
@@ -44,6 +45,7 @@ from functools import lru_cache
 from ...network import estimate
 from .config import CP_TORCH, ScaleConfig
 from .costs import LayerCost
+from .cp_calls import ring_call_seconds
 from .sm_share import taxed
 from .traced_waits import cp_waits_at_once
 
@@ -289,47 +291,47 @@ def dp_exposure(cfg: ScaleConfig, topo, cost: LayerCost, layers: int, f_layer: f
                     per["iteration"])
 
 
-def cp_exposure(cfg: ScaleConfig, topo, cost: LayerCost, sms: tuple[int, int] = (0, 0)) -> Exposure:
-    """Context parallelism's seconds per layer and micro-batch: ring steps overlapping 1/cp of the attention's
-    compute each (``core_s``), or the all_gather variant's collectives, not overlapped (PyTorch's:
+def cp_exposure(cfg: ScaleConfig, topo, cost: LayerCost, sms: tuple[int, int] = (0, 0), hw=None) -> Exposure:
+    """Context parallelism's seconds per layer and micro-batch: each of the cp - 1 ring steps' exchange overlapping
+    that step's attention call (:func:`.cp_calls.ring_call_seconds`: each call at its own shape on ``hw``; without
+    it 1/cp of ``core_s`` each), or the all_gather variant's collectives, not overlapped (PyTorch's:
     :func:`torch_cp_exposure`). ``sms``: (SMs an NCCL send/recv or collective takes, the chip's SMs): the attention
     block beside a ring step runs on the others (:func:`.sm_share.taxed`)."""
     if cfg.cp_comm in CP_TORCH and cfg.cp > 1:
-        return torch_cp_exposure(cfg, topo, cost, sms)
+        return torch_cp_exposure(cfg, topo, cost, sms, hw)
     per = {"ring_step_forward": 0.0, "ring_step_backward": 0.0, "layer_forward": 0.0, "layer_backward": 0.0}
     for c in cp_collectives(cfg):
         per[c.per] += c.count * seconds(topo, c)
-    steps = cfg.cp - 1
-    core = cost.core_s or {}
-    fx = steps * taxed(core.get("forward", 0.0) / cfg.cp, per["ring_step_forward"], sms)
-    bx = steps * taxed(core.get("backward", 0.0) / cfg.cp, per["ring_step_backward"], sms)
+    calls = ring_call_seconds(cfg, hw, cost.core_s)
+    steps = cfg.cp - 1  # the exchange for step i + 1 runs beside step i's call (backward: issued at step i, beside it)
+    fx = sum(taxed(x, per["ring_step_forward"], sms) for x in calls.forward[:steps])
+    bx = sum(taxed(x, per["ring_step_backward"], sms) for x in calls.backward[:steps])
     f = steps * per["ring_step_forward"] + per["layer_forward"]
     b = steps * per["ring_step_backward"] + per["layer_backward"]
     return Exposure(fx + per["layer_forward"], bx + per["layer_backward"], f, b)
 
 
-def torch_cp_exposure(cfg: ScaleConfig, topo, cost: LayerCost, sms: tuple[int, int] = (0, 0)) -> Exposure:
+def torch_cp_exposure(cfg: ScaleConfig, topo, cost: LayerCost, sms: tuple[int, int] = (0, 0), hw=None) -> Exposure:
     """PyTorch's context parallel as ``_templated_ring_attention`` runs it, per layer and micro-batch. Each of the
-    cp steps computes one load-balanced block, 1/cp of the attention (``core_s``). Forward: the K/V all-gather
-    is issued before the first (local) block and waited for after it (exposed beyond that block), or each of
-    the cp - 1 permutes overlaps one block. Backward: the same for K/V; each of the cp dK/dV permutes is waited
-    for after the next block, the last one after the loop (exposed whole). Full recompute runs the forward's
-    exchange again in the backward. Traced by torch.compile without Inductor's reordering, each exchange is
-    waited for where it is issued (:mod:`.traced_waits`): all of it exposed."""
+    cp steps computes one load-balanced block, its own call (:func:`.cp_calls.ring_call_seconds` on ``hw``; without
+    it 1/cp of ``core_s``). Forward: the K/V all-gather is issued before the first (local) block and waited for
+    after it (exposed beyond that block), or each of the cp - 1 permutes overlaps one block. Backward: the same for
+    K/V; the dK/dV permute of each of the cp steps is waited for after the next block, the last one after the loop
+    (exposed whole). Full recompute runs the forward's exchange again in the backward. Traced by torch.compile
+    without Inductor's reordering, each exchange is waited for where it is issued (:mod:`.traced_waits`): all of
+    it exposed."""
     per = {"layer_forward": 0.0, "layer_backward": 0.0, "ring_step_forward": 0.0, "ring_step_backward": 0.0,
            "grad_step": 0.0}
     for c in cp_collectives(cfg):
         per[c.per] += seconds(topo, c)
-    core = cost.core_s or {}
-    block_f, block_b = core.get("forward", 0.0) / cfg.cp, core.get("backward", 0.0) / cfg.cp
-    steps = cfg.cp - 1
-    f = (taxed(block_f, per["layer_forward"], sms)
-         + steps * taxed(block_f, per["ring_step_forward"], sms))
-    f_total = per["layer_forward"] + steps * per["ring_step_forward"]
+    calls = ring_call_seconds(cfg, hw, cost.core_s)
+    fc, bc = calls.forward, calls.backward
+    f = taxed(fc[0], per["layer_forward"], sms) + sum(taxed(x, per["ring_step_forward"], sms) for x in fc[:-1])
+    f_total = per["layer_forward"] + (cfg.cp - 1) * per["ring_step_forward"]
     dkv = per["grad_step"]
-    b = (taxed(block_b, per["layer_backward"], sms) + steps * taxed(block_b, per["ring_step_backward"], sms)
-         + steps * taxed(block_b, dkv, sms) + dkv)
-    b_total = per["layer_backward"] + steps * per["ring_step_backward"] + cfg.cp * dkv
+    b = (taxed(bc[0], per["layer_backward"], sms) + sum(taxed(x, per["ring_step_backward"], sms) for x in bc[:-1])
+         + sum(taxed(x, dkv, sms) for x in bc[1:]) + dkv)
+    b_total = per["layer_backward"] + (cfg.cp - 1) * per["ring_step_backward"] + cfg.cp * dkv
     if cfg.recompute == "full":
         b, b_total = b + f, b_total + f_total
     if cp_waits_at_once(cfg):
