@@ -142,16 +142,25 @@ def kernel_compute_s(rows, producers, times, members, hw, multiplicity: int, lib
             additive_index_mask(rows, producers, members, set(members)))))):
         band = (n + 1) / (2 * n)  # causal: the blocks on and below the diagonal
     peak = times[qk].peak or 1.0
-    matrix = gemm_flops * (1 if band is None else band) / (peak * lib.fraction(backward, tiles))
     trans = (sum(rows[i].transcendentals for i in members) + recomputed) / hw.transcendental_rate
     vector = sum(times[i].compute_s for i in members if rows[i].kind != "dot" and times[i].unit == "vector")
     if band is not None:  # a window or a causal mask: the blocks it visits, their exponentials and vector work
         trans, vector = trans * band, vector * band
     passes = hw.memory_time(_pass_bytes(rows, dots, sk), 2 * max(multiplicity, 1)) if backward else 0.0
-    compute = max(matrix + lib.exp_exposed * trans, trans, vector)
+    compute, matrix = fused_compute_s(lib, backward, gemm_flops * (1 if band is None else band), tiles, peak, trans,
+                                      vector)
     tensor = lib.fraction(backward, tiles) * matrix  # its products at the tensor cores' full issue rate
     activity = tensor / compute if compute > 0 else 0.0
     return compute / sm_clock(rows[qk], hw, activity) + passes, tensor
+
+
+def fused_compute_s(lib, backward: bool, flops: float, key_tiles: float, peak: float, trans_s: float,
+                    vector_s: float = 0.0) -> tuple[float, float]:
+    """(compute seconds, products' seconds) of a fused attention kernel of library model ``lib``: its products'
+    ``flops`` (over the blocks it visits) at the library's fraction of ``peak``, reached from its ``key_tiles``, plus
+    the library's exposed share of its exponentials (``trans_s``), beside them and its vector work (``vector_s``)."""
+    matrix = flops / (peak * lib.fraction(backward, key_tiles))
+    return max(matrix + lib.exp_exposed * trans_s, trans_s, vector_s), matrix
 
 
 def sm_clock(qk, hw, activity: float) -> float:

@@ -31,7 +31,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...machines.kernels import backward_pass_bytes
-from ...roofline.attention_compute import PADDED_HEAD_DIMS, padded_head_dim
+from ...roofline.attention_compute import PADDED_HEAD_DIMS, fused_compute_s, padded_head_dim
 from .config import ScaleConfig
 
 
@@ -92,9 +92,8 @@ def model_seconds(c: Call, hw, library: str, backward: bool) -> float:
     band = (n + 1) / (2 * n) if c.causal else 1.0
     products = 5 if backward else 2  # a backward's four products and the score product recomputed
     flops = products * 2 * c.rows * c.sq * c.sk * d * band
-    matrix = flops / (hw.matrix_peak("bf16") * lib.fraction(backward, c.sk / model.tile))
     trans = c.rows * c.sq * c.sk * band / hw.transcendental_rate  # one exponential a score (recomputed backward)
-    return max(matrix + lib.exp_exposed * trans, trans)
+    return fused_compute_s(lib, backward, flops, c.sk / model.tile, hw.matrix_peak("bf16"), trans)[0]
 
 
 @dataclass(frozen=True)
