@@ -20,7 +20,8 @@ H100 = resolve_profile("dgx-h100")
 
 def _cfg(**kw) -> ScaleConfig:
     """b 1, 4 query heads of 16, 2 K/V heads, s 64 on cp 4: 16 positions a rank."""
-    base = dict(layers=2, hidden=64, heads=4, kv_heads=2, seq=64, vocab=128, cp=4, micro_batch=1, global_batch=1)
+    base = dict(layers=2, hidden=64, heads=4, kv_heads=2, seq=64, vocab=128, cp=4, micro_batch=1, global_batch=1,
+                attention="fused")
     return ScaleConfig(**(base | kw))
 
 
@@ -101,7 +102,7 @@ def test_no_rank_moves_more_than_the_last(cp, kv_heads):
 
 
 def test_only_te_p2p_ring():
-    for cfg in (_cfg(cp=1), _cfg(cp_comm="all_gather"), _cfg(cp_comm="torch-allgather")):
+    for cfg in (_cfg(cp=1), _cfg(cp_comm="all_gather"), _cfg(cp_comm="torch-allgather"), _cfg(attention="unfused")):
         assert te_cp_passes(cfg).forward_bytes == 0 and te_cp_pass_seconds(cfg, H100) == (0.0, 0.0)
 
 

@@ -52,8 +52,9 @@ def _sizes(cfg: ScaleConfig) -> tuple[int, int, int, int]:
 
 
 def te_cp_passes(cfg: ScaleConfig) -> RingPasses:
-    """The passes of TE's p2p ring for ``cfg`` (none without context parallelism or with another ``cp_comm``)."""
-    if cfg.cp == 1 or cfg.cp_comm != "p2p":
+    """The passes of TE's p2p ring for ``cfg`` (none without context parallelism, with another ``cp_comm``, or with
+    unfused attention: ``AttnFuncWithCP`` runs under TE's fused attention only)."""
+    if cfg.cp == 1 or cfg.cp_comm != "p2p" or cfg.attention != "fused":
         return RingPasses()
     e, k, lse, d = _sizes(cfg)
     n = cfg.cp
