@@ -56,6 +56,13 @@ class RingPasses:
     backward_bytes: int = 0
     backward_kernels: int = 0
 
+    def seconds(self, hw) -> tuple[float, float]:
+        """(forward, backward) seconds on ``hw``'s memory model (0 without a profile or passes)."""
+        if hw is None or not self.forward_bytes:
+            return 0.0, 0.0
+        return (hw.memory_time(self.forward_bytes, self.forward_kernels),
+                hw.memory_time(self.backward_bytes, self.backward_kernels))
+
 
 def _sizes(cfg: ScaleConfig) -> tuple[int, int, int, int]:
     """(E, Ekv, L, d): elements of the local queries / output (b x heads/t x s/cp x d), of one of K or V as the
@@ -97,8 +104,5 @@ def ring_passes(cfg: ScaleConfig) -> RingPasses:
 
 def ring_pass_seconds(cfg: ScaleConfig, hw) -> tuple[float, float]:
     """(forward, backward) seconds of :func:`ring_passes` on ``hw`` (its memory model; 0 without a profile)."""
-    p = ring_passes(cfg)
-    if hw is None or not p.forward_bytes:
-        return 0.0, 0.0
-    return hw.memory_time(p.forward_bytes, p.forward_kernels), hw.memory_time(p.backward_bytes, p.backward_kernels)
+    return ring_passes(cfg).seconds(hw)
 

@@ -78,7 +78,4 @@ def te_cp_passes(cfg: ScaleConfig) -> RingPasses:
 
 def te_cp_pass_seconds(cfg: ScaleConfig, hw) -> tuple[float, float]:
     """(forward, backward) seconds of :func:`te_cp_passes` on ``hw`` (its memory model; 0 without a profile)."""
-    p = te_cp_passes(cfg)
-    if hw is None or not p.forward_bytes:
-        return 0.0, 0.0
-    return hw.memory_time(p.forward_bytes, p.forward_kernels), hw.memory_time(p.backward_bytes, p.backward_kernels)
+    return te_cp_passes(cfg).seconds(hw)
