@@ -30,7 +30,7 @@ autograd keeps the gathered input the matmul read (with full recompute, the reco
 The fused kernels (``torch/distributed/_symmetric_memory/__init__.py``, as read in a torch-2.5-era copy, the
 torchtitan paper's (arXiv 2410.06511) time: bf16 ``mm`` only; later copies add ``fused_all_gather_scaled_matmul`` /
 ``fused_scaled_matmul_reduce_scatter`` for float8's ``_scaled_mm`` with the same pipelining, which float8 rows are
-priced as), ``t`` the tensor degree:
+priced as, their gathered shards fp8 under torchao's float8 TP: :mod:`.fp8_gather`), ``t`` the tensor degree:
 
 * ``_pipelined_all_gather_and_consume``: the matmul of the *local* shard first, while the shard is copied to the
   rank's symmetric buffer; then ``t - 1`` steps, each pulling one peer's shard (``S/t`` bytes: ``Tensor.copy_``
