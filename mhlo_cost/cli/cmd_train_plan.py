@@ -153,6 +153,7 @@ def _sharding(args) -> dict:
                 scatter_gather=args.scatter_gather_tensors_in_pipeline, launch_blocking=args.launch_blocking,
                 fp8_weight_cache=args.fp8_weight_cache, fp8_amax_history=args.fp8_amax_history or 1024,
                 fsdp_float8_all_gather=args.fsdp_float8_all_gather,
+                fsdp_float8_precompute_scale=args.fsdp_float8_precompute_scale,
                 **_ddp(args), **_experts(args))
 
 
@@ -272,4 +273,9 @@ def _register_precision(p) -> None:
                         "scaling: 1)")
     p.add_argument("--fsdp-float8-all-gather", action="store_true",
                    help="under FSDP (--zero 3) with an fp8 precision: torchao's enable_fsdp_float8_all_gather, the fp8 "
-                        "linears' weights all-gathered in fp8 (the gathered layers' copies 1 byte an element)")
+                        "linears' weights all-gathered in fp8 (the gathered layers' copies 1 byte an element), "
+                        "each gather's weight amaxes all-reduced before it")
+    p.add_argument("--fsdp-float8-precompute-scale", action="store_true",
+                   help="with --fsdp-float8-all-gather: torchao's precompute_float8_dynamic_scale_for_fsdp, every "
+                        "fp8 weight's amax in one all-reduce after the optimizer step instead of one per linear "
+                        "before each all-gather")

@@ -30,6 +30,7 @@ NOT_STDIT3 = (("-t", "t", 1), ("-p", "p", 1), ("--sp", "sp", False), ("--interle
               ("--no-gradient-accumulation-fusion", "no_gradient_accumulation_fusion", False),
               ("--recompute-num-layers", "recompute_num_layers", 0), ("--recompute-every", "recompute_every", 0),
               ("--fsdp-float8-all-gather", "fsdp_float8_all_gather", False),
+              ("--fsdp-float8-precompute-scale", "fsdp_float8_precompute_scale", False),
               ("--fp8-amax-history", "fp8_amax_history", None),
               # the mixture-of-experts options (a dense video transformer has no experts)
               ("--num-experts", "num_experts", None), ("--moe-router-topk", "moe_router_topk", None),

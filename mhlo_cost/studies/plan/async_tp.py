@@ -30,7 +30,7 @@ autograd keeps the gathered input the matmul read (with full recompute, the reco
 The fused kernels (``torch/distributed/_symmetric_memory/__init__.py``, as read in a torch-2.5-era copy, the
 torchtitan paper's (arXiv 2410.06511) time: bf16 ``mm`` only; later copies add ``fused_all_gather_scaled_matmul`` /
 ``fused_scaled_matmul_reduce_scatter`` for float8's ``_scaled_mm`` with the same pipelining, which float8 rows are
-priced as), ``t`` the tensor degree:
+priced as, their gathered shards fp8 under torchao's float8 TP: :mod:`.fp8_gather`), ``t`` the tensor degree:
 
 * ``_pipelined_all_gather_and_consume``: the matmul of the *local* shard first, while the shard is copied to the
   rank's symmetric buffer; then ``t - 1`` steps, each pulling one peer's shard (``S/t`` bytes: ``Tensor.copy_``
@@ -56,6 +56,7 @@ in :mod:`.tp_overlap`. The per-step barriers (a few microseconds) are not charge
 """
 from __future__ import annotations
 
+from .fp8_gather import tp_bytes
 from .tp_overlap import exposed
 
 #: The fused pairs, forward: (GEMM, collective) (.tp_overlap's LINEARS names: TE's)
@@ -91,14 +92,16 @@ def async_tp_exposure(cfg, cost, s: int, price, hw=None) -> dict:
     if t == 1:
         return {"forward": 0.0, "backward": 0.0}
     group = (tuple(range(t)),)
-    step = price("collective_permute", s // t, ((0, 1),))  # one shard pulled from a peer: S/t
+    # one shard pulled from a peer: S/t (torchao's float8 TP: the all-gathers' S at 1 byte an element, .fp8_gather)
+    step = {k: price("collective_permute", tp_bytes(cfg, k, s) // t, ((0, 1),))
+            for k in ("all_gather", "reduce_scatter")}
     rpass = reduce_pass_seconds(hw, s, t)
     lin = cost.linear_s or {}
 
     def total(pairs) -> float:
-        return sum(pair_seconds(kind, lin.get(g, 0.0), t * lin.get(f"{g}@{t}", lin.get(g, 0.0) / t), t, step, rpass)
-                   for g, kind in pairs)
+        return sum(pair_seconds(kind, lin.get(g, 0.0), t * lin.get(f"{g}@{t}", lin.get(g, 0.0) / t), t, step[kind],
+                                rpass) for g, kind in pairs)
 
     fwd = total(FORWARD)
-    unfused = sum(n * price(kind, s, group) for kind, n in UNFUSED_BACKWARD)
+    unfused = sum(n * price(kind, tp_bytes(cfg, kind, s), group) for kind, n in UNFUSED_BACKWARD)
     return {"forward": fwd, "backward": total(BACKWARD) + unfused + (fwd if cfg.recompute == "full" else 0.0)}

@@ -58,12 +58,13 @@ from ...network import estimate
 from .config import ScaleConfig
 from .costs import LayerCost
 from .sharding import (cp_collectives, cp_exposure, dp_collectives, dp_exposure, embedding_collective, embedding_elems,
-                       optimizer_extra_elems, seconds)
+                       optimizer_extra_elems, seconds, step_seconds)
 from .dp_overlap import bucketed, dp_overlap_exposed, grad_buffer_zero_seconds
 from .megatron_passes import (activation_pass_seconds, gather_seconds, head_seconds, loss_scale_seconds,
                               main_grad_add_seconds, send_bytes, torch_ddp_seconds)
 from .embedding_pass import word_embedding_seconds
 from .fsdp_copies import fsdp_copy_seconds
+from .fp8_gather import tp_bytes
 from .fp8_weights import per_micro_batch, split_step
 from .nccl_ub import ub_sms_of
 from .partial_recompute import full_share, mean_layer, recomputed_layers, whole
@@ -190,7 +191,7 @@ def _layer(cfg: ScaleConfig, cost: LayerCost, topo, hw=None) -> dict:
     elif cfg.async_tp and cfg.t > 1:  # PyTorch's async TP: Inductor's fused pairs, the rest exposed (.async_tp)
         tp = async_tp_exposure(cfg, cost, s_act, lambda kind, n, groups: _time(topo, kind, n, groups), hw)
     else:
-        tp = {ph: sum(n * _time(topo, kind, s_act, tp_group(cfg)) for kind, n in kinds)
+        tp = {ph: sum(n * _time(topo, kind, tp_bytes(cfg, kind, s_act), tp_group(cfg)) for kind, n in kinds)
               for ph, kinds in tp_collectives(cfg).items()}
     cp = cp_exposure(cfg, topo, cost, nccl_sms(hw), hw)
     calls = ring_call_seconds(cfg, hw, cost.core_s)  # the ring's calls at their own shapes less the one kernel
@@ -241,6 +242,7 @@ def _stages(cfg: ScaleConfig, cost: LayerCost, topo, one: dict, head: LayerCost 
         accum = grad_accum_seconds(cfg, hw, cost, n, extra) if hw is not None else 0.0
         accum += main_grad_add_seconds(cfg, hw, cost.weight_elems, n, extra)  # (.megatron_passes)
         step = (optimizer_seconds(cfg, cost, s, n) + grad_buffer_zero_seconds(cfg, hw, elems)  # (.dp_overlap)
+                + step_seconds(cfg, topo, cost, n)  # (torchao's precomputed fp8 weight scales: .fp8_gather)
                 + torch_ddp_seconds(cfg, hw, elems, n, extra)
                 + loss_scale_seconds(cfg, hw, elems // cfg.shard_degree, n, extra))
         out.append({"layers": n, "dp": dp, "head_forward": hf if last else 0.0, "head_backward": hb if last else 0.0,

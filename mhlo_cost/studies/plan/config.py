@@ -126,7 +126,9 @@ class ScaleConfig:
     fp8_amax_history: int = 1024  # TE's delayed-scaling amax_history_len (its DelayedScaling default; NeMo's yamls);
     # 1 for current scaling (a scale and an amax per quantizer): TE's scaling state per GPU, .fp8_state
     fsdp_float8_all_gather: bool = False  # torchao Float8Linear's enable_fsdp_float8_all_gather under FSDP (ZeRO 3):
-    # the fp8 linears' weights all-gathered in fp8, their unsharded copies 1 byte an element: .fp8_weights
+    # the fp8 linears' weights all-gathered in fp8, their unsharded copies 1 byte an element: .fp8_weights, .fp8_gather
+    fsdp_float8_precompute_scale: bool = False  # with it, torchao's precompute_float8_dynamic_scale_for_fsdp: the
+    # weights' amaxes in one all-reduce after the optimizer step instead of one per linear per gather: .fp8_gather
     activation: str = "gelu"  # a gelu MLP's activation: gelu (fused) | squared-relu: NeMo's eager relu and pow
     # kernels (Nemotron; the layer lowered with GELU, the same GEMMs: .megatron_passes)
 

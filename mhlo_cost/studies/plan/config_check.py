@@ -79,6 +79,9 @@ def fp8_invalid(cfg) -> str | None:
                                        or cfg.zero_stage != 3):
         return ("the FSDP float8 all-gather (torchao's enable_fsdp_float8_all_gather) needs FSDP (ZeRO 3), the "
                 "fp8-tensorwise recipe (torchao: tensorwise scaling only) and no fp8 weight cache (TE's)")
+    if cfg.fsdp_float8_precompute_scale and not cfg.fsdp_float8_all_gather:
+        return ("the precomputed FSDP float8 scales (torchao's precompute_float8_dynamic_scale_for_fsdp) need the "
+                "FSDP float8 all-gather (torchtitan ignores them without it)")
     return None
 
 

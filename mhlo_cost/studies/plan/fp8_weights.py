@@ -63,7 +63,7 @@ fp8: the norms, biases, router, embedding and LM head stay bf16.
   casts the local shard to fp8 and ``fsdp_post_all_gather`` wraps the gathered uint8 data as a ``Float8Tensor``), the
   persistent weight is the shard alone and the unsharded copy FSDP holds while a layer runs is fp8, 1 byte a linear
   weight element instead of 2 (:func:`gathered_bytes`); without it the gathered weight is bf16, cast at each use.
-  (Memory only: :mod:`.sharding` still prices those all-gathers at the layer's bf16 bytes.)
+  (:mod:`.sharding` prices those all-gathers at the same bytes, with their amax all-reduces: :mod:`.fp8_gather`.)
 """
 from __future__ import annotations
 

@@ -19,7 +19,9 @@ parameters gather in bf16, as Megatron's ``main_grad`` and torchtitan's default 
   with gradient accumulation: the gradients are sharded, so they cannot accumulate whole), HSDP's
   ``all_reduce`` of ``4 W / shard`` after it; the ``all_gather`` of ``2 n W`` after the step;
 * ZeRO 3 (FSDP): each micro-batch's forward all-gathers each layer's ``2 W``, its backward again (unless
-  reshard-after-forward is off) and reduce-scatters ``4 W`` (HSDP: + ``all_reduce`` of ``4 W / shard``).
+  reshard-after-forward is off) and reduce-scatters ``4 W`` (HSDP: + ``all_reduce`` of ``4 W / shard``); with
+  torchao's fp8 all-gather (``fsdp_float8_all_gather``) the fp8 linears' elements of ``W`` at 1 byte, and the
+  weights' amaxes all-reduced before each gather or, precomputed, once a step after the optimizer (:mod:`.fp8_gather`).
 
 The per-layer collectives run on their own stream, prefetched one layer ahead, so a layer exposes
 ``max(0, comm - compute)`` of them (its forward, or its backward with recompute; the first layer's gather
@@ -46,6 +48,8 @@ from ...network import estimate
 from .config import CP_TORCH, ScaleConfig
 from .costs import LayerCost
 from .cp_calls import ring_call_seconds
+from .fp8_gather import AMAX_BYTES, amax_per_gather, amax_step_bytes
+from .fp8_weights import gathered_bytes
 from .sm_share import taxed
 from .traced_waits import cp_waits_at_once
 
@@ -55,8 +59,9 @@ class Collective:
     """One collective of the schedule: ``nbytes`` S, over ``groups`` (every tensor rank's group, at once;
     collective_permute: the (source, target) pairs of every ring), ``size`` the ranks of one group (or ring),
     ``per``: when it runs (``iteration``; ``layer_forward`` / ``layer_backward``: each layer, each micro-batch;
-    ``ring_step_forward`` / ``ring_step_backward``: each of the cp - 1 ring steps of those); ``count``: how many
-    such run each time (Ulysses' all_to_alls of q, k, v and the output)."""
+    ``ring_step_forward`` / ``ring_step_backward``: each of the cp - 1 ring steps of those; ``step``: once, after the
+    optimizer step); ``count``: how many such run each time (Ulysses' all_to_alls of q, k, v and the output; the fp8
+    linears' amaxes)."""
 
     what: str
     kind: str
@@ -166,10 +171,15 @@ def dp_collectives(cfg: ScaleConfig, cost: LayerCost, layers: int, stage_extra: 
     if z == 0:
         return [Collective("gradients", "all_reduce", g * (w * layers + extra), grad_groups(cfg), "iteration")]
     out = []
-    if z == 3:
-        out.append(Collective("parameters", "all_gather", 2 * w, shard_groups(cfg), "layer_forward"))
-        if cfg.reshard_after_forward:
-            out.append(Collective("parameters", "all_gather", 2 * w, shard_groups(cfg), "layer_backward"))
+    if z == 3:  # (torchao's fp8 all-gather: the fp8 linears' weights at 1 byte, each gather's amaxes: .fp8_gather)
+        p, amaxes = gathered_bytes(cfg, 2 * w), amax_per_gather(cfg)
+        for per in ("layer_forward", "layer_backward")[:2 if cfg.reshard_after_forward else 1]:
+            out.append(Collective("parameters", "all_gather", p, shard_groups(cfg), per))
+            if amaxes:
+                out.append(Collective("weight amaxes", "all_reduce", AMAX_BYTES, shard_groups(cfg), per, amaxes))
+        if amax_step_bytes(cfg, layers):
+            out.append(Collective("weight amaxes", "all_reduce", amax_step_bytes(cfg, layers), shard_groups(cfg),
+                                  "step"))
     if z >= 2:
         out.append(Collective("gradients", "reduce_scatter", g * w, shard_groups(cfg), "layer_backward"))
         if cfg.replicate_degree > 1:
@@ -276,10 +286,10 @@ def dp_exposure(cfg: ScaleConfig, topo, cost: LayerCost, layers: int, f_layer: f
     ``sms``: (SMs the NCCL kernels take, the chip's SMs): the layer's compute runs on the others while its
     collectives run (:func:`.sm_share.taxed`: ``max(C - G, C n / S)`` exposed); ``sms_of``: each collective's own
     SMs where they differ by kind (``nccl_ub``: :mod:`.nccl_ub`), the phase taxed at their seconds-weighted mean."""
-    per = {"iteration": 0.0, "layer_forward": 0.0, "layer_backward": 0.0}
+    per = {"iteration": 0.0, "layer_forward": 0.0, "layer_backward": 0.0, "step": 0.0}  # (step: step_seconds)
     held = dict.fromkeys(per, 0.0)  # seconds x SMs, with sms_of
     for c in dp_collectives(cfg, cost, layers, stage_extra):
-        t = seconds(topo, c)
+        t = c.count * seconds(topo, c)
         per[c.per] += t
         held[c.per] += t * sms_of(c) if sms_of is not None else 0.0
     f, b = per["layer_forward"], per["layer_backward"]
@@ -289,6 +299,12 @@ def dp_exposure(cfg: ScaleConfig, topo, cost: LayerCost, layers: int, f_layer: f
 
     return Exposure(taxed(f_layer, f, phase("layer_forward")), taxed(b_layer, b, phase("layer_backward")), f, b,
                     per["iteration"])
+
+
+def step_seconds(cfg: ScaleConfig, topo, cost: LayerCost, layers: int) -> float:
+    """Seconds of a stage's data-parallel collectives that run once a step after the optimizer (``per="step"``:
+    torchao's precomputed fp8 weight scales, :mod:`.fp8_gather`), exposed: nothing runs beside them."""
+    return sum(c.count * seconds(topo, c) for c in dp_collectives(cfg, cost, layers) if c.per == "step")
 
 
 def cp_exposure(cfg: ScaleConfig, topo, cost: LayerCost, sms: tuple[int, int] = (0, 0), hw=None) -> Exposure:
