@@ -195,7 +195,7 @@ def analyse_layer(cfg: ScaleConfig, hw, key: str = "", chip: str = "", part: str
         text = lower_experts(cfg)
     else:
         text = lower_head(cfg) if part == "head" else own() if own is not None else dense_layer(cfg)
-    study = Study(text, training="always", hardware=hw,
+    study = Study(text, training="always", hardware=hw, split_phases=True,
                   execution=cfg.execution, attention=cfg.attention, dataflow=True)
     a, rf = study.analysis, study.roofline
     gemm, vec, times, core, loss, cast, dgrad, wgrad = _row_sums(a, rf, _aten_rows(a, cfg))
@@ -308,6 +308,6 @@ def flash_saved_bytes(cfg: ScaleConfig, hw) -> int:
     from ..study import Study
 
     study = Study(dense_layer(cfg.with_split(recompute="selective")), training="always", hardware=hw,
-                  execution=cfg.execution, attention=cfg.attention, dataflow=True)
+                  split_phases=True, execution=cfg.execution, attention=cfg.attention, dataflow=True)
     lse = cfg.micro_batch * (cfg.heads // cfg.t) * cfg.local_seq * 4
     return memory_categories(study.analysis, study.analysis.phases)["saved_activations"] + lse
