@@ -118,3 +118,31 @@ def test_train_plan_prices_its_layer_phase_by_phase(monkeypatch):
     # the same layer as one XLA module: some kernel does span two phases (what the boundary changes)
     one = study_mod.Study(dataclasses.replace(s.options, split_phases=False))
     assert any(len({phase[i] for i in k.members}) > 1 for k in one.roofline.fusion.kernels)
+
+
+def _masked_remat(x, w):
+    """A checkpointed masked activation: jnp.where's select (and its convert, broadcast) carry no transformation in
+    their locations (a called function's relative names); the rows around them in the backward are the recompute."""
+    def loss(w):
+        @jax.checkpoint
+        def f(h):
+            m = jnp.arange(h.shape[-1])[None, :] <= jnp.arange(h.shape[0])[:, None]
+            return jnp.sin(jnp.where(m, h, -1.0))
+        return jnp.sum(f(x @ w) ** 2)
+    return jax.grad(loss)(w)
+
+
+def test_an_unnamed_op_amid_a_recompute_is_recomputed():
+    """The select that remakes the masked input of the recomputed cosine (between the recomputed compare and
+    cosine, reading the one and read by the other) is recompute, not backward: no kernel boundary falls inside the
+    recompute's chain."""
+    a = analyze(lowered(_masked_remat, ((64, 64), jnp.float32), ((64, 64), jnp.float32)),
+                AnalysisOptions(phases=True, dataflow=True))
+    ph, ops = a.phases.phase, [r.op.split(".")[-1] for r in a.rows]
+    cos = ops.index("cosine")
+    sel = a.producers[cos][0]
+    assert ops[sel] == "select" and ph[cos] == "recompute"
+    assert ph[sel] == "recompute"
+    assert ops[a.producers[sel][0]] == "compare" and ph[a.producers[sel][0]] == "recompute"
+    # the backward's own select (the mask applied to the cotangent) stays backward
+    assert ph[max(i for i, o in enumerate(ops) if o == "select")] == "backward"
