@@ -24,7 +24,10 @@ producing its operands), in program order:
   its operands (it only orders the program), so a kernel that took it in would be charged a read of every operand
   it fences (the saved activations of a whole layer, where remat puts one before the backward);
 * an op never joins a kernel one of its other operands depends on (that would be a cycle), and the
-  members of a kernel share one multiplicity; collectives and unknown ops stay alone.
+  members of a kernel share one multiplicity; collectives and unknown ops stay alone;
+* with each row's phase given (``phase``: a training step as PyTorch autograd runs it, :func:`.program.phases_of`)
+  an op joins no kernel of another phase, and a GEMM takes in no prologue of another phase. A kernel's phase is its
+  latest member's: a flash backward kernel (:mod:`.attention_backward`) placed whole may hold recompute rows.
 
 A kernel reads each external input once (deduplicated by the producing value, looking through reshapes)
 and writes each value that an op outside it (or nobody: a program output) reads; its compute time is the
