@@ -122,8 +122,9 @@ def test_expert_gradients_reduced_over_the_expert_data_parallel_group():
 def test_breakdown_and_stage_rows_add_up_to_the_iteration():
     p = plan(_cfg(p=2, d=4, ep=4, global_batch=16), DGX)
     df = breakdown_frame(p)
-    parts = df[df["component"] != "TOTAL"]["seconds"].sum()
-    assert parts == pytest.approx(p.iteration.total, rel=1e-4)
+    parts = df[df["component"] != "TOTAL"]["seconds"]
+    # each part rounded to the microsecond (breakdown_frame): at most half of one off each
+    assert parts.sum() == pytest.approx(p.iteration.total, abs=0.5e-6 * len(parts))
     assert "ep_comm (all_to_all)" in set(df["component"]) and p.iteration.ep_comm > 0
     for row in stage_rows(p):
         busy = sum(v for k, v in row.items() if k not in ("stage", "devices", "iteration") and not

@@ -27,7 +27,7 @@ class Roofline:
 
     def __init__(self, analysis, hw: Hardware, fuse_mode: str = "none", attention: str | None = None,
                  execution: str | None = None, sdpa: str = "auto", written: str = "auto", cudagraphs: bool = False,
-                 torch_version: str | None = None):
+                 torch_version: str | None = None, split_phases: bool = False):
         """``execution`` (:data:`EXECUTIONS`; default: the one ``fuse_mode`` maps onto): ``compiled`` groups
         rows into fused kernels (:func:`.program.fuse`), ``eager`` into one kernel per framework op
         (:func:`.eager.eager`, SDPA calls on the backend ``sdpa``; attention written out op by op as written or,
@@ -36,7 +36,8 @@ class Roofline:
         CUDA graph with ``cudagraphs``), with the compile gain over eager (:mod:`.gain`). ``attention`` (compiled,
         inductor): ``fused`` (the default) prices each attention as one kernel
         (:mod:`.attention`); ``unfused`` as the separate kernels of its ops. ``torch_version`` (inductor): the
-        torch release whose Inductor is modelled (None: a current one)."""
+        torch release whose Inductor is modelled (None: a current one). ``split_phases`` (compiled): a training
+        step as PyTorch autograd runs it, no fused kernel spanning its phases (:func:`.program.phases_of`)."""
         if fuse_mode not in FUSE_MODES:
             raise ValueError(f"unknown fuse mode {fuse_mode!r}: choose one of {', '.join(FUSE_MODES)}")
         self.analysis = analysis
@@ -47,7 +48,7 @@ class Roofline:
         self.attention = attention or ("fused" if self.execution in ("compiled", "inductor") else "unfused")
         self.sdpa, self.written = sdpa, written
         if self.execution == "compiled":
-            self.fusion = fuse(analysis, hw, self.times, attention=self.attention)
+            self.fusion = fuse(analysis, hw, self.times, attention=self.attention, split_phases=split_phases)
         elif self.execution == "eager":
             from .eager import eager
 

@@ -24,7 +24,10 @@ producing its operands), in program order:
   its operands (it only orders the program), so a kernel that took it in would be charged a read of every operand
   it fences (the saved activations of a whole layer, where remat puts one before the backward);
 * an op never joins a kernel one of its other operands depends on (that would be a cycle), and the
-  members of a kernel share one multiplicity; collectives and unknown ops stay alone.
+  members of a kernel share one multiplicity; collectives and unknown ops stay alone;
+* with each row's phase given (``phase``: a training step as PyTorch autograd runs it, :func:`.program.phases_of`)
+  an op joins no kernel of another phase, and a GEMM takes in no prologue of another phase. A kernel's phase is its
+  latest member's: a flash backward kernel (:mod:`.attention_backward`) placed whole may hold recompute rows.
 
 A kernel reads each external input once (deduplicated by the producing value, looking through reshapes)
 and writes each value that an op outside it (or nobody: a program output) reads; its compute time is the
@@ -162,9 +165,11 @@ class Grouper:
     (where it runs in one) a kernel. ``preset`` maps rows to a group id decided beforehand (attention:
     :mod:`.attention`); the rows of one group share one kernel."""
 
-    def __init__(self, rows, producers, times, preset: dict | None = None, row_fusion: bool = True):
+    def __init__(self, rows, producers, times, preset: dict | None = None, row_fusion: bool = True,
+                 phase: list | None = None):
         self.rows, self.producers, self.times = rows, producers, times
         self.row_fusion = row_fusion
+        self.phase = phase  # each row's phase of a training step run phase by phase (None: one program)
         n = len(rows)
         self.row_kernel: list[int | None] = [None] * n
         # Per row: "kernel" (in a kernel), "free" (no kernel, outside any), "dup" (duplicated into
@@ -225,15 +230,22 @@ class Grouper:
             stack.extend(q for q in self.producers[p] if isinstance(q, int))
         return True
 
+    def same_phase(self, i: int, k: int) -> bool:
+        """Whether row i runs in the phase of kernel k (always, without phases): the phase of its latest member (a
+        flash backward kernel, which remakes the forward's scores, may hold recompute rows; it runs in the
+        backward)."""
+        return self.phase is None or self.phase[self.kernels[k].members[-1]] == self.phase[i]
+
     def open_kernel_of(self, i: int, no_dot: bool = False) -> int | None:
         """The open kernel row i may join: of its producers' kernels, the one with the latest member that
-        shares its multiplicity, does not widen a GEMM's result, and that it can join without a cycle."""
+        shares its multiplicity and its phase, does not widen a GEMM's result, and that it can join without a
+        cycle."""
         mult = self.rows[i].multiplicity
         width = _elem_bits(self.rows[i].result)
         ks = []
         for k in self.candidates(i, set()):
             kern = self.kernels[k]
-            if kern.closed or kern.multiplicity != mult:
+            if kern.closed or kern.multiplicity != mult or not self.same_phase(i, k):
                 continue
             if kern.has_dot and (no_dot or width > _elem_bits(self.rows[kern.head].result)):
                 continue

@@ -98,16 +98,17 @@ class ProgramPricing:
             self._attention = (tuple(forward + backward), frozenset(onchip))
         return self._attention
 
-    def grouping(self, times, attention: str, row_fusion: bool) -> Grouping:
+    def grouping(self, times, attention: str, row_fusion: bool, phase: list | None = None) -> Grouping:
         """The compiled grouping (:func:`.program.fuse`) with ``attention`` (``fused``: each attention one
-        kernel); ``times`` say only which rows are free."""
+        kernel); ``times`` say only which rows are free; ``phase``: each row's phase, where no kernel spans two
+        (None: one program)."""
         free = tuple(t.bound == "free" for t in times)
-        key = (attention, bool(row_fusion), free)
+        key = (attention, bool(row_fusion), free, tuple(phase) if phase is not None else None)
         if key not in self._groupings:
-            self._groupings[key] = self._group(times, attention, row_fusion)
+            self._groupings[key] = self._group(times, attention, row_fusion, phase)
         return self._groupings[key]
 
-    def _group(self, times, attention: str, row_fusion: bool) -> Grouping:
+    def _group(self, times, attention: str, row_fusion: bool, phase: list | None = None) -> Grouping:
         from .kernel_io import KernelIO
 
         rows, producers = self.rows, self.producers
@@ -116,7 +117,7 @@ class ProgramPricing:
             found, onchip = self.attention()
             for g, att in enumerate(found):
                 preset.update((i, g) for i in att.members)
-        grouper = Grouper(rows, producers, times, preset, row_fusion)
+        grouper = Grouper(rows, producers, times, preset, row_fusion, phase)
         for i in range(len(rows)):
             grouper.place(i)
         io = KernelIO(rows, producers, times, grouper.role, onchip)
@@ -155,16 +156,32 @@ class ProgramPricing:
 
 
 def fuse(analysis, hw: Hardware, times: list[OpTime] | None = None, producers: list | None = None,
-         attention: str = "unfused") -> Fusion:
+         attention: str = "unfused", split_phases: bool = False) -> Fusion:
     """Group rows into fused kernels (see the module docstring) and time them on ``hw``. ``attention``:
-    ``fused`` prices each attention found by :func:`.attention.find_attention` as one kernel. With the
+    ``fused`` prices each attention found by :func:`.attention.find_attention` as one kernel. ``split_phases``:
+    a training step as PyTorch autograd runs it (:func:`phases_of`): no kernel spans two of its phases. With the
     analysis's own data flow (no ``producers`` given) the grouping is the program's
     (:class:`ProgramPricing`: made once, whatever the chip)."""
     own = producers is None
     rows, producers, times = grouping_inputs(analysis, hw, times, producers, attention, "fuse()")
     shared = ProgramPricing.of(analysis) if own else ProgramPricing(rows, producers)
-    grouping = shared.grouping(times, attention, getattr(hw, "row_fusion", True))
+    phase = phases_of(analysis) if split_phases else None
+    grouping = shared.grouping(times, attention, getattr(hw, "row_fusion", True), phase)
     kernels, masks = grouping.kernels(), masks_of(analysis)
     for k in kernels:
         kernel_time(k, rows, producers, times, hw, masks)
     return Fusion(kernels, list(grouping.row_kernel), share_time(kernels, times, len(rows)))
+
+
+def phases_of(analysis) -> list | None:
+    """Each row's phase (:mod:`mhlo_cost.analysis.collectors.phases`: forward, recompute, backward, optimizer) of
+    a training step, where no fused kernel spans two (None: a program with no backward). PyTorch autograd (Megatron-LM,
+    NeMo and Transformer Engine's modules, torchtitan eager) runs the forward's kernels, then the backward's:
+    ``loss.backward()`` starts once the forward has returned; a recompute (Megatron's ``CheckpointFunction``,
+    ``torch.utils.checkpoint``) runs the forward's kernels again inside the backward, before the layer's gradients;
+    the optimizer's step runs after. XLA compiles a JAX step as one module and may fuse across them (``report``
+    on a JAX program keeps that: ``split_phases`` is off by default)."""
+    ph = getattr(analysis, "phases", None)
+    if ph is None or not ph.training:
+        return None
+    return list(ph.phase)

@@ -95,12 +95,12 @@ def _operand_kernels(g, p) -> set:
 
 
 def _taken_from(g, i: int, frontier: set, mult: int) -> set:
-    """The kernels upstream of ``frontier`` that dot ``i`` may take in: eligible and read only by the dot and
-    the kernels already taken, added until no more are."""
+    """The kernels upstream of ``frontier`` that dot ``i`` may take in: eligible, of its phase and read only by
+    the dot and the kernels already taken, added until no more are."""
     taken: set = set()
     while frontier:
         added = [k for k in sorted(frontier, reverse=True)
-                 if k not in taken and _eligible(g, k, mult)
+                 if k not in taken and _eligible(g, k, mult) and g.same_phase(i, k)
                  and read_only_by(g, g.kernels[k].members, taken | {k}, i)]
         if not added:
             break

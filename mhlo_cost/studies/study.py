@@ -50,6 +50,7 @@ the estimate or the memory estimate needs them). ``isolate``: parsed and walked 
     attention: str | None = None
     sdpa: str | None = None
     cudagraphs: bool = False  # --execution inductor: replayed from a CUDA graph (mode="reduce-overhead")
+    split_phases: bool = False  # compiled: a training step run phase by phase, as PyTorch autograd runs it
     steps: int | None = None
     blocks: str = "auto"
     block_pattern: str | None = None
@@ -206,7 +207,8 @@ class Study:
         o = self.options
         return Figures(self.analysis, hardware=self.hardware, execution=self.execution, attention=o.attention,
                        sdpa=o.sdpa, cudagraphs=o.cudagraphs, steps=o.steps, blocks=o.blocks,
-                       block_pattern=o.block_pattern, norms_per_block=o.norms_per_block, stage=self.stage)
+                       block_pattern=o.block_pattern, norms_per_block=o.norms_per_block, stage=self.stage,
+                       split_phases=o.split_phases)
 
     def view(self, request=None):
         """The :class:`~mhlo_cost.views.table.Table` that answers ``request`` (a

@@ -25,8 +25,9 @@ class Figures:
     def __init__(self, analysis, *, hardware=None, execution: str = "unfused", attention: str | None = None,
                  sdpa: str | None = None, steps: int | None = None, blocks: str = "auto", cudagraphs: bool = False,
                  block_pattern: str | None = None, norms_per_block: int | None = None,
-                 stage: Callable[[str], None] | None = None):
+                 stage: Callable[[str], None] | None = None, split_phases: bool = False):
         self.analysis, self.hardware, self.execution = analysis, hardware, execution
+        self.split_phases = split_phases  # compiled: no fused kernel spans two phases (roofline.program.phases_of)
         self.attention, self.sdpa, self.steps = attention, sdpa, steps
         self.cudagraphs = cudagraphs
         self.block_method, self.block_pattern, self.norms_per_block = blocks, block_pattern, norms_per_block
@@ -61,7 +62,7 @@ class Figures:
 
         self.stage(f"estimating on {hw.name}")
         return Roofline(self.analysis, hw, attention=self.attention, execution=self.execution,
-                        sdpa=self.sdpa or "auto", cudagraphs=self.cudagraphs)
+                        sdpa=self.sdpa or "auto", cudagraphs=self.cudagraphs, split_phases=self.split_phases)
 
     @cached_property
     def fused_memory(self):

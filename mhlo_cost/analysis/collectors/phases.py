@@ -104,12 +104,11 @@ def assign_phases(analysis) -> Phases:
     for i, e in enumerate(ev):
         if e == "outside":
             e = OPTIMIZER if i > first_bwd else FORWARD
-        base.append(e if e in (FORWARD, BACKWARD, OPTIMIZER) else None)
+        base.append(e if e in PHASES else None)
     unnamed = sum(1 for b in base if b is None)
+    # (recompute rows are neighbours too: an unnamed op amid a recompute, a jnp.where's select in its called
+    # function, is recomputed with them, not the backward's)
     phase = fill_nearest(base, FORWARD)
-    for i, e in enumerate(ev):
-        if e == RECOMPUTE:
-            phase[i] = RECOMPUTE
     notes = []
     if unnamed:
         notes.append(f"{unnamed} op(s) without a phase of their own (constants, called functions, loop "

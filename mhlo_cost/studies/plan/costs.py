@@ -195,7 +195,7 @@ def analyse_layer(cfg: ScaleConfig, hw, key: str = "", chip: str = "", part: str
         text = lower_experts(cfg)
     else:
         text = lower_head(cfg) if part == "head" else own() if own is not None else dense_layer(cfg)
-    study = Study(text, training="always", hardware=hw,
+    study = Study(text, training="always", hardware=hw, split_phases=True,
                   execution=cfg.execution, attention=cfg.attention, dataflow=True)
     a, rf = study.analysis, study.roofline
     gemm, vec, times, core, loss, cast, dgrad, wgrad = _row_sums(a, rf, _aten_rows(a, cfg))
@@ -244,6 +244,7 @@ def _row_sums(a, rf, aten: frozenset = frozenset()) -> tuple:
 
     ph = a.phases
     row_time = list(rf.fusion.row_time)
+    when = _time_phases(a, rf)
     if aten:
         eager = rf.gain.eager.row_time
         for i in aten:
@@ -261,10 +262,11 @@ def _row_sums(a, rf, aten: frozenset = frozenset()) -> tuple:
         vec[p] += r.vector_flops
         scopes = r.scope.split("/")
         if "tp_comm" not in scopes and "cp_comm" not in scopes:
-            times[p] += row_time[i]
-            core[p] += row_time[i] if "core" in scopes else 0.0
-            loss[p] += row_time[i] if "loss" in scopes else 0.0
-            cast[p] += row_time[i] if WEIGHT_SCOPE in scopes else 0.0
+            t = when[i]
+            times[t] += row_time[i]
+            core[t] += row_time[i] if "core" in scopes else 0.0
+            loss[t] += row_time[i] if "loss" in scopes else 0.0
+            cast[t] += row_time[i] if WEIGHT_SCOPE in scopes else 0.0
         if p == "backward" and ph.grad[i] == "dgrad":
             dgrad += r.gemm_flops
         elif p == "backward" and ph.grad[i] == "wgrad":
@@ -272,18 +274,32 @@ def _row_sums(a, rf, aten: frozenset = frozenset()) -> tuple:
     return gemm, vec, times, core, loss, cast, dgrad, wgrad
 
 
+def _time_phases(a, rf) -> list:
+    """The phase each row's seconds are counted in: its own, but a compiled fused attention kernel's rows its
+    latest member's (the phase it runs in, :meth:`mhlo_cost.roofline.fusion.Grouper.same_phase`: a flash backward
+    kernel remakes the scores inside, so rows of the program's recompute it holds are the backward's seconds)."""
+    when = list(a.phases.phase)
+    if rf.execution != "compiled":
+        return when
+    for k in rf.fusion.kernels:
+        if k.attention:
+            for i in k.members:
+                when[i] = a.phases.phase[k.members[-1]]
+    return when
+
+
 def _core_tensor(a, rf) -> dict:
     """Phase -> seconds the fused attention kernels of scope ``core`` would spend at the tensor cores' full issue
     rate (:attr:`mhlo_cost.roofline.fusion.Kernel.tensor_s`; 0 where the attention is not one fused kernel), shared
-    among its rows' phases as its time is (``row_time``: a kernel's head may be a forward row its backward reads)."""
+    among the phases its rows' seconds count in as its time is (:func:`_time_phases`)."""
     out = {p: 0.0 for p in PHASES}
-    row_time = rf.fusion.row_time
+    row_time, when = rf.fusion.row_time, _time_phases(a, rf)
     for k in rf.fusion.kernels:
         if not (k.attention and k.tensor_s > 0 and k.time_s > 0):
             continue
         for i in k.members:
             if "core" in a.rows[i].scope.split("/"):
-                out[a.phases.phase[i]] += k.tensor_s * row_time[i] / k.time_s
+                out[when[i]] += k.tensor_s * row_time[i] / k.time_s
     return out
 
 
@@ -308,6 +324,6 @@ def flash_saved_bytes(cfg: ScaleConfig, hw) -> int:
     from ..study import Study
 
     study = Study(dense_layer(cfg.with_split(recompute="selective")), training="always", hardware=hw,
-                  execution=cfg.execution, attention=cfg.attention, dataflow=True)
+                  split_phases=True, execution=cfg.execution, attention=cfg.attention, dataflow=True)
     lse = cfg.micro_batch * (cfg.heads // cfg.t) * cfg.local_seq * 4
     return memory_categories(study.analysis, study.analysis.phases)["saved_activations"] + lse
