@@ -147,3 +147,13 @@ def test_pytorch_tensor_parallel_does_not_gather_again(execution, recompute, reg
     assert it.layer["tp_forward"] == pytest.approx(fwd, rel=1e-12)
     want = (2 + regather) * ag + 2 * rs + (fwd if recompute == "full" else 0.0)
     assert it.layer["tp_backward"] == pytest.approx(want, rel=1e-12)
+
+
+def test_async_tp_refused_with_experts():
+    """A MoE block's output is the routed experts' plus the shared experts' (an add): Inductor's pass finds no
+    producer matmul for its reduce-scatter, which this pricing does not follow yet: refused, said so."""
+    from mhlo_cost.studies.plan.config import ScaleConfig
+
+    cfg = ScaleConfig(layers=2, hidden=64, heads=4, seq=32, vocab=128, t=2, sp=True, execution="inductor",
+                      async_tp=True, experts=4, top_k=2, expert_ffn=64, global_batch=1, attention="fused")
+    assert "mixture of experts" in cfg.invalid()

@@ -129,6 +129,15 @@ def test_cp1_and_no_profile_unchanged():
         assert r.forward == (CORE["forward"] / 4,) * 4 and r.added_forward == 0.0
 
 
+@pytest.mark.parametrize("comm", ["all_gather", "a2a"])
+def test_no_ring_no_ring_calls(comm):
+    """TE's all-gather CP (AttnFuncWithCPAndKVAllGather: one call per local query chunk against the gathered keys)
+    and Ulysses make no ring of per-step calls: nothing added to the core."""
+    r = ring_call_seconds(_cfg(cp_comm=comm), H100, CORE)
+    assert (r.added_forward, r.added_backward) == (0.0, 0.0)
+    assert r.backward == (CORE["backward"] / 4,) * 4
+
+
 def test_each_exchange_beside_its_own_call():
     """TE's ring: the exchange of step i + 1 beside call i (the local, causal call first), the backward's beside
     its first cp - 1 calls (the local one last). The core is set so that a step's exchange outlasts the local call

@@ -25,7 +25,8 @@ LINK = 1e11  # the stub network's bytes a second
 BW = 1e12  # the stub memory's bytes a second
 
 H, L = 64, 4
-TINY = dict(layers=L, hidden=H, heads=4, seq=32, vocab=128, global_batch=64, precision="fp8-tensorwise", d=8, zero=3)
+TINY = dict(layers=L, hidden=H, heads=4, seq=32, vocab=128, global_batch=64, precision="fp8-tensorwise", d=8, zero=3,
+            fsdp_version=2)
 LINEAR = 12 * H * H  # a GPT layer's linear weights: qkv 3h^2, projection h^2, fc1 and fc2 4h^2 each
 OTHER = 4 * H + 3 * H + H + 4 * H + H  # two LayerNorms' scale and bias, the four linears' biases
 GPT_LINEARS = 4  # qkv, proj, fc1, fc2

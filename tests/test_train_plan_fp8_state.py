@@ -61,7 +61,7 @@ def test_torchao_fp8_all_gather_holds_fp8_gathered_weights(reshard, held):
     """FSDP over 8 with torchao's fp8 all-gather: the persistent weights are the shard (2 x (linear + other) x 4 / 8
     bytes) and the gathered layers (2 in flight; every layer with reshard-after-forward off) hold their linear
     weights at 1 byte and the rest at 2; no kept copy, no scale state."""
-    cfg = ScaleConfig(**TINY, d=8, zero=3, reshard_after_forward=reshard)
+    cfg = ScaleConfig(**TINY, d=8, zero=3, fsdp_version=2, reshard_after_forward=reshard)
     on = memory(cfg.with_split(fsdp_float8_all_gather=True), COST)
     assert on["weights"] == 2 * (LINEAR + OTHER) * L // 8 + held * (LINEAR + 2 * OTHER)
     assert memory(cfg, COST)["weights"] - on["weights"] == held * LINEAR
@@ -74,9 +74,11 @@ def test_fp8_state_options_are_checked():
                                        fsdp_float8_all_gather=True).invalid()
     assert "all-gather" in ScaleConfig(**TINY, zero=3, d=8, fsdp_float8_all_gather=True,
                                        fp8_weight_cache=True).invalid()
-    assert ScaleConfig(**TINY, zero=3, d=8, fsdp_float8_all_gather=True).invalid() is None
+    assert ScaleConfig(**TINY, zero=3, d=8, fsdp_version=2, fsdp_float8_all_gather=True).invalid() is None
+    # torchao's fp8 all-gather runs through FSDP2's fsdp_pre_all_gather / fsdp_post_all_gather hooks
+    assert "FSDP2" in ScaleConfig(**TINY, zero=3, d=8, fsdp_float8_all_gather=True).invalid()
     # torchao's Float8LinearConfig: enable_fsdp_float8_all_gather supports tensorwise scaling only; FSDP only
-    assert "tensorwise" in ScaleConfig(**dict(TINY, precision="fp8-rowwise"), zero=3, d=8,
+    assert "tensorwise" in ScaleConfig(**dict(TINY, precision="fp8-rowwise"), zero=3, d=8, fsdp_version=2,
                                        fsdp_float8_all_gather=True).invalid()
     assert "ZeRO 3" in ScaleConfig(**TINY, d=8, fsdp_float8_all_gather=True).invalid()
 

@@ -272,8 +272,9 @@ def _register_precision(p) -> None:
                         "DelayedScaling and NeMo's; Megatron-Core's --fp8-amax-history-len default is 1; current "
                         "scaling: 1)")
     p.add_argument("--fsdp-float8-all-gather", action="store_true",
-                   help="under FSDP (--zero 3) with an fp8 precision: torchao's enable_fsdp_float8_all_gather, the fp8 "
-                        "linears' weights all-gathered in fp8 (the gathered layers' copies 1 byte an element), "
+                   help="under FSDP2 (--zero 3 --fsdp-version 2) with fp8-tensorwise: torchao's "
+                        "enable_fsdp_float8_all_gather, the fp8 linears' weights all-gathered in fp8 (the gathered "
+                        "layers' copies 1 byte an element), "
                         "each gather's weight amaxes all-reduced before it")
     p.add_argument("--fsdp-float8-precompute-scale", action="store_true",
                    help="with --fsdp-float8-all-gather: torchao's precompute_float8_dynamic_scale_for_fsdp, every "

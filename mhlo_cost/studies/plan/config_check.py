@@ -76,9 +76,11 @@ def fp8_invalid(cfg) -> str | None:
     if not isinstance(v, int) or isinstance(v, bool) or v < 1:
         return f"fp8_amax_history must be a positive integer, got {v!r}"
     if cfg.fsdp_float8_all_gather and (cfg.precision != "fp8-tensorwise" or cfg.fp8_weight_cache
-                                       or cfg.zero_stage != 3):
-        return ("the FSDP float8 all-gather (torchao's enable_fsdp_float8_all_gather) needs FSDP (ZeRO 3), the "
-                "fp8-tensorwise recipe (torchao: tensorwise scaling only) and no fp8 weight cache (TE's)")
+                                       or cfg.zero_stage != 3 or cfg.fsdp_version != 2 or cfg.experts):
+        return ("the FSDP float8 all-gather (torchao's enable_fsdp_float8_all_gather) needs FSDP2 (ZeRO 3, "
+                "--fsdp-version 2: it works through fully_shard's all-gather hooks), the fp8-tensorwise recipe "
+                "(torchao: tensorwise scaling only), no fp8 weight cache (TE's) and a dense model (a MoE's expert "
+                "gathers are not priced in fp8)")
     if cfg.fsdp_float8_precompute_scale and not cfg.fsdp_float8_all_gather:
         return ("the precomputed FSDP float8 scales (torchao's precompute_float8_dynamic_scale_for_fsdp) need the "
                 "FSDP float8 all-gather (torchtitan ignores them without it)")
@@ -169,4 +171,6 @@ def async_tp_invalid(cfg) -> str | None:
                 f"not {cfg.execution}")
     if cfg.tp_comm_overlap:
         return "async tensor parallelism (PyTorch's) and tp_comm_overlap (Transformer Engine's) do not go together"
+    if cfg.experts:  # (a MoE block's output is routed + shared, an add: the pass finds no producer matmul)
+        return "async tensor parallelism is priced for dense layers only, not a mixture of experts"
     return None

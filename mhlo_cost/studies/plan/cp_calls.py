@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from ...machines.kernels import backward_pass_bytes
 from ...roofline.attention_compute import PADDED_HEAD_DIMS, fused_compute_s, padded_head_dim
 from .config import ScaleConfig
+from .sharding_check import CP_TORCH
 
 
 @dataclass(frozen=True)
@@ -109,9 +110,10 @@ class RingCalls:
 def ring_call_seconds(cfg: ScaleConfig, hw, core_s: dict | None) -> RingCalls:
     """The :class:`RingCalls` of ``cfg`` from the layer's ``core_s``: each call ``core x model(call) /
     model(kernel)``; a backward's passes over the rank's query rows kept whole with each call (they run in its step;
-    the single kernel's once in ``added_backward``). Without a model, a core, or a fused attention (``attention``
-    unfused: the layer's separate kernels, which the fused model does not price): ``core / cp`` each, nothing
-    added."""
+    the single kernel's once in ``added_backward``). Without a model, a core, a ring (``cp_comm`` all_gather: TE's
+    ``AttnFuncWithCPAndKVAllGather`` calls per local chunk, not per ring step; a2a: Ulysses) or a fused attention
+    (``attention`` unfused: the layer's separate kernels, which the fused model does not price): ``core / cp``
+    each, nothing added."""
     core = core_s or {}
     f_core, b_core = core.get("forward", 0.0), core.get("backward", 0.0)
     fwd, bwd = ring_calls(cfg)
@@ -119,7 +121,8 @@ def ring_call_seconds(cfg: ScaleConfig, hw, core_s: dict | None) -> RingCalls:
     one = single_kernel(cfg)
     base_f = model_seconds(one, hw, library, False) if hw is not None else 0.0
     base_b = model_seconds(one, hw, library, True) if hw is not None else 0.0
-    if cfg.cp == 1 or cfg.attention != "fused" or min(base_f, base_b, f_core, b_core) <= 0:
+    ring = cfg.cp_comm == "p2p" or cfg.cp_comm in CP_TORCH  # (all_gather, a2a: no ring of calls)
+    if cfg.cp == 1 or not ring or cfg.attention != "fused" or min(base_f, base_b, f_core, b_core) <= 0:
         return RingCalls((f_core / cfg.cp,) * cfg.cp, (b_core / cfg.cp,) * cfg.cp)
     passes = min(hw.memory_time(backward_pass_bytes(one.rows * one.sq, one.d, 2), 2), b_core)
     b_compute = b_core - passes
