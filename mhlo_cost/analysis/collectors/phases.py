@@ -48,6 +48,8 @@ _PASS = frozenset({"transpose", "reshape", "convert", "broadcast_in_dim", "copy"
 _TO_GRAD = _PASS | {"add"}
 #: Ops that take a slice of a stacked value (a scanned model's weights).
 _SLICE = frozenset({"dynamic_slice", "slice"})
+#: Ops between a value and its fp8 cast that scale or bound it (followed past to the value the cast scales).
+_SCALE = frozenset({"multiply", "divide", "clamp", "minimum", "maximum"})
 _CALLS = ("jit(", "pjit(")
 
 
@@ -228,9 +230,31 @@ class Flow:
             r = self.rows[src]
             if short_op(r) not in _PASS or not self.producers or not self.producers[src]:
                 break
-            src = self.producers[src][0]
+            src = self._unscaled(self.producers[src][0]) if _to_fp8(r) else self.producers[src][0]
             seen += 1
         return src
+
+    def _unscaled(self, src):
+        """The value an fp8 cast scales: past the multiplies / divides by a broadcast scale and the clamps to
+        the format's range between it and the cast (``x / scale`` then ``convert``, torchao's
+        ``hp_tensor_to_float8_dynamic``; TE's cast kernels), ``src`` itself where there are none."""
+        while isinstance(src, int) and short_op(self.rows[src]) in _SCALE and self.producers[src]:
+            ops = self.producers[src]
+            main = [k for k, o in enumerate(ops) if not self._is_scale(o)]
+            if len(main) != 1 or (short_op(self.rows[src]) == "divide" and main[0] != 0):
+                break
+            src = ops[main[0]]
+        return src
+
+    def _is_scale(self, src) -> bool:
+        """A broadcast of a smaller value (a per-tensor / per-row scale, a bound) or a constant."""
+        if not isinstance(src, int):
+            return False
+        r = self.rows[src]
+        op = short_op(r)
+        if op == "constant":
+            return True
+        return op == "broadcast_in_dim" and bool(r.operands) and r.operands[0].nelems < r.result.nelems
 
     def root_of(self, i: int, pos: int):
         src = self.source(i, pos)
@@ -255,3 +279,8 @@ class Flow:
                 return not strict
             return isinstance(inner, str) and (self.params is None or inner in self.params)
         return False
+
+
+def _to_fp8(row) -> bool:
+    """Whether ``row`` converts to an 8-bit float (an fp8 recipe's cast of a GEMM operand)."""
+    return short_op(row) == "convert" and str(getattr(row.result, "dtype", "")).startswith("f8")
