@@ -68,6 +68,15 @@ def reruns_core(cfg) -> bool:
     return cfg.recompute == "selective" and not own
 
 
+def reruns_attention(cfg) -> bool:
+    """Whether ``cfg``'s recompute runs the attention's forward again: ``full`` (the whole layer under
+    ``tensor_parallel.checkpoint``) or Megatron-Core's ``selective`` (the core attention module under it,
+    :func:`reruns_core`). Its context-parallel exchange runs again with it: TE's ``AttnFuncWithCPAndKVP2P`` /
+    ``AttnFuncWithCPAndKVAllGather`` and PyTorch's ``_templated_ring_attention`` are the forward itself, re-run
+    whole by the checkpoint's backward."""
+    return cfg.recompute == "full" or reruns_core(cfg)
+
+
 def recompute_flops(cfg, gemm_flops: dict) -> int:
     """GEMM FLOPs of one micro-batch's recompute (as :func:`recompute_seconds`): under ``selective`` the core's
     two products, the scores' (the program's recompute GEMMs) and the one with V (the same FLOPs)."""

@@ -50,6 +50,7 @@ from .costs import LayerCost
 from .cp_calls import ring_call_seconds
 from .fp8_gather import AMAX_BYTES, amax_per_gather, amax_step_bytes
 from .fp8_weights import gathered_bytes
+from .recompute import reruns_attention
 from .sm_share import taxed
 from .traced_waits import cp_waits_at_once
 
@@ -312,7 +313,9 @@ def cp_exposure(cfg: ScaleConfig, topo, cost: LayerCost, sms: tuple[int, int] = 
     that step's attention call (:func:`.cp_calls.ring_call_seconds`: each call at its own shape on ``hw``; without
     it 1/cp of ``core_s`` each), or the all_gather variant's collectives, not overlapped (PyTorch's:
     :func:`torch_cp_exposure`). ``sms``: (SMs an NCCL send/recv or collective takes, the chip's SMs): the attention
-    block beside a ring step runs on the others (:func:`.sm_share.taxed`)."""
+    block beside a ring step runs on the others (:func:`.sm_share.taxed`). A recompute that re-runs the attention
+    (:func:`.recompute.reruns_attention`: TE's ``AttnFuncWithCP*`` is re-run whole by the checkpoint) sends the
+    forward's K/V again in the backward, exposed as in the forward."""
     if cfg.cp_comm in CP_TORCH and cfg.cp > 1:
         return torch_cp_exposure(cfg, topo, cost, sms, hw)
     per = {"ring_step_forward": 0.0, "ring_step_backward": 0.0, "layer_forward": 0.0, "layer_backward": 0.0}
@@ -324,7 +327,12 @@ def cp_exposure(cfg: ScaleConfig, topo, cost: LayerCost, sms: tuple[int, int] = 
     bx = sum(taxed(x, per["ring_step_backward"], sms) for x in calls.backward[:steps])
     f = steps * per["ring_step_forward"] + per["layer_forward"]
     b = steps * per["ring_step_backward"] + per["layer_backward"]
-    return Exposure(fx + per["layer_forward"], bx + per["layer_backward"], f, b)
+    fx += per["layer_forward"]
+    bx += per["layer_backward"]
+    # the recompute's attention runs the forward's exchange again, as exposed (Ulysses' model lists its own: .stdit3)
+    if reruns_attention(cfg) and cfg.cp_comm != "a2a":
+        bx, b = bx + fx, b + f
+    return Exposure(fx, bx, f, b)
 
 
 def torch_cp_exposure(cfg: ScaleConfig, topo, cost: LayerCost, sms: tuple[int, int] = (0, 0), hw=None) -> Exposure:
@@ -333,7 +341,8 @@ def torch_cp_exposure(cfg: ScaleConfig, topo, cost: LayerCost, sms: tuple[int, i
     it 1/cp of ``core_s``). Forward: the K/V all-gather is issued before the first (local) block and waited for
     after it (exposed beyond that block), or each of the cp - 1 permutes overlaps one block. Backward: the same for
     K/V; the dK/dV permute of each of the cp steps is waited for after the next block, the last one after the loop
-    (exposed whole). Full recompute runs the forward's exchange again in the backward. Traced by torch.compile
+    (exposed whole). A recompute that re-runs the attention (full; :func:`.recompute.reruns_attention`) runs the
+    forward's exchange again in the backward. Traced by torch.compile
     without Inductor's reordering, each exchange is waited for where it is issued (:mod:`.traced_waits`): all of
     it exposed."""
     per = {"layer_forward": 0.0, "layer_backward": 0.0, "ring_step_forward": 0.0, "ring_step_backward": 0.0,
@@ -348,7 +357,7 @@ def torch_cp_exposure(cfg: ScaleConfig, topo, cost: LayerCost, sms: tuple[int, i
     b = (taxed(bc[0], per["layer_backward"], sms) + sum(taxed(x, per["ring_step_backward"], sms) for x in bc[:-1])
          + sum(taxed(x, dkv, sms) for x in bc[1:]) + dkv)
     b_total = per["layer_backward"] + (cfg.cp - 1) * per["ring_step_backward"] + cfg.cp * dkv
-    if cfg.recompute == "full":
+    if reruns_attention(cfg):
         b, b_total = b + f, b_total + f_total
     if cp_waits_at_once(cfg):
         return Exposure(f_total, b_total, f_total, b_total)
