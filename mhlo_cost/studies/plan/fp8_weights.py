@@ -75,11 +75,17 @@ def cached(cfg) -> bool:
     return bool(getattr(cfg, "fp8_weight_cache", False)) and cfg.precision != "bf16"
 
 
+def cast_before_gather(cfg) -> bool:
+    """Whether FSDP casts ``cfg``'s fp8 weights before its all-gather (torchao's ``fsdp_pre_all_gather``, on the
+    copy-in stream: :mod:`.fsdp_copies`), so that ``Float8Linear`` casts no weight in its forward or backward."""
+    return bool(getattr(cfg, "fsdp_float8_all_gather", False)) and cfg.precision != "bf16"
+
+
 def per_micro_batch(cfg, cost) -> tuple[float, float, float]:
     """Seconds of weight casts to take OUT of each micro-batch's (forward, backward, recompute) of one layer:
-    every phase's casts where they are cached (full recompute re-runs the forward's, the others their own
-    recompute phase's), none otherwise."""
-    if not cached(cfg):
+    every phase's casts where they are cached or made before FSDP's all-gather (:func:`cast_before_gather`; full
+    recompute re-runs the forward's, the others their own recompute phase's), none otherwise."""
+    if not cached(cfg) and not cast_before_gather(cfg):
         return 0.0, 0.0, 0.0
     from .recompute import recompute_seconds, reruns_core
 

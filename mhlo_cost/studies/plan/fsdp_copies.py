@@ -11,6 +11,16 @@ tensors, and copies the unsharded gradients into one flat reduce-scatter buffer,
   ``torch.split_with_sizes_copy`` the gathered bf16 buffer into the parameters' unsharded storage: the layer's bf16
   weights read and written, once per all-gather (forward, and backward where the parameters were resharded after
   the forward);
+* with torchao's fp8 all-gather (``fsdp_float8_all_gather``, torchao eab345c ``WeightWithDynamicFloat8CastTensor``):
+  ``fsdp_pre_all_gather`` casts the fp32 shard to fp8 and hands FSDP ``float8_tensor._data`` (its amax all-reduce:
+  :mod:`.fp8_gather`), inside ``foreach_all_gather``'s copy-in stream, so the cast kernels sit with the copy-in,
+  off the compute stream; the copy-out splits the gathered buffer into each parameter's all-gather output at that
+  input's dtype (``init_all_gather_outputs(..., all_gather_input_dtypes, ...)``), so the fp8 linears' weights are
+  read and written at 1 byte an element (the norms at 2: :func:`.fp8_weights.gathered_bytes`), and
+  ``fsdp_post_all_gather`` wraps that uint8 output as a ``Float8Tensor`` without a copy. ``Float8Linear`` then
+  takes the weight as already cast (``cast_weight_to_float8_t``: ``tensor_already_casted_to_fp8``) and its
+  backward reads the fp8 weight it saved: the layer program's weight casts run on no stream of the step
+  (:func:`.fp8_weights.per_micro_batch` takes them out);
 * after the backward, ``foreach_reduce`` copies the unsharded bf16 gradients into the reduce-scatter input in the
   ``reduce_dtype`` (``foreach_reduce_scatter_copy_in``: ``torch._chunk_cat``; bf16 read, ``grad_bytes`` written) on
   the current stream before handing it to the reduce-scatter stream (the predivide, ``_div_if_needed``, runs there,
@@ -28,6 +38,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .config import ScaleConfig
+from .fp8_weights import gathered_bytes
 
 
 @dataclass(frozen=True)
@@ -45,7 +56,7 @@ def fsdp_copies(cfg: ScaleConfig, weight_elems: int) -> FsdpCopies:
     FSDP2 shards over more than one rank)."""
     if cfg.fsdp_version != 2 or cfg.zero_stage != 3 or cfg.cp * cfg.d == 1:
         return FsdpCopies()
-    copy_out = weight_elems * (2 + 2)  # the gathered bf16 buffer read, the unsharded parameters written
+    copy_out = 2 * gathered_bytes(cfg, 2 * weight_elems)  # the gathered buffer read, the unsharded parameters written
     copy_in = weight_elems * (2 + cfg.grad_bytes)  # bf16 gradients read, the reduce-scatter input written
     again = 1 if cfg.reshard_after_forward else 0  # the backward's all-gather
     return FsdpCopies(copy_out, 1, again * copy_out + copy_in, again + 1)
