@@ -11,7 +11,8 @@
   :mod:`.attention_backward`: the backward kernel of each in a training program; :mod:`.attention_compute`: the
   compute time of one such kernel;
 * :mod:`.calibrate`: microbenchmarks on the local JAX device, written as a profile (``mhlo-cost calibrate``);
-* :mod:`.estimate`: :class:`Roofline`, a program's totals, its disassembly table and its blocks.
+* :mod:`.estimate`: :class:`Roofline`, a program's totals, its disassembly table and its blocks (the block table:
+  :mod:`.block_frame`).
 
 The data flow the fusion reads comes from :func:`mhlo_cost.analysis.analyze` with
 ``AnalysisOptions(dataflow=True)``.

@@ -12,6 +12,7 @@ from ..machines.hardware import Hardware
 from ..network import CollectiveEstimate, Exposure, exposed_comm, resolve_profile, row_estimate
 from ..ir.tensorinfo import TensorInfo
 from ..walk.row import Row, short_name
+from .block_frame import block_extra, block_frame
 from .bounds import span_bound
 from .fusion import FUSE_MODES
 from .inductor_launch import parse_torch
@@ -290,38 +291,10 @@ class Roofline:
                 "multiplicity": r.multiplicity, "gflops": t.flops / 1e9, "latency_us": t.time_s * 1e6,
                 "utilisation": t.utilisation, "bound": t.bound}
 
-    # -- blocks ---------------------------------------------------------------------------------------
+    # -- blocks (:mod:`.block_frame`) ------------------------------------------------------------------
     def block_extra(self) -> dict:
-        """Per-row columns for :func:`mhlo_cost.analysis.blocks.block_table`."""
-        ts = self.times
-        exposed = self.exposure().exposed
-        extra = {
-            "gemm_time_s": lambda r: ts[r.index].kernel_s if r.kind in ("dot", "conv") else 0.0,
-            "vector_time_s": lambda r: ts[r.index].kernel_s if r.kind not in ("dot", "conv") else 0.0,
-            "est_compute_s": lambda r: ts[r.index].compute_s,
-            "est_memory_s": lambda r: ts[r.index].memory_s,
-            "est_overhead_s": lambda r: ts[r.index].overhead_s,
-            "comm_time_s": lambda r: ts[r.index].comm_s,
-            "comm_exposed_s": lambda r: exposed[r.index],
-            "est_time_s": lambda r: ts[r.index].time_s,
-            "compute_bound_s": lambda r: ts[r.index].kernel_s if ts[r.index].bound == "compute" else 0.0,
-        }
-        if self.fusion is not None:
-            ft = self.fusion.row_time
-            ks, rk = self.fusion.kernels, self.fusion.row_kernel
-            gemm = [rk[i] is not None and ks[rk[i]].has_dot for i in range(len(ts))]
-            # Split by kernel: a GEMM kernel's epilogue counts as GEMM-kernel time.
-            extra["gemm_time_fused_s"] = lambda r: ft[r.index] if gemm[r.index] else 0.0
-            extra["vector_time_fused_s"] = lambda r: 0.0 if gemm[r.index] else ft[r.index]
-            extra["est_time_fused_s"] = lambda r: ft[r.index] + ts[r.index].comm_s
-            fexp = self.exposure(fused=True).exposed
-            extra["comm_exposed_fused_s"] = lambda r: fexp[r.index]
-            extra["est_time_fused_overlap_s"] = lambda r: ft[r.index] + fexp[r.index]
-            cb = [rk[i] is not None and ks[rk[i]].bound == "compute" for i in range(len(ts))]
-            extra["compute_bound_fused_s"] = lambda r: ft[r.index] if cb[r.index] else 0.0
-        if self.execution == "inductor":
-            extra.update(self.gain.block_extra())
-        return extra
+        """Per-row columns for :func:`mhlo_cost.analysis.blocks.block_table` (:func:`.block_frame.block_extra`)."""
+        return block_extra(self)
 
     def program_bound(self) -> str:
         """The whole program's bound by :func:`span_bound`, the block table's rule (its TOTAL row): the
@@ -338,47 +311,13 @@ class Roofline:
                           math.fsum(map(_FIXED_OF, ts)), math.fsum(map(_GROWING_OF, ts)))
 
     def block_frame(self, blocks, parts: bool = False, memory: list | None = None) -> pd.DataFrame:
-        """The block table with the estimate columns (and ``memory``'s, see :func:`~mhlo_cost.analysis.blocks.block_table`);
-        ``est_time_overlap_s`` = the compute side plus the exposed communication (``comm_exposed_s``,
-        :meth:`exposure`)."""
-        from ..analysis.blocks import block_table
-
-        ts = self.times
-        extra = self.block_extra() | {_FIXED: lambda r: ts[r.index].fixed_cost_s,
-                                      _GROWING: lambda r: ts[r.index].growing_s}
-        df = block_table(self.analysis, blocks, parts=parts, extra=extra, memory=memory)
-        df["est_time_overlap_s"] = df["est_time_s"] - df["comm_time_s"] + df["comm_exposed_s"]
-        _total_from(df, self.totals())
-        if self.execution == "inductor":
-            from .gain import add_gain_column
-
-            add_gain_column(df)
-        # The block's bound: where most of its (fused, if estimated) device time goes.
-        t = df["est_time_fused_s" if self.fusion is not None else "est_time_s"] - df["comm_time_s"]
-        c = df["compute_bound_fused_s"] if self.fusion is not None else df["compute_bound_s"]
-        df["bound"] = [span_bound(*v) for v in zip(t, c, df["comm_time_s"], df[_FIXED], df[_GROWING])]
-        # The model the ``_fused`` columns describe (``unfused``: none; the plain columns are op by op).
-        df = df.drop(columns=[_FIXED, _GROWING, "execution"], errors="ignore")  # execution: block_table's, moved last
-        df["execution"] = self.execution
-        return df
+        """The block table with the estimate columns (:func:`.block_frame.block_frame`)."""
+        return block_frame(self, blocks, parts, memory)
 
 
 #: Columns of the fused kernel table (:meth:`Roofline.kernel_frame`), ``execution`` last.
 _KERNEL_COLUMNS = ("index", "operation", "kind", "ops", "inputs", "weights", "output", "multiplicity", "gflops",
                    "latency_us", "utilisation", "bound")
-#: Block-table columns used for the overhead bound and dropped before the table is returned.
-_FIXED, _GROWING = "fixed_cost_s", "growing_s"
-
-
-def _total_from(df: pd.DataFrame, totals: dict) -> None:
-    """The TOTAL row's times are the summary's (``totals``), not a sum of the blocks' sums taken in another
-    order: one figure, one value, to the last bit."""
-    at = df.index[df["block"] == "TOTAL"]
-    for c in df.columns:
-        if c in totals and str(c).endswith("_s"):
-            df.loc[at, c] = totals[c]
-
-
 def _operation(r: Row) -> str:
     name = short_name(r.op)
     if r.target and name == "custom_call":

@@ -47,16 +47,17 @@ pipeline and the layer's times F (forward), B (backward), R (recompute) per micr
   stages of 7, 8 x 14, 7: two a device, 15 or 16 layers), a chunk's time its stage's over ``v``;
 * optimizer: the layer's optimizer phase x layers per stage (``/ (cp x d)`` sharded with ZeRO).
 
-Counts (FLOPs, bytes, micro-batches, transfers) are exact ints; times are floats in seconds.
+Counts (FLOPs, bytes, micro-batches, transfers) are exact ints; times are floats in seconds. The result,
+:class:`.iteration.Iteration`, and its table row are :mod:`.iteration`'s.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from fractions import Fraction
 
 from ...network import estimate
 from .config import ScaleConfig
 from .costs import LayerCost
+from .iteration import Iteration
 from .sharding import (cp_collectives, cp_exposure, dp_collectives, dp_exposure, embedding_collective, embedding_elems,
                        optimizer_extra_elems, seconds, step_seconds)
 from .dp_overlap import bucketed, dp_overlap_exposed, grad_buffer_zero_seconds
@@ -69,75 +70,13 @@ from .fp8_weights import per_micro_batch, split_step
 from .nccl_ub import ub_sms_of
 from .partial_recompute import full_share, mean_layer, recomputed_layers, whole
 from .partial_recompute import kept as without
-from .recompute import recompute_flops, recompute_seconds, reruns_core
+from .recompute import recompute_flops, recompute_seconds, reruns_attention
 from .ring_passes import ring_pass_seconds
 from .cp_calls import ring_call_seconds
 from .te_cp_passes import te_cp_pass_seconds
 from .sm_share import chip_sms, nccl_sms, taxed
 from .tp_overlap import tp_overlap_exposure
 from .async_tp import async_tp_exposure
-
-
-@dataclass(frozen=True)
-class Iteration:
-    """Per-device breakdown of one iteration (seconds), and the exact counts behind it."""
-
-    cfg: ScaleConfig
-    compute: dict  # phase -> seconds per iteration on the busiest device (forward, backward, recompute)
-    tp_comm: float
-    bubble: float
-    p2p: float
-    dp_exposed: float
-    dp_total: float
-    optimizer: float
-    total: float
-    counts: dict = field(default_factory=dict)
-    cp_comm: float = 0.0  # context parallelism's exposed exchange (its ring steps beyond the attention's compute)
-    stages: tuple = ()  # per stage: layers, f_s / b_s seconds per micro-batch, its dp Exposure (compose._stages)
-    layer: dict = field(default_factory=dict)  # one layer, one micro-batch: seconds by part (compose._layer)
-    ep_comm: float = 0.0  # expert parallelism's all_to_all dispatch and combine (not overlapped; :mod:`.moe_plan`)
-    launch_host: float = 0.0  # CUDA_LAUNCH_BLOCKING=1: host call time in series, outside the bubble (.launch_blocking)
-
-    def row(self, every: bool = False) -> dict:
-        """The iteration as one table row (``every``: the sharding/CP/stage columns whether used or not)."""
-        c = self.counts
-        precision = {} if self.cfg.precision == "bf16" else {"precision": self.cfg.precision}  # (bf16: unchanged)
-        return precision | {"config": self.cfg.label(), "t": self.cfg.t, "sp": self.cfg.sp, "p": self.cfg.p,
-                "v": self.cfg.interleave, "d": self.cfg.d, "micro_batch": self.cfg.micro_batch,
-                "micro_batches": self.cfg.micro_batches, "recompute": self.cfg.recompute,
-                "dp_comm": "zero" if self.cfg.zero_stage else "all_reduce", "iteration_s": self.total,
-                "forward_s": self.compute["forward"], "backward_s": self.compute["backward"],
-                "recompute_s": self.compute["recompute"], "tp_comm_s": self.tp_comm, "bubble_s": self.bubble,
-                "p2p_s": self.p2p, "dp_exposed_s": self.dp_exposed, "optimizer_s": self.optimizer,
-                "model_flops": c["model_flops"], "hardware_flops": c["hardware_flops"],
-                "mfu": c["mfu"], "hfu": c["hfu"]} | self._new_columns(every)
-
-
-    def _new_columns(self, every: bool = False) -> dict:
-        """The columns of the sharding, context parallelism and uneven stages, where any is used (rows without
-        them are unchanged), or ``every`` one of them (a sweep over those dimensions)."""
-        cfg, out = self.cfg, {}
-        if cfg.cp > 1 or every:
-            out.update(cp=cfg.cp, cp_comm=cfg.cp_comm, cp_comm_s=self.cp_comm)
-        if cfg.zero_stage >= 2 or cfg.replicate_degree > 1 or not cfg.reshard_after_forward or every:
-            out.update(zero=cfg.zero_stage, shard=cfg.shard_degree, replicate=cfg.replicate_degree)
-        if cfg.recompute_num_layers or cfg.recompute_every:  # (a partial recompute: the layers recomputed whole)
-            out["recompute_layers"] = recomputed_layers(cfg)
-        if cfg.fsdp_version != 1:  # (FSDP1 rows and sweeps unchanged)
-            out["fsdp_version"] = cfg.fsdp_version
-        if cfg.uneven or every:
-            out["stage_layers"] = "/".join(map(str, cfg.stage_layers()))
-        if cfg.attention != "unfused":
-            out["attention"] = cfg.attention
-        if cfg.execution != "compiled":
-            out["execution"] = cfg.execution
-        if not cfg.grad_reduce_fp32:
-            out["grad_bytes"] = cfg.grad_bytes
-        if cfg.experts:
-            out.update(experts=cfg.experts, top_k=cfg.top_k, ep=cfg.ep, ep_comm_s=self.ep_comm)
-        if cfg.launch_blocking:
-            out["launch_host_s"] = self.launch_host
-        return out
 
 
 def tp_collectives(cfg: ScaleConfig) -> dict:
@@ -147,12 +86,15 @@ def tp_collectives(cfg: ScaleConfig) -> dict:
     2 all_gathers more. PyTorch's tensor parallel (execution eager / inductor: DTensor's ``PrepareModuleInput``
     gathers, then a plain ``mm``) has autograd keep the gathered input (``mm``'s derivative reads ``self`` for the
     weight's gradient, tools/autograd/derivatives.yaml), or with full recompute the recomputed forward gathers it:
-    no re-gather (other recompute policies keep Megatron's count: what they save is not read here)."""
+    no re-gather. torchtitan's op-level selective recompute (``op``, 9dec370 ``_save_list``: mm, SDPA and the
+    reduce-scatters saved, every second mm not, the rest ``PREFER_RECOMPUTE``) re-runs both gathers in its
+    recompute (wk's and w3's outputs, and every linear's input for its weight gradient, are remade from them): 2, as
+    Megatron's count (tests/test_train_plan_op_sac_gathers.py walks it)."""
     if cfg.t == 1:
         return {"forward": (), "backward": ()}
     if cfg.sp:
         fwd = (("all_gather", 2), ("reduce_scatter", 2))
-        kept = cfg.execution != "compiled" and cfg.recompute in ("none", "full")  # PyTorch's: no re-gather
+        kept = cfg.execution != "compiled" and cfg.recompute in ("none", "full")  # PyTorch's: no re-gather ("op": 2)
         bwd = [("all_gather", 2 + (0 if kept else 2)), ("reduce_scatter", 2)]
     else:
         fwd = (("all_reduce", 2),)
@@ -205,7 +147,7 @@ def _layer(cfg: ScaleConfig, cost: LayerCost, topo, hw=None) -> dict:
     fwd = t["forward"] - cast_f + ring_f + copy_f + act_f + calls.added_forward
     bwd = t["backward"] - cast_b + ring_b + copy_b + act_b + calls.added_backward
     rec += ring_f + act_f if cfg.recompute == "full" else 0.0
-    rec += calls.added_forward if cfg.recompute == "full" or reruns_core(cfg) else 0.0
+    rec += calls.added_forward if reruns_attention(cfg) else 0.0
     f = fwd + tp["forward"] + cp.forward
     b = bwd + rec + tp["backward"] + cp.backward
     return {"forward": fwd, "backward": bwd, "recompute": rec, "tp_forward": tp["forward"],

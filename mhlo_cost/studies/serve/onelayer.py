@@ -120,7 +120,7 @@ def block_times(repeat, blocks, rf, per_layer: int) -> list:
     rows' fused time, compute-bound fused time, communication, fixed and growing costs, added in program order
     by the block table's own :func:`mhlo_cost.analysis.blocks._accumulate` (a row in k blocks gives each 1/k),
     the blocks and groups in the block table's order (:func:`mhlo_cost.analysis.blocks._sort_key`), the TOTAL's
-    times the estimate's totals (:func:`mhlo_cost.roofline.estimate._total_from`)."""
+    times the estimate's totals (:func:`mhlo_cost.roofline.block_frame._total_from`)."""
     from operator import itemgetter
 
     from ...analysis.blocks import TOTAL, _accumulate, _sort_key
