@@ -20,7 +20,8 @@ and ``wgrad`` (the gradient of a weight), by the data flow. A backward product t
 product: it multiplies a cotangent by one of that product's operands, as the forward kept it (or
 recomputed it), and gives the gradient of the *other* operand. Values are followed through data
 movement (reshape, transpose, convert, broadcast, and ``reverse``: a convolution's dgrad flips its
-kernel), and the first rule that applies decides:
+kernel) and, at a convert to an 8-bit float, past the scaling of that fp8 cast (a multiply or divide by a
+broadcast scale, a clamp to the format's range) to the value it casts, and the first rule that applies decides:
 
 1. an operand is a parameter (a donated argument of the step, or a slice of one in a loop): the
    product is cotangent x weight, a ``dgrad``;
