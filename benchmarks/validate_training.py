@@ -82,12 +82,14 @@ OPTIONS = (
 #: CUDA_LAUNCH_BLOCKING=1 (``launch_blocking``: BLOOM's training script, each call's host time in series), and the
 #: fp8 weight copies made once a step (``fp8_weight_cache``: Megatron-Core's TE modules, ``studies/plan/fp8_weights``)
 #: with their scaling recipe's amax history (``fp8_amax_history``: 1 for current scaling, ``studies/plan/fp8_state``),
-#: and PyTorch's async tensor parallelism (``async_tp``: torchtitan's enable_async_tensor_parallel, plan/async_tp).
+#: PyTorch's async tensor parallelism (``async_tp``: torchtitan's enable_async_tensor_parallel, plan/async_tp), and
+#: the MLP's activation as Megatron's own kernels (``activation_kernel`` megatron: bias_gelu / bias_swiglu, plan/
+#: mlp_activation).
 PASSED = ("cp_comm", "kv_repeat", "dp_reduce", "tied_embedding", "grad_accum_pass", "grad_reduce_fp32",
           "tp_comm_overlap", "tp_overlap_rs", "pipeline_split", "account_embedding", "account_loss", "ddp",
           "ddp_bucket_size", "overlap_param_gather", "cross_entropy", "main_grad_add",
           "scatter_gather", "fsdp_version", "nccl_ub", "torch_ddp", "launch_blocking", "fp8_weight_cache",
-          "fp8_amax_history", "async_tp", "fsdp_float8_all_gather", "fsdp_float8_precompute_scale")
+          "fp8_amax_history", "async_tp", "fsdp_float8_all_gather", "fsdp_float8_precompute_scale", "activation_kernel")
 
 
 def layer_ac(run: dict) -> int:

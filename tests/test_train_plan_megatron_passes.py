@@ -11,7 +11,7 @@ from mhlo_cost.network import estimate, resolve_profile
 from mhlo_cost.studies.plan.compose import compose
 from mhlo_cost.studies.plan.config import ScaleConfig
 from mhlo_cost.studies.plan.costs import LayerCost
-from mhlo_cost.studies.plan.megatron_passes import activation_pass_bytes, cross_entropy_bytes, gather_bytes
+from mhlo_cost.studies.plan.megatron_passes import cross_entropy_bytes, gather_bytes
 
 A100 = resolve_profile("dgx-a100")
 TINY = dict(layers=4, hidden=64, heads=4, seq=32, vocab=128)
@@ -181,40 +181,6 @@ def test_the_main_grad_hook_is_refused_beside_a_separate_accumulation_pass_and_w
     assert "both accumulate" in ScaleConfig(**base, grad_accum_pass=True).invalid()
     assert "zero 3" in ScaleConfig(**base, zero=3).invalid()
     assert ScaleConfig(**dict(base, main_grad_add=False), zero=3).invalid() is None
-
-
-def test_nemos_squared_relu_adds_4_bytes_and_a_kernel_forward_and_14_bytes_and_3_kernels_backward():
-    """NeMo's squared_relu (torch.pow(F.relu(x), 2), eager) over fc1's output: b 2, s 32, ffn 4 x 64 = 256 over t 2:
-    2 x 32 x 128 = 8192 bf16 elements. Forward: relu (2 + 2) and pow (2 + 2) = 8 bytes in 2 kernels; backward:
-    self.pow(1)'s copy (2 + 2), 2 * it (2 + 2), grad * it (4 + 2), threshold_backward (4 + 2) = 20 bytes in 4.
-    Beyond one fused activation kernel each way (2 + 2 forward, 4 + 2 backward): 4 bytes and 1 kernel, 14 bytes and
-    3 kernels. Context parallelism halves the local sequence; sequence parallelism does not (fc1 runs on the
-    all-gathered sequence)."""
-    cfg = ScaleConfig(**TINY, t=2, micro_batch=2, global_batch=2, activation="squared-relu")
-    assert activation_pass_bytes(cfg) == {"forward": (8192 * 4, 1), "backward": (8192 * 14, 3)}
-    sp = ScaleConfig(**TINY, t=2, sp=True, micro_batch=2, global_batch=2, activation="squared-relu")
-    assert activation_pass_bytes(sp) == activation_pass_bytes(cfg)
-    cp = ScaleConfig(**TINY, t=2, cp=2, d=2, micro_batch=2, global_batch=4, activation="squared-relu")
-    assert activation_pass_bytes(cp)["backward"] == (4096 * 14, 3)
-    assert activation_pass_bytes(ScaleConfig(**TINY, t=2, micro_batch=2, global_batch=2)) == {
-        "forward": (0, 0), "backward": (0, 0)}
-
-
-def test_the_squared_relus_kernels_are_added_to_every_layer_and_micro_batch():
-    """4 layers on one stage, 2 micro-batches of b 1, s 32, ffn 256: 8192 elements a layer. The iteration's forward
-    grows by 4 x 2 x the forward extra, its backward by 4 x 2 x the backward extra; full recompute runs the
-    forward's kernels again (in the recompute)."""
-    base = dict(TINY, micro_batch=1, global_batch=2)
-    layer = _fake(1e-3, 2e-3, 1000)
-    gelu = compose(ScaleConfig(**base), layer, A100)
-    relu2 = compose(ScaleConfig(**base, activation="squared-relu"), layer, A100)
-    n = 32 * 256
-    f, b = A100.memory_time(4 * n, kernels=1), A100.memory_time(14 * n, kernels=3)
-    assert relu2.compute["forward"] - gelu.compute["forward"] == pytest.approx(8 * f, rel=1e-9)
-    assert relu2.compute["backward"] - gelu.compute["backward"] == pytest.approx(8 * b, rel=1e-9)
-    full = dict(base, recompute="full")
-    assert (compose(ScaleConfig(**full, activation="squared-relu"), layer, A100).compute["recompute"]
-            - compose(ScaleConfig(**full), layer, A100).compute["recompute"]) == pytest.approx(8 * f, rel=1e-9)
 
 
 def test_squared_relu_is_refused_beside_a_gated_mlp():

@@ -281,6 +281,22 @@ def test_megatron_lms_own_passes_reach_the_rows_whose_code_runs_them(data):
     assert sum(vt.scale_config(r, data["model"][r["model"]]).main_grad_add for r in data["run"]) == 6
 
 
+def test_megatrons_own_activation_kernels_reach_the_rows_whose_code_runs_them(data):
+    """Megatron-LM 2021 (--bias-gelu-fusion on by default), Megatron-DeepSpeed's BLOOM, NeMo 24.07's GPT-3 and Llama
+    rows (their launcher yamls: bias_activation_fusion true) and Megatron-Bridge's Llama rows run the activation as
+    Megatron's own kernels; Nemotron's squared-ReLU is NeMo's eager kernels (bias_activation_fusion false), and the
+    PyTorch stacks (torchtitan, llm-foundry) and MoE rows keep the compiled epilogue."""
+    megatron = ("narayanan2021", "bloom2022", "nemo2407", "bridge2511")
+    for run in data["run"]:
+        mlp = data["model"][run["model"]]["mlp"]
+        cfg = vt.scale_config(run, data["model"][run["model"]])
+        own = run["source"] in megatron and mlp in ("gelu", "swiglu")
+        assert cfg.activation_kernel == ("megatron" if own else "compiled"), run["id"]
+        assert (cfg.activation == "squared-relu") == (mlp == "squared_relu"), run["id"]
+    assert sum(vt.scale_config(r, data["model"][r["model"]]).activation_kernel == "megatron"
+               for r in data["run"]) == 24
+
+
 def test_nemo_and_bridge_rows_overlap_their_tensor_parallel_collectives(data):
     """Every NeMo / Megatron-Bridge row with a tensor degree above 1 runs TE's userbuffers overlap (the recipes'
     tp_comm_overlap); Megatron-Bridge's fp8 H100 configurations ring-exchange the reduce-scatters."""

@@ -144,6 +144,11 @@ def register_framework_passes(p) -> None:
     p.add_argument("--activation", choices=("gelu", "squared-relu"), default="gelu",
                    help="the two-linear MLP's activation: gelu (fused, default) or squared-relu, NeMo's "
                         "torch.pow(F.relu(x), 2) run as eager kernels (Nemotron; the layer lowered with GELU)")
+    p.add_argument("--activation-kernel", choices=("compiled", "megatron"), default="compiled",
+                   help="how the MLP's activation runs: compiled, fused into the fc1 GEMM's epilogue (default); "
+                        "megatron, Megatron's own kernel forward and backward (--bias-gelu-fusion / "
+                        "bias_activation_fusion: bias_gelu, bias_swiglu; under fp8 Transformer Engine's cast of "
+                        "fc2's input after it)")
 
 
 def register_experts(p) -> None:

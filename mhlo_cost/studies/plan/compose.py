@@ -61,10 +61,11 @@ from .iteration import Iteration
 from .sharding import (cp_collectives, cp_exposure, dp_collectives, dp_exposure, embedding_collective, embedding_elems,
                        optimizer_extra_elems, seconds, step_seconds)
 from .dp_overlap import bucketed, dp_overlap_exposed, grad_buffer_zero_seconds
-from .megatron_passes import (activation_pass_seconds, gather_seconds, head_seconds, loss_scale_seconds,
+from .megatron_passes import (gather_seconds, head_seconds, loss_scale_seconds,
                               main_grad_add_seconds, send_bytes, torch_ddp_seconds)
 from .embedding_pass import word_embedding_seconds
 from .fsdp_copies import fsdp_copy_seconds
+from .mlp_activation import activation_pass_seconds
 from .fp8_gather import tp_bytes
 from .fp8_weights import per_micro_batch, split_step
 from .nccl_ub import ub_sms_of
@@ -143,7 +144,7 @@ def _layer(cfg: ScaleConfig, cost: LayerCost, topo, hw=None) -> dict:
     te_f, te_b = te_cp_pass_seconds(cfg, hw)  # TE's p2p ring (Megatron-Core's): its merges and copies (.te_cp_passes)
     ring_f, ring_b = ring_f + te_f, ring_b + te_b
     copy_f, copy_b = fsdp_copy_seconds(cfg, hw, cost.weight_elems)  # FSDP2's copy-out / copy-in (.fsdp_copies)
-    act_f, act_b = activation_pass_seconds(cfg, hw)  # NeMo's eager squared-ReLU (.megatron_passes)
+    act_f, act_b = activation_pass_seconds(cfg, hw, cost.act_s)  # Megatron's / NeMo's own kernels (.mlp_activation)
     fwd = t["forward"] - cast_f + ring_f + copy_f + act_f + calls.added_forward
     bwd = t["backward"] - cast_b + ring_b + copy_b + act_b + calls.added_backward
     rec += ring_f + act_f if cfg.recompute == "full" else 0.0

@@ -55,6 +55,8 @@ class LayerCost:
     # recipe's weight casts (scope fp8_weight: what Transformer Engine makes once a step, .fp8_weights)
     core_tensor_s: dict = field(default_factory=lambda: {p: 0.0 for p in PHASES})  # phase -> seconds the fused
     # attention's products would take at the tensor cores' full issue rate (its power's activity: .power_clock)
+    act_s: dict = field(default_factory=lambda: {p: 0.0 for p in PHASES})  # phase -> seconds the compiled model
+    # charged for the MLP's activation in its GEMMs' epilogues (what Megatron's own kernels replace: .mlp_activation)
 
     @property
     def activation_bytes(self) -> int:
@@ -65,13 +67,14 @@ class LayerCost:
 
 _BY_PHASE = Record({p: COUNT for p in PHASES})
 #: What a layer's entry holds: the fields of :class:`LayerCost`.
-LAYERS = Schema("plan/layers", 6, Record({
+LAYERS = Schema("plan/layers", 7, Record({
     "key": TEXT, "chip": TEXT, "gemm_flops": _BY_PHASE, "vector_flops": _BY_PHASE,
     "time_s": Record({p: AMOUNT for p in PHASES}), "dgrad_flops": COUNT, "wgrad_flops": COUNT,
     "saved_bytes": COUNT, "input_bytes": COUNT, "weight_elems": COUNT, "weight_bytes": COUNT, "master_bytes": COUNT,
     "moment_bytes": COUNT, "ops": COUNT, "core_s": Record({p: AMOUNT for p in PHASES}),
     "linear_s": MapOf(AMOUNT), "loss_s": Record({p: AMOUNT for p in PHASES}),
-    "weight_cast_s": Record({p: AMOUNT for p in PHASES}), "core_tensor_s": Record({p: AMOUNT for p in PHASES})}))
+    "weight_cast_s": Record({p: AMOUNT for p in PHASES}), "core_tensor_s": Record({p: AMOUNT for p in PHASES}),
+    "act_s": Record({p: AMOUNT for p in PHASES})}))
 #: Fields of a profile that name or describe it: a chip's cost does not depend on them.
 _NAMING = ("name", "aliases", "vendor", "description", "source")
 
@@ -181,6 +184,7 @@ def analyse_layer(cfg: ScaleConfig, hw, key: str = "", chip: str = "", part: str
     the profile's default)."""
     from ..study import Study
     from .layer import lower_head
+    from .mlp_activation import activation_charge
     from .tp_overlap import linear_seconds
 
     why = library_refusal(cfg, hw)
@@ -210,7 +214,8 @@ def analyse_layer(cfg: ScaleConfig, hw, key: str = "", chip: str = "", part: str
         input_bytes=sum(x.type.nbytes for x in inputs), weight_elems=sum(x.type.nelems for x in weights),
         weight_bytes=sum(x.type.nbytes for x in weights), master_bytes=sum(x.type.nbytes for x in master),
         moment_bytes=sum(x.type.nbytes for x in moments), ops=len(a.rows), core_s=core, loss_s=loss,
-        weight_cast_s=cast, linear_s=linear_seconds(a, rf.times, hw, cfg.t), core_tensor_s=_core_tensor(a, rf))
+        weight_cast_s=cast, linear_s=linear_seconds(a, rf.times, hw, cfg.t), core_tensor_s=_core_tensor(a, rf),
+        act_s=activation_charge(a, rf, PHASES))
 
 
 def dense_layer(cfg: ScaleConfig) -> str:

@@ -236,9 +236,11 @@ def layer_fn(cfg: ScaleConfig):
             g = checkpoint_name(dense(p["fc1"], hdn), "gelu_in")
             if cfg.mlp_kind == "swiglu":  # SiLU(gate) x up
                 gate = checkpoint_name(dense(p["gate"], hdn), "gate_in")
-                g = checkpoint_name(jax.nn.silu(gate) * g, "fc2_in")
+                with scope("act"):  # the activation (what a framework's own kernels replace: .mlp_activation)
+                    g = checkpoint_name(jax.nn.silu(gate) * g, "fc2_in")
             else:
-                g = checkpoint_name(gelu_tanh(g), "fc2_in")
+                with scope("act"):
+                    g = checkpoint_name(gelu_tanh(g), "fc2_in")
             y = _scatter(dense(p["fc2"], g), cfg)
             y, key = drop(y, key, "drop2_mask")
             return x + y

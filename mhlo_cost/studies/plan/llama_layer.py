@@ -179,9 +179,11 @@ def layer_fn(cfg: ScaleConfig):
             g = checkpoint_name(dense(p["fc1"], hdn), "gelu_in")
             if cfg.mlp_kind == "swiglu":
                 gate = checkpoint_name(dense(p["gate"], hdn), "gate_in")
-                g = checkpoint_name(jax.nn.silu(gate) * g, "fc2_in")
+                with scope("act"):  # the activation (what a framework's own kernels replace: .mlp_activation)
+                    g = checkpoint_name(jax.nn.silu(gate) * g, "fc2_in")
             else:
-                g = checkpoint_name(jax.nn.gelu(g, approximate=True), "fc2_in")
+                with scope("act"):
+                    g = checkpoint_name(jax.nn.gelu(g, approximate=True), "fc2_in")
             y, key = drop(_scatter(dense(p["fc2"], g), cfg), key, "drop2_mask")
             return x + y
 

@@ -42,11 +42,8 @@ framework's code, as closed forms (bytes: exact ints; seconds on the chip's memo
   (``tools/autograd/derivatives.yaml``): ``pow_backward`` = ``grad * (2 * self.pow(1))``, ``self.pow(1)`` a copy
   (``pow_Tensor_Scalar_out``: ``out.copy_(base)`` for exponent 1, 2 + 2), the scalar product (2 + 2) and the
   product with the gradient (4 + 2); relu's ``threshold_backward(grad, result, 0)`` (4 + 2): 8 bytes in 2
-  kernels forward, 20 in 4 backward. The layer is lowered with a GELU MLP (the same two GEMMs), whose activation
-  the compiled model prices as one fused kernel each way (forward x read, y written: 4 bytes; backward x and the
-  gradient read, one written: 6); the squared-ReLU adds what its eager kernels move beyond that: 4 bytes and 1
-  kernel forward, 14 bytes and 3 kernels backward (the fused kernel's bytes as that one kernel would move them: where
-  the compiled GELU fuses into a neighbour, less is priced for it, and the difference is a lower bound).
+  kernels forward, 20 in 4 backward. The layer is lowered with a GELU MLP (the same two GEMMs); these kernels
+  replace what the compiled model charged for its activation (:mod:`.mlp_activation`).
 * **PyTorch DDP's bucket copies** (``torch_ddp``). Megatron-LM 2021's ``--DDP-impl torch`` (``megatron/training.py``
   at de7dc40: ``torchDDP(model_module, device_ids=[i], output_device=i, process_group=...)``, so
   ``gradient_as_bucket_view`` is off, PyTorch's default; ``schedules.py`` runs every micro-batch but the last under
@@ -118,8 +115,6 @@ SQUARED_RELU = {
     "forward": (("relu", 2, 2), ("pow", 2, 2)),
     "backward": (("self.pow(1): copy", 2, 2), ("2 * ...", 2, 2), ("grad * ...", 4, 2), ("threshold_backward", 4, 2)),
 }
-#: ... and the one fused activation kernel each way that the lowered GELU layer is priced with, which they replace
-FUSED_ACTIVATION = {"forward": (("activation", 2, 2),), "backward": (("activation backward", 4, 2),)}
 #: fp16's optimizer passes per weight element: the fp32 copy of the gradient, the unscale-and-check, the Adam
 #: step's wider gradient read (see the module's text).
 LOSS_SCALE_COPY = 2 + 4  # main_grad.float(): only with 2-byte main gradients
@@ -246,36 +241,6 @@ def main_grad_add_seconds(cfg, hw, layer_elems: int, layers: int, extra: int = 0
     return hw.memory_time(n, kernels=layer_tensors(cfg) * layers + extra_tensors(cfg, extra))
 
 
-def activation_elems(cfg) -> int:
-    """Elements of fc1's output on one device for one micro-batch: ``b x s/cp x ffn/t`` (the whole local sequence:
-    under sequence parallelism fc1 runs on the all-gathered one)."""
-    return cfg.micro_batch * cfg.local_seq * (cfg.mlp // cfg.t)
-
-
-def activation_pass_bytes(cfg) -> dict:
-    """phase -> (bytes, kernels) that NeMo's eager squared-ReLU moves and launches beyond the lowered layer's one
-    fused activation kernel (:data:`SQUARED_RELU`, :data:`FUSED_ACTIVATION`), for one layer and micro-batch (0, 0
-    without ``activation="squared-relu"``)."""
-    if cfg.activation != "squared-relu":
-        return {ph: (0, 0) for ph in SQUARED_RELU}
-    n = activation_elems(cfg)
-    out = {}
-    for ph, kernels in SQUARED_RELU.items():
-        fused = FUSED_ACTIVATION[ph]
-        per = sum(r + w for _, r, w in kernels) - sum(r + w for _, r, w in fused)
-        out[ph] = (n * per, len(kernels) - len(fused))
-    return out
-
-
-def activation_pass_seconds(cfg, hw) -> tuple[float, float]:
-    """(forward, backward) seconds the squared-ReLU's eager kernels add to one layer's micro-batch (0, 0 without it
-    or a profile)."""
-    if cfg.activation != "squared-relu" or hw is None:
-        return 0.0, 0.0
-    extra = activation_pass_bytes(cfg)
-    return tuple(hw.memory_time(n, kernels=k) for n, k in (extra["forward"], extra["backward"]))
-
-
 #: PyTorch DDP's reducer per weight element: the 2-byte gradient copied into its bucket (scaled) and back
 TORCH_DDP_BYTES = (2 + 2) + (2 + 2)
 
@@ -291,10 +256,15 @@ def torch_ddp_seconds(cfg, hw, elems: int, layers: int = 0, extra: int = 0) -> f
 
 
 def passes_invalid(cfg) -> str | None:
-    """Why the Megatron options of ``cfg`` (the activation, nccl_ub, torch_ddp) cannot go together; None where they
-    can."""
+    """Why the Megatron options of ``cfg`` (the activation and its kernels, nccl_ub, torch_ddp) cannot go together;
+    None where they can."""
     if cfg.activation not in ACTIVATION:
         return f"activation must be one of {', '.join(ACTIVATION)}, got {cfg.activation!r}"
+    if cfg.activation_kernel not in ("compiled", "megatron"):  # (.mlp_activation's ACTIVATION_KERNEL)
+        return f"activation_kernel must be compiled or megatron, got {cfg.activation_kernel!r}"
+    if cfg.activation_kernel == "megatron" and (cfg.experts or cfg.execution != "compiled"):
+        return ("activation_kernel megatron (Megatron's own activation kernels) is priced for a dense MLP under the "
+                "compiled execution model only")
     if cfg.activation != "gelu" and (cfg.mlp_kind != "gelu" or cfg.experts):
         return (f"activation {cfg.activation} is for the dense two-linear (gelu) MLP, not {cfg.mlp_kind}"
                 + (" with experts" if cfg.experts else ""))

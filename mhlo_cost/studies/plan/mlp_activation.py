@@ -1,0 +1,124 @@
+"""The MLP's activation as Megatron's stacks run it: kernels of their own, where the compiled model fuses it into the
+fc1 GEMM's epilogue (bytes: exact ints; seconds on the chip's memory model).
+
+The lowered layer (:mod:`.layer`, :mod:`.llama_layer`) computes the activation (GELU; SwiGLU's SiLU(gate) x up) under
+the scope ``act``; the compiled fusion model (:mod:`mhlo_cost.roofline.fusion`) puts those elementwise ops, with fc1's
+bias and, under fp8, the quantisation of fc2's input, into the epilogue of the GEMM that makes their operand, and
+their backward into the epilogue of fc2's dgrad GEMM. What that charged is :func:`activation_charge`: per kernel
+holding rows of the scope, its time less the time it would take without its elementwise members (their compute
+taken out, its bytes kept: where a GEMM is compute-bound, as at full size, this is exactly their compute; where it
+is memory-bound, a lower bound), or, in a kernel without a GEMM, those rows' share of it.
+
+What the stacks run instead (``activation_kernel="megatron"``; per fc2-input element ``n = b x s/cp x ffn/t``, bf16):
+
+* **Megatron-LM's bias_gelu** (``--bias-gelu-fusion``, on by default: ``megatron/arguments.py`` has only
+  ``--no-bias-gelu-fusion``; Narayanan et al. 2021's sc21 scripts at de7dc40 and Korthikanti et al. 2022's code do
+  not pass it): ``megatron/model/fused_bias_gelu.py``'s ``GeLUFunction`` calls the TorchScript ``bias_gelu`` (fc1 run
+  with ``skip_bias_add``): the GEMM's output read and the activation written (2 + 2 bytes), one kernel; the backward's
+  ``bias_gelu_back`` reads the gradient and the saved input and writes one (2 + 2 + 2). Megatron-Core's
+  ``bias_gelu_impl`` (``megatron/core/fusions/fused_bias_gelu.py``; ``MLP.forward`` with ``bias_activation_fusion``,
+  ``megatron/core/transformer/mlp.py``) is the same function, ``jit_fuser``-compiled.
+* **Megatron-Core's bias_swiglu** (``bias_swiglu_impl``, ``megatron/core/fusions/fused_bias_swiglu.py``; no bias:
+  ``SwiGLUFunction``): ``swiglu(y)`` chunks fc1's ``2n`` output into gate and up and writes ``silu(gate) * up``
+  (4 + 2 bytes per ``n``), one kernel; ``swiglu_back(g, y)`` reads the gradient and both halves and writes the
+  concatenated two-half gradient (2 + 4 + 4), one kernel. ``jit_fuser`` is ``torch.compile`` from torch 2.2
+  (``megatron/core/jit.py``): each function taken as one kernel that reads and writes each tensor once.
+* **NeMo's squared-ReLU** (``activation="squared-relu"``, ``bias_activation_fusion: false``): PyTorch's eager kernels,
+  :data:`~.megatron_passes.SQUARED_RELU` (its text in :mod:`.megatron_passes`); whatever ``activation_kernel`` says.
+* **fp8 (Transformer Engine's linears under Megatron-Core)**: the activation above writes bf16 and fc2
+  (``TERowParallelLinear``) casts its input itself, in Transformer Engine's ``Linear`` forward (``module/linear.py``,
+  TE 1.x): without sequence parallelism ``fp8_cast_transpose_fused`` (read 2, write the fp8 copy and its transpose
+  for the wgrad GEMM, 1 + 1), with it ``cast_to_fp8`` (2 + 1) and the backward's ``fp8_transpose`` for the wgrad
+  (1 + 1). The compiled model's quantisation of that input, in the activation's kernel, is part of what is replaced
+  (its amax, a reduction of its own, is left as it is: TE's delayed scaling records the amax in the cast kernel).
+
+These rows replace :func:`activation_charge`; a full recompute runs the forward's kernels again.
+torchtitan and llm-foundry (torch.compile, PyTorch eager) keep their own execution model's activation: the default
+``activation_kernel="compiled"``. Left out: the gradient's fp8 cast for fc1's backward (Transformer Engine's
+``fp8_cast_transpose_fused`` of ``dgate, dup``), the bias gradients' reductions (the lowered layer has its own).
+"""
+from __future__ import annotations
+
+from .megatron_passes import SQUARED_RELU
+
+#: ``ScaleConfig.activation_kernel``: compiled (fused into the fc1 GEMM's epilogue, as lowered) | megatron (its own
+#: jitted kernel: Megatron-LM's bias_gelu, Megatron-Core's bias_gelu_impl / bias_swiglu_impl)
+ACTIVATION_KERNEL = ("compiled", "megatron")
+#: The scope of the lowered layer's activation (:mod:`.layer`, :mod:`.llama_layer`)
+SCOPE = "act"
+#: Megatron's jitted activation by MLP kind: (name, bytes read, bytes written) per fc2-input element, bf16
+MEGATRON = {
+    "gelu": {"forward": (("bias_gelu", 2, 2),), "backward": (("bias_gelu_back", 4, 2),)},
+    "swiglu": {"forward": (("swiglu", 4, 2),), "backward": (("swiglu_back", 6, 4),)},
+}
+#: Transformer Engine's cast of fc2's input to fp8 (per element: read bf16, write fp8), by sequence parallelism
+TE_FP8_CAST = {
+    False: {"forward": (("fp8_cast_transpose_fused", 2, 2),), "backward": ()},
+    True: {"forward": (("cast_to_fp8", 2, 1),), "backward": (("fp8_transpose", 1, 1),)},
+}
+PHASES = ("forward", "backward")
+
+
+def runs_own(cfg) -> bool:
+    """Whether the activation runs as a framework's own kernels (NeMo's eager squared-ReLU, Megatron's jitted)."""
+    return cfg.activation == "squared-relu" or getattr(cfg, "activation_kernel", "compiled") == "megatron"
+
+
+def activation_kernels(cfg) -> dict:
+    """phase -> the kernels (name, read, written per fc2-input element) the stack runs for the activation, fc2's
+    fp8 input cast among them under an fp8 recipe (empty tuples where the compiled epilogue stands)."""
+    if not runs_own(cfg):
+        return {ph: () for ph in PHASES}
+    own = SQUARED_RELU if cfg.activation == "squared-relu" else MEGATRON[cfg.mlp_kind]
+    if cfg.precision == "bf16":
+        return {ph: tuple(own[ph]) for ph in PHASES}
+    cast = TE_FP8_CAST[bool(cfg.sp and cfg.t > 1)]
+    return {ph: tuple(own[ph]) + cast[ph] for ph in PHASES}
+
+
+def fc2_input_elems(cfg) -> int:
+    """Elements of fc2's input on one device for one micro-batch: ``b x s/cp x ffn/t`` (the whole local sequence:
+    under sequence parallelism fc1 runs on the all-gathered one)."""
+    return cfg.micro_batch * cfg.local_seq * (cfg.mlp // cfg.t)
+
+
+def activation_bytes_kernels(cfg) -> dict:
+    """phase -> (bytes, kernels) of the stack's activation for one layer and micro-batch (:func:`activation_kernels`;
+    0, 0 where the compiled epilogue stands)."""
+    n = fc2_input_elems(cfg)
+    return {ph: (n * sum(r + w for _, r, w in ks), len(ks)) for ph, ks in activation_kernels(cfg).items()}
+
+
+def activation_pass_seconds(cfg, hw, charged: dict | None) -> tuple[float, float]:
+    """(forward, backward) seconds the stack's activation kernels add to one layer's micro-batch beyond what the
+    compiled model ``charged`` for the fused activation (phase -> seconds: :attr:`~.costs.LayerCost.act_s`); 0, 0
+    where the compiled epilogue stands or without a profile."""
+    if not runs_own(cfg) or hw is None:
+        return 0.0, 0.0
+    charged = charged or {}
+    own = activation_bytes_kernels(cfg)
+    return tuple(hw.memory_time(n, kernels=k) - charged.get(ph, 0.0) for ph, (n, k) in
+                 ((ph, own[ph]) for ph in PHASES))
+
+
+def activation_charge(a, rf, phases: tuple) -> dict:
+    """phase -> seconds the compiled model charged for the rows of scope :data:`SCOPE` (see the module's text):
+    per fused kernel holding one, its time less its time without its non-GEMM members' compute, or in a kernel
+    without a GEMM those rows' share of its time (under another execution model, eager or Inductor, the rows'
+    seconds as that model shares them)."""
+    out = {p: 0.0 for p in phases}
+    rows, times, ph = a.rows, rf.times, a.phases.phase
+    if rf.execution != "compiled":
+        for i, r in enumerate(rows):
+            out[ph[i]] += rf.fusion.row_time[i] if SCOPE in r.scope.split("/") else 0.0
+        return out
+    for k in rf.fusion.kernels:
+        mine = [i for i in k.members if SCOPE in rows[i].scope.split("/")]
+        if not mine:
+            continue
+        if not k.has_dot:
+            out[ph[k.members[-1]]] += sum(rf.fusion.row_time[i] for i in mine)
+            continue
+        rest = sum(times[i].compute_s for i in k.members if not rows[i].gemm_flops)
+        out[ph[k.members[-1]]] += max(0.0, k.time_s - max(k.compute_s - rest, k.memory_s) - k.overhead_s)
+    return out
