@@ -120,15 +120,26 @@ def test_overlap_needs_sequence_parallelism_and_names_itself():
     assert off.tp_comm == pytest.approx(4 * (2 * n["ag"] + 2 * n["rs"] + 4 * n["ag"] + 2 * n["rs"]), rel=1e-9)
 
 
-def test_chunked_gemms_charge_what_their_chunks_add():
-    """QKV's GEMM of 1 s runs as t = 4 chunks of 0.3 s under the ring exchange: 0.2 s more, exposed; the other
-    GEMMs long and their chunks exact (1/n of them), so only the two pipelined reduce_scatters add: their last
-    chunks, and their GEMMs on 92 of 108 SMs (16/92 s each)."""
+def test_chunks_on_several_streams_take_the_whole_gemm():
+    """QKV's GEMM of 1 s runs as t = 4 chunks, each 0.3 s priced alone (1.2 s one after another), under the ring
+    exchange; TE launches them on min(3, 4) = 3 compute streams in turn, each waiting only for its shard, so they run
+    concurrently and take the whole GEMM's 1 s: nothing exposed from the chunking. The other GEMMs long and their
+    chunks exact, so only the two pipelined reduce_scatters add: their last chunks, and their GEMMs on 92 of 108 SMs
+    (16/92 s each)."""
     cfg = ScaleConfig(**BIG, t=4, sp=True, tp_comm_overlap=True)
     n = _net(4)
     lin = dict.fromkeys(LINEARS, 1.0) | {"qkv_fprop@4": 0.3}
     it = compose(cfg, _layer(lin), SELENE)
-    assert it.layer["tp_forward"] == pytest.approx(0.2 + 2 * (MARGIN - 1.0 + n["rs_chunk"]), rel=1e-9)
+    assert it.layer["tp_forward"] == pytest.approx(2 * (MARGIN - 1.0 + n["rs_chunk"]), rel=1e-9)
+
+
+@pytest.mark.parametrize("n, streams, want", [(4, 3, 1.0), (2, 3, 1.0), (4, 1, 4 * 0.3), (2, 1, 2 * 0.3)])
+def test_chunked_seconds_serial_only_on_one_stream(n, streams, want):
+    """A GEMM of 1 s as n chunks of 0.3 s each alone: on more than one stream (min(streams, n) > 1) the chunks share
+    the SMs and take the whole GEMM's second; on one stream they run one after another, n x 0.3 s."""
+    from mhlo_cost.studies.plan.tp_overlap import chunked_seconds
+
+    assert chunked_seconds(1.0, 0.3, n, streams) == pytest.approx(want, rel=1e-12)
 
 
 def test_a_chunk_of_the_lowered_layer_is_priced_on_its_own_shape():

@@ -23,13 +23,16 @@ and Megatron-Bridge's ``userbuffers_*_h100_*`` configurations, TE's defaults):
 ``S`` is the activation the collective moves (b x s/cp x h, bf16: :func:`.compose.activation_bytes`), ``G`` the
 paired GEMM's seconds (:attr:`~.costs.LayerCost.linear_s`, from the program's rows; the fc1 GEMM of a SwiGLU MLP is
 its gate and up projections, one GEMM in TE), ``c`` / ``C`` a chunk's / the collective's seconds on the system's
-network. A chunked GEMM runs as its ``n`` chunks of ``s/n`` rows (``"<name>@<n>"`` in ``linear_s``: each chunk priced
-on the GEMM model, whose wave quantization a chunk of fewer row tiles feels more): what the chunks take beyond the
-whole GEMM is exposed too, and the pair's formula takes the chunked GEMM's time. Full recompute repeats the
-forward's pairs in the backward. The SMs the pipelined and bulk kernels take (TE's defaults, :mod:`.sm_share`):
-a pipelined GEMM runs on ``S - 16`` SMs throughout (``set_sm_margin``: ``G S / (S - 16)``), a bulk pair takes
-``max(C, G + 16 C / S)``; the ring exchange sends by the copy engine. No factor: the chunking, the pairing and the
-SMs are the frameworks'.
+network. A chunked GEMM runs as its ``n`` chunks of ``s/n`` rows, launched on up to :data:`UB_STREAMS` compute
+streams in turn (:func:`chunked_seconds`): the chunks run concurrently, the next chunk's tiles filling the SMs the
+last wave of the one before leaves, so the ``n`` chunks take the whole GEMM's seconds (``"<name>@<n>"`` in
+``linear_s``: one chunk priced alone on the GEMM model, what ``n`` chunks would take one after another on one
+stream, whose wave quantization a chunk of fewer row tiles feels more); what the chunked GEMM takes beyond the whole
+(the pipelined one's SM margin) is exposed, and the pair's formula takes the chunked GEMM's time. Full recompute
+repeats the forward's pairs in the backward. The SMs the pipelined and bulk kernels take (TE's defaults,
+:mod:`.sm_share`): a pipelined GEMM runs on ``S - 16`` SMs throughout (``set_sm_margin``: ``G S / (S - 16)``), a bulk
+pair takes ``max(C, G + 16 C / S)``; the ring exchange sends by the copy engine. No factor: the chunking, the streams,
+the pairing and the SMs are the frameworks'.
 """
 from __future__ import annotations
 
@@ -38,6 +41,13 @@ from .sm_share import TE_SMS, contended, margin
 
 #: NeMo's and Megatron-Bridge's PipelineOverlapCfg(num_splits=4) for proj_fprop / fc2_fprop
 RS_SPLITS = 4
+#: The compute streams TE's userbuffers launch a chunked GEMM's chunks on, in turn (TE v1.7, commit 4e7caa1c, the
+#: NeMo 24.07 container's: transformer_engine/pytorch/module/base.py ``_NUM_MAX_UB_STREAMS = 3``, passed to every
+#: overlap as ``num_max_streams``; csrc/comm_gemm_overlap.h makes ``min(num_max_streams, num_splits)`` streams, the
+#: ring exchange's ``num_splits`` being ``tp_size``, and ``split_overlap_rs`` / ``split_overlap_ag`` run chunk ``i``
+#: on ``_stream_compute[i % _stream_compute.size()]``, a chunk waiting only for its own input: the ring exchange's
+#: chunk for the receive of its shard, the pipeline's for nothing, not for the chunk before)
+UB_STREAMS = 3
 #: The GEMM of each overlapped pair (LayerCost.linear_s keys), TE's names.
 LINEARS = ("qkv_fprop", "proj_fprop", "fc1_fprop", "fc2_fprop", "qkv_dgrad", "qkv_wgrad", "proj_dgrad",
            "proj_wgrad", "fc1_dgrad", "fc1_wgrad", "fc2_dgrad", "fc2_wgrad")
@@ -165,7 +175,7 @@ def tp_overlap_exposure(cfg: ScaleConfig, cost, s: int, price, sms: int = 0) -> 
         if method == "bulk":  # the GEMM beside the collective's kernel (TE_SMS["bulk"] of the SMs)
             return contended(g, whole[kind], TE_SMS["bulk"], sms) - g
         n = RS_SPLITS if method == "pipeline_rs" else t
-        chunked = n * lin.get(f"{gemm}@{n}", g / n)  # the GEMM as its n chunks run
+        chunked = chunked_seconds(g, lin.get(f"{gemm}@{n}", g / n), n)  # the GEMM as its n chunks run
         if method == "pipeline_rs":  # set_sm_margin: every chunk on the SMs its reduce-scatters leave
             chunked = margin(chunked, TE_SMS["pipeline"], sms)
         return max(0.0, chunked - g) + exposed(method, chunked, t, whole[kind], chunk[method])
@@ -175,3 +185,12 @@ def tp_overlap_exposure(cfg: ScaleConfig, cost, s: int, price, sms: int = 0) -> 
 
     fwd = total(FORWARD)
     return {"forward": fwd, "backward": total(BACKWARD) + (fwd if cfg.recompute == "full" else 0.0)}
+
+
+def chunked_seconds(whole: float, chunk: float, n: int, streams: int = UB_STREAMS) -> float:
+    """Seconds of a GEMM of ``whole`` seconds run as ``n`` chunks of ``chunk`` seconds each (priced alone) on
+    ``min(streams, n)`` compute streams in turn (:data:`UB_STREAMS`): on more than one the chunks run concurrently,
+    the next one's thread blocks taking the SMs the last wave of the one before leaves, so together they are the
+    whole GEMM's waves (its row tiles, split among the chunks): ``whole``; on one stream, one after another:
+    ``n x chunk``."""
+    return whole if min(streams, n) > 1 else n * chunk
