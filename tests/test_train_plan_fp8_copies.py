@@ -37,7 +37,9 @@ def test_kept_copies_are_two_bytes_per_linear_weight(kw, per_layer):
     off, on = memory(cfg, COST), memory(cfg.with_split(fp8_weight_cache=True), COST)
     assert on["fp8_weight_copies"] == 2 * 4 * per_layer
     assert on["weights"] - off["weights"] == 2 * 4 * per_layer + 4 * 4 * STATE  # (+ TE's scales: .fp8_state)
-    assert on["total"] - off["total"] == 2 * 4 * per_layer + 4 * 4 * STATE
+    # (off: torchao eab345c's tensorwise Float8Linear, whose per-micro-batch saved fp8 weights TE's cached layer does
+    # not hold: .fp8_weights.saved_weight_bytes)
+    assert on["total"] - off["total"] == 2 * 4 * per_layer + 4 * 4 * STATE - off["fp8_saved_weights"]
     assert "fp8_weight_copies" not in off
     assert memory(cfg.with_split(precision="bf16", fp8_weight_cache=True), COST) == memory(
         cfg.with_split(precision="bf16"), COST)

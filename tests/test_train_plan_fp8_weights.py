@@ -1,6 +1,6 @@
 """fp8 weight copies made once a step (``fp8_weight_cache``, :mod:`mhlo_cost.studies.plan.fp8_weights`): Transformer
 Engine's ``is_first_microbatch`` as Megatron-Core runs it, against closed forms worked out here; torchao's per-use
-casts (the default) left as lowered."""
+casts (the default; rowwise, whose backward casts again) left as lowered."""
 from __future__ import annotations
 
 import pytest
@@ -31,7 +31,9 @@ def test_one_stage_pays_the_casts_once_a_step():
     their casts out (8 x 4 x (0.1 + 0.2 + 0.3) ms), the step takes the forward's and the backward's once (4 x 0.3
     ms). (op: a policy whose recompute phase is the program's; under none there is no recompute at all, and
     selective re-runs the core attention, which holds no casts.)"""
-    cfg = ScaleConfig(**TINY, global_batch=8, precision="fp8-tensorwise", recompute="op")
+    # (rowwise: torchao's axiswise path casts the weight in its forward and its backward, as lowered; its tensorwise
+    # path at eab345c saves the forward's cast: tests/test_train_plan_fp8_saved_weight.py)
+    cfg = ScaleConfig(**TINY, global_batch=8, precision="fp8-rowwise", recompute="op")
     cost = _fake()
     base, once = compose(cfg, cost, SELENE), compose(cfg.with_split(fp8_weight_cache=True), cost, SELENE)
     assert once.total - base.total == pytest.approx(-8 * 4 * 6e-4 + 4 * 3e-4, rel=1e-9)
@@ -62,10 +64,10 @@ def test_pipeline_fill_takes_every_stages_casts():
     assert once.bubble - base.bubble == pytest.approx(-1 * 2 * 6e-4 + 2 * 3e-4, rel=1e-9)
 
 
-@pytest.mark.parametrize("kw", [dict(precision="fp8-tensorwise"),  # torchao: cast at every use
+@pytest.mark.parametrize("kw", [dict(precision="fp8-rowwise"),  # torchao's axiswise path: cast at every use
                                 dict(precision="bf16", fp8_weight_cache=True)])  # no fp8 copy to keep
 def test_per_use_casts_and_bf16_are_unchanged(kw):
-    """Without the cache (torchao's Float8Linear) or without fp8, the layer's seconds stay as lowered: the same
+    """Without the cache (torchao's rowwise Float8Linear) or without fp8, the layer's seconds stay as lowered: the same
     iteration whatever its casts take."""
     cfg = ScaleConfig(**TINY, global_batch=8, **kw)
     a, b = compose(cfg, _fake((0.0, 0.0, 0.0)), SELENE), compose(cfg, _fake(), SELENE)

@@ -67,7 +67,7 @@ from .embedding_pass import word_embedding_seconds
 from .fsdp_copies import fsdp_copy_seconds
 from .mlp_activation import activation_pass_seconds
 from .fp8_gather import tp_bytes
-from .fp8_weights import per_micro_batch, split_step
+from .fp8_weights import per_micro_batch, saved_cast_backward, split_step
 from .nccl_ub import ub_sms_of
 from .partial_recompute import full_share, mean_layer, recomputed_layers, whole
 from .partial_recompute import kept as without
@@ -126,6 +126,7 @@ def _layer(cfg: ScaleConfig, cost: LayerCost, topo, hw=None) -> dict:
     the profile whose SMs the overlapped communication kernels share (:mod:`.sm_share`)."""
     t = cost.time_s
     cast_f, cast_b, cast_r = per_micro_batch(cfg, cost)  # fp8 weight copies made once a step (.fp8_weights)
+    cast_b += saved_cast_backward(cfg, cost, hw)  # torchao eab345c's tensorwise: the fp8 weight saved, not recast
     rec = recompute_seconds(cfg, t, cost.core_s) - cast_r  # (none: no recompute pass; selective: .recompute)
     s_act = activation_bytes(cfg)
     if cfg.tp_comm_overlap and cfg.t > 1:  # TE's userbuffers: each collective against its own GEMM

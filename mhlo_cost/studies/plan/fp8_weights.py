@@ -17,11 +17,37 @@ only at the optimizer step, and the stacks differ in whether they make that copy
   (forward) and column-wise (dgrad's transposed) copies both made then (``weight_quantizer.set_usage(rowwise=True,
   columnwise=...)``). So the later micro-batches' forwards, their backwards and any activation recompute (which
   runs after the flag was cleared) make no weight cast at all: the casts are paid once a step.
-* **torchtitan's float8 (torchao)** (``fp8_weight_cache=False``, the default): ``Float8Linear.forward`` calls
-  ``matmul_with_hp_or_float8_args``, which saves the bf16 input and weight for the backward and casts the weight
-  in its forward and again in its backward (torchao/float8/float8_linear.py), every call: no copy is kept between
-  micro-batches (torchao's ``precompute_float8_dynamic_scale_for_fsdp`` computes only the scales, for FSDP's fp8
-  all-gather), so its casts stay in every micro-batch as lowered.
+* **torchtitan's float8 (torchao)** (``fp8_weight_cache=False``, the default): every call casts, no copy is kept
+  between micro-batches (torchao's ``precompute_float8_dynamic_scale_for_fsdp`` computes only the scales, for FSDP's
+  fp8 all-gather), so the forward's casts stay in every micro-batch as lowered. What the backward runs depends on the
+  torchao version and the scaling (torchao/float8/float8_linear.py):
+
+  - at eab345c (the torchtitan 2024-12 tables' version), tensorwise (``fp8-tensorwise``, no axiswise cast config):
+    ``Float8Linear.forward`` casts the input and the weight once (``cast_input_to_float8``,
+    ``cast_weight_to_float8_t``; ``force_recompute_fp8_weight_in_bwd`` is False by default, and torchtitan 9dec370's
+    ``Float8Handler`` leaves it so) and calls ``manual_float8_matmul_with_args_in_float8``, whose forward
+    ``ctx.save_for_backward(input_fp8, weight_fp8_t)``: the backward reads the saved fp8 weight and casts no weight
+    (:func:`saves_cast`, :func:`saved_cast_backward`). Its dgrad takes ``weight_fp8_t.t()``, row-major, as
+    ``_scaled_mm``'s second operand, which torchao's ``preprocess_addmm`` (torchao/float8/float8_ops.py) makes
+    column-major with ``b_data.t().contiguous().t()``: an fp8 transpose of each weight, 1 byte read and 1 written an
+    element, one kernel a linear (:func:`weight_transposes`; ESTIMATE under torch.compile: the partitioner may as well
+    save the transposed copy, which Inductor could then write from the forward's cast kernel, 1 byte an element more
+    written there instead of this kernel: the two cuts weigh the same, so priced as eager runs it). Under
+    torch.compile the joint graph goes to AOTAutograd's min-cut partitioner (torch/_functorch/partitioners.py
+    ``min_cut_rematerialization_partition``, read at torch 00c07b9, the stored version nearest the rows' 1963fc8,
+    which was not read): the weight's amax (``max``, a scalar out of the whole weight) is banned from recompute
+    (the reduction rule: output 4x smaller than its input), the parameter itself is a primal (never recomputed, 2
+    bytes an element if saved), and the cast's output, 1 byte an element and materialized (the forward
+    ``_scaled_mm`` reads it, no fusion), is the cheaper cut: compiled, the fp8 weight is saved as in eager, not
+    recast. Under activation checkpointing it is not saved: full
+    recompute re-runs the layer's forward, its casts with it (the program's recompute phase); torchtitan 9dec370's op
+    policy saves ``mm`` (every other), the attention, ``abs`` and ``max`` (``_save_list``) and marks the cast's
+    ``_to_copy`` PREFER_RECOMPUTE, so the cast is made again from the saved amax in the backward's recompute (the
+    program's recompute phase prices it). The saved fp8 weight held from the forward to the backward where neither
+    remakes it: :func:`saved_weight_bytes`;
+  - rowwise (``fp8-rowwise``, the axiswise path ``manual_float8_matmul_with_args_in_hp``) and later torchao
+    (``matmul_with_hp_or_float8_args``) save the bf16 input and weight and cast the weight in the forward and again
+    in the backward: the program's backward casts (``_fp8_backward`` in :mod:`mhlo_cost.lower.models.quant`) stay.
 
 Where the once-a-step cast sits in the iteration: it runs in micro-batch 0's forward on every pipeline stage, and
 micro-batch 0's forward crosses every stage on the schedule's critical path (the pipeline's fill), so the iteration
@@ -81,6 +107,51 @@ def cast_before_gather(cfg) -> bool:
     return bool(getattr(cfg, "fsdp_float8_all_gather", False)) and cfg.precision != "bf16"
 
 
+def saves_cast(cfg) -> bool:
+    """Whether ``cfg``'s dense linears are torchao eab345c's tensorwise ``Float8Linear`` casting their weight in the
+    forward and saving it for the backward: ``fp8-tensorwise`` without TE's cache (:func:`cached`) or torchao's fp8
+    all-gather (:func:`cast_before_gather`, which casts before the gather), on the planner's own layer."""
+    return (cfg.precision == "fp8-tensorwise" and not cached(cfg) and not cast_before_gather(cfg)
+            and getattr(cfg, "lower_layer", None) is None)
+
+
+def linear_count(cfg) -> int:
+    """The dense layer's linears on one device (those with a weight ``w``): 0 for a model's own layer."""
+    if getattr(cfg, "lower_layer", None) is not None:
+        return 0
+    return sum(1 for p in _param_shapes(cfg).values() if "w" in p)
+
+
+def weight_transposes(cfg) -> tuple[int, int]:
+    """(bytes, kernels) of one layer-micro-batch's fp8 weight transposes in the backward where the forward's cast is
+    saved (:func:`saves_cast`): torchao's ``preprocess_addmm`` makes dgrad's row-major ``weight_fp8_t.t()``
+    column-major, 1 byte read and 1 written per linear weight element, one kernel a linear; (0, 0) otherwise."""
+    if not saves_cast(cfg):
+        return 0, 0
+    return 2 * linear_weight_elems(cfg), linear_count(cfg)
+
+
+def saved_cast_backward(cfg, cost, hw) -> float:
+    """Seconds to take out of each micro-batch's backward of one layer where the forward's fp8 weight is saved
+    (:func:`saves_cast`; 0.0 otherwise, and without a profile ``hw``, as the MoE plan's layers are composed): the
+    program's backward weight casts (amax and cast, scope ``fp8_weight``), less the fp8 transposes run instead
+    (:func:`weight_transposes`, ``hw``'s memory model)."""
+    if hw is None or not saves_cast(cfg):
+        return 0.0
+    nbytes, kernels = weight_transposes(cfg)
+    return cost.weight_cast_s["backward"] - hw.memory_time(nbytes, kernels)
+
+
+def saved_weight_bytes(cfg) -> int:
+    """Bytes one layer-micro-batch holds from its forward to its backward in saved fp8 weights (:func:`saves_cast`):
+    1 a linear weight element and each linear's fp32 scale (a 0-d tensor, 4 bytes); 0 where no copy is saved or
+    where a recompute makes it again (torchtitan's op policy; full recompute is the caller's share,
+    :func:`.partial_recompute.full_share`)."""
+    if not saves_cast(cfg) or cfg.recompute == "op":
+        return 0
+    return linear_weight_elems(cfg) + 4 * linear_count(cfg)
+
+
 def per_micro_batch(cfg, cost) -> tuple[float, float, float]:
     """Seconds of weight casts to take OUT of each micro-batch's (forward, backward, recompute) of one layer:
     every phase's casts where they are cached or made before FSDP's all-gather (:func:`cast_before_gather`; full
@@ -118,11 +189,15 @@ def linear_weight_elems(cfg) -> int:
     parameter shapes (:func:`.layer.param_shapes`, :func:`.llama_layer.param_shapes`): 0 for a model's own layer."""
     if getattr(cfg, "lower_layer", None) is not None:
         return 0
+    return sum(math.prod(p["w"].shape) for p in _param_shapes(cfg).values() if "w" in p)
+
+
+def _param_shapes(cfg) -> dict:
     if cfg.arch == "llama":
         from .llama_layer import param_shapes
     else:
         from .layer import param_shapes
-    return sum(math.prod(p["w"].shape) for p in param_shapes(cfg).values() if "w" in p)
+    return param_shapes(cfg)
 
 
 def copy_bytes(cfg, linear_elems: int) -> int:

@@ -18,7 +18,10 @@ pipeline stage), as exact ints from the per-device layer's IR.
   divided by the sharding degree (``cp x d``, or ``cp x dp_shard`` with HSDP) under ZeRO 1-3;
 * activations: what one micro-batch of one layer keeps (the tensors the backward reads from the forward,
   from the IR's data flow; with full recompute, the layer's input; with a partial recompute, the mean of the two
-  over the stage's layers), times the layer-micro-batches the first
+  over the stage's layers), and torchao eab345c's saved fp8 weights (tensorwise ``Float8Linear``: 1 byte a linear
+  weight element and a 4-byte scale per linear, kept from each forward to its backward where no recompute makes
+  them again, :func:`.fp8_weights.saved_weight_bytes`; given apart as ``fp8_saved_weights``), times the
+  layer-micro-batches the first
   stage holds at once: 1F1B keeps ``min(p, m)`` micro-batches of its ``L/p`` layers; the interleaved
   schedule ``(1 + (p - 1)/(p v))`` times as many (Korthikanti et al. 2022, section 4.2.3).
 
@@ -33,7 +36,7 @@ from fractions import Fraction
 from .config import ScaleConfig
 from .costs import LayerCost
 from .fp8_state import layer_gemms, state_bytes
-from .fp8_weights import gathered_bytes, kept_bytes
+from .fp8_weights import gathered_bytes, kept_bytes, saved_weight_bytes
 from .partial_recompute import full_share, mean_activation_bytes
 
 CATEGORIES = ("weights", "gradients", "optimizer_state", "activations")
@@ -61,6 +64,8 @@ def memory(cfg: ScaleConfig, cost: LayerCost, capacity: float | None = None, sta
     per_layer = (cost.activation_bytes if kept is None else
                  mean_activation_bytes(full_share(cfg), cost.activation_bytes, kept.activation_bytes))
     held = held_layer_microbatches(cfg, stage) * per_layer
+    saved_fp8 = held_layer_microbatches(cfg, stage) * (1 - full_share(cfg)) * saved_weight_bytes(cfg)  # (torchao)
+    saved_fp8 = saved_fp8.numerator // saved_fp8.denominator
     weights = cost.weight_bytes * n
     if z == 3:  # (torchao's fp8 all-gather: the gathered fp8 linears at 1 byte, .fp8_weights)
         weights = weights // shard + gathered_bytes(cfg, cost.weight_bytes) * (
@@ -72,11 +77,13 @@ def memory(cfg: ScaleConfig, cost: LayerCost, capacity: float | None = None, sta
         "weights": weights + copies + scales,
         "gradients": grads // shard + cost.weight_elems * 4 if z >= 2 else grads,
         "optimizer_state": (cost.master_bytes + cost.moment_bytes) * n // shard,
-        "activations": held.numerator // held.denominator,
+        "activations": held.numerator // held.denominator + saved_fp8,
     }
     out["total"] = sum(out[k] for k in CATEGORIES)
     if copies:
         out.update(fp8_weight_copies=copies, fp8_scale_state=scales)
+    if saved_fp8:
+        out["fp8_saved_weights"] = saved_fp8
     if capacity:
         out["capacity"] = int(capacity)
         out["fits"] = out["total"] <= capacity
