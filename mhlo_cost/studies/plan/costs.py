@@ -214,7 +214,7 @@ def analyse_layer(cfg: ScaleConfig, hw, key: str = "", chip: str = "", part: str
     master = [x for x in a.arguments if x.donated and x.name.startswith("master")]
     moments = [x for x in a.arguments if x.donated and x.name.startswith("opt_state")]
     inputs = [x for x in a.arguments if not x.donated and x.name.startswith("x")]
-    amax_s, amax_bytes, amax_casts = cast_charge(a, rf, PHASES)
+    amax_s, amax_bytes, amax_casts = cast_charge(a, rf, hw, PHASES)
     return LayerCost(
         key=key, chip=chip or hw.name, gemm_flops=gemm, vector_flops=vec, time_s=times,
         dgrad_flops=dgrad, wgrad_flops=wgrad, saved_bytes=saved,

@@ -19,8 +19,10 @@ transpose, ``fp8_cast_transpose(_bgrad)_fused``; module/base.py ``grad_output_pr
 
 So under TE's delayed scaling (:func:`delayed`) each standalone amax-and-cast kernel of the priced layer
 (:func:`standalone_casts`: no GEMM, every member a row of an fp8 cast of an activation or gradient, one of them its
-whole-tensor amax; the weights' casts, scope ``fp8_weight``, are :mod:`.fp8_weights`') is taken out and TE's kernel
-for it put in, per element ``n`` of its fp8 result (:func:`te_kernels`):
+whole-tensor amax; the weights' casts, scope ``fp8_weight``, are :mod:`.fp8_weights`') is taken out, with the f32
+``abs`` a GEMM's epilogue wrote for it alone (:func:`epilogue_abs`: the GEMM kernel's time less its time without those
+bytes), and TE's kernel for it put in, one per tensor and phase, per element ``n`` of its fp8 result
+(:func:`te_kernels`):
 
 * forward, e4m3 (a Linear's input the norm kernel did not cast: the projection's; fc2's): ``cast_to_fp8``, read 2,
   write 1; none for fc2's input where :mod:`.mlp_activation` runs the activation as the stack's own kernels (TE's cast
@@ -107,20 +109,47 @@ def cast_source(a, k, n: int) -> int:
     return max(found, default=-1)
 
 
-def cast_charge(a, rf, phases: tuple) -> tuple[dict, dict, dict]:
-    """What the priced layer charged for its standalone amax-and-cast kernels (:func:`standalone_casts`): phase ->
-    seconds, phase -> bytes read and written, and ``"phase/dtype/n/source"`` (the phase, the fp8 result's element
-    type and elements, the row it casts: :func:`cast_source`) -> kernels."""
+def epilogue_abs(a, rf, removed: set) -> list[tuple]:
+    """(kernel, bytes) of each GEMM kernel's ``abs`` outputs (f32, written in its epilogue) that only the removed cast
+    kernels (``removed``: kernel ids) read: what the fusion model writes to take an amax after the GEMM."""
+    rows, rk, prod = a.rows, rf.fusion.row_kernel, a.producers
+    cand = {i for i, r in enumerate(rows) if rk[i] is not None and rf.fusion.kernels[rk[i]].has_dot
+            and r.op.endswith(".abs") and rk[i] not in removed}
+    readers: dict = {}
+    for j, ps in enumerate(prod):
+        for p in ps:
+            if p in cand:
+                readers.setdefault(p, set()).add(j)
+    out: dict = {}
+    for i, js in sorted(readers.items()):
+        if js and all(rk[j] in removed for j in js):
+            out[rk[i]] = out.get(rk[i], 0) + rows[i].result.nbytes
+    return [(rf.fusion.kernels[k], n * rf.fusion.kernels[k].multiplicity) for k, n in sorted(out.items())]
+
+
+def cast_charge(a, rf, hw, phases: tuple) -> tuple[dict, dict, dict]:
+    """What the priced layer charged for its standalone amax-and-cast kernels (:func:`standalone_casts`), and for
+    the f32 ``abs`` a GEMM's epilogue wrote for them alone (:func:`epilogue_abs`: the GEMM kernel's time less its
+    time without writing them, on ``hw``): phase -> seconds, phase -> bytes, and ``"phase/dtype/n/source"`` (the
+    phase, the fp8 result's element type and elements, the row it casts: :func:`cast_source`) -> kernels."""
     from ...lower.models.quant import WEIGHT_SCOPE
 
     secs, nbytes, kinds = {p: 0.0 for p in phases}, {p: 0 for p in phases}, {}
-    for k in standalone_casts(a, rf, WEIGHT_SCOPE):
+    kernels = standalone_casts(a, rf, WEIGHT_SCOPE)
+    for k in kernels:
         p = a.phases.phase[k.members[-1]]
         secs[p] += k.time_s
         nbytes[p] += k.bytes_read + k.bytes_written
         dtype, n = fp8_result(k)
         key = f"{p}/{dtype}/{n}/{cast_source(a, k, n)}"
         kinds[key] = kinds.get(key, 0) + k.multiplicity
+    ids = {id(k) for k in kernels}
+    removed = {i for i, k in enumerate(rf.fusion.kernels) if id(k) in ids}
+    for k, b in epilogue_abs(a, rf, removed):
+        p = a.phases.phase[k.members[-1]]
+        rest = max(k.compute_s, hw.memory_time(k.bytes_read + k.bytes_written - b, k.multiplicity)) + k.overhead_s
+        secs[p] += max(0.0, k.time_s - rest)
+        nbytes[p] += b
     return secs, nbytes, kinds
 
 
