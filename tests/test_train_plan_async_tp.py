@@ -43,7 +43,8 @@ def _cfg(t: int = 4, **kw) -> ScaleConfig:
 
 def test_each_fused_pair_against_its_closed_form():
     """t = 4, a step (S/4 over the link) of 3.36e-4 s. qkv_fprop (all_gather): G = 0.6e-3 s, its 4 chunks 0.2e-3 s
-    each: 3 steps beyond the local chunk, each exposing step - 0.2e-3, and the chunks' 0.2e-3 s over G. proj_fprop
+    each priced alone, but run on torch's two streams in turn (_pipelined_multi_all_gather_and_consume: the current
+    and the backend stream), so together G: 3 steps beyond the local chunk, each exposing step - G/4. proj_fprop
     (reduce_scatter): G = 8e-3 s, chunks exact (2e-3 s each, longer than a step: nothing exposed) and the final sum,
     (S + S/4) / BW. fc1_fprop: G = 0, 3 steps whole. fc2_fprop: G = 0, 3 steps and the sum. Backward: fc2_dgrad's
     and proj_dgrad's gathers beside G = 0 (3 steps each) and the two unfused reduce_scatters, 3/4 S over the link
@@ -53,7 +54,7 @@ def test_each_fused_pair_against_its_closed_form():
     out = async_tp_exposure(_cfg(t), _cost(lin), S, _price, _HW())
     rpass = (S + S // 4) / BW
     assert step > 0.2e-3
-    qkv = 0.2e-3 + 3 * (step - 0.2e-3)
+    qkv = 3 * (step - 0.6e-3 / 4)
     fwd = qkv + rpass + 3 * step + (3 * step + rpass)
     assert out["forward"] == pytest.approx(fwd, rel=1e-12)
     assert out["backward"] == pytest.approx(2 * 3 * step + 2 * (3 / 4) * S / LINK, rel=1e-12)

@@ -50,15 +50,25 @@ Where torch differs from Transformer Engine's userbuffers (:mod:`.tp_overlap`): 
 directions (TE's pipelined reduce_scatter and bulk overlaps take 16 SMs: not charged here); ``t`` chunks for every
 fused pair (TE's pipelined reduce_scatter: 4); the reduce_scatter's final sum as a separate pass (TE's ring
 exchange adds as it receives); no bulk pairs (TE overlaps the backward's re-gather and the data gradient's
-reduce_scatter with the other GEMM; torch leaves the latter unfused, exposed). A chunked GEMM's own loss (its
-``t`` chunks priced on the GEMM model, ``"<name>@t"`` of :attr:`~.costs.LayerCost.linear_s`) is exposed too, as
-in :mod:`.tp_overlap`. The per-step barriers (a few microseconds) are not charged.
+reduce_scatter with the other GEMM; torch leaves the latter unfused, exposed). The ``t`` chunks' matmuls run on
+:data:`SYMM_STREAMS` streams in turn, so together they take the whole GEMM's seconds
+(:func:`.tp_overlap.chunked_seconds`, as TE's userbuffers chunks on its 3 streams):
+``_pipelined_multi_all_gather_and_consume`` runs the local shard's consumer on the current stream, then step ``s``'s
+pull and consumer on the backend stream (odd ``s``) or the current one (even), a consumer waiting only for its own
+pull, "computation/computation overlapping, greatly reducing quantization inefficiency" (its comment);
+``_pipelined_produce_and_all2all`` alternates its producers the same way (torch/distributed/_symmetric_memory/
+__init__.py, read at 006b161 and in an earlier copy with the ``torch.cuda`` stream calls; the two alternating streams
+are in the torch-2.5-era copy read above, before 1963fc8).
+The per-step barriers (a few microseconds) are not charged.
 """
 from __future__ import annotations
 
 from .fp8_gather import tp_bytes
-from .tp_overlap import exposed
+from .tp_overlap import chunked_seconds, exposed
 
+#: The streams PyTorch's symmetric-memory pipelines run a fused pair's shard matmuls on, in turn (the current stream
+#: and ``_get_backend_stream()``: ``_pipelined_multi_all_gather_and_consume``, ``_pipelined_produce_and_all2all``)
+SYMM_STREAMS = 2
 #: The fused pairs, forward: (GEMM, collective) (.tp_overlap's LINEARS names: TE's)
 FORWARD = (("qkv_fprop", "all_gather"), ("proj_fprop", "reduce_scatter"), ("fc1_fprop", "all_gather"),
            ("fc2_fprop", "reduce_scatter"))
@@ -78,8 +88,8 @@ def reduce_pass_seconds(hw, s: int, t: int) -> float:
 
 def pair_seconds(kind: str, gemm: float, chunked: float, t: int, step: float, reduce_pass: float) -> float:
     """Seconds one fused pair exposes beyond its GEMM of ``gemm`` seconds: ``chunked`` the GEMM as its ``t`` chunks
-    run (their sum), ``step`` one shard's pull (``S/t`` bytes from a peer), ``reduce_pass`` the reduce_scatter's
-    final sum."""
+    run (:func:`.tp_overlap.chunked_seconds` on :data:`SYMM_STREAMS`), ``step`` one shard's pull (``S/t`` bytes from
+    a peer), ``reduce_pass`` the reduce_scatter's final sum."""
     over = max(0.0, chunked - gemm) + exposed("ring_ag", chunked, t, 0.0, step)
     return over + (reduce_pass if kind == "reduce_scatter" else 0.0)
 
@@ -98,9 +108,13 @@ def async_tp_exposure(cfg, cost, s: int, price, hw=None) -> dict:
     rpass = reduce_pass_seconds(hw, s, t)
     lin = cost.linear_s or {}
 
+    def pair(g: str, kind: str) -> float:
+        whole = lin.get(g, 0.0)
+        chunked = chunked_seconds(whole, lin.get(f"{g}@{t}", whole / t), t, SYMM_STREAMS)  # the GEMM as its chunks run
+        return pair_seconds(kind, whole, chunked, t, step[kind], rpass)
+
     def total(pairs) -> float:
-        return sum(pair_seconds(kind, lin.get(g, 0.0), t * lin.get(f"{g}@{t}", lin.get(g, 0.0) / t), t, step[kind],
-                                rpass) for g, kind in pairs)
+        return sum(pair(g, kind) for g, kind in pairs)
 
     fwd = total(FORWARD)
     unfused = sum(n * price(kind, tp_bytes(cfg, kind, s), group) for kind, n in UNFUSED_BACKWARD)

@@ -30,7 +30,8 @@ What the stacks run instead (``activation_kernel="megatron"``; per fc2-input ele
   TE 1.x): without sequence parallelism ``fp8_cast_transpose_fused`` (read 2, write the fp8 copy and its transpose
   for the wgrad GEMM, 1 + 1), with it ``cast_to_fp8`` (2 + 1) and the backward's ``fp8_transpose`` for the wgrad
   (1 + 1). The compiled model's quantisation of that input, in the activation's kernel, is part of what is replaced
-  (its amax, a reduction of its own, is left as it is: TE's delayed scaling records the amax in the cast kernel).
+  (its amax and cast, a kernel of their own after the epilogue, are :mod:`.te_amax`'s: taken out, with nothing in
+  their place, under TE's delayed scaling, which records the amax in this cast kernel).
 
 These rows replace :func:`activation_charge`; a full recompute runs the forward's kernels again.
 torchtitan and llm-foundry (torch.compile, PyTorch eager) keep their own execution model's activation: the default

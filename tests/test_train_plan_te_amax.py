@@ -1,0 +1,104 @@
+"""fp8 casts under Transformer Engine's delayed scaling (:mod:`mhlo_cost.studies.plan.te_amax`), against closed forms
+worked out here.
+
+The lowered layer casts each fp8 GEMM operand as ``_cast`` in ``mhlo_cost/lower/models/quant.py`` writes it: the
+tensor read in f32 for its amax (a whole-tensor reduce, initial value 0), ``max(amax, TINY) / QMAX``, the tensor
+divided by that scale and converted; the forward casts each linear's input, the backward casts dy twice (dgrad,
+wgrad) and the input again (wgrad). On a GPT layer of ``n_h = b s h`` hidden and ``n_f = b s ffn`` MLP elements
+(t = 1), the casts no producer's kernel takes are kernels of their own, each reading its bf16 source (2 bytes an
+element; fc2's input and fc1's output gradient also as the f32 ``abs`` their GEMM's epilogue wrote: 4 more) and the
+three f32 scalars (the reduce's initial value, TINY, QMAX: 12 bytes), writing the fp8 tensor (1) and its scale (4):
+
+* forward: the projection's input (the attention's output) and fc2's input (the activation's output);
+* backward: fc2's dy twice, fc2's input again, fc1's dy twice, fc1's input (LayerNorm 2's output) again, the
+  projection's input again, the QKV's input (LayerNorm 1's output) again.
+
+(The QKV's and fc1's forward casts sit in their LayerNorm's kernel; the projection's and the QKV's dy casts in the
+LayerNorm backward's: neither is a kernel of its own, and TE's LayerNorm kernel writes fp8 too.) The f32 ``abs`` those
+two kernels read back was written by a GEMM's epilogue for them alone: fc1's forward GEMM (its activation's, 4 n_f)
+and fc2's dgrad GEMM (the activation's backward, one per cast of fc1's dy: 2 x 4 n_f); taken out with them.
+
+What TE v1.7 runs instead, with the amax recorded in the cast: forward ``cast_to_fp8`` of the projection's input
+(2 read, 1 written) and nothing for fc2's (Megatron's activation kernels: :mod:`.mlp_activation` prices TE's cast of
+it); backward one ``fp8_cast_transpose_bgrad_fused`` per dy (2 read, 1 + 1 written), ``fp8_transpose`` of each saved
+fp8 input (1 read, 1 written), fc2's priced by :mod:`.mlp_activation`."""
+from __future__ import annotations
+
+from mhlo_cost.network import resolve_profile
+from mhlo_cost.studies.plan.compose import _layer
+from mhlo_cost.studies.plan.config import ScaleConfig
+from mhlo_cost.studies.plan.costs import analyse_layer
+from mhlo_cost.studies.plan.te_amax import delayed, te_cast_seconds, te_kernels
+
+H100 = resolve_profile("dgx-h100")
+PH = ("forward", "backward", "recompute", "optimizer")
+B, S, H, F = 1, 128, 256, 1024
+N_H, N_F = B * S * H, B * S * F
+TE = dict(layers=1, hidden=H, heads=4, seq=S, vocab=1024, ffn=F, micro_batch=B, precision="fp8-tensorwise",
+          fp8_weight_cache=True, activation_kernel="megatron", attention="fused", dropout=False)
+SCALARS, SCALE = 12, 4  # f32 scalars each cast kernel reads; the scale it writes
+
+
+def cast_kernel(n: int, abs_read: bool = False) -> int:
+    """Bytes of one lowered amax-and-cast kernel of ``n`` bf16 elements (``abs_read``: also its f32 abs)."""
+    return (2 + (4 if abs_read else 0)) * n + SCALARS + n + SCALE
+
+
+def test_a_te_layer_charges_these_amax_and_cast_kernels_of_their_own():
+    cost = analyse_layer(ScaleConfig(**TE), H100)
+    forward = cast_kernel(N_H) + cast_kernel(N_F, abs_read=True) + 4 * N_F
+    backward = 5 * cast_kernel(N_H) + cast_kernel(N_F) + 2 * cast_kernel(N_F, abs_read=True) + 2 * 4 * N_F
+    assert cost.amax_cast_bytes == {"forward": forward, "backward": backward, "recompute": 0, "optimizer": 0}
+    per_phase = {p: sum(n for k, n in cost.amax_casts.items() if k.startswith(p + "/")) for p in PH}
+    assert per_phase == {"forward": 2, "backward": 8, "recompute": 0, "optimizer": 0}
+    assert cost.amax_cast_s["forward"] > 0 and cost.amax_cast_s["backward"] > cost.amax_cast_s["forward"]
+
+
+def test_te_runs_one_cast_per_tensor_its_amax_inside():
+    cfg = ScaleConfig(**TE)
+    cost = analyse_layer(cfg, H100)
+    own = te_kernels(cfg, cost.amax_casts, PH)
+    # forward: cast_to_fp8 of the projection's input; fc2's input is .mlp_activation's
+    assert own["forward"] == (3 * N_H, 1)
+    # backward: fc2's and fc1's dy, one cast-transpose each; the saved fp8 inputs of fc1, the projection and the QKV
+    # transposed; fc2's is .mlp_activation's
+    assert own["backward"] == (4 * N_H + 4 * N_F + 3 * 2 * N_H, 5)
+    assert own["recompute"] == own["optimizer"] == (0, 0)
+    f, b, r = te_cast_seconds(cfg, H100, cost)
+    assert f == H100.memory_time(3 * N_H, kernels=1) - cost.amax_cast_s["forward"]
+    assert b == H100.memory_time(10 * N_H + 4 * N_F, kernels=5) - cost.amax_cast_s["backward"]
+    assert r == 0.0 and f < 0 and b < 0
+
+
+def test_under_sequence_parallelism_each_gathered_input_is_transposed_once():
+    """t = 2 with sequence parallelism: the projection's input is b s h/t; fc2's input and fc1's dy b s ffn/t; the
+    QKV's and fc1's inputs the all-gathered b s h (two tensors, one fp8_transpose each)."""
+    cfg = ScaleConfig(**TE, t=2, sp=True)
+    cost = analyse_layer(cfg, H100)
+    own = te_kernels(cfg, cost.amax_casts, PH)
+    assert own["forward"] == (3 * N_H // 2, 1)
+    assert own["backward"] == (4 * N_F // 2 + 2 * 2 * N_H + 2 * N_H // 2, 4)
+
+
+def test_only_delayed_scaling_under_te_changes_the_plan():
+    """Current scaling (history 1: Megatron-Bridge's FP8-CS) computes the amax first, a real pass; torchao's
+    tensorwise scaling (no kept weight copies) too: both keep the program's kernels."""
+    cfg = ScaleConfig(**TE)
+    current = ScaleConfig(**TE, fp8_amax_history=1)
+    torchao = ScaleConfig(**dict(TE, fp8_weight_cache=False, activation_kernel="compiled"))
+    assert delayed(cfg) and not delayed(current) and not delayed(torchao)
+    assert not delayed(ScaleConfig(**dict(TE, precision="bf16")))
+    cost = analyse_layer(cfg, H100)
+    assert te_cast_seconds(current, H100, cost) == (0.0, 0.0, 0.0)
+    assert te_cast_seconds(torchao, H100, cost) == (0.0, 0.0, 0.0)
+    f, b, _ = te_cast_seconds(cfg, H100, cost)
+    one, other = _layer(cfg, cost, None, H100), _layer(current, cost, None, H100)
+    assert abs(one["forward"] - (other["forward"] + f)) < 1e-15
+    assert abs(one["backward"] - (other["backward"] + b)) < 1e-15
+
+
+def test_full_recompute_runs_the_forwards_casts_again():
+    cfg = ScaleConfig(**TE, recompute="full")
+    cost = analyse_layer(cfg, H100)
+    f, _, r = te_cast_seconds(cfg, H100, cost)
+    assert r == f < 0
