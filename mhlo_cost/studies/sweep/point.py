@@ -131,7 +131,7 @@ def compute(task: Task) -> Result:
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
     t0 = time.perf_counter()
     try:
-        with _collector_paused():
+        with _collector_paused(), _blocks_shared():
             sha, rows, check = point_rows(task)
     except Exception as e:  # noqa: BLE001 - any failure of the point is its row, never the sweep's end
         first = (str(e).strip().splitlines() or [""])[0][:300]
@@ -150,6 +150,14 @@ def _collector_paused():
     cycles that die within a point wait for its end (the published STDiT3 table's peak per process, measured:
     317 -> 567 MB with ``--jobs 1``, 306 -> 436 MB with two workers)."""
     return collector.paused(collect=1)
+
+
+def _blocks_shared():
+    """The bundled STDiT3's blocks traced once between the point's lowerings at its several depths, not once per
+    lowering (:func:`mhlo_cost.lower.models.stdit3_once.blocks_shared`: the same text, byte for byte)."""
+    from ...lower.models.stdit3_once import blocks_shared
+
+    return blocks_shared()
 
 
 #: The depths a deep bundled model is lowered at, its table rebuilt at full depth from them
