@@ -139,6 +139,17 @@ def compute(task: Task) -> Result:
     return Result(task.point, "ok", "", sha, rows, time.perf_counter() - t0, check)
 
 
+def warm() -> None:
+    """Import what a point needs (jax, the bundled models' lowering, the walk, the pricing), nothing run: a worker
+    started ahead of its first point (:func:`mhlo_cost.studies.sweep.run.early_pools`) pays its imports then."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    os.environ.setdefault("JAX_PLATFORMS", "cpu")
+    from ...analysis import isolated  # noqa: F401
+    from ...lower.frontends import api  # noqa: F401
+    from ...lower.models import parallel  # noqa: F401
+    from .. import layerprice, study  # noqa: F401
+
+
 def _collector_paused():
     """Python's cyclic garbage collector paused while one point runs, as it was after. A point makes the analyses
     and pricings of its lowerings, a few hundred thousand objects that live until it ends, and the collector runs
