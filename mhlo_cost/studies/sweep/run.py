@@ -72,8 +72,7 @@ class Progress:
 
 def run_tasks(tasks: list[Task], cache: Cache, *, scheduler: str | None = None, jobs: int | None = None,
               progress=True, work: Callable[[Task], Result] = compute, worker_timeout: float = WORKER_TIMEOUT,
-              after: list[int | None] | None = None, settle=None, pools: "_Pools | None" = None
-              ) -> tuple[list[Result], Stats]:
+              after: list[int | None] | None = None, settle=None, pools=None) -> tuple[list[Result], Stats]:
     """The results of ``tasks`` in their order: cached ones read, the others computed by ``work`` (a
     module-level function, sent to the workers) (``scheduler``: on that Dask cluster, ``worker_timeout``:
     the longest it may have no worker; else a pool of ``jobs`` processes, 1: in this process). ``after``: per
@@ -82,8 +81,7 @@ def run_tasks(tasks: list[Task], cache: Cache, *, scheduler: str | None = None, 
     waited runs as ``settle`` gives it once its own has finished. On a local pool of more than one process it
     starts then, beside the others still running (:func:`_released`: no worker idles while a first stage ends);
     in this process or on Dask the tasks waited for run first, as one stage, then the others (one pool for both
-    stages: its workers start once). ``pools``: that local pool, already started (:func:`early_pools`; closed
-    here)."""
+    stages: its workers start once). ``pools``: that local pool already started (:func:`early_pools`), closed here."""
     t0 = time.perf_counter()
     tasks = list(tasks)  # (revised here as the points they wait for finish: the caller's list stays as given)
     stats = Stats(total=len(tasks))
@@ -110,8 +108,7 @@ def run_tasks(tasks: list[Task], cache: Cache, *, scheduler: str | None = None, 
             stats.failed += 1
         bar.update(f"{r.point.label()} {r.status} in {r.seconds:.1f}s")
 
-    if pools is None or scheduler:
-        pools = _Pools(max(1, min(jobs or os.cpu_count() or 1, len(todo))))
+    pools = _Pools(max(1, min(jobs or os.cpu_count() or 1, len(todo)))) if pools is None or scheduler else pools
 
     def run(stage: list) -> None:
         if scheduler:
