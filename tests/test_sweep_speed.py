@@ -99,3 +99,36 @@ def test_a_point_runs_with_the_collector_paused_and_leaves_it_as_it_was(monkeypa
     assert seen == [False]
     assert after is enabled
     assert (got.status, got.reason) == (("failed", "ValueError: no such point") if fails else ("ok", ""))
+
+
+
+def _lowerings(strategy: str, cfgs: list, shared: bool) -> tuple[list, list]:
+    """(each of ``cfgs``' lowerings with each kind of block traced once, lowered from one line whatever the mode: a
+    location's frames hold the caller's too; the count of jits :func:`~mhlo_cost.lower.models.stdit3_once
+    .blocks_shared` keeps after each, or None) with the blocks shared between them (``shared``) or not."""
+    texts, kept = [], []
+    with stdit3_once.blocks_shared() if shared else contextlib.nullcontext():
+        for cfg in cfgs:
+            plan = None if strategy == "none" else make_plan(strategy, 2, cfg=cfg)
+            with stdit3_once.blocks_traced_once():
+                low = stdit3.lower(cfg) if plan is None else parallel.lower(cfg, plan)
+            texts.append(low.as_text(debug_info=True))
+            memo = stdit3_once._SHARED.get()
+            kept.append(None if memo is None else len(memo))
+    return texts, kept
+
+
+@pytest.mark.parametrize("strategy", ["none", "ulysses", "megatron"])
+def test_blocks_shared_between_depths_and_shapes_lower_the_same_text(strategy):
+    """The lowerings of one point at depths 2, 3, 4 (and of another shape after them) with the blocks traced once
+    between them (:func:`~mhlo_cost.lower.models.stdit3_once.blocks_shared`) are, byte for byte, those lowered each
+    on its own (the independent source: the lowering without the shared blocks); and the blocks were shared (two
+    jits kept, one per kind of block, for one shape; two more for the other)."""
+    other = replace(CFG, latent_t=CFG.latent_t + 2, latent_h=CFG.latent_h + 4)
+    cfgs = [replace(CFG, depth=d) for d in (2, 3, 4)] + [replace(other, depth=d) for d in (3, 2)]
+    (alone, none_kept), (shared, kept) = [_lowerings(strategy, cfgs, mode) for mode in (False, True)]
+    assert none_kept == [None] * 5 and kept == [2, 2, 2, 4, 4]
+    assert len(set(alone)) == len(cfgs)  # (five different programs)
+    for a, b in zip(alone, shared):
+        assert a == b
+    assert stdit3_once._SHARED.get() is None  # (the context gone, nothing kept)

@@ -4,8 +4,7 @@ from __future__ import annotations
 import math
 import os
 from operator import attrgetter
-
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from ..machines.execution import EXECUTIONS, execution_of  # noqa: F401 (the estimate's names too)
 from ..machines.hardware import Hardware
@@ -18,6 +17,9 @@ from .fusion import FUSE_MODES
 from .inductor_launch import parse_torch
 from .optime import op_time, unit_peaks
 from .program import ProgramPricing, fuse
+
+if TYPE_CHECKING:  # (pandas imported where a frame is made: a sweep's worker prices programs and makes none)
+    import pandas as pd
 
 _COMM, _COMPUTE, _MEMORY, _OVERHEAD = (attrgetter(f"{x}_s") for x in ("comm", "compute", "memory", "overhead"))
 _FIXED_OF, _GROWING_OF, _KERNEL = attrgetter("fixed_cost_s"), attrgetter("growing_s"), attrgetter("kernel_s")
@@ -245,6 +247,8 @@ class Roofline:
             "bound": [ts[i].bound for i in order],
             "execution": ["unfused"] * len(order),  # each op its own kernel, whatever --execution says
         }
+        import pandas as pd
+
         df = pd.DataFrame(data)
         df["multiplicity"] = df["multiplicity"].astype("int64")
         df["index"] = df["index"].astype("int64")
@@ -265,6 +269,8 @@ class Roofline:
         if top is not None:
             items = sorted(items, key=lambda it: (-it[1], it[0]))[:top]
         cells = [c for _, _, c in items]
+        import pandas as pd
+
         df = pd.DataFrame({name: [c[name] for c in cells] for name in _KERNEL_COLUMNS})
         for c in ("index", "multiplicity"):
             df[c] = df[c].astype("int64")

@@ -20,14 +20,22 @@ def run_sweep(grid: Grid, hardware_toml: str | None = None, *, cache_dir=None, s
     from .cache import Cache
     from .point import Task
     from .grid import EXECUTION_OF_FUSE
+    from .run import early_pools
     from .table import frame, make_rows
 
-    skipped = {p: r for p in grid.points if (r := skip_reason(p, grid.options)) is not None}
-    valid = [p for p in grid.points if p not in skipped]
-    first = _first_of_program(valid)
-    tasks = [Task(p, grid.options, grid.hardware, grid.steps, grid.fuse, grid.conv_padding, hardware_toml,
-                  check=f) for p, f in zip(valid, first)]
-    results, stats = run_tasks(tasks, Cache(cache_dir, note), scheduler=scheduler, jobs=jobs, progress=progress,
+    cache = Cache(cache_dir, note)
+    pools = early_pools(len(grid.points), jobs, scheduler, cache)  # (its workers start beside what follows)
+    try:
+        skipped = {p: r for p in grid.points if (r := skip_reason(p, grid.options)) is not None}
+        valid = [p for p in grid.points if p not in skipped]
+        first = _first_of_program(valid)
+        tasks = [Task(p, grid.options, grid.hardware, grid.steps, grid.fuse, grid.conv_padding, hardware_toml,
+                      check=f) for p, f in zip(valid, first)]
+    except BaseException:
+        if pools is not None:
+            pools.close(wait=False)
+        raise
+    results, stats = run_tasks(tasks, cache, scheduler=scheduler, jobs=jobs, progress=progress, pools=pools,
                                worker_timeout=worker_timeout, after=_after(valid, first), settle=_settle)
     rows = make_rows(grid.points, dict(zip(valid, results)), skipped, grid.hardware)
     execution = EXECUTION_OF_FUSE.get(grid.fuse, grid.fuse)

@@ -121,6 +121,11 @@ class Cache:
         self.results = DiskCache(root, RESULTS, note)
         self._profiles: dict = {}
 
+    def holds_no_rows(self) -> bool:
+        """Whether no point's rows are kept (no cache, or no ``results`` entry yet): every point is computed."""
+        folder = self.results.folder
+        return folder is None or not folder.is_dir() or next(folder.iterdir(), None) is None
+
     def lowering_request(self, task: Task) -> dict:
         return {"point": _point_key(task.point), "lowered": _lowered(task)}
 

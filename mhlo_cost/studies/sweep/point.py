@@ -131,12 +131,23 @@ def compute(task: Task) -> Result:
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
     t0 = time.perf_counter()
     try:
-        with _collector_paused():
+        with _collector_paused(), _blocks_shared():
             sha, rows, check = point_rows(task)
     except Exception as e:  # noqa: BLE001 - any failure of the point is its row, never the sweep's end
         first = (str(e).strip().splitlines() or [""])[0][:300]
         return Result(task.point, "failed", f"{type(e).__name__}: {first}", seconds=time.perf_counter() - t0)
     return Result(task.point, "ok", "", sha, rows, time.perf_counter() - t0, check)
+
+
+def warm() -> None:
+    """Import what a point needs (jax, the bundled models' lowering, the walk, the pricing), nothing run: a worker
+    started ahead of its first point (:func:`mhlo_cost.studies.sweep.run.early_pools`) pays its imports then."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    os.environ.setdefault("JAX_PLATFORMS", "cpu")
+    from ...analysis import isolated  # noqa: F401
+    from ...lower.frontends import api  # noqa: F401
+    from ...lower.models import parallel  # noqa: F401
+    from .. import layerprice, study  # noqa: F401
 
 
 def _collector_paused():
@@ -150,6 +161,14 @@ def _collector_paused():
     cycles that die within a point wait for its end (the published STDiT3 table's peak per process, measured:
     317 -> 567 MB with ``--jobs 1``, 306 -> 436 MB with two workers)."""
     return collector.paused(collect=1)
+
+
+def _blocks_shared():
+    """The bundled STDiT3's blocks traced once between the point's lowerings at its several depths, not once per
+    lowering (:func:`mhlo_cost.lower.models.stdit3_once.blocks_shared`: the same text, byte for byte)."""
+    from ...lower.models.stdit3_once import blocks_shared
+
+    return blocks_shared()
 
 
 #: The depths a deep bundled model is lowered at, its table rebuilt at full depth from them

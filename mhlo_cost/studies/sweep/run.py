@@ -72,7 +72,7 @@ class Progress:
 
 def run_tasks(tasks: list[Task], cache: Cache, *, scheduler: str | None = None, jobs: int | None = None,
               progress=True, work: Callable[[Task], Result] = compute, worker_timeout: float = WORKER_TIMEOUT,
-              after: list[int | None] | None = None, settle=None) -> tuple[list[Result], Stats]:
+              after: list[int | None] | None = None, settle=None, pools=None) -> tuple[list[Result], Stats]:
     """The results of ``tasks`` in their order: cached ones read, the others computed by ``work`` (a
     module-level function, sent to the workers) (``scheduler``: on that Dask cluster, ``worker_timeout``:
     the longest it may have no worker; else a pool of ``jobs`` processes, 1: in this process). ``after``: per
@@ -81,7 +81,7 @@ def run_tasks(tasks: list[Task], cache: Cache, *, scheduler: str | None = None, 
     waited runs as ``settle`` gives it once its own has finished. On a local pool of more than one process it
     starts then, beside the others still running (:func:`_released`: no worker idles while a first stage ends);
     in this process or on Dask the tasks waited for run first, as one stage, then the others (one pool for both
-    stages: its workers start once)."""
+    stages: its workers start once). ``pools``: that local pool already started (:func:`early_pools`), closed here."""
     t0 = time.perf_counter()
     tasks = list(tasks)  # (revised here as the points they wait for finish: the caller's list stays as given)
     stats = Stats(total=len(tasks))
@@ -108,7 +108,7 @@ def run_tasks(tasks: list[Task], cache: Cache, *, scheduler: str | None = None, 
             stats.failed += 1
         bar.update(f"{r.point.label()} {r.status} in {r.seconds:.1f}s")
 
-    pools = _Pools(max(1, min(jobs or os.cpu_count() or 1, len(todo))))
+    pools = _Pools(max(1, min(jobs or os.cpu_count() or 1, len(todo)))) if pools is None or scheduler else pools
 
     def run(stage: list) -> None:
         if scheduler:
@@ -145,12 +145,16 @@ class _Pools:
     once, so its workers' imports are paid once, and started again where it breaks."""
 
     def __init__(self, jobs: int):
-        self.jobs, self.pool = jobs, None
+        self.jobs, self.pool, self.warming = jobs, None, []
 
     def get(self):
         import multiprocessing
         from concurrent.futures import ProcessPoolExecutor
+        from concurrent.futures.process import BrokenProcessPool
 
+        if any(f.done() and isinstance(f.exception(), BrokenProcessPool) for f in self.warming):
+            self.close(wait=False)  # (a worker lost while it started: a fresh pool, as where a point's is lost)
+        self.warming = [f for f in self.warming if not f.done()] if self.pool is not None else []
         if self.pool is None:
             self.pool = ProcessPoolExecutor(max_workers=self.jobs, mp_context=multiprocessing.get_context("spawn"))
         return self.pool
@@ -159,6 +163,29 @@ class _Pools:
         if self.pool is not None:
             self.pool.shutdown(wait=wait, cancel_futures=True)
             self.pool = None
+
+    def start(self) -> "_Pools":
+        """Its ``jobs`` workers started now, each importing what a point needs (:func:`~.point.warm`), so that
+        their start-up runs beside the caller's own (a pool of the standard library starts a worker per call
+        submitted while none is idle, up to its size)."""
+        from .point import warm
+
+        if self.jobs > 1:
+            pool = self.get()
+            self.warming = [pool.submit(warm) for _ in range(self.jobs)]
+        return self
+
+
+def early_pools(points: int, jobs: int | None, scheduler: str | None, cache: Cache) -> "_Pools | None":
+    """The local pool of a sweep of ``points`` points, started before the sweep resolves its points (its own
+    start-up: jax imported to build each point's configuration, the cache read), where it will surely run them:
+    on this machine, more than one worker, a cache that holds no point's rows (none kept, or none yet: every valid
+    point is computed). Its workers' start (a fresh interpreter each, jax and the models imported: about a second
+    each) then runs beside the sweep's own, not after it. Else None (the pool starts once a point is to run)."""
+    n = max(1, min(jobs or os.cpu_count() or 1, points))
+    if scheduler or n < 2 or not cache.holds_no_rows():
+        return None
+    return _Pools(n).start()
 
 
 def _released(tasks: list, todo: list, results: list, after: list, settle, finished) -> tuple:
