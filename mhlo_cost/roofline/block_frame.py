@@ -4,9 +4,12 @@ set to the estimate's own totals, and each block's bound. Functions of a :class:
 which keeps the methods as its face."""
 from __future__ import annotations
 
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from .bounds import span_bound
+
+if TYPE_CHECKING:  # (pandas is not imported with the module: a sweep's worker prices programs and makes no frame)
+    import pandas as pd
 
 #: Block-table columns used for the overhead bound and dropped before the table is returned.
 _FIXED, _GROWING = "fixed_cost_s", "growing_s"
