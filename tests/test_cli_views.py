@@ -79,7 +79,9 @@ def test_installed_version_is_importlib_metadata_s(tmp_path, monkeypatch):
     (tmp_path / "jax-other-9.0.dist-info").mkdir()
     monkeypatch.setattr(sys, "path", [str(tmp_path)] + sys.path)
     assert installed_version("jaxlib") == importlib.metadata.version("jaxlib") == "0.1.0"
-    assert installed_version("jax") is importlib.metadata.version("jax") is None
+    # (a folder without METADATA: no version; importlib.metadata says None, or raises once the importlib_metadata
+    # backport, which dask imports, has put its finder first: not compared here, the test's order decides it)
+    assert installed_version("jax") is None
 
 
 # -- 2. --by op means one thing ----------------------------------------------------------------------------------

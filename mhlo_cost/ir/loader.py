@@ -81,8 +81,8 @@ def _library_version(dist: str) -> str | None:
 
     try:
         return version(dist)
-    except PackageNotFoundError:
-        return None
+    except (PackageNotFoundError, FileNotFoundError):  # FileNotFoundError: importlib_metadata's MetadataNotFound, a
+        return None  # .dist-info without METADATA once the backport (dask imports it) has put its finder first
 
 
 @dataclass
