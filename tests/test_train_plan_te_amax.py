@@ -102,3 +102,18 @@ def test_full_recompute_runs_the_forwards_casts_again():
     cost = analyse_layer(cfg, H100)
     f, _, r = te_cast_seconds(cfg, H100, cost)
     assert r == f < 0
+
+
+def test_fc2s_input_is_told_by_its_scope_not_its_size():
+    """t = 4, ffn = 4h, sequence parallelism (GPT-3 175B's shape): fc2's input (b s ffn/t) has as many elements as
+    the all-gathered QKV and fc1 inputs (b s h); only fc2's (its source of scope ``act``) is left to
+    :mod:`.mlp_activation`, the other two keep one ``fp8_transpose`` each (1 read, 1 written)."""
+    cfg = ScaleConfig(**TE, t=4, sp=True)
+    assert N_F // 4 == N_H
+    cost = analyse_layer(cfg, H100)
+    own = te_kernels(cfg, cost.amax_casts, PH)
+    # forward: cast_to_fp8 of the projection's input (b s h/t)
+    assert own["forward"] == (3 * N_H // 4, 1)
+    # backward: one cast-transpose per dy cast on its own (fc1's, b s ffn/t; the QKV's, b s 3h/t), the projection's
+    # saved input transposed (b s h/t), and the gathered QKV and fc1 inputs (b s h each)
+    assert own["backward"] == (4 * N_F // 4 + 4 * 3 * N_H // 4 + 2 * N_H // 4 + 2 * 2 * N_H, 5)

@@ -42,7 +42,7 @@ scaling (``fp8_weight_cache`` off: torchtitan) too: both keep the program's kern
 from __future__ import annotations
 
 from .fp8_weights import cached
-from .mlp_activation import fc2_input_elems, runs_own
+from .mlp_activation import SCOPE as ACT, runs_own
 
 #: Ops of an fp8 cast chain (``_quantise``: abs, amax reduce, maximum with TINY, the scale's divide, x / scale, the
 #: convert; a reshape where a kernel passes one through)
@@ -130,8 +130,9 @@ def epilogue_abs(a, rf, removed: set) -> list[tuple]:
 def cast_charge(a, rf, hw, phases: tuple) -> tuple[dict, dict, dict]:
     """What the priced layer charged for its standalone amax-and-cast kernels (:func:`standalone_casts`), and for
     the f32 ``abs`` a GEMM's epilogue wrote for them alone (:func:`epilogue_abs`: the GEMM kernel's time less its
-    time without writing them, on ``hw``): phase -> seconds, phase -> bytes, and ``"phase/dtype/n/source"`` (the
-    phase, the fp8 result's element type and elements, the row it casts: :func:`cast_source`) -> kernels."""
+    time without writing them, on ``hw``): phase -> seconds, phase -> bytes, and ``"phase/dtype/n/source/act"`` (the
+    phase, the fp8 result's element type and elements, the row it casts: :func:`cast_source`, and ``act`` where that
+    row is of the activation's scope, fc2's input, else ``-``) -> kernels."""
     from ...lower.models.quant import WEIGHT_SCOPE
 
     secs, nbytes, kinds = {p: 0.0 for p in phases}, {p: 0 for p in phases}, {}
@@ -141,7 +142,9 @@ def cast_charge(a, rf, hw, phases: tuple) -> tuple[dict, dict, dict]:
         secs[p] += k.time_s
         nbytes[p] += k.bytes_read + k.bytes_written
         dtype, n = fp8_result(k)
-        key = f"{p}/{dtype}/{n}/{cast_source(a, k, n)}"
+        src = cast_source(a, k, n)
+        act = ACT if src >= 0 and ACT in a.rows[src].scope.split("/") else "-"
+        key = f"{p}/{dtype}/{n}/{src}/{act}"
         kinds[key] = kinds.get(key, 0) + k.multiplicity
     ids = {id(k) for k in kernels}
     removed = {i for i, k in enumerate(rf.fusion.kernels) if id(k) in ids}
@@ -153,10 +156,10 @@ def cast_charge(a, rf, hw, phases: tuple) -> tuple[dict, dict, dict]:
     return secs, nbytes, kinds
 
 
-def _te_kernel(cfg, phase: str, dtype: str, n: int) -> tuple[int, int]:
+def _te_kernel(cfg, phase: str, dtype: str, n: int, fc2: bool) -> tuple[int, int]:
     """(bytes, kernels) of TE's one kernel in place of the lowered casts of one tensor of ``n`` elements to ``dtype``
-    in ``phase`` (the rules of the module's text)."""
-    fc2_own = runs_own(cfg) and n == fc2_input_elems(cfg)
+    in ``phase`` (the rules of the module's text; ``fc2``: the tensor is fc2's input, its source of scope ``act``)."""
+    fc2_own = runs_own(cfg) and fc2
     if phase != "backward":  # the forward's (or a recompute's) input cast: cast_to_fp8
         return (0, 0) if fc2_own else (3 * n, 1)
     if dtype == E5M2:  # dy's casts in one fp8_cast_transpose(_bgrad)_fused
@@ -169,8 +172,8 @@ def te_kernels(cfg, casts: dict, phases: tuple) -> dict:
     kernel per tensor and phase, however many times the program casts it."""
     out = {p: (0, 0) for p in phases}
     for key in sorted(casts):
-        phase, dtype, n, _ = key.split("/")
-        b, k = _te_kernel(cfg, phase, dtype, int(n))
+        phase, dtype, n, _, act = key.split("/")
+        b, k = _te_kernel(cfg, phase, dtype, int(n), act == ACT)
         out[phase] = (out[phase][0] + b, out[phase][1] + k)
     return out
 
