@@ -101,6 +101,14 @@ def cached(cfg) -> bool:
     return bool(getattr(cfg, "fp8_weight_cache", False)) and cfg.precision != "bf16"
 
 
+def delayed(cfg) -> bool:
+    """Whether ``cfg``'s fp8 casts run as Transformer Engine's delayed scaling: TE's stack (its weight copies kept,
+    :func:`cached`), a per-tensor recipe and an amax history longer than one (1: current scaling). Under it
+    :mod:`.te_amax` takes out the program's amax-and-cast kernels and :mod:`.mlp_activation` prices TE's cast of
+    fc2's input, the amax recorded in it."""
+    return cached(cfg) and cfg.precision == "fp8-tensorwise" and cfg.fp8_amax_history > 1
+
+
 def cast_before_gather(cfg) -> bool:
     """Whether FSDP casts ``cfg``'s fp8 weights before its all-gather (torchao's ``fsdp_pre_all_gather``, on the
     copy-in stream: :mod:`.fsdp_copies`), so that ``Float8Linear`` casts no weight in its forward or backward."""

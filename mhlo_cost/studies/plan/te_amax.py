@@ -41,19 +41,13 @@ scaling (``fp8_weight_cache`` off: torchtitan) too: both keep the program's kern
 """
 from __future__ import annotations
 
-from .fp8_weights import cached
+from .fp8_weights import delayed
 from .mlp_activation import SCOPE as ACT, runs_own
 
 #: Ops of an fp8 cast chain (``_quantise``: abs, amax reduce, maximum with TINY, the scale's divide, x / scale, the
 #: convert; a reshape where a kernel passes one through)
 CAST_OPS = frozenset({"abs", "reduce", "maximum", "divide", "convert", "reshape", "broadcast_in_dim", "multiply"})
 E4M3, E5M2 = "f8E4M3FN", "f8E5M2"
-
-
-def delayed(cfg) -> bool:
-    """Whether ``cfg``'s fp8 casts run as Transformer Engine's delayed scaling: TE's stack (its weight copies kept,
-    :func:`.fp8_weights.cached`), a per-tensor recipe and an amax history longer than one (1: current scaling)."""
-    return cached(cfg) and cfg.precision == "fp8-tensorwise" and cfg.fp8_amax_history > 1
 
 
 def _is_amax(r) -> bool:
