@@ -33,8 +33,10 @@ bytes), and TE's kernel for it put in, one per tensor and phase, per element ``n
   write 1; none for fc2's input under :mod:`.mlp_activation` (its ``fp8_transpose`` is priced there).
 
 That is TE's path with sequence parallelism (module/linear.py: ``fp8_cast_transpose_fused`` only ``not
-sequence_parallel``); without it TE casts the projection's input and its transpose in one pass, 1 byte an element
-and one kernel fewer than priced here. The bias gradients' reductions stay as lowered (TE fuses them only without
+sequence_parallel``); without it a Linear's input cast in the forward (the projection's; fc2's, where not
+:mod:`.mlp_activation`'s) is cast with its transpose in one pass, ``fp8_cast_transpose_fused``, read 2, write 1 + 1,
+and its backward recast is nothing (the switch :data:`.mlp_activation.TE_FP8_CAST` takes for fc2's input). The
+LayerNormLinear inputs (the QKV's, fc1's: cast in the norm's kernel) keep their backward ``fp8_transpose``. The bias gradients' reductions stay as lowered (TE fuses them only without
 sequence parallelism). Current scaling (``fp8_amax_history = 1``: Megatron-Bridge's FP8-CS rows) computes the amax
 first, a real pass (TE's ``Float8CurrentScalingQuantizer``: ``compute_amax`` then the cast), and torchao's tensorwise
 scaling (``fp8_weight_cache`` off: torchtitan) too: both keep the program's kernels.
@@ -150,24 +152,30 @@ def cast_charge(a, rf, hw, phases: tuple) -> tuple[dict, dict, dict]:
     return secs, nbytes, kinds
 
 
-def _te_kernel(cfg, phase: str, dtype: str, n: int, fc2: bool) -> tuple[int, int]:
+def _te_kernel(cfg, phase: str, dtype: str, n: int, fc2: bool, fused: bool) -> tuple[int, int]:
     """(bytes, kernels) of TE's one kernel in place of the lowered casts of one tensor of ``n`` elements to ``dtype``
-    in ``phase`` (the rules of the module's text; ``fc2``: the tensor is fc2's input, its source of scope ``act``)."""
+    in ``phase`` (the rules of the module's text; ``fc2``: the tensor is fc2's input, its source of scope ``act``;
+    ``fused``: a Linear's input TE casts with its transpose in the forward, without sequence parallelism)."""
     fc2_own = runs_own(cfg) and fc2
-    if phase != "backward":  # the forward's (or a recompute's) input cast: cast_to_fp8
-        return (0, 0) if fc2_own else (3 * n, 1)
+    if phase != "backward":  # the forward's (or a recompute's) input cast: cast_to_fp8 or fp8_cast_transpose_fused
+        return (0, 0) if fc2_own else ((4 if fused else 3) * n, 1)
     if dtype == E5M2:  # dy's casts in one fp8_cast_transpose(_bgrad)_fused
         return 4 * n, 1
-    return (0, 0) if fc2_own else (2 * n, 1)  # the saved input's fp8_transpose
+    return (0, 0) if fc2_own or fused else (2 * n, 1)  # the saved input's fp8_transpose
 
 
 def te_kernels(cfg, casts: dict, phases: tuple) -> dict:
     """phase -> (bytes, kernels) TE runs in place of the lowered casts ``casts`` (:func:`cast_charge`'s map): one
-    kernel per tensor and phase, however many times the program casts it."""
+    kernel per tensor and phase, however many times the program casts it. Without sequence parallelism (TE's
+    ``not sequence_parallel``, as :data:`.mlp_activation.TE_FP8_CAST`) a Linear's input cast in the forward is cast
+    with its transpose there, and its backward recast is nothing."""
+    split = bool(cfg.sp and cfg.t > 1)
+    forward = set() if split else {k.split("/")[3] for k in casts if not k.startswith("backward/")} - {"-1"}
     out = {p: (0, 0) for p in phases}
     for key in sorted(casts):
-        phase, dtype, n, _, act = key.split("/")
-        b, k = _te_kernel(cfg, phase, dtype, int(n), act == ACT)
+        phase, dtype, n, src, act = key.split("/")
+        fused = not split if phase != "backward" else src in forward
+        b, k = _te_kernel(cfg, phase, dtype, int(n), act == ACT, fused)
         out[phase] = (out[phase][0] + b, out[phase][1] + k)
     return out
 
