@@ -133,3 +133,22 @@ def test_fc2s_input_is_told_by_its_scope_not_its_size():
     # backward: one cast-transpose per dy cast on its own (fc1's, b s ffn/t; the QKV's, b s 3h/t), the projection's
     # saved input transposed (b s h/t), and the gathered QKV and fc1 inputs (b s h each)
     assert own["backward"] == (4 * N_F // 4 + 4 * 3 * N_H // 4 + 2 * N_H // 4 + 2 * 2 * N_H, 5)
+
+
+def test_no_kernel_is_both_a_standalone_cast_and_the_activations():
+    """Each kernel charged once: the kernels :func:`standalone_casts` takes (te_amax's) hold no row of the
+    activation's scope ``act``, whose kernels :func:`.mlp_activation.activation_charge` charges; and the kernels with
+    such a row, as counted here from the rows' scopes, are none of them. GELU and SwiGLU, t = 1 and t = 2 with SP."""
+    from mhlo_cost.lower.models.quant import WEIGHT_SCOPE
+    from mhlo_cost.studies.plan.costs import dense_layer
+    from mhlo_cost.studies.study import Study
+    from mhlo_cost.studies.plan.te_amax import standalone_casts
+
+    for kw in (dict(), dict(t=2, sp=True), dict(mlp_kind="swiglu", arch="llama")):
+        cfg = ScaleConfig(**TE, **kw)
+        study = Study(dense_layer(cfg), training="always", hardware=H100, split_phases=True,
+                      execution=cfg.execution, attention=cfg.attention, dataflow=True)
+        a, rf = study.analysis, study.roofline
+        act = {id(k) for k in rf.fusion.kernels if any("act" in a.rows[i].scope.split("/") for i in k.members)}
+        casts = {id(k) for k in standalone_casts(a, rf, WEIGHT_SCOPE)}
+        assert act and casts and not act & casts

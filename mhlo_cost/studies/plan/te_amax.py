@@ -59,11 +59,12 @@ def _is_amax(r) -> bool:
 
 def standalone_casts(a, rf, weight_scope: str) -> list:
     """The fused kernels of the analysed layer that are an activation's or gradient's amax and fp8 cast alone: no
-    GEMM, every member an op of :data:`CAST_OPS` outside ``weight_scope``, one a whole-tensor f32 reduce."""
+    GEMM, every member an op of :data:`CAST_OPS` outside ``weight_scope`` and outside the activation's scope
+    :data:`ACT` (whose kernels :func:`.mlp_activation.activation_charge` charges), one a whole-tensor f32 reduce."""
     rows, out = a.rows, []
     for k in rf.fusion.kernels:
         mine = [rows[i] for i in k.members]
-        if k.has_dot or k.attention or any(weight_scope in r.scope.split("/") for r in mine):
+        if k.has_dot or k.attention or any({weight_scope, ACT} & set(r.scope.split("/")) for r in mine):
             continue
         if all(r.op.split(".")[-1] in CAST_OPS for r in mine) and any(_is_amax(r) for r in mine):
             out.append(k)
