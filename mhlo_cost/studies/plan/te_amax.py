@@ -7,15 +7,19 @@ wgrad, the input again for the wgrad: ``_fp8_backward``). The compiled fusion mo
 puts the amax and the cast of a tensor its producer's kernel cannot take into a kernel of their own (where the producer
 is a GEMM the ``abs`` joins its epilogue and the kernel reads it back in f32: 4 + 2 bytes an element).
 
-Transformer Engine's delayed scaling (``DelayedScaling``, NeMo 24.07's ``fp8: hybrid`` with
-``fp8_amax_history_len: 1024``; TE v1.7) runs none of that as separate work: its cast kernels
-(transformer_engine/common/util/cast.cu ``cast_to_fp8``, transpose/cast_transpose.cu ``fp8_cast_transpose_fused``,
-cast_transpose_fusion.cu ``fp8_cast_transpose_bgrad_fused``, transpose.cu ``fp8_transpose``) take the scale the
-recipe computed from the amax history (``amax_and_scale_update``, once a step, after the amaxes' all-reduce with
-``fp8_amax_reduction``) and write the tensor's amax into the history in the same pass that casts. And TE keeps what it
-cast: the forward's fp8 input is saved for the wgrad (its transpose made there: ``fp8_transpose``, or in the forward's
-``fp8_cast_transpose_fused``), and the backward's grad_output is cast once for both GEMMs (its fp8 copy and its
-transpose, ``fp8_cast_transpose(_bgrad)_fused``; module/base.py ``grad_output_preprocess``).
+Transformer Engine's delayed scaling (``DelayedScaling``, NeMo 24.07's ``fp8: hybrid`` with ``fp8_amax_history_len:
+1024``; TE v1.7) runs none of that as separate work: its cast kernels (transformer_engine/common/util/cast.cu
+``cast_to_fp8``, transpose/cast_transpose.cu ``fp8_cast_transpose_fused``, cast_transpose_fusion.cu
+``fp8_cast_transpose_bgrad_fused``, transpose.cu ``fp8_transpose``) take the scale the recipe computed from the amax
+history and write the tensor's amax into the history in the same pass that casts. The history's update runs at each
+outermost ``fp8_autocast`` exit (``FP8GlobalStateManager.reduce_and_update_fp8_tensors``: after each micro-batch's
+forward of a model chunk, and again at the end of its backward), not once a step: the amaxes of the chunk's fp8 tensors
+concatenated, one small all-reduce (MAX) over the amax reduction group, one fused ``amax_and_scale_update`` kernel (the
+all-reduce ``async_op=False``). Not priced: a few kernels and one latency-bound all-reduce of a few KiB per micro-batch
+and direction. And TE keeps what it cast: the forward's fp8 input is saved for the wgrad (its transpose made there:
+``fp8_transpose``, or in the forward's ``fp8_cast_transpose_fused``), and the backward's grad_output is cast once for
+both GEMMs (its fp8 copy and its transpose, ``fp8_cast_transpose(_bgrad)_fused``; module/base.py
+``grad_output_preprocess``).
 
 So under TE's delayed scaling (:func:`delayed`) each standalone amax-and-cast kernel of the priced layer
 (:func:`standalone_casts`: no GEMM, every member a row of an fp8 cast of an activation or gradient, one of them its
@@ -34,12 +38,13 @@ bytes), and TE's kernel for it put in, one per tensor and phase, per element ``n
 
 That is TE's path with sequence parallelism (module/linear.py: ``fp8_cast_transpose_fused`` only ``not
 sequence_parallel``); without it a Linear's input cast in the forward (the projection's; fc2's, where not
-:mod:`.mlp_activation`'s) is cast with its transpose in one pass, ``fp8_cast_transpose_fused``, read 2, write 1 + 1,
-and its backward recast is nothing (the switch :data:`.mlp_activation.TE_FP8_CAST` takes for fc2's input). The
-LayerNormLinear inputs (the QKV's, fc1's: cast in the norm's kernel) keep their backward ``fp8_transpose``. The bias gradients' reductions stay as lowered (TE fuses them only without
-sequence parallelism). Current scaling (``fp8_amax_history = 1``: Megatron-Bridge's FP8-CS rows) computes the amax
-first, a real pass (TE's ``Float8CurrentScalingQuantizer``: ``compute_amax`` then the cast), and torchao's tensorwise
-scaling (``fp8_weight_cache`` off: torchtitan) too: both keep the program's kernels.
+:mod:`.mlp_activation`'s) is cast with its transpose in one pass, ``fp8_cast_transpose_fused``, read 2, write 1 + 1, and
+its backward recast is nothing (the switch :data:`.mlp_activation.TE_FP8_CAST` takes for fc2's input). The
+LayerNormLinear inputs (the QKV's, fc1's: cast in the norm's kernel) keep their backward ``fp8_transpose``. The bias
+gradients' reductions stay as lowered (TE fuses them only without sequence parallelism). Current scaling
+(``fp8_amax_history = 1``: Megatron-Bridge's FP8-CS rows) computes the amax first, a real pass (TE's
+``Float8CurrentScalingQuantizer``: ``compute_amax`` then the cast), and torchao's tensorwise scaling
+(``fp8_weight_cache`` off: torchtitan) too: both keep the program's kernels.
 """
 from __future__ import annotations
 
