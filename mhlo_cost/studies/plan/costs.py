@@ -60,7 +60,8 @@ class LayerCost:
     amax_cast_s: dict = field(default_factory=lambda: {p: 0.0 for p in PHASES})  # phase -> seconds of the standalone
     # amax-and-fp8-cast kernels of activations and gradients (what TE's delayed scaling replaces: .te_amax)
     amax_cast_bytes: dict = field(default_factory=lambda: {p: 0 for p in PHASES})  # phase -> their bytes
-    amax_casts: dict = field(default_factory=dict)  # "phase/fp8 dtype/elements" -> those kernels (.te_amax)
+    amax_casts: dict = field(default_factory=dict)  # "phase/fp8 dtype/elements/source row/act or -" -> those
+    # kernels (.te_amax.cast_charge: the row the cast reads, and whether it is of the activation's scope)
 
     @property
     def activation_bytes(self) -> int:
