@@ -24,13 +24,13 @@ COST = LayerCost("k", "chip", dict(ZERO), dict(ZERO), {"forward": 1e-3, "backwar
                                                         "optimizer": 0.0}, weight_elems=1000, weight_bytes=2000)
 
 
-@pytest.mark.parametrize("kw, per_layer", [
-    (dict(), 12 * H * H),  # GPT: qkv 3h^2, projection h^2, fc1 and fc2 4h^2 each
-    (dict(t=2, sp=True), 12 * H * H // 2),  # each tensor rank holds 1/t of every linear
+@pytest.mark.parametrize("kw, per_layer, linears", [
+    (dict(), 12 * H * H, 4),  # GPT: qkv 3h^2, projection h^2, fc1 and fc2 4h^2 each
+    (dict(t=2, sp=True), 12 * H * H // 2, 4),  # each tensor rank holds 1/t of every linear
     (dict(arch="llama", mlp_kind="swiglu", ffn=96, kv_heads=2),  # q h^2, k v h x 2 x 16 each, o h^2, 3 h x 96
-     H * H + 2 * H * 2 * 16 + H * H + 3 * H * 96),
+     H * H + 2 * H * 2 * 16 + H * H + 3 * H * 96, 5),  # (q, k, v one fused linear here; fc1, gate, fc2)
 ])
-def test_kept_copies_are_two_bytes_per_linear_weight(kw, per_layer):
+def test_kept_copies_are_two_bytes_per_linear_weight(kw, per_layer, linears):
     """4 layers on one stage: the cache adds 2 x 4 x (the layer's linear weight elements) bytes to weights (and the
     total), given apart as fp8_weight_copies; no such bytes without the cache or under bf16."""
     cfg = ScaleConfig(**TINY, precision="fp8-tensorwise", **kw)
@@ -38,8 +38,10 @@ def test_kept_copies_are_two_bytes_per_linear_weight(kw, per_layer):
     assert on["fp8_weight_copies"] == 2 * 4 * per_layer
     assert on["weights"] - off["weights"] == 2 * 4 * per_layer + 4 * 4 * STATE  # (+ TE's scales: .fp8_state)
     # (off: torchao eab345c's tensorwise Float8Linear, whose per-micro-batch saved fp8 weights TE's cached layer does
-    # not hold: .fp8_weights.saved_weight_bytes)
-    assert on["total"] - off["total"] == 2 * 4 * per_layer + 4 * 4 * STATE - off["fp8_saved_weights"]
+    # not hold: 4 layers x one micro-batch each (p = 1) x (1 byte a linear weight element + a 4-byte scale a linear))
+    saved = 4 * (per_layer + 4 * linears)
+    assert off["fp8_saved_weights"] == saved
+    assert on["total"] - off["total"] == 2 * 4 * per_layer + 4 * 4 * STATE - saved
     assert "fp8_weight_copies" not in off
     assert memory(cfg.with_split(precision="bf16", fp8_weight_cache=True), COST) == memory(
         cfg.with_split(precision="bf16"), COST)

@@ -70,6 +70,22 @@ def test_backward_reads_the_saved_weight(recompute):
     assert te["backward"] == pytest.approx(2.0 - 0.2, rel=1e-12)
 
 
+def test_under_the_fp8_all_gather_the_backward_still_transposes_the_gathered_weight():
+    """torchao's fp8 all-gather (FSDP2, ``fsdp_float8_all_gather``) casts before the gather: every phase's lowered
+    weight casts leave the layer (0.1 s forward, 0.2 s backward), but the dgrad still reads the gathered fp8 weight
+    through ``preprocess_addmm``: one transpose a linear, 2 bytes an element of the layer's four linears."""
+    fsdp = dict(d=2, zero=3, fsdp_version=2, fsdp_float8_all_gather=True)
+    gathered = _cfg(recompute="none", **fsdp)
+    assert weight_transposes(gathered) == (2 * LINEAR, 4)
+    ag = compose(gathered, _cost(), SELENE).layer
+    # the same layer priced as the row-wise path (no saved fp8 weight to transpose; its casts taken out the same
+    # way, FSDP's copies the same): the tensorwise backward is longer by the transposes alone
+    rw = compose(_cfg(recompute="none", precision="fp8-rowwise", **fsdp), _cost(), SELENE).layer
+    assert weight_transposes(_cfg(recompute="none", precision="fp8-rowwise", **fsdp)) == (0, 0)
+    assert ag["backward"] - rw["backward"] == pytest.approx(SELENE.memory_time(2 * LINEAR, 4), rel=1e-9)
+    assert ag["forward"] == pytest.approx(rw["forward"], rel=1e-12)
+
+
 @pytest.mark.parametrize("kw, extra", [
     (dict(recompute="none"), LINEAR + 4 * 4),  # 1 byte a linear weight element, a 4-byte scale per linear
     (dict(recompute="selective"), LINEAR + 4 * 4),  # the linears are not checkpointed

@@ -48,13 +48,28 @@ def test_under_fp8_transformer_engines_fc2_casts_its_input_in_a_kernel_of_its_ow
     """Without sequence parallelism TE's Linear runs fp8_cast_transpose_fused on fc2's bf16 input: 2 read, the fp8
     copy and its transpose written (1 + 1); with it cast_to_fp8 (2 + 1) forward and fp8_transpose (1 + 1) in the
     backward for the wgrad GEMM."""
-    fp8 = dict(TINY, precision="fp8-tensorwise", activation_kernel="megatron")
+    fp8 = dict(TINY, precision="fp8-tensorwise", activation_kernel="megatron", fp8_weight_cache=True)
     swiglu = ScaleConfig(**fp8, mlp_kind="swiglu")
     assert activation_bytes_kernels(swiglu) == {"forward": (N * (6 + 4), 2), "backward": (N * 10, 1)}
     sp = ScaleConfig(**fp8, mlp_kind="swiglu", sp=True)
     assert activation_bytes_kernels(sp) == {"forward": (N * (6 + 3), 2), "backward": (N * (10 + 2), 2)}
     gelu = ScaleConfig(**fp8)
     assert activation_bytes_kernels(gelu) == {"forward": (N * (4 + 4), 2), "backward": (N * 6, 1)}
+
+
+def test_fc2s_input_cast_is_tes_only_on_tes_stack_under_its_delayed_scaling():
+    """Each cast priced once: TE's cast of fc2's input is added only where :mod:`.te_amax` takes the program's
+    amax-and-cast kernel out (TE's stack, per-tensor, amax history > 1). Under TE's current scaling (history 1),
+    the row-wise recipe, or torchao's tensorwise scaling without TE's kept copies, the program's kernel stands and
+    the activation is bias_gelu's alone: 4 bytes forward, 6 backward, one kernel each."""
+    fp8 = dict(TINY, precision="fp8-tensorwise", activation_kernel="megatron")
+    gelu_only = {"forward": (N * 4, 1), "backward": (N * 6, 1)}
+    for cfg in (ScaleConfig(**fp8, fp8_weight_cache=True, fp8_amax_history=1), ScaleConfig(**fp8),
+                ScaleConfig(**dict(fp8, precision="fp8-rowwise")),
+                ScaleConfig(**dict(fp8, precision="fp8-rowwise"), fp8_weight_cache=True)):
+        assert activation_bytes_kernels(cfg) == gelu_only, cfg
+    delayed = ScaleConfig(**fp8, fp8_weight_cache=True, fp8_amax_history=16)
+    assert activation_bytes_kernels(delayed) == {"forward": (N * (4 + 4), 2), "backward": (N * 6, 1)}
 
 
 def test_nemos_squared_relu_is_its_eager_kernels_whole():

@@ -121,3 +121,15 @@ def test_compose_adds_them_to_each_layer():
     it = compose(cfg, _cost(), H100)
     assert it.layer["ring_forward"] == f and it.layer["ring_backward"] == b
     assert it.layer["forward"] == pytest.approx(1e-3 + f) and it.layer["backward"] == pytest.approx(2e-3 + b)
+
+
+@pytest.mark.parametrize("recompute, rerun", [("none", False), ("op", False), ("selective", True), ("full", True)])
+def test_a_recompute_that_reruns_the_core_attention_runs_the_rings_forward_passes_again(recompute, rerun):
+    """Megatron-Core's selective recompute checkpoints the core attention module: its backward calls
+    ``AttnFuncWithCPAndKVP2P.forward`` again, merges and copies included, as full recompute does (the layer's time
+    here is the ring's passes alone: no attention, no recompute of the program's own)."""
+    cfg = _cfg(cp=2, d=1, recompute=recompute)
+    f, _ = te_cp_pass_seconds(cfg, H100)
+    it = compose(cfg, _cost(), H100)
+    expected = (1e-3 + f if recompute == "full" else f) if rerun else 0.0
+    assert it.layer["recompute"] == pytest.approx(expected, rel=1e-12, abs=0.0)

@@ -59,7 +59,10 @@ pull, "computation/computation overlapping, greatly reducing quantization ineffi
 ``_pipelined_produce_and_all2all`` alternates its producers the same way (torch/distributed/_symmetric_memory/
 __init__.py, read at 006b161 and in an earlier copy with the ``torch.cuda`` stream calls; the two alternating streams
 are in the torch-2.5-era copy read above, before 1963fc8).
-The per-step barriers (a few microseconds) are not charged.
+The per-step barriers (a few microseconds) are not charged. ESTIMATE: the whole GEMM's seconds are the ideal, a lower
+bound: the local shard's consumer runs first with nothing beside it, and a barrier follows each producer of
+``_pipelined_produce_and_all2all``, so not every chunk's tail wave finds another chunk to share the SMs with (the t
+chunks in series, ``t x chunk``, the upper bound).
 """
 from __future__ import annotations
 

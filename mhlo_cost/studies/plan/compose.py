@@ -151,8 +151,8 @@ def _layer(cfg: ScaleConfig, cost: LayerCost, topo, hw=None) -> dict:
     fwd = t["forward"] - cast_f + ring_f + copy_f + act_f + amax_f + calls.added_forward
     bwd = t["backward"] - cast_b + ring_b + copy_b + act_b + amax_b + calls.added_backward
     rec += amax_r
-    rec += ring_f + act_f if cfg.recompute == "full" else 0.0
-    rec += calls.added_forward if reruns_attention(cfg) else 0.0
+    rec += act_f if cfg.recompute == "full" else 0.0
+    rec += ring_f + calls.added_forward if reruns_attention(cfg) else 0.0  # the ring's passes: the forward's own
     f = fwd + tp["forward"] + cp.forward
     b = bwd + rec + tp["backward"] + cp.backward
     return {"forward": fwd, "backward": bwd, "recompute": rec, "tp_forward": tp["forward"],

@@ -60,7 +60,8 @@ class LayerCost:
     amax_cast_s: dict = field(default_factory=lambda: {p: 0.0 for p in PHASES})  # phase -> seconds of the standalone
     # amax-and-fp8-cast kernels of activations and gradients (what TE's delayed scaling replaces: .te_amax)
     amax_cast_bytes: dict = field(default_factory=lambda: {p: 0 for p in PHASES})  # phase -> their bytes
-    amax_casts: dict = field(default_factory=dict)  # "phase/fp8 dtype/elements" -> those kernels (.te_amax)
+    amax_casts: dict = field(default_factory=dict)  # "phase/fp8 dtype/elements/source row/act or -" -> those
+    # kernels (.te_amax.cast_charge: the row the cast reads, and whether it is of the activation's scope)
 
     @property
     def activation_bytes(self) -> int:
@@ -71,7 +72,7 @@ class LayerCost:
 
 _BY_PHASE = Record({p: COUNT for p in PHASES})
 #: What a layer's entry holds: the fields of :class:`LayerCost`.
-LAYERS = Schema("plan/layers", 8, Record({
+LAYERS = Schema("plan/layers", 9, Record({
     "key": TEXT, "chip": TEXT, "gemm_flops": _BY_PHASE, "vector_flops": _BY_PHASE,
     "time_s": Record({p: AMOUNT for p in PHASES}), "dgrad_flops": COUNT, "wgrad_flops": COUNT,
     "saved_bytes": COUNT, "input_bytes": COUNT, "weight_elems": COUNT, "weight_bytes": COUNT, "master_bytes": COUNT,

@@ -101,18 +101,33 @@ def cached(cfg) -> bool:
     return bool(getattr(cfg, "fp8_weight_cache", False)) and cfg.precision != "bf16"
 
 
+def delayed(cfg) -> bool:
+    """Whether ``cfg``'s fp8 casts run as Transformer Engine's delayed scaling: TE's stack (its weight copies kept,
+    :func:`cached`), a per-tensor recipe and an amax history longer than one (1: current scaling). Under it
+    :mod:`.te_amax` takes out the program's amax-and-cast kernels and :mod:`.mlp_activation` prices TE's cast of
+    fc2's input, the amax recorded in it."""
+    return cached(cfg) and cfg.precision == "fp8-tensorwise" and cfg.fp8_amax_history > 1
+
+
 def cast_before_gather(cfg) -> bool:
     """Whether FSDP casts ``cfg``'s fp8 weights before its all-gather (torchao's ``fsdp_pre_all_gather``, on the
     copy-in stream: :mod:`.fsdp_copies`), so that ``Float8Linear`` casts no weight in its forward or backward."""
     return bool(getattr(cfg, "fsdp_float8_all_gather", False)) and cfg.precision != "bf16"
 
 
+def reads_saved_weight(cfg) -> bool:
+    """Whether ``cfg``'s dense linears are torchao eab345c's tensorwise ``Float8Linear``, whose backward reads the
+    fp8 weight its forward saved (``manual_float8_matmul_with_args_in_float8``'s ``weight_fp8_t``) and transposes
+    it for the dgrad: ``fp8-tensorwise`` without TE's cache (:func:`cached`), on the planner's own layer, whether the
+    forward cast it or FSDP's fp8 all-gather did (:func:`cast_before_gather`)."""
+    return cfg.precision == "fp8-tensorwise" and not cached(cfg) and getattr(cfg, "lower_layer", None) is None
+
+
 def saves_cast(cfg) -> bool:
-    """Whether ``cfg``'s dense linears are torchao eab345c's tensorwise ``Float8Linear`` casting their weight in the
-    forward and saving it for the backward: ``fp8-tensorwise`` without TE's cache (:func:`cached`) or torchao's fp8
-    all-gather (:func:`cast_before_gather`, which casts before the gather), on the planner's own layer."""
-    return (cfg.precision == "fp8-tensorwise" and not cached(cfg) and not cast_before_gather(cfg)
-            and getattr(cfg, "lower_layer", None) is None)
+    """Whether ``cfg``'s linears save a weight their forward cast (:func:`reads_saved_weight`) as a copy of its own
+    held until the backward: not under torchao's fp8 all-gather (:func:`cast_before_gather`: the saved weight is the
+    gathered fp8 tensor FSDP holds)."""
+    return reads_saved_weight(cfg) and not cast_before_gather(cfg)
 
 
 def linear_count(cfg) -> int:
@@ -123,23 +138,26 @@ def linear_count(cfg) -> int:
 
 
 def weight_transposes(cfg) -> tuple[int, int]:
-    """(bytes, kernels) of one layer-micro-batch's fp8 weight transposes in the backward where the forward's cast is
-    saved (:func:`saves_cast`): torchao's ``preprocess_addmm`` makes dgrad's row-major ``weight_fp8_t.t()``
-    column-major, 1 byte read and 1 written per linear weight element, one kernel a linear; (0, 0) otherwise."""
-    if not saves_cast(cfg):
+    """(bytes, kernels) of one layer-micro-batch's fp8 weight transposes in the backward where it reads a saved fp8
+    weight (:func:`reads_saved_weight`, the fp8 all-gather's too): torchao's ``preprocess_addmm`` makes dgrad's
+    row-major ``weight_fp8_t.t()`` column-major, 1 byte read and 1 written per linear weight element, one kernel a
+    linear; (0, 0) otherwise."""
+    if not reads_saved_weight(cfg):
         return 0, 0
     return 2 * linear_weight_elems(cfg), linear_count(cfg)
 
 
 def saved_cast_backward(cfg, cost, hw) -> float:
-    """Seconds to take out of each micro-batch's backward of one layer where the forward's fp8 weight is saved
-    (:func:`saves_cast`; 0.0 otherwise, and without a profile ``hw``, as the MoE plan's layers are composed): the
-    program's backward weight casts (amax and cast, scope ``fp8_weight``), less the fp8 transposes run instead
-    (:func:`weight_transposes`, ``hw``'s memory model)."""
-    if hw is None or not saves_cast(cfg):
+    """Seconds to take out of each micro-batch's backward of one layer where it reads a saved fp8 weight
+    (:func:`reads_saved_weight`; 0.0 otherwise, and without a profile ``hw``, as the MoE plan's layers are composed):
+    the program's backward weight casts (amax and cast, scope ``fp8_weight``; under the fp8 all-gather
+    :func:`per_micro_batch` takes them out already), less the fp8 transposes run instead (:func:`weight_transposes`,
+    ``hw``'s memory model)."""
+    if hw is None or not reads_saved_weight(cfg):
         return 0.0
     nbytes, kernels = weight_transposes(cfg)
-    return cost.weight_cast_s["backward"] - hw.memory_time(nbytes, kernels)
+    recast = 0.0 if cast_before_gather(cfg) else cost.weight_cast_s["backward"]
+    return recast - hw.memory_time(nbytes, kernels)
 
 
 def saved_weight_bytes(cfg) -> int:

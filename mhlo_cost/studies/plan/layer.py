@@ -191,6 +191,16 @@ def _qkv_op(p, hdn, cfg: ScaleConfig, d: int, dense):
     return q, jnp.repeat(k, a // kv, axis=2), jnp.repeat(v, a // kv, axis=2)
 
 
+def _counted(cfg: ScaleConfig):
+    """A linear whose output is named ``mm<n>``, n counting the layer's linears (the op policy's)."""
+    count = [0]
+
+    def dense(p, x):
+        count[0] += 1
+        return checkpoint_name(_dense(p, x, cfg), f"mm{count[0]}")
+    return dense
+
+
 def layer_fn(cfg: ScaleConfig):
     """``layer(params, x, key) -> y`` on one device; x (b, s or s/t with sp, h)."""
     d = cfg.hidden // cfg.heads
@@ -199,17 +209,8 @@ def layer_fn(cfg: ScaleConfig):
     def drop(x, key, name):
         return _dropout(x, key, name) if on else (x, key)
 
-    def counted():
-        """A linear whose output is named ``mm<n>``, n counting the layer's linears (the op policy's)."""
-        count = [0]
-
-        def dense(p, x):
-            count[0] += 1
-            return checkpoint_name(_dense(p, x, cfg), f"mm{count[0]}")
-        return dense
-
     def layer(p, x, key):
-        dense = counted() if cfg.recompute == "op" else (lambda w, y: _dense(w, y, cfg))
+        dense = _counted(cfg) if cfg.recompute == "op" else (lambda w, y: _dense(w, y, cfg))
         with scope("ln1"):
             x = checkpoint_name(x, "ln1_in")
             hdn = checkpoint_name(_layer_norm(p["ln1"], x), "qkv_in")

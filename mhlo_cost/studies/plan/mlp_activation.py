@@ -31,7 +31,11 @@ What the stacks run instead (``activation_kernel="megatron"``; per fc2-input ele
   for the wgrad GEMM, 1 + 1), with it ``cast_to_fp8`` (2 + 1) and the backward's ``fp8_transpose`` for the wgrad
   (1 + 1). The compiled model's quantisation of that input, in the activation's kernel, is part of what is replaced
   (its amax and cast, a kernel of their own after the epilogue, are :mod:`.te_amax`'s: taken out, with nothing in
-  their place, under TE's delayed scaling, which records the amax in this cast kernel).
+  their place, under TE's delayed scaling, which records the amax in this cast kernel). Priced only there
+  (:func:`.fp8_weights.delayed`: TE's stack, per-tensor, amax history > 1), so that each cast is priced once: under
+  TE's current scaling (history 1, ``Float8CurrentScalingQuantizer``: an amax pass, then the cast) the program's
+  own amax-and-cast kernel stands for it, as under torchao's recipes and the row-wise one (not TE's stack)
+  and nothing is added here.
 
 These rows replace :func:`activation_charge`; a full recompute runs the forward's kernels again.
 torchtitan and llm-foundry (torch.compile, PyTorch eager) keep their own execution model's activation: the default
@@ -40,6 +44,7 @@ torchtitan and llm-foundry (torch.compile, PyTorch eager) keep their own executi
 """
 from __future__ import annotations
 
+from .fp8_weights import delayed
 from .megatron_passes import SQUARED_RELU
 
 #: ``ScaleConfig.activation_kernel``: compiled (fused into the fc1 GEMM's epilogue, as lowered) | megatron (its own
@@ -66,12 +71,12 @@ def runs_own(cfg) -> bool:
 
 
 def activation_kernels(cfg) -> dict:
-    """phase -> the kernels (name, read, written per fc2-input element) the stack runs for the activation, fc2's
-    fp8 input cast among them under an fp8 recipe (empty tuples where the compiled epilogue stands)."""
+    """phase -> the kernels (name, read, written per fc2-input element) the stack runs for the activation, TE's cast
+    of fc2's fp8 input among them under its delayed scaling (empty tuples where the compiled epilogue stands)."""
     if not runs_own(cfg):
         return {ph: () for ph in PHASES}
     own = SQUARED_RELU if cfg.activation == "squared-relu" else MEGATRON[cfg.mlp_kind]
-    if cfg.precision == "bf16":
+    if not delayed(cfg):  # TE's cast only where .te_amax takes out the program's (its delayed scaling)
         return {ph: tuple(own[ph]) for ph in PHASES}
     cast = TE_FP8_CAST[bool(cfg.sp and cfg.t > 1)]
     return {ph: tuple(own[ph]) + cast[ph] for ph in PHASES}

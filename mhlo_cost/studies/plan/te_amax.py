@@ -7,15 +7,19 @@ wgrad, the input again for the wgrad: ``_fp8_backward``). The compiled fusion mo
 puts the amax and the cast of a tensor its producer's kernel cannot take into a kernel of their own (where the producer
 is a GEMM the ``abs`` joins its epilogue and the kernel reads it back in f32: 4 + 2 bytes an element).
 
-Transformer Engine's delayed scaling (``DelayedScaling``, NeMo 24.07's ``fp8: hybrid`` with
-``fp8_amax_history_len: 1024``; TE v1.7) runs none of that as separate work: its cast kernels
-(transformer_engine/common/util/cast.cu ``cast_to_fp8``, transpose/cast_transpose.cu ``fp8_cast_transpose_fused``,
-cast_transpose_fusion.cu ``fp8_cast_transpose_bgrad_fused``, transpose.cu ``fp8_transpose``) take the scale the
-recipe computed from the amax history (``amax_and_scale_update``, once a step, after the amaxes' all-reduce with
-``fp8_amax_reduction``) and write the tensor's amax into the history in the same pass that casts. And TE keeps what it
-cast: the forward's fp8 input is saved for the wgrad (its transpose made there: ``fp8_transpose``, or in the forward's
-``fp8_cast_transpose_fused``), and the backward's grad_output is cast once for both GEMMs (its fp8 copy and its
-transpose, ``fp8_cast_transpose(_bgrad)_fused``; module/base.py ``grad_output_preprocess``).
+Transformer Engine's delayed scaling (``DelayedScaling``, NeMo 24.07's ``fp8: hybrid`` with ``fp8_amax_history_len:
+1024``; TE v1.7) runs none of that as separate work: its cast kernels (transformer_engine/common/util/cast.cu
+``cast_to_fp8``, transpose/cast_transpose.cu ``fp8_cast_transpose_fused``, cast_transpose_fusion.cu
+``fp8_cast_transpose_bgrad_fused``, transpose.cu ``fp8_transpose``) take the scale the recipe computed from the amax
+history and write the tensor's amax into the history in the same pass that casts. The history's update runs at each
+outermost ``fp8_autocast`` exit (``FP8GlobalStateManager.reduce_and_update_fp8_tensors``: after each micro-batch's
+forward of a model chunk, and again at the end of its backward), not once a step: the amaxes of the chunk's fp8 tensors
+concatenated, one small all-reduce (MAX) over the amax reduction group, one fused ``amax_and_scale_update`` kernel (the
+all-reduce ``async_op=False``). Not priced: a few kernels and one latency-bound all-reduce of a few KiB per micro-batch
+and direction. And TE keeps what it cast: the forward's fp8 input is saved for the wgrad (its transpose made there:
+``fp8_transpose``, or in the forward's ``fp8_cast_transpose_fused``), and the backward's grad_output is cast once for
+both GEMMs (its fp8 copy and its transpose, ``fp8_cast_transpose(_bgrad)_fused``; module/base.py
+``grad_output_preprocess``).
 
 So under TE's delayed scaling (:func:`delayed`) each standalone amax-and-cast kernel of the priced layer
 (:func:`standalone_casts`: no GEMM, every member a row of an fp8 cast of an activation or gradient, one of them its
@@ -33,27 +37,24 @@ bytes), and TE's kernel for it put in, one per tensor and phase, per element ``n
   write 1; none for fc2's input under :mod:`.mlp_activation` (its ``fp8_transpose`` is priced there).
 
 That is TE's path with sequence parallelism (module/linear.py: ``fp8_cast_transpose_fused`` only ``not
-sequence_parallel``); without it TE casts the projection's input and its transpose in one pass, 1 byte an element
-and one kernel fewer than priced here. The bias gradients' reductions stay as lowered (TE fuses them only without
-sequence parallelism). Current scaling (``fp8_amax_history = 1``: Megatron-Bridge's FP8-CS rows) computes the amax
-first, a real pass (TE's ``Float8CurrentScalingQuantizer``: ``compute_amax`` then the cast), and torchao's tensorwise
-scaling (``fp8_weight_cache`` off: torchtitan) too: both keep the program's kernels.
+sequence_parallel``); without it a Linear's input cast in the forward (the projection's; fc2's, where not
+:mod:`.mlp_activation`'s) is cast with its transpose in one pass, ``fp8_cast_transpose_fused``, read 2, write 1 + 1, and
+its backward recast is nothing (the switch :data:`.mlp_activation.TE_FP8_CAST` takes for fc2's input). The
+LayerNormLinear inputs (the QKV's, fc1's: cast in the norm's kernel) keep their backward ``fp8_transpose``. The bias
+gradients' reductions stay as lowered (TE fuses them only without sequence parallelism). Current scaling
+(``fp8_amax_history = 1``: Megatron-Bridge's FP8-CS rows) computes the amax first, a real pass (TE's
+``Float8CurrentScalingQuantizer``: ``compute_amax`` then the cast), and torchao's tensorwise scaling
+(``fp8_weight_cache`` off: torchtitan) too: both keep the program's kernels.
 """
 from __future__ import annotations
 
-from .fp8_weights import cached
-from .mlp_activation import fc2_input_elems, runs_own
+from .fp8_weights import delayed
+from .mlp_activation import SCOPE as ACT, runs_own
 
 #: Ops of an fp8 cast chain (``_quantise``: abs, amax reduce, maximum with TINY, the scale's divide, x / scale, the
 #: convert; a reshape where a kernel passes one through)
 CAST_OPS = frozenset({"abs", "reduce", "maximum", "divide", "convert", "reshape", "broadcast_in_dim", "multiply"})
 E4M3, E5M2 = "f8E4M3FN", "f8E5M2"
-
-
-def delayed(cfg) -> bool:
-    """Whether ``cfg``'s fp8 casts run as Transformer Engine's delayed scaling: TE's stack (its weight copies kept,
-    :func:`.fp8_weights.cached`), a per-tensor recipe and an amax history longer than one (1: current scaling)."""
-    return cached(cfg) and cfg.precision == "fp8-tensorwise" and cfg.fp8_amax_history > 1
 
 
 def _is_amax(r) -> bool:
@@ -63,11 +64,12 @@ def _is_amax(r) -> bool:
 
 def standalone_casts(a, rf, weight_scope: str) -> list:
     """The fused kernels of the analysed layer that are an activation's or gradient's amax and fp8 cast alone: no
-    GEMM, every member an op of :data:`CAST_OPS` outside ``weight_scope``, one a whole-tensor f32 reduce."""
+    GEMM, every member an op of :data:`CAST_OPS` outside ``weight_scope`` and outside the activation's scope
+    :data:`ACT` (whose kernels :func:`.mlp_activation.activation_charge` charges), one a whole-tensor f32 reduce."""
     rows, out = a.rows, []
     for k in rf.fusion.kernels:
         mine = [rows[i] for i in k.members]
-        if k.has_dot or k.attention or any(weight_scope in r.scope.split("/") for r in mine):
+        if k.has_dot or k.attention or any({weight_scope, ACT} & set(r.scope.split("/")) for r in mine):
             continue
         if all(r.op.split(".")[-1] in CAST_OPS for r in mine) and any(_is_amax(r) for r in mine):
             out.append(k)
@@ -130,8 +132,9 @@ def epilogue_abs(a, rf, removed: set) -> list[tuple]:
 def cast_charge(a, rf, hw, phases: tuple) -> tuple[dict, dict, dict]:
     """What the priced layer charged for its standalone amax-and-cast kernels (:func:`standalone_casts`), and for
     the f32 ``abs`` a GEMM's epilogue wrote for them alone (:func:`epilogue_abs`: the GEMM kernel's time less its
-    time without writing them, on ``hw``): phase -> seconds, phase -> bytes, and ``"phase/dtype/n/source"`` (the
-    phase, the fp8 result's element type and elements, the row it casts: :func:`cast_source`) -> kernels."""
+    time without writing them, on ``hw``): phase -> seconds, phase -> bytes, and ``"phase/dtype/n/source/act"`` (the
+    phase, the fp8 result's element type and elements, the row it casts: :func:`cast_source`, and ``act`` where that
+    row is of the activation's scope, fc2's input, else ``-``) -> kernels."""
     from ...lower.models.quant import WEIGHT_SCOPE
 
     secs, nbytes, kinds = {p: 0.0 for p in phases}, {p: 0 for p in phases}, {}
@@ -141,7 +144,9 @@ def cast_charge(a, rf, hw, phases: tuple) -> tuple[dict, dict, dict]:
         secs[p] += k.time_s
         nbytes[p] += k.bytes_read + k.bytes_written
         dtype, n = fp8_result(k)
-        key = f"{p}/{dtype}/{n}/{cast_source(a, k, n)}"
+        src = cast_source(a, k, n)
+        act = ACT if src >= 0 and ACT in a.rows[src].scope.split("/") else "-"
+        key = f"{p}/{dtype}/{n}/{src}/{act}"
         kinds[key] = kinds.get(key, 0) + k.multiplicity
     ids = {id(k) for k in kernels}
     removed = {i for i, k in enumerate(rf.fusion.kernels) if id(k) in ids}
@@ -153,24 +158,30 @@ def cast_charge(a, rf, hw, phases: tuple) -> tuple[dict, dict, dict]:
     return secs, nbytes, kinds
 
 
-def _te_kernel(cfg, phase: str, dtype: str, n: int) -> tuple[int, int]:
+def _te_kernel(cfg, phase: str, dtype: str, n: int, fc2: bool, fused: bool) -> tuple[int, int]:
     """(bytes, kernels) of TE's one kernel in place of the lowered casts of one tensor of ``n`` elements to ``dtype``
-    in ``phase`` (the rules of the module's text)."""
-    fc2_own = runs_own(cfg) and n == fc2_input_elems(cfg)
-    if phase != "backward":  # the forward's (or a recompute's) input cast: cast_to_fp8
-        return (0, 0) if fc2_own else (3 * n, 1)
+    in ``phase`` (the rules of the module's text; ``fc2``: the tensor is fc2's input, its source of scope ``act``;
+    ``fused``: a Linear's input TE casts with its transpose in the forward, without sequence parallelism)."""
+    fc2_own = runs_own(cfg) and fc2
+    if phase != "backward":  # the forward's (or a recompute's) input cast: cast_to_fp8 or fp8_cast_transpose_fused
+        return (0, 0) if fc2_own else ((4 if fused else 3) * n, 1)
     if dtype == E5M2:  # dy's casts in one fp8_cast_transpose(_bgrad)_fused
         return 4 * n, 1
-    return (0, 0) if fc2_own else (2 * n, 1)  # the saved input's fp8_transpose
+    return (0, 0) if fc2_own or fused else (2 * n, 1)  # the saved input's fp8_transpose
 
 
 def te_kernels(cfg, casts: dict, phases: tuple) -> dict:
     """phase -> (bytes, kernels) TE runs in place of the lowered casts ``casts`` (:func:`cast_charge`'s map): one
-    kernel per tensor and phase, however many times the program casts it."""
+    kernel per tensor and phase, however many times the program casts it. Without sequence parallelism (TE's
+    ``not sequence_parallel``, as :data:`.mlp_activation.TE_FP8_CAST`) a Linear's input cast in the forward is cast
+    with its transpose there, and its backward recast is nothing."""
+    split = bool(cfg.sp and cfg.t > 1)
+    forward = set() if split else {k.split("/")[3] for k in casts if not k.startswith("backward/")} - {"-1"}
     out = {p: (0, 0) for p in phases}
     for key in sorted(casts):
-        phase, dtype, n, _ = key.split("/")
-        b, k = _te_kernel(cfg, phase, dtype, int(n))
+        phase, dtype, n, src, act = key.split("/")
+        fused = not split if phase != "backward" else src in forward
+        b, k = _te_kernel(cfg, phase, dtype, int(n), act == ACT, fused)
         out[phase] = (out[phase][0] + b, out[phase][1] + k)
     return out
 

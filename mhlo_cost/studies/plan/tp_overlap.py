@@ -192,5 +192,8 @@ def chunked_seconds(whole: float, chunk: float, n: int, streams: int = UB_STREAM
     ``min(streams, n)`` compute streams in turn (:data:`UB_STREAMS`): on more than one the chunks run concurrently,
     the next one's thread blocks taking the SMs the last wave of the one before leaves, so together they are the
     whole GEMM's waves (its row tiles, split among the chunks): ``whole``; on one stream, one after another:
-    ``n x chunk``."""
+    ``n x chunk``. ESTIMATE: ``whole`` is the ideal, a lower bound: it assumes the streams always hold a chunk ready
+    to fill the SMs, where a chunk waits for its own communication step (userbuffers' per-chunk flags; torch's
+    local-shard consumer runs first alone, and ``_pipelined_produce_and_all2all`` waits on a barrier after each
+    producer), so a chunk's tail wave can run with nothing beside it; ``n x chunk`` would be the upper bound."""
     return whole if min(streams, n) > 1 else n * chunk
