@@ -57,19 +57,32 @@ def test_under_fp8_transformer_engines_fc2_casts_its_input_in_a_kernel_of_its_ow
     assert activation_bytes_kernels(gelu) == {"forward": (N * (4 + 4), 2), "backward": (N * 6, 1)}
 
 
-def test_fc2s_input_cast_is_tes_only_on_tes_stack_under_its_delayed_scaling():
+def test_fc2s_input_cast_is_tes_only_on_tes_stack():
     """Each cast priced once: TE's cast of fc2's input is added only where :mod:`.te_amax` takes the program's
-    amax-and-cast kernel out (TE's stack, per-tensor, amax history > 1). Under TE's current scaling (history 1),
-    the row-wise recipe, or torchao's tensorwise scaling without TE's kept copies, the program's kernel stands and
-    the activation is bias_gelu's alone: 4 bytes forward, 6 backward, one kernel each."""
+    amax-and-cast kernel out (TE's stack, per-tensor). Under the row-wise recipe, or torchao's tensorwise scaling
+    without TE's kept copies, the program's kernel stands and the activation is bias_gelu's alone: 4 bytes forward,
+    6 backward, one kernel each."""
     fp8 = dict(TINY, precision="fp8-tensorwise", activation_kernel="megatron")
     gelu_only = {"forward": (N * 4, 1), "backward": (N * 6, 1)}
-    for cfg in (ScaleConfig(**fp8, fp8_weight_cache=True, fp8_amax_history=1), ScaleConfig(**fp8),
-                ScaleConfig(**dict(fp8, precision="fp8-rowwise")),
+    for cfg in (ScaleConfig(**fp8), ScaleConfig(**dict(fp8, precision="fp8-rowwise")),
                 ScaleConfig(**dict(fp8, precision="fp8-rowwise"), fp8_weight_cache=True)):
         assert activation_bytes_kernels(cfg) == gelu_only, cfg
     delayed = ScaleConfig(**fp8, fp8_weight_cache=True, fp8_amax_history=16)
     assert activation_bytes_kernels(delayed) == {"forward": (N * (4 + 4), 2), "backward": (N * 6, 1)}
+
+
+def test_under_te_current_scaling_fc2s_input_is_amax_scale_and_cast_with_its_transpose():
+    """TE 2.9's current scaling (history 1, Megatron-Bridge's FP8-CS): Float8CurrentScalingQuantizer::quantize_impl
+    runs nvte_compute_amax (read 2), nvte_compute_scale_from_amax (a kernel, no tensor bytes) and the cast; fc2 is a
+    row-parallel Linear, which gathers no input, so the cast writes the fp8 copy and its transpose (2 read, 1 + 1)
+    with or without sequence parallelism, and the backward transposes nothing. SwiGLU: 6 + 2 + 4 forward in 4
+    kernels, 10 backward in 1; GELU: 4 + 2 + 4 forward."""
+    fp8 = dict(TINY, precision="fp8-tensorwise", activation_kernel="megatron", fp8_weight_cache=True,
+               fp8_amax_history=1)
+    want = {"forward": (N * (6 + 2 + 4), 4), "backward": (N * 10, 1)}
+    assert activation_bytes_kernels(ScaleConfig(**fp8, mlp_kind="swiglu")) == want
+    assert activation_bytes_kernels(ScaleConfig(**fp8, mlp_kind="swiglu", sp=True)) == want
+    assert activation_bytes_kernels(ScaleConfig(**fp8)) == {"forward": (N * (4 + 2 + 4), 4), "backward": (N * 6, 1)}
 
 
 def test_nemos_squared_relu_is_its_eager_kernels_whole():

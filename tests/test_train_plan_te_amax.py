@@ -29,7 +29,7 @@ from mhlo_cost.network import resolve_profile
 from mhlo_cost.studies.plan.compose import _layer
 from mhlo_cost.studies.plan.config import ScaleConfig
 from mhlo_cost.studies.plan.costs import analyse_layer
-from mhlo_cost.studies.plan.te_amax import delayed, te_cast_seconds, te_kernels
+from mhlo_cost.studies.plan.te_amax import amax_reductions, current, delayed, te_cast_seconds, te_kernels
 
 H100 = resolve_profile("dgx-h100")
 PH = ("forward", "backward", "recompute", "optimizer")
@@ -93,24 +93,60 @@ def test_without_sequence_parallelism_the_linears_input_is_cast_with_its_transpo
     assert own["backward"] == (4 * N_H + 4 * N_F // 2 + 2 * 2 * N_H, 4)  # fc2's dy: b s h (fc2 row-parallel)
 
 
-def test_only_delayed_scaling_under_te_changes_the_plan():
-    """Current scaling (history 1: Megatron-Bridge's FP8-CS) computes the amax first, a real pass; torchao's
-    tensorwise scaling (no kept weight copies) too: both keep the program's kernels."""
+def test_only_tes_stack_changes_the_plan():
+    """torchao's tensorwise scaling (no kept weight copies) and the row-wise recipe keep the program's kernels; TE's
+    delayed and current scaling (history 1: Megatron-Bridge's FP8-CS) replace them."""
     cfg = ScaleConfig(**TE)
-    current = ScaleConfig(**TE, fp8_amax_history=1)
+    cs = ScaleConfig(**TE, fp8_amax_history=1)
     torchao = ScaleConfig(**dict(TE, fp8_weight_cache=False, activation_kernel="compiled"))
-    assert delayed(cfg) and not delayed(current) and not delayed(torchao)
-    assert not delayed(ScaleConfig(**dict(TE, precision="bf16")))
+    assert delayed(cfg) and not delayed(cs) and not delayed(torchao)
+    assert current(cs) and not current(cfg) and not current(torchao)
+    assert not delayed(ScaleConfig(**dict(TE, precision="bf16"))) and not current(ScaleConfig(**dict(TE, precision=
+                                                                                                    "bf16")))
+    assert not current(ScaleConfig(**dict(TE, precision="fp8-rowwise"), fp8_amax_history=1))
     cost = analyse_layer(cfg, H100)
-    assert te_cast_seconds(current, H100, cost) == (0.0, 0.0, 0.0)
     assert te_cast_seconds(torchao, H100, cost) == (0.0, 0.0, 0.0)
     f, b, _ = te_cast_seconds(cfg, H100, cost)
-    one, other = _layer(cfg, cost, None, H100), _layer(current, cost, None, H100)
-    # and only delayed scaling adds TE's cast of fc2's input (t = 1: fp8_cast_transpose_fused, 2 read, 1 + 1
-    # written, a kernel beside bias_gelu's 2 + 2); under current scaling the program's amax-and-cast stands for it
-    fc2 = H100.memory_time(N_F * (4 + 4), kernels=2) - H100.memory_time(N_F * 4, kernels=1)
-    assert abs(one["forward"] - (other["forward"] + f + fc2)) < 1e-15
-    assert abs(one["backward"] - (other["backward"] + b)) < 1e-15
+    f_cs, b_cs, _ = te_cast_seconds(cs, H100, cost)
+    one, other = _layer(cfg, cost, None, H100), _layer(cs, cost, None, H100)
+    # both add TE's cast of fc2's input beside bias_gelu's kernel (2 + 2), t = 1: delayed, fp8_cast_transpose_fused
+    # (2 read, 1 + 1 written, one kernel); current, amax (2 read) + scale + cast with transpose (2 + 2): 3 kernels
+    fc2 = H100.memory_time(N_F * (4 + 4), kernels=2) - H100.memory_time(N_F * (4 + 6), kernels=4)
+    assert abs(one["forward"] - (other["forward"] + f - f_cs + fc2)) < 1e-15
+    assert abs(one["backward"] - (other["backward"] + b - b_cs)) < 1e-15
+
+
+def test_te_current_scaling_adds_an_amax_kernel_and_a_scale_kernel_to_each_cast():
+    """TE 2.9's Float8CurrentScalingQuantizer::quantize_impl (transformer_engine/pytorch/csrc/quantizer.cpp): each
+    quantize of a bf16 tensor is nvte_compute_amax (read 2 bytes an element), nvte_compute_scale_from_amax (a kernel,
+    no tensor bytes) and the cast; what it saved (the forward's fp8 input, dy's fp8 copy and transpose) is kept as
+    under delayed scaling. t = 1: forward, the projection's input cast with its transpose (2 read + 1 + 1 written)
+    after its amax (2): 6 n_h, 3 kernels; backward, fc2's dy (b s h) and fc1's (b s ffn) each amax + scale +
+    cast-transpose (2 + 4 bytes, 3 kernels), the LayerNormLinear inputs (QKV's, fc1's: b s h each) one fp8_transpose
+    each (1 + 1, no amax: already fp8), the projection's transpose made in the forward."""
+    cfg = ScaleConfig(**TE, fp8_amax_history=1)
+    cost = analyse_layer(cfg, H100)
+    own = te_kernels(cfg, cost.amax_casts, PH)
+    assert own["forward"] == (6 * N_H, 3)
+    assert own["backward"] == (6 * N_H + 6 * N_F + 2 * 2 * N_H, 3 + 3 + 2)
+    assert own["recompute"] == own["optimizer"] == (0, 0)
+    f, b, r = te_cast_seconds(cfg, H100, cost)
+    assert f == H100.memory_time(6 * N_H, kernels=3) - cost.amax_cast_s["forward"]
+    assert b == H100.memory_time(10 * N_H + 6 * N_F, kernels=8) - cost.amax_cast_s["backward"]
+    assert r == 0.0 and b < 0
+
+
+def test_te_current_scaling_casts_the_row_parallel_input_with_its_transpose_under_sequence_parallelism():
+    """t = 2 with sequence parallelism: TE 2.9's row-parallel Linear (the projection) gathers no input, so it casts
+    it with its transpose in the forward (module/linear.py "Do not all-gather input tensor": columnwise =
+    backward_needs_input): b s h/t elements, amax 2 + cast 2 + 1 + 1, 3 kernels; no backward transpose of it. The
+    backward: fc1's dy (b s ffn/t) amax + scale + cast-transpose, the gathered QKV and fc1 inputs (b s h each) one
+    fp8_transpose each."""
+    cfg = ScaleConfig(**TE, t=2, sp=True, fp8_amax_history=1)
+    cost = analyse_layer(cfg, H100)
+    own = te_kernels(cfg, cost.amax_casts, PH)
+    assert own["forward"] == (6 * N_H // 2, 3)
+    assert own["backward"] == (6 * N_F // 2 + 2 * 2 * N_H, 3 + 2)
 
 
 def test_full_recompute_runs_the_forwards_casts_again():
@@ -152,3 +188,25 @@ def test_no_kernel_is_both_a_standalone_cast_and_the_activations():
         act = {id(k) for k in rf.fusion.kernels if any("act" in a.rows[i].scope.split("/") for i in k.members)}
         casts = {id(k) for k in standalone_casts(a, rf, WEIGHT_SCOPE)}
         assert act and casts and not act & casts
+
+
+def test_te_current_scaling_under_sequence_parallelism_all_reduces_four_amaxes_a_layer():
+    """TE 2.9 sets with_amax_reduction (the tensor-parallel group) on the column-parallel modules' input quantizers
+    (the QKV's and fc1's LayerNormLinear) and the row-parallel ones' grad_output quantizers (the projection's, fc2's)
+    under sequence parallelism, and quantize_impl waits for each 4-byte MAX all-reduce: 2 in the forward, 2 in the
+    backward, 2 more there under full recompute; none without sequence parallelism or under delayed scaling."""
+    from mhlo_cost.network import estimate
+
+    cs = ScaleConfig(**TE, t=2, sp=True, fp8_amax_history=1)
+    dl = ScaleConfig(**TE, t=2, sp=True)
+    assert amax_reductions(cs) == {"forward": 2, "backward": 2}
+    assert amax_reductions(ScaleConfig(**TE, t=2, sp=True, fp8_amax_history=1, recompute="full")) == {
+        "forward": 2, "backward": 4}
+    assert amax_reductions(dl) == amax_reductions(ScaleConfig(**TE, t=2, fp8_amax_history=1)) == {
+        "forward": 0, "backward": 0}
+    cost = analyse_layer(cs, H100)
+    one = estimate(H100.topology, "all_reduce", 4, ((0, 1),)).time_s
+    a, b = _layer(cs, cost, H100.topology, H100), _layer(dl, cost, H100.topology, H100)
+    assert one > 0
+    assert abs(a["tp_forward"] - b["tp_forward"] - 2 * one) < 1e-15
+    assert abs(a["tp_backward"] - b["tp_backward"] - 2 * one) < 1e-15

@@ -68,7 +68,7 @@ from .fsdp_copies import fsdp_copy_seconds
 from .mlp_activation import activation_pass_seconds
 from .fp8_gather import tp_bytes
 from .fp8_weights import per_micro_batch, saved_cast_backward, split_step
-from .te_amax import te_cast_seconds
+from .te_amax import AMAX_BYTES, amax_reductions, te_cast_seconds
 from .nccl_ub import ub_sms_of
 from .partial_recompute import full_share, mean_layer, recomputed_layers, whole
 from .partial_recompute import kept as without
@@ -138,6 +138,9 @@ def _layer(cfg: ScaleConfig, cost: LayerCost, topo, hw=None) -> dict:
     else:
         tp = {ph: sum(n * _time(topo, kind, tp_bytes(cfg, kind, s_act), tp_group(cfg)) for kind, n in kinds)
               for ph, kinds in tp_collectives(cfg).items()}
+    tp = dict(tp)  # TE 2.9's current scaling under sequence parallelism: its synchronous amax all-reduces (.te_amax)
+    for ph, n in amax_reductions(cfg).items():
+        tp[ph] += n * _time(topo, "all_reduce", AMAX_BYTES, tp_group(cfg))
     cp = cp_exposure(cfg, topo, cost, nccl_sms(hw), hw)
     calls = ring_call_seconds(cfg, hw, cost.core_s)  # the ring's calls at their own shapes less the one kernel
     # PyTorch's ring attention's own merges and accumulators: kernels of the layer's compute (.ring_passes); full

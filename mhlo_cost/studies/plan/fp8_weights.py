@@ -109,6 +109,14 @@ def delayed(cfg) -> bool:
     return cached(cfg) and cfg.precision == "fp8-tensorwise" and cfg.fp8_amax_history > 1
 
 
+def current(cfg) -> bool:
+    """Whether ``cfg``'s fp8 casts run as Transformer Engine 2.x's current scaling (``Float8CurrentScaling``,
+    Megatron-Bridge's FP8-CS): TE's stack (:func:`cached`), a per-tensor recipe and an amax history of one. Under it
+    :mod:`.te_amax` replaces the program's amax-and-cast kernels by TE's quantize (an amax kernel, the scale's, the
+    cast: ``Float8CurrentScalingQuantizer::quantize_impl``) and :mod:`.mlp_activation` prices fc2's input's."""
+    return cached(cfg) and cfg.precision == "fp8-tensorwise" and cfg.fp8_amax_history == 1
+
+
 def cast_before_gather(cfg) -> bool:
     """Whether FSDP casts ``cfg``'s fp8 weights before its all-gather (torchao's ``fsdp_pre_all_gather``, on the
     copy-in stream: :mod:`.fsdp_copies`), so that ``Float8Linear`` casts no weight in its forward or backward."""

@@ -33,9 +33,13 @@ What the stacks run instead (``activation_kernel="megatron"``; per fc2-input ele
   (its amax and cast, a kernel of their own after the epilogue, are :mod:`.te_amax`'s: taken out, with nothing in
   their place, under TE's delayed scaling, which records the amax in this cast kernel). Priced only there
   (:func:`.fp8_weights.delayed`: TE's stack, per-tensor, amax history > 1), so that each cast is priced once: under
-  TE's current scaling (history 1, ``Float8CurrentScalingQuantizer``: an amax pass, then the cast) the program's
-  own amax-and-cast kernel stands for it, as under torchao's recipes and the row-wise one (not TE's stack)
-  and nothing is added here.
+  torchao's recipes and the row-wise one (not TE's stack) the program's own amax-and-cast kernel stands for it and
+  nothing is added here. Under TE 2.x's current scaling (:func:`.fp8_weights.current`: history 1, Megatron-Bridge's
+  FP8-CS; TE 2.9 ``Float8CurrentScalingQuantizer::quantize_impl``) the cast is priced here too, as TE 2.9 runs it:
+  ``nvte_compute_amax`` (read 2), ``nvte_compute_scale_from_amax`` (a kernel, no tensor bytes), and the cast with its
+  transpose in the forward (2 + 2) with or without sequence parallelism (fc2 is row-parallel and gathers no input:
+  module/linear.py's "Do not all-gather input tensor" branch sets ``columnwise=backward_needs_input``), nothing in
+  the backward.
 
 These rows replace :func:`activation_charge`; a full recompute runs the forward's kernels again.
 torchtitan and llm-foundry (torch.compile, PyTorch eager) keep their own execution model's activation: the default
@@ -44,7 +48,7 @@ torchtitan and llm-foundry (torch.compile, PyTorch eager) keep their own executi
 """
 from __future__ import annotations
 
-from .fp8_weights import delayed
+from .fp8_weights import current, delayed
 from .megatron_passes import SQUARED_RELU
 
 #: ``ScaleConfig.activation_kernel``: compiled (fused into the fc1 GEMM's epilogue, as lowered) | megatron (its own
@@ -62,6 +66,9 @@ TE_FP8_CAST = {
     False: {"forward": (("fp8_cast_transpose_fused", 2, 2),), "backward": ()},
     True: {"forward": (("cast_to_fp8", 2, 1),), "backward": (("fp8_transpose", 1, 1),)},
 }
+#: TE 2.9's current-scaling quantize of fc2's input (:func:`.fp8_weights.current`): amax, scale, cast with transpose
+TE_CS_CAST = {"forward": (("nvte_compute_amax", 2, 0), ("nvte_compute_scale_from_amax", 0, 0),
+                          ("cast_transpose", 2, 2)), "backward": ()}
 PHASES = ("forward", "backward")
 
 
@@ -76,9 +83,9 @@ def activation_kernels(cfg) -> dict:
     if not runs_own(cfg):
         return {ph: () for ph in PHASES}
     own = SQUARED_RELU if cfg.activation == "squared-relu" else MEGATRON[cfg.mlp_kind]
-    if not delayed(cfg):  # TE's cast only where .te_amax takes out the program's (its delayed scaling)
+    if not (delayed(cfg) or current(cfg)):  # TE's cast only where .te_amax takes out the program's
         return {ph: tuple(own[ph]) for ph in PHASES}
-    cast = TE_FP8_CAST[bool(cfg.sp and cfg.t > 1)]
+    cast = TE_CS_CAST if current(cfg) else TE_FP8_CAST[bool(cfg.sp and cfg.t > 1)]
     return {ph: tuple(own[ph]) + cast[ph] for ph in PHASES}
 
 

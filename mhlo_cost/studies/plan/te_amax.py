@@ -41,14 +41,26 @@ sequence_parallel``); without it a Linear's input cast in the forward (the proje
 :mod:`.mlp_activation`'s) is cast with its transpose in one pass, ``fp8_cast_transpose_fused``, read 2, write 1 + 1, and
 its backward recast is nothing (the switch :data:`.mlp_activation.TE_FP8_CAST` takes for fc2's input). The
 LayerNormLinear inputs (the QKV's, fc1's: cast in the norm's kernel) keep their backward ``fp8_transpose``. The bias
-gradients' reductions stay as lowered (TE fuses them only without sequence parallelism). Current scaling
-(``fp8_amax_history = 1``: Megatron-Bridge's FP8-CS rows) computes the amax first, a real pass (TE's
-``Float8CurrentScalingQuantizer``: ``compute_amax`` then the cast), and torchao's tensorwise scaling
-(``fp8_weight_cache`` off: torchtitan) too: both keep the program's kernels.
+gradients' reductions stay as lowered (TE fuses them only without sequence parallelism). torchao's tensorwise
+scaling (``fp8_weight_cache`` off: torchtitan) keeps the program's kernels.
+
+Transformer Engine 2.x's current scaling (:func:`current`: ``fp8_amax_history = 1``, Megatron-Bridge 25.11's FP8-CS
+rows, TE 2.9 = release_v2.9, 70f5366) keeps what it cast as the delayed recipe does (the module's Linear is the same
+for every quantizer: the forward's quantized input saved for the wgrad, the grad_output quantized once for both
+GEMMs in ``grad_output_preprocess``), but each quantize is ``Float8CurrentScalingQuantizer::quantize_impl``
+(transformer_engine/pytorch/csrc/quantizer.cpp): ``nvte_compute_amax`` (a kernel reading the tensor, 2 bytes an
+element), ``nvte_compute_scale_from_amax`` (a kernel, no tensor bytes), then ``nvte_quantize_v2`` (the cast, with
+the transpose where the quantizer's column-wise usage is set): so per cast TE's kernel above plus 2 bytes an element
+and 2 kernels. And a row-parallel Linear (the projection, fc2) gathers no input, so TE 2.9 casts it with its
+transpose in the forward with or without sequence parallelism (module/linear.py: "Do not all-gather input tensor":
+``columnwise=backward_needs_input``), and its backward recasts nothing. The norms' quantize (TE 2.9
+normalization.cpp ``FUSED_NORM_AMAX_FP8``: the norm kernel writes bf16 and the amax, then ``quantize_with_amax``) is
+not a standalone kernel of the program and is not re-priced here. Under sequence parallelism the quantizers whose
+tensor is gathered in fp8 all-reduce their amax over the tensor-parallel group first (:func:`amax_reductions`).
 """
 from __future__ import annotations
 
-from .fp8_weights import delayed
+from .fp8_weights import current, delayed
 from .mlp_activation import SCOPE as ACT, runs_own
 
 #: Ops of an fp8 cast chain (``_quantise``: abs, amax reduce, maximum with TINY, the scale's divide, x / scale, the
@@ -158,15 +170,23 @@ def cast_charge(a, rf, hw, phases: tuple) -> tuple[dict, dict, dict]:
     return secs, nbytes, kinds
 
 
+#: What current scaling's quantize adds to each cast from a bf16 tensor (per element bytes, kernels):
+#: ``nvte_compute_amax`` reads it (2 bytes), ``nvte_compute_scale_from_amax`` is a kernel of its own (TE 2.9
+#: quantizer.cpp ``Float8CurrentScalingQuantizer::quantize_impl``)
+CURRENT_AMAX = (2, 2)
+
+
 def _te_kernel(cfg, phase: str, dtype: str, n: int, fc2: bool, fused: bool) -> tuple[int, int]:
-    """(bytes, kernels) of TE's one kernel in place of the lowered casts of one tensor of ``n`` elements to ``dtype``
+    """(bytes, kernels) of TE's kernels in place of the lowered casts of one tensor of ``n`` elements to ``dtype``
     in ``phase`` (the rules of the module's text; ``fc2``: the tensor is fc2's input, its source of scope ``act``;
-    ``fused``: a Linear's input TE casts with its transpose in the forward, without sequence parallelism)."""
+    ``fused``: a Linear's input TE casts with its transpose in the forward): one cast kernel, and under
+    :func:`current` its amax and scale kernels (:data:`CURRENT_AMAX`) before each cast from bf16."""
     fc2_own = runs_own(cfg) and fc2
+    amax = (CURRENT_AMAX[0] * n, CURRENT_AMAX[1]) if current(cfg) else (0, 0)
     if phase != "backward":  # the forward's (or a recompute's) input cast: cast_to_fp8 or fp8_cast_transpose_fused
-        return (0, 0) if fc2_own else ((4 if fused else 3) * n, 1)
+        return (0, 0) if fc2_own else ((4 if fused else 3) * n + amax[0], 1 + amax[1])
     if dtype == E5M2:  # dy's casts in one fp8_cast_transpose(_bgrad)_fused
-        return 4 * n, 1
+        return 4 * n + amax[0], 1 + amax[1]
     return (0, 0) if fc2_own or fused else (2 * n, 1)  # the saved input's fp8_transpose
 
 
@@ -174,8 +194,9 @@ def te_kernels(cfg, casts: dict, phases: tuple) -> dict:
     """phase -> (bytes, kernels) TE runs in place of the lowered casts ``casts`` (:func:`cast_charge`'s map): one
     kernel per tensor and phase, however many times the program casts it. Without sequence parallelism (TE's
     ``not sequence_parallel``, as :data:`.mlp_activation.TE_FP8_CAST`) a Linear's input cast in the forward is cast
-    with its transpose there, and its backward recast is nothing."""
-    split = bool(cfg.sp and cfg.t > 1)
+    with its transpose there, and its backward recast is nothing; under TE 2.x's :func:`current` scaling with it
+    too (a row-parallel Linear gathers no input)."""
+    split = bool(cfg.sp and cfg.t > 1) and not current(cfg)
     forward = set() if split else {k.split("/")[3] for k in casts if not k.startswith("backward/")} - {"-1"}
     out = {p: (0, 0) for p in phases}
     for key in sorted(casts):
@@ -188,12 +209,32 @@ def te_kernels(cfg, casts: dict, phases: tuple) -> dict:
 
 def te_cast_seconds(cfg, hw, cost) -> tuple[float, float, float]:
     """(forward, backward, recompute) seconds to add to one layer's micro-batch for TE's casts in place of the
-    lowered standalone amax-and-cast kernels (negative: less), where :func:`delayed`; 0s otherwise or without a
-    profile. Full recompute runs the forward's again; a recompute phase of the program its own."""
-    if not delayed(cfg) or hw is None:
+    lowered standalone amax-and-cast kernels (negative: less), where :func:`delayed` or :func:`current`; 0s
+    otherwise or without a profile. Full recompute runs the forward's again; a recompute phase of the program its
+    own."""
+    if not (delayed(cfg) or current(cfg)) or hw is None:
         return 0.0, 0.0, 0.0
     from .recompute import recompute_seconds
 
     own = te_kernels(cfg, cost.amax_casts, tuple(cost.amax_cast_s))
     delta = {p: (hw.memory_time(b, kernels=k) if k else 0.0) - cost.amax_cast_s[p] for p, (b, k) in own.items()}
     return delta["forward"], delta["backward"], recompute_seconds(cfg, delta)
+
+
+#: fp32 amax bytes each TE 2.9 current-scaling quantizer ``with_amax_reduction`` all-reduces (MAX) over the
+#: tensor-parallel group
+AMAX_BYTES = 4
+
+
+def amax_reductions(cfg) -> dict:
+    """phase -> how many synchronous amax all-reduces (:data:`AMAX_BYTES` over the tensor-parallel group) one layer
+    runs for one micro-batch under TE 2.9's :func:`current` scaling with sequence parallelism: TE sets
+    ``with_amax_reduction`` on a column-parallel module's input quantizer (the QKV's, fc1's: their sequence-split
+    norm output is gathered in fp8 with one scale) and on a row-parallel module's grad_output quantizer (the
+    projection's, fc2's: dy gathered the same way) (module/linear.py, layernorm_linear.py
+    ``_customize_quantizers_float8_current_scaling`` at release_v2.9); ``quantize_impl`` runs each one and waits
+    for it before the scale (``amax_reduction_group->allreduce(...)->wait()``). Full recompute runs the forward's
+    two again in the backward. None without sequence parallelism or under other recipes."""
+    if not (current(cfg) and cfg.sp and cfg.t > 1):
+        return {"forward": 0, "backward": 0}
+    return {"forward": 2, "backward": 2 + (2 if cfg.recompute == "full" else 0)}
