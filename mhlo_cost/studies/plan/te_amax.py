@@ -1,4 +1,5 @@
-"""fp8 casts under Transformer Engine's delayed scaling: the amax recorded in the cast kernel, not a pass of its own.
+"""fp8 casts under Transformer Engine: delayed scaling records the amax in the cast kernel; current scaling (TE 2.x)
+runs an amax kernel and a scale kernel before it; both cast each tensor once and keep it.
 
 The lowered layer casts each fp8 GEMM's activation and gradient operands as torchao's tensorwise dynamic scaling does
 (:func:`mhlo_cost.lower.models.quant._cast`): the tensor's amax (``abs``, a whole-tensor ``reduce``), its scale, the
