@@ -9,32 +9,12 @@ import pytest
 
 from mhlo_cost.studies.plan.async_tp import async_tp_exposure
 from mhlo_cost.studies.plan.config import ScaleConfig
-from mhlo_cost.studies.plan.costs import LayerCost
 from mhlo_cost.studies.plan.tp_overlap import LINEARS
+from plan_stubs import BW, LINK, StubHW as _HW, stub_cost as _cost, stub_price as _price
 
 BIG = dict(layers=4, hidden=8192, heads=64, seq=8192, vocab=128, micro_batch=1, global_batch=1, attention="fused",
            execution="inductor")
 S = 1 * 8192 * 8192 * 2  # b x s x h, bf16
-BW = 1e12  # the stub memory's bytes a second
-LINK = 1e11  # the stub network's bytes a second
-
-
-class _HW:
-    def memory_time(self, nbytes, kernels=0, path="stream"):
-        return nbytes / BW
-
-
-def _price(kind, nbytes, groups):
-    """A stub network: a permute moves its bytes at LINK, a collective of n ranks (n - 1)/n of them."""
-    n = len(groups[0])
-    return nbytes / LINK if kind == "collective_permute" else nbytes * (n - 1) / n / LINK
-
-
-def _cost(linear: dict) -> LayerCost:
-    zero = {"forward": 0, "backward": 0, "recompute": 0, "optimizer": 0}
-    return LayerCost("k", "chip", dict(zero), dict(zero), {"forward": 1.0, "backward": 1.0, "recompute": 0.0,
-                                                          "optimizer": 0.0}, weight_elems=1000, weight_bytes=2000,
-                     linear_s=dict.fromkeys(LINEARS, 0.0) | linear)
 
 
 def _cfg(t: int = 4, **kw) -> ScaleConfig:

@@ -15,14 +15,12 @@ import pytest
 
 from mhlo_cost.studies.plan.async_tp import async_tp_exposure
 from mhlo_cost.studies.plan.config import ScaleConfig
-from mhlo_cost.studies.plan.costs import LayerCost
 from mhlo_cost.studies.plan.tp_overlap import LINEARS
+from plan_stubs import BW, LINK, StubHW as _HW, stub_cost as _cost, stub_price as _price
 
 BIG = dict(layers=4, hidden=8192, heads=64, seq=8192, vocab=128, micro_batch=1, global_batch=1, attention="fused",
            execution="inductor", precision="fp8-tensorwise")
 S = 1 * 8192 * 8192 * 2  # b x s x h, bf16: what a bf16 TP collective moves
-LINK = 1e11  # the stub network's bytes a second
-BW = 1e12  # the stub memory's bytes a second
 
 H, L = 64, 4
 TINY = dict(layers=L, hidden=H, heads=4, seq=32, vocab=128, global_batch=64, precision="fp8-tensorwise", d=8, zero=3,
@@ -30,23 +28,6 @@ TINY = dict(layers=L, hidden=H, heads=4, seq=32, vocab=128, global_batch=64, pre
 LINEAR = 12 * H * H  # a GPT layer's linear weights: qkv 3h^2, projection h^2, fc1 and fc2 4h^2 each
 OTHER = 4 * H + 3 * H + H + 4 * H + H  # two LayerNorms' scale and bias, the four linears' biases
 GPT_LINEARS = 4  # qkv, proj, fc1, fc2
-
-
-def _cost(linear: dict | None = None, elems: int = 1000) -> LayerCost:
-    zero = {"forward": 0, "backward": 0, "recompute": 0, "optimizer": 0}
-    return LayerCost("k", "chip", dict(zero), dict(zero), {"forward": 1.0, "backward": 1.0, "recompute": 0.0,
-                                                          "optimizer": 0.0}, weight_elems=elems, weight_bytes=2 * elems,
-                     linear_s=dict.fromkeys(LINEARS, 0.0) | (linear or {}))
-
-
-class _HW:
-    def memory_time(self, nbytes, kernels=0, path="stream"):
-        return nbytes / BW
-
-
-def _price(kind, nbytes, groups):
-    n = len(groups[0])
-    return nbytes / LINK if kind == "collective_permute" else nbytes * (n - 1) / n / LINK
 
 
 @pytest.mark.parametrize("execution, precision, ag_bytes", [

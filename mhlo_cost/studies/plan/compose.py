@@ -69,6 +69,7 @@ from .mlp_activation import activation_pass_seconds
 from .fp8_gather import tp_bytes
 from .fp8_weights import per_micro_batch, saved_cast_backward, split_step
 from .te_amax import AMAX_BYTES, amax_reductions, te_cast_seconds
+from .torchao_casts import torchao_cast_seconds
 from .nccl_ub import ub_sms_of
 from .partial_recompute import full_share, mean_layer, recomputed_layers, whole
 from .partial_recompute import kept as without
@@ -151,6 +152,8 @@ def _layer(cfg: ScaleConfig, cost: LayerCost, topo, hw=None) -> dict:
     copy_f, copy_b = fsdp_copy_seconds(cfg, hw, cost.weight_elems)  # FSDP2's copy-out / copy-in (.fsdp_copies)
     act_f, act_b = activation_pass_seconds(cfg, hw, cost.act_s)  # Megatron's / NeMo's own kernels (.mlp_activation)
     amax_f, amax_b, amax_r = te_cast_seconds(cfg, hw, cost)  # TE's delayed scaling: no amax pass (.te_amax)
+    ao_f, ao_b, ao_r = torchao_cast_seconds(cfg, hw, cost)  # torchao eab345c: dy cast once, input_fp8 saved
+    amax_f, amax_b, amax_r = amax_f + ao_f, amax_b + ao_b, amax_r + ao_r
     fwd = t["forward"] - cast_f + ring_f + copy_f + act_f + amax_f + calls.added_forward
     bwd = t["backward"] - cast_b + ring_b + copy_b + act_b + amax_b + calls.added_backward
     rec += amax_r

@@ -62,6 +62,8 @@ class LayerCost:
     amax_cast_bytes: dict = field(default_factory=lambda: {p: 0 for p in PHASES})  # phase -> their bytes
     amax_casts: dict = field(default_factory=dict)  # "phase/fp8 dtype/elements/source row/act or -" -> those
     # kernels (.te_amax.cast_charge: the row the cast reads, and whether it is of the activation's scope)
+    cast_feed_s: dict = field(default_factory=lambda: {p: 0.0 for p in PHASES})  # phase -> seconds other kernels
+    # spent writing the f32 copies and abs only those cast kernels read (what torchao's casts do not: .torchao_casts)
 
     @property
     def activation_bytes(self) -> int:
@@ -72,7 +74,7 @@ class LayerCost:
 
 _BY_PHASE = Record({p: COUNT for p in PHASES})
 #: What a layer's entry holds: the fields of :class:`LayerCost`.
-LAYERS = Schema("plan/layers", 9, Record({
+LAYERS = Schema("plan/layers", 10, Record({
     "key": TEXT, "chip": TEXT, "gemm_flops": _BY_PHASE, "vector_flops": _BY_PHASE,
     "time_s": Record({p: AMOUNT for p in PHASES}), "dgrad_flops": COUNT, "wgrad_flops": COUNT,
     "saved_bytes": COUNT, "input_bytes": COUNT, "weight_elems": COUNT, "weight_bytes": COUNT, "master_bytes": COUNT,
@@ -80,7 +82,7 @@ LAYERS = Schema("plan/layers", 9, Record({
     "linear_s": MapOf(AMOUNT), "loss_s": Record({p: AMOUNT for p in PHASES}),
     "weight_cast_s": Record({p: AMOUNT for p in PHASES}), "core_tensor_s": Record({p: AMOUNT for p in PHASES}),
     "act_s": Record({p: AMOUNT for p in PHASES}), "amax_cast_s": Record({p: AMOUNT for p in PHASES}),
-    "amax_cast_bytes": _BY_PHASE, "amax_casts": MapOf(COUNT)}))
+    "amax_cast_bytes": _BY_PHASE, "amax_casts": MapOf(COUNT), "cast_feed_s": Record({p: AMOUNT for p in PHASES})}))
 #: Fields of a profile that name or describe it: a chip's cost does not depend on them.
 _NAMING = ("name", "aliases", "vendor", "description", "source")
 
@@ -192,6 +194,7 @@ def analyse_layer(cfg: ScaleConfig, hw, key: str = "", chip: str = "", part: str
     from .layer import lower_head
     from .mlp_activation import activation_charge
     from .te_amax import cast_charge
+    from .torchao_casts import feed_charge
     from .tp_overlap import linear_seconds
 
     why = library_refusal(cfg, hw)
@@ -223,7 +226,8 @@ def analyse_layer(cfg: ScaleConfig, hw, key: str = "", chip: str = "", part: str
         weight_bytes=sum(x.type.nbytes for x in weights), master_bytes=sum(x.type.nbytes for x in master),
         moment_bytes=sum(x.type.nbytes for x in moments), ops=len(a.rows), core_s=core, loss_s=loss,
         weight_cast_s=cast, linear_s=linear_seconds(a, rf.times, hw, cfg.t), core_tensor_s=_core_tensor(a, rf),
-        act_s=activation_charge(a, rf, PHASES), amax_cast_s=amax_s, amax_cast_bytes=amax_bytes, amax_casts=amax_casts)
+        act_s=activation_charge(a, rf, PHASES), amax_cast_s=amax_s, amax_cast_bytes=amax_bytes, amax_casts=amax_casts,
+        cast_feed_s=feed_charge(a, rf, hw, PHASES))
 
 
 def dense_layer(cfg: ScaleConfig) -> str:

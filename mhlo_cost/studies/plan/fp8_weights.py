@@ -43,8 +43,8 @@ only at the optimizer step, and the stacks differ in whether they make that copy
     recompute re-runs the layer's forward, its casts with it (the program's recompute phase); torchtitan 9dec370's op
     policy saves ``mm`` (every other), the attention, ``abs`` and ``max`` (``_save_list``) and marks the cast's
     ``_to_copy`` PREFER_RECOMPUTE, so the cast is made again from the saved amax in the backward's recompute (the
-    program's recompute phase prices it). The saved fp8 weight held from the forward to the backward where neither
-    remakes it: :func:`saved_weight_bytes`;
+    program's recompute phase has no weight cast: :func:`.torchao_casts.op_weight_recast` prices it). The saved fp8
+    weight held from the forward to the backward where neither remakes it: :func:`saved_weight_bytes`;
   - rowwise (``fp8-rowwise``, the axiswise path ``manual_float8_matmul_with_args_in_hp``) and later torchao
     (``matmul_with_hp_or_float8_args``) save the bf16 input and weight and cast the weight in the forward and again
     in the backward: the program's backward casts (``_fp8_backward`` in :mod:`mhlo_cost.lower.models.quant`) stay.
