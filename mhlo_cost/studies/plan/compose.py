@@ -69,6 +69,7 @@ from .mlp_activation import activation_pass_seconds
 from .fp8_gather import tp_bytes
 from .fp8_weights import per_micro_batch, saved_cast_backward, split_step
 from .te_amax import AMAX_BYTES, amax_reductions, te_cast_seconds
+from .te_amax_update import stage_seconds as amax_update_seconds
 from .torchao_casts import torchao_cast_seconds
 from .nccl_ub import ub_sms_of
 from .partial_recompute import full_share, mean_layer, recomputed_layers, whole
@@ -187,6 +188,8 @@ def _stages(cfg: ScaleConfig, cost: LayerCost, topo, one: dict, head: LayerCost 
     for s, n in enumerate(cfg.stage_layers()):
         last = s == cfg.p - 1
         ef_s, eb_s = (ef, eb) if s == 0 else (0.0, 0.0)
+        uf, ub = amax_update_seconds(cfg, hw, n)  # TE's amax reduction and scale update per exit (.te_amax_update)
+        ef_s, eb_s = ef_s + uf, eb_s + ub
         sms = nccl_sms(hw) if hw is not None else (0, 0)
         dp = dp_exposure(cfg, topo, cost, n, one["f"], one["b"], optimizer_extra_elems(cfg, s), sms,
                          ub_sms_of(cfg, topo, sms[1]))  # (nccl_ub's SM-efficient collectives: .nccl_ub)

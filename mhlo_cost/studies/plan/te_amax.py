@@ -16,11 +16,11 @@ history and write the tensor's amax into the history in the same pass that casts
 outermost ``fp8_autocast`` exit (``FP8GlobalStateManager.reduce_and_update_fp8_tensors``: after each micro-batch's
 forward of a model chunk, and again at the end of its backward), not once a step: the amaxes of the chunk's fp8 tensors
 concatenated, one small all-reduce (MAX) over the amax reduction group, one fused ``amax_and_scale_update`` kernel (the
-all-reduce ``async_op=False``). Not priced: a few kernels and one latency-bound all-reduce of a few KiB per micro-batch
-and direction. And TE keeps what it cast: the forward's fp8 input is saved for the wgrad (its transpose made there:
-``fp8_transpose``, or in the forward's ``fp8_cast_transpose_fused``), and the backward's grad_output is cast once for
-both GEMMs (its fp8 copy and its transpose, ``fp8_cast_transpose(_bgrad)_fused``; module/base.py
-``grad_output_preprocess``).
+all-reduce ``async_op=False``), priced by :mod:`.te_amax_update` (a few kernels and one latency-bound all-reduce of a
+few KiB per micro-batch, chunk and direction). And TE keeps what it cast: the forward's fp8 input is saved for the
+wgrad (its transpose made there: ``fp8_transpose``, or in the forward's ``fp8_cast_transpose_fused``), and the
+backward's grad_output is cast once for both GEMMs (its fp8 copy and its transpose,
+``fp8_cast_transpose(_bgrad)_fused``; module/base.py ``grad_output_preprocess``).
 
 So under TE's delayed scaling (:func:`delayed`) each standalone amax-and-cast kernel of the priced layer
 (:func:`standalone_casts`: no GEMM, every member a row of an fp8 cast of an activation or gradient, one of them its
