@@ -128,6 +128,28 @@ def _epilogue(rows, producers, role, i: int) -> bool:
     return False
 
 
+def _scale_epilogue(rows, producers, role, head: int, i: int) -> bool:
+    """``torch._scaled_mm``'s own scaling: a ``multiply`` of an fp8 GEMM's result by a broadcast 0-d scale.
+    torchao's tensorwise float8 matmul (``addmm_float8_unwrapped``, torchao/float8/float8_python_api.py at
+    eab345c, torchtitan's 2024-12 tables) passes both inverse scales to the one ``_scaled_mm`` call with
+    ``out_dtype``: cuBLASLt applies them and the output cast in its epilogue. (Row-wise scales are not 0-d: torchao
+    multiplies those in after the call, a kernel of their own.)"""
+    r, h = rows[i], rows[head]
+    if short_name(r.op) != "multiply" or not (h.gemm_flops and h.operands):
+        return False
+    if not all(str(getattr(x, "dtype", "")).startswith("f8") for x in h.operands[:2]):
+        return False
+    for p in producers[i]:
+        if isinstance(p, int) and role[p] == "dup" and rows[p].operands and rows[p].operands[0].nelems == 1:
+            return True
+    return False
+
+
+#: Members a library GEMM's call holds at most: the dot, its bias and output cast (:func:`_epilogue`); an fp8
+#: ``_scaled_mm`` its two scales besides (:func:`_scale_epilogue`).
+EXTERN_MEMBERS, SCALED_MEMBERS = 3, 5
+
+
 class _InductorGrouper(Grouper):
     """The grouping of :func:`inductor`: the placement of :class:`.fusion.Grouper` with Inductor's rules."""
 
@@ -180,8 +202,7 @@ class _InductorGrouper(Grouper):
             if self.graph is not None and self.graph[kern.head] != self.graph[i]:
                 continue  # another graph (AOTAutograd's forward / backward): compiled apart
             if kern.extern:
-                if not (kern.has_dot and len(kern.members) < 3 and _epilogue(self.rows, self.producers, self.role,
-                                                                            i)):
+                if not (kern.has_dot and self._extern_takes(kern, i)):
                     continue
             elif fits((kern.numel, kern.rnumel), row) is None:
                 continue
@@ -189,6 +210,15 @@ class _InductorGrouper(Grouper):
                 best = k
                 break
         return best
+
+    def _extern_takes(self, kern, i: int) -> bool:
+        """Whether the library GEMM ``kern`` takes row i into its call (:func:`_epilogue`, :func:`_scale_epilogue`)."""
+        rows, prod, role = self.rows, self.producers, self.role
+        if _scale_epilogue(rows, prod, role, kern.head, i):  # (the scales come first: cuBLASLt's alpha)
+            return len(kern.members) < SCALED_MEMBERS - 2
+        limit = SCALED_MEMBERS if any(_scale_epilogue(rows, prod, role, kern.head, m) for m in kern.members) \
+            else EXTERN_MEMBERS
+        return len(kern.members) < limit and _epilogue(rows, prod, role, i)
 
     def new_kernel(self, i: int, **kw) -> int:
         self.row_kernel[i] = len(self.kernels)

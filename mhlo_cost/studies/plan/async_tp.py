@@ -23,9 +23,11 @@ gradient reads it transposed, from the fused op's returned A). It cannot fuse th
 the gradient of the all-gathered norm output is the *sum* of the QKV's three (w1 / w3's two) data-gradient matmuls,
 an ``add``, not a matmul: those two stay plain collectives, traced and waited for where they are issued (torch.compile
 without ``reorder_for_compute_comm_overlap``: :mod:`.traced_waits`), exposed whole. Full recompute re-runs the
-forward's four fused pairs in the backward graph. No all_gather re-gathers the norm's output for the weight
-gradients (Megatron's sequence-parallel linears save the shard and gather it again, :func:`.compose.tp_collectives`):
-autograd keeps the gathered input the matmul read (with full recompute, the recomputed forward's gather).
+forward's fused pairs in the backward graph but w2's (``fc2_fprop``): the partitioner recomputes what the backward
+reads, not the block's last matmul and its reduce_scatter (:func:`.recompute.compiled_full`). No all_gather
+re-gathers the norm's output for the weight gradients (Megatron's sequence-parallel linears save the shard and
+gather it again, :func:`.compose.tp_collectives`): autograd keeps the gathered input the matmul read (with full
+recompute, the recomputed forward's gather).
 
 The fused kernels (``torch/distributed/_symmetric_memory/__init__.py``, as read in a torch-2.5-era copy, the
 torchtitan paper's (arXiv 2410.06511) time: bf16 ``mm`` only; later copies add ``fused_all_gather_scaled_matmul`` /
@@ -67,6 +69,7 @@ chunks in series, ``t x chunk``, the upper bound).
 from __future__ import annotations
 
 from .fp8_gather import tp_bytes
+from .recompute import compiled_full
 from .tp_overlap import chunked_seconds, exposed
 
 #: The streams PyTorch's symmetric-memory pipelines run a fused pair's shard matmuls on, in turn (the current stream
@@ -121,4 +124,5 @@ def async_tp_exposure(cfg, cost, s: int, price, hw=None) -> dict:
 
     fwd = total(FORWARD)
     unfused = sum(n * price(kind, tp_bytes(cfg, kind, s), group) for kind, n in UNFUSED_BACKWARD)
-    return {"forward": fwd, "backward": total(BACKWARD) + unfused + (fwd if cfg.recompute == "full" else 0.0)}
+    rec = total(FORWARD[:-1]) if compiled_full(cfg) else fwd if cfg.recompute == "full" else 0.0  # (w2's pair not)
+    return {"forward": fwd, "backward": total(BACKWARD) + unfused + rec}

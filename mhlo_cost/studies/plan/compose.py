@@ -74,7 +74,7 @@ from .torchao_casts import torchao_cast_seconds
 from .nccl_ub import ub_sms_of
 from .partial_recompute import full_share, mean_layer, recomputed_layers, whole
 from .partial_recompute import kept as without
-from .recompute import recompute_flops, recompute_seconds, reruns_attention
+from .recompute import recompute_flops, recompute_seconds, recomputed_collectives, reruns_attention
 from .ring_passes import ring_pass_seconds
 from .cp_calls import ring_call_seconds
 from .te_cp_passes import te_cp_pass_seconds
@@ -103,8 +103,8 @@ def tp_collectives(cfg: ScaleConfig) -> dict:
     else:
         fwd = (("all_reduce", 2),)
         bwd = [("all_reduce", 2)]
-    if cfg.recompute == "full":
-        bwd.extend(fwd)
+    if cfg.recompute == "full":  # (torch.compile's: not the block's last scatter, .recompute.recomputed_collectives)
+        bwd.extend(recomputed_collectives(cfg, fwd))
     return {"forward": fwd, "backward": tuple(bwd)}
 
 

@@ -38,7 +38,23 @@ core's forward GEMMs, the scores' product the program remakes and the product wi
 (b x heads/t x s/cp x s x d x 2 each): twice the program's recompute GEMMs.
 
 The other policies keep the program's recompute (``op``: torchtitan's ``torch.utils.checkpoint``, which does re-run
-each unsaved op; ``full``: the whole forward, priced as F by :mod:`.compose`). A model's own layer (STDiT3:
+each unsaved op; ``full``: the whole forward, priced as F by :mod:`.compose`, as Megatron's reentrant
+``tensor_parallel.checkpoint`` re-runs the layer's function whole before its backward).
+
+``full`` under torch.compile (``execution`` inductor; torchtitan 9dec370 wraps each block in
+``ptd_checkpoint_wrapper`` and then compiles it, ``apply_ac`` before ``apply_compile`` in
+torchtitan/parallelisms/parallelize_llama.py) is the program's recompute phase instead (:func:`compiled_full`):
+dynamo traces the checkpoint as the ``tag_activation_checkpoint`` higher-order op, AOTAutograd's
+``min_cut_rematerialization_partition`` (torch/_functorch/partitioners.py) tags its nodes to be recomputed and
+builds the backward graph from the nodes the backward's outputs need (``_extract_graph_with_inputs_outputs``), so
+only what the backward reads is recomputed: not the last linear (w2 / fc2, whose output only the residual add and
+the block's output read) nor its reduce_scatter / all_reduce (:func:`recomputed_collectives`); the collectives of
+the region are recomputed with it (``force_save_collectives`` saves only those outside a user-annotated AC region).
+That is what JAX's remat of the layer under the ``full`` policy keeps in the program's recompute phase (the QKV,
+output-projection, w1 and w3 GEMMs, the attention, both gathers and the output projection's scatter). Its
+attention (scope ``core``) is the forward's SDPA call again at the forward's shapes, so it takes the forward's
+``core`` seconds (the program's remade attention, with context parallelism, holds a broadcast the forward's
+kernel does not: about 5% more at 262k positions). A model's own layer (STDiT3:
 ``cfg.lower_layer``) keeps its program's recompute: there the remat'd rows are the flash attention's remade scores.
 """
 from __future__ import annotations
@@ -54,6 +70,9 @@ def recompute_seconds(cfg, time_s: dict, core_s: dict | None = None) -> float:
     forward under ``full``, nothing under ``none`` (:func:`no_recompute`), the core attention's forward again under
     ``selective`` (``core_s``: phase -> seconds of the scope ``core``; none given: a part without attention, nothing),
     else the program's recompute phase."""
+    if cfg.recompute == "full" and compiled_full(cfg):  # the program's recompute, its attention the forward's call
+        core = core_s or {}
+        return time_s["recompute"] - core.get("recompute", 0.0) + core.get("forward", 0.0)
     if cfg.recompute == "full":
         return time_s["forward"]
     if reruns_core(cfg):
@@ -81,7 +100,23 @@ def recompute_flops(cfg, gemm_flops: dict) -> int:
     """GEMM FLOPs of one micro-batch's recompute (as :func:`recompute_seconds`): under ``selective`` the core's
     two products, the scores' (the program's recompute GEMMs) and the one with V (the same FLOPs)."""
     if cfg.recompute == "full":
-        return gemm_flops["forward"]
+        return gemm_flops["recompute"] if compiled_full(cfg) else gemm_flops["forward"]
     if reruns_core(cfg):
         return 2 * gemm_flops["recompute"]
     return 0 if no_recompute(cfg) else gemm_flops["recompute"]
+
+
+def compiled_full(cfg) -> bool:
+    """Whether ``cfg``'s full recompute is torch.compile's (``execution`` inductor, a dense layer of the program's):
+    the backward graph recomputes what it reads, the program's recompute phase, not the whole forward."""
+    return cfg.recompute == "full" and cfg.execution == "inductor" and getattr(cfg, "lower_layer", None) is None
+
+
+def recomputed_collectives(cfg, forward: tuple) -> tuple:
+    """(kind, count) of the tensor-parallel collectives one layer's full recompute runs again, from the
+    ``forward``'s: all of them, but under :func:`compiled_full` not the last linear's reduce_scatter (or all_reduce):
+    the block's output, which no backward node reads."""
+    if not compiled_full(cfg):
+        return tuple(forward)
+    last = "reduce_scatter" if cfg.sp else "all_reduce"
+    return tuple((kind, n - 1 if kind == last else n) for kind, n in forward if n - (kind == last) > 0)
