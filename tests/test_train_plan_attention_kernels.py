@@ -8,6 +8,8 @@ Seconds come from the profile's own memory model (not under test here); what is 
 kernels are added, and that what the compiled model charged for the core's non-GEMM work is taken out."""
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 
 from mhlo_cost.network import resolve_profile
@@ -111,3 +113,37 @@ def test_the_command_takes_the_option_and_refuses_it_with_fused_attention(capsys
     assert main(args + ["--attention", "fused", "--attention-kernel", "megatron"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("mhlo-cost: error:") and err.count("\n") == 1 and "unfused" in err
+
+
+def _kernel(members, time_s, compute_s, memory_s, dot=True):
+    return SimpleNamespace(members=members, has_dot=dot, time_s=time_s, compute_s=compute_s, memory_s=memory_s,
+                           overhead_s=0.0)
+
+
+def _row(scope, gemm=0):
+    return SimpleNamespace(scope=scope, gemm_flops=gemm)
+
+
+def test_a_gemm_fused_with_the_cores_backward_is_charged_all_but_the_plain_gemm():
+    """Hand numbers: the probabilities' gradient GEMM (alone: 1.0 ms memory-bound, 0.2 ms compute) fused with the
+    dropout's and softmax's backward (0.1 ms compute) takes 1.6 ms: Megatron's bmm is the plain GEMM, so 0.6 ms is
+    charged (what its own kernels replace). The same kernel also holding a row of another scope (a gradient add)
+    keeps its bytes: only the scope's compute beyond the memory time is charged (max(0.3 - 0.1, 1.6 - 0.0) leaves
+    0). A kernel without a product: the scope's rows' shares (0.25 ms of 0.4)."""
+    from mhlo_cost.studies.plan.attention_kernels import core_charge
+
+    rows = [_row("attn/core", gemm=10), _row("attn/core"), _row("attn/core"), _row("attn/core", gemm=10),
+            _row("attn/core"), _row("mlp"), _row("attn/core"), _row("ln1")]
+    times = [SimpleNamespace(compute_s=c, memory_s=m, overhead_s=0.0) for c, m in
+             ((2e-4, 1e-3), (5e-5, 3e-4), (5e-5, 3e-4), (2e-4, 1e-3), (1e-4, 3e-4), (1e-6, 1e-4), (0.0, 0.0),
+              (0.0, 0.0))]
+    kernels = [_kernel([0, 1, 2], 1.6e-3, 3e-4, 1.6e-3), _kernel([3, 4, 5], 1.6e-3, 3e-4, 1.6e-3),
+               _kernel([6, 7], 4e-4, 0.0, 4e-4, dot=False)]
+    fusion = SimpleNamespace(kernels=kernels, row_time=[0.0] * 6 + [2.5e-4, 1.5e-4])
+    rf = SimpleNamespace(execution="compiled", times=times, fusion=fusion)
+    phase = ["backward"] * 3 + ["forward"] * 3 + ["recompute"] * 2
+    a = SimpleNamespace(rows=rows, phases=SimpleNamespace(phase=phase))
+    out = core_charge(a, rf, ("forward", "backward", "recompute"))
+    assert out["backward"] == pytest.approx(0.6e-3, rel=1e-12)
+    assert out["forward"] == 0.0
+    assert out["recompute"] == pytest.approx(2.5e-4, rel=1e-12)

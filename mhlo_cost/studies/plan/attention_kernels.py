@@ -4,9 +4,10 @@ model fuses the lowered layer's mask, softmax and dropout (bytes: exact ints; se
 The lowered layer (:mod:`.layer`) computes the attention proper under the scope ``core``: the scores' product, the
 causal mask, the softmax, the dropout of the probabilities (its random bits a kernel of their own), the product with
 V, and their backward. The compiled fusion model (:mod:`mhlo_cost.roofline.fusion`) fuses the non-GEMM ops as XLA
-would; what it charged for them is :func:`.mlp_activation.activation_charge` taken over the scope ``core``
-(:attr:`~.costs.LayerCost.core_own_s`): per kernel with a GEMM, its time less its time without those members'
-compute; in a kernel without one, the rows' share of it.
+would; what it charged for them is :func:`core_charge` (:attr:`~.costs.LayerCost.core_own_s`): a kernel fusing
+the scope's non-GEMM rows into a product (the softmax's and dropout's backward into the probabilities' gradient)
+its time less the product's own, priced alone as a plain GEMM, as Megatron runs it; in a kernel without one, the
+rows' share of it.
 
 What Megatron-LM runs instead (``attention_kernel="megatron"``; Megatron-LM de7dc40, Narayanan et al. 2021's sc21
 scripts, ``megatron/model/transformer.py`` ``ParallelAttention.forward``; Korthikanti et al. 2022's ``CoreAttention``
@@ -53,6 +54,37 @@ VECTOR = 4
 #: Megatron's custom_kernel_constraint on the key length (fused_softmax.py at de7dc40)
 MAX_SEQ = 2048
 PHASES = ("forward", "backward")
+
+
+def core_charge(a, rf, phases: tuple) -> dict:
+    """phase -> seconds the compiled model charged for the scope :data:`SCOPE`'s non-GEMM work (the compiled model
+    only; eager and Inductor: the rows' own shares). Megatron's ``baddbmm`` / ``bmm`` are plain cuBLAS GEMMs (no
+    epilogue): a fused kernel whose members besides its products are all of the scope (the dropout's and softmax's
+    backward fused into the probabilities' gradient GEMM) is charged its time less its products' own (each priced
+    alone, as the profile prices an unfused GEMM: its operands and output); one that also holds rows of other scopes
+    its time less its time without the scope's non-GEMM compute, its bytes kept (:func:`.mlp_activation.
+    activation_charge`'s rule); a kernel without a product, the scope's rows' share of it."""
+    from .mlp_activation import activation_charge
+
+    if rf.execution != "compiled":
+        return activation_charge(a, rf, phases, SCOPE)
+    out = {p: 0.0 for p in phases}
+    rows, times, ph = a.rows, rf.times, a.phases.phase
+    for k in rf.fusion.kernels:
+        mine = [i for i in k.members if SCOPE in rows[i].scope.split("/")]
+        if not mine:
+            continue
+        if not k.has_dot:
+            out[ph[k.members[-1]]] += sum(rf.fusion.row_time[i] for i in mine)
+            continue
+        dots = [i for i in k.members if rows[i].gemm_flops]
+        if len(mine) < len(k.members):  # rows of other scopes in it: the scope's compute only
+            rest = sum(times[i].compute_s for i in mine if not rows[i].gemm_flops)
+            out[ph[k.members[-1]]] += max(0.0, k.time_s - max(k.compute_s - rest, k.memory_s) - k.overhead_s)
+            continue
+        alone = sum(max(times[i].compute_s, times[i].memory_s) + times[i].overhead_s for i in dots)
+        out[ph[k.members[-1]]] += max(0.0, k.time_s - alone)
+    return out
 
 
 def refusal(cfg) -> str | None:

@@ -74,7 +74,7 @@ class LayerCost:
 
 _BY_PHASE = Record({p: COUNT for p in PHASES})
 #: What a layer's entry holds: the fields of :class:`LayerCost`.
-LAYERS = Schema("plan/layers", 10, Record({
+LAYERS = Schema("plan/layers", 11, Record({
     "key": TEXT, "chip": TEXT, "gemm_flops": _BY_PHASE, "vector_flops": _BY_PHASE,
     "time_s": Record({p: AMOUNT for p in PHASES}), "dgrad_flops": COUNT, "wgrad_flops": COUNT,
     "saved_bytes": COUNT, "input_bytes": COUNT, "weight_elems": COUNT, "weight_bytes": COUNT, "master_bytes": COUNT,
@@ -193,6 +193,7 @@ def analyse_layer(cfg: ScaleConfig, hw, key: str = "", chip: str = "", part: str
     the profile's default)."""
     from ..study import Study
     from .layer import lower_head
+    from .attention_kernels import core_charge
     from .mlp_activation import activation_charge
     from .te_amax import cast_charge
     from .tp_overlap import linear_seconds
@@ -227,7 +228,7 @@ def analyse_layer(cfg: ScaleConfig, hw, key: str = "", chip: str = "", part: str
         moment_bytes=sum(x.type.nbytes for x in moments), ops=len(a.rows), core_s=core, loss_s=loss,
         weight_cast_s=cast, linear_s=linear_seconds(a, rf.times, hw, cfg.t), core_tensor_s=_core_tensor(a, rf),
         act_s=activation_charge(a, rf, PHASES),
-        core_own_s=activation_charge(a, rf, PHASES, "core"), amax_cast_s=amax_s, amax_cast_bytes=amax_bytes,
+        core_own_s=core_charge(a, rf, PHASES), amax_cast_s=amax_s, amax_cast_bytes=amax_bytes,
         amax_casts=amax_casts)
 
 
