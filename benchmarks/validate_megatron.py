@@ -29,7 +29,10 @@ from mhlo_cost.studies.plan.plan import plan
 #: pipeline, on by default in megatron/arguments.py then; megatron/p2p_communication.py overrides it with --sp), and its
 #: activation as its own kernels (bias_gelu_fusion, on by default: arguments.py has only --no-bias-gelu-fusion;
 #: megatron/model/fused_bias_gelu.py's bias_gelu and bias_gelu_back: mhlo_cost.studies.plan.mlp_activation).
-MEGATRON_2022 = dict(cross_entropy="megatron", scatter_gather=True, activation_kernel="megatron")
+#: Its CoreAttention's softmax and dropout: megatron/model/fused_softmax.py's scaled_upper_triang_masked_softmax
+#: (causal, seq 2048) and torch's dropout (mhlo_cost.studies.plan.attention_kernels).
+MEGATRON_2022 = dict(cross_entropy="megatron", scatter_gather=True, activation_kernel="megatron",
+                     attention_kernel="megatron")
 RUNS = {  # Table 5 / Figure 1 configurations (Calculon's validation/seqsel/tab5 and fig1)
     "gpt-22b": dict(t=8, p=1, d=1, global_batch=4, micro_batch=4, interleave=1, **MEGATRON_2022),
     "gpt-175b": dict(t=8, p=8, d=1, global_batch=64, micro_batch=1, interleave=3, **MEGATRON_2022),

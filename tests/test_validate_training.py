@@ -297,6 +297,19 @@ def test_megatrons_own_activation_kernels_reach_the_rows_whose_code_runs_them(da
                for r in data["run"]) == 24
 
 
+def test_megatrons_own_attention_kernels_reach_exactly_the_unfused_rows(data):
+    """Every unfused-attention row is Megatron-LM 2021's (de7dc40) or Megatron-DeepSpeed's BLOOM, whose
+    FusedScaleMaskSoftmax runs scaled_upper_triang_masked_softmax at their shapes: all 12 take attention_kernel
+    megatron and are valid; no flash row does."""
+    for run in data["run"]:
+        cfg = vt.scale_config(run, data["model"][run["model"]])
+        unfused = run.get("attention") == "unfused"
+        assert cfg.attention_kernel == ("megatron" if unfused else "compiled"), run["id"]
+        assert not unfused or run["source"] in ("narayanan2021", "bloom2022"), run["id"]
+        assert not unfused or cfg.invalid() is None, run["id"]
+    assert sum(r.get("attention") == "unfused" for r in data["run"]) == 12
+
+
 def test_nemo_and_bridge_rows_overlap_their_tensor_parallel_collectives(data):
     """Every NeMo / Megatron-Bridge row with a tensor degree above 1 runs TE's userbuffers overlap (the recipes'
     tp_comm_overlap); Megatron-Bridge's fp8 H100 configurations ring-exchange the reduce-scatters."""

@@ -146,7 +146,7 @@ def _sharding(args) -> dict:
                 tp_comm_overlap=args.tp_comm_overlap, tp_overlap_rs=args.tp_comm_overlap_rs,
                 async_tp=args.async_tp,
                 pipeline_split=args.pipeline_split, cross_entropy=args.cross_entropy, activation=args.activation,
-                activation_kernel=args.activation_kernel,
+                activation_kernel=args.activation_kernel, attention_kernel=args.attention_kernel,
                 nccl_ub=args.use_nccl_ub,
                 torch_ddp=args.torch_ddp,
                 loss_scale=args.loss_scale,

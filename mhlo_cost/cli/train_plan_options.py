@@ -149,6 +149,10 @@ def register_framework_passes(p) -> None:
                         "megatron, Megatron's own kernel forward and backward (--bias-gelu-fusion / "
                         "bias_activation_fusion: bias_gelu, bias_swiglu; under fp8 Transformer Engine's cast of "
                         "fc2's input after it)")
+    p.add_argument("--attention-kernel", choices=("compiled", "megatron"), default="compiled",
+                   help="how the unfused attention's softmax and dropout run: compiled, the lowered ops fused "
+                        "(default); megatron, Megatron-LM's scaled_upper_triang_masked_softmax and PyTorch's fused "
+                        "dropout, each its own kernel each way (with --attention unfused)")
 
 
 def register_experts(p) -> None:

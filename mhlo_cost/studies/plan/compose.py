@@ -65,6 +65,7 @@ from .megatron_passes import (gather_seconds, head_seconds, loss_scale_seconds,
                               main_grad_add_seconds, send_bytes, torch_ddp_seconds)
 from .embedding_pass import word_embedding_seconds
 from .fsdp_copies import fsdp_copy_seconds
+from .attention_kernels import attention_pass_seconds
 from .mlp_activation import activation_pass_seconds
 from .fp8_gather import tp_bytes
 from .fp8_weights import per_micro_batch, saved_cast_backward, split_step
@@ -152,13 +153,17 @@ def _layer(cfg: ScaleConfig, cost: LayerCost, topo, hw=None) -> dict:
     ring_f, ring_b = ring_f + te_f, ring_b + te_b
     copy_f, copy_b = fsdp_copy_seconds(cfg, hw, cost.weight_elems)  # FSDP2's copy-out / copy-in (.fsdp_copies)
     act_f, act_b = activation_pass_seconds(cfg, hw, cost.act_s)  # Megatron's / NeMo's own kernels (.mlp_activation)
+    attn_f, attn_b = attention_pass_seconds(cfg, hw, cost.core_own_s)  # Megatron's softmax, dropout
+    # (.attention_kernels)
+    act_f, act_b = act_f + attn_f, act_b + attn_b
     amax_f, amax_b, amax_r = te_cast_seconds(cfg, hw, cost)  # TE's delayed scaling: no amax pass (.te_amax)
     ao_f, ao_b, ao_r = torchao_cast_seconds(cfg, hw, cost)  # torchao eab345c: dy cast once, input_fp8 saved
     amax_f, amax_b, amax_r = amax_f + ao_f, amax_b + ao_b, amax_r + ao_r
     fwd = t["forward"] - cast_f + ring_f + copy_f + act_f + amax_f + calls.added_forward
     bwd = t["backward"] - cast_b + ring_b + copy_b + act_b + amax_b + calls.added_backward
     rec += amax_r
-    rec += act_f if cfg.recompute == "full" else 0.0
+    rec += act_f - attn_f if cfg.recompute == "full" else 0.0
+    rec += attn_f if reruns_attention(cfg) else 0.0  # (full or selective: the core's forward kernels again)
     rec += ring_f + calls.added_forward if reruns_attention(cfg) else 0.0  # the ring's passes: the forward's own
     f = fwd + tp["forward"] + cp.forward
     b = bwd + rec + tp["backward"] + cp.backward

@@ -133,6 +133,8 @@ class ScaleConfig:
     # kernels (Nemotron; the layer lowered with GELU, the same GEMMs: .megatron_passes)
     activation_kernel: str = "compiled"  # the activation: compiled (in fc1's GEMM epilogue, as lowered) | megatron
     # (its own jitted kernel each way: bias_gelu / bias_swiglu; fp8: TE's cast of fc2's input: .mlp_activation)
+    attention_kernel: str = "compiled"  # the unfused core attention: compiled (its lowered ops under the fusion
+    # model) | megatron (Megatron-LM's fused causal softmax and PyTorch's dropout kernels: .attention_kernels)
 
     @property
     def mlp(self) -> int:

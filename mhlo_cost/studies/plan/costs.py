@@ -57,6 +57,8 @@ class LayerCost:
     # attention's products would take at the tensor cores' full issue rate (its power's activity: .power_clock)
     act_s: dict = field(default_factory=lambda: {p: 0.0 for p in PHASES})  # phase -> seconds the compiled model
     # charged for the MLP's activation in its GEMMs' epilogues (what Megatron's own kernels replace: .mlp_activation)
+    core_own_s: dict = field(default_factory=lambda: {p: 0.0 for p in PHASES})  # phase -> seconds the compiled model
+    # charged for the core attention's non-GEMM work (what Megatron's softmax and dropout replace: .attention_kernels)
     amax_cast_s: dict = field(default_factory=lambda: {p: 0.0 for p in PHASES})  # phase -> seconds of the standalone
     # amax-and-fp8-cast kernels of activations and gradients (what TE's delayed scaling replaces: .te_amax)
     amax_cast_bytes: dict = field(default_factory=lambda: {p: 0 for p in PHASES})  # phase -> their bytes
@@ -74,15 +76,16 @@ class LayerCost:
 
 _BY_PHASE = Record({p: COUNT for p in PHASES})
 #: What a layer's entry holds: the fields of :class:`LayerCost`.
-LAYERS = Schema("plan/layers", 10, Record({
+LAYERS = Schema("plan/layers", 12, Record({
     "key": TEXT, "chip": TEXT, "gemm_flops": _BY_PHASE, "vector_flops": _BY_PHASE,
     "time_s": Record({p: AMOUNT for p in PHASES}), "dgrad_flops": COUNT, "wgrad_flops": COUNT,
     "saved_bytes": COUNT, "input_bytes": COUNT, "weight_elems": COUNT, "weight_bytes": COUNT, "master_bytes": COUNT,
     "moment_bytes": COUNT, "ops": COUNT, "core_s": Record({p: AMOUNT for p in PHASES}),
     "linear_s": MapOf(AMOUNT), "loss_s": Record({p: AMOUNT for p in PHASES}),
     "weight_cast_s": Record({p: AMOUNT for p in PHASES}), "core_tensor_s": Record({p: AMOUNT for p in PHASES}),
-    "act_s": Record({p: AMOUNT for p in PHASES}), "amax_cast_s": Record({p: AMOUNT for p in PHASES}),
-    "amax_cast_bytes": _BY_PHASE, "amax_casts": MapOf(COUNT), "cast_feed_s": Record({p: AMOUNT for p in PHASES})}))
+    "act_s": Record({p: AMOUNT for p in PHASES}), "core_own_s": Record({p: AMOUNT for p in PHASES}),
+    "amax_cast_s": Record({p: AMOUNT for p in PHASES}), "amax_cast_bytes": _BY_PHASE, "amax_casts": MapOf(COUNT),
+    "cast_feed_s": Record({p: AMOUNT for p in PHASES})}))
 #: Fields of a profile that name or describe it: a chip's cost does not depend on them.
 _NAMING = ("name", "aliases", "vendor", "description", "source")
 
@@ -192,6 +195,7 @@ def analyse_layer(cfg: ScaleConfig, hw, key: str = "", chip: str = "", part: str
     the profile's default)."""
     from ..study import Study
     from .layer import lower_head
+    from .attention_kernels import core_charge
     from .mlp_activation import activation_charge
     from .te_amax import cast_charge
     from .torchao_casts import feed_charge
@@ -226,8 +230,8 @@ def analyse_layer(cfg: ScaleConfig, hw, key: str = "", chip: str = "", part: str
         weight_bytes=sum(x.type.nbytes for x in weights), master_bytes=sum(x.type.nbytes for x in master),
         moment_bytes=sum(x.type.nbytes for x in moments), ops=len(a.rows), core_s=core, loss_s=loss,
         weight_cast_s=cast, linear_s=linear_seconds(a, rf.times, hw, cfg.t), core_tensor_s=_core_tensor(a, rf),
-        act_s=activation_charge(a, rf, PHASES), amax_cast_s=amax_s, amax_cast_bytes=amax_bytes, amax_casts=amax_casts,
-        cast_feed_s=feed_charge(a, rf, hw, PHASES))
+        act_s=activation_charge(a, rf, PHASES), core_own_s=core_charge(a, rf, PHASES), amax_cast_s=amax_s,
+        amax_cast_bytes=amax_bytes, amax_casts=amax_casts, cast_feed_s=feed_charge(a, rf, hw, PHASES))
 
 
 def dense_layer(cfg: ScaleConfig) -> str:

@@ -114,8 +114,8 @@ def activation_pass_seconds(cfg, hw, charged: dict | None) -> tuple[float, float
                  ((ph, own[ph]) for ph in PHASES))
 
 
-def activation_charge(a, rf, phases: tuple) -> dict:
-    """phase -> seconds the compiled model charged for the rows of scope :data:`SCOPE` (see the module's text):
+def activation_charge(a, rf, phases: tuple, scope: str = SCOPE) -> dict:
+    """phase -> seconds the compiled model charged for the rows of ``scope`` (:data:`SCOPE`; the module's text):
     per fused kernel holding one, its time less its time without its non-GEMM members' compute, or in a kernel
     without a GEMM those rows' share of its time (under another execution model, eager or Inductor, the rows'
     seconds as that model shares them)."""
@@ -123,10 +123,10 @@ def activation_charge(a, rf, phases: tuple) -> dict:
     rows, times, ph = a.rows, rf.times, a.phases.phase
     if rf.execution != "compiled":
         for i, r in enumerate(rows):
-            out[ph[i]] += rf.fusion.row_time[i] if SCOPE in r.scope.split("/") else 0.0
+            out[ph[i]] += rf.fusion.row_time[i] if scope in r.scope.split("/") else 0.0
         return out
     for k in rf.fusion.kernels:
-        mine = [i for i in k.members if SCOPE in rows[i].scope.split("/")]
+        mine = [i for i in k.members if scope in rows[i].scope.split("/")]
         if not mine:
             continue
         if not k.has_dot:
