@@ -116,13 +116,14 @@ def library_request(point: Point):
 
 def study_of(text: str, task: Task):
     """The study ``report --hardware H --steps K`` makes of the text (walked here: a worker is a process of
-    its own); ``on(hw)`` gives it on each profile."""
+    its own; parsed here too: the text is the lowering this worker just made, :attr:`StudyOptions.parse_here`);
+    ``on(hw)`` gives it on each profile."""
     from ..study import Study, StudyOptions
 
     own = task.fuse in ("eager", "inductor")  # an execution model of its own, not a --fuse mode
     return Study(StudyOptions(text, conv_padding=task.conv_padding, execution=task.fuse if own else None,
                               fuse="none" if own else task.fuse, steps=task.steps, isolate=False,
-                              dataflow=True))
+                              dataflow=True, parse_here=True))
 
 
 def compute(task: Task) -> Result:
