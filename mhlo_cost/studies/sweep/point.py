@@ -179,8 +179,8 @@ DEPTHS, CHECK_DEPTH = (2, 3), 4
 
 
 def point_rows(task: Task) -> tuple[str, list, str]:
-    """(the sha256 of the lowerings its rows are made from, the point's row per profile, the check's outcome): priced from one layer
-    where the point's model repeats and ``task.repeat`` (:func:`_repeated_rows`), else from the study of
+    """(the sha256 of the lowerings its rows are made from, the point's row per profile, the check's outcome):
+    priced from one layer where the point's model repeats and ``task.repeat`` (:func:`_repeated_rows`), else from the study of
     :func:`point_study`. The outcome, where ``task.check`` and the repetition was tried: ``passed`` (the rows are
     the repetition's, checked at :data:`CHECK_DEPTH`) or ``failed`` (the repetition was not taken or its check
     did not hold: the rows are :func:`point_study`'s); else ``""``."""
