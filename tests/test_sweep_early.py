@@ -37,3 +37,26 @@ def test_one_worker_or_a_cluster_starts_no_early_pool():
     assert sweep_run.early_pools(24, 1, None, Cache(None)) is None
     assert sweep_run.early_pools(1, 4, None, Cache(None)) is None
     assert sweep_run.early_pools(24, 2, "tcp://nowhere:8786", Cache(None)) is None
+
+
+def test_the_parent_builds_every_points_configuration_without_jax():
+    """The sweep's parent builds the points' configurations (skip reasons, cache keys) and lowers none: it imports no
+    jax (a second of CPU beside the workers' start), the sharded configuration being the one lowering reads."""
+    import subprocess
+    import sys
+
+    code = ("import sys\n"
+            "from mhlo_cost.studies.sweep.grid import Point, build_config, skip_reason\n"
+            "from mhlo_cost.studies.sweep.cache import _lowered\n"
+            "from mhlo_cost.studies.sweep.point import Task\n"
+            "p = Point('stdit3', '204_640_360', 'ulysses', 8, 'bf16')\n"
+            "cfg, plan = build_config(p, {})\n"
+            "assert skip_reason(p, {}) is None and 'ulysses' in plan and cfg.plan.devices == 8, plan\n"
+            "assert skip_reason(Point('stdit3', 'default', 'megatron', 7, 'bf16'), {})\n"
+            "_lowered(Task(p, {}, ['h100']))\n"
+            "print('jax' in sys.modules, type(cfg).__module__)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["False", "mhlo_cost.lower.models.sharded_config"]
+    from mhlo_cost.lower.models import parallel, sharded_config
+
+    assert parallel.ShardedConfig is sharded_config.ShardedConfig  # (what jax_frontend's isinstance reads)

@@ -74,3 +74,23 @@ def test_a_cached_first_point_releases_its_program_at_once(tmp_path, monkeypatch
     assert (stats.cached, stats.computed) == (1, 3)
     assert sorted(log.read_text().splitlines()) == ["4_128_128 megatron True True", "8_128_128 megatron False True",
                                                     "8_64_64 ulysses False False"]
+
+
+def test_released_points_wait_longest_first():
+    """Graham's LPT rule on what is released: the points that wait for none stay first, in their order; a released
+    point is placed by the seconds its program's first point took, the longest first, ties in release order."""
+    from mhlo_cost.studies.sweep.run import _released
+
+    pts = [Point("stdit3", s, p, 2, "bf16") for p in ("ulysses", "megatron", "ring") for s in ("a", "b", "c")]
+    tasks, after = _tasks(pts)  # first points 0, 3, 6; the others wait for them
+    results: list = [None] * len(pts)
+    fresh, done = _released(tasks, list(range(len(pts))), results, after, None, lambda i, r, n: None)
+    assert list(fresh) == [0, 3, 6]
+    fresh.popleft()  # point 0 runs; 3 and 6 wait for a worker
+    done(0, Result(pts[0], "ok", seconds=0.5), 1)
+    assert list(fresh) == [3, 6, 1, 2]
+    fresh.popleft(), fresh.popleft()
+    done(6, Result(pts[6], "ok", seconds=1.5), 1)  # the ring program's, longer: its points go ahead of ulysses'
+    assert list(fresh) == [7, 8, 1, 2]
+    done(3, Result(pts[3], "ok", seconds=0.5), 0)  # as long as ulysses': after it, in the order of release
+    assert list(fresh) == [7, 8, 1, 2, 4, 5]

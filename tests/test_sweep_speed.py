@@ -132,3 +132,39 @@ def test_blocks_shared_between_depths_and_shapes_lower_the_same_text(strategy):
     for a, b in zip(alone, shared):
         assert a == b
     assert stdit3_once._SHARED.get() is None  # (the context gone, nothing kept)
+
+
+def test_a_point_parses_its_own_lowering_here_with_the_guards_rows(monkeypatch):
+    """A worker parses the text it just lowered in its own process (``StudyOptions.parse_here``: no reader's child
+    started, no bytecode made); its analysis and rows are those of the text parsed in the reader's child, as
+    ``report`` parses a file (the independent path: :func:`mhlo_cost.ir.guard.read_guarded`)."""
+    from mhlo_cost.ir import guard
+    from mhlo_cost.studies.study import Study
+    from mhlo_cost.views.sweep_row import sweep_row
+
+    grid = make_grid({"model": "stdit3", "shape": ["default"], "strategies": ["ulysses:2"], "hardware": ["h100"],
+                      "fuse": "elementwise", "options": {"small": True, "depth": 3}})
+    task = Task(grid.points[0], grid.options, grid.hardware, grid.steps, grid.fuse)
+    text = sweep_point.lower_text(task.point, dict(task.options))
+    here = sweep_point.study_of(text, task)
+    assert here.options.parse_here and not here.isolated()
+    guarded = Study(replace(here.options, parse_here=False))
+    monkeypatch.setenv("MHLO_COST_ISOLATE", "1")
+    calls = []
+    real = guard.read_guarded
+    monkeypatch.setattr(guard, "read_guarded", lambda *a, **k: calls.append(1) or real(*a, **k))
+    a, b = here.analysis, guarded.analysis
+    assert calls == [1]  # (the guarded study's parse alone went through the reader's child)
+    assert a.summary == b.summary and len(a.rows) == len(b.rows) > 100
+    assert [(r.op, r.scope, r.cost, r.multiplicity, r.loc.file_line, r.loc.stack) for r in a.rows] == \
+        [(r.op, r.scope, r.cost, r.multiplicity, r.loc.file_line, r.loc.stack) for r in b.rows]
+    assert _flow(a.producers) == _flow(b.producers)
+    hw = task.profiles()[0]
+    assert sweep_row(here.on(hw).figures) == sweep_row(guarded.on(hw).figures)
+
+
+def _flow(producers: list) -> list:
+    """The data flow with each argument's key (a value's address in its parse) named by its order of first use."""
+    names: dict = {}
+    return [tuple(x if not isinstance(x, str) else names.setdefault(x, f"arg{len(names)}") for x in ps)
+            for ps in producers]

@@ -91,3 +91,21 @@ def test_worker_timeout_option(capsys):
         assert main(["sweep", "--model", "gpt", "--no-cache", "--worker-timeout", bad]) == 2
         err = capsys.readouterr().err.splitlines()
         assert len(err) == 1 and err[0].startswith("mhlo-cost: error:") and "positive number of seconds" in err[0]
+
+
+def test_a_local_worker_ends_without_its_interpreters_teardown(tmp_path):
+    """The sweep's pool workers end with ``os._exit`` once shut down (``run._worker_started``): an object a worker
+    keeps is never freed (a plain spawned worker, the control, frees it as its interpreter is torn down), and the
+    worker has answered every call first."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    from mhlo_cost.studies.sweep.run import _worker_started
+    from sweep_work import leave_marker
+
+    ctx = multiprocessing.get_context("spawn")
+    for init, name in ((None, "plain"), (_worker_started, "fast")):
+        with ProcessPoolExecutor(max_workers=1, mp_context=ctx, initializer=init) as pool:
+            assert pool.submit(leave_marker, str(tmp_path / name)).result() > 0
+    assert (tmp_path / "plain").read_text() == "torn down"
+    assert not (tmp_path / "fast").exists()

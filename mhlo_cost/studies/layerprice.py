@@ -251,7 +251,8 @@ def repeated_rows(repeat: Repeat, priced: list) -> list:
     depths are asked of it)."""
     from ..views.sweep_row import sweep_row
 
-    program = repeat.program()
+    # (a program without a collective exposes none, whatever its data flow: not mapped to full depth, as serve's)
+    program = repeat.program(any(r.kind == "collective" for r in repeat.deep.rows))
     return [sweep_row(repeated_figures(repeat, program, deep, shallow)) for shallow, deep in priced]
 
 

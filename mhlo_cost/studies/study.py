@@ -58,6 +58,9 @@ the estimate or the memory estimate needs them). ``isolate``: parsed and walked 
     isolate: bool | None = False
     dataflow: bool | None = None
     shapes: tuple = ()  # ((symbol, value), ...): the point a symbolic program is refined at (--shapes)
+    # MLIR text this process lowered itself (a sweep's worker): parsed here, not in the reader's child (the guard
+    # is for files from elsewhere; jax wrote this text in this process), so no child starts and no bytecode is made
+    parse_here: bool = False
 
     def __post_init__(self):
         """Block options that mean nothing under the block method (:class:`~mhlo_cost.studies.limits.OptionError`):
@@ -179,7 +182,7 @@ class Study:
         from ..ir.loader import load, require_jax
 
         require_jax()
-        loaded = load(o.source, name=o.name)
+        loaded = load(o.source, name=o.name, isolate=False if o.parse_here else None)
         self.stage("counting")
         return walk_loaded(loaded, options)
 

@@ -39,12 +39,13 @@ def bundled_config(model: str, *, frontend: str = "jax", parallel: str = "none",
         raise FrontendError(f"--parallel applies to stdit3 only, not {model}")
     if frontend != "jax":
         raise FrontendError("--parallel needs the jax frontend")
-    from ..models import parallel as par
+    from ..models.parallel_plan import make_plan, parse_mesh
+    from ..models.sharded_config import ShardedConfig  # (no jax: a sweep's parent builds configurations only)
 
     if devices is None:
         if mesh is None:
             raise FrontendError(f"--parallel {parallel} needs --devices N")
-        nx, ny = par.parse_mesh(mesh)
+        nx, ny = parse_mesh(mesh)
         devices = nx * ny
-    plan = par.make_plan(parallel, devices, mesh, cfg)
-    return par.ShardedConfig(cfg, plan), f", {plan.describe()}"
+    plan = make_plan(parallel, devices, mesh, cfg)
+    return ShardedConfig(cfg, plan), f", {plan.describe()}"

@@ -66,7 +66,7 @@ Requirements (checked by :func:`make_plan` with a clear message): megatron H % n
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from .sharded_config import ShardedConfig  # noqa: F401 (jax-free, re-exported: a configuration with its plan)
 
 import jax
 from jax.sharding import PartitionSpec as P
@@ -202,22 +202,3 @@ def lower(cfg: STDiT3Config, plan: Plan, *, caption_4d: bool = True):
     """``jax.jit(...).lower`` of the model under ``plan`` from shapes alone, on an abstract mesh."""
     fwd = make_parallel_forward(cfg, plan)
     return jax.jit(fwd).lower(stdit3.param_shapes(cfg), *stdit3.input_shapes(cfg, caption_4d=caption_4d))
-
-
-@dataclass(frozen=True)
-class ShardedConfig:
-    """A configuration with a parallel plan: what the frontends pass around for ``--parallel``.
-
-    Attribute reads fall through to ``cfg`` so that code written for a plain configuration still works.
-    """
-
-    cfg: STDiT3Config
-    plan: Plan
-
-    def __getattr__(self, name):
-        if name in ("cfg", "plan"):
-            raise AttributeError(name)
-        return getattr(self.cfg, name)
-
-    def replace(self, **kw) -> "ShardedConfig":
-        return ShardedConfig(replace(self.cfg, **kw), self.plan)

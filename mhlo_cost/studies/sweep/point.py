@@ -116,13 +116,14 @@ def library_request(point: Point):
 
 def study_of(text: str, task: Task):
     """The study ``report --hardware H --steps K`` makes of the text (walked here: a worker is a process of
-    its own); ``on(hw)`` gives it on each profile."""
+    its own; parsed here too: the text is the lowering this worker just made, :attr:`StudyOptions.parse_here`);
+    ``on(hw)`` gives it on each profile."""
     from ..study import Study, StudyOptions
 
     own = task.fuse in ("eager", "inductor")  # an execution model of its own, not a --fuse mode
     return Study(StudyOptions(text, conv_padding=task.conv_padding, execution=task.fuse if own else None,
                               fuse="none" if own else task.fuse, steps=task.steps, isolate=False,
-                              dataflow=True))
+                              dataflow=True, parse_here=True))
 
 
 def compute(task: Task) -> Result:
@@ -178,8 +179,8 @@ DEPTHS, CHECK_DEPTH = (2, 3), 4
 
 
 def point_rows(task: Task) -> tuple[str, list, str]:
-    """(the sha256 of the lowerings its rows are made from, the point's row per profile, the check's outcome): priced from one layer
-    where the point's model repeats and ``task.repeat`` (:func:`_repeated_rows`), else from the study of
+    """(the sha256 of the lowerings its rows are made from, the point's row per profile, the check's outcome):
+    priced from one layer where the point's model repeats and ``task.repeat`` (:func:`_repeated_rows`), else from the study of
     :func:`point_study`. The outcome, where ``task.check`` and the repetition was tried: ``passed`` (the rows are
     the repetition's, checked at :data:`CHECK_DEPTH`) or ``failed`` (the repetition was not taken or its check
     did not hold: the rows are :func:`point_study`'s); else ``""``."""
