@@ -174,20 +174,41 @@ def op_weight_recast(cfg) -> tuple[int, int]:
     return nbytes, kernels
 
 
+def compiled_full_weights(cfg, cost) -> float:
+    """Seconds of the fp8 weight casts one layer's compiled full recompute (:func:`.recompute.compiled_full`) runs
+    beyond the program's recompute phase's: every node of torchtitan 9dec370's ``ptd_checkpoint_wrapper`` region is
+    recomputed (nothing inside the block saved), and each linear's dgrad reads its fp8 weight (w2's too, whose forward
+    GEMM the recompute skips), so every weight's amax and cast runs again: the forward's (``weight_cast_s``) less what
+    the program's recompute phase holds. 0.0 where no cast weight is saved otherwise
+    (:func:`.fp8_weights.saves_cast`)."""
+    from .recompute import compiled_full
+
+    if not compiled_full(cfg) or not saves_cast(cfg):
+        return 0.0
+    return cost.weight_cast_s["forward"] - cost.weight_cast_s["recompute"]
+
+
 def torchao_cast_seconds(cfg, hw, cost) -> tuple[float, float, float]:
     """(forward, backward, recompute) seconds to add to one layer's micro-batch for torchao's casts in place of the
     program's standalone ones and their f32 feeds (negative: less), where :func:`applies`; 0s otherwise or without a
-    profile. Full recompute runs the forward's again; op its own recompute phase (:func:`.recompute.recompute_seconds`),
-    and the weights' casts it remakes (:func:`op_weight_recast`, with tensor parallelism too)."""
+    profile. Eager full recompute re-runs the forward, its casts with it; compiled full recompute
+    (:func:`.recompute.compiled_full`) the forward's torchao kernels in place of the program's recompute-phase casts
+    and feeds, and every weight's cast (:func:`compiled_full_weights`); op its own recompute phase
+    (:func:`.recompute.recompute_seconds`), and the weights' casts it remakes (:func:`op_weight_recast`); the weights'
+    with tensor parallelism too."""
     if hw is None:
         return 0.0, 0.0, 0.0
-    from .recompute import recompute_seconds
+    from .recompute import compiled_full, recompute_seconds
 
     wb, wk = op_weight_recast(cfg)
-    weights = hw.memory_time(wb, kernels=wk) if wb else 0.0
+    weights = (hw.memory_time(wb, kernels=wk) if wb else 0.0) + compiled_full_weights(cfg, cost)
     if not applies(cfg):
         return 0.0, 0.0, weights
     own = torchao_kernels(cfg, cost.amax_casts, tuple(cost.amax_cast_s))
     delta = {p: (hw.memory_time(b, kernels=k) if k else 0.0) - cost.amax_cast_s[p] - cost.cast_feed_s[p]
              for p, (b, k) in own.items()}
+    if compiled_full(cfg):  # the forward's kernels again, wo's input cast too, not the program's recompute casts
+        b, k = own["forward"]
+        rec = hw.memory_time(b, kernels=k) - cost.amax_cast_s["recompute"] - cost.cast_feed_s["recompute"]
+        return delta["forward"], delta["backward"], rec + weights
     return delta["forward"], delta["backward"], recompute_seconds(cfg, delta) + weights
