@@ -80,13 +80,29 @@ def test_eager_casts_in_each_linear():
 
 def test_no_recompute_and_full_recompute():
     """Without recompute the saved fp8 inputs are transposed (wo's too: 2N more in the backward) and nothing is
-    recomputed; full recompute re-runs the forward, its casts with it (the forward's delta again)."""
+    recomputed; eager full recompute re-runs the forward, its casts with it (the forward's delta again)."""
     fwd, bwd, rec = torchao_cast_seconds(_cfg(recompute="none"), StubHW(), _cost())
     assert rec == 0.0
     assert bwd == pytest.approx((_dy(N) + _dy(KV) + 2 * N + 2 * N) / BW - 0.012, rel=1e-12)
-    ffwd, fbwd, frec = torchao_cast_seconds(_cfg(recompute="full"), StubHW(), _cost())
-    assert (ffwd, fbwd) == pytest.approx((fwd, bwd), rel=1e-12)
+    eager = dict(recompute="full", execution="eager")
+    ffwd, fbwd, frec = torchao_cast_seconds(_cfg(**eager), StubHW(), _cost())
+    efwd, ebwd, _ = torchao_cast_seconds(_cfg(recompute="none", execution="eager"), StubHW(), _cost())
+    assert (ffwd, fbwd) == pytest.approx((efwd, ebwd), rel=1e-12)
     assert frec == pytest.approx(ffwd, rel=1e-12)
+
+
+def test_compiled_full_recompute_reruns_the_forward_casts():
+    """torch.compile over torchtitan 9dec370's ptd_checkpoint_wrapper (every node of the block PREFER_RECOMPUTE,
+    nothing inside it saved): the recompute runs the forward's torchao kernels again, the two norms' outputs cast
+    once each (CSE), amax + cast, 5N each, in place of the program's recompute casts (0.002 s, no feeds); and every
+    fp8 weight's amax and cast, which the dgrads read: the forward's weight casts (0.0007 s) less the program's
+    recompute phase's (0.0003 s). The forward and backward are those without recompute."""
+    cost = _cost()
+    cost.weight_cast_s.update(forward=0.0007, recompute=0.0003)
+    fwd, bwd, rec = torchao_cast_seconds(_cfg(recompute="full"), StubHW(), cost)
+    nfwd, nbwd, _ = torchao_cast_seconds(_cfg(recompute="none"), StubHW(), cost)
+    assert (fwd, bwd) == pytest.approx((nfwd, nbwd), rel=1e-12)
+    assert rec == pytest.approx(2 * 5 * N / BW - 0.002 + 0.0007 - 0.0003, rel=1e-12)
 
 
 @pytest.mark.parametrize("kw", [dict(t=2, sp=True, d=1), dict(fp8_weight_cache=True), dict(precision="fp8-rowwise"),
