@@ -57,6 +57,7 @@ from ..walk.row import Row, short_name
 from .band import masks_of
 from .fusion import Fusion, Grouper, Kernel, grouping_inputs
 from .inductor_copies import extern_copies
+from .inductor_epilogue import EXTERN_MEMBERS, SCALED_MEMBERS, _epilogue, _scale_epilogue
 from .inductor_launch import (GRAPH_FILL_S, GRAPH_GAP_S, TRITON_ARG_S, TRITON_LAUNCH_S,  # noqa: F401
                               graph_memory_s, launch, sdpa_rewrite)
 from .kernel_io import KernelIO, share_time
@@ -111,43 +112,6 @@ def fits(kernel: tuple[int, int], row: tuple[int, int]) -> tuple[int, int] | Non
     if r == 1:  # a pointwise row into a reduction kernel: over its input or over its output
         return kernel if n in (kn * kr, kn) else None
     return row if kn in (n * r, n) else None  # a reduction into a pointwise kernel
-
-
-def _epilogue(rows, producers, role, i: int) -> bool:
-    """What a library GEMM takes into its call: an ``add`` of a broadcast of a smaller operand (``addmm``'s bias)
-    or a narrowing ``convert`` of its result (the output dtype of the GEMM: a JAX dot accumulating in f32)."""
-    r = rows[i]
-    if short_name(r.op) == "convert" and r.operands and hasattr(r.result, "nbytes"):
-        return r.result.nbytes < r.operands[0].nbytes
-    if short_name(r.op) != "add":
-        return False
-    for p in producers[i]:
-        if isinstance(p, int) and role[p] == "dup" and rows[p].operands and \
-                rows[p].operands[0].nelems < getattr(rows[p].result, "nelems", 0):
-            return True
-    return False
-
-
-def _scale_epilogue(rows, producers, role, head: int, i: int) -> bool:
-    """``torch._scaled_mm``'s own scaling: a ``multiply`` of an fp8 GEMM's result by a broadcast 0-d scale.
-    torchao's tensorwise float8 matmul (``addmm_float8_unwrapped``, torchao/float8/float8_python_api.py at
-    eab345c, torchtitan's 2024-12 tables) passes both inverse scales to the one ``_scaled_mm`` call with
-    ``out_dtype``: cuBLASLt applies them and the output cast in its epilogue. (Row-wise scales are not 0-d: torchao
-    multiplies those in after the call, a kernel of their own.)"""
-    r, h = rows[i], rows[head]
-    if short_name(r.op) != "multiply" or not (h.gemm_flops and h.operands):
-        return False
-    if not all(str(getattr(x, "dtype", "")).startswith("f8") for x in h.operands[:2]):
-        return False
-    for p in producers[i]:
-        if isinstance(p, int) and role[p] == "dup" and rows[p].operands and rows[p].operands[0].nelems == 1:
-            return True
-    return False
-
-
-#: Members a library GEMM's call holds at most: the dot, its bias and output cast (:func:`_epilogue`); an fp8
-#: ``_scaled_mm`` its two scales besides (:func:`_scale_epilogue`).
-EXTERN_MEMBERS, SCALED_MEMBERS = 3, 5
 
 
 class _InductorGrouper(Grouper):
