@@ -87,3 +87,18 @@ def test_the_recompute_seconds_take_the_forward_attention():
     assert recompute_seconds(cfg.with_split(execution="eager"), time_s, core) == 5.0
     assert recompute_seconds(cfg.with_split(execution="compiled"), time_s, core) == 5.0
     assert recompute_seconds(cfg.with_split(recompute="op"), time_s, core) == 3.0
+
+
+def test_a_moe_model_keeps_the_whole_forward():
+    """A MoE model's full recompute under torch.compile is priced as the whole forward, as its token exchange
+    (moe_sharding: every forward collective again), launches and TP overlap are: the recompute seconds are the
+    forward's 5, its collectives all of the forward's (the last scatter too)."""
+    from mhlo_cost.studies.plan.recompute import compiled_full, recomputed_collectives
+
+    time_s = {"forward": 5.0, "backward": 9.0, "recompute": 3.0, "optimizer": 0.0}
+    cfg = ScaleConfig(**SMALL, execution="inductor", attention="fused", experts=4, top_k=2, t=2, sp=True)
+    assert compiled_full(cfg.with_split(experts=0, top_k=0))
+    assert not compiled_full(cfg)
+    assert recompute_seconds(cfg, time_s, {"forward": 1.0, "recompute": 1.25}) == 5.0
+    fwd = (("all_gather", 2), ("reduce_scatter", 2))
+    assert recomputed_collectives(cfg, fwd) == fwd
