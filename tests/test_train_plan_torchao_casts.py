@@ -70,12 +70,23 @@ def test_compiled_op_policy():
 
 
 def test_eager_casts_in_each_linear():
-    """Eager: no CSE, each linear casts its own input (3 + 2 casts of 5N), the recompute's cast and wo's once each,
-    and each of the three linears transposes its own fp8 input (3 x 2N); dy is still cast once."""
-    fwd, bwd, rec = torchao_cast_seconds(_cfg(execution="eager"), StubHW(), _cost())
+    """Eager, no recompute: no CSE, each linear casts its own input (3 + 2 casts of 5N), and each of the attention
+    norm's three linears transposes its own fp8 input (3 x 2N), wo its own (2N); dy is still cast once."""
+    fwd, bwd, rec = torchao_cast_seconds(_cfg(execution="eager", recompute="none"), StubHW(), _cost())
     assert fwd == pytest.approx(5 * 5 * N / BW - 0.005, rel=1e-12)
-    assert rec == pytest.approx((8 * N + WEIGHTS) / BW - 0.002, rel=1e-12)
-    assert bwd == pytest.approx((_dy(N) + _dy(KV) + 3 * 2 * N) / BW - 0.012, rel=1e-12)
+    assert rec == 0.0
+    assert bwd == pytest.approx((_dy(N) + _dy(KV) + 3 * 2 * N + 2 * N) / BW - 0.012, rel=1e-12)
+
+
+def test_eager_op_policy_is_refused():
+    """Eager op-level recompute re-runs each linear's own input and weight cast (no CSE, no Inductor fusion of the
+    weight cast into its transpose): not modelled, so the configuration is refused in one sentence; compiled, or
+    eager without the op policy, or TE's weight cache, is accepted."""
+    why = _cfg(execution="eager").invalid()
+    assert why and "not modelled" in why and "\n" not in why
+    assert _cfg().invalid() is None
+    assert _cfg(execution="eager", recompute="none").invalid() is None
+    assert _cfg(execution="eager", fp8_weight_cache=True).invalid() is None
 
 
 def test_no_recompute_and_full_recompute():

@@ -82,6 +82,10 @@ def fp8_invalid(cfg) -> str | None:
                 "--fsdp-version 2: it works through fully_shard's all-gather hooks), the fp8-tensorwise recipe "
                 "(torchao: tensorwise scaling only), no fp8 weight cache (TE's) and a dense model (a MoE's expert "
                 "gathers are not priced in fp8)")
+    if (cfg.precision == "fp8-tensorwise" and not cfg.fp8_weight_cache and cfg.execution == "eager"
+            and cfg.recompute == "op" and getattr(cfg, "lower_layer", None) is None):  # (.torchao_casts)
+        return ("torchao's eager fp8-tensorwise casts under op-level recompute are not modelled (the recompute "
+                "re-runs each linear's own input and weight cast): use execution inductor or another recompute")
     if cfg.fsdp_float8_precompute_scale and not cfg.fsdp_float8_all_gather:
         return ("the precomputed FSDP float8 scales (torchao's precompute_float8_dynamic_scale_for_fsdp) need the "
                 "FSDP float8 all-gather (torchtitan ignores them without it)")

@@ -51,7 +51,9 @@ weight's ``max`` is): :func:`op_weight_recast`. A linear whose GEMM the policy r
 the GPT layer's k, proj, fc2) needs it realized for that GEMM, a cast kernel of its own (d read, 1 written), beside
 the dgrad's transpose (:func:`.fp8_weights.weight_transposes`); for the others the transpose is its only reader, and
 Inductor computes the cast inside the transpose's kernel, which then reads the bf16 weight (d - 1 bytes an element
-more than the priced fp8 transpose, no kernel more).
+more than the priced fp8 transpose, no kernel more). Eager under the op policy is refused
+(:func:`.config_check.fp8_invalid`): its recompute re-runs each linear's own input cast (no CSE) and casts each
+weight in a kernel of its own before the transpose (no fusion), which these rules do not price.
 
 Casts fused into a producer's kernel with other work (the SwiGLU backward's dy casts, the forward casts the fusion
 model puts in the attention's or SwiGLU's kernel) stay as lowered. So does every cast under tensor parallelism
