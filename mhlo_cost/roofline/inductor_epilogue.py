@@ -25,8 +25,12 @@ def _scale_epilogue(rows, producers, role, head: int, i: int) -> bool:
     """``torch._scaled_mm``'s own scaling: a ``multiply`` of an fp8 GEMM's result by a broadcast 0-d scale.
     torchao's tensorwise float8 matmul (``addmm_float8_unwrapped``, torchao/float8/float8_python_api.py at
     eab345c, torchtitan's 2024-12 tables) passes both inverse scales to the one ``_scaled_mm`` call with
-    ``out_dtype``: cuBLASLt applies them and the output cast in its epilogue. (Row-wise scales are not 0-d: torchao
-    multiplies those in after the call, a kernel of their own.)"""
+    ``out_dtype``: cuBLASLt applies them and the output cast in its epilogue. Row-wise scales are not 0-d and are
+    priced multiplied in after the call, a kernel of their own: ESTIMATE, an upper bound for the forward's GEMM.
+    At eab345c ``addmm_float8_unwrapped`` multiplies after the call only where the scales are row-wise and
+    ``use_fast_accum`` is off, which holds for the backward's GEMMs (``gemm_config_grad_input`` /
+    ``gemm_config_grad_weight``), not the forward's: torchao/float8/config.py's ``gemm_config_output`` sets
+    ``use_fast_accum=True``, so its row-wise scales go into ``_scaled_mm`` (the phase is not known here)."""
     r, h = rows[i], rows[head]
     if short_name(r.op) != "multiply" or not (h.gemm_flops and h.operands):
         return False
