@@ -40,7 +40,8 @@ only at the optimizer step, and the stacks differ in whether they make that copy
     bytes an element if saved), and the cast's output, 1 byte an element and materialized (the forward
     ``_scaled_mm`` reads it, no fusion), is the cheaper cut: compiled, the fp8 weight is saved as in eager, not
     recast. Under activation checkpointing it is not saved: full
-    recompute re-runs the layer's forward, its casts with it (the program's recompute phase); torchtitan 9dec370's op
+    recompute re-runs the layer's forward, its casts with it (compiled, every weight's, w2's too, which the program's
+    recompute phase lacks: :func:`.torchao_casts.compiled_full_weights`); torchtitan 9dec370's op
     policy saves ``mm`` (every other), the attention, ``abs`` and ``max`` (``_save_list``) and marks the cast's
     ``_to_copy`` PREFER_RECOMPUTE, so the cast is made again from the saved amax in the backward's recompute (the
     program's recompute phase has no weight cast: :func:`.torchao_casts.op_weight_recast` prices it). The saved fp8

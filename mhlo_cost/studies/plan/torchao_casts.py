@@ -41,7 +41,11 @@ feeds written for them (``LayerCost.cast_feed_s``) are taken out and torchao's k
 per key of ``LayerCost.amax_casts``, ``n`` elements of the fp8 result, ``d`` bytes an element of the layer's dtype):
 
 * forward input cast: amax (d n, 1 kernel) + cast (d n + n, 1 kernel); once a tensor compiled, once a linear eager;
-* recompute input cast (op): the cast from the saved amax, d n + n, 1 kernel;
+* recompute input cast (op): the cast from the saved amax, d n + n, 1 kernel; compiled full recompute
+  (:func:`.recompute.compiled_full`: torchtitan 9dec370's ``ptd_checkpoint_wrapper`` compiled per block, every node
+  of the block PREFER_RECOMPUTE, nothing inside it saved but its inputs) runs the forward's input casts again, amax
+  and cast (wo's too), and every fp8 weight's (:func:`compiled_full_weights`), in place of the program's recompute
+  casts; eager full recompute re-runs the forward;
 * backward dy (e5m2; the program's two casts): amax + cast + transpose, (2d + 3) n, 3 kernels;
 * backward input recast (e4m3): none; the transpose of the fp8 input, 2n, 1 kernel (once a tensor compiled); under op
   an input the program's recompute does not cast (wo's, whose fp8 input serves only the wgrad) is remade there too.
