@@ -1,12 +1,12 @@
 """The per-device layer step analysed once: exact counts by phase, times on a chip, bytes it keeps.
 
 :func:`layer_cost` lowers :func:`mhlo_cost.studies.plan.layer.lower_layer` for a configuration's layer key, walks it
-with the training analysis (phases: forward, backward with dgrad / wgrad, recompute, optimizer), prices
-every op with the roofline of the chip (elementwise fusion; attention as its separate kernels, Megatron's
-2022 kernels, or with ``attention="fused"`` one flash-attention kernel), and keeps the result, so that every configuration sharing the layer's
-shapes shares one lowering (in memory, and on disk as a ``plan/layers`` entry of the one cache,
-:mod:`mhlo_cost.files.cache`, under the cache root ``cache_dir`` when one is given: keyed by the layer's
-shapes, the chip's figures and the code hash, so a changed rule is never served a stale cost).
+with the training analysis (phases: forward, backward with dgrad / wgrad, recompute, optimizer), prices every op
+with the roofline of the chip (elementwise fusion; attention as its separate kernels, Megatron's 2022 kernels, or
+with ``attention="fused"`` one flash-attention kernel), and keeps the result, so that every configuration sharing
+the layer's shapes shares one lowering (in memory, and on disk as a ``plan/layers`` entry of the one cache,
+:mod:`mhlo_cost.files.cache`, under the cache root ``cache_dir`` when one is given: keyed by the layer's shapes, the
+chip's figures and the code hash, so a changed rule is never served a stale cost).
 
 Rows under the scopes ``tp_comm`` and ``cp_comm`` (the stand-ins of the tensor- and context-parallel
 collectives) are left out of the compute; :mod:`.compose` and :mod:`.sharding` price the collectives
