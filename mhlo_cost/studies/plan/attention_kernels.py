@@ -93,6 +93,9 @@ def refusal(cfg) -> str | None:
         return f"attention_kernel must be compiled or megatron, got {cfg.attention_kernel!r}"
     if cfg.attention_kernel == "compiled":
         return None
+    if getattr(cfg, "lower_layer", None) is not None:  # a model with its own layer (STDiT3: .stdit3)
+        return ("attention_kernel megatron (Megatron-LM's causal softmax kernels) is priced for the GPT-style "
+                "layer only, not a model with its own layer (STDiT3 runs flash attention)")
     if cfg.attention != "unfused" or cfg.execution != "compiled" or cfg.cp > 1 or cfg.kv != cfg.heads:
         return ("attention_kernel megatron (Megatron-LM's unfused attention kernels) is priced for the unfused "
                 "attention under the compiled execution model, without context parallelism or grouped-query heads")
