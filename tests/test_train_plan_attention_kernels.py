@@ -19,12 +19,13 @@ from mhlo_cost.studies.plan.config import ScaleConfig
 from mhlo_cost.studies.plan.costs import LayerCost, analyse_layer
 
 A100 = resolve_profile("dgx-a100")
-#: b 2, heads 4 over t 2: B = 4 score matrices of s x s = 32 x 32 on a device
-TINY = dict(layers=4, hidden=64, heads=4, seq=32, vocab=128, ffn=256, t=2, micro_batch=2, global_batch=2,
+#: b 2, heads 4 over t 2: B = 4 score matrices of s x s = 256 x 256 on a device (above s 128, where the kernel runs
+#: 4 matrices a block and vectors of 4 at de7dc40 and 28b6ffce alike)
+TINY = dict(layers=4, hidden=64, heads=4, seq=256, vocab=128, ffn=256, t=2, micro_batch=2, global_batch=2,
             attention="unfused")
-B, S = 2 * 4 // 2, 32
-FULL = B * S * S  # 4096 elements
-TRI = B * S * (S + 4) // 2  # 2304: the causal kernel's reads, s (s + 4) / 2 a matrix
+B, S = 2 * 4 // 2, 256
+FULL = B * S * S  # 262,144 elements
+TRI = B * S * (S + 4) // 2  # 133,120: the causal kernel's reads, s (s + 4) / 2 a matrix
 PH = ("forward", "backward", "recompute", "optimizer")
 
 
@@ -36,7 +37,10 @@ def test_megatrons_causal_softmax_and_torchs_dropout_bytes_in_closed_form():
     fwd = 2 * TRI + 2 * FULL + 2 * FULL + 3 * FULL
     bwd = 3 * FULL + 2 * FULL + 4 * TRI + 2 * FULL
     assert attention_bytes_kernels(cfg) == {"forward": (fwd, 2), "backward": (bwd, 2)}
-    assert (fwd, bwd) == (33280, 37888)
+    # by hand: 4 x 65,536 = 262,144 and 4 x 4 x 4 x (1 + ... + 64) = 16 x 4 x 2,080 = 133,120 (row r read in
+    # ceil(r / 4) vectors of 4); forward 2 x 133,120 + 7 x 262,144, backward 7 x 262,144 + 4 x 133,120
+    assert (FULL, TRI) == (262_144, 133_120)
+    assert (fwd, bwd) == (266_240 + 1_835_008, 1_835_008 + 532_480) == (2_101_248, 2_367_488)
     assert attention_bytes_kernels(ScaleConfig(**TINY)) == {"forward": (0, 0), "backward": (0, 0)}
     # without dropout the softmax alone, one kernel each way
     nodrop = ScaleConfig(**TINY, attention_kernel="megatron", dropout=False)
@@ -100,13 +104,22 @@ def test_megatrons_kernels_are_refused_where_they_are_not_priced():
     odd = ScaleConfig(**dict(TINY, heads=2, hidden=32, micro_batch=1, global_batch=1, t=1),
                       attention_kernel="megatron")  # 2 score matrices: not a multiple of 4
     assert "multiples of 4" in odd.invalid()
+    # at s <= 128 the launcher runs 8 matrices a block and asserts B % 8 (and 28b6ffce reads s <= 64 in scalars):
+    # 4 matrices pass Megatron's Python-side check but not the kernel's, so s 128 is refused at any B
+    for mb in (2, 4):
+        short = ScaleConfig(**dict(TINY, seq=128, micro_batch=mb, global_batch=mb), attention_kernel="megatron")
+        assert "128 < seq" in short.invalid()
+    assert ScaleConfig(**dict(TINY, seq=132), attention_kernel="megatron").invalid() is None
+    wide = ScaleConfig(**dict(TINY, dtype="float32"), attention_kernel="megatron")  # the kernel's ELEM is 2 bytes
+    assert "fp16 / bf16" in wide.invalid()
+    assert ScaleConfig(**dict(TINY, dtype="float16"), attention_kernel="megatron").invalid() is None
     assert ScaleConfig(**TINY, attention_kernel="megatron").invalid() is None
 
 
 def test_the_command_takes_the_option_and_refuses_it_with_fused_attention(capsys):
     from mhlo_cost.cli import main
 
-    args = ["train-plan", "--layers", "2", "--hidden", "64", "--heads", "4", "--seq", "32", "--vocab", "128",
+    args = ["train-plan", "--layers", "2", "--hidden", "64", "--heads", "4", "--seq", "256", "--vocab", "128",
             "--no-cache", "--format", "json"]
     assert main(args + ["--attention", "unfused", "--attention-kernel", "megatron"]) == 0
     capsys.readouterr()

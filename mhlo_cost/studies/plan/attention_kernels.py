@@ -22,7 +22,12 @@ sequence, cp 1), 2-byte elements (fp16 / bf16):
   (on by default: ``arguments.py`` has only ``--no-masked-softmax-fusion``), ``ScaledUpperTriangMaskedSoftmax``:
   ``megatron/fused_kernels/scaled_upper_triang_masked_softmax.h``'s warp forward reads row ``r`` (1-based) in
   vectors of 4 (``ELEMENTS_PER_LDG_STG``) up to ``local_seq = r`` (``4 ceil(r / 4)`` elements: ``s (s + 4) / 2`` a
-  matrix for ``s % 4 == 0``) and writes all ``s x s`` (the masked part as zeros); its backward
+  matrix for ``s % 4 == 0``) and writes all ``s x s`` (the masked part as zeros). Priced for ``s > 128`` only
+  (:func:`refusal`): at ``s <= 128`` the launcher puts 8 matrices in a block (``batches_per_warp`` 2, ``.h``
+  lines 356-363 at de7dc40 and 28b6ffce) and asserts ``B % 8 == 0`` where the Python side checks 4 (28b6ffce's
+  ``is_kernel_available``, ``fused_softmax.py`` 175-180, falls back to torch's softmax), and at 28b6ffce
+  ``ELEMENTS_PER_LDG_STG = (WARP_ITERATIONS < 4) ? 1 : 4`` (``s <= 64`` read in scalars: ``s (s + 1) / 2``);
+  above 128 both versions run 4 matrices a block and vectors of 4; its backward
   (``scaled_upper_triang_masked_softmax_backward``) reads the gradient and the saved softmax output over the same
   triangle and writes all ``s x s``. One kernel each way.
 * ``torch.nn.Dropout`` on the probabilities (``attention_dropout``): PyTorch's fused dropout (``_fused_dropout`` /
@@ -53,6 +58,11 @@ MASK = 1
 VECTOR = 4
 #: Megatron's custom_kernel_constraint on the key length (fused_softmax.py at de7dc40)
 MAX_SEQ = 2048
+#: Above this key length the kernel runs 4 matrices a block and vectors of 4 at de7dc40 and 28b6ffce alike
+#: (scaled_upper_triang_masked_softmax.h: batches_per_warp, ELEMENTS_PER_LDG_STG); priced there only
+MIN_SEQ = 128
+#: The score dtypes of Megatron's custom softmax path (fused_softmax.py: input_in_float16)
+DTYPES = ("bfloat16", "float16")
 PHASES = ("forward", "backward")
 
 
@@ -99,10 +109,13 @@ def refusal(cfg) -> str | None:
     if cfg.attention != "unfused" or cfg.execution != "compiled" or cfg.cp > 1 or cfg.kv != cfg.heads:
         return ("attention_kernel megatron (Megatron-LM's unfused attention kernels) is priced for the unfused "
                 "attention under the compiled execution model, without context parallelism or grouped-query heads")
+    if cfg.dtype not in DTYPES:
+        return f"attention_kernel megatron: Megatron's fused softmax runs on fp16 / bf16 scores, not {cfg.dtype}"
     b, s = cfg.micro_batch * (cfg.heads // cfg.t), cfg.local_seq
-    if not (16 < s <= MAX_SEQ and s % 4 == 0 and b % 4 == 0):
-        return (f"attention_kernel megatron is priced where Megatron's fused causal softmax runs (16 < seq <= "
-                f"{MAX_SEQ}, seq and micro-batch x heads/t multiples of 4), not seq {s} with {b} score matrices")
+    if not (MIN_SEQ < s <= MAX_SEQ and s % 4 == 0 and b % 4 == 0):
+        return (f"attention_kernel megatron is priced where Megatron's fused causal softmax runs with 4 score "
+                f"matrices a block ({MIN_SEQ} < seq <= {MAX_SEQ}, seq and micro-batch x heads/t multiples of 4), "
+                f"not seq {s} with {b} score matrices")
     return None
 
 
