@@ -116,7 +116,8 @@ def library_request(point: Point):
 
 def study_of(text: str, task: Task):
     """The study ``report --hardware H --steps K`` makes of the text (walked here: a worker is a process of
-    its own; parsed here too: the text is the lowering this worker just made, :attr:`StudyOptions.parse_here`);
+    its own; parsed here too: the text is the lowering this process just made, :attr:`StudyOptions.parse_here`,
+    unless ``MHLO_COST_ISOLATE=1``);
     ``on(hw)`` gives it on each profile."""
     from ..study import Study, StudyOptions
 
