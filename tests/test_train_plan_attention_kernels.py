@@ -88,12 +88,36 @@ def test_the_kernels_replace_what_the_compiled_model_charged_in_every_layer_and_
 
 def test_the_charge_is_the_cores_non_gemm_share_of_the_lowered_layer():
     """The lowered unfused layer's scope core holds the products and the mask, softmax and dropout: what the
-    compiled model charged for the latter is positive forward and backward and below the scope's own seconds."""
+    compiled model charged for the latter is below the scope's own seconds, and at least the memory-bound kernels
+    that hold only the scope's non-GEMM rows, their bytes worked out here from the shapes (n = b x heads x s x s =
+    4 x 4 x 256 x 256 score elements, bf16; the causal mask, the dropout's keep-mask: 1-byte i1), each kernel priced
+    on the profile's memory model plus its launch overhead (the profile, not under test here).
+    Forward: the fused mask-softmax-dropout kernel reads the scores (2n) and the keep-mask (n) and writes the
+    softmax (2n, saved for the backward) and the dropped probabilities (2n), plus the scalars it reads (the iota's
+    i32 bound, three bf16 and one f32 constant: 4 + 6 + 4 = 14 and a bf16 2 = 16 bytes); the random bits' kernel
+    (the keep-mask n and the two residual dropouts' b x s x h masks, shared with other scopes) adds its core rows'
+    share, less than its whole time. Backward: the softmax gradient's row sums (read 2n and 6 bytes of scalars,
+    write b x heads x s f32 sums) and the elementwise kernel (the sums, the gradient 2n, the softmax 2n, the s x s
+    causal mask and a bf16 scalar read; 2n written), each whole, and the probabilities' gradient GEMM fused with
+    the dropout's backward charged its time less the GEMM's own (not summed here)."""
     cfg = ScaleConfig(layers=1, hidden=256, heads=4, seq=256, vocab=128, micro_batch=4, global_batch=4,
                       attention="unfused")
     cost = analyse_layer(cfg, A100)
     for ph in ("forward", "backward"):
         assert 0.0 < cost.core_own_s[ph] < cost.core_s[ph], (cost.core_own_s, cost.core_s)
+    n, sums, bsh, s = 4 * 4 * 256 * 256, 4 * 4 * 256 * 4, 4 * 256 * 256, 256
+
+    def kernel(nbytes):
+        return A100.memory_time(nbytes, kernels=1) + A100.kernel_overhead
+
+    softmax = kernel(2 * n + n + 16 + 2 * n + 2 * n)
+    rng = kernel(16 + 3 + n + 2 * bsh + 16)  # (two u64 of state, three u8 constants; the masks and a u32[4])
+    assert softmax < cost.core_own_s["forward"] < softmax + rng
+    grad_sums = kernel(2 * n + 6 + sums)
+    grad = kernel(sums + 2 * n + 2 * n + s * s + 2 + 2 * n)
+    assert grad_sums + grad < cost.core_own_s["backward"]
+    assert cost.core_own_s["backward"] - (grad_sums + grad) < kernel(3 * 2 * n)  # the GEMM kernel's extra: under
+    # a whole pass of its three s x s operands'
 
 
 def test_megatrons_kernels_are_refused_where_they_are_not_priced():

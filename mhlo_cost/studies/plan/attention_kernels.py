@@ -72,8 +72,8 @@ def core_charge(a, rf, phases: tuple) -> dict:
     epilogue): a fused kernel whose members besides its products are all of the scope (the dropout's and softmax's
     backward fused into the probabilities' gradient GEMM) is charged its time less its products' own (each priced
     alone, as the profile prices an unfused GEMM: its operands and output); one that also holds rows of other scopes
-    its time less its time without the scope's non-GEMM compute, its bytes kept (:func:`.mlp_activation.
-    activation_charge`'s rule); a kernel without a product, the scope's rows' share of it."""
+    its time less its time without the scope's non-GEMM compute, its bytes kept
+    (:func:`.mlp_activation.activation_charge`'s rule); a kernel without a product, the scope's rows' share of it."""
     from .mlp_activation import activation_charge
 
     if rf.execution != "compiled":

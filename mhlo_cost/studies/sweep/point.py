@@ -181,10 +181,10 @@ DEPTHS, CHECK_DEPTH = (2, 3), 4
 
 def point_rows(task: Task) -> tuple[str, list, str]:
     """(the sha256 of the lowerings its rows are made from, the point's row per profile, the check's outcome):
-    priced from one layer where the point's model repeats and ``task.repeat`` (:func:`_repeated_rows`), else from the study of
-    :func:`point_study`. The outcome, where ``task.check`` and the repetition was tried: ``passed`` (the rows are
-    the repetition's, checked at :data:`CHECK_DEPTH`) or ``failed`` (the repetition was not taken or its check
-    did not hold: the rows are :func:`point_study`'s); else ``""``."""
+    priced from one layer where the point's model repeats and ``task.repeat`` (:func:`_repeated_rows`), else from
+    the study of :func:`point_study`. The outcome, where ``task.check`` and the repetition was tried: ``passed``
+    (the rows are the repetition's, checked at :data:`CHECK_DEPTH`) or ``failed`` (the repetition was not taken or
+    its check did not hold: the rows are :func:`point_study`'s); else ``""``."""
     depth = _rebuilt_depth(task) if task.repeat and task.fuse in REPEATED_FUSE else None
     if depth:
         got = _repeated_rows(task, depth)
