@@ -48,6 +48,21 @@ def test_megatrons_causal_softmax_and_torchs_dropout_bytes_in_closed_form():
                                                "backward": (4 * TRI + 2 * FULL, 1)}
 
 
+def test_alibi_adds_the_bias_copy_and_the_gemms_read_of_it_in_the_forward():
+    """Megatron-DeepSpeed 8387ae17 (transformer.py 291, 322-326): the scores' buffer is the ALiBi bias slice (B x 1 x s,
+    bf16) and baddbmm runs with beta != 0, so PyTorch copies the expanded bias into the output (reads B x s x 2 =
+    4 x 256 x 2 = 2,048 bytes, writes 2 x FULL = 524,288: one kernel) and the GEMM reads it as C (524,288 more, in
+    the GEMM's own kernel). Forward: 2,101,248 + 2,048 + 2 x 524,288 = 3,151,872 bytes in 3 kernels; the backward
+    unchanged (the bias takes no gradient). Refused without Megatron's kernels."""
+    cfg = ScaleConfig(**TINY, attention_kernel="megatron", alibi=True)
+    assert cfg.invalid() is None
+    assert 2 * B * S == 2_048 and 2 * FULL == 524_288
+    assert attention_bytes_kernels(cfg) == {"forward": (2_101_248 + 2_048 + 524_288 + 524_288, 3),
+                                            "backward": (2_367_488, 2)}
+    assert 2_101_248 + 2_048 + 524_288 + 524_288 == 3_151_872
+    assert "attention_kernel megatron" in ScaleConfig(**TINY, alibi=True).invalid()
+
+
 def test_the_triangle_is_counted_per_row_in_vectors_of_four():
     """At s 2048 (Narayanan's and Korthikanti's rows) the softmax reads 2048 x 2052 / 2 elements a matrix: the row
     r's vectors of 4 that start below r (2,101,248 = 4 x (1 + 1 + 1 + 1 + 2 + 2 + ...), summed by hand as

@@ -37,6 +37,15 @@ sequence, cp 1), 2-byte elements (fp16 / bf16):
 * the context: ``torch.bmm`` of the probabilities and V (a GEMM, as lowered); its backward the two bmm gradients,
   the scores' the two baddbmm gradients (GEMMs).
 
+With ALiBi (``alibi``: BLOOM, bigscience-workshop/Megatron-DeepSpeed 8387ae17 ``megatron/model/transformer.py``
+291 and 322-326; ``_build_alibi_tensor`` 592-619 makes the bias ``(b x heads/t, 1, s)`` in the 2-byte dtype) the
+scores' buffer is a slice of the bias and ``baddbmm`` runs with ``beta != 0``: PyTorch's ``baddbmm`` expands its
+input and copies it into the output (one kernel: ``B x s`` elements read, ``B x s x s`` written) and cuBLAS reads
+that output as its C operand (``B x s x s`` more read by the GEMM, no kernel of its own), forward and again in a
+recompute (the bias needs no gradient: nothing in the backward). ESTIMATE: the GEMM's extra read is priced as
+memory time, right where the scores' GEMM is memory-bound (at head dim 128 it does ``2 s^2 x 128`` FLOPs for
+``2 s^2`` bytes written, about 128 FLOP a byte, under the A100's and H100's ridge points).
+
 These kernels replace the compiled model's charge for the scope's non-GEMM work; a recompute of the core (full, or
 Megatron's selective: ``checkpoint`` of the core attention) runs the forward's again. Left out (outside the scope,
 priced as lowered): the context's ``permute(2, 0, 1, 3).contiguous()`` copy before the output projection, the
@@ -64,6 +73,8 @@ MIN_SEQ = 128
 #: The score dtypes of Megatron's custom softmax path (fused_softmax.py: input_in_float16)
 DTYPES = ("bfloat16", "float16")
 PHASES = ("forward", "backward")
+#: Bytes read inside a kernel already priced (the scores' GEMM reading the ALiBi copy as C): no kernel of their own
+IN_GEMM = ("baddbmm_beta_read",)
 
 
 def core_charge(a, rf, phases: tuple) -> dict:
@@ -101,6 +112,8 @@ def refusal(cfg) -> str | None:
     """Why ``cfg``'s attention cannot be priced as Megatron's kernels (one sentence), or None."""
     if cfg.attention_kernel not in ATTENTION_KERNEL:
         return f"attention_kernel must be compiled or megatron, got {cfg.attention_kernel!r}"
+    if getattr(cfg, "alibi", False) and cfg.attention_kernel != "megatron":
+        return "alibi (Megatron-DeepSpeed's bias through baddbmm's beta) is priced with attention_kernel megatron"
     if cfg.attention_kernel == "compiled":
         return None
     if getattr(cfg, "lower_layer", None) is not None:  # a model with its own layer (STDiT3: .stdit3)
@@ -125,14 +138,16 @@ def triangle_elems(s: int) -> int:
 
 
 def attention_kernels(cfg) -> dict:
-    """phase -> the kernels (name, bytes read, bytes written) of one layer's micro-batch on a device; empty tuples
-    under the compiled default."""
+    """phase -> the kernels (name, bytes read, bytes written) of one layer's micro-batch on a device, and with ALiBi
+    the GEMM's read of the bias copy (:data:`IN_GEMM`: bytes, no kernel); empty tuples under the compiled default."""
     if getattr(cfg, "attention_kernel", "compiled") != "megatron":
         return {ph: () for ph in PHASES}
     mats, s = cfg.micro_batch * (cfg.heads // cfg.t), cfg.local_seq
     full, tri = mats * s * s, mats * triangle_elems(s)
     fwd = [("scaled_upper_triang_masked_softmax", ELEM * tri, ELEM * full)]
     bwd = [("scaled_upper_triang_masked_softmax_backward", 2 * ELEM * tri, ELEM * full)]
+    if getattr(cfg, "alibi", False):  # the bias expanded and copied into the scores, then read as the GEMM's C
+        fwd[:0] = [("baddbmm_alibi_copy", ELEM * mats * s, ELEM * full), ("baddbmm_beta_read", ELEM * full, 0)]
     if cfg.dropout:
         fwd.append(("fused_dropout", ELEM * full, (ELEM + MASK) * full))
         bwd.insert(0, ("masked_scale", (ELEM + MASK) * full, ELEM * full))
@@ -141,7 +156,8 @@ def attention_kernels(cfg) -> dict:
 
 def attention_bytes_kernels(cfg) -> dict:
     """phase -> (bytes, kernels) of :func:`attention_kernels`."""
-    return {ph: (sum(r + w for _, r, w in ks), len(ks)) for ph, ks in attention_kernels(cfg).items()}
+    return {ph: (sum(r + w for _, r, w in ks), sum(n not in IN_GEMM for n, _, _ in ks))
+            for ph, ks in attention_kernels(cfg).items()}
 
 
 def attention_pass_seconds(cfg, hw, charged: dict | None) -> tuple[float, float]:
