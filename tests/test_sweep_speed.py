@@ -149,7 +149,7 @@ def test_a_point_parses_its_own_lowering_here_with_the_guards_rows(monkeypatch):
     here = sweep_point.study_of(text, task)
     assert here.options.parse_here and not here.isolated()
     guarded = Study(replace(here.options, parse_here=False))
-    monkeypatch.setenv("MHLO_COST_ISOLATE", "1")
+    monkeypatch.delenv("MHLO_COST_ISOLATE", raising=False)  # the default: the guard on for files from elsewhere
     calls = []
     real = guard.read_guarded
     monkeypatch.setattr(guard, "read_guarded", lambda *a, **k: calls.append(1) or real(*a, **k))
@@ -161,6 +161,11 @@ def test_a_point_parses_its_own_lowering_here_with_the_guards_rows(monkeypatch):
     assert _flow(a.producers) == _flow(b.producers)
     hw = task.profiles()[0]
     assert sweep_row(here.on(hw).figures) == sweep_row(guarded.on(hw).figures)
+    # an explicit MHLO_COST_ISOLATE=1 keeps the guarded parse for the point's own text too
+    monkeypatch.setenv("MHLO_COST_ISOLATE", "1")
+    forced = Study(here.options)
+    assert forced.options.parse_here and forced.analysis.summary == a.summary
+    assert calls == [1, 1]
 
 
 def _flow(producers: list) -> list:

@@ -19,12 +19,13 @@ from mhlo_cost.studies.plan.config import ScaleConfig
 from mhlo_cost.studies.plan.costs import LayerCost, analyse_layer
 
 A100 = resolve_profile("dgx-a100")
-#: b 2, heads 4 over t 2: B = 4 score matrices of s x s = 32 x 32 on a device
-TINY = dict(layers=4, hidden=64, heads=4, seq=32, vocab=128, ffn=256, t=2, micro_batch=2, global_batch=2,
+#: b 2, heads 4 over t 2: B = 4 score matrices of s x s = 256 x 256 on a device (above s 128, where the kernel runs
+#: 4 matrices a block and vectors of 4 at de7dc40 and 28b6ffce alike)
+TINY = dict(layers=4, hidden=64, heads=4, seq=256, vocab=128, ffn=256, t=2, micro_batch=2, global_batch=2,
             attention="unfused")
-B, S = 2 * 4 // 2, 32
-FULL = B * S * S  # 4096 elements
-TRI = B * S * (S + 4) // 2  # 2304: the causal kernel's reads, s (s + 4) / 2 a matrix
+B, S = 2 * 4 // 2, 256
+FULL = B * S * S  # 262,144 elements
+TRI = B * S * (S + 4) // 2  # 133,120: the causal kernel's reads, s (s + 4) / 2 a matrix
 PH = ("forward", "backward", "recompute", "optimizer")
 
 
@@ -36,12 +37,30 @@ def test_megatrons_causal_softmax_and_torchs_dropout_bytes_in_closed_form():
     fwd = 2 * TRI + 2 * FULL + 2 * FULL + 3 * FULL
     bwd = 3 * FULL + 2 * FULL + 4 * TRI + 2 * FULL
     assert attention_bytes_kernels(cfg) == {"forward": (fwd, 2), "backward": (bwd, 2)}
-    assert (fwd, bwd) == (33280, 37888)
+    # by hand: 4 x 65,536 = 262,144 and 4 x 4 x 4 x (1 + ... + 64) = 16 x 4 x 2,080 = 133,120 (row r read in
+    # ceil(r / 4) vectors of 4); forward 2 x 133,120 + 7 x 262,144, backward 7 x 262,144 + 4 x 133,120
+    assert (FULL, TRI) == (262_144, 133_120)
+    assert (fwd, bwd) == (266_240 + 1_835_008, 1_835_008 + 532_480) == (2_101_248, 2_367_488)
     assert attention_bytes_kernels(ScaleConfig(**TINY)) == {"forward": (0, 0), "backward": (0, 0)}
     # without dropout the softmax alone, one kernel each way
     nodrop = ScaleConfig(**TINY, attention_kernel="megatron", dropout=False)
     assert attention_bytes_kernels(nodrop) == {"forward": (2 * TRI + 2 * FULL, 1),
                                                "backward": (4 * TRI + 2 * FULL, 1)}
+
+
+def test_alibi_adds_the_bias_copy_and_the_gemms_read_of_it_in_the_forward():
+    """Megatron-DeepSpeed 8387ae17 (transformer.py 291, 322-326): the scores' buffer is the ALiBi bias slice (B x 1 x s,
+    bf16) and baddbmm runs with beta != 0, so PyTorch copies the expanded bias into the output (reads B x s x 2 =
+    4 x 256 x 2 = 2,048 bytes, writes 2 x FULL = 524,288: one kernel) and the GEMM reads it as C (524,288 more, in
+    the GEMM's own kernel). Forward: 2,101,248 + 2,048 + 2 x 524,288 = 3,151,872 bytes in 3 kernels; the backward
+    unchanged (the bias takes no gradient). Refused without Megatron's kernels."""
+    cfg = ScaleConfig(**TINY, attention_kernel="megatron", alibi=True)
+    assert cfg.invalid() is None
+    assert 2 * B * S == 2_048 and 2 * FULL == 524_288
+    assert attention_bytes_kernels(cfg) == {"forward": (2_101_248 + 2_048 + 524_288 + 524_288, 3),
+                                            "backward": (2_367_488, 2)}
+    assert 2_101_248 + 2_048 + 524_288 + 524_288 == 3_151_872
+    assert "attention_kernel megatron" in ScaleConfig(**TINY, alibi=True).invalid()
 
 
 def test_the_triangle_is_counted_per_row_in_vectors_of_four():
@@ -84,12 +103,36 @@ def test_the_kernels_replace_what_the_compiled_model_charged_in_every_layer_and_
 
 def test_the_charge_is_the_cores_non_gemm_share_of_the_lowered_layer():
     """The lowered unfused layer's scope core holds the products and the mask, softmax and dropout: what the
-    compiled model charged for the latter is positive forward and backward and below the scope's own seconds."""
+    compiled model charged for the latter is below the scope's own seconds, and at least the memory-bound kernels
+    that hold only the scope's non-GEMM rows, their bytes worked out here from the shapes (n = b x heads x s x s =
+    4 x 4 x 256 x 256 score elements, bf16; the causal mask, the dropout's keep-mask: 1-byte i1), each kernel priced
+    on the profile's memory model plus its launch overhead (the profile, not under test here).
+    Forward: the fused mask-softmax-dropout kernel reads the scores (2n) and the keep-mask (n) and writes the
+    softmax (2n, saved for the backward) and the dropped probabilities (2n), plus the scalars it reads (the iota's
+    i32 bound, three bf16 and one f32 constant: 4 + 6 + 4 = 14 and a bf16 2 = 16 bytes); the random bits' kernel
+    (the keep-mask n and the two residual dropouts' b x s x h masks, shared with other scopes) adds its core rows'
+    share, less than its whole time. Backward: the softmax gradient's row sums (read 2n and 6 bytes of scalars,
+    write b x heads x s f32 sums) and the elementwise kernel (the sums, the gradient 2n, the softmax 2n, the s x s
+    causal mask and a bf16 scalar read; 2n written), each whole, and the probabilities' gradient GEMM fused with
+    the dropout's backward charged its time less the GEMM's own (not summed here)."""
     cfg = ScaleConfig(layers=1, hidden=256, heads=4, seq=256, vocab=128, micro_batch=4, global_batch=4,
                       attention="unfused")
     cost = analyse_layer(cfg, A100)
     for ph in ("forward", "backward"):
         assert 0.0 < cost.core_own_s[ph] < cost.core_s[ph], (cost.core_own_s, cost.core_s)
+    n, sums, bsh, s = 4 * 4 * 256 * 256, 4 * 4 * 256 * 4, 4 * 256 * 256, 256
+
+    def kernel(nbytes):
+        return A100.memory_time(nbytes, kernels=1) + A100.kernel_overhead
+
+    softmax = kernel(2 * n + n + 16 + 2 * n + 2 * n)
+    rng = kernel(16 + 3 + n + 2 * bsh + 16)  # (two u64 of state, three u8 constants; the masks and a u32[4])
+    assert softmax < cost.core_own_s["forward"] < softmax + rng
+    grad_sums = kernel(2 * n + 6 + sums)
+    grad = kernel(sums + 2 * n + 2 * n + s * s + 2 + 2 * n)
+    assert grad_sums + grad < cost.core_own_s["backward"]
+    assert cost.core_own_s["backward"] - (grad_sums + grad) < kernel(3 * 2 * n)  # the GEMM kernel's extra: under
+    # a whole pass of its three s x s operands'
 
 
 def test_megatrons_kernels_are_refused_where_they_are_not_priced():
@@ -100,13 +143,22 @@ def test_megatrons_kernels_are_refused_where_they_are_not_priced():
     odd = ScaleConfig(**dict(TINY, heads=2, hidden=32, micro_batch=1, global_batch=1, t=1),
                       attention_kernel="megatron")  # 2 score matrices: not a multiple of 4
     assert "multiples of 4" in odd.invalid()
+    # at s <= 128 the launcher runs 8 matrices a block and asserts B % 8 (and 28b6ffce reads s <= 64 in scalars):
+    # 4 matrices pass Megatron's Python-side check but not the kernel's, so s 128 is refused at any B
+    for mb in (2, 4):
+        short = ScaleConfig(**dict(TINY, seq=128, micro_batch=mb, global_batch=mb), attention_kernel="megatron")
+        assert "128 < seq" in short.invalid()
+    assert ScaleConfig(**dict(TINY, seq=132), attention_kernel="megatron").invalid() is None
+    wide = ScaleConfig(**dict(TINY, dtype="float32"), attention_kernel="megatron")  # the kernel's ELEM is 2 bytes
+    assert "fp16 / bf16" in wide.invalid()
+    assert ScaleConfig(**dict(TINY, dtype="float16"), attention_kernel="megatron").invalid() is None
     assert ScaleConfig(**TINY, attention_kernel="megatron").invalid() is None
 
 
 def test_the_command_takes_the_option_and_refuses_it_with_fused_attention(capsys):
     from mhlo_cost.cli import main
 
-    args = ["train-plan", "--layers", "2", "--hidden", "64", "--heads", "4", "--seq", "32", "--vocab", "128",
+    args = ["train-plan", "--layers", "2", "--hidden", "64", "--heads", "4", "--seq", "256", "--vocab", "128",
             "--no-cache", "--format", "json"]
     assert main(args + ["--attention", "unfused", "--attention-kernel", "megatron"]) == 0
     capsys.readouterr()

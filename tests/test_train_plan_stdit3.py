@@ -148,11 +148,28 @@ def test_cli_plans_and_writes_json(tmp_path, capsys):
     (["-d", "2", "--dp-overlap"], "--dp-overlap does not go"),
     (["--cp-comm-type", "all_gather"], "--cp-comm-type does not go"),
     (["--num-experts", "8", "--ep", "2", "-d", "2"], "--num-experts, --ep do not go"),
+    # Megatron's kernels replace ops of the GPT-style layer; STDiT3 lowers its own (flash attention, its own MLP)
+    (["--attention-kernel", "megatron"], "--attention-kernel does not go with --model stdit3"),
+    (["--activation-kernel", "megatron"], "--activation-kernel does not go with --model stdit3"),
+    (["--attention", "unfused", "--attention-kernel", "megatron", "--activation-kernel", "megatron"],
+     "--activation-kernel, --attention-kernel do not go"),
 ])
 def test_cli_refuses_what_opensora_does_not_run(argv, says, capsys):
     assert main(["train-plan", "--model", "stdit3", *argv]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("mhlo-cost: error:") and says in err[0]
+
+
+@pytest.mark.parametrize("field", ["attention_kernel", "activation_kernel"])
+def test_the_config_refuses_megatrons_kernels(field):
+    """Built without the CLI, the configuration itself refuses them (they were accepted and ignored)."""
+    from dataclasses import replace
+
+    cfg = stdit3_config("17_64_64", micro_batch=1, global_batch=1, **SMALL)
+    assert cfg.invalid() is None
+    why = replace(cfg, **{field: "megatron"}).invalid()
+    assert why is not None and f"{field} megatron" in why
+    assert replace(cfg, attention="unfused", attention_kernel="megatron").invalid() is not None
 
 
 def test_cli_refuses_ulysses_without_stdit3(capsys):

@@ -24,6 +24,8 @@ NOT_STDIT3 = (("-t", "t", 1), ("-p", "p", 1), ("--sp", "sp", False), ("--interle
               ("--overlap-grad-reduce", "overlap_grad_reduce", False),
               ("--overlap-param-gather", "overlap_param_gather", False), ("--ddp-bucket-size", "ddp_bucket_size", None),
               ("--cross-entropy", "cross_entropy", "fused"), ("--activation", "activation", "gelu"),
+              ("--activation-kernel", "activation_kernel", "compiled"),
+              ("--attention-kernel", "attention_kernel", "compiled"),
               ("--use-nccl-ub", "use_nccl_ub", False),
               ("--torch-ddp", "torch_ddp", False), ("--launch-blocking", "launch_blocking", False),
               ("--loss-scale", "loss_scale", False),

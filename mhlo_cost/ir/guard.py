@@ -222,6 +222,12 @@ def enabled() -> bool:
     return os.environ.get("MHLO_COST_ISOLATE", "1") != "0" and os.name != "nt"
 
 
+def forced() -> bool:
+    """Whether ``MHLO_COST_ISOLATE=1`` is set explicitly: every load goes through the child, even the text a
+    process lowered itself (:attr:`mhlo_cost.studies.study.StudyOptions.parse_here` gives way to it)."""
+    return os.environ.get("MHLO_COST_ISOLATE") == "1" and os.name != "nt"
+
+
 def prestart(walk: bool = False) -> None:
     """Start the child now, so that its start (an interpreter and jaxlib; with ``walk``, the walk's own
     modules too) overlaps the caller's own imports instead of delaying the first load. Harmless where it is

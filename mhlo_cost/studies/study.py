@@ -58,8 +58,13 @@ the estimate or the memory estimate needs them). ``isolate``: parsed and walked 
     isolate: bool | None = False
     dataflow: bool | None = None
     shapes: tuple = ()  # ((symbol, value), ...): the point a symbolic program is refined at (--shapes)
-    # MLIR text this process lowered itself (a sweep's worker): parsed here, not in the reader's child (the guard
-    # is for files from elsewhere; jax wrote this text in this process), so no child starts and no bytecode is made
+    # MLIR text this process lowered itself (a sweep's point: in a pool's worker, a Dask worker, or the sweep's own
+    # process under -j 1): parsed here, not in the reader's child, unless MHLO_COST_ISOLATE=1 is set explicitly
+    # (:func:`mhlo_cost.ir.guard.forced`). No child starts and no bytecode is made; given up: the guard's limits on
+    # the parse (its CPU time, wall clock and memory) and its containment of a reader's crash. Safe because the text
+    # was printed by this process's own jaxlib from the module it just lowered, and the lowering itself (jax
+    # tracing and jaxlib building that module, in this process) was never guarded: the guard is for files from
+    # elsewhere.
     parse_here: bool = False
 
     def __post_init__(self):
@@ -179,10 +184,11 @@ class Study:
             analysis = analyze_isolated(o.source, options, name=o.name, meanwhile=self._meanwhile)
             self.stage("counting")
             return analysis
+        from ..ir.guard import forced
         from ..ir.loader import load, require_jax
 
         require_jax()
-        loaded = load(o.source, name=o.name, isolate=False if o.parse_here else None)
+        loaded = load(o.source, name=o.name, isolate=False if o.parse_here and not forced() else None)
         self.stage("counting")
         return walk_loaded(loaded, options)
 

@@ -22,7 +22,12 @@ sequence, cp 1), 2-byte elements (fp16 / bf16):
   (on by default: ``arguments.py`` has only ``--no-masked-softmax-fusion``), ``ScaledUpperTriangMaskedSoftmax``:
   ``megatron/fused_kernels/scaled_upper_triang_masked_softmax.h``'s warp forward reads row ``r`` (1-based) in
   vectors of 4 (``ELEMENTS_PER_LDG_STG``) up to ``local_seq = r`` (``4 ceil(r / 4)`` elements: ``s (s + 4) / 2`` a
-  matrix for ``s % 4 == 0``) and writes all ``s x s`` (the masked part as zeros); its backward
+  matrix for ``s % 4 == 0``) and writes all ``s x s`` (the masked part as zeros). Priced for ``s > 128`` only
+  (:func:`refusal`): at ``s <= 128`` the launcher puts 8 matrices in a block (``batches_per_warp`` 2, ``.h``
+  lines 356-363 at de7dc40 and 28b6ffce) and asserts ``B % 8 == 0`` where the Python side checks 4 (28b6ffce's
+  ``is_kernel_available``, ``fused_softmax.py`` 175-180, falls back to torch's softmax), and at 28b6ffce
+  ``ELEMENTS_PER_LDG_STG = (WARP_ITERATIONS < 4) ? 1 : 4`` (``s <= 64`` read in scalars: ``s (s + 1) / 2``);
+  above 128 both versions run 4 matrices a block and vectors of 4; its backward
   (``scaled_upper_triang_masked_softmax_backward``) reads the gradient and the saved softmax output over the same
   triangle and writes all ``s x s``. One kernel each way.
 * ``torch.nn.Dropout`` on the probabilities (``attention_dropout``): PyTorch's fused dropout (``_fused_dropout`` /
@@ -31,6 +36,15 @@ sequence, cp 1), 2-byte elements (fp16 / bf16):
   Its Philox numbers are drawn inside the kernel (no random-number kernel).
 * the context: ``torch.bmm`` of the probabilities and V (a GEMM, as lowered); its backward the two bmm gradients,
   the scores' the two baddbmm gradients (GEMMs).
+
+With ALiBi (``alibi``: BLOOM, bigscience-workshop/Megatron-DeepSpeed 8387ae17 ``megatron/model/transformer.py``
+291 and 322-326; ``_build_alibi_tensor`` 592-619 makes the bias ``(b x heads/t, 1, s)`` in the 2-byte dtype) the
+scores' buffer is a slice of the bias and ``baddbmm`` runs with ``beta != 0``: PyTorch's ``baddbmm`` expands its
+input and copies it into the output (one kernel: ``B x s`` elements read, ``B x s x s`` written) and cuBLAS reads
+that output as its C operand (``B x s x s`` more read by the GEMM, no kernel of its own), forward and again in a
+recompute (the bias needs no gradient: nothing in the backward). ESTIMATE: the GEMM's extra read is priced as
+memory time, right where the scores' GEMM is memory-bound (at head dim 128 it does ``2 s^2 x 128`` FLOPs for
+``2 s^2`` bytes written, about 128 FLOP a byte, under the A100's and H100's ridge points).
 
 These kernels replace the compiled model's charge for the scope's non-GEMM work; a recompute of the core (full, or
 Megatron's selective: ``checkpoint`` of the core attention) runs the forward's again. Left out (outside the scope,
@@ -53,7 +67,14 @@ MASK = 1
 VECTOR = 4
 #: Megatron's custom_kernel_constraint on the key length (fused_softmax.py at de7dc40)
 MAX_SEQ = 2048
+#: Above this key length the kernel runs 4 matrices a block and vectors of 4 at de7dc40 and 28b6ffce alike
+#: (scaled_upper_triang_masked_softmax.h: batches_per_warp, ELEMENTS_PER_LDG_STG); priced there only
+MIN_SEQ = 128
+#: The score dtypes of Megatron's custom softmax path (fused_softmax.py: input_in_float16)
+DTYPES = ("bfloat16", "float16")
 PHASES = ("forward", "backward")
+#: Bytes read inside a kernel already priced (the scores' GEMM reading the ALiBi copy as C): no kernel of their own
+IN_GEMM = ("baddbmm_beta_read",)
 
 
 def core_charge(a, rf, phases: tuple) -> dict:
@@ -62,8 +83,8 @@ def core_charge(a, rf, phases: tuple) -> dict:
     epilogue): a fused kernel whose members besides its products are all of the scope (the dropout's and softmax's
     backward fused into the probabilities' gradient GEMM) is charged its time less its products' own (each priced
     alone, as the profile prices an unfused GEMM: its operands and output); one that also holds rows of other scopes
-    its time less its time without the scope's non-GEMM compute, its bytes kept (:func:`.mlp_activation.
-    activation_charge`'s rule); a kernel without a product, the scope's rows' share of it."""
+    its time less its time without the scope's non-GEMM compute, its bytes kept
+    (:func:`.mlp_activation.activation_charge`'s rule); a kernel without a product, the scope's rows' share of it."""
     from .mlp_activation import activation_charge
 
     if rf.execution != "compiled":
@@ -91,15 +112,23 @@ def refusal(cfg) -> str | None:
     """Why ``cfg``'s attention cannot be priced as Megatron's kernels (one sentence), or None."""
     if cfg.attention_kernel not in ATTENTION_KERNEL:
         return f"attention_kernel must be compiled or megatron, got {cfg.attention_kernel!r}"
+    if getattr(cfg, "alibi", False) and cfg.attention_kernel != "megatron":
+        return "alibi (Megatron-DeepSpeed's bias through baddbmm's beta) is priced with attention_kernel megatron"
     if cfg.attention_kernel == "compiled":
         return None
+    if getattr(cfg, "lower_layer", None) is not None:  # a model with its own layer (STDiT3: .stdit3)
+        return ("attention_kernel megatron (Megatron-LM's causal softmax kernels) is priced for the GPT-style "
+                "layer only, not a model with its own layer (STDiT3 runs flash attention)")
     if cfg.attention != "unfused" or cfg.execution != "compiled" or cfg.cp > 1 or cfg.kv != cfg.heads:
         return ("attention_kernel megatron (Megatron-LM's unfused attention kernels) is priced for the unfused "
                 "attention under the compiled execution model, without context parallelism or grouped-query heads")
+    if cfg.dtype not in DTYPES:
+        return f"attention_kernel megatron: Megatron's fused softmax runs on fp16 / bf16 scores, not {cfg.dtype}"
     b, s = cfg.micro_batch * (cfg.heads // cfg.t), cfg.local_seq
-    if not (16 < s <= MAX_SEQ and s % 4 == 0 and b % 4 == 0):
-        return (f"attention_kernel megatron is priced where Megatron's fused causal softmax runs (16 < seq <= "
-                f"{MAX_SEQ}, seq and micro-batch x heads/t multiples of 4), not seq {s} with {b} score matrices")
+    if not (MIN_SEQ < s <= MAX_SEQ and s % 4 == 0 and b % 4 == 0):
+        return (f"attention_kernel megatron is priced where Megatron's fused causal softmax runs with 4 score "
+                f"matrices a block ({MIN_SEQ} < seq <= {MAX_SEQ}, seq and micro-batch x heads/t multiples of 4), "
+                f"not seq {s} with {b} score matrices")
     return None
 
 
@@ -109,14 +138,16 @@ def triangle_elems(s: int) -> int:
 
 
 def attention_kernels(cfg) -> dict:
-    """phase -> the kernels (name, bytes read, bytes written) of one layer's micro-batch on a device; empty tuples
-    under the compiled default."""
+    """phase -> the kernels (name, bytes read, bytes written) of one layer's micro-batch on a device, and with ALiBi
+    the GEMM's read of the bias copy (:data:`IN_GEMM`: bytes, no kernel); empty tuples under the compiled default."""
     if getattr(cfg, "attention_kernel", "compiled") != "megatron":
         return {ph: () for ph in PHASES}
     mats, s = cfg.micro_batch * (cfg.heads // cfg.t), cfg.local_seq
     full, tri = mats * s * s, mats * triangle_elems(s)
     fwd = [("scaled_upper_triang_masked_softmax", ELEM * tri, ELEM * full)]
     bwd = [("scaled_upper_triang_masked_softmax_backward", 2 * ELEM * tri, ELEM * full)]
+    if getattr(cfg, "alibi", False):  # the bias expanded and copied into the scores, then read as the GEMM's C
+        fwd[:0] = [("baddbmm_alibi_copy", ELEM * mats * s, ELEM * full), ("baddbmm_beta_read", ELEM * full, 0)]
     if cfg.dropout:
         fwd.append(("fused_dropout", ELEM * full, (ELEM + MASK) * full))
         bwd.insert(0, ("masked_scale", (ELEM + MASK) * full, ELEM * full))
@@ -125,7 +156,8 @@ def attention_kernels(cfg) -> dict:
 
 def attention_bytes_kernels(cfg) -> dict:
     """phase -> (bytes, kernels) of :func:`attention_kernels`."""
-    return {ph: (sum(r + w for _, r, w in ks), len(ks)) for ph, ks in attention_kernels(cfg).items()}
+    return {ph: (sum(r + w for _, r, w in ks), sum(n not in IN_GEMM for n, _, _ in ks))
+            for ph, ks in attention_kernels(cfg).items()}
 
 
 def attention_pass_seconds(cfg, hw, charged: dict | None) -> tuple[float, float]:

@@ -135,6 +135,8 @@ class ScaleConfig:
     # (its own jitted kernel each way: bias_gelu / bias_swiglu; fp8: TE's cast of fc2's input: .mlp_activation)
     attention_kernel: str = "compiled"  # the unfused core attention: compiled (its lowered ops under the fusion
     # model) | megatron (Megatron-LM's fused causal softmax and PyTorch's dropout kernels: .attention_kernels)
+    alibi: bool = False  # with attention_kernel megatron: Megatron-DeepSpeed's ALiBi bias as baddbmm's input, beta
+    # != 0 (BLOOM): expanded and copied into the scores' buffer, read by the GEMM (.attention_kernels)
 
     @property
     def mlp(self) -> int:

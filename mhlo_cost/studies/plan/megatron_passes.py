@@ -262,9 +262,10 @@ def passes_invalid(cfg) -> str | None:
         return f"activation must be one of {', '.join(ACTIVATION)}, got {cfg.activation!r}"
     if cfg.activation_kernel not in ("compiled", "megatron"):  # (.mlp_activation's ACTIVATION_KERNEL)
         return f"activation_kernel must be compiled or megatron, got {cfg.activation_kernel!r}"
-    if cfg.activation_kernel == "megatron" and (cfg.experts or cfg.execution != "compiled"):
-        return ("activation_kernel megatron (Megatron's own activation kernels) is priced for a dense MLP under the "
-                "compiled execution model only")
+    if cfg.activation_kernel == "megatron" and (cfg.experts or cfg.execution != "compiled"
+                                                  or getattr(cfg, "lower_layer", None) is not None):
+        return ("activation_kernel megatron (Megatron's own activation kernels) is priced for the GPT-style layer's "
+                "dense MLP under the compiled execution model only")
     if cfg.activation != "gelu" and (cfg.mlp_kind != "gelu" or cfg.experts):
         return (f"activation {cfg.activation} is for the dense two-linear (gelu) MLP, not {cfg.mlp_kind}"
                 + (" with experts" if cfg.experts else ""))

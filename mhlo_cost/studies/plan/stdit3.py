@@ -26,7 +26,9 @@ from dataclasses import dataclass, replace
 
 import jax
 
+from .attention_kernels import refusal as attention_kernel_refusal
 from .config import ScaleConfig
+from .megatron_passes import passes_invalid
 from .sharding import Collective, cp_groups
 
 #: ColossalAI LowLevelZero's gradient bucket (``reduce_bucket_size_in_m=12``: 12 Mi elements).
@@ -103,6 +105,9 @@ class STDiT3ScaleConfig(ScaleConfig):
             return why
         if (self.t, self.p, self.sp, self.interleave) != (1, 1, False, 1):
             return "STDiT3 trains with data and Ulysses sequence parallelism only (no tensor or pipeline split)"
+        why = attention_kernel_refusal(self) or passes_invalid(self)  # Megatron's kernels: the GPT-style layer's
+        if why:
+            return why
         if self.heads % self.cp:
             return f"Ulysses degree {self.cp} does not divide heads {self.heads}"
         if self.frame_tokens % self.cp:

@@ -116,7 +116,8 @@ def library_request(point: Point):
 
 def study_of(text: str, task: Task):
     """The study ``report --hardware H --steps K`` makes of the text (walked here: a worker is a process of
-    its own; parsed here too: the text is the lowering this worker just made, :attr:`StudyOptions.parse_here`);
+    its own; parsed here too: the text is the lowering this process just made, :attr:`StudyOptions.parse_here`,
+    unless ``MHLO_COST_ISOLATE=1``);
     ``on(hw)`` gives it on each profile."""
     from ..study import Study, StudyOptions
 
@@ -180,10 +181,10 @@ DEPTHS, CHECK_DEPTH = (2, 3), 4
 
 def point_rows(task: Task) -> tuple[str, list, str]:
     """(the sha256 of the lowerings its rows are made from, the point's row per profile, the check's outcome):
-    priced from one layer where the point's model repeats and ``task.repeat`` (:func:`_repeated_rows`), else from the study of
-    :func:`point_study`. The outcome, where ``task.check`` and the repetition was tried: ``passed`` (the rows are
-    the repetition's, checked at :data:`CHECK_DEPTH`) or ``failed`` (the repetition was not taken or its check
-    did not hold: the rows are :func:`point_study`'s); else ``""``."""
+    priced from one layer where the point's model repeats and ``task.repeat`` (:func:`_repeated_rows`), else from
+    the study of :func:`point_study`. The outcome, where ``task.check`` and the repetition was tried: ``passed``
+    (the rows are the repetition's, checked at :data:`CHECK_DEPTH`) or ``failed`` (the repetition was not taken or
+    its check did not hold: the rows are :func:`point_study`'s); else ``""``."""
     depth = _rebuilt_depth(task) if task.repeat and task.fuse in REPEATED_FUSE else None
     if depth:
         got = _repeated_rows(task, depth)

@@ -192,7 +192,9 @@ def _worker_exit() -> None:
     so), and the sweep's ``shutdown(wait=True)`` waits for that after the last point. Nothing is lost: every result
     was written to the pool's pipe before the worker read its next call (``concurrent.futures.process``), the
     multiprocessing finalizers ran before ``sys.exit`` (``BaseProcess._bootstrap``), and no one reads a pool
-    worker's exit status (the pool watches its sentinel)."""
+    worker's exit status (the pool watches its sentinel). Every local pool of :func:`run_tasks` ends so: the
+    sweep's and ``train-plan --sweep -j N``'s (:mod:`mhlo_cost.studies.plan.search` prices its layer costs
+    through :func:`run_tasks`)."""
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)
