@@ -4,7 +4,7 @@ fields take; :mod:`.config` re-exports both (split out of it to keep that module
 from __future__ import annotations
 
 from ...machines.kernels import LIBRARIES
-from .attention_kernels import refusal as attention_kernel_invalid
+from .attention_check import refusal as attention_kernel_invalid
 from .megatron_passes import passes_invalid
 from .partial_recompute import partial_invalid
 from .sharding_check import blocking_invalid, cp_invalid, sharding_invalid

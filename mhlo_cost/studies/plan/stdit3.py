@@ -26,7 +26,7 @@ from dataclasses import dataclass, replace
 
 import jax
 
-from .attention_kernels import refusal as attention_kernel_refusal
+from .attention_check import refusal as attention_kernel_refusal
 from .config import ScaleConfig
 from .megatron_passes import passes_invalid
 from .sharding import Collective, cp_groups
