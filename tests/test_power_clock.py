@@ -204,7 +204,7 @@ def test_the_plans_attention_is_solved_at_its_own_activity_and_without_it_with_t
     from mhlo_cost.studies.plan.power_clock import step_clocks
 
     hw = get_profile("h100")
-    cfg = SimpleNamespace(precision="bf16", recompute="full", attention="fused", micro_batches=4)
+    cfg = SimpleNamespace(precision="bf16", recompute="full", attention="fused", micro_batches=4, execution="compiled")
 
     def plan(compute, tensor):  # 2 layers on the busiest stage; full recompute: the attention's forward again
         it = SimpleNamespace(total=12.0, compute=compute, optimizer=0.5, stages=[{"layers": 2}], layer={}, cfg=cfg)
