@@ -12,17 +12,10 @@ from mhlo_cost.roofline.eager_host import DISPATCH_S
 from mhlo_cost.studies.plan import launch_blocking as lb
 from mhlo_cost.studies.plan.compose import compose
 from mhlo_cost.studies.plan.config import ScaleConfig
-from mhlo_cost.studies.plan.costs import LayerCost
+from plan_stubs import stub_cost
 
 SELENE = resolve_profile("selene")
 TINY = dict(layers=4, hidden=64, heads=4, seq=32, vocab=128)
-
-
-def _fake(fwd, bwd, w) -> LayerCost:
-    zero = {"forward": 0, "backward": 0, "recompute": 0, "optimizer": 0}
-    return LayerCost("k", "chip", dict(zero), dict(zero),
-                     {"forward": fwd, "backward": bwd, "recompute": 0.0, "optimizer": 0.0},
-                     weight_elems=w, weight_bytes=2 * w)
 
 
 def test_every_call_adds_its_host_time_in_every_slot(monkeypatch):
@@ -33,7 +26,7 @@ def test_every_call_adds_its_host_time_in_every_slot(monkeypatch):
     calls, a copy and a zero_ a group: 18 + 3 + 3 + 2 + 2 = 28 calls, once an iteration."""
     monkeypatch.setattr(lb, "layer_calls", lambda cfg, head=True: lb.Calls(10, 20, 0, 4))
     cfg = ScaleConfig(**TINY, p=2, global_batch=8)
-    cost = _fake(1e-3, 2e-3, 1000)
+    cost = stub_cost(forward=1e-3, backward=2e-3)
     base, more = compose(cfg, cost, SELENE), compose(cfg.with_split(launch_blocking=True), cost, SELENE)
     per_slot = 62 * DISPATCH_S
     assert SELENE.dispatch_overhead is None  # (the eager model's 8 us a call)
