@@ -16,7 +16,8 @@ from mhlo_cost.network import resolve_profile
 from mhlo_cost.studies.plan.attention_kernels import attention_bytes_kernels
 from mhlo_cost.studies.plan.compose import compose
 from mhlo_cost.studies.plan.config import ScaleConfig
-from mhlo_cost.studies.plan.costs import LayerCost, analyse_layer
+from mhlo_cost.studies.plan.costs import analyse_layer
+from plan_stubs import by_phase, stub_cost
 
 A100 = resolve_profile("dgx-a100")
 #: b 2, heads 4 over t 2: B = 4 score matrices of s x s = 256 x 256 on a device (above s 128, where the kernel runs
@@ -26,7 +27,6 @@ TINY = dict(layers=4, hidden=64, heads=4, seq=256, vocab=128, ffn=256, t=2, micr
 B, S = 2 * 4 // 2, 256
 FULL = B * S * S  # 262,144 elements
 TRI = B * S * (S + 4) // 2  # 133,120: the causal kernel's reads, s (s + 4) / 2 a matrix
-PH = ("forward", "backward", "recompute", "optimizer")
 
 
 def test_megatrons_causal_softmax_and_torchs_dropout_bytes_in_closed_form():
@@ -74,19 +74,12 @@ def test_the_triangle_is_counted_per_row_in_vectors_of_four():
     assert fwd == 2 * mats * 2_101_248 + 2 * full + 5 * full
 
 
-def _fake(core: tuple) -> LayerCost:
-    zero = {p: 0 for p in PH}
-    return LayerCost("k", "chip", dict(zero), dict(zero), {"forward": 1e-3, "backward": 2e-3, "recompute": 0.0,
-                                                           "optimizer": 0.0}, weight_elems=1000, weight_bytes=2000,
-                     core_own_s={"forward": core[0], "backward": core[1], "recompute": 0.0, "optimizer": 0.0})
-
-
 def test_the_kernels_replace_what_the_compiled_model_charged_in_every_layer_and_micro_batch():
     """4 layers on one stage, 2 micro-batches of b 1 (B = 2 matrices at t 2): the forward grows by 4 x 2 x (the two
     kernels' seconds less the charged 3 us), the backward by 4 x 2 x (theirs less 5 us); full and selective recompute
     run the forward's kernels again; the compiled default keeps the charge."""
     base = dict(TINY, micro_batch=1, global_batch=2)
-    layer = _fake((3e-6, 5e-6))
+    layer = stub_cost(forward=1e-3, backward=2e-3, core_own_s=by_phase(3e-6, 5e-6))
     plain = compose(ScaleConfig(**base), layer, A100)
     own = compose(ScaleConfig(**base, attention_kernel="megatron"), layer, A100)
     full, tri = 2 * S * S, 2 * S * (S + 4) // 2
@@ -98,7 +91,7 @@ def test_the_kernels_replace_what_the_compiled_model_charged_in_every_layer_and_
         rec = dict(base, recompute=policy)
         assert (compose(ScaleConfig(**rec, attention_kernel="megatron"), layer, A100).compute["recompute"]
                 - compose(ScaleConfig(**rec), layer, A100).compute["recompute"]) == pytest.approx(8 * f, rel=1e-9)
-    assert plain.compute == compose(ScaleConfig(**base), _fake((0.0, 0.0)), A100).compute
+    assert plain.compute == compose(ScaleConfig(**base), stub_cost(forward=1e-3, backward=2e-3), A100).compute
 
 
 def test_the_charge_is_the_cores_non_gemm_share_of_the_lowered_layer():

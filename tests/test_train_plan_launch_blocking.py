@@ -12,17 +12,10 @@ from mhlo_cost.roofline.eager_host import DISPATCH_S
 from mhlo_cost.studies.plan import launch_blocking as lb
 from mhlo_cost.studies.plan.compose import compose
 from mhlo_cost.studies.plan.config import ScaleConfig
-from mhlo_cost.studies.plan.costs import LayerCost
+from plan_stubs import stub_cost
 
 SELENE = resolve_profile("selene")
 TINY = dict(layers=4, hidden=64, heads=4, seq=32, vocab=128)
-
-
-def _fake(fwd, bwd, w) -> LayerCost:
-    zero = {"forward": 0, "backward": 0, "recompute": 0, "optimizer": 0}
-    return LayerCost("k", "chip", dict(zero), dict(zero),
-                     {"forward": fwd, "backward": bwd, "recompute": 0.0, "optimizer": 0.0},
-                     weight_elems=w, weight_bytes=2 * w)
 
 
 def test_every_call_adds_its_host_time_in_every_slot(monkeypatch):
@@ -33,7 +26,7 @@ def test_every_call_adds_its_host_time_in_every_slot(monkeypatch):
     calls, a copy and a zero_ a group: 18 + 3 + 3 + 2 + 2 = 28 calls, once an iteration."""
     monkeypatch.setattr(lb, "layer_calls", lambda cfg, head=True: lb.Calls(10, 20, 0, 4))
     cfg = ScaleConfig(**TINY, p=2, global_batch=8)
-    cost = _fake(1e-3, 2e-3, 1000)
+    cost = stub_cost(forward=1e-3, backward=2e-3)
     base, more = compose(cfg, cost, SELENE), compose(cfg.with_split(launch_blocking=True), cost, SELENE)
     per_slot = 62 * DISPATCH_S
     assert SELENE.dispatch_overhead is None  # (the eager model's 8 us a call)
@@ -58,6 +51,43 @@ def test_collectives_transfers_head_and_accumulation_are_calls():
     f, b = lb.micro_batch_calls(cfg, calls, 3, first=False, last=True, tp=tp)
     assert f == 3 * (30 + 2) + 7 + 2
     assert b == 3 * (50 + 30 + 4) + 9 + 1 + 3 * (3 * 12 + 3)
+
+
+def test_recompute_calls_follow_what_the_recompute_re_runs():
+    """A layer program of 69 forward, 90 backward and 58 recompute-phase calls, its attention 13 calls forward and
+    15 in the recompute phase. Megatron's full recompute (execution compiled) re-runs the forward: 69; torch.compile's
+    (execution inductor) the recompute phase, its attention the forward's calls: 58 - 15 + 13 = 56; without full
+    recompute the recompute phase as it stands: 58."""
+    layer, core = {"forward": 69, "backward": 90, "recompute": 58}, {"forward": 13, "recompute": 15}
+    full = ScaleConfig(**TINY, recompute="full", attention="fused")
+    assert lb.recompute_calls(full, layer, core) == 69
+    assert lb.recompute_calls(full.with_split(execution="inductor"), layer, core) == 56
+    assert lb.recompute_calls(full.with_split(recompute="op", execution="inductor"), layer, core) == 58
+
+
+def test_compiled_full_recompute_calls_in_each_micro_batch(monkeypatch):
+    """Through layer_calls and compose, the program's calls stubbed (the counts above, 4 parameter tensors): one
+    stage of 4 layers, no tensor parallelism, each micro-batch's backward makes 4 x (90 + 56) calls under
+    torch.compile's full recompute, 4 x (90 + 69) under Megatron's; the forward 4 x 69 either way. (launch_blocking
+    is refused with execution inductor, .sharding_check.blocking_invalid: the stub configuration reaches it only
+    through compose.)"""
+    import types
+
+    import mhlo_cost.studies.plan.layer as layer_module
+    import mhlo_cost.studies.study as study_module
+
+    def fake_calls(analysis, scope=None):
+        return ({"forward": 13, "recompute": 15} if scope == "core" else
+                {"forward": 69, "backward": 90, "recompute": 58}), 4
+
+    monkeypatch.setattr(lb, "_MEMO", {})
+    monkeypatch.setattr(lb, "program_calls", fake_calls)
+    monkeypatch.setattr(layer_module, "lower_layer", lambda cfg: "")
+    monkeypatch.setattr(study_module, "Study", lambda text, training: types.SimpleNamespace(analysis=None))
+    cfg = ScaleConfig(**TINY, global_batch=2, recompute="full", attention="fused", launch_blocking=True)
+    inductor = compose(cfg.with_split(execution="inductor"), stub_cost(), SELENE).stages[0]["launch_calls"]
+    megatron = compose(cfg, stub_cost(), SELENE).stages[0]["launch_calls"]
+    assert inductor[:2] == (4 * 69, 4 * (90 + 56)) and megatron[:2] == (4 * 69, 4 * (90 + 69))
 
 
 def test_step_calls_with_data_parallel_buckets():

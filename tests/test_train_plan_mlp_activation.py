@@ -13,8 +13,9 @@ import pytest
 from mhlo_cost.network import resolve_profile
 from mhlo_cost.studies.plan.compose import compose
 from mhlo_cost.studies.plan.config import ScaleConfig
-from mhlo_cost.studies.plan.costs import LayerCost, analyse_layer
+from mhlo_cost.studies.plan.costs import analyse_layer
 from mhlo_cost.studies.plan.mlp_activation import activation_bytes_kernels
+from plan_stubs import by_phase, stub_cost
 
 A100 = resolve_profile("dgx-a100")
 H100 = resolve_profile("dgx-h100")
@@ -93,20 +94,13 @@ def test_nemos_squared_relu_is_its_eager_kernels_whole():
         assert activation_bytes_kernels(cfg) == {"forward": (N * 8, 2), "backward": (N * 20, 4)}
 
 
-def _fake(act: tuple) -> LayerCost:
-    zero = {p: 0 for p in PH}
-    return LayerCost("k", "chip", dict(zero), dict(zero), {"forward": 1e-3, "backward": 2e-3, "recompute": 0.0,
-                                                           "optimizer": 0.0}, weight_elems=1000, weight_bytes=2000,
-                     act_s={"forward": act[0], "backward": act[1], "recompute": 0.0, "optimizer": 0.0})
-
-
 def test_the_kernels_replace_what_the_compiled_model_charged_in_every_layer_and_micro_batch():
     """4 layers on one stage, 2 micro-batches of b 1, s 32, ffn 256 on one device: 8192 elements a layer. The
     iteration's forward grows by 4 x 2 x (bias_gelu's seconds less the charged 3 us), its backward by 4 x 2 x
     (bias_gelu_back's less 5 us); full recompute runs the forward's kernels again; the compiled default keeps the
     charge (nothing added, nothing taken out)."""
     base = dict(TINY, t=1, micro_batch=1, global_batch=2)
-    layer = _fake((3e-6, 5e-6))
+    layer = stub_cost(forward=1e-3, backward=2e-3, act_s=by_phase(3e-6, 5e-6))
     plain = compose(ScaleConfig(**base), layer, A100)
     own = compose(ScaleConfig(**base, activation_kernel="megatron"), layer, A100)
     n = 32 * 256
@@ -117,7 +111,7 @@ def test_the_kernels_replace_what_the_compiled_model_charged_in_every_layer_and_
     full = dict(base, recompute="full")
     assert (compose(ScaleConfig(**full, activation_kernel="megatron"), layer, A100).compute["recompute"]
             - compose(ScaleConfig(**full), layer, A100).compute["recompute"]) == pytest.approx(8 * f, rel=1e-9)
-    assert plain.compute == compose(ScaleConfig(**base), _fake((0.0, 0.0)), A100).compute
+    assert plain.compute == compose(ScaleConfig(**base), stub_cost(forward=1e-3, backward=2e-3), A100).compute
 
 
 @pytest.mark.parametrize("kind, phase", [("gelu", "recompute"), ("swiglu", "backward")])

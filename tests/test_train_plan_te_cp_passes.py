@@ -13,6 +13,7 @@ from mhlo_cost.studies.plan.compose import compose
 from mhlo_cost.studies.plan.config import ScaleConfig
 from mhlo_cost.studies.plan.costs import LayerCost
 from mhlo_cost.studies.plan.te_cp_passes import te_cp_pass_seconds, te_cp_passes
+from plan_stubs import stub_cost
 
 BF16, F32, F64 = 2, 4, 8
 H100 = resolve_profile("dgx-h100")
@@ -107,11 +108,7 @@ def test_only_te_p2p_ring():
 
 
 def _cost() -> LayerCost:
-    phases = ("forward", "backward", "recompute", "optimizer")
-    return LayerCost(key="k", chip="h100", time_s={"forward": 1e-3, "backward": 2e-3, "recompute": 0.0,
-                                                     "optimizer": 0.0}, weight_elems=1000,
-                     gemm_flops={p: 0 for p in phases}, vector_flops={p: 0 for p in phases},
-                     core_s={p: 0.0 for p in phases})
+    return stub_cost(forward=1e-3, backward=2e-3)
 
 
 def test_compose_adds_them_to_each_layer():

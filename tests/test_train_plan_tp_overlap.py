@@ -12,23 +12,16 @@ pytest.importorskip("optax")
 from mhlo_cost.network import estimate, resolve_profile
 from mhlo_cost.studies.plan.compose import compose
 from mhlo_cost.studies.plan.config import ScaleConfig
-from mhlo_cost.studies.plan.costs import LayerCost
 from mhlo_cost.studies.plan.layer import lower_layer
 from mhlo_cost.studies.plan.tp_overlap import LINEARS, linear_rows
 from mhlo_cost.studies.study import Study
+from plan_stubs import stub_cost
 
 SELENE = resolve_profile("selene")
 SMS, UB = 108, 16  # A100's SMs; the SMs TE's pipelined and bulk overlaps take (initialize_ub's default num_sm)
 MARGIN = SMS / (SMS - UB)  # a pipelined GEMM on the SMs left: G x 108 / 92
 BIG = dict(layers=4, hidden=8192, heads=64, seq=8192, vocab=128, micro_batch=1, global_batch=1)
 S = 1 * 8192 * 8192 * 2  # the activation a collective moves: b x s x h, bf16
-
-
-def _layer(linear: dict, fwd=1.0, bwd=1.0) -> LayerCost:
-    zero = {"forward": 0, "backward": 0, "recompute": 0, "optimizer": 0}
-    return LayerCost("k", "chip", dict(zero), dict(zero), {"forward": fwd, "backward": bwd, "recompute": 0.0,
-                                                          "optimizer": 0.0}, weight_elems=1000, weight_bytes=2000,
-                     linear_s=dict.fromkeys(LINEARS, 0.0) | linear)
 
 
 def _net(t: int):
@@ -64,7 +57,7 @@ def test_no_gemm_exposes_every_chunk():
     all_gathers, 2 bulk reduce_scatters; per layer and micro-batch, 4 layers."""
     cfg = ScaleConfig(**BIG, t=4, sp=True, tp_comm_overlap=True)
     n = _net(4)
-    it = compose(cfg, _layer({}), SELENE)
+    it = compose(cfg, stub_cost(), SELENE)
     fwd = 2 * 3 * n["step"] + 2 * 4 * n["rs_chunk"]
     bwd = 2 * 3 * n["step"] + 2 * n["ag"] + 2 * n["rs"]
     assert it.tp_comm == pytest.approx(4 * (fwd + bwd), rel=1e-9)
@@ -77,7 +70,7 @@ def test_long_gemms_hide_all_but_the_last_reduce_scatter_chunk():
     reduce_scatters (Megatron-Bridge's fp8 configurations: the copy engine, no SM) one step each instead."""
     cfg = ScaleConfig(**BIG, t=4, sp=True, tp_comm_overlap=True)
     n = _net(4)
-    long = _layer(dict.fromkeys(LINEARS, 1.0))
+    long = stub_cost(dict.fromkeys(LINEARS, 1.0))
     bulk = (2 * n["ag"] + 2 * n["rs"]) * UB / SMS
     want = 4 * (2 * (MARGIN - 1.0 + n["rs_chunk"]) + bulk)
     assert compose(cfg, long, SELENE).tp_comm == pytest.approx(want, rel=1e-9)
@@ -100,11 +93,35 @@ def test_a_short_gemm_hides_part_of_each_step():
     fwd = ((t - 1) * n["step"] / 2 + (proj - g["proj_fprop"]) + 3 * (n["rs_chunk"] - proj / 4) + n["rs_chunk"]
            + 4 * n["rs_chunk"])
     bulk = (2 * n["ag"] + 2 * n["rs"]) * UB / SMS
-    it = compose(cfg, _layer(g), SELENE)
+    it = compose(cfg, stub_cost(g), SELENE)
     assert it.layer["tp_forward"] == pytest.approx(fwd, rel=1e-9)
     assert it.layer["tp_backward"] == pytest.approx(bulk, rel=1e-9)
-    full = compose(cfg.with_split(recompute="full"), _layer(g), SELENE)
+    full = compose(cfg.with_split(recompute="full"), stub_cost(g), SELENE)
     assert full.layer["tp_backward"] == pytest.approx(bulk + fwd, rel=1e-9)
+
+
+def test_compiled_full_recompute_repeats_every_forward_pair_but_fc2s():
+    """torch.compile's full recompute (execution inductor: the backward graph remakes only what it reads) runs QKV's,
+    proj's and fc1's GEMMs again with their collectives, not fc2's (its output read only by the residual add and the
+    block's output). The GEMMs of the short-GEMM case: QKV's hides its steps (0), fc1's exposes 3 x step / 2,
+    proj's (pipelined, G = 2 chunks on 92 of 108 SMs) G' - G + 3 (chunk - G'/4) + chunk; fc2's (G = 0, 4 chunks)
+    is not repeated: the backward is the bulk pairs' 16/108 plus those three, where Megatron's full recompute (the
+    compiled execution model) adds the whole forward, fc2's 4 chunks too."""
+    t = 4
+    n = _net(t)
+    g = {k: 1.0 for k in LINEARS if not k.endswith("fprop")}
+    g.update(qkv_fprop=2 * t * n["step"], fc1_fprop=t * n["step"] / 2, proj_fprop=4 * n["rs_chunk"] / 2)
+    proj = g["proj_fprop"] * MARGIN
+    three = (t - 1) * n["step"] / 2 + (proj - g["proj_fprop"]) + 3 * (n["rs_chunk"] - proj / 4) + n["rs_chunk"]
+    bulk = (2 * n["ag"] + 2 * n["rs"]) * UB / SMS
+    cfg = ScaleConfig(**BIG, t=t, sp=True, tp_comm_overlap=True, recompute="full", attention="fused",
+                      execution="inductor")
+    assert cfg.invalid() is None
+    it = compose(cfg, stub_cost(g), SELENE)
+    assert it.layer["tp_forward"] == pytest.approx(three + 4 * n["rs_chunk"], rel=1e-9)
+    assert it.layer["tp_backward"] == pytest.approx(bulk + three, rel=1e-9)
+    megatron = compose(cfg.with_split(execution="compiled"), stub_cost(g), SELENE)
+    assert megatron.layer["tp_backward"] == pytest.approx(bulk + three + 4 * n["rs_chunk"], rel=1e-9)
 
 
 def test_overlap_needs_sequence_parallelism_and_names_itself():
@@ -115,7 +132,7 @@ def test_overlap_needs_sequence_parallelism_and_names_itself():
     on = cfg.with_split(sp=True)
     assert on.label().endswith("tp-overlap")
     assert on.with_split(tp_overlap_rs="ring_exchange").label().endswith("tp-overlap-rs-ring")
-    off = compose(on.with_split(tp_comm_overlap=False), _layer(dict.fromkeys(LINEARS, 1.0)), SELENE)
+    off = compose(on.with_split(tp_comm_overlap=False), stub_cost(dict.fromkeys(LINEARS, 1.0)), SELENE)
     n = _net(4)
     assert off.tp_comm == pytest.approx(4 * (2 * n["ag"] + 2 * n["rs"] + 4 * n["ag"] + 2 * n["rs"]), rel=1e-9)
 
@@ -129,7 +146,7 @@ def test_chunks_on_several_streams_take_the_whole_gemm():
     cfg = ScaleConfig(**BIG, t=4, sp=True, tp_comm_overlap=True)
     n = _net(4)
     lin = dict.fromkeys(LINEARS, 1.0) | {"qkv_fprop@4": 0.3}
-    it = compose(cfg, _layer(lin), SELENE)
+    it = compose(cfg, stub_cost(lin), SELENE)
     assert it.layer["tp_forward"] == pytest.approx(2 * (MARGIN - 1.0 + n["rs_chunk"]), rel=1e-9)
 
 

@@ -23,9 +23,10 @@ sequence, cp 1), 2-byte elements (fp16 / bf16):
   ``megatron/fused_kernels/scaled_upper_triang_masked_softmax.h``'s warp forward reads row ``r`` (1-based) in
   vectors of 4 (``ELEMENTS_PER_LDG_STG``) up to ``local_seq = r`` (``4 ceil(r / 4)`` elements: ``s (s + 4) / 2`` a
   matrix for ``s % 4 == 0``) and writes all ``s x s`` (the masked part as zeros). Priced for ``s > 128`` only
-  (:func:`refusal`): at ``s <= 128`` the launcher puts 8 matrices in a block (``batches_per_warp`` 2, ``.h``
-  lines 356-363 at de7dc40 and 28b6ffce) and asserts ``B % 8 == 0`` where the Python side checks 4 (28b6ffce's
-  ``is_kernel_available``, ``fused_softmax.py`` 175-180, falls back to torch's softmax), and at 28b6ffce
+  (:func:`.attention_check.refusal`): at ``s <= 128`` the launcher puts 8 matrices in a block
+  (``batches_per_warp`` 2, ``.h`` lines 356-363 at de7dc40 and 28b6ffce) and asserts ``B % 8 == 0`` where the
+  Python side checks 4 (28b6ffce's ``is_kernel_available``, ``fused_softmax.py`` 175-180, falls back to torch's
+  softmax), and at 28b6ffce
   ``ELEMENTS_PER_LDG_STG = (WARP_ITERATIONS < 4) ? 1 : 4`` (``s <= 64`` read in scalars: ``s (s + 1) / 2``);
   above 128 both versions run 4 matrices a block and vectors of 4; its backward
   (``scaled_upper_triang_masked_softmax_backward``) reads the gradient and the saved softmax output over the same
@@ -54,7 +55,7 @@ backward's ``SplitBackward`` concatenation of dq, dk, dv, and the ``alpha`` mult
 """
 from __future__ import annotations
 
-from .attention_check import refusal  # noqa: F401 (the checks live there, importing nothing of the plan)
+from .scope_charge import scope_charge, without_compute
 
 #: The scope of the lowered layer's attention proper (:mod:`.layer`)
 SCOPE = "core"
@@ -76,28 +77,18 @@ def core_charge(a, rf, phases: tuple) -> dict:
     backward fused into the probabilities' gradient GEMM) is charged its time less its products' own (each priced
     alone, as the profile prices an unfused GEMM: its operands and output); one that also holds rows of other scopes
     its time less its time without the scope's non-GEMM compute, its bytes kept
-    (:func:`.mlp_activation.activation_charge`'s rule); a kernel without a product, the scope's rows' share of it."""
-    from .mlp_activation import activation_charge
+    (:func:`.scope_charge.without_compute`, :func:`.mlp_activation.activation_charge`'s rule); a kernel without a
+    product, the scope's rows' share of it (:func:`.scope_charge.scope_charge`)."""
+    return scope_charge(a, rf, phases, SCOPE, _plain_gemm)
 
-    if rf.execution != "compiled":
-        return activation_charge(a, rf, phases, SCOPE)
-    out = {p: 0.0 for p in phases}
-    rows, times, ph = a.rows, rf.times, a.phases.phase
-    for k in rf.fusion.kernels:
-        mine = [i for i in k.members if SCOPE in rows[i].scope.split("/")]
-        if not mine:
-            continue
-        if not k.has_dot:
-            out[ph[k.members[-1]]] += sum(rf.fusion.row_time[i] for i in mine)
-            continue
-        dots = [i for i in k.members if rows[i].gemm_flops]
-        if len(mine) < len(k.members):  # rows of other scopes in it: the scope's compute only
-            rest = sum(times[i].compute_s for i in mine if not rows[i].gemm_flops)
-            out[ph[k.members[-1]]] += max(0.0, k.time_s - max(k.compute_s - rest, k.memory_s) - k.overhead_s)
-            continue
-        alone = sum(max(times[i].compute_s, times[i].memory_s) + times[i].overhead_s for i in dots)
-        out[ph[k.members[-1]]] += max(0.0, k.time_s - alone)
-    return out
+
+def _plain_gemm(k, mine, rows, times) -> float:
+    """A GEMM kernel holding rows of the scope: its time less its products' own if all its other members are of the
+    scope, else less its time without the scope's non-GEMM compute (:func:`core_charge`)."""
+    if len(mine) < len(k.members):  # rows of other scopes in it: the scope's compute only
+        return without_compute(k, mine, rows, times)
+    dots = [i for i in k.members if rows[i].gemm_flops]
+    return max(0.0, k.time_s - sum(max(times[i].compute_s, times[i].memory_s) + times[i].overhead_s for i in dots))
 
 
 def triangle_elems(s: int) -> int:

@@ -50,6 +50,7 @@ from __future__ import annotations
 
 from .fp8_weights import current, delayed
 from .megatron_passes import SQUARED_RELU
+from .scope_charge import scope_charge, without_compute
 
 #: ``ScaleConfig.activation_kernel``: compiled (fused into the fc1 GEMM's epilogue, as lowered) | megatron (its own
 #: jitted kernel: Megatron-LM's bias_gelu, Megatron-Core's bias_gelu_impl / bias_swiglu_impl)
@@ -118,20 +119,11 @@ def activation_charge(a, rf, phases: tuple, scope: str = SCOPE) -> dict:
     """phase -> seconds the compiled model charged for the rows of ``scope`` (:data:`SCOPE`; the module's text):
     per fused kernel holding one, its time less its time without its non-GEMM members' compute, or in a kernel
     without a GEMM those rows' share of its time (under another execution model, eager or Inductor, the rows'
-    seconds as that model shares them)."""
-    out = {p: 0.0 for p in phases}
-    rows, times, ph = a.rows, rf.times, a.phases.phase
-    if rf.execution != "compiled":
-        for i, r in enumerate(rows):
-            out[ph[i]] += rf.fusion.row_time[i] if scope in r.scope.split("/") else 0.0
-        return out
-    for k in rf.fusion.kernels:
-        mine = [i for i in k.members if scope in rows[i].scope.split("/")]
-        if not mine:
-            continue
-        if not k.has_dot:
-            out[ph[k.members[-1]]] += sum(rf.fusion.row_time[i] for i in mine)
-            continue
-        rest = sum(times[i].compute_s for i in k.members if not rows[i].gemm_flops)
-        out[ph[k.members[-1]]] += max(0.0, k.time_s - max(k.compute_s - rest, k.memory_s) - k.overhead_s)
-    return out
+    seconds as that model shares them): :func:`.scope_charge.scope_charge` with every member's compute taken out."""
+    return scope_charge(a, rf, phases, scope, _epilogue)
+
+
+def _epilogue(k, mine, rows, times) -> float:
+    """A GEMM kernel with the scope's rows in its epilogue: its time less its time without its non-GEMM members'
+    compute (:func:`.scope_charge.without_compute` over all its members)."""
+    return without_compute(k, k.members, rows, times)

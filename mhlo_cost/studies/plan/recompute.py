@@ -109,8 +109,10 @@ def recompute_flops(cfg, gemm_flops: dict) -> int:
 def compiled_full(cfg) -> bool:
     """Whether ``cfg``'s full recompute is torch.compile's (``execution`` inductor, a dense model's layer of the
     program's): the backward graph recomputes what it reads, the program's recompute phase, not the whole forward.
-    Not a MoE model's (``experts``): its token exchange (:mod:`.moe_sharding`), launches (:mod:`.launch_blocking`)
-    and TP overlap (:mod:`.tp_overlap`) are priced as the whole forward again, and so is its layer, to match."""
+    Not a MoE model's (``experts``): its token exchange (:mod:`.moe_sharding`) is priced as the whole forward
+    again, and so is its layer, to match. A dense layer's TP collectives (:func:`recomputed_collectives`), TE's and
+    PyTorch's overlapped pairs (:mod:`.tp_overlap`, :mod:`.async_tp`) and launches (:mod:`.launch_blocking`) follow
+    it: what the backward reads, not the last linear nor its collective."""
     dense = not getattr(cfg, "experts", 0) and getattr(cfg, "lower_layer", None) is None
     return cfg.recompute == "full" and cfg.execution == "inductor" and dense
 
