@@ -86,13 +86,15 @@ OPTIONS = (
 #: the MLP's activation as Megatron's own kernels (``activation_kernel`` megatron: bias_gelu / bias_swiglu, plan/
 #: mlp_activation), and the unfused attention's softmax and dropout as Megatron-LM's own kernels
 #: (``attention_kernel`` megatron: scaled_upper_triang_masked_softmax, PyTorch's fused dropout, plan/attention_kernels),
-#: with Megatron-DeepSpeed's ALiBi bias copied into the scores and read by their GEMM (``alibi``: BLOOM).
+#: with Megatron-DeepSpeed's ALiBi bias copied into the scores and read by their GEMM (``alibi``: BLOOM), and, in memory
+#: alone, torchtitan's fp32 loss with its FSDP2 root (``loss_upcast``: the peak at the loss's backward,
+#: plan/torch_peak).
 PASSED = ("cp_comm", "kv_repeat", "dp_reduce", "tied_embedding", "grad_accum_pass", "grad_reduce_fp32",
           "tp_comm_overlap", "tp_overlap_rs", "pipeline_split", "account_embedding", "account_loss", "ddp",
           "ddp_bucket_size", "overlap_param_gather", "cross_entropy", "main_grad_add",
           "scatter_gather", "fsdp_version", "nccl_ub", "torch_ddp", "launch_blocking", "fp8_weight_cache",
           "fp8_amax_history", "async_tp", "fsdp_float8_all_gather", "fsdp_float8_precompute_scale", "activation_kernel",
-          "attention_kernel", "alibi")
+          "attention_kernel", "alibi", "loss_upcast")
 
 
 def layer_ac(run: dict) -> int:
@@ -290,9 +292,29 @@ def price(run: dict, data: dict, cache_dir=None, clock: str = "sustained") -> di
     if bad:
         return out | {"reason": f"train-plan refuses it: {bad}"}
     hw = resolve_profile(run.get("system", source["system"]))
-    it = PlanStudy(PlanOptions(cfg, hw, cache_dir=cache_dir, clock=clock)).plan.iteration
-    return out | {"estimate_s": it.total, "ratio": it.total / out["published_s"], "system": hw.name,
-                  "approx": approximations(run, model), "parts": _parts(it)}
+    plan = PlanStudy(PlanOptions(cfg, hw, cache_dir=cache_dir, clock=clock)).plan
+    it = plan.iteration
+    mem = {"memory_gib": run["memory_gib"], "memory_est_gib": plan.memory["total"] / 2 ** 30,
+           "reserved_gib": plan.memory.get("reserved_at_least", 0) / 2 ** 30} if "memory_gib" in run else {}
+    return out | mem | {"estimate_s": it.total, "ratio": it.total / out["published_s"], "system": hw.name,
+                        "approx": approximations(run, model), "parts": _parts(it)}
+
+
+def memory_lines(rows: list[dict]) -> list[str]:
+    """The rows with a published memory per GPU (GiB: the source's, e.g. torchtitan's peak reserved bytes) against
+    train-plan's live bytes at the step's peak, and per source the mean ratio (reserved holds the allocator's cache
+    beyond the live tensors, so a ratio under 1 is expected); where train-plan knows part of that cache (torchtitan's
+    loss: ``reserved_at_least``, plan/torch_peak), the floor it gives and its ratio too."""
+    mem = [r for r in rows if "memory_est_gib" in r]
+    lines = [f"{r['id']:40s} {r['memory_gib']:9.1f} {r['memory_est_gib']:9.2f} "
+             f"{r['memory_est_gib'] / r['memory_gib']:6.3f}" + (f"  reserved >= {r['reserved_gib']:.2f} "
+                                                                 f"({r['reserved_gib'] / r['memory_gib']:.3f})"
+                                                                 if r["reserved_gib"] else "") for r in mem]
+    for src in sorted({r["source"] for r in mem}):
+        ratios = [r["memory_est_gib"] / r["memory_gib"] for r in mem if r["source"] == src]
+        lines.append(f"{src:16s} {len(ratios):3d} rows  memory estimate / published: mean "
+                     f"{statistics.fmean(ratios):.3f}, min {min(ratios):.3f}, max {max(ratios):.3f}")
+    return ([f"{'memory per GPU (GiB)':40s} {'published':>9s} {'estimate':>9s} {'ratio':>6s}"] + lines) if mem else []
 
 
 def _parts(it) -> dict:
@@ -363,6 +385,8 @@ def main(argv=None) -> int:
     print()
     for line in summary(rows):
         print(line)
+    for i, line in enumerate(memory_lines(rows)):
+        print(("\n" if i == 0 else "") + line)
     return 0
 
 

@@ -58,12 +58,13 @@ def test_te_copies_stay_whole_over_data_parallel(zero, d):
 
 @pytest.mark.parametrize("reshard, held", [(True, 2), (False, L)])
 def test_torchao_fp8_all_gather_holds_fp8_gathered_weights(reshard, held):
-    """FSDP over 8 with torchao's fp8 all-gather: the persistent weights are the shard (2 x (linear + other) x 4 / 8
-    bytes) and the gathered layers (2 in flight; every layer with reshard-after-forward off) hold their linear
-    weights at 1 byte and the rest at 2; no kept copy, no scale state."""
+    """FSDP2 over 8 with torchao's fp8 all-gather: no bf16 shard is kept (the fp32 shard is the optimizer's parameter,
+    cast into the all-gather: counted in the optimizer state) and the gathered layers (2 in flight; every layer with
+    reshard-after-forward off) hold their linear weights at 1 byte and the rest at 2; no kept copy, no scale
+    state."""
     cfg = ScaleConfig(**TINY, d=8, zero=3, fsdp_version=2, reshard_after_forward=reshard)
     on = memory(cfg.with_split(fsdp_float8_all_gather=True), COST)
-    assert on["weights"] == 2 * (LINEAR + OTHER) * L // 8 + held * (LINEAR + 2 * OTHER)
+    assert on["weights"] == held * (LINEAR + 2 * OTHER)
     assert memory(cfg, COST)["weights"] - on["weights"] == held * LINEAR
     assert "fp8_weight_copies" not in on
 

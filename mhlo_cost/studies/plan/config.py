@@ -131,6 +131,8 @@ class ScaleConfig:
     # weights' amaxes in one all-reduce after the optimizer step instead of one per linear per gather: .fp8_gather
     activation: str = "gelu"  # a gelu MLP's activation: gelu (fused) | squared-relu: NeMo's eager relu and pow
     # kernels (Nemotron; the layer lowered with GELU, the same GEMMs: .megatron_passes)
+    loss_upcast: bool = False  # memory: the loss as torchtitan's, PyTorch's eager cross_entropy of the logits upcast
+    # to fp32, with the embedding, final norm and LM head under FSDP2's root: the peak at its backward (.torch_peak)
     activation_kernel: str = "compiled"  # the activation: compiled (in fc1's GEMM epilogue, as lowered) | megatron
     # (its own jitted kernel each way: bias_gelu / bias_swiglu; fp8: TE's cast of fc2's input: .mlp_activation)
     attention_kernel: str = "compiled"  # the unfused core attention: compiled (its lowered ops under the fusion

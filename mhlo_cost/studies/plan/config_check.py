@@ -92,6 +92,15 @@ def fp8_invalid(cfg) -> str | None:
     return None
 
 
+def loss_upcast_invalid(cfg) -> str | None:
+    """Why torchtitan's loss cannot be priced in memory (:mod:`.torch_peak`); None where it can."""
+    if cfg.loss_upcast and (cfg.t > 1 or cfg.p > 1 or cfg.zero_stage != 3 or cfg.fsdp_version != 2 or cfg.experts):
+        return ("loss_upcast (torchtitan's fp32 loss and FSDP2 root in memory) is priced with FSDP2 (ZeRO 3, "
+                "fsdp_version 2), a dense model and no tensor or pipeline parallelism (loss_parallel's vocabulary-"
+                "sharded loss and the last stage's are not modelled)")
+    return None
+
+
 def invalid(cfg) -> str | None:
     """Why this configuration cannot run, in one sentence; None where it can."""
     why = model_invalid(cfg)
@@ -118,7 +127,7 @@ def invalid(cfg) -> str | None:
         return why
     if cfg.tp_comm_overlap and cfg.t > 1 and not cfg.sp:
         return "tensor-parallel communication overlap (userbuffers) needs sequence parallelism"
-    why = async_tp_invalid(cfg)
+    why = async_tp_invalid(cfg) or loss_upcast_invalid(cfg)
     if why:
         return why
     why = (pipeline_invalid(cfg) or sharding_invalid(cfg) or cp_invalid(cfg) or moe_invalid_of(cfg)
