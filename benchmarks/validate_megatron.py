@@ -30,9 +30,11 @@ from mhlo_cost.studies.plan.plan import plan
 #: activation as its own kernels (bias_gelu_fusion, on by default: arguments.py has only --no-bias-gelu-fusion;
 #: megatron/model/fused_bias_gelu.py's bias_gelu and bias_gelu_back: mhlo_cost.studies.plan.mlp_activation).
 #: Its CoreAttention's softmax and dropout: megatron/model/fused_softmax.py's scaled_upper_triang_masked_softmax
-#: (causal, seq 2048) and torch's dropout (mhlo_cost.studies.plan.attention_kernels).
+#: (causal, seq 2048) and torch's dropout (mhlo_cost.studies.plan.attention_kernels). Its gradient clipping at
+#: --clip-grad's default 1.0 (megatron/arguments.py): megatron/optimizer/clip_grads.py's multi_tensor_l2norm over the
+#: fp32 main gradients and the all-reduce over the model-parallel group (mhlo_cost.studies.plan.grad_clip).
 MEGATRON_2022 = dict(cross_entropy="megatron", scatter_gather=True, activation_kernel="megatron",
-                     attention_kernel="megatron")
+                     attention_kernel="megatron", clip_grad=1.0)
 RUNS = {  # Table 5 / Figure 1 configurations (Calculon's validation/seqsel/tab5 and fig1)
     "gpt-22b": dict(t=8, p=1, d=1, global_batch=4, micro_batch=4, interleave=1, **MEGATRON_2022),
     "gpt-175b": dict(t=8, p=8, d=1, global_batch=64, micro_batch=1, interleave=3, **MEGATRON_2022),

@@ -94,7 +94,7 @@ PASSED = ("cp_comm", "kv_repeat", "dp_reduce", "tied_embedding", "grad_accum_pas
           "ddp_bucket_size", "overlap_param_gather", "cross_entropy", "main_grad_add",
           "scatter_gather", "fsdp_version", "nccl_ub", "torch_ddp", "launch_blocking", "fp8_weight_cache",
           "fp8_amax_history", "async_tp", "fsdp_float8_all_gather", "fsdp_float8_precompute_scale", "activation_kernel",
-          "attention_kernel", "alibi", "loss_upcast")
+          "attention_kernel", "alibi", "loss_upcast", "clip_grad")
 
 
 def layer_ac(run: dict) -> int:

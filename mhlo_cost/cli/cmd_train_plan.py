@@ -149,13 +149,18 @@ def _sharding(args) -> dict:
                 activation_kernel=args.activation_kernel, attention_kernel=args.attention_kernel,
                 nccl_ub=args.use_nccl_ub,
                 torch_ddp=args.torch_ddp,
-                loss_scale=args.loss_scale,
+                loss_scale=args.loss_scale, clip_grad=_clip_grad(args),
                 main_grad_add=args.no_gradient_accumulation_fusion,
                 scatter_gather=args.scatter_gather_tensors_in_pipeline, launch_blocking=args.launch_blocking,
                 fp8_weight_cache=args.fp8_weight_cache, fp8_amax_history=args.fp8_amax_history or 1024,
                 fsdp_float8_all_gather=args.fsdp_float8_all_gather,
                 fsdp_float8_precompute_scale=args.fsdp_float8_precompute_scale,
                 **_ddp(args), **_experts(args))
+
+
+def _clip_grad(args) -> float | None:
+    """The max norm of ``--clip-grad`` (1.0 where not given: every stack's default), None for ``none``."""
+    return 1.0 if args.clip_grad is None else (args.clip_grad or None)
 
 
 def _ddp(args) -> dict:

@@ -3,7 +3,23 @@
 NeMo and PyTorch-native training (torchtitan)."""
 from __future__ import annotations
 
+import argparse
+import math
+
 from .common import positive_int
+
+
+def clip_norm(value: str) -> float:
+    """``--clip-grad``'s value: a positive max norm, or ``none`` (0.0: not clipped)."""
+    if value.strip().lower() == "none":
+        return 0.0
+    try:
+        x = float(value)
+    except ValueError:
+        x = 0.0
+    if not (x > 0 and math.isfinite(x)):
+        raise argparse.ArgumentTypeError(f"must be a positive max norm or none, got {value!r}")
+    return x
 
 
 def register_sharding(p) -> None:
@@ -78,6 +94,11 @@ def register_pipeline_and_kernels(p) -> None:
     p.add_argument("--loss-scale", action="store_true",
                    help="fp16's dynamic loss scaling: Megatron's fp16 optimizer copies the gradients to fp32 and "
                         "unscales them before the step")
+    p.add_argument("--clip-grad", type=clip_norm, metavar="MAX|none",
+                   help="gradient clipping by the global L2 norm at MAX (default 1.0, every stack's default: "
+                        "Megatron's --clip-grad, NeMo's gradient_clip_val, torchtitan's max_norm, Composer's "
+                        "clipping_threshold) or none: the norm's passes and all-reduce(s) priced in the optimizer step "
+                        "as the stack runs them")
     p.add_argument("--no-gradient-accumulation-fusion", action="store_true",
                    help="Megatron-LM's local DDP without fused wgrad accumulation: each micro-batch's gradients added "
                         "into main_grad by a hook (Megatron-LM before late 2021)")

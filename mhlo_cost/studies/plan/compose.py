@@ -61,6 +61,7 @@ from .iteration import Iteration
 from .sharding import (cp_collectives, cp_exposure, dp_collectives, dp_exposure, embedding_collective, embedding_elems,
                        optimizer_extra_elems, seconds, step_seconds)
 from .dp_overlap import bucketed, dp_overlap_exposed, grad_buffer_zero_seconds
+from .grad_clip import clip_seconds
 from .megatron_passes import (gather_seconds, head_seconds, loss_scale_seconds,
                               main_grad_add_seconds, send_bytes, torch_ddp_seconds)
 from .embedding_pass import word_embedding_seconds
@@ -205,7 +206,8 @@ def _stages(cfg: ScaleConfig, cost: LayerCost, topo, one: dict, head: LayerCost 
         step = (optimizer_seconds(cfg, cost, s, n) + grad_buffer_zero_seconds(cfg, hw, elems)  # (.dp_overlap)
                 + step_seconds(cfg, topo, cost, n)  # (torchao's precomputed fp8 weight scales: .fp8_gather)
                 + torch_ddp_seconds(cfg, hw, elems, n, extra)
-                + loss_scale_seconds(cfg, hw, elems // cfg.shard_degree, n, extra))
+                + loss_scale_seconds(cfg, hw, elems // cfg.shard_degree, n, extra)
+                + clip_seconds(cfg, hw, elems, n, extra, last))  # gradient clipping (.grad_clip)
         out.append({"layers": n, "dp": dp, "head_forward": hf if last else 0.0, "head_backward": hb if last else 0.0,
                     "embed_forward": ef_s, "embed_backward": eb_s,
                     "f_s": n * (one["f"] + dp.forward) + (hf if last else 0.0) + ef_s,

@@ -139,6 +139,8 @@ class ScaleConfig:
     # model) | megatron (Megatron-LM's fused causal softmax and PyTorch's dropout kernels: .attention_kernels)
     alibi: bool = False  # with attention_kernel megatron: Megatron-DeepSpeed's ALiBi bias as baddbmm's input, beta
     # != 0 (BLOOM): expanded and copied into the scores' buffer, read by the GEMM (.attention_kernels)
+    clip_grad: float | None = None  # gradient clipping's max global L2 norm (the stacks' default 1.0; the CLI's);
+    # None: not clipped. Its norm passes and scalar all-reduce(s) in the optimizer step (.grad_clip)
 
     @property
     def mlp(self) -> int:

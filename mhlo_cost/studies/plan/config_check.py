@@ -6,6 +6,7 @@ from __future__ import annotations
 from ...machines.kernels import LIBRARIES
 from .attention_check import refusal as attention_kernel_invalid
 from .megatron_passes import passes_invalid
+from .grad_clip import clip_invalid
 from .partial_recompute import partial_invalid
 from .sharding_check import blocking_invalid, cp_invalid, sharding_invalid
 
@@ -121,8 +122,8 @@ def invalid(cfg) -> str | None:
         return f"tp_overlap_rs must be one of {', '.join(TP_OVERLAP_RS)}, got {cfg.tp_overlap_rs!r}"
     if cfg.cross_entropy not in CROSS_ENTROPY:
         return f"cross_entropy must be one of {', '.join(CROSS_ENTROPY)}, got {cfg.cross_entropy!r}"
-    why = passes_invalid(cfg) or blocking_invalid(cfg) or attention_kernel_invalid(cfg)  # (.megatron_passes,
-    # .sharding_check, .attention_kernels)
+    why = (passes_invalid(cfg) or blocking_invalid(cfg) or attention_kernel_invalid(cfg)  # (.megatron_passes,
+           or clip_invalid(cfg))  # .sharding_check, .attention_kernels, .grad_clip)
     if why:
         return why
     if cfg.tp_comm_overlap and cfg.t > 1 and not cfg.sp:

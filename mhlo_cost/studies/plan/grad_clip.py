@@ -1,0 +1,177 @@
+"""Gradient clipping by the global L2 norm (``clip_grad``: the max norm, None: not clipped), as each stack runs it
+once a step before the optimizer: passes over the gradients a rank holds (bytes: exact ints; seconds on the chip's
+memory model) and the synchronous scalar all-reduce(s) of the squared norm (the system's network). Every stack
+of the validation clips at 1.0 by default; which code runs is read from the configuration (:func:`clip_kind`).
+
+* **Megatron** (``megatron``: Megatron-LM's and Megatron-Core's ``clip_grad_norm_fp32``; NVIDIA/Megatron-LM
+  ``megatron/optimizer/clip_grads.py`` as read at 03ba8eb1 (2022), the 2021 code the same passes). apex's
+  ``multi_tensor_l2norm`` over the fp32 main gradients (fp16: the optimizer's fp32 copies; bf16: ``main_grad``),
+  shared and tensor-parallel-duplicate parameters skipped (``param_is_not_shared``: the tied LM head's copy on the
+  last stage; the duplicates only on tensor ranks other than 0, so the slowest rank reads them), then
+  ``grad_norm ** 2``, a SUM all-reduce of that fp32 scalar and ``.item()``. The group: without the distributed
+  optimizer the model-parallel group (tensor x pipeline ranks, ``mpu.get_model_parallel_group()``); with it
+  (ZeRO 1 and Megatron-Core's FSDP) the whole world: ``DistributedOptimizer.get_model_parallel_group`` returns
+  None ("With the distributed optimizer, the model parallel group is the entire world"), the norm over each rank's
+  shard of the main gradients. The scale, ``multi_tensor_scale`` of every gradient (4 + 4 bytes), runs only where
+  ``clip_coeff = max_norm / (norm + 1e-6) < 1``: a data-dependent branch. ESTIMATE: taken as not run: the rows are
+  steady-state throughputs, and the clip at 1.0 guards against the steps whose norm exceeds it (early training,
+  loss spikes), not measured for any row here; a clipped step adds 8 bytes an element in ``multi_tensor_scale``
+  launches. Launches: ``multi_tensor_apply`` covers 320 blocks of 65,536 elements a launch (apex
+  ``csrc/multi_tensor_apply.cuh``: ``depth_to_max_blocks``, chunk ``2048 * 32``) and at most 110 tensors a launch
+  at depth 1; the l2norm adds its cleanup kernel and the ``** 2`` one.
+* **DeepSpeed's BF16 optimizer** (``deepspeed``, a plan with ``grad_accum_pass``; microsoft/DeepSpeed
+  ``deepspeed/runtime/bf16_optimizer.py`` at 06e39a561d7924975744e79e72c78008b9db8794, as BLOOM ran it).
+  ``step`` takes ``get_global_norm_of_tensors(self.get_grads_for_norm())``: the fp32 gradients of the whole model
+  (``fp32_groups_gradients``, all-reduced whole, not the rank's partition), pipe-replicated (tied) and
+  tensor-duplicate parameters skipped, each ``t.data.float().norm(2).item()``: one kernel a tensor reading its 4
+  bytes an element (and a host sync each, whose host time :mod:`.launch_blocking` already counts), then one
+  FloatTensor SUM all-reduced over ``mpu.get_model_parallel_group()`` (tensor x pipeline ranks).
+  ``clip_tensors_by_global_norm`` multiplies each gradient only where the norm exceeds the max (``clip_coef < 1``):
+  the same ESTIMATE as Megatron's, not run.
+* **PyTorch FSDP1** (``fsdp1``: ZeRO 3 with ``fsdp_version`` 1, Composer's ``gradient_clipping`` with
+  ``clipping_type: norm``, which calls the root ``FullyShardedDataParallel.clip_grad_norm_``; pytorch/pytorch
+  ``torch/distributed/fsdp/fully_sharded_data_parallel.py``, torch 2.1). ``_get_grad_norm``: one
+  ``torch.linalg.vector_norm(grad, dtype=float32)`` a sharded gradient (``grad_bytes`` an element), their
+  ``torch.stack`` and norm; the ``** 2`` SUM all-reduced over the FSDP process group (the sharding group); then
+  ``clip_coef_clamped = torch.clamp(clip_coef, max=1.0)`` and ``grad.mul_(clip_coef_clamped)`` for every gradient,
+  always ("it avoids a host-device sync"): one kernel a tensor, ``2 x grad_bytes`` an element.
+* **torchtitan** (``fsdp2``: ZeRO 3 with ``fsdp_version`` 2; pytorch/torchtitan ``torchtitan/utils.py``
+  ``clip_grad_norm_`` at 9dec370, called by ``train.py`` with ``foreach=True``; at 0413364 ``train.py`` calls
+  ``torch.nn.utils.clip_grad_norm_(..., foreach=True)``, the same kernels without pipeline stages).
+  ``torch.nn.utils.get_total_norm`` over the DTensor gradients: one ``torch._foreach_norm`` of the local shards
+  (``multi_tensor_apply`` launches as above, and its cleanup), ``torch.stack`` and ``vector_norm`` of the
+  per-tensor norms; the norm is a DTensor partial over each mesh dimension the gradients are sharded on, reduced by
+  one all-reduce a dimension (the FSDP dimension, ``dp_shard x cp`` ranks, where larger than 1; the tensor
+  dimension where ``t > 1``) and, with pipeline stages, ``dist.all_reduce`` over the pipeline mesh; then
+  ``torch.nn.utils.clip_grads_with_norm_``: ``torch.clamp`` and ``torch._foreach_mul_`` of every gradient, always.
+
+What is left out: the few scalar kernels between (``stack``, ``pow``, ``div``, ``clamp``: a handful of elements
+each, their launches counted); the host sync ``.item()`` makes (the device idles until the host launches the
+step's next kernel), priced only where :mod:`.launch_blocking` prices host time; per-tensor counts are
+:func:`.megatron_passes.layer_tensors` a layer (FSDP1's flat parameters may be fewer tensors: an upper bound on
+launches).
+"""
+from __future__ import annotations
+
+from ...network import estimate
+from .megatron_passes import extra_tensors, layer_tensors
+
+#: multi_tensor_apply's elements a launch: 320 blocks of a 65,536-element chunk (apex and PyTorch alike)
+LAUNCH_ELEMS = 2048 * 32 * 320
+#: multi_tensor_apply's tensors a launch at depth 1 (one tensor list: the norm, an in-place scale)
+LAUNCH_TENSORS = 110
+#: The squared norm's bytes in the all-reduce: one fp32 scalar
+NORM_BYTES = 4
+#: Per gradient element: (bytes of the norm's read, bytes of the scale's read and write) by kind, ``g`` the
+#: gradient's own bytes (``ScaleConfig.grad_bytes``); Megatron's and DeepSpeed's gradients are their fp32 main
+#: gradients; their data-dependent scale is not priced (the module's ESTIMATE).
+PASSES = {"megatron": (4, 0), "deepspeed": (4, 0), "fsdp1": ("g", ("g", "g")), "fsdp2": ("g", ("g", "g"))}
+KINDS = tuple(PASSES)
+
+
+def clip_kind(cfg) -> str:
+    """Whose clip ``cfg`` runs: ``deepspeed`` (``grad_accum_pass``: DeepSpeed's BF16 optimizer), ``fsdp1`` /
+    ``fsdp2`` (PyTorch's FSDP, ZeRO 3 by ``fsdp_version``; not with ``nccl_ub``, Megatron-Core's FSDP), else
+    ``megatron``."""
+    if cfg.grad_accum_pass:
+        return "deepspeed"
+    if cfg.zero_stage == 3 and not cfg.nccl_ub:
+        return f"fsdp{cfg.fsdp_version}"
+    return "megatron"
+
+
+def _bytes(spec, g: int) -> int:
+    return sum(_bytes(x, g) for x in spec) if isinstance(spec, tuple) else (g if spec == "g" else spec)
+
+
+def norm_elems(cfg, elems: int, extra: int, last: bool) -> int:
+    """Gradient elements the norm reads on a stage holding ``elems`` (``extra`` of them outside the layers):
+    Megatron and DeepSpeed skip the tied LM head's copy on the last of several stages; the sharded stacks
+    (ZeRO, FSDP) read their shard (DeepSpeed's BF16 optimizer the whole model's gradients)."""
+    kind = clip_kind(cfg)
+    if kind in ("megatron", "deepspeed") and cfg.tied_embedding and cfg.p > 1 and last:
+        elems -= extra
+    return elems if kind == "deepspeed" else -(-elems // cfg.shard_degree)
+
+
+def scale_elems(cfg, elems: int) -> int:
+    """Gradient elements the scale writes: the rank's shard (all it holds without sharding)."""
+    return -(-elems // cfg.shard_degree)
+
+
+def launches(elems: int, tensors: int) -> int:
+    """Launches of one depth-1 ``multi_tensor_apply`` over ``elems`` elements in ``tensors`` tensors (a lower
+    bound: a tensor's last chunk is counted as full where it is not)."""
+    return max(-(-elems // LAUNCH_ELEMS), -(-tensors // LAUNCH_TENSORS), 1) if elems else 0
+
+
+def clip_bytes(cfg, elems: int, extra: int = 0, last: bool = False) -> dict:
+    """``{"norm": bytes, "scale": bytes}`` of the clip's passes on a stage holding ``elems`` gradient elements
+    (``extra`` outside the layers); 0s where ``clip_grad`` is None."""
+    if cfg.clip_grad is None:
+        return {"norm": 0, "scale": 0}
+    norm, scale = PASSES[clip_kind(cfg)]
+    return {"norm": _bytes(norm, cfg.grad_bytes) * norm_elems(cfg, elems, extra, last),
+            "scale": _bytes(scale, cfg.grad_bytes) * scale_elems(cfg, elems)}
+
+
+def clip_kernels(cfg, elems: int, tensors: int, extra: int = 0, last: bool = False) -> dict:
+    """``{"norm": launches, "scale": launches}`` over ``tensors`` parameter tensors: per tensor (DeepSpeed's
+    ``norm``, FSDP1's ``vector_norm`` and ``mul_``) or ``multi_tensor_apply`` (:func:`launches`), with the scalar
+    kernels after the norm (Megatron: cleanup, ``** 2``; DeepSpeed: none, the sum is on the host; FSDP1: stack,
+    norm, ``** 2``, then ``/``, ``+``, ``clamp``, ``.to``; torchtitan: cleanup, stack, norm, then ``+``, ``/``,
+    ``clamp``)."""
+    if cfg.clip_grad is None:
+        return {"norm": 0, "scale": 0}
+    kind, n = clip_kind(cfg), norm_elems(cfg, elems, extra, last)
+    if kind == "megatron":
+        return {"norm": launches(n, -(-tensors // cfg.shard_degree)) + 2, "scale": 0}
+    if kind == "deepspeed":
+        return {"norm": tensors, "scale": 0}
+    if kind == "fsdp1":
+        return {"norm": tensors + 3, "scale": tensors + 4}
+    return {"norm": launches(n, tensors) + 3, "scale": launches(scale_elems(cfg, elems), tensors) + 3}
+
+
+def clip_groups(cfg) -> tuple:
+    """The all-reduces of the squared norm, in order, each a tuple of one replica group's device ids (the devices
+    laid out tensor-fastest, then context, data, pipeline: :func:`.compose._p2p`'s hop); groups of one device
+    dropped (nothing to reduce)."""
+    if cfg.clip_grad is None:
+        return ()
+    kind, t, hop = clip_kind(cfg), cfg.t, cfg.t * cfg.cp * cfg.d
+    pp = tuple(s * hop for s in range(cfg.p))
+    if kind in ("megatron", "deepspeed"):
+        if kind == "megatron" and cfg.zero_stage:
+            out = (tuple(range(cfg.gpus)),)  # the distributed optimizer's "entire world"
+        else:
+            out = (tuple(i + s for s in pp for i in range(t)),)  # tensor x pipeline ranks
+    else:
+        shard = tuple(t * k for k in range(cfg.shard_degree))  # the FSDP dimension (dp_shard x cp)
+        out = (shard, tuple(range(t))) + ((pp,) if kind == "fsdp2" else ())
+        out = out[:1] if kind == "fsdp1" else out
+    return tuple(g for g in out if len(g) > 1)
+
+
+def clip_seconds(cfg, hw, elems: int, layers: int, extra: int = 0, last: bool = False) -> float:
+    """The clip on a stage of ``layers`` layers holding ``elems`` weight elements (``extra`` outside the layers;
+    ``last``: the last stage): its passes on ``hw``'s memory model and its all-reduces on ``hw``'s network, one
+    after the other (each waits for the one before); 0 where ``clip_grad`` is None or without a profile."""
+    if cfg.clip_grad is None or hw is None or elems == 0:
+        return 0.0
+    tensors = layer_tensors(cfg) * layers + extra_tensors(cfg, extra)
+    b, k = clip_bytes(cfg, elems, extra, last), clip_kernels(cfg, elems, tensors, extra, last)
+    out = hw.memory_time(b["norm"], kernels=k["norm"]) + (hw.memory_time(b["scale"], kernels=k["scale"])
+                                                          if b["scale"] else 0.0)
+    topo = getattr(hw, "topology", None)
+    if topo is not None:
+        out += sum(estimate(topo, "all_reduce", NORM_BYTES, (g,)).time_s for g in clip_groups(cfg))
+    return out
+
+
+def clip_invalid(cfg) -> str | None:
+    """Why ``clip_grad`` cannot be priced (a max norm must be positive); None where it can."""
+    c = cfg.clip_grad
+    if c is not None and not (isinstance(c, (int, float)) and c > 0):
+        return f"clip_grad must be a positive max norm or None (not clipped), got {c!r}"
+    return None
