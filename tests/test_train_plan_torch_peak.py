@@ -5,7 +5,8 @@
   nll_loss_backward's fp32 gradient and log_softmax_backward's fp32 result (4 N V each); N = b s / cp tokens;
 * the root ``fully_shard(model)`` (tok_embeddings V x h, norm h, output V x h): fp32 shard + AdamW's two fp32 moments
   (12 bytes an element of each dim-0 shard, padded), its bf16 copy unsharded through the loss; the final RMSNorm's
-  saved fp32 input copy and bf16 output (6 N h);
+  saved tensors (norms.py: x.float() for pow and mul 4 N h, rsqrt's result 4 N, the bf16 output for the weight's
+  mul 2 N h, the product for the output linear 2 N h);
 * FSDP2 keeps no bf16 shard (the fp32 shard is the optimizer's parameter), and at the loss only the last block (not
   resharded after forward) is gathered; no gradient exists yet (zero_grad set_to_none);
 * op-level checkpointing keeps the block's input, the flash kernel's fp32 log-sum-exp and, eager, w2's output.
@@ -72,7 +73,7 @@ def test_memory_at_the_loss_backward_of_the_t1_row():
     assert m["gradients"] == 0
     assert m["weights"] == 2 * per_layer + 2 * head  # the last block and the root, bf16, unsharded; no bf16 shard
     assert m["optimizer_state"] == 12 * per_layer * LAYERS // 8 + 12 * (2 * V * H // 8 + H // 8)
-    assert m["activations"] == LAYERS * (saved + n * H * 2 + n * 32 * 4) + 6 * n * H + 12 * n * V
+    assert m["activations"] == LAYERS * (saved + n * H * 2 + n * 32 * 4) + (4 + 2 + 2) * n * H + 4 * n + 12 * n * V
     assert m["total"] == m["weights"] + m["optimizer_state"] + m["activations"]
     assert m["loss_logits"] == 12 * n * V and m["head_weights"] == 2 * head
 

@@ -35,8 +35,11 @@ predate it). Exact ints, bytes per GPU.
   ``post_forward_mesh_info = None`` for the root), their bf16 unsharded copy through the loss (2 bytes an element,
   :func:`head_gathered_bytes`); the last block is not resharded either (``reshard_after_forward = int(layer_id) <
   len(model.layers) - 1``), the only block gathered then. The final RMSNorm (norms.py ``RMSNorm.forward``:
-  ``self._norm(x.float()).type_as(x) * self.weight``, eager) saves its fp32 input copy and its bf16 output (the
-  output linear's saved input): 6 N h bytes (:func:`head_saved_bytes`).
+  ``output = self._norm(x.float()).type_as(x); return output * self.weight``, ``_norm(x) = x * rsqrt(x.pow(2)
+  .mean(-1, keepdim=True) + eps)``, eager) keeps for autograd the fp32 copy of x (4 N h: pow's and mul's saved
+  input), rsqrt's fp32 result (4 N: its own backward's and mul's), the bf16 ``output`` (2 N h: ``output *
+  self.weight`` saves it, the weight requiring a gradient) and that product (2 N h, the output linear's saved
+  input): 8 N h + 4 N bytes (:func:`head_saved_bytes`; ``_norm``'s fp32 product and the bf16 x are saved by none).
 
 The layers' gradients then are left out (none exist at the loss's backward). The published memory is the caching
 allocator's peak *reserved* bytes (torchtitan's ``max_reserved_gib``: ``reserved_bytes.all.peak``), beyond what is
@@ -99,8 +102,9 @@ def head_gathered_bytes(cfg) -> int:
 
 
 def head_saved_bytes(cfg) -> int:
-    """The final RMSNorm's saved fp32 input copy and bf16 output (the output linear's input): 6 N h."""
-    return 6 * tokens(cfg) * cfg.hidden
+    """The final RMSNorm's saved tensors: x's fp32 copy (4 N h), rsqrt's fp32 result (4 N), the bf16 normalized
+    output (2 N h) and its product with the weight (2 N h, the output linear's input): 8 N h + 4 N."""
+    return 8 * tokens(cfg) * cfg.hidden + 4 * tokens(cfg)
 
 
 def loss_peak_bytes(cfg) -> int:
