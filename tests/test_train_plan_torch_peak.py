@@ -94,9 +94,42 @@ def test_without_the_flag_fsdp2_drops_only_the_bf16_shard():
     assert "loss_logits" not in two
 
 
-@pytest.mark.parametrize("kw", [dict(t=2), dict(fsdp_version=1), dict(zero=1)])
-def test_the_loss_is_refused_beyond_what_was_read(kw):
-    assert "loss_upcast" in ScaleConfig(**(T1 | kw)).invalid()
+@pytest.mark.parametrize("kw, why", [
+    (dict(t=2), "no tensor or pipeline parallelism"), (dict(fsdp_version=1), "fsdp_version 2"),
+    (dict(zero=1), "ZeRO 3"), (dict(p=2), "no tensor or pipeline parallelism"),
+    (dict(experts=8, top_k=2, expert_ffn=1024), "a dense model"),
+    (dict(global_batch=64), "one micro-batch a step, no gradient accumulation: got 4"),  # 64 / (2 x 8)
+    (dict(tied_embedding=True), "untied tok_embeddings and output"),
+])
+def test_the_loss_is_refused_beyond_what_was_read(kw, why):
+    """Each refusal names its own cause: t, p, FSDP1, ZeRO 1, experts, m = 4 micro-batches (torchtitan 9dec370's
+    train.py has no gradient accumulation), a tied embedding (its Llama has two V x h matrices)."""
+    why_not = ScaleConfig(**(T1 | kw)).invalid()
+    assert why_not.startswith("loss_upcast") and why in why_not
+    assert "loss_upcast" not in (ScaleConfig(**(T1 | kw | dict(loss_upcast=False))).invalid() or "")
+
+
+def test_cli_refuses_the_loss_with_gradient_accumulation(capsys):
+    from mhlo_cost.cli import main
+
+    args = ["train-plan", "--layers", "2", "--hidden", "64", "--heads", "4", "--seq", "32", "--vocab", "128",
+            "-d", "2", "--global-batch", "4", "--fsdp", "--fsdp-version", "2", "--loss-upcast", "--no-cache"]
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("mhlo-cost: error: ") and "loss_upcast" in err[0] and "got 2" in err[0]
+
+
+def test_cli_prints_what_the_loss_adds(capsys):
+    """A 2-layer model, d = 2, one micro-batch of 1 x 32 positions, vocab 128: the loss's 12 N V bytes
+    (12 x 32 x 128 = 49,152 B = 0.00 GiB at two decimals) are printed by name under the memory line."""
+    from mhlo_cost.cli import main
+
+    args = ["train-plan", "--layers", "2", "--hidden", "64", "--heads", "4", "--seq", "32", "--vocab", "128",
+            "-d", "2", "--global-batch", "2", "--fsdp", "--fsdp-version", "2", "--loss-upcast", "--no-cache",
+            "--recompute", "full"]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "memory at the loss's backward" in out and "loss logits 0.00 GiB" in out and "head state" in out
 
 
 def test_the_reserved_floor_keeps_preds_freed_segment():
