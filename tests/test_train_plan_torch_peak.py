@@ -144,3 +144,29 @@ def test_the_reserved_floor_keeps_preds_freed_segment():
     assert 2 * 2 * 32768 * 130 == 17_039_360  # 16.25 MiB (over 10 MiB: its own segment)
     assert odd["allocator_cached"] == 9 * 2 ** 21  # rounded up to 18 MiB
     assert "reserved_at_least" not in memory(_cfg(loss_upcast=False), _cost(1000, 800))
+
+
+def test_reshard_after_forward_off_keeps_every_layer_gathered_at_the_loss():
+    """fully_shard(reshard_after_forward=False): every block stays gathered from its forward to its backward, so at
+    the loss all 32 layers' bf16 weights are held, not only the last block's."""
+    per_layer = 218_112_000
+    m = memory(_cfg(reshard_after_forward=False), _cost(5 * 2 ** 30, per_layer))
+    assert m["weights"] == LAYERS * 2 * per_layer + 2 * (2 * V * H + H)
+
+
+def test_the_peak_is_the_larger_moment():
+    """A small vocabulary (128) and large sharded gradients (1e9 elements a layer): the backward's end outweighs the
+    loss's. Backward: two layers gathered (2 x 2 e), gradients 4 e L / 8 + 4 e (one unsharded) + the root's fp32
+    gradient shard 4 x (16 x 64 x 2 + 8), state 12 e L / 8 + 12 x (16 x 64 x 2 + 8), the activations alone. The
+    loss's moment (one layer gathered, no gradients, + the root's copy, the norm's 8 N h + 4 N, 12 N V) is less,
+    and given as loss_total."""
+    e, n, saved = 10 ** 9, 2 * 8192, 2 ** 20
+    cfg = _cfg(vocab=128, hidden=64, heads=4, kv_heads=4, ffn=128)
+    m = memory(cfg, _cost(saved, e))
+    root = 16 * 64 * 2 + 8  # tok_embeddings and output 128 x 64 over 8 (16 rows), norm 64 over 8
+    acts = LAYERS * (saved + n * 64 * 2 + n * 4 * 4)  # saved + block input + lse (4 heads)
+    backward = 4 * e + (4 * e * LAYERS // 8 + 4 * e + 4 * root) + (12 * e * LAYERS // 8 + 12 * root) + acts
+    at_loss = (2 * e + 2 * (2 * 128 * 64 + 64)) + (12 * e * LAYERS // 8 + 12 * root) + acts + 8 * n * 64 + 4 * n \
+        + 12 * n * 128
+    assert at_loss < backward
+    assert m["total"] == backward and m["loss_total"] == at_loss and m["gradients"] > 0

@@ -67,10 +67,11 @@ def memory(cfg: ScaleConfig, cost: LayerCost, capacity: float | None = None, sta
     held = held_layer_microbatches(cfg, stage) * (per_layer + op_saved_extra(cfg))  # (op policy: .torch_peak)
     saved_fp8 = held_layer_microbatches(cfg, stage) * (1 - full_share(cfg)) * saved_weight_bytes(cfg)  # (torchao)
     saved_fp8 = saved_fp8.numerator // saved_fp8.denominator
-    weights = cost.weight_bytes * n
+    weights = at_loss = cost.weight_bytes * n
     if z == 3:  # (torchao's fp8 all-gather: the gathered fp8 linears at 1 byte, .fp8_weights; FSDP2: .torch_peak)
-        gathered = 1 if cfg.loss_upcast else min(2, n) if cfg.reshard_after_forward else n
-        weights = sharded_weight_bytes(cfg, weights) + gathered_bytes(cfg, cost.weight_bytes) * gathered
+        one, kept = gathered_bytes(cfg, cost.weight_bytes), sharded_weight_bytes(cfg, weights)
+        weights = kept + one * (min(2, n) if cfg.reshard_after_forward else n)
+        at_loss = kept + one * (1 if cfg.reshard_after_forward else n)  # (the loss's backward: the last block)
     grads = cost.weight_elems * 4 * n
     copies = kept_bytes(cfg, n)  # TE's kept fp8 weights (0 without the cache)
     scales = state_bytes(cfg, layer_gemms(cfg) * n)  # TE's scales and amax histories (.fp8_state)
@@ -80,8 +81,8 @@ def memory(cfg: ScaleConfig, cost: LayerCost, capacity: float | None = None, sta
         "optimizer_state": (cost.master_bytes + cost.moment_bytes) * n // shard,
         "activations": held.numerator // held.denominator + saved_fp8,
     }
-    out = loss_moment(cfg, out)  # torchtitan's loss: the peak at its backward (.torch_peak)
     out["total"] = sum(out[k] for k in CATEGORIES)
+    out = loss_moment(cfg, out, at_loss + copies + scales)  # torchtitan's loss's backward, where larger (.torch_peak)
     out.update(reserved_floor(cfg, out["total"]))  # (the allocator's cached segment the loss cannot reuse)
     if copies:
         out.update(fp8_weight_copies=copies, fp8_scale_state=scales)

@@ -112,18 +112,24 @@ def loss_peak_bytes(cfg) -> int:
     return 12 * tokens(cfg) * cfg.vocab
 
 
-def loss_moment(cfg, out: dict) -> dict:
-    """``out`` (:func:`.memory.memory`'s categories) at the loss's backward under ``loss_upcast``: no gradients, the
-    root's state, unsharded copy, saved norm and the loss's tensors added (given apart: ``head_state``,
-    ``head_weights``, ``head_activations``, ``loss_logits``); ``out`` itself where the flag is off."""
+def loss_moment(cfg, out: dict, weights: int) -> dict:
+    """The step's peak under ``loss_upcast``: the larger of the loss's backward and the other moments (``out``,
+    :func:`.memory.memory`'s categories and total, the root's fp32 shards, moments and gradient shard added: 12 + 4
+    bytes an element of its shard). At the loss: no gradients, the layers' ``weights`` then (the last block gathered,
+    every one with reshard-after-forward off), the root's state, unsharded copy, saved norm and the loss's tensors;
+    those given apart, with ``loss_total``, whichever moment is the peak. ``out`` itself where the flag is off."""
     if not getattr(cfg, "loss_upcast", False):
         return out
     parts = {"head_state": head_state_bytes(cfg), "head_weights": head_gathered_bytes(cfg),
              "head_activations": head_saved_bytes(cfg), "loss_logits": loss_peak_bytes(cfg)}
-    return out | parts | {
-        "weights": out["weights"] + parts["head_weights"], "gradients": 0,
-        "optimizer_state": out["optimizer_state"] + parts["head_state"],
-        "activations": out["activations"] + parts["head_activations"] + parts["loss_logits"]}
+    other = {"weights": out["weights"], "gradients": out["gradients"] + parts["head_state"] // 3,
+             "optimizer_state": out["optimizer_state"] + parts["head_state"], "activations": out["activations"]}
+    at_loss = {"weights": weights + parts["head_weights"], "gradients": 0,
+               "optimizer_state": out["optimizer_state"] + parts["head_state"],
+               "activations": out["activations"] + parts["head_activations"] + parts["loss_logits"]}
+    parts["loss_total"] = sum(at_loss.values())
+    peak = at_loss if parts["loss_total"] >= sum(other.values()) else other
+    return out | parts | peak | {"total": sum(peak.values())}
 
 
 def segment_bytes(size: int) -> int:
