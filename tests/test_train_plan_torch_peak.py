@@ -132,20 +132,6 @@ def test_cli_prints_what_the_loss_adds(capsys):
     assert "memory at the loss's backward" in out and "loss logits 0.00 GiB" in out and "head state" in out
 
 
-def test_the_reserved_floor_keeps_preds_freed_segment():
-    n = 2 * 8192
-    pred = 2 * n * V  # bf16 logits: 4,202,692,608 bytes, a multiple of 512
-    assert pred % 512 == 0
-    segment = (pred + 2 ** 21 - 1) // 2 ** 21 * 2 ** 21  # kRoundLarge: 2 MiB
-    assert segment == 4_202_692_608  # already a multiple of 2 MiB (2004 x 2 MiB)
-    m = memory(_cfg(), _cost(1000, 800))
-    assert m["allocator_cached"] == segment and m["reserved_at_least"] == m["total"] + segment
-    odd = memory(_cfg(vocab=130, hidden=64, heads=4, kv_heads=4, ffn=128, seq=32768), _cost(1000, 100))
-    assert 2 * 2 * 32768 * 130 == 17_039_360  # 16.25 MiB (over 10 MiB: its own segment)
-    assert odd["allocator_cached"] == 9 * 2 ** 21  # rounded up to 18 MiB
-    assert "reserved_at_least" not in memory(_cfg(loss_upcast=False), _cost(1000, 800))
-
-
 def test_reshard_after_forward_off_keeps_every_layer_gathered_at_the_loss():
     """fully_shard(reshard_after_forward=False): every block stays gathered from its forward to its backward, so at
     the loss all 32 layers' bf16 weights are held, not only the last block's."""

@@ -38,7 +38,7 @@ from .costs import LayerCost
 from .fp8_state import layer_gemms, state_bytes
 from .fp8_weights import gathered_bytes, kept_bytes, saved_weight_bytes
 from .partial_recompute import full_share, mean_activation_bytes
-from .torch_peak import loss_moment, op_saved_extra, reserved_floor, sharded_weight_bytes
+from .torch_peak import loss_moment, op_saved_extra, sharded_weight_bytes
 
 CATEGORIES = ("weights", "gradients", "optimizer_state", "activations")
 
@@ -83,7 +83,6 @@ def memory(cfg: ScaleConfig, cost: LayerCost, capacity: float | None = None, sta
     }
     out["total"] = sum(out[k] for k in CATEGORIES)
     out = loss_moment(cfg, out, at_loss + copies + scales)  # torchtitan's loss's backward, where larger (.torch_peak)
-    out.update(reserved_floor(cfg, out["total"]))  # (the allocator's cached segment the loss cannot reuse)
     if copies:
         out.update(fp8_weight_copies=copies, fp8_scale_state=scales)
     if saved_fp8:

@@ -43,15 +43,14 @@ predate it). Exact ints, bytes per GPU.
 
 The layers' gradients then are left out (none exist at the loss's backward). The published memory is the caching
 allocator's peak *reserved* bytes (torchtitan's ``max_reserved_gib``: ``reserved_bytes.all.peak``), beyond what is
-live; one part of it is certain (:func:`reserved_floor`): PyTorch's CUDA caching allocator (c10/cuda/
-CUDACachingAllocator.cpp: ``round_size`` to 512 bytes, a segment of a request over 10 MiB rounded to 2 MiB,
-``kRoundLarge``; no cached block given back to the driver but by ``empty_cache`` or an allocation's retry) keeps
-pred's freed segment (2 N V, ``del pred``) while the loss's backward runs: nll_loss_backward's gradient takes the
-fp32 copy's freed segment (the same size), and log_softmax_backward's result fits no cached block (pred's is half its
-size), so the driver gives a new one. torchtitan 9dec370 calls ``empty_cache`` only before training
-(``DeviceMemoryMonitor.__init__``) and resets the peak at each log (``reset_peak_memory_stats``): reserved grows
-through the step, and its logged peak is at least the live peak plus that segment (``reserved_at_least``). The other
-blocks the allocator caches (freed activations, FSDP's buffers on their own streams, fragmentation) are not counted.
+live; none of that excess is priced. torchtitan 9dec370's run_llama_train.sh:22 sets
+``PYTORCH_CUDA_ALLOC_CONF="expandable_segments:True"``: PyTorch's CUDA caching allocator (c10/cuda/
+CUDACachingAllocator.cpp, ``find_expandable_block``, ``try_allocate_expandable_block``, ``should_split``,
+``try_merge_blocks``) then keeps one segment per stream and pool whose pages it maps as requests need them (20 MiB,
+``kLargeBuffer``, a page of the large pool), merges each freed block with free neighbours and splits any free block,
+so pred's freed 2 N V and the fp32 copy's 4 N V can merge and serve the loss's backward: no cached block is certain
+to be left unused (under the other mode, one segment per request, it would be). What reserved holds beyond the live
+peak (freed blocks on other streams, FSDP's buffers, partly mapped pages) is not counted.
 """
 from __future__ import annotations
 
@@ -130,19 +129,3 @@ def loss_moment(cfg, out: dict, weights: int) -> dict:
     parts["loss_total"] = sum(at_loss.values())
     peak = at_loss if parts["loss_total"] >= sum(other.values()) else other
     return out | parts | peak | {"total": sum(peak.values())}
-
-
-def segment_bytes(size: int) -> int:
-    """The CUDA caching allocator's segment for one request of ``size`` bytes over 10 MiB: rounded to 512 bytes
-    (``round_size``), then to 2 MiB (``kRoundLarge``)."""
-    size = -(-size // 512) * 512
-    return -(-size // 2 ** 21) * 2 ** 21
-
-
-def reserved_floor(cfg, total: int) -> dict:
-    """Under ``loss_upcast``: ``reserved_at_least``, the live peak ``total`` plus pred's cached segment (2 N V bytes
-    as the allocator rounds it) that no request at the loss's backward can reuse; {} where the flag is off."""
-    if not getattr(cfg, "loss_upcast", False):
-        return {}
-    cached = segment_bytes(2 * tokens(cfg) * cfg.vocab)
-    return {"allocator_cached": cached, "reserved_at_least": total + cached}
