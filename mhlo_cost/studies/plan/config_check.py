@@ -139,6 +139,9 @@ def invalid(cfg) -> str | None:
     why = async_tp_invalid(cfg) or loss_upcast_invalid(cfg)
     if why:
         return why
+    if cfg.tp_comm_overlap and cfg.execution == "inductor":  # (TE's modules are not traced by Dynamo)
+        return ("tp_comm_overlap (Transformer Engine's userbuffers, in TE's own modules) is not run under "
+                "torch.compile by any framework: not priced with execution inductor")
     why = (pipeline_invalid(cfg) or sharding_invalid(cfg) or cp_invalid(cfg) or moe_invalid_of(cfg)
            or partial_invalid(cfg))
     if why:
