@@ -2,9 +2,10 @@
 pipeline stage), as exact ints from the per-device layer's IR.
 
 * weights: the layer's bf16 weight arguments x layers per stage; FSDP (ZeRO 3): their shard (``/ (cp x
-  dp_shard)``) plus the unsharded buffers of two layers (the one running and the one prefetched; one on a stage
-  of one layer), or, with
-  reshard-after-forward off, of every layer of the stage (the forward leaves them gathered for the backward);
+  dp_shard)``; none under FSDP2, whose shard is the fp32 master: :func:`.torch_peak.sharded_weight_bytes`) plus the
+  unsharded buffers of two layers (the one running and the one prefetched; one on a stage of one layer; at
+  torchtitan's loss's backward the last block's alone), or, with reshard-after-forward off, of every layer of the
+  stage (the forward leaves them gathered for the backward);
 * fp8 weight copies (``fp8_weight_cache`` under an fp8 recipe, :func:`.fp8_weights.copy_bytes`): Transformer
   Engine's row-wise and column-wise fp8 copy of each linear's weight, kept from the step's first micro-batch, 2
   bytes per linear weight element x layers per stage, counted in weights and given apart
@@ -26,7 +27,9 @@ pipeline stage), as exact ints from the per-device layer's IR.
   schedule ``(1 + (p - 1)/(p v))`` times as many (Korthikanti et al. 2022, section 4.2.3).
 
 Other stages hold fewer micro-batches (:func:`held_layer_microbatches` of the stage).
-The embedding and LM head weights and the logits are left out (as in Korthikanti's Figure 1). Context
+The embedding and LM head weights and the logits are left out (as in Korthikanti's Figure 1), but under
+``loss_upcast``, where the step's peak is the larger of the moment above and torchtitan's loss's backward (the fp32
+logits, FSDP2's root and the final norm's saved tensors, no gradients: :func:`.torch_peak.loss_moment`). Context
 parallelism's split of the activations (s/cp positions, (s/cp) x s scores) is in the layer's IR.
 """
 from __future__ import annotations
