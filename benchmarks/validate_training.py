@@ -294,8 +294,8 @@ def price(run: dict, data: dict, cache_dir=None, clock: str = "sustained") -> di
     hw = resolve_profile(run.get("system", source["system"]))
     plan = PlanStudy(PlanOptions(cfg, hw, cache_dir=cache_dir, clock=clock)).plan
     it = plan.iteration
-    mem = {"memory_gib": run["memory_gib"], "memory_est_gib": plan.memory["total"] / 2 ** 30,
-           "reserved_gib": plan.memory.get("reserved_at_least", 0) / 2 ** 30} if "memory_gib" in run else {}
+    mem = {"memory_gib": run["memory_gib"], "memory_est_gib": plan.memory["total"] / 2 ** 30} if "memory_gib" in run \
+        else {}
     return out | mem | {"estimate_s": it.total, "ratio": it.total / out["published_s"], "system": hw.name,
                         "approx": approximations(run, model), "parts": _parts(it)}
 
@@ -303,13 +303,10 @@ def price(run: dict, data: dict, cache_dir=None, clock: str = "sustained") -> di
 def memory_lines(rows: list[dict]) -> list[str]:
     """The rows with a published memory per GPU (GiB: the source's, e.g. torchtitan's peak reserved bytes) against
     train-plan's live bytes at the step's peak, and per source the mean ratio (reserved holds the allocator's cache
-    beyond the live tensors, so a ratio under 1 is expected); where train-plan knows part of that cache (torchtitan's
-    loss: ``reserved_at_least``, plan/torch_peak), the floor it gives and its ratio too."""
+    beyond the live tensors, so a ratio under 1 is expected)."""
     mem = [r for r in rows if "memory_est_gib" in r]
     lines = [f"{r['id']:40s} {r['memory_gib']:9.1f} {r['memory_est_gib']:9.2f} "
-             f"{r['memory_est_gib'] / r['memory_gib']:6.3f}" + (f"  reserved >= {r['reserved_gib']:.2f} "
-                                                                 f"({r['reserved_gib'] / r['memory_gib']:.3f})"
-                                                                 if r["reserved_gib"] else "") for r in mem]
+             f"{r['memory_est_gib'] / r['memory_gib']:6.3f}" for r in mem]
     for src in sorted({r["source"] for r in mem}):
         ratios = [r["memory_est_gib"] / r["memory_gib"] for r in mem if r["source"] == src]
         lines.append(f"{src:16s} {len(ratios):3d} rows  memory estimate / published: mean "

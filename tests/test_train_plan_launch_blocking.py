@@ -53,43 +53,6 @@ def test_collectives_transfers_head_and_accumulation_are_calls():
     assert b == 3 * (50 + 30 + 4) + 9 + 1 + 3 * (3 * 12 + 3)
 
 
-def test_recompute_calls_follow_what_the_recompute_re_runs():
-    """A layer program of 69 forward, 90 backward and 58 recompute-phase calls, its attention 13 calls forward and
-    15 in the recompute phase. Megatron's full recompute (execution compiled) re-runs the forward: 69; torch.compile's
-    (execution inductor) the recompute phase, its attention the forward's calls: 58 - 15 + 13 = 56; without full
-    recompute the recompute phase as it stands: 58."""
-    layer, core = {"forward": 69, "backward": 90, "recompute": 58}, {"forward": 13, "recompute": 15}
-    full = ScaleConfig(**TINY, recompute="full", attention="fused")
-    assert lb.recompute_calls(full, layer, core) == 69
-    assert lb.recompute_calls(full.with_split(execution="inductor"), layer, core) == 56
-    assert lb.recompute_calls(full.with_split(recompute="op", execution="inductor"), layer, core) == 58
-
-
-def test_compiled_full_recompute_calls_in_each_micro_batch(monkeypatch):
-    """Through layer_calls and compose, the program's calls stubbed (the counts above, 4 parameter tensors): one
-    stage of 4 layers, no tensor parallelism, each micro-batch's backward makes 4 x (90 + 56) calls under
-    torch.compile's full recompute, 4 x (90 + 69) under Megatron's; the forward 4 x 69 either way. (launch_blocking
-    is refused with execution inductor, .sharding_check.blocking_invalid: the stub configuration reaches it only
-    through compose.)"""
-    import types
-
-    import mhlo_cost.studies.plan.layer as layer_module
-    import mhlo_cost.studies.study as study_module
-
-    def fake_calls(analysis, scope=None):
-        return ({"forward": 13, "recompute": 15} if scope == "core" else
-                {"forward": 69, "backward": 90, "recompute": 58}), 4
-
-    monkeypatch.setattr(lb, "_MEMO", {})
-    monkeypatch.setattr(lb, "program_calls", fake_calls)
-    monkeypatch.setattr(layer_module, "lower_layer", lambda cfg: "")
-    monkeypatch.setattr(study_module, "Study", lambda text, training: types.SimpleNamespace(analysis=None))
-    cfg = ScaleConfig(**TINY, global_batch=2, recompute="full", attention="fused", launch_blocking=True)
-    inductor = compose(cfg.with_split(execution="inductor"), stub_cost(), SELENE).stages[0]["launch_calls"]
-    megatron = compose(cfg, stub_cost(), SELENE).stages[0]["launch_calls"]
-    assert inductor[:2] == (4 * 69, 4 * (90 + 56)) and megatron[:2] == (4 * 69, 4 * (90 + 69))
-
-
 def test_step_calls_with_data_parallel_buckets():
     """d = 8, ZeRO 1 (sharded 8 ways): 1.2e9 weight elements on a stage of 10 layers of 12 tensors. Norms 2 x 120 + 3;
     Adam over the 1.5e8-element shard, 65,536 x 320 elements a launch: ceil(1.5e8 / 20,971,520) = 8 launches + 2;

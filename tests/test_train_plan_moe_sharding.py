@@ -96,6 +96,14 @@ def test_zero3_memory_per_gpu_shards_and_buffers(reshard):
     assert m["total"] == sum(m[k] for k in ("weights", "gradients", "optimizer_state", "activations"))
 
 
+def test_fsdp2_keeps_no_bf16_shard_with_experts():
+    """fully_shard (torchtitan's MixedPrecisionPolicy(param_dtype=bf16)): the sharded parameter is the fp32 one the
+    optimizer steps on, so the weights are the two gathered layers' bf16 buffers alone, the experts' shard 0."""
+    m = plan(_cfg(zero=3, fsdp_version=2), DGX).memory
+    assert m["expert_weights"] == 0
+    assert m["weights"] == 2 * (MOE_W + EXPERT_W + DENSE_W)
+
+
 def test_zero2_memory_keeps_whole_weights_and_sharded_gradients():
     m = plan(_cfg(zero=2), DGX).memory
     dense, experts = DENSE_W + MOE_LAYERS * MOE_W, MOE_LAYERS * EXPERT_W

@@ -5,7 +5,8 @@
   nll_loss_backward's fp32 gradient and log_softmax_backward's fp32 result (4 N V each); N = b s / cp tokens;
 * the root ``fully_shard(model)`` (tok_embeddings V x h, norm h, output V x h): fp32 shard + AdamW's two fp32 moments
   (12 bytes an element of each dim-0 shard, padded), its bf16 copy unsharded through the loss; the final RMSNorm's
-  saved fp32 input copy and bf16 output (6 N h);
+  saved tensors (norms.py: x.float() for pow and mul 4 N h, rsqrt's result 4 N, the bf16 output for the weight's
+  mul 2 N h, the product for the output linear 2 N h);
 * FSDP2 keeps no bf16 shard (the fp32 shard is the optimizer's parameter), and at the loss only the last block (not
   resharded after forward) is gathered; no gradient exists yet (zero_grad set_to_none);
 * op-level checkpointing keeps the block's input, the flash kernel's fp32 log-sum-exp and, eager, w2's output.
@@ -72,7 +73,7 @@ def test_memory_at_the_loss_backward_of_the_t1_row():
     assert m["gradients"] == 0
     assert m["weights"] == 2 * per_layer + 2 * head  # the last block and the root, bf16, unsharded; no bf16 shard
     assert m["optimizer_state"] == 12 * per_layer * LAYERS // 8 + 12 * (2 * V * H // 8 + H // 8)
-    assert m["activations"] == LAYERS * (saved + n * H * 2 + n * 32 * 4) + 6 * n * H + 12 * n * V
+    assert m["activations"] == LAYERS * (saved + n * H * 2 + n * 32 * 4) + (4 + 2 + 2) * n * H + 4 * n + 12 * n * V
     assert m["total"] == m["weights"] + m["optimizer_state"] + m["activations"]
     assert m["loss_logits"] == 12 * n * V and m["head_weights"] == 2 * head
 
@@ -93,20 +94,65 @@ def test_without_the_flag_fsdp2_drops_only_the_bf16_shard():
     assert "loss_logits" not in two
 
 
-@pytest.mark.parametrize("kw", [dict(t=2), dict(fsdp_version=1), dict(zero=1)])
-def test_the_loss_is_refused_beyond_what_was_read(kw):
-    assert "loss_upcast" in ScaleConfig(**(T1 | kw)).invalid()
+@pytest.mark.parametrize("kw, why", [
+    (dict(t=2), "no tensor or pipeline parallelism"), (dict(fsdp_version=1), "fsdp_version 2"),
+    (dict(zero=1), "ZeRO 3"), (dict(p=2), "no tensor or pipeline parallelism"),
+    (dict(experts=8, top_k=2, expert_ffn=1024), "a dense model"),
+    (dict(global_batch=64), "one micro-batch a step, no gradient accumulation: got 4"),  # 64 / (2 x 8)
+    (dict(tied_embedding=True), "untied tok_embeddings and output"),
+])
+def test_the_loss_is_refused_beyond_what_was_read(kw, why):
+    """Each refusal names its own cause: t, p, FSDP1, ZeRO 1, experts, m = 4 micro-batches (torchtitan 9dec370's
+    train.py has no gradient accumulation), a tied embedding (its Llama has two V x h matrices)."""
+    why_not = ScaleConfig(**(T1 | kw)).invalid()
+    assert why_not.startswith("loss_upcast") and why in why_not
+    assert "loss_upcast" not in (ScaleConfig(**(T1 | kw | dict(loss_upcast=False))).invalid() or "")
 
 
-def test_the_reserved_floor_keeps_preds_freed_segment():
-    n = 2 * 8192
-    pred = 2 * n * V  # bf16 logits: 4,202,692,608 bytes, a multiple of 512
-    assert pred % 512 == 0
-    segment = (pred + 2 ** 21 - 1) // 2 ** 21 * 2 ** 21  # kRoundLarge: 2 MiB
-    assert segment == 4_202_692_608  # already a multiple of 2 MiB (2004 x 2 MiB)
-    m = memory(_cfg(), _cost(1000, 800))
-    assert m["allocator_cached"] == segment and m["reserved_at_least"] == m["total"] + segment
-    odd = memory(_cfg(vocab=130, hidden=64, heads=4, kv_heads=4, ffn=128, seq=32768), _cost(1000, 100))
-    assert 2 * 2 * 32768 * 130 == 17_039_360  # 16.25 MiB (over 10 MiB: its own segment)
-    assert odd["allocator_cached"] == 9 * 2 ** 21  # rounded up to 18 MiB
-    assert "reserved_at_least" not in memory(_cfg(loss_upcast=False), _cost(1000, 800))
+def test_cli_refuses_the_loss_with_gradient_accumulation(capsys):
+    from mhlo_cost.cli import main
+
+    args = ["train-plan", "--layers", "2", "--hidden", "64", "--heads", "4", "--seq", "32", "--vocab", "128",
+            "-d", "2", "--global-batch", "4", "--fsdp", "--fsdp-version", "2", "--loss-upcast", "--no-cache"]
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("mhlo-cost: error: ") and "loss_upcast" in err[0] and "got 2" in err[0]
+
+
+def test_cli_prints_what_the_loss_adds(capsys):
+    """A 2-layer model, d = 2, one micro-batch of 1 x 32 positions, vocab 128: the loss's 12 N V bytes
+    (12 x 32 x 128 = 49,152 B = 0.00 GiB at two decimals) are printed by name under the memory line."""
+    from mhlo_cost.cli import main
+
+    args = ["train-plan", "--layers", "2", "--hidden", "64", "--heads", "4", "--seq", "32", "--vocab", "128",
+            "-d", "2", "--global-batch", "2", "--fsdp", "--fsdp-version", "2", "--loss-upcast", "--no-cache",
+            "--recompute", "full"]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "memory at the loss's backward" in out and "loss logits 0.00 GiB" in out and "head state" in out
+
+
+def test_reshard_after_forward_off_keeps_every_layer_gathered_at_the_loss():
+    """fully_shard(reshard_after_forward=False): every block stays gathered from its forward to its backward, so at
+    the loss all 32 layers' bf16 weights are held, not only the last block's."""
+    per_layer = 218_112_000
+    m = memory(_cfg(reshard_after_forward=False), _cost(5 * 2 ** 30, per_layer))
+    assert m["weights"] == LAYERS * 2 * per_layer + 2 * (2 * V * H + H)
+
+
+def test_the_peak_is_the_larger_moment():
+    """A small vocabulary (128) and large sharded gradients (1e9 elements a layer): the backward's end outweighs the
+    loss's. Backward: two layers gathered (2 x 2 e), gradients 4 e L / 8 + 4 e (one unsharded) + the root's fp32
+    gradient shard 4 x (16 x 64 x 2 + 8), state 12 e L / 8 + 12 x (16 x 64 x 2 + 8), the activations alone. The
+    loss's moment (one layer gathered, no gradients, + the root's copy, the norm's 8 N h + 4 N, 12 N V) is less,
+    and given as loss_total."""
+    e, n, saved = 10 ** 9, 2 * 8192, 2 ** 20
+    cfg = _cfg(vocab=128, hidden=64, heads=4, kv_heads=4, ffn=128)
+    m = memory(cfg, _cost(saved, e))
+    root = 16 * 64 * 2 + 8  # tok_embeddings and output 128 x 64 over 8 (16 rows), norm 64 over 8
+    acts = LAYERS * (saved + n * 64 * 2 + n * 4 * 4)  # saved + block input + lse (4 heads)
+    backward = 4 * e + (4 * e * LAYERS // 8 + 4 * e + 4 * root) + (12 * e * LAYERS // 8 + 12 * root) + acts
+    at_loss = (2 * e + 2 * (2 * 128 * 64 + 64)) + (12 * e * LAYERS // 8 + 12 * root) + acts + 8 * n * 64 + 4 * n \
+        + 12 * n * 128
+    assert at_loss < backward
+    assert m["total"] == backward and m["loss_total"] == at_loss and m["gradients"] > 0

@@ -134,7 +134,7 @@ def _sharding(args) -> dict:
     zero = _zero_stage(args)
     return dict(zero=0 if args.dp_comm == "zero" else zero, dp_shard=shard,
                 reshard_after_forward=args.fsdp_reshard_after_forward != "never", fsdp_version=int(args.fsdp_version),
-                cp=args.cp,
+                loss_upcast=args.loss_upcast, cp=args.cp,
                 cp_comm=args.cp_comm_type, kv_repeat=args.cp_kv_repeat, dp_reduce=args.dp_reduce,
                 tied_embedding=args.tied_embedding, grad_accum_pass=args.grad_accum_pass,
                 first_stage_layers=args.first_stage_layers,

@@ -43,6 +43,10 @@ def register_sharding(p) -> None:
                    help="FSDP's implementation: 1 (flat parameters: FSDP1, ZeRO 3; default) or 2 (fully_shard, "
                         "torchtitan's: each all-gather copied out and each reduce-scatter copied in on the compute "
                         "stream)")
+    p.add_argument("--loss-upcast", action="store_true",
+                   help="the loss as torchtitan's: eager cross_entropy over the logits upcast to fp32, for memory "
+                        "(the peak at its backward, with the embedding, final norm and LM head under FSDP2's root; "
+                        "needs --zero 3 --fsdp-version 2, t = p = 1, one micro-batch, a dense untied model)")
     p.add_argument("--cp", "--context-parallel-size", dest="cp", type=positive_int,
                    help="context-parallel degree: the sequence split cp ways, load-balanced causal (default 1)")
     p.add_argument("--cp-comm-type", choices=("p2p", "all_gather", "torch-allgather", "torch-alltoall"),

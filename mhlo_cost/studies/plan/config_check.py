@@ -95,10 +95,19 @@ def fp8_invalid(cfg) -> str | None:
 
 def loss_upcast_invalid(cfg) -> str | None:
     """Why torchtitan's loss cannot be priced in memory (:mod:`.torch_peak`); None where it can."""
-    if cfg.loss_upcast and (cfg.t > 1 or cfg.p > 1 or cfg.zero_stage != 3 or cfg.fsdp_version != 2 or cfg.experts):
+    if not cfg.loss_upcast:
+        return None
+    if cfg.t > 1 or cfg.p > 1 or cfg.zero_stage != 3 or cfg.fsdp_version != 2 or cfg.experts:
         return ("loss_upcast (torchtitan's fp32 loss and FSDP2 root in memory) is priced with FSDP2 (ZeRO 3, "
                 "fsdp_version 2), a dense model and no tensor or pipeline parallelism (loss_parallel's vocabulary-"
                 "sharded loss and the last stage's are not modelled)")
+    if cfg.global_batch % (cfg.micro_batch * cfg.d) == 0 and cfg.micro_batches > 1:
+        return (f"loss_upcast (torchtitan 9dec370's step) runs one micro-batch a step, no gradient accumulation: "
+                f"got {cfg.micro_batches} (global batch {cfg.global_batch} / (micro-batch {cfg.micro_batch} x data "
+                f"degree {cfg.d}))")
+    if cfg.tied_embedding:
+        return ("loss_upcast is priced with torchtitan's untied tok_embeddings and output weights (its Llama "
+                "model.py): not with tied_embedding")
     return None
 
 
@@ -131,6 +140,9 @@ def invalid(cfg) -> str | None:
     why = async_tp_invalid(cfg) or loss_upcast_invalid(cfg)
     if why:
         return why
+    if cfg.tp_comm_overlap and cfg.execution == "inductor":  # (TE's modules are not traced by Dynamo)
+        return ("tp_comm_overlap (Transformer Engine's userbuffers, in TE's own modules) is not run under "
+                "torch.compile by any framework: not priced with execution inductor")
     why = (pipeline_invalid(cfg) or sharding_invalid(cfg) or cp_invalid(cfg) or moe_invalid_of(cfg)
            or partial_invalid(cfg))
     if why:

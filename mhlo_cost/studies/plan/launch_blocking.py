@@ -12,9 +12,8 @@ per-call host time (:func:`mhlo_cost.roofline.eager_host.dispatch_overhead`: ``D
 
 * per micro-batch and layer, the framework calls of the layer's forward, backward and recompute as the eager model
   groups the program's rows into calls (:func:`mhlo_cost.roofline.eager_calls.groups`: one call per call site, view
-  calls included; full recompute re-runs the forward's calls, as :mod:`.compose` prices it, and torch.compile's
-  what its backward reads, :func:`recompute_calls`); the last stage's head (LM head and loss) likewise, from its own
-  program;
+  calls included; full recompute re-runs the forward's calls, as :mod:`.compose` prices it); the last stage's head
+  (LM head and loss) likewise, from its own program;
 * each tensor-parallel collective (:func:`.compose.tp_collectives`) and each pipeline transfer (a send on one side, a
   receive on the other: ``2 v`` per micro-batch each way; with ``scatter_gather`` DeepSpeed's ``PartitionedTensor``
   ``.full()`` all-gather after each receive) is one call;
@@ -56,7 +55,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...roofline.eager_host import dispatch_overhead
-from .recompute import compiled_full
 
 #: Elements one multi_tensor_apply launch covers (apex.optimizers.FusedAdam, which Megatron-DeepSpeed's optimizer
 #: factory returns under DeepSpeed): apex's 65,536-element chunks (``multi_tensor_applier(..., 2048*32)``), 320
@@ -80,34 +78,18 @@ class Calls:
     head_params: int = 0
 
 
-def program_calls(analysis, scope: str | None = None) -> tuple[dict, int]:
+def program_calls(analysis) -> tuple[dict, int]:
     """(phase -> framework calls, parameter tensors) of a walked program: its rows grouped into calls as the eager
-    model groups them (each call counted as often as it runs; with ``scope``, only the calls of that scope), its
-    arguments named ``params``."""
+    model groups them (each call counted as often as it runs), its arguments named ``params``."""
     from ...roofline.eager_calls import groups
 
     ph, out = analysis.phases.phase, {}
     for g in groups(analysis.rows, None, set()):
         if all(analysis.rows[i].op.endswith("optimization_barrier") for i in g):
             continue  # JAX's remat barrier: no framework call
-        if scope is not None and scope not in analysis.rows[g[0]].scope.split("/"):
-            continue
         p = ph[g[0]]
         out[p] = out.get(p, 0) + analysis.rows[g[0]].multiplicity
     return out, sum(1 for x in analysis.arguments if x.name.startswith("params"))
-
-
-def recompute_calls(cfg, layer: dict, core: dict) -> int:
-    """Framework calls of one layer's recompute per micro-batch, from its program's calls by phase (``layer``) and
-    those of its attention proper (``core``, scope ``core``): the forward's again under full recompute (Megatron's
-    reentrant checkpoint re-runs the layer's function whole); under torch.compile's
-    (:func:`.recompute.compiled_full`) the program's recompute phase, what the backward reads (not w2's GEMM, not
-    its reduce-scatter), its attention the forward's calls again (:func:`.recompute.recompute_seconds`' rule; the
-    flag is refused with execution inductor, :func:`.sharding_check.blocking_invalid`, so only a configuration
-    built past that check reaches it); otherwise the program's recompute phase."""
-    if compiled_full(cfg):
-        return layer.get("recompute", 0) - core.get("recompute", 0) + core.get("forward", 0)
-    return layer.get("forward", 0) if cfg.recompute == "full" else layer.get("recompute", 0)
 
 
 _MEMO: dict = {}
@@ -121,11 +103,10 @@ def layer_calls(cfg, with_head: bool = True) -> Calls:
 
     key = (cfg.layer_key(), head_key(cfg) if with_head else None)
     if key not in _MEMO:
-        analysis = Study(lower_layer(cfg), training="always").analysis
-        layer, n = program_calls(analysis)
-        core = program_calls(analysis, "core")[0] if compiled_full(cfg) else {}
+        layer, n = program_calls(Study(lower_layer(cfg), training="always").analysis)
         head, hn = (program_calls(Study(lower_head(cfg), training="always").analysis) if with_head else ({}, 0))
-        _MEMO[key] = Calls(layer.get("forward", 0), layer.get("backward", 0), recompute_calls(cfg, layer, core),
+        fwd = layer.get("forward", 0)
+        _MEMO[key] = Calls(fwd, layer.get("backward", 0), fwd if cfg.recompute == "full" else layer.get("recompute", 0),
                            n, head.get("forward", 0), head.get("backward", 0), hn)
     return _MEMO[key]
 

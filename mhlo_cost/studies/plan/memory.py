@@ -2,9 +2,10 @@
 pipeline stage), as exact ints from the per-device layer's IR.
 
 * weights: the layer's bf16 weight arguments x layers per stage; FSDP (ZeRO 3): their shard (``/ (cp x
-  dp_shard)``) plus the unsharded buffers of two layers (the one running and the one prefetched; one on a stage
-  of one layer), or, with
-  reshard-after-forward off, of every layer of the stage (the forward leaves them gathered for the backward);
+  dp_shard)``; none under FSDP2, whose shard is the fp32 master: :func:`.torch_peak.sharded_weight_bytes`) plus the
+  unsharded buffers of two layers (the one running and the one prefetched; one on a stage of one layer; at
+  torchtitan's loss's backward the last block's alone), or, with reshard-after-forward off, of every layer of the
+  stage (the forward leaves them gathered for the backward);
 * fp8 weight copies (``fp8_weight_cache`` under an fp8 recipe, :func:`.fp8_weights.copy_bytes`): Transformer
   Engine's row-wise and column-wise fp8 copy of each linear's weight, kept from the step's first micro-batch, 2
   bytes per linear weight element x layers per stage, counted in weights and given apart
@@ -26,7 +27,9 @@ pipeline stage), as exact ints from the per-device layer's IR.
   schedule ``(1 + (p - 1)/(p v))`` times as many (Korthikanti et al. 2022, section 4.2.3).
 
 Other stages hold fewer micro-batches (:func:`held_layer_microbatches` of the stage).
-The embedding and LM head weights and the logits are left out (as in Korthikanti's Figure 1). Context
+The embedding and LM head weights and the logits are left out (as in Korthikanti's Figure 1), but under
+``loss_upcast``, where the step's peak is the larger of the moment above and torchtitan's loss's backward (the fp32
+logits, FSDP2's root and the final norm's saved tensors, no gradients: :func:`.torch_peak.loss_moment`). Context
 parallelism's split of the activations (s/cp positions, (s/cp) x s scores) is in the layer's IR.
 """
 from __future__ import annotations
@@ -38,7 +41,7 @@ from .costs import LayerCost
 from .fp8_state import layer_gemms, state_bytes
 from .fp8_weights import gathered_bytes, kept_bytes, saved_weight_bytes
 from .partial_recompute import full_share, mean_activation_bytes
-from .torch_peak import loss_moment, op_saved_extra, reserved_floor, sharded_weight_bytes
+from .torch_peak import loss_moment, op_saved_extra, sharded_weight_bytes
 
 CATEGORIES = ("weights", "gradients", "optimizer_state", "activations")
 
@@ -67,10 +70,11 @@ def memory(cfg: ScaleConfig, cost: LayerCost, capacity: float | None = None, sta
     held = held_layer_microbatches(cfg, stage) * (per_layer + op_saved_extra(cfg))  # (op policy: .torch_peak)
     saved_fp8 = held_layer_microbatches(cfg, stage) * (1 - full_share(cfg)) * saved_weight_bytes(cfg)  # (torchao)
     saved_fp8 = saved_fp8.numerator // saved_fp8.denominator
-    weights = cost.weight_bytes * n
+    weights = at_loss = cost.weight_bytes * n
     if z == 3:  # (torchao's fp8 all-gather: the gathered fp8 linears at 1 byte, .fp8_weights; FSDP2: .torch_peak)
-        gathered = 1 if cfg.loss_upcast else min(2, n) if cfg.reshard_after_forward else n
-        weights = sharded_weight_bytes(cfg, weights) + gathered_bytes(cfg, cost.weight_bytes) * gathered
+        one, kept = gathered_bytes(cfg, cost.weight_bytes), sharded_weight_bytes(cfg, weights)
+        weights = kept + one * (min(2, n) if cfg.reshard_after_forward else n)
+        at_loss = kept + one * (1 if cfg.reshard_after_forward else n)  # (the loss's backward: the last block)
     grads = cost.weight_elems * 4 * n
     copies = kept_bytes(cfg, n)  # TE's kept fp8 weights (0 without the cache)
     scales = state_bytes(cfg, layer_gemms(cfg) * n)  # TE's scales and amax histories (.fp8_state)
@@ -80,9 +84,8 @@ def memory(cfg: ScaleConfig, cost: LayerCost, capacity: float | None = None, sta
         "optimizer_state": (cost.master_bytes + cost.moment_bytes) * n // shard,
         "activations": held.numerator // held.denominator + saved_fp8,
     }
-    out = loss_moment(cfg, out)  # torchtitan's loss: the peak at its backward (.torch_peak)
     out["total"] = sum(out[k] for k in CATEGORIES)
-    out.update(reserved_floor(cfg, out["total"]))  # (the allocator's cached segment the loss cannot reuse)
+    out = loss_moment(cfg, out, at_loss + copies + scales)  # torchtitan's loss's backward, where larger (.torch_peak)
     if copies:
         out.update(fp8_weight_copies=copies, fp8_scale_state=scales)
     if saved_fp8:

@@ -27,8 +27,9 @@ As for a dense layer (:mod:`.sharding`), a layer's per-layer collectives are pre
 own stream: it exposes what they outlast its compute (forward; backward with recompute).
 
 Memory (:func:`sharded_state`): ZeRO 3 keeps the shards of the weights (the dense ``/ (cp x d)``, the experts
-``/ (cp x d / ep)``) plus the unsharded bf16 buffers of the two largest layers of the stage (the running one and
-the prefetched one), or of every layer with reshard-after-forward off; ZeRO 2 and 3 keep the fp32 gradients'
+``/ (cp x d / ep)``; none under FSDP2, whose shard is the fp32 master: :mod:`.torch_peak`) plus the unsharded
+bf16 buffers of the two largest layers of the stage (the running one and the prefetched one), or of every layer
+with reshard-after-forward off; ZeRO 2 and 3 keep the fp32 gradients'
 shards plus one (the largest) layer's unsharded gradient (the one being reduce-scattered).
 """
 from __future__ import annotations
@@ -38,6 +39,7 @@ import jax.numpy as jnp
 from .config import ScaleConfig
 from .moe import a2a_copies
 from .sharding import Collective, grad_groups, replicate_groups, shard_groups
+from .torch_peak import fsdp2
 
 
 def _expert_rank(cfg: ScaleConfig, a: int, e: int, g: int) -> int:
@@ -186,8 +188,9 @@ def sharded_state(cfg: ScaleConfig, costs, dense: int, moe: int) -> dict:
            "gradients": 4 * (dense_elems + expert_elems), "expert_gradients": 4 * expert_elems}
     if z == 3:
         buffers = item * (sum(layers[-2:]) if cfg.reshard_after_forward else sum(layers))
-        out["expert_weights"] = item * expert_elems // eshard
-        out["weights"] = item * dense_elems // shard + out["expert_weights"] + buffers
+        kept = 0 if fsdp2(cfg) else 1  # FSDP2 keeps no bf16 shard: the fp32 one is the optimizer's (.torch_peak)
+        out["expert_weights"] = kept * item * expert_elems // eshard
+        out["weights"] = kept * item * dense_elems // shard + out["expert_weights"] + buffers
     if z >= 2:
         out["expert_gradients"] = 4 * expert_elems // eshard
         out["gradients"] = 4 * dense_elems // shard + out["expert_gradients"] + 4 * (layers[-1] if layers else 0)

@@ -92,12 +92,21 @@ def facts(p: Plan) -> list[str]:
         + ", ".join(f"{k.replace('_', ' ')} {m[k] / gib:.2f} GiB" for k in (*CATEGORIES, "total"))
         + (f"; {'fits' if m['fits'] else 'does NOT fit'} in {m['capacity'] / gib:.1f} GiB" if "fits" in m else ""),
     ]
-    lines += _sharding_facts(p)
+    lines += _loss_facts(m) + _sharding_facts(p)
     if getattr(cfg, "lower_layer", None) is not None:  # STDiT3's own lines
         from . import stdit3
 
         lines = stdit3.facts(p, lines)
     return lines
+
+
+def _loss_facts(m: dict) -> list[str]:
+    """Under ``loss_upcast``: what torchtitan's loss and FSDP2's root add at the loss's backward (.torch_peak)."""
+    if "loss_logits" not in m:
+        return []
+    parts = ("loss_logits", "head_activations", "head_weights", "head_state")
+    return ["memory at the loss's backward (torchtitan's fp32 loss, FSDP2's root; in the categories above): "
+            + ", ".join(f"{k.replace('_', ' ')} {m[k] / 2 ** 30:.2f} GiB" for k in parts)]
 
 
 def _precision_facts(cfg) -> list[str]:

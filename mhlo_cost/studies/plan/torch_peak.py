@@ -35,20 +35,22 @@ predate it). Exact ints, bytes per GPU.
   ``post_forward_mesh_info = None`` for the root), their bf16 unsharded copy through the loss (2 bytes an element,
   :func:`head_gathered_bytes`); the last block is not resharded either (``reshard_after_forward = int(layer_id) <
   len(model.layers) - 1``), the only block gathered then. The final RMSNorm (norms.py ``RMSNorm.forward``:
-  ``self._norm(x.float()).type_as(x) * self.weight``, eager) saves its fp32 input copy and its bf16 output (the
-  output linear's saved input): 6 N h bytes (:func:`head_saved_bytes`).
+  ``output = self._norm(x.float()).type_as(x); return output * self.weight``, ``_norm(x) = x * rsqrt(x.pow(2)
+  .mean(-1, keepdim=True) + eps)``, eager) keeps for autograd the fp32 copy of x (4 N h: pow's and mul's saved
+  input), rsqrt's fp32 result (4 N: its own backward's and mul's), the bf16 ``output`` (2 N h: ``output *
+  self.weight`` saves it, the weight requiring a gradient) and that product (2 N h, the output linear's saved
+  input): 8 N h + 4 N bytes (:func:`head_saved_bytes`; ``_norm``'s fp32 product and the bf16 x are saved by none).
 
 The layers' gradients then are left out (none exist at the loss's backward). The published memory is the caching
 allocator's peak *reserved* bytes (torchtitan's ``max_reserved_gib``: ``reserved_bytes.all.peak``), beyond what is
-live; one part of it is certain (:func:`reserved_floor`): PyTorch's CUDA caching allocator (c10/cuda/
-CUDACachingAllocator.cpp: ``round_size`` to 512 bytes, a segment of a request over 10 MiB rounded to 2 MiB,
-``kRoundLarge``; no cached block given back to the driver but by ``empty_cache`` or an allocation's retry) keeps
-pred's freed segment (2 N V, ``del pred``) while the loss's backward runs: nll_loss_backward's gradient takes the
-fp32 copy's freed segment (the same size), and log_softmax_backward's result fits no cached block (pred's is half its
-size), so the driver gives a new one. torchtitan 9dec370 calls ``empty_cache`` only before training
-(``DeviceMemoryMonitor.__init__``) and resets the peak at each log (``reset_peak_memory_stats``): reserved grows
-through the step, and its logged peak is at least the live peak plus that segment (``reserved_at_least``). The other
-blocks the allocator caches (freed activations, FSDP's buffers on their own streams, fragmentation) are not counted.
+live; none of that excess is priced. torchtitan 9dec370's run_llama_train.sh:22 sets
+``PYTORCH_CUDA_ALLOC_CONF="expandable_segments:True"``: PyTorch's CUDA caching allocator (c10/cuda/
+CUDACachingAllocator.cpp, ``find_expandable_block``, ``try_allocate_expandable_block``, ``should_split``,
+``try_merge_blocks``) then keeps one segment per stream and pool whose pages it maps as requests need them (20 MiB,
+``kLargeBuffer``, a page of the large pool), merges each freed block with free neighbours and splits any free block,
+so pred's freed 2 N V and the fp32 copy's 4 N V can merge and serve the loss's backward: no cached block is certain
+to be left unused (under the other mode, one segment per request, it would be). What reserved holds beyond the live
+peak (freed blocks on other streams, FSDP's buffers, partly mapped pages) is not counted.
 """
 from __future__ import annotations
 
@@ -99,8 +101,9 @@ def head_gathered_bytes(cfg) -> int:
 
 
 def head_saved_bytes(cfg) -> int:
-    """The final RMSNorm's saved fp32 input copy and bf16 output (the output linear's input): 6 N h."""
-    return 6 * tokens(cfg) * cfg.hidden
+    """The final RMSNorm's saved tensors: x's fp32 copy (4 N h), rsqrt's fp32 result (4 N), the bf16 normalized
+    output (2 N h) and its product with the weight (2 N h, the output linear's input): 8 N h + 4 N."""
+    return 8 * tokens(cfg) * cfg.hidden + 4 * tokens(cfg)
 
 
 def loss_peak_bytes(cfg) -> int:
@@ -108,31 +111,21 @@ def loss_peak_bytes(cfg) -> int:
     return 12 * tokens(cfg) * cfg.vocab
 
 
-def loss_moment(cfg, out: dict) -> dict:
-    """``out`` (:func:`.memory.memory`'s categories) at the loss's backward under ``loss_upcast``: no gradients, the
-    root's state, unsharded copy, saved norm and the loss's tensors added (given apart: ``head_state``,
-    ``head_weights``, ``head_activations``, ``loss_logits``); ``out`` itself where the flag is off."""
+def loss_moment(cfg, out: dict, weights: int) -> dict:
+    """The step's peak under ``loss_upcast``: the larger of the loss's backward and the other moments (``out``,
+    :func:`.memory.memory`'s categories and total, the root's fp32 shards, moments and gradient shard added: 12 + 4
+    bytes an element of its shard). At the loss: no gradients, the layers' ``weights`` then (the last block gathered,
+    every one with reshard-after-forward off), the root's state, unsharded copy, saved norm and the loss's tensors;
+    those given apart, with ``loss_total``, whichever moment is the peak. ``out`` itself where the flag is off."""
     if not getattr(cfg, "loss_upcast", False):
         return out
     parts = {"head_state": head_state_bytes(cfg), "head_weights": head_gathered_bytes(cfg),
              "head_activations": head_saved_bytes(cfg), "loss_logits": loss_peak_bytes(cfg)}
-    return out | parts | {
-        "weights": out["weights"] + parts["head_weights"], "gradients": 0,
-        "optimizer_state": out["optimizer_state"] + parts["head_state"],
-        "activations": out["activations"] + parts["head_activations"] + parts["loss_logits"]}
-
-
-def segment_bytes(size: int) -> int:
-    """The CUDA caching allocator's segment for one request of ``size`` bytes over 10 MiB: rounded to 512 bytes
-    (``round_size``), then to 2 MiB (``kRoundLarge``)."""
-    size = -(-size // 512) * 512
-    return -(-size // 2 ** 21) * 2 ** 21
-
-
-def reserved_floor(cfg, total: int) -> dict:
-    """Under ``loss_upcast``: ``reserved_at_least``, the live peak ``total`` plus pred's cached segment (2 N V bytes
-    as the allocator rounds it) that no request at the loss's backward can reuse; {} where the flag is off."""
-    if not getattr(cfg, "loss_upcast", False):
-        return {}
-    cached = segment_bytes(2 * tokens(cfg) * cfg.vocab)
-    return {"allocator_cached": cached, "reserved_at_least": total + cached}
+    other = {"weights": out["weights"], "gradients": out["gradients"] + parts["head_state"] // 3,
+             "optimizer_state": out["optimizer_state"] + parts["head_state"], "activations": out["activations"]}
+    at_loss = {"weights": weights + parts["head_weights"], "gradients": 0,
+               "optimizer_state": out["optimizer_state"] + parts["head_state"],
+               "activations": out["activations"] + parts["head_activations"] + parts["loss_logits"]}
+    parts["loss_total"] = sum(at_loss.values())
+    peak = at_loss if parts["loss_total"] >= sum(other.values()) else other
+    return out | parts | peak | {"total": sum(peak.values())}

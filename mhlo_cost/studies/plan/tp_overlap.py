@@ -29,18 +29,14 @@ last wave of the one before leaves, so the ``n`` chunks take the whole GEMM's se
 ``linear_s``: one chunk priced alone on the GEMM model, what ``n`` chunks would take one after another on one
 stream, whose wave quantization a chunk of fewer row tiles feels more); what the chunked GEMM takes beyond the whole
 (the pipelined one's SM margin) is exposed, and the pair's formula takes the chunked GEMM's time. Full recompute
-repeats the forward's pairs in the backward: Megatron's reentrant checkpoint all four; torch.compile's
-(:func:`.recompute.compiled_full`: the backward graph remakes only what it reads) all but fc2's, whose output
-only the residual add and the block's output read (torch/_functorch/partitioners.py; as
-:func:`.recompute.recomputed_collectives` leaves its reduce_scatter out and :mod:`.async_tp` its fused pair). The SMs
-the pipelined and bulk kernels take (TE's defaults, :mod:`.sm_share`): a pipelined GEMM runs on ``S - 16`` SMs
-throughout (``set_sm_margin``: ``G S / (S - 16)``), a bulk pair takes ``max(C, G + 16 C / S)``; the ring exchange
-sends by the copy engine. No factor: the chunking, the streams, the pairing and the SMs are the frameworks'.
+repeats the forward's pairs in the backward. The SMs the pipelined and bulk kernels take (TE's defaults,
+:mod:`.sm_share`): a pipelined GEMM runs on ``S - 16`` SMs throughout (``set_sm_margin``: ``G S / (S - 16)``), a bulk
+pair takes ``max(C, G + 16 C / S)``; the ring exchange sends by the copy engine. No factor: the chunking, the streams,
+the pairing and the SMs are the frameworks'.
 """
 from __future__ import annotations
 
 from .config import ScaleConfig
-from .recompute import compiled_full
 from .sm_share import TE_SMS, contended, margin
 
 #: NeMo's and Megatron-Bridge's PipelineOverlapCfg(num_splits=4) for proj_fprop / fc2_fprop
@@ -188,8 +184,7 @@ def tp_overlap_exposure(cfg: ScaleConfig, cost, s: int, price, sms: int = 0) -> 
         return sum(one(*pair) for pair in pairs)
 
     fwd = total(FORWARD)
-    rec = total(FORWARD[:-1]) if compiled_full(cfg) else fwd if cfg.recompute == "full" else 0.0  # (fc2's pair not)
-    return {"forward": fwd, "backward": total(BACKWARD) + rec}
+    return {"forward": fwd, "backward": total(BACKWARD) + (fwd if cfg.recompute == "full" else 0.0)}
 
 
 def chunked_seconds(whole: float, chunk: float, n: int, streams: int = UB_STREAMS) -> float:
