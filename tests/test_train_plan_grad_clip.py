@@ -97,6 +97,16 @@ def test_fsdp1_clips_per_tensor_over_the_sharding_group_only():
     assert clip_groups(cfg) == (tuple(range(8)),)
 
 
+def test_fsdp_clips_the_sharded_gradient_at_the_fp32_parameters_dtype_whatever_the_reduction_dtype():
+    """Composer's PURE (bf16 reduce-scatter: grad_reduce_fp32 False) and FSDP2 alike: FSDP casts the reduced shard
+    back to the parameter's dtype (_cast_grad_to_param_dtype), fp32: the norm reads 4 bytes a shard element and the
+    mul_ 4 + 4, not 2 and 2 + 2. FSDP1 over d 8: ceil(10**8 / 8) = 12,500,000; FSDP2 over d 4: 25,000,000."""
+    pure = ScaleConfig(**TINY, d=8, global_batch=8, zero=3, grad_reduce_fp32=False, clip_grad=1.0)
+    assert clip_bytes(pure, 10 ** 8) == {"norm": 4 * 12_500_000, "scale": 8 * 12_500_000}
+    two = ScaleConfig(**TINY, d=4, global_batch=4, zero=3, fsdp_version=2, grad_reduce_fp32=False, clip_grad=1.0)
+    assert clip_bytes(two, 10 ** 8) == {"norm": 4 * 25_000_000, "scale": 8 * 25_000_000}
+
+
 def test_no_clip_removes_it_and_the_step_grows_by_its_passes_and_all_reduce():
     """One stage of 4 layers of 10**6 weights and the untied embedding and head (2 x 128 x 64), Megatron-LM with
     t 2 (the tensor pair all-reduces a 4-byte scalar): the step grows by the norm's 4 bytes an element in

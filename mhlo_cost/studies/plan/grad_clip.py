@@ -29,12 +29,20 @@ of the validation clips at 1.0 by default; which code runs is read from the conf
   ``clip_tensors_by_global_norm`` multiplies each gradient only where the norm exceeds the max (``clip_coef < 1``):
   the same ESTIMATE as Megatron's, not run.
 * **PyTorch FSDP1** (``fsdp1``: ZeRO 3 with ``fsdp_version`` 1, Composer's ``gradient_clipping`` with
-  ``clipping_type: norm``, which calls the root ``FullyShardedDataParallel.clip_grad_norm_``; pytorch/pytorch
-  ``torch/distributed/fsdp/fully_sharded_data_parallel.py``, torch 2.1). ``_get_grad_norm``: one
-  ``torch.linalg.vector_norm(grad, dtype=float32)`` a sharded gradient (``grad_bytes`` an element), their
-  ``torch.stack`` and norm; the ``** 2`` SUM all-reduced over the FSDP process group (the sharding group); then
-  ``clip_coef_clamped = torch.clamp(clip_coef, max=1.0)`` and ``grad.mul_(clip_coef_clamped)`` for every gradient,
-  always ("it avoids a host-device sync"): one kernel a tensor, ``2 x grad_bytes`` an element.
+  ``clipping_type: norm``: mosaicml/llm-foundry v0.3.0 ``scripts/train/yamls/pretrain/mpt-{7b,13b,30b,70b}.yaml``
+  lines 69-71, ``clipping_threshold: 1.0``, ``mixed_precision: PURE``; Composer v0.16.4's
+  ``apply_gradient_clipping`` calls the root module's ``clip_grad_norm_``, and ``composer/trainer/dist_strategy.py``
+  148 ``fsdp_config.setdefault('use_orig_params', True)``: one gradient a original parameter, MPT's 12 a layer;
+  pytorch/pytorch ``torch/distributed/fsdp/fully_sharded_data_parallel.py`` ``clip_grad_norm_`` at 005df1d).
+  ``_get_grad_norm``: one ``torch.linalg.vector_norm(grad.detach(), norm_type, dtype=torch.float32)`` a sharded
+  gradient, their ``torch.stack`` and ``vector_norm``; ``total_norm = local_sharded_norm ** norm_type`` SUM
+  all-reduced over ``self.process_group`` (the sharding group), ``** (1 / norm_type)``; then ``clip_coef =
+  max_norm / (total_norm + 1e-6)``, ``torch.clamp(clip_coef, max=1.0)`` and ``grad.mul_(clip_coef_clamped)`` for
+  every gradient, always ("it avoids a host-device sync"): one kernel a tensor. The sharded gradient is at the
+  parameter's dtype when the clip reads it (``torch/distributed/fsdp/_runtime_utils.py``
+  ``_cast_grad_to_param_dtype``: ``sharded_grad.data = sharded_grad.data.to(dtype=param.dtype)``; FSDP2 likewise),
+  and Composer's PURE and torchtitan keep fp32 parameters: 4 bytes an element read by the norm, 4 + 4 by the
+  ``mul_``, whatever dtype the reduce-scatter ran in.
 * **torchtitan** (``fsdp2``: ZeRO 3 with ``fsdp_version`` 2; pytorch/torchtitan ``torchtitan/utils.py``
   ``clip_grad_norm_`` at 9dec370, called by ``train.py`` with ``foreach=True``; at 0413364 ``train.py`` calls
   ``torch.nn.utils.clip_grad_norm_(..., foreach=True)``, the same kernels without pipeline stages).
@@ -47,9 +55,8 @@ of the validation clips at 1.0 by default; which code runs is read from the conf
 
 What is left out: the few scalar kernels between (``stack``, ``pow``, ``div``, ``clamp``: a handful of elements
 each, their launches counted); the host sync ``.item()`` makes (the device idles until the host launches the
-step's next kernel), priced only where :mod:`.launch_blocking` prices host time; per-tensor counts are
-:func:`.megatron_passes.layer_tensors` a layer (FSDP1's flat parameters may be fewer tensors: an upper bound on
-launches).
+step's next kernel), priced only where :mod:`.launch_blocking` prices host time. Per-tensor counts are
+:func:`.megatron_passes.layer_tensors` a layer (Composer's ``use_orig_params``: the original parameters).
 """
 from __future__ import annotations
 
@@ -64,8 +71,8 @@ LAUNCH_TENSORS = 110
 NORM_BYTES = 4
 #: Per gradient element: (bytes of the norm's read, bytes of the scale's read and write) by kind, ``g`` the
 #: gradient's own bytes (``ScaleConfig.grad_bytes``); Megatron's and DeepSpeed's gradients are their fp32 main
-#: gradients; their data-dependent scale is not priced (the module's ESTIMATE).
-PASSES = {"megatron": (4, 0), "deepspeed": (4, 0), "fsdp1": ("g", ("g", "g")), "fsdp2": ("g", ("g", "g"))}
+#: gradients (their data-dependent scale not priced: the module's ESTIMATE); FSDP's the fp32 parameters' dtype.
+PASSES = {"megatron": (4, 0), "deepspeed": (4, 0), "fsdp1": (4, (4, 4)), "fsdp2": (4, (4, 4))}
 KINDS = tuple(PASSES)
 
 
@@ -119,7 +126,7 @@ def clip_kernels(cfg, elems: int, tensors: int, extra: int = 0, last: bool = Fal
     """``{"norm": launches, "scale": launches}`` over ``tensors`` parameter tensors: per tensor (DeepSpeed's
     ``norm``, FSDP1's ``vector_norm`` and ``mul_``) or ``multi_tensor_apply`` (:func:`launches`), with the scalar
     kernels after the norm (Megatron: cleanup, ``** 2``; DeepSpeed: none, the sum is on the host; FSDP1: stack,
-    norm, ``** 2``, then ``/``, ``+``, ``clamp``, ``.to``; torchtitan: cleanup, stack, norm, then ``+``, ``/``,
+    norm, ``** 2``, then ``** (1 / norm_type)``, ``+``, ``/``, ``clamp``; torchtitan: cleanup, stack, norm, then ``+``, ``/``,
     ``clamp``)."""
     if cfg.clip_grad is None:
         return {"norm": 0, "scale": 0}
