@@ -11,7 +11,7 @@ from mhlo_cost.network import estimate, resolve_profile
 from mhlo_cost.studies.plan.compose import compose
 from mhlo_cost.studies.plan.config import ScaleConfig
 from mhlo_cost.studies.plan.costs import LayerCost
-from mhlo_cost.studies.plan.grad_clip import clip_bytes, clip_groups, clip_kernels, clip_kind
+from mhlo_cost.studies.plan.grad_clip import clip_bytes, clip_groups, clip_kernels, clip_kind, clip_seconds
 
 A100 = resolve_profile("dgx-a100")
 TINY = dict(layers=4, hidden=64, heads=4, seq=32, vocab=128)
@@ -69,6 +69,18 @@ def test_deepspeeds_bf16_optimizer_norms_every_fp32_gradient_tensor_of_the_whole
     assert clip_bytes(cfg, 10 ** 8) == {"norm": 4 * 10 ** 8, "scale": 0}
     assert clip_kernels(cfg, 10 ** 8, 30) == {"norm": 30, "scale": 0}
     assert clip_groups(cfg) == ((0, 1, 4, 5),)
+
+
+def test_deepspeed_takes_the_norm_whatever_clip_grad_is():
+    """BF16_Optimizer.step computes get_global_norm_of_tensors every step and clips only where clip_grad > 0: with
+    clip_grad None the same 4 x 10**8 bytes, 30 kernels and model-parallel all-reduce ({0, 1, 4, 5}); the step's
+    clip seconds the same as at 1.0 (the scale is not priced either way)."""
+    kw = dict(TINY, t=2, p=2, d=2, global_batch=2, zero=1, grad_accum_pass=True)
+    off, on = ScaleConfig(**kw, clip_grad=None), ScaleConfig(**kw, clip_grad=1.0)
+    assert clip_bytes(off, 10 ** 8) == {"norm": 4 * 10 ** 8, "scale": 0}
+    assert clip_kernels(off, 10 ** 8, 30) == {"norm": 30, "scale": 0}
+    assert clip_groups(off) == ((0, 1, 4, 5),)
+    assert clip_seconds(off, A100, 10 ** 8, 2) == clip_seconds(on, A100, 10 ** 8, 2) > 0
 
 
 def test_torchtitan_norms_and_scales_its_shard_always_and_reduces_over_each_sharded_mesh_dimension():

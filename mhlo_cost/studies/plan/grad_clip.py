@@ -27,7 +27,11 @@ of the validation clips at 1.0 by default; which code runs is read from the conf
   bytes an element (and a host sync each, whose host time :mod:`.launch_blocking` already counts), then one
   FloatTensor SUM all-reduced over ``mpu.get_model_parallel_group()`` (tensor x pipeline ranks).
   ``clip_tensors_by_global_norm`` multiplies each gradient only where the norm exceeds the max (``clip_coef < 1``):
-  the same ESTIMATE as Megatron's, not run.
+  the same ESTIMATE as Megatron's, not run. The norm is taken every step whatever ``clip_grad`` is (``step``:
+  ``all_groups_norm = get_global_norm_of_tensors(...)``, ``assert all_groups_norm > 0.``, then ``if self.clip_grad >
+  0.: clip_tensors_by_global_norm(...)``): ``clip_grad`` None removes only the scale, which is not priced, so the
+  norm, its host syncs and its all-reduce are priced for this kind always. BLOOM's ``clip_grad``: the ds_config's
+  ``"gradient_clipping": 1.0``, which DeepSpeed's engine passes to ``BF16_Optimizer(clip_grad=...)``.
 * **PyTorch FSDP1** (``fsdp1``: ZeRO 3 with ``fsdp_version`` 1, Composer's ``gradient_clipping`` with
   ``clipping_type: norm``: mosaicml/llm-foundry v0.3.0 ``scripts/train/yamls/pretrain/mpt-{7b,13b,30b,70b}.yaml``
   lines 69-71, ``clipping_threshold: 1.0``, ``mixed_precision: PURE``; Composer v0.16.4's
@@ -112,10 +116,15 @@ def launches(elems: int, tensors: int) -> int:
     return max(-(-elems // LAUNCH_ELEMS), -(-tensors // LAUNCH_TENSORS), 1) if elems else 0
 
 
+def priced(cfg) -> bool:
+    """Whether ``cfg`` runs the norm: where it clips, and with DeepSpeed's BF16 optimizer always."""
+    return cfg.clip_grad is not None or clip_kind(cfg) == "deepspeed"
+
+
 def clip_bytes(cfg, elems: int, extra: int = 0, last: bool = False) -> dict:
     """``{"norm": bytes, "scale": bytes}`` of the clip's passes on a stage holding ``elems`` gradient elements
-    (``extra`` outside the layers); 0s where ``clip_grad`` is None."""
-    if cfg.clip_grad is None:
+    (``extra`` outside the layers); 0s where it is not :func:`priced`."""
+    if not priced(cfg):
         return {"norm": 0, "scale": 0}
     norm, scale = PASSES[clip_kind(cfg)]
     return {"norm": _bytes(norm, cfg.grad_bytes) * norm_elems(cfg, elems, extra, last),
@@ -128,7 +137,7 @@ def clip_kernels(cfg, elems: int, tensors: int, extra: int = 0, last: bool = Fal
     kernels after the norm (Megatron: cleanup, ``** 2``; DeepSpeed: none, the sum is on the host; FSDP1: stack,
     norm, ``** 2``, then ``** (1 / norm_type)``, ``+``, ``/``, ``clamp``; torchtitan: cleanup, stack, norm, then ``+``, ``/``,
     ``clamp``)."""
-    if cfg.clip_grad is None:
+    if not priced(cfg):
         return {"norm": 0, "scale": 0}
     kind, n = clip_kind(cfg), norm_elems(cfg, elems, extra, last)
     if kind == "megatron":
@@ -144,7 +153,7 @@ def clip_groups(cfg) -> tuple:
     """The all-reduces of the squared norm, in order, each a tuple of one replica group's device ids (the devices
     laid out tensor-fastest, then context, data, pipeline: :func:`.compose._p2p`'s hop); groups of one device
     dropped (nothing to reduce)."""
-    if cfg.clip_grad is None:
+    if not priced(cfg):
         return ()
     kind, t, hop = clip_kind(cfg), cfg.t, cfg.t * cfg.cp * cfg.d
     pp = tuple(s * hop for s in range(cfg.p))
@@ -163,8 +172,8 @@ def clip_groups(cfg) -> tuple:
 def clip_seconds(cfg, hw, elems: int, layers: int, extra: int = 0, last: bool = False) -> float:
     """The clip on a stage of ``layers`` layers holding ``elems`` weight elements (``extra`` outside the layers;
     ``last``: the last stage): its passes on ``hw``'s memory model and its all-reduces on ``hw``'s network, one
-    after the other (each waits for the one before); 0 where ``clip_grad`` is None or without a profile."""
-    if cfg.clip_grad is None or hw is None or elems == 0:
+    after the other (each waits for the one before); 0 where it is not :func:`priced` or without a profile."""
+    if not priced(cfg) or hw is None or elems == 0:
         return 0.0
     tensors = layer_tensors(cfg) * layers + extra_tensors(cfg, extra)
     b, k = clip_bytes(cfg, elems, extra, last), clip_kernels(cfg, elems, tensors, extra, last)
