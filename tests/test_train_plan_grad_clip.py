@@ -33,6 +33,7 @@ def test_each_stack_is_read_from_the_configuration():
     assert clip_kind(ScaleConfig(**TINY, d=2, global_batch=2, zero=3)) == "fsdp1"
     assert clip_kind(ScaleConfig(**TINY, d=2, global_batch=2, zero=3, fsdp_version=2)) == "fsdp2"
     assert clip_kind(ScaleConfig(**TINY, d=2, global_batch=2, zero=3, nccl_ub=True)) == "megatron"
+    assert clip_kind(ScaleConfig(**TINY, d=2, global_batch=2, zero=1, dist_optimizer="apex")) == "apex"
 
 
 def test_megatron_reads_the_fp32_main_gradients_once_and_skips_the_tied_head_copy():
@@ -69,6 +70,21 @@ def test_deepspeeds_bf16_optimizer_norms_every_fp32_gradient_tensor_of_the_whole
     assert clip_bytes(cfg, 10 ** 8) == {"norm": 4 * 10 ** 8, "scale": 0}
     assert clip_kernels(cfg, 10 ** 8, 30) == {"norm": 30, "scale": 0}
     assert clip_groups(cfg) == ((0, 1, 4, 5),)
+
+
+def test_apex_distributed_fused_adam_norms_its_shard_in_grad_sync_dtype_and_folds_the_clip_into_adam():
+    """NeMo 24.07's distributed_fused_adam, ZeRO 1 over d 4 x cp 2 (t 2: 16 GPUs): multi_tensor_l2norm over the
+    rank's ceil(10**8 / 8) = 12,500,000 gradient elements in grad_sync_dtype (fp32: 4 bytes; bf16: 2); no scale pass
+    (clip_coef multiplies Adam's _grad_scale); launches: one (12.5M elements, ceil(49 / 8) tensors) and 9 scalar
+    kernels (cleanup, ** 2, sqrt, two norm x grad_scale, +, /, clamp, *=); the all-reduce has no group: all 16."""
+    kw = dict(dict(TINY, seq=64), t=2, cp=2, d=4, global_batch=4, zero=1, dist_optimizer="apex", clip_grad=1.0)
+    cfg = ScaleConfig(**kw)
+    assert clip_bytes(cfg, 10 ** 8) == {"norm": 4 * 12_500_000, "scale": 0}
+    assert clip_bytes(ScaleConfig(**kw, grad_reduce_fp32=False), 10 ** 8) == {"norm": 2 * 12_500_000, "scale": 0}
+    assert clip_kernels(cfg, 10 ** 8, 49) == {"norm": 1 + 9, "scale": 0}
+    assert clip_groups(cfg) == (tuple(range(16)),)
+    assert "dist_optimizer" in ScaleConfig(**TINY, dist_optimizer="apex").invalid()
+    assert "dist_optimizer" in ScaleConfig(**TINY, d=2, global_batch=2, zero=1, dist_optimizer="x").invalid()
 
 
 def test_deepspeed_takes_the_norm_whatever_clip_grad_is():

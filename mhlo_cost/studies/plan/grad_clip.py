@@ -19,6 +19,18 @@ of the validation clips at 1.0 by default; which code runs is read from the conf
   launches. Launches: ``multi_tensor_apply`` covers 320 blocks of 65,536 elements a launch (apex
   ``csrc/multi_tensor_apply.cuh``: ``depth_to_max_blocks``, chunk ``2048 * 32``) and at most 110 tensors a launch
   at depth 1; the l2norm adds its cleanup kernel and the ``** 2`` one.
+* **Apex's DistributedFusedAdam** (``apex``: ZeRO 1 with ``dist_optimizer`` apex, NeMo 24.07's ``optim.name:
+  distributed_fused_adam``, every NeMo row's yaml: NVIDIA/NeMo-Framework-Launcher ``launcher_scripts/conf/training``
+  at tag 24.07, 8325688d). NeMo r2.0.0rc1 (579983fb) ``megatron_base_model.py`` ``configure_gradient_clipping``:
+  ``with_distributed_adam`` calls ``clip_grad_norm_distributed_optimizer`` (``modules/common/megatron/
+  clip_grads.py``): the parameters not shared and not tensor-parallel duplicates, then ``optimizer.grad_norm`` (NeMo's
+  ``MegatronDistributedFusedAdam``, ``nemo/core/optim/distributed_adam.py``: apex's ``_local_grad_norm``, one
+  ``multi_tensor_l2norm`` over the fragments of the rank's gradient shard in its bucket's ``grad_sync_dtype``, ``**
+  2``; a SUM ``all_reduce`` with no group: the world; ``sqrt``) and ``optimizer.clip_grad_norm`` (apex
+  ``apex/contrib/optimizers/distributed_fused_adam.py`` at 810ffae3, NeMo's Dockerfile's APEX_TAG: ``clip_coef =
+  max_norm / (total_norm + 1e-6)``, clamped to 1, ``self._grad_scale *= clip_coef_clamped``): the clip folded into
+  Adam's gradient scale, no pass over the gradients, every step. ``grad_sync_dtype`` defaults to the optimizer's
+  ``dtype`` (fp32): ``grad_bytes`` an element (``grad_reduce_fp32`` False: a 2-byte ``grad_sync_dtype``).
 * **DeepSpeed's BF16 optimizer** (``deepspeed``, a plan with ``grad_accum_pass``; microsoft/DeepSpeed
   ``deepspeed/runtime/bf16_optimizer.py`` at 06e39a561d7924975744e79e72c78008b9db8794, as BLOOM ran it).
   ``step`` takes ``get_global_norm_of_tensors(self.get_grads_for_norm())``: the fp32 gradients of the whole model
@@ -76,19 +88,23 @@ NORM_BYTES = 4
 #: Per gradient element: (bytes of the norm's read, bytes of the scale's read and write) by kind, ``g`` the
 #: gradient's own bytes (``ScaleConfig.grad_bytes``); Megatron's and DeepSpeed's gradients are their fp32 main
 #: gradients (their data-dependent scale not priced: the module's ESTIMATE); FSDP's the fp32 parameters' dtype.
-PASSES = {"megatron": (4, 0), "deepspeed": (4, 0), "fsdp1": (4, (4, 4)), "fsdp2": (4, (4, 4))}
+PASSES = {"megatron": (4, 0), "apex": ("g", 0), "deepspeed": (4, 0), "fsdp1": (4, (4, 4)), "fsdp2": (4, (4, 4))}
+#: Apex's scalar kernels after its l2norm: cleanup, ** 2, sqrt, the cached norm x _grad_scale twice, + 1e-6, /,
+#: clamp, _grad_scale *=
+APEX_SCALARS = 9
+DIST_OPTIMIZERS = ("megatron", "apex")
 KINDS = tuple(PASSES)
 
 
 def clip_kind(cfg) -> str:
     """Whose clip ``cfg`` runs: ``deepspeed`` (``grad_accum_pass``: DeepSpeed's BF16 optimizer), ``fsdp1`` /
-    ``fsdp2`` (PyTorch's FSDP, ZeRO 3 by ``fsdp_version``; not with ``nccl_ub``, Megatron-Core's FSDP), else
-    ``megatron``."""
+    ``fsdp2`` (PyTorch's FSDP, ZeRO 3 by ``fsdp_version``; not with ``nccl_ub``, Megatron-Core's FSDP), ``apex``
+    (``dist_optimizer`` apex), else ``megatron``."""
     if cfg.grad_accum_pass:
         return "deepspeed"
     if cfg.zero_stage == 3 and not cfg.nccl_ub:
         return f"fsdp{cfg.fsdp_version}"
-    return "megatron"
+    return "apex" if cfg.dist_optimizer == "apex" else "megatron"
 
 
 def _bytes(spec, g: int) -> int:
@@ -100,7 +116,7 @@ def norm_elems(cfg, elems: int, extra: int, last: bool) -> int:
     Megatron and DeepSpeed skip the tied LM head's copy on the last of several stages; the sharded stacks
     (ZeRO, FSDP) read their shard (DeepSpeed's BF16 optimizer the whole model's gradients)."""
     kind = clip_kind(cfg)
-    if kind in ("megatron", "deepspeed") and cfg.tied_embedding and cfg.p > 1 and last:
+    if kind in ("megatron", "apex", "deepspeed") and cfg.tied_embedding and cfg.p > 1 and last:
         elems -= extra
     return elems if kind == "deepspeed" else -(-elems // cfg.shard_degree)
 
@@ -140,8 +156,9 @@ def clip_kernels(cfg, elems: int, tensors: int, extra: int = 0, last: bool = Fal
     if not priced(cfg):
         return {"norm": 0, "scale": 0}
     kind, n = clip_kind(cfg), norm_elems(cfg, elems, extra, last)
-    if kind == "megatron":
-        return {"norm": launches(n, -(-tensors // cfg.shard_degree)) + 2, "scale": 0}
+    if kind in ("megatron", "apex"):
+        scalars = APEX_SCALARS if kind == "apex" else 2
+        return {"norm": launches(n, -(-tensors // cfg.shard_degree)) + scalars, "scale": 0}
     if kind == "deepspeed":
         return {"norm": tensors, "scale": 0}
     if kind == "fsdp1":
@@ -157,9 +174,9 @@ def clip_groups(cfg) -> tuple:
         return ()
     kind, t, hop = clip_kind(cfg), cfg.t, cfg.t * cfg.cp * cfg.d
     pp = tuple(s * hop for s in range(cfg.p))
-    if kind in ("megatron", "deepspeed"):
-        if kind == "megatron" and cfg.zero_stage:
-            out = (tuple(range(cfg.gpus)),)  # the distributed optimizer's "entire world"
+    if kind in ("megatron", "apex", "deepspeed"):
+        if kind == "apex" or (kind == "megatron" and cfg.zero_stage):
+            out = (tuple(range(cfg.gpus)),)  # the distributed optimizer's "entire world"; apex's group-less one
         else:
             out = (tuple(i + s for s in pp for i in range(t)),)  # tensor x pipeline ranks
     else:
@@ -186,8 +203,13 @@ def clip_seconds(cfg, hw, elems: int, layers: int, extra: int = 0, last: bool = 
 
 
 def clip_invalid(cfg) -> str | None:
-    """Why ``clip_grad`` cannot be priced (a max norm must be positive); None where it can."""
+    """Why ``clip_grad`` or ``dist_optimizer`` cannot be priced (a max norm must be positive; Apex's optimizer
+    shards); None where they can."""
     c = cfg.clip_grad
     if c is not None and not (isinstance(c, (int, float)) and c > 0):
         return f"clip_grad must be a positive max norm or None (not clipped), got {c!r}"
+    if cfg.dist_optimizer not in DIST_OPTIMIZERS:
+        return f"dist_optimizer must be one of {', '.join(DIST_OPTIMIZERS)}, got {cfg.dist_optimizer!r}"
+    if cfg.dist_optimizer == "apex" and cfg.zero_stage not in (1, 2):
+        return "dist_optimizer apex (Apex's DistributedFusedAdam) shards the optimizer: it needs zero 1 or 2"
     return None
