@@ -135,6 +135,43 @@ def test_fsdp_clips_the_sharded_gradient_at_the_fp32_parameters_dtype_whatever_t
     assert clip_bytes(two, 10 ** 8) == {"norm": 4 * 25_000_000, "scale": 8 * 25_000_000}
 
 
+LLAMA = dict(TINY, layers=32, arch="llama", mlp_kind="swiglu", ffn=192)
+
+
+def _seconds(cfg, norm: int, norm_k: int, scale: int, scale_k: int, groups) -> float:
+    out = A100.memory_time(norm, kernels=norm_k) + (A100.memory_time(scale, kernels=scale_k) if scale else 0.0)
+    return out + sum(estimate(A100.topology, "all_reduce", 4, (g,)).time_s for g in groups)
+
+
+def test_torchtitans_llama_block_is_nine_gradient_tensors_through_clip_seconds():
+    """torchtitan's Llama block (9dec370 model.py): wq, wk, wv, wo, w1, w2, w3 and two norms: 32 layers and the
+    untied embedding and head (2 x 128 x 64: 2 tensors) are 290 tensors, ceil(290 / 110) = 3 _foreach_norm and
+    _foreach_mul_ launches each (Megatron's 6 a layer would give 194: 2). FSDP2 over d 4: the shard of 10**6
+    elements is 250,000, 4 bytes read by the norm, 4 + 4 by the mul; 3 + 3 kernels each; one all-reduce over
+    ranks 0-3."""
+    cfg = ScaleConfig(**LLAMA, d=4, global_batch=4, zero=3, fsdp_version=2, clip_grad=1.0)
+    want = _seconds(cfg, 4 * 250_000, 6, 8 * 250_000, 6, ((0, 1, 2, 3),))
+    assert clip_seconds(cfg, A100, 10 ** 6, 32, 2 * 128 * 64) == pytest.approx(want, rel=1e-12)
+    two = _seconds(cfg, 4 * 250_000, 5, 8 * 250_000, 5, ((0, 1, 2, 3),))
+    assert clip_seconds(cfg, A100, 10 ** 6, 32, 2 * 128 * 64) > two
+
+
+def test_the_last_stage_skips_the_tied_head_for_deepspeed_and_not_for_fsdp_through_clip_seconds():
+    """DeepSpeed's BF16 optimizer, p 2, t 1, d 2, tied embedding, a stage of 4 gelu layers (12 tensors each) and the
+    head's 128 x 64 = 8192: the first stage norms 10**6 elements in 48 + 1 kernels, the last skips the shared head:
+    10**6 - 8192 elements in 48 kernels; the all-reduce over the pipeline ranks 0 and 2. FSDP1 (d 4, p 1, tied):
+    the last stage norms and scales its whole shard, ceil(10**6 / 4) x (4, 8) bytes, 48 + 1 + 3 and + 4 kernels."""
+    ds = ScaleConfig(**TINY, p=2, d=2, global_batch=2, zero=1, grad_accum_pass=True, tied_embedding=True)
+    head = 128 * 64
+    assert clip_seconds(ds, A100, 10 ** 6, 4, head) == pytest.approx(
+        _seconds(ds, 4 * 10 ** 6, 49, 0, 0, ((0, 2),)), rel=1e-12)
+    assert clip_seconds(ds, A100, 10 ** 6, 4, head, last=True) == pytest.approx(
+        _seconds(ds, 4 * (10 ** 6 - head), 48, 0, 0, ((0, 2),)), rel=1e-12)
+    fs = ScaleConfig(**TINY, d=4, global_batch=4, zero=3, tied_embedding=True, clip_grad=1.0)
+    assert clip_seconds(fs, A100, 10 ** 6, 4, head, last=True) == pytest.approx(
+        _seconds(fs, 4 * 250_000, 49 + 3, 8 * 250_000, 49 + 4, ((0, 1, 2, 3),)), rel=1e-12)
+
+
 def test_no_clip_removes_it_and_the_step_grows_by_its_passes_and_all_reduce():
     """One stage of 4 layers of 10**6 weights and the untied embedding and head (2 x 128 x 64), Megatron-LM with
     t 2 (the tensor pair all-reduces a 4-byte scalar): the step grows by the norm's 4 bytes an element in
@@ -154,6 +191,9 @@ def test_no_clip_removes_it_and_the_step_grows_by_its_passes_and_all_reduce():
 def test_a_max_norm_must_be_positive():
     assert "clip_grad" in ScaleConfig(**TINY, clip_grad=0.0).invalid()
     assert "clip_grad" in ScaleConfig(**TINY, clip_grad=-1.0).invalid()
+    for bad in (True, float("inf"), float("nan"), "1.0"):
+        assert "clip_grad" in ScaleConfig(**TINY, clip_grad=bad).invalid(), bad
+    assert ScaleConfig(**TINY, clip_grad=2).invalid() is None
     assert ScaleConfig(**TINY, clip_grad=0.5).invalid() is None
 
 

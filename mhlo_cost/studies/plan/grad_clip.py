@@ -71,10 +71,12 @@ of the validation clips at 1.0 by default; which code runs is read from the conf
 
 What is left out: the few scalar kernels between (``stack``, ``pow``, ``div``, ``clamp``: a handful of elements
 each, their launches counted); the host sync ``.item()`` makes (the device idles until the host launches the
-step's next kernel), priced only where :mod:`.launch_blocking` prices host time. Per-tensor counts are
-:func:`.megatron_passes.layer_tensors` a layer (Composer's ``use_orig_params``: the original parameters).
+step's next kernel), priced only where :mod:`.launch_blocking` prices host time. Per-tensor counts:
+:func:`clip_tensors`.
 """
 from __future__ import annotations
+
+import math
 
 from ...network import estimate
 from .megatron_passes import extra_tensors, layer_tensors
@@ -93,6 +95,9 @@ PASSES = {"megatron": (4, 0), "apex": ("g", 0), "deepspeed": (4, 0), "fsdp1": (4
 #: clamp, _grad_scale *=
 APEX_SCALARS = 9
 DIST_OPTIMIZERS = ("megatron", "apex")
+#: torchtitan's Llama TransformerBlock's parameters (pytorch/torchtitan 9dec370 ``torchtitan/models/llama/model.py``):
+#: attention.wq, wk, wv, wo, feed_forward.w1, w2, w3, attention_norm, ffn_norm
+TORCHTITAN_LAYER_TENSORS = 9
 KINDS = tuple(PASSES)
 
 
@@ -111,14 +116,27 @@ def _bytes(spec, g: int) -> int:
     return sum(_bytes(x, g) for x in spec) if isinstance(spec, tuple) else (g if spec == "g" else spec)
 
 
+def skips_head(cfg, last: bool) -> bool:
+    """Whether the norm skips the stage's weights outside the layers: Megatron's, Apex's and DeepSpeed's skip the
+    tied LM head's copy (a shared parameter) on the last of several stages."""
+    return clip_kind(cfg) in ("megatron", "apex", "deepspeed") and cfg.tied_embedding and cfg.p > 1 and last
+
+
 def norm_elems(cfg, elems: int, extra: int, last: bool) -> int:
-    """Gradient elements the norm reads on a stage holding ``elems`` (``extra`` of them outside the layers):
-    Megatron and DeepSpeed skip the tied LM head's copy on the last of several stages; the sharded stacks
-    (ZeRO, FSDP) read their shard (DeepSpeed's BF16 optimizer the whole model's gradients)."""
-    kind = clip_kind(cfg)
-    if kind in ("megatron", "apex", "deepspeed") and cfg.tied_embedding and cfg.p > 1 and last:
-        elems -= extra
-    return elems if kind == "deepspeed" else -(-elems // cfg.shard_degree)
+    """Gradient elements the norm reads on a stage holding ``elems`` (``extra`` of them outside the layers): less
+    the tied head's copy where it :func:`skips_head`; the sharded stacks (ZeRO, FSDP) read their shard (DeepSpeed's
+    BF16 optimizer the whole model's gradients)."""
+    elems -= extra if skips_head(cfg, last) else 0
+    return elems if clip_kind(cfg) == "deepspeed" else -(-elems // cfg.shard_degree)
+
+
+def clip_tensors(cfg, layers: int, extra: int, last: bool = False) -> int:
+    """Gradient tensors of a stage of ``layers`` layers and ``extra`` elements outside them, as the norm sees them:
+    :func:`.megatron_passes.layer_tensors` a layer (Megatron's fused QKV and gate/up; Composer's original MPT
+    parameters), torchtitan's Llama block its :data:`TORCHTITAN_LAYER_TENSORS`; the head's copy dropped where the
+    norm :func:`skips_head`."""
+    per = TORCHTITAN_LAYER_TENSORS if clip_kind(cfg) == "fsdp2" and cfg.mlp_kind == "swiglu" else layer_tensors(cfg)
+    return per * layers + (0 if skips_head(cfg, last) else extra_tensors(cfg, extra))
 
 
 def scale_elems(cfg, elems: int) -> int:
@@ -192,7 +210,7 @@ def clip_seconds(cfg, hw, elems: int, layers: int, extra: int = 0, last: bool = 
     after the other (each waits for the one before); 0 where it is not :func:`priced` or without a profile."""
     if not priced(cfg) or hw is None or elems == 0:
         return 0.0
-    tensors = layer_tensors(cfg) * layers + extra_tensors(cfg, extra)
+    tensors = clip_tensors(cfg, layers, extra, last)
     b, k = clip_bytes(cfg, elems, extra, last), clip_kernels(cfg, elems, tensors, extra, last)
     out = hw.memory_time(b["norm"], kernels=k["norm"]) + (hw.memory_time(b["scale"], kernels=k["scale"])
                                                           if b["scale"] else 0.0)
@@ -206,7 +224,7 @@ def clip_invalid(cfg) -> str | None:
     """Why ``clip_grad`` or ``dist_optimizer`` cannot be priced (a max norm must be positive; Apex's optimizer
     shards); None where they can."""
     c = cfg.clip_grad
-    if c is not None and not (isinstance(c, (int, float)) and c > 0):
+    if c is not None and (isinstance(c, bool) or not isinstance(c, (int, float)) or not math.isfinite(c) or c <= 0):
         return f"clip_grad must be a positive max norm or None (not clipped), got {c!r}"
     if cfg.dist_optimizer not in DIST_OPTIMIZERS:
         return f"dist_optimizer must be one of {', '.join(DIST_OPTIMIZERS)}, got {cfg.dist_optimizer!r}"
