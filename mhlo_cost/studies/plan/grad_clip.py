@@ -168,9 +168,9 @@ def clip_bytes(cfg, elems: int, extra: int = 0, last: bool = False) -> dict:
 def clip_kernels(cfg, elems: int, tensors: int, extra: int = 0, last: bool = False) -> dict:
     """``{"norm": launches, "scale": launches}`` over ``tensors`` parameter tensors: per tensor (DeepSpeed's
     ``norm``, FSDP1's ``vector_norm`` and ``mul_``) or ``multi_tensor_apply`` (:func:`launches`), with the scalar
-    kernels after the norm (Megatron: cleanup, ``** 2``; DeepSpeed: none, the sum is on the host; FSDP1: stack,
-    norm, ``** 2``, then ``** (1 / norm_type)``, ``+``, ``/``, ``clamp``; torchtitan: cleanup, stack, norm, then ``+``, ``/``,
-    ``clamp``)."""
+    kernels after the norm (Megatron: cleanup, ``** 2``; Apex: :data:`APEX_SCALARS`; DeepSpeed: none, the sum is
+    on the host; FSDP1: stack, norm, ``** 2``, then ``** (1 / norm_type)``, ``+``, ``/``, ``clamp``; torchtitan:
+    cleanup, stack, norm, then ``+``, ``/``, ``clamp``)."""
     if not priced(cfg):
         return {"norm": 0, "scale": 0}
     kind, n = clip_kind(cfg), norm_elems(cfg, elems, extra, last)
