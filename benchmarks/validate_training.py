@@ -86,15 +86,16 @@ OPTIONS = (
 #: the MLP's activation as Megatron's own kernels (``activation_kernel`` megatron: bias_gelu / bias_swiglu, plan/
 #: mlp_activation), and the unfused attention's softmax and dropout as Megatron-LM's own kernels
 #: (``attention_kernel`` megatron: scaled_upper_triang_masked_softmax, PyTorch's fused dropout, plan/attention_kernels),
-#: with Megatron-DeepSpeed's ALiBi bias copied into the scores and read by their GEMM (``alibi``: BLOOM), and, in memory
-#: alone, torchtitan's fp32 loss with its FSDP2 root (``loss_upcast``: the peak at the loss's backward,
-#: plan/torch_peak).
+#: with Megatron-DeepSpeed's ALiBi bias copied into the scores and read by their GEMM (``alibi``: BLOOM), the
+#: gradient clipping's max norm and whose distributed optimizer runs it (``clip_grad``, ``dist_optimizer`` apex:
+#: NeMo 24.07's distributed_fused_adam, plan/grad_clip), and, in memory alone, torchtitan's fp32 loss with its FSDP2
+#: root (``loss_upcast``: the peak at the loss's backward, plan/torch_peak).
 PASSED = ("cp_comm", "kv_repeat", "dp_reduce", "tied_embedding", "grad_accum_pass", "grad_reduce_fp32",
           "tp_comm_overlap", "tp_overlap_rs", "pipeline_split", "account_embedding", "account_loss", "ddp",
           "ddp_bucket_size", "overlap_param_gather", "cross_entropy", "main_grad_add",
           "scatter_gather", "fsdp_version", "nccl_ub", "torch_ddp", "launch_blocking", "fp8_weight_cache",
           "fp8_amax_history", "async_tp", "fsdp_float8_all_gather", "fsdp_float8_precompute_scale", "activation_kernel",
-          "attention_kernel", "alibi", "loss_upcast", "clip_grad")
+          "attention_kernel", "alibi", "loss_upcast", "clip_grad", "dist_optimizer")
 
 
 def layer_ac(run: dict) -> int:

@@ -39,7 +39,7 @@ def _sweep(tmp_path, capsys, spec: str, *extra) -> pd.DataFrame:
 
 def test_same_ranking_as_train_plan_sweep(tmp_path, capsys):
     got = _sweep(tmp_path, capsys, SPEC, "--best")
-    base = ScaleConfig(layers=4, hidden=64, heads=4, seq=32, vocab=128, global_batch=16)
+    base = ScaleConfig(layers=4, hidden=64, heads=4, seq=32, vocab=128, global_batch=16, clip_grad=1.0)
     want, skipped = sweep(base, 8, resolve_profile("selene"), micro_batches=(1, 2), recomputes=("selective", "full"),
                           interleaves=(1, 2))
     ranked = list(want[want["fits"]]["config"])
@@ -49,6 +49,15 @@ def test_same_ranking_as_train_plan_sweep(tmp_path, capsys):
     everything = _sweep(tmp_path, capsys, SPEC)
     assert (everything["status"] == "skipped").sum() == len(skipped)
     assert all(everything[everything["status"] == "skipped"]["reason"])
+
+
+def test_a_training_sweep_clips_at_1_as_train_plan_does_by_default():
+    """train-plan's --clip-grad defaults to 1.0 (every stack's max norm); the sweep's configurations the same."""
+    from mhlo_cost.studies.sweep.training import base_config
+
+    tr = dict(layers=4, hidden=64, heads=4, seq=32, vocab=128, global_batch=16)
+    assert base_config({"model": "gpt", "training": tr}).clip_grad == 1.0
+    assert base_config({"model": "gpt-175b", "training": {}}).clip_grad == 1.0
 
 
 def test_degree_lists_pick_splits(tmp_path, capsys):

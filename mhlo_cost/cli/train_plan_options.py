@@ -99,10 +99,10 @@ def register_pipeline_and_kernels(p) -> None:
                    help="fp16's dynamic loss scaling: Megatron's fp16 optimizer copies the gradients to fp32 and "
                         "unscales them before the step")
     p.add_argument("--clip-grad", type=clip_norm, metavar="MAX|none",
-                   help="gradient clipping by the global L2 norm at MAX (default 1.0, every stack's default: "
+                   help="gradient clipping by the global L2 norm at MAX (default 1.0, the LLM stacks' default: "
                         "Megatron's --clip-grad, NeMo's gradient_clip_val, torchtitan's max_norm, Composer's "
                         "clipping_threshold) or none: the norm's passes and all-reduce(s) priced in the optimizer step "
-                        "as the stack runs them")
+                        "as the stack runs them; not priced for --model stdit3, which refuses it")
     p.add_argument("--no-gradient-accumulation-fusion", action="store_true",
                    help="Megatron-LM's local DDP without fused wgrad accumulation: each micro-batch's gradients added "
                         "into main_grad by a hook (Megatron-LM before late 2021)")

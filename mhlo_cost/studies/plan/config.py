@@ -141,6 +141,8 @@ class ScaleConfig:
     # != 0 (BLOOM): expanded and copied into the scores' buffer, read by the GEMM (.attention_kernels)
     clip_grad: float | None = None  # gradient clipping's max global L2 norm (the stacks' default 1.0; the CLI's);
     # None: not clipped. Its norm passes and scalar all-reduce(s) in the optimizer step (.grad_clip)
+    dist_optimizer: str = "megatron"  # with ZeRO 1-2, whose distributed optimizer: megatron (Megatron-Core's) | apex
+    # (Apex's DistributedFusedAdam, NeMo 1.x's optim.name distributed_fused_adam): its clip (.grad_clip)
 
     @property
     def mlp(self) -> int:

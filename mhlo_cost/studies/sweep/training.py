@@ -131,12 +131,13 @@ def _split_options(tr: dict) -> dict:
 
 
 def base_config(settings: dict):
-    """The model's :class:`~mhlo_cost.studies.plan.config.ScaleConfig` (the split left to the grid)."""
+    """The model's :class:`~mhlo_cost.studies.plan.config.ScaleConfig` (the split left to the grid), clipping the
+    gradients at 1.0 as train-plan does by default (every stack's default max norm: .plan.grad_clip)."""
     from ..plan.config import MODELS, ScaleConfig, model_config
 
     tr = settings["training"]
     dims = {k: tr[k] for k in ("layers", "hidden", "heads", "seq", "vocab", "ffn") if k in tr}
-    extra = {k: tr[k] for k in ("global_batch", "dp_comm") if k in tr}
+    extra = {k: tr[k] for k in ("global_batch", "dp_comm") if k in tr} | {"clip_grad": 1.0}
     model = "gpt" if settings.get("model") is None else settings["model"]  # ('' refused, not the default)
     if model in MODELS:
         return model_config(model, **dims, **extra)
