@@ -217,3 +217,18 @@ def test_the_command_line_clips_at_1_by_default_and_none_removes_it(capsys):
         assert main(args + ["--clip-grad", bad]) == 2
         err = capsys.readouterr().err
         assert err.startswith("mhlo-cost: error:") and "--clip-grad" in err and err.count("\n") == 1, bad
+
+
+def test_the_command_line_names_apexs_distributed_optimizer(capsys):
+    """``--dist-optimizer apex`` reaches the plan with ``--zero 1`` (exit 0) and is refused without a sharded
+    optimizer: one error line, exit 2 (Apex's DistributedFusedAdam always shards its state)."""
+    pytest.importorskip("optax")
+    from mhlo_cost.cli import main
+
+    args = ["train-plan", "--layers", "4", "--hidden", "64", "--heads", "4", "--seq", "32", "--vocab", "128",
+            "--global-batch", "8", "-d", "2", "--format", "json", "--no-cache", "--dist-optimizer", "apex"]
+    assert main(args + ["--zero", "1"]) == 0
+    capsys.readouterr()
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("mhlo-cost: error:") and "dist_optimizer apex" in err and err.count("\n") == 1

@@ -149,7 +149,7 @@ def _sharding(args) -> dict:
                 activation_kernel=args.activation_kernel, attention_kernel=args.attention_kernel,
                 nccl_ub=args.use_nccl_ub,
                 torch_ddp=args.torch_ddp,
-                loss_scale=args.loss_scale, clip_grad=_clip_grad(args),
+                loss_scale=args.loss_scale, clip_grad=_clip_grad(args), dist_optimizer=args.dist_optimizer,
                 main_grad_add=args.no_gradient_accumulation_fusion,
                 scatter_gather=args.scatter_gather_tensors_in_pipeline, launch_blocking=args.launch_blocking,
                 fp8_weight_cache=args.fp8_weight_cache, fp8_amax_history=args.fp8_amax_history or 1024,

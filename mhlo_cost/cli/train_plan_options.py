@@ -103,6 +103,11 @@ def register_pipeline_and_kernels(p) -> None:
                         "Megatron's --clip-grad, NeMo's gradient_clip_val, torchtitan's max_norm, Composer's "
                         "clipping_threshold) or none: the norm's passes and all-reduce(s) priced in the optimizer step "
                         "as the stack runs them; not priced for --model stdit3, which refuses it")
+    p.add_argument("--dist-optimizer", choices=("megatron", "apex"), default="megatron",
+                   help="with --zero 1/2 (--use-distributed-optimizer): whose distributed optimizer steps and clips: "
+                        "megatron (Megatron-Core's: the clip's norm and scale passes over the main-gradient shard) or "
+                        "apex (Apex's DistributedFusedAdam, NeMo 1.x's optim.name distributed_fused_adam: the norm "
+                        "over its gradient shard, the clip folded into Adam's gradient scale)")
     p.add_argument("--no-gradient-accumulation-fusion", action="store_true",
                    help="Megatron-LM's local DDP without fused wgrad accumulation: each micro-batch's gradients added "
                         "into main_grad by a hook (Megatron-LM before late 2021)")

@@ -30,6 +30,7 @@ NOT_STDIT3 = (("-t", "t", 1), ("-p", "p", 1), ("--sp", "sp", False), ("--interle
               ("--use-nccl-ub", "use_nccl_ub", False),
               ("--torch-ddp", "torch_ddp", False), ("--launch-blocking", "launch_blocking", False),
               ("--loss-scale", "loss_scale", False), ("--clip-grad", "clip_grad", None),
+              ("--dist-optimizer", "dist_optimizer", "megatron"),
               ("--no-gradient-accumulation-fusion", "no_gradient_accumulation_fusion", False),
               ("--recompute-num-layers", "recompute_num_layers", 0), ("--recompute-every", "recompute_every", 0),
               ("--fsdp-float8-all-gather", "fsdp_float8_all_gather", False),
