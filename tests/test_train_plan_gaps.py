@@ -1,0 +1,48 @@
+"""Three gaps of train-plan's options (issue 38's audit), each against a closed form worked out here:
+
+1. ``--moe-imbalance F``: the busiest expert-parallel rank receives F times the balanced T x k token copies, so
+   each all_to_all (dispatch, combine, their gradients) is priced at ceil(F T k) x h x 2 bytes per rank;
+2. the embedding and the LM head's weights, gradients and optimizer state on the pipeline stages that hold them;
+3. PyTorch DDP's flat bucket buffers (``--torch-ddp``) beside each parameter's ``.grad``.
+"""
+from __future__ import annotations
+
+from math import ceil
+
+import pytest
+
+pytest.importorskip("optax")
+
+from mhlo_cost.studies.plan.config import ScaleConfig
+from mhlo_cost.studies.plan.moe_plan import a2a_collectives
+
+H, S, E, K, F, EP, D = 64, 32, 8, 2, 32, 4, 8
+MOE = dict(layers=4, hidden=H, heads=4, seq=S, vocab=128, ffn=256, mlp_kind="swiglu", dropout=False, experts=E,
+           top_k=K, expert_ffn=F, shared_experts=1, dense_layers=1, ep=EP, d=D, global_batch=16)
+
+
+# --- 1. --moe-imbalance: the all_to_all at the busiest rank's bytes ------------------------------------------
+
+@pytest.mark.parametrize("imbalance", [1.0, 1.5, 1.7])
+def test_imbalance_prices_every_all_to_all_at_the_busiest_ranks_copies(imbalance):
+    cfg = ScaleConfig(**MOE, expert_imbalance=imbalance)
+    t = 1 * S  # one micro-batch of b = 1 sequence of s = 32 positions routed by one device
+    busiest = ceil(imbalance * t * K)  # balanced T k = 64 copies; 1.5 x: 96; 1.7 x: 108.8 -> 109
+    rows = a2a_collectives(cfg)
+    assert [c.kind for c in rows] == ["all_to_all"] * 4
+    assert {c.nbytes for c in rows} == {busiest * H * 2}  # bf16 rows of h = 64
+
+
+def test_imbalance_with_expert_tensor_parallelism_gathers_the_busiest_groups_rows():
+    cfg = ScaleConfig(**{**MOE, "t": 2, "sp": True, "expert_tp": 2, "ep": 4, "d": 4}, expert_imbalance=1.5)
+    t = S // 2  # sequence parallel: s / t positions routed per device
+    busiest = ceil(1.5 * t * K) * H * 2
+    by_kind = {(c.kind, c.nbytes) for c in a2a_collectives(cfg)}
+    assert by_kind == {("all_to_all", busiest), ("all_gather", 2 * busiest), ("reduce_scatter", 2 * busiest)}
+
+
+def test_capacity_factor_ignores_the_imbalance():
+    cap = ceil(1.25 * S * K / E)  # padded slots per expert and rank: the buffer is fixed whatever the routing
+    for imb in (1.0, 2.0):
+        rows = a2a_collectives(ScaleConfig(**MOE, capacity_factor=1.25, expert_imbalance=imb))
+        assert {c.nbytes for c in rows} == {E * cap * H * 2}
