@@ -46,3 +46,38 @@ def test_capacity_factor_ignores_the_imbalance():
     for imb in (1.0, 2.0):
         rows = a2a_collectives(ScaleConfig(**MOE, capacity_factor=1.25, expert_imbalance=imb))
         assert {c.nbytes for c in rows} == {E * cap * H * 2}
+
+
+# --- 2. the embedding and the LM head on the stages that hold them --------------------------------------------
+
+TINY = dict(layers=4, hidden=64, heads=4, seq=32, vocab=128)
+
+
+@pytest.mark.parametrize("tied", [False, True])
+def test_pipeline_stages_hold_the_embedding_and_head_state(tied):
+    """p 4, t 2, ZeRO 1 over d 2: the first stage holds the embedding (V/t x h = 64 x 64), the last the LM head (a
+    copy of the same weight when tied), the middle ones none: 2 + 4 bytes an element whole, 12 over the 2 ranks."""
+    from mhlo_cost.network import resolve_profile
+    from mhlo_cost.studies.plan.costs import layer_cost
+    from mhlo_cost.studies.plan.memory import memory
+
+    cfg = ScaleConfig(**TINY, t=2, p=4, d=2, global_batch=8, zero=1, tied_embedding=tied)
+    cost = layer_cost(cfg, resolve_profile("selene"))
+    layers = [memory(cfg, cost, stage=s) for s in range(4)]
+    e = 128 // 2 * 64
+    assert [m.get("embedding_state", 0) for m in layers] == [2 * e + 4 * e + 12 * e // 2, 0, 0, 2 * e + 4 * e + 12 * e // 2]
+    base = cost.weight_bytes  # stage 1 (no embedding) is the layers' part of every stage (one layer each)
+    assert layers[0]["weights"] - layers[1]["weights"] == 2 * e == layers[3]["weights"] - base
+
+
+def test_one_stage_untied_holds_both_and_zero3_shards_them():
+    """p 1, ZeRO 3 over d 4 (DeepSpeed-style, a bf16 shard kept): 2 x V x h elements, 2 / 4 / 12 bytes over 4."""
+    from mhlo_cost.network import resolve_profile
+    from mhlo_cost.studies.plan.costs import layer_cost
+    from mhlo_cost.studies.plan.memory import embedding_state, memory
+
+    cfg = ScaleConfig(**TINY, d=4, global_batch=4, zero=3)
+    e = 2 * 128 * 64
+    assert embedding_state(cfg, 0) == {"weights": 2 * e // 4, "gradients": 4 * e // 4, "optimizer_state": 12 * e // 4}
+    assert embedding_state(cfg.with_split(fsdp_version=2), 0)["weights"] == 0  # FSDP2: the fp32 shard is the master
+    assert memory(cfg, layer_cost(cfg, resolve_profile("selene")))["embedding_state"] == 18 * e // 4
