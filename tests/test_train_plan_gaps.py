@@ -65,7 +65,8 @@ def test_pipeline_stages_hold_the_embedding_and_head_state(tied):
     cost = layer_cost(cfg, resolve_profile("selene"))
     layers = [memory(cfg, cost, stage=s) for s in range(4)]
     e = 128 // 2 * 64
-    assert [m.get("embedding_state", 0) for m in layers] == [2 * e + 4 * e + 12 * e // 2, 0, 0, 2 * e + 4 * e + 12 * e // 2]
+    one = 2 * e + 4 * e + 12 * e // 2
+    assert [m.get("embedding_state", 0) for m in layers] == [one, 0, 0, one]
     base = cost.weight_bytes  # stage 1 (no embedding) is the layers' part of every stage (one layer each)
     assert layers[0]["weights"] - layers[1]["weights"] == 2 * e == layers[3]["weights"] - base
 
@@ -81,3 +82,24 @@ def test_one_stage_untied_holds_both_and_zero3_shards_them():
     assert embedding_state(cfg, 0) == {"weights": 2 * e // 4, "gradients": 4 * e // 4, "optimizer_state": 12 * e // 4}
     assert embedding_state(cfg.with_split(fsdp_version=2), 0)["weights"] == 0  # FSDP2: the fp32 shard is the master
     assert memory(cfg, layer_cost(cfg, resolve_profile("selene")))["embedding_state"] == 18 * e // 4
+
+
+# --- 3. PyTorch DDP's flat buckets ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("tied", [False, True])
+def test_torch_ddp_keeps_2_byte_buckets_over_every_weight(tied):
+    """--DDP-impl torch, gradient_as_bucket_view off: one flat bucket element of the 2-byte gradient dtype per
+    weight element of the stage (4 layers and, on one stage, the embedding and LM head: V x h once tied, twice not)
+    beside the gradients; nothing else moves, and nothing without the flag."""
+    from mhlo_cost.network import resolve_profile
+    from mhlo_cost.studies.plan.costs import layer_cost
+    from mhlo_cost.studies.plan.memory import memory
+
+    base = ScaleConfig(**TINY, d=2, global_batch=4, tied_embedding=tied, grad_reduce_fp32=False)
+    cost = layer_cost(base, resolve_profile("selene"))
+    plain, ddp = memory(base, cost), memory(base.with_split(torch_ddp=True), cost)
+    elems = 4 * cost.weight_elems + (1 if tied else 2) * 128 * 64
+    assert ddp["gradients"] - plain["gradients"] == 2 * elems == ddp["ddp_buckets"]
+    assert ddp["total"] - plain["total"] == 2 * elems and "ddp_buckets" not in plain
+    assert {k: ddp[k] for k in ("weights", "optimizer_state", "activations")} == {
+        k: plain[k] for k in ("weights", "optimizer_state", "activations")}
