@@ -53,11 +53,13 @@ def test_weights_gradients_optimizer_are_2_4_12_bytes_per_parameter():
     cfg = ScaleConfig(**TINY, t=2, global_batch=1)
     h, f, t = 64, 256, 2
     params = (3 * h * h + h * h + 2 * h * f) // t + (3 * h + f) // t + 2 * h + 4 * h  # weights, biases, norms
+    e = 2 * 128 // t * h  # one stage: the embedding and the untied LM head, V/t x h each
     m = memory(cfg, layer_cost(cfg, SELENE))
-    assert m["weights"] == 2 * params * 4 and m["gradients"] == 4 * params * 4
-    assert m["optimizer_state"] == (12 * params + 4) * 4  # fp32 master + 2 moments, AdamW's int32 step count
+    assert m["weights"] == 2 * (params * 4 + e) and m["gradients"] == 4 * (params * 4 + e)
+    assert m["optimizer_state"] == (12 * params + 4) * 4 + 12 * e  # fp32 master + 2 moments, AdamW's int32 step
+    assert m["embedding_state"] == 18 * e
     zero = memory(cfg.with_split(d=2, dp_comm="zero"), layer_cost(cfg, SELENE))
-    assert zero["optimizer_state"] == m["optimizer_state"] // 2
+    assert zero["optimizer_state"] == (12 * params + 4) * 4 // 2 + 12 * e // 2
 
 
 def _fake(fwd=1.0, bwd=2.0, rec=0.5, opt=0.25) -> LayerCost:

@@ -97,13 +97,14 @@ def test_hsdp_seconds_on_one_node_are_the_rings_closed_forms():
 @pytest.mark.parametrize("zero", [1, 2])
 def test_hsdp_memory_per_gpu_under_zero1_and_zero2(zero):
     """d 4 = s 2 x r 2, t 2, 4 layers: the state (fp32 master + 2 moments, optax's int32 step count) over s; ZeRO 2's
-    fp32 gradients over s plus the one layer being reduced; the bf16 weights whole."""
+    fp32 gradients over s plus the one layer being reduced; the bf16 weights whole. One stage: the embedding and the
+    untied LM head, V/t x h each, sharded as the layers."""
     cfg = ScaleConfig(**TINY, t=2, d=4, global_batch=8, zero=zero, dp_shard=2)
-    P, n, s = _params(t=2), 4, 2
+    P, n, s, e = _params(t=2), 4, 2, 2 * 128 // 2 * 64
     m = memory(cfg, layer_cost(cfg, SELENE))
-    assert m["optimizer_state"] == (12 * P + 4) * n // s
-    assert m["gradients"] == (4 * P * n // s + 4 * P if zero == 2 else 4 * P * n)
-    assert m["weights"] == 2 * P * n
+    assert m["optimizer_state"] == (12 * P + 4) * n // s + 12 * e // s
+    assert m["gradients"] == (4 * P * n // s + 4 * P + 4 * e // s if zero == 2 else 4 * P * n + 4 * e)
+    assert m["weights"] == 2 * P * n + 2 * e
 
 
 # --- context parallelism with ZeRO ----------------------------------------------------------------------------
@@ -113,13 +114,13 @@ def test_cp_shards_zero_over_cp_times_d(zero):
     """cp 2 x d 2, t 1: the weights are replicated over the 4 context and data ranks, so ZeRO shards over 4 and the
     gradient collectives run over the 4 (ranks c + 2 r)."""
     cfg = ScaleConfig(**TINY, cp=2, d=2, global_batch=4, zero=zero)
-    P, n, shard = _params(), 4, 4
+    P, n, shard, e = _params(), 4, 4, 2 * 128 * 64  # e: the embedding and the untied LM head
     cost = layer_cost(cfg, SELENE)
     m = memory(cfg, cost)
-    assert m["optimizer_state"] == (12 * P + 4) * n // shard
-    assert m["gradients"] == (4 * P * n // shard + 4 * P if zero >= 2 else 4 * P * n)
+    assert m["optimizer_state"] == (12 * P + 4) * n // shard + 12 * e // shard
+    assert m["gradients"] == (4 * P * n // shard + 4 * P + 4 * e // shard if zero >= 2 else 4 * P * n + 4 * e)
     held = min(2, n)  # FSDP: the running and the prefetched layer, gathered
-    assert m["weights"] == (2 * P * n // shard + 2 * P * held if zero == 3 else 2 * P * n)
+    assert m["weights"] == (2 * P * n // shard + 2 * P * held + 2 * e // shard if zero == 3 else 2 * P * n + 2 * e)
     rows = dp_collectives(cfg, cost, n)
     assert {r.size for r in rows} == {shard} and {r.groups[0] for r in rows} == {(0, 1, 2, 3)}
     grads = [r.nbytes for r in rows if r.what == "gradients"]
@@ -146,14 +147,16 @@ def test_cp_all_gathered_kv_is_exposed_whole():
 
 def test_uneven_stages_memory_follows_each_stages_layers():
     """9 layers on 4 stages, first 1 and last 2 (1, 3, 3, 2), ZeRO 1 over d 2: each stage's bf16 weights, fp32
-    gradients and sharded state are its own layers' (the embedding and LM head are left out of memory)."""
+    gradients and sharded state are its own layers', and the first stage's embedding and the last's LM head
+    (V x h each, untied) with theirs."""
     cfg = ScaleConfig(**{**TINY, "layers": 9}, p=4, d=2, global_batch=8, zero=1, first_stage_layers=1,
                       last_stage_layers=2)
     P = _params()
     cost = layer_cost(cfg, SELENE)
     got = [memory(cfg, cost, stage=s) for s in range(4)]
     assert [(m["weights"], m["gradients"], m["optimizer_state"]) for m in got] == [
-        (2 * P * n, 4 * P * n, (12 * P + 4) * n // 2) for n in (1, 3, 3, 2)]
+        (2 * (P * n + e), 4 * (P * n + e), (12 * P + 4) * n // 2 + 12 * e // 2)
+        for n, e in ((1, 128 * 64), (3, 0), (3, 0), (2, 128 * 64))]
 
 
 # --- compiled vs eager ----------------------------------------------------------------------------------------
@@ -171,8 +174,10 @@ def test_the_execution_changes_no_collective_and_no_state(execution):
                                                                   "layer_backward"),
         ("gradients", "reduce_scatter", 4 * P, 4, "layer_backward")])
     m = memory(cfg, cost)
+    e = 2 * 128 * 64  # the embedding and the untied LM head, sharded as the layers
     assert (m["weights"], m["gradients"], m["optimizer_state"]) == (
-        2 * P * n // 4 + 2 * 2 * P, 4 * P * n // 4 + 4 * P, (12 * P + 4) * n // 4)
+        2 * P * n // 4 + 2 * 2 * P + 2 * e // 4, 4 * P * n // 4 + 4 * P + 4 * e // 4,
+        (12 * P + 4) * n // 4 + 12 * e // 4)
 
 
 # --- item (b): end to end from the command line ---------------------------------------------------------------

@@ -37,6 +37,7 @@ def layer_elems(f: int) -> int:
 DENSE_W = layer_elems(FFN)  # a dense layer
 MOE_W = layer_elems(F) + H * E  # a MoE layer's dense part: attention, the shared expert (F wide), the router
 EXPERT_W = (E // EP) * 3 * H * F  # a MoE layer's local experts
+EMB = 2 * 128 * H  # one stage: the word embedding and the untied LM head (vocab x h each), sharded as the dense
 
 
 def _rows(cols):
@@ -88,9 +89,9 @@ def test_zero3_memory_per_gpu_shards_and_buffers(reshard):
     largest = [MOE_W + EXPERT_W, DENSE_W]
     buffers = 2 * (sum(largest) if reshard else dense + experts)  # the running and the prefetched layer (bf16)
     assert m["expert_weights"] == 2 * experts // EDP
-    assert m["weights"] == 2 * dense // D + 2 * experts // EDP + buffers
+    assert m["weights"] == 2 * dense // D + 2 * experts // EDP + buffers + 2 * EMB // D
     assert m["expert_gradients"] == 4 * experts // EDP
-    assert m["gradients"] == 4 * dense // D + 4 * experts // EDP + 4 * max(largest)
+    assert m["gradients"] == 4 * dense // D + 4 * experts // EDP + 4 * max(largest) + 4 * EMB // D
     state = 12 * EXPERT_W + 4  # fp32 master + 2 moments per element; optax's int32 step count
     assert m["expert_optimizer_state"] == MOE_LAYERS * state // EDP
     assert m["total"] == sum(m[k] for k in ("weights", "gradients", "optimizer_state", "activations"))
@@ -107,8 +108,8 @@ def test_fsdp2_keeps_no_bf16_shard_with_experts():
 def test_zero2_memory_keeps_whole_weights_and_sharded_gradients():
     m = plan(_cfg(zero=2), DGX).memory
     dense, experts = DENSE_W + MOE_LAYERS * MOE_W, MOE_LAYERS * EXPERT_W
-    assert m["weights"] == 2 * (dense + experts) and m["expert_weights"] == 2 * experts
-    assert m["gradients"] == 4 * dense // D + 4 * experts // EDP + 4 * max(DENSE_W, MOE_W + EXPERT_W)
+    assert m["weights"] == 2 * (dense + experts + EMB) and m["expert_weights"] == 2 * experts
+    assert m["gradients"] == 4 * dense // D + 4 * experts // EDP + 4 * max(DENSE_W, MOE_W + EXPERT_W) + 4 * EMB // D
 
 
 def test_zero3_per_layer_collectives_are_in_the_breakdown():

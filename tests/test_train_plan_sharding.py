@@ -86,25 +86,26 @@ def test_hsdp_reduce_scatters_within_and_all_reduces_the_shard_across():
 @pytest.mark.parametrize("zero,shard_opts,shard", [(1, {}, 4), (2, {}, 4), (3, {}, 4), (3, {"dp_shard": 2}, 2)])
 def test_memory_shards_optimizer_gradients_parameters(zero, shard_opts, shard):
     cfg = ScaleConfig(**TINY, t=2, d=4, global_batch=8, zero=zero, **shard_opts)
-    P, n = _params(), 4
+    P, n, e = _params(), 4, 2 * 128 // 2 * 64  # e: one stage's embedding and untied LM head, V/t x h each
     m = memory(cfg, layer_cost(cfg, SELENE))
-    assert m["optimizer_state"] == (12 * P + 4) * n // shard  # fp32 master + 2 moments (+ AdamW's step count)
-    grads = 4 * P * n // shard + 4 * P if zero >= 2 else 4 * P * n  # the shard + one layer being reduced
+    # fp32 master + 2 moments (+ AdamW's step count), the embedding's and head's sharded as the layers'
+    assert m["optimizer_state"] == (12 * P + 4) * n // shard + 12 * e // shard
+    grads = 4 * P * n // shard + 4 * P + 4 * e // shard if zero >= 2 else 4 * (P * n + e)  # + one layer reduced
     assert m["gradients"] == grads
-    weights = 2 * P * n // shard + 2 * (2 * P) if zero == 3 else 2 * P * n  # + running and prefetched layer
+    weights = 2 * P * n // shard + 2 * (2 * P) + 2 * e // shard if zero == 3 else 2 * (P * n + e)  # + two layers
     assert m["weights"] == weights
     if zero == 3:
         kept = memory(cfg.with_split(reshard_after_forward=False), layer_cost(cfg, SELENE))
-        assert kept["weights"] == 2 * P * n // shard + 2 * P * n  # every layer left gathered for the backward
+        assert kept["weights"] == 2 * P * n // shard + 2 * P * n + 2 * e // shard  # every layer left gathered
 
 
 def test_fsdp_on_a_stage_of_one_layer_holds_one_unsharded_layer():
     # 4 layers on 4 stages: one layer a stage, nothing to prefetch; keeping it gathered costs the same
     cfg = ScaleConfig(**TINY, t=2, p=4, d=4, global_batch=8, zero=3)
-    P = _params()
+    P, e = _params(), 128 // 2 * 64  # the first stage's embedding (V/t x h), sharded as the layer
     for reshard in (True, False):
         m = memory(cfg.with_split(reshard_after_forward=reshard), layer_cost(cfg, SELENE))
-        assert m["weights"] == 2 * P // 4 + 2 * P
+        assert m["weights"] == 2 * P // 4 + 2 * P + 2 * e // 4
 
 
 # --- FSDP's overlap -------------------------------------------------------------------------------------------

@@ -108,7 +108,8 @@ def test_hf_llama_maps_with_gqa_and_swiglu(capsys):
     assert c["counts"]["model_flops"] == n * per_layer + 6 * b * s * h * vcb
     t = 2
     weights = (h * (h + 2 * kvd) + h * h + 3 * h * f) // t + 2 * h  # the Llama layer: no biases, two RMSNorm scales
-    assert c["memory"]["weights"] == 2 * weights * n  # bf16, one stage holds every layer
+    # bf16, one stage holds every layer, the embedding and the untied LM head (V/t x h each)
+    assert c["memory"]["weights"] == 2 * weights * n + 2 * 2 * (vcb // t) * h
 
 
 def test_hf_that_is_not_llama_says_why(capsys):

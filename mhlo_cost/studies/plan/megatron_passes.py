@@ -255,6 +255,17 @@ def torch_ddp_seconds(cfg, hw, elems: int, layers: int = 0, extra: int = 0) -> f
     return hw.memory_time(TORCH_DDP_BYTES * elems, kernels=2 * tensors)
 
 
+def torch_ddp_bucket_bytes(cfg, elems: int) -> int:
+    """Bytes of PyTorch DDP's flat gradient buckets over a stage's ``elems`` weight elements (``torch_ddp``; 0
+    without): with ``gradient_as_bucket_view`` off (its default, and Megatron-LM 2021's ``torchDDP(...)`` call leaves
+    it so) the reducer allocates each bucket as its own flat tensor of the gradients' dtype
+    (``torch/csrc/distributed/c10d/reducer.cpp`` ``initialize_buckets``: ``at::empty`` of the bucket's elements,
+    v1.9.0's ``replica.contents``, 2.x's ``bucket.gradients``), beside each parameter's ``.grad``
+    (``copy_grad_to_bucket`` / ``copy_bucket_to_grad`` copy between them), held from construction on: 2 bytes an
+    element (bf16 / fp16 gradients)."""
+    return 2 * elems if getattr(cfg, "torch_ddp", False) else 0
+
+
 def passes_invalid(cfg) -> str | None:
     """Why the Megatron options of ``cfg`` (the activation and its kernels, nccl_ub, torch_ddp) cannot go together;
     None where they can."""

@@ -26,7 +26,8 @@ reduce-scatter the experts' outputs before the combine (:mod:`.moe_sharding`).
 
 The expert-parallel all_to_all (:mod:`mhlo_cost.network.expert_parallel`): dispatch and combine of each MoE
 layer and micro-batch, forward, and their gradients backward (full recompute: the forward's again), each of
-``S = copies x hidden x 2`` bytes (bf16; ``copies = T x k`` dropless, ``E x ceil(c T k / E)`` with a capacity),
+``S = copies x hidden x 2`` bytes (bf16; ``copies = ceil(f T k)`` dropless, the busiest rank's with imbalance ``f``
+(:func:`a2a_copies`), ``E x ceil(c T k / E)`` with a capacity),
 ``(ep - 1) / ep x S`` sent by each device, over the ``ep`` ranks (consecutive data ranks: Megatron's order, so
 eight or fewer share a node's NVLink and more span the scale-out network). Not overlapped with compute
 (Megatron's default dispatcher), or with ``ep_overlap`` hidden under the compute of another micro-batch's layer as
@@ -97,12 +98,22 @@ def expert_rows(cfg: ScaleConfig) -> int:
 
 
 def a2a_copies(cfg: ScaleConfig) -> int:
-    """Token copies in one device's dispatch (or combine) buffer: ``T x k`` dropless, ``E x ceil(c T k / E)``
-    with a capacity factor (the padded slots sent as they are)."""
+    """Token copies the all_to_all is priced at, on the busiest rank: ``ceil(f T k)`` dropless (``f`` the
+    imbalance), ``E x ceil(c T k / E)`` with a capacity factor (the padded slots sent as they are, whatever the
+    imbalance). ``expert_imbalance`` is per rank: the busiest expert-parallel rank receives ``f`` times the
+    balanced ``T x k`` copies, spread over its ``E / ep`` local experts (:func:`expert_rows`; with one expert per
+    rank the hottest expert's rank, with more the rank whose experts together draw ``f`` times the mean, each of
+    them assumed to draw an even share of it). Each source rank is taken to send it ``f T k / ep`` (the same
+    share of its copies), so its dispatch receives ``(ep - 1) / ep x f T k`` copies from the others and its
+    combine sends as many back; the backward's two all_to_all carry their gradients the same ways. An all_to_all
+    ends when its slowest rank does (every rank waits in the collective), so each is priced at an all_to_all of
+    ``f T k`` copies per rank, whose ``(ep - 1) / ep`` share is the busiest rank's receive (dispatch) or send
+    (combine), as ``serve --ep``'s ``--moe-imbalance`` prices it (:mod:`mhlo_cost.studies.serve.expert`).
+    The expert tensor-parallel gather and reduce of the busiest rank's group carry ``etp`` times as much."""
     tk = tokens(cfg) * cfg.top_k
     if cfg.capacity_factor:
         return cfg.experts * ceil(Fraction(str(cfg.capacity_factor)) * tk / cfg.experts)
-    return tk
+    return ceil(Fraction(str(cfg.expert_imbalance)) * tk)
 
 
 def expert_shapes(cfg: ScaleConfig) -> dict:

@@ -37,7 +37,7 @@ from .costs import LayerCost, layer_cost
 from .fp8_state import layer_gemms, state_bytes
 from .fp8_weights import cached, copy_bytes, layer_step_seconds, linear_weight_elems, per_micro_batch
 from .megatron_passes import send_bytes
-from .memory import CATEGORIES, held_layer_microbatches
+from .memory import CATEGORIES, embedding_state, held_layer_microbatches
 from .moe import base_config, dense_config, expert_rows, local_experts, router_elems, stage_kinds, tokens
 from .moe_sharding import (a2a_collectives, dp_collectives, ep_groups, expert_dp, expert_dp_groups,
                            expert_shard_degree, layer_dp_collectives, sharded_state)
@@ -269,9 +269,14 @@ def moe_memory(cfg: ScaleConfig, costs: MoECosts, capacity=None, stage: int = 0)
     eo = moe * sp["expert_opt"] // expert_shard_degree(cfg)
     copies = _copy_bytes(cfg, costs, dense, moe)  # TE's kept fp8 weights (.fp8_weights; 0 without the cache)
     scales = _scale_bytes(cfg, dense, moe)  # and their scales and amax histories (.fp8_state)
-    out = {"weights": state["weights"] + copies + scales, "gradients": state["gradients"],
-           "optimizer_state": dense_opt // cfg.shard_degree + eo, "activations": int(held * act)}
+    emb = embedding_state(cfg, stage)  # the word embedding / LM head on the first / last stage, sharded as dense
+    out = {"weights": state["weights"] + copies + scales + emb["weights"],
+           "gradients": state["gradients"] + emb["gradients"],
+           "optimizer_state": dense_opt // cfg.shard_degree + eo + emb["optimizer_state"],
+           "activations": int(held * act)}
     out["total"] = sum(out[k] for k in CATEGORIES)
+    if sum(emb.values()):
+        out["embedding_state"] = sum(emb.values())
     out.update(expert_weights=state["expert_weights"], expert_gradients=state["expert_gradients"],
                expert_optimizer_state=eo)
     if copies:
