@@ -262,7 +262,9 @@ def torch_ddp_bucket_bytes(cfg, elems: int) -> int:
     (``torch/csrc/distributed/c10d/reducer.cpp`` ``initialize_buckets``: ``at::empty`` of the bucket's elements,
     v1.9.0's ``replica.contents``, 2.x's ``bucket.gradients``), beside each parameter's ``.grad``
     (``copy_grad_to_bucket`` / ``copy_bucket_to_grad`` copy between them), held from construction on: 2 bytes an
-    element (bf16 / fp16 gradients)."""
+    element (bf16 / fp16 gradients). The bucket's separate storage is what pytorch/pytorch#41954 (97d594b9f7, 2020,
+    the PR that added ``gradient_as_bucket_view``) measured: making ``.grad`` a view of the bucket dropped a ~1 GB
+    model's peak by ~1 GB (8250 -> 7183 MB)."""
     return 2 * elems if getattr(cfg, "torch_ddp", False) else 0
 
 
