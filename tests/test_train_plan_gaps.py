@@ -103,3 +103,13 @@ def test_torch_ddp_keeps_2_byte_buckets_over_every_weight(tied):
     assert ddp["total"] - plain["total"] == 2 * elems and "ddp_buckets" not in plain
     assert {k: ddp[k] for k in ("weights", "optimizer_state", "activations")} == {
         k: plain[k] for k in ("weights", "optimizer_state", "activations")}
+
+
+def test_imbalance_is_bounded_by_what_the_busiest_rank_can_receive():
+    """E 8 experts over ep 4 (2 a rank), top-k 2: a rank can take both of a token's copies, so at most every one of
+    the 4 ranks' T k copies: F <= 4 x min(2, 2) / 2 = 4 (the older bound, E / ep = 2, was below it); with top-k 4
+    (2 a rank at most) F <= 4 x 2 / 4 = 2."""
+    assert ScaleConfig(**MOE, expert_imbalance=4.0).invalid() is None
+    assert "imbalance 4.5" in ScaleConfig(**MOE, expert_imbalance=4.5).invalid()
+    assert ScaleConfig(**{**MOE, "top_k": 4}, expert_imbalance=2.0).invalid() is None
+    assert "imbalance 2.1" in ScaleConfig(**{**MOE, "top_k": 4}, expert_imbalance=2.1).invalid()

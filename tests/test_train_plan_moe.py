@@ -138,7 +138,7 @@ def test_breakdown_and_stage_rows_add_up_to_the_iteration():
     (dict(t=2), "need sequence parallelism"), (dict(experts=0), "needs experts"), (dict(top_k=9), "exceeds"),
     (dict(zero=3, dp_shard=2), "HSDP with experts"), (dict(shared_experts=0), "without shared experts"),
     (dict(recompute="op"), "op recompute"), (dict(expert_imbalance=float("inf")), "imbalance >= 1"),
-    (dict(capacity_factor=float("nan")), "capacity factor must be"), (dict(expert_imbalance=5.0), "above experts / ep"),
+    (dict(capacity_factor=float("nan")), "capacity factor must be"), (dict(expert_imbalance=5.0), "above ep x min(top-k, experts / ep)"),
     (dict(capacity_factor=5.0), "above experts / top-k"),
 ])
 def test_invalid_expert_splits_say_why(kw, why):

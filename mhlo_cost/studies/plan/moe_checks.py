@@ -3,6 +3,7 @@
 configuration) so that the configuration does not import back the module that imports it."""
 from __future__ import annotations
 
+from fractions import Fraction
 from math import isfinite
 
 
@@ -46,10 +47,13 @@ def _moe_split_invalid(cfg) -> str | None:
             and cfg.expert_imbalance >= 1):
         return (f"capacity factor must be >= 0 (0: dropless) and imbalance >= 1, got {cfg.capacity_factor} and "
                 f"{cfg.expert_imbalance}")
-    if cfg.expert_imbalance > cfg.experts // cfg.ep or cfg.capacity_factor > cfg.experts / cfg.top_k:
-        return (f"imbalance {cfg.expert_imbalance} above experts / ep ({cfg.experts // cfg.ep}: every routed copy on "
-                f"one rank) or capacity factor {cfg.capacity_factor} above experts / top-k "
-                f"({cfg.experts / cfg.top_k:g}: every token at every expert)")
+    # the busiest rank receives at most every token's copies that its E/ep experts can take: ep T min(k, E/ep) of
+    # the balanced T k (a token's k experts are distinct), as serve --ep bounds it (studies/serve/expert.py)
+    most = Fraction(cfg.ep * min(cfg.top_k, cfg.experts // cfg.ep), cfg.top_k)
+    if Fraction(str(cfg.expert_imbalance)) > most or cfg.capacity_factor > cfg.experts / cfg.top_k:
+        return (f"imbalance {cfg.expert_imbalance} above ep x min(top-k, experts / ep) / top-k ({float(most):g}: "
+                f"every token's copies on one rank as far as its experts can take them) or capacity factor "
+                f"{cfg.capacity_factor} above experts / top-k ({cfg.experts / cfg.top_k:g}: every token at every expert)")
     if cfg.recompute == "op":
         return "experts with torchtitan's op recompute are not priced yet (its save list names no grouped expert GEMM)"
     return None
